@@ -1,0 +1,1 @@
+"""Ray actors of raytopic: the channel actor, its ring buffer and stores."""

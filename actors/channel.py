@@ -1,0 +1,679 @@
+"""The channel actor: one per channel of a topic.
+
+It owns the channel's ring buffer, every reader's cursor on the channel
+(anonymous subscribers' and groups'), the publishers' batch sequence numbers,
+and the receive sessions of the subscribers whose home it is. It is an async
+actor: appends, takes and commits are short synchronous steps between awaits,
+so each is atomic; waiting (for data, for room, for a turn) is awaiting.
+
+Handles create it through :func:`channel_actor_class`; the coordinator
+creates the channels of a topic and introduces them to each other with
+``attach``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import ray
+
+from raytopic.actors.cursors import Cursor, Lease
+from raytopic.actors.receiver import ChannelLink, CursorState, ReceiveSession, SessionSpec
+from raytopic.actors.ringbuffer import RingBuffer, Run
+from raytopic.actors.turns import DuplicateTurnError, Turns
+from raytopic.actors.wire import AppendAck, Delivery, ReaderSpec, ReceivedBatch, StatusBatch
+from raytopic.config import Overflow, TopicConfig
+from raytopic.errors import (
+    GroupNotFoundError,
+    InvalidArgumentError,
+    NotOwnerError,
+    StaleSequenceError,
+    SubscriberClosedError,
+    TopicFullError,
+)
+from raytopic.records import CommitResult, CommitStatus, Position, _Origin
+from raytopic.ringbuffer import RawReadResult
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChannelActor", "channel_actor_class"]
+
+MAX_READ_MANY = 1000
+"""Most items one ``read_many`` returns (Hazelcast's limit against overload)."""
+
+_POLL_INTERVAL = 0.25
+"""Seconds between re-checks while waiting on something a clock changes (TTL)."""
+
+
+@dataclass(slots=True)
+class _Reader:
+    """A subscriber as this channel knows it."""
+
+    spec: ReaderSpec
+    cursor: Cursor | None  # anonymous readers only; members use their group's
+    filter: Callable[[Any], bool] | None = None
+    converter: Callable[[Any], Any] | None = None
+
+
+@dataclass(slots=True)
+class _PublisherTrack:
+    """The last batch a publisher appended here (for ordering and retries)."""
+
+    last_batch: int = -1
+    last_ack: AppendAck | None = None
+    seen: float = field(default_factory=time.monotonic)
+
+
+class ChannelActor:
+    """One channel: ring buffer, cursors, group positions, receive sessions.
+
+    **Ordering**: a channel appends one publisher's batches in the order the
+    publisher numbered them, and delivers to each reader in sequence order.
+
+    **Back-pressure**: with overflow ``"block"`` an append waits for room
+    (freed by group commits with ``retain=False``, or by the TTL) up to the
+    publisher's timeout.
+    """
+
+    def __init__(self, config: TopicConfig, channel: int) -> None:
+        self._config = config
+        self._channel = channel
+        self._ring = RingBuffer(config.capacity, config.ttl)
+        self._readers: dict[str, _Reader] = {}
+        self._groups: dict[str, Cursor] = {}
+        self._publishers: dict[str, _PublisherTrack] = {}
+        self._publish_turns = Turns()
+        self._sessions: dict[str, ReceiveSession] = {}
+        self._links: dict[int, ChannelLink] = {}
+        self._epoch = 1  # incarnation; a durable store will carry it across restarts
+        self._changed = asyncio.Event()
+        self._self_handle: Any = None
+        self.calls: dict[str, int] = {}
+
+    # -- life cycle ------------------------------------------------------------
+
+    def attach(self, siblings: list[Any]) -> dict[str, Any]:
+        """Learn every channel actor of the topic (index = channel); return who we are."""
+        self._self_handle = siblings[self._channel]
+        for channel, handle in enumerate(siblings):
+            if channel == self._channel:
+                self._links[channel] = ChannelLink(channel, self._local_call, local=True)
+            else:
+                self._links[channel] = ChannelLink(channel, _remote_caller(handle), local=False)
+        return self.identity()
+
+    def identity(self) -> dict[str, Any]:
+        """Where this channel runs: epoch, node id and process id."""
+        context = ray.get_runtime_context()
+        return {
+            "channel": self._channel,
+            "epoch": self._epoch,
+            "node_id": context.get_node_id(),
+            "pid": os.getpid(),
+        }
+
+    async def _local_call(self, method: str, *args: Any) -> Any:
+        return await getattr(self, method)(*args)
+
+    def _notify(self) -> None:
+        """Wake everything waiting on this channel's state (data, room, commits)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_change(self, timeout: float) -> None:
+        changed = self._changed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout)
+
+    # -- ring buffer -----------------------------------------------------------
+
+    def head_sequence(self) -> int:
+        """Sequence of the oldest stored element."""
+        return self._ring.head
+
+    def tail_sequence(self) -> int:
+        """Sequence of the newest element (head - 1 when empty)."""
+        return self._ring.tail
+
+    def size(self) -> int:
+        """Elements stored now."""
+        return self._ring.size
+
+    def capacity(self) -> int:
+        """Most elements held at once."""
+        return self._ring.capacity
+
+    def remaining_capacity(self) -> int:
+        """``capacity - size``."""
+        return self._ring.room()
+
+    def sizes(self) -> tuple[int, int, int]:
+        """(head, tail, size) read together."""
+        head = self._ring.head
+        return head, self._ring.tail, self._ring.tail - head + 1
+
+    async def add_all(
+        self, payloads: list[bytes], overflow: str, timeout: float | None = None
+    ) -> int:
+        """Append items; return the LAST sequence (the tail for an empty batch), or -1.
+
+        ``"fail"`` refuses a batch that does not fit whole; ``"block"`` waits
+        for room up to ``timeout`` seconds and then returns -1.
+        """
+        policy = Overflow.parse(overflow)
+        if not payloads:
+            return self._ring.tail
+        if policy is Overflow.BLOCK:
+            if len(payloads) > self._ring.capacity:
+                raise InvalidArgumentError(
+                    f"{len(payloads)} items can never fit a capacity of {self._ring.capacity}"
+                )
+            if not await self._wait_room(len(payloads), timeout):
+                return -1
+        first = self._ring.append(payloads, overwrite=policy is Overflow.OVERWRITE)
+        if first < 0:
+            return -1
+        self._appended()
+        return first + len(payloads) - 1
+
+    async def read_one(self, sequence: int) -> tuple[float, bytes]:
+        """(stamp, payload) at ``sequence``; waits while ``sequence == tail + 1``."""
+        _check_sequence(sequence, "sequence")
+        while True:
+            head, tail = self._ring.head, self._ring.tail
+            if sequence < head:
+                raise StaleSequenceError(
+                    f"sequence {sequence} is below the head {head}", head_sequence=head
+                )
+            if sequence > tail + 1:
+                raise InvalidArgumentError(
+                    f"sequence {sequence} is beyond the tail + 1 ({tail + 1})"
+                )
+            if sequence <= tail:
+                return self._ring.get(sequence)
+            await self._wait_change(_POLL_INTERVAL)
+
+    async def read_many(
+        self, start: int, min_count: int, max_count: int, filter_bytes: bytes | None
+    ) -> RawReadResult:
+        """Hazelcast ``readManyAsync``: a ReadResultSet once it reaches the reader.
+
+        Blocks until ``min_count`` matching items are read; ``read_count``
+        counts every item read, matching or not.
+        """
+        _check_sequence(start, "start_sequence")
+        _check_sequence(min_count, "min_count")
+        _check_sequence(max_count, "max_count")
+        if min_count > max_count:
+            raise InvalidArgumentError(f"min_count {min_count} > max_count {max_count}")
+        if max_count > MAX_READ_MANY:
+            raise InvalidArgumentError(f"max_count {max_count} > {MAX_READ_MANY}")
+        if max_count > self._ring.capacity:
+            raise InvalidArgumentError(f"max_count {max_count} > capacity {self._ring.capacity}")
+        if start > self._ring.tail + 1:
+            raise InvalidArgumentError(
+                f"start_sequence {start} is beyond the tail + 1 ({self._ring.tail + 1})"
+            )
+        predicate = cloudpickle.loads(filter_bytes) if filter_bytes else None
+        items: list[tuple[int, float, bytes]] = []
+        sequence = start
+        while True:
+            head = self._ring.head
+            if sequence < head:
+                raise StaleSequenceError(
+                    f"sequence {sequence} is below the head {head}", head_sequence=head
+                )
+            while sequence <= self._ring.tail and len(items) < max_count:
+                for run in self._ring.read(sequence, max_count - len(items)):
+                    for offset, payload in enumerate(run.payloads):
+                        sequence = run.first + offset + 1
+                        if predicate is None or predicate(_loads(payload)):
+                            items.append((run.first + offset, run.stamp, payload))
+                            if len(items) >= max_count:
+                                break
+                    if len(items) >= max_count:
+                        break
+            if len(items) >= min_count:
+                return RawReadResult(start, sequence - start, items)
+            await self._wait_change(_POLL_INTERVAL)
+
+    def first_after(self, stamp: float) -> int:
+        """Sequence of the first element stamped strictly after ``stamp`` (tail + 1 if none)."""
+        return self._ring.first_after(stamp)
+
+    # -- publishing ------------------------------------------------------------
+
+    async def append(
+        self,
+        publisher_id: str,
+        batch: int,
+        payloads: list[bytes],
+        overflow: str,
+        timeout: float | None,
+        statuses: bool = False,
+    ) -> AppendAck | StatusBatch:
+        """Append one publisher batch, in the publisher's batch order.
+
+        A batch number seen before returns the ack it got then (a retry after
+        a lost reply appends nothing twice).
+
+        Args:
+            publisher_id: The publisher's id.
+            batch: Its batch number on this channel (0, 1, 2, ...).
+            payloads: Pickled values.
+            overflow: The topic's overflow policy.
+            timeout: For "block": seconds to wait for room.
+            statuses: Reply with a StatusBatch (``publish_batch``) instead of an ack.
+        """
+        self.calls["append"] = self.calls.get("append", 0) + 1
+        track = self._publishers.get(publisher_id)
+        if track is not None and batch <= track.last_batch:
+            if batch == track.last_batch and track.last_ack is not None:
+                return self._ack_reply(track.last_ack, statuses)
+            raise InvalidArgumentError(f"batch {batch} of publisher {publisher_id} is stale")
+        try:
+            async with self._publish_turns.turn(publisher_id, batch):
+                ack = await self._append_batch(payloads, Overflow.parse(overflow), timeout)
+        except DuplicateTurnError as error:
+            raise InvalidArgumentError(str(error)) from None
+        track = self._publishers.setdefault(publisher_id, _PublisherTrack())
+        track.last_batch, track.last_ack, track.seen = batch, ack, time.monotonic()
+        return self._ack_reply(ack, statuses)
+
+    def _ack_reply(self, ack: AppendAck, statuses: bool) -> AppendAck | StatusBatch:
+        if statuses:
+            return StatusBatch(self._config.topic_id, self._channel, ack)
+        return ack
+
+    async def _append_batch(
+        self, payloads: list[bytes], policy: Overflow, timeout: float | None
+    ) -> AppendAck:
+        ring = self._ring
+        if policy is Overflow.OVERWRITE or not payloads:
+            first = ring.append(payloads, overwrite=True)
+            self._appended()
+            return AppendAck(first, len(payloads), ring.stamp_of_last_append())
+        # "fail" and "block" take what fits, in order; "block" waits for the rest.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        first, accepted, stamp = -1, 0, 0.0
+        while accepted < len(payloads):
+            room = ring.room()
+            if room <= 0:
+                if policy is Overflow.FAIL or not await self._wait_room(1, _left(deadline)):
+                    break
+                continue
+            chunk = payloads[accepted : accepted + room]
+            start = ring.append(chunk, overwrite=False)
+            if first < 0:
+                first = start
+            accepted += len(chunk)
+            stamp = ring.stamp_of_last_append()
+            self._appended()
+        error = None
+        if accepted < len(payloads):
+            error = TopicFullError(
+                f"channel {self._channel} is full ({ring.capacity} elements): "
+                f"{len(payloads) - accepted} of {len(payloads)} values not appended"
+            )
+        return AppendAck(first, accepted, stamp, error)
+
+    async def _wait_room(self, count: int, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._ring.room() < count:
+            left = _left(deadline)
+            if left is not None and left <= 0:
+                return False
+            await self._wait_change(_POLL_INTERVAL if left is None else min(left, _POLL_INTERVAL))
+        return True
+
+    def _appended(self) -> None:
+        self._notify()
+
+    # -- readers ----------------------------------------------------------------
+
+    def open_reader(self, reader_id: str, spec: ReaderSpec) -> CursorState:
+        """Register a subscriber on this channel (its cursor, if anonymous)."""
+        reader = self._readers.get(reader_id)
+        if reader is None:
+            cursor = None
+            if spec.group is None:
+                start = self._ring.tail + 1 if spec.start_latest else self._ring.head
+                cursor = Cursor.starting_at(start)
+            elif spec.group not in self._groups:
+                raise GroupNotFoundError(f"group {spec.group!r} does not exist")
+            reader = _Reader(
+                spec,
+                cursor,
+                cloudpickle.loads(spec.filter) if spec.filter else None,
+                cloudpickle.loads(spec.converter) if spec.converter else None,
+            )
+            self._readers[reader_id] = reader
+        return self._state(self._cursor_of(reader, None, check=False))
+
+    def close_reader(self, reader_id: str) -> None:
+        """Forget a subscriber; its session (if this is its home) ends."""
+        self._readers.pop(reader_id, None)
+        session = self._sessions.pop(reader_id, None)
+        if session is not None:
+            session.close()
+        self._notify()
+
+    def _reader(self, reader_id: str) -> _Reader:
+        reader = self._readers.get(reader_id)
+        if reader is None:
+            raise SubscriberClosedError(f"subscriber {reader_id} is closed")
+        return reader
+
+    def _cursor_of(self, reader: _Reader, fence: Any, *, check: bool = True) -> Cursor:
+        if reader.cursor is not None:
+            return reader.cursor
+        group = reader.spec.group
+        cursor = self._groups.get(group)  # type: ignore[arg-type]
+        if cursor is None:
+            raise NotOwnerError(f"group {group!r} no longer exists")
+        if check and (cursor.owner is None or cursor.owner != fence):
+            raise NotOwnerError(
+                f"channel {self._channel} of group {group!r} is not owned by {fence}"
+            )
+        return cursor
+
+    def _state(self, cursor: Cursor) -> CursorState:
+        return CursorState(
+            cursor.next, cursor.committed, self._ring.tail, cursor.epoch, cursor.has_commit
+        )
+
+    async def take(self, reader_id: str, fence: Any, max_count: int) -> Delivery:
+        """Deliver up to ``max_count`` elements from the reader's cursor, without waiting."""
+        self.calls["take"] = self.calls.get("take", 0) + 1
+        reader = self._reader(reader_id)
+        cursor = self._cursor_of(reader, fence)
+        ring = self._ring
+        head = ring.head
+        if cursor.next < head:
+            skipped = cursor.skip_to_head(head)
+            raise StaleSequenceError(
+                f"channel {self._channel}: {skipped} elements were removed before they "
+                f"were received; continuing from the head {head}",
+                head_sequence=head,
+                skipped=skipped,
+            )
+        if reader.filter is None and reader.converter is None:
+            runs = ring.read(cursor.next, max_count)
+            next_sequence = runs[-1].last + 1 if runs else cursor.next
+        else:
+            runs, next_sequence = self._read_filtered(reader, cursor.next, max_count)
+        if runs:
+            cursor.delivered(runs[-1].last, next_sequence)
+        else:
+            cursor.next = next_sequence
+        config = self._config
+        origin = _Origin(
+            config.topic_id, config.name, config.namespace, reader_id, fence, cursor.epoch
+        )
+        return Delivery.pack(
+            self._channel,
+            [(run.first, run.stamp, run.payloads) for run in runs],
+            cursor.epoch,
+            cursor.next,
+            ring.tail,
+            cursor.committed,
+            origin,
+        )
+
+    def _read_filtered(self, reader: _Reader, start: int, max_count: int) -> tuple[list[Run], int]:
+        keep, convert = reader.filter, reader.converter
+        runs: list[Run] = []
+        sequence = start
+        taken = 0
+        # Read a bounded slice: a filter that matches nothing must not hold the
+        # actor for the whole buffer.
+        for run in self._ring.read(start, max(max_count, 1000)):
+            for offset, payload in enumerate(run.payloads):
+                sequence = run.first + offset + 1
+                if keep is None and convert is None:
+                    value = payload
+                else:
+                    value = _loads(payload)
+                    if keep is not None and not keep(value):
+                        continue
+                    payload = cloudpickle.dumps(convert(value)) if convert else payload
+                runs.append(Run(run.first + offset, run.stamp, [payload]))
+                taken += 1
+                if taken >= max_count:
+                    return runs, sequence
+        return runs, sequence
+
+    async def give_back(self, reader_id: str, fence: Any, first: int, expected_next: int) -> bool:
+        """Undo a take nobody saw: move the cursor back to ``first`` if it still stands
+        where that take left it."""
+        reader = self._readers.get(reader_id)
+        if reader is None:
+            return False
+        try:
+            cursor = self._cursor_of(reader, fence)
+        except NotOwnerError:
+            return False
+        if cursor.next != expected_next:
+            return False
+        cursor.next = max(first, self._ring.head)
+        self._notify()
+        return True
+
+    async def watch(
+        self, reader_id: str, fence: Any, known: CursorState | None, timeout: float
+    ) -> CursorState:
+        """The reader's cursor state once it differs from ``known`` (or after ``timeout``)."""
+        self.calls["watch"] = self.calls.get("watch", 0) + 1
+        deadline = time.monotonic() + timeout
+        while True:
+            reader = self._reader(reader_id)
+            state = self._state(self._cursor_of(reader, fence))
+            left = deadline - time.monotonic()
+            if state != known or left <= 0:
+                return state
+            await self._wait_change(min(left, _POLL_INTERVAL if self._config.ttl else left))
+
+    def cursor_state(self, reader_id: str, fence: Any = None) -> CursorState:
+        """The reader's cursor (for heads, tails, remaining messages, last commits)."""
+        reader = self._reader(reader_id)
+        return self._state(self._cursor_of(reader, fence, check=fence is not None))
+
+    def commit(self, reader_id: str, sequence: int, fence: Any) -> CommitResult:
+        """Commit ``sequence`` (and every earlier one) for the reader or its group."""
+        position = Position(self._config.topic_id, self._channel, sequence)
+        reader = self._readers.get(reader_id)
+        try:
+            if reader is None:
+                raise NotOwnerError(reader_id)
+            cursor = self._cursor_of(reader, fence)
+        except NotOwnerError:
+            return CommitResult(self._channel, position, CommitStatus.NOT_OWNER)
+        status = cursor.commit(sequence, self._ring.tail)
+        if status is CommitStatus.COMMITTED:
+            self._commits_moved()
+        return CommitResult(self._channel, position, status)
+
+    def seek(
+        self, reader_id: str, fence: Any, target: int | float, by_time: bool, commit: bool
+    ) -> tuple[int, int]:
+        """Move the reader's cursor; return (position set, new epoch).
+
+        ``target`` is a sequence ("next is the first after it") or, with
+        ``by_time``, a time stamp ("next is the first published after it").
+        """
+        reader = self._reader(reader_id)
+        cursor = self._cursor_of(reader, fence)
+        ring = self._ring
+        position = ring.first_after(target) - 1 if by_time else int(target)
+        position = cursor.seek(position, ring.head, ring.tail, commit=commit)
+        self._commits_moved()
+        return position, cursor.epoch
+
+    def _commits_moved(self) -> None:
+        if not self._config.retain and self._groups:
+            lowest = min(cursor.committed for cursor in self._groups.values())
+            if self._ring.evict_to(lowest + 1):
+                logger.debug("channel %d released up to %d", self._channel, lowest)
+        self._notify()
+
+    # -- groups (called by the coordinator) ---------------------------------------
+
+    def ensure_group(self, group: str, start_latest: bool) -> CursorState:
+        """Create the group's cursor here if it does not exist yet."""
+        cursor = self._groups.get(group)
+        if cursor is None:
+            start = self._ring.tail + 1 if start_latest else self._ring.head
+            cursor = self._groups[group] = Cursor.starting_at(start)
+        return self._state(cursor)
+
+    def destroy_group(self, group: str) -> None:
+        """Forget a group: its positions and the retention it held."""
+        self._groups.pop(group, None)
+        for reader_id, reader in list(self._readers.items()):
+            if reader.spec.group == group:
+                self.close_reader(reader_id)
+        self._commits_moved()
+
+    def grant(self, group: str, lease: Lease | None) -> None:
+        """Give the group's channel to a member (None: to nobody); it resumes after the commit."""
+        cursor = self._groups.get(group)
+        if cursor is None:
+            raise GroupNotFoundError(f"group {group!r} does not exist")
+        if cursor.owner != lease:
+            cursor.grant(lease)
+            self._notify()
+
+    def reset_group(self, group: str, target: int | float | str) -> tuple[int, dict[str, Any]]:
+        """Move the group's read and commit positions; return (position, previous state).
+
+        ``target``: a sequence, a time stamp (float), ``"earliest"`` or ``"latest"``.
+        """
+        cursor = self._groups.get(group)
+        if cursor is None:
+            raise GroupNotFoundError(f"group {group!r} does not exist")
+        ring = self._ring
+        previous = {
+            "next": cursor.next,
+            "committed": cursor.committed,
+            "has_commit": cursor.has_commit,
+            "reset_floor": cursor.reset_floor,
+            "delivered_high": cursor.delivered_high,
+        }
+        if target == "earliest":
+            sequence = ring.head - 1
+        elif target == "latest":
+            sequence = ring.tail
+        elif isinstance(target, float):
+            sequence = ring.first_after(target) - 1
+        else:
+            sequence = int(target)
+        position = cursor.reset(sequence, ring.head, ring.tail)
+        self._commits_moved()
+        return position, previous
+
+    def restore_group(self, group: str, previous: dict[str, Any]) -> None:
+        """Undo a reset (a reset of several channels is all or nothing)."""
+        cursor = self._groups.get(group)
+        if cursor is None:
+            return
+        for name, value in previous.items():
+            setattr(cursor, name, value)
+        cursor.epoch += 1
+        self._notify()
+
+    def group_cursors(self) -> dict[str, dict[str, Any]]:
+        """Every group's cursor here, for ``describe``."""
+        return {
+            group: {
+                "next": cursor.next,
+                "committed": cursor.committed,
+                "has_commit": cursor.has_commit,
+                "owner": cursor.owner,
+                "epoch": cursor.epoch,
+            }
+            for group, cursor in self._groups.items()
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """Channel figures and group cursors in one call."""
+        head, tail, size = self.sizes()
+        return {
+            **self.identity(),
+            "head": head,
+            "tail": tail,
+            "size": size,
+            "capacity": self._ring.capacity,
+            "groups": self.group_cursors(),
+        }
+
+    # -- receive sessions (this channel as a subscriber's home) --------------------
+
+    def open_session(self, spec: SessionSpec, owned: dict[int, Any]) -> None:
+        """Start hosting a subscriber's receives."""
+        if spec.reader_id not in self._readers:
+            raise SubscriberClosedError(f"subscriber {spec.reader_id} is not registered")
+        if spec.reader_id not in self._sessions:
+            self._sessions[spec.reader_id] = ReceiveSession(spec, self._links, owned)
+
+    def update_session(self, reader_id: str, version: int, owned: dict[int, Any]) -> bool:
+        """A group member's channels changed: the session reads these from now on."""
+        session = self._sessions.get(reader_id)
+        if session is None:
+            return False
+        session.update_view(version, owned)
+        return True
+
+    async def receive(
+        self, reader_id: str, stream: str, number: int, max_count: int, single: bool
+    ) -> ReceivedBatch:
+        """Serve a subscriber's receive (see ReceiveSession)."""
+        self.calls["receive"] = self.calls.get("receive", 0) + 1
+        session = self._sessions.get(reader_id)
+        if session is None:
+            raise SubscriberClosedError(f"subscriber {reader_id} is closed")
+        return await session.receive(stream, number, max_count, single)
+
+    def call_counts(self) -> dict[str, int]:
+        """Calls served per method (diagnostics)."""
+        return dict(self.calls)
+
+    def ping(self) -> int:
+        """Cheap liveness probe; returns the channel number."""
+        return self._channel
+
+
+def _remote_caller(handle: Any) -> Callable[..., Any]:
+    async def call(method: str, *args: Any) -> Any:
+        return await getattr(handle, method).remote(*args)
+
+    return call
+
+
+def _loads(payload: bytes) -> Any:
+    import pickle
+
+    return pickle.loads(payload)
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def _check_sequence(value: object, what: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
+
+
+def channel_actor_class() -> Any:
+    """The Ray actor class for channels (created without CPU, many concurrent calls)."""
+    return ray.remote(ChannelActor)

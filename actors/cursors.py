@@ -1,0 +1,146 @@
+"""A reader's place in one channel, and the rules that move it. No Ray.
+
+A *cursor* belongs to an anonymous subscriber (one per subscriber and
+channel) or to a subscriber group (one per group and channel, shared by
+whichever member owns the channel). It keeps the next sequence to deliver
+and the last committed one; the channel actor applies these rules to it.
+
+Sequences here are plain ints; ``-1`` and ``head - 1`` mean "before the first".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raytopic.records import CommitStatus
+
+__all__ = ["Cursor", "Lease", "clamp"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who may read and commit a group's channel: a member under a generation.
+
+    The coordinator grants a new lease each time a channel changes owner (or
+    its owner rejoins), so a member that lost a channel can never use it again
+    with the lease it had.
+    """
+
+    member_id: str
+    """The member's id."""
+    generation: int
+    """The group generation at which the channel was granted."""
+
+
+def clamp(sequence: int, head: int, tail: int) -> int:
+    """A "next is the one after" position, clamped to ``[head - 1, tail]``."""
+    return max(head - 1, min(sequence, tail))
+
+
+@dataclass(slots=True)
+class Cursor:
+    """A reader's position in one channel.
+
+    Attributes:
+        next: The next sequence to deliver.
+        committed: Resume point: a (re)joining group member reads from
+            ``committed + 1``.
+        has_commit: Whether ``committed`` came from a commit (or a seek or
+            reset that sets it), rather than from where the cursor started.
+        epoch: Bumped on every seek, reset and change of owner; deliveries
+            carry it, so a handle can drop what it prefetched before.
+        owner: For a group cursor, the current lease (None: nobody owns it).
+        reset_floor: After a group reset, the position it was reset to;
+            commits below it were received before the reset (REJECTED).
+        delivered_high: Highest sequence delivered since the last reset; a
+            commit above it was received before the reset or never (REJECTED).
+    """
+
+    next: int
+    committed: int
+    has_commit: bool = False
+    epoch: int = 0
+    owner: Lease | None = None
+    reset_floor: int | None = None
+    delivered_high: int = -1
+
+    @classmethod
+    def starting_at(cls, next_sequence: int) -> Cursor:
+        """A cursor whose first delivery will be ``next_sequence``."""
+        return cls(next=next_sequence, committed=next_sequence - 1)
+
+    @property
+    def unacked(self) -> int:
+        """Delivered but not committed (0 when the commit is ahead)."""
+        return max(0, self.next - 1 - self.committed)
+
+    def delivered(self, last: int, next_sequence: int) -> None:
+        """Record a delivery that ended at ``last``; read on from ``next_sequence``."""
+        self.next = next_sequence
+        if last > self.delivered_high:
+            self.delivered_high = last
+
+    def commit(self, sequence: int, tail: int) -> CommitStatus:
+        """Apply a commit of ``sequence`` (ownership already checked)."""
+        if sequence > tail:
+            return CommitStatus.REJECTED
+        if self.reset_floor is not None and not (
+            self.reset_floor <= sequence <= self.delivered_high
+        ):
+            return CommitStatus.REJECTED
+        if sequence <= self.committed and self.has_commit:
+            return CommitStatus.ALREADY_COMMITTED
+        if sequence <= self.committed:
+            # Below the start point of a fresh cursor: nothing to move, but it
+            # is now a commit the reader made.
+            self.has_commit = True
+            return CommitStatus.ALREADY_COMMITTED
+        self.committed = sequence
+        self.has_commit = True
+        return CommitStatus.COMMITTED
+
+    def seek(self, position: int, head: int, tail: int, *, commit: bool) -> int:
+        """Move so the next delivery is the first after ``position``; return it clamped.
+
+        Seeking back before the commit rolls the commit back; ``commit=True``
+        sets the commit to the new position either way.
+        """
+        position = clamp(position, head, tail)
+        self.next = position + 1
+        if commit or position < self.committed:
+            self.committed = position
+            self.has_commit = True
+        if self.reset_floor is not None:
+            # The reader chose a new place: what it receives from here on is
+            # committable even if the group was reset before.
+            self.reset_floor = min(self.reset_floor, position)
+            self.delivered_high = max(self.delivered_high, position)
+        self.epoch += 1
+        return position
+
+    def reset(self, position: int, head: int, tail: int) -> int:
+        """A group reset: read and commit both move to ``position`` (clamped)."""
+        position = clamp(position, head, tail)
+        self.next = position + 1
+        self.committed = position
+        self.has_commit = True
+        self.reset_floor = position
+        self.delivered_high = position
+        self.epoch += 1
+        return position
+
+    def grant(self, lease: Lease | None) -> None:
+        """Give the cursor a new owner: it resumes after the last commit."""
+        self.owner = lease
+        self.next = self.committed + 1
+        self.epoch += 1
+
+    def skip_to_head(self, head: int) -> int:
+        """Move a cursor that fell below the head up to it; return how many it skipped."""
+        skipped = head - self.next
+        if skipped <= 0:
+            return 0
+        self.next = head
+        if self.committed < head - 1:
+            self.committed = head - 1
+        return skipped

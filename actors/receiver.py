@@ -1,0 +1,299 @@
+"""A subscriber's receive session, hosted by one channel actor (its *home*).
+
+Why a home: ``receive()`` must return the ObjectRef of ONE actor call that
+the subscriber's own process submits, yet complete when an element arrives
+on ANY channel the subscriber owns. So every receive of a subscriber goes to
+the same channel actor, which serves them one at a time in the order the
+subscriber numbered them (so futures complete in order per channel), takes
+from its own channel directly and from sibling channels by actor call, and
+when nothing is available waits on all of them at once.
+
+The session holds no positions: each channel keeps the reader's cursor, so a
+receive that is cancelled, or a home that goes away, never leaves elements
+taken but unseen (a sibling take cut short by cancellation is handed back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from raytopic.actors.turns import Turns
+from raytopic.actors.wire import Delivery, ReceivedBatch
+from raytopic.errors import NotOwnerError, StaleSequenceError, TopicError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChannelLink", "CursorState", "ReceiveSession", "SessionSpec"]
+
+WATCH_TIMEOUT = 10.0
+"""Seconds a watch waits at a channel before it reports back unchanged."""
+
+
+@dataclass(frozen=True, slots=True)
+class CursorState:
+    """What a channel reports about a reader's cursor."""
+
+    next: int
+    committed: int
+    tail: int
+    epoch: int
+    has_commit: bool = field(default=False, compare=False)
+
+    @property
+    def available(self) -> bool:
+        """Whether an element waits to be delivered."""
+        return self.tail >= self.next
+
+    @property
+    def unacked(self) -> int:
+        """Delivered but not committed."""
+        return max(0, self.next - 1 - self.committed)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """How a subscriber receives, given when its session opens."""
+
+    reader_id: str
+    """The reader the channels know (its cursor, or its group's cursor)."""
+    complete_on_empty: bool
+    """A receive with nothing to deliver completes with None / [] at once."""
+    window: int | None
+    """Most received-but-uncommitted elements, or None."""
+
+
+class ChannelLink:
+    """Calls one channel's reader methods: in-process for the home's own channel,
+    by actor call for a sibling. Both have the same shape."""
+
+    __slots__ = ("_call", "channel", "local")
+
+    def __init__(self, channel: int, call: Callable[..., Awaitable[Any]], *, local: bool) -> None:
+        self.channel = channel
+        self.local = local
+        self._call = call
+
+    def take(self, reader_id: str, fence: Any, max_count: int) -> Awaitable[Delivery]:
+        """Deliver up to ``max_count`` elements from the reader's cursor (may be none)."""
+        return self._call("take", reader_id, fence, max_count)
+
+    def watch(self, reader_id: str, fence: Any, known: CursorState | None) -> Awaitable[Any]:
+        """Wait until the cursor differs from ``known`` (data, commit, seek) or a timeout."""
+        return self._call("watch", reader_id, fence, known, WATCH_TIMEOUT)
+
+    def give_back(self, reader_id: str, fence: Any, delivery: Delivery) -> Awaitable[Any]:
+        """Undo a take whose elements never reached the subscriber."""
+        return self._call("give_back", reader_id, fence, delivery.first, delivery.next)
+
+
+class ReceiveSession:
+    """One subscriber's receives at its home channel.
+
+    **Ordering**: receives run one at a time in the subscriber's numbering;
+    within a channel elements come in sequence order; across channels the
+    session goes round robin so no channel starves.
+
+    **Delivery**: a take is the only thing that moves a cursor, and a take
+    that the subscriber can no longer see (cancelled mid-call) is given back.
+    """
+
+    def __init__(
+        self,
+        spec: SessionSpec,
+        links: Mapping[int, ChannelLink],
+        owned: Mapping[int, Any],
+    ) -> None:
+        self.spec = spec
+        self._links = links
+        self._owned: dict[int, Any] = dict(owned)  # channel -> fence (None: anonymous)
+        self._view_version = -1
+        self._known: dict[int, CursorState] = {}
+        self._watchers: dict[int, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._turns = Turns()
+        self._next_channel = 0
+        self.closed = False
+
+    # -- control -------------------------------------------------------------
+
+    def update_view(self, version: int, owned: Mapping[int, Any]) -> None:
+        """Adopt a newer set of owned channels (and their fences)."""
+        if version <= self._view_version:
+            return
+        self._view_version = version
+        self._owned = dict(owned)
+        for channel in list(self._known):
+            if channel not in self._owned:
+                del self._known[channel]
+        self._poke()
+
+    def poke(self, channel: int | None = None) -> None:
+        """Something changed at ``channel`` (or anywhere): look again."""
+        if channel is not None:
+            self._known.pop(channel, None)
+        self._poke()
+
+    def close(self) -> None:
+        """End the session: waiting receives complete empty, watchers stop."""
+        self.closed = True
+        for task in self._watchers.values():
+            task.cancel()
+        self._watchers.clear()
+        self._poke()
+
+    # -- receiving -----------------------------------------------------------
+
+    async def receive(
+        self, stream: str, number: int, max_count: int, single: bool
+    ) -> ReceivedBatch:
+        """Serve one receive: up to ``max_count`` elements from one owned channel."""
+        async with self._turns.turn(stream, number):
+            while not self.closed:
+                room = self._room()
+                if room > 0:
+                    delivery = await self._take_any(min(max_count, room))
+                    if delivery is not None:
+                        return ReceivedBatch((delivery,), single)
+                    if self._known_available():
+                        # A filter skipped everything read so far: read on, but
+                        # let the actor's other calls run in between.
+                        await asyncio.sleep(0)
+                        continue
+                if self.spec.complete_on_empty and not self._maybe_available():
+                    break
+                await self._wait_for_change(window_full=room <= 0)
+            return ReceivedBatch((), single)
+
+    def _room(self) -> int:
+        window = self.spec.window
+        if window is None:
+            return 1 << 30
+        unacked = sum(
+            self._known[channel].unacked for channel in self._owned if channel in self._known
+        )
+        return window - unacked
+
+    def _known_available(self) -> bool:
+        return any(
+            channel in self._known and self._known[channel].available for channel in self._owned
+        )
+
+    def _maybe_available(self) -> bool:
+        return any(
+            channel not in self._known or self._known[channel].available for channel in self._owned
+        )
+
+    async def _take_any(self, max_count: int) -> Delivery | None:
+        channels = sorted(self._owned)
+        count = len(channels)
+        for step in range(count):
+            channel = channels[(self._next_channel + step) % count]
+            if channel not in self._owned:
+                continue  # lost while this loop awaited a take
+            known = self._known.get(channel)
+            if known is not None and not known.available:
+                continue
+            delivery = await self._take(channel, max_count)
+            if delivery is not None and delivery.count:
+                self._next_channel = (self._next_channel + step + 1) % count
+                return delivery
+        return None
+
+    async def _take(self, channel: int, max_count: int) -> Delivery | None:
+        link = self._links[channel]
+        fence = self._owned[channel]
+        try:
+            if link.local:
+                delivery = await link.take(self.spec.reader_id, fence, max_count)
+            else:
+                delivery = await self._take_remote(link, fence, max_count)
+        except NotOwnerError:
+            self._drop(channel)
+            return None
+        except StaleSequenceError:
+            self._known.pop(channel, None)
+            raise
+        self._known[channel] = CursorState(
+            delivery.next, delivery.committed, delivery.tail, delivery.epoch
+        )
+        return delivery
+
+    async def _take_remote(self, link: ChannelLink, fence: Any, max_count: int) -> Delivery:
+        call = asyncio.ensure_future(link.take(self.spec.reader_id, fence, max_count))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # The sibling may still complete the take; hand its elements back
+            # so the subscriber receives them again.
+            call.add_done_callback(lambda done: self._give_back_later(link, fence, done))
+            raise
+
+    def _give_back_later(self, link: ChannelLink, fence: Any, done: asyncio.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        delivery: Delivery = done.result()
+        if delivery.count:
+            task = asyncio.ensure_future(link.give_back(self.spec.reader_id, fence, delivery))
+            task.add_done_callback(_log_failure)
+
+    def _drop(self, channel: int) -> None:
+        self._owned.pop(channel, None)
+        self._known.pop(channel, None)
+        watcher = self._watchers.pop(channel, None)
+        if watcher is not None:
+            watcher.cancel()
+
+    # -- waiting -------------------------------------------------------------
+
+    async def _wait_for_change(self, window_full: bool) -> None:
+        for channel in list(self._owned):
+            if channel in self._watchers:
+                continue
+            known = self._known.get(channel)
+            if known is not None and known.available and not window_full:
+                continue  # takeable now; no need to watch
+            self._watchers[channel] = asyncio.ensure_future(self._watch(channel, known))
+        self._wake.clear()
+        if self.closed:
+            return
+        await self._wake.wait()
+
+    async def _watch(self, channel: int, known: CursorState | None) -> None:
+        fence = self._owned.get(channel)
+        try:
+            state = await self._links[channel].watch(self.spec.reader_id, fence, known)
+        except asyncio.CancelledError:
+            raise
+        except NotOwnerError:
+            if self._owned.get(channel) == fence:
+                self._drop(channel)
+        except ray.exceptions.TaskCancelledError:
+            self._known.pop(channel, None)
+        except TopicError as error:
+            logger.warning("watch of channel %d failed: %s", channel, error)
+            self._known.pop(channel, None)
+        except Exception:
+            logger.exception("watch of channel %d failed", channel)
+            await asyncio.sleep(0.5)  # do not spin on a channel that keeps failing
+            self._known.pop(channel, None)
+        else:
+            if self._owned.get(channel) == fence:
+                self._known[channel] = state
+        finally:
+            if self._watchers.get(channel) is asyncio.current_task():
+                del self._watchers[channel]
+        self._poke()
+
+    def _poke(self) -> None:
+        self._wake.set()
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("could not hand back a cancelled take: %s", task.exception())

@@ -1,0 +1,357 @@
+"""``raytopic bench``: throughput, latency and memory, against baselines of the same run.
+
+Machines here are shared and noisy, so every figure is reported next to the
+baseline measured minutes apart in the same process: ``ray.util.queue.Queue``
+in batch mode for throughput, and its put -> get for latency. Each case runs
+``repeat`` times and reports the median.
+
+Cases:
+    throughput  1,000,000 small dicts: a publisher task calling ``publish()``
+                in a loop -> a consumer task iterating a subscriber. Queue:
+                a producer task ``put_nowait_batch(1000)`` -> a consumer task
+                ``get_nowait_batch(1000)``.
+    latency     one value in flight: publish -> an already waiting receive.
+                Queue: put -> an already waiting get.
+    memory      RSS of one channel actor holding 1,000,000 small elements.
+    group       two members of one group, a commit per received batch; and
+                the time from a member's close to the full reassignment.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from raytopic.topic import Topic, create_topic
+
+__all__ = ["Figure", "run_benchmarks"]
+
+BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One measured figure, with the baseline it is compared to."""
+
+    case: str
+    value: float
+    unit: str
+    baseline: str | None = None
+    baseline_value: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """``value / baseline_value``."""
+        if not self.baseline_value:
+            return None
+        return self.value / self.baseline_value
+
+
+def _message(index: int) -> dict[str, Any]:
+    return {"id": index, "user": f"u{index % 100}", "amount": index * 0.5}
+
+
+def _name(prefix: str) -> str:
+    return f"bench-{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _median(runs: int, measure: Callable[[], float]) -> float:
+    return statistics.median(measure() for _ in range(runs))
+
+
+def _percentile(samples: list[float], percent: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(percent / 100 * len(ordered)))]
+
+
+# -- throughput ------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=0)
+def _publish_loop(topic: Topic, count: int) -> None:
+    with topic.publisher(max_in_flight=4) as publisher:
+        for index in range(count):
+            publisher.publish(_message(index))
+
+
+@ray.remote(num_cpus=0)
+def _consume_loop(topic: Topic, count: int) -> int:
+    subscriber = topic.subscriber(start="earliest")
+    seen = 0
+    if count:
+        for _ in subscriber:
+            seen += 1
+            if seen == count:
+                break
+    subscriber.close()
+    return seen
+
+
+def topic_throughput(count: int, channels: int) -> float:
+    """Messages per second from a publisher task to a consumer task (anonymous subscriber)."""
+    topic = create_topic(_name("thr"), channels=channels, capacity=max(count, 1))
+    try:
+        # Warm the worker processes so the figure is the steady state.
+        ray.get([_publish_loop.remote(topic, 0), _consume_loop.remote(topic, 0)])
+        start = time.perf_counter()
+        consumer = _consume_loop.remote(topic, count)
+        producer = _publish_loop.remote(topic, count)
+        ray.get([producer, consumer])
+        return count / (time.perf_counter() - start)
+    finally:
+        topic.destroy()
+
+
+@ray.remote(num_cpus=0)
+def _queue_produce(queue: Any, count: int) -> None:
+    for start in range(0, count, BATCH):
+        queue.put_nowait_batch([_message(i) for i in range(start, min(count, start + BATCH))])
+
+
+@ray.remote(num_cpus=0)
+def _queue_consume(queue: Any, count: int) -> int:
+    from ray.util.queue import Empty
+
+    seen = 0
+    while seen < count:
+        try:
+            seen += len(queue.get_nowait_batch(min(BATCH, count - seen)))
+        except Empty:
+            time.sleep(0.0005)
+    return seen
+
+
+def queue_throughput(count: int) -> float:
+    """Messages per second through ``ray.util.queue.Queue`` in batch mode."""
+    from ray.util.queue import Queue
+
+    queue = Queue(actor_options={"num_cpus": 0})
+    try:
+        ray.get([_queue_produce.remote(queue, BATCH), _queue_consume.remote(queue, BATCH)])
+        start = time.perf_counter()
+        ray.get([_queue_produce.remote(queue, count), _queue_consume.remote(queue, count)])
+        return count / (time.perf_counter() - start)
+    finally:
+        queue.shutdown()
+
+
+# -- latency -----------------------------------------------------------------------
+
+
+def topic_latency(samples: int, channels: int) -> tuple[float, float]:
+    """(p50, p99) seconds from ``publish()`` to an already waiting receive."""
+    topic = create_topic(_name("lat"), channels=channels)
+    try:
+        subscriber, publisher = topic.subscriber(), topic.publisher()
+        waits = []
+        for index in range(samples + 10):
+            waiting = subscriber.receive()
+            time.sleep(0.001)  # the receive reaches its home and waits
+            start = time.perf_counter()
+            publisher.publish(_message(index))
+            ray.get(waiting)
+            if index >= 10:
+                waits.append(time.perf_counter() - start)
+        subscriber.close()
+        publisher.close()
+        return _percentile(waits, 50), _percentile(waits, 99)
+    finally:
+        topic.destroy()
+
+
+def queue_latency(samples: int) -> tuple[float, float]:
+    """(p50, p99) seconds from ``Queue.put`` to an already waiting get."""
+    from ray.util.queue import Queue
+
+    queue = Queue(actor_options={"num_cpus": 0})
+    try:
+        waits = []
+        for index in range(samples + 10):
+            waiting = queue.actor.get.remote(None)
+            time.sleep(0.001)
+            start = time.perf_counter()
+            queue.put(_message(index))
+            ray.get(waiting)
+            if index >= 10:
+                waits.append(time.perf_counter() - start)
+        return _percentile(waits, 50), _percentile(waits, 99)
+    finally:
+        queue.shutdown()
+
+
+# -- memory ------------------------------------------------------------------------
+
+
+def channel_memory(count: int) -> tuple[float, float]:
+    """(RSS before, RSS after) in bytes of one channel actor filled with ``count`` elements."""
+    import psutil
+
+    topic = create_topic(_name("mem"), channels=1, capacity=count)
+    try:
+        process = psutil.Process(topic.describe().channels[0].pid)
+        before = process.memory_info().rss
+        with topic.publisher(batch_size=5000) as publisher:
+            for index in range(count):
+                publisher.publish(_message(index))
+        after = process.memory_info().rss
+        return float(before), float(after)
+    finally:
+        topic.destroy()
+
+
+# -- groups ------------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=0)
+def _group_member(topic: Topic, group: str, stop_after: float) -> int:
+    seen = 0
+    with topic.subscriber(group=group, timeout=10.0, complete_on_empty=True) as subscriber:
+        deadline = time.monotonic() + stop_after
+        while time.monotonic() < deadline:
+            batch = ray.get(subscriber.receive_batch(BATCH))
+            if batch:
+                batch[-1].commit()
+                seen += len(batch)
+            else:
+                time.sleep(0.01)
+    return seen
+
+
+def group_throughput(count: int, channels: int) -> float:
+    """Messages per second consumed by two members of one group, a commit per batch."""
+    topic = create_topic(_name("grp"), channels=channels, capacity=max(count, 1))
+    try:
+        group = "bench"
+        topic.subscriber(group=group).close()  # the group exists from here on
+        ray.get(_publish_loop.remote(topic, count))
+        start = time.perf_counter()
+        members = [_group_member.remote(topic, group, 3.0) for _ in range(2)]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if topic.describe().groups[group].lag == 0:
+                break
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - start
+        ray.get(members)
+        return count / elapsed
+    finally:
+        topic.destroy()
+
+
+def reassignment_time(channels: int) -> float:
+    """Seconds from one member's ``close()`` to the other owning every channel."""
+    topic = create_topic(_name("rbl"), channels=channels)
+    try:
+        first = topic.subscriber(group="g")
+        second = topic.subscriber(group="g")
+        start = time.perf_counter()
+        first.close()
+        while len(second.channels) < channels:
+            time.sleep(0.001)
+        elapsed = time.perf_counter() - start
+        second.close()
+        return elapsed
+    finally:
+        topic.destroy()
+
+
+# -- the run -----------------------------------------------------------------------
+
+
+def run_benchmarks(
+    *,
+    messages: int = 1_000_000,
+    channels: int = 8,
+    latency_samples: int = 300,
+    repeat: int = 3,
+    memory_elements: int = 1_000_000,
+    report: Callable[[Figure], None] = lambda figure: None,
+) -> list[Figure]:
+    """Run every case; ``report`` hears of each figure as it is measured."""
+    figures: list[Figure] = []
+
+    def add(figure: Figure) -> None:
+        figures.append(figure)
+        report(figure)
+
+    queue_rate = _median(repeat, lambda: queue_throughput(messages))
+    add(Figure("queue: batch put/get (1000), task -> task", queue_rate, "msgs/s"))
+    for count in sorted({channels, 1}, reverse=True):
+        rate = _median(repeat, lambda count=count: topic_throughput(messages, count))
+        add(
+            Figure(
+                f"topic: publish() -> iterate, {count} channel(s)",
+                rate,
+                "msgs/s",
+                "queue batch",
+                queue_rate,
+            )
+        )
+
+    queue_p50, queue_p99 = queue_latency(latency_samples)
+    add(Figure("queue: put -> waiting get, p50", queue_p50 * 1e3, "ms"))
+    add(Figure("queue: put -> waiting get, p99", queue_p99 * 1e3, "ms"))
+    for count in sorted({1, channels}):
+        p50, p99 = topic_latency(latency_samples, count)
+        add(
+            Figure(
+                f"topic: publish -> waiting receive, {count} channel(s), p50",
+                p50 * 1e3,
+                "ms",
+                "queue p50",
+                queue_p50 * 1e3,
+            )
+        )
+        add(
+            Figure(
+                f"topic: publish -> waiting receive, {count} channel(s), p99",
+                p99 * 1e3,
+                "ms",
+                "queue p99",
+                queue_p99 * 1e3,
+            )
+        )
+
+    if memory_elements:
+        before, after = channel_memory(memory_elements)
+        add(Figure(f"channel RSS holding {memory_elements:,} elements", after / 2**20, "MiB"))
+        add(Figure("channel RSS before publishing", before / 2**20, "MiB"))
+
+    group_rate = _median(repeat, lambda: group_throughput(messages, channels))
+    add(
+        Figure(
+            f"group: 2 members, commit per batch, {channels} channels",
+            group_rate,
+            "msgs/s",
+            "queue batch",
+            queue_rate,
+        )
+    )
+    add(Figure("group: close -> full reassignment", reassignment_time(channels) * 1e3, "ms"))
+    return figures
+
+
+def format_figure(figure: Figure) -> str:
+    """One line of the report table."""
+    ratio = f"{figure.ratio:6.2f}x {figure.baseline}" if figure.ratio is not None else ""
+    return f"{figure.case:<58} {figure.value:>12,.2f} {figure.unit:<7} {ratio}"
+
+
+def local_ray(num_cpus: int | None = None) -> None:
+    """Start an embedded Ray on loopback if none is running (for bench and demo)."""
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray.init(
+        num_cpus=num_cpus or os.cpu_count() or 2,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="raytopic-bench",
+    )

@@ -1,0 +1,140 @@
+"""The ``raytopic`` command: demo, bench, and a look at a cluster's topics.
+
+``raytopic demo`` and ``raytopic bench`` start an embedded local Ray unless
+``--address`` names a running cluster; ``list`` and ``describe`` attach to a
+running cluster (``--address``, default ``auto``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+
+_LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``raytopic`` command."""
+    args = _parser().parse_args(argv)
+    if os.environ.get(_LOOPBACK) is None and "ray" in sys.modules and argv is None:
+        # Ray reads this when it is imported (and `import raytopic` imported it):
+        # start again with it set, so a local Ray listens on loopback only.
+        os.environ[_LOOPBACK] = "0"
+        os.execv(sys.executable, [sys.executable, "-m", "raytopic.cli", *sys.argv[1:]])
+    os.environ.setdefault(_LOOPBACK, "0")
+    return int(args.run(args) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raytopic", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="run a topic end to end on a local Ray")
+    demo.add_argument("--orders", type=int, default=20_000, help="orders to publish")
+    demo.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
+    demo.set_defaults(run=_demo)
+
+    bench = commands.add_parser("bench", help="measure throughput, latency and memory")
+    bench.add_argument("--messages", type=int, default=1_000_000)
+    bench.add_argument("--channels", type=int, default=8)
+    bench.add_argument("--latency-samples", type=int, default=300)
+    bench.add_argument("--repeat", type=int, default=3, help="runs per case (median)")
+    bench.add_argument("--memory-elements", type=int, default=1_000_000)
+    bench.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
+    bench.set_defaults(run=_bench)
+
+    for name, run, help_text in (
+        ("list", _list, "list the topics of a namespace"),
+        ("describe", _describe, "channels and groups of a topic"),
+    ):
+        command = commands.add_parser(name, help=help_text)
+        if name == "describe":
+            command.add_argument("topic")
+        command.add_argument("--namespace", default=None)
+        command.add_argument("--address", default="auto")
+        command.add_argument("--json", action="store_true", help="machine-readable output")
+        command.set_defaults(run=run)
+    return parser
+
+
+def _connect(address: str | None) -> None:
+    import ray
+
+    if address is None:
+        from raytopic.bench import local_ray
+
+        local_ray()
+        return
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except ConnectionError as error:
+        raise SystemExit(f"raytopic: no Ray cluster at {address!r}: {error}") from None
+
+
+def _demo(args: argparse.Namespace) -> int:
+    _connect(args.address)
+    from raytopic.demo import run_demo
+
+    return 0 if run_demo(orders=args.orders) else 1
+
+
+def _bench(args: argparse.Namespace) -> int:
+    _connect(args.address)
+    from raytopic.bench import format_figure, run_benchmarks
+
+    print(f"{'case':<58} {'value':>12} {'unit':<7} ratio to baseline (same run)")
+    run_benchmarks(
+        messages=args.messages,
+        channels=args.channels,
+        latency_samples=args.latency_samples,
+        repeat=args.repeat,
+        memory_elements=args.memory_elements,
+        report=lambda figure: print(format_figure(figure), flush=True),
+    )
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    _connect(args.address)
+    import raytopic as rt
+
+    names = rt.list_topics(namespace=args.namespace)
+    print(json.dumps(names) if args.json else "\n".join(names))
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    _connect(args.address)
+    import raytopic as rt
+
+    try:
+        stats = rt.get_topic(args.topic, namespace=args.namespace).describe()
+    except rt.TopicNotFoundError as error:
+        print(f"raytopic: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(asdict(stats), default=str, indent=2))
+        return 0
+    print(f"topic {stats.name} (id {stats.topic_id})")
+    print(f"{'channel':>7} {'head':>10} {'tail':>10} {'size':>10} {'epoch':>5} {'pid':>8}")
+    for channel in stats.channels:
+        print(
+            f"{channel.channel:>7} {channel.head:>10} {channel.tail:>10} {channel.size:>10} "
+            f"{channel.epoch:>5} {channel.pid:>8}"
+        )
+    for group in stats.groups.values():
+        print(
+            f"group {group.name}: generation {group.generation}, depth {group.depth}, "
+            f"unacked {group.unacked}, lag {group.lag}"
+        )
+        for member in group.members:
+            print(f"  member {member.member_id[:12]} channels {list(member.channels)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

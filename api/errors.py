@@ -1,0 +1,124 @@
+"""The typed errors of raytopic, all under :class:`TopicError`.
+
+Errors that describe a bad argument also inherit the stdlib class users
+already catch (``ValueError``, ``TypeError``, ``LookupError``,
+``TimeoutError``). An error raised inside a channel or coordinator actor
+reaches the caller as the same class: Ray re-raises it as a subclass of both
+``RayTaskError`` and the original class, and the handles unwrap it where
+they block on a result themselves (see :func:`unwrap_ray_error`).
+
+Every error pickles with its extra fields (``head_sequence``, ...), because
+it crosses process boundaries inside Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = [
+    "ClosedError",
+    "GroupNotFoundError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "NotOwnerError",
+    "PositionMismatchError",
+    "PublisherClosedError",
+    "ResetInProgressError",
+    "StaleSequenceError",
+    "SubscriberClosedError",
+    "TopicError",
+    "TopicExistsError",
+    "TopicFullError",
+    "TopicNotFoundError",
+    "unwrap_ray_error",
+]
+
+
+class TopicError(Exception):
+    """Root of every error raised by raytopic."""
+
+
+class TopicNotFoundError(TopicError, LookupError):
+    """No topic of that name exists in the namespace."""
+
+
+class TopicExistsError(TopicError):
+    """A topic of that name already exists (and ``exist_ok`` was not set)."""
+
+
+class GroupNotFoundError(TopicError, LookupError):
+    """No subscriber group of that name exists on the topic."""
+
+
+class NotOwnerError(TopicError):
+    """The member does not own the channel, or owns it under a stale generation."""
+
+
+class ClosedError(TopicError):
+    """A handle was used after ``close()``."""
+
+
+class SubscriberClosedError(ClosedError):
+    """The subscriber was closed (or its group destroyed) and cannot be used any more."""
+
+
+class PublisherClosedError(ClosedError):
+    """The publisher was closed and cannot publish any more."""
+
+
+class TopicFullError(TopicError):
+    """The channel had no room: overflow ``"fail"``, or ``"block"`` timed out."""
+
+
+class ResetInProgressError(TopicError):
+    """Another reset of the same subscriber group is still running."""
+
+
+class StaleSequenceError(TopicError):
+    """A sequence below the channel's head was asked for: it is no longer stored.
+
+    Attributes:
+        head_sequence: The channel's head (oldest stored sequence) when raised.
+        skipped: How many elements a subscriber skipped when it was moved up to
+            the head (0 for a plain ring-buffer read).
+    """
+
+    def __init__(self, message: str, head_sequence: int, skipped: int = 0) -> None:
+        super().__init__(message, head_sequence, skipped)
+        self.head_sequence = head_sequence
+        self.skipped = skipped
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidArgumentError(TopicError, ValueError):
+    """An argument has a bad value; the message names it."""
+
+
+class PositionMismatchError(InvalidArgumentError):
+    """A Position of another topic or another channel was given."""
+
+
+class InvalidTypeError(TopicError, TypeError):
+    """An argument or a published value has a type raytopic cannot take."""
+
+
+@contextmanager
+def unwrap_ray_error() -> Iterator[None]:
+    """Re-raise a raytopic error that Ray wrapped in ``RayTaskError`` as itself.
+
+    Ray already makes the wrapper an instance of the original class, so
+    ``except rt.NotOwnerError`` works either way; unwrapping gives users the
+    plain class, its own message and a short traceback, chained with ``from``.
+    """
+    import ray.exceptions
+
+    try:
+        yield
+    except ray.exceptions.RayTaskError as wrapped:
+        cause = wrapped.cause
+        if isinstance(cause, TopicError):
+            raise cause from wrapped
+        raise

@@ -1,0 +1,164 @@
+"""Cheap ``concurrent.futures.Future``s for published values.
+
+``publish()`` must cost microseconds, but a stock ``Future()`` builds a
+``threading.Condition`` and two lists: about 7 us under the garbage collector
+here, more than everything else ``publish()`` does. So the values of one
+channel batch share one ``_Batch`` (one Condition, one reply), and each
+value's future is a thin ``Future`` subclass whose state, result and
+exception are read from its batch; completing a batch of a thousand values
+is one assignment and one ``notify_all``. The lists stock futures need for
+``wait``/``as_completed``/``add_done_callback`` are made on first use.
+
+This leans on ``concurrent.futures.Future``'s private attribute names
+(``_condition``, ``_state``, ``_result``, ``_exception``, ``_waiters``,
+``_done_callbacks``), unchanged since Python 3.2; ``tests/api/
+test_publish_futures.py`` checks every public Future behaviour on them.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from concurrent.futures._base import FINISHED, RUNNING
+from typing import Any
+
+from raytopic.actors.wire import AppendAck
+from raytopic.records import Position, PublishStatus, stamp_to_datetime
+
+__all__ = ["PublishBatch", "PublishFuture"]
+
+
+class PublishBatch:
+    """The values one publisher sends to one channel in one call."""
+
+    __slots__ = (
+        "ack",
+        "channel",
+        "condition",
+        "error",
+        "payloads",
+        "state",
+        "topic_id",
+        "watched",
+    )
+
+    def __init__(self, topic_id: str, channel: int) -> None:
+        self.topic_id = topic_id
+        self.channel = channel
+        self.payloads: list[bytes] = []
+        self.condition = threading.Condition()
+        self.state = RUNNING
+        self.ack: AppendAck | None = None
+        self.error: BaseException | None = None
+        self.watched: list[PublishFuture] = []  # futures someone waits on or called back
+
+    def add(self, payload: bytes) -> PublishFuture:
+        """Take one more value; return its future."""
+        payloads = self.payloads
+        future = PublishFuture(self, len(payloads))
+        payloads.append(payload)
+        return future
+
+    def complete(self, ack: AppendAck | None, error: BaseException | None = None) -> None:
+        """Finish every future of the batch: with the channel's ack, or with ``error``."""
+        with self.condition:
+            self.ack = ack
+            self.error = error
+            self.state = FINISHED
+            watched = list(self.watched)
+            for future in watched:
+                failure = future._exception
+                for waiter in future._waiter_list or ():
+                    if failure is None:
+                        waiter.add_result(future)
+                    else:
+                        waiter.add_exception(future)
+            self.condition.notify_all()
+        self.payloads = []  # the channel has them now
+        for future in watched:
+            future._invoke_callbacks()
+
+
+class PublishFuture(Future):
+    """The future of one published value; resolves to its PublishStatus."""
+
+    __slots__ = ("_batch", "_callback_list", "_index", "_own_state", "_status", "_waiter_list")
+
+    def __init__(self, batch: PublishBatch, index: int) -> None:  # no super(): see module doc
+        self._batch = batch
+        self._index = index
+        self._own_state: str | None = None
+        self._status: PublishStatus | None = None
+        self._waiter_list: list[Any] | None = None
+        self._callback_list: list[Any] | None = None
+
+    # -- state, result and exception come from the batch ----------------------
+
+    @property
+    def _condition(self) -> threading.Condition:
+        return self._batch.condition
+
+    @property
+    def _state(self) -> str:
+        return self._own_state or self._batch.state
+
+    @_state.setter
+    def _state(self, value: str) -> None:
+        self._own_state = value
+
+    @property
+    def _exception(self) -> BaseException | None:
+        batch = self._batch
+        if batch.state != FINISHED:
+            return None
+        if batch.error is not None:
+            return batch.error
+        ack = batch.ack
+        if ack is not None and self._index >= ack.accepted:
+            return ack.error
+        return None
+
+    @_exception.setter
+    def _exception(self, value: BaseException | None) -> None:
+        # Only reached through Future.set_exception, which publishers never call.
+        self._batch.error = value
+
+    @property
+    def _result(self) -> PublishStatus | None:
+        if self._status is not None:
+            return self._status
+        batch = self._batch
+        ack = batch.ack
+        if batch.state != FINISHED or ack is None or self._index >= ack.accepted:
+            return None
+        position = Position(batch.topic_id, batch.channel, ack.first + self._index)
+        self._status = PublishStatus(batch.channel, position, stamp_to_datetime(ack.stamp))
+        return self._status
+
+    @_result.setter
+    def _result(self, value: Any) -> None:
+        self._status = value
+
+    # -- made on first use ------------------------------------------------------
+
+    @property
+    def _waiters(self) -> list[Any]:
+        if self._waiter_list is None:
+            self._waiter_list = []
+            self._watch()
+        return self._waiter_list
+
+    @property
+    def _done_callbacks(self) -> list[Any]:
+        if self._callback_list is None:
+            self._callback_list = []
+            self._watch()
+        return self._callback_list
+
+    def _watch(self) -> None:
+        # Called with the batch condition held (Future takes it before touching
+        # _waiters / _done_callbacks), so it cannot race with complete().
+        self._batch.watched.append(self)
+
+    def __repr__(self) -> str:
+        return f"<PublishFuture channel={self._batch.channel} state={self._state}>"

@@ -1,0 +1,451 @@
+"""Publisher: the write side of a topic.
+
+``publish()`` pickles the value, picks its channel and adds it to that
+channel's open batch. Batches go out as ONE actor call each, and at most
+``max_in_flight`` calls of a publisher are outstanding: when one returns, the
+fullest waiting batch goes next. So light traffic goes out value by value
+(an idle publisher sends at once), and heavy traffic in batches that grow
+with the load, with no timer on the hot path. ``linger`` holds a partial
+batch back until it is that old, for callers who prefer fewer calls to
+latency; ``batch_size`` caps a batch.
+
+Every batch carries the publisher's id and a per-channel batch number: the
+channel appends one publisher's batches in that order (several may be in
+flight to one channel), and a retried batch is not appended twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from raytopic.actors.wire import _MAIN_MARKER, _REF_MARKER, AppendAck, dumps_value
+from raytopic.config import check_nonnegative_number, check_positive_int, check_timeout
+from raytopic.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    PublisherClosedError,
+    TopicFullError,
+    unwrap_ray_error,
+)
+from raytopic.publish_futures import PublishBatch
+from raytopic.routing import channel_for_key
+
+if TYPE_CHECKING:
+    from raytopic.records import PublishStatus
+    from raytopic.topic import Topic
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Publisher"]
+
+_dumps = pickle.dumps
+
+
+@dataclass(slots=True)
+class _Pipe:
+    """One channel as this publisher sees it."""
+
+    channel: int
+    actor: Any
+    open: PublishBatch
+    opened_at: float = 0.0  # monotonic time of the open batch's first value
+    next_batch: int = 0
+    full: list[PublishBatch] = field(default_factory=list)  # closed at batch_size, waiting
+
+
+@dataclass(slots=True)
+class _Call:
+    """One append call on its way."""
+
+    pipe: _Pipe
+    number: int
+    batch: PublishBatch | None  # None: a publish_batch part (its caller holds the ref)
+    count: int
+
+
+class Publisher:
+    """Publishes values to a topic.
+
+    **Ordering**: values with the same key go to the same channel, in publish
+    order. Without a key (and without ``ordering``) values go to the channels
+    in turn, value by value.
+
+    **Delivery**: each ``publish()`` returns a Future that resolves to the
+    value's PublishStatus once the channel appended it, or fails with the
+    reason (TopicFullError, or the Ray error if the channel died).
+    ``flush()`` waits for every earlier value.
+
+    **Back-pressure**: with overflow "block" a full channel holds a batch
+    until there is room, up to ``block_timeout`` seconds, then fails its
+    values with TopicFullError. At most ``max_buffered`` values wait here;
+    beyond that ``publish()`` itself waits (up to ``block_timeout``).
+
+    A Publisher pickles: the copy in another process is a new publisher
+    (own id, own buffers) with the same settings.
+
+    Example:
+        >>> with topic.publisher() as publisher:
+        ...     future = publisher.publish({"order": 1}, key="customer-7")
+        ...     status = future.result()
+    """
+
+    def __init__(
+        self,
+        topic: Topic,
+        *,
+        ordering: Callable[[Any], Any] | None = None,
+        block_timeout: float = 60.0,
+        batch_size: int = 1000,
+        linger: float = 0.0,
+        max_in_flight: int = 2,
+        max_buffered: int = 200_000,
+    ) -> None:
+        if ordering is not None and not callable(ordering):
+            raise InvalidTypeError("ordering must be None or a callable value -> key")
+        self._topic = topic
+        self._ordering = ordering
+        self._block_timeout = check_timeout(block_timeout, "block_timeout")
+        self._batch_size = check_positive_int(batch_size, "batch_size")
+        self._linger = check_nonnegative_number(linger, "linger")
+        self._max_in_flight = check_positive_int(max_in_flight, "max_in_flight")
+        self._max_buffered = check_positive_int(max_buffered, "max_buffered")
+        self._id = uuid.uuid4().hex
+        self._topic_id = topic.topic_id
+        self._overflow = topic.config.overflow.value
+        self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        self._pipes = [
+            _Pipe(channel, actor, PublishBatch(self._topic_id, channel))
+            for channel, actor in enumerate(topic._channel_actors)
+        ]
+        self._next_channel = 0
+        self._in_flight = 0
+        self._unsettled = 0  # values buffered or in flight
+        self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._worker_lock = threading.Lock()
+        self._closed = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        settings = {
+            "ordering": self._ordering,
+            "block_timeout": self._block_timeout,
+            "batch_size": self._batch_size,
+            "linger": self._linger,
+            "max_in_flight": self._max_in_flight,
+            "max_buffered": self._max_buffered,
+        }
+        return (_new_publisher, (self._topic, settings))
+
+    @property
+    def publisher_id(self) -> str:
+        """This publisher's id (every append carries it)."""
+        return self._id
+
+    # -- publishing ------------------------------------------------------------
+
+    def publish(self, value: Any, *, key: Any = None) -> Future[PublishStatus]:
+        """Publish one value; return a Future of its PublishStatus.
+
+        Args:
+            value: Any picklable value except None and ObjectRefs.
+            key: Values with the same key go to the same channel, in order.
+                Defaults to ``ordering(value)`` if the publisher has one.
+
+        Raises:
+            InvalidTypeError: the value is None, an ObjectRef, cannot be
+                pickled, or the key has an unsupported type (nothing is sent).
+            PublisherClosedError: the publisher was closed.
+        """
+        try:  # the common case inline; dumps_value handles the rest
+            payload = _dumps(value, 5)
+            if _MAIN_MARKER in payload or _REF_MARKER in payload or value is None:
+                payload = dumps_value(value)
+        except Exception:
+            payload = dumps_value(value)
+        if key is None and self._ordering is not None:
+            key = self._ordering(value)
+        channel = None if key is None else channel_for_key(key, len(self._pipes))
+        with self._lock:
+            if self._closed:
+                raise PublisherClosedError("the publisher is closed")
+            if channel is None:
+                channel = self._next_channel
+                self._next_channel = (channel + 1) % len(self._pipes)
+            if self._unsettled >= self._max_buffered and not self._wait_for_room():
+                return _failed_future(
+                    TopicFullError(
+                        f"{self._unsettled} values still buffered after "
+                        f"{self._block_timeout} s: the topic does not keep up"
+                    )
+                )
+            pipe = self._pipes[channel]
+            batch = pipe.open
+            if not batch.payloads:
+                pipe.opened_at = time.monotonic()
+            future = batch.add(payload)
+            self._unsettled += 1
+            if len(batch.payloads) >= self._batch_size:
+                self._close_open(pipe)
+            calls = (
+                self._calls_to_make(force=False) if self._in_flight < self._max_in_flight else ()
+            )
+        if calls:
+            self._make(calls)
+        elif self._linger:
+            self._start_worker()  # it sends the batch once it is linger old
+        return future
+
+    def publish_batch(self, values: Iterable[Any], *, keys: Sequence[Any] | None = None) -> Any:
+        """Publish many values; return ``ObjectRef[list[PublishStatus]]`` in input order.
+
+        Values this publisher published before go out first, so per-key order
+        holds across ``publish`` and ``publish_batch``.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: a bad value or key, or
+                ``keys`` of another length; nothing is sent.
+        """
+        values = list(values)
+        payloads = [dumps_value(value) for value in values]
+        if keys is not None and len(keys) != len(payloads):
+            raise InvalidArgumentError(f"keys has {len(keys)} entries for {len(payloads)} values")
+        routed = []
+        for index, value in enumerate(values):
+            key = keys[index] if keys is not None else None
+            if key is None and self._ordering is not None:
+                key = self._ordering(value)
+            routed.append(None if key is None else channel_for_key(key, len(self._pipes)))
+        layout: list[int] = []
+        parts: dict[int, list[bytes]] = {}
+        with self._lock:
+            if self._closed:
+                raise PublisherClosedError("the publisher is closed")
+            for payload, channel in zip(payloads, routed, strict=True):
+                if channel is None:
+                    channel = self._next_channel
+                    self._next_channel = (channel + 1) % len(self._pipes)
+                layout.append(channel)
+                parts.setdefault(channel, []).append(payload)
+            for channel in parts:  # what was published before goes first
+                self._close_open(self._pipes[channel])
+            calls = self._calls_to_make(force=True, only=set(parts))
+            refs = {}
+            for channel, part in parts.items():
+                pipe = self._pipes[channel]
+                calls.append(_Call(pipe, pipe.next_batch, None, len(part)))
+                pipe.next_batch += 1
+                self._in_flight += 1
+                self._unsettled += len(part)
+        for call in calls:
+            ref = self._make_one(call, parts.get(call.pipe.channel) if call.batch is None else None)
+            if call.batch is None and ref is not None:
+                refs[call.pipe.channel] = ref
+        if not refs:
+            return ray.put([])
+        if len(refs) == 1:
+            return next(iter(refs.values()))
+        order = list(refs)
+        return _gather_statuses.remote([order.index(c) for c in layout], *refs.values())
+
+    # -- batching ------------------------------------------------------------------
+
+    def _close_open(self, pipe: _Pipe) -> None:
+        """With the lock held: the open batch stops taking values and waits to go."""
+        if pipe.open.payloads:
+            pipe.full.append(pipe.open)
+            pipe.open = PublishBatch(self._topic_id, pipe.channel)
+
+    def _calls_to_make(self, *, force: bool, only: set[int] | None = None) -> list[_Call]:
+        """With the lock held: the batches that go now, fullest first, numbered.
+
+        Without ``force`` at most ``max_in_flight`` calls are outstanding and a
+        partial batch waits until it is ``linger`` old.
+        """
+        calls: list[_Call] = []
+        now = time.monotonic() if self._linger else 0.0
+        while force or self._in_flight < self._max_in_flight:
+            pick, pick_size = None, 0
+            for pipe in self._pipes:
+                if only is not None and pipe.channel not in only:
+                    continue
+                if pipe.full:
+                    size = self._batch_size + len(pipe.full)  # closed batches go first
+                elif pipe.open.payloads and (
+                    force or not self._linger or now - pipe.opened_at >= self._linger
+                ):
+                    size = len(pipe.open.payloads)
+                else:
+                    continue
+                if size > pick_size:
+                    pick, pick_size = pipe, size
+            if pick is None:
+                break
+            if not pick.full:
+                self._close_open(pick)
+            batch = pick.full.pop(0)
+            calls.append(_Call(pick, pick.next_batch, batch, len(batch.payloads)))
+            pick.next_batch += 1
+            self._in_flight += 1
+        return calls
+
+    def _make(self, calls: list[_Call]) -> None:
+        for call in calls:
+            self._make_one(call, None)
+
+    def _make_one(self, call: _Call, part: list[bytes] | None) -> Any:
+        """Submit one append call (outside the lock); its reply is settled by the worker."""
+        payloads = part if call.batch is None else call.batch.payloads
+        try:
+            ref = call.pipe.actor.append.remote(
+                self._id,
+                call.number,
+                payloads,
+                self._overflow,
+                self._block_timeout,
+                call.batch is None,
+            )
+        except Exception as error:  # could not even be submitted
+            self._start_worker()
+            self._events.put(("done", call, None, error))
+            return None
+        self._start_worker()
+        ref.future().add_done_callback(lambda done: self._events.put(("done", call, done, None)))
+        return ref
+
+    # -- the worker thread -------------------------------------------------------
+
+    def _start_worker(self) -> None:
+        if self._worker is not None:
+            return
+        with self._worker_lock:
+            if self._worker is None:
+                worker = threading.Thread(
+                    target=self._settle_calls,
+                    name=f"raytopic-publisher-{self._id[:8]}",
+                    daemon=True,
+                )
+                worker.start()
+                self._worker = worker
+
+    def _settle_calls(self) -> None:
+        """Background: settle returned calls, send what waited, honour linger."""
+        while True:
+            try:
+                event = self._events.get(timeout=self._linger or None)
+            except queue.Empty:
+                event = ("tick",)
+            if event[0] == "stop":
+                return
+            if event[0] == "done":
+                _, call, done, error = event
+                _settle(call, done, error)
+                with self._lock:
+                    self._in_flight -= 1
+                    self._unsettled -= call.count
+                    self._settled.notify_all()
+            with self._lock:
+                calls = self._calls_to_make(force=False)
+            self._make(calls)
+
+    def _wait_for_room(self) -> bool:
+        """With the lock held: wait until fewer than max_buffered values are unsettled."""
+        deadline = time.monotonic() + (self._block_timeout or 0)
+        self._start_worker()
+        self._events.put(("tick",))  # the worker sends what may go
+        while self._unsettled >= self._max_buffered:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._settled.wait(left)
+        return True
+
+    # -- flush and close -----------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until every value published so far is
+        acknowledged or failed (failures surface on the values' futures, not here).
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            for pipe in self._pipes:
+                self._close_open(pipe)
+            calls = self._calls_to_make(force=True)
+        self._make(calls)
+        with self._lock:
+            while self._unsettled:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"{self._unsettled} values still unacknowledged")
+                self._settled.wait(left)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop. Idempotent; ``publish`` afterwards raises PublisherClosedError."""
+        if self._closed:
+            return
+        self.flush(timeout)
+        with self._lock:
+            self._closed = True
+            worker = self._worker
+        if worker is not None:
+            self._events.put(("stop",))
+            worker.join()
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _settle(call: _Call, done: Future[Any] | None, error: BaseException | None) -> None:
+    """Complete a batch's futures from its call's outcome."""
+    if call.batch is None:  # a publish_batch part: its caller holds the ObjectRef
+        return
+    if error is None and done is not None:
+        try:
+            with unwrap_ray_error():
+                ack: AppendAck = done.result()
+        except Exception as failure:
+            error = failure
+        else:
+            call.batch.complete(ack)
+            return
+    call.batch.complete(None, error)
+
+
+def _failed_future(error: BaseException) -> Future[Any]:
+    future: Future[Any] = Future()
+    future.set_exception(error)
+    return future
+
+
+def _new_publisher(topic: Topic, settings: dict[str, Any]) -> Publisher:
+    return Publisher(topic, **settings)
+
+
+def _gather(layout: list[int], *parts: list[PublishStatus]) -> list[PublishStatus]:
+    cursors = [iter(part) for part in parts]
+    return [next(cursors[index]) for index in layout]
+
+
+_gather_statuses = ray.remote(num_cpus=0)(_gather)

@@ -1,0 +1,234 @@
+"""The records users hold: positions, elements, publish and commit results.
+
+All are frozen, slotted dataclasses. ``Element`` and ``PublishStatus`` are
+made by the million on the hot path, so their positions and timestamps are
+derived on access from a plain sequence number and a float time stamp
+instead of being built eagerly (building a frozen dataclass costs about a
+microsecond; most consumers never read ``.timestamp``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from raytopic.errors import InvalidArgumentError, InvalidTypeError, PositionMismatchError
+
+if TYPE_CHECKING:
+    import ray
+
+__all__ = [
+    "CommitResult",
+    "CommitStatus",
+    "Element",
+    "OwnershipChange",
+    "Position",
+    "PublishStatus",
+    "stamp_to_datetime",
+]
+
+
+def stamp_to_datetime(stamp: float) -> datetime:
+    """A channel time stamp (seconds since the epoch) as an aware UTC datetime."""
+    return datetime.fromtimestamp(stamp, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    """The place of one element in one channel of one topic.
+
+    Positions order by sequence within a channel. ``sequence`` is -1 for "before
+    the first element ever published" and ``head - 1`` for "just before the
+    oldest element still stored". ``str(p)`` round-trips through ``Position.parse``.
+
+    Example:
+        >>> p = Position("1f2e3d4c", 3, 41)
+        >>> Position.parse(str(p)) == p
+        True
+    """
+
+    topic_id: str
+    """Id of the topic (made at ``create_topic``; a re-created topic gets a new id)."""
+    channel: int
+    """Channel number, ``0 <= channel < channel_count``."""
+    sequence: int
+    """Sequence number in the channel, ``>= -1``."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topic_id, str) or not self.topic_id or ":" in self.topic_id:
+            raise InvalidArgumentError(f"topic_id must be a non-empty id, got {self.topic_id!r}")
+        for name in ("channel", "sequence"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
+        if self.channel < 0:
+            raise InvalidArgumentError(f"channel must be >= 0, got {self.channel}")
+        if self.sequence < -1:
+            raise InvalidArgumentError(f"sequence must be >= -1, got {self.sequence}")
+
+    def __str__(self) -> str:
+        return f"{self.topic_id}:{self.channel}:{self.sequence}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """Read a Position back from ``str(position)``.
+
+        Raises:
+            InvalidArgumentError: ``text`` is not a Position's string form.
+        """
+        parts = text.split(":") if isinstance(text, str) else []
+        if len(parts) != 3:
+            raise InvalidArgumentError(f"not a Position: {text!r}")
+        try:
+            return cls(parts[0], int(parts[1]), int(parts[2]))
+        except ValueError as error:
+            raise InvalidArgumentError(f"not a Position: {text!r}") from error
+
+    def check_belongs(self, topic_id: str, channel: int | None = None) -> None:
+        """Raise PositionMismatchError unless this Position is of that topic (and channel)."""
+        if self.topic_id != topic_id:
+            raise PositionMismatchError(
+                f"position {self} belongs to another topic "
+                f"(id {self.topic_id}, expected {topic_id})"
+            )
+        if channel is not None and self.channel != channel:
+            raise PositionMismatchError(
+                f"position {self} is of channel {self.channel}, not channel {channel}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class PublishStatus:
+    """Where a published value was stored: its channel, position and time stamp."""
+
+    channel: int
+    """The channel the value went to."""
+    position: Position
+    """Its position in that channel."""
+    timestamp: datetime
+    """When the channel appended it (aware UTC)."""
+
+
+class CommitStatus(enum.Enum):
+    """How a commit request ended."""
+
+    COMMITTED = "committed"
+    """The commit moved forward to the given position."""
+    ALREADY_COMMITTED = "already_committed"
+    """The position is at or below the current commit; nothing moved."""
+    NOT_OWNER = "not_owner"
+    """The member does not own the channel (or owns it under a stale generation)."""
+    REJECTED = "rejected"
+    """The position was never published, or was received before a reset of its channel."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """The outcome of committing one position of one channel."""
+
+    channel: int
+    """The channel the commit was for."""
+    position: Position
+    """The position asked to commit."""
+    status: CommitStatus
+    """What happened."""
+
+    @property
+    def committed(self) -> bool:
+        """True when the commit moved forward."""
+        return self.status is CommitStatus.COMMITTED
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipChange:
+    """A change of the channels a group member owns, passed to ``on_ownership_change``."""
+
+    assigned: frozenset[int]
+    """Channels newly given to this member."""
+    revoked: frozenset[int]
+    """Channels a rebalance moved to another member."""
+    lost: frozenset[int]
+    """Channels taken away because this member timed out (or was seen dead)."""
+    channels: frozenset[int]
+    """The channels this member owns after the change."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Element:
+    """One received element: its value, where it came from, and how to commit it.
+
+    Elements pickle, so one can be handed to a Ray task, which may call
+    ``commit()`` itself.
+
+    **Ordering**: elements of one channel reach a subscriber in position order.
+    **Delivery**: for a group member, committing an element commits every
+    earlier position of its channel (cumulative, as in Kafka).
+    """
+
+    value: Any
+    """The published value (after the subscriber's converter, if any)."""
+    channel: int
+    """The channel it was read from."""
+    sequence: int
+    """Its sequence number in the channel (``position.sequence``)."""
+    stamp: float = field(repr=False)
+    """Channel append time, seconds since the epoch (``timestamp`` as a float)."""
+    _origin: _Origin = field(repr=False)
+
+    @property
+    def position(self) -> Position:
+        """The element's position."""
+        return Position(self._origin.topic_id, self.channel, self.sequence)
+
+    @property
+    def timestamp(self) -> datetime:
+        """When the channel appended it (aware UTC)."""
+        return stamp_to_datetime(self.stamp)
+
+    def commit(self) -> CommitResult:
+        """Commit this element's position (and every earlier one of its channel).
+
+        Returns:
+            The CommitResult; ``status`` is NOT_OWNER if the member lost the channel.
+        """
+        import ray
+
+        from raytopic.errors import unwrap_ray_error
+
+        with unwrap_ray_error():
+            return ray.get(self.commit_async())
+
+    def commit_async(self) -> ray.ObjectRef:
+        """Commit without waiting; the ObjectRef resolves to a CommitResult."""
+        from raytopic.naming import channel_actor
+
+        origin = self._origin
+        actor = channel_actor(origin.namespace, origin.topic, self.channel)
+        return actor.commit.remote(origin.reader, self.sequence, origin.fence)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Element):
+            return NotImplemented
+        return (self.channel, self.sequence, self._origin.topic_id, self.value) == (
+            other.channel,
+            other.sequence,
+            other._origin.topic_id,
+            other.value,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._origin.topic_id, self.channel, self.sequence))
+
+
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    """Where a batch of elements was read and who read it: what commit() needs."""
+
+    topic_id: str
+    topic: str  # name and namespace: how commit() finds the channel actor
+    namespace: str
+    reader: Any  # the reader key the channel knows (group name or subscriber id)
+    fence: Any  # (member id, lease generation) for group members, else None
+    epoch: int  # the reader's cursor epoch at read time (bumped by seeks and resets)

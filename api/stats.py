@@ -1,0 +1,174 @@
+"""``Topic.describe()``'s records: one snapshot of every channel and group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from raytopic.records import Position
+
+__all__ = ["ChannelStats", "GroupChannelStats", "GroupStats", "MemberStats", "TopicStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelStats:
+    """One channel: its figures and where its actor runs."""
+
+    channel: int
+    """Channel number."""
+    head: int
+    """Sequence of the oldest stored element."""
+    tail: int
+    """Sequence of the newest element (head - 1 when empty)."""
+    size: int
+    """Elements stored."""
+    capacity: int
+    """Most elements it holds."""
+    epoch: int
+    """Incarnation of the channel actor."""
+    node_id: str
+    """Ray node the actor runs on."""
+    pid: int
+    """Process id of the actor (for operators and fault tests)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupChannelStats:
+    """One group on one channel."""
+
+    channel: int
+    """Channel number."""
+    owner: str | None
+    """Member owning it, or None."""
+    committed: Position
+    """Resume point: a (re)joining owner reads from the element after it."""
+    has_commit: bool
+    """Whether ``committed`` comes from a commit (or a seek/reset that sets it)."""
+    next: int
+    """Sequence the group receives next."""
+    depth: int
+    """Elements not yet received."""
+    unacked: int
+    """Elements received but not committed."""
+    lag: int
+    """Elements not yet committed (depth + unacked)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStats:
+    """One live member of a group."""
+
+    member_id: str
+    """The member's id."""
+    generation: int
+    """Its generation."""
+    channels: tuple[int, ...]
+    """Channels it owns."""
+    idle: float
+    """Seconds since its last receive or heartbeat."""
+    timeout: float
+    """Seconds of silence after which it loses its channels."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    """One subscriber group."""
+
+    name: str
+    """Group name."""
+    generation: int
+    """Bumped on every membership change."""
+    members: tuple[MemberStats, ...]
+    """Live members."""
+    channels: tuple[GroupChannelStats, ...]
+    """Per channel positions and counts."""
+
+    @property
+    def depth(self) -> int:
+        """Elements not yet received, over all channels."""
+        return sum(channel.depth for channel in self.channels)
+
+    @property
+    def unacked(self) -> int:
+        """Elements received but not committed, over all channels."""
+        return sum(channel.unacked for channel in self.channels)
+
+    @property
+    def lag(self) -> int:
+        """Elements not yet committed, over all channels."""
+        return sum(channel.lag for channel in self.channels)
+
+    @property
+    def committed(self) -> dict[int, Position]:
+        """Per channel, the last committed position (channels with a commit)."""
+        return {c.channel: c.committed for c in self.channels if c.has_commit}
+
+    @property
+    def ownership(self) -> dict[int, str | None]:
+        """Per channel, its owner."""
+        return {c.channel: c.owner for c in self.channels}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStats:
+    """A snapshot of a topic."""
+
+    name: str
+    """Topic name."""
+    topic_id: str
+    """Topic id."""
+    channels: tuple[ChannelStats, ...]
+    """Per channel figures."""
+    groups: dict[str, GroupStats]
+    """Per group figures."""
+
+
+def topic_stats(raw: dict[str, Any]) -> TopicStats:
+    """Build TopicStats from the coordinator's ``describe`` reply."""
+    config = raw["config"]
+    channels = tuple(
+        ChannelStats(
+            channel=c["channel"],
+            head=c["head"],
+            tail=c["tail"],
+            size=c["size"],
+            capacity=c["capacity"],
+            epoch=c["epoch"],
+            node_id=c["node_id"],
+            pid=c["pid"],
+        )
+        for c in raw["channels"]
+    )
+    groups = {}
+    for name, group in raw["groups"].items():
+        per_channel = []
+        for c in raw["channels"]:
+            cursor = c["groups"].get(name)
+            if cursor is None:
+                continue
+            tail, next_sequence, committed = c["tail"], cursor["next"], cursor["committed"]
+            owner = cursor["owner"]
+            per_channel.append(
+                GroupChannelStats(
+                    channel=c["channel"],
+                    owner=owner.member_id if owner else None,
+                    committed=Position(config.topic_id, c["channel"], committed),
+                    has_commit=cursor["has_commit"],
+                    next=next_sequence,
+                    depth=max(0, tail - next_sequence + 1),
+                    unacked=max(0, next_sequence - 1 - committed),
+                    lag=max(0, tail - committed),
+                )
+            )
+        members = tuple(
+            MemberStats(
+                member_id=member_id,
+                generation=member["generation"],
+                channels=tuple(member["channels"]),
+                idle=member["idle"],
+                timeout=member["timeout"],
+            )
+            for member_id, member in group["members"].items()
+        )
+        groups[name] = GroupStats(name, group["generation"], members, tuple(per_channel))
+    return TopicStats(config.name, config.topic_id, channels, groups)

@@ -1,0 +1,373 @@
+"""Topics: create, find, list, describe, destroy; the factory of publishers and subscribers."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from raytopic.config import DEFAULT_NAMESPACE, TopicConfig, check_name
+from raytopic.coordinator.coordinator import CoordinatorActor, TopicInfo
+from raytopic.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    TopicExistsError,
+    TopicNotFoundError,
+    unwrap_ray_error,
+)
+from raytopic.naming import coordinator_actor_name, topic_of_actor_name
+from raytopic.records import Position
+from raytopic.stats import TopicStats, topic_stats
+
+if TYPE_CHECKING:
+    from raytopic.publisher import Publisher
+    from raytopic.resequencer import Resequence
+    from raytopic.ringbuffer import Ringbuffer
+    from raytopic.subscriber import Subscriber
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Topic", "create_topic", "get_topic", "list_topics"]
+
+_NAME_RELEASE_TIMEOUT = 30.0
+
+
+def create_topic(
+    name: str,
+    *,
+    channels: int = 8,
+    capacity: int = 1_000_000,
+    retain: bool = False,
+    ttl: float | None = None,
+    overflow: str = "block",
+    store: Any = None,
+    groups: Iterable[str] = (),
+    namespace: str | None = None,
+    exist_ok: bool = False,
+) -> Topic:
+    """Create a topic: a coordinator actor and ``channels`` channel actors, all named
+    and detached, so the topic outlives this driver until ``destroy()``.
+
+    Args:
+        name: Unique in its namespace: 1-128 letters, digits, ``_ . -``.
+        channels: Channel actors (>= 1); the unit of ordering and parallelism.
+        capacity: Elements each channel holds at most (>= 1).
+        retain: Keep elements after every group committed them (until
+            capacity or TTL removes them); False removes them once committed.
+        ttl: Seconds an element lives, or None.
+        overflow: When a channel is full: "block" (publishers wait),
+            "overwrite" (drop the oldest) or "fail" (TopicFullError).
+        store: A backing store (not available yet; must be None).
+        groups: Durable subscriber groups that exist from the start, so they
+            miss nothing published.
+        namespace: Ray namespace of the topic's actors (default "raytopic").
+        exist_ok: Return the existing topic instead of raising.
+
+    Raises:
+        TopicExistsError: the name is taken and ``exist_ok`` is False.
+        InvalidArgumentError, InvalidTypeError: a bad argument (named in the message).
+
+    Example:
+        >>> topic = rt.create_topic("orders", channels=4, groups=["billing"])
+    """
+    config = TopicConfig.create(
+        name,
+        channels=channels,
+        capacity=capacity,
+        retain=retain,
+        ttl=ttl,
+        overflow=overflow,
+        groups=groups,
+        namespace=namespace,
+    )
+    if store is not None:
+        raise InvalidArgumentError("store is not supported yet: pass store=None")
+    actor_class = ray.remote(CoordinatorActor)
+    deadline = time.monotonic() + _NAME_RELEASE_TIMEOUT
+    while True:
+        try:
+            coordinator = actor_class.options(
+                name=coordinator_actor_name(config.name),
+                namespace=config.namespace,
+                lifetime="detached",
+                num_cpus=0,
+                max_concurrency=10_000,
+                get_if_exists=exist_ok,
+            ).remote(config)
+            break
+        except ValueError as error:
+            if _is_being_destroyed(config) and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            raise TopicExistsError(
+                f"topic {config.name!r} already exists in namespace {config.namespace!r}"
+            ) from error
+    with unwrap_ray_error():
+        info: TopicInfo = ray.get(coordinator.start.remote())
+    if exist_ok and info.config.topic_id != config.topic_id:
+        _warn_if_different(info.config, config)
+    return Topic(coordinator, info)
+
+
+def _is_being_destroyed(config: TopicConfig) -> bool:
+    """A destroyed topic's coordinator holds its name a moment after ``ray.kill``."""
+    try:
+        coordinator = ray.get_actor(coordinator_actor_name(config.name), namespace=config.namespace)
+    except ValueError:
+        return True
+    try:
+        ray.get(coordinator.info.remote(), timeout=5)
+    except Exception:
+        return True
+    return False
+
+
+def _warn_if_different(existing: TopicConfig, asked: TopicConfig) -> None:
+    fields = ("channels", "capacity", "retain", "ttl", "overflow")
+    different = [f for f in fields if getattr(existing, f) != getattr(asked, f)]
+    if different:
+        logger.warning(
+            "topic %r exists with other settings (%s); using the existing topic",
+            existing.name,
+            ", ".join(f"{f}={getattr(existing, f)!r}" for f in different),
+        )
+
+
+def get_topic(name: str, *, namespace: str | None = None) -> Topic:
+    """Find a topic created by any job on the cluster.
+
+    Raises:
+        TopicNotFoundError: no such topic in the namespace.
+    """
+    check_name(name, "topic name")
+    namespace = namespace or DEFAULT_NAMESPACE
+    try:
+        coordinator = ray.get_actor(coordinator_actor_name(name), namespace=namespace)
+    except ValueError:
+        raise TopicNotFoundError(f"no topic {name!r} in namespace {namespace!r}") from None
+    try:
+        with unwrap_ray_error():
+            info: TopicInfo = ray.get(coordinator.ready.remote())
+    except ray.exceptions.RayActorError as error:
+        raise TopicNotFoundError(f"topic {name!r} is gone (its coordinator died)") from error
+    return Topic(coordinator, info)
+
+
+def list_topics(*, namespace: str | None = None) -> list[str]:
+    """Names of the topics in a namespace, sorted."""
+    namespace = namespace or DEFAULT_NAMESPACE
+    names = []
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor.get("namespace") == namespace:
+            topic = topic_of_actor_name(actor["name"])
+            if topic is not None:
+                names.append(topic)
+    return sorted(names)
+
+
+class Topic:
+    """A handle to a topic: picklable, cheap, usable from any process of the cluster.
+
+    **Ordering**: per channel; a key always maps to the same channel.
+    **Delivery**: every value reaches every group (one member of each) and
+    every anonymous subscriber.
+    **Durability**: in memory in the channel actors for now; the topic lives
+    until ``destroy()``, independent of the driver that created it.
+    """
+
+    def __init__(self, coordinator: Any, info: TopicInfo) -> None:
+        self._coordinator = coordinator
+        self._info = info
+        self.config = info.config
+        self._channel_actors = info.channels
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Topic, (self._coordinator, self._info))
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name!r}, channels={self.channel_count}, namespace={self.namespace!r})"
+
+    @property
+    def name(self) -> str:
+        """The topic's name."""
+        return self.config.name
+
+    @property
+    def namespace(self) -> str:
+        """The Ray namespace of its actors."""
+        return self.config.namespace
+
+    @property
+    def topic_id(self) -> str:
+        """The id its Positions carry."""
+        return self.config.topic_id
+
+    @property
+    def channel_count(self) -> int:
+        """How many channels it has."""
+        return self.config.channels
+
+    # -- handles ---------------------------------------------------------------
+
+    def publisher(
+        self,
+        *,
+        ordering: Callable[[Any], Any] | None = None,
+        block_timeout: float = 60.0,
+        batch_size: int = 1000,
+        linger: float = 0.0,
+        max_in_flight: int = 2,
+    ) -> Publisher:
+        """A Publisher (see its docs). ``ordering``: None for round robin, or
+        ``value -> key``."""
+        from raytopic.publisher import Publisher
+
+        return Publisher(
+            self,
+            ordering=ordering,
+            block_timeout=block_timeout,
+            batch_size=batch_size,
+            linger=linger,
+            max_in_flight=max_in_flight,
+        )
+
+    def subscriber(
+        self,
+        *,
+        group: str | None = None,
+        start: str | None = None,
+        filter: Callable[[Any], bool] | None = None,
+        converter: Callable[[Any], Any] | None = None,
+        complete_on_empty: bool = False,
+        window: int | None = None,
+        timeout: float = 30.0,
+        on_ownership_change: Callable[[Any], None] | None = None,
+        resequence: Resequence | None = None,
+    ) -> Subscriber:
+        """A Subscriber (see its docs): anonymous without ``group``, else a group member."""
+        from raytopic.subscriber import Subscriber
+
+        return Subscriber(
+            self,
+            group=group,
+            start=start,
+            filter=filter,
+            converter=converter,
+            complete_on_empty=complete_on_empty,
+            window=window,
+            timeout=timeout,
+            on_ownership_change=on_ownership_change,
+            resequence=resequence,
+        )
+
+    def ringbuffer(self, channel: int) -> Ringbuffer:
+        """One channel with Hazelcast Ringbuffer semantics."""
+        from raytopic.ringbuffer import Ringbuffer
+
+        return Ringbuffer(self, self._check_channel(channel))
+
+    # -- groups ----------------------------------------------------------------
+
+    def groups(self) -> list[str]:
+        """Names of the topic's subscriber groups."""
+        return self._call(self._coordinator.groups)
+
+    def destroy_group(self, name: str) -> None:
+        """Delete a group: its positions, and the retention it held.
+
+        Raises:
+            GroupNotFoundError: no such group.
+        """
+        check_name(name, "group name")
+        self._call(self._coordinator.destroy_group, name)
+
+    def reset_group(
+        self,
+        name: str,
+        to: Mapping[int, Position] | datetime | str,
+    ) -> dict[int, Position]:
+        """Move a whole group's read and commit positions (Pulsar-style seek).
+
+        Args:
+            name: The group.
+            to: A map channel -> Position ("next received is the first after
+                it"; only those channels are reset), a datetime ("the first
+                published after it"), "earliest" or "latest" (every channel).
+
+        Returns:
+            Per reset channel, the Position set.
+
+        Raises:
+            GroupNotFoundError: no such group.
+            ResetInProgressError: a reset of this group is running.
+            PositionMismatchError: a Position of another topic or channel.
+        """
+        check_name(name, "group name")
+        targets = self._reset_targets(to)
+        positions = self._call(self._coordinator.reset_group, name, targets)
+        return {
+            channel: self.position(channel, sequence) for channel, sequence in positions.items()
+        }
+
+    def _reset_targets(self, to: Any) -> dict[int, int | float | str]:
+        every = range(self.channel_count)
+        if isinstance(to, str):
+            if to not in ("earliest", "latest"):
+                raise InvalidArgumentError(f"to must be 'earliest', 'latest', ... got {to!r}")
+            return dict.fromkeys(every, to)
+        if isinstance(to, datetime):
+            return dict.fromkeys(every, to.timestamp())
+        if isinstance(to, Mapping):
+            if not to:
+                raise InvalidArgumentError("to is an empty map: nothing to reset")
+            targets: dict[int, int | float | str] = {}
+            for channel, position in to.items():
+                self._check_channel(channel)
+                if not isinstance(position, Position):
+                    raise InvalidTypeError(
+                        f"to[{channel}] must be a Position, got {type(position).__name__}"
+                    )
+                position.check_belongs(self.topic_id, channel)
+                targets[channel] = position.sequence
+            return targets
+        raise InvalidTypeError("to must be a map of Positions, a datetime, 'earliest' or 'latest'")
+
+    # -- observing and deleting ---------------------------------------------------
+
+    def describe(self) -> TopicStats:
+        """Per channel head, tail, size, epoch, node and process; per group members,
+        ownership, commits, depth, unacked and lag."""
+        return topic_stats(self._call(self._coordinator.describe))
+
+    def destroy(self) -> None:
+        """Kill the topic's actors and free its name. Idempotent."""
+        with contextlib.suppress(ray.exceptions.RayActorError):
+            self._call(self._coordinator.shutdown)
+        for actor in self._channel_actors:
+            ray.kill(actor, no_restart=True)
+        ray.kill(self._coordinator, no_restart=True)
+
+    # -- helpers -------------------------------------------------------------------
+
+    def position(self, channel: int, sequence: int) -> Position:
+        """The Position of ``sequence`` in ``channel`` of this topic."""
+        return Position(self.topic_id, channel, sequence)
+
+    def _check_channel(self, channel: object) -> int:
+        if not isinstance(channel, int) or isinstance(channel, bool):
+            raise InvalidTypeError(f"channel must be an int, got {type(channel).__name__}")
+        if not 0 <= channel < self.channel_count:
+            raise InvalidArgumentError(
+                f"channel {channel} does not exist: the topic has {self.channel_count}"
+            )
+        return channel
+
+    @staticmethod
+    def _call(method: Any, *args: Any) -> Any:
+        with unwrap_ray_error():
+            return ray.get(method.remote(*args))

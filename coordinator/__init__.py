@@ -1,0 +1,1 @@
+"""The coordinator actor of a topic: subscriber groups, membership, assignment, resets."""

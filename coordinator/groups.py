@@ -1,0 +1,152 @@
+"""Subscriber groups as the coordinator keeps them: members, leases, timeouts. No Ray.
+
+Every change of membership (join, leave, timeout) bumps the group's
+*generation*; a channel that changes owner gets a new :class:`Lease` under
+that generation, so a member that lost a channel cannot use it again with the
+lease it had. Every change a member should hear of (its channels, a reset of
+its channels) bumps the group's *version*; members compare versions on their
+heartbeats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raytopic.actors.cursors import Lease
+from raytopic.coordinator.assignment import assign
+
+__all__ = ["Group", "Member", "MemberView", "Rebalance"]
+
+
+@dataclass(slots=True)
+class Member:
+    """One live member of a group."""
+
+    member_id: str
+    generation: int
+    timeout: float
+    home: int
+    last_seen: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    """What a member learns from the coordinator about itself."""
+
+    member_id: str
+    """The member."""
+    generation: int
+    """Its generation (a rejoin gets a new, higher one)."""
+    version: int
+    """The group's version when this view was made."""
+    leases: dict[int, Lease]
+    """The channels it owns and the lease of each."""
+    epochs: dict[int, int]
+    """Per channel, the cursor epoch of the group's latest reset there."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rebalance:
+    """What a membership change requires of the channels and the members' homes."""
+
+    grants: dict[int, Lease | None]
+    """Channels whose owner changed, with the new lease (None: nobody)."""
+    members: tuple[str, ...]
+    """Members whose set of channels changed (their homes must hear of it)."""
+
+
+@dataclass(slots=True)
+class Group:
+    """A subscriber group of one topic."""
+
+    name: str
+    channel_count: int
+    generation: int = 0
+    version: int = 0
+    members: dict[str, Member] = field(default_factory=dict)
+    leases: dict[int, Lease | None] = field(default_factory=dict)
+    epochs: dict[int, int] = field(default_factory=dict)
+    resetting: bool = False
+
+    def owner(self, channel: int) -> str | None:
+        """The member owning ``channel``, if any."""
+        lease = self.leases.get(channel)
+        return lease.member_id if lease else None
+
+    def channels_of(self, member_id: str) -> dict[int, Lease]:
+        """The channels ``member_id`` owns, with their leases."""
+        return {
+            channel: lease
+            for channel, lease in sorted(self.leases.items())
+            if lease is not None and lease.member_id == member_id
+        }
+
+    def view(self, member_id: str) -> MemberView | None:
+        """The view of a live member, or None if it is not (or no longer) a member."""
+        member = self.members.get(member_id)
+        if member is None:
+            return None
+        return MemberView(
+            member_id,
+            member.generation,
+            self.version,
+            self.channels_of(member_id),
+            dict(self.epochs),
+        )
+
+    def join(self, member_id: str, timeout: float, home: int, now: float) -> Rebalance:
+        """Add a member (a member already present rejoins with a new generation)."""
+        self.members.pop(member_id, None)
+        if any(lease and lease.member_id == member_id for lease in self.leases.values()):
+            # A rejoin: its old leases must not survive under the new generation.
+            self.leases = {
+                channel: (None if lease and lease.member_id == member_id else lease)
+                for channel, lease in self.leases.items()
+            }
+        self.generation += 1
+        self.members[member_id] = Member(member_id, self.generation, timeout, home, now)
+        return self._rebalance(extra_changed=(member_id,))
+
+    def leave(self, member_id: str) -> Rebalance | None:
+        """Remove a member that closed; None if it was not a member."""
+        if self.members.pop(member_id, None) is None:
+            return None
+        self.generation += 1
+        return self._rebalance(extra_changed=(member_id,))
+
+    def touch(self, member_id: str, now: float) -> bool:
+        """Record a heartbeat; False if ``member_id`` is not a member (timed out or closed)."""
+        member = self.members.get(member_id)
+        if member is None:
+            return False
+        member.last_seen = now
+        return True
+
+    def expire(self, now: float) -> tuple[list[str], Rebalance | None]:
+        """Remove members silent for longer than their timeout."""
+        expired = [
+            member.member_id
+            for member in self.members.values()
+            if now - member.last_seen > member.timeout
+        ]
+        if not expired:
+            return [], None
+        for member_id in expired:
+            del self.members[member_id]
+        self.generation += 1
+        return expired, self._rebalance(extra_changed=tuple(expired))
+
+    def _rebalance(self, extra_changed: tuple[str, ...]) -> Rebalance:
+        current = {channel: self.owner(channel) for channel in range(self.channel_count)}
+        target = assign(self.channel_count, current, self.members)
+        grants: dict[int, Lease | None] = {}
+        changed = set(extra_changed)
+        for channel, owner in target.items():
+            if owner == current.get(channel) and (owner is None or self.leases.get(channel)):
+                continue
+            lease = Lease(owner, self.generation) if owner is not None else None
+            grants[channel] = lease
+            self.leases[channel] = lease
+            changed.update(member for member in (owner, current.get(channel)) if member)
+        self.version += 1
+        return Rebalance(grants, tuple(sorted(changed)))

@@ -1,0 +1,35 @@
+"""The folders that make up the package are exactly the ones pyproject installs."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = {"raytopic": "api", "raytopic.actors": "actors", "raytopic.coordinator": "coordinator"}
+
+
+def _config() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_every_subpackage_folder_is_listed() -> None:
+    setuptools = _config()["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    found = set()
+    for package, folder in setuptools["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(ROOT / folder)
+            found.add(".".join([package, *relative.parts]))
+    assert found == listed
+
+
+def test_package_dirs_are_the_design_folders() -> None:
+    assert _config()["tool"]["setuptools"]["package-dir"] == FOLDERS
+
+
+def test_public_names_resolve() -> None:
+    import raytopic
+
+    missing = [name for name in raytopic.__all__ if not hasattr(raytopic, name)]
+    assert missing == []
