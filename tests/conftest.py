@@ -1,4 +1,10 @@
-"""Shared fixtures: one real Ray for the whole session, uniquely named topics."""
+"""Shared fixtures: one real Ray cluster for the whole session, uniquely named topics.
+
+The session starts a real head node with ``ray start --head --block`` (on
+loopback) and connects to it, so a test can also attach a second driver
+process to the same cluster. With ``RAY_ADDRESS`` set, the tests use that
+cluster instead.
+"""
 
 from __future__ import annotations
 
@@ -6,33 +12,107 @@ import os
 
 # Ray reads this when it is imported: keep every Ray the tests start on loopback.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# `ray start` turns token authentication on; drivers connecting by address
+# (this one and the second-driver processes) must send the token too.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import ray
 
+TEST_NAMESPACE = "raytopic-tests"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _start_head() -> tuple[subprocess.Popen[bytes], str, Path]:
+    port = _free_port()
+    log = Path(tempfile.mkdtemp(prefix="raytopic-head-")) / "ray-start.log"
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    process = subprocess.Popen(
+        [
+            ray_cli,
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: teardown stops exactly it
+    )
+    return process, f"127.0.0.1:{port}", log
+
 
 @pytest.fixture(scope="session")
-def ray_session() -> Iterator[None]:
-    """A local Ray (or the cluster in RAY_ADDRESS) shared by every test."""
-    if ray.is_initialized():
-        yield
-        return
+def ray_cluster() -> Iterator[str]:
+    """The address of the session's Ray cluster (started here unless RAY_ADDRESS is set)."""
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, namespace="raytopic-tests", log_to_driver=False)
-    else:
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            namespace="raytopic-tests",
-            log_to_driver=False,
-        )
+        yield address
+        return
+    process, address, log = _start_head()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            ray.init(address=address, namespace=TEST_NAMESPACE, log_to_driver=False)
+            break
+        except ConnectionError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray start failed:\n{log.read_text()}") from None
+            time.sleep(0.5)
+    try:
+        yield address
+    finally:
+        ray.shutdown()
+        _stop_cluster(process, address)
+
+
+def _stop_cluster(process: subprocess.Popen[bytes], address: str) -> None:
+    """Stop this session's cluster only (``ray stop`` would stop every Ray here)."""
+    import psutil
+
+    port = address.rsplit(":", 1)[1]
+    marks = (f"--gcs-address={address}", f"--gcs_server_port={port}", f"--gcs-address {address}")
+    doomed = [process.pid]
+    for candidate in psutil.process_iter(["pid", "cmdline"]):
+        command = " ".join(candidate.info["cmdline"] or ())
+        if any(mark in command for mark in marks):
+            doomed.append(candidate.info["pid"])
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    _gone, alive = psutil.wait_procs(
+        [psutil.Process(pid) for pid in doomed if psutil.pid_exists(pid)], timeout=15
+    )
+    for survivor in alive:
+        survivor.kill()
+
+
+@pytest.fixture(scope="session")
+def ray_session(ray_cluster: str) -> Iterator[None]:
+    """Ray is initialised in this process, connected to the session's cluster."""
+    if not ray.is_initialized():
+        ray.init(address=ray_cluster, namespace=TEST_NAMESPACE, log_to_driver=False)
     yield
-    ray.shutdown()
 
 
 @pytest.fixture
@@ -43,6 +123,26 @@ def unique_name() -> Callable[[str], str]:
         return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
     return make
+
+
+@pytest.fixture
+def make_topic(ray_session: None, unique_name: Callable[[str], str]) -> Iterator[Callable[..., object]]:
+    """``make_topic(**create_topic_kwargs)``: a fresh topic, destroyed after the test."""
+    import raytopic as rt
+
+    made: list[rt.Topic] = []
+
+    def make(**kwargs: object) -> rt.Topic:
+        topic = rt.create_topic(unique_name("topic"), **kwargs)
+        made.append(topic)
+        return topic
+
+    yield make
+    for topic in made:
+        try:
+            topic.destroy()
+        except Exception:  # a test may have destroyed it already
+            pass
 
 
 def _wait_until(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.02):
