@@ -40,10 +40,11 @@ from raytopic.errors import (
     unwrap_ray_error,
 )
 from raytopic.records import CommitResult, Element, OwnershipChange, Position
+from raytopic.resequencing import ResequencedElements
 
 if TYPE_CHECKING:
     from raytopic.coordinator.groups import MemberView
-    from raytopic.resequencer import Resequence
+    from raytopic.resequencer import Resequence, ResequencerStats
     from raytopic.topic import Topic
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,9 @@ class Subscriber:
             self._session_spec = _attach["session_spec"]
         self._listener = on_ownership_change
         self._resequence = resequence
+        self._resequenced = (
+            None if resequence is None else ResequencedElements(resequence, self._id[:8])
+        )
         self._stream = uuid.uuid4().hex[:12]  # this handle's numbering of receives
         self._lock = threading.RLock()
         self._next_request = 0
@@ -229,6 +233,12 @@ class Subscriber:
         return channel in self.channels
 
     @property
+    def resequencer_stats(self) -> ResequencerStats | None:
+        """With ``resequence``: how many elements were released, skipped as gaps,
+        dropped as late, and are held now; else None."""
+        return None if self._resequenced is None else self._resequenced.stats
+
+    @property
     def is_active(self) -> bool:
         """False once closed."""
         return not self._closed
@@ -246,6 +256,9 @@ class Subscriber:
             SubscriberClosedError: the subscriber is closed.
         """
         self._check_open()
+        if self._resequenced is not None:
+            released = self._pull_resequenced(1)
+            return ray.put(released[0] if released else None)
         leftover = self._reclaim_iteration(1)
         if leftover:
             return ray.put(leftover[0])
@@ -258,6 +271,8 @@ class Subscriber:
         """
         check_positive_int(max_elements, "max_elements")
         self._check_open()
+        if self._resequenced is not None:
+            return ray.put(self._pull_resequenced(max_elements))
         leftover = self._reclaim_iteration(max_elements)
         if leftover:
             return ray.put(leftover)
@@ -284,6 +299,41 @@ class Subscriber:
             if not self._is_stale(element):
                 taken.append(element)
         return taken
+
+    def _pull_resequenced(self, count: int) -> list[Element]:
+        """With ``resequence``: wait until the resequencer releases elements.
+
+        Returns [] once closed, or (with ``complete_on_empty``) when the owned
+        channels are empty and the resequencer holds nothing. The receives are
+        submitted here, so ``receive()`` of a resequencing subscriber waits
+        and returns a ref to what was released (put by this process).
+        """
+        released, refs = self._resequenced, self._prefetched
+        assert released is not None
+        while True:
+            taken = released.take(count)
+            if taken or self._closed:
+                return taken
+            while len(refs) < ITERATION_DEPTH:
+                refs.append(self._receive(ITERATION_BATCH, single=False))
+            ready, _ = ray.wait([refs[0]], timeout=released.poll_interval)
+            if not ready:
+                taken = released.take(count, wait=released.poll_interval)
+                if taken:
+                    return taken
+                continue
+            try:
+                elements = self._call(refs.popleft())
+            except SubscriberClosedError:
+                return []
+            if elements:
+                released.feed(e for e in elements if not self._is_stale(e))
+            elif self._session_spec.complete_on_empty:
+                if not released.held:
+                    return released.take(count)
+                taken = released.take(count, wait=released.poll_interval)
+                if taken:
+                    return taken
 
     def _receive(self, count: int, single: bool) -> Any:
         self._check_open()
@@ -552,6 +602,8 @@ class Subscriber:
                 return
             self._closed = True
         self._stop_heartbeats.set()
+        if self._resequenced is not None:
+            self._resequenced.close()
         actors = self._topic._channel_actors
         try:
             if self._group is not None:
@@ -605,6 +657,12 @@ class _Iteration:
     def __next__(self) -> Element:
         subscriber = self._subscriber
         buffer, refs = subscriber._buffer, subscriber._prefetched
+        if subscriber._resequenced is not None:
+            if not buffer:
+                buffer.extend(subscriber._pull_resequenced(ITERATION_BATCH))
+            if not buffer:
+                raise StopIteration
+            return buffer.popleft()
         while True:
             while buffer:
                 element = buffer.popleft()
