@@ -350,6 +350,9 @@ def local_ray(num_cpus: int | None = None) -> None:
         return
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     ray.init(
+        # "local": always a new embedded Ray; without it ray.init() would join
+        # any cluster a `ray start` left running on this machine.
+        address="local",
         num_cpus=num_cpus or os.cpu_count() or 2,
         include_dashboard=False,
         log_to_driver=False,
