@@ -28,6 +28,7 @@ class _Stream:
     next: int = 0
     running: bool = False
     abandoned: set[int] = field(default_factory=set)
+    waiting: list[int] = field(default_factory=list)  # numbers queued now
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def advance(self, number: int) -> None:
@@ -66,12 +67,16 @@ class Turns:
                 if number < stream.next:
                     raise DuplicateTurnError(f"call {number} of {key!r} already ran")
                 changed = stream.changed
+                stream.waiting.append(number)
                 try:
                     await asyncio.wait_for(changed.wait(), self._gap_timeout)
                 except TimeoutError:
-                    if not stream.running and number > stream.next:
-                        # The calls before this one never arrived: skip them.
+                    if not stream.running and stream.next < number == min(stream.waiting):
+                        # The calls before this one never arrived: skip them (but
+                        # never a lower number that is queued: it runs first).
                         stream.next = number
+                finally:
+                    stream.waiting.remove(number)
         except asyncio.CancelledError:
             # Cancelled while queued: let later numbers pass over this one.
             if number == stream.next and not stream.running:

@@ -65,7 +65,8 @@ class PublishBatch:
             self.ack = ack
             self.error = error
             self.state = FINISHED
-            watched = list(self.watched)
+            # A future both waited on and called back is listed twice: notify it once.
+            watched = list(dict.fromkeys(self.watched))
             for future in watched:
                 failure = future._exception
                 for waiter in future._waiter_list or ():

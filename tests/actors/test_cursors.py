@@ -1,0 +1,311 @@
+"""Unit tests of cursor rules (no Ray): commit, seek, reset, grant, skip to head, clamp."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+
+from raytopic.actors.cursors import Cursor, Lease, clamp
+from raytopic.records import CommitStatus
+
+COMMITTED = CommitStatus.COMMITTED
+ALREADY = CommitStatus.ALREADY_COMMITTED
+REJECTED = CommitStatus.REJECTED
+
+
+def state(cursor: Cursor) -> tuple[int, int, bool, int]:
+    """(next, committed, has_commit, epoch)."""
+    return cursor.next, cursor.committed, cursor.has_commit, cursor.epoch
+
+
+# -- clamp and Lease -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sequence", "head", "tail", "expected"),
+    [
+        (5, 3, 10, 5),
+        (2, 3, 10, 2),  # head - 1 is in range: "before the oldest"
+        (1, 3, 10, 2),
+        (-1, 3, 10, 2),
+        (10, 3, 10, 10),
+        (11, 3, 10, 10),
+        (99, 0, -1, -1),  # empty fresh channel: only -1
+        (-5, 0, -1, -1),
+        (7, 8, 7, 7),  # empty after eviction: head - 1 == tail
+    ],
+)
+def test_clamp_keeps_a_position_within_head_minus_one_and_tail(
+    sequence: int, head: int, tail: int, expected: int
+) -> None:
+    assert clamp(sequence, head, tail) == expected
+
+
+def test_lease_is_frozen_hashable_comparable_and_picklable() -> None:
+    lease = Lease("m1", 3)
+    assert lease == Lease("m1", 3)
+    assert lease != Lease("m1", 4)
+    assert lease != Lease("m2", 3)
+    assert {lease, Lease("m1", 3)} == {lease}
+    assert pickle.loads(pickle.dumps(lease)) == lease
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lease.generation = 4  # type: ignore[misc]
+
+
+# -- a fresh cursor ----------------------------------------------------------
+
+
+def test_starting_at_reads_from_there_with_no_commit() -> None:
+    cursor = Cursor.starting_at(5)
+    assert state(cursor) == (5, 4, False, 0)
+    assert (cursor.owner, cursor.reset_floor, cursor.delivered_high) == (None, None, -1)
+    assert cursor.unacked == 0
+
+
+def test_delivered_moves_next_and_counts_unacked() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=4, next_sequence=5)
+    assert (cursor.next, cursor.delivered_high, cursor.unacked) == (5, 4, 5)
+    cursor.delivered(last=9, next_sequence=10)
+    assert (cursor.next, cursor.delivered_high, cursor.unacked) == (10, 9, 10)
+    # A delivery that ends lower (after a seek back) keeps the highest seen.
+    cursor.delivered(last=2, next_sequence=3)
+    assert (cursor.next, cursor.delivered_high) == (3, 9)
+
+
+def test_unacked_is_zero_when_the_commit_is_ahead_of_the_read_position() -> None:
+    cursor = Cursor(next=3, committed=10, has_commit=True)
+    assert cursor.unacked == 0
+
+
+# -- commit ------------------------------------------------------------------
+
+
+def test_commit_forward_moves_the_commit_and_nothing_else() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=9, next_sequence=10)
+    assert cursor.commit(4, tail=9) is COMMITTED
+    assert state(cursor) == (10, 4, True, 0)
+    assert cursor.unacked == 5
+    assert cursor.commit(9, tail=9) is COMMITTED
+    assert state(cursor) == (10, 9, True, 0)
+    assert cursor.unacked == 0
+
+
+def test_commit_at_or_below_the_commit_is_already_committed_and_moves_nothing() -> None:
+    cursor = Cursor.starting_at(0)
+    assert cursor.commit(6, tail=9) is COMMITTED
+    assert cursor.commit(6, tail=9) is ALREADY
+    assert cursor.commit(2, tail=9) is ALREADY
+    assert cursor.commit(-1, tail=9) is ALREADY
+    assert state(cursor) == (0, 6, True, 0)
+
+
+def test_commit_beyond_the_tail_is_rejected_and_moves_nothing() -> None:
+    cursor = Cursor.starting_at(0)
+    assert cursor.commit(10, tail=9) is REJECTED
+    assert state(cursor) == (0, -1, False, 0)
+    assert Cursor.starting_at(0).commit(0, tail=-1) is REJECTED
+
+
+def test_commit_at_the_start_point_of_a_fresh_cursor_records_a_commit() -> None:
+    cursor = Cursor.starting_at(5)  # committed == 4, not from a commit
+    assert cursor.commit(4, tail=9) is ALREADY
+    assert state(cursor) == (5, 4, True, 0)
+    other = Cursor.starting_at(5)
+    assert other.commit(1, tail=9) is ALREADY
+    assert state(other) == (5, 4, True, 0)  # nothing moved back
+
+
+def test_commit_does_not_need_a_prior_delivery_without_a_reset() -> None:
+    # The owner check happens in the channel; the cursor only guards the tail.
+    cursor = Cursor.starting_at(0)
+    assert cursor.commit(7, tail=9) is COMMITTED
+    assert cursor.committed == 7
+
+
+# -- reset -------------------------------------------------------------------
+
+
+def test_reset_moves_read_and_commit_and_bumps_the_epoch() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=19, next_sequence=20)
+    cursor.commit(15, tail=30)
+    assert cursor.reset(5, head=0, tail=30) == 5
+    assert state(cursor) == (6, 5, True, 1)
+    assert (cursor.reset_floor, cursor.delivered_high) == (5, 5)
+
+
+@pytest.mark.parametrize(("target", "expected"), [(-1, 9), (3, 9), (10, 10), (100, 30)])
+def test_reset_clamps_to_head_minus_one_and_tail(target: int, expected: int) -> None:
+    cursor = Cursor.starting_at(10)
+    assert cursor.reset(target, head=10, tail=30) == expected
+    assert (cursor.next, cursor.committed, cursor.reset_floor) == (
+        expected + 1,
+        expected,
+        expected,
+    )
+
+
+def test_commit_received_before_a_reset_is_rejected() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=19, next_sequence=20)  # 0..19 received before the reset
+    cursor.reset(10, head=0, tail=30)
+    # Below the reset point: received before it, would undo it.
+    assert cursor.commit(9, tail=30) is REJECTED
+    assert cursor.commit(0, tail=30) is REJECTED
+    # Above the reset point but not delivered since: a late commit of an old delivery.
+    assert cursor.commit(15, tail=30) is REJECTED
+    assert cursor.commit(11, tail=30) is REJECTED
+    assert state(cursor) == (11, 10, True, 1)
+    # The reset point itself is where the commit already is.
+    assert cursor.commit(10, tail=30) is ALREADY
+
+
+def test_commit_delivered_after_a_reset_is_accepted() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=19, next_sequence=20)
+    cursor.reset(10, head=0, tail=30)
+    cursor.delivered(last=13, next_sequence=14)  # 11..13 received after the reset
+    assert cursor.commit(12, tail=30) is COMMITTED
+    assert cursor.commit(13, tail=30) is COMMITTED
+    assert cursor.commit(14, tail=30) is REJECTED  # not delivered yet
+    assert cursor.commit(12, tail=30) is ALREADY
+    assert cursor.commit(9, tail=30) is REJECTED
+    assert state(cursor) == (14, 13, True, 1)
+
+
+def test_second_reset_fences_deliveries_made_between_the_resets() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.reset(10, head=0, tail=30)
+    cursor.delivered(last=15, next_sequence=16)
+    cursor.reset(12, head=0, tail=30)
+    assert (cursor.reset_floor, cursor.delivered_high, cursor.epoch) == (12, 12, 2)
+    assert cursor.commit(14, tail=30) is REJECTED
+    assert cursor.commit(11, tail=30) is REJECTED
+
+
+# -- seek --------------------------------------------------------------------
+
+
+def test_seek_forward_moves_the_read_position_but_not_the_commit() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=4, next_sequence=5)
+    cursor.commit(3, tail=20)
+    assert cursor.seek(12, head=0, tail=20, commit=False) == 12
+    assert state(cursor) == (13, 3, True, 1)
+
+
+def test_seek_back_before_the_commit_rolls_the_commit_back() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=9, next_sequence=10)
+    cursor.commit(8, tail=20)
+    assert cursor.seek(5, head=0, tail=20, commit=False) == 5
+    assert state(cursor) == (6, 5, True, 1)
+
+
+def test_seek_back_but_not_before_the_commit_keeps_the_commit() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=9, next_sequence=10)
+    cursor.commit(4, tail=20)
+    assert cursor.seek(4, head=0, tail=20, commit=False) == 4
+    assert state(cursor) == (5, 4, True, 1)
+    assert cursor.seek(7, head=0, tail=20, commit=False) == 7
+    assert state(cursor) == (8, 4, True, 2)
+
+
+def test_seek_with_commit_sets_the_commit_either_way() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.commit(4, tail=20)
+    assert cursor.seek(15, head=0, tail=20, commit=True) == 15
+    assert state(cursor) == (16, 15, True, 1)
+    assert cursor.seek(2, head=0, tail=20, commit=True) == 2
+    assert state(cursor) == (3, 2, True, 2)
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [(-1, 4), (0, 4), (4, 4), (5, 5), (20, 20), (21, 20), (10_000, 20)],
+)
+def test_seek_clamps_to_head_minus_one_and_tail(target: int, expected: int) -> None:
+    cursor = Cursor.starting_at(5)
+    assert cursor.seek(target, head=5, tail=20, commit=False) == expected
+    assert cursor.next == expected + 1
+
+
+def test_seek_on_an_empty_channel_lands_before_the_first() -> None:
+    cursor = Cursor.starting_at(0)
+    assert cursor.seek(10, head=0, tail=-1, commit=True) == -1
+    assert state(cursor) == (0, -1, True, 1)
+
+
+def test_every_seek_reset_and_grant_bumps_the_epoch() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.seek(3, head=0, tail=9, commit=False)
+    cursor.seek(3, head=0, tail=9, commit=False)  # even when nothing moves
+    cursor.reset(2, head=0, tail=9)
+    cursor.grant(Lease("m", 1))
+    cursor.grant(None)
+    assert cursor.epoch == 5
+    cursor.commit(1, tail=9)
+    cursor.delivered(last=5, next_sequence=6)
+    cursor.skip_to_head(8)
+    assert cursor.epoch == 5  # commits, deliveries and skips do not
+
+
+def test_seek_after_a_reset_makes_later_deliveries_committable() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=19, next_sequence=20)
+    cursor.reset(10, head=0, tail=30)
+    assert cursor.seek(20, head=0, tail=30, commit=False) == 20
+    cursor.delivered(last=22, next_sequence=23)
+    assert cursor.commit(22, tail=30) is COMMITTED
+    assert cursor.commit(25, tail=30) is REJECTED  # not delivered yet
+    assert cursor.commit(9, tail=30) is REJECTED  # below the reset point
+
+
+# -- grant and skip_to_head --------------------------------------------------
+
+
+def test_grant_resumes_after_the_last_commit() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=9, next_sequence=10)
+    cursor.commit(6, tail=9)
+    lease = Lease("m2", 4)
+    cursor.grant(lease)
+    assert cursor.owner == lease
+    assert state(cursor) == (7, 6, True, 1)
+    assert cursor.unacked == 0
+    cursor.grant(None)
+    assert cursor.owner is None
+    assert state(cursor) == (7, 6, True, 2)
+
+
+def test_grant_without_a_commit_resumes_at_the_start_point() -> None:
+    cursor = Cursor.starting_at(3)
+    cursor.delivered(last=8, next_sequence=9)
+    cursor.grant(Lease("m", 1))
+    assert state(cursor) == (3, 2, False, 1)
+
+
+def test_skip_to_head_moves_a_cursor_that_fell_below_the_head() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=2, next_sequence=3)
+    cursor.commit(1, tail=10)
+    assert cursor.skip_to_head(8) == 5
+    assert state(cursor) == (8, 7, True, 0)
+
+
+def test_skip_to_head_keeps_a_commit_already_at_or_above_the_head() -> None:
+    cursor = Cursor(next=3, committed=9, has_commit=True)
+    assert cursor.skip_to_head(8) == 5
+    assert (cursor.next, cursor.committed) == (8, 9)
+
+
+@pytest.mark.parametrize("head", [0, 4, 5])
+def test_skip_to_head_is_a_no_op_when_not_below_the_head(head: int) -> None:
+    cursor = Cursor.starting_at(5)
+    assert cursor.skip_to_head(head) == 0
+    assert state(cursor) == (5, 4, False, 0)

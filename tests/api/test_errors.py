@@ -1,0 +1,130 @@
+"""Unit tests of the error hierarchy (no Ray cluster): stdlib bases, pickling, unwrapping."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import ray.exceptions
+
+import raytopic.errors as errors
+from raytopic.errors import (
+    ClosedError,
+    GroupNotFoundError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    NotOwnerError,
+    PositionMismatchError,
+    PublisherClosedError,
+    ResetInProgressError,
+    StaleSequenceError,
+    SubscriberClosedError,
+    TopicError,
+    TopicExistsError,
+    TopicFullError,
+    TopicNotFoundError,
+    unwrap_ray_error,
+)
+
+SIMPLE = [
+    TopicNotFoundError,
+    TopicExistsError,
+    GroupNotFoundError,
+    NotOwnerError,
+    ClosedError,
+    SubscriberClosedError,
+    PublisherClosedError,
+    TopicFullError,
+    ResetInProgressError,
+    InvalidArgumentError,
+    PositionMismatchError,
+    InvalidTypeError,
+]
+
+
+def test_every_exported_error_is_a_topic_error() -> None:
+    exported = [getattr(errors, name) for name in errors.__all__ if name.endswith("Error")]
+    assert set(exported) == {*SIMPLE, StaleSequenceError, TopicError}
+    for error in exported:
+        assert issubclass(error, TopicError)
+        assert issubclass(error, Exception)
+    assert TopicError.__bases__ == (Exception,)
+
+
+@pytest.mark.parametrize(
+    ("error", "stdlib"),
+    [
+        (TopicNotFoundError, LookupError),
+        (GroupNotFoundError, LookupError),
+        (InvalidArgumentError, ValueError),
+        (PositionMismatchError, ValueError),
+        (InvalidTypeError, TypeError),
+    ],
+)
+def test_errors_also_inherit_the_stdlib_class_users_catch(
+    error: type[TopicError], stdlib: type[Exception]
+) -> None:
+    assert issubclass(error, stdlib)
+    with pytest.raises(stdlib):
+        raise error("x")
+
+
+def test_the_narrower_errors_sit_under_their_families() -> None:
+    assert issubclass(SubscriberClosedError, ClosedError)
+    assert issubclass(PublisherClosedError, ClosedError)
+    assert issubclass(PositionMismatchError, InvalidArgumentError)
+    for error in (
+        TopicExistsError,
+        NotOwnerError,
+        TopicFullError,
+        ResetInProgressError,
+        StaleSequenceError,
+        ClosedError,
+    ):
+        assert not issubclass(error, (LookupError, ValueError, TypeError))
+    assert not issubclass(InvalidTypeError, ValueError)
+    assert not issubclass(InvalidArgumentError, TypeError)
+
+
+@pytest.mark.parametrize("error", SIMPLE)
+def test_simple_errors_pickle_round_trip(error: type[TopicError]) -> None:
+    original = error("topic 'orders' says no")
+    again = pickle.loads(pickle.dumps(original))
+    assert type(again) is error
+    assert str(again) == "topic 'orders' says no"
+    assert again.args == original.args
+
+
+def test_stale_sequence_error_carries_head_and_skipped() -> None:
+    error = StaleSequenceError("sequence 3 is below the head 10", head_sequence=10, skipped=7)
+    assert (error.head_sequence, error.skipped) == (10, 7)
+    assert str(error) == "sequence 3 is below the head 10"
+    assert StaleSequenceError("read below the head", 4).skipped == 0
+
+
+@pytest.mark.parametrize("skipped", [0, 7])
+def test_stale_sequence_error_pickles_with_its_fields(skipped: int) -> None:
+    original = StaleSequenceError("below the head", head_sequence=10, skipped=skipped)
+    again = pickle.loads(pickle.dumps(original))
+    assert type(again) is StaleSequenceError
+    assert (again.head_sequence, again.skipped, str(again)) == (10, skipped, "below the head")
+
+
+def test_unwrap_ray_error_reraises_the_topic_error_itself() -> None:
+    cause = NotOwnerError("member m1 does not own channel 3")
+    wrapped = ray.exceptions.RayTaskError("commit", "traceback text", cause)
+    with pytest.raises(NotOwnerError) as raised, unwrap_ray_error():
+        raise wrapped
+    assert raised.value is cause
+    assert raised.value.__cause__ is wrapped
+
+
+def test_unwrap_ray_error_leaves_other_errors_alone() -> None:
+    wrapped = ray.exceptions.RayTaskError("f", "traceback text", ZeroDivisionError("boom"))
+    with pytest.raises(ray.exceptions.RayTaskError) as raised, unwrap_ray_error():
+        raise wrapped
+    assert raised.value is wrapped
+    with pytest.raises(KeyError), unwrap_ray_error():
+        raise KeyError("plain")
+    with unwrap_ray_error():
+        pass

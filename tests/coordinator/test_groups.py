@@ -1,0 +1,256 @@
+"""Unit tests of subscriber groups (no Ray): membership, generations, leases, timeouts, views."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raytopic.actors.cursors import Lease
+from raytopic.coordinator.groups import Group, MemberView, Rebalance
+
+
+def owners(group: Group) -> dict[int, str | None]:
+    return {channel: group.owner(channel) for channel in range(group.channel_count)}
+
+
+def held_by(leases: dict[int, Lease | None], member: str) -> dict[int, Lease]:
+    return {c: lease for c, lease in leases.items() if lease and lease.member_id == member}
+
+
+# -- examples ------------------------------------------------------------------
+
+
+def test_a_new_group_has_no_members_and_no_owners() -> None:
+    group = Group("g", 4)
+    assert (group.generation, group.version, group.members, group.leases) == (0, 0, {}, {})
+    assert owners(group) == {0: None, 1: None, 2: None, 3: None}
+    assert group.channels_of("a") == {}
+    assert group.view("a") is None
+
+
+def test_the_first_member_gets_every_channel_under_a_new_generation() -> None:
+    group = Group("g", 4)
+    rebalance = group.join("a", timeout=30.0, home=2, now=100.0)
+    lease = Lease("a", 1)
+    assert rebalance == Rebalance({0: lease, 1: lease, 2: lease, 3: lease}, ("a",))
+    assert (group.generation, group.version) == (1, 1)
+    member = group.members["a"]
+    assert (member.generation, member.timeout, member.home, member.last_seen) == (1, 30.0, 2, 100.0)
+    assert group.view("a") == MemberView("a", 1, 1, {0: lease, 1: lease, 2: lease, 3: lease}, {})
+
+
+def test_a_join_moves_only_the_newcomers_channels_under_new_leases() -> None:
+    group = Group("g", 4)
+    group.join("a", 30.0, 0, 0.0)
+    rebalance = group.join("b", 30.0, 1, 1.0)
+    assert group.generation == 2
+    assert rebalance.grants == {2: Lease("b", 2), 3: Lease("b", 2)}
+    assert rebalance.members == ("a", "b")
+    assert group.channels_of("a") == {0: Lease("a", 1), 1: Lease("a", 1)}  # untouched
+    assert group.channels_of("b") == {2: Lease("b", 2), 3: Lease("b", 2)}
+    assert group.view("b").generation == 2
+    assert group.view("a").generation == 1
+
+
+def test_a_leave_hands_over_only_the_leavers_channels() -> None:
+    group = Group("g", 4)
+    group.join("a", 30.0, 0, 0.0)
+    group.join("b", 30.0, 1, 0.0)
+    rebalance = group.leave("b")
+    assert rebalance == Rebalance({2: Lease("a", 3), 3: Lease("a", 3)}, ("a", "b"))
+    assert group.generation == 3
+    assert group.channels_of("a") == {
+        0: Lease("a", 1),
+        1: Lease("a", 1),
+        2: Lease("a", 3),
+        3: Lease("a", 3),
+    }
+    assert group.view("b") is None
+
+
+def test_the_last_leave_leaves_every_channel_unowned() -> None:
+    group = Group("g", 2)
+    group.join("a", 30.0, 0, 0.0)
+    assert group.leave("a") == Rebalance({0: None, 1: None}, ("a",))
+    assert owners(group) == {0: None, 1: None}
+    assert group.generation == 2
+
+
+def test_leaving_when_not_a_member_changes_nothing() -> None:
+    group = Group("g", 2)
+    group.join("a", 30.0, 0, 0.0)
+    assert group.leave("zz") is None
+    assert (group.generation, group.version) == (1, 1)
+    assert group.leave("a") is not None
+    assert group.leave("a") is None
+    assert (group.generation, group.version) == (2, 2)
+
+
+def test_a_rejoining_member_never_keeps_an_old_lease() -> None:
+    group = Group("g", 4)
+    group.join("a", 30.0, 0, 0.0)
+    group.join("b", 30.0, 0, 0.0)
+    rebalance = group.join("a", 60.0, 3, 5.0)  # rejoin: new generation, new leases
+    assert group.generation == 3
+    assert rebalance.grants == {0: Lease("a", 3), 1: Lease("a", 3)}
+    assert rebalance.members == ("a",)
+    assert group.channels_of("a") == {0: Lease("a", 3), 1: Lease("a", 3)}
+    assert group.channels_of("b") == {2: Lease("b", 2), 3: Lease("b", 2)}
+    member = group.members["a"]
+    assert (member.generation, member.timeout, member.home, member.last_seen) == (3, 60.0, 3, 5.0)
+
+
+def test_a_member_beyond_the_channel_count_owns_nothing_but_hears_of_its_join() -> None:
+    group = Group("g", 1)
+    group.join("a", 30.0, 0, 0.0)
+    rebalance = group.join("b", 30.0, 0, 0.0)
+    assert rebalance == Rebalance({}, ("b",))
+    assert group.view("b") == MemberView("b", 2, 2, {}, {})
+    assert group.channels_of("a") == {0: Lease("a", 1)}
+
+
+def test_touch_records_a_heartbeat_of_members_only() -> None:
+    group = Group("g", 2)
+    group.join("a", 10.0, 0, 0.0)
+    assert group.touch("a", 7.5) is True
+    assert group.members["a"].last_seen == 7.5
+    assert group.touch("b", 7.5) is False
+    assert (group.generation, group.version) == (1, 1)
+
+
+def test_expire_removes_members_silent_longer_than_their_timeout() -> None:
+    group = Group("g", 4)
+    group.join("a", 10.0, 0, 0.0)
+    group.join("b", 10.0, 0, 0.0)
+    group.join("c", 100.0, 0, 0.0)
+    group.touch("b", 5.0)
+    assert group.expire(10.0) == ([], None)  # exactly the timeout: still alive
+    assert group.generation == 3
+    expired, rebalance = group.expire(12.0)
+    assert expired == ["a"]
+    assert group.generation == 4
+    # a held 0 and 1, b held 2, c held 3: only a's channels move.
+    assert rebalance == Rebalance({0: Lease("b", 4), 1: Lease("c", 4)}, ("a", "b", "c"))
+    assert group.view("a") is None
+    assert group.touch("a", 12.0) is False
+    expired, rebalance = group.expire(15.5)
+    assert expired == ["b"]
+    assert rebalance == Rebalance({0: Lease("c", 5), 2: Lease("c", 5)}, ("b", "c"))
+    assert group.channels_of("c") == {
+        0: Lease("c", 5),
+        1: Lease("c", 4),
+        2: Lease("c", 5),
+        3: Lease("c", 3),
+    }
+
+
+def test_expire_of_several_members_at_once_bumps_the_generation_once() -> None:
+    group = Group("g", 3)
+    for member in ("a", "b", "c"):
+        group.join(member, 1.0, 0, 0.0)
+    expired, rebalance = group.expire(2.0)
+    assert sorted(expired) == ["a", "b", "c"]
+    assert group.generation == 4
+    assert rebalance == Rebalance({0: None, 1: None, 2: None}, ("a", "b", "c"))
+
+
+def test_view_epochs_are_a_copy_of_the_groups_reset_epochs() -> None:
+    group = Group("g", 2)
+    group.join("a", 30.0, 0, 0.0)
+    group.epochs[1] = 7
+    view = group.view("a")
+    assert view.epochs == {1: 7}
+    group.epochs[1] = 8
+    assert view.epochs == {1: 7}
+
+
+# -- properties ----------------------------------------------------------------
+
+POOL = ["a", "b", "c", "d", "e", "f"]
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("join"), st.sampled_from(POOL)),
+        st.tuples(st.just("leave"), st.sampled_from(POOL)),
+        st.tuples(st.just("touch"), st.sampled_from(POOL)),
+        st.tuples(st.just("tick"), st.integers(1, 8)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), operations)
+def test_membership_changes_keep_leases_fenced_and_balanced(
+    channel_count: int, ops: list[tuple[str, object]]
+) -> None:
+    group = Group("g", channel_count)
+    now = 0.0
+    for op, arg in ops:
+        before_owners = owners(group)
+        before_leases = dict(group.leases)
+        before_generation, before_version = group.generation, group.version
+        rebalance: Rebalance | None = None
+        involved: set[str] = set()
+        if op == "join":
+            rebalance = group.join(str(arg), timeout=10.0, home=0, now=now)
+            involved = {str(arg)}
+        elif op == "leave":
+            was_member = arg in group.members
+            rebalance = group.leave(str(arg))
+            assert (rebalance is None) == (not was_member)
+            involved = {str(arg)}
+        elif op == "touch":
+            assert group.touch(str(arg), now) == (arg in group.members)
+        else:
+            now += float(arg)  # type: ignore[arg-type]
+            expired, rebalance = group.expire(now)
+            assert (rebalance is None) == (not expired)
+            involved = set(expired)
+            assert not involved & set(group.members)
+
+        if rebalance is None:
+            assert (group.generation, group.version) == (before_generation, before_version)
+            assert group.leases == before_leases
+            continue
+        # Generations only grow, one step per membership change.
+        assert group.generation == before_generation + 1
+        assert group.version == before_version + 1
+        # Every channel that changed owner (or lost its lease) got a new lease now...
+        after_owners = owners(group)
+        for channel in range(channel_count):
+            lease = group.leases.get(channel)
+            if channel in rebalance.grants:
+                assert rebalance.grants[channel] == lease
+                assert lease is None or lease.generation == group.generation
+            else:
+                assert lease == before_leases.get(channel)
+            if after_owners[channel] != before_owners[channel]:
+                assert channel in rebalance.grants
+        # ... and the members told are those whose channels changed, plus the one(s) involved.
+        changed = {
+            member
+            for member in set(group.members) | set(before_owners.values()) - {None}
+            if held_by(group.leases, member) != held_by(before_leases, member)
+        }
+        assert set(rebalance.members) == changed | involved
+        assert list(rebalance.members) == sorted(rebalance.members)
+        # Owners are live members; a member never holds a lease older than its join.
+        for lease in group.leases.values():
+            if lease is not None:
+                member = group.members[lease.member_id]
+                assert member.generation <= lease.generation <= group.generation
+        if group.members:
+            held = [len(group.channels_of(m)) for m in group.members]
+            assert sum(held) == channel_count
+            assert max(held) - min(held) <= 1
+        else:
+            assert set(after_owners.values()) == {None}
+        for member_id, member in group.members.items():
+            view = group.view(member_id)
+            assert view is not None
+            assert (view.member_id, view.generation, view.version) == (
+                member_id,
+                member.generation,
+                group.version,
+            )
+            assert view.leases == group.channels_of(member_id)
