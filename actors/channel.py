@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -86,7 +87,7 @@ class ChannelActor:
     def __init__(self, config: TopicConfig, channel: int) -> None:
         self._config = config
         self._channel = channel
-        self._ring = RingBuffer(config.capacity, config.ttl)
+        self._ring = RingBuffer(config.capacity, config.ttl, clock=_stamp_clock)
         self._readers: dict[str, _Reader] = {}
         self._groups: dict[str, Cursor] = {}
         self._publishers: dict[str, _PublisherTrack] = {}
@@ -482,9 +483,18 @@ class ChannelActor:
             await self._wait_change(min(left, _POLL_INTERVAL if self._config.ttl else left))
 
     def cursor_state(self, reader_id: str, fence: Any = None) -> CursorState:
-        """The reader's cursor (for heads, tails, remaining messages, last commits)."""
+        """The reader's cursor (for heads, tails, remaining messages, last commits).
+
+        A cursor left below the head (its next elements were overwritten or
+        expired) reports the head as its next: that is what it reads next, and
+        what was removed is not "remaining".
+        """
         reader = self._reader(reader_id)
-        return self._state(self._cursor_of(reader, fence, check=fence is not None))
+        state = self._state(self._cursor_of(reader, fence, check=fence is not None))
+        head = self._ring.head
+        if state.next < head:
+            state = dataclasses.replace(state, next=head)
+        return state
 
     def commit(self, reader_id: str, sequence: int, fence: Any) -> CommitResult:
         """Commit ``sequence`` (and every earlier one) for the reader or its group."""
@@ -631,6 +641,20 @@ class ChannelActor:
         session.update_view(version, owned)
         return True
 
+    def interrupt_receives(self, reader_id: str, stream: str, upto: int) -> None:
+        """A handle abandons its receives of ``stream`` numbered up to ``upto``: they
+        stop waiting (see ReceiveSession.interrupt)."""
+        session = self._sessions.get(reader_id)
+        if session is not None:
+            session.interrupt(stream, upto)
+
+    async def settle_receives(self, reader_id: str, stream: str, upto: int) -> None:
+        """Wait until a handle's receives up to ``upto`` finished or wait for data
+        (see ReceiveSession.settle); a seek goes after them."""
+        session = self._sessions.get(reader_id)
+        if session is not None:
+            await session.settle(stream, upto)
+
     async def receive(
         self, reader_id: str, stream: str, number: int, max_count: int, single: bool
     ) -> ReceivedBatch:
@@ -648,6 +672,17 @@ class ChannelActor:
     def ping(self) -> int:
         """Cheap liveness probe; returns the channel number."""
         return self._channel
+
+
+def _stamp_clock() -> float:
+    """Now, in whole microseconds: the resolution of the datetimes users see.
+
+    An element's ``timestamp`` (and its PublishStatus's) is a datetime, which
+    keeps microseconds; a finer stamp would round, and ``seek(c, t)`` with an
+    element's own timestamp would then land before that element instead of
+    after it.
+    """
+    return round(time.time(), 6)
 
 
 def _remote_caller(handle: Any) -> Callable[..., Any]:

@@ -25,7 +25,7 @@ import ray
 
 from raytopic.actors.turns import Turns
 from raytopic.actors.wire import Delivery, ReceivedBatch
-from raytopic.errors import NotOwnerError, StaleSequenceError, TopicError
+from raytopic.errors import NotOwnerError, StaleSequenceError, SubscriberClosedError, TopicError
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,12 @@ __all__ = ["ChannelLink", "CursorState", "ReceiveSession", "SessionSpec"]
 
 WATCH_TIMEOUT = 10.0
 """Seconds a watch waits at a channel before it reports back unchanged."""
+
+_SETTLE_POLL = 0.002
+"""Seconds between looks while a seek waits for earlier receives to finish."""
+
+_SETTLE_GAP = 5.0
+"""Seconds a seek waits for an earlier receive that has not reached the session."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +124,9 @@ class ReceiveSession:
         self._wake = asyncio.Event()
         self._turns = Turns()
         self._next_channel = 0
+        self._interrupted: dict[str, int] = {}  # stream -> receives up to it stop waiting
+        self._waiting: dict[str, int] = {}  # stream -> its receive now waiting for a change
+        self._started: dict[str, int] = {}  # stream -> the last receive that got its turn
         self.closed = False
 
     # -- control -------------------------------------------------------------
@@ -139,6 +148,14 @@ class ReceiveSession:
             self._known.pop(channel, None)
         self._poke()
 
+    def interrupt(self, stream: str, upto: int) -> None:
+        """Receives of ``stream`` numbered up to ``upto`` stop waiting and complete
+        with what there is now (its handle abandons them; ``ray.cancel`` would be
+        unsafe: it can drop the reply of a receive that already took elements)."""
+        if upto > self._interrupted.get(stream, -1):
+            self._interrupted[stream] = upto
+        self._poke()
+
     def close(self) -> None:
         """End the session: waiting receives complete empty, watchers stop."""
         self.closed = True
@@ -154,6 +171,8 @@ class ReceiveSession:
     ) -> ReceivedBatch:
         """Serve one receive: up to ``max_count`` elements from one owned channel."""
         async with self._turns.turn(stream, number):
+            self._started[stream] = number  # running while it is still the stream's turn
+            rechecked = False
             while not self.closed:
                 room = self._room()
                 if room > 0:
@@ -166,9 +185,45 @@ class ReceiveSession:
                         await asyncio.sleep(0)
                         continue
                 if self.spec.complete_on_empty and not self._maybe_available():
+                    if room > 0 and not rechecked:
+                        # What this session knows may be stale (no watcher keeps
+                        # it fresh between receives): look at every owned
+                        # channel once before answering "empty".
+                        rechecked = True
+                        delivery = await self._take_each(min(max_count, room))
+                        if delivery is not None:
+                            return ReceivedBatch((delivery,), single)
+                        continue
                     break
-                await self._wait_for_change(window_full=room <= 0)
+                if number <= self._interrupted.get(stream, -1):
+                    break  # abandoned by its handle: nothing to wait for
+                self._waiting[stream] = number
+                try:
+                    await self._wait_for_change(window_full=room <= 0)
+                finally:
+                    self._waiting.pop(stream, None)
             return ReceivedBatch((), single)
+
+    async def settle(self, stream: str, upto: int) -> None:
+        """Return once every receive of ``stream`` numbered up to ``upto`` has finished,
+        or waits for data (it has taken nothing, and those after it have not run).
+
+        A seek calls this first, so receives sent before it complete before it
+        takes effect, and only receives that found nothing see the new position.
+        """
+        loop = asyncio.get_running_loop()
+        absent_since = None
+        while not self.closed:
+            turn = self._turns.expected(stream)
+            if turn > upto or self._waiting.get(stream) == turn:
+                return
+            if self._started.get(stream) == turn:
+                absent_since = None  # running: it finishes or comes to wait
+            elif absent_since is None:
+                absent_since = loop.time()
+            elif loop.time() - absent_since > _SETTLE_GAP:
+                return  # never arrived (cancelled on its way): do not wait for it
+            await asyncio.sleep(_SETTLE_POLL)
 
     def _room(self) -> int:
         window = self.spec.window
@@ -205,6 +260,16 @@ class ReceiveSession:
                 return delivery
         return None
 
+    async def _take_each(self, max_count: int) -> Delivery | None:
+        """Take from every owned channel in turn, whatever is known of it."""
+        for channel in sorted(self._owned):
+            if channel not in self._owned:
+                continue  # lost while this loop awaited a take
+            delivery = await self._take(channel, max_count)
+            if delivery is not None and delivery.count:
+                return delivery
+        return None
+
     async def _take(self, channel: int, max_count: int) -> Delivery | None:
         link = self._links[channel]
         fence = self._owned[channel]
@@ -213,7 +278,9 @@ class ReceiveSession:
                 delivery = await link.take(self.spec.reader_id, fence, max_count)
             else:
                 delivery = await self._take_remote(link, fence, max_count)
-        except NotOwnerError:
+        except (NotOwnerError, SubscriberClosedError):
+            # Lost the channel, or the reader is being closed there (close(),
+            # destroy_group): the home's own close ends this receive with None.
             self._drop(channel)
             return None
         except StaleSequenceError:

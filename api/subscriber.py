@@ -33,6 +33,7 @@ from raytopic.actors.receiver import CursorState, SessionSpec
 from raytopic.actors.wire import ReaderSpec
 from raytopic.config import Start, check_name, check_positive_int, check_timeout
 from raytopic.errors import (
+    GroupNotFoundError,
     InvalidTypeError,
     NotOwnerError,
     StaleSequenceError,
@@ -225,7 +226,9 @@ class Subscriber:
         self._check_open()
         if self._group is None:
             return tuple(range(self.channel_count))
-        self._sync(force=True)
+        # Learn the current view, but do not rejoin: a timed-out member owns
+        # nothing until its next receive or heartbeat.
+        self._sync(force=True, rejoin=False)
         return tuple(sorted(self._leases))
 
     def is_owner(self, channel: int) -> bool:
@@ -281,17 +284,20 @@ class Subscriber:
     def _reclaim_iteration(self, count: int) -> list[Element]:
         """Elements an abandoned iteration prefetched come first, in order.
 
-        Its receives still waiting are cancelled (a cancelled receive takes
-        nothing); the ones that completed are buffered. The result is put in
-        the object store by this process, so this process owns it.
+        Its receives still waiting are told to stop waiting, and what each
+        returns is buffered. (Not ``ray.cancel``: a cancel that lands just after
+        a receive took its elements drops the reply, and the elements with it.)
+        The result is put in the object store by this process, so this process
+        owns it.
         """
         if self._prefetched:
             pending = list(self._prefetched)
             self._prefetched.clear()
+            with self._lock:
+                last = self._next_request - 1  # the iteration's receives are the latest
+            self._home.interrupt_receives.remote(self._id, self._stream, last)
             for ref in pending:
-                ray.cancel(ref, recursive=False)  # the session's watchers are shared
-            for ref in pending:
-                with contextlib.suppress(ray.exceptions.TaskCancelledError, SubscriberClosedError):
+                with contextlib.suppress(SubscriberClosedError):
                     self._buffer.extend(self._call(ref) or ())
         taken: list[Element] = []
         while self._buffer and len(taken) < count:
@@ -337,13 +343,16 @@ class Subscriber:
 
     def _receive(self, count: int, single: bool) -> Any:
         self._check_open()
+        if self._group is not None:
+            # Heartbeat first: a timed-out member rejoins before its receive
+            # reaches its session, which would otherwise find no channels.
+            self._sync(force=False)
         with self._lock:
             number = self._next_request
             self._next_request += 1
         ref = self._home.receive.remote(self._id, self._stream, number, count, single)
         if self._group is not None:
             self._outstanding.append(ref)
-            self._sync(force=False)
         return ref
 
     def __iter__(self) -> Iterator[Element]:
@@ -401,6 +410,12 @@ class Subscriber:
     ) -> Position:
         fence = self._fence(channel, required=True)
         actor = self._topic._channel_actors[channel]
+        with self._lock:
+            last = self._next_request - 1
+        if last >= 0:
+            # Receives sent before the seek complete before it takes effect
+            # (unless they wait for data: those see the new position).
+            self._call(self._home.settle_receives.remote(self._id, self._stream, last))
         sequence, epoch = self._call(actor.seek.remote(self._id, fence, target, by_time, commit))
         with self._lock:
             # What an iteration prefetched before the seek carries an older
@@ -473,7 +488,8 @@ class Subscriber:
             raise InvalidTypeError(f"position must be a Position, got {type(position).__name__}")
         position.check_belongs(self._topic.topic_id, channel)
         actor = self._topic._channel_actors[channel]
-        return actor.commit.remote(self._id, position.sequence, self._fence(channel))
+        fence = self._fence(channel, refresh=True)
+        return actor.commit.remote(self._id, position.sequence, fence)
 
     # -- membership ----------------------------------------------------------------
 
@@ -483,19 +499,27 @@ class Subscriber:
         if self._group is not None:
             self._sync(force=True)
 
-    def _fence(self, channel: int, *, required: bool = False) -> Lease | None:
+    def _fence(
+        self, channel: int, *, required: bool = False, refresh: bool = False
+    ) -> Lease | None:
+        """This member's lease on ``channel``; not known here: ask the coordinator
+        (the session may already read a channel the handle has not heard of)."""
         if self._group is None:
             return None
         lease = self._leases.get(channel)
-        if lease is None and required:
-            self._sync(force=True)
+        if lease is None and (required or refresh):
+            self._sync(force=True, rejoin=False)
             lease = self._leases.get(channel)
-            if lease is None:
+            if lease is None and required:
                 raise NotOwnerError(f"channel {channel} is not owned by this subscriber")
         return lease
 
-    def _sync(self, *, force: bool) -> None:
-        """Heartbeat and learn the current view (rate-limited unless forced)."""
+    def _sync(self, *, force: bool, rejoin: bool = True) -> None:
+        """Heartbeat and learn the current view (rate-limited unless forced).
+
+        With ``rejoin=False`` it only reads the view: no heartbeat, and a
+        timed-out member learns it lost its channels but does not rejoin.
+        """
         if self._closed or self._group is None:
             return
         now = time.monotonic()
@@ -503,13 +527,19 @@ class Subscriber:
             return
         coordinator = self._topic._coordinator
         with self._lock:
-            self._last_sync = now
-            view = self._call(
-                coordinator.heartbeat.remote(self._group, self._id, self._view_version)
-            )
+            if rejoin:
+                self._last_sync = now
+            try:
+                view = self._call(
+                    coordinator.heartbeat.remote(self._group, self._id, self._view_version, rejoin)
+                )
+            except GroupNotFoundError as error:
+                raise SubscriberClosedError(f"group {self._group!r} was destroyed") from error
             if view is None:
                 # Timed out: the channels are gone; rejoin with a new generation.
                 self._apply_lost()
+                if not rejoin:
+                    return
                 view = self._call(
                     coordinator.join.remote(
                         self._group, self._id, self._timeout, self._home_channel
@@ -521,6 +551,8 @@ class Subscriber:
 
     def _apply_lost(self) -> None:
         lost = frozenset(self._leases)
+        if not lost:
+            return  # told already (or it owned nothing)
         self._leases = {}
         self._notify(OwnershipChange(frozenset(), frozenset(), lost, frozenset()))
 
@@ -576,7 +608,13 @@ class Subscriber:
             pending = list(self._outstanding)
             if not pending:
                 continue
-            ready, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
+            try:
+                ready, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
+            except Exception as error:
+                if not ray.is_initialized():
+                    return  # Ray was shut down in this process: nothing to keep alive
+                logger.warning("heartbeat: could not check waiting receives: %s", error)
+                continue
             for ref in ready:
                 with contextlib.suppress(ValueError):
                     self._outstanding.remove(ref)
@@ -663,6 +701,9 @@ class _Iteration:
             if not buffer:
                 raise StopIteration
             return buffer.popleft()
+        # A group member learns of resets here too (rate-limited), so what it
+        # prefetched before a reset is dropped instead of handed out.
+        subscriber._sync(force=False)
         while True:
             while buffer:
                 element = buffer.popleft()

@@ -127,6 +127,20 @@ def _is_being_destroyed(config: TopicConfig) -> bool:
     return False
 
 
+def _wait_dead(actor: Any, timeout: float = _NAME_RELEASE_TIMEOUT) -> None:
+    """Wait until a killed actor is dead (bounded: a kill is not synchronous)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=max(0.1, deadline - time.monotonic()))
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            break
+        time.sleep(0.01)
+    logger.warning("actor %s still alive %.0f s after ray.kill", actor, timeout)
+
+
 def _warn_if_different(existing: TopicConfig, asked: TopicConfig) -> None:
     fields = ("channels", "capacity", "retain", "ttl", "overflow")
     different = [f for f in fields if getattr(existing, f) != getattr(asked, f)]
@@ -345,12 +359,18 @@ class Topic:
         return topic_stats(self._call(self._coordinator.describe))
 
     def destroy(self) -> None:
-        """Kill the topic's actors and free its name. Idempotent."""
+        """Kill the topic's actors and free its name. Idempotent.
+
+        Returns once the actors are dead (``ray.kill`` only asks), so from then
+        on ``get_topic`` and ``list_topics`` no longer see the topic.
+        """
         with contextlib.suppress(ray.exceptions.RayActorError):
             self._call(self._coordinator.shutdown)
-        for actor in self._channel_actors:
+        actors = (*self._channel_actors, self._coordinator)
+        for actor in actors:
             ray.kill(actor, no_restart=True)
-        ray.kill(self._coordinator, no_restart=True)
+        for actor in actors:
+            _wait_dead(actor)
 
     # -- helpers -------------------------------------------------------------------
 

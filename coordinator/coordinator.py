@@ -185,15 +185,20 @@ class CoordinatorActor:
                 await self._apply(state, change)
             self._homes.pop(member_id, None)
 
-    def heartbeat(self, group: str, member_id: str, known_version: int) -> MemberView | None:
+    def heartbeat(
+        self, group: str, member_id: str, known_version: int, touch: bool = True
+    ) -> MemberView | None:
         """Keep a member alive; return its view if it changed, else the same view cheaply.
 
         Returns None when the member is no longer one (timed out): it must rejoin.
+        With ``touch=False`` only the view is read (a ``channels`` read is no
+        sign of life).
         """
         state = self._groups.get(group)
         if state is None:
             raise GroupNotFoundError(f"group {group!r} does not exist")
-        if not state.touch(member_id, time.monotonic()):
+        alive = state.touch(member_id, time.monotonic()) if touch else member_id in state.members
+        if not alive:
             return None
         return state.view(member_id)
 

@@ -1,0 +1,436 @@
+"""Commits, seeks, flow control, retention and describe() of subscriber groups,
+against a real Ray (DESIGN 5.1, 5.3, 5.6; seed 000 commit and seek rules)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import ray
+
+import raytopic as rt
+
+COMMITTED = rt.CommitStatus.COMMITTED
+ALREADY = rt.CommitStatus.ALREADY_COMMITTED
+NOT_OWNER = rt.CommitStatus.NOT_OWNER
+REJECTED = rt.CommitStatus.REJECTED
+
+
+def _publish(topic: rt.Topic, values: list[Any]) -> list[rt.PublishStatus]:
+    with topic.publisher() as publisher:
+        futures = [publisher.publish(value) for value in values]
+        publisher.flush()
+    return [future.result() for future in futures]
+
+
+def _get(ref: Any) -> Any:
+    return ray.get(ref, timeout=30)
+
+
+def _drain(subscriber: rt.Subscriber, count: int) -> list[rt.Element]:
+    elements = [_get(subscriber.receive()) for _ in range(count)]
+    assert None not in elements
+    return elements
+
+
+def _only(subscriber: rt.Subscriber) -> int:
+    (channel,) = subscriber.channels
+    return channel
+
+
+def _group_channel(topic: rt.Topic, group: str, channel: int) -> rt.GroupChannelStats:
+    (stats,) = [c for c in topic.describe().groups[group].channels if c.channel == channel]
+    return stats
+
+
+@ray.remote(num_cpus=0)
+def _commit_element(element: rt.Element) -> rt.CommitResult:
+    return element.commit()
+
+
+@ray.remote(num_cpus=0)
+def _commit_element_ref(refs: list[Any]) -> rt.CommitResult:
+    return ray.get(refs[0]).commit()
+
+
+def test_commit_statuses_cumulative_owner_only(make_topic):
+    topic = make_topic(channels=2)
+    a = topic.subscriber(group="g", complete_on_empty=True)
+    b = topic.subscriber(group="g", complete_on_empty=True)
+    ca, cb = _only(a), _only(b)
+    _publish(topic, list(range(10)))  # five per channel, round robin
+    got = _drain(a, 3)
+    assert [(e.channel, e.sequence) for e in got] == [(ca, 0), (ca, 1), (ca, 2)]
+    _drain(b, 1)
+
+    assert a.last_committed() == {}
+    result = a.commit(ca, got[1].position)
+    assert result == rt.CommitResult(ca, got[1].position, COMMITTED)
+    assert a.last_committed() == {ca: got[1].position}
+    # Cumulative: position 1 commits 0 too.
+    assert a.commit(ca, got[0].position).status is ALREADY
+    assert a.commit(ca, got[1].position).status is ALREADY
+    # A position never published is REJECTED; nothing moves.
+    assert a.commit(ca, topic.position(ca, 5)).status is REJECTED
+    assert a.commit(ca, topic.position(ca, 1000)).status is REJECTED
+    assert a.last_committed() == {ca: got[1].position}
+    # Only the owner commits; a non-owner gets a status, not an exception.
+    assert a.commit(cb, topic.position(cb, 0)) == rt.CommitResult(
+        cb, topic.position(cb, 0), NOT_OWNER
+    )
+    assert b.last_committed() == {}
+    assert topic.describe().groups["g"].committed == {ca: got[1].position}
+
+    ref = a.commit_async(ca, got[2].position)
+    assert isinstance(ref, ray.ObjectRef)
+    assert _get(ref) == rt.CommitResult(ca, got[2].position, COMMITTED)
+    assert _get(a.commit_async(cb, topic.position(cb, 0))).status is NOT_OWNER
+    assert a.last_committed() == {ca: got[2].position}
+    stats = _group_channel(topic, "g", ca)
+    assert (stats.next, stats.depth, stats.unacked, stats.lag) == (3, 2, 0, 2)
+    a.close()
+    b.close()
+
+
+def test_commit_refuses_bad_positions_and_changes_nothing(make_topic):
+    topic = make_topic(channels=2)
+    member = topic.subscriber(group="g")
+    _publish(topic, ["a", "b"])
+    element = _get(member.receive())
+    other_channel = 1 - element.channel
+    foreign = rt.Position("0123456789abcdef", element.channel, element.sequence)
+    for call in (member.commit, member.commit_async):
+        with pytest.raises(rt.PositionMismatchError):
+            call(element.channel, foreign)
+        with pytest.raises(rt.PositionMismatchError):
+            call(element.channel, topic.position(other_channel, 0))
+        with pytest.raises(ValueError):
+            call(element.channel, topic.position(other_channel, 0))
+        with pytest.raises(rt.InvalidTypeError):
+            call(element.channel, element.sequence)
+        with pytest.raises(rt.InvalidArgumentError):
+            call(5, topic.position(0, 0))
+    assert member.last_committed() == {}
+    assert topic.describe().groups["g"].committed == {}
+    assert member.commit(element.channel, element.position).status is COMMITTED
+    member.close()
+
+
+def test_element_commit_inside_a_ray_task(make_topic):
+    topic = make_topic(channels=1)
+    member = topic.subscriber(group="g")
+    _publish(topic, ["a", "b", "c"])
+    first, second = member.receive(), member.receive()
+    # The Element itself (Ray resolves the top-level ref) ...
+    assert _get(_commit_element.remote(first)) == rt.CommitResult(
+        0, topic.position(0, 0), COMMITTED
+    )
+    # ... or its ObjectRef, resolved inside the task.
+    assert _get(_commit_element_ref.remote([second])) == rt.CommitResult(
+        0, topic.position(0, 1), COMMITTED
+    )
+    assert member.last_committed() == {0: topic.position(0, 1)}
+    assert _get(_commit_element.remote(first)).status is ALREADY
+    # Element.commit_async from the driver.
+    third = _get(member.receive())
+    assert _get(third.commit_async()) == rt.CommitResult(0, topic.position(0, 2), COMMITTED)
+    member.close()
+
+
+def test_rejoining_member_resumes_after_the_last_commit(make_topic):
+    topic = make_topic(channels=1)
+    _publish(topic, list(range(5)))
+    first = topic.subscriber(group="g", complete_on_empty=True)
+    got = _drain(first, 5)
+    assert got[2].commit().status is COMMITTED
+    first.close()
+    # Closing gave the channel up: what was not committed is received again.
+    stats = _group_channel(topic, "g", 0)
+    assert (stats.owner, stats.next, stats.unacked, stats.depth) == (None, 3, 0, 2)
+    with topic.subscriber(group="g", complete_on_empty=True) as second:
+        assert [e.value for e in _drain(second, 2)] == [3, 4]
+        assert _get(second.receive()) is None
+        # The old member's elements are fenced off.
+        assert got[4].commit().status is NOT_OWNER
+        assert second.last_committed() == {0: topic.position(0, 2)}
+
+
+def test_rebalance_redelivers_uncommitted_elements(make_topic):
+    topic = make_topic(channels=2)
+    a = topic.subscriber(group="g", complete_on_empty=True)
+    _publish(topic, list(range(6)))  # channel 0: 0 2 4, channel 1: 1 3 5
+    got = _drain(a, 6)
+    assert _get(a.receive()) is None
+    by_channel = {c: [e for e in got if e.channel == c] for c in (0, 1)}
+    assert by_channel[0][0].commit().status is COMMITTED
+    assert by_channel[1][1].commit().status is COMMITTED
+    b = topic.subscriber(group="g", complete_on_empty=True)
+    moved = _only(b)
+    kept = 1 - moved
+    assert a.channels == (kept,)
+    # The newcomer starts right after the last commit of the channel it took.
+    resumed = {0: [2, 4], 1: [5]}[moved]
+    assert [e.value for e in _drain(b, len(resumed))] == resumed
+    assert _get(b.receive()) is None
+    # The member that kept its channel goes on where it was: nothing new.
+    assert _get(a.receive()) is None
+    # The old owner's commits on the moved channel are fenced off.
+    assert by_channel[moved][-1].commit().status is NOT_OWNER
+    assert a.commit(moved, by_channel[moved][-1].position).status is NOT_OWNER
+    assert by_channel[kept][-1].commit().status is COMMITTED
+    a.close()
+    b.close()
+
+
+def test_seek_commit_rules(make_topic):
+    topic = make_topic(channels=1, retain=True)
+    _publish(topic, list(range(10)))
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    got = _drain(member, 6)
+    assert member.commit(0, got[4].position).status is COMMITTED
+    p = lambda sequence: topic.position(0, sequence)  # noqa: E731
+
+    # Forward: the commit stays.
+    assert member.seek(0, p(7)) == p(7)
+    assert member.last_committed() == {0: p(4)}
+    assert member.heads() == {0: p(8)}
+    assert _get(member.receive()).sequence == 8
+    # Back before the commit: the commit rolls back.
+    assert member.seek(0, p(2)) == p(2)
+    assert member.last_committed() == {0: p(2)}
+    assert _get(member.receive()).sequence == 3
+    # seek_and_commit sets both.
+    assert member.seek_and_commit(0, p(6)) == p(6)
+    assert member.last_committed() == {0: p(6)}
+    assert _get(member.receive()).sequence == 7
+    # Clamped to the tail.
+    assert member.seek(0, p(50)) == p(9)
+    assert _get(member.receive()) is None
+    assert member.remaining_messages() == 0
+    # To the head: retained elements come again.
+    assert member.seek_to_head() == {0: p(-1)}
+    assert member.remaining_messages() == 10
+    assert _get(member.receive()).sequence == 0
+    assert member.seek_to_tail_and_commit() == {0: p(9)}
+    assert member.last_committed() == {0: p(9)}
+    assert _get(member.receive()) is None
+    assert member.seek_to_tail(0) == {0: p(9)}
+    # A seek forward past received, uncommitted elements keeps the commit:
+    # a member that takes over resumes there.
+    member.seek(0, p(3))
+    assert member.last_committed() == {0: p(3)}
+    member.seek(0, p(8))
+    member.close()
+    with topic.subscriber(group="g", complete_on_empty=True) as successor:
+        assert [e.sequence for e in _drain(successor, 6)] == [4, 5, 6, 7, 8, 9]
+
+
+def test_seek_by_time(make_topic):
+    topic = make_topic(channels=1, retain=True)
+    early = _publish(topic, ["a", "b"])
+    late = _publish(topic, ["c", "d"])
+    assert early[1].timestamp < late[0].timestamp
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    # The next element is the first published strictly after the time.
+    assert member.seek(0, early[1].timestamp) == early[1].position
+    assert _get(member.receive()).value == "c"
+    assert member.seek(0, early[0].timestamp - timedelta(days=1)) == topic.position(0, -1)
+    assert _get(member.receive()).value == "a"
+    assert member.seek_and_commit(0, late[1].timestamp + timedelta(days=1)) == late[1].position
+    assert member.last_committed() == {0: late[1].position}
+    assert _get(member.receive()) is None
+    member.close()
+
+
+def test_seek_refuses_bad_input_and_changes_nothing(make_topic):
+    topic = make_topic(channels=2)
+    a = topic.subscriber(group="g")
+    b = topic.subscriber(group="g")
+    ca, cb = _only(a), _only(b)
+    _publish(topic, list(range(4)))
+    heads = a.heads()
+    with pytest.raises(rt.NotOwnerError):
+        a.seek(cb, topic.position(cb, 0))
+    with pytest.raises(rt.NotOwnerError):
+        a.seek_and_commit(cb, topic.position(cb, 1))
+    with pytest.raises(rt.NotOwnerError):
+        a.seek_to_tail(cb)
+    with pytest.raises(rt.PositionMismatchError):
+        a.seek(ca, topic.position(cb, 0))
+    with pytest.raises(rt.PositionMismatchError):
+        a.seek(ca, rt.Position("0123456789abcdef", ca, 0))
+    with pytest.raises(rt.InvalidTypeError):
+        a.seek(ca, 1)
+    with pytest.raises(rt.InvalidArgumentError):
+        a.seek(9, topic.position(0, 0))
+    assert a.heads() == heads == {ca: topic.position(ca, 0)}
+    assert b.heads() == {cb: topic.position(cb, 0)}
+    assert topic.describe().groups["g"].committed == {}
+    a.close()
+    b.close()
+
+
+def test_last_committed_lists_owned_channels_with_a_commit(make_topic):
+    topic = make_topic(channels=3)
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    _publish(topic, list(range(6)))
+    got = _drain(member, 6)
+    firsts = {e.channel: e for e in got if e.sequence == 0}
+    assert firsts[0].commit().status is COMMITTED
+    assert firsts[2].commit().status is COMMITTED
+    assert member.last_committed() == {0: topic.position(0, 0), 2: topic.position(2, 0)}
+    other = topic.subscriber(group="g")
+    owned = set(member.channels)
+    assert set(member.last_committed()) == owned & {0, 2}
+    assert set(other.last_committed()) == set(other.channels) & {0, 2}
+    member.close()
+    other.close()
+
+
+def test_window_limits_received_but_uncommitted(make_topic):
+    topic = make_topic(channels=1)
+    member = topic.subscriber(group="g", window=2)
+    _publish(topic, list(range(5)))
+    first, second = _get(member.receive()), _get(member.receive())
+    assert (first.value, second.value) == (0, 1)
+    third = member.receive()
+    ready, _ = ray.wait([third], timeout=0.5)
+    assert ready == []
+    assert topic.describe().groups["g"].unacked == 2
+    assert first.commit().status is COMMITTED
+    assert _get(third).value == 2
+    fourth = member.receive()
+    ready, _ = ray.wait([fourth], timeout=0.5)
+    assert ready == []
+    # A cumulative commit frees the whole window.
+    assert member.commit(0, topic.position(0, 2)).status is COMMITTED
+    assert _get(fourth).value == 3
+    assert _get(member.receive()).value == 4
+    member.close()
+
+
+def test_window_counts_every_owned_channel(make_topic):
+    topic = make_topic(channels=2)
+    member = topic.subscriber(group="g", window=3)
+    _publish(topic, list(range(8)))
+    got = [_get(member.receive()) for _ in range(3)]
+    batch = member.receive_batch(10)
+    ready, _ = ray.wait([batch], timeout=0.5)
+    assert ready == []
+    assert topic.describe().groups["g"].unacked == 3
+    assert got[0].commit().status is COMMITTED
+    more = _get(batch)
+    assert len(more) == 1
+    member.close()
+
+
+def test_window_must_be_positive(make_topic):
+    topic = make_topic(channels=1)
+    for window in (0, -1):
+        with pytest.raises(rt.InvalidArgumentError):
+            topic.subscriber(group="g", window=window)
+    for window in (1.5, "2", True):
+        with pytest.raises(rt.InvalidTypeError):
+            topic.subscriber(group="g", window=window)
+    assert topic.groups() == []
+
+
+def test_retention_waits_for_every_group(make_topic):
+    topic = make_topic(channels=1, retain=False, groups=["g1", "g2"])
+    ring = topic.ringbuffer(0)
+    _publish(topic, list(range(5)))
+    one = topic.subscriber(group="g1", complete_on_empty=True)
+    two = topic.subscriber(group="g2", complete_on_empty=True)
+    got1, got2 = _drain(one, 5), _drain(two, 5)
+    assert got1[2].commit().status is COMMITTED
+    assert (ring.head_sequence(), ring.size()) == (0, 5)  # g2 has committed nothing
+    assert got2[1].commit().status is COMMITTED
+    assert (ring.head_sequence(), ring.size()) == (2, 3)
+    assert got2[3].commit().status is COMMITTED
+    assert (ring.head_sequence(), ring.size()) == (3, 2)
+    (channel,) = topic.describe().channels
+    assert (channel.head, channel.tail, channel.size) == (3, 4, 2)
+    # retain=False: a group can never seek back before its commit.
+    assert one.seek(0, topic.position(0, 0)) == topic.position(0, 2)
+    # Destroying a group releases what it held.
+    topic.destroy_group("g1")
+    assert (ring.head_sequence(), ring.size()) == (4, 1)
+    two.close()
+    one.close()
+
+
+def test_retain_keeps_elements_and_seeking_back_redelivers(make_topic):
+    topic = make_topic(channels=1, retain=True)
+    _publish(topic, ["a", "b", "c"])
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    got = _drain(member, 3)
+    assert got[2].commit().status is COMMITTED
+    ring = topic.ringbuffer(0)
+    assert (ring.head_sequence(), ring.size()) == (0, 3)
+    assert member.seek(0, topic.position(0, 0)) == topic.position(0, 0)
+    assert member.last_committed() == {0: topic.position(0, 0)}
+    assert [e.value for e in _drain(member, 2)] == ["b", "c"]
+    member.close()
+
+
+def test_describe_exact_figures_with_and_without_live_members(make_topic):
+    topic = make_topic(channels=2, groups=["idle"])
+    a = topic.subscriber(group="g")
+    b = topic.subscriber(group="g")
+    ca, cb = _only(a), _only(b)
+    _publish(topic, list(range(10)))  # five per channel
+    got_a = _drain(a, 3)
+    _drain(b, 2)
+    assert got_a[1].commit().status is COMMITTED
+
+    stats = topic.describe()
+    assert [(c.channel, c.head, c.tail, c.size) for c in stats.channels] == [
+        (0, 0, 4, 5),
+        (1, 0, 4, 5),
+    ]
+    group = stats.groups["g"]
+    assert {m.member_id: m.channels for m in group.members} == {
+        a.subscriber_id: (ca,),
+        b.subscriber_id: (cb,),
+    }
+    assert all(m.timeout == 30.0 for m in group.members)
+    assert group.ownership == {ca: a.subscriber_id, cb: b.subscriber_id}
+    figures = {c.channel: (c.next, c.depth, c.unacked, c.lag, c.has_commit) for c in group.channels}
+    assert figures == {ca: (3, 2, 1, 3, True), cb: (2, 3, 2, 5, False)}
+    assert group.committed == {ca: topic.position(ca, 1)}
+    assert (group.depth, group.unacked, group.lag) == (5, 3, 8)
+    idle = stats.groups["idle"]
+    assert idle.members == () and idle.committed == {}
+    assert (idle.depth, idle.unacked, idle.lag) == (10, 0, 10)
+    assert idle.ownership == {0: None, 1: None}
+
+    a.close()
+    b.close()
+    # No live member: positions stay; what was received but not committed
+    # counts as not received (it will be delivered again).
+    group = topic.describe().groups["g"]
+    assert group.members == ()
+    assert group.ownership == {0: None, 1: None}
+    assert group.committed == {ca: topic.position(ca, 1)}
+    figures = {c.channel: (c.next, c.depth, c.unacked, c.lag) for c in group.channels}
+    assert figures == {ca: (2, 3, 0, 3), cb: (0, 5, 0, 5)}
+    assert (group.depth, group.unacked, group.lag) == (8, 0, 8)
+
+
+def test_commit_on_a_channel_the_handle_has_not_heard_it_owns(make_topic):
+    topic = make_topic(channels=2)
+    a = topic.subscriber(group="g")
+    b = topic.subscriber(group="g")
+    taken = _only(b)
+    waiting = a.receive()  # waits: nothing published yet
+    b.close()  # a's session reads b's channel from now on
+    assert topic.ringbuffer(taken).add("x") == 0  # on b's former channel only
+    element = _get(waiting)
+    assert (element.channel, element.sequence, element.value) == (taken, 0, "x")
+    # Owned at the channel, though the handle has not synced since: COMMITTED.
+    result = a.commit(taken, element.position)
+    assert result == rt.CommitResult(taken, element.position, COMMITTED)
+    assert a.channels == (0, 1)
+    assert a.last_committed() == {taken: element.position}
+    a.close()

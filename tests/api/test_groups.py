@@ -1,0 +1,273 @@
+"""Subscriber groups against a real Ray: membership, sticky balanced assignment,
+ownership listeners, and who gets which value (DESIGN 5.1, 5.6)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+import ray
+
+import raytopic as rt
+
+
+def _publish(topic: rt.Topic, values: list[Any]) -> list[rt.PublishStatus]:
+    with topic.publisher() as publisher:
+        futures = [publisher.publish(value) for value in values]
+        publisher.flush()
+    return [future.result() for future in futures]
+
+
+def _drain(subscriber: rt.Subscriber, count: int) -> list[rt.Element]:
+    """Receive exactly ``count`` elements (each receive must bring one)."""
+    elements = []
+    for _ in range(count):
+        element = ray.get(subscriber.receive(), timeout=30)
+        assert element is not None
+        elements.append(element)
+    return elements
+
+
+def _get_none(ref: Any) -> bool:
+    return ray.get(ref, timeout=10) is None
+
+
+def _ownership(topic: rt.Topic, group: str) -> dict[int, str | None]:
+    return topic.describe().groups[group].ownership
+
+
+def _assert_partition(topic: rt.Topic, group: str, members: list[rt.Subscriber]) -> dict:
+    """Every channel has exactly one owner among ``members``; counts differ by <= 1;
+    the members' own view agrees with the coordinator's."""
+    ownership = _ownership(topic, group)
+    assert sorted(ownership) == list(range(topic.channel_count))
+    by_member = {
+        m.subscriber_id: tuple(sorted(c for c, o in ownership.items() if o == m.subscriber_id))
+        for m in members
+    }
+    assert set(ownership.values()) <= set(by_member), ownership
+    assert sum(len(cs) for cs in by_member.values()) == topic.channel_count
+    counts = [len(cs) for cs in by_member.values()]
+    assert max(counts) - min(counts) <= 1, by_member
+    for member in members:
+        assert member.channels == by_member[member.subscriber_id]
+    described = {m.member_id: m.channels for m in topic.describe().groups[group].members}
+    assert described == by_member
+    return by_member
+
+
+def test_join_leave_close_rebalance_is_balanced_and_sticky(make_topic):
+    topic = make_topic(channels=6)
+    a = topic.subscriber(group="g")
+    # Joining is synchronous: the assignment is in force when subscriber() returns.
+    assert _ownership(topic, "g") == dict.fromkeys(range(6), a.subscriber_id)
+    assert a.channels == (0, 1, 2, 3, 4, 5)
+
+    b = topic.subscriber(group="g")
+    after_b = _assert_partition(topic, "g", [a, b])
+    assert len(after_b[a.subscriber_id]) == 3
+    # Sticky: a kept three of its own channels, only three moved.
+    assert set(after_b[a.subscriber_id]) < set(range(6))
+
+    c = topic.subscriber(group="g")
+    after_c = _assert_partition(topic, "g", [a, b, c])
+    assert [len(after_c[m.subscriber_id]) for m in (a, b, c)] == [2, 2, 2]
+    # A join moves only the channels the newcomer needs: two, one from each.
+    assert set(after_c[a.subscriber_id]) < set(after_b[a.subscriber_id])
+    assert set(after_c[b.subscriber_id]) < set(after_b[b.subscriber_id])
+
+    b.close()
+    after_leave = _assert_partition(topic, "g", [a, c])
+    # A leave moves only the leaver's channels.
+    assert set(after_c[a.subscriber_id]) < set(after_leave[a.subscriber_id])
+    assert set(after_c[c.subscriber_id]) < set(after_leave[c.subscriber_id])
+    moved = set(after_leave[a.subscriber_id]) - set(after_c[a.subscriber_id])
+    moved |= set(after_leave[c.subscriber_id]) - set(after_c[c.subscriber_id])
+    assert moved == set(after_c[b.subscriber_id])
+
+    with a:
+        pass  # the context manager closes
+    assert _assert_partition(topic, "g", [c])[c.subscriber_id] == (0, 1, 2, 3, 4, 5)
+    c.close()
+    assert _ownership(topic, "g") == dict.fromkeys(range(6))
+    assert topic.describe().groups["g"].members == ()
+
+
+def test_generations_grow_with_each_membership_change(make_topic):
+    topic = make_topic(channels=2)
+    a = topic.subscriber(group="g")
+    first = topic.describe().groups["g"]
+    b = topic.subscriber(group="g")
+    second = topic.describe().groups["g"]
+    assert second.generation > first.generation
+    generations = {m.member_id: m.generation for m in second.members}
+    assert generations[b.subscriber_id] > generations[a.subscriber_id]
+    b.close()
+    assert topic.describe().groups["g"].generation > second.generation
+    a.close()
+
+
+def test_ownership_listener_hears_assigned_and_revoked_in_order(make_topic):
+    topic = make_topic(channels=4)
+    heard: list[tuple[rt.OwnershipChange, int, str]] = []
+
+    def listener(change: rt.OwnershipChange) -> None:
+        heard.append((change, os.getpid(), threading.current_thread().name))
+
+    a = topic.subscriber(group="g", on_ownership_change=listener)
+    assert [h[0] for h in heard] == [
+        rt.OwnershipChange(frozenset(range(4)), frozenset(), frozenset(), frozenset(range(4)))
+    ]
+    b = topic.subscriber(group="g")
+    taken = frozenset(b.channels)
+    assert len(taken) == 2
+    a.heartbeat()  # the handle learns of the change at the latest here
+    kept = frozenset(range(4)) - taken
+    assert [h[0] for h in heard[1:]] == [rt.OwnershipChange(frozenset(), taken, frozenset(), kept)]
+    b.close()
+    assert a.channels == (0, 1, 2, 3)  # a `channels` read learns of it too
+    assert [h[0] for h in heard[2:]] == [
+        rt.OwnershipChange(taken, frozenset(), frozenset(), frozenset(range(4)))
+    ]
+    # Called in the subscriber's own process.
+    assert {h[1] for h in heard} == {os.getpid()}
+    a.close()
+    assert len(heard) == 3
+
+
+def test_more_members_than_channels(make_topic, wait_until):
+    topic = make_topic(channels=2)
+    a = topic.subscriber(group="g")
+    b = topic.subscriber(group="g")
+    idle = topic.subscriber(group="g", complete_on_empty=True)
+    waiting = topic.subscriber(group="g")
+    by_member = _assert_partition(topic, "g", [a, b, idle, waiting])
+    assert by_member[idle.subscriber_id] == ()
+    assert by_member[waiting.subscriber_id] == ()
+    assert sorted(by_member[a.subscriber_id] + by_member[b.subscriber_id]) == [0, 1]
+    _publish(topic, ["x", "y", "z", "w"])
+    # An extra member owns nothing: with complete_on_empty it completes at once.
+    assert ray.get(idle.receive(), timeout=10) is None
+    assert ray.get(idle.receive_batch(5), timeout=10) == []
+    # Without it, its receive waits until it owns a channel with data.
+    pending = waiting.receive()
+    ready, _ = ray.wait([pending], timeout=0.5)
+    assert ready == []
+    lost = a.channels
+    a.close()
+    owners = _ownership(topic, "g")
+    new_owner = owners[lost[0]]
+    assert new_owner in (idle.subscriber_id, waiting.subscriber_id)
+    if new_owner == waiting.subscriber_id:
+        element = ray.get(pending, timeout=10)
+        assert element.channel == lost[0]
+        assert element.value == ["x", "y"][lost[0]]
+    else:
+        assert ray.get(idle.receive(), timeout=10).channel == lost[0]
+    for member in (b, idle, waiting):
+        member.close()
+
+
+def test_each_value_to_one_member_per_group_and_to_every_group(make_topic):
+    topic = make_topic(channels=4)
+    m1 = topic.subscriber(group="g1", complete_on_empty=True)
+    m2 = topic.subscriber(group="g1", complete_on_empty=True)
+    other = topic.subscriber(group="g2", complete_on_empty=True)
+    anonymous = topic.subscriber(complete_on_empty=True)
+    values = list(range(40))
+    _publish(topic, values)
+
+    got1 = _drain(m1, 20)
+    got2 = _drain(m2, 20)
+    assert ray.get(m1.receive()) is None and ray.get(m2.receive()) is None
+    assert {e.channel for e in got1} == set(m1.channels)
+    assert {e.channel for e in got2} == set(m2.channels)
+    assert sorted(e.value for e in got1 + got2) == values  # each exactly once
+    assert sorted(e.value for e in _drain(other, 40)) == values
+    assert sorted(e.value for e in _drain(anonymous, 40)) == values
+    assert ray.get(other.receive()) is None and ray.get(anonymous.receive()) is None
+    # Per channel, in position order.
+    for got in (got1, got2):
+        for channel in {e.channel for e in got}:
+            sequences = [e.sequence for e in got if e.channel == channel]
+            assert sequences == list(range(10))
+    for s in (m1, m2, other, anonymous):
+        s.close()
+
+
+def test_groups_named_at_creation_get_everything_from_the_start(make_topic):
+    topic = make_topic(channels=2, groups=["audit", "billing"])
+    assert topic.groups() == ["audit", "billing"]
+    _publish(topic, [f"v{i}" for i in range(10)])
+    # The group exists already: start="latest" does not move it.
+    with topic.subscriber(group="audit", start="latest", complete_on_empty=True) as audit:
+        got = _drain(audit, 10)
+        assert ray.get(audit.receive()) is None
+    assert Counter(e.value for e in got) == Counter(f"v{i}" for i in range(10))
+    stats = topic.describe().groups["billing"]
+    assert stats.depth == 10 and stats.unacked == 0 and stats.lag == 10
+
+
+def test_new_group_starts_at_earliest_unless_latest(make_topic):
+    topic = make_topic(channels=2, groups=["first"])
+    _publish(topic, ["a", "b", "c", "d", "e", "f"])
+    with topic.subscriber(group="first", complete_on_empty=True) as first:
+        got = {(e.channel, e.sequence): e for e in _drain(first, 6)}
+        assert got[0, 0].commit().status is rt.CommitStatus.COMMITTED
+        assert got[1, 0].commit().status is rt.CommitStatus.COMMITTED
+    topic.destroy_group("first")
+    assert [c.head for c in topic.describe().channels] == [1, 1]
+    early = topic.subscriber(group="early", complete_on_empty=True)
+    late = topic.subscriber(group="late", start="latest", complete_on_empty=True)
+    assert topic.groups() == ["early", "late"]
+    # The earliest element still retained: "a" and "b" were removed.
+    assert sorted(e.value for e in _drain(early, 4)) == ["c", "d", "e", "f"]
+    assert ray.get(late.receive()) is None
+    _publish(topic, ["g", "h"])
+    assert sorted(e.value for e in _drain(late, 2)) == ["g", "h"]
+    assert sorted(e.value for e in _drain(early, 2)) == ["g", "h"]
+    assert ray.get(late.receive()) is None
+    early.close()
+    late.close()
+
+
+def test_destroy_group_and_unknown_group(make_topic):
+    topic = make_topic(channels=2, groups=["g"])
+    member = topic.subscriber(group="g")
+    waiting = member.receive()
+    topic.destroy_group("g")
+    # The member's waiting receive completes empty; the handle is done.
+    assert _get_none(waiting)
+    with pytest.raises(rt.SubscriberClosedError):
+        ray.get(member.receive(), timeout=10)
+    assert topic.groups() == []
+    assert "g" not in topic.describe().groups
+    with pytest.raises(rt.GroupNotFoundError):
+        topic.destroy_group("g")
+    with pytest.raises(rt.GroupNotFoundError):
+        topic.destroy_group("never")
+    member.close()
+
+
+BAD_NAMES = ["", " g", "-g", "a/b", "x" * 129, "g:1"]
+
+
+def test_bad_group_names_are_refused_and_change_nothing(make_topic):
+    topic = make_topic(channels=1)
+    for name in BAD_NAMES:
+        with pytest.raises(rt.InvalidArgumentError):
+            topic.subscriber(group=name)
+        with pytest.raises(rt.InvalidArgumentError):
+            topic.reset_group(name, "earliest")
+        with pytest.raises(rt.InvalidArgumentError):
+            topic.destroy_group(name)
+    for name in (7, None, b"g"):
+        with pytest.raises(rt.InvalidTypeError):
+            topic.subscriber(group=name) if name is not None else topic.reset_group(name, "latest")
+        with pytest.raises(TypeError):
+            topic.destroy_group(name)
+    assert topic.groups() == []
+    assert topic.describe().groups == {}

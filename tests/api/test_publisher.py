@@ -1,0 +1,253 @@
+"""Publisher against real channel actors: routing, ordering, statuses, batches, flush,
+close, overflow policies and refused values."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from datetime import UTC
+
+import pytest
+import ray
+
+import raytopic as rt
+from raytopic.routing import channel_for_key
+
+NOT_YET = 0.3
+"""Seconds a test gives a held publish to (wrongly) complete before it frees room."""
+
+KEYS = [f"key-{i}" for i in range(6)]
+
+
+@ray.remote(num_cpus=0)
+def _publish_interleaved(publisher: rt.Publisher, number: int, rounds: int) -> list[tuple]:
+    """Publish ``rounds`` values per key, keys interleaved; return (key, i, channel, seq)."""
+    futures = []
+    for i in range(rounds):
+        for key in KEYS:
+            futures.append((key, i, publisher.publish({"p": number, "k": key, "i": i}, key=key)))
+    publisher.close()
+    return [(key, i, f.result().channel, f.result().position.sequence) for key, i, f in futures]
+
+
+def _everything(topic: rt.Topic) -> list[rt.Element]:
+    with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
+        return list(subscriber)
+
+
+def _tails(topic: rt.Topic) -> list[int]:
+    return [topic.ringbuffer(c).tail_sequence() for c in range(topic.channel_count)]
+
+
+# -- routing and ordering ------------------------------------------------------------------
+
+
+def test_same_key_same_channel_and_many_publishers_keep_per_key_order(make_topic) -> None:
+    topic = make_topic(channels=3, capacity=1000)
+    rounds = 15
+    refs = [_publish_interleaved.remote(topic.publisher(), n, rounds) for n in range(4)]
+    reports = ray.get(refs, timeout=120)
+    elements = _everything(topic)
+    assert len(elements) == 4 * rounds * len(KEYS)
+
+    by_position = {(e.channel, e.sequence): e.value for e in elements}
+    for number, report in enumerate(reports):
+        for key, i, channel, sequence in report:
+            assert channel == channel_for_key(key, 3)
+            assert by_position[(channel, sequence)] == {"p": number, "k": key, "i": i}
+    # Every key's values arrive in each publisher's order, on the key's channel.
+    arrived: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for element in elements:
+        value = element.value
+        assert element.channel == channel_for_key(value["k"], 3)
+        arrived[(value["p"], value["k"])].append(value["i"])
+    assert arrived == {(p, k): list(range(rounds)) for p in range(4) for k in KEYS}
+
+
+def test_round_robin_and_statuses_match_what_the_subscriber_sees(make_topic) -> None:
+    topic = make_topic(channels=3, capacity=100)
+    with topic.subscriber(complete_on_empty=True) as subscriber:
+        with topic.publisher() as publisher:
+            futures = [publisher.publish(f"v{i}") for i in range(7)]
+            called_back: list[Future] = []
+            futures[0].add_done_callback(called_back.append)
+            publisher.flush()
+            assert all(isinstance(f, Future) and f.done() for f in futures)
+            assert called_back == [futures[0]]
+        elements = []
+        while batch := ray.get(subscriber.receive_batch(10), timeout=30):
+            elements.extend(batch)
+    # No key: the channels in turn, value by value.
+    channels = [f.result().channel for f in futures]
+    assert channels == [(channels[0] + i) % 3 for i in range(7)]
+    assert sorted(_tails(topic)) == [1, 1, 2]
+    statuses = {f"v{i}": f.result() for i, f in enumerate(futures)}
+    assert sorted(e.value for e in elements) == sorted(statuses)
+    for element in elements:
+        status = statuses[element.value]
+        assert isinstance(status, rt.PublishStatus)
+        assert (element.channel, element.position, element.timestamp) == (
+            status.channel,
+            status.position,
+            status.timestamp,
+        )
+        assert status.position.topic_id == topic.topic_id
+        assert status.position.channel == status.channel
+        assert status.timestamp.tzinfo is UTC
+    # ordering=: the key is taken from the value.
+    with topic.publisher(ordering=lambda value: value["user"]) as publisher:
+        keyed = [publisher.publish({"user": u}).result() for u in ("ann", "bob", "ann")]
+    assert [s.channel for s in keyed] == [channel_for_key(u, 3) for u in ("ann", "bob", "ann")]
+
+
+# -- publish_batch --------------------------------------------------------------------------
+
+
+def test_publish_batch_returns_statuses_in_input_order(make_topic) -> None:
+    topic = make_topic(channels=2, capacity=100)
+    with topic.publisher() as publisher:
+        earlier = publisher.publish("first", key="a")
+        one_channel = ray.get(publisher.publish_batch(["x", "y", "z"], keys=["a", "a", "a"]))
+        channel_a = channel_for_key("a", 2)
+        assert earlier.result().position.sequence == 0  # published before: appended first
+        assert [(s.channel, s.position.sequence) for s in one_channel] == [
+            (channel_a, 1),
+            (channel_a, 2),
+            (channel_a, 3),
+        ]
+        values = [f"m{i}" for i in range(7)]
+        keys = ["a", "b", "c", "a", None, "d", "b"]
+        many = ray.get(publisher.publish_batch(values, keys=keys))
+        round_robin = ray.get(publisher.publish_batch(["r0", "r1", "r2", "r3"]))
+        assert ray.get(publisher.publish_batch([])) == []
+    assert len(many) == 7
+    for key, status in zip(keys, many, strict=True):
+        if key is not None:
+            assert status.channel == channel_for_key(key, 2)
+    start = round_robin[0].channel
+    assert [s.channel for s in round_robin] == [start, 1 - start, start, 1 - start]
+    elements = {e.value: e for e in _everything(topic)}
+    statuses = dict(zip(values, many, strict=True)) | dict(
+        zip(["x", "y", "z"], one_channel, strict=True)
+    )
+    statuses |= dict(zip(["r0", "r1", "r2", "r3"], round_robin, strict=True))
+    assert sorted(elements) == sorted([*statuses, "first"])
+    for value, status in statuses.items():
+        element = elements[value]
+        assert (element.channel, element.position, element.timestamp) == (
+            status.channel,
+            status.position,
+            status.timestamp,
+        )
+
+
+# -- flush and close ----------------------------------------------------------------------
+
+
+def test_flush_and_close(make_topic) -> None:
+    topic = make_topic(channels=1, capacity=1000)
+    publisher = topic.publisher(linger=30.0)  # nothing goes out on its own for 30 s
+    futures = [publisher.publish(i) for i in range(50)]
+    publisher.flush()
+    assert all(f.done() for f in futures)
+    assert [f.result().position.sequence for f in futures] == list(range(50))
+    publisher.close()
+    publisher.close()  # idempotent
+    assert publisher.is_closed
+    with pytest.raises(rt.PublisherClosedError):
+        publisher.publish("late")
+    with pytest.raises(rt.PublisherClosedError):
+        publisher.publish_batch(["late"])
+    with pytest.raises(rt.ClosedError):
+        publisher.publish("late")
+    with topic.publisher(linger=30.0) as publisher:
+        last = publisher.publish("in-context")
+    assert publisher.is_closed
+    assert last.done() and last.result().position.sequence == 50
+    assert _tails(topic) == [50]
+
+
+# -- overflow ----------------------------------------------------------------------------------
+
+
+def test_block_holds_a_publish_until_a_group_commit_frees_room(make_topic) -> None:
+    topic = make_topic(channels=1, capacity=2, overflow="block", groups=["g"], retain=False)
+    publisher = topic.publisher(block_timeout=60.0)
+    futures = [publisher.publish(f"v{i}") for i in range(3)]
+    assert [f.result(timeout=30).position.sequence for f in futures[:2]] == [0, 1]
+    done, _ = wait_futures([futures[2]], timeout=NOT_YET)
+    assert not done  # held: the channel is full
+    with pytest.raises(TimeoutError):
+        publisher.flush(timeout=NOT_YET)
+    with topic.subscriber(group="g") as member:
+        element = ray.get(member.receive(), timeout=30)
+        assert (element.value, element.sequence) == ("v0", 0)
+        assert element.commit().status is rt.CommitStatus.COMMITTED
+        assert futures[2].result(timeout=30).position.sequence == 2
+        publisher.flush()
+        assert [e.value for e in ray.get(member.receive_batch(5), timeout=30)] == ["v1", "v2"]
+    assert topic.ringbuffer(0).head_sequence() == 1
+    # Held longer than block_timeout: the value fails with TopicFullError.
+    impatient = topic.publisher(block_timeout=NOT_YET)
+    late = impatient.publish("too-late")
+    with pytest.raises(rt.TopicFullError):
+        late.result(timeout=30)
+    impatient.close()
+    publisher.close()
+    assert topic.ringbuffer(0).tail_sequence() == 2
+
+
+def test_fail_fails_the_values_that_do_not_fit(make_topic) -> None:
+    topic = make_topic(channels=1, capacity=3, overflow="fail")
+    with topic.publisher() as publisher:
+        futures = [publisher.publish(i) for i in range(5)]
+        publisher.flush()  # failures surface on the futures, not here
+    assert [f.result().position.sequence for f in futures[:3]] == [0, 1, 2]
+    for future in futures[3:]:
+        assert type(future.exception()) is rt.TopicFullError  # not a Ray wrapper
+        with pytest.raises(rt.TopicFullError):
+            future.result()
+    assert [e.value for e in _everything(topic)] == [0, 1, 2]
+
+
+def test_overwrite_drops_the_oldest(make_topic) -> None:
+    topic = make_topic(channels=1, capacity=3, overflow="overwrite")
+    with topic.publisher() as publisher:
+        futures = [publisher.publish(i) for i in range(5)]
+    assert [f.result().position.sequence for f in futures] == [0, 1, 2, 3, 4]
+    assert [e.value for e in _everything(topic)] == [2, 3, 4]
+    assert topic.ringbuffer(0).head_sequence() == 2
+
+
+# -- refused values --------------------------------------------------------------------------
+
+
+def test_refused_values_raise_at_publish_and_append_nothing(make_topic) -> None:
+    topic = make_topic(channels=2, capacity=100)
+    with topic.publisher() as publisher:
+        with pytest.raises(rt.InvalidTypeError):
+            publisher.publish(threading.Lock())  # cannot be pickled
+        with pytest.raises(TypeError):
+            publisher.publish(None)
+        with pytest.raises(rt.InvalidTypeError):
+            publisher.publish(ray.put("a ref"))
+        with pytest.raises(rt.InvalidTypeError):
+            publisher.publish({"nested": [ray.put("a ref")]})
+        with pytest.raises(rt.InvalidTypeError):
+            publisher.publish("v", key=("tuple", "key"))
+        with pytest.raises(rt.InvalidArgumentError):
+            publisher.publish_batch([1, 2, 3], keys=["a", "b"])
+        with pytest.raises(TypeError):
+            publisher.publish_batch([1, None, 3])
+        with pytest.raises(rt.InvalidTypeError):
+            publisher.publish_batch([1, {"ref": ray.put(2)}, 3])
+        with pytest.raises(rt.InvalidTypeError):
+            publisher.publish_batch([1, 2], keys=["a", ("tuple", "key")])
+        publisher.flush()
+        assert _tails(topic) == [-1, -1]
+        # Values that merely look like refused ones are fine.
+        fine = [publisher.publish(v, key="k") for v in ("ObjectRef", b"__main__", 0, "")]
+    assert [f.result().position.sequence for f in fine] == [0, 1, 2, 3]
+    assert [e.value for e in _everything(topic)] == ["ObjectRef", b"__main__", 0, ""]
