@@ -302,29 +302,39 @@ class ChannelActor:
             first = ring.append(payloads, overwrite=True)
             self._appended()
             return AppendAck(first, len(payloads), ring.stamp_of_last_append())
-        # "fail" and "block" take what fits, in order; "block" waits for the rest.
+        # "fail" takes what fits now. "block" waits until the whole batch fits
+        # (so its positions are contiguous and share one stamp); only a batch
+        # larger than the capacity goes in several pieces.
         deadline = None if timeout is None else time.monotonic() + timeout
-        first, accepted, stamp = -1, 0, 0.0
+        runs: list[tuple[int, int, float]] = []
+        accepted = 0
         while accepted < len(payloads):
-            room = ring.room()
-            if room <= 0:
-                if policy is Overflow.FAIL or not await self._wait_room(1, _left(deadline)):
-                    break
-                continue
-            chunk = payloads[accepted : accepted + room]
-            start = ring.append(chunk, overwrite=False)
-            if first < 0:
-                first = start
+            wanted = min(len(payloads) - accepted, ring.capacity)
+            if (
+                policy is Overflow.BLOCK
+                and ring.room() < wanted
+                and not await self._wait_room(wanted, _left(deadline))
+            ):
+                break
+            chunk = payloads[accepted : accepted + min(wanted, ring.room())]
+            if not chunk:
+                break
+            first = ring.append(chunk, overwrite=False)
+            runs.append((first, len(chunk), ring.stamp_of_last_append()))
             accepted += len(chunk)
-            stamp = ring.stamp_of_last_append()
             self._appended()
+            if policy is Overflow.FAIL:
+                break
         error = None
         if accepted < len(payloads):
             error = TopicFullError(
                 f"channel {self._channel} is full ({ring.capacity} elements): "
                 f"{len(payloads) - accepted} of {len(payloads)} values not appended"
             )
-        return AppendAck(first, accepted, stamp, error)
+        if not runs:
+            return AppendAck(-1, 0, 0.0, error)
+        first, _, stamp = runs[0]
+        return AppendAck(first, accepted, stamp, error, tuple(runs) if len(runs) > 1 else ())
 
     async def _wait_room(self, count: int, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -104,15 +104,28 @@ def loads_value(data: bytes) -> Any:
 class AppendAck:
     """A channel's answer to one publisher batch.
 
-    The first ``accepted`` values were appended from ``first`` on, all with
-    time stamp ``stamp``; the rest failed with ``error`` (overflow "fail", or
-    "block" timing out).
+    The first ``accepted`` values were appended, from ``first`` on, with time
+    stamp ``stamp``; the rest failed with ``error`` (overflow "fail", or
+    "block" timing out). A batch larger than the channel's capacity goes in
+    several pieces under "block": then ``runs`` lists every piece as
+    ``(first, count, stamp)``.
     """
 
     first: int
     accepted: int
     stamp: float
     error: Exception | None = None
+    runs: tuple[tuple[int, int, float], ...] = ()
+
+    def locate(self, index: int) -> tuple[int, float]:
+        """(sequence, stamp) of the ``index``-th accepted value."""
+        if not self.runs:
+            return self.first + index, self.stamp
+        for first, count, stamp in self.runs:
+            if index < count:
+                return first + index, stamp
+            index -= count
+        raise IndexError("value was not accepted")
 
 
 class StatusBatch:
@@ -136,11 +149,14 @@ class StatusBatch:
 def _build_statuses(topic_id: str, channel: int, ack: AppendAck) -> list[PublishStatus]:
     if ack.error is not None:
         raise ack.error
-    timestamp = stamp_to_datetime(ack.stamp)
-    return [
-        PublishStatus(channel, Position(topic_id, channel, sequence), timestamp)
-        for sequence in range(ack.first, ack.first + ack.accepted)
-    ]
+    statuses = []
+    for first, count, stamp in ack.runs or ((ack.first, ack.accepted, ack.stamp),):
+        timestamp = stamp_to_datetime(stamp)
+        statuses.extend(
+            PublishStatus(channel, Position(topic_id, channel, sequence), timestamp)
+            for sequence in range(first, first + count)
+        )
+    return statuses
 
 
 # -- receiving -----------------------------------------------------------------

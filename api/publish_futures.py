@@ -132,8 +132,9 @@ class PublishFuture(Future):
         ack = batch.ack
         if batch.state != FINISHED or ack is None or self._index >= ack.accepted:
             return None
-        position = Position(batch.topic_id, batch.channel, ack.first + self._index)
-        self._status = PublishStatus(batch.channel, position, stamp_to_datetime(ack.stamp))
+        sequence, stamp = ack.locate(self._index)
+        position = Position(batch.topic_id, batch.channel, sequence)
+        self._status = PublishStatus(batch.channel, position, stamp_to_datetime(stamp))
         return self._status
 
     @_result.setter

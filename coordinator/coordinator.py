@@ -78,10 +78,10 @@ class CoordinatorActor:
         self._starting = True
         config = self._config
         actor_class = channel_actor_class()
-        handles = []
-        for channel in range(config.channels):
-            handles.append(
-                await _create_named(
+        # All at once: each actor is a process that takes a while to start.
+        handles = await asyncio.gather(
+            *(
+                _create_named(
                     actor_class.options(
                         name=channel_actor_name(config.name, channel),
                         namespace=config.namespace,
@@ -93,8 +93,10 @@ class CoordinatorActor:
                     config,
                     channel,
                 )
+                for channel in range(config.channels)
             )
-        self._channels = handles
+        )
+        self._channels = list(handles)
         self._identities = list(
             await asyncio.gather(*(handle.attach.remote(handles) for handle in handles))
         )

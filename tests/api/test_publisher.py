@@ -199,6 +199,33 @@ def test_block_holds_a_publish_until_a_group_commit_frees_room(make_topic) -> No
     assert topic.ringbuffer(0).tail_sequence() == 2
 
 
+def test_a_held_batch_goes_in_whole_and_reports_the_positions_it_got(make_topic) -> None:
+    """Another publisher appends while a batch waits for room: the waiting batch
+    still lands contiguously, and every status names what a subscriber reads there."""
+    topic = make_topic(channels=1, capacity=4, overflow="block", groups=["g"], retain=False)
+    with topic.publisher() as first:
+        first.publish_batch(["a0", "a1", "a2", "a3"])
+        first.flush()
+    waiting = topic.publisher(block_timeout=60.0)
+    held = waiting.publish_batch(["w0", "w1", "w2"])  # needs 3 free places: waits
+    member = topic.subscriber(group="g")
+    elements = ray.get(member.receive_batch(4), timeout=30)
+    assert [e.value for e in elements] == ["a0", "a1", "a2", "a3"]
+    assert elements[0].commit().status is rt.CommitStatus.COMMITTED  # frees one place
+    with topic.publisher() as other:
+        slipped_in = other.publish("o0").result(timeout=30)
+    assert slipped_in.position.sequence == 4  # fits the one free place at once
+    assert elements[-1].commit().status is rt.CommitStatus.COMMITTED  # frees the rest
+    statuses = ray.get(held, timeout=30)
+    assert [s.position.sequence for s in statuses] == [5, 6, 7]
+    assert len({s.timestamp for s in statuses}) == 1
+    read = {e.sequence: e for e in ray.get(member.receive_batch(10), timeout=30)}
+    assert {seq: e.value for seq, e in read.items()} == {4: "o0", 5: "w0", 6: "w1", 7: "w2"}
+    assert all(read[s.position.sequence].timestamp == s.timestamp for s in statuses)
+    member.close()
+    waiting.close()
+
+
 def test_fail_fails_the_values_that_do_not_fit(make_topic) -> None:
     topic = make_topic(channels=1, capacity=3, overflow="fail")
     with topic.publisher() as publisher:
