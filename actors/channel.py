@@ -666,14 +666,20 @@ class ChannelActor:
             await session.settle(stream, upto)
 
     async def receive(
-        self, reader_id: str, stream: str, number: int, max_count: int, single: bool
+        self,
+        reader_id: str,
+        stream: str,
+        number: int,
+        max_count: int,
+        single: bool,
+        spread: bool = False,
     ) -> ReceivedBatch:
         """Serve a subscriber's receive (see ReceiveSession)."""
         self.calls["receive"] = self.calls.get("receive", 0) + 1
         session = self._sessions.get(reader_id)
         if session is None:
             raise SubscriberClosedError(f"subscriber {reader_id} is closed")
-        return await session.receive(stream, number, max_count, single)
+        return await session.receive(stream, number, max_count, single, spread)
 
     def call_counts(self) -> dict[str, int]:
         """Calls served per method (diagnostics)."""

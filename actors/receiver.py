@@ -34,6 +34,9 @@ __all__ = ["ChannelLink", "CursorState", "ReceiveSession", "SessionSpec"]
 WATCH_TIMEOUT = 10.0
 """Seconds a watch waits at a channel before it reports back unchanged."""
 
+_PARALLEL_SHARE = 250
+"""Elements per channel below which a receive does not split over more channels."""
+
 _SETTLE_POLL = 0.002
 """Seconds between looks while a seek waits for earlier receives to finish."""
 
@@ -124,6 +127,7 @@ class ReceiveSession:
         self._wake = asyncio.Event()
         self._turns = Turns()
         self._next_channel = 0
+        self._stale: list[BaseException] = []  # StaleSequenceErrors still to report
         self._interrupted: dict[str, int] = {}  # stream -> receives up to it stop waiting
         self._waiting: dict[str, int] = {}  # stream -> its receive now waiting for a change
         self._started: dict[str, int] = {}  # stream -> the last receive that got its turn
@@ -167,18 +171,21 @@ class ReceiveSession:
     # -- receiving -----------------------------------------------------------
 
     async def receive(
-        self, stream: str, number: int, max_count: int, single: bool
+        self, stream: str, number: int, max_count: int, single: bool, spread: bool = False
     ) -> ReceivedBatch:
-        """Serve one receive: up to ``max_count`` elements from one owned channel."""
+        """Serve one receive: up to ``max_count`` elements from one owned channel,
+        or (``spread``, for iteration) from several channels at once."""
         async with self._turns.turn(stream, number):
             self._started[stream] = number  # running while it is still the stream's turn
             rechecked = False
+            if self._stale:
+                raise self._stale.pop(0)
             while not self.closed:
                 room = self._room()
                 if room > 0:
-                    delivery = await self._take_any(min(max_count, room))
-                    if delivery is not None:
-                        return ReceivedBatch((delivery,), single)
+                    deliveries = await self._take_any(min(max_count, room), spread)
+                    if deliveries:
+                        return ReceivedBatch(deliveries, single)
                     if self._known_available():
                         # A filter skipped everything read so far: read on, but
                         # let the actor's other calls run in between.
@@ -190,9 +197,11 @@ class ReceiveSession:
                         # it fresh between receives): look at every owned
                         # channel once before answering "empty".
                         rechecked = True
-                        delivery = await self._take_each(min(max_count, room))
-                        if delivery is not None:
-                            return ReceivedBatch((delivery,), single)
+                        deliveries = await self._take_from(
+                            sorted(self._owned), min(max_count, room), spread
+                        )
+                        if deliveries:
+                            return ReceivedBatch(deliveries, single)
                         continue
                     break
                 if number <= self._interrupted.get(stream, -1):
@@ -244,31 +253,59 @@ class ReceiveSession:
             channel not in self._known or self._known[channel].available for channel in self._owned
         )
 
-    async def _take_any(self, max_count: int) -> Delivery | None:
+    async def _take_any(self, max_count: int, spread: bool) -> list[Delivery]:
+        """Take from the owned channels that may have data, next in turn first.
+
+        A receive takes from one channel. A large ``spread`` receive (an
+        iteration's) takes from several channels at once, each up to its share
+        of ``max_count`` (never more in total, so nothing is taken that this
+        receive does not return): a relayed batch from one sibling does not
+        hold up the others.
+        """
         channels = sorted(self._owned)
         count = len(channels)
+        candidates = []
         for step in range(count):
             channel = channels[(self._next_channel + step) % count]
-            if channel not in self._owned:
-                continue  # lost while this loop awaited a take
             known = self._known.get(channel)
-            if known is not None and not known.available:
-                continue
-            delivery = await self._take(channel, max_count)
-            if delivery is not None and delivery.count:
-                self._next_channel = (self._next_channel + step + 1) % count
-                return delivery
-        return None
+            if known is None or known.available:
+                candidates.append(channel)
+        if not candidates:
+            return []
+        self._next_channel = (channels.index(candidates[0]) + 1) % count
+        return await self._take_from(candidates, max_count, spread)
 
-    async def _take_each(self, max_count: int) -> Delivery | None:
-        """Take from every owned channel in turn, whatever is known of it."""
-        for channel in sorted(self._owned):
-            if channel not in self._owned:
-                continue  # lost while this loop awaited a take
-            delivery = await self._take(channel, max_count)
-            if delivery is not None and delivery.count:
-                return delivery
-        return None
+    async def _take_from(
+        self, candidates: list[int], max_count: int, spread: bool
+    ) -> list[Delivery]:
+        """Take from the first of ``candidates`` with data, or from several at once."""
+        width = 1
+        if spread:
+            width = max(1, min(len(candidates), max_count // _PARALLEL_SHARE))
+        for start in range(0, len(candidates), width):
+            group = [c for c in candidates[start : start + width] if c in self._owned]
+            share = -(-max_count // max(1, len(group)))
+            outcomes = await asyncio.gather(
+                *(self._take(channel, share) for channel in group), return_exceptions=True
+            )
+            deliveries = []
+            stale: BaseException | None = None
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    if not isinstance(outcome, StaleSequenceError):
+                        raise outcome
+                    stale = stale or outcome
+                elif outcome is not None and outcome.count:
+                    deliveries.append(outcome)
+            if stale is not None:
+                if not deliveries:
+                    raise stale
+                # Elements were taken elsewhere: deliver them; the skipped
+                # elements are reported by the next receive.
+                self._stale.append(stale)
+            if deliveries:
+                return deliveries
+        return []
 
     async def _take(self, channel: int, max_count: int) -> Delivery | None:
         link = self._links[channel]

@@ -58,7 +58,7 @@ _SYNC_INTERVAL = 0.01
 _TAIL = 1 << 62
 """A sequence past any tail: seeking there clamps to the tail."""
 
-ITERATION_BATCH = 1000
+ITERATION_BATCH = 4000
 """Elements one prefetching receive asks for while iterating."""
 
 ITERATION_DEPTH = 2
@@ -321,7 +321,7 @@ class Subscriber:
             if taken or self._closed:
                 return taken
             while len(refs) < ITERATION_DEPTH:
-                refs.append(self._receive(ITERATION_BATCH, single=False))
+                refs.append(self._receive(ITERATION_BATCH, single=False, spread=True))
             ready, _ = ray.wait([refs[0]], timeout=released.poll_interval)
             if not ready:
                 taken = released.take(count, wait=released.poll_interval)
@@ -341,7 +341,7 @@ class Subscriber:
                 if taken:
                     return taken
 
-    def _receive(self, count: int, single: bool) -> Any:
+    def _receive(self, count: int, single: bool, spread: bool = False) -> Any:
         self._check_open()
         if self._group is not None:
             # Heartbeat first: a timed-out member rejoins before its receive
@@ -350,7 +350,7 @@ class Subscriber:
         with self._lock:
             number = self._next_request
             self._next_request += 1
-        ref = self._home.receive.remote(self._id, self._stream, number, count, single)
+        ref = self._home.receive.remote(self._id, self._stream, number, count, single, spread)
         if self._group is not None:
             self._outstanding.append(ref)
         return ref
@@ -712,7 +712,7 @@ class _Iteration:
             if subscriber._closed and not refs:
                 raise StopIteration
             while not subscriber._closed and len(refs) < ITERATION_DEPTH:
-                refs.append(subscriber._receive(ITERATION_BATCH, single=False))
+                refs.append(subscriber._receive(ITERATION_BATCH, single=False, spread=True))
             ref = refs.popleft()
             try:
                 elements = subscriber._call(ref)
