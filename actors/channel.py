@@ -51,6 +51,9 @@ MAX_READ_MANY = 1000
 """Most items one ``read_many`` returns (Hazelcast's limit against overload)."""
 
 _POLL_INTERVAL = 0.25
+
+_PUBLISHERS_KEPT = 10_000
+"""Publisher tracks a channel keeps before it forgets the idlest half."""
 """Seconds between re-checks while waiting on something a clock changes (TTL)."""
 
 
@@ -287,7 +290,16 @@ class ChannelActor:
             raise InvalidArgumentError(str(error)) from None
         track = self._publishers.setdefault(publisher_id, _PublisherTrack())
         track.last_batch, track.last_ack, track.seen = batch, ack, time.monotonic()
+        if len(self._publishers) > _PUBLISHERS_KEPT:
+            self._forget_idle_publishers()
         return self._ack_reply(ack, statuses)
+
+    def _forget_idle_publishers(self) -> None:
+        """Drop the oldest half of the publishers' tracks (each pickled Publisher is a
+        new publisher; a long-gone one needs no ordering or retry record)."""
+        by_age = sorted(self._publishers.items(), key=lambda item: item[1].seen)
+        for publisher_id, _ in by_age[: len(by_age) // 2]:
+            del self._publishers[publisher_id]
 
     def _ack_reply(self, ack: AppendAck, statuses: bool) -> AppendAck | StatusBatch:
         if statuses:

@@ -109,7 +109,8 @@ class Cursor:
         self.next = position + 1
         if commit or position < self.committed:
             self.committed = position
-            self.has_commit = True
+            # Rolling back moves the resume point, but is not a commit of its own.
+            self.has_commit = self.has_commit or commit
         if self.reset_floor is not None:
             # The reader chose a new place: what it receives from here on is
             # committable even if the group was reset before.

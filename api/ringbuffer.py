@@ -18,7 +18,7 @@ import cloudpickle
 import ray
 
 from raytopic.actors.wire import dumps_value, loads_value
-from raytopic.config import Overflow
+from raytopic.config import Overflow, check_timeout
 from raytopic.errors import InvalidTypeError, unwrap_ray_error
 
 if TYPE_CHECKING:
@@ -126,25 +126,31 @@ class Ringbuffer:
 
     # -- adding ------------------------------------------------------------------
 
-    def add(self, item: Any, overflow: str = "overwrite") -> int:
+    def add(self, item: Any, overflow: str = "overwrite", timeout: float = 60.0) -> int:
         """Add one item; return its sequence (-1 if ``"fail"`` found no room)."""
-        return self._get(self.add_async(item, overflow))
+        return self._get(self.add_async(item, overflow, timeout))
 
-    def add_async(self, item: Any, overflow: str = "overwrite") -> Any:
+    def add_async(self, item: Any, overflow: str = "overwrite", timeout: float = 60.0) -> Any:
         """Add one item; ``ObjectRef[int]`` of its sequence (or -1)."""
-        return self.add_all_async([item], overflow)
+        return self.add_all_async([item], overflow, timeout)
 
-    def add_all(self, items: Iterable[Any], overflow: str = "overwrite") -> int:
+    def add_all(
+        self, items: Iterable[Any], overflow: str = "overwrite", timeout: float = 60.0
+    ) -> int:
         """Add items in order; return the LAST sequence (-1: refused whole)."""
-        return self._get(self.add_all_async(items, overflow))
+        return self._get(self.add_all_async(items, overflow, timeout))
 
-    def add_all_async(self, items: Iterable[Any], overflow: str = "overwrite") -> Any:
+    def add_all_async(
+        self, items: Iterable[Any], overflow: str = "overwrite", timeout: float = 60.0
+    ) -> Any:
         """Add items in order; ``ObjectRef[int]`` of the last sequence, or -1 if
         ``"fail"`` refused the batch (never part of it). An empty batch changes
-        nothing and returns the tail."""
+        nothing and returns the tail. ``"block"`` (a topic's policy) waits up
+        to ``timeout`` seconds for room, then gives -1."""
         policy = Overflow.parse(overflow)
+        check_timeout(timeout, "timeout", allow_none=False)
         payloads = [dumps_value(item) for item in items]
-        return self._actor.add_all.remote(payloads, policy.value, None)
+        return self._actor.add_all.remote(payloads, policy.value, timeout)
 
     # -- reading -----------------------------------------------------------------
 

@@ -309,3 +309,12 @@ def test_skip_to_head_is_a_no_op_when_not_below_the_head(head: int) -> None:
     cursor = Cursor.starting_at(5)
     assert cursor.skip_to_head(head) == 0
     assert state(cursor) == (5, 4, False, 0)
+
+
+def test_seeking_back_rolls_the_resume_point_back_without_making_a_commit() -> None:
+    cursor = Cursor.starting_at(5)  # resume point 4, never committed
+    assert cursor.seek(2, head=0, tail=9, commit=False) == 2
+    assert (cursor.next, cursor.committed, cursor.has_commit) == (3, 2, False)
+    cursor.commit(6, tail=9)
+    assert cursor.seek(1, head=0, tail=9, commit=False) == 1
+    assert (cursor.committed, cursor.has_commit) == (1, True)  # a real commit, rolled back

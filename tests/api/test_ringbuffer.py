@@ -277,3 +277,13 @@ def test_ttl_expires_items_and_remaining_capacity_follows_size(make_topic, wait_
     assert ringbuffer.add("e", "fail") == 3  # room again
     assert ringbuffer.read_one(3) == "e"
     assert ringbuffer.remaining_capacity() == ringbuffer.capacity() - ringbuffer.size() == 2
+
+
+def test_block_waits_for_room_then_gives_minus_one_after_its_timeout(make_topic) -> None:
+    topic = make_topic(channels=1, capacity=2, groups=["g"], retain=False)
+    ring = topic.ringbuffer(0)
+    assert ring.add_all(["a", "b"], "block") == 1
+    assert ring.add("c", "block", timeout=0.3) == -1  # full, and nobody commits
+    assert (ring.tail_sequence(), ring.size()) == (1, 2)
+    with pytest.raises(rt.InvalidArgumentError, match="timeout"):
+        ring.add("c", "block", timeout=0)
