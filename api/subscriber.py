@@ -32,6 +32,7 @@ from raytopic.actors.cursors import Lease
 from raytopic.actors.receiver import CursorState, SessionSpec
 from raytopic.actors.wire import ReaderSpec
 from raytopic.config import Start, check_name, check_positive_int, check_timeout
+from raytopic.coordinator import notices
 from raytopic.errors import (
     GroupNotFoundError,
     InvalidTypeError,
@@ -52,8 +53,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Subscriber"]
 
-_SYNC_INTERVAL = 0.01
-"""Seconds a group member trusts its view of its channels before a receive re-checks."""
+_CHECK_INTERVAL = 0.005
+"""Seconds a group member trusts its view before a receive checks its group's version."""
 
 _TAIL = 1 << 62
 """A sequence past any tail: seeking there clamps to the tail."""
@@ -144,7 +145,9 @@ class Subscriber:
         self._leases: dict[int, Lease] = {}
         self._view_version = -1
         self._generation = 0
-        self._last_sync = 0.0
+        self._last_check = 0.0
+        self._last_active = time.monotonic()  # last receive, for the heartbeat thread
+        self._reported_active = self._last_active
         self._outstanding: deque[Any] = deque()
         self._heartbeats: threading.Thread | None = None
         self._stop_heartbeats = threading.Event()
@@ -515,23 +518,39 @@ class Subscriber:
         return lease
 
     def _sync(self, *, force: bool, rejoin: bool = True) -> None:
-        """Heartbeat and learn the current view (rate-limited unless forced).
+        """Learn the current view; with ``force``, also heartbeat.
 
-        With ``rejoin=False`` it only reads the view: no heartbeat, and a
-        timed-out member learns it lost its channels but does not rejoin.
+        Unforced (every receive): records activity for the heartbeat thread
+        and reads the group's published version (see coordinator.notices);
+        only when it moved does it ask the coordinator. With ``rejoin=False``
+        it only reads the view: no heartbeat, and a timed-out member learns it
+        lost its channels but does not rejoin.
         """
         if self._closed or self._group is None:
             return
         now = time.monotonic()
-        if not force and now - self._last_sync < _SYNC_INTERVAL:
-            return
+        if not force:
+            self._last_active = now
+            if now - self._last_check < _CHECK_INTERVAL:
+                return
+            self._last_check = now
+            try:
+                version = notices.read_version(self._topic.namespace, self._topic.name, self._group)
+            except Exception:
+                version = None
+            if version is not None and version == self._view_version:
+                return
+        self._call_coordinator(rejoin, idle=0.0)
+
+    def _call_coordinator(self, rejoin: bool, idle: float) -> None:
+        """Heartbeat (unless ``rejoin`` is False) and apply the view it returns."""
         coordinator = self._topic._coordinator
         with self._lock:
-            if rejoin:
-                self._last_sync = now
             try:
                 view = self._call(
-                    coordinator.heartbeat.remote(self._group, self._id, self._view_version, rejoin)
+                    coordinator.heartbeat.remote(
+                        self._group, self._id, self._view_version, rejoin, idle
+                    )
                 )
             except GroupNotFoundError as error:
                 raise SubscriberClosedError(f"group {self._group!r} was destroyed") from error
@@ -602,27 +621,41 @@ class Subscriber:
         self._heartbeats.start()
 
     def _heartbeat_while_waiting(self) -> None:
-        """Background: a member is alive while one of its receives waits for data."""
+        """Background: a member is alive while it receives (the last receive is
+        reported with how long ago it was) and while one of its receives waits."""
         interval = max(0.05, self._timeout / 4)
         while not self._stop_heartbeats.wait(interval):
-            pending = list(self._outstanding)
-            if not pending:
-                continue
+            waiting = self._receives_waiting()
+            if waiting is None:
+                return  # Ray was shut down in this process: nothing to keep alive
+            active = self._last_active
+            if not waiting and active == self._reported_active:
+                continue  # nothing happened since the last report: let it time out
+            self._reported_active = active
+            idle = 0.0 if waiting else time.monotonic() - active
+            if idle >= self._timeout:
+                continue  # it did time out: its next receive rejoins, not this thread
             try:
-                ready, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
+                self._call_coordinator(rejoin=True, idle=idle)
             except Exception as error:
-                if not ray.is_initialized():
-                    return  # Ray was shut down in this process: nothing to keep alive
-                logger.warning("heartbeat: could not check waiting receives: %s", error)
-                continue
-            for ref in ready:
-                with contextlib.suppress(ValueError):
-                    self._outstanding.remove(ref)
-            if waiting:
-                try:
-                    self._sync(force=True)
-                except Exception as error:
-                    logger.warning("heartbeat failed: %s", error)
+                logger.warning("heartbeat failed: %s", error)
+
+    def _receives_waiting(self) -> bool | None:
+        """Whether a receive of this member waits for data (None: Ray is down)."""
+        pending = list(self._outstanding)
+        if not pending:
+            return False
+        try:
+            ready, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
+        except Exception as error:
+            if not ray.is_initialized():
+                return None
+            logger.warning("heartbeat: could not check waiting receives: %s", error)
+            return False
+        for ref in ready:
+            with contextlib.suppress(ValueError):
+                self._outstanding.remove(ref)
+        return bool(waiting)
 
     # -- closing -------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import ray
 
 from raytopic.actors.channel import channel_actor_class
 from raytopic.config import TopicConfig
+from raytopic.coordinator import notices
 from raytopic.coordinator.groups import Group, MemberView, Rebalance
 from raytopic.errors import (
     GroupNotFoundError,
@@ -122,6 +123,8 @@ class CoordinatorActor:
         for handle in self._channels:
             ray.kill(handle, no_restart=True)
         self._channels = []
+        for group in self._groups:
+            notices.forget_group(self._config.namespace, self._config.name, group)
 
     # -- groups ------------------------------------------------------------------
 
@@ -151,6 +154,8 @@ class CoordinatorActor:
             if self._groups.pop(group, None) is None:
                 raise GroupNotFoundError(f"group {group!r} does not exist")
             await asyncio.gather(*(handle.destroy_group.remote(group) for handle in self._channels))
+            # Members find out on their next receive (their view version moved).
+            self._publish(group, -1)
 
     async def join(self, group: str, member_id: str, timeout: float, home: int = -1) -> MemberView:
         """Add a member (or rejoin one); returns once its assignment is in force.
@@ -188,18 +193,25 @@ class CoordinatorActor:
             self._homes.pop(member_id, None)
 
     def heartbeat(
-        self, group: str, member_id: str, known_version: int, touch: bool = True
+        self,
+        group: str,
+        member_id: str,
+        known_version: int,
+        touch: bool = True,
+        idle: float = 0.0,
     ) -> MemberView | None:
-        """Keep a member alive; return its view if it changed, else the same view cheaply.
+        """Keep a member alive; return its view.
 
         Returns None when the member is no longer one (timed out): it must rejoin.
         With ``touch=False`` only the view is read (a ``channels`` read is no
-        sign of life).
+        sign of life). ``idle``: seconds since the member's last receive, when
+        its handle reports that from a background thread.
         """
         state = self._groups.get(group)
         if state is None:
             raise GroupNotFoundError(f"group {group!r} does not exist")
-        alive = state.touch(member_id, time.monotonic()) if touch else member_id in state.members
+        now = time.monotonic() - max(0.0, idle)
+        alive = state.touch(member_id, now) if touch else member_id in state.members
         if not alive:
             return None
         return state.view(member_id)
@@ -224,6 +236,7 @@ class CoordinatorActor:
                 },
             )
         await self._push_views(state, change.members)
+        self._publish(state.name, state.version)
 
     async def _push_views(self, state: Group, members: tuple[str, ...]) -> None:
         pushes = []
@@ -330,6 +343,7 @@ class CoordinatorActor:
             state.epochs[channel] = cursor[state.name]["epoch"]
         state.version += 1
         await self._push_views(state, tuple(state.members))
+        self._publish(state.name, state.version)
         logger.info("group %s of %s reset: %s", state.name, self._config.name, positions)
         return positions
 
@@ -356,6 +370,13 @@ class CoordinatorActor:
         return {"config": self._config, "channels": list(channels), "groups": groups}
 
     # -- helpers -------------------------------------------------------------------
+
+    def _publish(self, group: str, version: int) -> None:
+        """Let members see cheaply that their group's view changed (see notices)."""
+        try:
+            notices.publish_version(self._config.namespace, self._config.name, group, version)
+        except Exception as error:  # members then learn it from their heartbeats
+            logger.warning("could not publish the version of group %s: %s", group, error)
 
     def _group(self, group: str) -> Group:
         state = self._groups.get(group)

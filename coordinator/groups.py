@@ -119,7 +119,7 @@ class Group:
         member = self.members.get(member_id)
         if member is None:
             return False
-        member.last_seen = now
+        member.last_seen = max(member.last_seen, now)
         return True
 
     def expire(self, now: float) -> tuple[list[str], Rebalance | None]:
