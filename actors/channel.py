@@ -131,6 +131,10 @@ class ChannelActor:
         """Wake everything waiting on this channel's state (data, room, commits)."""
         self._changed.set()
         self._changed = asyncio.Event()
+        # Sessions hosted here hear of their home channel directly: no watcher
+        # task between an append and a waiting receive.
+        for session in self._sessions.values():
+            session.poke(self._channel)
 
     async def _wait_change(self, timeout: float) -> None:
         changed = self._changed

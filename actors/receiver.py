@@ -285,9 +285,15 @@ class ReceiveSession:
         for start in range(0, len(candidates), width):
             group = [c for c in candidates[start : start + width] if c in self._owned]
             share = -(-max_count // max(1, len(group)))
-            outcomes = await asyncio.gather(
-                *(self._take(channel, share) for channel in group), return_exceptions=True
-            )
+            if len(group) == 1:  # the common case: no task, no extra loop turn
+                try:
+                    outcomes: list[Any] = [await self._take(group[0], share)]
+                except StaleSequenceError as error:
+                    outcomes = [error]
+            else:
+                outcomes = await asyncio.gather(
+                    *(self._take(channel, share) for channel in group), return_exceptions=True
+                )
             deliveries = []
             stale: BaseException | None = None
             for outcome in outcomes:
@@ -356,14 +362,18 @@ class ReceiveSession:
     # -- waiting -------------------------------------------------------------
 
     async def _wait_for_change(self, window_full: bool) -> None:
+        self._wake.clear()  # before looking: a poke from here on is not lost
         for channel in list(self._owned):
+            known = self._known.get(channel)
+            if self._links[channel].local:
+                if known is None:
+                    return  # it changed since the last look: look again
+                continue  # the home channel pokes this session on every change
             if channel in self._watchers:
                 continue
-            known = self._known.get(channel)
             if known is not None and known.available and not window_full:
                 continue  # takeable now; no need to watch
             self._watchers[channel] = asyncio.ensure_future(self._watch(channel, known))
-        self._wake.clear()
         if self.closed:
             return
         await self._wake.wait()
