@@ -109,7 +109,9 @@ class ChannelActor:
         self._self_handle = siblings[self._channel]
         for channel, handle in enumerate(siblings):
             if channel == self._channel:
-                self._links[channel] = ChannelLink(channel, self._local_call, local=True)
+                self._links[channel] = ChannelLink(
+                    channel, self._local_call, local=True, state=self.cursor_state
+                )
             else:
                 self._links[channel] = ChannelLink(channel, _remote_caller(handle), local=False)
         return self.identity()

@@ -81,12 +81,21 @@ class ChannelLink:
     """Calls one channel's reader methods: in-process for the home's own channel,
     by actor call for a sibling. Both have the same shape."""
 
-    __slots__ = ("_call", "channel", "local")
+    __slots__ = ("_call", "channel", "local", "state")
 
-    def __init__(self, channel: int, call: Callable[..., Awaitable[Any]], *, local: bool) -> None:
+    def __init__(
+        self,
+        channel: int,
+        call: Callable[..., Awaitable[Any]],
+        *,
+        local: bool,
+        state: Callable[[str, Any], CursorState] | None = None,
+    ) -> None:
         self.channel = channel
         self.local = local
         self._call = call
+        self.state = state
+        """For the home's own channel: its cursor state, read in-process."""
 
     def take(self, reader_id: str, fence: Any, max_count: int) -> Awaitable[Delivery]:
         """Deliver up to ``max_count`` elements from the reader's cursor (may be none)."""
@@ -147,9 +156,21 @@ class ReceiveSession:
         self._poke()
 
     def poke(self, channel: int | None = None) -> None:
-        """Something changed at ``channel`` (or anywhere): look again."""
+        """Something changed at ``channel`` (or anywhere): look again.
+
+        The home channel pokes on every change of its own; its cursor state is
+        read in-process right away, so commits count for the window at once.
+        """
         if channel is not None:
-            self._known.pop(channel, None)
+            link = self._links.get(channel)
+            fence = self._owned.get(channel)
+            if link is not None and link.state is not None and channel in self._owned:
+                try:
+                    self._known[channel] = link.state(self.spec.reader_id, fence)
+                except (NotOwnerError, SubscriberClosedError):
+                    self._known.pop(channel, None)
+            else:
+                self._known.pop(channel, None)
         self._poke()
 
     def interrupt(self, stream: str, upto: int) -> None:
@@ -366,7 +387,7 @@ class ReceiveSession:
         for channel in list(self._owned):
             known = self._known.get(channel)
             if self._links[channel].local:
-                if known is None:
+                if known is None or (known.available and not window_full):
                     return  # it changed since the last look: look again
                 continue  # the home channel pokes this session on every change
             if channel in self._watchers:
