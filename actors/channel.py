@@ -30,7 +30,15 @@ from raytopic.actors.cursors import Cursor, Lease
 from raytopic.actors.receiver import ChannelLink, CursorState, ReceiveSession, SessionSpec
 from raytopic.actors.ringbuffer import RingBuffer, Run
 from raytopic.actors.turns import DuplicateTurnError, Turns
-from raytopic.actors.wire import AppendAck, Delivery, ReaderSpec, ReceivedBatch, StatusBatch
+from raytopic.actors.wire import (
+    AppendAck,
+    Delivery,
+    ReaderSpec,
+    ReceivedBatch,
+    StatusBatch,
+    pack_request,
+    unpack_request,
+)
 from raytopic.config import Overflow, TopicConfig
 from raytopic.errors import (
     GroupNotFoundError,
@@ -125,6 +133,12 @@ class ChannelActor:
             "node_id": context.get_node_id(),
             "pid": os.getpid(),
         }
+
+    async def request(self, packed: bytes) -> Any:
+        """Serve a data-path call packed by :func:`pack_request` (append,
+        receive, take, watch, give_back): one argument crosses Ray instead of six."""
+        method, args = unpack_request(packed)
+        return await getattr(self, method)(*args)
 
     async def _local_call(self, method: str, *args: Any) -> Any:
         return await getattr(self, method)(*args)
@@ -721,7 +735,7 @@ def _stamp_clock() -> float:
 
 def _remote_caller(handle: Any) -> Callable[..., Any]:
     async def call(method: str, *args: Any) -> Any:
-        return await getattr(handle, method).remote(*args)
+        return await handle.request.remote(pack_request(method, *args))
 
     return call
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import cloudpickle
 
-from raytopic.errors import InvalidTypeError
+from raytopic.errors import InvalidArgumentError, InvalidTypeError
 from raytopic.records import Element, Position, PublishStatus, _Origin, stamp_to_datetime
 
 __all__ = [
@@ -30,7 +30,41 @@ __all__ = [
     "StatusBatch",
     "dumps_value",
     "loads_value",
+    "pack_request",
+    "unpack_request",
 ]
+
+
+# -- requests ----------------------------------------------------------------
+
+PACKED_METHODS = frozenset({"append", "receive", "take", "watch", "give_back"})
+"""The channel methods on the data path, called through ``ChannelActor.request``."""
+
+
+def pack_request(method: str, *args: Any) -> bytes:
+    """One channel call (method name and arguments) as a single bytes argument.
+
+    Ray serializes each argument of an actor call on its own, at tens of
+    microseconds each way; the data-path calls carry five or six small
+    arguments, so they travel as one pickled tuple instead (about a quarter
+    of a millisecond less per call here). The arguments hold no ObjectRefs.
+    """
+    return pickle.dumps((method, args), protocol=5)
+
+
+def unpack_request(packed: bytes) -> tuple[str, tuple[Any, ...]]:
+    """The method name and arguments of a :func:`pack_request` request.
+
+    Raises:
+        InvalidArgumentError: not a request, or not one of :data:`PACKED_METHODS`.
+    """
+    try:
+        method, args = pickle.loads(packed)
+    except Exception as error:
+        raise InvalidArgumentError(f"not a packed channel request: {error}") from None
+    if method not in PACKED_METHODS or not isinstance(args, tuple):
+        raise InvalidArgumentError(f"{method!r} cannot be called as a packed request")
+    return method, args
 
 
 # -- values ------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.actors.wire import _MAIN_MARKER, _REF_MARKER, AppendAck, dumps_value
+from raytopic.actors.wire import _MAIN_MARKER, _REF_MARKER, AppendAck, dumps_value, pack_request
 from raytopic.config import check_nonnegative_number, check_positive_int, check_timeout
 from raytopic.errors import (
     InvalidArgumentError,
@@ -308,13 +308,16 @@ class Publisher:
         """Submit one append call (outside the lock); its reply is settled by the worker."""
         payloads = part if call.batch is None else call.batch.payloads
         try:
-            ref = call.pipe.actor.append.remote(
-                self._id,
-                call.number,
-                payloads,
-                self._overflow,
-                self._block_timeout,
-                call.batch is None,
+            ref = call.pipe.actor.request.remote(
+                pack_request(
+                    "append",
+                    self._id,
+                    call.number,
+                    payloads,
+                    self._overflow,
+                    self._block_timeout,
+                    call.batch is None,
+                )
             )
         except Exception as error:  # could not even be submitted
             self._start_worker()

@@ -30,7 +30,7 @@ import ray
 
 from raytopic.actors.cursors import Lease
 from raytopic.actors.receiver import CursorState, SessionSpec
-from raytopic.actors.wire import ReaderSpec
+from raytopic.actors.wire import ReaderSpec, pack_request
 from raytopic.config import Start, check_name, check_positive_int, check_timeout
 from raytopic.coordinator import notices
 from raytopic.errors import (
@@ -353,7 +353,9 @@ class Subscriber:
         with self._lock:
             number = self._next_request
             self._next_request += 1
-        ref = self._home.receive.remote(self._id, self._stream, number, count, single, spread)
+        ref = self._home.request.remote(
+            pack_request("receive", self._id, self._stream, number, count, single, spread)
+        )
         if self._group is not None:
             self._outstanding.append(ref)
         return ref

@@ -295,3 +295,17 @@ def test_destroy_kills_the_actors_and_frees_the_name(ray_session: None, unique_n
         assert new.position.topic_id == again.topic_id
     finally:
         again.destroy()
+
+
+def test_a_bad_packed_request_gets_a_typed_error_and_the_channel_lives_on(
+    make_topic: Callable[..., rt.Topic],
+) -> None:
+    from raytopic.actors.wire import pack_request
+
+    topic = make_topic(channels=1)
+    _published(topic, ["kept"])
+    channel = ray.get_actor(channel_actor_name(topic.name, 0), namespace=topic.namespace)
+    for packed in (pack_request("destroy_group", "g"), b"garbage"):
+        with pytest.raises(rt.InvalidArgumentError):
+            ray.get(channel.request.remote(packed), timeout=30)
+    assert _drain(topic) == ["kept"]
