@@ -430,7 +430,12 @@ class ChannelActor:
 
     def _state(self, cursor: Cursor) -> CursorState:
         return CursorState(
-            cursor.next, cursor.committed, self._ring.tail, cursor.epoch, cursor.has_commit
+            cursor.next,
+            cursor.committed,
+            self._ring.tail,
+            cursor.epoch,
+            cursor.has_commit,
+            cursor.unacked,
         )
 
     async def take(self, reader_id: str, fence: Any, max_count: int) -> Delivery:
@@ -469,6 +474,7 @@ class ChannelActor:
             ring.tail,
             cursor.committed,
             origin,
+            cursor.unacked,
         )
 
     def _read_filtered(self, reader: _Reader, start: int, max_count: int) -> tuple[list[Run], int]:
@@ -506,7 +512,7 @@ class ChannelActor:
             return False
         if cursor.next != expected_next:
             return False
-        cursor.next = max(first, self._ring.head)
+        cursor.rewind(max(first, self._ring.head))
         self._notify()
         return True
 
@@ -618,6 +624,7 @@ class ChannelActor:
             "has_commit": cursor.has_commit,
             "reset_floor": cursor.reset_floor,
             "delivered_high": cursor.delivered_high,
+            "unread": list(cursor.unread),
         }
         if target == "earliest":
             sequence = ring.head - 1
@@ -648,6 +655,7 @@ class ChannelActor:
                 "next": cursor.next,
                 "committed": cursor.committed,
                 "has_commit": cursor.has_commit,
+                "unacked": cursor.unacked,
                 "owner": cursor.owner,
                 "epoch": cursor.epoch,
             }

@@ -10,7 +10,7 @@ Sequences here are plain ints; ``-1`` and ``head - 1`` mean "before the first".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from raytopic.records import CommitStatus
 
@@ -54,6 +54,9 @@ class Cursor:
             commits below it were received before the reset (REJECTED).
         delivered_high: Highest sequence delivered since the last reset; a
             commit above it was received before the reset or never (REJECTED).
+        unread: Ranges ``(first, last)`` above the commit that a seek forward
+            jumped over: behind the read position, but never delivered, so
+            not unacknowledged (the window does not wait for their commit).
     """
 
     next: int
@@ -63,6 +66,7 @@ class Cursor:
     owner: Lease | None = None
     reset_floor: int | None = None
     delivered_high: int = -1
+    unread: list[tuple[int, int]] = field(default_factory=list)
 
     @classmethod
     def starting_at(cls, next_sequence: int) -> Cursor:
@@ -72,7 +76,21 @@ class Cursor:
     @property
     def unacked(self) -> int:
         """Delivered but not committed (0 when the commit is ahead)."""
-        return max(0, self.next - 1 - self.committed)
+        skipped = sum(
+            min(last, self.next - 1) - max(first, self.committed + 1) + 1
+            for first, last in self.unread
+            if last > self.committed and first < self.next
+        )
+        return max(0, self.next - 1 - self.committed - skipped)
+
+    def _forget_unread(self) -> None:
+        """Keep only the unread ranges between the commit and the read position."""
+        if self.unread:
+            self.unread = [
+                (max(first, self.committed + 1), min(last, self.next - 1))
+                for first, last in self.unread
+                if last > self.committed and first < self.next
+            ]
 
     def delivered(self, last: int, next_sequence: int) -> None:
         """Record a delivery that ended at ``last``; read on from ``next_sequence``."""
@@ -97,6 +115,7 @@ class Cursor:
             return CommitStatus.ALREADY_COMMITTED
         self.committed = sequence
         self.has_commit = True
+        self._forget_unread()
         return CommitStatus.COMMITTED
 
     def seek(self, position: int, head: int, tail: int, *, commit: bool) -> int:
@@ -106,11 +125,14 @@ class Cursor:
         sets the commit to the new position either way.
         """
         position = clamp(position, head, tail)
+        if position >= self.next:
+            self.unread.append((self.next, position))
         self.next = position + 1
         if commit or position < self.committed:
             self.committed = position
             # Rolling back moves the resume point, but is not a commit of its own.
             self.has_commit = self.has_commit or commit
+        self._forget_unread()
         if self.reset_floor is not None:
             # The reader chose a new place: what it receives from here on is
             # committable even if the group was reset before.
@@ -125,6 +147,7 @@ class Cursor:
         self.next = position + 1
         self.committed = position
         self.has_commit = True
+        self.unread = []
         self.reset_floor = position
         self.delivered_high = position
         self.epoch += 1
@@ -134,6 +157,7 @@ class Cursor:
         """Give the cursor a new owner: it resumes after the last commit."""
         self.owner = lease
         self.next = self.committed + 1
+        self.unread = []
         self.epoch += 1
 
     def skip_to_head(self, head: int) -> int:
@@ -144,4 +168,11 @@ class Cursor:
         self.next = head
         if self.committed < head - 1:
             self.committed = head - 1
+        self._forget_unread()
         return skipped
+
+    def rewind(self, next_sequence: int) -> None:
+        """Read again from ``next_sequence`` (a take given back), forgetting what it
+        skipped from there on."""
+        self.next = next_sequence
+        self._forget_unread()

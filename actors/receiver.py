@@ -53,16 +53,13 @@ class CursorState:
     tail: int
     epoch: int
     has_commit: bool = field(default=False, compare=False)
+    unacked: int = field(default=0, compare=False)
+    """Delivered but not committed (:attr:`Cursor.unacked`)."""
 
     @property
     def available(self) -> bool:
         """Whether an element waits to be delivered."""
         return self.tail >= self.next
-
-    @property
-    def unacked(self) -> int:
-        """Delivered but not committed."""
-        return max(0, self.next - 1 - self.committed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,7 +348,11 @@ class ReceiveSession:
             self._known.pop(channel, None)
             raise
         self._known[channel] = CursorState(
-            delivery.next, delivery.committed, delivery.tail, delivery.epoch
+            delivery.next,
+            delivery.committed,
+            delivery.tail,
+            delivery.epoch,
+            unacked=delivery.unacked,
         )
         return delivery
 

@@ -232,6 +232,8 @@ class Delivery:
     tail: int
     committed: int
     origin: _Origin
+    unacked: int = 0
+    """The reader's delivered-but-uncommitted count here afterwards."""
 
     @classmethod
     def pack(
@@ -243,12 +245,15 @@ class Delivery:
         tail: int,
         committed: int,
         origin: _Origin,
+        unacked: int = 0,
     ) -> Delivery:
         """Build a delivery from runs of payloads."""
         count = sum(len(run[2]) for run in runs)
         first = runs[0][0] if runs else next_sequence
         blob = pickle.dumps(tuple(runs), protocol=5) if runs else b""
-        return cls(channel, first, count, blob, epoch, next_sequence, tail, committed, origin)
+        return cls(
+            channel, first, count, blob, epoch, next_sequence, tail, committed, origin, unacked
+        )
 
 
 class ReceivedBatch:

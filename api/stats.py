@@ -156,7 +156,7 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
                     has_commit=cursor["has_commit"],
                     next=next_sequence,
                     depth=max(0, tail - next_sequence + 1),
-                    unacked=max(0, next_sequence - 1 - committed),
+                    unacked=cursor["unacked"],
                     lag=max(0, tail - committed),
                 )
             )

@@ -318,3 +318,60 @@ def test_seeking_back_rolls_the_resume_point_back_without_making_a_commit() -> N
     cursor.commit(6, tail=9)
     assert cursor.seek(1, head=0, tail=9, commit=False) == 1
     assert (cursor.committed, cursor.has_commit) == (1, True)  # a real commit, rolled back
+
+
+# -- unacknowledged count ---------------------------------------------------------
+
+
+def test_a_seek_forward_does_not_count_what_it_jumped_over_as_unacked() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=2, next_sequence=3)  # 0..2 received
+    cursor.seek(9, head=0, tail=20, commit=False)  # 3..9 never received
+    assert cursor.unacked == 3
+    cursor.delivered(last=11, next_sequence=12)  # 10, 11 received
+    assert cursor.unacked == 5
+
+
+def test_commits_into_and_past_a_jumped_range_count_exactly() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=2, next_sequence=3)
+    cursor.seek(9, head=0, tail=20, commit=False)
+    cursor.delivered(last=11, next_sequence=12)
+    assert cursor.commit(5, tail=20) is COMMITTED  # commits 0..2 and jumped 3..5
+    assert cursor.unacked == 2  # 10, 11
+    assert cursor.commit(11, tail=20) is COMMITTED
+    assert cursor.unacked == 0
+    assert cursor.unread == []
+
+
+def test_seeking_back_reads_the_jumped_range_again_and_counts_it() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=2, next_sequence=3)
+    cursor.seek(9, head=0, tail=20, commit=False)
+    cursor.seek(4, head=0, tail=20, commit=False)  # next is 5: 3, 4 stay jumped
+    assert cursor.unacked == 3
+    cursor.delivered(last=9, next_sequence=10)  # 5..9 received now
+    assert cursor.unacked == 8
+
+
+def test_reset_grant_and_seek_and_commit_leave_nothing_jumped() -> None:
+    for move in (
+        lambda c: c.reset(15, head=0, tail=20),
+        lambda c: c.grant(Lease("m", 2)),
+        lambda c: c.seek(15, head=0, tail=20, commit=True),
+    ):
+        cursor = Cursor.starting_at(0)
+        cursor.delivered(last=2, next_sequence=3)
+        cursor.seek(9, head=0, tail=20, commit=False)
+        move(cursor)
+        assert cursor.unread == []
+        assert cursor.unacked == 0
+
+
+def test_a_take_given_back_forgets_what_it_would_have_jumped() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.seek(4, head=0, tail=20, commit=False)  # 0..4 jumped
+    cursor.delivered(last=7, next_sequence=8)
+    cursor.rewind(5)  # the take of 5..7 is given back
+    assert cursor.unacked == 0
+    assert cursor.next == 5

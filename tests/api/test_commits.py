@@ -325,6 +325,26 @@ def test_window_counts_every_owned_channel(make_topic):
     member.close()
 
 
+def test_a_seek_forward_does_not_fill_the_window(make_topic):
+    topic = make_topic(channels=1)
+    member = topic.subscriber(group="g", window=3)
+    statuses = _publish(topic, list(range(20)))
+    assert [_get(member.receive()).value for _ in range(2)] == [0, 1]
+    member.seek(0, statuses[14].position)  # 2..14 are jumped over, never received
+    stats = _group_channel(topic, "g", 0)
+    assert (stats.unacked, stats.depth) == (2, 5)
+    # Room for one more: the jumped elements are not waiting for a commit.
+    assert _get(member.receive()).value == 15
+    blocked = member.receive()
+    ready, _ = ray.wait([blocked], timeout=0.5)
+    assert ready == []
+    assert _group_channel(topic, "g", 0).unacked == 3
+    assert member.commit(0, statuses[15].position).status is COMMITTED
+    assert _get(blocked).value == 16
+    assert _group_channel(topic, "g", 0).unacked == 1
+    member.close()
+
+
 def test_window_must_be_positive(make_topic):
     topic = make_topic(channels=1)
     for window in (0, -1):
