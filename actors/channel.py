@@ -305,7 +305,9 @@ class ChannelActor:
             raise InvalidArgumentError(f"batch {batch} of publisher {publisher_id} is stale")
         try:
             async with self._publish_turns.turn(publisher_id, batch):
-                ack = await self._append_batch(payloads, Overflow.parse(overflow), timeout)
+                ack = await self._append_batch(
+                    payloads, Overflow.parse(overflow), timeout, whole=statuses
+                )
         except DuplicateTurnError as error:
             raise InvalidArgumentError(str(error)) from None
         track = self._publishers.setdefault(publisher_id, _PublisherTrack())
@@ -323,23 +325,35 @@ class ChannelActor:
 
     def _ack_reply(self, ack: AppendAck, statuses: bool) -> AppendAck | StatusBatch:
         if statuses:
+            if ack.error is not None:
+                # Raised here, not in the caller's deserialization, so the
+                # ObjectRef fails with the typed error itself.
+                raise ack.error
             return StatusBatch(self._config.topic_id, self._channel, ack)
         return ack
 
     async def _append_batch(
-        self, payloads: list[bytes], policy: Overflow, timeout: float | None
+        self, payloads: list[bytes], policy: Overflow, timeout: float | None, *, whole: bool
     ) -> AppendAck:
         ring = self._ring
         if policy is Overflow.OVERWRITE or not payloads:
             first = ring.append(payloads, overwrite=True)
             self._appended()
             return AppendAck(first, len(payloads), ring.stamp_of_last_append())
-        # "fail" takes what fits now. "block" waits until the whole batch fits
-        # (so its positions are contiguous and share one stamp); only a batch
-        # larger than the capacity goes in several pieces.
+        # "fail" takes what fits now, or with ``whole`` (a publish_batch, whose
+        # caller sees one error for all its values) nothing unless all fit.
+        # "block" waits until the whole batch fits (so its positions are
+        # contiguous and share one stamp); only a batch larger than the
+        # capacity goes in several pieces.
         deadline = None if timeout is None else time.monotonic() + timeout
         runs: list[tuple[int, int, float]] = []
         accepted = 0
+        if policy is Overflow.FAIL and whole and ring.room() < len(payloads):
+            refused = TopicFullError(
+                f"channel {self._channel} has room for {ring.room()} of "
+                f"{len(payloads)} values: none of them appended"
+            )
+            return AppendAck(-1, 0, 0.0, refused)
         while accepted < len(payloads):
             wanted = min(len(payloads) - accepted, ring.capacity)
             if (

@@ -213,6 +213,10 @@ class Publisher:
         Values this publisher published before go out first, so per-key order
         holds across ``publish`` and ``publish_batch``.
 
+        With overflow "fail", each channel's part goes in whole or not at all:
+        the ObjectRef raises TopicFullError, and the channels it names
+        appended nothing of this batch (other channels' parts may have gone in).
+
         Raises:
             InvalidTypeError, InvalidArgumentError: a bad value or key, or
                 ``keys`` of another length; nothing is sent.

@@ -278,3 +278,28 @@ def test_refused_values_raise_at_publish_and_append_nothing(make_topic) -> None:
         fine = [publisher.publish(v, key="k") for v in ("ObjectRef", b"__main__", 0, "")]
     assert [f.result().position.sequence for f in fine] == [0, 1, 2, 3]
     assert [e.value for e in _everything(topic)] == ["ObjectRef", b"__main__", 0, ""]
+
+
+def test_fail_refuses_a_publish_batch_part_whole(make_topic) -> None:
+    topic = make_topic(channels=1, capacity=3, overflow="fail")
+    with topic.publisher() as publisher:
+        assert len(ray.get(publisher.publish_batch(["a", "b"]), timeout=30)) == 2
+        with pytest.raises(rt.TopicFullError, match="none of them appended"):
+            ray.get(publisher.publish_batch(["c", "d"]), timeout=30)
+        assert topic.ringbuffer(0).tail_sequence() == 1  # neither "c" nor "d"
+        (last,) = ray.get(publisher.publish_batch(["e"]), timeout=30)  # what fits still goes
+    assert last.position.sequence == 2
+    assert [e.value for e in _everything(topic)] == ["a", "b", "e"]
+
+
+def test_fail_refuses_the_full_channels_part_of_a_many_channel_batch(make_topic) -> None:
+    topic = make_topic(channels=2, capacity=2, overflow="fail")
+    key_0 = next(f"k{i}" for i in range(100) if channel_for_key(f"k{i}", 2) == 0)
+    key_1 = next(f"k{i}" for i in range(100) if channel_for_key(f"k{i}", 2) == 1)
+    with topic.publisher() as publisher:
+        publisher.publish("first", key=key_0).result(timeout=30)
+        ref = publisher.publish_batch(["x0", "x1", "y0"], keys=[key_0, key_0, key_1])
+        with pytest.raises(rt.TopicFullError):
+            ray.get(ref, timeout=30)
+    assert topic.ringbuffer(0).tail_sequence() == 0  # only "first"
+    assert [e.value for e in _everything(topic)] in (["first", "y0"], ["y0", "first"])
