@@ -59,10 +59,10 @@ MAX_READ_MANY = 1000
 """Most items one ``read_many`` returns (Hazelcast's limit against overload)."""
 
 _POLL_INTERVAL = 0.25
+"""Seconds between re-checks while waiting on something a clock changes (TTL)."""
 
 _PUBLISHERS_KEPT = 10_000
 """Publisher tracks a channel keeps before it forgets the idlest half."""
-"""Seconds between re-checks while waiting on something a clock changes (TTL)."""
 
 
 @dataclass(slots=True)
@@ -321,7 +321,8 @@ class ChannelActor:
         new publisher; a long-gone one needs no ordering or retry record)."""
         by_age = sorted(self._publishers.items(), key=lambda item: item[1].seen)
         for publisher_id, _ in by_age[: len(by_age) // 2]:
-            del self._publishers[publisher_id]
+            if self._publish_turns.forget(publisher_id):
+                del self._publishers[publisher_id]
 
     def _ack_reply(self, ack: AppendAck, statuses: bool) -> AppendAck | StatusBatch:
         if statuses:

@@ -91,8 +91,11 @@ class Turns:
             stream.running = False
             stream.advance(number)
 
-    def forget(self, key: Hashable) -> None:
-        """Drop the stream ``key`` (its sender is gone)."""
-        stream = self._streams.pop(key, None)
-        if stream is not None:
-            stream.changed.set()
+    def forget(self, key: Hashable) -> bool:
+        """Drop the stream ``key`` (its sender is gone) unless a call of it runs or
+        waits; return whether it is gone."""
+        stream = self._streams.get(key)
+        if stream is not None and (stream.running or stream.waiting):
+            return False
+        self._streams.pop(key, None)
+        return True

@@ -315,3 +315,24 @@ def test_forget_drops_the_stream() -> None:
         turns.forget("unknown")  # no error
 
     run(main)
+
+
+def test_forget_keeps_a_stream_with_a_call_running_or_waiting() -> None:
+    async def main() -> None:
+        turns = Turns(gap_timeout=NEVER)
+        log: list = []
+        hold = asyncio.Event()
+        zero = asyncio.create_task(take(turns, "s", 0, log, hold=hold))
+        two = asyncio.create_task(take(turns, "s", 2, log))
+        await asyncio.sleep(0.01)
+        assert turns.forget("s") is False  # 0 runs, 2 waits
+        assert turns.expected("s") == 0
+        hold.set()
+        await zero
+        await take(turns, "s", 1, log)
+        await asyncio.wait_for(two, 2.0)
+        assert [entry[2] for entry in log if entry[0] == "end"] == [0, 1, 2]
+        assert turns.forget("s") is True
+        assert turns.expected("s") == 0
+
+    run(main)
