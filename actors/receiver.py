@@ -160,15 +160,24 @@ class ReceiveSession:
         """
         if channel is not None:
             link = self._links.get(channel)
-            fence = self._owned.get(channel)
             if link is not None and link.state is not None and channel in self._owned:
-                try:
-                    self._known[channel] = link.state(self.spec.reader_id, fence)
-                except (NotOwnerError, SubscriberClosedError):
-                    self._known.pop(channel, None)
+                self._refresh_local(channel)
             else:
                 self._known.pop(channel, None)
         self._poke()
+
+    def _refresh_local(self, channel: int) -> CursorState | None:
+        """Read the home channel's cursor state in-process; drop the channel if it
+        is no longer ours (the coordinator grants the new owner before it tells us)."""
+        link = self._links[channel]
+        assert link.state is not None
+        try:
+            state = link.state(self.spec.reader_id, self._owned.get(channel))
+        except (NotOwnerError, SubscriberClosedError):
+            self._drop(channel)
+            return None
+        self._known[channel] = state
+        return state
 
     def interrupt(self, stream: str, upto: int) -> None:
         """Receives of ``stream`` numbered up to ``upto`` stop waiting and complete
@@ -388,8 +397,12 @@ class ReceiveSession:
         for channel in list(self._owned):
             known = self._known.get(channel)
             if self._links[channel].local:
-                if known is None or (known.available and not window_full):
-                    return  # it changed since the last look: look again
+                # Read in place, never "look again" for it: with the window full
+                # no take would refresh it, and this loop would spin.
+                if known is None:
+                    known = self._refresh_local(channel)
+                if known is not None and known.available and not window_full:
+                    return  # takeable now: look again
                 continue  # the home channel pokes this session on every change
             if channel in self._watchers:
                 continue

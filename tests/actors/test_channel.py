@@ -5,11 +5,61 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+from collections.abc import Callable
+from typing import Any
 
 from raytopic.actors.channel import _PUBLISHERS_KEPT, ChannelActor
+from raytopic.actors.cursors import Lease
+from raytopic.actors.receiver import ChannelLink, ReceiveSession, SessionSpec
+from raytopic.actors.wire import ReaderSpec
 from raytopic.config import Overflow, TopicConfig
 
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 1, 100_000, True, None, Overflow.BLOCK, ())
+TWO_CHANNELS = TopicConfig("t", "ns", "t0pic1d", 2, 1000, True, None, Overflow.BLOCK, ())
+MEMBER = Lease("m", 1)
+
+
+def _in_process(actor: ChannelActor) -> Callable[..., Any]:
+    async def call(method: str, *args: Any) -> Any:
+        return await getattr(actor, method)(*args)
+
+    return call
+
+
+async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, ReceiveSession]:
+    """Home channel 0 and sibling 1, both in-process; a group member whose window
+    of 3 is filled by channel 1 alone."""
+    home, sibling = ChannelActor(TWO_CHANNELS, 0), ChannelActor(TWO_CHANNELS, 1)
+    home._links = {
+        0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state),
+        1: ChannelLink(1, _in_process(sibling), local=False),
+    }
+    for channel in (home, sibling):
+        channel.ensure_group("g", False)
+        channel.open_reader("m", ReaderSpec("g", False))
+        if channel is sibling or home_owned:
+            channel.grant("g", MEMBER)
+    owned = {0: MEMBER, 1: MEMBER} if home_owned else {1: MEMBER}
+    home.open_session(SessionSpec("m", False, 3), owned)
+    await sibling.append("publisher", 0, [pickle.dumps(i) for i in range(3)], "block", 1.0)
+    received = await home.receive("m", "s", 0, 3, False)
+    assert sum(d.count for d in received.deliveries) == 3
+    return home, home._sessions["m"]
+
+
+def _fail_on_spinning(session: ReceiveSession) -> None:
+    """Make a receive loop that never yields fail instead of hanging the test."""
+    room = session._room
+    calls = 0
+
+    def counted() -> int:
+        nonlocal calls
+        calls += 1
+        if calls > 10_000:
+            raise RuntimeError("the receive loop spins without waiting")
+        return room()
+
+    session._room = counted  # type: ignore[method-assign]
 
 
 def test_a_channel_forgets_idle_publishers_and_their_turns() -> None:
@@ -25,5 +75,38 @@ def test_a_channel_forgets_idle_publishers_and_their_turns() -> None:
         # A forgotten publisher that comes back is a new sender: its batch 0 goes in.
         ack = await channel.append("p0", 0, payload, "block", 1.0)
         assert ack.first == _PUBLISHERS_KEPT + 1
+
+    asyncio.run(main())
+
+
+def test_a_full_window_waits_when_the_home_channel_goes_to_another_member() -> None:
+    async def main() -> None:
+        home, session = await _member_with_a_full_window(home_owned=True)
+        _fail_on_spinning(session)
+        waiting = asyncio.ensure_future(home.receive("m", "s", 1, 1, True))
+        await asyncio.sleep(0.05)
+        home.grant("g", Lease("other", 2))  # the coordinator grants the new owner first
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # still waiting for a commit, not spinning
+        assert 0 not in session._owned
+        session.close()
+        await asyncio.wait_for(waiting, 2.0)
+
+    asyncio.run(main())
+
+
+def test_a_full_window_waits_when_the_home_channel_is_newly_assigned() -> None:
+    async def main() -> None:
+        home, session = await _member_with_a_full_window(home_owned=False)
+        _fail_on_spinning(session)
+        waiting = asyncio.ensure_future(home.receive("m", "s", 1, 1, True))
+        await asyncio.sleep(0.05)
+        lease = Lease("m", 2)
+        home.grant("g", lease)
+        home.update_session("m", 5, {0: lease, 1: MEMBER})
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        session.close()
+        await asyncio.wait_for(waiting, 2.0)
 
     asyncio.run(main())
