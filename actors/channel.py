@@ -62,7 +62,15 @@ _POLL_INTERVAL = 0.25
 """Seconds between re-checks while waiting on something a clock changes (TTL)."""
 
 _PUBLISHERS_KEPT = 10_000
-"""Publisher tracks a channel keeps before it forgets the idlest half."""
+"""Publisher tracks a channel keeps before it looks for idle ones to forget."""
+
+_PUBLISHER_IDLE_S = 600.0
+"""A publisher silent this long is forgotten (when there are many). If it comes
+back, its next batch waits for the turn gap timeout once: the channel no longer
+knows which number comes next."""
+
+_PUBLISHER_SWEEP_S = 60.0
+"""Seconds between looks for idle publishers."""
 
 
 @dataclass(slots=True)
@@ -102,6 +110,7 @@ class ChannelActor:
         self._readers: dict[str, _Reader] = {}
         self._groups: dict[str, Cursor] = {}
         self._publishers: dict[str, _PublisherTrack] = {}
+        self._publishers_swept = time.monotonic()
         self._publish_turns = Turns()
         self._sessions: dict[str, ReceiveSession] = {}
         self._links: dict[int, ChannelLink] = {}
@@ -312,15 +321,20 @@ class ChannelActor:
             raise InvalidArgumentError(str(error)) from None
         track = self._publishers.setdefault(publisher_id, _PublisherTrack())
         track.last_batch, track.last_ack, track.seen = batch, ack, time.monotonic()
-        if len(self._publishers) > _PUBLISHERS_KEPT:
-            self._forget_idle_publishers()
+        if (
+            len(self._publishers) > _PUBLISHERS_KEPT
+            and track.seen - self._publishers_swept > _PUBLISHER_SWEEP_S
+        ):
+            self._forget_idle_publishers(track.seen)
         return self._ack_reply(ack, statuses)
 
-    def _forget_idle_publishers(self) -> None:
-        """Drop the oldest half of the publishers' tracks (each pickled Publisher is a
-        new publisher; a long-gone one needs no ordering or retry record)."""
-        by_age = sorted(self._publishers.items(), key=lambda item: item[1].seen)
-        for publisher_id, _ in by_age[: len(by_age) // 2]:
+    def _forget_idle_publishers(self, now: float) -> None:
+        """Drop the tracks and turns of publishers idle for long (each pickled
+        Publisher is a new publisher; a long-gone one needs no ordering or retry
+        record)."""
+        self._publishers_swept = now
+        idle = [pid for pid, t in self._publishers.items() if now - t.seen > _PUBLISHER_IDLE_S]
+        for publisher_id in idle:
             if self._publish_turns.forget(publisher_id):
                 del self._publishers[publisher_id]
 
@@ -473,10 +487,13 @@ class ChannelActor:
             next_sequence = runs[-1].last + 1 if runs else cursor.next
         else:
             runs, next_sequence = self._read_filtered(reader, cursor.next, max_count)
+        last_delivered = runs[-1].last if runs else cursor.next - 1
         if runs:
-            cursor.delivered(runs[-1].last, next_sequence)
+            cursor.delivered(last_delivered, next_sequence)
         else:
             cursor.next = next_sequence
+        # A filter's misses after the last match are read, not delivered.
+        cursor.passed_over(last_delivered + 1, next_sequence - 1)
         config = self._config
         origin = _Origin(
             config.topic_id, config.name, config.namespace, reader_id, fence, cursor.epoch

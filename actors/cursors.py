@@ -16,6 +16,10 @@ from raytopic.records import CommitStatus
 
 __all__ = ["Cursor", "Lease", "clamp"]
 
+_UNREAD_RANGES_KEPT = 32
+"""Passed-over ranges a cursor tracks exactly (a reader that never commits
+would otherwise grow the list with every seek or filtered take)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Lease:
@@ -54,9 +58,12 @@ class Cursor:
             commits below it were received before the reset (REJECTED).
         delivered_high: Highest sequence delivered since the last reset; a
             commit above it was received before the reset or never (REJECTED).
-        unread: Ranges ``(first, last)`` above the commit that a seek forward
-            jumped over: behind the read position, but never delivered, so
-            not unacknowledged (the window does not wait for their commit).
+        unread: Ranges ``(first, last)`` above the commit that were passed
+            over without being delivered (a seek forward, a filter's misses
+            after the last match of a take): behind the read position but
+            not unacknowledged, so the window does not wait for their commit.
+            Misses between two matches of one take count as delivered (the
+            commit of the later match covers them).
     """
 
     next: int
@@ -83,14 +90,30 @@ class Cursor:
         )
         return max(0, self.next - 1 - self.committed - skipped)
 
+    def passed_over(self, first: int, last: int) -> None:
+        """Record ``first..last`` as read past without delivery (see ``unread``)."""
+        if first > last:
+            return
+        unread = self.unread
+        if unread and unread[-1][1] + 1 >= first:
+            unread[-1] = (unread[-1][0], max(unread[-1][1], last))
+        else:
+            unread.append((first, last))
+        if len(unread) > _UNREAD_RANGES_KEPT:
+            # Join the two oldest ranges: what was delivered between them counts
+            # as passed over. The window may then admit a few more elements; it
+            # never waits for elements nobody received.
+            (oldest_first, _), (_, next_last) = unread[0], unread[1]
+            unread[0:2] = [(oldest_first, next_last)]
+
     def _forget_unread(self) -> None:
         """Keep only the unread ranges between the commit and the read position."""
         if self.unread:
-            self.unread = [
+            kept = (
                 (max(first, self.committed + 1), min(last, self.next - 1))
                 for first, last in self.unread
-                if last > self.committed and first < self.next
-            ]
+            )
+            self.unread = [(first, last) for first, last in kept if first <= last]
 
     def delivered(self, last: int, next_sequence: int) -> None:
         """Record a delivery that ended at ``last``; read on from ``next_sequence``."""
@@ -125,8 +148,7 @@ class Cursor:
         sets the commit to the new position either way.
         """
         position = clamp(position, head, tail)
-        if position >= self.next:
-            self.unread.append((self.next, position))
+        self.passed_over(self.next, position)
         self.next = position + 1
         if commit or position < self.committed:
             self.committed = position

@@ -49,9 +49,9 @@ class GroupChannelStats:
     depth: int
     """Elements not yet received."""
     unacked: int
-    """Elements received but not committed."""
+    """Elements received but not committed (not those a seek or a filter passed over)."""
     lag: int
-    """Elements not yet committed (depth + unacked)."""
+    """Elements after the commit: depth + unacked + those passed over unreceived."""
 
 
 @dataclass(frozen=True, slots=True)

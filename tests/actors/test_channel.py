@@ -8,7 +8,14 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from raytopic.actors.channel import _PUBLISHERS_KEPT, ChannelActor
+import cloudpickle
+
+from raytopic.actors.channel import (
+    _PUBLISHER_IDLE_S,
+    _PUBLISHER_SWEEP_S,
+    _PUBLISHERS_KEPT,
+    ChannelActor,
+)
 from raytopic.actors.cursors import Lease
 from raytopic.actors.receiver import ChannelLink, ReceiveSession, SessionSpec
 from raytopic.actors.wire import ReaderSpec
@@ -62,19 +69,28 @@ def _fail_on_spinning(session: ReceiveSession) -> None:
     session._room = counted  # type: ignore[method-assign]
 
 
-def test_a_channel_forgets_idle_publishers_and_their_turns() -> None:
+def test_a_channel_forgets_long_idle_publishers_and_their_turns() -> None:
     async def main() -> None:
         channel = ChannelActor(CONFIG, 0)
         payload = [pickle.dumps("v")]
-        for publisher in range(_PUBLISHERS_KEPT + 1):
+        for publisher in range(_PUBLISHERS_KEPT):
             await channel.append(f"p{publisher}", 0, payload, "block", 1.0)
-        kept = len(channel._publishers)
-        assert kept <= _PUBLISHERS_KEPT // 2 + 1
-        assert len(channel._publish_turns._streams) == kept
-        assert f"p{_PUBLISHERS_KEPT}" in channel._publishers  # the newest stays
+        # Half of them went quiet long ago (their tracks aged, as a clock would).
+        for publisher in range(_PUBLISHERS_KEPT // 2):
+            channel._publishers[f"p{publisher}"].seen -= _PUBLISHER_IDLE_S + 1
+        channel._publishers_swept -= _PUBLISHER_SWEEP_S + 1
+        await channel.append("newest", 0, payload, "block", 1.0)
+        assert len(channel._publishers) == _PUBLISHERS_KEPT // 2 + 1
+        assert len(channel._publish_turns._streams) == len(channel._publishers)
+        assert "p0" not in channel._publishers and "newest" in channel._publishers
         # A forgotten publisher that comes back is a new sender: its batch 0 goes in.
         ack = await channel.append("p0", 0, payload, "block", 1.0)
         assert ack.first == _PUBLISHERS_KEPT + 1
+        # The next look comes a sweep interval later, not on every append.
+        last = f"p{_PUBLISHERS_KEPT - 1}"
+        channel._publishers[last].seen -= _PUBLISHER_IDLE_S + 1
+        await channel.append("another", 0, payload, "block", 1.0)
+        assert last in channel._publishers
 
     asyncio.run(main())
 
@@ -108,5 +124,27 @@ def test_a_full_window_waits_when_the_home_channel_is_newly_assigned() -> None:
         assert not waiting.done()
         session.close()
         await asyncio.wait_for(waiting, 2.0)
+
+    asyncio.run(main())
+
+
+def test_a_filtered_reader_with_a_window_is_not_held_by_the_misses() -> None:
+    async def main() -> None:
+        channel = ChannelActor(CONFIG, 0)
+        channel._links = {
+            0: ChannelLink(0, channel._local_call, local=True, state=channel.cursor_state)
+        }
+        keep = cloudpickle.dumps(lambda value: value >= 100)
+        channel.open_reader("r", ReaderSpec(None, False, filter=keep))
+        channel.open_session(SessionSpec("r", True, 5), {0: None})
+        misses = [pickle.dumps(value) for value in range(20)]
+        await channel.append("publisher", 0, misses, "block", 1.0)
+        nothing = await channel.receive("r", "s", 0, 1, True)
+        assert [d.count for d in nothing.deliveries] == []
+        assert channel.cursor_state("r").unacked == 0
+        await channel.append("publisher", 1, [pickle.dumps(500)], "block", 1.0)
+        match = await asyncio.wait_for(channel.receive("r", "s", 1, 1, True), 2.0)
+        assert [d.count for d in match.deliveries] == [1]
+        assert channel.cursor_state("r").unacked == 1
 
     asyncio.run(main())

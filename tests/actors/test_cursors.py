@@ -375,3 +375,26 @@ def test_a_take_given_back_forgets_what_it_would_have_jumped() -> None:
     cursor.rewind(5)  # the take of 5..7 is given back
     assert cursor.unacked == 0
     assert cursor.next == 5
+
+
+def test_elements_passed_over_are_not_unacked_and_adjacent_ranges_join() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=3, next_sequence=10)  # a filtered take: 3 matched, 4..9 missed
+    cursor.passed_over(4, 9)
+    assert cursor.unacked == 4  # 0..3: misses before a match are covered by its commit
+    cursor.passed_over(10, 19)  # a take that matched nothing
+    cursor.next = 20
+    assert cursor.unread == [(4, 19)]
+    assert cursor.unacked == 4
+    cursor.passed_over(7, 5)  # empty: nothing recorded
+    assert cursor.unread == [(4, 19)]
+
+
+def test_a_reader_that_never_commits_keeps_a_bounded_list() -> None:
+    cursor = Cursor.starting_at(0)
+    for _ in range(1000):  # deliver one, seek past the next one, again and again
+        cursor.delivered(last=cursor.next, next_sequence=cursor.next + 1)
+        cursor.seek(cursor.next, head=0, tail=10_000, commit=False)
+    assert len(cursor.unread) <= 33
+    # The oldest ranges were joined: fewer counted unacked than delivered, never more.
+    assert 0 < cursor.unacked <= 1000
