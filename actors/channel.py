@@ -532,9 +532,11 @@ class ChannelActor:
                     return runs, sequence
         return runs, sequence
 
-    async def give_back(self, reader_id: str, fence: Any, first: int, expected_next: int) -> bool:
+    async def give_back(
+        self, reader_id: str, fence: Any, first: int, expected_next: int, epoch: int
+    ) -> bool:
         """Undo a take nobody saw: move the cursor back to ``first`` if it still stands
-        where that take left it."""
+        where that take left it, under the same epoch (no seek or reset since)."""
         reader = self._readers.get(reader_id)
         if reader is None:
             return False
@@ -542,7 +544,7 @@ class ChannelActor:
             cursor = self._cursor_of(reader, fence)
         except NotOwnerError:
             return False
-        if cursor.next != expected_next:
+        if cursor.next != expected_next or cursor.epoch != epoch:
             return False
         cursor.rewind(max(first, self._ring.head))
         self._notify()

@@ -104,7 +104,9 @@ class ChannelLink:
 
     def give_back(self, reader_id: str, fence: Any, delivery: Delivery) -> Awaitable[Any]:
         """Undo a take whose elements never reached the subscriber."""
-        return self._call("give_back", reader_id, fence, delivery.first, delivery.next)
+        return self._call(
+            "give_back", reader_id, fence, delivery.first, delivery.next, delivery.epoch
+        )
 
 
 class ReceiveSession:
@@ -134,6 +136,7 @@ class ReceiveSession:
         self._turns = Turns()
         self._next_channel = 0
         self._stale: list[BaseException] = []  # StaleSequenceErrors still to report
+        self._returning: list[asyncio.Future[Any]] = []  # give-backs on their way
         self._interrupted: dict[str, int] = {}  # stream -> receives up to it stop waiting
         self._waiting: dict[str, int] = {}  # stream -> its receive now waiting for a change
         self._started: dict[str, int] = {}  # stream -> the last receive that got its turn
@@ -311,37 +314,64 @@ class ReceiveSession:
             width = max(1, min(len(candidates), max_count // _PARALLEL_SHARE))
         for start in range(0, len(candidates), width):
             group = [c for c in candidates[start : start + width] if c in self._owned]
-            share = -(-max_count // max(1, len(group)))
+            if not group:
+                continue
             if len(group) == 1:  # the common case: no task, no extra loop turn
                 try:
-                    outcomes: list[Any] = [await self._take(group[0], share)]
+                    outcomes: list[Any] = [await self._take(group[0], max_count)]
                 except StaleSequenceError as error:
                     outcomes = [error]
             else:
-                outcomes = await asyncio.gather(
-                    *(self._take(channel, share) for channel in group), return_exceptions=True
-                )
-            deliveries = []
-            stale: BaseException | None = None
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    if not isinstance(outcome, StaleSequenceError):
-                        raise outcome
-                    stale = stale or outcome
-                elif outcome is not None and outcome.count:
-                    deliveries.append(outcome)
-            if stale is not None:
+                outcomes = await self._take_several(group, max_count)
+            deliveries = [o for o in outcomes if isinstance(o, Delivery) and o.count]
+            errors = [o for o in outcomes if isinstance(o, BaseException)]
+            failures = [e for e in errors if not isinstance(e, StaleSequenceError)]
+            if failures:
+                # Nobody will see what the other channels handed over: give it back.
+                await asyncio.gather(*(self._give_back(d) for d in deliveries))
+                raise failures[0]
+            if errors:
                 if not deliveries:
-                    raise stale
+                    self._stale.extend(errors[1:])
+                    raise errors[0]
                 # Elements were taken elsewhere: deliver them; the skipped
-                # elements are reported by the next receive.
-                self._stale.append(stale)
+                # elements are reported by the next receives.
+                self._stale.extend(errors)
             if deliveries:
                 return deliveries
         return []
 
-    async def _take(self, channel: int, max_count: int) -> Delivery | None:
+    async def _take_several(self, group: list[int], max_count: int) -> list[Any]:
+        """Take from every channel of ``group`` at once, ``max_count`` in all.
+
+        If this receive is cancelled meanwhile, what the takes still deliver is
+        given back, so the next receive reads it.
+        """
+        share, extra = divmod(max_count, len(group))
+        returning = list(self._returning)  # now: a give-back made later may wait for these
+        takes = [
+            asyncio.ensure_future(self._take(channel, share + (index < extra), returning))
+            for index, channel in enumerate(group)
+        ]
+        try:
+            await asyncio.wait(takes)
+        except asyncio.CancelledError:
+            for take in takes:
+                self._return_when_done(take)
+            raise
+        return [take.exception() or take.result() for take in takes]
+
+    async def _take(
+        self, channel: int, max_count: int, returning: list[asyncio.Future[Any]] | None = None
+    ) -> Delivery | None:
+        """Take from one channel, after the give-backs still on their way (``returning``:
+        those registered when the take was decided; default: now)."""
+        pending = list(self._returning) if returning is None else returning
+        if pending:
+            await asyncio.wait(pending)
         link = self._links[channel]
+        if channel not in self._owned:
+            return None  # revoked since the candidates were chosen
         fence = self._owned[channel]
         try:
             if link.local:
@@ -351,7 +381,9 @@ class ReceiveSession:
         except (NotOwnerError, SubscriberClosedError):
             # Lost the channel, or the reader is being closed there (close(),
             # destroy_group): the home's own close ends this receive with None.
-            self._drop(channel)
+            # (A newer lease for the channel may have arrived meanwhile: keep it.)
+            if self._owned.get(channel) == fence:
+                self._drop(channel)
             return None
         except StaleSequenceError:
             self._known.pop(channel, None)
@@ -370,18 +402,38 @@ class ReceiveSession:
         try:
             return await asyncio.shield(call)
         except asyncio.CancelledError:
-            # The sibling may still complete the take; hand its elements back
-            # so the subscriber receives them again.
-            call.add_done_callback(lambda done: self._give_back_later(link, fence, done))
+            # The sibling may still complete the take: hand its elements back.
+            self._return_when_done(call)
             raise
 
-    def _give_back_later(self, link: ChannelLink, fence: Any, done: asyncio.Future[Any]) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return
-        delivery: Delivery = done.result()
-        if delivery.count:
-            task = asyncio.ensure_future(link.give_back(self.spec.reader_id, fence, delivery))
-            task.add_done_callback(_log_failure)
+    # -- giving back what nobody saw ------------------------------------------
+
+    def _return_when_done(self, take: asyncio.Future[Any]) -> None:
+        """Give back whatever ``take`` delivers. Takes decided from now on wait for
+        it: one that moved the cursor first would have the give-back refused."""
+
+        async def give_back_after() -> None:
+            try:
+                delivery = await take
+            except BaseException:
+                return  # nothing was taken
+            if isinstance(delivery, Delivery) and delivery.count:
+                await self._give_back(delivery)
+
+        returning = asyncio.ensure_future(give_back_after())
+        returning.add_done_callback(_log_failure)
+        self._returning.append(returning)
+        returning.add_done_callback(self._returning.remove)
+
+    async def _give_back(self, delivery: Delivery) -> None:
+        """Undo a take whose elements no receive returned (refused if the cursor
+        moved on since: a seek, a reset, a new owner)."""
+        channel = delivery.channel
+        link = self._links.get(channel)
+        fence = self._owned.get(channel)
+        if link is None or fence != delivery.origin.fence:
+            return  # no longer ours: the new owner resumes after the last commit
+        await link.give_back(self.spec.reader_id, fence, delivery)  # False if refused
 
     def _drop(self, channel: int) -> None:
         self._owned.pop(channel, None)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
+import pytest
 
 from raytopic.actors.channel import (
     _PUBLISHER_IDLE_S,
@@ -20,17 +21,47 @@ from raytopic.actors.cursors import Lease
 from raytopic.actors.receiver import ChannelLink, ReceiveSession, SessionSpec
 from raytopic.actors.wire import ReaderSpec
 from raytopic.config import Overflow, TopicConfig
+from raytopic.errors import StaleSequenceError
 
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 1, 100_000, True, None, Overflow.BLOCK, ())
 TWO_CHANNELS = TopicConfig("t", "ns", "t0pic1d", 2, 1000, True, None, Overflow.BLOCK, ())
 MEMBER = Lease("m", 1)
 
 
-def _in_process(actor: ChannelActor) -> Callable[..., Any]:
+def _in_process(actor: ChannelActor, reply_delay: float = 0.0) -> Callable[..., Any]:
+    """A sibling link: the call runs at the sibling at once; its reply takes a while."""
+
     async def call(method: str, *args: Any) -> Any:
-        return await getattr(actor, method)(*args)
+        result = await getattr(actor, method)(*args)
+        if reply_delay:
+            await asyncio.sleep(reply_delay)
+        return result
 
     return call
+
+
+def _anonymous_pair(
+    config: TopicConfig = TWO_CHANNELS, *, reply_delay: float = 0.0, keep: Any = None
+) -> tuple[ChannelActor, ChannelActor]:
+    """Home channel 0 and sibling 1 in-process, hosting anonymous reader "a"."""
+    home, sibling = ChannelActor(config, 0), ChannelActor(config, 1)
+    home._links = {
+        0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state),
+        1: ChannelLink(1, _in_process(sibling, reply_delay), local=False),
+    }
+    spec = ReaderSpec(None, False, filter=None if keep is None else cloudpickle.dumps(keep))
+    for channel in (home, sibling):
+        channel.open_reader("a", spec)
+    home.open_session(SessionSpec("a", True, None), {0: None, 1: None})
+    return home, sibling
+
+
+def _values(batch: Any) -> list[tuple[int, int, int]]:
+    return [(d.channel, d.first, d.count) for d in batch.deliveries]
+
+
+def _payloads(values: Any) -> list[bytes]:
+    return [pickle.dumps(value) for value in values]
 
 
 async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, ReceiveSession]:
@@ -146,5 +177,119 @@ def test_a_filtered_reader_with_a_window_is_not_held_by_the_misses() -> None:
         match = await asyncio.wait_for(channel.receive("r", "s", 1, 1, True), 2.0)
         assert [d.count for d in match.deliveries] == [1]
         assert channel.cursor_state("r").unacked == 1
+
+    asyncio.run(main())
+
+
+# -- nothing taken is lost -----------------------------------------------------------
+
+
+def _refuse_poison(value: Any) -> bool:
+    if value == "poison":
+        raise ValueError("a filter that fails on one value")
+    return True
+
+
+def test_a_failing_take_gives_back_what_the_other_channels_handed_over() -> None:
+    async def main() -> None:
+        home, sibling = _anonymous_pair(keep=_refuse_poison)
+        await home.append("p", 0, _payloads(range(600)), "block", 1.0)
+        await sibling.append("p", 0, _payloads(["poison"]), "block", 1.0)
+        with pytest.raises(ValueError, match="fails on one value"):
+            await home.receive("a", "s", 0, 4000, False, True)  # an iteration's receive
+        assert home.cursor_state("a").next == 0  # the 600 are back
+
+    asyncio.run(main())
+
+
+def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> None:
+    async def main() -> None:
+        home, sibling = ChannelActor(TWO_CHANNELS, 0), ChannelActor(TWO_CHANNELS, 1)
+        home._links = {
+            0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state),
+            1: ChannelLink(1, _in_process(sibling), local=False),
+        }
+        for channel in (home, sibling):
+            channel.ensure_group("g", False)
+            channel.open_reader("m", ReaderSpec("g", False))
+            channel.grant("g", MEMBER)
+            await channel.append("p", 0, _payloads(range(600)), "block", 1.0)
+        home.open_session(SessionSpec("m", False, None), {0: MEMBER, 1: MEMBER})
+        sibling.grant("g", Lease("other", 2))  # the rebalance, then the view ...
+        receiving = asyncio.ensure_future(home.receive("m", "s", 0, 4000, False, True))
+        asyncio.get_running_loop().call_soon(home.update_session, "m", 5, {0: MEMBER})
+        assert _values(await receiving) == [(0, 0, 600)]  # ... lands mid-receive
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_receive_gives_back_before_the_next_receive_takes() -> None:
+    async def main() -> None:
+        home, sibling = _anonymous_pair(reply_delay=0.02)
+        await sibling.append("p", 0, _payloads(range(20)), "block", 1.0)
+        first = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
+        second = asyncio.ensure_future(home.receive("a", "s", 1, 10, False))
+        await asyncio.sleep(0.005)  # the first take ran at the sibling; its reply is on the way
+        first.cancel()  # what ray.cancel does to an async actor call
+        assert _values(await second) == [(1, 0, 10)]  # 0..9 again, not 10..19
+        third = await home.receive("a", "s", 2, 10, False)
+        assert _values(third) == [(1, 10, 10)]
+
+    asyncio.run(main())
+
+
+def test_a_give_back_after_a_seek_does_not_undo_the_seek() -> None:
+    async def main() -> None:
+        home, sibling = _anonymous_pair(reply_delay=0.02)
+        await sibling.append("p", 0, _payloads(range(10)), "block", 1.0)
+        taking = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
+        await asyncio.sleep(0.005)  # 0..9 taken at the sibling; the reply is on the way
+        taking.cancel()
+        await asyncio.sleep(0)
+        await home.settle_receives("a", "s", 0)
+        sibling.seek("a", None, 1 << 62, False, False)  # seek_to_tail: next stays 10
+        await asyncio.sleep(0.1)  # the give-back arrives, and is refused
+        assert sibling.cursor_state("a").next == 10
+        await sibling.append("p", 1, _payloads(["after"]), "block", 1.0)
+        after = await asyncio.wait_for(home.receive("a", "s", 1, 10, False), 2.0)
+        assert _values(after) == [(1, 10, 1)]
+
+    asyncio.run(main())
+
+
+def test_every_channel_that_skipped_overwritten_elements_is_reported() -> None:
+    async def main() -> None:
+        small = TopicConfig("t", "ns", "t0pic1d", 2, 300, True, None, Overflow.OVERWRITE, ())
+        home, sibling = _anonymous_pair(small)
+        for channel in (home, sibling):
+            await channel.append("p", 0, _payloads(range(1000)), "overwrite", None)
+        reported, delivered = [], []
+        for number in range(4):
+            try:
+                delivered += _values(await home.receive("a", "s", number, 4000, False, True))
+            except StaleSequenceError as error:
+                reported.append(error.skipped)
+        assert reported == [700, 700]
+        assert sorted(delivered) == [(0, 700, 300), (1, 700, 300)]
+
+    asyncio.run(main())
+
+
+def test_an_iteration_receive_never_takes_more_than_asked() -> None:
+    async def main() -> None:
+        four = TopicConfig("t", "ns", "t0pic1d", 4, 10_000, True, None, Overflow.BLOCK, ())
+        channels = [ChannelActor(four, c) for c in range(4)]
+        home = channels[0]
+        home._links = {0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state)}
+        for sibling in channels[1:]:
+            home._links[sibling._channel] = ChannelLink(
+                sibling._channel, _in_process(sibling), local=False
+            )
+        for channel in channels:
+            channel.open_reader("a", ReaderSpec(None, False))
+            await channel.append("p", 0, _payloads(range(1000)), "block", 1.0)
+        home.open_session(SessionSpec("a", False, None), {c: None for c in range(4)})
+        batch = await home.receive("a", "s", 0, 1001, False, True)
+        assert sum(count for _, _, count in _values(batch)) == 1001
 
     asyncio.run(main())
