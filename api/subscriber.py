@@ -299,9 +299,16 @@ class Subscriber:
             with self._lock:
                 last = self._next_request - 1  # the iteration's receives are the latest
             self._home.interrupt_receives.remote(self._id, self._stream, last)
-            for ref in pending:
-                with contextlib.suppress(SubscriberClosedError):
+            first_error: BaseException | None = None
+            for ref in pending:  # read every one: a later batch holds taken elements
+                try:
                     self._buffer.extend(self._call(ref) or ())
+                except SubscriberClosedError:
+                    pass
+                except Exception as error:
+                    first_error = first_error or error
+            if first_error is not None:
+                raise first_error
         taken: list[Element] = []
         while self._buffer and len(taken) < count:
             element = self._buffer.popleft()
