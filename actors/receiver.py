@@ -366,9 +366,9 @@ class ReceiveSession:
     ) -> Delivery | None:
         """Take from one channel, after the give-backs still on their way (``returning``:
         those registered when the take was decided; default: now)."""
-        pending = list(self._returning) if returning is None else returning
-        if pending:
-            await asyncio.wait(pending)
+        pending = self._returning if returning is None else returning
+        if pending:  # rare (a cancelled take): no copy on the common path
+            await asyncio.wait(list(pending))
         link = self._links[channel]
         if channel not in self._owned:
             return None  # revoked since the candidates were chosen

@@ -1,0 +1,48 @@
+"""Helpers the Ray tests share: publish and wait for the statuses, receive with a
+timeout. Imported as ``tests.topic_helpers``: test modules (and the functions
+they hand to channel actors) import from the repository root, which Ray workers
+also have on their path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+import raytopic as rt
+from raytopic.routing import channel_for_key
+
+TIMEOUT = 30.0
+"""Seconds any single wait in a test may take before it counts as hung."""
+
+
+def get(ref: Any) -> Any:
+    """``ray.get`` that fails the test instead of hanging it."""
+    return ray.get(ref, timeout=TIMEOUT)
+
+
+def publish_all(topic: rt.Topic, values: list[Any], key: Any = None) -> list[rt.PublishStatus]:
+    """Publish ``values`` through a new publisher; return their statuses once acknowledged."""
+    with topic.publisher() as publisher:
+        futures = [publisher.publish(value, key=key) for value in values]
+    return [future.result(timeout=TIMEOUT) for future in futures]
+
+
+def receive_each(subscriber: rt.Subscriber, count: int) -> list[rt.Element]:
+    """Exactly ``count`` receives, each of which must bring an element."""
+    elements = [get(subscriber.receive()) for _ in range(count)]
+    assert None not in elements
+    return elements
+
+
+def receive_until_empty(subscriber: rt.Subscriber) -> list[rt.Element]:
+    """Everything up to the first empty receive (needs complete_on_empty)."""
+    elements = []
+    while (element := get(subscriber.receive())) is not None:
+        elements.append(element)
+    return elements
+
+
+def key_for(channel: int, channels: int) -> str:
+    """A key that routes to ``channel`` of a topic with ``channels`` channels."""
+    return next(f"k{i}" for i in range(1000) if channel_for_key(f"k{i}", channels) == channel)
