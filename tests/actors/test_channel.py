@@ -40,15 +40,31 @@ def _in_process(actor: ChannelActor, reply_delay: float = 0.0) -> Callable[..., 
     return call
 
 
+def _wired(config: TopicConfig, reply_delay: float = 0.0) -> list[ChannelActor]:
+    """Every channel of ``config`` in-process; channel 0 is the home, linked to the rest."""
+    channels = [ChannelActor(config, c) for c in range(config.channels)]
+    home = channels[0]
+    home._links = {0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state)}
+    for sibling in channels[1:]:
+        call = _in_process(sibling, reply_delay)
+        home._links[sibling._channel] = ChannelLink(sibling._channel, call, local=False)
+    return channels
+
+
+def _group_member(channels: list[ChannelActor], granted: list[ChannelActor]) -> None:
+    """Member "m" of group "g" on every channel, holding the lease on ``granted``."""
+    for channel in channels:
+        channel.ensure_group("g", False)
+        channel.open_reader("m", ReaderSpec("g", False))
+        if channel in granted:
+            channel.grant("g", MEMBER)
+
+
 def _anonymous_pair(
     config: TopicConfig = TWO_CHANNELS, *, reply_delay: float = 0.0, keep: Any = None
 ) -> tuple[ChannelActor, ChannelActor]:
     """Home channel 0 and sibling 1 in-process, hosting anonymous reader "a"."""
-    home, sibling = ChannelActor(config, 0), ChannelActor(config, 1)
-    home._links = {
-        0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state),
-        1: ChannelLink(1, _in_process(sibling, reply_delay), local=False),
-    }
+    home, sibling = _wired(config, reply_delay)
     spec = ReaderSpec(None, False, filter=None if keep is None else cloudpickle.dumps(keep))
     for channel in (home, sibling):
         channel.open_reader("a", spec)
@@ -67,19 +83,11 @@ def _payloads(values: Any) -> list[bytes]:
 async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, ReceiveSession]:
     """Home channel 0 and sibling 1, both in-process; a group member whose window
     of 3 is filled by channel 1 alone."""
-    home, sibling = ChannelActor(TWO_CHANNELS, 0), ChannelActor(TWO_CHANNELS, 1)
-    home._links = {
-        0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state),
-        1: ChannelLink(1, _in_process(sibling), local=False),
-    }
-    for channel in (home, sibling):
-        channel.ensure_group("g", False)
-        channel.open_reader("m", ReaderSpec("g", False))
-        if channel is sibling or home_owned:
-            channel.grant("g", MEMBER)
+    home, sibling = _wired(TWO_CHANNELS)
+    _group_member([home, sibling], granted=[home, sibling] if home_owned else [sibling])
     owned = {0: MEMBER, 1: MEMBER} if home_owned else {1: MEMBER}
     home.open_session(SessionSpec("m", False, 3), owned)
-    await sibling.append("publisher", 0, [pickle.dumps(i) for i in range(3)], "block", 1.0)
+    await sibling.append("publisher", 0, _payloads(range(3)), "block", 1.0)
     received = await home.receive("m", "s", 0, 3, False)
     assert sum(d.count for d in received.deliveries) == 3
     return home, home._sessions["m"]
@@ -126,33 +134,32 @@ def test_a_channel_forgets_long_idle_publishers_and_their_turns() -> None:
     asyncio.run(main())
 
 
-def test_a_full_window_waits_when_the_home_channel_goes_to_another_member() -> None:
+def _home_goes_to_another_member(home: ChannelActor) -> None:
+    home.grant("g", Lease("other", 2))  # the coordinator grants the new owner first
+
+
+def _home_is_newly_assigned(home: ChannelActor) -> None:
+    lease = Lease("m", 2)
+    home.grant("g", lease)
+    home.update_session("m", 5, {0: lease, 1: MEMBER})
+
+
+@pytest.mark.parametrize(
+    ("home_owned", "move", "owns_home_after"),
+    [(True, _home_goes_to_another_member, False), (False, _home_is_newly_assigned, True)],
+)
+def test_a_full_window_waits_while_the_home_channel_changes_owner(
+    home_owned: bool, move: Callable[[ChannelActor], None], owns_home_after: bool
+) -> None:
     async def main() -> None:
-        home, session = await _member_with_a_full_window(home_owned=True)
+        home, session = await _member_with_a_full_window(home_owned)
         _fail_on_spinning(session)
         waiting = asyncio.ensure_future(home.receive("m", "s", 1, 1, True))
         await asyncio.sleep(0.05)
-        home.grant("g", Lease("other", 2))  # the coordinator grants the new owner first
+        move(home)
         await asyncio.sleep(0.05)
         assert not waiting.done()  # still waiting for a commit, not spinning
-        assert 0 not in session._owned
-        session.close()
-        await asyncio.wait_for(waiting, 2.0)
-
-    asyncio.run(main())
-
-
-def test_a_full_window_waits_when_the_home_channel_is_newly_assigned() -> None:
-    async def main() -> None:
-        home, session = await _member_with_a_full_window(home_owned=False)
-        _fail_on_spinning(session)
-        waiting = asyncio.ensure_future(home.receive("m", "s", 1, 1, True))
-        await asyncio.sleep(0.05)
-        lease = Lease("m", 2)
-        home.grant("g", lease)
-        home.update_session("m", 5, {0: lease, 1: MEMBER})
-        await asyncio.sleep(0.05)
-        assert not waiting.done()
+        assert (0 in session._owned) is owns_home_after
         session.close()
         await asyncio.wait_for(waiting, 2.0)
 
@@ -161,19 +168,15 @@ def test_a_full_window_waits_when_the_home_channel_is_newly_assigned() -> None:
 
 def test_a_filtered_reader_with_a_window_is_not_held_by_the_misses() -> None:
     async def main() -> None:
-        channel = ChannelActor(CONFIG, 0)
-        channel._links = {
-            0: ChannelLink(0, channel._local_call, local=True, state=channel.cursor_state)
-        }
+        (channel,) = _wired(CONFIG)
         keep = cloudpickle.dumps(lambda value: value >= 100)
         channel.open_reader("r", ReaderSpec(None, False, filter=keep))
         channel.open_session(SessionSpec("r", True, 5), {0: None})
-        misses = [pickle.dumps(value) for value in range(20)]
-        await channel.append("publisher", 0, misses, "block", 1.0)
+        await channel.append("publisher", 0, _payloads(range(20)), "block", 1.0)
         nothing = await channel.receive("r", "s", 0, 1, True)
         assert [d.count for d in nothing.deliveries] == []
         assert channel.cursor_state("r").unacked == 0
-        await channel.append("publisher", 1, [pickle.dumps(500)], "block", 1.0)
+        await channel.append("publisher", 1, _payloads([500]), "block", 1.0)
         match = await asyncio.wait_for(channel.receive("r", "s", 1, 1, True), 2.0)
         assert [d.count for d in match.deliveries] == [1]
         assert channel.cursor_state("r").unacked == 1
@@ -204,15 +207,9 @@ def test_a_failing_take_gives_back_what_the_other_channels_handed_over() -> None
 
 def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> None:
     async def main() -> None:
-        home, sibling = ChannelActor(TWO_CHANNELS, 0), ChannelActor(TWO_CHANNELS, 1)
-        home._links = {
-            0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state),
-            1: ChannelLink(1, _in_process(sibling), local=False),
-        }
+        home, sibling = _wired(TWO_CHANNELS)
+        _group_member([home, sibling], granted=[home, sibling])
         for channel in (home, sibling):
-            channel.ensure_group("g", False)
-            channel.open_reader("m", ReaderSpec("g", False))
-            channel.grant("g", MEMBER)
             await channel.append("p", 0, _payloads(range(600)), "block", 1.0)
         home.open_session(SessionSpec("m", False, None), {0: MEMBER, 1: MEMBER})
         sibling.grant("g", Lease("other", 2))  # the rebalance, then the view ...
@@ -278,13 +275,8 @@ def test_every_channel_that_skipped_overwritten_elements_is_reported() -> None:
 def test_an_iteration_receive_never_takes_more_than_asked() -> None:
     async def main() -> None:
         four = TopicConfig("t", "ns", "t0pic1d", 4, 10_000, True, None, Overflow.BLOCK, ())
-        channels = [ChannelActor(four, c) for c in range(4)]
+        channels = _wired(four)
         home = channels[0]
-        home._links = {0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state)}
-        for sibling in channels[1:]:
-            home._links[sibling._channel] = ChannelLink(
-                sibling._channel, _in_process(sibling), local=False
-            )
         for channel in channels:
             channel.open_reader("a", ReaderSpec(None, False))
             await channel.append("p", 0, _payloads(range(1000)), "block", 1.0)

@@ -11,27 +11,12 @@ import ray
 
 import raytopic as rt
 
+from tests.topic_helpers import get, publish_all, receive_each
+
 COMMITTED = rt.CommitStatus.COMMITTED
 ALREADY = rt.CommitStatus.ALREADY_COMMITTED
 NOT_OWNER = rt.CommitStatus.NOT_OWNER
 REJECTED = rt.CommitStatus.REJECTED
-
-
-def _publish(topic: rt.Topic, values: list[Any]) -> list[rt.PublishStatus]:
-    with topic.publisher() as publisher:
-        futures = [publisher.publish(value) for value in values]
-        publisher.flush()
-    return [future.result() for future in futures]
-
-
-def _get(ref: Any) -> Any:
-    return ray.get(ref, timeout=30)
-
-
-def _drain(subscriber: rt.Subscriber, count: int) -> list[rt.Element]:
-    elements = [_get(subscriber.receive()) for _ in range(count)]
-    assert None not in elements
-    return elements
 
 
 def _only(subscriber: rt.Subscriber) -> int:
@@ -59,10 +44,10 @@ def test_commit_statuses_cumulative_owner_only(make_topic):
     a = topic.subscriber(group="g", complete_on_empty=True)
     b = topic.subscriber(group="g", complete_on_empty=True)
     ca, cb = _only(a), _only(b)
-    _publish(topic, list(range(10)))  # five per channel, round robin
-    got = _drain(a, 3)
+    publish_all(topic, list(range(10)))  # five per channel, round robin
+    got = receive_each(a, 3)
     assert [(e.channel, e.sequence) for e in got] == [(ca, 0), (ca, 1), (ca, 2)]
-    _drain(b, 1)
+    receive_each(b, 1)
 
     assert a.last_committed() == {}
     result = a.commit(ca, got[1].position)
@@ -84,8 +69,8 @@ def test_commit_statuses_cumulative_owner_only(make_topic):
 
     ref = a.commit_async(ca, got[2].position)
     assert isinstance(ref, ray.ObjectRef)
-    assert _get(ref) == rt.CommitResult(ca, got[2].position, COMMITTED)
-    assert _get(a.commit_async(cb, topic.position(cb, 0))).status is NOT_OWNER
+    assert get(ref) == rt.CommitResult(ca, got[2].position, COMMITTED)
+    assert get(a.commit_async(cb, topic.position(cb, 0))).status is NOT_OWNER
     assert a.last_committed() == {ca: got[2].position}
     stats = _group_channel(topic, "g", ca)
     assert (stats.next, stats.depth, stats.unacked, stats.lag) == (3, 2, 0, 2)
@@ -96,8 +81,8 @@ def test_commit_statuses_cumulative_owner_only(make_topic):
 def test_commit_refuses_bad_positions_and_changes_nothing(make_topic):
     topic = make_topic(channels=2)
     member = topic.subscriber(group="g")
-    _publish(topic, ["a", "b"])
-    element = _get(member.receive())
+    publish_all(topic, ["a", "b"])
+    element = get(member.receive())
     other_channel = 1 - element.channel
     foreign = rt.Position("0123456789abcdef", element.channel, element.sequence)
     for call in (member.commit, member.commit_async):
@@ -120,37 +105,35 @@ def test_commit_refuses_bad_positions_and_changes_nothing(make_topic):
 def test_element_commit_inside_a_ray_task(make_topic):
     topic = make_topic(channels=1)
     member = topic.subscriber(group="g")
-    _publish(topic, ["a", "b", "c"])
+    publish_all(topic, ["a", "b", "c"])
     first, second = member.receive(), member.receive()
     # The Element itself (Ray resolves the top-level ref) ...
-    assert _get(_commit_element.remote(first)) == rt.CommitResult(
-        0, topic.position(0, 0), COMMITTED
-    )
+    assert get(_commit_element.remote(first)) == rt.CommitResult(0, topic.position(0, 0), COMMITTED)
     # ... or its ObjectRef, resolved inside the task.
-    assert _get(_commit_element_ref.remote([second])) == rt.CommitResult(
+    assert get(_commit_element_ref.remote([second])) == rt.CommitResult(
         0, topic.position(0, 1), COMMITTED
     )
     assert member.last_committed() == {0: topic.position(0, 1)}
-    assert _get(_commit_element.remote(first)).status is ALREADY
+    assert get(_commit_element.remote(first)).status is ALREADY
     # Element.commit_async from the driver.
-    third = _get(member.receive())
-    assert _get(third.commit_async()) == rt.CommitResult(0, topic.position(0, 2), COMMITTED)
+    third = get(member.receive())
+    assert get(third.commit_async()) == rt.CommitResult(0, topic.position(0, 2), COMMITTED)
     member.close()
 
 
 def test_rejoining_member_resumes_after_the_last_commit(make_topic):
     topic = make_topic(channels=1)
-    _publish(topic, list(range(5)))
+    publish_all(topic, list(range(5)))
     first = topic.subscriber(group="g", complete_on_empty=True)
-    got = _drain(first, 5)
+    got = receive_each(first, 5)
     assert got[2].commit().status is COMMITTED
     first.close()
     # Closing gave the channel up: what was not committed is received again.
     stats = _group_channel(topic, "g", 0)
     assert (stats.owner, stats.next, stats.unacked, stats.depth) == (None, 3, 0, 2)
     with topic.subscriber(group="g", complete_on_empty=True) as second:
-        assert [e.value for e in _drain(second, 2)] == [3, 4]
-        assert _get(second.receive()) is None
+        assert [e.value for e in receive_each(second, 2)] == [3, 4]
+        assert get(second.receive()) is None
         # The old member's elements are fenced off.
         assert got[4].commit().status is NOT_OWNER
         assert second.last_committed() == {0: topic.position(0, 2)}
@@ -159,9 +142,9 @@ def test_rejoining_member_resumes_after_the_last_commit(make_topic):
 def test_rebalance_redelivers_uncommitted_elements(make_topic):
     topic = make_topic(channels=2)
     a = topic.subscriber(group="g", complete_on_empty=True)
-    _publish(topic, list(range(6)))  # channel 0: 0 2 4, channel 1: 1 3 5
-    got = _drain(a, 6)
-    assert _get(a.receive()) is None
+    publish_all(topic, list(range(6)))  # channel 0: 0 2 4, channel 1: 1 3 5
+    got = receive_each(a, 6)
+    assert get(a.receive()) is None
     by_channel = {c: [e for e in got if e.channel == c] for c in (0, 1)}
     assert by_channel[0][0].commit().status is COMMITTED
     assert by_channel[1][1].commit().status is COMMITTED
@@ -171,10 +154,10 @@ def test_rebalance_redelivers_uncommitted_elements(make_topic):
     assert a.channels == (kept,)
     # The newcomer starts right after the last commit of the channel it took.
     resumed = {0: [2, 4], 1: [5]}[moved]
-    assert [e.value for e in _drain(b, len(resumed))] == resumed
-    assert _get(b.receive()) is None
+    assert [e.value for e in receive_each(b, len(resumed))] == resumed
+    assert get(b.receive()) is None
     # The member that kept its channel goes on where it was: nothing new.
-    assert _get(a.receive()) is None
+    assert get(a.receive()) is None
     # The old owner's commits on the moved channel are fenced off.
     assert by_channel[moved][-1].commit().status is NOT_OWNER
     assert a.commit(moved, by_channel[moved][-1].position).status is NOT_OWNER
@@ -185,9 +168,9 @@ def test_rebalance_redelivers_uncommitted_elements(make_topic):
 
 def test_seek_commit_rules(make_topic):
     topic = make_topic(channels=1, retain=True)
-    _publish(topic, list(range(10)))
+    publish_all(topic, list(range(10)))
     member = topic.subscriber(group="g", complete_on_empty=True)
-    got = _drain(member, 6)
+    got = receive_each(member, 6)
     assert member.commit(0, got[4].position).status is COMMITTED
     p = lambda sequence: topic.position(0, sequence)  # noqa: E731
 
@@ -195,26 +178,26 @@ def test_seek_commit_rules(make_topic):
     assert member.seek(0, p(7)) == p(7)
     assert member.last_committed() == {0: p(4)}
     assert member.heads() == {0: p(8)}
-    assert _get(member.receive()).sequence == 8
+    assert get(member.receive()).sequence == 8
     # Back before the commit: the commit rolls back.
     assert member.seek(0, p(2)) == p(2)
     assert member.last_committed() == {0: p(2)}
-    assert _get(member.receive()).sequence == 3
+    assert get(member.receive()).sequence == 3
     # seek_and_commit sets both.
     assert member.seek_and_commit(0, p(6)) == p(6)
     assert member.last_committed() == {0: p(6)}
-    assert _get(member.receive()).sequence == 7
+    assert get(member.receive()).sequence == 7
     # Clamped to the tail.
     assert member.seek(0, p(50)) == p(9)
-    assert _get(member.receive()) is None
+    assert get(member.receive()) is None
     assert member.remaining_messages() == 0
     # To the head: retained elements come again.
     assert member.seek_to_head() == {0: p(-1)}
     assert member.remaining_messages() == 10
-    assert _get(member.receive()).sequence == 0
+    assert get(member.receive()).sequence == 0
     assert member.seek_to_tail_and_commit() == {0: p(9)}
     assert member.last_committed() == {0: p(9)}
-    assert _get(member.receive()) is None
+    assert get(member.receive()) is None
     assert member.seek_to_tail(0) == {0: p(9)}
     # A seek forward past received, uncommitted elements keeps the commit:
     # a member that takes over resumes there.
@@ -223,23 +206,23 @@ def test_seek_commit_rules(make_topic):
     member.seek(0, p(8))
     member.close()
     with topic.subscriber(group="g", complete_on_empty=True) as successor:
-        assert [e.sequence for e in _drain(successor, 6)] == [4, 5, 6, 7, 8, 9]
+        assert [e.sequence for e in receive_each(successor, 6)] == [4, 5, 6, 7, 8, 9]
 
 
 def test_seek_by_time(make_topic):
     topic = make_topic(channels=1, retain=True)
-    early = _publish(topic, ["a", "b"])
-    late = _publish(topic, ["c", "d"])
+    early = publish_all(topic, ["a", "b"])
+    late = publish_all(topic, ["c", "d"])
     assert early[1].timestamp < late[0].timestamp
     member = topic.subscriber(group="g", complete_on_empty=True)
     # The next element is the first published strictly after the time.
     assert member.seek(0, early[1].timestamp) == early[1].position
-    assert _get(member.receive()).value == "c"
+    assert get(member.receive()).value == "c"
     assert member.seek(0, early[0].timestamp - timedelta(days=1)) == topic.position(0, -1)
-    assert _get(member.receive()).value == "a"
+    assert get(member.receive()).value == "a"
     assert member.seek_and_commit(0, late[1].timestamp + timedelta(days=1)) == late[1].position
     assert member.last_committed() == {0: late[1].position}
-    assert _get(member.receive()) is None
+    assert get(member.receive()) is None
     member.close()
 
 
@@ -248,7 +231,7 @@ def test_seek_refuses_bad_input_and_changes_nothing(make_topic):
     a = topic.subscriber(group="g")
     b = topic.subscriber(group="g")
     ca, cb = _only(a), _only(b)
-    _publish(topic, list(range(4)))
+    publish_all(topic, list(range(4)))
     heads = a.heads()
     with pytest.raises(rt.NotOwnerError):
         a.seek(cb, topic.position(cb, 0))
@@ -274,8 +257,8 @@ def test_seek_refuses_bad_input_and_changes_nothing(make_topic):
 def test_last_committed_lists_owned_channels_with_a_commit(make_topic):
     topic = make_topic(channels=3)
     member = topic.subscriber(group="g", complete_on_empty=True)
-    _publish(topic, list(range(6)))
-    got = _drain(member, 6)
+    publish_all(topic, list(range(6)))
+    got = receive_each(member, 6)
     firsts = {e.channel: e for e in got if e.sequence == 0}
     assert firsts[0].commit().status is COMMITTED
     assert firsts[2].commit().status is COMMITTED
@@ -291,36 +274,36 @@ def test_last_committed_lists_owned_channels_with_a_commit(make_topic):
 def test_window_limits_received_but_uncommitted(make_topic):
     topic = make_topic(channels=1)
     member = topic.subscriber(group="g", window=2)
-    _publish(topic, list(range(5)))
-    first, second = _get(member.receive()), _get(member.receive())
+    publish_all(topic, list(range(5)))
+    first, second = get(member.receive()), get(member.receive())
     assert (first.value, second.value) == (0, 1)
     third = member.receive()
     ready, _ = ray.wait([third], timeout=0.5)
     assert ready == []
     assert topic.describe().groups["g"].unacked == 2
     assert first.commit().status is COMMITTED
-    assert _get(third).value == 2
+    assert get(third).value == 2
     fourth = member.receive()
     ready, _ = ray.wait([fourth], timeout=0.5)
     assert ready == []
     # A cumulative commit frees the whole window.
     assert member.commit(0, topic.position(0, 2)).status is COMMITTED
-    assert _get(fourth).value == 3
-    assert _get(member.receive()).value == 4
+    assert get(fourth).value == 3
+    assert get(member.receive()).value == 4
     member.close()
 
 
 def test_window_counts_every_owned_channel(make_topic):
     topic = make_topic(channels=2)
     member = topic.subscriber(group="g", window=3)
-    _publish(topic, list(range(8)))
-    got = [_get(member.receive()) for _ in range(3)]
+    publish_all(topic, list(range(8)))
+    got = [get(member.receive()) for _ in range(3)]
     batch = member.receive_batch(10)
     ready, _ = ray.wait([batch], timeout=0.5)
     assert ready == []
     assert topic.describe().groups["g"].unacked == 3
     assert got[0].commit().status is COMMITTED
-    more = _get(batch)
+    more = get(batch)
     assert len(more) == 1
     member.close()
 
@@ -328,19 +311,19 @@ def test_window_counts_every_owned_channel(make_topic):
 def test_a_seek_forward_does_not_fill_the_window(make_topic):
     topic = make_topic(channels=1)
     member = topic.subscriber(group="g", window=3)
-    statuses = _publish(topic, list(range(20)))
-    assert [_get(member.receive()).value for _ in range(2)] == [0, 1]
+    statuses = publish_all(topic, list(range(20)))
+    assert [get(member.receive()).value for _ in range(2)] == [0, 1]
     member.seek(0, statuses[14].position)  # 2..14 are jumped over, never received
     stats = _group_channel(topic, "g", 0)
     assert (stats.unacked, stats.depth) == (2, 5)
     # Room for one more: the jumped elements are not waiting for a commit.
-    assert _get(member.receive()).value == 15
+    assert get(member.receive()).value == 15
     blocked = member.receive()
     ready, _ = ray.wait([blocked], timeout=0.5)
     assert ready == []
     assert _group_channel(topic, "g", 0).unacked == 3
     assert member.commit(0, statuses[15].position).status is COMMITTED
-    assert _get(blocked).value == 16
+    assert get(blocked).value == 16
     assert _group_channel(topic, "g", 0).unacked == 1
     member.close()
 
@@ -359,10 +342,10 @@ def test_window_must_be_positive(make_topic):
 def test_retention_waits_for_every_group(make_topic):
     topic = make_topic(channels=1, retain=False, groups=["g1", "g2"])
     ring = topic.ringbuffer(0)
-    _publish(topic, list(range(5)))
+    publish_all(topic, list(range(5)))
     one = topic.subscriber(group="g1", complete_on_empty=True)
     two = topic.subscriber(group="g2", complete_on_empty=True)
-    got1, got2 = _drain(one, 5), _drain(two, 5)
+    got1, got2 = receive_each(one, 5), receive_each(two, 5)
     assert got1[2].commit().status is COMMITTED
     assert (ring.head_sequence(), ring.size()) == (0, 5)  # g2 has committed nothing
     assert got2[1].commit().status is COMMITTED
@@ -382,15 +365,15 @@ def test_retention_waits_for_every_group(make_topic):
 
 def test_retain_keeps_elements_and_seeking_back_redelivers(make_topic):
     topic = make_topic(channels=1, retain=True)
-    _publish(topic, ["a", "b", "c"])
+    publish_all(topic, ["a", "b", "c"])
     member = topic.subscriber(group="g", complete_on_empty=True)
-    got = _drain(member, 3)
+    got = receive_each(member, 3)
     assert got[2].commit().status is COMMITTED
     ring = topic.ringbuffer(0)
     assert (ring.head_sequence(), ring.size()) == (0, 3)
     assert member.seek(0, topic.position(0, 0)) == topic.position(0, 0)
     assert member.last_committed() == {0: topic.position(0, 0)}
-    assert [e.value for e in _drain(member, 2)] == ["b", "c"]
+    assert [e.value for e in receive_each(member, 2)] == ["b", "c"]
     member.close()
 
 
@@ -399,9 +382,9 @@ def test_describe_exact_figures_with_and_without_live_members(make_topic):
     a = topic.subscriber(group="g")
     b = topic.subscriber(group="g")
     ca, cb = _only(a), _only(b)
-    _publish(topic, list(range(10)))  # five per channel
-    got_a = _drain(a, 3)
-    _drain(b, 2)
+    publish_all(topic, list(range(10)))  # five per channel
+    got_a = receive_each(a, 3)
+    receive_each(b, 2)
     assert got_a[1].commit().status is COMMITTED
 
     stats = topic.describe()
@@ -446,7 +429,7 @@ def test_commit_on_a_channel_the_handle_has_not_heard_it_owns(make_topic):
     waiting = a.receive()  # waits: nothing published yet
     b.close()  # a's session reads b's channel from now on
     assert topic.ringbuffer(taken).add("x") == 0  # on b's former channel only
-    element = _get(waiting)
+    element = get(waiting)
     assert (element.channel, element.sequence, element.value) == (taken, 0, "x")
     # Owned at the channel, though the handle has not synced since: COMMITTED.
     result = a.commit(taken, element.position)

@@ -14,27 +14,10 @@ import ray
 
 import raytopic as rt
 
+from tests.topic_helpers import get, publish_all, receive_until_empty
+
 COMMITTED = rt.CommitStatus.COMMITTED
 NOT_OWNER = rt.CommitStatus.NOT_OWNER
-
-
-def _publish(topic: rt.Topic, values: list[Any]) -> list[rt.PublishStatus]:
-    with topic.publisher() as publisher:
-        futures = [publisher.publish(value) for value in values]
-        publisher.flush()
-    return [future.result() for future in futures]
-
-
-def _get(ref: Any) -> Any:
-    return ray.get(ref, timeout=30)
-
-
-def _drain(subscriber: rt.Subscriber) -> list[rt.Element]:
-    """Everything up to the first empty receive (needs complete_on_empty)."""
-    elements = []
-    while (element := _get(subscriber.receive())) is not None:
-        elements.append(element)
-    return elements
 
 
 def _members(topic: rt.Topic, group: str) -> dict[str, rt.MemberStats]:
@@ -75,25 +58,25 @@ def test_killed_member_process_loses_its_channels_and_nothing_is_lost(make_topic
     heard: list[rt.OwnershipChange] = []
     survivor = topic.subscriber(group="g", complete_on_empty=True, on_ownership_change=heard.append)
     victim = _RemoteMember.remote(topic, "g", timeout)
-    pid, victim_id, (moved,) = _get(victim.identity.remote())
+    pid, victim_id, (moved,) = get(victim.identity.remote())
     kept = 1 - moved
     assert pid != os.getpid()
     assert survivor.channels == (kept,)
     assert set(_members(topic, "g")) == {survivor.subscriber_id, victim_id}
-    first_wave = _publish(topic, list(range(10)))  # five per channel
+    first_wave = publish_all(topic, list(range(10)))  # five per channel
 
     # The victim receives all of its channel, commits up to 1, and waits for more.
-    victim_got = _get(victim.receive.remote(5))
+    victim_got = get(victim.receive.remote(5))
     assert [(c, s) for c, s, _ in victim_got] == [(moved, s) for s in range(5)]
-    assert _get(victim.commit.remote(moved, 1)).status is COMMITTED
-    old_elements = _get(victim.received.remote())
-    _get(victim.start_waiting_receive.remote())
-    survivor_got = _drain(survivor)
+    assert get(victim.commit.remote(moved, 1)).status is COMMITTED
+    old_elements = get(victim.received.remote())
+    get(victim.start_waiting_receive.remote())
+    survivor_got = receive_until_empty(survivor)
     assert [(e.channel, e.sequence) for e in survivor_got] == [(kept, s) for s in range(5)]
     assert survivor.commit(kept, topic.position(kept, 4)).status is COMMITTED
 
     os.kill(pid, signal.SIGKILL)
-    second_wave = _publish(topic, list(range(10, 14)))  # two more per channel
+    second_wave = publish_all(topic, list(range(10, 14)))  # two more per channel
 
     def survivor_owns_all() -> bool:
         survivor.heartbeat()
@@ -111,7 +94,7 @@ def test_killed_member_process_loses_its_channels_and_nothing_is_lost(make_topic
         1: survivor.subscriber_id,
     }
 
-    taken_over = _drain(survivor)
+    taken_over = receive_until_empty(survivor)
     on_moved = [e.sequence for e in taken_over if e.channel == moved]
     # Resumes right after the last commit: 2, not 0 and not later.
     assert on_moved == [2, 3, 4, 5, 6]
@@ -144,7 +127,7 @@ def test_killed_member_process_loses_its_channels_and_nothing_is_lost(make_topic
 def test_paused_member_is_fenced_then_rejoins_with_a_new_generation(make_topic, wait_until):
     timeout = 1.0
     topic = make_topic(channels=2, groups=["g"])
-    _publish(topic, list(range(8)))  # four per channel
+    publish_all(topic, list(range(8)))  # four per channel
     heard: list[rt.OwnershipChange] = []
     # Until its deliberate pause, `paused` heartbeats well within its timeout.
     paused = topic.subscriber(group="g", timeout=timeout, on_ownership_change=heard.append)
@@ -153,7 +136,7 @@ def test_paused_member_is_fenced_then_rejoins_with_a_new_generation(make_topic, 
     (mine,) = set(paused.channels)
     (theirs,) = set(other.channels)
     generation = _members(topic, "g")[paused.subscriber_id].generation
-    got = [_get(paused.receive()) for _ in range(2)]
+    got = [get(paused.receive()) for _ in range(2)]
     assert [(e.channel, e.sequence) for e in got] == [(mine, 0), (mine, 1)]
     assert got[0].commit().status is COMMITTED
     assert heard == [
@@ -168,15 +151,15 @@ def test_paused_member_is_fenced_then_rejoins_with_a_new_generation(make_topic, 
 
     wait_until(other_owns_all, timeout=timeout + 2)
     assert paused.subscriber_id not in _members(topic, "g")
-    taken = [e for e in _drain(other) if e.channel == mine]
+    taken = [e for e in receive_until_empty(other) if e.channel == mine]
     assert [e.sequence for e in taken] == [1, 2, 3]  # right after paused's commit
     assert taken[0].commit().status is COMMITTED
 
     # Back from its pause: every commit on the moved channel is NOT_OWNER.
     assert paused.commit(mine, got[1].position).status is NOT_OWNER
-    assert _get(paused.commit_async(mine, topic.position(mine, 3))).status is NOT_OWNER
+    assert get(paused.commit_async(mine, topic.position(mine, 3))).status is NOT_OWNER
     assert got[1].commit().status is NOT_OWNER
-    assert _get(got[1].commit_async()).status is NOT_OWNER
+    assert get(got[1].commit_async()).status is NOT_OWNER
     assert topic.describe().groups["g"].committed == {mine: topic.position(mine, 1)}
     # Until it rejoins it owns nothing, and it hears that it lost its channel.
     assert paused.channels == ()
@@ -202,15 +185,15 @@ def test_paused_member_is_fenced_then_rejoins_with_a_new_generation(make_topic, 
 def test_timed_out_member_rejoins_on_its_next_receive(make_topic, wait_until):
     timeout = 1.0
     topic = make_topic(channels=1, groups=["g"])
-    _publish(topic, ["a", "b"])
+    publish_all(topic, ["a", "b"])
     paused = topic.subscriber(group="g", timeout=timeout, complete_on_empty=True)
     generation = _members(topic, "g")[paused.subscriber_id].generation
-    first = _get(paused.receive())
+    first = get(paused.receive())
     assert first.value == "a"
     wait_until(lambda: paused.subscriber_id not in _members(topic, "g"), timeout=timeout + 2)
     assert paused.channels == ()
     # The receive rejoins: it resumes after the last commit (none: from "a").
-    assert [e.value for e in _drain(paused)] == ["a", "b"]
+    assert [e.value for e in receive_until_empty(paused)] == ["a", "b"]
     assert _members(topic, "g")[paused.subscriber_id].generation > generation
     assert paused.channels == (0,)
     assert first.commit().status is NOT_OWNER
@@ -227,6 +210,6 @@ def test_a_waiting_receive_keeps_its_member_alive(make_topic):
     assert ray.wait([waiting], timeout=0)[0] == []
     assert _members(topic, "g")[member.subscriber_id].generation == generation
     assert topic.describe().groups["g"].ownership == {0: member.subscriber_id}
-    _publish(topic, ["x"])
-    assert _get(waiting).value == "x"
+    publish_all(topic, ["x"])
+    assert get(waiting).value == "x"
     member.close()

@@ -13,22 +13,7 @@ import ray
 
 import raytopic as rt
 
-
-def _publish(topic: rt.Topic, values: list[Any]) -> list[rt.PublishStatus]:
-    with topic.publisher() as publisher:
-        futures = [publisher.publish(value) for value in values]
-        publisher.flush()
-    return [future.result() for future in futures]
-
-
-def _drain(subscriber: rt.Subscriber, count: int) -> list[rt.Element]:
-    """Receive exactly ``count`` elements (each receive must bring one)."""
-    elements = []
-    for _ in range(count):
-        element = ray.get(subscriber.receive(), timeout=30)
-        assert element is not None
-        elements.append(element)
-    return elements
+from tests.topic_helpers import publish_all, receive_each
 
 
 def _get_none(ref: Any) -> bool:
@@ -148,7 +133,7 @@ def test_more_members_than_channels(make_topic, wait_until):
     assert by_member[idle.subscriber_id] == ()
     assert by_member[waiting.subscriber_id] == ()
     assert sorted(by_member[a.subscriber_id] + by_member[b.subscriber_id]) == [0, 1]
-    _publish(topic, ["x", "y", "z", "w"])
+    publish_all(topic, ["x", "y", "z", "w"])
     # An extra member owns nothing: with complete_on_empty it completes at once.
     assert ray.get(idle.receive(), timeout=10) is None
     assert ray.get(idle.receive_batch(5), timeout=10) == []
@@ -178,16 +163,16 @@ def test_each_value_to_one_member_per_group_and_to_every_group(make_topic):
     other = topic.subscriber(group="g2", complete_on_empty=True)
     anonymous = topic.subscriber(complete_on_empty=True)
     values = list(range(40))
-    _publish(topic, values)
+    publish_all(topic, values)
 
-    got1 = _drain(m1, 20)
-    got2 = _drain(m2, 20)
+    got1 = receive_each(m1, 20)
+    got2 = receive_each(m2, 20)
     assert ray.get(m1.receive()) is None and ray.get(m2.receive()) is None
     assert {e.channel for e in got1} == set(m1.channels)
     assert {e.channel for e in got2} == set(m2.channels)
     assert sorted(e.value for e in got1 + got2) == values  # each exactly once
-    assert sorted(e.value for e in _drain(other, 40)) == values
-    assert sorted(e.value for e in _drain(anonymous, 40)) == values
+    assert sorted(e.value for e in receive_each(other, 40)) == values
+    assert sorted(e.value for e in receive_each(anonymous, 40)) == values
     assert ray.get(other.receive()) is None and ray.get(anonymous.receive()) is None
     # Per channel, in position order.
     for got in (got1, got2):
@@ -201,10 +186,10 @@ def test_each_value_to_one_member_per_group_and_to_every_group(make_topic):
 def test_groups_named_at_creation_get_everything_from_the_start(make_topic):
     topic = make_topic(channels=2, groups=["audit", "billing"])
     assert topic.groups() == ["audit", "billing"]
-    _publish(topic, [f"v{i}" for i in range(10)])
+    publish_all(topic, [f"v{i}" for i in range(10)])
     # The group exists already: start="latest" does not move it.
     with topic.subscriber(group="audit", start="latest", complete_on_empty=True) as audit:
-        got = _drain(audit, 10)
+        got = receive_each(audit, 10)
         assert ray.get(audit.receive()) is None
     assert Counter(e.value for e in got) == Counter(f"v{i}" for i in range(10))
     stats = topic.describe().groups["billing"]
@@ -213,9 +198,9 @@ def test_groups_named_at_creation_get_everything_from_the_start(make_topic):
 
 def test_new_group_starts_at_earliest_unless_latest(make_topic):
     topic = make_topic(channels=2, groups=["first"])
-    _publish(topic, ["a", "b", "c", "d", "e", "f"])
+    publish_all(topic, ["a", "b", "c", "d", "e", "f"])
     with topic.subscriber(group="first", complete_on_empty=True) as first:
-        got = {(e.channel, e.sequence): e for e in _drain(first, 6)}
+        got = {(e.channel, e.sequence): e for e in receive_each(first, 6)}
         assert got[0, 0].commit().status is rt.CommitStatus.COMMITTED
         assert got[1, 0].commit().status is rt.CommitStatus.COMMITTED
     topic.destroy_group("first")
@@ -224,11 +209,11 @@ def test_new_group_starts_at_earliest_unless_latest(make_topic):
     late = topic.subscriber(group="late", start="latest", complete_on_empty=True)
     assert topic.groups() == ["early", "late"]
     # The earliest element still retained: "a" and "b" were removed.
-    assert sorted(e.value for e in _drain(early, 4)) == ["c", "d", "e", "f"]
+    assert sorted(e.value for e in receive_each(early, 4)) == ["c", "d", "e", "f"]
     assert ray.get(late.receive()) is None
-    _publish(topic, ["g", "h"])
-    assert sorted(e.value for e in _drain(late, 2)) == ["g", "h"]
-    assert sorted(e.value for e in _drain(early, 2)) == ["g", "h"]
+    publish_all(topic, ["g", "h"])
+    assert sorted(e.value for e in receive_each(late, 2)) == ["g", "h"]
+    assert sorted(e.value for e in receive_each(early, 2)) == ["g", "h"]
     assert ray.get(late.receive()) is None
     early.close()
     late.close()

@@ -15,6 +15,8 @@ import ray
 import raytopic as rt
 from raytopic.routing import channel_for_key
 
+from tests.topic_helpers import key_for
+
 NOT_YET = 0.3
 """Seconds a test gives a held publish to (wrongly) complete before it frees room."""
 
@@ -294,8 +296,7 @@ def test_fail_refuses_a_publish_batch_part_whole(make_topic) -> None:
 
 def test_fail_refuses_the_full_channels_part_of_a_many_channel_batch(make_topic) -> None:
     topic = make_topic(channels=2, capacity=2, overflow="fail")
-    key_0 = next(f"k{i}" for i in range(100) if channel_for_key(f"k{i}", 2) == 0)
-    key_1 = next(f"k{i}" for i in range(100) if channel_for_key(f"k{i}", 2) == 1)
+    key_0, key_1 = key_for(0, 2), key_for(1, 2)
     with topic.publisher() as publisher:
         publisher.publish("first", key=key_0).result(timeout=30)
         ref = publisher.publish_batch(["x0", "x1", "y0"], keys=[key_0, key_0, key_1])

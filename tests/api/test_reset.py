@@ -13,26 +13,11 @@ import ray
 
 import raytopic as rt
 
+from tests.topic_helpers import get, publish_all, receive_each
+
 COMMITTED = rt.CommitStatus.COMMITTED
 ALREADY = rt.CommitStatus.ALREADY_COMMITTED
 REJECTED = rt.CommitStatus.REJECTED
-
-
-def _publish(topic: rt.Topic, values: list[Any]) -> list[rt.PublishStatus]:
-    with topic.publisher() as publisher:
-        futures = [publisher.publish(value) for value in values]
-        publisher.flush()
-    return [future.result() for future in futures]
-
-
-def _get(ref: Any) -> Any:
-    return ray.get(ref, timeout=30)
-
-
-def _drain(subscriber: rt.Subscriber, count: int) -> list[rt.Element]:
-    elements = [_get(subscriber.receive()) for _ in range(count)]
-    assert None not in elements
-    return elements
 
 
 def _cursors(topic: rt.Topic, group: str) -> dict[int, tuple[int, int, bool]]:
@@ -43,8 +28,8 @@ def _cursors(topic: rt.Topic, group: str) -> dict[int, tuple[int, int, bool]]:
 def test_reset_to_positions_moves_only_those_channels(make_topic):
     topic = make_topic(channels=2, retain=True)
     member = topic.subscriber(group="g", complete_on_empty=True)
-    _publish(topic, list(range(10)))  # channel 0: 0 2 4 6 8, channel 1: 1 3 5 7 9
-    got = _drain(member, 10)
+    publish_all(topic, list(range(10)))  # channel 0: 0 2 4 6 8, channel 1: 1 3 5 7 9
+    got = receive_each(member, 10)
     old = {(e.channel, e.sequence): e for e in got}
     assert old[0, 3].commit().status is COMMITTED
     assert old[1, 4].commit().status is COMMITTED
@@ -58,9 +43,9 @@ def test_reset_to_positions_moves_only_those_channels(make_topic):
     assert member.last_committed() == {0: topic.position(0, 1), 1: topic.position(1, 4)}
 
     # The next received is the first after the position set.
-    again = _drain(member, 3)
+    again = receive_each(member, 3)
     assert [(e.channel, e.sequence, e.value) for e in again] == [(0, 2, 4), (0, 3, 6), (0, 4, 8)]
-    assert _get(member.receive()) is None
+    assert get(member.receive()) is None
     # Received before the reset: REJECTED, so a late commit cannot undo the reset.
     assert old[0, 0].commit().status is REJECTED
     assert member.commit(0, old[0, 4].position).status is COMMITTED  # received again since
@@ -73,8 +58,8 @@ def test_reset_to_positions_moves_only_those_channels(make_topic):
 def test_reset_received_before_reset_is_rejected_until_received_again(make_topic):
     topic = make_topic(channels=1, retain=True)
     member = topic.subscriber(group="g", complete_on_empty=True)
-    _publish(topic, list(range(6)))
-    old = _drain(member, 6)
+    publish_all(topic, list(range(6)))
+    old = receive_each(member, 6)
     topic.reset_group("g", {0: topic.position(0, 2)})
     # Below and above the reset point: received before the reset, REJECTED.
     # The reset point itself is where the commit already is (nothing moves
@@ -82,7 +67,7 @@ def test_reset_received_before_reset_is_rejected_until_received_again(make_topic
     statuses = [element.commit().status for element in old]
     assert statuses == [REJECTED, REJECTED, ALREADY, REJECTED, REJECTED, REJECTED]
     assert member.last_committed() == {0: topic.position(0, 2)}
-    assert _get(member.receive()).sequence == 3
+    assert get(member.receive()).sequence == 3
     assert member.commit(0, topic.position(0, 3)).status is COMMITTED
     assert old[5].commit().status is REJECTED  # not received since the reset
     member.close()
@@ -90,59 +75,59 @@ def test_reset_received_before_reset_is_rejected_until_received_again(make_topic
 
 def test_reset_to_earliest_latest_and_time(make_topic):
     topic = make_topic(channels=2, retain=True)
-    first = _publish(topic, ["a0", "a1", "a2", "a3"])
-    second = _publish(topic, ["b0", "b1"])
+    first = publish_all(topic, ["a0", "a1", "a2", "a3"])
+    second = publish_all(topic, ["b0", "b1"])
     member = topic.subscriber(group="g", complete_on_empty=True)
-    assert sorted(e.value for e in _drain(member, 6)) == ["a0", "a1", "a2", "a3", "b0", "b1"]
+    assert sorted(e.value for e in receive_each(member, 6)) == ["a0", "a1", "a2", "a3", "b0", "b1"]
 
     assert topic.reset_group("g", "earliest") == {
         0: topic.position(0, -1),
         1: topic.position(1, -1),
     }
-    assert sorted(e.value for e in _drain(member, 6)) == ["a0", "a1", "a2", "a3", "b0", "b1"]
-    assert _get(member.receive()) is None
+    assert sorted(e.value for e in receive_each(member, 6)) == ["a0", "a1", "a2", "a3", "b0", "b1"]
+    assert get(member.receive()) is None
 
     assert topic.reset_group("g", "latest") == {0: topic.position(0, 2), 1: topic.position(1, 2)}
-    assert _get(member.receive()) is None
+    assert get(member.receive()) is None
     assert _cursors(topic, "g") == {0: (3, 2, True), 1: (3, 2, True)}
-    _publish(topic, ["c0", "c1"])
-    assert sorted(e.value for e in _drain(member, 2)) == ["c0", "c1"]
+    publish_all(topic, ["c0", "c1"])
+    assert sorted(e.value for e in receive_each(member, 2)) == ["c0", "c1"]
 
     # A publish time: the next is the first published strictly after it.
     stamp = max(s.timestamp for s in first)
     assert stamp < min(s.timestamp for s in second)
     assert topic.reset_group("g", stamp) == {0: topic.position(0, 1), 1: topic.position(1, 1)}
-    assert sorted(e.value for e in _drain(member, 4)) == ["b0", "b1", "c0", "c1"]
+    assert sorted(e.value for e in receive_each(member, 4)) == ["b0", "b1", "c0", "c1"]
     # A naive datetime is local time; long ago clamps to before the head.
     naive = (first[0].timestamp - timedelta(hours=1)).astimezone().replace(tzinfo=None)
     assert topic.reset_group("g", naive) == {0: topic.position(0, -1), 1: topic.position(1, -1)}
     future = datetime.now(UTC) + timedelta(days=1)
     assert topic.reset_group("g", future) == {0: topic.position(0, 3), 1: topic.position(1, 3)}
-    assert _get(member.receive()) is None
+    assert get(member.receive()) is None
     member.close()
 
 
 def test_reset_of_a_group_without_members(make_topic):
     topic = make_topic(channels=1, retain=True, groups=["g"])
-    _publish(topic, ["a", "b", "c"])
+    publish_all(topic, ["a", "b", "c"])
     assert topic.reset_group("g", "latest") == {0: topic.position(0, 2)}
     assert _cursors(topic, "g") == {0: (3, 2, True)}
-    _publish(topic, ["d"])
+    publish_all(topic, ["d"])
     with topic.subscriber(group="g", complete_on_empty=True) as member:
-        assert [e.value for e in _drain(member, 1)] == ["d"]
-        assert _get(member.receive()) is None
+        assert [e.value for e in receive_each(member, 1)] == ["d"]
+        assert get(member.receive()) is None
 
 
 def test_reset_wakes_a_waiting_receive_at_the_new_position(make_topic):
     topic = make_topic(channels=1, retain=True)
     member = topic.subscriber(group="g")
-    _publish(topic, list(range(5)))
-    assert [e.sequence for e in _drain(member, 5)] == [0, 1, 2, 3, 4]
+    publish_all(topic, list(range(5)))
+    assert [e.sequence for e in receive_each(member, 5)] == [0, 1, 2, 3, 4]
     waiting = member.receive()
     ready, _ = ray.wait([waiting], timeout=0.5)
     assert ready == []
     topic.reset_group("g", {0: topic.position(0, 1)})
-    element = _get(waiting)
+    element = get(waiting)
     assert (element.sequence, element.value) == (2, 2)
     assert element.commit().status is COMMITTED
     member.close()
@@ -151,14 +136,14 @@ def test_reset_wakes_a_waiting_receive_at_the_new_position(make_topic):
 def test_reset_while_iterating_continues_from_the_new_positions(make_topic):
     topic = make_topic(channels=1, retain=True)
     member = topic.subscriber(group="g")
-    _publish(topic, list(range(20)))
+    publish_all(topic, list(range(20)))
     iteration = iter(member)
     assert [next(iteration).sequence for _ in range(3)] == [0, 1, 2]
     # The iteration prefetched the rest; the reset must clear that.
     topic.reset_group("g", {0: topic.position(0, 10)})
     member.heartbeat()  # at the latest here the handle learns of the reset
     assert [next(iteration).sequence for _ in range(3)] == [11, 12, 13]
-    _publish(topic, [20])
+    publish_all(topic, [20])
     assert [next(iteration).value for _ in range(7)] == [14, 15, 16, 17, 18, 19, 20]
     member.close()
 
@@ -174,7 +159,7 @@ def test_reset_of_an_unknown_group(make_topic):
 
 def test_bad_reset_targets_are_refused_and_change_nothing(make_topic):
     topic = make_topic(channels=2, retain=True, groups=["g"])
-    _publish(topic, list(range(4)))
+    publish_all(topic, list(range(4)))
     topic.reset_group("g", {0: topic.position(0, 0), 1: topic.position(1, 1)})
     before = _cursors(topic, "g")
     other = rt.Position("0123456789abcdef", 0, 0)
@@ -199,20 +184,20 @@ def test_bad_reset_targets_are_refused_and_change_nothing(make_topic):
 def test_a_failing_reset_leaves_the_group_unchanged(make_topic):
     topic = make_topic(channels=2, retain=True)
     member = topic.subscriber(group="g", complete_on_empty=True)
-    _publish(topic, list(range(6)))
-    got = _drain(member, 4)
+    publish_all(topic, list(range(6)))
+    got = receive_each(member, 4)
     for element in got[-2:]:
         assert element.commit().status is COMMITTED
     before = _cursors(topic, "g")
     # Channel 1's part of the reset fails: channel 0's part is undone.
     with pytest.raises(rt.TopicError):
-        _get(topic._coordinator.reset_group.remote("g", {0: 0, 1: "bogus"}))
+        get(topic._coordinator.reset_group.remote("g", {0: 0, 1: "bogus"}))
     with pytest.raises(rt.InvalidArgumentError):
-        _get(topic._coordinator.reset_group.remote("g", {0: 0, 7: 0}))
+        get(topic._coordinator.reset_group.remote("g", {0: 0, 7: 0}))
     assert _cursors(topic, "g") == before
     assert member.last_committed() == {0: got[2].position, 1: got[3].position}
     # The group goes on where it was, and can be reset again.
-    assert sorted(e.value for e in _drain(member, 2)) == [4, 5]
+    assert sorted(e.value for e in receive_each(member, 2)) == [4, 5]
     assert topic.reset_group("g", "earliest") == {
         0: topic.position(0, -1),
         1: topic.position(1, -1),
@@ -232,7 +217,7 @@ def _slow_filter(marker: str, seconds: float):
 
 def test_concurrent_resets_of_one_group(make_topic, tmp_path, wait_until):
     topic = make_topic(channels=2, retain=True, groups=["g", "other"])
-    _publish(topic, list(range(4)))
+    publish_all(topic, list(range(4)))
     marker = tmp_path / "channel-0-is-busy"
     busy = topic.ringbuffer(0).read_many_async(0, 1, 1, _slow_filter(str(marker), 2.0))
     wait_until(marker.exists, timeout=10)
@@ -247,7 +232,7 @@ def test_concurrent_resets_of_one_group(make_topic, tmp_path, wait_until):
                 outcomes.append(future.result(timeout=30))
             except rt.ResetInProgressError as error:
                 outcomes.append(error)
-    assert _get(busy)[0] == 0
+    assert get(busy)[0] == 0
     errors = [o for o in outcomes if isinstance(o, rt.ResetInProgressError)]
     done = [o for o in outcomes if not isinstance(o, Exception)]
     assert len(errors) == 1 and len(done) == 1, outcomes

@@ -13,7 +13,8 @@ import ray
 
 import raytopic as rt
 from raytopic.naming import channel_actor_name
-from raytopic.routing import channel_for_key
+
+from tests.topic_helpers import key_for, publish_all
 
 NOT_YET = 0.3
 """Seconds a test gives a waiting receive to (wrongly) complete before it publishes."""
@@ -27,21 +28,10 @@ def _with_pid(value: int) -> tuple[int, int]:
     return value, os.getpid()
 
 
-def _publish(topic: rt.Topic, values: list[Any], key: Any = None) -> list[rt.PublishStatus]:
-    with topic.publisher() as publisher:
-        futures = [publisher.publish(value, key=key) for value in values]
-    return [future.result(timeout=30) for future in futures]
-
-
 def _publish_at_once(topic: rt.Topic, values: list[Any], key: Any) -> list[rt.PublishStatus]:
     """Publish ``values`` to ``key``'s channel in ONE append (a receive sees all or none)."""
     with topic.publisher() as publisher:
         return ray.get(publisher.publish_batch(values, keys=[key] * len(values)), timeout=30)
-
-
-def _key_for(channel: int, channels: int) -> str:
-    """A key that routes to ``channel``."""
-    return next(f"k{i}" for i in range(1000) if channel_for_key(f"k{i}", channels) == channel)
 
 
 def _is_dead(actor: Any) -> bool:
@@ -65,12 +55,12 @@ def _drain(subscriber: rt.Subscriber) -> list[rt.Element]:
 
 def test_latest_by_default_earliest_sees_retained_elements(make_topic) -> None:
     topic = make_topic(channels=1, capacity=100)
-    _publish(topic, ["old-0", "old-1"])
+    publish_all(topic, ["old-0", "old-1"])
     latest = topic.subscriber(complete_on_empty=True)
     earliest = topic.subscriber(start="earliest", complete_on_empty=True)
     assert ray.get(latest.receive(), timeout=30) is None  # empty: None at once
     assert ray.get(latest.receive_batch(5), timeout=30) == []
-    statuses = _publish(topic, ["new"])
+    statuses = publish_all(topic, ["new"])
     ref = latest.receive()
     assert isinstance(ref, ray.ObjectRef)
     element = ray.get(ref, timeout=30)
@@ -94,8 +84,8 @@ def test_heads_tails_and_remaining_messages(make_topic) -> None:
     assert subscriber.heads() == {0: topic.position(0, 0), 1: topic.position(1, 0)}
     assert subscriber.tails() == {0: topic.position(0, -1), 1: topic.position(1, -1)}
     assert subscriber.remaining_messages() == 0
-    _publish(topic, ["a", "b", "c"], key=_key_for(0, 2))
-    _publish(topic, ["d", "e"], key=_key_for(1, 2))
+    publish_all(topic, ["a", "b", "c"], key=key_for(0, 2))
+    publish_all(topic, ["d", "e"], key=key_for(1, 2))
     assert subscriber.tails() == {0: topic.position(0, 2), 1: topic.position(1, 1)}
     assert subscriber.remaining_messages() == 5
     assert (subscriber.remaining_messages(0), subscriber.remaining_messages(1)) == (3, 2)
@@ -134,7 +124,7 @@ def test_a_received_ref_stays_readable_after_the_channel_actor_dies(make_topic, 
     big = os.urandom(300_000)  # beyond Ray's inline limit: it lives in the object store
     subscriber = topic.subscriber()
     single, batch = subscriber.receive(), subscriber.receive_batch(10)
-    _publish(topic, [big, b"small"])
+    publish_all(topic, [big, b"small"])
     ready, _ = ray.wait([single, batch], num_returns=2, timeout=30)
     assert len(ready) == 2
     actor = ray.get_actor(channel_actor_name(topic.name, 0), namespace=topic.namespace)
@@ -155,15 +145,15 @@ def test_a_waiting_receive_completes_when_any_channel_gets_an_element(make_topic
         single, batch = subscriber.receive(), subscriber.receive_batch(5)
         ready, _ = ray.wait([single], timeout=NOT_YET)
         assert not ready  # without complete_on_empty a receive waits
-        _publish(topic, ["there"], key=_key_for(other, 2))
+        publish_all(topic, ["there"], key=key_for(other, 2))
         element = ray.get(single, timeout=30)
         assert (element.value, element.channel, element.sequence) == ("there", other, 0)
-        _publish_at_once(topic, ["here", "too"], key=_key_for(home, 2))
+        _publish_at_once(topic, ["here", "too"], key=key_for(home, 2))
         assert [e.value for e in ray.get(batch, timeout=30)] == ["here", "too"]
 
         # Pipelined receives complete in order, on a sibling channel of the home.
         refs = [subscriber.receive() for _ in range(10)]
-        statuses = _publish(topic, [f"v{i}" for i in range(10)], key=_key_for(other, 2))
+        statuses = publish_all(topic, [f"v{i}" for i in range(10)], key=key_for(other, 2))
         elements = ray.get(refs, timeout=30)
     assert [e.value for e in elements] == [f"v{i}" for i in range(10)]
     assert [e.sequence for e in elements] == list(range(1, 11))
@@ -175,7 +165,7 @@ def test_a_waiting_receive_completes_when_any_channel_gets_an_element(make_topic
 
 def test_filter_and_converter_run_in_the_channel_actor(make_topic) -> None:
     topic = make_topic(channels=2, capacity=100)
-    _publish(topic, list(range(12)))
+    publish_all(topic, list(range(12)))
     subscriber = topic.subscriber(
         start="earliest", filter=_even, converter=_with_pid, complete_on_empty=True
     )
@@ -194,7 +184,7 @@ def test_filter_and_converter_run_in_the_channel_actor(make_topic) -> None:
 
 def test_iteration_yields_every_element_once_in_order_per_channel(make_topic) -> None:
     topic = make_topic(channels=2, capacity=100)
-    statuses = _publish(topic, list(range(40)))
+    statuses = publish_all(topic, list(range(40)))
     by_position = {s.position: v for v, s in enumerate(statuses)}
     # Breaking out of an iteration leaves prefetched receives behind, sometimes
     # still running; whatever they took comes next. Repeated: it is a race.
@@ -218,7 +208,7 @@ def test_iteration_yields_every_element_once_in_order_per_channel(make_topic) ->
 
     # An iteration abandoned while its prefetched receives wait loses nothing.
     waiting_kind = topic.subscriber()
-    _publish(topic, ["a", "b", "c"], key="abandoned")
+    publish_all(topic, ["a", "b", "c"], key="abandoned")
     seen = []
     for element in waiting_kind:
         seen.append(element.value)
@@ -226,7 +216,7 @@ def test_iteration_yields_every_element_once_in_order_per_channel(make_topic) ->
             break
     assert seen == ["a", "b", "c"]
     waiting = waiting_kind.receive()  # stops what the iteration left waiting
-    _publish(topic, ["d", "e"], key="abandoned")
+    publish_all(topic, ["d", "e"], key="abandoned")
     assert ray.get(waiting, timeout=30).value == "d"
     assert [e.value for e in ray.get(waiting_kind.receive_batch(5), timeout=30)] == ["e"]
     waiting_kind.close()
@@ -237,8 +227,8 @@ def test_iteration_yields_every_element_once_in_order_per_channel(make_topic) ->
 
 def test_seek_to_positions_clamps_to_head_and_tail(make_topic) -> None:
     topic = make_topic(channels=2, capacity=5, overflow="overwrite")
-    key = _key_for(1, 2)
-    _publish(topic, list(range(8)), key=key)  # channel 1: head 3, tail 7
+    key = key_for(1, 2)
+    publish_all(topic, list(range(8)), key=key)  # channel 1: head 3, tail 7
     subscriber = topic.subscriber(complete_on_empty=True)
 
     assert subscriber.seek(1, topic.position(1, 4)) == topic.position(1, 4)
@@ -250,7 +240,7 @@ def test_seek_to_positions_clamps_to_head_and_tail(make_topic) -> None:
 
     assert subscriber.seek(1, topic.position(1, 100)) == topic.position(1, 7)  # the tail
     assert ray.get(subscriber.receive()) is None
-    _publish(topic, ["next"], key=key)
+    publish_all(topic, ["next"], key=key)
     assert ray.get(subscriber.receive()).sequence == 8
 
     assert subscriber.seek_to_head() == {0: topic.position(0, -1), 1: topic.position(1, 3)}
@@ -283,7 +273,7 @@ def test_seek_to_positions_clamps_to_head_and_tail(make_topic) -> None:
 
 def test_seek_to_a_time(make_topic) -> None:
     topic = make_topic(channels=1, capacity=10)
-    statuses = [_publish(topic, [f"v{i}"])[0] for i in range(5)]  # one append each
+    statuses = [publish_all(topic, [f"v{i}"])[0] for i in range(5)]  # one append each
     assert [s.timestamp for s in statuses] == sorted({s.timestamp for s in statuses})
     subscriber = topic.subscriber(complete_on_empty=True)
     # The next is the first published strictly after the time: after the element
@@ -365,7 +355,7 @@ def test_an_overwritten_next_element_raises_stale_sequence_once(make_topic) -> N
     # On the channel that is NOT the receiving subscriber's home: the error
     # crosses two actors on its way.
     channel = 1 - receiving._home_channel
-    _publish(topic, list(range(5)), key=_key_for(channel, 2))  # 0 and 1 overwritten unread
+    publish_all(topic, list(range(5)), key=key_for(channel, 2))  # 0 and 1 overwritten unread
     # What is left to read is what is still stored.
     assert receiving.remaining_messages() == 3
     assert receiving.heads()[channel] == topic.position(channel, 2)
@@ -387,13 +377,13 @@ def test_an_overwritten_next_element_raises_stale_sequence_once(make_topic) -> N
 def test_an_expired_next_element_raises_stale_sequence_once(make_topic, wait_until) -> None:
     topic = make_topic(channels=1, capacity=10, ttl=0.3)
     subscriber = topic.subscriber(complete_on_empty=True)
-    _publish(topic, ["a", "b", "c"])
+    publish_all(topic, ["a", "b", "c"])
     wait_until(lambda: topic.ringbuffer(0).size() == 0)
     with pytest.raises(rt.StaleSequenceError) as caught:
         ray.get(subscriber.receive_batch(10), timeout=30)
     assert (caught.value.head_sequence, caught.value.skipped) == (3, 3)
     assert ray.get(subscriber.receive_batch(10)) == []
-    _publish(topic, ["d"])
+    publish_all(topic, ["d"])
     assert [(e.value, e.sequence) for e in ray.get(subscriber.receive_batch(10))] == [("d", 3)]
     subscriber.close()
 
@@ -419,7 +409,7 @@ def test_bad_arguments_raise_typed_errors_and_change_nothing(make_topic) -> None
     ):
         with pytest.raises(error):
             bad()
-    _publish(topic, ["still", "works"])
+    publish_all(topic, ["still", "works"])
     assert [e.value for e in _drain(subscriber)] == ["still", "works"]
     assert topic.describe().channels[0].pid == pid
     subscriber.close()

@@ -17,6 +17,8 @@ import ray
 import raytopic as rt
 from raytopic.naming import channel_actor_name, coordinator_actor_name
 
+from tests.topic_helpers import publish_all
+
 SECOND_DRIVER = """
 import json
 import sys
@@ -50,14 +52,6 @@ ray.shutdown()
 """
 
 
-def _published(
-    topic: rt.Topic, values: list[Any], key: str | None = None
-) -> list[rt.PublishStatus]:
-    with topic.publisher() as publisher:
-        futures = [publisher.publish(value, key=key) for value in values]
-    return [future.result(timeout=30) for future in futures]
-
-
 def _drain(topic: rt.Topic) -> list[Any]:
     with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
         return [element.value for element in subscriber]
@@ -77,7 +71,7 @@ def test_create_then_get_and_list_find_the_same_topic(make_topic: Callable[..., 
     assert found.channel_count == 2
     assert topic.name in rt.list_topics()
 
-    statuses = _published(found, ["x", "y", "z"], key="one")  # through one handle ...
+    statuses = publish_all(found, ["x", "y", "z"], key="one")  # through one handle ...
     assert sorted(_drain(topic)) == ["x", "y", "z"]  # ... read through the other
 
     channel = statuses[0].channel
@@ -116,7 +110,7 @@ def test_create_twice_raises_and_exist_ok_returns_the_existing_topic(
     name = unique_name("longest.name_").ljust(128, "x")  # the longest safe name
     topic = rt.create_topic(name, channels=1, capacity=10)
     try:
-        _published(topic, [1, 2, 3])
+        publish_all(topic, [1, 2, 3])
         with pytest.raises(rt.TopicExistsError):
             rt.create_topic(name, channels=1, capacity=10)
         again = rt.create_topic(name, channels=5, capacity=99, exist_ok=True)
@@ -200,7 +194,7 @@ def test_same_name_in_two_namespaces_is_two_topics(ray_session: None, unique_nam
             assert name not in rt.list_topics()  # not in the default namespace
             with pytest.raises(rt.TopicNotFoundError):
                 rt.get_topic(name)
-            _published(first, ["only-in-first"])
+            publish_all(first, ["only-in-first"])
             assert _drain(rt.get_topic(name, namespace=first_ns)) == ["only-in-first"]
             assert _drain(rt.get_topic(name, namespace=second_ns)) == []
             assert rt.get_topic(name, namespace=second_ns).config.capacity == 20
@@ -219,7 +213,7 @@ def test_a_second_driver_finds_the_topic_and_reads_what_the_first_published(
     make_topic: Callable[..., rt.Topic], ray_cluster: str, tmp_path, unique_name
 ) -> None:
     topic = make_topic(channels=2, capacity=100)
-    statuses = _published(topic, ["a", "b", "c", "d"])
+    statuses = publish_all(topic, ["a", "b", "c", "d"])
     watcher = topic.subscriber()  # latest: sees only what the child publishes
     script = tmp_path / "second_driver.py"
     script.write_text(SECOND_DRIVER)
@@ -260,7 +254,7 @@ def test_a_second_driver_finds_the_topic_and_reads_what_the_first_published(
 def test_destroy_kills_the_actors_and_frees_the_name(ray_session: None, unique_name) -> None:
     name = unique_name("doomed")
     topic = rt.create_topic(name, channels=1, capacity=10)
-    old_status = _published(topic, ["old-1", "old-2"])[1]
+    old_status = publish_all(topic, ["old-1", "old-2"])[1]
     channel = ray.get_actor(channel_actor_name(name, 0), namespace="raytopic")
     coordinator = ray.get_actor(coordinator_actor_name(name), namespace="raytopic")
     publisher = topic.publisher()
@@ -289,7 +283,7 @@ def test_destroy_kills_the_actors_and_frees_the_name(ray_session: None, unique_n
         old = old_status.position
         with again.subscriber() as subscriber, pytest.raises(rt.PositionMismatchError):
             subscriber.seek(0, old)
-        new = _published(again, ["new-1", "new-2"])[1]
+        new = publish_all(again, ["new-1", "new-2"])[1]
         assert (new.channel, new.position.sequence) == (old.channel, old.sequence)
         assert new.position != old  # same channel and sequence, another topic
         assert new.position.topic_id == again.topic_id
@@ -303,7 +297,7 @@ def test_a_bad_packed_request_gets_a_typed_error_and_the_channel_lives_on(
     from raytopic.actors.wire import pack_request
 
     topic = make_topic(channels=1)
-    _published(topic, ["kept"])
+    publish_all(topic, ["kept"])
     channel = ray.get_actor(channel_actor_name(topic.name, 0), namespace=topic.namespace)
     for packed in (pack_request("destroy_group", "g"), b"garbage"):
         with pytest.raises(rt.InvalidArgumentError):
