@@ -147,7 +147,7 @@ class ChannelActor:
         """Serve a data-path call packed by :func:`pack_request` (append,
         receive, take, watch, give_back): one argument crosses Ray instead of six."""
         method, args = unpack_request(packed)
-        return await getattr(self, method)(*args)
+        return await self._local_call(method, *args)
 
     async def _local_call(self, method: str, *args: Any) -> Any:
         return await getattr(self, method)(*args)
