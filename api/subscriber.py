@@ -330,8 +330,7 @@ class Subscriber:
             taken = released.take(count)
             if taken or self._closed:
                 return taken
-            while len(refs) < ITERATION_DEPTH:
-                refs.append(self._receive(ITERATION_BATCH, single=False, spread=True))
+            self._prefetch()
             ready, _ = ray.wait([refs[0]], timeout=released.poll_interval)
             if not ready:
                 taken = released.take(count, wait=released.poll_interval)
@@ -350,6 +349,11 @@ class Subscriber:
                 taken = released.take(count, wait=released.poll_interval)
                 if taken:
                     return taken
+
+    def _prefetch(self) -> None:
+        """Keep ITERATION_DEPTH batch receives in flight (none once closed)."""
+        while not self._closed and len(self._prefetched) < ITERATION_DEPTH:
+            self._prefetched.append(self._receive(ITERATION_BATCH, single=False, spread=True))
 
     def _receive(self, count: int, single: bool, spread: bool = False) -> Any:
         self._check_open()
@@ -753,8 +757,7 @@ class _Iteration:
                     return element
             if subscriber._closed and not refs:
                 raise StopIteration
-            while not subscriber._closed and len(refs) < ITERATION_DEPTH:
-                refs.append(subscriber._receive(ITERATION_BATCH, single=False, spread=True))
+            subscriber._prefetch()
             ref = refs.popleft()
             try:
                 elements = subscriber._call(ref)
