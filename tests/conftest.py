@@ -16,6 +16,16 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 # `ray start` turns token authentication on; drivers connecting by address
 # (this one and the second-driver processes) must send the token too.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
+# A fresh machine has no ~/.ray/auth_token: give this session's cluster a token
+# of its own (a token is 32 random bytes in hex, as `ray get-auth-token` makes).
+if not (
+    os.environ.get("RAY_AUTH_TOKEN")
+    or os.environ.get("RAY_AUTH_TOKEN_PATH")
+    or os.path.exists(os.path.expanduser("~/.ray/auth_token"))
+):
+    import secrets
+
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 import signal
 import socket
