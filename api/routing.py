@@ -1,13 +1,25 @@
-"""Which channel a key goes to: the same in every process, run and release.
+"""Which channel a key goes to: the same in every process, run and release, and in Spark.
 
-Python's ``hash`` is salted per process, so keys are hashed as bytes with
-CRC-32: a ``str`` as UTF-8, ``bytes`` as they are, an ``int`` (or ``float``,
-``bool``) as the UTF-8 of ``str(key)``. A key column of a DataFrame hashes the
-same way once cast to strings, so the Spark bridge and the Publisher agree.
+Python's ``hash`` is salted per process, so a key is hashed as bytes with
+CRC-32 (zlib's, IEEE): ``channel = crc32(key_bytes(key)) % channels``, where
+
+- a ``str`` is its UTF-8,
+- ``bytes`` (``bytearray``, ``memoryview``) are taken as they are,
+- an ``int`` (``numpy`` integers too) is its decimal digits (``-7`` -> ``b"-7"``),
+- a ``bool`` (``numpy.bool_`` too) is ``b"true"`` or ``b"false"``.
+
+This is what Spark computes as ``pmod(crc32(cast(k AS STRING)), channels)``
+for string, binary, integer and boolean columns: Spark casts ``true`` to
+``"true"``, where Python's ``str(True)`` is ``"True"``, so booleans follow
+Spark's text on both sides. Floating-point keys are refused: Python and Spark
+(Java's ``Double.toString``) write many doubles differently (``1e+20`` and
+``1.0E20``), so a float key could not land where the same row from a
+DataFrame does. Round or format it first (``str(x)``, ``int(x)``).
 """
 
 from __future__ import annotations
 
+import numbers
 import zlib
 from typing import Any
 
@@ -17,20 +29,44 @@ __all__ = ["channel_for_key", "key_bytes"]
 
 
 def key_bytes(key: Any) -> bytes:
-    """The bytes a key is hashed as.
+    """The bytes a key is hashed as (see the module docstring).
 
     Raises:
-        InvalidTypeError: the key is not a str, bytes, int, float or bool.
+        InvalidTypeError: the key is a float, or not a str, bytes, int or bool.
     """
-    if isinstance(key, str):
+    kind = type(key)
+    if kind is str:  # the common cases first, without isinstance chains
         return key.encode("utf-8")
+    if kind is int:
+        return str(key).encode("ascii")
     if isinstance(key, (bytes, bytearray, memoryview)):
         return bytes(key)
-    if isinstance(key, (int, float)):
-        return str(key).encode("utf-8")
-    raise InvalidTypeError(f"a key must be a str, bytes, int or float, got {type(key).__name__}")
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, bool) or _is_numpy_bool(key):
+        return b"true" if key else b"false"
+    if isinstance(key, numbers.Integral):
+        return str(int(key)).encode("ascii")
+    if isinstance(key, numbers.Real):
+        raise InvalidTypeError(
+            f"a float key ({key!r}) is refused: Python and Spark write floats as different "
+            "text, so it could not route like a DataFrame row; use str(key) or int(key)"
+        )
+    raise InvalidTypeError(f"a key must be a str, bytes, int or bool, got {kind.__name__}")
 
 
 def channel_for_key(key: Any, channel_count: int) -> int:
-    """The channel of ``key`` in a topic of ``channel_count`` channels."""
+    """The channel of ``key`` in a topic of ``channel_count`` channels.
+
+    Raises:
+        InvalidTypeError: the key's type is not accepted (see :func:`key_bytes`).
+    """
+    if type(key) is str:  # publish() calls this for every keyed value
+        return zlib.crc32(key.encode("utf-8")) % channel_count
     return zlib.crc32(key_bytes(key)) % channel_count
+
+
+def _is_numpy_bool(key: Any) -> bool:
+    # numpy is not a dependency of routing: recognise numpy.bool_ (named "bool" in numpy 2)
+    kind = type(key)
+    return kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")

@@ -6,8 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from decimal import Decimal
 
+import numpy as np
 import pytest
 
 from raytopic.errors import InvalidTypeError
@@ -38,9 +40,15 @@ KEYS_AND_CHANNELS = [
     (b"\x00\xff", 1000, 594),
     (42, 16, 8),
     (-7, 16, 15),
-    (1.5, 16, 10),
-    (True, 8, 3),
+    (True, 8, 5),
+    (False, 8, 0),
 ]
+
+# What Spark computes for `crc32(cast(k AS STRING))` (checked against Spark 3.5.7):
+# integer keys 0, 1, 2 and the booleans, whose text Spark writes in lower case.
+# (A list, not a dict: True == 1 and False == 0 as dict keys.)
+SPARK_CRC = [(0, 4108050209), (1, 2212294583), (2, 450215437), (-7, 3645828383)]
+SPARK_CRC += [(True, 4261170317), (False, 734881840)]
 
 
 def test_key_bytes_encode_each_accepted_type() -> None:
@@ -51,8 +59,31 @@ def test_key_bytes_encode_each_accepted_type() -> None:
     assert type(key_bytes(bytearray(b"ab"))) is bytes
     assert key_bytes(42) == b"42"
     assert key_bytes(-7) == b"-7"
-    assert key_bytes(1.5) == b"1.5"
-    assert key_bytes(True) == b"True"
+    assert key_bytes(True) == b"true"  # Spark's text of a boolean, not Python's
+    assert key_bytes(False) == b"false"
+
+
+def test_integer_and_boolean_keys_hash_as_spark_casts_them_to_strings() -> None:
+    for key, crc in SPARK_CRC:
+        assert zlib.crc32(key_bytes(key)) == crc
+        assert channel_for_key(key, 7) == crc % 7
+
+
+def test_numpy_integers_and_booleans_route_like_python_ones() -> None:
+    for kind in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint64):
+        assert key_bytes(kind(42)) == b"42"
+        assert channel_for_key(kind(2), 1000) == 450215437 % 1000
+    assert key_bytes(np.int64(-7)) == b"-7"
+    assert key_bytes(np.bool_(True)) == b"true"
+    assert key_bytes(np.bool_(False)) == b"false"
+
+
+@pytest.mark.parametrize("key", [1.5, 1.0, 1e20, float("nan"), np.float64(2.0), np.float32(0.5)])
+def test_float_keys_are_refused_because_spark_writes_them_differently(key: object) -> None:
+    with pytest.raises(InvalidTypeError, match="float key"):
+        key_bytes(key)
+    with pytest.raises(TypeError):
+        channel_for_key(key, 8)
 
 
 def test_a_str_key_and_its_utf8_bytes_share_a_channel() -> None:
@@ -87,7 +118,7 @@ def test_channels_stay_in_range() -> None:
     "key", [None, (1, 2), ["a"], {"a": 1}, {1}, object(), Decimal("1.5"), 1j, str]
 )
 def test_other_key_types_raise_invalid_type_error(key: object) -> None:
-    with pytest.raises(InvalidTypeError, match="a key must be a str, bytes, int or float"):
+    with pytest.raises(InvalidTypeError, match="a key must be a str, bytes, int or bool"):
         key_bytes(key)
     with pytest.raises(TypeError):
         channel_for_key(key, 8)
@@ -101,7 +132,7 @@ def test_routing_is_the_same_in_another_interpreter_with_another_hash_seed() -> 
         "keys = json.loads(sys.argv[1])\n"
         "out = [channel_for_key(k, n) for k in keys for n in (3, 8, 1000)]\n"
         "out += [channel_for_key(k.encode(), 8) for k in keys]\n"
-        "out += [channel_for_key(v, 8) for v in (42, -7, 1.5, True)]\n"
+        "out += [channel_for_key(v, 8) for v in (42, -7, True, False)]\n"
         "print(json.dumps([hash('hello'), out]))\n"
     )
     results = []
@@ -119,6 +150,6 @@ def test_routing_is_the_same_in_another_interpreter_with_another_hash_seed() -> 
     assert hash_1 != hash_2  # the interpreters did salt str hashes differently
     here = [channel_for_key(k, n) for k in keys for n in (3, 8, 1000)]
     here += [channel_for_key(k.encode(), 8) for k in keys]
-    here += [channel_for_key(v, 8) for v in (42, -7, 1.5, True)]
+    here += [channel_for_key(v, 8) for v in (42, -7, True, False)]
     assert channels_1 == channels_2 == here
     assert here[:3] == [CRC["hello"] % 3, CRC["hello"] % 8, CRC["hello"] % 1000]
