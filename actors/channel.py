@@ -24,15 +24,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
+import numpy as np
 import ray
 
 from raytopic.actors.cursors import Cursor, Lease
-from raytopic.actors.receiver import ChannelLink, CursorState, ReceiveSession, SessionSpec
-from raytopic.actors.ringbuffer import RingBuffer, Run
+from raytopic.actors.payloads import Payload, PickledValues
+from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSession, SessionSpec
+from raytopic.actors.segment_ring import Run, SegmentRing
 from raytopic.actors.turns import DuplicateTurnError, Turns
 from raytopic.actors.wire import (
     AppendAck,
+    Chunk,
     Delivery,
+    RawReadResult,
     ReaderSpec,
     ReceivedBatch,
     StatusBatch,
@@ -49,7 +53,6 @@ from raytopic.errors import (
     TopicFullError,
 )
 from raytopic.records import CommitResult, CommitStatus, Position, _Origin
-from raytopic.ringbuffer import RawReadResult
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +109,7 @@ class ChannelActor:
     def __init__(self, config: TopicConfig, channel: int) -> None:
         self._config = config
         self._channel = channel
-        self._ring = RingBuffer(config.capacity, config.ttl, clock=_stamp_clock)
+        self._ring = SegmentRing(config.capacity, config.ttl, clock=_stamp_clock)
         self._readers: dict[str, _Reader] = {}
         self._groups: dict[str, Cursor] = {}
         self._publishers: dict[str, _PublisherTrack] = {}
@@ -117,7 +120,6 @@ class ChannelActor:
         self._epoch = 1  # incarnation; a durable store will carry it across restarts
         self._changed = asyncio.Event()
         self._self_handle: Any = None
-        self.calls: dict[str, int] = {}
 
     # -- life cycle ------------------------------------------------------------
 
@@ -143,11 +145,14 @@ class ChannelActor:
             "pid": os.getpid(),
         }
 
-    async def request(self, packed: bytes) -> Any:
+    async def request(self, packed: bytes, payload: Payload | None = None) -> Any:
         """Serve a data-path call packed by :func:`pack_request` (append,
-        receive, take, watch, give_back): one argument crosses Ray instead of six."""
+        receive, take, watch, give_back): one argument crosses Ray instead of six.
+        An append's payload comes as its own argument (see ``pack_request``)."""
         method, args = unpack_request(packed)
-        return await self._local_call(method, *args)
+        if payload is None:
+            return await self._local_call(method, *args)
+        return await self._local_call(method, *args, payload)
 
     async def _local_call(self, method: str, *args: Any) -> Any:
         return await getattr(self, method)(*args)
@@ -193,32 +198,25 @@ class ChannelActor:
         head = self._ring.head
         return head, self._ring.tail, self._ring.tail - head + 1
 
-    async def add_all(
-        self, payloads: list[bytes], overflow: str, timeout: float | None = None
-    ) -> int:
+    async def add_all(self, payload: Payload, overflow: str, timeout: float | None = None) -> int:
         """Append items; return the LAST sequence (the tail for an empty batch), or -1.
 
         ``"fail"`` refuses a batch that does not fit whole; ``"block"`` waits
         for room up to ``timeout`` seconds and then returns -1.
         """
         policy = Overflow.parse(overflow)
-        if not payloads:
+        payload = _check_payload(payload)
+        if not len(payload):
             return self._ring.tail
-        if policy is Overflow.BLOCK:
-            if len(payloads) > self._ring.capacity:
-                raise InvalidArgumentError(
-                    f"{len(payloads)} items can never fit a capacity of {self._ring.capacity}"
-                )
-            if not await self._wait_room(len(payloads), timeout):
-                return -1
-        first = self._ring.append(payloads, overwrite=policy is Overflow.OVERWRITE)
-        if first < 0:
-            return -1
-        self._appended()
-        return first + len(payloads) - 1
+        if policy is Overflow.BLOCK and len(payload) > self._ring.capacity:
+            raise InvalidArgumentError(
+                f"{len(payload)} items can never fit a capacity of {self._ring.capacity}"
+            )
+        ack = await self._append_batch(payload, policy, timeout, whole=True)
+        return ack.first + ack.accepted - 1 if ack.accepted == len(payload) else -1
 
-    async def read_one(self, sequence: int) -> tuple[float, bytes]:
-        """(stamp, payload) at ``sequence``; waits while ``sequence == tail + 1``."""
+    async def read_one(self, sequence: int) -> Run:
+        """The element at ``sequence`` (a run of one); waits while ``sequence == tail + 1``."""
         _check_sequence(sequence, "sequence")
         while True:
             head, tail = self._ring.head, self._ring.tail
@@ -256,7 +254,8 @@ class ChannelActor:
                 f"start_sequence {start} is beyond the tail + 1 ({self._ring.tail + 1})"
             )
         predicate = cloudpickle.loads(filter_bytes) if filter_bytes else None
-        items: list[tuple[int, float, bytes]] = []
+        chunks: list[Chunk] = []
+        found = 0
         sequence = start
         while True:
             head = self._ring.head
@@ -264,18 +263,13 @@ class ChannelActor:
                 raise StaleSequenceError(
                     f"sequence {sequence} is below the head {head}", head_sequence=head
                 )
-            while sequence <= self._ring.tail and len(items) < max_count:
-                for run in self._ring.read(sequence, max_count - len(items)):
-                    for offset, payload in enumerate(run.payloads):
-                        sequence = run.first + offset + 1
-                        if predicate is None or predicate(_loads(payload)):
-                            items.append((run.first + offset, run.stamp, payload))
-                            if len(items) >= max_count:
-                                break
-                    if len(items) >= max_count:
-                        break
-            if len(items) >= min_count:
-                return RawReadResult(start, sequence - start, items)
+            while sequence <= self._ring.tail and found < max_count:
+                runs = self._ring.read(sequence, max_count - found)
+                picked, sequence = _pick(runs, predicate, None, max_count - found)
+                chunks.extend(picked)
+                found += sum(len(chunk.payload) for chunk in picked)
+            if found >= min_count:
+                return RawReadResult(start, sequence - start, chunks)
             await self._wait_change(_POLL_INTERVAL)
 
     def first_after(self, stamp: float) -> int:
@@ -288,10 +282,10 @@ class ChannelActor:
         self,
         publisher_id: str,
         batch: int,
-        payloads: list[bytes],
         overflow: str,
         timeout: float | None,
-        statuses: bool = False,
+        statuses: bool,
+        payload: Payload,
     ) -> AppendAck | StatusBatch:
         """Append one publisher batch, in the publisher's batch order.
 
@@ -301,12 +295,12 @@ class ChannelActor:
         Args:
             publisher_id: The publisher's id.
             batch: Its batch number on this channel (0, 1, 2, ...).
-            payloads: Pickled values.
             overflow: The topic's overflow policy.
             timeout: For "block": seconds to wait for room.
             statuses: Reply with a StatusBatch (``publish_batch``) instead of an ack.
+            payload: The values: pickled values, or Arrow rows.
         """
-        self.calls["append"] = self.calls.get("append", 0) + 1
+        payload = _check_payload(payload)
         track = self._publishers.get(publisher_id)
         if track is not None and batch <= track.last_batch:
             if batch == track.last_batch and track.last_ack is not None:
@@ -315,7 +309,7 @@ class ChannelActor:
         try:
             async with self._publish_turns.turn(publisher_id, batch):
                 ack = await self._append_batch(
-                    payloads, Overflow.parse(overflow), timeout, whole=statuses
+                    payload, Overflow.parse(overflow), timeout, whole=statuses
                 )
         except DuplicateTurnError as error:
             raise InvalidArgumentError(str(error)) from None
@@ -348,13 +342,15 @@ class ChannelActor:
         return ack
 
     async def _append_batch(
-        self, payloads: list[bytes], policy: Overflow, timeout: float | None, *, whole: bool
+        self, payload: Payload, policy: Overflow, timeout: float | None, *, whole: bool
     ) -> AppendAck:
+        """The one place where elements enter the ring (publishes and ring buffer adds)."""
         ring = self._ring
-        if policy is Overflow.OVERWRITE or not payloads:
-            first = ring.append(payloads, overwrite=True)
+        count = len(payload)
+        if policy is Overflow.OVERWRITE or not count:
+            first = ring.append(payload, overwrite=True)
             self._appended()
-            return AppendAck(first, len(payloads), ring.stamp_of_last_append())
+            return AppendAck(first, count, ring.stamp_of_last_append())
         # "fail" takes what fits now, or with ``whole`` (a publish_batch, whose
         # caller sees one error for all its values) nothing unless all fit.
         # "block" waits until the whole batch fits (so its positions are
@@ -363,34 +359,34 @@ class ChannelActor:
         deadline = None if timeout is None else time.monotonic() + timeout
         runs: list[tuple[int, int, float]] = []
         accepted = 0
-        if policy is Overflow.FAIL and whole and ring.room() < len(payloads):
+        if policy is Overflow.FAIL and whole and ring.room() < count:
             refused = TopicFullError(
                 f"channel {self._channel} has room for {ring.room()} of "
-                f"{len(payloads)} values: none of them appended"
+                f"{count} values: none of them appended"
             )
             return AppendAck(-1, 0, 0.0, refused)
-        while accepted < len(payloads):
-            wanted = min(len(payloads) - accepted, ring.capacity)
+        while accepted < count:
+            wanted = min(count - accepted, ring.capacity)
             if (
                 policy is Overflow.BLOCK
                 and ring.room() < wanted
                 and not await self._wait_room(wanted, _left(deadline))
             ):
                 break
-            chunk = payloads[accepted : accepted + min(wanted, ring.room())]
-            if not chunk:
+            size = min(wanted, ring.room())
+            if not size:
                 break
-            first = ring.append(chunk, overwrite=False)
-            runs.append((first, len(chunk), ring.stamp_of_last_append()))
-            accepted += len(chunk)
+            first = ring.append(payload.slice(accepted, accepted + size), overwrite=False)
+            runs.append((first, size, ring.stamp_of_last_append()))
+            accepted += size
             self._appended()
             if policy is Overflow.FAIL:
                 break
         error = None
-        if accepted < len(payloads):
+        if accepted < count:
             error = TopicFullError(
                 f"channel {self._channel} is full ({ring.capacity} elements): "
-                f"{len(payloads) - accepted} of {len(payloads)} values not appended"
+                f"{count - accepted} of {count} values not appended"
             )
         if not runs:
             return AppendAck(-1, 0, 0.0, error)
@@ -462,14 +458,13 @@ class ChannelActor:
             cursor.next,
             cursor.committed,
             self._ring.tail,
-            cursor.epoch,
+            cursor.jumps,
             cursor.has_commit,
             cursor.unacked,
         )
 
     async def take(self, reader_id: str, fence: Any, max_count: int) -> Delivery:
         """Deliver up to ``max_count`` elements from the reader's cursor, without waiting."""
-        self.calls["take"] = self.calls.get("take", 0) + 1
         reader = self._reader(reader_id)
         cursor = self._cursor_of(reader, fence)
         ring = self._ring
@@ -484,11 +479,16 @@ class ChannelActor:
             )
         if reader.filter is None and reader.converter is None:
             runs = ring.read(cursor.next, max_count)
+            chunks = [Chunk(run.first, run.stamp, run.payload) for run in runs]
             next_sequence = runs[-1].last + 1 if runs else cursor.next
         else:
-            runs, next_sequence = self._read_filtered(reader, cursor.next, max_count)
-        last_delivered = runs[-1].last if runs else cursor.next - 1
-        if runs:
+            # Read a bounded slice: a filter that matches nothing must not hold
+            # the actor for the whole buffer.
+            runs = ring.read(cursor.next, max(max_count, 1000))
+            chunks, next_sequence = _pick(runs, reader.filter, reader.converter, max_count)
+            next_sequence = max(next_sequence, cursor.next)
+        last_delivered = _last_sequence(chunks) if chunks else cursor.next - 1
+        if chunks:
             cursor.delivered(last_delivered, next_sequence)
         else:
             cursor.next = next_sequence
@@ -496,12 +496,12 @@ class ChannelActor:
         cursor.passed_over(last_delivered + 1, next_sequence - 1)
         config = self._config
         origin = _Origin(
-            config.topic_id, config.name, config.namespace, reader_id, fence, cursor.epoch
+            config.topic_id, config.name, config.namespace, reader_id, fence, cursor.jumps
         )
         return Delivery.pack(
             self._channel,
-            [(run.first, run.stamp, run.payloads) for run in runs],
-            cursor.epoch,
+            chunks,
+            cursor.jumps,
             cursor.next,
             ring.tail,
             cursor.committed,
@@ -509,34 +509,11 @@ class ChannelActor:
             cursor.unacked,
         )
 
-    def _read_filtered(self, reader: _Reader, start: int, max_count: int) -> tuple[list[Run], int]:
-        keep, convert = reader.filter, reader.converter
-        runs: list[Run] = []
-        sequence = start
-        taken = 0
-        # Read a bounded slice: a filter that matches nothing must not hold the
-        # actor for the whole buffer.
-        for run in self._ring.read(start, max(max_count, 1000)):
-            for offset, payload in enumerate(run.payloads):
-                sequence = run.first + offset + 1
-                if keep is None and convert is None:
-                    value = payload
-                else:
-                    value = _loads(payload)
-                    if keep is not None and not keep(value):
-                        continue
-                    payload = cloudpickle.dumps(convert(value)) if convert else payload
-                runs.append(Run(run.first + offset, run.stamp, [payload]))
-                taken += 1
-                if taken >= max_count:
-                    return runs, sequence
-        return runs, sequence
-
     async def give_back(
-        self, reader_id: str, fence: Any, first: int, expected_next: int, epoch: int
+        self, reader_id: str, fence: Any, first: int, expected_next: int, jumps: int
     ) -> bool:
         """Undo a take nobody saw: move the cursor back to ``first`` if it still stands
-        where that take left it, under the same epoch (no seek or reset since)."""
+        where that take left it, with the same jump count (no seek or reset since)."""
         reader = self._readers.get(reader_id)
         if reader is None:
             return False
@@ -544,7 +521,7 @@ class ChannelActor:
             cursor = self._cursor_of(reader, fence)
         except NotOwnerError:
             return False
-        if cursor.next != expected_next or cursor.epoch != epoch:
+        if cursor.next != expected_next or cursor.jumps != jumps:
             return False
         cursor.rewind(max(first, self._ring.head))
         self._notify()
@@ -554,7 +531,6 @@ class ChannelActor:
         self, reader_id: str, fence: Any, known: CursorState | None, timeout: float
     ) -> CursorState:
         """The reader's cursor state once it differs from ``known`` (or after ``timeout``)."""
-        self.calls["watch"] = self.calls.get("watch", 0) + 1
         deadline = time.monotonic() + timeout
         while True:
             reader = self._reader(reader_id)
@@ -596,7 +572,7 @@ class ChannelActor:
     def seek(
         self, reader_id: str, fence: Any, target: int | float, by_time: bool, commit: bool
     ) -> tuple[int, int]:
-        """Move the reader's cursor; return (position set, new epoch).
+        """Move the reader's cursor; return (position set, new jump count).
 
         ``target`` is a sequence ("next is the first after it") or, with
         ``by_time``, a time stamp ("next is the first published after it").
@@ -607,7 +583,7 @@ class ChannelActor:
         position = ring.first_after(target) - 1 if by_time else int(target)
         position = cursor.seek(position, ring.head, ring.tail, commit=commit)
         self._commits_moved()
-        return position, cursor.epoch
+        return position, cursor.jumps
 
     def _commits_moved(self) -> None:
         if not self._config.retain and self._groups:
@@ -679,7 +655,7 @@ class ChannelActor:
             return
         for name, value in previous.items():
             setattr(cursor, name, value)
-        cursor.epoch += 1
+        cursor.jumps += 1
         self._notify()
 
     def group_cursors(self) -> dict[str, dict[str, Any]]:
@@ -691,7 +667,7 @@ class ChannelActor:
                 "has_commit": cursor.has_commit,
                 "unacked": cursor.unacked,
                 "owner": cursor.owner,
-                "epoch": cursor.epoch,
+                "jumps": cursor.jumps,
             }
             for group, cursor in self._groups.items()
         }
@@ -749,15 +725,10 @@ class ChannelActor:
         spread: bool = False,
     ) -> ReceivedBatch:
         """Serve a subscriber's receive (see ReceiveSession)."""
-        self.calls["receive"] = self.calls.get("receive", 0) + 1
         session = self._sessions.get(reader_id)
         if session is None:
             raise SubscriberClosedError(f"subscriber {reader_id} is closed")
         return await session.receive(stream, number, max_count, single, spread)
-
-    def call_counts(self) -> dict[str, int]:
-        """Calls served per method (diagnostics)."""
-        return dict(self.calls)
 
     def ping(self) -> int:
         """Cheap liveness probe; returns the channel number."""
@@ -782,10 +753,63 @@ def _remote_caller(handle: Any) -> Callable[..., Any]:
     return call
 
 
-def _loads(payload: bytes) -> Any:
-    import pickle
+def _pick(
+    runs: list[Run],
+    keep: Callable[[Any], bool] | None,
+    convert: Callable[[Any], Any] | None,
+    max_count: int,
+) -> tuple[list[Chunk], int]:
+    """Up to ``max_count`` elements of ``runs`` that ``keep`` accepts, converted.
 
-    return pickle.loads(payload)
+    Returns the chunks and the sequence to read on from (after the last
+    element looked at). The filter and converter see decoded values; what
+    is delivered keeps its payload kind unless a converter made new values.
+    """
+    chunks: list[Chunk] = []
+    sequence = runs[0].first if runs else 0
+    found = 0
+    for run in runs:
+        values = run.payload.decode() if keep is not None or convert is not None else None
+        picked: list[int] = []
+        for offset in range(len(run.payload)):
+            sequence = run.first + offset + 1
+            if keep is None or keep(values[offset]):  # type: ignore[index]
+                picked.append(offset)
+                found += 1
+                if found >= max_count:
+                    break
+        if picked:
+            if convert is not None:
+                payload: Payload = PickledValues.from_values(
+                    convert(values[offset])
+                    for offset in picked  # type: ignore[index]
+                )
+            elif len(picked) == len(run.payload):
+                payload = run.payload
+            else:
+                payload = run.payload.take(picked)
+            consecutive = picked[-1] - picked[0] + 1 == len(picked)
+            sequences = None if consecutive else np.array(picked, dtype=np.int64) + run.first
+            chunks.append(Chunk(run.first + picked[0], run.stamp, payload, sequences))
+        if found >= max_count:
+            break
+    return chunks, sequence
+
+
+def _last_sequence(chunks: list[Chunk]) -> int:
+    last = chunks[-1]
+    if last.sequences is not None:
+        return int(last.sequences[-1])
+    return last.first + len(last.payload) - 1
+
+
+def _check_payload(payload: Any) -> Payload:
+    """A payload of this process's own (see ``PickledValues.owned``), or a clear error."""
+    if isinstance(payload, PickledValues):
+        return payload.owned()
+    if isinstance(payload, Payload):
+        return payload
+    raise InvalidArgumentError(f"not a payload: {type(payload).__name__}")
 
 
 def _left(deadline: float | None) -> float | None:

@@ -51,8 +51,10 @@ class Cursor:
             ``committed + 1``.
         has_commit: Whether ``committed`` came from a commit (or a seek or
             reset that sets it), rather than from where the cursor started.
-        epoch: Bumped on every seek, reset and change of owner; deliveries
-            carry it, so a handle can drop what it prefetched before.
+        jumps: Bumped on every seek, reset and change of owner (every jump of
+            the read position); deliveries carry it, so a handle can drop
+            what it prefetched before. (Not the channel's *epoch*, which
+            counts the channel actor's incarnations.)
         owner: For a group cursor, the current lease (None: nobody owns it).
         reset_floor: After a group reset, the position it was reset to;
             commits below it were received before the reset (REJECTED).
@@ -69,7 +71,7 @@ class Cursor:
     next: int
     committed: int
     has_commit: bool = False
-    epoch: int = 0
+    jumps: int = 0
     owner: Lease | None = None
     reset_floor: int | None = None
     delivered_high: int = -1
@@ -160,7 +162,7 @@ class Cursor:
             # committable even if the group was reset before.
             self.reset_floor = min(self.reset_floor, position)
             self.delivered_high = max(self.delivered_high, position)
-        self.epoch += 1
+        self.jumps += 1
         return position
 
     def reset(self, position: int, head: int, tail: int) -> int:
@@ -172,7 +174,7 @@ class Cursor:
         self.unread = []
         self.reset_floor = position
         self.delivered_high = position
-        self.epoch += 1
+        self.jumps += 1
         return position
 
     def grant(self, lease: Lease | None) -> None:
@@ -180,7 +182,7 @@ class Cursor:
         self.owner = lease
         self.next = self.committed + 1
         self.unread = []
-        self.epoch += 1
+        self.jumps += 1
 
     def skip_to_head(self, head: int) -> int:
         """Move a cursor that fell below the head up to it; return how many it skipped."""

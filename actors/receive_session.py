@@ -51,7 +51,7 @@ class CursorState:
     next: int
     committed: int
     tail: int
-    epoch: int
+    jumps: int
     has_commit: bool = field(default=False, compare=False)
     unacked: int = field(default=0, compare=False)
     """Delivered but not committed (:attr:`Cursor.unacked`)."""
@@ -105,7 +105,7 @@ class ChannelLink:
     def give_back(self, reader_id: str, fence: Any, delivery: Delivery) -> Awaitable[Any]:
         """Undo a take whose elements never reached the subscriber."""
         return self._call(
-            "give_back", reader_id, fence, delivery.first, delivery.next, delivery.epoch
+            "give_back", reader_id, fence, delivery.first, delivery.next, delivery.jumps
         )
 
 
@@ -392,7 +392,7 @@ class ReceiveSession:
             delivery.next,
             delivery.committed,
             delivery.tail,
-            delivery.epoch,
+            delivery.jumps,
             unacked=delivery.unacked,
         )
         return delivery

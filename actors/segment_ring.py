@@ -1,10 +1,14 @@
-"""The ring buffer of one channel: Hazelcast Ringbuffer semantics, no Ray.
+"""The ring of one channel: Hazelcast Ringbuffer semantics over segments, no Ray.
 
 Storage is a run of *segments*, one per append: a segment keeps the batch as
-it arrived (a list of pickled payloads today; an Arrow record batch later)
-and one time stamp for the whole batch. That keeps a million small elements
-cheap in memory (one list slot each, no per-element record) and makes
-reading a range a matter of slicing a few lists.
+it arrived (a :class:`raytopic.actors.payloads.Payload`: pickled values in
+one buffer, or an Arrow record batch) and one time stamp for the whole
+batch. That keeps a million small elements cheap in memory (a thousand
+buffers, no per-element object) and makes reading a range a matter of
+slicing a few payloads.
+
+(The user's handle to one channel is :class:`raytopic.ringbuffer.Ringbuffer`;
+this is what the channel actor keeps behind it.)
 
 Sequences only grow. Empty: ``tail == head - 1`` (a fresh buffer has
 ``head == 0, tail == -1``). Every sequence from head to tail is stored.
@@ -14,20 +18,21 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-__all__ = ["RingBuffer", "Run"]
+from raytopic.actors.payloads import Payload
+
+__all__ = ["Run", "SegmentRing"]
 
 
 @dataclass(slots=True)
 class _Segment:
     first: int
-    """Sequence of ``payloads[0]``."""
+    """Sequence of the payload's first value."""
     stamp: float
     """Append time of the whole batch, seconds since the epoch."""
-    payloads: Sequence[Any]
+    payload: Payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,18 +40,18 @@ class Run:
     """Consecutive elements read from one segment: they share one time stamp."""
 
     first: int
-    """Sequence of ``payloads[0]``."""
+    """Sequence of the payload's first value."""
     stamp: float
     """Append time of these elements."""
-    payloads: Sequence[Any]
+    payload: Payload
 
     @property
     def last(self) -> int:
-        """Sequence of the last payload."""
-        return self.first + len(self.payloads) - 1
+        """Sequence of the last value."""
+        return self.first + len(self.payload) - 1
 
 
-class RingBuffer:
+class SegmentRing:
     """A bounded, sequence-addressed log with capacity and TTL eviction.
 
     **Ordering**: sequences are assigned in append order, time stamps never
@@ -113,16 +118,16 @@ class RingBuffer:
 
     # -- writing -------------------------------------------------------------
 
-    def append(self, payloads: Sequence[Any], overwrite: bool) -> int:
+    def append(self, payload: Payload, overwrite: bool) -> int:
         """Append a batch; return the sequence of its first element, or -1.
 
         Args:
-            payloads: The elements, in order. Empty: nothing changes and the
+            payload: The elements, in order. Empty: nothing changes and the
                 current tail is returned.
             overwrite: Evict the oldest elements to make room. Otherwise a
                 batch that does not fit whole is refused (-1), never cut.
         """
-        count = len(payloads)
+        count = len(payload)
         if count == 0:
             return self._tail
         if not overwrite and count > self.room():
@@ -130,7 +135,7 @@ class RingBuffer:
         stamp = max(self._clock(), self._last_stamp)
         self._last_stamp = stamp
         first = self._tail + 1
-        self._segments.append(_Segment(first, stamp, payloads))
+        self._segments.append(_Segment(first, stamp, payload))
         self._firsts.append(first)
         self._tail += count
         if self._tail - self._head + 1 > self._capacity:
@@ -152,7 +157,7 @@ class RingBuffer:
         lo = self._lo
         while lo < len(segments):
             segment = segments[lo]
-            if segment.first + len(segment.payloads) > sequence:
+            if segment.first + len(segment.payload) > sequence:
                 break
             segments[lo] = None  # type: ignore[call-overload]  # free the payloads now
             lo += 1
@@ -197,21 +202,19 @@ class RingBuffer:
         while sequence < end:
             segment = segments[index]
             offset = sequence - segment.first
-            stop = min(len(segment.payloads), end - segment.first)
-            payloads = segment.payloads
-            if offset != 0 or stop != len(payloads):
-                payloads = payloads[offset:stop]
-            runs.append(Run(sequence, segment.stamp, payloads))
+            stop = min(len(segment.payload), end - segment.first)
+            runs.append(Run(sequence, segment.stamp, segment.payload.slice(offset, stop)))
             sequence = segment.first + stop
             index += 1
         return runs
 
-    def get(self, sequence: int) -> tuple[float, Any]:
-        """The (time stamp, payload) stored at ``sequence`` (head <= sequence <= tail)."""
+    def get(self, sequence: int) -> Run:
+        """The element stored at ``sequence`` (head <= sequence <= tail), as a run of one."""
         if not self._head <= sequence <= self._tail:
             raise IndexError(f"sequence {sequence} is not stored")
         segment = self._segments[self._segment_index(sequence)]
-        return segment.stamp, segment.payloads[sequence - segment.first]
+        offset = sequence - segment.first
+        return Run(sequence, segment.stamp, segment.payload.slice(offset, offset + 1))
 
     def first_after(self, stamp: float) -> int:
         """Sequence of the first stored element stamped strictly after ``stamp``.

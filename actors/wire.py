@@ -1,13 +1,15 @@
 """What crosses the wire between handles and channel actors.
 
-Messages are small frozen dataclasses. The two replies that carry elements or
-publish statuses in bulk (:class:`ReceivedBatch`, :class:`StatusBatch`)
-travel in a compact columnar form and rebuild into the user's records
-(``list[Element]``, ``list[PublishStatus]``) wherever the ObjectRef is
-resolved: in the subscriber's driver, or in a Ray task it was handed to.
+Messages are small frozen dataclasses. The replies that carry elements or
+publish statuses in bulk (:class:`ReceivedBatch`, :class:`RawReadResult`,
+:class:`StatusBatch`) travel as payload chunks and rebuild into the user's
+records (``list[Element]``, a ``ReadResultSet``, ``list[PublishStatus]``)
+wherever the ObjectRef is resolved: in the subscriber's driver, or in a Ray
+task it was handed to.
 
-Values travel as pickled bytes from publisher to subscriber: the channel
-never needs to import the user's classes unless a filter or converter runs.
+Values travel as payloads (:mod:`raytopic.actors.payloads`) from publisher
+to subscriber: the channel never needs to import the user's classes unless a
+filter or converter runs.
 """
 
 from __future__ import annotations
@@ -15,21 +17,24 @@ from __future__ import annotations
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import cloudpickle
-
-from raytopic.errors import InvalidArgumentError, InvalidTypeError
+from raytopic.errors import InvalidArgumentError
 from raytopic.records import Element, Position, PublishStatus, _Origin, stamp_to_datetime
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from raytopic.actors.payloads import Payload
 
 __all__ = [
     "AppendAck",
+    "Chunk",
     "Delivery",
+    "RawReadResult",
     "ReaderSpec",
     "ReceivedBatch",
     "StatusBatch",
-    "dumps_value",
-    "loads_value",
     "pack_request",
     "unpack_request",
 ]
@@ -42,12 +47,14 @@ PACKED_METHODS = frozenset({"append", "receive", "take", "watch", "give_back"})
 
 
 def pack_request(method: str, *args: Any) -> bytes:
-    """One channel call (method name and arguments) as a single bytes argument.
+    """One channel call (method name and small arguments) as a single bytes argument.
 
     Ray serializes each argument of an actor call on its own, at tens of
     microseconds each way; the data-path calls carry five or six small
     arguments, so they travel as one pickled tuple instead (about a quarter
     of a millisecond less per call here). The arguments hold no ObjectRefs.
+    Bulk data (an append's payload) is NOT packed: it travels as the call's
+    second argument, so Ray's pickle protocol 5 moves its buffer out of band.
     """
     return pickle.dumps((method, args), protocol=5)
 
@@ -65,70 +72,6 @@ def unpack_request(packed: bytes) -> tuple[str, tuple[Any, ...]]:
     if method not in PACKED_METHODS or not isinstance(args, tuple):
         raise InvalidArgumentError(f"{method!r} cannot be called as a packed request")
     return method, args
-
-
-# -- values ------------------------------------------------------------------
-
-_REF_MARKER = b"ObjectRef"
-_MAIN_MARKER = b"__main__"
-
-
-def dumps_value(value: Any) -> bytes:
-    """Pickle one published value, refusing what cannot be stored as a value.
-
-    Plain pickle first (fast); cloudpickle when plain pickle cannot, or when
-    the value refers to ``__main__`` (which a consumer process could not
-    import). ObjectRefs, bare or nested, are refused: a ref stored in a topic
-    would die with the publisher.
-
-    Raises:
-        InvalidTypeError: ``value`` is None, an ObjectRef (or holds one), or
-            cannot be pickled.
-    """
-    if value is None:
-        raise InvalidTypeError("None is not a value: publish something else")
-    try:
-        data = pickle.dumps(value, protocol=5)
-        if _MAIN_MARKER in data:
-            data = cloudpickle.dumps(value, protocol=5)
-    except Exception:
-        try:
-            data = cloudpickle.dumps(value, protocol=5)
-        except Exception as error:
-            raise InvalidTypeError(
-                f"value of type {type(value).__name__} cannot be pickled: {error}"
-            ) from error
-    if _REF_MARKER in data and _holds_object_ref(value):
-        raise InvalidTypeError(
-            "an ObjectRef cannot be published: it would die with its owner; "
-            "publish the value (ray.get it first)"
-        )
-    return data
-
-
-def _holds_object_ref(value: Any) -> bool:
-    """Exact check behind the fast byte test in :func:`dumps_value`."""
-    import io
-
-    import ray
-
-    found = False
-
-    class _Finder(cloudpickle.Pickler):
-        def reducer_override(self, obj: Any) -> Any:
-            nonlocal found
-            if isinstance(obj, ray.ObjectRef):
-                found = True
-                return (str, ("",))
-            return super().reducer_override(obj)
-
-    _Finder(io.BytesIO(), protocol=5).dump(value)
-    return found
-
-
-def loads_value(data: bytes) -> Any:
-    """Unpickle one stored value."""
-    return pickle.loads(data)
 
 
 # -- publishing ----------------------------------------------------------------
@@ -210,13 +153,29 @@ class ReaderSpec:
     """cloudpickled ``value -> value``, run in the channel."""
 
 
+class Chunk(NamedTuple):
+    """Elements of one channel that share a time stamp, as they travel."""
+
+    first: int
+    """Sequence of the first value."""
+    stamp: float
+    """Append time of these elements."""
+    payload: Payload
+    """The values."""
+    sequences: np.ndarray | None = None
+    """Each value's sequence when they are not consecutive (a filter's matches)."""
+
+    def sequence_list(self) -> list[int]:
+        """Each value's sequence."""
+        if self.sequences is None:
+            return list(range(self.first, self.first + len(self.payload)))
+        return self.sequences.tolist()
+
+
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """What one channel handed one reader in one take.
 
-    The elements travel as ``runs``: one pickled tuple of ``(first_sequence,
-    stamp, payloads)`` triples, so a home channel relaying a sibling's
-    delivery passes bytes along without unpickling a thousand payloads.
     ``next`` is where the reader's cursor stands afterwards, ``tail`` and
     ``committed`` what the channel knew then.
     """
@@ -226,8 +185,9 @@ class Delivery:
     """Sequence of the first element (``next`` when empty)."""
     count: int
     """How many elements it carries."""
-    runs: bytes
-    epoch: int
+    chunks: tuple[Chunk, ...]
+    jumps: int
+    """The reader's cursor jump count at the take (see ``Cursor.jumps``)."""
     next: int
     tail: int
     committed: int
@@ -239,25 +199,33 @@ class Delivery:
     def pack(
         cls,
         channel: int,
-        runs: Sequence[tuple[int, float, Sequence[bytes]]],
-        epoch: int,
+        chunks: Sequence[Chunk],
+        jumps: int,
         next_sequence: int,
         tail: int,
         committed: int,
         origin: _Origin,
         unacked: int = 0,
     ) -> Delivery:
-        """Build a delivery from runs of payloads."""
-        count = sum(len(run[2]) for run in runs)
-        first = runs[0][0] if runs else next_sequence
-        blob = pickle.dumps(tuple(runs), protocol=5) if runs else b""
+        """Build a delivery from chunks."""
+        count = sum(len(chunk.payload) for chunk in chunks)
+        first = chunks[0].first if chunks else next_sequence
         return cls(
-            channel, first, count, blob, epoch, next_sequence, tail, committed, origin, unacked
+            channel,
+            first,
+            count,
+            tuple(chunks),
+            jumps,
+            next_sequence,
+            tail,
+            committed,
+            origin,
+            unacked,
         )
 
 
 class ReceivedBatch:
-    """A home channel's reply to ``receive``/``receive_batch``.
+    """A channel's reply to ``receive``/``receive_batch``.
 
     Rebuilds into ``Element | None`` (``single``) or ``list[Element]``.
     """
@@ -269,7 +237,7 @@ class ReceivedBatch:
         self.single = single
 
     def __reduce__(self) -> tuple[Any, ...]:
-        packed = tuple((d.channel, d.runs, d.origin) for d in self.deliveries if d.count)
+        packed = tuple((d.channel, d.chunks, d.origin) for d in self.deliveries if d.count)
         return (_build_elements, (packed, self.single))
 
 
@@ -282,27 +250,51 @@ _set_origin = Element._origin.__set__  # type: ignore[attr-defined]
 
 
 def _build_elements(
-    packed: tuple[tuple[int, bytes, _Origin], ...],
+    packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...],
     single: bool,
 ) -> list[Element] | Element | None:
     # Elements are frozen dataclasses; filling the slots directly skips the
     # generated __init__ (about half the cost), which matters at a million
     # elements per second.
-    loads = pickle.loads
     elements: list[Element] = []
     append = elements.append
-    for channel, blob, origin in packed:
-        for first, stamp, payloads in loads(blob):
-            sequence = first
-            for payload in payloads:
+    for channel, chunks, origin in packed:
+        for chunk in chunks:
+            stamp = chunk.stamp
+            for value, sequence in zip(chunk.payload.decode(), chunk.sequence_list(), strict=True):
                 element = _new(Element)
-                _set_value(element, loads(payload))
+                _set_value(element, value)
                 _set_channel(element, channel)
                 _set_sequence(element, sequence)
                 _set_stamp(element, stamp)
                 _set_origin(element, origin)
                 append(element)
-                sequence += 1
     if single:
         return elements[0] if elements else None
     return elements
+
+
+class RawReadResult:
+    """How a channel sends a ring buffer's ReadResultSet: as chunks, decoded where
+    the reply is read (the channel need not import the items' classes)."""
+
+    __slots__ = ("chunks", "read_count", "start")
+
+    def __init__(self, start: int, read_count: int, chunks: Sequence[Chunk]) -> None:
+        self.start = start
+        self.read_count = read_count
+        self.chunks = tuple(chunks)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_read_result_set, (self.start, self.read_count, self.chunks))
+
+
+def _read_result_set(start: int, read_count: int, chunks: tuple[Chunk, ...]) -> Any:
+    from raytopic.ringbuffer import ReadResultSet
+
+    items: list[Any] = []
+    sequences: list[int] = []
+    for chunk in chunks:
+        items.extend(chunk.payload.decode())
+        sequences.extend(chunk.sequence_list())
+    return ReadResultSet(start, read_count, items, sequences)

@@ -17,7 +17,6 @@ flight to one channel), and a retried batch is not appended twice.
 from __future__ import annotations
 
 import logging
-import pickle
 import queue
 import threading
 import time
@@ -29,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.actors.wire import _MAIN_MARKER, _REF_MARKER, AppendAck, dumps_value, pack_request
+from raytopic.actors.payloads import PickledValues, dumps_value, fast_dumps
+from raytopic.actors.wire import AppendAck, pack_request
 from raytopic.config import check_nonnegative_number, check_positive_int, check_timeout
 from raytopic.errors import (
     InvalidArgumentError,
@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["Publisher"]
-
-_dumps = pickle.dumps
 
 
 @dataclass(slots=True)
@@ -168,12 +166,7 @@ class Publisher:
                 pickled, or the key has an unsupported type (nothing is sent).
             PublisherClosedError: the publisher was closed.
         """
-        try:  # the common case inline; dumps_value handles the rest
-            payload = _dumps(value, 5)
-            if _MAIN_MARKER in payload or _REF_MARKER in payload or value is None:
-                payload = dumps_value(value)
-        except Exception:
-            payload = dumps_value(value)
+        payload = fast_dumps(value)  # the snapshot: later changes to value do not count
         if key is None and self._ordering is not None:
             key = self._ordering(value)
         channel = None if key is None else channel_for_key(key, len(self._pipes))
@@ -310,18 +303,18 @@ class Publisher:
 
     def _make_one(self, call: _Call, part: list[bytes] | None) -> Any:
         """Submit one append call (outside the lock); its reply is settled by the worker."""
-        payloads = part if call.batch is None else call.batch.payloads
+        pickles = part if call.batch is None else call.batch.payloads
         try:
             ref = call.pipe.actor.request.remote(
                 pack_request(
                     "append",
                     self._id,
                     call.number,
-                    payloads,
                     self._overflow,
                     self._block_timeout,
                     call.batch is None,
-                )
+                ),
+                PickledValues.from_pickles(pickles),
             )
         except Exception as error:  # could not even be submitted
             self._start_worker()

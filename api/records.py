@@ -231,4 +231,4 @@ class _Origin:
     namespace: str
     reader: Any  # the reader key the channel knows (group name or subscriber id)
     fence: Any  # (member id, lease generation) for group members, else None
-    epoch: int  # the reader's cursor epoch at read time (bumped by seeks and resets)
+    jumps: int  # the reader's cursor jump count at read time (bumped by seeks and resets)

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 import ray
 
-from raytopic.actors.wire import dumps_value, loads_value
+from raytopic.actors.payloads import PickledValues
 from raytopic.config import Overflow, check_timeout
 from raytopic.errors import InvalidTypeError, unwrap_ray_error
 
 if TYPE_CHECKING:
     from raytopic.topic import Topic
 
-__all__ = ["RawReadResult", "ReadResultSet", "Ringbuffer"]
+__all__ = ["ReadResultSet", "Ringbuffer"]
 
 
 class ReadResultSet(Sequence[Any]):
@@ -37,11 +37,11 @@ class ReadResultSet(Sequence[Any]):
 
     __slots__ = ("_items", "_sequences", "next_sequence_to_read_from", "read_count")
 
-    def __init__(self, start: int, read_count: int, items: list[tuple[int, float, bytes]]) -> None:
+    def __init__(self, start: int, read_count: int, items: list[Any], sequences: list[int]) -> None:
         self.read_count = read_count
         self.next_sequence_to_read_from = start + read_count
-        self._sequences = [sequence for sequence, _, _ in items]
-        self._items = [loads_value(payload) for _, _, payload in items]
+        self._items = items
+        self._sequences = sequences
 
     def __len__(self) -> int:
         return len(self._items)
@@ -61,21 +61,6 @@ class ReadResultSet(Sequence[Any]):
             f"ReadResultSet(read_count={self.read_count}, items={len(self)}, "
             f"next={self.next_sequence_to_read_from})"
         )
-
-
-class RawReadResult:
-    """How a channel sends a ReadResultSet: payloads stay pickled until the reader
-    unpickles the reply (the channel need not import the items' classes)."""
-
-    __slots__ = ("items", "read_count", "start")
-
-    def __init__(self, start: int, read_count: int, items: list[tuple[int, float, bytes]]) -> None:
-        self.start = start
-        self.read_count = read_count
-        self.items = items
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ReadResultSet, (self.start, self.read_count, self.items))
 
 
 class Ringbuffer:
@@ -149,8 +134,7 @@ class Ringbuffer:
         to ``timeout`` seconds for room, then gives -1."""
         policy = Overflow.parse(overflow)
         check_timeout(timeout, "timeout", allow_none=False)
-        payloads = [dumps_value(item) for item in items]
-        return self._actor.add_all.remote(payloads, policy.value, timeout)
+        return self._actor.add_all.remote(PickledValues.from_values(items), policy.value, timeout)
 
     # -- reading -----------------------------------------------------------------
 
@@ -161,8 +145,8 @@ class Ringbuffer:
             StaleSequenceError: ``sequence`` is below the head.
             InvalidArgumentError: negative, or beyond ``tail + 1``.
         """
-        _, payload = self._get(self._actor.read_one.remote(sequence))
-        return loads_value(payload)
+        (value,) = self._get(self._actor.read_one.remote(sequence)).payload.decode()
+        return value
 
     def read_many(
         self,

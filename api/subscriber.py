@@ -3,7 +3,7 @@
 A subscriber registers itself as a *reader* on every channel (its filter and
 converter run there; an anonymous subscriber's cursor lives there) and opens
 a receive *session* at one channel actor, its home (see
-``raytopic.actors.receiver``). ``receive()`` is one actor call to the home,
+``raytopic.actors.receive_session``). ``receive()`` is one actor call to the home,
 submitted from this process, so the returned ObjectRef belongs to this
 process and survives the channel actor.
 
@@ -29,7 +29,7 @@ import cloudpickle
 import ray
 
 from raytopic.actors.cursors import Lease
-from raytopic.actors.receiver import CursorState, SessionSpec
+from raytopic.actors.receive_session import CursorState, SessionSpec
 from raytopic.actors.wire import ReaderSpec, pack_request
 from raytopic.config import Start, check_name, check_positive_int, check_timeout
 from raytopic.coordinator import notices
@@ -141,7 +141,7 @@ class Subscriber:
         self._next_request = 0
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
-        self._epochs: dict[int, int] = {}
+        self._jumps: dict[int, int] = {}
         self._leases: dict[int, Lease] = {}
         self._view_version = -1
         self._generation = 0
@@ -432,11 +432,11 @@ class Subscriber:
             # Receives sent before the seek complete before it takes effect
             # (unless they wait for data: those see the new position).
             self._call(self._home.settle_receives.remote(self._id, self._stream, last))
-        sequence, epoch = self._call(actor.seek.remote(self._id, fence, target, by_time, commit))
+        sequence, jumps = self._call(actor.seek.remote(self._id, fence, target, by_time, commit))
         with self._lock:
             # What an iteration prefetched before the seek carries an older
-            # epoch and is dropped (see _is_stale).
-            self._epochs[channel] = max(epoch, self._epochs.get(channel, 0))
+            # jump count and is dropped (see _is_stale).
+            self._jumps[channel] = max(jumps, self._jumps.get(channel, 0))
         return self._topic.position(channel, sequence)
 
     def _pick(self, channels: tuple[int, ...]) -> list[int]:
@@ -596,9 +596,9 @@ class Subscriber:
             self._leases = dict(view.leases)
             self._view_version = view.version
             self._generation = view.generation
-            for channel, epoch in view.epochs.items():
-                if epoch > self._epochs.get(channel, 0):
-                    self._epochs[channel] = epoch
+            for channel, jumps in view.jumps.items():
+                if jumps > self._jumps.get(channel, 0):
+                    self._jumps[channel] = jumps
             if rejoined or not first:
                 # Tell the home at once, so a waiting receive reads the new channels.
                 self._home.update_session.remote(self._id, view.version, dict(view.leases))
@@ -623,7 +623,7 @@ class Subscriber:
             logger.exception("on_ownership_change listener failed")
 
     def _is_stale(self, element: Element) -> bool:
-        return element._origin.epoch < self._epochs.get(element.channel, 0)
+        return element._origin.jumps < self._jumps.get(element.channel, 0)
 
     def _start_heartbeats(self) -> None:
         self._heartbeats = threading.Thread(

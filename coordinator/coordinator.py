@@ -340,7 +340,7 @@ class CoordinatorActor:
             *(self._channels[channel].group_cursors.remote() for channel in positions)
         )
         for channel, cursor in zip(positions, cursors, strict=True):
-            state.epochs[channel] = cursor[state.name]["epoch"]
+            state.jumps[channel] = cursor[state.name]["jumps"]
         state.version += 1
         await self._push_views(state, tuple(state.members))
         self._publish(state.name, state.version)

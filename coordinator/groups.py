@@ -41,8 +41,8 @@ class MemberView:
     """The group's version when this view was made."""
     leases: dict[int, Lease]
     """The channels it owns and the lease of each."""
-    epochs: dict[int, int]
-    """Per channel, the cursor epoch of the group's latest reset there."""
+    jumps: dict[int, int]
+    """Per channel, the cursor jump count after the group's latest reset there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class Group:
     version: int = 0
     members: dict[str, Member] = field(default_factory=dict)
     leases: dict[int, Lease | None] = field(default_factory=dict)
-    epochs: dict[int, int] = field(default_factory=dict)
+    jumps: dict[int, int] = field(default_factory=dict)
     resetting: bool = False
 
     def owner(self, channel: int) -> str | None:
@@ -91,7 +91,7 @@ class Group:
             member.generation,
             self.version,
             self.channels_of(member_id),
-            dict(self.epochs),
+            dict(self.jumps),
         )
 
     def join(self, member_id: str, timeout: float, home: int, now: float) -> Rebalance:

@@ -4,7 +4,6 @@ against a real actor could not see."""
 from __future__ import annotations
 
 import asyncio
-import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +17,8 @@ from raytopic.actors.channel import (
     ChannelActor,
 )
 from raytopic.actors.cursors import Lease
-from raytopic.actors.receiver import ChannelLink, ReceiveSession, SessionSpec
+from raytopic.actors.payloads import PickledValues
+from raytopic.actors.receive_session import ChannelLink, ReceiveSession, SessionSpec
 from raytopic.actors.wire import ReaderSpec
 from raytopic.config import Overflow, TopicConfig
 from raytopic.errors import StaleSequenceError
@@ -76,8 +76,8 @@ def _values(batch: Any) -> list[tuple[int, int, int]]:
     return [(d.channel, d.first, d.count) for d in batch.deliveries]
 
 
-def _payloads(values: Any) -> list[bytes]:
-    return [pickle.dumps(value) for value in values]
+def _payloads(values: Any) -> PickledValues:
+    return PickledValues.from_values(values)
 
 
 async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, ReceiveSession]:
@@ -87,7 +87,7 @@ async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, Re
     _group_member([home, sibling], granted=[home, sibling] if home_owned else [sibling])
     owned = {0: MEMBER, 1: MEMBER} if home_owned else {1: MEMBER}
     home.open_session(SessionSpec("m", False, 3), owned)
-    await sibling.append("publisher", 0, _payloads(range(3)), "block", 1.0)
+    await sibling.append("publisher", 0, "block", 1.0, False, _payloads(range(3)))
     received = await home.receive("m", "s", 0, 3, False)
     assert sum(d.count for d in received.deliveries) == 3
     return home, home._sessions["m"]
@@ -111,24 +111,24 @@ def _fail_on_spinning(session: ReceiveSession) -> None:
 def test_a_channel_forgets_long_idle_publishers_and_their_turns() -> None:
     async def main() -> None:
         channel = ChannelActor(CONFIG, 0)
-        payload = [pickle.dumps("v")]
+        payload = _payloads(["v"])
         for publisher in range(_PUBLISHERS_KEPT):
-            await channel.append(f"p{publisher}", 0, payload, "block", 1.0)
+            await channel.append(f"p{publisher}", 0, "block", 1.0, False, payload)
         # Half of them went quiet long ago (their tracks aged, as a clock would).
         for publisher in range(_PUBLISHERS_KEPT // 2):
             channel._publishers[f"p{publisher}"].seen -= _PUBLISHER_IDLE_S + 1
         channel._publishers_swept -= _PUBLISHER_SWEEP_S + 1
-        await channel.append("newest", 0, payload, "block", 1.0)
+        await channel.append("newest", 0, "block", 1.0, False, payload)
         assert len(channel._publishers) == _PUBLISHERS_KEPT // 2 + 1
         assert len(channel._publish_turns._streams) == len(channel._publishers)
         assert "p0" not in channel._publishers and "newest" in channel._publishers
         # A forgotten publisher that comes back is a new sender: its batch 0 goes in.
-        ack = await channel.append("p0", 0, payload, "block", 1.0)
+        ack = await channel.append("p0", 0, "block", 1.0, False, payload)
         assert ack.first == _PUBLISHERS_KEPT + 1
         # The next look comes a sweep interval later, not on every append.
         last = f"p{_PUBLISHERS_KEPT - 1}"
         channel._publishers[last].seen -= _PUBLISHER_IDLE_S + 1
-        await channel.append("another", 0, payload, "block", 1.0)
+        await channel.append("another", 0, "block", 1.0, False, payload)
         assert last in channel._publishers
 
     asyncio.run(main())
@@ -172,11 +172,11 @@ def test_a_filtered_reader_with_a_window_is_not_held_by_the_misses() -> None:
         keep = cloudpickle.dumps(lambda value: value >= 100)
         channel.open_reader("r", ReaderSpec(None, False, filter=keep))
         channel.open_session(SessionSpec("r", True, 5), {0: None})
-        await channel.append("publisher", 0, _payloads(range(20)), "block", 1.0)
+        await channel.append("publisher", 0, "block", 1.0, False, _payloads(range(20)))
         nothing = await channel.receive("r", "s", 0, 1, True)
         assert [d.count for d in nothing.deliveries] == []
         assert channel.cursor_state("r").unacked == 0
-        await channel.append("publisher", 1, _payloads([500]), "block", 1.0)
+        await channel.append("publisher", 1, "block", 1.0, False, _payloads([500]))
         match = await asyncio.wait_for(channel.receive("r", "s", 1, 1, True), 2.0)
         assert [d.count for d in match.deliveries] == [1]
         assert channel.cursor_state("r").unacked == 1
@@ -196,8 +196,8 @@ def _refuse_poison(value: Any) -> bool:
 def test_a_failing_take_gives_back_what_the_other_channels_handed_over() -> None:
     async def main() -> None:
         home, sibling = _anonymous_pair(keep=_refuse_poison)
-        await home.append("p", 0, _payloads(range(600)), "block", 1.0)
-        await sibling.append("p", 0, _payloads(["poison"]), "block", 1.0)
+        await home.append("p", 0, "block", 1.0, False, _payloads(range(600)))
+        await sibling.append("p", 0, "block", 1.0, False, _payloads(["poison"]))
         with pytest.raises(ValueError, match="fails on one value"):
             await home.receive("a", "s", 0, 4000, False, True)  # an iteration's receive
         assert home.cursor_state("a").next == 0  # the 600 are back
@@ -210,7 +210,7 @@ def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> No
         home, sibling = _wired(TWO_CHANNELS)
         _group_member([home, sibling], granted=[home, sibling])
         for channel in (home, sibling):
-            await channel.append("p", 0, _payloads(range(600)), "block", 1.0)
+            await channel.append("p", 0, "block", 1.0, False, _payloads(range(600)))
         home.open_session(SessionSpec("m", False, None), {0: MEMBER, 1: MEMBER})
         sibling.grant("g", Lease("other", 2))  # the rebalance, then the view ...
         receiving = asyncio.ensure_future(home.receive("m", "s", 0, 4000, False, True))
@@ -223,7 +223,7 @@ def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> No
 def test_a_cancelled_receive_gives_back_before_the_next_receive_takes() -> None:
     async def main() -> None:
         home, sibling = _anonymous_pair(reply_delay=0.02)
-        await sibling.append("p", 0, _payloads(range(20)), "block", 1.0)
+        await sibling.append("p", 0, "block", 1.0, False, _payloads(range(20)))
         first = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
         second = asyncio.ensure_future(home.receive("a", "s", 1, 10, False))
         await asyncio.sleep(0.005)  # the first take ran at the sibling; its reply is on the way
@@ -238,7 +238,7 @@ def test_a_cancelled_receive_gives_back_before_the_next_receive_takes() -> None:
 def test_a_give_back_after_a_seek_does_not_undo_the_seek() -> None:
     async def main() -> None:
         home, sibling = _anonymous_pair(reply_delay=0.02)
-        await sibling.append("p", 0, _payloads(range(10)), "block", 1.0)
+        await sibling.append("p", 0, "block", 1.0, False, _payloads(range(10)))
         taking = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
         await asyncio.sleep(0.005)  # 0..9 taken at the sibling; the reply is on the way
         taking.cancel()
@@ -247,7 +247,7 @@ def test_a_give_back_after_a_seek_does_not_undo_the_seek() -> None:
         sibling.seek("a", None, 1 << 62, False, False)  # seek_to_tail: next stays 10
         await asyncio.sleep(0.1)  # the give-back arrives, and is refused
         assert sibling.cursor_state("a").next == 10
-        await sibling.append("p", 1, _payloads(["after"]), "block", 1.0)
+        await sibling.append("p", 1, "block", 1.0, False, _payloads(["after"]))
         after = await asyncio.wait_for(home.receive("a", "s", 1, 10, False), 2.0)
         assert _values(after) == [(1, 10, 1)]
 
@@ -259,7 +259,7 @@ def test_every_channel_that_skipped_overwritten_elements_is_reported() -> None:
         small = TopicConfig("t", "ns", "t0pic1d", 2, 300, True, None, Overflow.OVERWRITE, ())
         home, sibling = _anonymous_pair(small)
         for channel in (home, sibling):
-            await channel.append("p", 0, _payloads(range(1000)), "overwrite", None)
+            await channel.append("p", 0, "overwrite", None, False, _payloads(range(1000)))
         reported, delivered = [], []
         for number in range(4):
             try:
@@ -279,7 +279,7 @@ def test_an_iteration_receive_never_takes_more_than_asked() -> None:
         home = channels[0]
         for channel in channels:
             channel.open_reader("a", ReaderSpec(None, False))
-            await channel.append("p", 0, _payloads(range(1000)), "block", 1.0)
+            await channel.append("p", 0, "block", 1.0, False, _payloads(range(1000)))
         home.open_session(SessionSpec("a", False, None), {c: None for c in range(4)})
         batch = await home.receive("a", "s", 0, 1001, False, True)
         assert sum(count for _, _, count in _values(batch)) == 1001

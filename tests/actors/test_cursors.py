@@ -16,8 +16,8 @@ REJECTED = CommitStatus.REJECTED
 
 
 def state(cursor: Cursor) -> tuple[int, int, bool, int]:
-    """(next, committed, has_commit, epoch)."""
-    return cursor.next, cursor.committed, cursor.has_commit, cursor.epoch
+    """(next, committed, has_commit, jumps)."""
+    return cursor.next, cursor.committed, cursor.has_commit, cursor.jumps
 
 
 # -- clamp and Lease -----------------------------------------------------------
@@ -129,7 +129,7 @@ def test_commit_does_not_need_a_prior_delivery_without_a_reset() -> None:
 # -- reset -------------------------------------------------------------------
 
 
-def test_reset_moves_read_and_commit_and_bumps_the_epoch() -> None:
+def test_reset_moves_read_and_commit_and_bumps_the_jump_count() -> None:
     cursor = Cursor.starting_at(0)
     cursor.delivered(last=19, next_sequence=20)
     cursor.commit(15, tail=30)
@@ -182,7 +182,7 @@ def test_second_reset_fences_deliveries_made_between_the_resets() -> None:
     cursor.reset(10, head=0, tail=30)
     cursor.delivered(last=15, next_sequence=16)
     cursor.reset(12, head=0, tail=30)
-    assert (cursor.reset_floor, cursor.delivered_high, cursor.epoch) == (12, 12, 2)
+    assert (cursor.reset_floor, cursor.delivered_high, cursor.jumps) == (12, 12, 2)
     assert cursor.commit(14, tail=30) is REJECTED
     assert cursor.commit(11, tail=30) is REJECTED
 
@@ -241,18 +241,18 @@ def test_seek_on_an_empty_channel_lands_before_the_first() -> None:
     assert state(cursor) == (0, -1, True, 1)
 
 
-def test_every_seek_reset_and_grant_bumps_the_epoch() -> None:
+def test_every_seek_reset_and_grant_bumps_the_jump_count() -> None:
     cursor = Cursor.starting_at(0)
     cursor.seek(3, head=0, tail=9, commit=False)
     cursor.seek(3, head=0, tail=9, commit=False)  # even when nothing moves
     cursor.reset(2, head=0, tail=9)
     cursor.grant(Lease("m", 1))
     cursor.grant(None)
-    assert cursor.epoch == 5
+    assert cursor.jumps == 5
     cursor.commit(1, tail=9)
     cursor.delivered(last=5, next_sequence=6)
     cursor.skip_to_head(8)
-    assert cursor.epoch == 5  # commits, deliveries and skips do not
+    assert cursor.jumps == 5  # commits, deliveries and skips do not
 
 
 def test_seek_after_a_reset_makes_later_deliveries_committable() -> None:

@@ -1,4 +1,4 @@
-"""Unit tests of the pure RingBuffer (no Ray): sequences, overflow, TTL, reads, time lookups."""
+"""Unit tests of the pure SegmentRing (no Ray): sequences, overflow, TTL, reads, time lookups."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raytopic.actors.ringbuffer import RingBuffer, Run
+from raytopic.actors.segment_ring import Run, SegmentRing
 
 
 class Clock:
@@ -21,12 +21,29 @@ class Clock:
         return self.now
 
 
+class Values(list):
+    """The smallest payload: the ring only counts, slices and hands back its payloads."""
+
+    def slice(self, start: int, stop: int) -> Values:
+        return Values(self[start:stop])
+
+    def decode(self) -> list[Any]:
+        return list(self)
+
+
+def got(ring: SegmentRing, sequence: int) -> tuple[float, Any]:
+    """(stamp, value) stored at ``sequence``."""
+    run = ring.get(sequence)
+    assert run.first == sequence and len(run.payload) == 1
+    return run.stamp, run.payload.decode()[0]
+
+
 def flatten(runs: list[Run]) -> list[tuple[int, float, Any]]:
     """(sequence, stamp, payload) of every element in ``runs``."""
     return [
         (run.first + offset, run.stamp, payload)
         for run in runs
-        for offset, payload in enumerate(run.payloads)
+        for offset, payload in enumerate(run.payload.decode())
     ]
 
 
@@ -34,87 +51,87 @@ def flatten(runs: list[Run]) -> list[tuple[int, float, Any]]:
 
 
 def test_fresh_buffer_is_empty_with_head_zero_and_tail_minus_one() -> None:
-    ring = RingBuffer(5)
+    ring = SegmentRing(5)
     assert (ring.head, ring.tail, ring.size, ring.room(), ring.capacity) == (0, -1, 0, 5, 5)
     assert ring.read(0, 10) == []
 
 
 def test_first_sequence_continues_after_a_store() -> None:
-    ring = RingBuffer(5, first_sequence=42)
+    ring = SegmentRing(5, first_sequence=42)
     assert (ring.head, ring.tail, ring.size) == (42, 41, 0)
-    assert ring.append(["a", "b"], overwrite=False) == 42
+    assert ring.append(Values(["a", "b"]), overwrite=False) == 42
     assert (ring.head, ring.tail, ring.size) == (42, 43, 2)
-    assert ring.get(43)[1] == "b"
+    assert got(ring, 43)[1] == "b"
 
 
 def test_append_returns_the_first_sequence_of_each_batch() -> None:
-    ring = RingBuffer(10)
-    assert ring.append(["a"], overwrite=False) == 0
-    assert ring.append(["b", "c", "d"], overwrite=False) == 1
-    assert ring.append(["e", "f"], overwrite=True) == 4
+    ring = SegmentRing(10)
+    assert ring.append(Values(["a"]), overwrite=False) == 0
+    assert ring.append(Values(["b", "c", "d"]), overwrite=False) == 1
+    assert ring.append(Values(["e", "f"]), overwrite=True) == 4
     assert (ring.head, ring.tail, ring.size, ring.room()) == (0, 5, 6, 4)
-    assert [ring.get(seq)[1] for seq in range(6)] == ["a", "b", "c", "d", "e", "f"]
+    assert [got(ring, seq)[1] for seq in range(6)] == ["a", "b", "c", "d", "e", "f"]
 
 
 def test_empty_batch_changes_nothing_and_returns_the_tail() -> None:
-    ring = RingBuffer(3)
-    assert ring.append([], overwrite=False) == -1
-    assert ring.append([], overwrite=True) == -1
+    ring = SegmentRing(3)
+    assert ring.append(Values([]), overwrite=False) == -1
+    assert ring.append(Values([]), overwrite=True) == -1
     assert (ring.head, ring.tail, ring.size) == (0, -1, 0)
-    ring.append(["a", "b", "c"], overwrite=False)
+    ring.append(Values(["a", "b", "c"]), overwrite=False)
     # Full: an empty batch still "fits" and returns the tail, with either policy.
-    assert ring.append([], overwrite=False) == 2
-    assert ring.append([], overwrite=True) == 2
+    assert ring.append(Values([]), overwrite=False) == 2
+    assert ring.append(Values([]), overwrite=True) == 2
     assert (ring.head, ring.tail, ring.size) == (0, 2, 3)
 
 
 def test_fail_policy_refuses_a_batch_that_does_not_fit_whole() -> None:
-    ring = RingBuffer(4)
-    assert ring.append(["a", "b", "c"], overwrite=False) == 0
-    assert ring.append(["d", "e"], overwrite=False) == -1
+    ring = SegmentRing(4)
+    assert ring.append(Values(["a", "b", "c"]), overwrite=False) == 0
+    assert ring.append(Values(["d", "e"]), overwrite=False) == -1
     assert (ring.head, ring.tail, ring.size, ring.room()) == (0, 2, 3, 1)
     assert [p for _, _, p in flatten(ring.read(0, 10))] == ["a", "b", "c"]
     # Exactly the room left fits.
-    assert ring.append(["d"], overwrite=False) == 3
+    assert ring.append(Values(["d"]), overwrite=False) == 3
     assert ring.room() == 0
-    assert ring.append(["e"], overwrite=False) == -1
+    assert ring.append(Values(["e"]), overwrite=False) == -1
     assert ring.tail == 3
 
 
 def test_fail_policy_refuses_a_batch_larger_than_capacity_on_an_empty_buffer() -> None:
-    ring = RingBuffer(2)
-    assert ring.append(["a", "b", "c"], overwrite=False) == -1
+    ring = SegmentRing(2)
+    assert ring.append(Values(["a", "b", "c"]), overwrite=False) == -1
     assert (ring.head, ring.tail, ring.size) == (0, -1, 0)
 
 
 def test_overwrite_policy_evicts_the_oldest() -> None:
-    ring = RingBuffer(3)
-    ring.append(["a", "b"], overwrite=True)
-    assert ring.append(["c", "d"], overwrite=True) == 2
+    ring = SegmentRing(3)
+    ring.append(Values(["a", "b"]), overwrite=True)
+    assert ring.append(Values(["c", "d"]), overwrite=True) == 2
     assert (ring.head, ring.tail, ring.size, ring.room()) == (1, 3, 3, 0)
     assert [p for _, _, p in flatten(ring.read(1, 10))] == ["b", "c", "d"]
-    assert ring.append(["e"], overwrite=True) == 4
+    assert ring.append(Values(["e"]), overwrite=True) == 4
     assert (ring.head, ring.tail) == (2, 4)
 
 
 def test_overwrite_batch_larger_than_capacity_keeps_its_last_elements() -> None:
-    ring = RingBuffer(3)
-    ring.append(["x"], overwrite=True)
-    assert ring.append(["a", "b", "c", "d", "e"], overwrite=True) == 1
+    ring = SegmentRing(3)
+    ring.append(Values(["x"]), overwrite=True)
+    assert ring.append(Values(["a", "b", "c", "d", "e"]), overwrite=True) == 1
     assert (ring.head, ring.tail, ring.size) == (3, 5, 3)
     assert flatten(ring.read(3, 10)) == [
-        (3, ring.get(3)[0], "c"),
-        (4, ring.get(3)[0], "d"),
-        (5, ring.get(3)[0], "e"),
+        (3, got(ring, 3)[0], "c"),
+        (4, got(ring, 3)[0], "d"),
+        (5, got(ring, 3)[0], "e"),
     ]
     with pytest.raises(IndexError):
         ring.get(2)
 
 
 def test_evict_to_drops_below_the_sequence_and_counts() -> None:
-    ring = RingBuffer(10)
-    ring.append(["a", "b", "c"], overwrite=False)
-    ring.append(["d", "e"], overwrite=False)
+    ring = SegmentRing(10)
+    ring.append(Values(["a", "b", "c"]), overwrite=False)
+    ring.append(Values(["d", "e"]), overwrite=False)
     assert ring.evict_to(2) == 2
     assert (ring.head, ring.tail, ring.size, ring.room()) == (2, 4, 3, 7)
     assert ring.evict_to(2) == 0  # at the head: nothing
@@ -122,7 +139,7 @@ def test_evict_to_drops_below_the_sequence_and_counts() -> None:
     assert ring.head == 2
     assert ring.evict_to(100) == 3  # clamped to tail + 1
     assert (ring.head, ring.tail, ring.size) == (5, 4, 0)
-    assert ring.append(["f"], overwrite=False) == 5
+    assert ring.append(Values(["f"]), overwrite=False) == 5
     assert flatten(ring.read(5, 10))[0][2] == "f"
 
 
@@ -131,35 +148,35 @@ def test_evict_to_drops_below_the_sequence_and_counts() -> None:
 
 def test_read_slices_across_segments_into_runs() -> None:
     clock = Clock(100.0)
-    ring = RingBuffer(100, clock=clock)
-    ring.append(["a", "b", "c"], overwrite=False)
+    ring = SegmentRing(100, clock=clock)
+    ring.append(Values(["a", "b", "c"]), overwrite=False)
     clock.now = 200.0
-    ring.append(["d", "e"], overwrite=False)
+    ring.append(Values(["d", "e"]), overwrite=False)
     clock.now = 300.0
-    ring.append(["f", "g", "h"], overwrite=False)
+    ring.append(Values(["f", "g", "h"]), overwrite=False)
 
     runs = ring.read(1, 6)
-    assert [(run.first, run.stamp, list(run.payloads), run.last) for run in runs] == [
+    assert [(run.first, run.stamp, run.payload.decode(), run.last) for run in runs] == [
         (1, 100.0, ["b", "c"], 2),
         (3, 200.0, ["d", "e"], 4),
         (5, 300.0, ["f", "g"], 6),
     ]
-    assert [(r.first, list(r.payloads)) for r in ring.read(0, 3)] == [(0, ["a", "b", "c"])]
-    assert [(r.first, list(r.payloads)) for r in ring.read(7, 100)] == [(7, ["h"])]
-    assert [(r.first, list(r.payloads)) for r in ring.read(4, 1)] == [(4, ["e"])]
+    assert [(r.first, r.payload.decode()) for r in ring.read(0, 3)] == [(0, ["a", "b", "c"])]
+    assert [(r.first, r.payload.decode()) for r in ring.read(7, 100)] == [(7, ["h"])]
+    assert [(r.first, r.payload.decode()) for r in ring.read(4, 1)] == [(4, ["e"])]
 
 
 def test_read_at_or_beyond_tail_plus_one_and_zero_count_return_nothing() -> None:
-    ring = RingBuffer(10)
-    ring.append(["a", "b"], overwrite=False)
+    ring = SegmentRing(10)
+    ring.append(Values(["a", "b"]), overwrite=False)
     assert ring.read(2, 5) == []
     assert ring.read(50, 5) == []
     assert ring.read(0, 0) == []
 
 
 def test_read_below_the_head_raises_index_error() -> None:
-    ring = RingBuffer(2)
-    ring.append(["a", "b", "c"], overwrite=True)
+    ring = SegmentRing(2)
+    ring.append(Values(["a", "b", "c"]), overwrite=True)
     assert ring.head == 1
     with pytest.raises(IndexError, match="below the head"):
         ring.read(0, 1)
@@ -167,19 +184,19 @@ def test_read_below_the_head_raises_index_error() -> None:
 
 def test_get_returns_stamp_and_payload_and_rejects_unstored_sequences() -> None:
     clock = Clock(5.0)
-    ring = RingBuffer(3, clock=clock)
-    ring.append(["a"], overwrite=False)
+    ring = SegmentRing(3, clock=clock)
+    ring.append(Values(["a"]), overwrite=False)
     clock.now = 6.5
-    ring.append(["b", "c"], overwrite=False)
-    assert ring.get(0) == (5.0, "a")
-    assert ring.get(2) == (6.5, "c")
+    ring.append(Values(["b", "c"]), overwrite=False)
+    assert got(ring, 0) == (5.0, "a")
+    assert got(ring, 2) == (6.5, "c")
     for bad in (-1, 3, 100):
         with pytest.raises(IndexError):
             ring.get(bad)
-    ring.append(["d"], overwrite=True)
+    ring.append(Values(["d"]), overwrite=True)
     with pytest.raises(IndexError):
         ring.get(0)
-    assert ring.get(3) == (6.5, "d")
+    assert got(ring, 3) == (6.5, "d")
 
 
 def test_run_last_is_the_sequence_of_its_last_payload() -> None:
@@ -192,16 +209,16 @@ def test_run_last_is_the_sequence_of_its_last_payload() -> None:
 
 def test_stamps_never_decrease_when_the_clock_steps_back() -> None:
     clock = Clock(100.0)
-    ring = RingBuffer(10, clock=clock)
-    ring.append(["a"], overwrite=False)
+    ring = SegmentRing(10, clock=clock)
+    ring.append(Values(["a"]), overwrite=False)
     assert ring.stamp_of_last_append() == 100.0
     clock.now = 50.0
-    ring.append(["b"], overwrite=False)
+    ring.append(Values(["b"]), overwrite=False)
     assert ring.stamp_of_last_append() == 100.0
-    assert ring.get(1) == (100.0, "b")
+    assert got(ring, 1) == (100.0, "b")
     clock.now = 150.0
-    ring.append(["c"], overwrite=False)
-    assert ring.get(2) == (150.0, "c")
+    ring.append(Values(["c"]), overwrite=False)
+    assert got(ring, 2) == (150.0, "c")
     assert ring.first_after(99.9) == 0
     assert ring.first_after(100.0) == 2
     assert ring.first_after(150.0) == 3
@@ -209,12 +226,12 @@ def test_stamps_never_decrease_when_the_clock_steps_back() -> None:
 
 def test_first_after_finds_the_first_element_stamped_strictly_later() -> None:
     clock = Clock(100.0)
-    ring = RingBuffer(100, clock=clock)
-    ring.append(["a", "b"], overwrite=False)  # 0, 1 @ 100
+    ring = SegmentRing(100, clock=clock)
+    ring.append(Values(["a", "b"]), overwrite=False)  # 0, 1 @ 100
     clock.now = 200.0
-    ring.append(["c"], overwrite=False)  # 2 @ 200
+    ring.append(Values(["c"]), overwrite=False)  # 2 @ 200
     clock.now = 300.0
-    ring.append(["d", "e", "f"], overwrite=False)  # 3..5 @ 300
+    ring.append(Values(["d", "e", "f"]), overwrite=False)  # 3..5 @ 300
     assert ring.first_after(0.0) == 0
     assert ring.first_after(99.999) == 0
     assert ring.first_after(100.0) == 2
@@ -226,16 +243,16 @@ def test_first_after_finds_the_first_element_stamped_strictly_later() -> None:
 
 
 def test_first_after_on_an_empty_buffer_is_tail_plus_one() -> None:
-    assert RingBuffer(3).first_after(0.0) == 0
-    assert RingBuffer(3, first_sequence=7).first_after(0.0) == 7
+    assert SegmentRing(3).first_after(0.0) == 0
+    assert SegmentRing(3, first_sequence=7).first_after(0.0) == 7
 
 
 def test_first_after_never_returns_a_sequence_below_the_head() -> None:
     clock = Clock(100.0)
-    ring = RingBuffer(3, clock=clock)
-    ring.append(["a", "b", "c"], overwrite=True)  # 0..2 @ 100
+    ring = SegmentRing(3, clock=clock)
+    ring.append(Values(["a", "b", "c"]), overwrite=True)  # 0..2 @ 100
     clock.now = 200.0
-    ring.append(["d"], overwrite=True)  # evicts 0; 3 @ 200
+    ring.append(Values(["d"]), overwrite=True)  # evicts 0; 3 @ 200
     assert ring.head == 1
     assert ring.first_after(0.0) == 1
     assert ring.first_after(100.0) == 3
@@ -245,29 +262,29 @@ def test_first_after_never_returns_a_sequence_below_the_head() -> None:
 
 def test_ttl_expires_old_elements_on_access() -> None:
     clock = Clock(1000.0)
-    ring = RingBuffer(10, ttl=10.0, clock=clock)
-    ring.append(["a", "b"], overwrite=False)  # @ 1000
+    ring = SegmentRing(10, ttl=10.0, clock=clock)
+    ring.append(Values(["a", "b"]), overwrite=False)  # @ 1000
     clock.now = 1005.0
-    ring.append(["c"], overwrite=False)  # @ 1005
+    ring.append(Values(["c"]), overwrite=False)  # @ 1005
     clock.now = 1009.9
     assert (ring.head, ring.tail, ring.size, ring.room()) == (0, 2, 3, 7)
     clock.now = 1010.1
     assert (ring.head, ring.tail, ring.size, ring.room()) == (2, 2, 1, 9)
-    assert ring.get(2) == (1005.0, "c")
+    assert got(ring, 2) == (1005.0, "c")
     clock.now = 1015.1
     assert (ring.head, ring.tail, ring.size, ring.room()) == (3, 2, 0, 10)
     # Sequences keep growing after everything expired.
-    assert ring.append(["d"], overwrite=False) == 3
+    assert ring.append(Values(["d"]), overwrite=False) == 3
     assert (ring.head, ring.tail, ring.size) == (3, 3, 1)
 
 
 def test_expire_returns_the_number_dropped() -> None:
     clock = Clock(0.0)
-    ring = RingBuffer(10, ttl=1.0, clock=clock)
+    ring = SegmentRing(10, ttl=1.0, clock=clock)
     assert ring.expire() == 0
-    ring.append(["a", "b"], overwrite=False)
+    ring.append(Values(["a", "b"]), overwrite=False)
     clock.now = 0.5
-    ring.append(["c"], overwrite=False)
+    ring.append(Values(["c"]), overwrite=False)
     assert ring.expire() == 0
     clock.now = 1.2
     assert ring.expire() == 2
@@ -279,8 +296,8 @@ def test_expire_returns_the_number_dropped() -> None:
 
 def test_without_ttl_nothing_expires() -> None:
     clock = Clock(0.0)
-    ring = RingBuffer(3, clock=clock)
-    ring.append(["a"], overwrite=False)
+    ring = SegmentRing(3, clock=clock)
+    ring.append(Values(["a"]), overwrite=False)
     clock.now = 1e9
     assert ring.expire() == 0
     assert (ring.head, ring.size) == (0, 1)
@@ -288,10 +305,10 @@ def test_without_ttl_nothing_expires() -> None:
 
 def test_ttl_expires_the_rest_of_a_partly_overwritten_segment() -> None:
     clock = Clock(0.0)
-    ring = RingBuffer(3, ttl=10.0, clock=clock)
-    ring.append(["a", "b"], overwrite=True)  # 0, 1 @ 0
+    ring = SegmentRing(3, ttl=10.0, clock=clock)
+    ring.append(Values(["a", "b"]), overwrite=True)  # 0, 1 @ 0
     clock.now = 5.0
-    ring.append(["c", "d"], overwrite=True)  # 2, 3 @ 5; evicts 0
+    ring.append(Values(["c", "d"]), overwrite=True)  # 2, 3 @ 5; evicts 0
     assert ring.head == 1
     clock.now = 12.0
     assert (ring.head, ring.size) == (2, 2)
@@ -300,20 +317,20 @@ def test_ttl_expires_the_rest_of_a_partly_overwritten_segment() -> None:
 
 def test_fail_policy_sees_room_freed_by_ttl() -> None:
     clock = Clock(0.0)
-    ring = RingBuffer(2, ttl=1.0, clock=clock)
-    ring.append(["a", "b"], overwrite=False)
-    assert ring.append(["c"], overwrite=False) == -1
+    ring = SegmentRing(2, ttl=1.0, clock=clock)
+    ring.append(Values(["a", "b"]), overwrite=False)
+    assert ring.append(Values(["c"]), overwrite=False) == -1
     clock.now = 2.0
-    assert ring.append(["c", "d"], overwrite=False) == 2
+    assert ring.append(Values(["c", "d"]), overwrite=False) == 2
     assert (ring.head, ring.tail) == (2, 3)
 
 
 def test_first_after_expires_before_searching() -> None:
     clock = Clock(0.0)
-    ring = RingBuffer(10, ttl=5.0, clock=clock)
-    ring.append(["a"], overwrite=False)  # @ 0
+    ring = SegmentRing(10, ttl=5.0, clock=clock)
+    ring.append(Values(["a"]), overwrite=False)  # @ 0
     clock.now = 3.0
-    ring.append(["b"], overwrite=False)  # @ 3
+    ring.append(Values(["b"]), overwrite=False)  # @ 3
     clock.now = 6.0  # "a" expired
     assert ring.first_after(-1.0) == 1
 
@@ -321,13 +338,13 @@ def test_first_after_expires_before_searching() -> None:
 def test_many_small_evictions_keep_every_lookup_right() -> None:
     # Hundreds of one-element segments: the segment list is compacted on the way.
     clock = Clock(0.0)
-    ring = RingBuffer(10, clock=clock)
+    ring = SegmentRing(10, clock=clock)
     for value in range(500):
         clock.now = float(value)
-        assert ring.append([value], overwrite=True) == value
+        assert ring.append(Values([value]), overwrite=True) == value
     assert (ring.head, ring.tail, ring.size) == (490, 499, 10)
     assert flatten(ring.read(490, 100)) == [(s, float(s), s) for s in range(490, 500)]
-    assert [ring.get(s) for s in (490, 495, 499)] == [(490.0, 490), (495.0, 495), (499.0, 499)]
+    assert [got(ring, s) for s in (490, 495, 499)] == [(490.0, 490), (495.0, 495), (499.0, 499)]
     assert ring.first_after(0.0) == 490
     assert ring.first_after(494.5) == 495
     assert ring.first_after(499.0) == 500
@@ -337,10 +354,10 @@ def test_many_small_evictions_keep_every_lookup_right() -> None:
 
 def test_many_ttl_expiries_keep_every_lookup_right() -> None:
     clock = Clock(0.0)
-    ring = RingBuffer(1000, ttl=5.0, clock=clock)
+    ring = SegmentRing(1000, ttl=5.0, clock=clock)
     for value in range(300):
         clock.now = float(value)
-        ring.append([value, -value], overwrite=False)
+        ring.append(Values([value, -value]), overwrite=False)
     clock.now = 299.5
     # Stamps > 294.5 live: values 295..299, sequences 590..599.
     assert (ring.head, ring.tail, ring.size) == (590, 599, 10)
@@ -376,7 +393,7 @@ def test_ring_buffer_matches_a_simple_model(
     capacity: int, ttl: float | None, first_sequence: int, ops: list[tuple]
 ) -> None:
     clock = Clock(100.0)
-    ring = RingBuffer(capacity, ttl, clock=clock, first_sequence=first_sequence)
+    ring = SegmentRing(capacity, ttl, clock=clock, first_sequence=first_sequence)
     items: list[tuple[int, float, int]] = []  # the model: (sequence, stamp, payload)
     head, tail, last_stamp, counter = first_sequence, first_sequence - 1, 0.0, 0
 
@@ -406,7 +423,7 @@ def test_ring_buffer_matches_a_simple_model(
                 while len(items) > capacity:
                     items.pop(0)
                     head += 1
-            assert ring.append(batch, overwrite) == expected
+            assert ring.append(Values(batch), overwrite) == expected
         elif op[0] == "evict":
             model_expire()
             asked = head + op[1] - 3  # below, at or beyond the head, even beyond the tail
@@ -424,7 +441,7 @@ def test_ring_buffer_matches_a_simple_model(
         assert ring.room() == capacity - len(items)
         assert flatten(ring.read(head, capacity + 5)) == items
         for sequence, stamp, payload in items:
-            assert ring.get(sequence) == (stamp, payload)
+            assert got(ring, sequence) == (stamp, payload)
         for probe in (0.0, clock.now - 1.5, clock.now, last_stamp, last_stamp - 0.5):
             later = [seq for seq, stamp, _ in items if stamp > probe]
             assert ring.first_after(probe) == (later[0] if later else tail + 1)

@@ -1,29 +1,28 @@
-"""Unit tests of the wire format (no Ray): values, deliveries, received and status batches."""
+"""Unit tests of the wire format (no Ray): deliveries, received and status batches, requests."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
-import subprocess
-import sys
-import threading
 from datetime import UTC, datetime
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
+from raytopic.actors.payloads import ArrowRows, PickledValues
 from raytopic.actors.wire import (
     AppendAck,
+    Chunk,
     Delivery,
+    RawReadResult,
     ReaderSpec,
     ReceivedBatch,
     StatusBatch,
-    dumps_value,
-    loads_value,
     pack_request,
     unpack_request,
 )
-from raytopic.errors import InvalidArgumentError, InvalidTypeError, TopicFullError
+from raytopic.errors import InvalidArgumentError, TopicFullError
 from raytopic.records import Element, Position, PublishStatus, _Origin
 
 ORIGIN = _Origin(
@@ -32,92 +31,12 @@ ORIGIN = _Origin(
     namespace="ns",
     reader="group-a",
     fence=("member-1", 3),
-    epoch=2,
+    jumps=2,
 )
 
 
-def _payloads(*values: object) -> list[bytes]:
-    return [dumps_value(value) for value in values]
-
-
-# -- values --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "value",
-    [0, "text", b"bytes", 1.5, {"k": [1, 2, (3, None)]}, list(range(1000)), False, ""],
-)
-def test_plain_values_round_trip(value: object) -> None:
-    data = dumps_value(value)
-    assert isinstance(data, bytes)
-    assert loads_value(data) == value
-
-
-def test_none_is_not_a_value() -> None:
-    with pytest.raises(InvalidTypeError, match="None is not a value"):
-        dumps_value(None)
-
-
-def test_a_value_holding_none_is_fine() -> None:
-    assert loads_value(dumps_value([None])) == [None]
-
-
-def test_unpicklable_values_raise_invalid_type_error() -> None:
-    def generator():
-        yield 1
-
-    for value in (threading.Lock(), generator(), {"nested": threading.Lock()}):
-        with pytest.raises(InvalidTypeError, match="cannot be pickled") as raised:
-            dumps_value(value)
-        assert isinstance(raised.value, TypeError)
-
-
-def test_lambdas_and_local_classes_go_through_cloudpickle() -> None:
-    class Local:
-        def __init__(self, x: int) -> None:
-            self.x = x
-
-        def double(self) -> int:
-            return self.x * 2
-
-    add_one = loads_value(dumps_value(lambda x: x + 1))
-    assert add_one(41) == 42
-    local = loads_value(dumps_value(Local(21)))
-    assert local.double() == 42
-    assert type(local).__name__ == "Local"
-    nested = loads_value(dumps_value({"f": lambda: "hi", "items": [Local(1)]}))
-    assert nested["f"]() == "hi"
-    assert nested["items"][0].x == 1
-
-
-def test_a_string_mentioning_object_ref_is_not_refused() -> None:
-    value = {"ObjectRef": "an ObjectRef(abc) mentioned in text"}
-    assert loads_value(dumps_value(value)) == value
-
-
-def test_values_of_main_are_pickled_by_value_for_other_processes() -> None:
-    # A class defined in __main__ of the publisher cannot be imported by a
-    # consumer: it must travel by value (cloudpickle) and load anywhere.
-    script = (
-        "import sys\n"
-        "from raytopic.actors.wire import dumps_value\n"
-        "class Point:\n"
-        "    def __init__(self, x, y):\n"
-        "        self.x, self.y = x, y\n"
-        "    def norm2(self):\n"
-        "        return self.x * self.x + self.y * self.y\n"
-        "sys.stdout.write(dumps_value(Point(3, 4)).hex())\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-    )
-    point = loads_value(bytes.fromhex(done.stdout))
-    assert (point.x, point.y, point.norm2()) == (3, 4, 25)
+def _chunk(first: int, stamp: float, *values: object) -> Chunk:
+    return Chunk(first, stamp, PickledValues.from_values(values))
 
 
 # -- records on the wire -------------------------------------------------------
@@ -134,33 +53,39 @@ def test_messages_are_frozen() -> None:
 
 
 def test_delivery_pack_counts_and_locates_the_elements() -> None:
-    runs = [(5, 100.0, _payloads("a", "b")), (7, 101.5, _payloads("c"))]
-    delivery = Delivery.pack(3, runs, epoch=4, next_sequence=8, tail=9, committed=2, origin=ORIGIN)
+    chunks = [_chunk(5, 100.0, "a", "b"), _chunk(7, 101.5, "c")]
+    delivery = Delivery.pack(
+        3, chunks, jumps=4, next_sequence=8, tail=9, committed=2, origin=ORIGIN
+    )
     assert (delivery.channel, delivery.first, delivery.count) == (3, 5, 3)
-    assert (delivery.epoch, delivery.next, delivery.tail, delivery.committed) == (4, 8, 9, 2)
+    assert (delivery.jumps, delivery.next, delivery.tail, delivery.committed) == (4, 8, 9, 2)
     assert delivery.origin == ORIGIN
-    assert pickle.loads(delivery.runs) == tuple(runs)
+    again = pickle.loads(pickle.dumps(delivery))
+    assert [(c.first, c.stamp, c.payload.decode()) for c in again.chunks] == [
+        (5, 100.0, ["a", "b"]),
+        (7, 101.5, ["c"]),
+    ]
 
 
-def test_empty_delivery_starts_at_next_and_carries_no_bytes() -> None:
-    delivery = Delivery.pack(1, [], epoch=0, next_sequence=12, tail=11, committed=11, origin=ORIGIN)
-    assert (delivery.first, delivery.count, delivery.runs, delivery.next) == (12, 0, b"", 12)
+def test_empty_delivery_starts_at_next_and_carries_nothing() -> None:
+    delivery = Delivery.pack(1, [], jumps=0, next_sequence=12, tail=11, committed=11, origin=ORIGIN)
+    assert (delivery.first, delivery.count, delivery.chunks, delivery.next) == (12, 0, (), 12)
 
 
 def test_received_batch_rebuilds_into_elements_through_pickle() -> None:
-    other = dataclasses.replace(ORIGIN, reader="sub-2", fence=None, epoch=0)
+    other = dataclasses.replace(ORIGIN, reader="sub-2", fence=None, jumps=0)
     first = Delivery.pack(
         3,
-        [(5, 100.0, _payloads("a", {"b": 2})), (7, 101.5, _payloads(3))],
-        epoch=4,
+        [_chunk(5, 100.0, "a", {"b": 2}), _chunk(7, 101.5, 3)],
+        jumps=4,
         next_sequence=8,
         tail=9,
         committed=2,
         origin=ORIGIN,
     )
-    empty = Delivery.pack(0, [], epoch=0, next_sequence=0, tail=-1, committed=-1, origin=ORIGIN)
+    empty = Delivery.pack(0, [], jumps=0, next_sequence=0, tail=-1, committed=-1, origin=ORIGIN)
     second = Delivery.pack(
-        1, [(0, 99.25, _payloads("z"))], epoch=0, next_sequence=1, tail=0, committed=-1,
+        1, [_chunk(0, 99.25, "z")], jumps=0, next_sequence=1, tail=0, committed=-1,
         origin=other,
     )  # fmt: skip
     elements = pickle.loads(pickle.dumps(ReceivedBatch([first, empty, second], single=False)))
@@ -188,7 +113,7 @@ def test_received_batch_rebuilds_into_elements_through_pickle() -> None:
 
 def test_received_batch_single_gives_the_first_element_or_none() -> None:
     delivery = Delivery.pack(
-        2, [(9, 5.0, _payloads("x", "y"))], epoch=0, next_sequence=11, tail=12, committed=8,
+        2, [_chunk(9, 5.0, "x", "y")], jumps=0, next_sequence=11, tail=12, committed=8,
         origin=ORIGIN,
     )  # fmt: skip
     element = pickle.loads(pickle.dumps(ReceivedBatch([delivery], single=True)))
@@ -199,7 +124,7 @@ def test_received_batch_single_gives_the_first_element_or_none() -> None:
 
 def test_elements_pickle_on_to_tasks() -> None:
     delivery = Delivery.pack(
-        0, [(4, 7.0, _payloads([1, 2]))], epoch=0, next_sequence=5, tail=4, committed=3,
+        0, [_chunk(4, 7.0, [1, 2])], jumps=0, next_sequence=5, tail=4, committed=3,
         origin=ORIGIN,
     )  # fmt: skip
     (element,) = pickle.loads(pickle.dumps(ReceivedBatch([delivery], single=False)))
@@ -207,6 +132,35 @@ def test_elements_pickle_on_to_tasks() -> None:
     assert again == element
     assert (again.value, again.position, again.stamp) == ([1, 2], Position("t0pic1d", 0, 4), 7.0)
     assert again._origin == ORIGIN
+
+
+def test_filtered_chunks_carry_their_sequences() -> None:
+    matches = Chunk(3, 8.0, PickledValues.from_values(["d", "f", "k"]), np.array([3, 5, 10]))
+    delivery = Delivery.pack(0, [matches], jumps=0, next_sequence=11, tail=12, committed=-1,
+                             origin=ORIGIN)  # fmt: skip
+    elements = pickle.loads(pickle.dumps(ReceivedBatch([delivery], single=False)))
+    assert [(e.value, e.sequence) for e in elements] == [("d", 3), ("f", 5), ("k", 10)]
+
+
+def test_arrow_rows_rebuild_into_elements_one_position_per_row() -> None:
+    rows = pa.RecordBatch.from_pydict({"id": [1, 2, 3, 4], "user": ["a", "b", "c", "d"]})
+    chunk = Chunk(20, 50.5, ArrowRows(rows).slice(1, 3))  # rows 1 and 2 only
+    delivery = Delivery.pack(6, [chunk], jumps=1, next_sequence=22, tail=23, committed=19,
+                             origin=ORIGIN)  # fmt: skip
+    elements = pickle.loads(pickle.dumps(ReceivedBatch([delivery], single=False)))
+    assert [(e.value, e.channel, e.position, e.stamp) for e in elements] == [
+        ({"id": 2, "user": "b"}, 6, Position("t0pic1d", 6, 20), 50.5),
+        ({"id": 3, "user": "c"}, 6, Position("t0pic1d", 6, 21), 50.5),
+    ]
+    assert elements[0].timestamp == datetime.fromtimestamp(50.5, tz=UTC)
+
+
+def test_a_raw_read_result_rebuilds_into_a_read_result_set() -> None:
+    chunks = [_chunk(4, 1.0, "a", "b"), Chunk(9, 2.0, PickledValues.from_values(["z"]), None)]
+    result = pickle.loads(pickle.dumps(RawReadResult(4, 7, chunks)))
+    assert list(result) == ["a", "b", "z"]
+    assert [result.get_sequence(i) for i in range(3)] == [4, 5, 9]
+    assert (result.read_count, result.next_sequence_to_read_from) == (7, 11)
 
 
 def test_status_batch_rebuilds_into_publish_statuses() -> None:
@@ -238,12 +192,9 @@ def test_status_batch_raises_its_acks_error() -> None:
 
 
 def test_a_packed_request_round_trips() -> None:
-    packed = pack_request("append", "publisher-1", 3, [b"a", b"b"], "block", 60.0, False)
+    packed = pack_request("append", "publisher-1", 3, "block", 60.0, False)
     assert isinstance(packed, bytes)
-    assert unpack_request(packed) == (
-        "append",
-        ("publisher-1", 3, [b"a", b"b"], "block", 60.0, False),
-    )
+    assert unpack_request(packed) == ("append", ("publisher-1", 3, "block", 60.0, False))
 
 
 @pytest.mark.parametrize(

@@ -154,14 +154,14 @@ def test_expire_of_several_members_at_once_bumps_the_generation_once() -> None:
     assert rebalance == Rebalance({0: None, 1: None, 2: None}, ("a", "b", "c"))
 
 
-def test_view_epochs_are_a_copy_of_the_groups_reset_epochs() -> None:
+def test_view_jumps_are_a_copy_of_the_groups_reset_jumps() -> None:
     group = Group("g", 2)
     group.join("a", 30.0, 0, 0.0)
-    group.epochs[1] = 7
+    group.jumps[1] = 7
     view = group.view("a")
-    assert view.epochs == {1: 7}
-    group.epochs[1] = 8
-    assert view.epochs == {1: 7}
+    assert view.jumps == {1: 7}
+    group.jumps[1] = 8
+    assert view.jumps == {1: 7}
 
 
 # -- properties ----------------------------------------------------------------

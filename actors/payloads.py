@@ -1,0 +1,293 @@
+"""Payloads: the values of one append, as a channel stores, slices, ships and decodes them.
+
+A channel never needs a published value as a Python object (unless a filter
+or converter runs), so an append stays in the form it arrived in, and a read
+hands out slices of it. Two kinds share one interface (:class:`Payload`):
+
+- :class:`PickledValues`: values pickled one by one when they were published
+  (so a later change to the caller's object does not change what was
+  published), laid back to back in ONE buffer, with the end offset of each.
+  A million elements are a thousand buffers, not a million objects.
+- :class:`ArrowRows`: an Arrow record batch (a DataFrame's rows, from the
+  Spark bridge or Ray Data); each row is a value, decoded as a dict.
+
+On the wire (a Ray call, or a reply) a payload travels as a buffer wrapped
+in :class:`pickle.PickleBuffer`, so pickle protocol 5 (Ray's) moves it out of
+band instead of copying it into the message; a slice travels as just its own
+bytes. ``Payload.decode`` is the one decoder: in the subscriber's process
+for received elements, and in the channel for what a filter or converter
+sees.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import numpy as np
+
+from raytopic.errors import InvalidTypeError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "ArrowRows",
+    "Payload",
+    "PickledValues",
+    "dumps_value",
+    "fast_dumps",
+]
+
+_REF_MARKER = b"ObjectRef"
+_MAIN_MARKER = b"__main__"
+
+
+# -- one value ---------------------------------------------------------------------
+
+
+def dumps_value(value: Any) -> bytes:
+    """Pickle one published value, refusing what cannot be stored as a value.
+
+    Plain pickle first (fast); cloudpickle when plain pickle cannot, or when
+    the value refers to ``__main__`` (which a consumer process could not
+    import). ObjectRefs, bare or nested, are refused: a ref stored in a topic
+    would die with the publisher.
+
+    Raises:
+        InvalidTypeError: ``value`` is None, an ObjectRef (or holds one), or
+            cannot be pickled.
+    """
+    if value is None:
+        raise InvalidTypeError("None is not a value: publish something else")
+    try:
+        data = pickle.dumps(value, protocol=5)
+        if _MAIN_MARKER in data:
+            data = cloudpickle.dumps(value, protocol=5)
+    except Exception:
+        try:
+            data = cloudpickle.dumps(value, protocol=5)
+        except Exception as error:
+            raise InvalidTypeError(
+                f"value of type {type(value).__name__} cannot be pickled: {error}"
+            ) from error
+    if _REF_MARKER in data and _holds_object_ref(value):
+        raise InvalidTypeError(
+            "an ObjectRef cannot be published: it would die with its owner; "
+            "publish the value (ray.get it first)"
+        )
+    return data
+
+
+def fast_dumps(value: Any) -> bytes:
+    """:func:`dumps_value` with the common case inline (``publish()`` calls it per value)."""
+    try:
+        data = pickle.dumps(value, 5)
+    except Exception:
+        return dumps_value(value)
+    if _MAIN_MARKER in data or _REF_MARKER in data or value is None:
+        return dumps_value(value)
+    return data
+
+
+def _holds_object_ref(value: Any) -> bool:
+    """Exact check behind the fast byte test in :func:`dumps_value`."""
+    import ray
+
+    found = False
+
+    class _Finder(cloudpickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            nonlocal found
+            if isinstance(obj, ray.ObjectRef):
+                found = True
+                return (str, ("",))
+            return super().reducer_override(obj)
+
+    _Finder(io.BytesIO(), protocol=5).dump(value)
+    return found
+
+
+# -- runs of values ------------------------------------------------------------------
+
+
+class Payload:
+    """The values of one append (or a slice of them): the interface of both kinds."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the values take (what a store writes, what the wire carries)."""
+        raise NotImplementedError
+
+    def slice(self, start: int, stop: int) -> Payload:
+        """Values ``start`` to ``stop - 1``, without copying them."""
+        raise NotImplementedError
+
+    def take(self, indices: Sequence[int]) -> Payload:
+        """The values at ``indices`` (ascending), as a payload of the same kind."""
+        raise NotImplementedError
+
+    def decode(self) -> list[Any]:
+        """Every value as a Python object."""
+        raise NotImplementedError
+
+
+class PickledValues(Payload):
+    """Values pickled one by one, back to back in one buffer.
+
+    Value ``i`` is ``buffer[begin:ends[0]]`` for ``i == 0``, else
+    ``buffer[ends[i - 1]:ends[i]]``. A slice shares the buffer.
+    """
+
+    __slots__ = ("begin", "buffer", "ends")
+
+    def __init__(self, buffer: bytes | memoryview, ends: np.ndarray, begin: int = 0) -> None:
+        self.buffer = buffer
+        self.ends = ends
+        self.begin = begin
+
+    @classmethod
+    def from_pickles(cls, pickles: Sequence[bytes]) -> PickledValues:
+        """Join values pickled one by one (by :func:`dumps_value`)."""
+        ends = np.fromiter(map(len, pickles), dtype=np.int64, count=len(pickles)).cumsum()
+        return cls(b"".join(pickles), ends)
+
+    @classmethod
+    def from_values(cls, values: Iterable[Any]) -> PickledValues:
+        """Pickle values one by one (refusing None, ObjectRefs and the unpicklable)."""
+        return cls.from_pickles([dumps_value(value) for value in values])
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the pickles."""
+        return int(self.ends[-1]) - self.begin if len(self.ends) else 0
+
+    def slice(self, start: int, stop: int) -> PickledValues:
+        """Values ``start`` to ``stop - 1`` over the same buffer."""
+        if start == 0 and stop >= len(self.ends):
+            return self
+        begin = self.begin if start == 0 else int(self.ends[start - 1])
+        return PickledValues(self.buffer, self.ends[start:stop], begin)
+
+    def take(self, indices: Sequence[int]) -> PickledValues:
+        """The values at ``indices``, copied into a new buffer."""
+        view = memoryview(self.buffer)
+        ends = self.ends
+        return PickledValues.from_pickles(
+            [
+                bytes(view[self.begin if i == 0 else int(ends[i - 1]) : int(ends[i])])
+                for i in indices
+            ]
+        )
+
+    def decode(self) -> list[Any]:
+        """Unpickle every value."""
+        view = memoryview(self.buffer)
+        loads = pickle.loads
+        values = []
+        append = values.append
+        start = self.begin
+        for end in self.ends.tolist():
+            append(loads(view[start:end]))
+            start = end
+        return values
+
+    def pickles(self) -> list[bytes]:
+        """Each value's pickle."""
+        view = memoryview(self.buffer)
+        out = []
+        start = self.begin
+        for end in self.ends.tolist():
+            out.append(bytes(view[start:end]))
+            start = end
+        return out
+
+    def owned(self) -> PickledValues:
+        """The same values in a buffer of this process's own (not a view into Ray's
+        object store, which a long-lived reference would keep pinned)."""
+        if type(self.buffer) is bytes:
+            return self
+        return PickledValues(bytes(self.buffer), np.array(self.ends), self.begin)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        # Only this slice's bytes travel, re-based to start at 0.
+        end = int(self.ends[-1]) if len(self.ends) else self.begin
+        data = memoryview(self.buffer)[self.begin : end]
+        ends = self.ends - self.begin if self.begin else self.ends
+        if isinstance(protocol, int) and protocol >= 5:
+            return (PickledValues, (pickle.PickleBuffer(data), ends))
+        return (PickledValues, (bytes(data), ends))
+
+    def __repr__(self) -> str:
+        return f"PickledValues({len(self)} values, {self.nbytes} bytes)"
+
+
+class ArrowRows(Payload):
+    """An Arrow record batch: each row is a value, decoded as a ``dict``."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self.batch = batch
+
+    @classmethod
+    def from_ipc(cls, data: Any) -> ArrowRows:
+        """Read back :meth:`to_ipc` bytes (zero-copy over ``data``)."""
+        import pyarrow as pa
+
+        with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
+            return cls(reader.read_next_batch())  # to_ipc writes exactly one batch
+
+    def to_ipc(self) -> bytes | Any:
+        """The batch as Arrow IPC stream bytes (only this slice's rows: IPC truncates
+        a sliced batch's buffers, where pickling a slice would carry all of them)."""
+        import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self.batch.schema) as writer:
+            writer.write_batch(self.batch)
+        return sink.getvalue()
+
+    def __len__(self) -> int:
+        return self.batch.num_rows
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the batch's buffers (of this slice)."""
+        return self.batch.nbytes
+
+    def slice(self, start: int, stop: int) -> ArrowRows:
+        """Rows ``start`` to ``stop - 1`` (zero-copy)."""
+        if start == 0 and stop >= self.batch.num_rows:
+            return self
+        return ArrowRows(self.batch.slice(start, stop - start))
+
+    def take(self, indices: Sequence[int]) -> ArrowRows:
+        """The rows at ``indices``."""
+        import pyarrow as pa
+
+        return ArrowRows(self.batch.take(pa.array(indices, type=pa.int64())))
+
+    def decode(self) -> list[dict[str, Any]]:
+        """Every row as a dict of column name -> Python value."""
+        return self.batch.to_pylist()
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        data = self.to_ipc()
+        if isinstance(protocol, int) and protocol >= 5:
+            return (ArrowRows.from_ipc, (pickle.PickleBuffer(data),))
+        return (ArrowRows.from_ipc, (data.to_pybytes(),))
+
+    def __repr__(self) -> str:
+        return f"ArrowRows({len(self)} rows, {self.batch.schema.names})"
