@@ -2,19 +2,27 @@
 
 Machines here are shared and noisy, so every figure is reported next to the
 baseline measured minutes apart in the same process: ``ray.util.queue.Queue``
-in batch mode for throughput, and its put -> get for latency. Each case runs
-``repeat`` times and reports the median.
+in batch mode for throughput, and its put -> get for latency. Each throughput
+case runs ``repeat`` times and reports the median. Every consumer reads each
+element's ``value``, so the figures include decoding, as a real consumer pays it.
 
 Cases:
     throughput  1,000,000 small dicts: a publisher task calling ``publish()``
-                in a loop -> a consumer task iterating a subscriber. Queue:
+                in a loop -> a consumer task iterating a subscriber, on 8
+                channels and on 1 (and the 8-channel figure as a ratio to the
+                1-channel one: more channels should cost little). Queue:
                 a producer task ``put_nowait_batch(1000)`` -> a consumer task
                 ``get_nowait_batch(1000)``.
+    batch API   the same messages on 1 channel: a producer task calling
+                ``publish_batch()`` with lists of 1000 (a few calls in flight)
+                -> a consumer task calling ``receive_batch(1000)``.
     latency     one value in flight: publish -> an already waiting receive.
                 Queue: put -> an already waiting get.
     memory      RSS of one channel actor holding 1,000,000 small elements.
     group       two members of one group, a commit per received batch; and
                 the time from a member's close to the full reassignment.
+
+``QUICK`` holds smaller counts for a check of about 30 s (``raytopic bench --quick``).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import os
 import statistics
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +40,34 @@ import ray
 
 from raytopic.topic import Topic, create_topic
 
-__all__ = ["Figure", "run_benchmarks"]
+__all__ = ["DEFAULT", "QUICK", "BenchSettings", "Figure", "run_benchmarks"]
 
 BATCH = 1000
+# publish_batch calls a producer keeps outstanding: enough to overlap its
+# pickling with the channel's append, few enough that the channel sets the pace.
+BATCHES_IN_FLIGHT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSettings:
+    """How much each case measures."""
+
+    messages: int = 1_000_000
+    """Messages per throughput and group run."""
+    channels: int = 8
+    """Channels of the multi-channel cases (the 1-channel cases run as well)."""
+    latency_samples: int = 300
+    """Measured round trips per latency case (after 10 for warming up)."""
+    repeat: int = 3
+    """Runs per throughput case; the median is reported."""
+    memory_elements: int = 1_000_000
+    """Elements the memory case fills one channel with (0 skips the case)."""
+
+
+DEFAULT = BenchSettings()
+"""The counts behind the README's benchmark table."""
+QUICK = BenchSettings(messages=100_000, latency_samples=50, repeat=1, memory_elements=100_000)
+"""About 30 s on a 2-core machine: the same cases with smaller counts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +79,8 @@ class Figure:
     unit: str
     baseline: str | None = None
     baseline_value: float | None = None
+    target: float | None = None
+    """The ratio the design aims for (at least), if it states one."""
 
     @property
     def ratio(self) -> float | None:
@@ -71,6 +107,12 @@ def _percentile(samples: list[float], percent: float) -> float:
     return ordered[min(len(ordered) - 1, int(percent / 100 * len(ordered)))]
 
 
+def _check_ids(what: str, count: int, id_sum: int) -> None:
+    """A rate is only worth printing if every message arrived once."""
+    if id_sum != count * (count - 1) // 2:
+        raise RuntimeError(f"{what}: the ids received do not add up to those of {count} messages")
+
+
 # -- throughput ------------------------------------------------------------------
 
 
@@ -83,15 +125,18 @@ def _publish_loop(topic: Topic, count: int) -> None:
 
 @ray.remote(num_cpus=0)
 def _consume_loop(topic: Topic, count: int) -> int:
+    """Iterate until ``count`` elements arrived; return the sum of their ids."""
     subscriber = topic.subscriber(start="earliest")
-    seen = 0
+    seen = id_sum = 0
     if count:
-        for _ in subscriber:
+        for element in subscriber:
+            # Reading the value is what a consumer does; the figure pays for it.
+            id_sum += element.value["id"]
             seen += 1
             if seen == count:
                 break
     subscriber.close()
-    return seen
+    return id_sum
 
 
 def topic_throughput(count: int, channels: int) -> float:
@@ -103,8 +148,52 @@ def topic_throughput(count: int, channels: int) -> float:
         start = time.perf_counter()
         consumer = _consume_loop.remote(topic, count)
         producer = _publish_loop.remote(topic, count)
-        ray.get([producer, consumer])
-        return count / (time.perf_counter() - start)
+        _none, id_sum = ray.get([producer, consumer])
+        elapsed = time.perf_counter() - start
+        _check_ids(f"publish() -> iterate, {channels} channel(s)", count, id_sum)
+        return count / elapsed
+    finally:
+        topic.destroy()
+
+
+@ray.remote(num_cpus=0)
+def _publish_batches(topic: Topic, count: int) -> None:
+    with topic.publisher() as publisher:
+        pending: deque[Any] = deque()
+        for start in range(0, count, BATCH):
+            values = [_message(i) for i in range(start, min(count, start + BATCH))]
+            pending.append(publisher.publish_batch(values))
+            # Wait for the call from BATCHES_IN_FLIGHT ago, not this one: the
+            # producer pipelines like a real one, but cannot run unboundedly ahead.
+            if len(pending) > BATCHES_IN_FLIGHT:
+                ray.get(pending.popleft())
+        ray.get(list(pending))
+
+
+@ray.remote(num_cpus=0)
+def _receive_batches(topic: Topic, count: int) -> int:
+    """``receive_batch(1000)`` until ``count`` elements arrived; return the sum of their ids."""
+    seen = id_sum = 0
+    with topic.subscriber(start="earliest") as subscriber:
+        while seen < count:
+            elements = ray.get(subscriber.receive_batch(min(BATCH, count - seen)))
+            id_sum += sum(element.value["id"] for element in elements)
+            seen += len(elements)
+    return id_sum
+
+
+def batch_throughput(count: int) -> float:
+    """Messages per second through ``publish_batch(1000)`` -> ``receive_batch(1000)``, 1 channel."""
+    topic = create_topic(_name("bat"), channels=1, capacity=max(count, 1))
+    try:
+        ray.get([_publish_batches.remote(topic, 0), _receive_batches.remote(topic, 0)])
+        start = time.perf_counter()
+        consumer = _receive_batches.remote(topic, count)
+        producer = _publish_batches.remote(topic, count)
+        _none, id_sum = ray.get([producer, consumer])
+        elapsed = time.perf_counter() - start
+        _check_ids("publish_batch -> receive_batch", count, id_sum)
+        return count / elapsed
     finally:
         topic.destroy()
 
@@ -210,12 +299,13 @@ def channel_memory(count: int) -> tuple[float, float]:
 
 
 @ray.remote(num_cpus=0)
-def _group_member(topic: Topic, group: str, quiet: float) -> tuple[int, float, float]:
+def _group_member(topic: Topic, group: str, quiet: float) -> tuple[int, int, float, float]:
     """Consume with a commit per batch until ``quiet`` seconds pass without data.
 
-    Returns (elements, wall time of the first and of the last non-empty batch).
+    Returns (elements, the sum of their ids, wall time of the first and of the
+    last non-empty batch).
     """
-    seen, first, last = 0, 0.0, 0.0
+    seen, id_sum, first, last = 0, 0, 0.0, 0.0
     with topic.subscriber(group=group, timeout=10.0, complete_on_empty=True) as subscriber:
         started = time.time()
         while time.time() - (last or started) < quiet:
@@ -223,11 +313,12 @@ def _group_member(topic: Topic, group: str, quiet: float) -> tuple[int, float, f
             if batch:
                 batch[-1].commit()
                 seen += len(batch)
+                id_sum += sum(element.value["id"] for element in batch)
                 last = time.time()
                 first = first or last
             else:
                 time.sleep(0.005)
-    return seen, first, last
+    return seen, id_sum, first, last
 
 
 def group_throughput(count: int, channels: int) -> float:
@@ -245,8 +336,12 @@ def group_throughput(count: int, channels: int) -> float:
         seen = sum(result[0] for result in results)
         if seen < count:
             raise RuntimeError(f"the group received {seen} of {count} elements")
-        first = min(result[1] for result in results if result[0])
-        last = max(result[2] for result in results)
+        if seen == count:
+            # More is a redelivery after the members' first rebalance (at least
+            # once); exactly ``count`` must be every message once.
+            _check_ids("group", count, sum(result[1] for result in results))
+        first = min(result[2] for result in results if result[0])
+        last = max(result[3] for result in results)
         return count / (last - first)
     finally:
         topic.destroy()
@@ -274,14 +369,29 @@ def reassignment_time(channels: int) -> float:
 
 def run_benchmarks(
     *,
-    messages: int = 1_000_000,
-    channels: int = 8,
-    latency_samples: int = 300,
-    repeat: int = 3,
-    memory_elements: int = 1_000_000,
+    messages: int = DEFAULT.messages,
+    channels: int = DEFAULT.channels,
+    latency_samples: int = DEFAULT.latency_samples,
+    repeat: int = DEFAULT.repeat,
+    memory_elements: int = DEFAULT.memory_elements,
     report: Callable[[Figure], None] = lambda figure: None,
 ) -> list[Figure]:
-    """Run every case; ``report`` hears of each figure as it is measured."""
+    """Run every case; ``report`` hears of each figure as it is measured.
+
+    Args:
+        messages: messages per throughput and group run.
+        channels: channels of the multi-channel cases.
+        latency_samples: measured round trips per latency case.
+        repeat: runs per throughput case (the median is reported).
+        memory_elements: elements for the memory case; 0 skips it.
+        report: called with each figure as soon as it is measured.
+
+    Returns:
+        Every figure, in the order measured.
+
+    Raises:
+        RuntimeError: a case received other messages than were published.
+    """
     figures: list[Figure] = []
 
     def add(figure: Figure) -> None:
@@ -290,17 +400,41 @@ def run_benchmarks(
 
     queue_rate = _median(repeat, lambda: queue_throughput(messages))
     add(Figure("queue: batch put/get (1000), task -> task", queue_rate, "msgs/s"))
+    rates: dict[int, float] = {}
     for count in sorted({channels, 1}, reverse=True):
-        rate = _median(repeat, lambda count=count: topic_throughput(messages, count))
+        rates[count] = _median(repeat, lambda count=count: topic_throughput(messages, count))
         add(
             Figure(
                 f"topic: publish() -> iterate, {count} channel(s)",
-                rate,
+                rates[count],
                 "msgs/s",
                 "queue batch",
                 queue_rate,
             )
         )
+    if channels != 1:
+        # Channels exist to scale out; on one machine they should at least
+        # cost little against a single channel measured minutes apart.
+        add(
+            Figure(
+                f"topic: {channels} channels / 1 channel, publish() -> iterate",
+                rates[channels],
+                "msgs/s",
+                "1 channel",
+                rates[1],
+                target=0.9,
+            )
+        )
+    batch_rate = _median(repeat, lambda: batch_throughput(messages))
+    add(
+        Figure(
+            f"topic: publish_batch -> receive_batch({BATCH}), 1 channel",
+            batch_rate,
+            "msgs/s",
+            "queue batch",
+            queue_rate,
+        )
+    )
 
     queue_p50, queue_p99 = queue_latency(latency_samples)
     add(Figure("queue: put -> waiting get, p50", queue_p50 * 1e3, "ms"))
@@ -345,10 +479,22 @@ def run_benchmarks(
     return figures
 
 
+CASE_WIDTH = 58
+
+
+def format_header() -> str:
+    """The header line of the report table."""
+    return f"{'case':<{CASE_WIDTH}} {'value':>12} {'unit':<7} ratio to baseline (same run)"
+
+
 def format_figure(figure: Figure) -> str:
     """One line of the report table."""
-    ratio = f"{figure.ratio:6.2f}x {figure.baseline}" if figure.ratio is not None else ""
-    return f"{figure.case:<58} {figure.value:>12,.2f} {figure.unit:<7} {ratio}"
+    ratio = ""
+    if figure.ratio is not None:
+        ratio = f"{figure.ratio:6.2f}x {figure.baseline}"
+        if figure.target is not None:
+            ratio += f" (target >= {figure.target:.2f}x)"
+    return f"{figure.case:<{CASE_WIDTH}} {figure.value:>12,.2f} {figure.unit:<7} {ratio}"
 
 
 def local_ray(num_cpus: int | None = None) -> None:

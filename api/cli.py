@@ -12,7 +12,11 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from raytopic.bench import BenchSettings
 
 _LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -39,11 +43,20 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     bench = commands.add_parser("bench", help="measure throughput, latency and memory")
-    bench.add_argument("--messages", type=int, default=1_000_000)
-    bench.add_argument("--channels", type=int, default=8)
-    bench.add_argument("--latency-samples", type=int, default=300)
-    bench.add_argument("--repeat", type=int, default=3, help="runs per case (median)")
-    bench.add_argument("--memory-elements", type=int, default=1_000_000)
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller counts, the same cases: about 30 s (the options below still apply)",
+    )
+    # Defaults are None so that an option given overrides --quick; the counts
+    # themselves live in raytopic.bench (DEFAULT, QUICK), not here.
+    bench.add_argument("--messages", type=int, help="per throughput run (1,000,000; quick 100,000)")
+    bench.add_argument("--channels", type=int, help="of the multi-channel cases (8)")
+    bench.add_argument("--latency-samples", type=int, help="per latency case (300; quick 50)")
+    bench.add_argument("--repeat", type=int, help="runs per case, median reported (3; quick 1)")
+    bench.add_argument(
+        "--memory-elements", type=int, help="in the memory case (1,000,000; quick 100,000)"
+    )
     bench.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
     bench.set_defaults(run=_bench)
 
@@ -82,17 +95,26 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if run_demo(orders=args.orders) else 1
 
 
-def _bench(args: argparse.Namespace) -> int:
-    _connect(args.address)
-    from raytopic.bench import format_figure, run_benchmarks
+def _bench_settings(args: argparse.Namespace) -> BenchSettings:
+    """``--quick`` or the full settings, with each option given on top."""
+    from raytopic.bench import DEFAULT, QUICK
 
-    print(f"{'case':<58} {'value':>12} {'unit':<7} ratio to baseline (same run)")
+    chosen = {
+        field.name: getattr(args, field.name)
+        for field in fields(DEFAULT)
+        if getattr(args, field.name) is not None
+    }
+    return replace(QUICK if args.quick else DEFAULT, **chosen)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    settings = _bench_settings(args)
+    _connect(args.address)
+    from raytopic.bench import format_figure, format_header, run_benchmarks
+
+    print(format_header())
     run_benchmarks(
-        messages=args.messages,
-        channels=args.channels,
-        latency_samples=args.latency_samples,
-        repeat=args.repeat,
-        memory_elements=args.memory_elements,
+        **asdict(settings),
         report=lambda figure: print(format_figure(figure), flush=True),
     )
     return 0
