@@ -75,15 +75,24 @@ knows which number comes next."""
 _PUBLISHER_SWEEP_S = 60.0
 """Seconds between looks for idle publishers."""
 
+_STOPPED_TAKES_KEPT = 10_000
+"""Stop requests remembered for fetches that have not arrived (yet, or ever)."""
+
 
 @dataclass(slots=True)
 class _Reader:
     """A subscriber as this channel knows it."""
 
+    reader_id: str
     spec: ReaderSpec
     cursor: Cursor | None  # anonymous readers only; members use their group's
     filter: Callable[[Any], bool] | None = None
     converter: Callable[[Any], Any] | None = None
+
+    @property
+    def session_spec(self) -> SessionSpec:
+        """How its receive sessions behave."""
+        return SessionSpec(self.reader_id, self.spec.complete_on_empty, self.spec.window)
 
 
 @dataclass(slots=True)
@@ -116,6 +125,10 @@ class ChannelActor:
         self._publishers_swept = time.monotonic()
         self._publish_turns = Turns()
         self._sessions: dict[str, ReceiveSession] = {}
+        # group -> member -> (version, leases): the latest view pushed here, so a
+        # session opened later starts from it even if its handle lags behind.
+        self._member_views: dict[str, dict[str, tuple[int, dict[int, Lease]]]] = {}
+        self._stopped_takes: dict[str, None] = {}  # fetches told to stop waiting (bounded)
         self._links: dict[int, ChannelLink] = {}
         self._epoch = 1  # incarnation; a durable store will carry it across restarts
         self._changed = asyncio.Event()
@@ -159,12 +172,15 @@ class ChannelActor:
 
     def _notify(self) -> None:
         """Wake everything waiting on this channel's state (data, room, commits)."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._wake_waiters()
         # Sessions hosted here hear of their home channel directly: no watcher
         # task between an append and a waiting receive.
         for session in self._sessions.values():
             session.poke(self._channel)
+
+    def _wake_waiters(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def _wait_change(self, timeout: float) -> None:
         changed = self._changed
@@ -418,6 +434,7 @@ class ChannelActor:
             elif spec.group not in self._groups:
                 raise GroupNotFoundError(f"group {spec.group!r} does not exist")
             reader = _Reader(
+                reader_id,
                 spec,
                 cursor,
                 cloudpickle.loads(spec.filter) if spec.filter else None,
@@ -427,8 +444,10 @@ class ChannelActor:
         return self._state(self._cursor_of(reader, None, check=False))
 
     def close_reader(self, reader_id: str) -> None:
-        """Forget a subscriber; its session (if this is its home) ends."""
-        self._readers.pop(reader_id, None)
+        """Forget a subscriber; its session here (if any) ends."""
+        reader = self._readers.pop(reader_id, None)
+        if reader is not None and reader.spec.group is not None:
+            self._member_views.get(reader.spec.group, {}).pop(reader_id, None)
         session = self._sessions.pop(reader_id, None)
         if session is not None:
             session.close()
@@ -463,8 +482,21 @@ class ChannelActor:
             cursor.unacked,
         )
 
-    async def take(self, reader_id: str, fence: Any, max_count: int) -> Delivery:
-        """Deliver up to ``max_count`` elements from the reader's cursor, without waiting."""
+    async def take(
+        self,
+        reader_id: str,
+        fence: Any,
+        max_count: int,
+        wait: float = 0.0,
+        token: str | None = None,
+    ) -> Delivery:
+        """Deliver up to ``max_count`` elements from the reader's cursor.
+
+        With ``wait``, a *fetch*: first wait up to ``wait`` seconds for an element
+        to read (or for ``stop_take(token)``), then take what there is.
+        """
+        if wait > 0:
+            await self._wait_for_data(reader_id, fence, wait, token)
         reader = self._reader(reader_id)
         cursor = self._cursor_of(reader, fence)
         ring = self._ring
@@ -508,6 +540,27 @@ class ChannelActor:
             origin,
             cursor.unacked,
         )
+
+    async def _wait_for_data(
+        self, reader_id: str, fence: Any, wait: float, token: str | None
+    ) -> None:
+        deadline = time.monotonic() + wait
+        try:
+            while token not in self._stopped_takes:
+                cursor = self._cursor_of(self._reader(reader_id), fence)
+                left = deadline - time.monotonic()
+                if cursor.next <= self._ring.tail or cursor.next < self._ring.head or left <= 0:
+                    return
+                await self._wait_change(min(left, _POLL_INTERVAL) if self._config.ttl else left)
+        finally:
+            self._stopped_takes.pop(token, None)  # type: ignore[arg-type]
+
+    async def stop_take(self, token: str) -> None:
+        """End the wait of fetch ``token`` (it may not have arrived yet: remember it)."""
+        self._stopped_takes[token] = None
+        while len(self._stopped_takes) > _STOPPED_TAKES_KEPT:
+            del self._stopped_takes[next(iter(self._stopped_takes))]
+        self._wake_waiters()
 
     async def give_back(
         self, reader_id: str, fence: Any, first: int, expected_next: int, jumps: int
@@ -605,6 +658,7 @@ class ChannelActor:
     def destroy_group(self, group: str) -> None:
         """Forget a group: its positions and the retention it held."""
         self._groups.pop(group, None)
+        self._member_views.pop(group, None)
         for reader_id, reader in list(self._readers.items()):
             if reader.spec.group == group:
                 self.close_reader(reader_id)
@@ -686,20 +740,35 @@ class ChannelActor:
 
     # -- receive sessions (this channel as a subscriber's home) --------------------
 
-    def open_session(self, spec: SessionSpec, owned: dict[int, Any]) -> None:
-        """Start hosting a subscriber's receives."""
-        if spec.reader_id not in self._readers:
-            raise SubscriberClosedError(f"subscriber {spec.reader_id} is not registered")
-        if spec.reader_id not in self._sessions:
-            self._sessions[spec.reader_id] = ReceiveSession(spec, self._links, owned)
-
-    def update_session(self, reader_id: str, version: int, owned: dict[int, Any]) -> bool:
-        """A group member's channels changed: the session reads these from now on."""
+    def _session(self, reader_id: str, view: tuple[int, dict[int, Any]] | None) -> ReceiveSession:
+        """The reader's receive session here (opened on its first receive here),
+        brought up to the newer of ``view`` (its handle's) and the last one pushed."""
         session = self._sessions.get(reader_id)
+        reader = self._reader(reader_id)  # SubscriberClosedError once closed
         if session is None:
-            return False
-        session.update_view(version, owned)
-        return True
+            owned: dict[int, Any] = (
+                dict.fromkeys(range(self._config.channels)) if reader.spec.group is None else {}
+            )
+            session = ReceiveSession(reader.session_spec, self._links, owned, self._channel)
+            self._sessions[reader_id] = session
+            if reader.spec.group is not None:
+                pushed = self._member_views.get(reader.spec.group, {}).get(reader_id)
+                if pushed is not None:
+                    session.update_view(*pushed)
+        if view is not None:
+            session.update_view(*view)
+        return session
+
+    def update_views(self, group: str, version: int, views: dict[str, dict[int, Lease]]) -> None:
+        """Members' channels changed: sessions here read these from now on."""
+        known = self._member_views.setdefault(group, {})
+        for member_id, leases in views.items():
+            if member_id in known and known[member_id][0] >= version:
+                continue
+            known[member_id] = (version, leases)
+            session = self._sessions.get(member_id)
+            if session is not None:
+                session.update_view(version, leases)
 
     def interrupt_receives(self, reader_id: str, stream: str, upto: int) -> None:
         """A handle abandons its receives of ``stream`` numbered up to ``upto``: they
@@ -723,12 +792,16 @@ class ChannelActor:
         max_count: int,
         single: bool,
         spread: bool = False,
+        here_only: bool = False,
+        view: tuple[int, dict[int, Any]] | None = None,
     ) -> ReceivedBatch:
-        """Serve a subscriber's receive (see ReceiveSession)."""
-        session = self._sessions.get(reader_id)
-        if session is None:
-            raise SubscriberClosedError(f"subscriber {reader_id} is closed")
-        return await session.receive(stream, number, max_count, single, spread)
+        """Serve a subscriber's receive (see ReceiveSession).
+
+        ``view`` is a group member's (version, channel -> lease) as its handle
+        knows it; the session keeps the newest it has seen.
+        """
+        session = self._session(reader_id, view)
+        return await session.receive(stream, number, max_count, single, spread, here_only)
 
     def ping(self) -> int:
         """Cheap liveness probe; returns the channel number."""

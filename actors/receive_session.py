@@ -1,22 +1,32 @@
-"""A subscriber's receive session, hosted by one channel actor (its *home*).
+"""A subscriber's receive session at one channel actor (the session's *home*).
 
-Why a home: ``receive()`` must return the ObjectRef of ONE actor call that
+Why sessions: ``receive()`` must return the ObjectRef of ONE actor call that
 the subscriber's own process submits, yet complete when an element arrives
-on ANY channel the subscriber owns. So every receive of a subscriber goes to
-the same channel actor, which serves them one at a time in the order the
-subscriber numbered them (so futures complete in order per channel), takes
-from its own channel directly and from sibling channels by actor call, and
-when nothing is available waits on all of them at once.
+on ANY channel the subscriber owns. A subscriber sends each receive to one
+channel actor, which serves a stream of receives one at a time in the order
+the subscriber numbered them (so futures complete in order per channel). The
+session takes from its own channel in-process first, from sibling channels
+by actor call when its own has nothing, and when nothing is available
+anywhere waits on all of them at once: a sibling's wait is a *fetch*, a take
+that waits at the sibling until data comes and returns it ("take in watch"),
+so an element reaches a waiting receive in one hop from its channel.
+
+A receive can also be scoped to its home channel alone (``here_only``): an
+iteration reads every owned channel that way, directly and in parallel, so
+no element is relayed through another channel.
 
 The session holds no positions: each channel keeps the reader's cursor, so a
-receive that is cancelled, or a home that goes away, never leaves elements
-taken but unseen (a sibling take cut short by cancellation is handed back).
+receive that is cancelled, or a session that goes away, never leaves
+elements taken but unseen (a take or fetch whose elements no receive
+returns is handed back).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +42,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["ChannelLink", "CursorState", "ReceiveSession", "SessionSpec"]
 
 WATCH_TIMEOUT = 10.0
-"""Seconds a watch waits at a channel before it reports back unchanged."""
+"""Seconds a watch or fetch waits at a channel before it reports back."""
 
 _PARALLEL_SHARE = 250
 """Elements per channel below which a receive does not split over more channels."""
@@ -42,6 +52,8 @@ _SETTLE_POLL = 0.002
 
 _SETTLE_GAP = 5.0
 """Seconds a seek waits for an earlier receive that has not reached the session."""
+
+_NOT_OWNED = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +110,15 @@ class ChannelLink:
         """Deliver up to ``max_count`` elements from the reader's cursor (may be none)."""
         return self._call("take", reader_id, fence, max_count)
 
+    def fetch(self, reader_id: str, fence: Any, max_count: int, token: str) -> Awaitable[Any]:
+        """A take that first waits (up to WATCH_TIMEOUT) for data; ``stop_take(token)``
+        ends the wait early."""
+        return self._call("take", reader_id, fence, max_count, WATCH_TIMEOUT, token)
+
+    def stop_take(self, token: str) -> Awaitable[Any]:
+        """End the wait of the fetch ``token`` (it then takes what is there, maybe nothing)."""
+        return self._call("stop_take", token)
+
     def watch(self, reader_id: str, fence: Any, known: CursorState | None) -> Awaitable[Any]:
         """Wait until the cursor differs from ``known`` (data, commit, seek) or a timeout."""
         return self._call("watch", reader_id, fence, known, WATCH_TIMEOUT)
@@ -125,13 +146,20 @@ class ReceiveSession:
         spec: SessionSpec,
         links: Mapping[int, ChannelLink],
         owned: Mapping[int, Any],
+        home: int,
     ) -> None:
         self.spec = spec
+        self.home = home
         self._links = links
         self._owned: dict[int, Any] = dict(owned)  # channel -> fence (None: anonymous)
         self._view_version = -1
         self._known: dict[int, CursorState] = {}
         self._watchers: dict[int, asyncio.Task[None]] = {}
+        self._fetches: dict[int, tuple[str, asyncio.Future[Any]]] = {}  # channel -> (token, call)
+        # What fetches brought that no receive has returned yet: the next
+        # elements of their channels, handed out before anything else.
+        self._parked: list[Delivery] = []
+        self._tokens = (f"{uuid.uuid4().hex[:8]}-{n}" for n in itertools.count())
         self._wake = asyncio.Event()
         self._turns = Turns()
         self._next_channel = 0
@@ -149,10 +177,12 @@ class ReceiveSession:
         if version <= self._view_version:
             return
         self._view_version = version
-        self._owned = dict(owned)
+        before, self._owned = self._owned, dict(owned)
         for channel in list(self._known):
-            if channel not in self._owned:
-                del self._known[channel]
+            if self._owned.get(channel, _NOT_OWNED) != before.get(channel, _NOT_OWNED):
+                del self._known[channel]  # lost, or granted anew: its cursor moved
+        # A new view may come with a reset: what was parked may be from before it.
+        self._unpark()
         self._poke()
 
     def poke(self, channel: int | None = None) -> None:
@@ -191,57 +221,81 @@ class ReceiveSession:
         self._poke()
 
     def close(self) -> None:
-        """End the session: waiting receives complete empty, watchers stop."""
+        """End the session: waiting receives complete empty, watchers and fetches stop."""
         self.closed = True
         for task in self._watchers.values():
             task.cancel()
         self._watchers.clear()
+        self._end_fetches()
         self._poke()
 
     # -- receiving -----------------------------------------------------------
 
     async def receive(
-        self, stream: str, number: int, max_count: int, single: bool, spread: bool = False
+        self,
+        stream: str,
+        number: int,
+        max_count: int,
+        single: bool,
+        spread: bool = False,
+        here_only: bool = False,
     ) -> ReceivedBatch:
-        """Serve one receive: up to ``max_count`` elements from one owned channel,
-        or (``spread``, for iteration) from several channels at once."""
+        """Serve one receive: up to ``max_count`` elements from one owned channel
+        (this one first), or (``spread``) from several channels at once, or
+        (``here_only``) from this channel alone."""
         async with self._turns.turn(stream, number):
             self._started[stream] = number  # running while it is still the stream's turn
-            rechecked = False
-            if self._stale:
-                raise self._stale.pop(0)
-            while not self.closed:
-                room = self._room()
-                if room > 0:
-                    deliveries = await self._take_any(min(max_count, room), spread)
+            return await self._receive(stream, number, max_count, single, spread, here_only)
+
+    async def _receive(
+        self,
+        stream: str,
+        number: int,
+        max_count: int,
+        single: bool,
+        spread: bool,
+        here_only: bool,
+    ) -> ReceivedBatch:
+        rechecked = False
+        if self._stale:
+            raise self._stale.pop(0)
+        while not self.closed:
+            parked = self._use_parked(max_count) if not here_only else []
+            if parked:
+                return ReceivedBatch(parked, single)
+            room = self._room()
+            if room > 0:
+                deliveries = await self._take_any(
+                    min(max_count, room), spread, here_only, local_first=not single
+                )
+                if deliveries:
+                    return ReceivedBatch(deliveries, single)
+                if self._known_available(here_only):
+                    # A filter skipped everything read so far: read on, but
+                    # let the actor's other calls run in between.
+                    await asyncio.sleep(0)
+                    continue
+            if self.spec.complete_on_empty and not self._maybe_available(here_only):
+                if room > 0 and not rechecked:
+                    # What this session knows may be stale (no watcher keeps
+                    # it fresh between receives): look at every owned
+                    # channel once before answering "empty".
+                    rechecked = True
+                    deliveries = await self._take_from(
+                        self._scope(here_only), min(max_count, room), spread
+                    )
                     if deliveries:
                         return ReceivedBatch(deliveries, single)
-                    if self._known_available():
-                        # A filter skipped everything read so far: read on, but
-                        # let the actor's other calls run in between.
-                        await asyncio.sleep(0)
-                        continue
-                if self.spec.complete_on_empty and not self._maybe_available():
-                    if room > 0 and not rechecked:
-                        # What this session knows may be stale (no watcher keeps
-                        # it fresh between receives): look at every owned
-                        # channel once before answering "empty".
-                        rechecked = True
-                        deliveries = await self._take_from(
-                            sorted(self._owned), min(max_count, room), spread
-                        )
-                        if deliveries:
-                            return ReceivedBatch(deliveries, single)
-                        continue
-                    break
-                if number <= self._interrupted.get(stream, -1):
-                    break  # abandoned by its handle: nothing to wait for
-                self._waiting[stream] = number
-                try:
-                    await self._wait_for_change(window_full=room <= 0)
-                finally:
-                    self._waiting.pop(stream, None)
-            return ReceivedBatch((), single)
+                    continue
+                break
+            if number <= self._interrupted.get(stream, -1):
+                break  # abandoned by its handle: nothing to wait for
+            self._waiting[stream] = number
+            try:
+                await self._wait_for_change(room, min(max_count, room), here_only)
+            finally:
+                self._waiting.pop(stream, None)
+        return ReceivedBatch((), single)
 
     async def settle(self, stream: str, upto: int) -> None:
         """Return once every receive of ``stream`` numbered up to ``upto`` has finished,
@@ -252,6 +306,8 @@ class ReceiveSession:
         """
         loop = asyncio.get_running_loop()
         absent_since = None
+        # What fetches took before the seek must not be handed out after it.
+        await self._end_fetches_and_wait()
         while not self.closed:
             turn = self._turns.expected(stream)
             if turn > upto or self._waiting.get(stream) == turn:
@@ -273,36 +329,48 @@ class ReceiveSession:
         )
         return window - unacked
 
-    def _known_available(self) -> bool:
-        return any(
-            channel in self._known and self._known[channel].available for channel in self._owned
-        )
+    def _scope(self, here_only: bool) -> list[int]:
+        """The owned channels a receive may read: this one first."""
+        if here_only:
+            return [self.home] if self.home in self._owned else []
+        others = sorted(c for c in self._owned if c != self.home)
+        return [self.home, *others] if self.home in self._owned else others
 
-    def _maybe_available(self) -> bool:
-        return any(
-            channel not in self._known or self._known[channel].available for channel in self._owned
-        )
+    def _known_available(self, here_only: bool = False) -> bool:
+        known = self._known
+        return any(c in known and known[c].available for c in self._scope(here_only))
 
-    async def _take_any(self, max_count: int, spread: bool) -> list[Delivery]:
-        """Take from the owned channels that may have data, next in turn first.
+    def _maybe_available(self, here_only: bool = False) -> bool:
+        known = self._known
+        return any(c not in known or known[c].available for c in self._scope(here_only))
 
-        A receive takes from one channel. A large ``spread`` receive (an
-        iteration's) takes from several channels at once, each up to its share
-        of ``max_count`` (never more in total, so nothing is taken that this
-        receive does not return): a relayed batch from one sibling does not
-        hold up the others.
+    async def _take_any(
+        self, max_count: int, spread: bool, here_only: bool, local_first: bool
+    ) -> list[Delivery]:
+        """Take from the owned channels that may have data, next in turn first (so
+        no channel starves), or (``local_first``) this channel first when it may
+        have data: a batch is sent where its handle expects data.
+
+        A receive takes from one channel. A large ``spread`` receive takes from
+        several channels at once, each up to its share of ``max_count`` (never
+        more in total, so nothing is taken that this receive does not return):
+        a relayed batch from one sibling does not hold up the others.
         """
-        channels = sorted(self._owned)
-        count = len(channels)
-        candidates = []
-        for step in range(count):
-            channel = channels[(self._next_channel + step) % count]
-            known = self._known.get(channel)
-            if known is None or known.available:
-                candidates.append(channel)
+        scope = self._scope(here_only)
+        known = self._known
+        # A channel with a fetch out is read by that fetch (it takes the channel's
+        # next elements whenever they come): a take beside it could overtake it.
+        candidates = [
+            c for c in scope if (c not in known or known[c].available) and c not in self._fetches
+        ]
         if not candidates:
             return []
-        self._next_channel = (channels.index(candidates[0]) + 1) % count
+        if not (local_first and candidates[0] == self.home):
+            channels = sorted(scope)
+            turn = self._next_channel % len(channels)
+            rotation = channels[turn:] + channels[:turn]
+            candidates = [c for c in rotation if c in candidates]
+            self._next_channel = channels.index(candidates[0]) + 1
         return await self._take_from(candidates, max_count, spread)
 
     async def _take_from(
@@ -388,14 +456,18 @@ class ReceiveSession:
         except StaleSequenceError:
             self._known.pop(channel, None)
             raise
-        self._known[channel] = CursorState(
+        self._learn(delivery)
+        return delivery
+
+    def _learn(self, delivery: Delivery) -> None:
+        """Remember the cursor state a delivery reports."""
+        self._known[delivery.channel] = CursorState(
             delivery.next,
             delivery.committed,
             delivery.tail,
             delivery.jumps,
             unacked=delivery.unacked,
         )
-        return delivery
 
     async def _take_remote(self, link: ChannelLink, fence: Any, max_count: int) -> Delivery:
         call = asyncio.ensure_future(link.take(self.spec.reader_id, fence, max_count))
@@ -444,9 +516,13 @@ class ReceiveSession:
 
     # -- waiting -------------------------------------------------------------
 
-    async def _wait_for_change(self, window_full: bool) -> None:
+    async def _wait_for_change(self, room: int, want: int, here_only: bool) -> None:
+        """Wait until something may let a receive go on: data on an owned channel
+        (a fetch may bring it along), a commit that frees the window, a new view,
+        an interrupt or the close."""
         self._wake.clear()  # before looking: a poke from here on is not lost
-        for channel in list(self._owned):
+        window_full = room <= 0
+        for channel in self._scope(here_only):
             known = self._known.get(channel)
             if self._links[channel].local:
                 # Read in place, never "look again" for it: with the window full
@@ -456,14 +532,97 @@ class ReceiveSession:
                 if known is not None and known.available and not window_full:
                     return  # takeable now: look again
                 continue  # the home channel pokes this session on every change
-            if channel in self._watchers:
-                continue
             if known is not None and known.available and not window_full:
-                continue  # takeable now; no need to watch
-            self._watchers[channel] = asyncio.ensure_future(self._watch(channel, known))
-        if self.closed:
+                continue  # takeable now; no need to wait on it
+            if window_full or self.spec.window is not None:
+                # A window counts what fetches take: only watch, take on a change.
+                if channel not in self._watchers:
+                    self._watchers[channel] = asyncio.ensure_future(self._watch(channel, known))
+            elif channel not in self._fetches:
+                self._start_fetch(channel, want)
+        if self.closed or self._parked:
             return
         await self._wake.wait()
+
+    def _start_fetch(self, channel: int, want: int) -> None:
+        """Wait at a sibling for data and take it there ("take in watch")."""
+        token = next(self._tokens)
+        fence = self._owned.get(channel)
+        returning = list(self._returning)
+
+        async def fetch() -> Delivery:
+            if returning:  # a give-back still on its way must land before we take
+                await asyncio.wait(returning)
+            return await self._links[channel].fetch(self.spec.reader_id, fence, want, token)
+
+        call = asyncio.ensure_future(fetch())
+        self._fetches[channel] = (token, call)
+        call.add_done_callback(lambda done: self._fetch_done(channel, fence, done))
+
+    def _fetch_done(self, channel: int, fence: Any, call: asyncio.Future[Any]) -> None:
+        """A fetch came back: park what it brought for the next receive (the one
+        waiting now, usually)."""
+        entry = self._fetches.get(channel)
+        if entry is None or entry[1] is not call:
+            return  # ended by _end_fetches: it hands the elements back itself
+        del self._fetches[channel]
+        if call.cancelled():
+            return
+        error = call.exception()
+        if isinstance(error, NotOwnerError | SubscriberClosedError):
+            if self._owned.get(channel) == fence:
+                self._drop(channel)
+        elif isinstance(error, StaleSequenceError):
+            self._known.pop(channel, None)  # the next take reports it
+        elif error is not None:
+            logger.warning("fetch from channel %d failed: %s", channel, error)
+            self._known.pop(channel, None)
+        else:
+            delivery: Delivery = call.result()
+            if self._owned.get(channel) == fence:
+                self._learn(delivery)
+            if delivery.count:
+                if self._owned.get(channel) == fence:
+                    self._parked.append(delivery)
+                else:
+                    self._return_when_done(_done(delivery))
+        self._poke()
+
+    def _use_parked(self, max_count: int) -> list[Delivery]:
+        """Up to ``max_count`` parked elements, oldest first (a delivery larger than
+        what is left is split; its rest stays parked)."""
+        used: list[Delivery] = []
+        while self._parked and max_count > 0:
+            delivery = self._parked.pop(0)
+            if delivery.count > max_count:
+                delivery, rest = delivery.split(max_count)
+                self._parked.insert(0, rest)
+            used.append(delivery)
+            max_count -= delivery.count
+        return used
+
+    def _unpark(self) -> None:
+        """Give back every parked delivery (refused, and so dropped, where a seek
+        or reset moved the cursor since the fetch took it)."""
+        for delivery in self._parked:
+            self._return_when_done(_done(delivery))
+        self._parked = []
+
+    def _end_fetches(self) -> None:
+        """Stop the fetches still waiting and unpark: whatever they took is given back."""
+        for channel, (token, call) in list(self._fetches.items()):
+            del self._fetches[channel]
+            if not call.done():
+                stop = asyncio.ensure_future(self._links[channel].stop_take(token))
+                stop.add_done_callback(_log_failure)
+            self._return_when_done(call)
+        self._unpark()
+
+    async def _end_fetches_and_wait(self) -> None:
+        """:meth:`_end_fetches`, and wait until every give-back has landed."""
+        self._end_fetches()
+        if self._returning:
+            await asyncio.wait(list(self._returning))
 
     async def _watch(self, channel: int, known: CursorState | None) -> None:
         fence = self._owned.get(channel)
@@ -495,6 +654,13 @@ class ReceiveSession:
         self._wake.set()
 
 
+def _done(result: Any) -> asyncio.Future[Any]:
+    """A future that already holds ``result``."""
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(result)
+    return future
+
+
 def _log_failure(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        logger.warning("could not hand back a cancelled take: %s", task.exception())
+        logger.warning("could not hand back or stop a take: %s", task.exception())

@@ -42,7 +42,7 @@ __all__ = [
 
 # -- requests ----------------------------------------------------------------
 
-PACKED_METHODS = frozenset({"append", "receive", "take", "watch", "give_back"})
+PACKED_METHODS = frozenset({"append", "receive", "take", "stop_take", "watch", "give_back"})
 """The channel methods on the data path, called through ``ChannelActor.request``."""
 
 
@@ -151,6 +151,10 @@ class ReaderSpec:
     """cloudpickled ``value -> bool``, run in the channel."""
     converter: bytes | None = None
     """cloudpickled ``value -> value``, run in the channel."""
+    complete_on_empty: bool = False
+    """A receive with nothing to deliver completes with None / [] at once."""
+    window: int | None = None
+    """Most received-but-uncommitted elements, or None."""
 
 
 class Chunk(NamedTuple):
@@ -222,6 +226,34 @@ class Delivery:
             origin,
             unacked,
         )
+
+    def split(self, count: int) -> tuple[Delivery, Delivery]:
+        """The first ``count`` elements, and the rest (both keep ``next``: giving the
+        rest back moves the cursor back to the rest's first element)."""
+        head: list[Chunk] = []
+        rest: list[Chunk] = []
+        left = count
+        for chunk in self.chunks:
+            size = len(chunk.payload)
+            if left >= size:
+                head.append(chunk)
+            elif left <= 0:
+                rest.append(chunk)
+            else:
+                head.append(_slice_chunk(chunk, 0, left))
+                rest.append(_slice_chunk(chunk, left, size))
+            left -= size
+        fields = (self.jumps, self.next, self.tail, self.committed, self.origin, self.unacked)
+        return Delivery.pack(self.channel, head, *fields), Delivery.pack(
+            self.channel, rest, *fields
+        )
+
+
+def _slice_chunk(chunk: Chunk, start: int, stop: int) -> Chunk:
+    if chunk.sequences is None:
+        return Chunk(chunk.first + start, chunk.stamp, chunk.payload.slice(start, stop))
+    sequences = chunk.sequences[start:stop]
+    return Chunk(int(sequences[0]), chunk.stamp, chunk.payload.slice(start, stop), sequences)
 
 
 class ReceivedBatch:

@@ -1,15 +1,24 @@
 """Subscriber: the read side of a topic, anonymous or a member of a group.
 
 A subscriber registers itself as a *reader* on every channel (its filter and
-converter run there; an anonymous subscriber's cursor lives there) and opens
-a receive *session* at one channel actor, its home (see
-``raytopic.actors.receive_session``). ``receive()`` is one actor call to the home,
-submitted from this process, so the returned ObjectRef belongs to this
-process and survives the channel actor.
+converter run there; an anonymous subscriber's cursor lives there). Reading
+goes straight to the channels:
+
+- ``receive_batch()`` and ``receive()`` are ONE actor call each, submitted
+  from this process (so the ObjectRef belongs to this process and survives
+  the channel actor), to the channel the subscriber picks: the next owned
+  channel in turn for a batch, its *home* for a single element. That
+  channel's receive session takes from its own channel in-process, and only
+  when that one is empty from the others (see ``raytopic.actors.
+  receive_session``); receives sent while earlier ones are still out go to
+  the same channel, so they complete in order.
+- Iteration keeps a few receives in flight at EVERY owned channel at once,
+  each scoped to its channel: no element is relayed through another actor.
 
 A group member also joins the group at the topic's coordinator, which
 assigns it channels (with leases the channels check on every take and
-commit) and hears its heartbeats.
+commit); its view of the group is kept fresh by :mod:`raytopic.membership`,
+never by a call on the receive path.
 """
 
 from __future__ import annotations
@@ -22,29 +31,29 @@ import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import ray
 
-from raytopic.actors.cursors import Lease
-from raytopic.actors.receive_session import CursorState, SessionSpec
+from raytopic.actors.receive_session import CursorState
 from raytopic.actors.wire import ReaderSpec, pack_request
 from raytopic.config import Start, check_name, check_positive_int, check_timeout
-from raytopic.coordinator import notices
 from raytopic.errors import (
     GroupNotFoundError,
     InvalidTypeError,
     NotOwnerError,
-    StaleSequenceError,
     SubscriberClosedError,
     unwrap_ray_error,
 )
+from raytopic.membership import Heartbeats, Membership
 from raytopic.records import CommitResult, Element, OwnershipChange, Position
 from raytopic.resequencing import ResequencedElements
 
 if TYPE_CHECKING:
+    from raytopic.actors.cursors import Lease
     from raytopic.coordinator.groups import MemberView
     from raytopic.resequencer import Resequence, ResequencerStats
     from raytopic.topic import Topic
@@ -53,17 +62,30 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Subscriber"]
 
-_CHECK_INTERVAL = 0.005
-"""Seconds a group member trusts its view before a receive checks its group's version."""
-
 _TAIL = 1 << 62
 """A sequence past any tail: seeking there clamps to the tail."""
 
 ITERATION_BATCH = 4000
-"""Elements one prefetching receive asks for while iterating."""
+"""Elements an iteration asks for per round, over all the channels it reads."""
+
+ITERATION_SHARE = 1000
+"""Fewest elements one iteration receive asks of one channel."""
 
 ITERATION_DEPTH = 2
-"""Receives kept in flight while iterating."""
+"""Receives an iteration keeps in flight per channel."""
+
+_ITERATION_LOOK = 1.0
+"""Seconds an iteration waits for data before it looks at its view again."""
+
+
+@dataclass(slots=True)
+class _ChannelReads:
+    """The receives an iteration keeps in flight at one channel (its own stream)."""
+
+    stream: str
+    next_number: int = 0
+    refs: deque[Any] = field(default_factory=deque)
+    drained: bool = False  # with complete_on_empty: the channel answered "empty"
 
 
 class Subscriber:
@@ -124,81 +146,63 @@ class Subscriber:
                 start_latest,
                 cloudpickle.dumps(filter) if filter is not None else None,
                 cloudpickle.dumps(converter) if converter is not None else None,
+                complete_on_empty,
+                window,
             )
-            self._session_spec = SessionSpec(self._id, complete_on_empty, window)
         else:
             self._timeout = _attach["timeout"]
             self._id = _attach["id"]
             self._spec = _attach["spec"]
-            self._session_spec = _attach["session_spec"]
         self._listener = on_ownership_change
         self._resequence = resequence
         self._resequenced = (
             None if resequence is None else ResequencedElements(resequence, self._id[:8])
         )
-        self._stream = uuid.uuid4().hex[:12]  # this handle's numbering of receives
         self._lock = threading.RLock()
-        self._next_request = 0
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
-        self._jumps: dict[int, int] = {}
-        self._leases: dict[int, Lease] = {}
-        self._view_version = -1
-        self._generation = 0
-        self._last_check = 0.0
-        self._last_active = time.monotonic()  # last receive, for the heartbeat thread
-        self._reported_active = self._last_active
-        self._outstanding: deque[Any] = deque()
-        self._heartbeats: threading.Thread | None = None
-        self._stop_heartbeats = threading.Event()
-        self._prefetched: deque[Any] = deque()  # receive refs an iteration left over
+        # Receives: the user's go to one channel at a time (see _route), each
+        # channel numbering its stream of them; an iteration's have a stream
+        # per channel too.
+        self._stream_prefix = uuid.uuid4().hex[:12]
+        self._user_streams: dict[int, _ChannelReads] = {}
+        self._target: int | None = None
+        self._in_flight: deque[Any] = deque()  # the user's receives not seen done
+        self._turn = zlib.crc32(self._id.encode())  # where the next batch receive goes
+        # Iteration: direct receives per channel, or (window, resequence) spread ones.
+        self._reads: dict[int, _ChannelReads] = {}
+        self._spread: deque[Any] = deque()
         self._buffer: deque[Element] = deque()  # elements an iteration left over
-        channels = topic._channel_actors
+        # Group membership.
+        self._membership: Membership | None = None if self._group is None else Membership()
+        self._heartbeats: Heartbeats | None = None
+        self._jumps: dict[int, int] = {}  # anonymous: per channel, after our seeks
+        self._last_active = time.monotonic()  # last receive, for the heartbeats
+        self._outstanding: deque[Any] = deque()  # a member's receives, for the heartbeats
         if _attach is None:
-            self._register(channels)
-        else:
-            self._home_channel = _attach["home"]
-            self._home = channels[self._home_channel]
-            if self._group is not None:
-                self._sync(force=True)
+            self._register()
+        elif self._group is not None:
+            self._ask_coordinator(touch=True)  # the same member: learn its view
+            self._start_heartbeats()
 
     # -- set-up ----------------------------------------------------------------
 
-    def _register(self, channels: tuple[Any, ...]) -> None:
+    def _register(self) -> None:
         coordinator = self._topic._coordinator
         if self._group is not None:
             self._call(coordinator.ensure_group.remote(self._group, self._spec.start_latest))
-        self._call_all(actor.open_reader.remote(self._id, self._spec) for actor in channels)
-        if self._group is None:
-            self._home_channel = zlib.crc32(self._id.encode()) % len(channels)
-            self._home = channels[self._home_channel]
-            self._call(
-                self._home.open_session.remote(
-                    self._session_spec, dict.fromkeys(range(len(channels)))
-                )
+        actors = self._topic._channel_actors
+        self._call_all(actor.open_reader.remote(self._id, self._spec) for actor in actors)
+        if self._group is not None:
+            # Synchronous: the assignment is in force when this returns.
+            view: MemberView = self._call(
+                coordinator.join.remote(self._group, self._id, self._timeout)
             )
-            return
-        # Join first (synchronous: the assignment is in force when it returns),
-        # then host the session at a channel the member owns, if it owns any.
-        view: MemberView = self._call(
-            coordinator.join.remote(self._group, self._id, self._timeout, -1)
-        )
-        owned = sorted(view.leases)
-        self._home_channel = owned[0] if owned else zlib.crc32(self._id.encode()) % len(channels)
-        self._home = channels[self._home_channel]
-        self._call(self._home.open_session.remote(self._session_spec, dict(view.leases)))
-        self._call(coordinator.set_home.remote(self._group, self._id, self._home_channel))
-        self._apply_view(view, rejoined=False)
-        self._start_heartbeats()
+            self._apply_view(view)
+            self._start_heartbeats()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        state = {
-            "id": self._id,
-            "timeout": self._timeout,
-            "spec": self._spec,
-            "session_spec": self._session_spec,
-            "home": self._home_channel,
-        }
+        state = {"id": self._id, "timeout": self._timeout, "spec": self._spec}
         return (_attached_subscriber, (self._topic, self._group, state))
 
     # -- properties ---------------------------------------------------------------
@@ -225,14 +229,13 @@ class Subscriber:
 
     @property
     def channels(self) -> tuple[int, ...]:
-        """The channels this subscriber owns now (all, for an anonymous one)."""
+        """The channels this subscriber owns now (all, for an anonymous one).
+
+        A member answers from its view (kept fresh by its heartbeats); a
+        timed-out member owns nothing until its next receive or heartbeat.
+        """
         self._check_open()
-        if self._group is None:
-            return tuple(range(self.channel_count))
-        # Learn the current view, but do not rejoin: a timed-out member owns
-        # nothing until its next receive or heartbeat.
-        self._sync(force=True, rejoin=False)
-        return tuple(sorted(self._leases))
+        return self._owned()
 
     def is_owner(self, channel: int) -> bool:
         """Whether this subscriber owns ``channel`` now."""
@@ -248,6 +251,23 @@ class Subscriber:
     def is_active(self) -> bool:
         """False once closed."""
         return not self._closed
+
+    @property
+    def _home_channel(self) -> int:
+        """The channel a single ``receive()`` goes to: an owned one, fixed by this
+        subscriber's id while the view holds."""
+        owned = self._owned()
+        if not owned:
+            return self._turn % self.channel_count
+        return owned[self._turn % len(owned)]
+
+    def _owned(self) -> tuple[int, ...]:
+        membership = self._membership
+        if membership is None:
+            return tuple(range(self.channel_count))
+        if self._heartbeats is not None:
+            self._heartbeats.catch_up()
+        return membership.channels
 
     # -- receiving -----------------------------------------------------------------
 
@@ -284,6 +304,125 @@ class Subscriber:
             return ray.put(leftover)
         return self._receive(max_elements, single=False)
 
+    def _receive(self, count: int, single: bool, spread: bool = False) -> Any:
+        """One receive on the user's stream, at the channel :meth:`_route` picks."""
+        self._check_open()
+        view = self._before_receive()
+        with self._lock:
+            stream = self._route(single or spread or self._spec.window is not None)
+            number = stream.next_number
+            stream.next_number += 1
+            ref = self._topic._channel_actors[self._target].request.remote(  # type: ignore[index]
+                pack_request(
+                    "receive", self._id, stream.stream, number, count, single, spread, False, view
+                )
+            )
+            self._in_flight.append(ref)
+        if self._membership is not None:
+            self._outstanding.append(ref)
+        return ref
+
+    def _route(self, home: bool) -> _ChannelReads:
+        """With the lock held: pick the channel for the next user receive
+        (``self._target``); return its stream there.
+
+        While an earlier receive is out, the same channel (so receives complete
+        in order: one session serves them in turn). Otherwise the home for a
+        single receive (or with a window, which one session counts), the next
+        owned channel in turn for a batch: bulk reads go where the data is.
+        """
+        if self._target is not None and self._in_flight:
+            ready, _ = ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)
+            if len(ready) < len(self._in_flight):
+                return self._user_streams[self._target]
+            self._in_flight.clear()
+        if home:
+            target = self._home_channel
+        else:
+            owned = self._owned() or tuple(range(self.channel_count))
+            self._turn += 1
+            target = owned[self._turn % len(owned)]
+        self._target = target
+        return self._stream_at(self._user_streams, target, "u")
+
+    def _stream_at(
+        self, streams: dict[int, _ChannelReads], channel: int, kind: str
+    ) -> _ChannelReads:
+        reads = streams.get(channel)
+        if reads is None:
+            reads = streams[channel] = _ChannelReads(f"{self._stream_prefix}.{kind}{channel}")
+        return reads
+
+    def _before_receive(self) -> tuple[int, dict[int, Lease]] | None:
+        """A member's bookkeeping before a receive: record activity (for the
+        heartbeats), rejoin if it timed out; return the view the receive carries."""
+        membership = self._membership
+        if membership is None:
+            return None
+        self._last_active = time.monotonic()
+        self._rejoin_if_needed()
+        return membership.request_view()
+
+    def __iter__(self) -> Iterator[Element]:
+        """Iterate element by element, blocking; receives are prefetched in batches.
+
+        Ends when the subscriber closes, or (with ``complete_on_empty``) when
+        nothing is left. A StaleSequenceError is raised once and iteration can
+        go on.
+        """
+        return _Iteration(self)
+
+    # -- iteration's receives ---------------------------------------------------------
+
+    def _prefetch_direct(self) -> list[Any]:
+        """Keep ITERATION_DEPTH receives in flight at every owned channel (none once
+        closed); return the oldest one of each channel, the ones to wait on."""
+        owned = self._owned()
+        view = self._before_receive()
+        share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
+        actors = self._topic._channel_actors
+        heads = []
+        for channel in owned:
+            reads = self._stream_at(self._reads, channel, "i")
+            while not self._closed and not reads.drained and len(reads.refs) < ITERATION_DEPTH:
+                ref = actors[channel].request.remote(
+                    pack_request(
+                        "receive",
+                        self._id,
+                        reads.stream,
+                        reads.next_number,
+                        share,
+                        False,
+                        False,
+                        True,
+                        view,
+                    )
+                )
+                reads.next_number += 1
+                reads.refs.append(ref)
+                if self._membership is not None:
+                    self._outstanding.append(ref)
+        for reads in self._reads.values():
+            if reads.refs:
+                heads.append(reads.refs[0])
+        return heads
+
+    def _take_direct(self, ref: Any) -> list[Element]:
+        """The elements of a direct iteration receive (the oldest of its channel)."""
+        for reads in self._reads.values():
+            if reads.refs and reads.refs[0] == ref:
+                reads.refs.popleft()
+                elements = self._call(ref)
+                if not elements and self._spec.complete_on_empty:
+                    reads.drained = True
+                return elements
+        raise AssertionError("not the oldest receive of any channel")
+
+    def _prefetch_spread(self) -> None:
+        """With a window or a resequencer: ITERATION_DEPTH receives through one session."""
+        while not self._closed and len(self._spread) < ITERATION_DEPTH:
+            self._spread.append(self._receive(ITERATION_BATCH, single=False, spread=True))
+
     def _reclaim_iteration(self, count: int) -> list[Element]:
         """Elements an abandoned iteration prefetched come first, in order.
 
@@ -293,28 +432,47 @@ class Subscriber:
         The result is put in the object store by this process, so this process
         owns it.
         """
-        if self._prefetched:
-            pending = list(self._prefetched)
-            self._prefetched.clear()
-            with self._lock:
-                last = self._next_request - 1  # the iteration's receives are the latest
-            self._home.interrupt_receives.remote(self._id, self._stream, last)
-            first_error: BaseException | None = None
-            for ref in pending:  # read every one: a later batch holds taken elements
-                try:
-                    self._buffer.extend(self._call(ref) or ())
-                except SubscriberClosedError:
-                    pass
-                except Exception as error:
-                    first_error = first_error or error
-            if first_error is not None:
-                raise first_error
+        pending = self._interrupt_iteration()
+        first_error: BaseException | None = None
+        for ref in pending:  # read every one: a later batch holds taken elements
+            try:
+                self._buffer.extend(self._call(ref) or ())
+            except SubscriberClosedError:
+                pass
+            except Exception as error:
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
         taken: list[Element] = []
         while self._buffer and len(taken) < count:
             element = self._buffer.popleft()
             if not self._is_stale(element):
                 taken.append(element)
         return taken
+
+    def _interrupt_iteration(self) -> list[Any]:
+        """Tell every channel with iteration receives out to stop their waits;
+        return those receives, oldest first per channel."""
+        actors = self._topic._channel_actors
+        pending: list[Any] = []
+        for channel, reads in self._reads.items():
+            if reads.refs:
+                actors[channel].interrupt_receives.remote(
+                    self._id, reads.stream, reads.next_number - 1
+                )
+                pending.extend(reads.refs)
+                reads.refs.clear()
+        if self._spread:
+            with self._lock:
+                target = self._target
+                assert target is not None
+                stream = self._user_streams[target]
+            actors[target].interrupt_receives.remote(
+                self._id, stream.stream, stream.next_number - 1
+            )
+            pending.extend(self._spread)
+            self._spread.clear()
+        return pending
 
     def _pull_resequenced(self, count: int) -> list[Element]:
         """With ``resequence``: wait until the resequencer releases elements.
@@ -324,13 +482,13 @@ class Subscriber:
         submitted here, so ``receive()`` of a resequencing subscriber waits
         and returns a ref to what was released (put by this process).
         """
-        released, refs = self._resequenced, self._prefetched
+        released, refs = self._resequenced, self._spread
         assert released is not None
         while True:
             taken = released.take(count)
             if taken or self._closed:
                 return taken
-            self._prefetch()
+            self._prefetch_spread()
             ready, _ = ray.wait([refs[0]], timeout=released.poll_interval)
             if not ready:
                 taken = released.take(count, wait=released.poll_interval)
@@ -343,42 +501,12 @@ class Subscriber:
                 return []
             if elements:
                 released.feed(e for e in elements if not self._is_stale(e))
-            elif self._session_spec.complete_on_empty:
+            elif self._spec.complete_on_empty:
                 if not released.held:
                     return released.take(count)
                 taken = released.take(count, wait=released.poll_interval)
                 if taken:
                     return taken
-
-    def _prefetch(self) -> None:
-        """Keep ITERATION_DEPTH batch receives in flight (none once closed)."""
-        while not self._closed and len(self._prefetched) < ITERATION_DEPTH:
-            self._prefetched.append(self._receive(ITERATION_BATCH, single=False, spread=True))
-
-    def _receive(self, count: int, single: bool, spread: bool = False) -> Any:
-        self._check_open()
-        if self._group is not None:
-            # Heartbeat first: a timed-out member rejoins before its receive
-            # reaches its session, which would otherwise find no channels.
-            self._sync(force=False)
-        with self._lock:
-            number = self._next_request
-            self._next_request += 1
-        ref = self._home.request.remote(
-            pack_request("receive", self._id, self._stream, number, count, single, spread)
-        )
-        if self._group is not None:
-            self._outstanding.append(ref)
-        return ref
-
-    def __iter__(self) -> Iterator[Element]:
-        """Iterate element by element, blocking; receives are prefetched in batches.
-
-        Ends when the subscriber closes, or (with ``complete_on_empty``) when
-        nothing is left. A StaleSequenceError is raised once and iteration can
-        go on.
-        """
-        return _Iteration(self)
 
     # -- positions -----------------------------------------------------------------
 
@@ -425,19 +553,24 @@ class Subscriber:
         self, channel: int, target: int | float, commit: bool, by_time: bool = False
     ) -> Position:
         fence = self._fence(channel, required=True)
-        actor = self._topic._channel_actors[channel]
+        actors = self._topic._channel_actors
         with self._lock:
-            last = self._next_request - 1
-        if last >= 0:
+            at = self._target
+            stream = None if at is None else self._user_streams[at]
+        if stream is not None and stream.next_number:
             # Receives sent before the seek complete before it takes effect
             # (unless they wait for data: those see the new position).
-            self._call(self._home.settle_receives.remote(self._id, self._stream, last))
-        sequence, jumps = self._call(actor.seek.remote(self._id, fence, target, by_time, commit))
+            self._call(
+                actors[at].settle_receives.remote(self._id, stream.stream, stream.next_number - 1)
+            )
+        position, jumps = self._call(
+            actors[channel].seek.remote(self._id, fence, target, by_time, commit)
+        )
         with self._lock:
-            # What an iteration prefetched before the seek carries an older
-            # jump count and is dropped (see _is_stale).
-            self._jumps[channel] = max(jumps, self._jumps.get(channel, 0))
-        return self._topic.position(channel, sequence)
+            # What an iteration prefetched before the seek carries a lower jump
+            # count and is dropped (see _is_stale).
+            self._jumps_of()[channel] = max(jumps, self._jumps_of().get(channel, 0))
+        return self._topic.position(channel, position)
 
     def _pick(self, channels: tuple[int, ...]) -> list[int]:
         self._check_open()
@@ -471,9 +604,10 @@ class Subscriber:
         return sum(max(0, s.tail - s.next + 1) for s in states.values())
 
     def _states(self) -> dict[int, CursorState]:
+        """The cursor of every owned channel, read at the channels (one call each)."""
         self._check_open()
         actors = self._topic._channel_actors
-        owned = self.channels
+        owned = self._owned()
         refs = [actors[c].cursor_state.remote(self._id, self._fence(c)) for c in owned]
         states = {}
         for channel, ref in zip(owned, refs, strict=True):
@@ -510,165 +644,125 @@ class Subscriber:
     # -- membership ----------------------------------------------------------------
 
     def heartbeat(self) -> None:
-        """Tell the group this member is alive (a no-op for anonymous subscribers)."""
+        """Tell the group this member is alive (a no-op for anonymous subscribers).
+
+        A member that timed out rejoins here, with a new generation.
+        """
         self._check_open()
-        if self._group is not None:
-            self._sync(force=True)
+        if self._membership is not None:
+            self._ask_coordinator(touch=True)
+            self._rejoin_if_needed()
 
     def _fence(
         self, channel: int, *, required: bool = False, refresh: bool = False
     ) -> Lease | None:
         """This member's lease on ``channel``; not known here: ask the coordinator
-        (the session may already read a channel the handle has not heard of)."""
-        if self._group is None:
+        (a channel may be ours before the heartbeats have told us)."""
+        membership = self._membership
+        if membership is None:
             return None
-        lease = self._leases.get(channel)
+        self._owned()  # applies news that has arrived
+        lease = membership.leases.get(channel)
         if lease is None and (required or refresh):
-            self._sync(force=True, rejoin=False)
-            lease = self._leases.get(channel)
+            self._ask_coordinator(touch=False)
+            lease = membership.leases.get(channel)
             if lease is None and required:
                 raise NotOwnerError(f"channel {channel} is not owned by this subscriber")
         return lease
 
-    def _sync(self, *, force: bool, rejoin: bool = True) -> None:
-        """Learn the current view; with ``force``, also heartbeat.
+    def _ask_coordinator(self, touch: bool) -> None:
+        """Read this member's view at the coordinator now (and report it alive)."""
+        assert self._membership is not None and self._group is not None
+        coordinator = self._topic._coordinator
+        try:
+            view = self._call(
+                coordinator.heartbeat.remote(self._group, self._id, self._membership.version, touch)
+            )
+        except GroupNotFoundError as error:
+            raise SubscriberClosedError(f"group {self._group!r} was destroyed") from error
+        self._apply_view(view)
 
-        Unforced (every receive): records activity for the heartbeat thread
-        and reads the group's published version (see coordinator.notices);
-        only when it moved does it ask the coordinator. With ``rejoin=False``
-        it only reads the view: no heartbeat, and a timed-out member learns it
-        lost its channels but does not rejoin.
-        """
-        if self._closed or self._group is None:
+    def _rejoin_if_needed(self, force: bool = False) -> None:
+        """Join again after a timeout (a new generation; it resumes after the commits)."""
+        membership = self._membership
+        assert membership is not None and self._group is not None
+        self._owned()  # applies news that has arrived
+        if not (force or membership.timed_out):
             return
-        now = time.monotonic()
-        if not force:
-            self._last_active = now
-            if now - self._last_check < _CHECK_INTERVAL:
-                return
-            self._last_check = now
-            try:
-                version = notices.read_version(self._topic.namespace, self._topic.name, self._group)
-            except Exception:
-                version = None
-            if version is not None and version == self._view_version:
-                return
-        self._call_coordinator(rejoin, idle=0.0)
-
-    def _call_coordinator(self, rejoin: bool, idle: float) -> None:
-        """Heartbeat (unless ``rejoin`` is False) and apply the view it returns."""
         coordinator = self._topic._coordinator
         with self._lock:
+            if not (force or membership.timed_out):
+                return
             try:
-                view = self._call(
-                    coordinator.heartbeat.remote(
-                        self._group, self._id, self._view_version, rejoin, idle
-                    )
-                )
+                view = self._call(coordinator.join.remote(self._group, self._id, self._timeout))
             except GroupNotFoundError as error:
                 raise SubscriberClosedError(f"group {self._group!r} was destroyed") from error
-            if view is None:
-                # Timed out: the channels are gone; rejoin with a new generation.
-                self._apply_lost()
-                if not rejoin:
-                    return
-                view = self._call(
-                    coordinator.join.remote(
-                        self._group, self._id, self._timeout, self._home_channel
-                    )
-                )
-                self._apply_view(view, rejoined=True)
-            elif view.version != self._view_version:
-                self._apply_view(view, rejoined=False)
+            self._apply_view(view, rejoined=True)
 
-    def _apply_lost(self) -> None:
-        lost = frozenset(self._leases)
-        if not lost:
-            return  # told already (or it owned nothing)
-        self._leases = {}
-        self._notify(OwnershipChange(frozenset(), frozenset(), lost, frozenset()))
-
-    def _apply_view(self, view: MemberView, *, rejoined: bool) -> None:
+    def _apply_view(self, view: MemberView | None, *, rejoined: bool = False) -> None:
+        """Adopt a view from the coordinator (None: this member timed out)."""
+        membership = self._membership
+        assert membership is not None
         with self._lock:
-            first = self._view_version < 0
-            old = set(self._leases)
-            new = set(view.leases)
-            self._leases = dict(view.leases)
-            self._view_version = view.version
-            self._generation = view.generation
-            for channel, jumps in view.jumps.items():
-                if jumps > self._jumps.get(channel, 0):
-                    self._jumps[channel] = jumps
-            if rejoined or not first:
-                # Tell the home at once, so a waiting receive reads the new channels.
-                self._home.update_session.remote(self._id, view.version, dict(view.leases))
-        if first or old != new:
-            self._notify(
-                OwnershipChange(
-                    frozenset(new - old),
-                    frozenset(old - new),
-                    frozenset(),
-                    frozenset(new),
-                )
+            if self._closed:
+                return  # a poll answered after close() (it left): nothing to tell
+            change = (
+                membership.lose() if view is None else membership.apply(view, rejoined=rejoined)
             )
+            if change is not None:
+                self._notify(change)
 
     def _notify(self, change: OwnershipChange) -> None:
         if self._listener is None:
-            return
-        if not (change.assigned or change.revoked or change.lost) and change.channels:
             return
         try:
             self._listener(change)
         except Exception:
             logger.exception("on_ownership_change listener failed")
 
+    def _jumps_of(self) -> dict[int, int]:
+        return self._jumps if self._membership is None else self._membership.jumps
+
     def _is_stale(self, element: Element) -> bool:
-        return element._origin.jumps < self._jumps.get(element.channel, 0)
+        return element._origin.jumps < self._jumps_of().get(element.channel, 0)
 
     def _start_heartbeats(self) -> None:
-        self._heartbeats = threading.Thread(
-            target=self._heartbeat_while_waiting,
+        membership = self._membership
+        assert membership is not None and self._group is not None
+        coordinator, group, member = self._topic._coordinator, self._group, self._id
+
+        def poll(version: int, touch: bool, idle: float, wait: float) -> Any:
+            return coordinator.heartbeat.remote(group, member, version, touch, idle, wait)
+
+        self._heartbeats = Heartbeats(
             name=f"raytopic-heartbeat-{self._id[:8]}",
-            daemon=True,
+            interval=max(0.05, self._timeout / 4),
+            poll=poll,
+            activity=self._activity,
+            timeout=self._timeout,
+            apply=self._apply_view,
+            version=lambda: membership.version,
+            timed_out=lambda: membership.timed_out,
         )
         self._heartbeats.start()
 
-    def _heartbeat_while_waiting(self) -> None:
-        """Background: a member is alive while it receives (the last receive is
-        reported with how long ago it was) and while one of its receives waits."""
-        interval = max(0.05, self._timeout / 4)
-        while not self._stop_heartbeats.wait(interval):
-            waiting = self._receives_waiting()
-            if waiting is None:
-                return  # Ray was shut down in this process: nothing to keep alive
-            active = self._last_active
-            if not waiting and active == self._reported_active:
-                continue  # nothing happened since the last report: let it time out
-            self._reported_active = active
-            idle = 0.0 if waiting else time.monotonic() - active
-            if idle >= self._timeout:
-                continue  # it did time out: its next receive rejoins, not this thread
-            try:
-                self._call_coordinator(rejoin=True, idle=idle)
-            except Exception as error:
-                logger.warning("heartbeat failed: %s", error)
-
-    def _receives_waiting(self) -> bool | None:
-        """Whether a receive of this member waits for data (None: Ray is down)."""
+    def _activity(self) -> tuple[float, bool] | None:
+        """(time of the last receive, whether a receive waits for data now); None
+        when Ray is down in this process."""
         pending = list(self._outstanding)
         if not pending:
-            return False
+            return self._last_active, False
         try:
             ready, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
         except Exception as error:
             if not ray.is_initialized():
                 return None
             logger.warning("heartbeat: could not check waiting receives: %s", error)
-            return False
+            return self._last_active, False
         for ref in ready:
             with contextlib.suppress(ValueError):
                 self._outstanding.remove(ref)
-        return bool(waiting)
+        return self._last_active, bool(waiting)
 
     # -- closing -------------------------------------------------------------------
 
@@ -679,13 +773,14 @@ class Subscriber:
         self._on_close.append(action)
 
     def close(self) -> None:
-        """Leave the group (if any), end the session, complete waiting receives with
+        """Leave the group (if any), end the sessions, complete waiting receives with
         None. Idempotent; every on_close action runs even if one raises."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._stop_heartbeats.set()
+        if self._heartbeats is not None:
+            self._heartbeats.stop()
         if self._resequenced is not None:
             self._resequenced.close()
         actors = self._topic._channel_actors
@@ -730,46 +825,78 @@ class Subscriber:
 
 
 class _Iteration:
-    """Blocking iteration with a few batch receives in flight."""
+    """Blocking iteration: receives in flight at every owned channel at once."""
 
     def __init__(self, subscriber: Subscriber) -> None:
         self._subscriber = subscriber
+        for reads in subscriber._reads.values():
+            reads.drained = False  # a new iteration looks again
 
     def __iter__(self) -> _Iteration:
         return self
 
     def __next__(self) -> Element:
         subscriber = self._subscriber
-        buffer, refs = subscriber._buffer, subscriber._prefetched
+        buffer = subscriber._buffer
         if subscriber._resequenced is not None:
             if not buffer:
                 buffer.extend(subscriber._pull_resequenced(ITERATION_BATCH))
             if not buffer:
                 raise StopIteration
             return buffer.popleft()
-        # A group member learns of resets here too (rate-limited), so what it
-        # prefetched before a reset is dropped instead of handed out.
-        subscriber._sync(force=False)
         while True:
             while buffer:
                 element = buffer.popleft()
-                if not subscriber._is_stale(element):
+                if not subscriber._jumps_of() or not subscriber._is_stale(element):
                     return element
-            if subscriber._closed and not refs:
+            elements = self._next_batch()
+            if elements is None:
                 raise StopIteration
-            subscriber._prefetch()
-            ref = refs.popleft()
-            try:
-                elements = subscriber._call(ref)
-            except SubscriberClosedError:
-                raise StopIteration from None
-            except StaleSequenceError:
-                raise
-            if not elements:
-                if subscriber._closed or subscriber._session_spec.complete_on_empty:
-                    raise StopIteration
-                continue
             buffer.extend(elements)
+
+    def _next_batch(self) -> list[Element] | None:
+        """The next received batch (maybe empty); None when the iteration ends."""
+        subscriber = self._subscriber
+        if subscriber._spec.window is not None:
+            return self._next_spread_batch()
+        if subscriber._closed:
+            pending = subscriber._interrupt_iteration()
+            return self._drain(pending)
+        heads = subscriber._prefetch_direct()
+        if not heads:
+            if subscriber._spec.complete_on_empty:
+                return None  # every owned channel said "empty" (or none is owned)
+            time.sleep(0.05)  # owns nothing: wait for an assignment
+            return []
+        ready, _ = ray.wait(heads, num_returns=1, timeout=_ITERATION_LOOK)
+        if not ready:
+            return []  # look at the view again
+        try:
+            return subscriber._take_direct(ready[0])
+        except SubscriberClosedError:
+            return None
+
+    def _next_spread_batch(self) -> list[Element] | None:
+        subscriber = self._subscriber
+        refs = subscriber._spread
+        if subscriber._closed and not refs:
+            return None
+        subscriber._prefetch_spread()
+        try:
+            elements = subscriber._call(refs.popleft())
+        except SubscriberClosedError:
+            return None
+        if not elements and (subscriber._closed or subscriber._spec.complete_on_empty):
+            return None
+        return elements
+
+    def _drain(self, pending: list[Any]) -> list[Element] | None:
+        """After close: what the interrupted receives still bring, then the end."""
+        elements: list[Element] = []
+        for ref in pending:
+            with contextlib.suppress(SubscriberClosedError):
+                elements.extend(self._subscriber._call(ref) or ())
+        return elements or None
 
 
 def _start_latest(start: str | None, group: str | None) -> bool:

@@ -6,6 +6,12 @@ keeps the topic's configuration, and runs its subscriber groups: membership
 assignment with leases pushed to the channels before a join returns, group
 resets (fenced, all or nothing), and ``describe``.
 
+Members learn of a change to their group's view without asking on their
+data path: every view change is pushed to every channel (so the receive
+sessions they host read the new channels at once), and each member keeps
+one ``heartbeat`` call waiting here that returns as soon as its group's
+view changes (a long poll; see ``raytopic.membership``).
+
 Background work is one named coroutine, ``_expire_members``, started on the
 first join and stopped by ``shutdown``.
 """
@@ -22,8 +28,8 @@ import ray
 
 from raytopic.actors.channel import channel_actor_class
 from raytopic.config import TopicConfig
-from raytopic.coordinator import notices
 from raytopic.coordinator.groups import Group, MemberView, Rebalance
+from raytopic.coordinator.view_polls import ViewPolls
 from raytopic.errors import (
     GroupNotFoundError,
     InvalidArgumentError,
@@ -37,6 +43,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["CoordinatorActor", "TopicInfo"]
 
 _ACTOR_CREATION_TIMEOUT = 30.0
+
+_CATCH_UP_TIMEOUT = 1.0
+"""Seconds a membership change waits for the members it concerns to hear of it
+(a member that died meanwhile never does)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +74,7 @@ class CoordinatorActor:
         self._identities: list[dict[str, Any]] = []
         self._groups: dict[str, Group] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._homes: dict[str, int] = {}  # member id -> channel hosting its session
+        self._polls = ViewPolls()
         self._started = asyncio.Event()
         self._starting = False
         self._expiry_task: asyncio.Task[None] | None = None
@@ -123,8 +133,6 @@ class CoordinatorActor:
         for handle in self._channels:
             ray.kill(handle, no_restart=True)
         self._channels = []
-        for group in self._groups:
-            notices.forget_group(self._config.namespace, self._config.name, group)
 
     # -- groups ------------------------------------------------------------------
 
@@ -154,32 +162,20 @@ class CoordinatorActor:
             if self._groups.pop(group, None) is None:
                 raise GroupNotFoundError(f"group {group!r} does not exist")
             await asyncio.gather(*(handle.destroy_group.remote(group) for handle in self._channels))
-            # Members find out on their next receive (their view version moved).
-            self._publish(group, -1)
+            # Members waiting on a view hear that the group is gone.
+            self._polls.changed(group)
+            self._polls.forget(group)
 
-    async def join(self, group: str, member_id: str, timeout: float, home: int = -1) -> MemberView:
-        """Add a member (or rejoin one); returns once its assignment is in force.
-
-        ``home`` is the channel hosting the member's receive session (-1: not
-        open yet; see ``set_home``).
-        """
+    async def join(self, group: str, member_id: str, timeout: float) -> MemberView:
+        """Add a member (or rejoin one); returns once its assignment is in force."""
         async with self._lock(group):
             state = self._group(group)
-            change = state.join(member_id, timeout, home, time.monotonic())
-            if home >= 0:
-                self._homes[member_id] = home
+            change = state.join(member_id, timeout, time.monotonic())
             await self._apply(state, change)
             view = state.view(member_id)
         self._ensure_expiry_task()
         assert view is not None
         return view
-
-    async def set_home(self, group: str, member_id: str, home: int) -> None:
-        """Record where a member's session lives, and bring it up to date."""
-        async with self._lock(group):
-            state = self._group(group)
-            self._homes[member_id] = home
-            await self._push_views(state, (member_id,))
 
     async def leave(self, group: str, member_id: str) -> None:
         """A member closed: its channels go to the others."""
@@ -190,34 +186,37 @@ class CoordinatorActor:
             change = state.leave(member_id)
             if change is not None:
                 await self._apply(state, change)
-            self._homes.pop(member_id, None)
+            self._polls.forget(group, member_id)
 
-    def heartbeat(
+    async def heartbeat(
         self,
         group: str,
         member_id: str,
         known_version: int,
         touch: bool = True,
         idle: float = 0.0,
+        wait: float = 0.0,
     ) -> MemberView | None:
         """Keep a member alive; return its view.
 
         Returns None when the member is no longer one (timed out): it must rejoin.
         With ``touch=False`` only the view is read (a ``channels`` read is no
         sign of life). ``idle``: seconds since the member's last receive, when
-        its handle reports that from a background thread.
+        its handle reports that from a background thread. ``wait``: if the
+        view is still ``known_version``, wait up to that many seconds for it
+        to change before answering (the member's long poll).
         """
-        state = self._groups.get(group)
-        if state is None:
-            raise GroupNotFoundError(f"group {group!r} does not exist")
+        state = self._group(group)
         now = time.monotonic() - max(0.0, idle)
         alive = state.touch(member_id, now) if touch else member_id in state.members
-        if not alive:
-            return None
+        if alive and wait > 0:
+            await self._polls.wait(group, member_id, known_version, state.version, wait)
+            state = self._group(group)  # GroupNotFoundError if destroyed meanwhile
         return state.view(member_id)
 
     async def _apply(self, state: Group, change: Rebalance) -> None:
-        """Push new leases to the channels, then new views to the members' homes."""
+        """Push new leases to the channels, then the new views (to every channel
+        and to the members' long polls)."""
         if change.grants:
             await asyncio.gather(
                 *(
@@ -236,22 +235,29 @@ class CoordinatorActor:
                 },
             )
         await self._push_views(state, change.members)
-        self._publish(state.name, state.version)
 
     async def _push_views(self, state: Group, members: tuple[str, ...]) -> None:
-        pushes = []
-        for member_id in members:
-            home = self._homes.get(member_id)
-            if home is None:
-                continue
-            leases = state.channels_of(member_id) if member_id in state.members else {}
-            pushes.append(
-                self._channels[home].update_session.remote(member_id, state.version, leases)
+        """Tell every channel the new views of ``members`` (any channel may host a
+        receive session of theirs), then wake the members' long polls."""
+        views = {
+            member_id: state.channels_of(member_id) if member_id in state.members else {}
+            for member_id in members
+        }
+        if views:
+            results = await asyncio.gather(
+                *(
+                    handle.update_views.remote(state.name, state.version, views)
+                    for handle in self._channels
+                ),
+                return_exceptions=True,
             )
-        results = await asyncio.gather(*pushes, return_exceptions=True)
-        for result in results:
-            if isinstance(result, Exception):
-                logger.warning("could not update a member's session: %s", result)
+            for result in results:
+                if isinstance(result, Exception):
+                    logger.warning("could not update members' sessions: %s", result)
+        polled = self._polls.changed(state.name)
+        await self._polls.caught_up(
+            state.name, polled & set(members) & set(state.members), state.version, _CATCH_UP_TIMEOUT
+        )
 
     def _ensure_expiry_task(self) -> None:
         if self._expiry_task is None or self._expiry_task.done():
@@ -283,8 +289,6 @@ class CoordinatorActor:
                         await self._apply(state, change)
                     except Exception:
                         logger.exception("rebalance after a timeout failed")
-                    for member_id in expired:
-                        self._homes.pop(member_id, None)
 
     # -- reset -------------------------------------------------------------------
 
@@ -343,18 +347,23 @@ class CoordinatorActor:
             state.jumps[channel] = cursor[state.name]["jumps"]
         state.version += 1
         await self._push_views(state, tuple(state.members))
-        self._publish(state.name, state.version)
         logger.info("group %s of %s reset: %s", state.name, self._config.name, positions)
         return positions
 
     # -- describe ----------------------------------------------------------------
 
     async def describe(self) -> dict[str, Any]:
-        """Channels' figures and groups' membership, in one snapshot per channel."""
+        """Channels' figures and groups' membership, in one snapshot per channel.
+
+        A membership change still under way (its members not yet told) is
+        waited for: what describe shows, the members have heard of.
+        """
         channels = await asyncio.gather(*(handle.describe.remote() for handle in self._channels))
-        now = time.monotonic()
         groups = {}
         for name, state in sorted(self._groups.items()):
+            async with self._lock(name):
+                pass  # a rebalance or reset of this group in flight finishes first
+            now = time.monotonic()
             groups[name] = {
                 "generation": state.generation,
                 "members": {
@@ -370,13 +379,6 @@ class CoordinatorActor:
         return {"config": self._config, "channels": list(channels), "groups": groups}
 
     # -- helpers -------------------------------------------------------------------
-
-    def _publish(self, group: str, version: int) -> None:
-        """Let members see cheaply that their group's view changed (see notices)."""
-        try:
-            notices.publish_version(self._config.namespace, self._config.name, group, version)
-        except Exception as error:  # members then learn it from their heartbeats
-            logger.warning("could not publish the version of group %s: %s", group, error)
 
     def _group(self, group: str) -> Group:
         state = self._groups.get(group)

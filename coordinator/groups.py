@@ -25,7 +25,6 @@ class Member:
     member_id: str
     generation: int
     timeout: float
-    home: int
     last_seen: float
 
 
@@ -47,12 +46,12 @@ class MemberView:
 
 @dataclass(frozen=True, slots=True)
 class Rebalance:
-    """What a membership change requires of the channels and the members' homes."""
+    """What a membership change requires of the channels and the members' sessions."""
 
     grants: dict[int, Lease | None]
     """Channels whose owner changed, with the new lease (None: nobody)."""
     members: tuple[str, ...]
-    """Members whose set of channels changed (their homes must hear of it)."""
+    """Members whose set of channels changed (their receive sessions must hear of it)."""
 
 
 @dataclass(slots=True)
@@ -94,7 +93,7 @@ class Group:
             dict(self.jumps),
         )
 
-    def join(self, member_id: str, timeout: float, home: int, now: float) -> Rebalance:
+    def join(self, member_id: str, timeout: float, now: float) -> Rebalance:
         """Add a member (a member already present rejoins with a new generation)."""
         self.members.pop(member_id, None)
         if any(lease and lease.member_id == member_id for lease in self.leases.values()):
@@ -104,7 +103,7 @@ class Group:
                 for channel, lease in self.leases.items()
             }
         self.generation += 1
-        self.members[member_id] = Member(member_id, self.generation, timeout, home, now)
+        self.members[member_id] = Member(member_id, self.generation, timeout, now)
         return self._rebalance(extra_changed=(member_id,))
 
     def leave(self, member_id: str) -> Rebalance | None:

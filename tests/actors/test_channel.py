@@ -18,7 +18,7 @@ from raytopic.actors.channel import (
 )
 from raytopic.actors.cursors import Lease
 from raytopic.actors.payloads import PickledValues
-from raytopic.actors.receive_session import ChannelLink, ReceiveSession, SessionSpec
+from raytopic.actors.receive_session import ChannelLink, ReceiveSession
 from raytopic.actors.wire import ReaderSpec
 from raytopic.config import Overflow, TopicConfig
 from raytopic.errors import StaleSequenceError
@@ -51,11 +51,13 @@ def _wired(config: TopicConfig, reply_delay: float = 0.0) -> list[ChannelActor]:
     return channels
 
 
-def _group_member(channels: list[ChannelActor], granted: list[ChannelActor]) -> None:
+def _group_member(
+    channels: list[ChannelActor], granted: list[ChannelActor], window: int | None = None
+) -> None:
     """Member "m" of group "g" on every channel, holding the lease on ``granted``."""
     for channel in channels:
         channel.ensure_group("g", False)
-        channel.open_reader("m", ReaderSpec("g", False))
+        channel.open_reader("m", ReaderSpec("g", False, window=window))
         if channel in granted:
             channel.grant("g", MEMBER)
 
@@ -65,10 +67,14 @@ def _anonymous_pair(
 ) -> tuple[ChannelActor, ChannelActor]:
     """Home channel 0 and sibling 1 in-process, hosting anonymous reader "a"."""
     home, sibling = _wired(config, reply_delay)
-    spec = ReaderSpec(None, False, filter=None if keep is None else cloudpickle.dumps(keep))
+    spec = ReaderSpec(
+        None,
+        False,
+        filter=None if keep is None else cloudpickle.dumps(keep),
+        complete_on_empty=True,
+    )
     for channel in (home, sibling):
         channel.open_reader("a", spec)
-    home.open_session(SessionSpec("a", True, None), {0: None, 1: None})
     return home, sibling
 
 
@@ -84,9 +90,9 @@ async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, Re
     """Home channel 0 and sibling 1, both in-process; a group member whose window
     of 3 is filled by channel 1 alone."""
     home, sibling = _wired(TWO_CHANNELS)
-    _group_member([home, sibling], granted=[home, sibling] if home_owned else [sibling])
+    _group_member([home, sibling], [home, sibling] if home_owned else [sibling], window=3)
     owned = {0: MEMBER, 1: MEMBER} if home_owned else {1: MEMBER}
-    home.open_session(SessionSpec("m", False, 3), owned)
+    home._session("m", (1, owned))
     await sibling.append("publisher", 0, "block", 1.0, False, _payloads(range(3)))
     received = await home.receive("m", "s", 0, 3, False)
     assert sum(d.count for d in received.deliveries) == 3
@@ -141,7 +147,7 @@ def _home_goes_to_another_member(home: ChannelActor) -> None:
 def _home_is_newly_assigned(home: ChannelActor) -> None:
     lease = Lease("m", 2)
     home.grant("g", lease)
-    home.update_session("m", 5, {0: lease, 1: MEMBER})
+    home.update_views("g", 5, {"m": {0: lease, 1: MEMBER}})
 
 
 @pytest.mark.parametrize(
@@ -170,8 +176,9 @@ def test_a_filtered_reader_with_a_window_is_not_held_by_the_misses() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         keep = cloudpickle.dumps(lambda value: value >= 100)
-        channel.open_reader("r", ReaderSpec(None, False, filter=keep))
-        channel.open_session(SessionSpec("r", True, 5), {0: None})
+        channel.open_reader(
+            "r", ReaderSpec(None, False, filter=keep, complete_on_empty=True, window=5)
+        )
         await channel.append("publisher", 0, "block", 1.0, False, _payloads(range(20)))
         nothing = await channel.receive("r", "s", 0, 1, True)
         assert [d.count for d in nothing.deliveries] == []
@@ -211,10 +218,10 @@ def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> No
         _group_member([home, sibling], granted=[home, sibling])
         for channel in (home, sibling):
             await channel.append("p", 0, "block", 1.0, False, _payloads(range(600)))
-        home.open_session(SessionSpec("m", False, None), {0: MEMBER, 1: MEMBER})
+        home._session("m", (1, {0: MEMBER, 1: MEMBER}))
         sibling.grant("g", Lease("other", 2))  # the rebalance, then the view ...
         receiving = asyncio.ensure_future(home.receive("m", "s", 0, 4000, False, True))
-        asyncio.get_running_loop().call_soon(home.update_session, "m", 5, {0: MEMBER})
+        asyncio.get_running_loop().call_soon(home.update_views, "g", 5, {"m": {0: MEMBER}})
         assert _values(await receiving) == [(0, 0, 600)]  # ... lands mid-receive
 
     asyncio.run(main())
@@ -280,7 +287,6 @@ def test_an_iteration_receive_never_takes_more_than_asked() -> None:
         for channel in channels:
             channel.open_reader("a", ReaderSpec(None, False))
             await channel.append("p", 0, "block", 1.0, False, _payloads(range(1000)))
-        home.open_session(SessionSpec("a", False, None), {c: None for c in range(4)})
         batch = await home.receive("a", "s", 0, 1001, False, True)
         assert sum(count for _, _, count in _values(batch)) == 1001
 

@@ -12,7 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from raytopic.actors.payloads import ArrowRows, PickledValues, dumps_value, fast_dumps
+from raytopic.actors.payloads import (
+    OUT_OF_BAND_MIN,
+    ArrowRows,
+    PickledValues,
+    dumps_value,
+    fast_dumps,
+)
 from raytopic.errors import InvalidTypeError
 
 
@@ -131,18 +137,23 @@ def test_pickled_values_decode_slice_and_take() -> None:
 
 
 def test_a_slice_travels_as_its_own_bytes_in_band_or_out_of_band() -> None:
-    run = PickledValues.from_values([os.urandom(1000) for _ in range(50)])
+    run = PickledValues.from_values([os.urandom(1000) for _ in range(500)])
     piece = run.slice(10, 12)
     for protocol in (4, 5):
         data = pickle.dumps(piece, protocol=protocol)
-        assert len(data) < 2500  # two values, not fifty
+        assert len(data) < 2500  # two values, not five hundred
         assert pickle.loads(data).decode() == piece.decode()
+    # Small payloads stay in the message (Ray inlines them); large ones leave it.
     buffers: list[pickle.PickleBuffer] = []
-    data = pickle.dumps(piece, protocol=5, buffer_callback=buffers.append)
-    assert len(buffers) >= 1 and sum(memoryview(b).nbytes for b in buffers) >= 2000
-    assert len(data) < 1000  # the values left the message: out of band
+    pickle.dumps(piece, protocol=5, buffer_callback=buffers.append)
+    assert buffers == []
+    large = run.slice(0, 200)
+    assert large.nbytes >= OUT_OF_BAND_MIN
+    data = pickle.dumps(large, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 1 and memoryview(buffers[0]).nbytes == large.nbytes
+    assert len(data) < 5000  # the values left the message: out of band
     back = pickle.loads(data, buffers=buffers)
-    assert back.decode() == piece.decode()
+    assert back.decode() == large.decode()
     assert type(back.owned().buffer) is bytes  # a channel keeps its own copy
 
 
@@ -195,6 +206,7 @@ def test_an_arrow_slice_travels_as_ipc_of_its_rows_only() -> None:
     ipc = piece.to_ipc()
     assert ArrowRows.from_ipc(ipc).decode() == piece.decode()
     buffers: list[pickle.PickleBuffer] = []
-    out_of_band = pickle.dumps(piece, protocol=5, buffer_callback=buffers.append)
+    wide = ArrowRows(big).slice(0, 50_000)
+    out_of_band = pickle.dumps(wide, protocol=5, buffer_callback=buffers.append)
     assert buffers and len(out_of_band) < 500
-    assert pickle.loads(out_of_band, buffers=buffers).decode() == piece.decode()
+    assert pickle.loads(out_of_band, buffers=buffers).decode() == wide.decode()

@@ -30,19 +30,19 @@ def test_a_new_group_has_no_members_and_no_owners() -> None:
 
 def test_the_first_member_gets_every_channel_under_a_new_generation() -> None:
     group = Group("g", 4)
-    rebalance = group.join("a", timeout=30.0, home=2, now=100.0)
+    rebalance = group.join("a", timeout=30.0, now=100.0)
     lease = Lease("a", 1)
     assert rebalance == Rebalance({0: lease, 1: lease, 2: lease, 3: lease}, ("a",))
     assert (group.generation, group.version) == (1, 1)
     member = group.members["a"]
-    assert (member.generation, member.timeout, member.home, member.last_seen) == (1, 30.0, 2, 100.0)
+    assert (member.generation, member.timeout, member.last_seen) == (1, 30.0, 100.0)
     assert group.view("a") == MemberView("a", 1, 1, {0: lease, 1: lease, 2: lease, 3: lease}, {})
 
 
 def test_a_join_moves_only_the_newcomers_channels_under_new_leases() -> None:
     group = Group("g", 4)
-    group.join("a", 30.0, 0, 0.0)
-    rebalance = group.join("b", 30.0, 1, 1.0)
+    group.join("a", 30.0, 0.0)
+    rebalance = group.join("b", 30.0, 1.0)
     assert group.generation == 2
     assert rebalance.grants == {2: Lease("b", 2), 3: Lease("b", 2)}
     assert rebalance.members == ("a", "b")
@@ -54,8 +54,8 @@ def test_a_join_moves_only_the_newcomers_channels_under_new_leases() -> None:
 
 def test_a_leave_hands_over_only_the_leavers_channels() -> None:
     group = Group("g", 4)
-    group.join("a", 30.0, 0, 0.0)
-    group.join("b", 30.0, 1, 0.0)
+    group.join("a", 30.0, 0.0)
+    group.join("b", 30.0, 0.0)
     rebalance = group.leave("b")
     assert rebalance == Rebalance({2: Lease("a", 3), 3: Lease("a", 3)}, ("a", "b"))
     assert group.generation == 3
@@ -70,7 +70,7 @@ def test_a_leave_hands_over_only_the_leavers_channels() -> None:
 
 def test_the_last_leave_leaves_every_channel_unowned() -> None:
     group = Group("g", 2)
-    group.join("a", 30.0, 0, 0.0)
+    group.join("a", 30.0, 0.0)
     assert group.leave("a") == Rebalance({0: None, 1: None}, ("a",))
     assert owners(group) == {0: None, 1: None}
     assert group.generation == 2
@@ -78,7 +78,7 @@ def test_the_last_leave_leaves_every_channel_unowned() -> None:
 
 def test_leaving_when_not_a_member_changes_nothing() -> None:
     group = Group("g", 2)
-    group.join("a", 30.0, 0, 0.0)
+    group.join("a", 30.0, 0.0)
     assert group.leave("zz") is None
     assert (group.generation, group.version) == (1, 1)
     assert group.leave("a") is not None
@@ -88,22 +88,22 @@ def test_leaving_when_not_a_member_changes_nothing() -> None:
 
 def test_a_rejoining_member_never_keeps_an_old_lease() -> None:
     group = Group("g", 4)
-    group.join("a", 30.0, 0, 0.0)
-    group.join("b", 30.0, 0, 0.0)
-    rebalance = group.join("a", 60.0, 3, 5.0)  # rejoin: new generation, new leases
+    group.join("a", 30.0, 0.0)
+    group.join("b", 30.0, 0.0)
+    rebalance = group.join("a", 60.0, 5.0)  # rejoin: new generation, new leases
     assert group.generation == 3
     assert rebalance.grants == {0: Lease("a", 3), 1: Lease("a", 3)}
     assert rebalance.members == ("a",)
     assert group.channels_of("a") == {0: Lease("a", 3), 1: Lease("a", 3)}
     assert group.channels_of("b") == {2: Lease("b", 2), 3: Lease("b", 2)}
     member = group.members["a"]
-    assert (member.generation, member.timeout, member.home, member.last_seen) == (3, 60.0, 3, 5.0)
+    assert (member.generation, member.timeout, member.last_seen) == (3, 60.0, 5.0)
 
 
 def test_a_member_beyond_the_channel_count_owns_nothing_but_hears_of_its_join() -> None:
     group = Group("g", 1)
-    group.join("a", 30.0, 0, 0.0)
-    rebalance = group.join("b", 30.0, 0, 0.0)
+    group.join("a", 30.0, 0.0)
+    rebalance = group.join("b", 30.0, 0.0)
     assert rebalance == Rebalance({}, ("b",))
     assert group.view("b") == MemberView("b", 2, 2, {}, {})
     assert group.channels_of("a") == {0: Lease("a", 1)}
@@ -111,7 +111,7 @@ def test_a_member_beyond_the_channel_count_owns_nothing_but_hears_of_its_join() 
 
 def test_touch_records_a_heartbeat_of_members_only() -> None:
     group = Group("g", 2)
-    group.join("a", 10.0, 0, 0.0)
+    group.join("a", 10.0, 0.0)
     assert group.touch("a", 7.5) is True
     assert group.members["a"].last_seen == 7.5
     assert group.touch("b", 7.5) is False
@@ -120,9 +120,9 @@ def test_touch_records_a_heartbeat_of_members_only() -> None:
 
 def test_expire_removes_members_silent_longer_than_their_timeout() -> None:
     group = Group("g", 4)
-    group.join("a", 10.0, 0, 0.0)
-    group.join("b", 10.0, 0, 0.0)
-    group.join("c", 100.0, 0, 0.0)
+    group.join("a", 10.0, 0.0)
+    group.join("b", 10.0, 0.0)
+    group.join("c", 100.0, 0.0)
     group.touch("b", 5.0)
     assert group.expire(10.0) == ([], None)  # exactly the timeout: still alive
     assert group.generation == 3
@@ -147,7 +147,7 @@ def test_expire_removes_members_silent_longer_than_their_timeout() -> None:
 def test_expire_of_several_members_at_once_bumps_the_generation_once() -> None:
     group = Group("g", 3)
     for member in ("a", "b", "c"):
-        group.join(member, 1.0, 0, 0.0)
+        group.join(member, 1.0, 0.0)
     expired, rebalance = group.expire(2.0)
     assert sorted(expired) == ["a", "b", "c"]
     assert group.generation == 4
@@ -156,7 +156,7 @@ def test_expire_of_several_members_at_once_bumps_the_generation_once() -> None:
 
 def test_view_jumps_are_a_copy_of_the_groups_reset_jumps() -> None:
     group = Group("g", 2)
-    group.join("a", 30.0, 0, 0.0)
+    group.join("a", 30.0, 0.0)
     group.jumps[1] = 7
     view = group.view("a")
     assert view.jumps == {1: 7}
@@ -192,7 +192,7 @@ def test_membership_changes_keep_leases_fenced_and_balanced(
         rebalance: Rebalance | None = None
         involved: set[str] = set()
         if op == "join":
-            rebalance = group.join(str(arg), timeout=10.0, home=0, now=now)
+            rebalance = group.join(str(arg), timeout=10.0, now=now)
             involved = {str(arg)}
         elif op == "leave":
             was_member = arg in group.members

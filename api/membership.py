@@ -1,0 +1,208 @@
+"""A group member's knowledge of its group, and the thread that keeps it fresh.
+
+:class:`Membership` is pure (no Ray): the member's view (channels and their
+leases, the view version, its generation, the reset jump counts) and the
+rule that turns one view into the next as an :class:`OwnershipChange`.
+
+:class:`Heartbeats` is its thin shell: one background thread that keeps a
+``heartbeat`` call waiting at the coordinator (a long poll). The call reports
+the member alive when it received since the last report (or a receive of it
+waits for data), and it returns as soon as the group's view changes. So a
+member learns of a rebalance, a reset or its own timeout within a round
+trip, and its receives never ask the coordinator anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from raytopic.errors import GroupNotFoundError, unwrap_ray_error
+from raytopic.records import OwnershipChange
+
+if TYPE_CHECKING:
+    from raytopic.actors.cursors import Lease
+    from raytopic.coordinator.groups import MemberView
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Heartbeats", "Membership"]
+
+
+@dataclass(slots=True)
+class Membership:
+    """What a member knows of its group's view. No Ray.
+
+    **Ordering**: views apply in version order; an older one is ignored.
+    """
+
+    leases: dict[int, Lease] = field(default_factory=dict)
+    """The channels owned now, with the lease of each."""
+    version: int = -1
+    """Version of the group view these come from (-1: none yet)."""
+    generation: int = 0
+    """This member's generation in the group."""
+    jumps: dict[int, int] = field(default_factory=dict)
+    """Per channel, the cursor jump count after the latest reset or seek: what was
+    received before carries a lower count and is dropped if still unhanded."""
+    timed_out: bool = False
+    """The group dropped this member (it stopped heartbeating); it rejoins next."""
+
+    @property
+    def channels(self) -> tuple[int, ...]:
+        """The channels owned now."""
+        return tuple(sorted(self.leases))
+
+    def request_view(self) -> tuple[int, dict[int, Lease]]:
+        """(version, leases) as a receive carries them to a channel's session."""
+        return self.version, dict(self.leases)
+
+    def apply(self, view: MemberView, *, rejoined: bool = False) -> OwnershipChange | None:
+        """Adopt ``view``; return what changed for the listener (None: nothing to tell).
+
+        The first view is told even when it assigns nothing, so a listener
+        always hears where a member starts.
+        """
+        if view.version < self.version and not rejoined:
+            return None
+        first = self.version < 0
+        old, new = set(self.leases), set(view.leases)
+        self.leases = dict(view.leases)
+        self.version = view.version
+        self.generation = view.generation
+        self.timed_out = False
+        self.seen_jumps(view.jumps)
+        if not (first or old != new):
+            return None
+        change = OwnershipChange(
+            frozenset(new - old), frozenset(old - new), frozenset(), frozenset(new)
+        )
+        return change if first or change.assigned or change.revoked else None
+
+    def lose(self) -> OwnershipChange | None:
+        """The group timed this member out: it owns nothing until it rejoins."""
+        self.timed_out = True
+        lost = frozenset(self.leases)
+        if not lost:
+            return None  # told already, or it owned nothing
+        self.leases = {}
+        return OwnershipChange(frozenset(), frozenset(), lost, frozenset())
+
+    def seen_jumps(self, jumps: dict[int, int]) -> None:
+        """Raise the per-channel jump counts (never lower them)."""
+        for channel, count in jumps.items():
+            if count > self.jumps.get(channel, 0):
+                self.jumps[channel] = count
+
+
+class Heartbeats:
+    """The thread that keeps a member's view fresh and reports it alive.
+
+    Started by the subscriber when it joins, stopped by ``close()``. Between
+    polls nothing runs: a member that neither receives nor waits is not
+    reported, so the group times it out after its ``timeout``.
+
+    Args:
+        name: The thread's name.
+        interval: Seconds a poll waits at the coordinator at most.
+        poll: ``(known_version, touch, idle, wait) -> ObjectRef[MemberView | None]``.
+        activity: ``() -> (last receive time, a receive waits now)``; None
+            when Ray is down in this process.
+        timeout: The member's timeout: an idle member is not reported past it.
+        apply: Applies a poll's answer (called with the lock of the member).
+        version: ``() -> the view version known now``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        interval: float,
+        poll: Callable[[int, bool, float, float], Any],
+        activity: Callable[[], tuple[float, bool] | None],
+        timeout: float,
+        apply: Callable[[MemberView | None], None],
+        version: Callable[[], int],
+        timed_out: Callable[[], bool],
+    ) -> None:
+        self._interval = interval
+        self._poll = poll
+        self._activity = activity
+        self._timeout = timeout
+        self._apply = apply
+        self._version = version
+        self._timed_out = timed_out
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._pending: Future[Any] | None = None
+        self._reported = 0.0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start polling."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop polling (the poll in flight is left to end on its own)."""
+        self._stop.set()
+
+    def catch_up(self) -> None:
+        """Apply the answer of the poll in flight if it has come (cheap: no call)."""
+        pending = self._pending
+        if pending is not None and pending.done():
+            self._settle(pending)
+
+    def _settle(self, pending: Future[Any]) -> bool:
+        """Apply a poll's answer (once); False if the poll failed."""
+        import ray.exceptions
+
+        with self._lock:
+            if self._pending is not pending:
+                return True  # applied already
+            self._pending = None
+        try:
+            with unwrap_ray_error():
+                view = pending.result()
+        except (GroupNotFoundError, ray.exceptions.ActorDiedError):
+            self._stop.set()  # the group or the topic is gone: nothing to keep alive
+            return False
+        except Exception as error:
+            logger.warning("heartbeat failed: %s", error)
+            return False
+        self._apply(view)
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            activity = self._activity()
+            if activity is None:
+                return  # Ray was shut down in this process: nothing to keep alive
+            if self._timed_out():
+                self._stop.wait(self._interval)  # the next receive or heartbeat rejoins
+                continue
+            last_active, waiting = activity
+            idle = 0.0 if waiting else time.monotonic() - last_active
+            # A member is alive while it receives or one of its receives waits;
+            # past its timeout it is not reported: the group times it out.
+            touch = (waiting or last_active != self._reported) and idle < self._timeout
+            if touch:
+                self._reported = last_active
+            try:
+                pending: Future[Any] = self._poll(
+                    self._version(), touch, idle, self._interval
+                ).future()
+            except Exception as error:
+                logger.warning("heartbeat failed: %s", error)
+                self._stop.wait(self._interval)
+                continue
+            with self._lock:
+                self._pending = pending
+            with contextlib.suppress(Exception):  # _settle reports it
+                pending.result(timeout=self._interval + 30.0)
+            if not self._settle(pending):
+                self._stop.wait(self._interval)  # do not hammer a failing coordinator
