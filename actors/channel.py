@@ -88,11 +88,13 @@ class _Reader:
     cursor: Cursor | None  # anonymous readers only; members use their group's
     filter: Callable[[Any], bool] | None = None
     converter: Callable[[Any], Any] | None = None
+    resequence: Any = None
 
     @property
     def session_spec(self) -> SessionSpec:
         """How its receive sessions behave."""
-        return SessionSpec(self.reader_id, self.spec.complete_on_empty, self.spec.window)
+        spec = self.spec
+        return SessionSpec(self.reader_id, spec.complete_on_empty, spec.window, self.resequence)
 
 
 @dataclass(slots=True)
@@ -439,6 +441,7 @@ class ChannelActor:
                 cursor,
                 cloudpickle.loads(spec.filter) if spec.filter else None,
                 cloudpickle.loads(spec.converter) if spec.converter else None,
+                cloudpickle.loads(spec.resequence) if spec.resequence else None,
             )
             self._readers[reader_id] = reader
         return self._state(self._cursor_of(reader, None, check=False))
@@ -769,6 +772,11 @@ class ChannelActor:
             session = self._sessions.get(member_id)
             if session is not None:
                 session.update_view(version, leases)
+
+    def resequencer_stats(self, reader_id: str) -> Any:
+        """The resequencer counts of the reader's session here (None: none)."""
+        session = self._sessions.get(reader_id)
+        return None if session is None else session.resequencer_stats
 
     def interrupt_receives(self, reader_id: str, stream: str, upto: int) -> None:
         """A handle abandons its receives of ``stream`` numbered up to ``upto``: they

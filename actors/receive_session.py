@@ -24,6 +24,7 @@ returns is handed back).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import uuid
@@ -36,6 +37,7 @@ import ray
 from raytopic.actors.turns import Turns
 from raytopic.actors.wire import Delivery, ReceivedBatch
 from raytopic.errors import NotOwnerError, StaleSequenceError, SubscriberClosedError, TopicError
+from raytopic.resequencer import Resequence, ResequencedStream, ResequencerStats
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,9 @@ _SETTLE_GAP = 5.0
 """Seconds a seek waits for an earlier receive that has not reached the session."""
 
 _NOT_OWNED = object()
+
+RESEQUENCE_PULL = 4000
+"""Elements a resequencing session takes at once to feed its resequencer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,8 @@ class SessionSpec:
     """A receive with nothing to deliver completes with None / [] at once."""
     window: int | None
     """Most received-but-uncommitted elements, or None."""
+    resequence: Resequence | None = None
+    """Release what this session receives in sequence order (see ``_resequenced``)."""
 
 
 class ChannelLink:
@@ -160,6 +167,14 @@ class ReceiveSession:
         # elements of their channels, handed out before anything else.
         self._parked: list[Delivery] = []
         self._tokens = (f"{uuid.uuid4().hex[:8]}-{n}" for n in itertools.count())
+        self._resequenced: ResequencedStream | None = None
+        if spec.resequence is not None:
+            loop = asyncio.get_running_loop()
+            self._resequenced = ResequencedStream(
+                spec.resequence,
+                spec.reader_id[:8],
+                on_ready=lambda: loop.call_soon_threadsafe(self._poke),
+            )
         self._wake = asyncio.Event()
         self._turns = Turns()
         self._next_channel = 0
@@ -227,7 +242,14 @@ class ReceiveSession:
             task.cancel()
         self._watchers.clear()
         self._end_fetches()
+        if self._resequenced is not None:
+            self._resequenced.close()
         self._poke()
+
+    @property
+    def resequencer_stats(self) -> ResequencerStats | None:
+        """With ``resequence``: released, gaps, late and held counts; else None."""
+        return None if self._resequenced is None else self._resequenced.stats
 
     # -- receiving -----------------------------------------------------------
 
@@ -245,7 +267,44 @@ class ReceiveSession:
         (``here_only``) from this channel alone."""
         async with self._turns.turn(stream, number):
             self._started[stream] = number  # running while it is still the stream's turn
+            if self._resequenced is not None and not here_only:
+                return await self._receive_resequenced(stream, number, max_count, single)
             return await self._receive(stream, number, max_count, single, spread, here_only)
+
+    async def _receive_resequenced(
+        self, stream: str, number: int, max_count: int, single: bool
+    ) -> ReceivedBatch:
+        """A receive of a resequencing subscriber: what the resequencer releases.
+
+        It takes from the owned channels (as much as there is), feeds the
+        resequencer, and returns once something is released: at once when
+        elements come in order, after the hold window past a gap. With
+        ``complete_on_empty`` it returns empty once the channels are empty
+        and nothing is held.
+        """
+        resequenced = self._resequenced
+        assert resequenced is not None
+        while not self.closed:
+            released = resequenced.take(1 if single else max_count)
+            if released:
+                return ReceivedBatch(released, single)
+            if number <= self._interrupted.get(stream, -1):
+                break
+            pulled = await self._receive(
+                stream, number, RESEQUENCE_PULL, False, True, False, until=lambda: resequenced.ready
+            )
+            if pulled.deliveries:
+                resequenced.feed(
+                    pair for delivery in pulled.deliveries for pair in delivery.one_by_one()
+                )
+            elif self.spec.complete_on_empty and not resequenced.ready:
+                if not resequenced.held:
+                    break
+                # Only the hold window can release what is held now.
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), resequenced.poll_interval)
+        return ReceivedBatch((), single)
 
     async def _receive(
         self,
@@ -255,11 +314,12 @@ class ReceiveSession:
         single: bool,
         spread: bool,
         here_only: bool,
+        until: Callable[[], bool] | None = None,
     ) -> ReceivedBatch:
         rechecked = False
         if self._stale:
             raise self._stale.pop(0)
-        while not self.closed:
+        while not self.closed and not (until is not None and until()):
             parked = self._use_parked(max_count) if not here_only else []
             if parked:
                 return ReceivedBatch(parked, single)
@@ -617,6 +677,7 @@ class ReceiveSession:
                 stop.add_done_callback(_log_failure)
             self._return_when_done(call)
         self._unpark()
+        self._poke()  # a receive still waiting starts new fetches (after the give-backs)
 
     async def _end_fetches_and_wait(self) -> None:
         """:meth:`_end_fetches`, and wait until every give-back has landed."""

@@ -15,7 +15,7 @@ filter or converter runs.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -155,6 +155,8 @@ class ReaderSpec:
     """A receive with nothing to deliver completes with None / [] at once."""
     window: int | None = None
     """Most received-but-uncommitted elements, or None."""
+    resequence: bytes | None = None
+    """cloudpickled ``raytopic.Resequence``: its home session releases in order."""
 
 
 class Chunk(NamedTuple):
@@ -226,6 +228,14 @@ class Delivery:
             origin,
             unacked,
         )
+
+    def one_by_one(self) -> Iterator[tuple[Any, Delivery]]:
+        """Each element as (its decoded value, a delivery of it alone)."""
+        fields = (self.jumps, self.next, self.tail, self.committed, self.origin, self.unacked)
+        for chunk in self.chunks:
+            for index, value in enumerate(chunk.payload.decode()):
+                alone = _slice_chunk(chunk, index, index + 1)
+                yield value, Delivery.pack(self.channel, [alone], *fields)
 
     def split(self, count: int) -> tuple[Delivery, Delivery]:
         """The first ``count`` elements, and the rest (both keep ``next``: giving the

@@ -1,8 +1,10 @@
 """Release out-of-order messages in sequence order, per correlation id.
 
 :class:`Resequencer` is pure Python (no Ray): it is used standalone, inside
-:class:`raytopic.actors.resequencer.ResequencerActor` when many producers feed
-one stream, and by subscribers given ``resequence=``:class:`Resequence`.
+:class:`raytopic.resequencer_actor.ResequencerActor` when many producers feed
+one stream, and (through :class:`ResequencedStream`) by the receive session
+of a subscriber given ``resequence=``:class:`Resequence`, inside its home
+channel actor.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from raytopic.errors import InvalidArgumentError, InvalidTypeError
+from raytopic.errors import InvalidArgumentError, InvalidTypeError, TopicError
 
-__all__ = ["Resequence", "Resequencer", "ResequencerStats"]
+__all__ = ["Resequence", "ResequencedStream", "Resequencer", "ResequencerStats"]
 
 logger = logging.getLogger(__name__)
 
@@ -540,3 +542,84 @@ def _check_correlation_id(correlation_id: object) -> None:
         raise InvalidTypeError(
             f"correlation_id must be hashable, got {type(correlation_id).__name__}"
         ) from None
+
+
+class ResequencedStream:
+    """A :class:`Resequence` option applied to received items: in, out in order.
+
+    Items go in with the value they carry (``feed``), come out in sequence
+    order per correlation id (``take``). Timeout releases come from a sweeper
+    thread, started here and stopped by :meth:`close`; ``on_ready`` is called
+    (from any thread) whenever something was released.
+
+    **Delivery**: a value without a usable sequence number cannot be ordered;
+    it is released as it came rather than lost.
+    """
+
+    def __init__(self, option: Resequence, name: str, on_ready: Callable[[], None]) -> None:
+        if not isinstance(option, Resequence):
+            raise InvalidTypeError(
+                f"resequence must be a raytopic.Resequence, got {type(option).__name__}"
+            )
+        self._option = option
+        self._on_ready = on_ready
+        self._released: deque[Any] = deque()
+        self._lock = threading.Lock()
+        # Sweep often enough that a timeout release is not late by much.
+        self.poll_interval = max(0.005, min(option.timeout_ms / 4000, 0.25))
+        self._resequencer = Resequencer(
+            name,
+            timeout_ms=option.timeout_ms,
+            capacity=option.capacity,
+            reap_interval_ms=max(1, int(self.poll_interval * 1000)),
+            start=option.start,
+            on_release=self._release,
+        )
+        self._sweeper = threading.Thread(
+            target=self._resequencer.start, name=f"raytopic-resequencer-{name}", daemon=True
+        )
+        self._sweeper.start()
+
+    def _release(self, seq: int, item: Any, correlation: Hashable | None) -> None:
+        with self._lock:
+            self._released.append(item)
+        self._on_ready()
+
+    def feed(self, pairs: Iterable[tuple[Any, Any]]) -> None:
+        """Hand over received ``(value, item)`` pairs."""
+        option = self._option
+        for value, item in pairs:
+            try:
+                correlation = option.correlation(value) if option.correlation else None
+                self._resequencer.accept(option.seq(value), item, correlation)
+            except (TopicError, TypeError, KeyError, IndexError, AttributeError) as error:
+                logger.warning("no usable sequence number (%s); released unordered", error)
+                self._release(-1, item, None)
+
+    @property
+    def stats(self) -> ResequencerStats:
+        """Released, gaps, late and held counts so far."""
+        return self._resequencer.stats
+
+    @property
+    def held(self) -> int:
+        """Items waiting for a predecessor."""
+        return self._resequencer.stats.held
+
+    @property
+    def ready(self) -> bool:
+        """Whether released items wait to be taken."""
+        return bool(self._released)
+
+    def take(self, count: int) -> list[Any]:
+        """Up to ``count`` released items, in release order."""
+        with self._lock:
+            taken = []
+            while self._released and len(taken) < count:
+                taken.append(self._released.popleft())
+            return taken
+
+    def close(self) -> None:
+        """Stop the sweeper."""
+        self._resequencer.stop()
+        self._sweeper.join(timeout=5)

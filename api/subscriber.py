@@ -50,12 +50,12 @@ from raytopic.errors import (
 )
 from raytopic.membership import Heartbeats, Membership
 from raytopic.records import CommitResult, Element, OwnershipChange, Position
-from raytopic.resequencing import ResequencedElements
+from raytopic.resequencer import Resequence
 
 if TYPE_CHECKING:
     from raytopic.actors.cursors import Lease
     from raytopic.coordinator.groups import MemberView
-    from raytopic.resequencer import Resequence, ResequencerStats
+    from raytopic.resequencer import ResequencerStats
     from raytopic.topic import Topic
 
 logger = logging.getLogger(__name__)
@@ -137,6 +137,10 @@ class Subscriber:
                     )
             if window is not None:
                 check_positive_int(window, "window")
+            if resequence is not None and not isinstance(resequence, Resequence):
+                raise InvalidTypeError(
+                    f"resequence must be a raytopic.Resequence, got {type(resequence).__name__}"
+                )
             if not isinstance(complete_on_empty, bool):
                 raise InvalidTypeError("complete_on_empty must be a bool")
             self._timeout = check_timeout(timeout, "timeout", allow_none=False)
@@ -148,16 +152,13 @@ class Subscriber:
                 cloudpickle.dumps(converter) if converter is not None else None,
                 complete_on_empty,
                 window,
+                cloudpickle.dumps(resequence) if resequence is not None else None,
             )
         else:
             self._timeout = _attach["timeout"]
             self._id = _attach["id"]
             self._spec = _attach["spec"]
         self._listener = on_ownership_change
-        self._resequence = resequence
-        self._resequenced = (
-            None if resequence is None else ResequencedElements(resequence, self._id[:8])
-        )
         self._lock = threading.RLock()
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
@@ -168,7 +169,8 @@ class Subscriber:
         self._user_streams: dict[int, _ChannelReads] = {}
         self._target: int | None = None
         self._in_flight: deque[Any] = deque()  # the user's receives not seen done
-        self._turn = zlib.crc32(self._id.encode())  # where the next batch receive goes
+        self._home_seed = zlib.crc32(self._id.encode())
+        self._turn = self._home_seed  # where the next batch receive goes
         # Iteration: direct receives per channel, or (window, resequence) spread ones.
         self._reads: dict[int, _ChannelReads] = {}
         self._spread: deque[Any] = deque()
@@ -244,8 +246,12 @@ class Subscriber:
     @property
     def resequencer_stats(self) -> ResequencerStats | None:
         """With ``resequence``: how many elements were released, skipped as gaps,
-        dropped as late, and are held now; else None."""
-        return None if self._resequenced is None else self._resequenced.stats
+        dropped as late, and are held now (by the resequencer in its home
+        channel's session); else None."""
+        if self._spec.resequence is None:
+            return None
+        home = self._topic._channel_actors[self._home_channel]
+        return self._call(home.resequencer_stats.remote(self._id))
 
     @property
     def is_active(self) -> bool:
@@ -255,11 +261,12 @@ class Subscriber:
     @property
     def _home_channel(self) -> int:
         """The channel a single ``receive()`` goes to: an owned one, fixed by this
-        subscriber's id while the view holds."""
-        owned = self._owned()
+        subscriber's id while the view holds. A resequencing subscriber's home
+        never moves: its resequencer lives in the home's session."""
+        owned = () if self._spec.resequence is not None else self._owned()
         if not owned:
-            return self._turn % self.channel_count
-        return owned[self._turn % len(owned)]
+            return self._home_seed % self.channel_count
+        return owned[self._home_seed % len(owned)]
 
     def _owned(self) -> tuple[int, ...]:
         membership = self._membership
@@ -282,9 +289,6 @@ class Subscriber:
             SubscriberClosedError: the subscriber is closed.
         """
         self._check_open()
-        if self._resequenced is not None:
-            released = self._pull_resequenced(1)
-            return ray.put(released[0] if released else None)
         leftover = self._reclaim_iteration(1)
         if leftover:
             return ray.put(leftover[0])
@@ -297,8 +301,6 @@ class Subscriber:
         """
         check_positive_int(max_elements, "max_elements")
         self._check_open()
-        if self._resequenced is not None:
-            return ray.put(self._pull_resequenced(max_elements))
         leftover = self._reclaim_iteration(max_elements)
         if leftover:
             return ray.put(leftover)
@@ -309,7 +311,8 @@ class Subscriber:
         self._check_open()
         view = self._before_receive()
         with self._lock:
-            stream = self._route(single or spread or self._spec.window is not None)
+            spec = self._spec
+            stream = self._route(single or spread or bool(spec.window or spec.resequence))
             number = stream.next_number
             stream.next_number += 1
             ref = self._topic._channel_actors[self._target].request.remote(  # type: ignore[index]
@@ -419,7 +422,8 @@ class Subscriber:
         raise AssertionError("not the oldest receive of any channel")
 
     def _prefetch_spread(self) -> None:
-        """With a window or a resequencer: ITERATION_DEPTH receives through one session."""
+        """With a window or a resequencer: ITERATION_DEPTH receives through the home's
+        session (which counts the window, or holds the resequencer)."""
         while not self._closed and len(self._spread) < ITERATION_DEPTH:
             self._spread.append(self._receive(ITERATION_BATCH, single=False, spread=True))
 
@@ -473,40 +477,6 @@ class Subscriber:
             pending.extend(self._spread)
             self._spread.clear()
         return pending
-
-    def _pull_resequenced(self, count: int) -> list[Element]:
-        """With ``resequence``: wait until the resequencer releases elements.
-
-        Returns [] once closed, or (with ``complete_on_empty``) when the owned
-        channels are empty and the resequencer holds nothing. The receives are
-        submitted here, so ``receive()`` of a resequencing subscriber waits
-        and returns a ref to what was released (put by this process).
-        """
-        released, refs = self._resequenced, self._spread
-        assert released is not None
-        while True:
-            taken = released.take(count)
-            if taken or self._closed:
-                return taken
-            self._prefetch_spread()
-            ready, _ = ray.wait([refs[0]], timeout=released.poll_interval)
-            if not ready:
-                taken = released.take(count, wait=released.poll_interval)
-                if taken:
-                    return taken
-                continue
-            try:
-                elements = self._call(refs.popleft())
-            except SubscriberClosedError:
-                return []
-            if elements:
-                released.feed(e for e in elements if not self._is_stale(e))
-            elif self._spec.complete_on_empty:
-                if not released.held:
-                    return released.take(count)
-                taken = released.take(count, wait=released.poll_interval)
-                if taken:
-                    return taken
 
     # -- positions -----------------------------------------------------------------
 
@@ -781,8 +751,6 @@ class Subscriber:
             self._closed = True
         if self._heartbeats is not None:
             self._heartbeats.stop()
-        if self._resequenced is not None:
-            self._resequenced.close()
         actors = self._topic._channel_actors
         try:
             if self._group is not None:
@@ -838,12 +806,6 @@ class _Iteration:
     def __next__(self) -> Element:
         subscriber = self._subscriber
         buffer = subscriber._buffer
-        if subscriber._resequenced is not None:
-            if not buffer:
-                buffer.extend(subscriber._pull_resequenced(ITERATION_BATCH))
-            if not buffer:
-                raise StopIteration
-            return buffer.popleft()
         while True:
             while buffer:
                 element = buffer.popleft()
@@ -857,7 +819,7 @@ class _Iteration:
     def _next_batch(self) -> list[Element] | None:
         """The next received batch (maybe empty); None when the iteration ends."""
         subscriber = self._subscriber
-        if subscriber._spec.window is not None:
+        if subscriber._spec.window is not None or subscriber._spec.resequence is not None:
             return self._next_spread_batch()
         if subscriber._closed:
             pending = subscriber._interrupt_iteration()

@@ -4,10 +4,12 @@ against a real actor could not see."""
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
+import pyarrow as pa
 import pytest
 
 from raytopic.actors.channel import (
@@ -17,9 +19,9 @@ from raytopic.actors.channel import (
     ChannelActor,
 )
 from raytopic.actors.cursors import Lease
-from raytopic.actors.payloads import PickledValues
+from raytopic.actors.payloads import ArrowRows, PickledValues
 from raytopic.actors.receive_session import ChannelLink, ReceiveSession
-from raytopic.actors.wire import ReaderSpec
+from raytopic.actors.wire import ReaderSpec, pack_request
 from raytopic.config import Overflow, TopicConfig
 from raytopic.errors import StaleSequenceError
 
@@ -289,5 +291,127 @@ def test_an_iteration_receive_never_takes_more_than_asked() -> None:
             await channel.append("p", 0, "block", 1.0, False, _payloads(range(1000)))
         batch = await home.receive("a", "s", 0, 1001, False, True)
         assert sum(count for _, _, count in _values(batch)) == 1001
+
+    asyncio.run(main())
+
+
+# -- Arrow rows ------------------------------------------------------------------------
+
+
+def _rows(ids: range) -> ArrowRows:
+    return ArrowRows(
+        pa.RecordBatch.from_pydict({"id": list(ids), "user": [f"u{i % 3}" for i in ids]})
+    )
+
+
+def test_arrow_rows_append_through_the_publish_path_and_read_back_one_position_per_row() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        channel.open_reader("a", ReaderSpec(None, False, complete_on_empty=True))
+        await channel.append("p", 0, "block", 1.0, False, _payloads(["before"]))
+        packed = pack_request("append", "spark", 0, "block", 1.0, True)
+        status = await channel.request(packed, _rows(range(5)))
+        assert [s.position.sequence for s in status.statuses()] == [1, 2, 3, 4, 5]
+        batch = await channel.receive("a", "s", 0, 100, False)
+        elements = pickle.loads(pickle.dumps(batch))
+        assert [(e.value, e.sequence) for e in elements[:2]] == [
+            ("before", 0),
+            ({"id": 0, "user": "u0"}, 1),
+        ]
+        assert [e.sequence for e in elements] == list(range(6))
+        rows = elements[1:]
+        assert {e.stamp for e in rows} == {status.statuses()[0].timestamp.timestamp()}
+        assert [e.value["id"] for e in rows] == [0, 1, 2, 3, 4]
+        # A ring buffer read of the same rows: dicts, with their sequences.
+        result = pickle.loads(pickle.dumps(await channel.read_many(2, 1, 3, None)))
+        assert list(result) == [
+            {"id": 1, "user": "u1"},
+            {"id": 2, "user": "u2"},
+            {"id": 3, "user": "u0"},
+        ]
+        assert [result.get_sequence(i) for i in range(3)] == [2, 3, 4]
+
+    asyncio.run(main())
+
+
+def test_a_filter_and_a_converter_see_arrow_rows_as_dicts() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        keep = cloudpickle.dumps(lambda row: row["user"] == "u1")
+        convert = cloudpickle.dumps(lambda row: f"{row['user']}#{row['id']}")
+        channel.open_reader("kept", ReaderSpec(None, False, filter=keep, complete_on_empty=True))
+        channel.open_reader("both", ReaderSpec(None, False, keep, convert, complete_on_empty=True))
+        await channel.append("p", 0, "block", 1.0, False, _rows(range(10)))
+        kept = pickle.loads(pickle.dumps(await channel.receive("kept", "s", 0, 100, False)))
+        assert [(e.value, e.sequence) for e in kept] == [
+            ({"id": 1, "user": "u1"}, 1),
+            ({"id": 4, "user": "u1"}, 4),
+            ({"id": 7, "user": "u1"}, 7),
+        ]
+        both = pickle.loads(pickle.dumps(await channel.receive("both", "s", 0, 2, False)))
+        assert [(e.value, e.sequence) for e in both] == [("u1#1", 1), ("u1#4", 4)]
+        assert channel.cursor_state("both").next == 5  # read up to the last match taken
+
+    asyncio.run(main())
+
+
+# -- where reads go ---------------------------------------------------------------------
+
+
+def _counting(channels: list[ChannelActor]) -> dict[int, list[str]]:
+    """Give every channel links to all the others that record each call made."""
+    calls: dict[int, list[str]] = {c._channel: [] for c in channels}
+    for channel in channels:
+        links = {}
+        for other in channels:
+            if other is channel:
+                links[other._channel] = ChannelLink(
+                    other._channel, channel._local_call, local=True, state=channel.cursor_state
+                )
+                continue
+
+            async def call(method: str, *args: Any, _to: ChannelActor = other) -> Any:
+                calls[_to._channel].append(method)
+                return await getattr(_to, method)(*args)
+
+            links[other._channel] = ChannelLink(other._channel, call, local=False)
+        channel._links = links
+    return calls
+
+
+def test_bulk_reads_on_eight_channels_take_where_the_data_is_with_no_relay() -> None:
+    async def main() -> None:
+        eight = TopicConfig("t", "ns", "t0pic1d", 8, 10_000, True, None, Overflow.BLOCK, ())
+        channels = [ChannelActor(eight, c) for c in range(8)]
+        calls = _counting(channels)
+        for channel in channels:
+            channel.open_reader("a", ReaderSpec(None, False, complete_on_empty=True))
+            await channel.append("p", 0, "block", 1.0, False, _payloads(range(600)))
+        # An iteration's receives: one per channel, each scoped to its channel.
+        taken = [await c.receive("a", "i", 0, 500, False, False, True) for c in channels]
+        assert [_values(batch) for batch in taken] == [[(c, 0, 500)] for c in range(8)]
+        # A batch receive sent to a channel that has data takes it there.
+        batch = await channels[3].receive("a", "b", 0, 1000, False)
+        assert _values(batch) == [(3, 500, 100)]
+        assert calls == {c: [] for c in range(8)}  # no channel called another
+
+    asyncio.run(main())
+
+
+def test_a_waiting_receive_gets_a_siblings_element_in_one_fetch() -> None:
+    async def main() -> None:
+        home, sibling = _wired(TWO_CHANNELS)
+        calls = _counting([home, sibling])
+        for channel in (home, sibling):
+            channel.open_reader("a", ReaderSpec(None, False))
+        waiting = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
+        await asyncio.sleep(0.05)
+        # A look (empty), then a fetch that waits at the sibling.
+        assert not waiting.done() and calls[1] == ["take", "take"]
+        await sibling.append("p", 0, "block", 1.0, False, _payloads(["x", "y"]))
+        batch = await asyncio.wait_for(waiting, 2.0)
+        assert _values(batch) == [(1, 0, 2)]
+        assert calls[1] == ["take", "take"]  # the fetch brought the elements: no other call
+        home._sessions["a"].close()
 
     asyncio.run(main())

@@ -304,3 +304,32 @@ def test_fail_refuses_the_full_channels_part_of_a_many_channel_batch(make_topic)
             ray.get(ref, timeout=30)
     assert topic.ringbuffer(0).tail_sequence() == 0  # only "first"
     assert [e.value for e in _everything(topic)] in (["first", "y0"], ["y0", "first"])
+
+
+def test_a_value_changed_after_publish_is_received_as_it_was_published(make_topic) -> None:
+    topic = make_topic(channels=1)
+    order = {"id": 7, "items": ["tea"]}
+    with topic.publisher(linger=0.2) as publisher:  # held back: sent after the change
+        future = publisher.publish(order)
+        order["items"].append("cake")
+        order["id"] = 8
+        batch_ref = publisher.publish_batch([order])
+        order["id"] = 9
+    future.result(timeout=30)
+    ray.get(batch_ref, timeout=30)
+    subscriber = topic.subscriber(start="earliest", complete_on_empty=True)
+    assert [e.value for e in subscriber] == [
+        {"id": 7, "items": ["tea"]},
+        {"id": 8, "items": ["tea", "cake"]},
+    ]
+    subscriber.close()
+
+
+def test_a_value_that_cannot_be_pickled_fails_at_publish(make_topic) -> None:
+    topic = make_topic(channels=1)
+    with topic.publisher() as publisher:
+        with pytest.raises(rt.InvalidTypeError, match="cannot be pickled"):
+            publisher.publish({"lock": threading.Lock()})
+        with pytest.raises(rt.InvalidTypeError, match="cannot be pickled"):
+            publisher.publish_batch(["fine", threading.Lock()])
+    assert topic.ringbuffer(0).size() == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections import defaultdict
 
 import pytest
@@ -85,3 +86,22 @@ def test_resequence_must_be_a_resequence_option(make_topic) -> None:
     topic = make_topic(channels=1)
     with pytest.raises(rt.InvalidTypeError, match="resequence"):
         topic.subscriber(resequence=lambda v: v)  # type: ignore[arg-type]
+
+
+def test_a_resequencing_receive_returns_its_ref_at_once(make_topic) -> None:
+    topic = make_topic(channels=2)
+    option = rt.Resequence(seq=lambda v: v["n"], timeout_ms=60_000, start=0)
+    subscriber = topic.subscriber(start="earliest", resequence=option)
+    with topic.publisher() as publisher:
+        publisher.publish({"n": 1})  # 0 is missing: nothing can be released yet
+    start = time.monotonic()
+    ref = subscriber.receive()
+    assert time.monotonic() - start < 5.0  # not waiting for the 60 s hold window
+    assert isinstance(ref, ray.ObjectRef)
+    ready, _ = ray.wait([ref], timeout=1.0)
+    assert ready == []
+    with topic.publisher() as publisher:
+        publisher.publish({"n": 0})
+    assert ray.get(ref, timeout=30).value == {"n": 0}
+    assert ray.get(subscriber.receive(), timeout=30).value == {"n": 1}
+    subscriber.close()

@@ -413,3 +413,37 @@ def test_bad_arguments_raise_typed_errors_and_change_nothing(make_topic) -> None
     assert [e.value for e in _drain(subscriber)] == ["still", "works"]
     assert topic.describe().channels[0].pid == pid
     subscriber.close()
+
+
+# -- Arrow rows --------------------------------------------------------------------------
+
+
+def test_arrow_rows_appended_to_a_channel_actor_are_received_as_dicts(make_topic) -> None:
+    import pyarrow as pa
+
+    from raytopic.actors.payloads import ArrowRows
+    from raytopic.actors.wire import pack_request
+
+    topic = make_topic(channels=1)
+    publish_all(topic, [{"id": -1, "user": "python"}])
+    rows = pa.RecordBatch.from_pydict({"id": [0, 1, 2], "user": ["a", "b", "c"]})
+    channel = ray.get_actor(channel_actor_name(topic.name, 0), namespace=topic.namespace)
+    # The bulk path the Spark bridge takes: one append call carrying an Arrow batch.
+    statuses = ray.get(
+        channel.request.remote(
+            pack_request("append", "bulk", 0, "block", 10.0, True), ArrowRows(rows)
+        ),
+        timeout=30,
+    )
+    assert [s.position for s in statuses] == [topic.position(0, s) for s in (1, 2, 3)]
+    subscriber = topic.subscriber(start="earliest", complete_on_empty=True)
+    elements = list(subscriber)
+    assert [(e.value, e.position) for e in elements] == [
+        ({"id": -1, "user": "python"}, topic.position(0, 0)),
+        ({"id": 0, "user": "a"}, topic.position(0, 1)),
+        ({"id": 1, "user": "b"}, topic.position(0, 2)),
+        ({"id": 2, "user": "c"}, topic.position(0, 3)),
+    ]
+    assert {e.timestamp for e in elements[1:]} == {statuses[0].timestamp}
+    assert topic.ringbuffer(0).read_one(2) == {"id": 1, "user": "b"}
+    subscriber.close()

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import ray
 
-from raytopic.actors.resequencer import make_resequencer_actor
 from raytopic.errors import InvalidArgumentError, InvalidTypeError
 from raytopic.resequencer import ResequencerStats
+from raytopic.resequencer_actor import make_resequencer_actor
 
 TOTAL = 1000
 PRODUCERS = 8
