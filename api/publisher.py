@@ -1,13 +1,15 @@
 """Publisher: the write side of a topic.
 
 ``publish()`` pickles the value, picks its channel and adds it to that
-channel's open batch. Batches go out as ONE actor call each, and at most
-``max_in_flight`` calls of a publisher are outstanding: when one returns, the
-fullest waiting batch goes next. So light traffic goes out value by value
-(an idle publisher sends at once), and heavy traffic in batches that grow
-with the load, with no timer on the hot path. ``linger`` holds a partial
-batch back until it is that old, for callers who prefer fewer calls to
-latency; ``batch_size`` caps a batch.
+channel's open batch. Batches go out as ONE actor call each: a full batch
+(``batch_size`` values) at once, a partial one while fewer than
+``PIPELINE`` calls of this publisher to its channel are out, and at most
+``max_in_flight`` calls of a publisher are outstanding. So light traffic goes
+out value by value (an idle publisher sends at once), and heavy traffic in
+batches that grow with the load (what is published while a channel's calls
+are out goes in its next call), with no timer on the hot path. ``linger``
+holds a partial batch back until it is that old, for callers who prefer
+fewer calls to latency.
 
 Every batch carries the publisher's id and a per-channel batch number: the
 channel appends one publisher's batches in that order (several may be in
@@ -49,6 +51,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Publisher"]
 
+PIPELINE = 2
+"""Calls to one channel a partial batch may queue behind: two keep a channel
+busy (one in flight while the next fills) and let batches grow under load."""
+
 
 @dataclass(slots=True)
 class _Pipe:
@@ -59,6 +65,7 @@ class _Pipe:
     open: PublishBatch
     opened_at: float = 0.0  # monotonic time of the open batch's first value
     next_batch: int = 0
+    in_flight: int = 0  # calls to this channel not yet returned
     full: list[PublishBatch] = field(default_factory=list)  # closed at batch_size, waiting
 
 
@@ -189,10 +196,13 @@ class Publisher:
                 pipe.opened_at = time.monotonic()
             future = batch.add(payload)
             self._unsettled += 1
-            if len(batch.payloads) >= self._batch_size:
+            full = len(batch.payloads) >= self._batch_size
+            if full:
                 self._close_open(pipe)
             calls = (
-                self._calls_to_make(force=False) if self._in_flight < self._max_in_flight else ()
+                self._calls_to_make(force=False)
+                if (full or pipe.in_flight < PIPELINE) and self._in_flight < self._max_in_flight
+                else ()
             )
         if calls:
             self._make(calls)
@@ -243,6 +253,7 @@ class Publisher:
                 pipe = self._pipes[channel]
                 calls.append(_Call(pipe, pipe.next_batch, None, len(part)))
                 pipe.next_batch += 1
+                pipe.in_flight += 1
                 self._in_flight += 1
                 self._unsettled += len(part)
         for call in calls:
@@ -267,8 +278,9 @@ class Publisher:
     def _calls_to_make(self, *, force: bool, only: set[int] | None = None) -> list[_Call]:
         """With the lock held: the batches that go now, fullest first, numbered.
 
-        Without ``force`` at most ``max_in_flight`` calls are outstanding and a
-        partial batch waits until it is ``linger`` old.
+        Without ``force`` at most ``max_in_flight`` calls are outstanding, and a
+        partial batch waits until fewer than PIPELINE calls to its channel are
+        out and it is ``linger`` old.
         """
         calls: list[_Call] = []
         now = time.monotonic() if self._linger else 0.0
@@ -280,7 +292,11 @@ class Publisher:
                 if pipe.full:
                     size = self._batch_size + len(pipe.full)  # closed batches go first
                 elif pipe.open.payloads and (
-                    force or not self._linger or now - pipe.opened_at >= self._linger
+                    force
+                    or (
+                        pipe.in_flight < PIPELINE
+                        and (not self._linger or now - pipe.opened_at >= self._linger)
+                    )
                 ):
                     size = len(pipe.open.payloads)
                 else:
@@ -294,6 +310,7 @@ class Publisher:
             batch = pick.full.pop(0)
             calls.append(_Call(pick, pick.next_batch, batch, len(batch.payloads)))
             pick.next_batch += 1
+            pick.in_flight += 1
             self._in_flight += 1
         return calls
 
@@ -353,6 +370,7 @@ class Publisher:
                 _settle(call, done, error)
                 with self._lock:
                     self._in_flight -= 1
+                    call.pipe.in_flight -= 1
                     self._unsettled -= call.count
                     self._settled.notify_all()
             with self._lock:

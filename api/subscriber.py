@@ -178,7 +178,9 @@ class Subscriber:
         # Group membership.
         self._membership: Membership | None = None if self._group is None else Membership()
         self._heartbeats: Heartbeats | None = None
-        self._jumps: dict[int, int] = {}  # anonymous: per channel, after our seeks
+        # Per channel, the cursor jump count after the latest seek or reset:
+        # what was received before carries a lower count (see _is_stale).
+        self._jumps: dict[int, int] = {} if self._membership is None else self._membership.jumps
         self._last_active = time.monotonic()  # last receive, for the heartbeats
         self._outstanding: deque[Any] = deque()  # a member's receives, for the heartbeats
         if _attach is None:
@@ -539,7 +541,7 @@ class Subscriber:
         with self._lock:
             # What an iteration prefetched before the seek carries a lower jump
             # count and is dropped (see _is_stale).
-            self._jumps_of()[channel] = max(jumps, self._jumps_of().get(channel, 0))
+            self._jumps[channel] = max(jumps, self._jumps.get(channel, 0))
         return self._topic.position(channel, position)
 
     def _pick(self, channels: tuple[int, ...]) -> list[int]:
@@ -690,11 +692,8 @@ class Subscriber:
         except Exception:
             logger.exception("on_ownership_change listener failed")
 
-    def _jumps_of(self) -> dict[int, int]:
-        return self._jumps if self._membership is None else self._membership.jumps
-
     def _is_stale(self, element: Element) -> bool:
-        return element._origin.jumps < self._jumps_of().get(element.channel, 0)
+        return element._origin.jumps < self._jumps.get(element.channel, 0)
 
     def _start_heartbeats(self) -> None:
         membership = self._membership
@@ -805,11 +804,11 @@ class _Iteration:
 
     def __next__(self) -> Element:
         subscriber = self._subscriber
-        buffer = subscriber._buffer
+        buffer, jumps = subscriber._buffer, subscriber._jumps
         while True:
             while buffer:
                 element = buffer.popleft()
-                if not subscriber._jumps_of() or not subscriber._is_stale(element):
+                if not jumps or element._origin.jumps >= jumps.get(element.channel, 0):
                     return element
             elements = self._next_batch()
             if elements is None:

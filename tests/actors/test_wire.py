@@ -96,7 +96,9 @@ def test_received_batch_rebuilds_into_elements_through_pickle() -> None:
         (3, 3, 7, 101.5),
         ("z", 1, 0, 99.25),
     ]
-    assert all(isinstance(e, Element) for e in elements)
+    assert all(type(e) is Element for e in elements)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        elements[0].value = "changed"  # type: ignore[misc]
     assert [e.position for e in elements] == [
         Position("t0pic1d", 3, 5),
         Position("t0pic1d", 3, 6),
