@@ -2,7 +2,8 @@
 
 It owns the channel's ring buffer, every reader's cursor on the channel
 (anonymous subscribers' and groups'), the publishers' batch sequence numbers,
-and the receive sessions of the subscribers whose home it is. It is an async
+and the receive sessions of the subscribers that sent receives here (any
+channel can host one; see ``raytopic.actors.receive_session``). It is an async
 actor: appends, takes and commits are short synchronous steps between awaits,
 so each is atomic; waiting (for data, for room, for a turn) is awaiting.
 
@@ -27,7 +28,7 @@ import cloudpickle
 import numpy as np
 import ray
 
-from raytopic.actors.cursors import Cursor, Lease
+from raytopic.actors.cursors import Cursor, Lease, Lent
 from raytopic.actors.payloads import Payload, PickledValues
 from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSession, SessionSpec
 from raytopic.actors.segment_ring import Run, SegmentRing
@@ -77,6 +78,10 @@ _PUBLISHER_SWEEP_S = 60.0
 
 _STOPPED_TAKES_KEPT = 10_000
 """Stop requests remembered for fetches that have not arrived (yet, or ever)."""
+
+_LENT_TIMEOUT = 10.0
+"""Seconds a take waits for a fetch's session to settle what it took; then the
+session is taken for gone (its elements never reached anyone): read them again."""
 
 
 @dataclass(slots=True)
@@ -131,6 +136,7 @@ class ChannelActor:
         # session opened later starts from it even if its handle lags behind.
         self._member_views: dict[str, dict[str, tuple[int, dict[int, Lease]]]] = {}
         self._stopped_takes: dict[str, None] = {}  # fetches told to stop waiting (bounded)
+        self._fetching: dict[str, set[str]] = {}  # reader -> tokens of its fetches waiting here
         self._links: dict[int, ChannelLink] = {}
         self._epoch = 1  # incarnation; a durable store will carry it across restarts
         self._changed = asyncio.Event()
@@ -161,8 +167,9 @@ class ChannelActor:
         }
 
     async def request(self, packed: bytes, payload: Payload | None = None) -> Any:
-        """Serve a data-path call packed by :func:`pack_request` (append,
-        receive, take, watch, give_back): one argument crosses Ray instead of six.
+        """Serve a data-path call packed by :func:`pack_request` (append, receive,
+        take, stop_take, settle_take, watch, give_back): one argument crosses Ray
+        instead of six.
         An append's payload comes as its own argument (see ``pack_request``)."""
         method, args = unpack_request(packed)
         if payload is None:
@@ -496,12 +503,22 @@ class ChannelActor:
         """Deliver up to ``max_count`` elements from the reader's cursor.
 
         With ``wait``, a *fetch*: first wait up to ``wait`` seconds for an element
-        to read (or for ``stop_take(token)``), then take what there is.
+        to read, then take it; stopped (``stop_take(token)``, or a direct take
+        of the same reader here) it takes nothing. What a fetch takes stays
+        *lent* until its session settles it (``settle_take``): meanwhile the
+        reader's cursor serves no other take, so a give-back finds it where the
+        fetch left it and the reader's order per channel holds across sessions.
         """
         if wait > 0:
-            await self._wait_for_data(reader_id, fence, wait, token)
-        reader = self._reader(reader_id)
-        cursor = self._cursor_of(reader, fence)
+            if not await self._wait_for_data(reader_id, fence, wait, token):
+                max_count = 0
+        else:
+            self._stop_fetches_of(reader_id)
+        if max_count > 0:
+            reader, cursor = await self._unlent(reader_id, fence, token)
+        else:  # a stopped fetch takes nothing: it need not wait for another's
+            reader = self._reader(reader_id)
+            cursor = self._cursor_of(reader, fence)
         ring = self._ring
         head = ring.head
         if cursor.next < head:
@@ -512,7 +529,9 @@ class ChannelActor:
                 head_sequence=head,
                 skipped=skipped,
             )
-        if reader.filter is None and reader.converter is None:
+        if max_count <= 0:
+            chunks, next_sequence = [], cursor.next
+        elif reader.filter is None and reader.converter is None:
             runs = ring.read(cursor.next, max_count)
             chunks = [Chunk(run.first, run.stamp, run.payload) for run in runs]
             next_sequence = runs[-1].last + 1 if runs else cursor.next
@@ -525,6 +544,8 @@ class ChannelActor:
         last_delivered = _last_sequence(chunks) if chunks else cursor.next - 1
         if chunks:
             cursor.delivered(last_delivered, next_sequence)
+            if token is not None:
+                cursor.lent = Lent(token, chunks[0].first, next_sequence)
         else:
             cursor.next = next_sequence
         # A filter's misses after the last match are read, not delivered.
@@ -546,24 +567,84 @@ class ChannelActor:
 
     async def _wait_for_data(
         self, reader_id: str, fence: Any, wait: float, token: str | None
-    ) -> None:
+    ) -> bool:
+        """Wait (a fetch) until the reader has an element to read here: True, or
+        False when stopped (nothing is to be taken) or after ``wait`` seconds."""
         deadline = time.monotonic() + wait
+        fetching = self._fetching.setdefault(reader_id, set())
+        fetching.add(token)  # type: ignore[arg-type]
         try:
             while token not in self._stopped_takes:
                 cursor = self._cursor_of(self._reader(reader_id), fence)
+                if cursor.next <= self._ring.tail or cursor.next < self._ring.head:
+                    return True
                 left = deadline - time.monotonic()
-                if cursor.next <= self._ring.tail or cursor.next < self._ring.head or left <= 0:
-                    return
+                if left <= 0:
+                    return False
                 await self._wait_change(min(left, _POLL_INTERVAL) if self._config.ttl else left)
+            return False
         finally:
             self._stopped_takes.pop(token, None)  # type: ignore[arg-type]
+            fetching.discard(token)  # type: ignore[arg-type]
+            if not fetching:
+                self._fetching.pop(reader_id, None)
+
+    async def _unlent(
+        self, reader_id: str, fence: Any, token: str | None
+    ) -> tuple[_Reader, Cursor]:
+        """The reader and its cursor, once no other fetch's take on it is unsettled."""
+        deadline = time.monotonic() + _LENT_TIMEOUT
+        while True:
+            reader = self._reader(reader_id)
+            cursor = self._cursor_of(reader, fence)
+            lent = cursor.lent
+            if lent is None or lent.token == token:
+                return reader, cursor
+            left = deadline - time.monotonic()
+            if left <= 0:
+                logger.warning(
+                    "channel %d: fetch %s never settled; reading again", self._channel, lent.token
+                )
+                cursor.settle_lent(lent.token, lent.first)
+                continue
+            await self._wait_change(left)
+
+    def _stop_fetches_of(self, reader_id: str) -> None:
+        """A direct take of a reader goes first: its fetches waiting here take nothing."""
+        tokens = self._fetching.get(reader_id)
+        if tokens:
+            for token in tokens:
+                self._remember_stop(token)
+            self._wake_waiters()
 
     async def stop_take(self, token: str) -> None:
-        """End the wait of fetch ``token`` (it may not have arrived yet: remember it)."""
+        """End the wait of fetch ``token``: it takes nothing (it may not have arrived
+        yet: remember it)."""
+        self._remember_stop(token)
+        self._wake_waiters()
+
+    def _remember_stop(self, token: str) -> None:
         self._stopped_takes[token] = None
         while len(self._stopped_takes) > _STOPPED_TAKES_KEPT:
             del self._stopped_takes[next(iter(self._stopped_takes))]
-        self._wake_waiters()
+
+    async def settle_take(
+        self, reader_id: str, fence: Any, token: str, give_back_from: int | None
+    ) -> bool:
+        """A fetch's session used what the fetch took, up to ``give_back_from``
+        (None: all); the rest is read again. False if a seek, reset or new owner
+        voided it meanwhile."""
+        reader = self._readers.get(reader_id)
+        if reader is None:
+            return False
+        try:
+            cursor = self._cursor_of(reader, fence)
+        except NotOwnerError:
+            return False
+        settled = cursor.settle_lent(token, give_back_from)
+        if settled:
+            self._notify()
+        return settled
 
     async def give_back(
         self, reader_id: str, fence: Any, first: int, expected_next: int, jumps: int
@@ -741,7 +822,7 @@ class ChannelActor:
             "groups": self.group_cursors(),
         }
 
-    # -- receive sessions (this channel as a subscriber's home) --------------------
+    # -- receive sessions (the receives sent to this channel) ---------------------
 
     def _session(self, reader_id: str, view: tuple[int, dict[int, Any]] | None) -> ReceiveSession:
         """The reader's receive session here (opened on its first receive here),
@@ -762,11 +843,21 @@ class ChannelActor:
             session.update_view(*view)
         return session
 
-    def update_views(self, group: str, version: int, views: dict[str, dict[int, Lease]]) -> None:
-        """Members' channels changed: sessions here read these from now on."""
+    def update_views(
+        self, group: str, version: int, views: dict[str, dict[int, Lease] | None]
+    ) -> None:
+        """Members' channels changed: sessions here read these from now on. A member
+        that left or timed out (None) owns nothing: its session here ends (a
+        member that comes back opens a new one on its next receive)."""
         known = self._member_views.setdefault(group, {})
         for member_id, leases in views.items():
             if member_id in known and known[member_id][0] >= version:
+                continue
+            if leases is None:
+                known.pop(member_id, None)
+                session = self._sessions.pop(member_id, None)
+                if session is not None:
+                    session.close()
                 continue
             known[member_id] = (version, leases)
             session = self._sessions.get(member_id)
@@ -780,17 +871,22 @@ class ChannelActor:
 
     def interrupt_receives(self, reader_id: str, stream: str, upto: int) -> None:
         """A handle abandons its receives of ``stream`` numbered up to ``upto``: they
-        stop waiting (see ReceiveSession.interrupt)."""
-        session = self._sessions.get(reader_id)
-        if session is not None:
-            session.interrupt(stream, upto)
+        stop waiting (see ReceiveSession.interrupt), even those not arrived yet."""
+        if reader_id in self._readers:
+            self._session(reader_id, None).interrupt(stream, upto)
 
     async def settle_receives(self, reader_id: str, stream: str, upto: int) -> None:
         """Wait until a handle's receives up to ``upto`` finished or wait for data
-        (see ReceiveSession.settle); a seek goes after them."""
+        (see ReceiveSession.settle); a seek goes after them, then ``resume_receives``."""
         session = self._sessions.get(reader_id)
         if session is not None:
             await session.settle(stream, upto)
+
+    def resume_receives(self, reader_id: str) -> None:
+        """The seek announced by ``settle_receives`` landed: waits may take again."""
+        session = self._sessions.get(reader_id)
+        if session is not None:
+            session.resume_fetches()
 
     async def receive(
         self,
@@ -885,11 +981,9 @@ def _last_sequence(chunks: list[Chunk]) -> int:
 
 
 def _check_payload(payload: Any) -> Payload:
-    """A payload of this process's own (see ``PickledValues.owned``), or a clear error."""
-    if isinstance(payload, PickledValues):
-        return payload.owned()
+    """A payload of this process's own (see ``Payload.owned``), or a clear error."""
     if isinstance(payload, Payload):
-        return payload
+        return payload.owned()
     raise InvalidArgumentError(f"not a payload: {type(payload).__name__}")
 
 

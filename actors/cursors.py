@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from raytopic.records import CommitStatus
 
-__all__ = ["Cursor", "Lease", "clamp"]
+__all__ = ["Cursor", "Lease", "Lent", "clamp"]
 
 _UNREAD_RANGES_KEPT = 32
 """Passed-over ranges a cursor tracks exactly (a reader that never commits
@@ -34,6 +34,18 @@ class Lease:
     """The member's id."""
     generation: int
     """The group generation at which the channel was granted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lent:
+    """Elements a fetch took that its session has not yet used or given back."""
+
+    token: str
+    """The fetch."""
+    first: int
+    """Sequence of the first element it took."""
+    next: int
+    """Where it left the cursor."""
 
 
 def clamp(sequence: int, head: int, tail: int) -> int:
@@ -60,6 +72,9 @@ class Cursor:
             commits below it were received before the reset (REJECTED).
         delivered_high: Highest sequence delivered since the last reset; a
             commit above it was received before the reset or never (REJECTED).
+        lent: What a fetch took and its session has not settled yet (used or
+            given back): until then the cursor serves no other take, so a
+            give-back always finds the cursor where the fetch left it.
         unread: Ranges ``(first, last)`` above the commit that were passed
             over without being delivered (a seek forward, a filter's misses
             after the last match of a take): behind the read position but
@@ -75,6 +90,7 @@ class Cursor:
     owner: Lease | None = None
     reset_floor: int | None = None
     delivered_high: int = -1
+    lent: Lent | None = None
     unread: list[tuple[int, int]] = field(default_factory=list)
 
     @classmethod
@@ -162,6 +178,7 @@ class Cursor:
             # committable even if the group was reset before.
             self.reset_floor = min(self.reset_floor, position)
             self.delivered_high = max(self.delivered_high, position)
+        self.lent = None
         self.jumps += 1
         return position
 
@@ -174,6 +191,7 @@ class Cursor:
         self.unread = []
         self.reset_floor = position
         self.delivered_high = position
+        self.lent = None
         self.jumps += 1
         return position
 
@@ -182,6 +200,7 @@ class Cursor:
         self.owner = lease
         self.next = self.committed + 1
         self.unread = []
+        self.lent = None
         self.jumps += 1
 
     def skip_to_head(self, head: int) -> int:
@@ -200,3 +219,15 @@ class Cursor:
         skipped from there on."""
         self.next = next_sequence
         self._forget_unread()
+
+    def settle_lent(self, token: str, give_back_from: int | None) -> bool:
+        """The session of fetch ``token`` used what it took, up to ``give_back_from``
+        (None: all of it); the rest is read again. False if ``token`` is not
+        what is lent (a seek, reset or new owner voided it)."""
+        lent = self.lent
+        if lent is None or lent.token != token:
+            return False
+        self.lent = None
+        if give_back_from is not None and self.next == lent.next:
+            self.rewind(max(give_back_from, lent.first))
+        return True

@@ -145,6 +145,11 @@ class Payload:
         """Every value as a Python object."""
         raise NotImplementedError
 
+    def owned(self) -> Payload:
+        """The same values in memory of this process's own: a channel keeps what it
+        stores, where a view into Ray's object store would stay pinned there."""
+        raise NotImplementedError
+
 
 class PickledValues(Payload):
     """Values pickled one by one, back to back in one buffer.
@@ -209,16 +214,6 @@ class PickledValues(Payload):
             start = end
         return values
 
-    def pickles(self) -> list[bytes]:
-        """Each value's pickle."""
-        view = memoryview(self.buffer)
-        out = []
-        start = self.begin
-        for end in self.ends.tolist():
-            out.append(bytes(view[start:end]))
-            start = end
-        return out
-
     def owned(self) -> PickledValues:
         """The same values in a buffer of this process's own (not a view into Ray's
         object store, which a long-lived reference would keep pinned)."""
@@ -246,10 +241,13 @@ def _pickled_values(buffer: Any, ends: bytes) -> PickledValues:
 class ArrowRows(Payload):
     """An Arrow record batch: each row is a value, decoded as a ``dict``."""
 
-    __slots__ = ("batch",)
+    __slots__ = ("batch", "borrowed")
 
-    def __init__(self, batch: pa.RecordBatch) -> None:
+    def __init__(self, batch: pa.RecordBatch, borrowed: bool = False) -> None:
         self.batch = batch
+        self.borrowed = borrowed
+        """Whether the batch's buffers are a view into a buffer not of this
+        process's own (Ray's object store, after an out-of-band transfer)."""
 
     @classmethod
     def from_ipc(cls, data: Any) -> ArrowRows:
@@ -257,7 +255,14 @@ class ArrowRows(Payload):
         import pyarrow as pa
 
         with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
-            return cls(reader.read_next_batch())  # to_ipc writes exactly one batch
+            batch = reader.read_next_batch()  # to_ipc writes exactly one batch
+        return cls(batch, borrowed=not isinstance(data, bytes))
+
+    def owned(self) -> ArrowRows:
+        """The same rows in buffers of this process's own (see ``PickledValues.owned``)."""
+        if not self.borrowed:
+            return self
+        return ArrowRows.from_ipc(self.to_ipc().to_pybytes())
 
     def to_ipc(self) -> bytes | Any:
         """The batch as Arrow IPC stream bytes (only this slice's rows: IPC truncates

@@ -18,13 +18,17 @@ no element is relayed through another channel.
 The session holds no positions: each channel keeps the reader's cursor, so a
 receive that is cancelled, or a session that goes away, never leaves
 elements taken but unseen (a take or fetch whose elements no receive
-returns is handed back).
+returns is handed back). What a fetch takes stays *lent* at its channel
+until the session settles it (used, or given back, within a round trip):
+meanwhile no other take of the reader runs there, so the reader's order per
+channel holds however many sessions it has.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import uuid
@@ -90,7 +94,7 @@ class SessionSpec:
     window: int | None
     """Most received-but-uncommitted elements, or None."""
     resequence: Resequence | None = None
-    """Release what this session receives in sequence order (see ``_resequenced``)."""
+    """Release what this session receives in sequence order (``_receive_resequenced``)."""
 
 
 class ChannelLink:
@@ -123,8 +127,15 @@ class ChannelLink:
         return self._call("take", reader_id, fence, max_count, WATCH_TIMEOUT, token)
 
     def stop_take(self, token: str) -> Awaitable[Any]:
-        """End the wait of the fetch ``token`` (it then takes what is there, maybe nothing)."""
+        """End the wait of the fetch ``token``: it takes nothing."""
         return self._call("stop_take", token)
+
+    def settle(
+        self, reader_id: str, fence: Any, token: str, give_back_from: int | None
+    ) -> Awaitable[Any]:
+        """Tell the channel what of fetch ``token``'s take was used; the rest from
+        ``give_back_from`` (None: nothing) is read again."""
+        return self._call("settle_take", reader_id, fence, token, give_back_from)
 
     def watch(self, reader_id: str, fence: Any, known: CursorState | None) -> Awaitable[Any]:
         """Wait until the cursor differs from ``known`` (data, commit, seek) or a timeout."""
@@ -138,7 +149,7 @@ class ChannelLink:
 
 
 class ReceiveSession:
-    """One subscriber's receives at its home channel.
+    """One subscriber's receives at one channel actor (its home here).
 
     **Ordering**: receives run one at a time in the subscriber's numbering;
     within a channel elements come in sequence order; across channels the
@@ -163,9 +174,9 @@ class ReceiveSession:
         self._known: dict[int, CursorState] = {}
         self._watchers: dict[int, asyncio.Task[None]] = {}
         self._fetches: dict[int, tuple[str, asyncio.Future[Any]]] = {}  # channel -> (token, call)
-        # What fetches brought that no receive has returned yet: the next
-        # elements of their channels, handed out before anything else.
-        self._parked: list[Delivery] = []
+        # What fetches brought for the receive waiting now: (delivery, fetch token).
+        self._fetched: list[tuple[Delivery, str]] = []
+        self._fetch_pause = 0.0  # loop time until which no fetch starts (a seek comes)
         self._tokens = (f"{uuid.uuid4().hex[:8]}-{n}" for n in itertools.count())
         self._resequenced: ResequencedStream | None = None
         if spec.resequence is not None:
@@ -196,9 +207,8 @@ class ReceiveSession:
         for channel in list(self._known):
             if self._owned.get(channel, _NOT_OWNED) != before.get(channel, _NOT_OWNED):
                 del self._known[channel]  # lost, or granted anew: its cursor moved
-        # A new view may come with a reset: what was parked may be from before it.
-        self._unpark()
-        self._poke()
+        # A new view may come with a reset: what fetches hold may be from before it.
+        self._end_fetches()
 
     def poke(self, channel: int | None = None) -> None:
         """Something changed at ``channel`` (or anywhere): look again.
@@ -320,9 +330,6 @@ class ReceiveSession:
         if self._stale:
             raise self._stale.pop(0)
         while not self.closed and not (until is not None and until()):
-            parked = self._use_parked(max_count) if not here_only else []
-            if parked:
-                return ReceivedBatch(parked, single)
             room = self._room()
             if room > 0:
                 deliveries = await self._take_any(
@@ -355,6 +362,9 @@ class ReceiveSession:
                 await self._wait_for_change(room, min(max_count, room), here_only)
             finally:
                 self._waiting.pop(stream, None)
+            fetched = self._use_fetched(min(max_count, max(room, 0)))
+            if fetched:
+                return ReceivedBatch(fetched, single)
         return ReceivedBatch((), single)
 
     async def settle(self, stream: str, upto: int) -> None:
@@ -366,8 +376,10 @@ class ReceiveSession:
         """
         loop = asyncio.get_running_loop()
         absent_since = None
-        # What fetches took before the seek must not be handed out after it.
-        await self._end_fetches_and_wait()
+        # What fetches took before the seek must not be handed out after it, and
+        # none may take until the seek has landed (resume_fetches, or a while).
+        self._fetch_pause = loop.time() + _SETTLE_GAP
+        self._end_fetches()
         while not self.closed:
             turn = self._turns.expected(stream)
             if turn > upto or self._waiting.get(stream) == turn:
@@ -600,7 +612,7 @@ class ReceiveSession:
                     self._watchers[channel] = asyncio.ensure_future(self._watch(channel, known))
             elif channel not in self._fetches:
                 self._start_fetch(channel, want)
-        if self.closed or self._parked:
+        if self.closed or self._fetched:
             return
         await self._wake.wait()
 
@@ -611,6 +623,9 @@ class ReceiveSession:
         returning = list(self._returning)
 
         async def fetch() -> Delivery:
+            pause = self._fetch_pause - asyncio.get_running_loop().time()
+            if pause > 0:  # a seek is on its way: take nothing before it lands
+                await asyncio.sleep(pause)
             if returning:  # a give-back still on its way must land before we take
                 await asyncio.wait(returning)
             return await self._links[channel].fetch(self.spec.reader_id, fence, want, token)
@@ -620,11 +635,12 @@ class ReceiveSession:
         call.add_done_callback(lambda done: self._fetch_done(channel, fence, done))
 
     def _fetch_done(self, channel: int, fence: Any, call: asyncio.Future[Any]) -> None:
-        """A fetch came back: park what it brought for the next receive (the one
-        waiting now, usually)."""
+        """A fetch came back: what it took goes to the receive waiting now, or is
+        given back at once (the channel lends it until then: see ``settle_take``)."""
         entry = self._fetches.get(channel)
         if entry is None or entry[1] is not call:
-            return  # ended by _end_fetches: it hands the elements back itself
+            return  # ended by _end_fetches, which settles it
+        token = entry[0]
         del self._fetches[channel]
         if call.cancelled():
             return
@@ -633,7 +649,8 @@ class ReceiveSession:
             if self._owned.get(channel) == fence:
                 self._drop(channel)
         elif isinstance(error, StaleSequenceError):
-            self._known.pop(channel, None)  # the next take reports it
+            self._known.pop(channel, None)
+            self._stale.append(error)  # the channel moved the cursor: report it once
         elif error is not None:
             logger.warning("fetch from channel %d failed: %s", channel, error)
             self._known.pop(channel, None)
@@ -642,48 +659,62 @@ class ReceiveSession:
             if self._owned.get(channel) == fence:
                 self._learn(delivery)
             if delivery.count:
-                if self._owned.get(channel) == fence:
-                    self._parked.append(delivery)
+                if self._waiting and self._owned.get(channel) == fence:
+                    self._fetched.append((delivery, token))
                 else:
-                    self._return_when_done(_done(delivery))
+                    self._settle(delivery, token, delivery.first)
         self._poke()
 
-    def _use_parked(self, max_count: int) -> list[Delivery]:
-        """Up to ``max_count`` parked elements, oldest first (a delivery larger than
-        what is left is split; its rest stays parked)."""
+    def _use_fetched(self, room: int) -> list[Delivery]:
+        """What fetches brought for the waiting receive, up to ``room`` elements
+        (a delivery larger than what is left is split); the rest is given back."""
         used: list[Delivery] = []
-        while self._parked and max_count > 0:
-            delivery = self._parked.pop(0)
-            if delivery.count > max_count:
-                delivery, rest = delivery.split(max_count)
-                self._parked.insert(0, rest)
+        fetched, self._fetched = self._fetched, []
+        for delivery, token in fetched:
+            if room <= 0 or self._owned.get(delivery.channel) != delivery.origin.fence:
+                self._settle(delivery, token, delivery.first)
+                continue
+            if delivery.count > room:
+                delivery, rest = delivery.split(room)
+                self._settle(delivery, token, rest.first)
+            else:
+                self._settle(delivery, token, None)
             used.append(delivery)
-            max_count -= delivery.count
+            room -= delivery.count
         return used
 
-    def _unpark(self) -> None:
-        """Give back every parked delivery (refused, and so dropped, where a seek
-        or reset moved the cursor since the fetch took it)."""
-        for delivery in self._parked:
-            self._return_when_done(_done(delivery))
-        self._parked = []
+    def _settle(self, delivery: Delivery, token: str, give_back_from: int | None) -> None:
+        """Tell a fetch's channel what of its take was used (the rest is read again)."""
+        settled = asyncio.ensure_future(
+            self._links[delivery.channel].settle(
+                self.spec.reader_id, delivery.origin.fence, token, give_back_from
+            )
+        )
+        settled.add_done_callback(_log_failure)
 
     def _end_fetches(self) -> None:
-        """Stop the fetches still waiting and unpark: whatever they took is given back."""
+        """Stop the fetches still waiting; what they (or the ones back but unused)
+        took is given back."""
         for channel, (token, call) in list(self._fetches.items()):
             del self._fetches[channel]
             if not call.done():
                 stop = asyncio.ensure_future(self._links[channel].stop_take(token))
                 stop.add_done_callback(_log_failure)
-            self._return_when_done(call)
-        self._unpark()
-        self._poke()  # a receive still waiting starts new fetches (after the give-backs)
+            call.add_done_callback(functools.partial(self._give_back_fetch, token))
+        for delivery, token in self._fetched:
+            self._settle(delivery, token, delivery.first)
+        self._fetched = []
+        self._poke()  # a receive still waiting looks again
 
-    async def _end_fetches_and_wait(self) -> None:
-        """:meth:`_end_fetches`, and wait until every give-back has landed."""
-        self._end_fetches()
-        if self._returning:
-            await asyncio.wait(list(self._returning))
+    def _give_back_fetch(self, token: str, call: asyncio.Future[Any]) -> None:
+        if not call.cancelled() and call.exception() is None and call.result().count:
+            delivery = call.result()
+            self._settle(delivery, token, delivery.first)
+
+    def resume_fetches(self) -> None:
+        """The seek a settle announced has landed: fetches may take again."""
+        self._fetch_pause = 0.0
+        self._poke()
 
     async def _watch(self, channel: int, known: CursorState | None) -> None:
         fence = self._owned.get(channel)

@@ -44,7 +44,9 @@ __all__ = [
 
 # -- requests ----------------------------------------------------------------
 
-PACKED_METHODS = frozenset({"append", "receive", "take", "stop_take", "watch", "give_back"})
+PACKED_METHODS = frozenset(
+    {"append", "receive", "take", "stop_take", "settle_take", "watch", "give_back"}
+)
 """The channel methods on the data path, called through ``ChannelActor.request``."""
 
 
@@ -74,6 +76,29 @@ def unpack_request(packed: bytes) -> tuple[str, tuple[Any, ...]]:
     if method not in PACKED_METHODS or not isinstance(args, tuple):
         raise InvalidArgumentError(f"{method!r} cannot be called as a packed request")
     return method, args
+
+
+# -- records built in bulk ----------------------------------------------------------
+
+_new = object.__new__
+
+
+def _unfrozen(record: type) -> type:
+    """A class with the slots of a frozen record, in which they can be set.
+
+    A record built in bulk (an Element, a PublishStatus) is made as one of
+    these and then becomes the record (``__class__`` assignment between
+    classes of the same slot layout): a frozen dataclass only lets its slots be
+    set through slot descriptors called as functions, which costs twice as
+    much, and its ``__init__`` more again; the decoder builds a million
+    elements a second. The values come from a channel: they need no checks.
+    """
+    return type(f"_Unfrozen{record.__name__}", (), {"__slots__": record.__slots__})
+
+
+_Unfrozen = _unfrozen(Element)
+_UnfrozenPosition = _unfrozen(Position)
+_UnfrozenStatus = _unfrozen(PublishStatus)
 
 
 # -- publishing ----------------------------------------------------------------
@@ -128,13 +153,24 @@ class StatusBatch:
 def _build_statuses(topic_id: str, channel: int, ack: AppendAck) -> list[PublishStatus]:
     if ack.error is not None:
         raise ack.error
-    statuses = []
+    statuses: list[PublishStatus] = []
+    append = statuses.append
+    # Built like elements (see _Unfrozen): a publish_batch of a thousand values
+    # would otherwise spend more on its statuses than on its values.
     for first, count, stamp in ack.runs or ((ack.first, ack.accepted, ack.stamp),):
         timestamp = stamp_to_datetime(stamp)
-        statuses.extend(
-            PublishStatus(channel, Position(topic_id, channel, sequence), timestamp)
-            for sequence in range(first, first + count)
-        )
+        for sequence in range(first, first + count):
+            position = _new(_UnfrozenPosition)
+            position.topic_id = topic_id
+            position.channel = channel
+            position.sequence = sequence
+            position.__class__ = Position  # type: ignore[assignment]
+            status = _new(_UnfrozenStatus)
+            status.channel = channel
+            status.position = position
+            status.timestamp = timestamp
+            status.__class__ = PublishStatus  # type: ignore[assignment]
+            append(status)  # type: ignore[arg-type]
     return statuses
 
 
@@ -283,21 +319,6 @@ class ReceivedBatch:
     def __reduce__(self) -> tuple[Any, ...]:
         packed = tuple((d.channel, d.chunks, d.origin) for d in self.deliveries if d.count)
         return (_build_elements, (packed, self.single))
-
-
-_new = object.__new__
-
-
-class _Unfrozen:
-    """The slots of an Element in a class that allows setting them.
-
-    An element is built as one of these and then becomes an Element (``__class__``
-    assignment between classes of the same slot layout): a frozen dataclass only
-    lets its slots be set through slot descriptors called as functions, which
-    costs twice as much, and the decoder builds a million elements a second.
-    """
-
-    __slots__ = Element.__slots__
 
 
 def _build_elements(

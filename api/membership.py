@@ -113,10 +113,12 @@ class Heartbeats:
         interval: Seconds a poll waits at the coordinator at most.
         poll: ``(known_version, touch, idle, wait) -> ObjectRef[MemberView | None]``.
         activity: ``() -> (last receive time, a receive waits now)``; None
-            when Ray is down in this process.
+            when Ray is down in this process or the subscriber is gone.
         timeout: The member's timeout: an idle member is not reported past it.
-        apply: Applies a poll's answer (called with the lock of the member).
+        apply: Applies a poll's answer (None: the member timed out).
         version: ``() -> the view version known now``.
+        timed_out: ``() -> whether the member timed out`` (then it does not
+            poll: its next receive or heartbeat rejoins).
     """
 
     def __init__(
@@ -158,13 +160,17 @@ class Heartbeats:
             self._settle(pending)
 
     def _settle(self, pending: Future[Any]) -> bool:
-        """Apply a poll's answer (once); False if the poll failed."""
+        """Apply a poll's answer (once, and only once it came); False if it failed."""
+        import ray
         import ray.exceptions
 
         with self._lock:
             if self._pending is not pending:
                 return True  # applied already
             self._pending = None
+        if not pending.done():
+            logger.warning("heartbeat: no answer from the coordinator; polling again")
+            return False
         try:
             with unwrap_ray_error():
                 view = pending.result()
@@ -172,37 +178,41 @@ class Heartbeats:
             self._stop.set()  # the group or the topic is gone: nothing to keep alive
             return False
         except Exception as error:
-            logger.warning("heartbeat failed: %s", error)
+            if not ray.is_initialized():
+                self._stop.set()  # Ray was shut down in this process
+            else:
+                logger.warning("heartbeat failed: %s", error)
             return False
         self._apply(view)
         return True
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            activity = self._activity()
-            if activity is None:
-                return  # Ray was shut down in this process: nothing to keep alive
-            if self._timed_out():
-                self._stop.wait(self._interval)  # the next receive or heartbeat rejoins
-                continue
-            last_active, waiting = activity
-            idle = 0.0 if waiting else time.monotonic() - last_active
-            # A member is alive while it receives or one of its receives waits;
-            # past its timeout it is not reported: the group times it out.
-            touch = (waiting or last_active != self._reported) and idle < self._timeout
-            if touch:
-                self._reported = last_active
             try:
-                pending: Future[Any] = self._poll(
-                    self._version(), touch, idle, self._interval
-                ).future()
-            except Exception as error:
-                logger.warning("heartbeat failed: %s", error)
+                if not self._poll_once():
+                    self._stop.wait(self._interval)  # do not hammer a failing coordinator
+            except Exception:  # never let the member go deaf silently
+                logger.exception("heartbeat thread")
                 self._stop.wait(self._interval)
-                continue
-            with self._lock:
-                self._pending = pending
-            with contextlib.suppress(Exception):  # _settle reports it
-                pending.result(timeout=self._interval + 30.0)
-            if not self._settle(pending):
-                self._stop.wait(self._interval)  # do not hammer a failing coordinator
+
+    def _poll_once(self) -> bool:
+        """One long poll; False when the thread should pause before the next."""
+        activity = self._activity()
+        if activity is None:
+            self._stop.set()  # Ray is down here, or the subscriber is gone
+            return True
+        if self._timed_out():
+            return False  # the next receive or heartbeat rejoins
+        last_active, waiting = activity
+        idle = 0.0 if waiting else time.monotonic() - last_active
+        # A member is alive while it receives or one of its receives waits;
+        # past its timeout it is not reported: the group times it out.
+        touch = (waiting or last_active != self._reported) and idle < self._timeout
+        if touch:
+            self._reported = last_active
+        pending: Future[Any] = self._poll(self._version(), touch, idle, self._interval).future()
+        with self._lock:
+            self._pending = pending
+        with contextlib.suppress(Exception):  # _settle reports it
+            pending.result(timeout=self._interval + 30.0)
+        return self._settle(pending)

@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -160,6 +161,8 @@ class Subscriber:
             self._spec = _attach["spec"]
         self._listener = on_ownership_change
         self._lock = threading.RLock()
+        self._notifying = threading.RLock()  # listener calls, one at a time
+        self._changes: deque[OwnershipChange] = deque()  # to tell the listener, in order
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
         # Receives: the user's go to one channel at a time (see _route), each
@@ -186,8 +189,9 @@ class Subscriber:
         if _attach is None:
             self._register()
         elif self._group is not None:
-            self._ask_coordinator(touch=True)  # the same member: learn its view
-            self._start_heartbeats()
+            # The same member: learn its view; its heartbeats start on its first
+            # receive (a copy handed to a task may never receive).
+            self._ask_coordinator(touch=True)
 
     # -- set-up ----------------------------------------------------------------
 
@@ -297,9 +301,10 @@ class Subscriber:
         return self._receive(1, single=True)
 
     def receive_batch(self, max_elements: int) -> Any:
-        """Receive up to ``max_elements`` from one channel: ``ObjectRef[list[Element]]``.
+        """Receive up to ``max_elements``: ``ObjectRef[list[Element]]``.
 
-        Fewer does not mean the topic is empty.
+        They come from the channel the receive was sent to while it has data
+        (from others when it has none). Fewer does not mean the topic is empty.
         """
         check_positive_int(max_elements, "max_elements")
         self._check_open()
@@ -337,10 +342,11 @@ class Subscriber:
         owned channel in turn for a batch: bulk reads go where the data is.
         """
         if self._target is not None and self._in_flight:
-            ready, _ = ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)
-            if len(ready) < len(self._in_flight):
+            pending = list(self._in_flight)
+            _, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
+            self._in_flight = deque(waiting)
+            if waiting:
                 return self._user_streams[self._target]
-            self._in_flight.clear()
         if home:
             target = self._home_channel
         else:
@@ -365,6 +371,8 @@ class Subscriber:
         if membership is None:
             return None
         self._last_active = time.monotonic()
+        if self._heartbeats is None:
+            self._start_heartbeats()
         self._rejoin_if_needed()
         return membership.request_view()
 
@@ -535,9 +543,13 @@ class Subscriber:
             self._call(
                 actors[at].settle_receives.remote(self._id, stream.stream, stream.next_number - 1)
             )
-        position, jumps = self._call(
-            actors[channel].seek.remote(self._id, fence, target, by_time, commit)
-        )
+        try:
+            position, jumps = self._call(
+                actors[channel].seek.remote(self._id, fence, target, by_time, commit)
+            )
+        finally:
+            if stream is not None and stream.next_number:
+                actors[at].resume_receives.remote(self._id)
         with self._lock:
             # What an iteration prefetched before the seek carries a lower jump
             # count and is dropped (see _is_stale).
@@ -654,16 +666,16 @@ class Subscriber:
             raise SubscriberClosedError(f"group {self._group!r} was destroyed") from error
         self._apply_view(view)
 
-    def _rejoin_if_needed(self, force: bool = False) -> None:
+    def _rejoin_if_needed(self) -> None:
         """Join again after a timeout (a new generation; it resumes after the commits)."""
         membership = self._membership
         assert membership is not None and self._group is not None
         self._owned()  # applies news that has arrived
-        if not (force or membership.timed_out):
+        if not membership.timed_out:
             return
         coordinator = self._topic._coordinator
         with self._lock:
-            if not (force or membership.timed_out):
+            if not membership.timed_out:
                 return
             try:
                 view = self._call(coordinator.join.remote(self._group, self._id, self._timeout))
@@ -682,7 +694,12 @@ class Subscriber:
                 membership.lose() if view is None else membership.apply(view, rejoined=rejoined)
             )
             if change is not None:
-                self._notify(change)
+                self._changes.append(change)
+        # The listener runs outside the lock (it may call this subscriber, or wait
+        # on a thread that does), one change at a time, in order.
+        with self._notifying:
+            while self._changes:
+                self._notify(self._changes.popleft())
 
     def _notify(self, change: OwnershipChange) -> None:
         if self._listener is None:
@@ -703,13 +720,16 @@ class Subscriber:
         def poll(version: int, touch: bool, idle: float, wait: float) -> Any:
             return coordinator.heartbeat.remote(group, member, version, touch, idle, wait)
 
+        # Weak: a subscriber dropped without close() (a copy a task was handed)
+        # ends its thread instead of being kept alive by it.
+        activity, apply = weakref.WeakMethod(self._activity), weakref.WeakMethod(self._apply_view)
         self._heartbeats = Heartbeats(
             name=f"raytopic-heartbeat-{self._id[:8]}",
             interval=max(0.05, self._timeout / 4),
             poll=poll,
-            activity=self._activity,
+            activity=lambda: _call_if_alive(activity),
             timeout=self._timeout,
-            apply=self._apply_view,
+            apply=lambda view: _call_if_alive(apply, view),
             version=lambda: membership.version,
             timed_out=lambda: membership.timed_out,
         )
@@ -858,6 +878,12 @@ class _Iteration:
             with contextlib.suppress(SubscriberClosedError):
                 elements.extend(self._subscriber._call(ref) or ())
         return elements or None
+
+
+def _call_if_alive(method: weakref.WeakMethod[Any], *args: Any) -> Any:
+    """Call a weakly held method; None when its subscriber is gone."""
+    bound = method()
+    return None if bound is None else bound(*args)
 
 
 def _start_latest(start: str | None, group: str | None) -> bool:

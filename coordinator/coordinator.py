@@ -239,8 +239,9 @@ class CoordinatorActor:
     async def _push_views(self, state: Group, members: tuple[str, ...]) -> None:
         """Tell every channel the new views of ``members`` (any channel may host a
         receive session of theirs), then wake the members' long polls."""
+        # None: the member left or timed out (a channel drops its sessions there).
         views = {
-            member_id: state.channels_of(member_id) if member_id in state.members else {}
+            member_id: state.channels_of(member_id) if member_id in state.members else None
             for member_id in members
         }
         if views:
@@ -289,6 +290,8 @@ class CoordinatorActor:
                         await self._apply(state, change)
                     except Exception:
                         logger.exception("rebalance after a timeout failed")
+                    for member_id in expired:
+                        self._polls.forget(state.name, member_id)
 
     # -- reset -------------------------------------------------------------------
 

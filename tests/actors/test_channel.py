@@ -411,7 +411,62 @@ def test_a_waiting_receive_gets_a_siblings_element_in_one_fetch() -> None:
         await sibling.append("p", 0, "block", 1.0, False, _payloads(["x", "y"]))
         batch = await asyncio.wait_for(waiting, 2.0)
         assert _values(batch) == [(1, 0, 2)]
-        assert calls[1] == ["take", "take"]  # the fetch brought the elements: no other call
+        await asyncio.sleep(0.05)
+        # The fetch brought the elements; the one call after it settles them.
+        assert calls[1] == ["take", "take", "settle_take"]
+        assert sibling.cursor_state("a").next == 2  # used: not given back
         home._sessions["a"].close()
+
+    asyncio.run(main())
+
+
+# -- fetches: lent until settled -----------------------------------------------------------
+
+
+def test_what_a_fetch_took_is_lent_until_its_session_settles_it() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        channel.open_reader("a", ReaderSpec(None, False))
+        await channel.append("p", 0, "block", 1.0, False, _payloads(range(5)))
+        fetched = await channel.take("a", None, 2, 1.0, "fetch-1")  # takes 0 and 1
+        assert (fetched.first, fetched.count) == (0, 2)
+        # Another session's take of the same reader waits for the settle ...
+        direct = asyncio.ensure_future(channel.take("a", None, 10))
+        await asyncio.sleep(0.05)
+        assert not direct.done()
+        # ... which used element 0 and gives element 1 back: read again, in order.
+        assert await channel.settle_take("a", None, "fetch-1", 1) is True
+        after = await asyncio.wait_for(direct, 2.0)
+        assert (after.first, after.count) == (1, 4)
+        assert await channel.settle_take("a", None, "fetch-1", None) is False  # settled
+
+    asyncio.run(main())
+
+
+def test_a_direct_take_stops_a_waiting_fetch_of_the_same_reader() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        channel.open_reader("a", ReaderSpec(None, False))
+        waiting = asyncio.ensure_future(channel.take("a", None, 10, 5.0, "fetch-2"))
+        await asyncio.sleep(0.05)
+        assert (await channel.take("a", None, 10)).count == 0  # the direct take goes first
+        await channel.append("p", 0, "block", 1.0, False, _payloads(["x"]))
+        stopped = await asyncio.wait_for(waiting, 2.0)
+        assert stopped.count == 0  # it took nothing
+        assert (await channel.take("a", None, 10)).count == 1  # "x" is still there
+
+    asyncio.run(main())
+
+
+def test_a_seek_voids_what_a_fetch_took_and_a_settle_after_it_changes_nothing() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        channel.open_reader("a", ReaderSpec(None, False))
+        await channel.append("p", 0, "block", 1.0, False, _payloads(range(5)))
+        await channel.take("a", None, 2, 1.0, "fetch-3")
+        channel.seek("a", None, 3, False, False)  # next is 4
+        assert await channel.settle_take("a", None, "fetch-3", 0) is False
+        assert channel.cursor_state("a").next == 4
+        assert (await asyncio.wait_for(channel.take("a", None, 10), 2.0)).first == 4
 
     asyncio.run(main())

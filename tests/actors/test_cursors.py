@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from raytopic.actors.cursors import Cursor, Lease, clamp
+from raytopic.actors.cursors import Cursor, Lease, Lent, clamp
 from raytopic.records import CommitStatus
 
 COMMITTED = CommitStatus.COMMITTED
@@ -398,3 +398,30 @@ def test_a_reader_that_never_commits_keeps_a_bounded_list() -> None:
     assert len(cursor.unread) <= 33
     # The oldest ranges were joined: fewer counted unacked than delivered, never more.
     assert 0 < cursor.unacked <= 1000
+
+
+def test_settling_a_lent_take_gives_back_the_unused_part_once() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(4, 5)
+    cursor.lent = Lent("t", 0, 5)
+    assert cursor.settle_lent("other", 0) is False  # not what is lent
+    assert cursor.settle_lent("t", 3) is True
+    assert (cursor.next, cursor.lent) == (3, None)
+    assert cursor.settle_lent("t", 0) is False  # settled already: nothing moves
+    assert cursor.next == 3
+
+
+def test_a_seek_reset_or_grant_voids_what_is_lent() -> None:
+    for move in (
+        lambda c: c.seek(1, 0, 9, commit=False),
+        lambda c: c.reset(1, 0, 9),
+        lambda c: c.grant(Lease("m", 2)),
+    ):
+        cursor = Cursor.starting_at(0)
+        cursor.delivered(4, 5)
+        cursor.lent = Lent("t", 0, 5)
+        move(cursor)
+        assert cursor.lent is None
+        before = cursor.next
+        assert cursor.settle_lent("t", 0) is False
+        assert cursor.next == before

@@ -133,7 +133,7 @@ def test_pickled_values_decode_slice_and_take() -> None:
     assert run.take([0, 3, 5]).decode() == ["a", b"four", 6.5]
     assert run.slice(4, 4).decode() == []
     assert run.nbytes == len(run.buffer) and middle.nbytes < run.nbytes
-    assert run.pickles() == [dumps_value(value) for value in VALUES]
+    assert bytes(run.buffer) == b"".join(dumps_value(value) for value in VALUES)
 
 
 def test_a_slice_travels_as_its_own_bytes_in_band_or_out_of_band() -> None:
@@ -209,4 +209,8 @@ def test_an_arrow_slice_travels_as_ipc_of_its_rows_only() -> None:
     wide = ArrowRows(big).slice(0, 50_000)
     out_of_band = pickle.dumps(wide, protocol=5, buffer_callback=buffers.append)
     assert buffers and len(out_of_band) < 500
-    assert pickle.loads(out_of_band, buffers=buffers).decode() == wide.decode()
+    back = pickle.loads(out_of_band, buffers=buffers)
+    assert back.decode() == wide.decode()
+    assert back.borrowed and not back.owned().borrowed  # a channel keeps its own copy
+    assert back.owned().decode() == wide.decode()
+    assert not piece.borrowed and piece.owned() is piece
