@@ -634,31 +634,31 @@ class ChannelActor:
         """A fetch's session used what the fetch took, up to ``give_back_from``
         (None: all); the rest is read again. False if a seek, reset or new owner
         voided it meanwhile."""
-        reader = self._readers.get(reader_id)
-        if reader is None:
-            return False
-        try:
-            cursor = self._cursor_of(reader, fence)
-        except NotOwnerError:
+        cursor = self._owned_cursor(reader_id, fence)
+        if cursor is None:
             return False
         settled = cursor.settle_lent(token, give_back_from)
         if settled:
             self._notify()
         return settled
 
+    def _owned_cursor(self, reader_id: str, fence: Any) -> Cursor | None:
+        """The reader's cursor if the reader is open and ``fence`` owns it, else None."""
+        reader = self._readers.get(reader_id)
+        if reader is None:
+            return None
+        try:
+            return self._cursor_of(reader, fence)
+        except NotOwnerError:
+            return None
+
     async def give_back(
         self, reader_id: str, fence: Any, first: int, expected_next: int, jumps: int
     ) -> bool:
         """Undo a take nobody saw: move the cursor back to ``first`` if it still stands
         where that take left it, with the same jump count (no seek or reset since)."""
-        reader = self._readers.get(reader_id)
-        if reader is None:
-            return False
-        try:
-            cursor = self._cursor_of(reader, fence)
-        except NotOwnerError:
-            return False
-        if cursor.next != expected_next or cursor.jumps != jumps:
+        cursor = self._owned_cursor(reader_id, fence)
+        if cursor is None or cursor.next != expected_next or cursor.jumps != jumps:
             return False
         cursor.rewind(max(first, self._ring.head))
         self._notify()
@@ -694,12 +694,8 @@ class ChannelActor:
     def commit(self, reader_id: str, sequence: int, fence: Any) -> CommitResult:
         """Commit ``sequence`` (and every earlier one) for the reader or its group."""
         position = Position(self._config.topic_id, self._channel, sequence)
-        reader = self._readers.get(reader_id)
-        try:
-            if reader is None:
-                raise NotOwnerError(reader_id)
-            cursor = self._cursor_of(reader, fence)
-        except NotOwnerError:
+        cursor = self._owned_cursor(reader_id, fence)
+        if cursor is None:
             return CommitResult(self._channel, position, CommitStatus.NOT_OWNER)
         status = cursor.commit(sequence, self._ring.tail)
         if status is CommitStatus.COMMITTED:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -446,4 +447,49 @@ def test_arrow_rows_appended_to_a_channel_actor_are_received_as_dicts(make_topic
     ]
     assert {e.timestamp for e in elements[1:]} == {statuses[0].timestamp}
     assert topic.ringbuffer(0).read_one(2) == {"id": 1, "user": "b"}
+    subscriber.close()
+
+
+# -- mixed receive styles ------------------------------------------------------------------
+
+
+def test_mixed_receive_styles_keep_order_per_channel_and_lose_nothing(make_topic) -> None:
+    """Single receives (home), batch receives (each to a channel in turn) and
+    iterations (every channel at once) of one subscriber, while values trickle
+    in: every value arrives once, and each channel's in position order."""
+    topic = make_topic(channels=4, capacity=1000)
+    subscriber = topic.subscriber(start="earliest", complete_on_empty=True)
+    total = 240
+
+    def trickle() -> None:
+        with topic.publisher() as publisher:
+            for index in range(total):
+                publisher.publish(index)
+                if index % 8 == 0:
+                    publisher.flush()
+                    time.sleep(0.005)
+
+    producer = threading.Thread(target=trickle)
+    producer.start()
+    seen: list[rt.Element] = []
+    deadline = time.monotonic() + 60
+    style = 0
+    while len(seen) < total and time.monotonic() < deadline:
+        style += 1
+        if style % 3 == 0:
+            seen.extend(ray.get(subscriber.receive_batch(5), timeout=30))
+        elif style % 3 == 1:
+            element = ray.get(subscriber.receive(), timeout=30)
+            seen.extend([element] if element is not None else [])
+        else:
+            for count, element in enumerate(subscriber, 1):
+                seen.append(element)
+                if count == 7:
+                    break
+    producer.join()
+    seen.extend(_drain(subscriber))
+    assert sorted(e.value for e in seen) == list(range(total))
+    for channel in range(4):
+        sequences = [e.sequence for e in seen if e.channel == channel]
+        assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
     subscriber.close()
