@@ -394,42 +394,44 @@ class Subscriber:
         view = self._before_receive()
         share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
         actors = self._topic._channel_actors
-        heads = []
-        for channel in owned:
-            reads = self._stream_at(self._reads, channel, "i")
-            while not self._closed and not reads.drained and len(reads.refs) < ITERATION_DEPTH:
-                ref = actors[channel].request.remote(
-                    pack_request(
-                        "receive",
-                        self._id,
-                        reads.stream,
-                        reads.next_number,
-                        share,
-                        False,
-                        False,
-                        True,
-                        view,
+        with self._lock:  # a receive on another thread may reclaim them meanwhile
+            for channel in owned:
+                reads = self._stream_at(self._reads, channel, "i")
+                while not self._closed and not reads.drained and len(reads.refs) < ITERATION_DEPTH:
+                    ref = actors[channel].request.remote(
+                        pack_request(
+                            "receive",
+                            self._id,
+                            reads.stream,
+                            reads.next_number,
+                            share,
+                            False,
+                            False,
+                            True,
+                            view,
+                        )
                     )
-                )
-                reads.next_number += 1
-                reads.refs.append(ref)
-                if self._membership is not None:
-                    self._outstanding.append(ref)
-        for reads in self._reads.values():
-            if reads.refs:
-                heads.append(reads.refs[0])
-        return heads
+                    reads.next_number += 1
+                    reads.refs.append(ref)
+                    if self._membership is not None:
+                        self._outstanding.append(ref)
+            return [reads.refs[0] for reads in self._reads.values() if reads.refs]
 
     def _take_direct(self, ref: Any) -> list[Element]:
-        """The elements of a direct iteration receive (the oldest of its channel)."""
-        for reads in self._reads.values():
-            if reads.refs and reads.refs[0] == ref:
-                reads.refs.popleft()
-                elements = self._call(ref)
-                if not elements and self._spec.complete_on_empty:
-                    reads.drained = True
-                return elements
-        raise AssertionError("not the oldest receive of any channel")
+        """The elements of a direct iteration receive (the oldest of its channel);
+        [] if a receive on another thread reclaimed it meanwhile (its elements
+        wait in the buffer)."""
+        with self._lock:
+            for reads in self._reads.values():
+                if reads.refs and reads.refs[0] == ref:
+                    reads.refs.popleft()
+                    break
+            else:
+                return []
+        elements = self._call(ref)
+        if not elements and self._spec.complete_on_empty:
+            reads.drained = True
+        return elements
 
     def _prefetch_spread(self) -> None:
         """With a window or a resequencer: ITERATION_DEPTH receives through the home's
@@ -469,13 +471,14 @@ class Subscriber:
         return those receives, oldest first per channel."""
         actors = self._topic._channel_actors
         pending: list[Any] = []
-        for channel, reads in self._reads.items():
-            if reads.refs:
-                actors[channel].interrupt_receives.remote(
-                    self._id, reads.stream, reads.next_number - 1
-                )
-                pending.extend(reads.refs)
-                reads.refs.clear()
+        with self._lock:  # an iteration on another thread may be prefetching
+            for channel, reads in self._reads.items():
+                if reads.refs:
+                    actors[channel].interrupt_receives.remote(
+                        self._id, reads.stream, reads.next_number - 1
+                    )
+                    pending.extend(reads.refs)
+                    reads.refs.clear()
         if self._spread:
             with self._lock:
                 target = self._target
