@@ -746,13 +746,6 @@ class ReceiveSession:
         self._wake.set()
 
 
-def _done(result: Any) -> asyncio.Future[Any]:
-    """A future that already holds ``result``."""
-    future = asyncio.get_running_loop().create_future()
-    future.set_result(result)
-    return future
-
-
 def _log_failure(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         logger.warning("could not hand back or stop a take: %s", task.exception())

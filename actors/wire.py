@@ -269,11 +269,9 @@ class Delivery:
 
     def one_by_one(self) -> Iterator[tuple[Any, Delivery]]:
         """Each element as (its decoded value, a delivery of it alone)."""
-        fields = (self.jumps, self.next, self.tail, self.committed, self.origin, self.unacked)
         for chunk in self.chunks:
             for index, value in enumerate(chunk.payload.decode()):
-                alone = _slice_chunk(chunk, index, index + 1)
-                yield value, Delivery.pack(self.channel, [alone], *fields)
+                yield value, self._with([_slice_chunk(chunk, index, index + 1)])
 
     def split(self, count: int) -> tuple[Delivery, Delivery]:
         """The first ``count`` elements, and the rest (both keep ``next``: giving the
@@ -291,10 +289,12 @@ class Delivery:
                 head.append(_slice_chunk(chunk, 0, left))
                 rest.append(_slice_chunk(chunk, left, size))
             left -= size
+        return self._with(head), self._with(rest)
+
+    def _with(self, chunks: list[Chunk]) -> Delivery:
+        """A delivery of ``chunks`` (part of this one's) with this one's cursor state."""
         fields = (self.jumps, self.next, self.tail, self.committed, self.origin, self.unacked)
-        return Delivery.pack(self.channel, head, *fields), Delivery.pack(
-            self.channel, rest, *fields
-        )
+        return Delivery.pack(self.channel, chunks, *fields)
 
 
 def _slice_chunk(chunk: Chunk, start: int, stop: int) -> Chunk:
