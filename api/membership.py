@@ -115,7 +115,9 @@ class Heartbeats:
         activity: ``() -> (last receive time, a receive waits now)``; None
             when Ray is down in this process or the subscriber is gone.
         timeout: The member's timeout: an idle member is not reported past it.
-        apply: Applies a poll's answer (None: the member timed out).
+        apply: Adopts a poll's answer (None: the member timed out); a reader
+            that catches up meanwhile waits until it is adopted.
+        notify: Tells the listener what was adopted (called holding no lock).
         version: ``() -> the view version known now``.
         timed_out: ``() -> whether the member timed out`` (then it does not
             poll: its next receive or heartbeat rejoins).
@@ -129,6 +131,7 @@ class Heartbeats:
         activity: Callable[[], tuple[float, bool] | None],
         timeout: float,
         apply: Callable[[MemberView | None], None],
+        notify: Callable[[], None],
         version: Callable[[], int],
         timed_out: Callable[[], bool],
     ) -> None:
@@ -137,10 +140,13 @@ class Heartbeats:
         self._activity = activity
         self._timeout = timeout
         self._apply = apply
+        self._notify = notify
         self._version = version
         self._timed_out = timed_out
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        # Held from taking a poll's answer to adopting it: a reader catching up
+        # meanwhile waits, so it never reads the view the answer replaces.
+        self._lock = threading.RLock()
         self._pending: Future[Any] | None = None
         self._reported = 0.0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -158,33 +164,34 @@ class Heartbeats:
         pending = self._pending
         if pending is not None and pending.done():
             self._settle(pending)
+            self._notify()
 
     def _settle(self, pending: Future[Any]) -> bool:
-        """Apply a poll's answer (once, and only once it came); False if it failed."""
+        """Adopt a poll's answer (once, and only once it came); False if it failed."""
         import ray
         import ray.exceptions
 
-        with self._lock:
+        with self._lock:  # taken and adopted in one step (see catch_up)
             if self._pending is not pending:
-                return True  # applied already
+                return True  # adopted already
             self._pending = None
-        if not pending.done():
-            logger.warning("heartbeat: no answer from the coordinator; polling again")
-            return False
-        try:
-            with unwrap_ray_error():
-                view = pending.result()
-        except (GroupNotFoundError, ray.exceptions.ActorDiedError):
-            self._stop.set()  # the group or the topic is gone: nothing to keep alive
-            return False
-        except Exception as error:
-            if not ray.is_initialized():
-                self._stop.set()  # Ray was shut down in this process
-            else:
-                logger.warning("heartbeat failed: %s", error)
-            return False
-        self._apply(view)
-        return True
+            if not pending.done():
+                logger.warning("heartbeat: no answer from the coordinator; polling again")
+                return False
+            try:
+                with unwrap_ray_error():
+                    view = pending.result()
+            except (GroupNotFoundError, ray.exceptions.ActorDiedError):
+                self._stop.set()  # the group or the topic is gone: nothing to keep alive
+                return False
+            except Exception as error:
+                if not ray.is_initialized():
+                    self._stop.set()  # Ray was shut down in this process
+                else:
+                    logger.warning("heartbeat failed: %s", error)
+                return False
+            self._apply(view)
+            return True
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -215,4 +222,6 @@ class Heartbeats:
             self._pending = pending
         with contextlib.suppress(Exception):  # _settle reports it
             pending.result(timeout=self._interval + 30.0)
-        return self._settle(pending)
+        settled = self._settle(pending)
+        self._notify()
+        return settled

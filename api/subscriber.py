@@ -81,7 +81,8 @@ _ITERATION_LOOK = 1.0
 
 @dataclass(slots=True)
 class _ChannelReads:
-    """The receives an iteration keeps in flight at one channel (its own stream)."""
+    """One stream of receives at one channel: its numbering, and (an iteration's)
+    the receives in flight."""
 
     stream: str
     next_number: int = 0
@@ -161,6 +162,7 @@ class Subscriber:
             self._spec = _attach["spec"]
         self._listener = on_ownership_change
         self._lock = threading.RLock()
+        self._view_lock = threading.RLock()  # the membership's view
         self._notifying = threading.RLock()  # listener calls, one at a time
         self._changes: deque[OwnershipChange] = deque()  # to tell the listener, in order
         self._closed = False
@@ -240,9 +242,18 @@ class Subscriber:
         """The channels this subscriber owns now (all, for an anonymous one).
 
         A member answers from its view (kept fresh by its heartbeats); a
-        timed-out member owns nothing until its next receive or heartbeat.
+        timed-out member owns nothing until its next receive or heartbeat. A
+        member silent for longer than its timeout may have timed out a moment
+        ago: that one asks the coordinator (no other read does).
         """
         self._check_open()
+        membership = self._membership
+        if (
+            membership is not None
+            and not membership.timed_out
+            and time.monotonic() - self._last_active > self._timeout
+        ):
+            self._ask_coordinator(touch=False)
         return self._owned()
 
     def is_owner(self, channel: int) -> bool:
@@ -269,16 +280,18 @@ class Subscriber:
         """The channel a single ``receive()`` goes to: an owned one, fixed by this
         subscriber's id while the view holds. A resequencing subscriber's home
         never moves: its resequencer lives in the home's session."""
-        owned = () if self._spec.resequence is not None else self._owned()
+        owned = () if self._spec.resequence is not None else self._owned(catch_up=False)
         if not owned:
             return self._home_seed % self.channel_count
         return owned[self._home_seed % len(owned)]
 
-    def _owned(self) -> tuple[int, ...]:
+    def _owned(self, *, catch_up: bool = True) -> tuple[int, ...]:
+        """The channels owned now; first (``catch_up``) apply view news that came,
+        which may call the listener: never with the subscriber's lock held."""
         membership = self._membership
         if membership is None:
             return tuple(range(self.channel_count))
-        if self._heartbeats is not None:
+        if catch_up and self._heartbeats is not None:
             self._heartbeats.catch_up()
         return membership.channels
 
@@ -320,16 +333,30 @@ class Subscriber:
         with self._lock:
             spec = self._spec
             stream = self._route(single or spread or bool(spec.window or spec.resequence))
-            number = stream.next_number
-            stream.next_number += 1
-            ref = self._topic._channel_actors[self._target].request.remote(  # type: ignore[index]
-                pack_request(
-                    "receive", self._id, stream.stream, number, count, single, spread, False, view
-                )
-            )
+            assert self._target is not None
+            ref = self._send_receive(self._target, stream, count, single, spread, False, view)
             self._in_flight.append(ref)
+        return ref
+
+    def _send_receive(
+        self,
+        channel: int,
+        stream: _ChannelReads,
+        count: int,
+        single: bool,
+        spread: bool,
+        here_only: bool,
+        view: tuple[int, dict[int, Lease]] | None,
+    ) -> Any:
+        """With the lock held: submit the next receive of ``stream`` to ``channel``."""
+        number = stream.next_number
+        stream.next_number += 1
+        packed = pack_request(
+            "receive", self._id, stream.stream, number, count, single, spread, here_only, view
+        )
+        ref = self._topic._channel_actors[channel].request.remote(packed)
         if self._membership is not None:
-            self._outstanding.append(ref)
+            self._outstanding.append(ref)  # a waiting receive keeps its member alive
         return ref
 
     def _route(self, home: bool) -> _ChannelReads:
@@ -350,7 +377,7 @@ class Subscriber:
         if home:
             target = self._home_channel
         else:
-            owned = self._owned() or tuple(range(self.channel_count))
+            owned = self._owned(catch_up=False) or tuple(range(self.channel_count))
             self._turn += 1
             target = owned[self._turn % len(owned)]
         self._target = target
@@ -393,28 +420,13 @@ class Subscriber:
         owned = self._owned()
         view = self._before_receive()
         share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
-        actors = self._topic._channel_actors
         with self._lock:  # a receive on another thread may reclaim them meanwhile
             for channel in owned:
                 reads = self._stream_at(self._reads, channel, "i")
                 while not self._closed and not reads.drained and len(reads.refs) < ITERATION_DEPTH:
-                    ref = actors[channel].request.remote(
-                        pack_request(
-                            "receive",
-                            self._id,
-                            reads.stream,
-                            reads.next_number,
-                            share,
-                            False,
-                            False,
-                            True,
-                            view,
-                        )
+                    reads.refs.append(
+                        self._send_receive(channel, reads, share, False, False, True, view)
                     )
-                    reads.next_number += 1
-                    reads.refs.append(ref)
-                    if self._membership is not None:
-                        self._outstanding.append(ref)
             return [reads.refs[0] for reads in self._reads.values() if reads.refs]
 
     def _take_direct(self, ref: Any) -> list[Element]:
@@ -637,6 +649,7 @@ class Subscriber:
         """
         self._check_open()
         if self._membership is not None:
+            self._last_active = time.monotonic()
             self._ask_coordinator(touch=True)
             self._rejoin_if_needed()
 
@@ -684,13 +697,24 @@ class Subscriber:
                 view = self._call(coordinator.join.remote(self._group, self._id, self._timeout))
             except GroupNotFoundError as error:
                 raise SubscriberClosedError(f"group {self._group!r} was destroyed") from error
-            self._apply_view(view, rejoined=True)
+            self._adopt_view(view, rejoined=True)
+        self._tell_listener()
 
     def _apply_view(self, view: MemberView | None, *, rejoined: bool = False) -> None:
-        """Adopt a view from the coordinator (None: this member timed out)."""
+        """Adopt a view from the coordinator (None: this member timed out), and tell
+        the listener."""
+        self._adopt_view(view, rejoined=rejoined)
+        self._tell_listener()
+
+    def _adopt_view(self, view: MemberView | None, *, rejoined: bool = False) -> None:
+        """Adopt a view; queue the change for the listener.
+
+        Under its own lock, never the subscriber's: the heartbeat thread adopts
+        while a receive (holding the subscriber's lock) may wait to read the view.
+        """
         membership = self._membership
         assert membership is not None
-        with self._lock:
+        with self._view_lock:
             if self._closed:
                 return  # a poll answered after close() (it left): nothing to tell
             change = (
@@ -698,8 +722,11 @@ class Subscriber:
             )
             if change is not None:
                 self._changes.append(change)
-        # The listener runs outside the lock (it may call this subscriber, or wait
-        # on a thread that does), one change at a time, in order.
+
+    def _tell_listener(self) -> None:
+        """Tell the listener the queued changes, one at a time, in order, holding no
+        lock of the subscriber's (it may call this subscriber, or wait on a thread
+        that does)."""
         with self._notifying:
             while self._changes:
                 self._notify(self._changes.popleft())
@@ -725,14 +752,16 @@ class Subscriber:
 
         # Weak: a subscriber dropped without close() (a copy a task was handed)
         # ends its thread instead of being kept alive by it.
-        activity, apply = weakref.WeakMethod(self._activity), weakref.WeakMethod(self._apply_view)
+        activity = weakref.WeakMethod(self._activity)
+        adopt, tell = weakref.WeakMethod(self._adopt_view), weakref.WeakMethod(self._tell_listener)
         self._heartbeats = Heartbeats(
             name=f"raytopic-heartbeat-{self._id[:8]}",
             interval=max(0.05, self._timeout / 4),
             poll=poll,
             activity=lambda: _call_if_alive(activity),
             timeout=self._timeout,
-            apply=lambda view: _call_if_alive(apply, view),
+            apply=lambda view: _call_if_alive(adopt, view),
+            notify=lambda: _call_if_alive(tell),
             version=lambda: membership.version,
             timed_out=lambda: membership.timed_out,
         )

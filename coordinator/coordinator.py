@@ -255,9 +255,12 @@ class CoordinatorActor:
             for result in results:
                 if isinstance(result, Exception):
                     logger.warning("could not update members' sessions: %s", result)
-        polled = self._polls.changed(state.name)
+        polling = self._polls.changed(state.name)
         await self._polls.caught_up(
-            state.name, polled & set(members) & set(state.members), state.version, _CATCH_UP_TIMEOUT
+            state.name,
+            polling & set(members) & set(state.members),
+            state.version,
+            _CATCH_UP_TIMEOUT,
         )
 
     def _ensure_expiry_task(self) -> None:

@@ -4,7 +4,7 @@ Each group member keeps one ``heartbeat`` call waiting at the coordinator;
 it returns as soon as the group's view changes, and the member polls again
 at once, carrying the version it now knows. That next poll is the member's
 acknowledgement: a membership change waits (briefly) until every member
-whose poll it woke has polled again, so when ``join`` or ``leave`` returns,
+that polls has polled again since, so when ``join`` or ``leave`` returns,
 the live members have heard of it; ``channels`` read on any of them answers
 the new view without a call.
 """
@@ -48,12 +48,12 @@ class ViewPolls:
                 del pending[member]
 
     def changed(self, group: str) -> set[str]:
-        """The group's view changed: answer its polls; return the members that had one."""
-        polled = set(self._pending.get(group, ()))
+        """The group's view changed: answer its polls; return the members that poll
+        (one waiting now, or one on its way: every member that ever polled)."""
         event = self._changed.pop(group, None)
         if event is not None:
             event.set()
-        return polled
+        return set(self._known.get(group, ()))
 
     async def caught_up(self, group: str, members: set[str], version: int, timeout: float) -> None:
         """Wait until each of ``members`` knows ``version`` (polled again), at most
