@@ -15,11 +15,16 @@ creates the channels of a topic and introduces them to each other with
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
+import functools
+import inspect
 import logging
 import os
+import pickle
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +37,9 @@ from raytopic.actors.cursors import Cursor, Lease, Lent
 from raytopic.actors.payloads import Payload, PickledValues
 from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSession, SessionSpec
 from raytopic.actors.segment_ring import Run, SegmentRing
+from raytopic.actors.stores.base import RingbufferStore, StoredBatch
+from raytopic.actors.stores.group_sync import GroupSync
+from raytopic.actors.stores.opening import open_store
 from raytopic.actors.turns import DuplicateTurnError, Turns
 from raytopic.actors.wire import (
     AppendAck,
@@ -46,13 +54,19 @@ from raytopic.actors.wire import (
 )
 from raytopic.config import Overflow, TopicConfig
 from raytopic.errors import (
+    ChannelFailedError,
+    ChannelUnavailableError,
+    DataLossError,
     GroupNotFoundError,
     InvalidArgumentError,
     NotOwnerError,
     StaleSequenceError,
+    StoreError,
     SubscriberClosedError,
+    TopicError,
     TopicFullError,
 )
+from raytopic.naming import channel_actor_name
 from raytopic.records import CommitResult, CommitStatus, Position, _Origin
 
 logger = logging.getLogger(__name__)
@@ -79,6 +93,14 @@ _PUBLISHER_SWEEP_S = 60.0
 _STOPPED_TAKES_KEPT = 10_000
 """Stop requests remembered for fetches that have not arrived (yet, or ever)."""
 
+_SEED_TIMEOUT = 30.0
+"""Seconds a call to a channel restarted without a store waits for the coordinator
+to tell it its epoch and groups; then ChannelUnavailableError."""
+
+_EPOCH_SPAN = 1 << 40
+"""Without a store, incarnation ``e`` numbers its elements from ``(e - 1) * _EPOCH_SPAN``:
+positions of an earlier incarnation are never given to other elements."""
+
 _LENT_TIMEOUT = 10.0
 """Seconds a take waits for a fetch's session to settle what it took; then the
 session is taken for gone (its elements never reached anyone): read them again."""
@@ -102,13 +124,93 @@ class _Reader:
         return SessionSpec(self.reader_id, spec.complete_on_empty, spec.window, self.resequence)
 
 
+_ACKS_KEPT = 16
+"""Acks a channel keeps per publisher: a publisher has a few batches in flight, and
+after a restart each of them may come again (a retry of a batch stored before
+the crash gets its ack back, not a second append)."""
+
+
 @dataclass(slots=True)
 class _PublisherTrack:
-    """The last batch a publisher appended here (for ordering and retries)."""
+    """The last batches a publisher appended here (for ordering and retries)."""
 
     last_batch: int = -1
-    last_ack: AppendAck | None = None
+    acks: dict[int, AppendAck] = field(default_factory=dict)
     seen: float = field(default_factory=time.monotonic)
+
+    def remember(self, batch: int, ack: AppendAck) -> None:
+        """Keep ``ack`` as the answer to a retry of ``batch``."""
+        self.acks[batch] = ack
+        self.last_batch = max(self.last_batch, batch)
+        self.seen = time.monotonic()
+        while len(self.acks) > _ACKS_KEPT:
+            del self.acks[min(self.acks)]
+
+    def add_run(self, batch: int, first: int, count: int, stamp: float) -> None:
+        """Learn (from a store) that ``batch`` put ``count`` elements at ``first``."""
+        ack = self.acks.get(batch)
+        if ack is None:
+            self.remember(batch, AppendAck(first, count, stamp))
+            return
+        runs = ack.runs or ((ack.first, ack.accepted, ack.stamp),)
+        if any(run[0] == first for run in runs):
+            return  # known already (from the state file)
+        self.acks[batch] = AppendAck(
+            ack.first, ack.accepted + count, ack.stamp, None, (*runs, (first, count, stamp))
+        )
+
+    def to_state(self) -> list[Any]:
+        """JSON-ready: the last batch number, and the runs of each kept batch."""
+        return [
+            self.last_batch,
+            [
+                [batch, [list(run) for run in (ack.runs or [(ack.first, ack.accepted, ack.stamp)])]]
+                for batch, ack in self.acks.items()
+                if ack.accepted > 0
+            ],
+        ]
+
+    @classmethod
+    def from_state(cls, state: list[Any]) -> _PublisherTrack:
+        """The track saved by :meth:`to_state`."""
+        track = cls(int(state[0]))
+        for batch, runs in state[1]:
+            for run in runs:
+                track.add_run(int(batch), *run)
+        return track
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An append written to the store, visible to readers once a sync covers it."""
+
+    payload: Payload
+    stamp: float
+    change: int  # its mark in the log's GroupSync
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A public method of the channel that a failed channel refuses (typed), and that
+    waits, on a channel restarted without a store, until the coordinator seeded it."""
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def guarded_async(self: ChannelActor, *args: Any, **kwargs: Any) -> Any:
+            if self._failure is not None:
+                raise ChannelFailedError(self._failure)
+            if not self._seeded.is_set():
+                await self._wait_seeded()
+            return await method(self, *args, **kwargs)
+
+        return guarded_async
+
+    @functools.wraps(method)
+    def guarded(self: ChannelActor, *args: Any, **kwargs: Any) -> Any:
+        if self._failure is not None:
+            raise ChannelFailedError(self._failure)
+        return method(self, *args, **kwargs)
+
+    return guarded
 
 
 class ChannelActor:
@@ -138,15 +240,212 @@ class ChannelActor:
         self._stopped_takes: dict[str, None] = {}  # fetches told to stop waiting (bounded)
         self._fetching: dict[str, set[str]] = {}  # reader -> tokens of its fetches waiting here
         self._links: dict[int, ChannelLink] = {}
-        self._epoch = 1  # incarnation; a durable store will carry it across restarts
+        self._siblings: list[Any] = []
         self._changed = asyncio.Event()
-        self._self_handle: Any = None
+        # Durability: the store, appends waiting for a sync, and the incarnation.
+        self._epoch = 1
+        self._store: RingbufferStore | None = None
+        self._log_sync: GroupSync | None = None
+        self._state_sync: GroupSync | None = None
+        self._pending: deque[_Pending] = deque()
+        self._pending_count = 0
+        self._pending_stamp = 0.0
+        self._sync_task: asyncio.Task[None] | None = None
+        self._damaged: list[tuple[int, int]] = []
+        self._group_marks: dict[str, tuple[int, int]] = {}  # group -> (version, generation)
+        self._loss: DataLossError | None = None  # a restart without a store lost elements
+        self._told_loss: set[str] = set()
+        self._failure: str | None = None  # why the channel is fenced
+        self._seeded = asyncio.Event()
+        self._restarted = _was_restarted()
+        try:
+            self._recover()
+        except Exception as error:
+            # Never raise out of __init__: Ray would mark the actor dead for good
+            # and free its name. Come up fenced instead, saying why.
+            logger.exception("channel %d of %s cannot recover", channel, config.name)
+            self._failure = (
+                f"channel {channel} of topic {config.name!r} could not recover its store: {error}"
+            )
+
+    # -- recovery -----------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Open the store and load it (elements, groups, publishers, readers), under a
+        new epoch. Without a store, a restarted channel waits for ``seed``."""
+        store = open_store(self._config, self._channel)
+        if store is None:
+            if not self._restarted:
+                self._seeded.set()
+            return
+        self._store = store
+        state = store.load_state() or {}
+        self._epoch = int(state.get("epoch", 0)) + 1
+        self._damaged = store.damaged()
+        largest = store.largest_sequence()
+        start = max(store.first_sequence(), largest + 1 - self._config.capacity)
+        for _, last in self._damaged:
+            if last >= start:
+                start = last + 1  # the ring holds no gap; readers below it are told
+        ring = self._ring = SegmentRing(
+            self._config.capacity, self._config.ttl, clock=_stamp_clock, first_sequence=start
+        )
+        for pid, saved in state.get("publishers", {}).items():
+            self._publishers[pid] = _PublisherTrack.from_state(saved)
+        for batch in store.load_batches(start):
+            payload = batch.payload
+            if batch.first < start:
+                payload = payload.slice(start - batch.first, len(payload))
+            if batch.first + len(batch.payload) - len(payload) != ring.tail + 1:
+                logger.error("channel %d: store gap before %d", self._channel, batch.first)
+                break
+            ring.append(payload, overwrite=True, stamp=batch.stamp)
+            if batch.publisher_id:
+                track = self._publishers.setdefault(batch.publisher_id, _PublisherTrack())
+                track.add_run(batch.batch, batch.first, len(batch.payload), batch.stamp)
+        if hasattr(store, "release_cache"):
+            store.release_cache()
+        for pid, track in self._publishers.items():
+            self._publish_turns.resume(pid, track.last_batch + 1)
+        for group, saved in state.get("groups", {}).items():
+            self._groups[group] = Cursor.from_state(saved, group=True)
+        self._evict_committed()
+        self._group_marks = {g: (int(v), int(n)) for g, (v, n) in state.get("marks", {}).items()}
+        for reader_id, saved in state.get("readers", {}).items():
+            spec = pickle.loads(base64.b64decode(saved["spec"]))
+            self._open_reader(reader_id, spec)
+            cursor = self._readers[reader_id].cursor
+            if cursor is not None and saved.get("cursor"):
+                self._readers[reader_id].cursor = Cursor.from_state(saved["cursor"], group=False)
+        self._log_sync = GroupSync(lambda _: store.sync())
+        self._state_sync = GroupSync(store.save_state, self._snapshot)
+        store.save_state(self._snapshot())  # the new epoch, before anything is served
+        self._seeded.set()
+        if self._restarted or ring.size:
+            logger.info(
+                "channel %d of %s recovered: epoch %d, sequences %d..%d, %d groups",
+                self._channel,
+                self._config.name,
+                self._epoch,
+                ring.head,
+                ring.tail,
+                len(self._groups),
+            )
+
+    def _snapshot(self) -> dict[str, Any]:
+        """The state a store keeps (JSON-ready): epoch, groups, publishers, readers."""
+        return {
+            "epoch": self._epoch,
+            "groups": {group: cursor.to_state() for group, cursor in self._groups.items()},
+            "marks": self._group_marks,
+            "publishers": {pid: track.to_state() for pid, track in self._publishers.items()},
+            "readers": {
+                reader_id: {
+                    "spec": base64.b64encode(pickle.dumps(reader.spec)).decode(),
+                    "cursor": None if reader.cursor is None else reader.cursor.to_state(),
+                }
+                for reader_id, reader in self._readers.items()
+            },
+        }
+
+    def _state_changed(self) -> None:
+        """A change worth keeping but not worth waiting for: saved in the background."""
+        if self._state_sync is not None:
+            self._state_sync.mark()
+            task = asyncio.ensure_future(self._save_state())
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    async def _save_state(self) -> None:
+        """Make the state durable now (shared with every change waiting meanwhile)."""
+        if self._state_sync is None:
+            return
+        try:
+            await self._state_sync.wait(self._state_sync.mark())
+        except Exception as error:
+            self._fail(f"its state could not be written: {error}")
+            raise ChannelFailedError(self._failure) from error
+
+    def _fail(self, reason: str) -> None:
+        """Fence the channel: from now on every call gets ChannelFailedError."""
+        if self._failure is None:
+            logger.error("channel %d of %s failed: %s", self._channel, self._config.name, reason)
+            self._failure = f"channel {self._channel} of topic {self._config.name!r}: {reason}"
+        self._notify()
+
+    async def _wait_seeded(self) -> None:
+        try:
+            await asyncio.wait_for(self._seeded.wait(), _SEED_TIMEOUT)
+        except TimeoutError:
+            raise ChannelUnavailableError(
+                f"channel {self._channel} of {self._config.name!r} restarted without a store "
+                f"and its coordinator has not restored its groups within {_SEED_TIMEOUT:.0f} s"
+            ) from None
+
+    def needs_seed(self) -> bool:
+        """Whether this channel restarted without a store and waits for ``seed``."""
+        return not self._seeded.is_set() and self._failure is None
+
+    async def seed(
+        self,
+        old_epoch: int,
+        groups: dict[str, tuple[Lease | None, int, int]],
+        views: dict[str, dict[str, tuple[int, dict[int, Lease]]]],
+        readers: dict[str, ReaderSpec],
+    ) -> dict[str, Any]:
+        """Restore a channel that restarted without a store (the coordinator calls it).
+
+        Its elements are gone: it starts a new epoch whose positions follow
+        every earlier one, with each group's cursor at its start and the lease
+        it had, and each reader is told of the loss once (``DataLossError``).
+
+        Args:
+            old_epoch: The epoch the coordinator last knew of this channel.
+            groups: Per group: (lease, view version, generation).
+            views: Per group, the members' latest views.
+            readers: The topic's open readers (subscribers).
+        """
+        if self._seeded.is_set():
+            return self.identity()
+        self._epoch = max(old_epoch + 1, 2)
+        first = (self._epoch - 1) * _EPOCH_SPAN
+        self._ring = SegmentRing(
+            self._config.capacity, self._config.ttl, clock=_stamp_clock, first_sequence=first
+        )
+        for group, (lease, version, generation) in groups.items():
+            cursor = self._groups[group] = Cursor.starting_at(first)
+            cursor.owner = lease
+            self._group_marks[group] = (version, generation)
+        for group, members in views.items():
+            self._member_views[group] = dict(members)
+        for reader_id, spec in readers.items():
+            self._open_reader(reader_id, spec)
+        # Handles drop deliveries whose jump count is below one they saw: this
+        # incarnation's counts start above the old one's.
+        for cursor in [*self._groups.values(), *(r.cursor for r in self._readers.values())]:
+            if cursor is not None:
+                cursor.jumps = (self._epoch - 1) << 32
+        self._loss = DataLossError(
+            f"channel {self._channel} of {self._config.name!r} restarted without a store "
+            f"(epoch {old_epoch} -> {self._epoch}): the elements it held are lost; "
+            f"continuing at {first}",
+            head_sequence=first,
+            channel=self._channel,
+            old_epoch=old_epoch,
+            new_epoch=self._epoch,
+        )
+        self._seeded.set()
+        logger.warning("%s", self._loss)
+        return self.identity()
+
+    def reader_specs(self) -> dict[str, ReaderSpec]:
+        """Every open reader's spec (a restarted coordinator asks)."""
+        return {reader_id: reader.spec for reader_id, reader in self._readers.items()}
 
     # -- life cycle ------------------------------------------------------------
 
     def attach(self, siblings: list[Any]) -> dict[str, Any]:
         """Learn every channel actor of the topic (index = channel); return who we are."""
-        self._self_handle = siblings[self._channel]
+        self._siblings = list(siblings)
         for channel, handle in enumerate(siblings):
             if channel == self._channel:
                 self._links[channel] = ChannelLink(
@@ -156,16 +455,42 @@ class ChannelActor:
                 self._links[channel] = ChannelLink(channel, _remote_caller(handle), local=False)
         return self.identity()
 
+    def _ensure_siblings(self) -> None:
+        """A restarted channel finds its siblings by name (``attach`` ran in an earlier
+        incarnation)."""
+        config = self._config
+        if len(self._links) == config.channels:
+            return
+        self.attach(
+            [
+                ray.get_actor(channel_actor_name(config.name, c), namespace=config.namespace)
+                for c in range(config.channels)
+            ]
+        )
+
     def identity(self) -> dict[str, Any]:
-        """Where this channel runs: epoch, node id and process id."""
+        """Where this channel runs: epoch, node id, process id, and its state
+        ("serving", "recovering": restarted without a store, waiting for its
+        coordinator, or "failed")."""
         context = ray.get_runtime_context()
+        if self._failure is not None:
+            state = "failed"
+        elif not self._seeded.is_set():
+            state = "recovering"
+        else:
+            state = "serving"
         return {
             "channel": self._channel,
             "epoch": self._epoch,
             "node_id": context.get_node_id(),
             "pid": os.getpid(),
+            "state": state,
+            "durable": self._store is not None,
+            "failure": self._failure,
+            "damaged": list(self._damaged),
         }
 
+    @_guarded
     async def request(self, packed: bytes, payload: Payload | None = None) -> Any:
         """Serve a data-path call packed by :func:`pack_request` (append, receive,
         take, stop_take, settle_take, watch, give_back): one argument crosses Ray
@@ -198,31 +523,38 @@ class ChannelActor:
 
     # -- ring buffer -----------------------------------------------------------
 
+    @_guarded
     def head_sequence(self) -> int:
         """Sequence of the oldest stored element."""
         return self._ring.head
 
+    @_guarded
     def tail_sequence(self) -> int:
         """Sequence of the newest element (head - 1 when empty)."""
         return self._ring.tail
 
+    @_guarded
     def size(self) -> int:
         """Elements stored now."""
         return self._ring.size
 
+    @_guarded
     def capacity(self) -> int:
         """Most elements held at once."""
         return self._ring.capacity
 
+    @_guarded
     def remaining_capacity(self) -> int:
         """``capacity - size``."""
         return self._ring.room()
 
+    @_guarded
     def sizes(self) -> tuple[int, int, int]:
         """(head, tail, size) read together."""
         head = self._ring.head
         return head, self._ring.tail, self._ring.tail - head + 1
 
+    @_guarded
     async def add_all(self, payload: Payload, overflow: str, timeout: float | None = None) -> int:
         """Append items; return the LAST sequence (the tail for an empty batch), or -1.
 
@@ -238,8 +570,11 @@ class ChannelActor:
                 f"{len(payload)} items can never fit a capacity of {self._ring.capacity}"
             )
         ack = await self._append_batch(payload, policy, timeout, whole=True)
+        if isinstance(ack.error, StoreError):
+            raise ack.error
         return ack.first + ack.accepted - 1 if ack.accepted == len(payload) else -1
 
+    @_guarded
     async def read_one(self, sequence: int) -> Run:
         """The element at ``sequence`` (a run of one); waits while ``sequence == tail + 1``."""
         _check_sequence(sequence, "sequence")
@@ -257,6 +592,7 @@ class ChannelActor:
                 return self._ring.get(sequence)
             await self._wait_change(_POLL_INTERVAL)
 
+    @_guarded
     async def read_many(
         self, start: int, min_count: int, max_count: int, filter_bytes: bytes | None
     ) -> RawReadResult:
@@ -297,6 +633,7 @@ class ChannelActor:
                 return RawReadResult(start, sequence - start, chunks)
             await self._wait_change(_POLL_INTERVAL)
 
+    @_guarded
     def first_after(self, stamp: float) -> int:
         """Sequence of the first element stamped strictly after ``stamp`` (tail + 1 if none)."""
         return self._ring.first_after(stamp)
@@ -328,18 +665,24 @@ class ChannelActor:
         payload = _check_payload(payload)
         track = self._publishers.get(publisher_id)
         if track is not None and batch <= track.last_batch:
-            if batch == track.last_batch and track.last_ack is not None:
-                return self._ack_reply(track.last_ack, statuses)
+            ack = track.acks.get(batch)
+            if ack is not None:  # a retry (a lost reply, or a restart in between)
+                return self._ack_reply(ack, statuses)
             raise InvalidArgumentError(f"batch {batch} of publisher {publisher_id} is stale")
         try:
             async with self._publish_turns.turn(publisher_id, batch):
                 ack = await self._append_batch(
-                    payload, Overflow.parse(overflow), timeout, whole=statuses
+                    payload,
+                    Overflow.parse(overflow),
+                    timeout,
+                    whole=statuses,
+                    publisher_id=publisher_id,
+                    batch=batch,
                 )
         except DuplicateTurnError as error:
             raise InvalidArgumentError(str(error)) from None
         track = self._publishers.setdefault(publisher_id, _PublisherTrack())
-        track.last_batch, track.last_ack, track.seen = batch, ack, time.monotonic()
+        track.remember(batch, ack)
         if (
             len(self._publishers) > _PUBLISHERS_KEPT
             and track.seen - self._publishers_swept > _PUBLISHER_SWEEP_S
@@ -367,15 +710,27 @@ class ChannelActor:
         return ack
 
     async def _append_batch(
-        self, payload: Payload, policy: Overflow, timeout: float | None, *, whole: bool
+        self,
+        payload: Payload,
+        policy: Overflow,
+        timeout: float | None,
+        *,
+        whole: bool,
+        publisher_id: str = "",
+        batch: int = -1,
     ) -> AppendAck:
-        """The one place where elements enter the ring (publishes and ring buffer adds)."""
+        """The one place where elements enter the channel (publishes, ring buffer adds,
+        Arrow batches): room, the store write and its sync, then the ring."""
         ring = self._ring
         count = len(payload)
-        if policy is Overflow.OVERWRITE or not count:
-            first = ring.append(payload, overwrite=True)
-            self._appended()
-            return AppendAck(first, count, ring.stamp_of_last_append())
+        if not count:
+            return AppendAck(ring.tail, 0, ring.stamp_of_last_append())
+        if policy is Overflow.OVERWRITE:
+            try:
+                first, stamp = await self._put(payload, True, publisher_id, batch)
+            except StoreError as error:
+                return AppendAck(-1, 0, 0.0, error)
+            return AppendAck(first, count, stamp)
         # "fail" takes what fits now, or with ``whole`` (a publish_batch, whose
         # caller sees one error for all its values) nothing unless all fit.
         # "block" waits until the whole batch fits (so its positions are
@@ -384,9 +739,10 @@ class ChannelActor:
         deadline = None if timeout is None else time.monotonic() + timeout
         runs: list[tuple[int, int, float]] = []
         accepted = 0
-        if policy is Overflow.FAIL and whole and ring.room() < count:
+        error: TopicError | None = None
+        if policy is Overflow.FAIL and whole and self._room() < count:
             refused = TopicFullError(
-                f"channel {self._channel} has room for {ring.room()} of "
+                f"channel {self._channel} has room for {self._room()} of "
                 f"{count} values: none of them appended"
             )
             return AppendAck(-1, 0, 0.0, refused)
@@ -394,21 +750,24 @@ class ChannelActor:
             wanted = min(count - accepted, ring.capacity)
             if (
                 policy is Overflow.BLOCK
-                and ring.room() < wanted
+                and self._room() < wanted
                 and not await self._wait_room(wanted, _left(deadline))
             ):
                 break
-            size = min(wanted, ring.room())
+            size = min(wanted, self._room())
             if not size:
                 break
-            first = ring.append(payload.slice(accepted, accepted + size), overwrite=False)
-            runs.append((first, size, ring.stamp_of_last_append()))
+            piece = payload.slice(accepted, accepted + size)
+            try:
+                first, stamp = await self._put(piece, False, publisher_id, batch)
+            except StoreError as refused:
+                error = refused
+                break
+            runs.append((first, size, stamp))
             accepted += size
-            self._appended()
             if policy is Overflow.FAIL:
                 break
-        error = None
-        if accepted < count:
+        if accepted < count and error is None:
             error = TopicFullError(
                 f"channel {self._channel} is full ({ring.capacity} elements): "
                 f"{count - accepted} of {count} values not appended"
@@ -417,6 +776,85 @@ class ChannelActor:
             return AppendAck(-1, 0, 0.0, error)
         first, _, stamp = runs[0]
         return AppendAck(first, accepted, stamp, error, tuple(runs) if len(runs) > 1 else ())
+
+    def _room(self) -> int:
+        """Elements that fit now, counting appends still waiting for their sync."""
+        return self._ring.room() - self._pending_count
+
+    async def _put(
+        self, payload: Payload, overwrite: bool, publisher_id: str, batch: int
+    ) -> tuple[int, float]:
+        """Append ``payload`` (room already checked): store it, then let readers see
+        it once it is as durable as the sync policy asks. Returns (first, stamp).
+
+        Raises:
+            StoreError: the store refused it; nothing was appended anywhere.
+            ChannelFailedError: the sync failed; the channel is fenced.
+        """
+        ring = self._ring
+        store = self._store
+        if store is None:
+            first = ring.append(payload, overwrite=overwrite)
+            self._appended()
+            return first, ring.stamp_of_last_append()
+        first = ring.tail + 1 + self._pending_count
+        stamp = self._pending_stamp = max(ring.next_stamp(), self._pending_stamp)
+        record = StoredBatch(first, stamp, payload, self._epoch, publisher_id, batch)
+        try:
+            store.store_batch(record)
+        except Exception as error:
+            logger.warning("channel %d: store refused an append: %s", self._channel, error)
+            if isinstance(error, StoreError):
+                raise
+            raise StoreError(f"the store refused the append: {error}") from error
+        log_sync = self._log_sync
+        assert log_sync is not None
+        change = log_sync.mark()
+        self._pending.append(_Pending(payload, stamp, change))
+        self._pending_count += len(payload)
+        if self._config.sync == "always":
+            try:
+                await log_sync.wait(change)
+            except Exception as error:
+                self._fail(
+                    f"fdatasync failed: {error}; appends since the last sync are not acknowledged"
+                )
+                raise ChannelFailedError(self._failure) from error
+            self._publish_synced(log_sync.covered)
+        else:
+            self._publish_synced(change)
+            self._ensure_sync_task()
+        return first, stamp
+
+    def _publish_synced(self, covered: int) -> None:
+        """Let readers see the pending appends a sync covered, in sequence order."""
+        pending = self._pending
+        appended = False
+        while pending and pending[0].change <= covered:
+            entry = pending.popleft()
+            self._pending_count -= len(entry.payload)
+            # Room was reserved when it was stored; it is durable: it must show.
+            self._ring.append(entry.payload, overwrite=True, stamp=entry.stamp)
+            appended = True
+        if appended:
+            self._appended()
+
+    def _ensure_sync_task(self) -> None:
+        """With ``sync`` a number of seconds: start the background sync (once)."""
+        interval = self._config.sync
+        if isinstance(interval, float) and (self._sync_task is None or self._sync_task.done()):
+            self._sync_task = asyncio.ensure_future(self._sync_periodically(interval))
+
+    async def _sync_periodically(self, interval: float) -> None:
+        """Background (``sync`` in seconds): sync the log every ``interval``."""
+        log_sync = self._log_sync
+        assert log_sync is not None
+        while self._failure is None:
+            await asyncio.sleep(interval)
+            try:
+                await log_sync.wait()
+            except Exception as error:
+                self._fail(f"background fdatasync failed: {error}")
 
     async def _wait_room(self, count: int, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -432,8 +870,16 @@ class ChannelActor:
 
     # -- readers ----------------------------------------------------------------
 
-    def open_reader(self, reader_id: str, spec: ReaderSpec) -> CursorState:
+    @_guarded
+    async def open_reader(self, reader_id: str, spec: ReaderSpec) -> CursorState:
         """Register a subscriber on this channel (its cursor, if anonymous)."""
+        known = reader_id in self._readers
+        state = self._open_reader(reader_id, spec)
+        if not known:
+            await self._save_state()
+        return state
+
+    def _open_reader(self, reader_id: str, spec: ReaderSpec) -> CursorState:
         reader = self._readers.get(reader_id)
         if reader is None:
             cursor = None
@@ -453,8 +899,13 @@ class ChannelActor:
             self._readers[reader_id] = reader
         return self._state(self._cursor_of(reader, None, check=False))
 
-    def close_reader(self, reader_id: str) -> None:
+    @_guarded
+    async def close_reader(self, reader_id: str) -> None:
         """Forget a subscriber; its session here (if any) ends."""
+        if self._close_reader(reader_id):
+            await self._save_state()
+
+    def _close_reader(self, reader_id: str) -> bool:
         reader = self._readers.pop(reader_id, None)
         if reader is not None and reader.spec.group is not None:
             self._member_views.get(reader.spec.group, {}).pop(reader_id, None)
@@ -462,6 +913,7 @@ class ChannelActor:
         if session is not None:
             session.close()
         self._notify()
+        return reader is not None
 
     def _reader(self, reader_id: str) -> _Reader:
         reader = self._readers.get(reader_id)
@@ -521,8 +973,22 @@ class ChannelActor:
             cursor = self._cursor_of(reader, fence)
         ring = self._ring
         head = ring.head
+        if self._loss is not None and reader_id not in self._told_loss:
+            self._told_loss.add(reader_id)
+            cursor.skip_to_head(head)
+            raise self._loss
         if cursor.next < head:
+            damaged = self._damaged_between(cursor.next, head - 1)
             skipped = cursor.skip_to_head(head)
+            if damaged:
+                raise DataLossError(
+                    f"channel {self._channel}: stored elements {damaged} were damaged on "
+                    f"disk (checksum mismatch) and are not delivered; continuing from {head}",
+                    head_sequence=head,
+                    channel=self._channel,
+                    old_epoch=self._epoch,
+                    new_epoch=self._epoch,
+                )
             raise StaleSequenceError(
                 f"channel {self._channel}: {skipped} elements were removed before they "
                 f"were received; continuing from the head {head}",
@@ -564,6 +1030,10 @@ class ChannelActor:
             origin,
             cursor.unacked,
         )
+
+    def _damaged_between(self, first: int, last: int) -> list[tuple[int, int]]:
+        """Damaged stored ranges overlapping ``first..last``."""
+        return [(a, b) for a, b in self._damaged if a <= last and b >= first]
 
     async def _wait_for_data(
         self, reader_id: str, fence: Any, wait: float, token: str | None
@@ -642,6 +1112,26 @@ class ChannelActor:
             self._notify()
         return settled
 
+    @_guarded
+    def host_restarted(self, host: int) -> int:
+        """Channel ``host`` restarted: the receive sessions it hosted are gone, so
+        what they took here and never settled is read again now (instead of
+        after ``_LENT_TIMEOUT``). Returns how many loans were taken back."""
+        prefix = f"{host}:"
+        cursors = [*self._groups.values(), *(r.cursor for r in self._readers.values())]
+        taken_back = 0
+        for cursor in cursors:
+            lent = None if cursor is None else cursor.lent
+            if lent is not None and lent.token.startswith(prefix):
+                cursor.settle_lent(lent.token, lent.first)  # type: ignore[union-attr]
+                taken_back += 1
+        if taken_back:
+            logger.info(
+                "channel %d: %d loans of restarted %d back", self._channel, taken_back, host
+            )
+            self._notify()
+        return taken_back
+
     def _owned_cursor(self, reader_id: str, fence: Any) -> Cursor | None:
         """The reader's cursor if the reader is open and ``fence`` owns it, else None."""
         reader = self._readers.get(reader_id)
@@ -677,6 +1167,7 @@ class ChannelActor:
                 return state
             await self._wait_change(min(left, _POLL_INTERVAL if self._config.ttl else left))
 
+    @_guarded
     def cursor_state(self, reader_id: str, fence: Any = None) -> CursorState:
         """The reader's cursor (for heads, tails, remaining messages, last commits).
 
@@ -691,8 +1182,11 @@ class ChannelActor:
             state = dataclasses.replace(state, next=head)
         return state
 
-    def commit(self, reader_id: str, sequence: int, fence: Any) -> CommitResult:
-        """Commit ``sequence`` (and every earlier one) for the reader or its group."""
+    @_guarded
+    async def commit(self, reader_id: str, sequence: int, fence: Any) -> CommitResult:
+        """Commit ``sequence`` (and every earlier one) for the reader or its group.
+
+        With a store, answered once the commit is on disk."""
         position = Position(self._config.topic_id, self._channel, sequence)
         cursor = self._owned_cursor(reader_id, fence)
         if cursor is None:
@@ -700,9 +1194,11 @@ class ChannelActor:
         status = cursor.commit(sequence, self._ring.tail)
         if status is CommitStatus.COMMITTED:
             self._commits_moved()
+            await self._save_state()
         return CommitResult(self._channel, position, status)
 
-    def seek(
+    @_guarded
+    async def seek(
         self, reader_id: str, fence: Any, target: int | float, by_time: bool, commit: bool
     ) -> tuple[int, int]:
         """Move the reader's cursor; return (position set, new jump count).
@@ -716,35 +1212,55 @@ class ChannelActor:
         position = ring.first_after(target) - 1 if by_time else int(target)
         position = cursor.seek(position, ring.head, ring.tail, commit=commit)
         self._commits_moved()
+        await self._save_state()
         return position, cursor.jumps
 
     def _commits_moved(self) -> None:
+        self._evict_committed()
+        self._notify()
+
+    def _evict_committed(self) -> None:
+        """With ``retain=False``: drop what every group committed."""
         if not self._config.retain and self._groups:
             lowest = min(cursor.committed for cursor in self._groups.values())
             if self._ring.evict_to(lowest + 1):
                 logger.debug("channel %d released up to %d", self._channel, lowest)
-        self._notify()
+                self._release_store()
+
+    def _release_store(self) -> None:
+        """The ring released elements: the store may drop what its retention allows."""
+        if self._store is not None:
+            try:
+                self._store.truncate(self._ring.head)
+            except Exception as error:  # keeping too much is no loss: log it
+                logger.warning("channel %d: store truncation failed: %s", self._channel, error)
 
     # -- groups (called by the coordinator) ---------------------------------------
 
-    def ensure_group(self, group: str, start_latest: bool) -> CursorState:
+    @_guarded
+    async def ensure_group(self, group: str, start_latest: bool) -> CursorState:
         """Create the group's cursor here if it does not exist yet."""
         cursor = self._groups.get(group)
         if cursor is None:
             start = self._ring.tail + 1 if start_latest else self._ring.head
             cursor = self._groups[group] = Cursor.starting_at(start)
+            await self._save_state()
         return self._state(cursor)
 
-    def destroy_group(self, group: str) -> None:
+    @_guarded
+    async def destroy_group(self, group: str) -> None:
         """Forget a group: its positions and the retention it held."""
         self._groups.pop(group, None)
         self._member_views.pop(group, None)
+        self._group_marks.pop(group, None)
         for reader_id, reader in list(self._readers.items()):
             if reader.spec.group == group:
-                self.close_reader(reader_id)
+                self._close_reader(reader_id)
         self._commits_moved()
+        await self._save_state()
 
-    def grant(self, group: str, lease: Lease | None) -> None:
+    @_guarded
+    async def grant(self, group: str, lease: Lease | None) -> None:
         """Give the group's channel to a member (None: to nobody); it resumes after the commit."""
         cursor = self._groups.get(group)
         if cursor is None:
@@ -752,8 +1268,12 @@ class ChannelActor:
         if cursor.owner != lease:
             cursor.grant(lease)
             self._notify()
+            await self._save_state()
 
-    def reset_group(self, group: str, target: int | float | str) -> tuple[int, dict[str, Any]]:
+    @_guarded
+    async def reset_group(
+        self, group: str, target: int | float | str
+    ) -> tuple[int, dict[str, Any]]:
         """Move the group's read and commit positions; return (position, previous state).
 
         ``target``: a sequence, a time stamp (float), ``"earliest"`` or ``"latest"``.
@@ -780,9 +1300,11 @@ class ChannelActor:
             sequence = int(target)
         position = cursor.reset(sequence, ring.head, ring.tail)
         self._commits_moved()
+        await self._save_state()
         return position, previous
 
-    def restore_group(self, group: str, previous: dict[str, Any]) -> None:
+    @_guarded
+    async def restore_group(self, group: str, previous: dict[str, Any]) -> None:
         """Undo a reset (a reset of several channels is all or nothing)."""
         cursor = self._groups.get(group)
         if cursor is None:
@@ -791,6 +1313,7 @@ class ChannelActor:
             setattr(cursor, name, value)
         cursor.jumps += 1
         self._notify()
+        await self._save_state()
 
     def group_cursors(self) -> dict[str, dict[str, Any]]:
         """Every group's cursor here, for ``describe``."""
@@ -807,8 +1330,10 @@ class ChannelActor:
         }
 
     def describe(self) -> dict[str, Any]:
-        """Channel figures and group cursors in one call."""
-        head, tail, size = self.sizes()
+        """Channel figures and group cursors in one call (a failed channel answers
+        too: its state says so)."""
+        head, tail = self._ring.head, self._ring.tail
+        size = tail - head + 1
         return {
             **self.identity(),
             "head": head,
@@ -826,6 +1351,7 @@ class ChannelActor:
         session = self._sessions.get(reader_id)
         reader = self._reader(reader_id)  # SubscriberClosedError once closed
         if session is None:
+            self._ensure_siblings()
             owned: dict[int, Any] = (
                 dict.fromkeys(range(self._config.channels)) if reader.spec.group is None else {}
             )
@@ -839,12 +1365,33 @@ class ChannelActor:
             session.update_view(*view)
         return session
 
-    def update_views(
-        self, group: str, version: int, views: dict[str, dict[int, Lease] | None]
+    @_guarded
+    async def update_views(
+        self,
+        group: str,
+        version: int,
+        views: dict[str, dict[int, Lease] | None],
+        generation: int = 0,
     ) -> None:
         """Members' channels changed: sessions here read these from now on. A member
         that left or timed out (None) owns nothing: its session here ends (a
-        member that comes back opens a new one on its next receive)."""
+        member that comes back opens a new one on its next receive).
+
+        The group's version and generation are kept (with a store, durably): a
+        restarted coordinator continues above them."""
+        mark = self._group_marks.get(group, (0, 0))
+        if version > mark[0] or generation > mark[1]:
+            self._group_marks[group] = (max(version, mark[0]), max(generation, mark[1]))
+            self._state_changed()
+        self._update_views(group, version, views)
+
+    def group_marks(self) -> dict[str, tuple[int, int]]:
+        """Per group, the highest (view version, generation) pushed here."""
+        return dict(self._group_marks)
+
+    def _update_views(
+        self, group: str, version: int, views: dict[str, dict[int, Lease] | None]
+    ) -> None:
         known = self._member_views.setdefault(group, {})
         for member_id, leases in views.items():
             if member_id in known and known[member_id][0] >= version:
@@ -860,17 +1407,20 @@ class ChannelActor:
             if session is not None:
                 session.update_view(version, leases)
 
+    @_guarded
     def resequencer_stats(self, reader_id: str) -> Any:
         """The resequencer counts of the reader's session here (None: none)."""
         session = self._sessions.get(reader_id)
         return None if session is None else session.resequencer_stats
 
+    @_guarded
     def interrupt_receives(self, reader_id: str, stream: str, upto: int) -> None:
         """A handle abandons its receives of ``stream`` numbered up to ``upto``: they
         stop waiting (see ReceiveSession.interrupt), even those not arrived yet."""
         if reader_id in self._readers:
             self._session(reader_id, None).interrupt(stream, upto)
 
+    @_guarded
     async def settle_receives(self, reader_id: str, stream: str, upto: int) -> None:
         """Wait until a handle's receives up to ``upto`` finished or wait for data
         (see ReceiveSession.settle); a seek goes after them, then ``resume_receives``."""
@@ -878,6 +1428,7 @@ class ChannelActor:
         if session is not None:
             await session.settle(stream, upto)
 
+    @_guarded
     def resume_receives(self, reader_id: str) -> None:
         """The seek announced by ``settle_receives`` landed: waits may take again."""
         session = self._sessions.get(reader_id)
@@ -906,6 +1457,13 @@ class ChannelActor:
     def ping(self) -> int:
         """Cheap liveness probe; returns the channel number."""
         return self._channel
+
+
+def _was_restarted() -> bool:
+    """Whether this actor process is a restart of a channel that ran before."""
+    if not ray.is_initialized():  # the class used in-process (tests)
+        return False
+    return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 def _stamp_clock() -> float:

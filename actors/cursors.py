@@ -220,6 +220,42 @@ class Cursor:
         self.next = next_sequence
         self._forget_unread()
 
+    def to_state(self) -> dict[str, object]:
+        """What a store keeps of the cursor (JSON-ready); see :meth:`from_state`."""
+        owner = self.owner
+        return {
+            "next": self.next,
+            "committed": self.committed,
+            "has_commit": self.has_commit,
+            "jumps": self.jumps,
+            "owner": None if owner is None else [owner.member_id, owner.generation],
+            "reset_floor": self.reset_floor,
+            "delivered_high": self.delivered_high,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, object], *, group: bool) -> Cursor:
+        """A cursor as a restarted channel resumes it.
+
+        A group cursor resumes after its commit (what was delivered and not
+        committed is delivered again: at least once), with one more jump so
+        handles drop what they fetched from the old incarnation. An
+        anonymous cursor resumes where it was last saved.
+        """
+        owner = state["owner"]
+        cursor = cls(
+            next=int(state["next"]),  # type: ignore[call-overload]
+            committed=int(state["committed"]),  # type: ignore[call-overload]
+            has_commit=bool(state["has_commit"]),
+            jumps=int(state["jumps"]) + 1,  # type: ignore[call-overload]
+            owner=None if owner is None else Lease(*owner),  # type: ignore[misc]
+            reset_floor=state["reset_floor"],  # type: ignore[arg-type]
+            delivered_high=int(state["delivered_high"]),  # type: ignore[call-overload]
+        )
+        if group:
+            cursor.next = cursor.committed + 1
+        return cursor
+
     def settle_lent(self, token: str, give_back_from: int | None) -> bool:
         """The session of fetch ``token`` used what it took, up to ``give_back_from``
         (None: all of it); the rest is read again. False if ``token`` is not

@@ -117,9 +117,12 @@ class ChannelLink:
         self.state = state
         """For the home's own channel: its cursor state, read in-process."""
 
-    def take(self, reader_id: str, fence: Any, max_count: int) -> Awaitable[Delivery]:
-        """Deliver up to ``max_count`` elements from the reader's cursor (may be none)."""
-        return self._call("take", reader_id, fence, max_count)
+    def take(
+        self, reader_id: str, fence: Any, max_count: int, token: str | None = None
+    ) -> Awaitable[Delivery]:
+        """Deliver up to ``max_count`` elements from the reader's cursor (may be none);
+        with ``token``, what it takes is lent until settled (see ``settle``)."""
+        return self._call("take", reader_id, fence, max_count, 0.0, token)
 
     def fetch(self, reader_id: str, fence: Any, max_count: int, token: str) -> Awaitable[Any]:
         """A take that first waits (up to WATCH_TIMEOUT) for data; ``stop_take(token)``
@@ -177,7 +180,9 @@ class ReceiveSession:
         # What fetches brought for the receive waiting now: (delivery, fetch token).
         self._fetched: list[tuple[Delivery, str]] = []
         self._fetch_pause = 0.0  # loop time until which no fetch starts (a seek comes)
-        self._tokens = (f"{uuid.uuid4().hex[:8]}-{n}" for n in itertools.count())
+        # A token names its host channel: when the host restarts, the channels
+        # that lent to its sessions take their loans back at once.
+        self._tokens = (f"{home}:{uuid.uuid4().hex[:8]}-{n}" for n in itertools.count())
         self._resequenced: ResequencedStream | None = None
         if spec.resequence is not None:
             loop = asyncio.get_running_loop()
@@ -542,13 +547,24 @@ class ReceiveSession:
         )
 
     async def _take_remote(self, link: ChannelLink, fence: Any, max_count: int) -> Delivery:
-        call = asyncio.ensure_future(link.take(self.spec.reader_id, fence, max_count))
+        """Take at a sibling. What it takes is lent there until settled, which is
+        done as soon as it is back here: if this channel dies in between (with
+        the elements in no reply), the sibling reads them again."""
+        token = next(self._tokens)
+        call = asyncio.ensure_future(link.take(self.spec.reader_id, fence, max_count, token))
         try:
-            return await asyncio.shield(call)
+            delivery = await asyncio.shield(call)
         except asyncio.CancelledError:
             # The sibling may still complete the take: hand its elements back.
+            call.add_done_callback(functools.partial(self._settle_taken, token))
             self._return_when_done(call)
             raise
+        self._settle_taken(token, call)
+        return delivery
+
+    def _settle_taken(self, token: str, call: asyncio.Future[Any]) -> None:
+        if not call.cancelled() and call.exception() is None and call.result().count:
+            self._settle(call.result(), token, None)
 
     # -- giving back what nobody saw ------------------------------------------
 

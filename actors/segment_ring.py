@@ -118,7 +118,7 @@ class SegmentRing:
 
     # -- writing -------------------------------------------------------------
 
-    def append(self, payload: Payload, overwrite: bool) -> int:
+    def append(self, payload: Payload, overwrite: bool, stamp: float | None = None) -> int:
         """Append a batch; return the sequence of its first element, or -1.
 
         Args:
@@ -126,13 +126,14 @@ class SegmentRing:
                 current tail is returned.
             overwrite: Evict the oldest elements to make room. Otherwise a
                 batch that does not fit whole is refused (-1), never cut.
+            stamp: The batch's time stamp (a store's, on recovery); default: now.
         """
         count = len(payload)
         if count == 0:
             return self._tail
         if not overwrite and count > self.room():
             return -1
-        stamp = max(self._clock(), self._last_stamp)
+        stamp = max(self._clock() if stamp is None else stamp, self._last_stamp)
         self._last_stamp = stamp
         first = self._tail + 1
         self._segments.append(_Segment(first, stamp, payload))
@@ -145,6 +146,10 @@ class SegmentRing:
     def stamp_of_last_append(self) -> float:
         """Time stamp given to the most recent append."""
         return self._last_stamp
+
+    def next_stamp(self) -> float:
+        """The stamp an append made now would get (never below the last one)."""
+        return max(self._clock(), self._last_stamp)
 
     def evict_to(self, sequence: int) -> int:
         """Drop every element below ``sequence``; return how many were dropped."""

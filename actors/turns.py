@@ -91,6 +91,12 @@ class Turns:
             stream.running = False
             stream.advance(number)
 
+    def resume(self, key: Hashable, number: int) -> None:
+        """Start the stream ``key`` at ``number`` (a restarted actor continues a
+        sender's numbering where its store left it)."""
+        stream = self._streams.setdefault(key, _Stream())
+        stream.next = max(stream.next, number)
+
     def forget(self, key: Hashable) -> bool:
         """Drop the stream ``key`` (its sender is gone) unless a call of it runs or
         waits; return whether it is gone."""

@@ -12,9 +12,13 @@ Example:
 
 from __future__ import annotations
 
+from raytopic.actors.stores.base import RingbufferStore, StoredBatch
 from raytopic.config import Overflow, Start
 from raytopic.errors import (
+    ChannelFailedError,
+    ChannelUnavailableError,
     ClosedError,
+    DataLossError,
     GroupNotFoundError,
     InvalidArgumentError,
     InvalidTypeError,
@@ -23,6 +27,7 @@ from raytopic.errors import (
     PublisherClosedError,
     ResetInProgressError,
     StaleSequenceError,
+    StoreError,
     SubscriberClosedError,
     TopicError,
     TopicExistsError,
@@ -54,6 +59,9 @@ __all__ = [
     "Ringbuffer",
     "Subscriber",
     "Topic",
+    # stores
+    "RingbufferStore",
+    "StoredBatch",
     # records and options
     "ChannelStats",
     "CommitResult",
@@ -74,7 +82,10 @@ __all__ = [
     "Resequencer",
     "ResequencerStats",
     # errors
+    "ChannelFailedError",
+    "ChannelUnavailableError",
     "ClosedError",
+    "DataLossError",
     "GroupNotFoundError",
     "InvalidArgumentError",
     "InvalidTypeError",
@@ -83,6 +94,7 @@ __all__ = [
     "PublisherClosedError",
     "ResetInProgressError",
     "StaleSequenceError",
+    "StoreError",
     "SubscriberClosedError",
     "TopicError",
     "TopicExistsError",

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import enum
+import os
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from raytopic.errors import InvalidArgumentError, InvalidTypeError
 
@@ -18,6 +21,7 @@ __all__ = [
     "check_nonnegative_int",
     "check_nonnegative_number",
     "check_positive_int",
+    "check_sync",
     "check_timeout",
 ]
 
@@ -142,6 +146,17 @@ class TopicConfig:
     """What publishing into a full channel does."""
     groups: tuple[str, ...]
     """Durable groups that exist from the topic's creation."""
+    store: Any = None
+    """None (in memory), a directory (the embedded segment log under
+    ``<store>/<namespace>/<topic>/<channel>``), or a factory
+    ``(topic_name, channel) -> RingbufferStore``."""
+    sync: str | float = "always"
+    """When an append to the embedded store is acknowledged: "always" (after
+    fdatasync), "write" (once written), or seconds between background syncs."""
+    retention_seconds: float | None = None
+    """Keep stored elements below the ring's head readable this long (Kafka retention.ms)."""
+    retention_bytes: int | None = None
+    """... or up to this many bytes (Kafka retention.bytes)."""
 
     @classmethod
     def create(
@@ -155,6 +170,9 @@ class TopicConfig:
         overflow: object = "block",
         groups: object = (),
         namespace: object = None,
+        store: object = None,
+        sync: object = "always",
+        store_retention: object = None,
     ) -> TopicConfig:
         """Validate ``create_topic``'s arguments; every error names the argument."""
         check_name(name, "topic name")
@@ -168,6 +186,7 @@ class TopicConfig:
         if isinstance(groups, str) or not hasattr(groups, "__iter__"):
             raise InvalidTypeError("groups must be a sequence of group names")
         group_names = tuple(check_name(group, "group name") for group in groups)  # type: ignore[union-attr]
+        retention_seconds, retention_bytes = _check_retention(store_retention, store)
         if len(set(group_names)) != len(group_names):
             raise InvalidArgumentError(f"groups has duplicates: {list(group_names)}")
         return cls(
@@ -180,4 +199,57 @@ class TopicConfig:
             ttl=check_timeout(ttl, "ttl"),
             overflow=Overflow.parse(overflow),  # type: ignore[arg-type]
             groups=group_names,
+            store=_check_store(store),
+            sync=check_sync(sync),
+            retention_seconds=retention_seconds,
+            retention_bytes=retention_bytes,
         )
+
+
+def _check_store(store: object) -> Any:
+    """A directory (as an absolute path str), a factory, or None."""
+    if store is None or callable(store):
+        return store
+    if isinstance(store, (str, os.PathLike)):
+        path = os.fspath(store)
+        if not path:
+            raise InvalidArgumentError("store must be a directory path, got ''")
+        if "://" in path:
+            raise InvalidArgumentError(
+                f"store {path!r}: URIs are not supported yet; give a directory path"
+            )
+        return os.path.abspath(path)
+    raise InvalidTypeError(
+        "store must be a directory path or a factory (topic_name, channel) -> "
+        f"RingbufferStore, got {type(store).__name__}"
+    )
+
+
+def check_sync(sync: object) -> str | float:
+    """Check a ``sync`` setting ("always", "write" or seconds > 0); raise naming it."""
+    if sync in ("always", "write"):
+        return sync  # type: ignore[return-value]
+    if isinstance(sync, (int, float)) and not isinstance(sync, bool) and sync > 0:
+        return float(sync)
+    raise InvalidArgumentError(
+        f"sync must be 'always', 'write' or a number of seconds > 0, got {sync!r}"
+    )
+
+
+def _check_retention(retention: object, store: object) -> tuple[float | None, int | None]:
+    """``store_retention={"seconds": s, "bytes": n}`` (either or both), only with a store."""
+    if retention is None:
+        return None, None
+    if store is None:
+        raise InvalidArgumentError("store_retention needs a store")
+    if not isinstance(retention, Mapping) or not set(retention) <= {"seconds", "bytes"}:
+        raise InvalidArgumentError(
+            f'store_retention must be a dict with "seconds" and/or "bytes", got {retention!r}'
+        )
+    seconds = retention.get("seconds")
+    size = retention.get("bytes")
+    if seconds is not None:
+        seconds = check_nonnegative_number(seconds, 'store_retention["seconds"]')
+    if size is not None:
+        size = check_nonnegative_int(size, 'store_retention["bytes"]')
+    return seconds, size

@@ -17,7 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 __all__ = [
+    "ChannelFailedError",
+    "ChannelUnavailableError",
     "ClosedError",
+    "DataLossError",
     "GroupNotFoundError",
     "InvalidArgumentError",
     "InvalidTypeError",
@@ -26,6 +29,7 @@ __all__ = [
     "PublisherClosedError",
     "ResetInProgressError",
     "StaleSequenceError",
+    "StoreError",
     "SubscriberClosedError",
     "TopicError",
     "TopicExistsError",
@@ -91,6 +95,47 @@ class StaleSequenceError(TopicError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class DataLossError(StaleSequenceError):
+    """Elements a reader had not received yet are gone: their channel restarted
+    without a store (or a stored range is corrupt).
+
+    Raised once per reader (by ``ray.get`` of its next receive there); the
+    reader then continues from ``head_sequence``. Positions of the old epoch
+    are never reused.
+
+    Attributes:
+        channel: The channel.
+        old_epoch: The incarnation that held the lost elements (0: unknown).
+        new_epoch: The incarnation serving now.
+        head_sequence: Where the reader continues: every position below it
+            that the reader had not received is lost.
+    """
+
+    def __init__(
+        self, message: str, head_sequence: int, channel: int, old_epoch: int, new_epoch: int
+    ) -> None:
+        StaleSequenceError.__init__(self, message, head_sequence)
+        self.args = (message, head_sequence, channel, old_epoch, new_epoch)
+        self.channel = channel
+        self.old_epoch = old_epoch
+        self.new_epoch = new_epoch
+
+
+class ChannelUnavailableError(TopicError):
+    """A channel stayed unreachable (restarting, recovering) past the retry bound."""
+
+
+class ChannelFailedError(ChannelUnavailableError):
+    """A channel could not recover its store, or its store failed (an fsync error):
+    it is fenced and answers every call with this error until an operator acts.
+    Nothing it acknowledged is altered."""
+
+
+class StoreError(TopicError):
+    """The channel's store refused a write: the add was rejected, and ring and store
+    are unchanged (the channel lives on)."""
 
 
 class InvalidArgumentError(TopicError, ValueError):

@@ -16,11 +16,11 @@ class ChannelStats:
 
     channel: int
     """Channel number."""
-    head: int
-    """Sequence of the oldest stored element."""
-    tail: int
+    head: int | None
+    """Sequence of the oldest stored element (None: unreachable)."""
+    tail: int | None
     """Sequence of the newest element (head - 1 when empty)."""
-    size: int
+    size: int | None
     """Elements stored."""
     capacity: int
     """Most elements it holds."""
@@ -30,6 +30,16 @@ class ChannelStats:
     """Ray node the actor runs on."""
     pid: int
     """Process id of the actor (for operators and fault tests)."""
+    state: str = "serving"
+    """"serving"; "recovering" (restarted without a store, waiting for its groups);
+    "failed" (fenced: see ``failure``); "unreachable" (restarting, or gone: the
+    figures are the last known or None)."""
+    durable: bool = False
+    """Whether it has a store."""
+    failure: str | None = None
+    """Why it is failed or unreachable."""
+    damaged: tuple[tuple[int, int], ...] = ()
+    """Stored sequence ranges found corrupt (checksum) when it recovered: never delivered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +143,13 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
             tail=c["tail"],
             size=c["size"],
             capacity=c["capacity"],
-            epoch=c["epoch"],
-            node_id=c["node_id"],
-            pid=c["pid"],
+            epoch=c.get("epoch", 0),
+            node_id=c.get("node_id", ""),
+            pid=c.get("pid", 0),
+            state=c.get("state", "serving"),
+            durable=c.get("durable", False),
+            failure=c.get("failure"),
+            damaged=tuple(tuple(r) for r in c.get("damaged", ())),
         )
         for c in raw["channels"]
     )

@@ -201,8 +201,7 @@ class Subscriber:
         coordinator = self._topic._coordinator
         if self._group is not None:
             self._call(coordinator.ensure_group.remote(self._group, self._spec.start_latest))
-        actors = self._topic._channel_actors
-        self._call_all(actor.open_reader.remote(self._id, self._spec) for actor in actors)
+        self._call(coordinator.open_reader.remote(self._id, self._spec))
         if self._group is not None:
             # Synchronous: the assignment is in force when this returns.
             view: MemberView = self._call(
@@ -802,11 +801,11 @@ class Subscriber:
             self._closed = True
         if self._heartbeats is not None:
             self._heartbeats.stop()
-        actors = self._topic._channel_actors
+        coordinator = self._topic._coordinator
         try:
             if self._group is not None:
-                self._call(self._topic._coordinator.leave.remote(self._group, self._id))
-            self._call_all(actor.close_reader.remote(self._id) for actor in actors)
+                self._call(coordinator.leave.remote(self._group, self._id))
+            self._call(coordinator.close_reader.remote(self._id))
         except Exception as error:
             logger.warning("closing subscriber %s: %s", self._id, error)
         for action in self._on_close:
@@ -836,11 +835,6 @@ class Subscriber:
     def _call(ref: Any) -> Any:
         with unwrap_ray_error():
             return ray.get(ref)
-
-    @staticmethod
-    def _call_all(refs: Any) -> list[Any]:
-        with unwrap_ray_error():
-            return ray.get(list(refs))
 
 
 class _Iteration:

@@ -49,6 +49,8 @@ def create_topic(
     groups: Iterable[str] = (),
     namespace: str | None = None,
     exist_ok: bool = False,
+    sync: str | float = "always",
+    store_retention: Mapping[str, float] | None = None,
 ) -> Topic:
     """Create a topic: a coordinator actor and ``channels`` channel actors, all named
     and detached, so the topic outlives this driver until ``destroy()``.
@@ -62,11 +64,24 @@ def create_topic(
         ttl: Seconds an element lives, or None.
         overflow: When a channel is full: "block" (publishers wait),
             "overwrite" (drop the oldest) or "fail" (TopicFullError).
-        store: A backing store (not available yet; must be None).
+        store: None (in memory: a channel that restarts starts empty and its
+            readers get DataLossError), a directory (the embedded segment log
+            under ``<store>/<namespace>/<name>/<channel>``; a directory every
+            node mounts lets a channel restart on another node), or a factory
+            ``(topic_name, channel) -> RingbufferStore`` for a store of your own.
+            A channel over an existing store continues after it.
         groups: Durable subscriber groups that exist from the start, so they
             miss nothing published.
         namespace: Ray namespace of the topic's actors (default "raytopic").
         exist_ok: Return the existing topic instead of raising.
+        sync: With the embedded store, when a publish is acknowledged:
+            "always" (after an fdatasync covering it; survives an OS crash),
+            "write" (once written; survives a process kill), or seconds between
+            background syncs.
+        store_retention: ``{"seconds": s, "bytes": n}`` (either or both): stored
+            elements below the ring's head stay on disk this long / this much
+            (Kafka's retention.ms / retention.bytes); default: only what the
+            ring holds.
 
     Raises:
         TopicExistsError: the name is taken and ``exist_ok`` is False.
@@ -84,9 +99,10 @@ def create_topic(
         overflow=overflow,
         groups=groups,
         namespace=namespace,
+        store=store,
+        sync=sync,
+        store_retention=store_retention,
     )
-    if store is not None:
-        raise InvalidArgumentError("store is not supported yet: pass store=None")
     actor_class = ray.remote(CoordinatorActor)
     deadline = time.monotonic() + _NAME_RELEASE_TIMEOUT
     while True:
@@ -97,6 +113,9 @@ def create_topic(
                 lifetime="detached",
                 num_cpus=0,
                 max_concurrency=10_000,
+                # It rebuilds itself from its channels; calls made meanwhile wait.
+                max_restarts=-1,
+                max_task_retries=-1,
                 get_if_exists=exist_ok,
             ).remote(config)
             break

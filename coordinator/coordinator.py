@@ -12,8 +12,14 @@ sessions they host read the new channels at once), and each member keeps
 one ``heartbeat`` call waiting here that returns as soon as its group's
 view changes (a long poll; see ``raytopic.membership``).
 
-Background work is one named coroutine, ``_expire_members``, started on the
-first join and stopped by ``shutdown``.
+Background work is two named coroutines, stopped by ``shutdown``:
+``_expire_members`` (started on the first join) and ``_watch_channels``
+(started with the topic), which restores channels that restarted without a
+store.
+
+**Restarts**: the coordinator keeps nothing the channels do not: a restarted
+coordinator rebuilds its groups, leases, members, versions and generations
+from the channels (``recovered_groups``) before it answers any call.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from typing import Any
 import ray
 
 from raytopic.actors.channel import channel_actor_class
+from raytopic.actors.wire import ReaderSpec
 from raytopic.config import TopicConfig
-from raytopic.coordinator.groups import Group, MemberView, Rebalance
+from raytopic.coordinator.groups import Group, MemberView, Rebalance, recovered_groups
 from raytopic.coordinator.view_polls import ViewPolls
 from raytopic.errors import (
     GroupNotFoundError,
@@ -43,6 +50,13 @@ logger = logging.getLogger(__name__)
 __all__ = ["CoordinatorActor", "TopicInfo"]
 
 _ACTOR_CREATION_TIMEOUT = 30.0
+
+_WATCH_INTERVAL = 0.5
+"""Seconds between looks at the channels (a channel restarted without a store
+waits for this coordinator to restore its groups)."""
+
+_IDENTITY_TIMEOUT = 2.0
+"""Seconds a channel has to say who it is before ``describe`` reports it unreachable."""
 
 _CATCH_UP_TIMEOUT = 1.0
 """Seconds a membership change waits for the members it concerns to hear of it
@@ -73,18 +87,21 @@ class CoordinatorActor:
         self._channels: list[Any] = []
         self._identities: list[dict[str, Any]] = []
         self._groups: dict[str, Group] = {}
+        self._readers: dict[str, ReaderSpec] = {}  # open subscribers (a seed needs them)
         self._locks: dict[str, asyncio.Lock] = {}
         self._polls = ViewPolls()
         self._started = asyncio.Event()
         self._starting = False
         self._expiry_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._restarted = _was_restarted()
 
     # -- life cycle ------------------------------------------------------------
 
     async def start(self) -> TopicInfo:
         """Create the channel actors (once) and the groups named at creation."""
-        if self._starting:
-            await self._started.wait()
+        if self._starting or self._restarted:
+            await self._up()
             return self.info()
         self._starting = True
         config = self._config
@@ -99,7 +116,11 @@ class CoordinatorActor:
                         lifetime="detached",
                         num_cpus=0,
                         max_concurrency=100_000,
-                        max_restarts=0,
+                        # A killed channel comes back (from its store, if it has
+                        # one); calls made meanwhile wait for it and are retried:
+                        # appends are idempotent, reads and commits are safe.
+                        max_restarts=-1,
+                        max_task_retries=-1,
                     ),
                     config,
                     channel,
@@ -111,10 +132,57 @@ class CoordinatorActor:
         self._identities = list(
             await asyncio.gather(*(handle.attach.remote(handles) for handle in handles))
         )
+        await self._adopt_groups()  # a store of an earlier topic of this name has some
         for group in config.groups:
             await self._ensure_group(group, start_latest=False)
+        self._start_watching()
         self._started.set()
         return self.info()
+
+    async def _up(self) -> None:
+        """Wait until the coordinator serves; a restarted one first recovers (once)."""
+        if self._started.is_set():
+            return
+        if self._restarted and not self._starting:
+            self._starting = True
+            try:
+                await self._recover()
+            except BaseException:
+                self._starting = False  # the next call tries again
+                raise
+            self._started.set()
+        await self._started.wait()
+
+    async def _recover(self) -> None:
+        """Rebuild this restarted coordinator from its channels (named, detached:
+        they outlive it)."""
+        config = self._config
+        self._channels = [
+            ray.get_actor(channel_actor_name(config.name, channel), namespace=config.namespace)
+            for channel in range(config.channels)
+        ]
+        self._identities = list(
+            await asyncio.gather(*(handle.identity.remote() for handle in self._channels))
+        )
+        await self._adopt_groups()
+        for specs in await asyncio.gather(
+            *(handle.reader_specs.remote() for handle in self._channels)
+        ):
+            self._readers.update(specs)
+        self._start_watching()
+        if any(group.members for group in self._groups.values()):
+            self._ensure_expiry_task()
+        logger.info("coordinator of %s recovered: groups %s", config.name, sorted(self._groups))
+
+    async def _adopt_groups(self) -> None:
+        """Learn the groups the channels keep (after a restart, or over an old store)."""
+        cursors, marks = await asyncio.gather(
+            asyncio.gather(*(handle.group_cursors.remote() for handle in self._channels)),
+            asyncio.gather(*(handle.group_marks.remote() for handle in self._channels)),
+        )
+        found = recovered_groups(self._config.channels, cursors, marks, time.monotonic())
+        for name, group in found.items():
+            self._groups.setdefault(name, group)
 
     def info(self) -> TopicInfo:
         """The configuration and channel actors."""
@@ -122,27 +190,46 @@ class CoordinatorActor:
 
     async def ready(self) -> TopicInfo:
         """Wait until ``start`` has finished; then the same as ``info``."""
-        await self._started.wait()
+        await self._up()
         return self.info()
 
     async def shutdown(self) -> None:
         """Stop background work and kill the channel actors (``Topic.destroy``)."""
-        if self._expiry_task is not None:
-            self._expiry_task.cancel()
-            self._expiry_task = None
+        for task in (self._expiry_task, self._watch_task):
+            if task is not None:
+                task.cancel()
+        self._expiry_task = self._watch_task = None
         for handle in self._channels:
             ray.kill(handle, no_restart=True)
         self._channels = []
 
+    # -- readers ---------------------------------------------------------------------
+
+    async def open_reader(self, reader_id: str, spec: ReaderSpec) -> None:
+        """Open a subscriber on every channel (and remember it: a channel that
+        restarts without a store gets its readers back from here)."""
+        await self._up()
+        self._readers[reader_id] = spec
+        await asyncio.gather(
+            *(handle.open_reader.remote(reader_id, spec) for handle in self._channels)
+        )
+
+    async def close_reader(self, reader_id: str) -> None:
+        """Close a subscriber on every channel."""
+        await self._up()
+        self._readers.pop(reader_id, None)
+        await asyncio.gather(*(handle.close_reader.remote(reader_id) for handle in self._channels))
+
     # -- groups ------------------------------------------------------------------
 
-    def groups(self) -> list[str]:
+    async def groups(self) -> list[str]:
         """Names of the topic's groups."""
+        await self._up()
         return sorted(self._groups)
 
     async def ensure_group(self, group: str, start_latest: bool) -> None:
         """Create a durable group if it does not exist (it holds retention from now on)."""
-        await self._started.wait()
+        await self._up()
         await self._ensure_group(group, start_latest)
 
     async def _ensure_group(self, group: str, start_latest: bool) -> None:
@@ -158,6 +245,7 @@ class CoordinatorActor:
 
     async def destroy_group(self, group: str) -> None:
         """Forget a group: its positions, members and the retention it held."""
+        await self._up()
         async with self._lock(group):
             if self._groups.pop(group, None) is None:
                 raise GroupNotFoundError(f"group {group!r} does not exist")
@@ -168,6 +256,7 @@ class CoordinatorActor:
 
     async def join(self, group: str, member_id: str, timeout: float) -> MemberView:
         """Add a member (or rejoin one); returns once its assignment is in force."""
+        await self._up()
         async with self._lock(group):
             state = self._group(group)
             change = state.join(member_id, timeout, time.monotonic())
@@ -179,6 +268,7 @@ class CoordinatorActor:
 
     async def leave(self, group: str, member_id: str) -> None:
         """A member closed: its channels go to the others."""
+        await self._up()
         async with self._lock(group):
             state = self._groups.get(group)
             if state is None:
@@ -206,6 +296,7 @@ class CoordinatorActor:
         view is still ``known_version``, wait up to that many seconds for it
         to change before answering (the member's long poll).
         """
+        await self._up()
         state = self._group(group)
         now = time.monotonic() - max(0.0, idle)
         alive = state.touch(member_id, now) if touch else member_id in state.members
@@ -247,7 +338,7 @@ class CoordinatorActor:
         if views:
             results = await asyncio.gather(
                 *(
-                    handle.update_views.remote(state.name, state.version, views)
+                    handle.update_views.remote(state.name, state.version, views, state.generation)
                     for handle in self._channels
                 ),
                 return_exceptions=True,
@@ -311,6 +402,7 @@ class CoordinatorActor:
         Returns:
             Per channel, the position set (clamped to ``[head - 1, tail]``).
         """
+        await self._up()
         state = self._group(group)
         if state.resetting:
             raise ResetInProgressError(f"a reset of group {group!r} is already running")
@@ -364,7 +456,10 @@ class CoordinatorActor:
         A membership change still under way (its members not yet told) is
         waited for: what describe shows, the members have heard of.
         """
-        channels = await asyncio.gather(*(handle.describe.remote() for handle in self._channels))
+        await self._up()
+        channels = await asyncio.gather(
+            *(self._describe_channel(c, handle) for c, handle in enumerate(self._channels))
+        )
         groups = {}
         for name, state in sorted(self._groups.items()):
             async with self._lock(name):
@@ -384,6 +479,81 @@ class CoordinatorActor:
             }
         return {"config": self._config, "channels": list(channels), "groups": groups}
 
+    async def _describe_channel(self, channel: int, handle: Any) -> dict[str, Any]:
+        """A channel's figures, or what is known of it while it does not answer."""
+        try:
+            return await asyncio.wait_for(handle.describe.remote(), _IDENTITY_TIMEOUT)
+        except Exception as error:  # restarting (its calls wait), or gone
+            known = self._identities[channel] if channel < len(self._identities) else {}
+            return {
+                **known,
+                "channel": channel,
+                "state": "unreachable",
+                "failure": f"{type(error).__name__}: {error}",
+                "head": None,
+                "tail": None,
+                "size": None,
+                "capacity": self._config.capacity,
+                "groups": {},
+            }
+
+    # -- channels that restart ------------------------------------------------------
+
+    def _start_watching(self) -> None:
+        if self._watch_task is None or self._watch_task.done():
+            self._watch_task = asyncio.ensure_future(self._watch_channels())
+
+    async def _watch_channels(self) -> None:
+        """Background: find channels that restarted (new epoch) and restore those that
+        have no store (they wait for their groups)."""
+        while True:
+            await asyncio.sleep(_WATCH_INTERVAL)
+            for channel, handle in enumerate(self._channels):
+                try:
+                    identity = await asyncio.wait_for(handle.identity.remote(), _IDENTITY_TIMEOUT)
+                    if identity["state"] == "recovering":
+                        identity = await self._seed(channel, handle)
+                except Exception as error:  # restarting: look again next time
+                    logger.debug("channel %d not answering: %s", channel, error)
+                    continue
+                known = self._identities[channel]
+                self._identities[channel] = identity
+                if identity["epoch"] != known.get("epoch"):
+                    await self._tell_siblings(channel)
+
+    async def _tell_siblings(self, host: int) -> None:
+        """Channel ``host`` restarted: what its sessions took elsewhere is read again."""
+        others = [handle for c, handle in enumerate(self._channels) if c != host]
+        results = await asyncio.gather(
+            *(handle.host_restarted.remote(host) for handle in others), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, Exception):
+                logger.warning("telling channels that %d restarted: %s", host, result)
+
+    async def _seed(self, channel: int, handle: Any) -> dict[str, Any]:
+        """Give a channel that restarted without a store its groups and leases back."""
+        old_epoch = int(self._identities[channel].get("epoch", 1))
+        groups = {}
+        views = {}
+        # No group lock: a rebalance holding one may be waiting for this very
+        # channel. Groups hold their new leases before they are pushed, so what
+        # is read here is never older than what the channel gets later.
+        for name, state in self._groups.items():
+            groups[name] = (state.leases.get(channel), state.version, state.generation)
+            views[name] = {
+                member: (state.version, state.channels_of(member)) for member in state.members
+            }
+        identity = await handle.seed.remote(old_epoch, groups, views, dict(self._readers))
+        logger.warning(
+            "channel %d of %s restarted without a store: epoch %d -> %d, its elements are lost",
+            channel,
+            self._config.name,
+            old_epoch,
+            identity["epoch"],
+        )
+        return identity
+
     # -- helpers -------------------------------------------------------------------
 
     def _group(self, group: str) -> Group:
@@ -397,6 +567,11 @@ class CoordinatorActor:
         if lock is None:
             lock = self._locks[group] = asyncio.Lock()
         return lock
+
+
+def _was_restarted() -> bool:
+    """Whether this actor process is a restart of a coordinator that ran before."""
+    return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 async def _create_named(options: Any, *args: Any) -> Any:

@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from raytopic.actors.cursors import Lease
 from raytopic.coordinator.assignment import assign
 
-__all__ = ["Group", "Member", "MemberView", "Rebalance"]
+__all__ = ["Group", "Member", "MemberView", "Rebalance", "recovered_groups"]
+
+RECOVERED_TIMEOUT = 30.0
+"""Timeout given to members a restarted coordinator learns from the channels' leases
+(their own is not kept there): a dead one's channels move after this long."""
 
 
 @dataclass(slots=True)
@@ -149,3 +153,49 @@ class Group:
             changed.update(member for member in (owner, current.get(channel)) if member)
         self.version += 1
         return Rebalance(grants, tuple(sorted(changed)))
+
+
+def recovered_groups(
+    channel_count: int,
+    cursors: list[dict[str, dict[str, object]]],
+    marks: list[dict[str, tuple[int, int]]],
+    now: float,
+) -> dict[str, Group]:
+    """The groups a restarted coordinator rebuilds from what its channels keep.
+
+    Each channel has every group's cursor (with the lease of its owner) and
+    the highest (view version, generation) pushed to it. Members are the
+    lease holders, alive as of ``now``; versions and generations continue
+    above every one a channel saw, so they only grow.
+
+    Args:
+        channel_count: The topic's channels.
+        cursors: Per channel, ``group_cursors()``.
+        marks: Per channel, ``group_marks()``.
+        now: The coordinator's monotonic clock.
+    """
+    groups: dict[str, Group] = {}
+    for channel, by_group in enumerate(cursors):
+        for name, cursor in by_group.items():
+            group = groups.setdefault(name, Group(name, channel_count))
+            lease = cursor.get("owner")
+            group.leases[channel] = lease  # type: ignore[assignment]
+            group.jumps[channel] = int(cursor.get("jumps", 0))  # type: ignore[call-overload]
+            if isinstance(lease, Lease):
+                group.generation = max(group.generation, lease.generation)
+                member = group.members.get(lease.member_id)
+                if member is None or member.generation < lease.generation:
+                    group.members[lease.member_id] = Member(
+                        lease.member_id, lease.generation, RECOVERED_TIMEOUT, now
+                    )
+    for by_group in marks:
+        for name, (version, generation) in by_group.items():
+            group = groups.get(name)
+            if group is not None:
+                group.version = max(group.version, version)
+                group.generation = max(group.generation, generation)
+    for group in groups.values():
+        # Above anything a member may have seen: its next view is news to it.
+        group.version += 1
+        group.generation += 1
+    return groups

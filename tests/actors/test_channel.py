@@ -53,18 +53,18 @@ def _wired(config: TopicConfig, reply_delay: float = 0.0) -> list[ChannelActor]:
     return channels
 
 
-def _group_member(
+async def _group_member(
     channels: list[ChannelActor], granted: list[ChannelActor], window: int | None = None
 ) -> None:
     """Member "m" of group "g" on every channel, holding the lease on ``granted``."""
     for channel in channels:
-        channel.ensure_group("g", False)
-        channel.open_reader("m", ReaderSpec("g", False, window=window))
+        await channel.ensure_group("g", False)
+        await channel.open_reader("m", ReaderSpec("g", False, window=window))
         if channel in granted:
-            channel.grant("g", MEMBER)
+            await channel.grant("g", MEMBER)
 
 
-def _anonymous_pair(
+async def _anonymous_pair(
     config: TopicConfig = TWO_CHANNELS, *, reply_delay: float = 0.0, keep: Any = None
 ) -> tuple[ChannelActor, ChannelActor]:
     """Home channel 0 and sibling 1 in-process, hosting anonymous reader "a"."""
@@ -76,7 +76,7 @@ def _anonymous_pair(
         complete_on_empty=True,
     )
     for channel in (home, sibling):
-        channel.open_reader("a", spec)
+        await channel.open_reader("a", spec)
     return home, sibling
 
 
@@ -92,7 +92,7 @@ async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, Re
     """Home channel 0 and sibling 1, both in-process; a group member whose window
     of 3 is filled by channel 1 alone."""
     home, sibling = _wired(TWO_CHANNELS)
-    _group_member([home, sibling], [home, sibling] if home_owned else [sibling], window=3)
+    await _group_member([home, sibling], [home, sibling] if home_owned else [sibling], window=3)
     owned = {0: MEMBER, 1: MEMBER} if home_owned else {1: MEMBER}
     home._session("m", (1, owned))
     await sibling.append("publisher", 0, "block", 1.0, False, _payloads(range(3)))
@@ -142,14 +142,14 @@ def test_a_channel_forgets_long_idle_publishers_and_their_turns() -> None:
     asyncio.run(main())
 
 
-def _home_goes_to_another_member(home: ChannelActor) -> None:
-    home.grant("g", Lease("other", 2))  # the coordinator grants the new owner first
+async def _home_goes_to_another_member(home: ChannelActor) -> None:
+    await home.grant("g", Lease("other", 2))  # the coordinator grants the new owner first
 
 
-def _home_is_newly_assigned(home: ChannelActor) -> None:
+async def _home_is_newly_assigned(home: ChannelActor) -> None:
     lease = Lease("m", 2)
-    home.grant("g", lease)
-    home.update_views("g", 5, {"m": {0: lease, 1: MEMBER}})
+    await home.grant("g", lease)
+    await home.update_views("g", 5, {"m": {0: lease, 1: MEMBER}})
 
 
 @pytest.mark.parametrize(
@@ -164,7 +164,7 @@ def test_a_full_window_waits_while_the_home_channel_changes_owner(
         _fail_on_spinning(session)
         waiting = asyncio.ensure_future(home.receive("m", "s", 1, 1, True))
         await asyncio.sleep(0.05)
-        move(home)
+        await move(home)
         await asyncio.sleep(0.05)
         assert not waiting.done()  # still waiting for a commit, not spinning
         assert (0 in session._owned) is owns_home_after
@@ -178,7 +178,7 @@ def test_a_filtered_reader_with_a_window_is_not_held_by_the_misses() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         keep = cloudpickle.dumps(lambda value: value >= 100)
-        channel.open_reader(
+        await channel.open_reader(
             "r", ReaderSpec(None, False, filter=keep, complete_on_empty=True, window=5)
         )
         await channel.append("publisher", 0, "block", 1.0, False, _payloads(range(20)))
@@ -204,7 +204,7 @@ def _refuse_poison(value: Any) -> bool:
 
 def test_a_failing_take_gives_back_what_the_other_channels_handed_over() -> None:
     async def main() -> None:
-        home, sibling = _anonymous_pair(keep=_refuse_poison)
+        home, sibling = await _anonymous_pair(keep=_refuse_poison)
         await home.append("p", 0, "block", 1.0, False, _payloads(range(600)))
         await sibling.append("p", 0, "block", 1.0, False, _payloads(["poison"]))
         with pytest.raises(ValueError, match="fails on one value"):
@@ -217,13 +217,13 @@ def test_a_failing_take_gives_back_what_the_other_channels_handed_over() -> None
 def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> None:
     async def main() -> None:
         home, sibling = _wired(TWO_CHANNELS)
-        _group_member([home, sibling], granted=[home, sibling])
+        await _group_member([home, sibling], granted=[home, sibling])
         for channel in (home, sibling):
             await channel.append("p", 0, "block", 1.0, False, _payloads(range(600)))
         home._session("m", (1, {0: MEMBER, 1: MEMBER}))
-        sibling.grant("g", Lease("other", 2))  # the rebalance, then the view ...
+        await sibling.grant("g", Lease("other", 2))  # the rebalance, then the view ...
         receiving = asyncio.ensure_future(home.receive("m", "s", 0, 4000, False, True))
-        asyncio.get_running_loop().call_soon(home.update_views, "g", 5, {"m": {0: MEMBER}})
+        asyncio.get_running_loop().call_soon(home._update_views, "g", 5, {"m": {0: MEMBER}})
         assert _values(await receiving) == [(0, 0, 600)]  # ... lands mid-receive
 
     asyncio.run(main())
@@ -231,7 +231,7 @@ def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> No
 
 def test_a_cancelled_receive_gives_back_before_the_next_receive_takes() -> None:
     async def main() -> None:
-        home, sibling = _anonymous_pair(reply_delay=0.02)
+        home, sibling = await _anonymous_pair(reply_delay=0.02)
         await sibling.append("p", 0, "block", 1.0, False, _payloads(range(20)))
         first = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
         second = asyncio.ensure_future(home.receive("a", "s", 1, 10, False))
@@ -246,14 +246,14 @@ def test_a_cancelled_receive_gives_back_before_the_next_receive_takes() -> None:
 
 def test_a_give_back_after_a_seek_does_not_undo_the_seek() -> None:
     async def main() -> None:
-        home, sibling = _anonymous_pair(reply_delay=0.02)
+        home, sibling = await _anonymous_pair(reply_delay=0.02)
         await sibling.append("p", 0, "block", 1.0, False, _payloads(range(10)))
         taking = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
         await asyncio.sleep(0.005)  # 0..9 taken at the sibling; the reply is on the way
         taking.cancel()
         await asyncio.sleep(0)
         await home.settle_receives("a", "s", 0)
-        sibling.seek("a", None, 1 << 62, False, False)  # seek_to_tail: next stays 10
+        await sibling.seek("a", None, 1 << 62, False, False)  # seek_to_tail: next stays 10
         await asyncio.sleep(0.1)  # the give-back arrives, and is refused
         assert sibling.cursor_state("a").next == 10
         await sibling.append("p", 1, "block", 1.0, False, _payloads(["after"]))
@@ -266,7 +266,7 @@ def test_a_give_back_after_a_seek_does_not_undo_the_seek() -> None:
 def test_every_channel_that_skipped_overwritten_elements_is_reported() -> None:
     async def main() -> None:
         small = TopicConfig("t", "ns", "t0pic1d", 2, 300, True, None, Overflow.OVERWRITE, ())
-        home, sibling = _anonymous_pair(small)
+        home, sibling = await _anonymous_pair(small)
         for channel in (home, sibling):
             await channel.append("p", 0, "overwrite", None, False, _payloads(range(1000)))
         reported, delivered = [], []
@@ -287,7 +287,7 @@ def test_an_iteration_receive_never_takes_more_than_asked() -> None:
         channels = _wired(four)
         home = channels[0]
         for channel in channels:
-            channel.open_reader("a", ReaderSpec(None, False))
+            await channel.open_reader("a", ReaderSpec(None, False))
             await channel.append("p", 0, "block", 1.0, False, _payloads(range(1000)))
         batch = await home.receive("a", "s", 0, 1001, False, True)
         assert sum(count for _, _, count in _values(batch)) == 1001
@@ -307,7 +307,7 @@ def _rows(ids: range) -> ArrowRows:
 def test_arrow_rows_append_through_the_publish_path_and_read_back_one_position_per_row() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        channel.open_reader("a", ReaderSpec(None, False, complete_on_empty=True))
+        await channel.open_reader("a", ReaderSpec(None, False, complete_on_empty=True))
         await channel.append("p", 0, "block", 1.0, False, _payloads(["before"]))
         packed = pack_request("append", "spark", 0, "block", 1.0, True)
         status = await channel.request(packed, _rows(range(5)))
@@ -339,8 +339,12 @@ def test_a_filter_and_a_converter_see_arrow_rows_as_dicts() -> None:
         (channel,) = _wired(CONFIG)
         keep = cloudpickle.dumps(lambda row: row["user"] == "u1")
         convert = cloudpickle.dumps(lambda row: f"{row['user']}#{row['id']}")
-        channel.open_reader("kept", ReaderSpec(None, False, filter=keep, complete_on_empty=True))
-        channel.open_reader("both", ReaderSpec(None, False, keep, convert, complete_on_empty=True))
+        await channel.open_reader(
+            "kept", ReaderSpec(None, False, filter=keep, complete_on_empty=True)
+        )
+        await channel.open_reader(
+            "both", ReaderSpec(None, False, keep, convert, complete_on_empty=True)
+        )
         await channel.append("p", 0, "block", 1.0, False, _rows(range(10)))
         kept = pickle.loads(pickle.dumps(await channel.receive("kept", "s", 0, 100, False)))
         assert [(e.value, e.sequence) for e in kept] == [
@@ -385,7 +389,7 @@ def test_bulk_reads_on_eight_channels_take_where_the_data_is_with_no_relay() -> 
         channels = [ChannelActor(eight, c) for c in range(8)]
         calls = _counting(channels)
         for channel in channels:
-            channel.open_reader("a", ReaderSpec(None, False, complete_on_empty=True))
+            await channel.open_reader("a", ReaderSpec(None, False, complete_on_empty=True))
             await channel.append("p", 0, "block", 1.0, False, _payloads(range(600)))
         # An iteration's receives: one per channel, each scoped to its channel.
         taken = [await c.receive("a", "i", 0, 500, False, False, True) for c in channels]
@@ -403,7 +407,7 @@ def test_a_waiting_receive_gets_a_siblings_element_in_one_fetch() -> None:
         home, sibling = _wired(TWO_CHANNELS)
         calls = _counting([home, sibling])
         for channel in (home, sibling):
-            channel.open_reader("a", ReaderSpec(None, False))
+            await channel.open_reader("a", ReaderSpec(None, False))
         waiting = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
         await asyncio.sleep(0.05)
         # A look (empty), then a fetch that waits at the sibling.
@@ -426,7 +430,7 @@ def test_a_waiting_receive_gets_a_siblings_element_in_one_fetch() -> None:
 def test_what_a_fetch_took_is_lent_until_its_session_settles_it() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        channel.open_reader("a", ReaderSpec(None, False))
+        await channel.open_reader("a", ReaderSpec(None, False))
         await channel.append("p", 0, "block", 1.0, False, _payloads(range(5)))
         fetched = await channel.take("a", None, 2, 1.0, "fetch-1")  # takes 0 and 1
         assert (fetched.first, fetched.count) == (0, 2)
@@ -446,7 +450,7 @@ def test_what_a_fetch_took_is_lent_until_its_session_settles_it() -> None:
 def test_a_direct_take_stops_a_waiting_fetch_of_the_same_reader() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        channel.open_reader("a", ReaderSpec(None, False))
+        await channel.open_reader("a", ReaderSpec(None, False))
         waiting = asyncio.ensure_future(channel.take("a", None, 10, 5.0, "fetch-2"))
         await asyncio.sleep(0.05)
         assert (await channel.take("a", None, 10)).count == 0  # the direct take goes first
@@ -461,10 +465,10 @@ def test_a_direct_take_stops_a_waiting_fetch_of_the_same_reader() -> None:
 def test_a_seek_voids_what_a_fetch_took_and_a_settle_after_it_changes_nothing() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        channel.open_reader("a", ReaderSpec(None, False))
+        await channel.open_reader("a", ReaderSpec(None, False))
         await channel.append("p", 0, "block", 1.0, False, _payloads(range(5)))
         await channel.take("a", None, 2, 1.0, "fetch-3")
-        channel.seek("a", None, 3, False, False)  # next is 4
+        await channel.seek("a", None, 3, False, False)  # next is 4
         assert await channel.settle_take("a", None, "fetch-3", 0) is False
         assert channel.cursor_state("a").next == 4
         assert (await asyncio.wait_for(channel.take("a", None, 10), 2.0)).first == 4

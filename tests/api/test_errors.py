@@ -9,7 +9,10 @@ import ray.exceptions
 
 import raytopic.errors as errors
 from raytopic.errors import (
+    ChannelFailedError,
+    ChannelUnavailableError,
     ClosedError,
+    DataLossError,
     GroupNotFoundError,
     InvalidArgumentError,
     InvalidTypeError,
@@ -18,6 +21,7 @@ from raytopic.errors import (
     PublisherClosedError,
     ResetInProgressError,
     StaleSequenceError,
+    StoreError,
     SubscriberClosedError,
     TopicError,
     TopicExistsError,
@@ -39,12 +43,24 @@ SIMPLE = [
     InvalidArgumentError,
     PositionMismatchError,
     InvalidTypeError,
+    ChannelUnavailableError,
+    ChannelFailedError,
+    StoreError,
 ]
+
+
+def test_a_data_loss_error_pickles_with_its_epochs_and_is_a_stale_sequence_error() -> None:
+    error = DataLossError("lost", head_sequence=1 << 40, channel=3, old_epoch=1, new_epoch=2)
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, StaleSequenceError)
+    assert (copy.head_sequence, copy.channel, copy.old_epoch, copy.new_epoch) == (1 << 40, 3, 1, 2)
+    assert str(copy) == "lost"
+    assert issubclass(ChannelFailedError, ChannelUnavailableError)
 
 
 def test_every_exported_error_is_a_topic_error() -> None:
     exported = [getattr(errors, name) for name in errors.__all__ if name.endswith("Error")]
-    assert set(exported) == {*SIMPLE, StaleSequenceError, TopicError}
+    assert set(exported) == {*SIMPLE, StaleSequenceError, DataLossError, TopicError}
     for error in exported:
         assert issubclass(error, TopicError)
         assert issubclass(error, Exception)

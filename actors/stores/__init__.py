@@ -1,0 +1,1 @@
+"""Backing stores of channels: the contract, the embedded segment log, group commit."""

@@ -1,0 +1,131 @@
+"""The store contract: what a channel asks of its backing store (Hazelcast RingbufferStore shape).
+
+A store keeps what a channel appended, so a channel that restarts (after its
+process, or its node, died) comes back with every acknowledged element, every
+group's committed position and the publishers' retry records.
+
+The seed's four methods (``store``, ``store_all``, ``load``,
+``largest_sequence``) are all a user's store must write; the channel calls
+the batch-level methods below, whose defaults are built on those four. The
+embedded store (:class:`raytopic.actors.stores.segment_log.SegmentLogStore`)
+overrides them to keep whole batches as they arrived.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raytopic.actors.payloads import Payload, PickledValues
+
+__all__ = ["RingbufferStore", "StoredBatch"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """One append as a store keeps it."""
+
+    first: int
+    """Sequence of the payload's first element."""
+    stamp: float
+    """Append time (seconds since the epoch), one for the batch."""
+    payload: Payload
+    """The elements: pickled values or Arrow rows, as the channel holds them."""
+    epoch: int = 0
+    """The channel incarnation that appended it."""
+    publisher_id: str = ""
+    """The publisher whose batch it is ("" for a ring buffer add)."""
+    batch: int = -1
+    """The publisher's batch number on this channel (-1 for a ring buffer add)."""
+
+    @property
+    def last(self) -> int:
+        """Sequence of the last element."""
+        return self.first + len(self.payload) - 1
+
+
+class RingbufferStore:
+    """Base class of a channel's backing store.
+
+    Subclass it and implement the four methods of the seed; pass
+    ``create_topic(store=factory)`` where ``factory(topic_name, channel)``
+    returns one store per channel (each channel actor calls it once, in its
+    own process). An exception from ``store``/``store_all`` rejects the add:
+    the channel appends nothing and stays alive (the store must keep itself
+    consistent, as in the seed).
+
+    The other methods have working defaults. Override ``store_batch`` and
+    ``load_batches`` to keep publisher ids and batch numbers (then a retried
+    publish is recognised across a restart), and ``save_state`` /
+    ``load_state`` to keep group positions durably: the default keeps them in
+    memory only, so a restarted channel over a store with the defaults has
+    its elements but starts its groups at the head.
+    """
+
+    # -- the seed's shape ----------------------------------------------------------
+
+    def store(self, sequence: int, item: Any) -> None:
+        """Keep ``item`` at ``sequence``."""
+        raise NotImplementedError
+
+    def store_all(self, first_sequence: int, items: Sequence[Any]) -> None:
+        """Keep ``items`` from ``first_sequence`` on (default: ``store`` one by one)."""
+        for offset, item in enumerate(items):
+            self.store(first_sequence + offset, item)
+
+    def load(self, sequence: int) -> Any:
+        """The item at ``sequence``, or None when the store does not have it."""
+        raise NotImplementedError
+
+    def largest_sequence(self) -> int:
+        """Sequence of the newest stored item, -1 when the store is empty."""
+        raise NotImplementedError
+
+    # -- what a channel calls (defaults over the seed's methods) ------------------------
+
+    def store_batch(self, batch: StoredBatch) -> None:
+        """Keep one append (default: ``store_all`` of its decoded values)."""
+        self.store_all(batch.first, batch.payload.decode())
+
+    def sync(self) -> None:
+        """Make every batch stored so far survive a crash (default: nothing to do).
+        Called off the channel's event loop; it may block."""
+
+    def load_batches(self, start: int) -> Iterator[StoredBatch]:
+        """Stored batches from ``start`` on, in sequence order (default: one
+        ``load`` per sequence up to ``largest_sequence()``, a batch of one each)."""
+        for sequence in range(max(start, 0), self.largest_sequence() + 1):
+            item = self.load(sequence)
+            if item is not None:
+                yield StoredBatch(sequence, 0.0, PickledValues.from_values([item]))
+
+    def first_sequence(self) -> int:
+        """Sequence of the oldest element the store still has (default: 0)."""
+        return 0
+
+    def truncate(self, below: int) -> None:
+        """The ring released everything below ``below``; the store may drop it
+        (default: keep it). See ``store_retention`` of the embedded store."""
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        """Keep the channel's small state (epoch, group positions, publisher
+        tracks, readers) durably, replacing the last one. Called off the event
+        loop; it may block (default: in memory only)."""
+        with _STATE_LOCK:
+            self._state = state
+
+    def load_state(self) -> dict[str, Any] | None:
+        """The state last saved, or None."""
+        return getattr(self, "_state", None)
+
+    def damaged(self) -> list[tuple[int, int]]:
+        """Sequence ranges ``(first, last)`` found corrupt (default: none)."""
+        return []
+
+    def close(self) -> None:
+        """Release files and threads (the channel is going away)."""
+
+
+_STATE_LOCK = threading.Lock()

@@ -1,0 +1,148 @@
+"""The record format of the embedded store: one framed, checksummed record per append. No I/O.
+
+::
+
+    magic    4 bytes  b"RTB1"
+    length   u32      bytes after the checksum (header + publisher id + payload)
+    crc32c   u32      CRC32C of those bytes
+    header   epoch u64, first u64, count u32, stamp f64, batch i64, kind u8, id length u16
+    publisher id (UTF-8)
+    payload  kind 0, pickled values: count int64 end offsets, then the pickles
+             kind 1, Arrow rows: one Arrow IPC stream (Arrow IPC has no checksum
+             of its own; the record's CRC covers it)
+
+Little-endian throughout. A record whose checksum does not match is never
+decoded: its payload may be altered.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import google_crc32c
+import numpy as np
+
+from raytopic.actors.payloads import ArrowRows, Payload, PickledValues
+from raytopic.actors.stores.base import StoredBatch
+
+__all__ = [
+    "MAGIC",
+    "PREFIX",
+    "CorruptRecord",
+    "Frame",
+    "TornRecord",
+    "decode_record",
+    "encode_record",
+    "peek_range",
+    "read_frame",
+]
+
+MAGIC = b"RTB1"
+PREFIX = struct.Struct("<4sII")  # magic, length, crc32c
+_HEADER = struct.Struct("<QQIdqBH")  # epoch, first, count, stamp, batch, kind, id length
+_PICKLED, _ARROW = 0, 1
+_MAX_LENGTH = 1 << 31
+"""Largest record accepted when reading back (a larger length field is damage)."""
+
+
+class TornRecord(Exception):
+    """The bytes end inside a record (a write cut short by a crash)."""
+
+
+class CorruptRecord(Exception):
+    """A record is complete but its checksum (or magic) does not match."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """Where one record lies in a file, its checksum checked."""
+
+    offset: int
+    size: int
+    body: memoryview
+    """The checked bytes after the prefix (header, id, payload)."""
+
+
+def encode_record(batch: StoredBatch) -> list[bytes | memoryview]:
+    """The record of ``batch`` as buffers to write back to back (the payload is not copied)."""
+    payload = batch.payload
+    publisher = batch.publisher_id.encode()
+    if isinstance(payload, PickledValues):
+        kind = _PICKLED
+        begin = payload.begin
+        end = int(payload.ends[-1]) if len(payload.ends) else begin
+        ends = payload.ends - begin if begin else payload.ends
+        buffer = payload.buffer
+        whole = type(buffer) is bytes and begin == 0 and end == len(buffer)
+        parts: list[bytes | memoryview] = [
+            ends.astype("<i8", copy=False).tobytes(),
+            buffer if whole else memoryview(buffer)[begin:end],
+        ]
+    elif isinstance(payload, ArrowRows):
+        kind = _ARROW
+        parts = [payload.to_ipc().to_pybytes()]
+    else:
+        raise TypeError(f"cannot store a {type(payload).__name__}")
+    header = _HEADER.pack(
+        batch.epoch, batch.first, len(payload), batch.stamp, batch.batch, kind, len(publisher)
+    )
+    crc = _extend(_extend(0, header), publisher)
+    length = len(header) + len(publisher)
+    for part in parts:
+        crc = _extend(crc, part)
+        length += len(part)
+    return [PREFIX.pack(MAGIC, length, crc), header, publisher, *parts]
+
+
+def read_frame(data: memoryview, offset: int) -> Frame:
+    """The record at ``offset`` of ``data``, checksum checked.
+
+    Raises:
+        TornRecord: ``data`` ends before the record does.
+        CorruptRecord: bad magic, an impossible length, or a checksum mismatch.
+    """
+    if offset + PREFIX.size > len(data):
+        raise TornRecord(f"{len(data) - offset} bytes at {offset}: less than a record prefix")
+    magic, length, crc = PREFIX.unpack_from(data, offset)
+    if magic != MAGIC or length < _HEADER.size or length > _MAX_LENGTH:
+        raise CorruptRecord(f"no record at offset {offset}")
+    start = offset + PREFIX.size
+    if start + length > len(data):
+        raise TornRecord(f"record at {offset} needs {length} bytes, {len(data) - start} left")
+    body = data[start : start + length]
+    if _extend(0, body) != crc:
+        raise CorruptRecord(f"checksum mismatch in the record at offset {offset}")
+    return Frame(offset, PREFIX.size + length, body)
+
+
+def _extend(crc: int, data: bytes | memoryview) -> int:
+    """CRC32C of ``data`` continuing ``crc`` (the C extension takes only ``bytes``:
+    a view is copied, at memory speed)."""
+    if type(data) is not bytes:
+        data = bytes(data)
+    return google_crc32c.extend(crc, data)
+
+
+def decode_record(body: memoryview) -> StoredBatch:
+    """The batch in a checked record body (zero-copy over ``body``)."""
+    epoch, first, count, stamp, batch, kind, id_length = _HEADER.unpack_from(body, 0)
+    at = _HEADER.size
+    publisher = bytes(body[at : at + id_length]).decode()
+    at += id_length
+    payload: Payload
+    if kind == _PICKLED:
+        ends = np.frombuffer(body, dtype="<i8", count=count, offset=at).astype(np.int64, copy=False)
+        at += 8 * count
+        payload = PickledValues(body[at:], ends)
+    elif kind == _ARROW:
+        payload = ArrowRows.from_ipc(body[at:])
+    else:
+        raise CorruptRecord(f"unknown payload kind {kind}")
+    return StoredBatch(first, stamp, payload, epoch, publisher, batch)
+
+
+def peek_range(body: memoryview) -> tuple[int, int, float]:
+    """(first sequence, count, stamp) of a checked record body, without decoding it."""
+    _, first, count, stamp, *_ = _HEADER.unpack_from(body, 0)
+    return first, count, stamp

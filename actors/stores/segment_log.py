@@ -1,0 +1,428 @@
+"""The embedded store: an append-only segment log per channel, plus a small state file.
+
+Files in the store's directory::
+
+    00000000000000000000.log   segments, named by the first sequence they hold
+    00000000000001048576.log   (the last one is written to; older ones are sealed)
+    state.json                 epoch, group positions, publisher tracks, readers
+
+Each append is one record (:mod:`raytopic.actors.stores.frames`), written
+with one ``writev``. Durability follows ``sync``:
+
+- ``"always"`` (default): the channel acknowledges an append only after an
+  ``fdatasync`` covering its record (one sync serves every append waiting on
+  it: see :class:`raytopic.actors.stores.group_sync.GroupSync`).
+- ``"write"``: acknowledged once written to the file: survives a process kill,
+  not an OS crash.
+- a number of seconds: synced in the background at that interval; a crash of
+  the OS loses at most that much.
+
+Opening a directory recovers it: every record's checksum is checked, a record
+cut short at the end (a torn write) is truncated away, and a damaged record
+in the middle is skipped and reported (:meth:`damaged`); its payload is never
+decoded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raytopic.actors.stores.base import RingbufferStore, StoredBatch
+from raytopic.actors.stores.frames import (
+    MAGIC,
+    CorruptRecord,
+    TornRecord,
+    decode_record,
+    encode_record,
+    peek_range,
+    read_frame,
+)
+from raytopic.config import check_sync
+from raytopic.errors import StoreError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SegmentLogStore", "SyncPolicy", "parse_sync"]
+
+SEGMENT_BYTES = 64 * 1024 * 1024
+"""A segment is sealed and a new one started past this size."""
+
+_STATE = "state.json"
+_SUFFIX = ".log"
+
+SyncPolicy = str | float
+"""``"always"``, ``"write"``, or seconds between background syncs."""
+
+
+def parse_sync(sync: object) -> SyncPolicy:
+    """Check a ``sync`` setting; raise InvalidArgumentError naming it."""
+    return check_sync(sync)
+
+
+@dataclass(slots=True)
+class _Record:
+    first: int
+    count: int
+    stamp: float
+    segment: int  # first sequence of its segment (the file name)
+    offset: int
+    size: int
+
+
+@dataclass(slots=True)
+class _Segment:
+    first: int
+    path: Path
+    size: int
+    last_stamp: float = 0.0
+
+
+class SegmentLogStore(RingbufferStore):
+    """Append-only segment log of one channel.
+
+    Args:
+        directory: The channel's own directory (created if missing).
+        sync: ``"always"``, ``"write"`` or seconds (see the module docs).
+        retention_bytes: Keep up to this many bytes of segments below the ring's
+            head readable through ``load`` (Kafka's retention.bytes); None: 0.
+        retention_seconds: Keep segments below the ring's head this long after
+            their last append (Kafka's retention.ms); None: 0.
+        segment_bytes: Size at which a segment is sealed.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        sync: SyncPolicy = "always",
+        retention_bytes: int | None = None,
+        retention_seconds: float | None = None,
+        segment_bytes: int = SEGMENT_BYTES,
+    ) -> None:
+        self.directory = Path(directory)
+        self.sync_policy = parse_sync(sync)
+        self._retention_bytes = retention_bytes or 0
+        self._retention_seconds = retention_seconds or 0.0
+        self._segment_bytes = segment_bytes
+        self._segments: list[_Segment] = []
+        self._records: list[_Record] = []
+        self._firsts: list[int] = []  # parallel to _records, for bisect
+        self._damaged: list[tuple[int, int]] = []
+        self._cache: dict[int, memoryview] = {}  # segment -> bytes read at open
+        self._lock = threading.Lock()  # the fds a sync thread may be using
+        self._fd = -1
+        self._unsynced_fds: list[int] = []  # sealed segments not yet synced, then closed
+        self._dir_dirty = False
+        self._closed = False
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._open()
+
+    # -- opening and recovery ----------------------------------------------------------
+
+    def _open(self) -> None:
+        paths = sorted(self.directory.glob("*" + _SUFFIX))
+        for index, path in enumerate(paths):
+            first = int(path.stem)
+            data = memoryview(path.read_bytes())
+            end = self._scan(first, data, last=index == len(paths) - 1)
+            if end < len(data):
+                logger.warning(
+                    "%s: torn tail: %d bytes after the last whole record cut off",
+                    path,
+                    len(data) - end,
+                )
+                os.truncate(path, end)
+                data = data[:end]
+            self._segments.append(_Segment(first, path, end, self._last_stamp(first)))
+            self._cache[first] = data
+        if not self._segments:
+            self._new_segment(0)
+        else:
+            active = self._segments[-1]
+            self._fd = os.open(active.path, os.O_WRONLY | os.O_APPEND)
+
+    def _scan(self, segment: int, data: memoryview, *, last: bool) -> int:
+        """Index the records of one segment; return where its valid bytes end."""
+        offset = 0
+        while offset < len(data):
+            try:
+                frame = read_frame(data, offset)
+            except (TornRecord, CorruptRecord):
+                # A damaged length field looks like a torn record: it is a torn
+                # tail only if no whole record follows.
+                resume = _next_valid(data, offset + 1)
+                if resume is None:
+                    if last:
+                        return offset  # damage at the very end: a torn write
+                    return self._damage(segment, data, offset, len(data))
+                offset = self._damage(segment, data, offset, resume)
+                continue
+            first, count, stamp = peek_range(frame.body)
+            self._add_record(_Record(first, count, stamp, segment, offset, frame.size))
+            offset += frame.size
+        return offset
+
+    def _damage(self, segment: int, data: memoryview, start: int, end: int) -> int:
+        """Record the sequences between the good records around ``[start, end)`` as damaged."""
+        before = self._records[-1].first + self._records[-1].count if self._records else segment
+        after = None
+        if end < len(data):
+            after, _, _ = peek_range(read_frame(data, end).body)
+        last = (after - 1) if after is not None else max(before, self._next_after(segment)) - 1
+        if last >= before:
+            self._damaged.append((before, last))
+        logger.error(
+            "%s: damaged bytes %d..%d (sequences %d..%d): skipped, never delivered",
+            self.directory,
+            start,
+            end,
+            before,
+            last,
+        )
+        return end
+
+    def _next_after(self, segment: int) -> int:
+        later = [int(p.stem) for p in self.directory.glob("*" + _SUFFIX) if int(p.stem) > segment]
+        return min(later) if later else segment
+
+    def _last_stamp(self, segment: int) -> float:
+        stamps = [r.stamp for r in self._records if r.segment == segment]
+        return stamps[-1] if stamps else 0.0
+
+    def _add_record(self, record: _Record) -> None:
+        self._records.append(record)
+        self._firsts.append(record.first)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def store_batch(self, batch: StoredBatch) -> None:
+        """Append one record (the file is cut back if the write fails)."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        if self._fd < 0:
+            raise StoreError("the store has no open segment")
+        active = self._segments[-1]
+        if active.size >= self._segment_bytes:
+            self._roll(batch.first)
+            active = self._segments[-1]
+        parts = encode_record(batch)
+        size = sum(len(part) for part in parts)
+        try:
+            written = os.writev(self._fd, parts)
+            if written != size:
+                raise OSError(f"short write: {written} of {size} bytes")
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, active.size)
+            raise StoreError(f"store write failed: {error}") from error
+        self._add_record(
+            _Record(batch.first, len(batch.payload), batch.stamp, active.first, active.size, size)
+        )
+        active.size += size
+        active.last_stamp = batch.stamp
+
+    def store(self, sequence: int, item: Any) -> None:
+        """Keep one value (a batch of one)."""
+        from raytopic.actors.payloads import PickledValues
+
+        self.store_batch(StoredBatch(sequence, time.time(), PickledValues.from_values([item])))
+
+    def _roll(self, first: int) -> None:
+        """Seal the active segment (synced and closed by the next ``sync``); start another."""
+        with self._lock:
+            self._unsynced_fds.append(self._fd)
+            self._fd = -1
+        self._new_segment(first)
+
+    def _new_segment(self, first: int) -> None:
+        path = self.directory / f"{first:020d}{_SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        with self._lock:
+            self._fd = fd
+            self._dir_dirty = True
+        self._segments.append(_Segment(first, path, 0))
+        self._cache[first] = memoryview(b"")
+
+    def sync(self) -> None:
+        """``fdatasync`` what was written (and the directory, after a new segment).
+
+        Raises:
+            StoreError: the sync failed: what was written may not be on disk.
+        """
+        with self._lock:
+            fds = [*self._unsynced_fds, self._fd]
+            self._unsynced_fds = []
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+        try:
+            for fd in fds:
+                if fd >= 0:
+                    os.fdatasync(fd)
+            if dir_dirty:
+                _sync_directory(self.directory)
+        except OSError as error:
+            raise StoreError(f"fdatasync failed: {error}") from error
+        finally:
+            for fd in fds[:-1]:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def largest_sequence(self) -> int:
+        """The newest stored sequence; an empty active segment's name says where the
+        next starts (so sequences are never reused after a truncation)."""
+        if self._records and self._records[-1].segment == self._segments[-1].first:
+            record = self._records[-1]
+            return record.first + record.count - 1
+        newest = self._segments[-1].first - 1
+        if self._records:
+            newest = max(newest, self._records[-1].first + self._records[-1].count - 1)
+        return max(newest, self._damaged[-1][1] if self._damaged else -1)
+
+    def first_sequence(self) -> int:
+        """The oldest stored sequence (``largest_sequence() + 1`` when nothing is stored)."""
+        if self._records:
+            return self._records[0].first
+        return self.largest_sequence() + 1
+
+    def load(self, sequence: int) -> Any:
+        """The value at ``sequence``, or None when not stored (or damaged)."""
+        index = bisect.bisect_right(self._firsts, sequence) - 1
+        if index < 0:
+            return None
+        record = self._records[index]
+        if not record.first <= sequence < record.first + record.count:
+            return None
+        batch = self._read(record)
+        return batch.payload.slice(sequence - record.first, sequence - record.first + 1).decode()[0]
+
+    def load_batches(self, start: int) -> Iterator[StoredBatch]:
+        """Stored batches holding ``start`` or later, in order (a damaged range is a gap)."""
+        index = max(0, bisect.bisect_right(self._firsts, start) - 1)
+        records = self._records
+        while index < len(records):
+            record = records[index]
+            if record.first + record.count > start:
+                yield self._read(record)
+            index += 1
+
+    def _read(self, record: _Record) -> StoredBatch:
+        data = self._cache.get(record.segment)
+        if data is None or record.offset + record.size > len(data):
+            path = self.directory / f"{record.segment:020d}{_SUFFIX}"
+            with open(path, "rb") as file:
+                file.seek(record.offset)
+                chunk = memoryview(file.read(record.size))
+            frame = read_frame(chunk, 0)
+        else:
+            frame = read_frame(data, record.offset)
+        return decode_record(frame.body)
+
+    def damaged(self) -> list[tuple[int, int]]:
+        """Sequence ranges found damaged when the store was opened."""
+        return list(self._damaged)
+
+    def release_cache(self) -> None:
+        """Forget the bytes read at open (the channel's ring holds what it needs)."""
+        self._cache = {segment.first: memoryview(b"") for segment in self._segments}
+
+    # -- truncation -----------------------------------------------------------------------
+
+    def truncate(self, below: int) -> None:
+        """Delete sealed segments wholly below ``below`` and past the retention."""
+        now = time.time()
+        kept_bytes = 0
+        removable: list[_Segment] = []
+        for index, segment in enumerate(self._segments[:-1]):
+            end = self._segments[index + 1].first
+            if end > below:
+                break
+            removable.append(segment)
+        for segment in reversed(removable):  # newest first: retention keeps the newest
+            kept_bytes += segment.size
+            fresh = now - segment.last_stamp < self._retention_seconds
+            if kept_bytes <= self._retention_bytes or fresh:
+                removable.remove(segment)
+        if not removable:
+            return
+        gone = {segment.first for segment in removable}
+        for segment in removable:
+            with contextlib.suppress(FileNotFoundError):
+                segment.path.unlink()
+            self._cache.pop(segment.first, None)
+        self._segments = [s for s in self._segments if s.first not in gone]
+        keep = [r for r in self._records if r.segment not in gone]
+        self._records = keep
+        self._firsts = [r.first for r in keep]
+        with self._lock:
+            self._dir_dirty = True
+
+    # -- state ----------------------------------------------------------------------------
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        """Write the state file by atomic rename (written, synced, renamed, dir synced)."""
+        path = self.directory / _STATE
+        temporary = path.with_suffix(".tmp")
+        data = json.dumps(state, separators=(",", ":")).encode()
+        try:
+            with open(temporary, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fdatasync(file.fileno())
+            os.replace(temporary, path)
+            _sync_directory(self.directory)
+        except OSError as error:
+            raise StoreError(f"state write failed: {error}") from error
+
+    def load_state(self) -> dict[str, Any] | None:
+        """The last state written, or None."""
+        path = self.directory / _STATE
+        try:
+            return json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def close(self) -> None:
+        """Sync and close the files."""
+        if self._closed:
+            return
+        with contextlib.suppress(StoreError):
+            self.sync()
+        self._closed = True
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+            self._fd = -1
+
+
+def _next_valid(data: memoryview, start: int) -> int | None:
+    """Offset of the next whole, checksum-valid record at or after ``start``."""
+    raw = data.obj if isinstance(data.obj, bytes) else bytes(data)
+    at = start
+    while True:
+        at = raw.find(MAGIC, at)
+        if at < 0:
+            return None
+        try:
+            read_frame(data, at)
+            return at
+        except (TornRecord, CorruptRecord):
+            at += 1
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,357 @@
+"""Durability against a real Ray: channels and coordinators killed with SIGKILL
+(their pids from ``describe()``), stores damaged on disk, a store that fails.
+Every history is counted by the loss checker (DESIGN 8): lost, duplicates in
+the log, inconsistent positions and stale commits accepted are 0."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+import raytopic as rt
+from raytopic.actors.stores.base import RingbufferStore
+from raytopic.actors.stores.segment_log import SegmentLogStore
+
+from tests.loss_checker import LossChecker, publish_outcome
+from tests.topic_helpers import TIMEOUT, get, key_for
+
+RESTART_BOUND = 10.0
+"""Seconds a killed channel may take to serve again (the issue's bound)."""
+
+
+def _channel(topic: rt.Topic, channel: int) -> rt.ChannelStats:
+    return topic.describe().channels[channel]
+
+
+def _kill_channel(topic: rt.Topic, channel: int) -> int:
+    """SIGKILL a channel's process; return the epoch it had."""
+    stats = _channel(topic, channel)
+    os.kill(stats.pid, signal.SIGKILL)
+    return stats.epoch
+
+
+def _serving_again(topic: rt.Topic, channel: int, old_epoch: int) -> float:
+    """Seconds until the channel answers under a newer epoch (bounded)."""
+    started = time.monotonic()
+    while True:
+        stats = _channel(topic, channel)
+        if stats.state == "serving" and stats.epoch > old_epoch:
+            return time.monotonic() - started
+        assert time.monotonic() - started < RESTART_BOUND, f"channel {channel}: {stats}"
+        time.sleep(0.1)
+
+
+def _drain(subscriber: rt.Subscriber, checker: LossChecker, member: str) -> list[rt.Element]:
+    """Receive until empty, recording deliveries; a DataLossError resets monotonicity."""
+    got: list[rt.Element] = []
+    while True:
+        try:
+            batch = get(subscriber.receive_batch(500))
+        except rt.DataLossError:
+            checker.ownership_changed(member)
+            continue
+        if not batch:
+            return got
+        for element in batch:
+            checker.delivered(member, element.channel, element.sequence, element.value)
+        got.extend(batch)
+
+
+def test_a_killed_channel_with_a_store_comes_back_with_its_elements_and_commits(
+    make_topic, tmp_path: Path
+):
+    topic = make_topic(channels=2, store=str(tmp_path), groups=["g"])
+    key = key_for(0, 2)
+    with topic.publisher() as publisher:
+        for value in range(300):
+            publisher.publish(value, key=key)
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    first = get(member.receive_batch(100))
+    assert [e.value for e in first] == list(range(100))
+    assert first[-1].commit().status is rt.CommitStatus.COMMITTED
+    before = _channel(topic, 0)
+    assert before.durable and before.epoch == 1
+
+    old_epoch = _kill_channel(topic, 0)
+    took = _serving_again(topic, 0, old_epoch)
+    after = _channel(topic, 0)
+    assert after.epoch == old_epoch + 1 and after.pid != before.pid
+    assert (after.head, after.tail) == (before.head, before.tail)
+    assert took < RESTART_BOUND
+    # The commit survived: the member resumes after it (what it had received
+    # past the commit comes again: at least once).
+    assert member.last_committed()[0].sequence == first[-1].sequence
+    rest = [e.value for e in _drain(member, LossChecker(), "m") if e.channel == 0]
+    assert rest == list(range(100, 300))
+    # The handles made before the restart publish on.
+    with topic.publisher() as publisher:
+        publisher.publish(300, key=key).result(timeout=TIMEOUT)
+    assert [e.value for e in _drain(member, LossChecker(), "m")] == [300]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overflow", ["overwrite", "block"])
+def test_channels_killed_again_and_again_under_four_publishers_lose_nothing(
+    make_topic, tmp_path: Path, overflow: str
+):
+    # A small capacity with "block" and a group that keeps up slowly: the
+    # publishers wait for room while channels die under them.
+    capacity = 2_000 if overflow == "block" else 1_000_000
+    topic = make_topic(
+        channels=2, store=str(tmp_path), groups=["g"], overflow=overflow, capacity=capacity
+    )
+    checker = LossChecker()
+    stop = threading.Event()
+
+    def publish(number: int) -> None:
+        publisher = topic.publisher(block_timeout=60.0, linger=0.002)
+        sent = 0
+        futures = []
+        while not stop.is_set():
+            payload = f"p{number}-{sent}"
+            futures.append((payload, publisher.publish(payload)))
+            sent += 1
+            if len(futures) >= 200:
+                _settle(futures, checker)
+            time.sleep(0.0005)
+        publisher.close()
+        _settle(futures, checker)
+
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    consumed: list[rt.Element] = []
+    consuming = threading.Event()
+
+    def consume() -> None:  # the slow group: commits what it received
+        while not consuming.is_set():
+            try:
+                batch = get(member.receive_batch(200))
+            except rt.DataLossError:
+                checker.ownership_changed("m")
+                continue
+            for element in batch or ():
+                checker.delivered("m", element.channel, element.sequence, element.value)
+            if batch:
+                consumed.extend(batch)
+                batch[-1].commit()
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=publish, args=(n,)) for n in range(4)]
+    reader = threading.Thread(target=consume)
+    for thread in [*threads, reader]:
+        thread.start()
+    restarts = []
+    try:
+        for kill in range(10):
+            time.sleep(0.6)
+            channel = kill % 2
+            old_epoch = _kill_channel(topic, channel)
+            restarts.append(_serving_again(topic, channel, old_epoch))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+        consuming.set()
+        reader.join(timeout=60)
+    # Positions are what the channel holds: after a restart the member may get
+    # a range again (at least once); monotonicity is per incarnation of the view.
+    checker.ownership_changed("m")
+    for element in _drain(member, checker, "m"):
+        consumed.append(element)
+    report = checker.report()
+    print(report, "restarts (s):", [round(took, 2) for took in restarts])
+    assert report.acknowledged > 1000, report
+    report.assert_safe()
+    assert report.unexpected == 0, report
+    assert max(restarts) < RESTART_BOUND
+    assert [c.epoch for c in topic.describe().channels] == [6, 6]
+
+
+def _settle(futures: list[tuple[str, Any]], checker: LossChecker) -> None:
+    for payload, future in futures:
+        try:
+            future.result(timeout=120)
+            error = None
+        except Exception as failure:
+            error = failure
+            print("publish failed:", type(failure).__name__, failure)
+        checker.published(payload, publish_outcome(error))
+    futures.clear()
+
+
+def test_without_a_store_a_restart_is_reported_once_and_no_position_is_reused(make_topic):
+    topic = make_topic(channels=1, groups=["g"], retain=True)
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    anonymous = topic.subscriber(complete_on_empty=True)
+    with topic.publisher() as publisher:
+        for value in range(10):
+            publisher.publish(value)
+    received = get(member.receive_batch(5))
+    assert received[-1].commit().committed
+    assert len(get(anonymous.receive_batch(3))) == 3
+
+    old_epoch = _kill_channel(topic, 0)
+    _serving_again(topic, 0, old_epoch)
+    for subscriber in (member, anonymous):
+        with pytest.raises(rt.DataLossError) as lost:
+            get(subscriber.receive_batch(10))
+        assert (lost.value.old_epoch, lost.value.new_epoch) == (old_epoch, old_epoch + 1)
+        assert lost.value.channel == 0
+        assert lost.value.head_sequence > received[-1].sequence
+        assert get(subscriber.receive_batch(10)) == []  # then it continues: empty now
+    # A position of the old epoch moves nothing.
+    assert received[-1].commit().status is not rt.CommitStatus.COMMITTED
+    with topic.publisher() as publisher:
+        status = publisher.publish("after").result(timeout=TIMEOUT)
+    assert status.position.sequence > received[-1].sequence + 5
+    for subscriber in (member, anonymous):
+        assert [e.value for e in get(subscriber.receive_batch(10))] == ["after"]
+
+
+def test_a_killed_coordinator_keeps_groups_commits_and_generations(make_topic, wait_until):
+    topic = make_topic(channels=2, groups=["g"])
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    with topic.publisher() as publisher:
+        for value in range(20):
+            publisher.publish(value)
+    for element in _drain(member, LossChecker(), "m"):
+        element.commit()
+    before = topic.describe().groups["g"]
+    coordinator_pid = get(topic._coordinator.__ray_call__.remote(lambda _: os.getpid()))
+    os.kill(coordinator_pid, signal.SIGKILL)
+
+    again = rt.get_topic(topic.name, namespace=topic.namespace)  # waits for the restart
+    after = again.describe().groups["g"]
+    assert after.committed == before.committed
+    assert after.generation > before.generation
+    assert [m.member_id for m in after.members] == [member.subscriber_id]
+    # The member keeps its channels and receives on; a new member joins.
+    with topic.publisher() as publisher:
+        publisher.publish("next").result(timeout=TIMEOUT)
+    assert [e.value for e in get(member.receive_batch(10))] == ["next"]
+    second = again.subscriber(group="g", complete_on_empty=True)
+    wait_until(lambda: len(second.channels) == 1 and len(member.channels) == 1)
+    assert again.describe().groups["g"].generation > after.generation
+
+
+def test_received_refs_stay_readable_after_their_channel_dies(make_topic):
+    topic = make_topic(channels=1)
+    subscriber = topic.subscriber(complete_on_empty=True)
+    with topic.publisher() as publisher:
+        publisher.publish({"big": "x" * 200_000})  # out of band: in the object store
+        publisher.publish("small")
+    refs = [subscriber.receive(), subscriber.receive()]
+    ray.wait(refs, num_returns=2, timeout=TIMEOUT)
+    stats = _channel(topic, 0)
+    os.kill(stats.pid, signal.SIGKILL)
+    big, small = get(refs)
+    assert big.value == {"big": "x" * 200_000} and small.value == "small"
+
+
+class _RefusingStore(RingbufferStore):
+    """An in-memory store that refuses a value of "refuse" (a user's store)."""
+
+    def __init__(self) -> None:
+        self._items: dict[int, Any] = {}
+
+    def store(self, sequence: int, item: Any) -> None:
+        if item == "refuse":
+            raise OSError("disk says no")
+        self._items[sequence] = item
+
+    def load(self, sequence: int) -> Any:
+        return self._items.get(sequence)
+
+    def largest_sequence(self) -> int:
+        return max(self._items, default=-1)
+
+
+def _refusing_store(topic_name: str, channel: int) -> RingbufferStore:
+    return _RefusingStore()
+
+
+def test_a_store_error_rejects_the_add_and_the_channel_lives(make_topic):
+    topic = make_topic(channels=1, store=_refusing_store, overflow="fail")
+    ring = topic.ringbuffer(0)
+    assert ring.add("kept") == 0
+    with pytest.raises(rt.StoreError, match="disk says no"):
+        get(ring.add_all_async(["refuse"], "fail"))
+    with topic.publisher() as publisher:
+        with pytest.raises(rt.StoreError):
+            publisher.publish("refuse").result(timeout=TIMEOUT)
+        assert publisher.publish("after").result(timeout=TIMEOUT).position.sequence == 1
+    assert (ring.head_sequence(), ring.tail_sequence()) == (0, 1)
+    assert ring.read_one(1) == "after"
+
+
+def _records(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.log"))
+
+
+def test_a_torn_tail_and_a_flipped_bit_are_found_and_nothing_altered_is_delivered(
+    make_topic, tmp_path: Path, ray_session
+):
+    name = f"damaged-{os.getpid()}-{time.monotonic_ns()}"
+    topic = rt.create_topic(name, channels=1, store=str(tmp_path), groups=["g"])
+    ring = topic.ringbuffer(0)
+    for first in range(0, 50, 10):  # five appends: five records of ten
+        get(ring.add_all_async(list(range(first, first + 10)), "fail"))
+    topic.destroy()
+    segment = _records(tmp_path / topic.namespace / name / "0")[0]
+    data = bytearray(segment.read_bytes())
+    size = len(data) // 5
+    data[size + size // 2] ^= 0x10  # a bit in the second record (values 10..19)
+    segment.write_bytes(bytes(data[:-3]))  # and the last record torn (values 40..49)
+
+    again = rt.create_topic(name, channels=1, store=str(tmp_path), groups=["g"])
+    try:
+        stats = again.describe().channels[0]
+        assert stats.damaged == ((10, 19),)
+        assert (stats.head, stats.tail) == (20, 39)
+        member = again.subscriber(group="g", complete_on_empty=True)
+        with pytest.raises(rt.DataLossError, match="damaged"):
+            get(member.receive_batch(100))
+        assert [e.value for e in get(member.receive_batch(100))] == list(range(20, 40))
+    finally:
+        again.destroy()
+
+
+def test_a_retried_publish_whose_reply_was_lost_is_appended_once(make_topic, tmp_path: Path):
+    marker = tmp_path / "killed-once"
+    topic = make_topic(channels=1, store=_dying_store_factory(str(tmp_path), str(marker)))
+    with topic.publisher() as publisher:
+        status = publisher.publish("once").result(timeout=TIMEOUT)
+    assert marker.exists()  # the channel died after storing, before replying
+    assert status.position.sequence == 0
+    assert _channel(topic, 0).epoch == 2
+    ring = topic.ringbuffer(0)
+    assert (ring.head_sequence(), ring.tail_sequence()) == (0, 0)
+
+
+def _dying_store_factory(root: str, marker: str) -> Any:
+    def factory(topic_name: str, channel: int) -> RingbufferStore:
+        return _DyingStore(os.path.join(root, topic_name, str(channel)), marker)
+
+    return factory
+
+
+class _DyingStore(SegmentLogStore):
+    """The embedded store, whose process dies right after its first stored append
+    (once: a marker file remembers): the append is durable, its reply never sent."""
+
+    def __init__(self, directory: str, marker: str) -> None:
+        super().__init__(directory, sync="always")
+        self._marker = marker
+
+    def store_batch(self, batch: Any) -> None:
+        super().store_batch(batch)
+        if not os.path.exists(self._marker):
+            self.sync()
+            Path(self._marker).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
