@@ -667,6 +667,16 @@ class ChannelActor:
         if track is not None and batch <= track.last_batch:
             ack = track.acks.get(batch)
             if ack is not None:  # a retry (a lost reply, or a restart in between)
+                if ack.accepted < len(payload) and ack.error is None:
+                    # Recovered from the store, which keeps what was appended,
+                    # not why the rest was not (the channel restarted meanwhile).
+                    ack = dataclasses.replace(
+                        ack,
+                        error=TopicFullError(
+                            f"channel {self._channel}: {len(payload) - ack.accepted} of "
+                            f"{len(payload)} values not appended (it restarted meanwhile)"
+                        ),
+                    )
                 return self._ack_reply(ack, statuses)
             raise InvalidArgumentError(f"batch {batch} of publisher {publisher_id} is stale")
         try:
@@ -858,7 +868,7 @@ class ChannelActor:
 
     async def _wait_room(self, count: int, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._ring.room() < count:
+        while self._room() < count:
             left = _left(deadline)
             if left is not None and left <= 0:
                 return False

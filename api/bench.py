@@ -21,6 +21,10 @@ Cases:
     memory      RSS of one channel actor holding 1,000,000 small elements.
     group       two members of one group, a commit per received batch; and
                 the time from a member's close to the full reassignment.
+    store       the throughput case on a topic with the embedded store, with
+                ``sync="always"`` and ``sync="write"``, as a ratio to the
+                in-memory topic of the same run; and the time a channel holding
+                1,000,000 elements on disk takes from SIGKILL to serving again.
 
 ``QUICK`` holds smaller counts for a check of about 30 s (``raytopic bench --quick``).
 """
@@ -28,7 +32,9 @@ Cases:
 from __future__ import annotations
 
 import os
+import signal
 import statistics
+import tempfile
 import time
 import uuid
 from collections import deque
@@ -62,11 +68,19 @@ class BenchSettings:
     """Runs per throughput case; the median is reported."""
     memory_elements: int = 1_000_000
     """Elements the memory case fills one channel with (0 skips the case)."""
+    restart_elements: int = 1_000_000
+    """Elements on disk in the restart case (0 skips the store cases)."""
 
 
 DEFAULT = BenchSettings()
 """The counts behind the README's benchmark table."""
-QUICK = BenchSettings(messages=100_000, latency_samples=50, repeat=1, memory_elements=100_000)
+QUICK = BenchSettings(
+    messages=100_000,
+    latency_samples=50,
+    repeat=1,
+    memory_elements=100_000,
+    restart_elements=100_000,
+)
 """About 30 s on a 2-core machine: the same cases with smaller counts."""
 
 
@@ -139,9 +153,16 @@ def _consume_loop(topic: Topic, count: int) -> int:
     return id_sum
 
 
-def topic_throughput(count: int, channels: int) -> float:
-    """Messages per second from a publisher task to a consumer task (anonymous subscriber)."""
-    topic = create_topic(_name("thr"), channels=channels, capacity=max(count, 1))
+def topic_throughput(count: int, channels: int, sync: str | None = None) -> float:
+    """Messages per second from a publisher task to a consumer task (anonymous subscriber);
+    with ``sync``, on a topic with the embedded store (in a temporary directory)."""
+    with tempfile.TemporaryDirectory(prefix="raytopic-bench-") as directory:
+        store = {} if sync is None else {"store": directory, "sync": sync}
+        topic = create_topic(_name("thr"), channels=channels, capacity=max(count, 1), **store)
+        return _run_throughput(topic, count, channels)
+
+
+def _run_throughput(topic: Topic, count: int, channels: int) -> float:
     try:
         # Warm the worker processes so the figure is the steady state.
         ray.get([_publish_loop.remote(topic, 0), _consume_loop.remote(topic, 0)])
@@ -295,6 +316,34 @@ def channel_memory(count: int) -> tuple[float, float]:
         topic.destroy()
 
 
+# -- restart -----------------------------------------------------------------------
+
+
+def restart_time(count: int) -> float:
+    """Seconds from SIGKILL of a channel holding ``count`` elements on disk to its
+    answering again (the elements reloaded, under a new epoch)."""
+    with tempfile.TemporaryDirectory(prefix="raytopic-bench-") as directory:
+        topic = create_topic(_name("rst"), channels=1, capacity=count, store=directory)
+        try:
+            ray.get(_publish_batches.remote(topic, count))
+            before = topic.describe().channels[0]
+            ring = topic.ringbuffer(0)
+            start = time.perf_counter()
+            os.kill(before.pid, signal.SIGKILL)
+            while True:
+                size = ring.size()  # waits while the channel restarts (retried by Ray)
+                stats = topic.describe().channels[0]
+                if stats.epoch > before.epoch and stats.state == "serving":
+                    break
+                time.sleep(0.01)
+            elapsed = time.perf_counter() - start
+            if size != count:
+                raise RuntimeError(f"restarted with {size} of {count} elements")
+            return elapsed
+        finally:
+            topic.destroy()
+
+
 # -- groups ------------------------------------------------------------------------
 
 
@@ -374,6 +423,7 @@ def run_benchmarks(
     latency_samples: int = DEFAULT.latency_samples,
     repeat: int = DEFAULT.repeat,
     memory_elements: int = DEFAULT.memory_elements,
+    restart_elements: int = DEFAULT.restart_elements,
     report: Callable[[Figure], None] = lambda figure: None,
 ) -> list[Figure]:
     """Run every case; ``report`` hears of each figure as it is measured.
@@ -384,6 +434,8 @@ def run_benchmarks(
         latency_samples: measured round trips per latency case.
         repeat: runs per throughput case (the median is reported).
         memory_elements: elements for the memory case; 0 skips it.
+        restart_elements: elements on disk in the restart case; 0 skips the
+            store cases.
         report: called with each figure as soon as it is measured.
 
     Returns:
@@ -476,6 +528,22 @@ def run_benchmarks(
         )
     )
     add(Figure("group: close -> full reassignment", reassignment_time(channels) * 1e3, "ms"))
+
+    if restart_elements:
+        for sync in ("always", "write"):
+            rate = _median(repeat, lambda sync=sync: topic_throughput(messages, channels, sync))
+            add(
+                Figure(
+                    f'store sync="{sync}": publish() -> iterate, {channels} channel(s)',
+                    rate,
+                    "msgs/s",
+                    "in memory",
+                    rates[channels],
+                    target=0.5,
+                )
+            )
+        seconds = restart_time(restart_elements)
+        add(Figure(f"store: restart serving {restart_elements:,} elements", seconds, "s"))
     return figures
 
 

@@ -57,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--memory-elements", type=int, help="in the memory case (1,000,000; quick 100,000)"
     )
+    bench.add_argument(
+        "--restart-elements",
+        type=int,
+        help="on disk in the restart case; 0 skips the store cases (1,000,000; quick 100,000)",
+    )
     bench.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
     bench.set_defaults(run=_bench)
 

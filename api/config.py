@@ -157,6 +157,9 @@ class TopicConfig:
     """Keep stored elements below the ring's head readable this long (Kafka retention.ms)."""
     retention_bytes: int | None = None
     """... or up to this many bytes (Kafka retention.bytes)."""
+    placement: str = "spread"
+    """Where channel actors go: "spread" over the cluster's nodes (Ray's SPREAD),
+    or "pack" (Ray's default: where resources are found first)."""
 
     @classmethod
     def create(
@@ -173,6 +176,7 @@ class TopicConfig:
         store: object = None,
         sync: object = "always",
         store_retention: object = None,
+        placement: object = "spread",
     ) -> TopicConfig:
         """Validate ``create_topic``'s arguments; every error names the argument."""
         check_name(name, "topic name")
@@ -203,6 +207,7 @@ class TopicConfig:
             sync=check_sync(sync),
             retention_seconds=retention_seconds,
             retention_bytes=retention_bytes,
+            placement=_check_placement(placement),
         )
 
 
@@ -223,6 +228,12 @@ def _check_store(store: object) -> Any:
         "store must be a directory path or a factory (topic_name, channel) -> "
         f"RingbufferStore, got {type(store).__name__}"
     )
+
+
+def _check_placement(placement: object) -> str:
+    if placement not in ("spread", "pack"):
+        raise InvalidArgumentError(f"placement must be 'spread' or 'pack', got {placement!r}")
+    return placement  # type: ignore[return-value]
 
 
 def check_sync(sync: object) -> str | float:

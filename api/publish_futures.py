@@ -23,6 +23,7 @@ from concurrent.futures._base import FINISHED, RUNNING
 from typing import Any
 
 from raytopic.actors.wire import AppendAck
+from raytopic.errors import TopicFullError
 from raytopic.records import Position, PublishStatus, stamp_to_datetime
 
 __all__ = ["PublishBatch", "PublishFuture"]
@@ -116,7 +117,10 @@ class PublishFuture(Future):
             return batch.error
         ack = batch.ack
         if ack is not None and self._index >= ack.accepted:
-            return ack.error
+            # Never a silent success for a value the channel did not append.
+            return ack.error or TopicFullError(
+                f"channel {batch.channel}: value not appended ({ack.accepted} of the batch were)"
+            )
         return None
 
     @_exception.setter

@@ -51,6 +51,7 @@ def create_topic(
     exist_ok: bool = False,
     sync: str | float = "always",
     store_retention: Mapping[str, float] | None = None,
+    placement: str = "spread",
 ) -> Topic:
     """Create a topic: a coordinator actor and ``channels`` channel actors, all named
     and detached, so the topic outlives this driver until ``destroy()``.
@@ -82,6 +83,8 @@ def create_topic(
             elements below the ring's head stay on disk this long / this much
             (Kafka's retention.ms / retention.bytes); default: only what the
             ring holds.
+        placement: "spread" (default) puts the channel actors on different nodes
+            where it can (Ray's SPREAD strategy); "pack" leaves it to Ray.
 
     Raises:
         TopicExistsError: the name is taken and ``exist_ok`` is False.
@@ -102,6 +105,7 @@ def create_topic(
         store=store,
         sync=sync,
         store_retention=store_retention,
+        placement=placement,
     )
     actor_class = ray.remote(CoordinatorActor)
     deadline = time.monotonic() + _NAME_RELEASE_TIMEOUT

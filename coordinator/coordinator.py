@@ -121,6 +121,7 @@ class CoordinatorActor:
                         # appends are idempotent, reads and commits are safe.
                         max_restarts=-1,
                         max_task_retries=-1,
+                        scheduling_strategy="SPREAD" if config.placement == "spread" else None,
                     ),
                     config,
                     channel,

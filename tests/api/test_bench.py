@@ -32,6 +32,9 @@ EXPECTED = {
     "channel RSS before publishing": None,
     "group: 2 members, commit per batch, 2 channels": "queue batch",
     "group: close -> full reassignment": None,
+    'store sync="always": publish() -> iterate, 2 channel(s)': "in memory",
+    'store sync="write": publish() -> iterate, 2 channel(s)': "in memory",
+    "store: restart serving 2,000 elements": None,
 }
 
 
@@ -47,6 +50,7 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
         latency_samples=5,
         repeat=1,
         memory_elements=2000,
+        restart_elements=2000,
         report=reported.append,
     )
 
@@ -68,6 +72,9 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
     assert scaling.baseline_value == by_case["topic: publish() -> iterate, 1 channel(s)"].value
     assert scaling.target == 0.9
     assert "target >= 0.90x" in format_figure(scaling)
+    durable = by_case['store sync="always": publish() -> iterate, 2 channel(s)']
+    assert durable.baseline_value == by_case["topic: publish() -> iterate, 2 channel(s)"].value
+    assert durable.target == 0.5
 
 
 def test_bench_help_lists_quick(capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,4 +103,5 @@ def test_quick_is_smaller_in_every_count() -> None:
     assert QUICK.latency_samples < DEFAULT.latency_samples
     assert QUICK.repeat <= DEFAULT.repeat
     assert QUICK.memory_elements < DEFAULT.memory_elements
+    assert QUICK.restart_elements < DEFAULT.restart_elements
     assert QUICK.channels == DEFAULT.channels  # the same cases

@@ -1,0 +1,84 @@
+"""A node lost under a topic with a shared store (run by test_multinode.py in a process
+of its own: it starts its own multi-node Ray with ``ray.cluster_utils.Cluster``).
+
+Head + 2 worker nodes of 1 CPU each. A topic whose store is a directory every
+node sees (one machine: the same path) spreads its channels over the nodes; the
+worker node holding a channel is removed; the channel restarts on another node
+from the store. Prints one JSON line: what was published, what was received,
+and where that channel ran before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# See a node die in about 2 s instead of 16.
+os.environ.setdefault("RAY_health_check_period_ms", "500")
+os.environ.setdefault("RAY_health_check_timeout_ms", "500")
+os.environ.setdefault("RAY_health_check_failure_threshold", "3")
+
+import ray
+from ray.cluster_utils import Cluster
+
+import raytopic as rt
+
+STORE_BYTES = 80 * 1024 * 1024
+
+
+def main(store: str) -> None:
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "object_store_memory": STORE_BYTES},
+    )
+    workers = [cluster.add_node(num_cpus=1, object_store_memory=STORE_BYTES) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="multinode")
+    try:
+        topic = rt.create_topic("spread", channels=3, store=store, groups=["g"])
+        nodes = [c.node_id for c in topic.describe().channels]
+        values = list(range(3000))
+        with topic.publisher() as publisher:
+            for value in values:
+                publisher.publish(value)
+        # A channel on a worker node (the head cannot be removed).
+        by_node = {worker.node_id: worker for worker in workers}
+        channel = next(c for c, node in enumerate(nodes) if node in by_node)
+        before = topic.describe().channels[channel]
+        cluster.remove_node(by_node[nodes[channel]])
+        started = time.monotonic()
+        while True:
+            stats = topic.describe().channels[channel]
+            if stats.state == "serving" and stats.epoch > before.epoch:
+                break
+            if time.monotonic() - started > 60:
+                raise TimeoutError(f"channel {channel} did not come back: {stats}")
+            time.sleep(0.2)
+        took = time.monotonic() - started
+        member = topic.subscriber(group="g", complete_on_empty=True)
+        received = []
+        while batch := ray.get(member.receive_batch(1000), timeout=60):
+            received.extend(e.value for e in batch)
+        print(
+            json.dumps(
+                {
+                    "nodes": nodes,
+                    "distinct_nodes": len(set(nodes)),
+                    "published": len(values),
+                    "received": sorted(received),
+                    "before": [before.node_id, before.epoch],
+                    "after": [stats.node_id, stats.epoch],
+                    "restart_seconds": took,
+                }
+            )
+        )
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,43 @@
+"""A node lost with a shared store: its channels restart on other nodes and nothing is
+lost (``multinode_run.py``, in a process and a Ray cluster of its own)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.mark.slow
+def test_a_lost_node_restarts_its_channels_elsewhere_from_the_shared_store(tmp_path: Path):
+    # Its own Ray: its own temp dir (no clobbering /tmp/ray/ray_current_cluster;
+    # short: Ray's socket paths must fit in 107 bytes), and no address
+    # inherited from the test session.
+    ray_dir = tempfile.mkdtemp(prefix="rt-mn-", dir="/tmp")
+    env = {
+        **os.environ,
+        "RAY_TMPDIR": ray_dir,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("RAY_ADDRESS", None)
+    run = subprocess.run(
+        [sys.executable, str(HERE / "multinode_run.py"), str(tmp_path / "store")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["distinct_nodes"] >= 2  # spread (best effort: Ray's SPREAD)
+    assert result["received"] == list(range(result["published"]))  # nothing lost
+    before, after = result["before"], result["after"]
+    assert after[0] != before[0] and after[1] == before[1] + 1  # another node, new epoch
+    assert result["restart_seconds"] < 30
