@@ -208,6 +208,10 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     def guarded(self: ChannelActor, *args: Any, **kwargs: Any) -> Any:
         if self._failure is not None:
             raise ChannelFailedError(self._failure)
+        if not self._seeded.is_set():
+            raise ChannelUnavailableError(
+                f"channel {self._channel} restarted and is getting its groups back: try again"
+            )
         return method(self, *args, **kwargs)
 
     return guarded
@@ -254,7 +258,7 @@ class ChannelActor:
         self._damaged: list[tuple[int, int]] = []
         self._group_marks: dict[str, tuple[int, int]] = {}  # group -> (version, generation)
         self._loss: DataLossError | None = None  # a restart without a store lost elements
-        self._told_loss: set[str] = set()
+        self._loss_readers: set[str] = set()  # readers still to be told of it
         self._failure: str | None = None  # why the channel is fenced
         self._seeded = asyncio.Event()
         self._restarted = _was_restarted()
@@ -273,7 +277,7 @@ class ChannelActor:
     def _recover(self) -> None:
         """Open the store and load it (elements, groups, publishers, readers), under a
         new epoch. Without a store, a restarted channel waits for ``seed``."""
-        store = open_store(self._config, self._channel)
+        store = open_store(self._config, self._channel, restarted=self._restarted)
         if store is None:
             if not self._restarted:
                 self._seeded.set()
@@ -283,6 +287,12 @@ class ChannelActor:
         self._epoch = int(state.get("epoch", 0)) + 1
         self._damaged = store.damaged()
         largest = store.largest_sequence()
+        saved_next = int(state.get("next_sequence", 0))
+        if saved_next - 1 > largest:
+            # Records the state file says were appended are gone (cut off on
+            # disk): report them, and never give their positions to others.
+            self._damaged.append((largest + 1, saved_next - 1))
+            largest = saved_next - 1
         start = max(store.first_sequence(), largest + 1 - self._config.capacity)
         for _, last in self._damaged:
             if last >= start:
@@ -290,21 +300,18 @@ class ChannelActor:
         ring = self._ring = SegmentRing(
             self._config.capacity, self._config.ttl, clock=_stamp_clock, first_sequence=start
         )
+        if self._restarted and not state:
+            # A store that keeps no state (a user's, with the defaults): its
+            # elements are back; the coordinator restores groups and readers.
+            self._store = None
+            self._load_elements(store, start)
+            self._store = store
+            self._log_sync = GroupSync(lambda _: store.sync())
+            self._state_sync = GroupSync(store.save_state, self._snapshot)
+            return
         for pid, saved in state.get("publishers", {}).items():
             self._publishers[pid] = _PublisherTrack.from_state(saved)
-        for batch in store.load_batches(start):
-            payload = batch.payload
-            if batch.first < start:
-                payload = payload.slice(start - batch.first, len(payload))
-            if batch.first + len(batch.payload) - len(payload) != ring.tail + 1:
-                logger.error("channel %d: store gap before %d", self._channel, batch.first)
-                break
-            ring.append(payload, overwrite=True, stamp=batch.stamp)
-            if batch.publisher_id:
-                track = self._publishers.setdefault(batch.publisher_id, _PublisherTrack())
-                track.add_run(batch.batch, batch.first, len(batch.payload), batch.stamp)
-        if hasattr(store, "release_cache"):
-            store.release_cache()
+        self._load_elements(store, start)
         for pid, track in self._publishers.items():
             self._publish_turns.resume(pid, track.last_batch + 1)
         for group, saved in state.get("groups", {}).items():
@@ -312,14 +319,15 @@ class ChannelActor:
         self._evict_committed()
         self._group_marks = {g: (int(v), int(n)) for g, (v, n) in state.get("marks", {}).items()}
         for reader_id, saved in state.get("readers", {}).items():
-            spec = pickle.loads(base64.b64decode(saved["spec"]))
-            self._open_reader(reader_id, spec)
+            if not self._restore_reader(reader_id, saved["spec"]):
+                continue
             cursor = self._readers[reader_id].cursor
             if cursor is not None and saved.get("cursor"):
                 self._readers[reader_id].cursor = Cursor.from_state(saved["cursor"], group=False)
         self._log_sync = GroupSync(lambda _: store.sync())
         self._state_sync = GroupSync(store.save_state, self._snapshot)
         store.save_state(self._snapshot())  # the new epoch, before anything is served
+        self._release_store()
         self._seeded.set()
         if self._restarted or ring.size:
             logger.info(
@@ -332,12 +340,46 @@ class ChannelActor:
                 len(self._groups),
             )
 
+    def _restore_reader(self, reader_id: str, spec: ReaderSpec | str) -> bool:
+        """Open a reader a restart brings back (``spec`` as the state file keeps it,
+        or as the coordinator has it). One that cannot come back (its filter no
+        longer loads, its group is gone) is logged and skipped, blocking nothing."""
+        try:
+            if isinstance(spec, str):
+                spec = pickle.loads(base64.b64decode(spec))
+            self._open_reader(reader_id, spec)  # type: ignore[arg-type]
+        except Exception as error:
+            logger.warning("channel %d: reader %s not back: %s", self._channel, reader_id, error)
+            return False
+        return True
+
+    def _load_elements(self, store: RingbufferStore, start: int) -> None:
+        """Fill the ring from the store, from ``start`` on (and learn the publishers'
+        batches from the records)."""
+        ring = self._ring
+        for batch in store.load_batches(start):
+            payload = batch.payload
+            if batch.first < start:
+                payload = payload.slice(start - batch.first, len(payload))
+            if batch.first + len(batch.payload) - len(payload) != ring.tail + 1:
+                # A gap the store did not report: what follows cannot be placed.
+                logger.error("channel %d: store gap before %d", self._channel, batch.first)
+                self._damaged.append((ring.tail + 1, store.largest_sequence()))
+                ring.skip_to(store.largest_sequence() + 1)
+                break
+            ring.append(payload, overwrite=True, stamp=batch.stamp)
+            if batch.publisher_id:
+                track = self._publishers.setdefault(batch.publisher_id, _PublisherTrack())
+                track.add_run(batch.batch, batch.first, len(batch.payload), batch.stamp)
+        store.release_cache()
+
     def _snapshot(self) -> dict[str, Any]:
         """The state a store keeps (JSON-ready): epoch, groups, publishers, readers."""
         return {
             "epoch": self._epoch,
+            "next_sequence": self._ring.tail + 1 + self._pending_count,
             "groups": {group: cursor.to_state() for group, cursor in self._groups.items()},
-            "marks": self._group_marks,
+            "marks": dict(self._group_marks),
             "publishers": {pid: track.to_state() for pid, track in self._publishers.items()},
             "readers": {
                 reader_id: {
@@ -364,6 +406,10 @@ class ChannelActor:
         except Exception as error:
             self._fail(f"its state could not be written: {error}")
             raise ChannelFailedError(self._failure) from error
+        # Only now may the store drop what the commits released: a crash
+        # before this point recovers the older commits, whose elements must
+        # still be on disk.
+        self._release_store()
 
     def _fail(self, reason: str) -> None:
         """Fence the channel: from now on every call gets ChannelFailedError."""
@@ -380,10 +426,6 @@ class ChannelActor:
                 f"channel {self._channel} of {self._config.name!r} restarted without a store "
                 f"and its coordinator has not restored its groups within {_SEED_TIMEOUT:.0f} s"
             ) from None
-
-    def needs_seed(self) -> bool:
-        """Whether this channel restarted without a store and waits for ``seed``."""
-        return not self._seeded.is_set() and self._failure is None
 
     async def seed(
         self,
@@ -407,10 +449,12 @@ class ChannelActor:
         if self._seeded.is_set():
             return self.identity()
         self._epoch = max(old_epoch + 1, 2)
-        first = (self._epoch - 1) * _EPOCH_SPAN
-        self._ring = SegmentRing(
-            self._config.capacity, self._config.ttl, clock=_stamp_clock, first_sequence=first
-        )
+        kept = self._store is not None  # a store without state: its elements are back
+        first = self._ring.head if kept else (self._epoch - 1) * _EPOCH_SPAN
+        if not kept:
+            self._ring = SegmentRing(
+                self._config.capacity, self._config.ttl, clock=_stamp_clock, first_sequence=first
+            )
         for group, (lease, version, generation) in groups.items():
             cursor = self._groups[group] = Cursor.starting_at(first)
             cursor.owner = lease
@@ -418,12 +462,17 @@ class ChannelActor:
         for group, members in views.items():
             self._member_views[group] = dict(members)
         for reader_id, spec in readers.items():
-            self._open_reader(reader_id, spec)
+            self._restore_reader(reader_id, spec)
         # Handles drop deliveries whose jump count is below one they saw: this
         # incarnation's counts start above the old one's.
         for cursor in [*self._groups.values(), *(r.cursor for r in self._readers.values())]:
             if cursor is not None:
                 cursor.jumps = (self._epoch - 1) << 32
+        self._loss_readers = set(self._readers)
+        if kept:
+            self._seeded.set()
+            await self._save_state()
+            return self.identity()
         self._loss = DataLossError(
             f"channel {self._channel} of {self._config.name!r} restarted without a store "
             f"(epoch {old_epoch} -> {self._epoch}): the elements it held are lost; "
@@ -569,7 +618,8 @@ class ChannelActor:
             raise InvalidArgumentError(
                 f"{len(payload)} items can never fit a capacity of {self._ring.capacity}"
             )
-        ack = await self._append_batch(payload, policy, timeout, whole=True)
+        ack, change = await self._append_batch(payload, policy, timeout, whole=True)
+        await self._durable(change)
         if isinstance(ack.error, StoreError):
             raise ack.error
         return ack.first + ack.accepted - 1 if ack.accepted == len(payload) else -1
@@ -681,7 +731,7 @@ class ChannelActor:
             raise InvalidArgumentError(f"batch {batch} of publisher {publisher_id} is stale")
         try:
             async with self._publish_turns.turn(publisher_id, batch):
-                ack = await self._append_batch(
+                ack, change = await self._append_batch(
                     payload,
                     Overflow.parse(overflow),
                     timeout,
@@ -691,6 +741,9 @@ class ChannelActor:
                 )
         except DuplicateTurnError as error:
             raise InvalidArgumentError(str(error)) from None
+        # Outside the turn: the publisher's next batch is written meanwhile, and
+        # one fdatasync covers both.
+        await self._durable(change)
         track = self._publishers.setdefault(publisher_id, _PublisherTrack())
         track.remember(batch, ack)
         if (
@@ -728,19 +781,20 @@ class ChannelActor:
         whole: bool,
         publisher_id: str = "",
         batch: int = -1,
-    ) -> AppendAck:
+    ) -> tuple[AppendAck, int | None]:
         """The one place where elements enter the channel (publishes, ring buffer adds,
-        Arrow batches): room, the store write and its sync, then the ring."""
+        Arrow batches): room, then the store write (or the ring). Returns the ack
+        and the change to make durable (:meth:`_durable`) before answering."""
         ring = self._ring
         count = len(payload)
         if not count:
-            return AppendAck(ring.tail, 0, ring.stamp_of_last_append())
+            return AppendAck(ring.tail, 0, ring.stamp_of_last_append()), None
         if policy is Overflow.OVERWRITE:
             try:
-                first, stamp = await self._put(payload, True, publisher_id, batch)
+                first, stamp, change = self._put(payload, True, publisher_id, batch)
             except StoreError as error:
-                return AppendAck(-1, 0, 0.0, error)
-            return AppendAck(first, count, stamp)
+                return AppendAck(-1, 0, 0.0, error), None
+            return AppendAck(first, count, stamp), change
         # "fail" takes what fits now, or with ``whole`` (a publish_batch, whose
         # caller sees one error for all its values) nothing unless all fit.
         # "block" waits until the whole batch fits (so its positions are
@@ -755,7 +809,8 @@ class ChannelActor:
                 f"channel {self._channel} has room for {self._room()} of "
                 f"{count} values: none of them appended"
             )
-            return AppendAck(-1, 0, 0.0, refused)
+            return AppendAck(-1, 0, 0.0, refused), None
+        change = None
         while accepted < count:
             wanted = min(count - accepted, ring.capacity)
             if (
@@ -764,12 +819,12 @@ class ChannelActor:
                 and not await self._wait_room(wanted, _left(deadline))
             ):
                 break
-            size = min(wanted, self._room())
+            size = max(0, min(wanted, self._room()))
             if not size:
                 break
             piece = payload.slice(accepted, accepted + size)
             try:
-                first, stamp = await self._put(piece, False, publisher_id, batch)
+                first, stamp, change = self._put(piece, False, publisher_id, batch)
             except StoreError as refused:
                 error = refused
                 break
@@ -783,30 +838,31 @@ class ChannelActor:
                 f"{count - accepted} of {count} values not appended"
             )
         if not runs:
-            return AppendAck(-1, 0, 0.0, error)
+            return AppendAck(-1, 0, 0.0, error), None
         first, _, stamp = runs[0]
-        return AppendAck(first, accepted, stamp, error, tuple(runs) if len(runs) > 1 else ())
+        pieces = tuple(runs) if len(runs) > 1 else ()
+        return AppendAck(first, accepted, stamp, error, pieces), change
 
     def _room(self) -> int:
         """Elements that fit now, counting appends still waiting for their sync."""
         return self._ring.room() - self._pending_count
 
-    async def _put(
+    def _put(
         self, payload: Payload, overwrite: bool, publisher_id: str, batch: int
-    ) -> tuple[int, float]:
-        """Append ``payload`` (room already checked): store it, then let readers see
-        it once it is as durable as the sync policy asks. Returns (first, stamp).
+    ) -> tuple[int, float, int | None]:
+        """Append ``payload`` (room already checked): into the ring, or with a store
+        into the store, pending until :meth:`_durable` of the change returned.
+        Returns (first, stamp, change: None without a store).
 
         Raises:
             StoreError: the store refused it; nothing was appended anywhere.
-            ChannelFailedError: the sync failed; the channel is fenced.
         """
         ring = self._ring
         store = self._store
         if store is None:
             first = ring.append(payload, overwrite=overwrite)
             self._appended()
-            return first, ring.stamp_of_last_append()
+            return first, ring.stamp_of_last_append(), None
         first = ring.tail + 1 + self._pending_count
         stamp = self._pending_stamp = max(ring.next_stamp(), self._pending_stamp)
         record = StoredBatch(first, stamp, payload, self._epoch, publisher_id, batch)
@@ -822,23 +878,34 @@ class ChannelActor:
         change = log_sync.mark()
         self._pending.append(_Pending(payload, stamp, change))
         self._pending_count += len(payload)
-        if self._config.sync == "always":
-            try:
-                await log_sync.wait(change)
-            except Exception as error:
-                self._fail(
-                    f"fdatasync failed: {error}; appends since the last sync are not acknowledged"
-                )
-                raise ChannelFailedError(self._failure) from error
-            self._publish_synced(log_sync.covered)
-        else:
+        if self._config.sync != "always":
             self._publish_synced(change)
             self._ensure_sync_task()
-        return first, stamp
+        return first, stamp, change
+
+    async def _durable(self, change: int | None) -> None:
+        """Wait until the appends up to ``change`` are as durable as ``sync`` asks
+        (with "always": an fdatasync covers them); readers see them from then on.
+
+        Raises:
+            ChannelFailedError: the sync failed; the channel is fenced.
+        """
+        log_sync = self._log_sync
+        if change is None or log_sync is None or self._config.sync != "always":
+            return
+        try:
+            await log_sync.wait(change)
+        except Exception as error:
+            self._fail(
+                f"fdatasync failed: {error}; appends since the last sync are not acknowledged"
+            )
+            raise ChannelFailedError(self._failure) from error
+        self._publish_synced(log_sync.covered)
 
     def _publish_synced(self, covered: int) -> None:
         """Let readers see the pending appends a sync covered, in sequence order."""
         pending = self._pending
+        head = self._ring.head
         appended = False
         while pending and pending[0].change <= covered:
             entry = pending.popleft()
@@ -847,6 +914,8 @@ class ChannelActor:
             self._ring.append(entry.payload, overwrite=True, stamp=entry.stamp)
             appended = True
         if appended:
+            if self._ring.head != head:  # "overwrite" dropped the oldest
+                self._release_store()
             self._appended()
 
     def _ensure_sync_task(self) -> None:
@@ -983,8 +1052,8 @@ class ChannelActor:
             cursor = self._cursor_of(reader, fence)
         ring = self._ring
         head = ring.head
-        if self._loss is not None and reader_id not in self._told_loss:
-            self._told_loss.add(reader_id)
+        if self._loss is not None and reader_id in self._loss_readers:
+            self._loss_readers.discard(reader_id)  # told once
             cursor.skip_to_head(head)
             raise self._loss
         if cursor.next < head:
@@ -1235,7 +1304,6 @@ class ChannelActor:
             lowest = min(cursor.committed for cursor in self._groups.values())
             if self._ring.evict_to(lowest + 1):
                 logger.debug("channel %d released up to %d", self._channel, lowest)
-                self._release_store()
 
     def _release_store(self) -> None:
         """The ring released elements: the store may drop what its retention allows."""

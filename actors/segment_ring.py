@@ -143,6 +143,13 @@ class SegmentRing:
             self.evict_to(self._tail + 1 - self._capacity)
         return first
 
+    def skip_to(self, sequence: int) -> None:
+        """Drop everything and continue at ``sequence`` (>= tail + 1): the positions
+        in between are not to be given to any element."""
+        self.evict_to(self._tail + 1)
+        self._head = max(sequence, self._tail + 1)
+        self._tail = self._head - 1
+
     def stamp_of_last_append(self) -> float:
         """Time stamp given to the most recent append."""
         return self._last_stamp

@@ -210,10 +210,10 @@ class CoordinatorActor:
         """Open a subscriber on every channel (and remember it: a channel that
         restarts without a store gets its readers back from here)."""
         await self._up()
-        self._readers[reader_id] = spec
         await asyncio.gather(
             *(handle.open_reader.remote(reader_id, spec) for handle in self._channels)
         )
+        self._readers[reader_id] = spec
 
     async def close_reader(self, reader_id: str) -> None:
         """Close a subscriber on every channel."""
@@ -251,6 +251,9 @@ class CoordinatorActor:
             if self._groups.pop(group, None) is None:
                 raise GroupNotFoundError(f"group {group!r} does not exist")
             await asyncio.gather(*(handle.destroy_group.remote(group) for handle in self._channels))
+            for reader_id, spec in list(self._readers.items()):
+                if spec.group == group:
+                    del self._readers[reader_id]
             # Members waiting on a view hear that the group is gone.
             self._polls.changed(group)
             self._polls.forget(group)
@@ -526,7 +529,11 @@ class CoordinatorActor:
         """Channel ``host`` restarted: what its sessions took elsewhere is read again."""
         others = [handle for c, handle in enumerate(self._channels) if c != host]
         results = await asyncio.gather(
-            *(handle.host_restarted.remote(host) for handle in others), return_exceptions=True
+            *(
+                asyncio.wait_for(handle.host_restarted.remote(host), _IDENTITY_TIMEOUT)
+                for handle in others
+            ),
+            return_exceptions=True,
         )
         for result in results:
             if isinstance(result, Exception):

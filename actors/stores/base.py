@@ -13,7 +13,7 @@ overrides them to keep whole batches as they arrived.
 
 from __future__ import annotations
 
-import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,7 +99,8 @@ class RingbufferStore:
         for sequence in range(max(start, 0), self.largest_sequence() + 1):
             item = self.load(sequence)
             if item is not None:
-                yield StoredBatch(sequence, 0.0, PickledValues.from_values([item]))
+                # No time stamp kept: now (a stamp of 0 would expire at once under a TTL).
+                yield StoredBatch(sequence, time.time(), PickledValues.from_values([item]))
 
     def first_sequence(self) -> int:
         """Sequence of the oldest element the store still has (default: 0)."""
@@ -113,8 +114,7 @@ class RingbufferStore:
         """Keep the channel's small state (epoch, group positions, publisher
         tracks, readers) durably, replacing the last one. Called off the event
         loop; it may block (default: in memory only)."""
-        with _STATE_LOCK:
-            self._state = state
+        self._state = state
 
     def load_state(self) -> dict[str, Any] | None:
         """The state last saved, or None."""
@@ -124,8 +124,9 @@ class RingbufferStore:
         """Sequence ranges ``(first, last)`` found corrupt (default: none)."""
         return []
 
+    def release_cache(self) -> None:
+        """The channel loaded what it needs: forget what was read while opening
+        (default: nothing kept)."""
+
     def close(self) -> None:
         """Release files and threads (the channel is going away)."""
-
-
-_STATE_LOCK = threading.Lock()

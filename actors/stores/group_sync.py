@@ -36,6 +36,7 @@ class GroupSync:
         self._covered = 0  # changes a finished flush covers
         self._lock = asyncio.Lock()
         self._failed: BaseException | None = None
+        self._running: asyncio.Future[None] | None = None
 
     @property
     def covered(self) -> int:
@@ -51,17 +52,25 @@ class GroupSync:
         """Return once a flush that started after ``change`` (default: the latest) finished."""
         target = self._marked if change is None else change
         async with self._lock:
-            if self._failed is not None:
-                raise self._failed
-            if self._covered >= target:
-                return
-            covering = self._marked
-            try:
-                await asyncio.to_thread(self._flush, self._prepare())
-            except BaseException as error:
-                # After a failed fdatasync nothing written before it can be trusted
-                # (a second one may "succeed" with the data lost): every waiter,
-                # now and later, gets this error.
-                self._failed = error
-                raise
-            self._covered = max(self._covered, covering)
+            while True:
+                if self._failed is not None:
+                    raise self._failed
+                if self._covered >= target:
+                    return
+                if self._running is None or self._running.done():
+                    self._running = asyncio.ensure_future(self._flush_covering(self._marked))
+                # Shielded: a waiter cancelled meanwhile (``ray.cancel`` of a
+                # publish) must not cut the flush short for the others; the
+                # flush records its own outcome.
+                await asyncio.shield(self._running)
+
+    async def _flush_covering(self, covering: int) -> None:
+        try:
+            await asyncio.to_thread(self._flush, self._prepare())
+        except Exception as error:
+            # After a failed fdatasync nothing written before it can be trusted
+            # (a second one may "succeed" with the data lost): every waiter,
+            # now and later, gets this error.
+            self._failed = error
+            return
+        self._covered = max(self._covered, covering)

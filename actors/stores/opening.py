@@ -17,8 +17,14 @@ def store_directory(root: str, config: TopicConfig, channel: int) -> str:
     return os.path.join(root, config.namespace, config.name, str(channel))
 
 
-def open_store(config: TopicConfig, channel: int) -> RingbufferStore | None:
+def open_store(
+    config: TopicConfig, channel: int, *, restarted: bool = False
+) -> RingbufferStore | None:
     """The store of ``channel`` (None without one), opened (and recovered) now.
+
+    A ``restarted`` channel's embedded store must already exist: an empty one
+    (a node where the shared directory is not mounted) would silently lose
+    everything.
 
     Raises:
         InvalidTypeError: a factory returned something that is not a RingbufferStore.
@@ -39,4 +45,5 @@ def open_store(config: TopicConfig, channel: int) -> RingbufferStore | None:
         sync=config.sync,
         retention_bytes=config.retention_bytes,
         retention_seconds=config.retention_seconds,
+        must_exist=restarted,
     )

@@ -98,6 +98,11 @@ class SegmentLogStore(RingbufferStore):
         retention_seconds: Keep segments below the ring's head this long after
             their last append (Kafka's retention.ms); None: 0.
         segment_bytes: Size at which a segment is sealed.
+        must_exist: Refuse to start an empty store (a restarted channel's
+            directory must hold its state file).
+
+    Raises:
+        StoreError: ``must_exist`` and the directory holds no store.
     """
 
     def __init__(
@@ -108,6 +113,7 @@ class SegmentLogStore(RingbufferStore):
         retention_bytes: int | None = None,
         retention_seconds: float | None = None,
         segment_bytes: int = SEGMENT_BYTES,
+        must_exist: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.sync_policy = parse_sync(sync)
@@ -124,6 +130,10 @@ class SegmentLogStore(RingbufferStore):
         self._unsynced_fds: list[int] = []  # sealed segments not yet synced, then closed
         self._dir_dirty = False
         self._closed = False
+        if must_exist and not (self.directory / _STATE).exists():
+            raise StoreError(
+                f"{self.directory} holds no store: is the shared directory mounted here?"
+            )
         self.directory.mkdir(parents=True, exist_ok=True)
         self._open()
 
@@ -143,7 +153,12 @@ class SegmentLogStore(RingbufferStore):
                 )
                 os.truncate(path, end)
                 data = data[:end]
-            self._segments.append(_Segment(first, path, end, self._last_stamp(first)))
+            stamp = (
+                self._records[-1].stamp
+                if self._records and self._records[-1].segment == first
+                else 0.0
+            )
+            self._segments.append(_Segment(first, path, end, stamp))
             self._cache[first] = data
         if not self._segments:
             self._new_segment(0)
@@ -157,14 +172,17 @@ class SegmentLogStore(RingbufferStore):
         while offset < len(data):
             try:
                 frame = read_frame(data, offset)
-            except (TornRecord, CorruptRecord):
+            except (TornRecord, CorruptRecord) as error:
                 # A damaged length field looks like a torn record: it is a torn
-                # tail only if no whole record follows.
+                # tail only if it is short and no whole record follows. A whole
+                # record with a bad checksum was written, maybe acknowledged:
+                # damage, reported, never silently cut.
                 resume = _next_valid(data, offset + 1)
                 if resume is None:
-                    if last:
-                        return offset  # damage at the very end: a torn write
-                    return self._damage(segment, data, offset, len(data))
+                    if last and isinstance(error, TornRecord):
+                        return offset  # a write cut short by a crash
+                    self._damage(segment, data, offset, len(data))
+                    return offset if last else len(data)
                 offset = self._damage(segment, data, offset, resume)
                 continue
             first, count, stamp = peek_range(frame.body)
@@ -194,10 +212,6 @@ class SegmentLogStore(RingbufferStore):
     def _next_after(self, segment: int) -> int:
         later = [int(p.stem) for p in self.directory.glob("*" + _SUFFIX) if int(p.stem) > segment]
         return min(later) if later else segment
-
-    def _last_stamp(self, segment: int) -> float:
-        stamps = [r.stamp for r in self._records if r.segment == segment]
-        return stamps[-1] if stamps else 0.0
 
     def _add_record(self, record: _Record) -> None:
         self._records.append(record)
@@ -239,15 +253,19 @@ class SegmentLogStore(RingbufferStore):
 
     def _roll(self, first: int) -> None:
         """Seal the active segment (synced and closed by the next ``sync``); start another."""
-        with self._lock:
-            self._unsynced_fds.append(self._fd)
-            self._fd = -1
         self._new_segment(first)
 
     def _new_segment(self, first: int) -> None:
+        """Open the segment starting at ``first`` and make it the active one (the
+        old one, if any, is synced and closed by the next ``sync``)."""
         path = self.directory / f"{first:020d}{_SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise StoreError(f"cannot start segment {path}: {error}") from error
         with self._lock:
+            if self._fd >= 0:
+                self._unsynced_fds.append(self._fd)
             self._fd = fd
             self._dir_dirty = True
         self._segments.append(_Segment(first, path, 0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -223,6 +224,7 @@ def test_destroy_group_and_unknown_group(make_topic):
     topic = make_topic(channels=2, groups=["g"])
     member = topic.subscriber(group="g")
     waiting = member.receive()
+    time.sleep(0.3)  # the receive reaches its channel and waits (one sent later is refused)
     topic.destroy_group("g")
     # The member's waiting receive completes empty; the handle is done.
     assert _get_none(waiting)

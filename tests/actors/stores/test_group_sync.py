@@ -165,3 +165,29 @@ def test_prepare_runs_on_the_loop_before_each_flush_and_feeds_it() -> None:
     assert disk.covered == [1, 2, 3]
     assert loop_threads == {threading.get_ident()}  # asyncio.run's loop is on this thread
     assert threading.get_ident() not in disk.threads  # the flush runs off the loop
+
+
+def test_a_cancelled_waiter_neither_cuts_the_flush_short_nor_breaks_the_sync() -> None:
+    # ray.cancel of a publish cancels its wait; the others' flush goes on.
+    release = threading.Event()
+    flushed: list[int] = []
+
+    def slow_flush(_: object) -> None:
+        release.wait(5)
+        flushed.append(1)
+
+    async def main() -> None:
+        group = GroupSync(slow_flush)
+        mark = group.mark()
+        cancelled = asyncio.ensure_future(group.wait(mark))
+        await asyncio.sleep(0.05)  # the flush is running
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        release.set()
+        await group.wait(mark)  # covered by the flush that went on: no new one
+        assert flushed == [1]
+        await group.wait(group.mark())  # and the sync still works
+        assert flushed == [1, 1]
+
+    asyncio.run(main())
