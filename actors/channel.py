@@ -626,14 +626,13 @@ class ChannelActor:
 
     @_guarded
     async def read_one(self, sequence: int) -> Run:
-        """The element at ``sequence`` (a run of one); waits while ``sequence == tail + 1``."""
+        """The element at ``sequence`` (a run of one); waits while ``sequence == tail + 1``.
+        Below the ring's head it is read from the store, if it still has it."""
         _check_sequence(sequence, "sequence")
         while True:
             head, tail = self._ring.head, self._ring.tail
             if sequence < head:
-                raise StaleSequenceError(
-                    f"sequence {sequence} is below the head {head}", head_sequence=head
-                )
+                return self._stored_runs(sequence, 1)[0]
             if sequence > tail + 1:
                 raise InvalidArgumentError(
                     f"sequence {sequence} is beyond the tail + 1 ({tail + 1})"
@@ -670,10 +669,13 @@ class ChannelActor:
         sequence = start
         while True:
             head = self._ring.head
-            if sequence < head:
-                raise StaleSequenceError(
-                    f"sequence {sequence} is below the head {head}", head_sequence=head
-                )
+            if sequence < head:  # from the store (what it still keeps), up to the head
+                runs = self._stored_runs(sequence, min(max_count - found, head - sequence))
+                picked, sequence = _pick(runs, predicate, None, max_count - found)
+                chunks.extend(picked)
+                found += sum(len(chunk.payload) for chunk in picked)
+                if sequence < self._ring.head and found < max_count:
+                    continue
             while sequence <= self._ring.tail and found < max_count:
                 runs = self._ring.read(sequence, max_count - found)
                 picked, sequence = _pick(runs, predicate, None, max_count - found)
@@ -682,6 +684,34 @@ class ChannelActor:
             if found >= min_count:
                 return RawReadResult(start, sequence - start, chunks)
             await self._wait_change(_POLL_INTERVAL)
+
+    def _stored_runs(self, start: int, max_count: int) -> list[Run]:
+        """Up to ``max_count`` elements from ``start`` (below the ring's head) as the
+        store keeps them (DESIGN 5.2: a read below the head falls back to the store).
+
+        Raises:
+            StaleSequenceError: the store does not have ``start`` (no store, past
+                its retention, or damaged).
+        """
+        runs: list[Run] = []
+        sequence = start
+        taken = 0
+        if self._store is not None:
+            for batch in self._store.load_batches(start):
+                if batch.first > sequence or taken >= max_count:
+                    break  # a gap (a damaged record) ends the read before it
+                offset = sequence - batch.first
+                stop = min(len(batch.payload), offset + max_count - taken)
+                runs.append(Run(sequence, batch.stamp, batch.payload.slice(offset, stop)))
+                taken += stop - offset
+                sequence = batch.first + stop
+        if not runs:
+            head = self._ring.head
+            raise StaleSequenceError(
+                f"sequence {start} is below the head {head} and not in the store",
+                head_sequence=head,
+            )
+        return runs
 
     @_guarded
     def first_after(self, stamp: float) -> int:

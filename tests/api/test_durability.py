@@ -447,3 +447,58 @@ def test_a_topic_outlives_the_driver_that_fed_it(ray_cluster, ray_session, uniqu
         assert values == list(range(500))
     finally:
         topic.destroy()
+
+
+class _FailingSyncStore(SegmentLogStore):
+    """The embedded store on a disk whose fdatasync fails (after it worked once)."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.syncs = 0
+
+    def sync(self) -> None:
+        self.syncs += 1
+        if self.syncs > 1:
+            raise OSError(5, "Input/output error")
+        super().sync()
+
+
+def _failing_sync_factory(root: str) -> Any:
+    def factory(topic_name: str, channel: int) -> RingbufferStore:
+        return _FailingSyncStore(os.path.join(root, topic_name, str(channel)))
+
+    return factory
+
+
+def test_a_failed_fdatasync_fences_the_channel_and_acknowledges_nothing_more(
+    make_topic, tmp_path: Path
+):
+    topic = make_topic(channels=1, store=_failing_sync_factory(str(tmp_path)))
+    publisher = topic.publisher()
+    assert publisher.publish("synced").result(timeout=TIMEOUT).position.sequence == 0
+    with pytest.raises(rt.ChannelFailedError, match="fdatasync failed"):
+        publisher.publish("not synced").result(timeout=TIMEOUT)
+    stats = topic.describe().channels[0]
+    assert stats.state == "failed" and "Input/output error" in stats.failure
+    with pytest.raises(rt.ChannelFailedError):
+        publisher.publish("after").result(timeout=TIMEOUT)
+    with pytest.raises(rt.ChannelFailedError):
+        topic.subscriber(start="earliest")
+
+
+def test_a_read_below_the_rings_head_falls_back_to_the_store(make_topic, tmp_path: Path):
+    topic = make_topic(channels=1, capacity=10, overflow="overwrite", store=str(tmp_path))
+    ring = topic.ringbuffer(0)
+    for first in range(0, 30, 10):
+        get(ring.add_all_async(list(range(first, first + 10)), "overwrite"))
+    assert (ring.head_sequence(), ring.tail_sequence()) == (20, 29)
+    assert ring.read_one(5) == 5  # the ring dropped it; the store has it
+    result = get(ring.read_many_async(13, 0, 10))
+    assert list(result) == list(range(13, 23))  # from the store, then the ring
+    assert result.next_sequence_to_read_from == 23
+    plain = make_topic(channels=1, capacity=10, overflow="overwrite")
+    plain_ring = plain.ringbuffer(0)
+    get(plain_ring.add_all_async(list(range(30)), "overwrite"))
+    with pytest.raises(rt.StaleSequenceError) as stale:
+        plain_ring.read_one(5)
+    assert stale.value.head_sequence == 20
