@@ -73,7 +73,7 @@ MAX_EXAMPLES = 10
 # When a payload is published more than once, the strongest outcome wins.
 _OUTCOME_STRENGTH = {FAILED: 0, INDETERMINATE: 1, ACKNOWLEDGED: 2}
 
-_COUNT_FIELDS = (
+COUNT_FIELDS = (  # the LossReport counts, in its order
     "acknowledged",
     "failed",
     "indeterminate",
@@ -148,7 +148,7 @@ class LossReport:
     details: dict[str, list] = field(default_factory=dict, compare=False)
 
     def __str__(self) -> str:
-        return "LossReport(" + ", ".join(f"{n}={getattr(self, n)}" for n in _COUNT_FIELDS) + ")"
+        return "LossReport(" + ", ".join(f"{n}={getattr(self, n)}" for n in COUNT_FIELDS) + ")"
 
     def violations(self, *, allow_lost: int = 0) -> list[str]:
         """What makes this history unsafe, one readable line each (empty when safe).

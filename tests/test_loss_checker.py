@@ -13,30 +13,17 @@ import pytest
 
 from raytopic.errors import ChannelUnavailableError, TopicFullError
 
-from tests.loss_checker import LossChecker, LossReport, publish_outcome
-
-COUNTS = (
-    "acknowledged",
-    "failed",
-    "indeterminate",
-    "delivered",
-    "lost",
-    "duplicates_in_log",
-    "inconsistent_positions",
-    "non_monotonic",
-    "stale_commits_accepted",
-    "unexpected",
-)
+from tests.loss_checker import COUNT_FIELDS, LossChecker, LossReport, publish_outcome
 
 
 def counts(report: LossReport) -> dict[str, int]:
-    return {name: getattr(report, name) for name in COUNTS}
+    return {name: getattr(report, name) for name in COUNT_FIELDS}
 
 
 def expected(**nonzero: int) -> dict[str, int]:
     """All counts 0 except those given."""
-    assert set(nonzero) <= set(COUNTS)
-    return {name: nonzero.get(name, 0) for name in COUNTS}
+    assert set(nonzero) <= set(COUNT_FIELDS)
+    return {name: nonzero.get(name, 0) for name in COUNT_FIELDS}
 
 
 def clean_history() -> LossChecker:
@@ -57,7 +44,7 @@ def clean_history() -> LossChecker:
 
 def test_report_fields_are_the_documented_counts():
     names = [f.name for f in dataclasses.fields(LossReport)]
-    assert names == [*COUNTS, "details"]
+    assert names == [*COUNT_FIELDS, "details"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         LossReport().lost = 1  # type: ignore[misc]
 

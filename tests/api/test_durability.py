@@ -224,14 +224,20 @@ def test_without_a_store_a_restart_is_reported_once_and_no_position_is_reused(ma
         assert [e.value for e in get(subscriber.receive_batch(10))] == ["after"]
 
 
-def test_a_killed_coordinator_keeps_groups_commits_and_generations(make_topic, wait_until):
-    topic = make_topic(channels=2, groups=["g"])
+def _member_that_committed(topic: rt.Topic, count: int) -> rt.Subscriber:
+    """A member of group "g" that received and committed values 0..count-1."""
     member = topic.subscriber(group="g", complete_on_empty=True)
     with topic.publisher() as publisher:
-        for value in range(20):
+        for value in range(count):
             publisher.publish(value)
     for element in _drain(member, LossChecker(), "m"):
         element.commit()
+    return member
+
+
+def test_a_killed_coordinator_keeps_groups_commits_and_generations(make_topic, wait_until):
+    topic = make_topic(channels=2, groups=["g"])
+    member = _member_that_committed(topic, 20)
     before = topic.describe().groups["g"]
     coordinator_pid = get(topic._coordinator.__ray_call__.remote(lambda _: os.getpid()))
     os.kill(coordinator_pid, signal.SIGKILL)
@@ -385,12 +391,7 @@ def test_a_channel_that_cannot_open_its_store_is_fenced_with_a_typed_error(make_
 
 def test_a_coordinator_killed_during_a_rebalance_loses_no_commit(make_topic, wait_until):
     topic = make_topic(channels=4, groups=["g"])
-    first = topic.subscriber(group="g", complete_on_empty=True)
-    with topic.publisher() as publisher:
-        for value in range(40):
-            publisher.publish(value)
-    for element in _drain(first, LossChecker(), "first"):
-        element.commit()
+    first = _member_that_committed(topic, 40)
     committed = topic.describe().groups["g"].committed
     generation = topic.describe().groups["g"].generation
     pid = get(topic._coordinator.__ray_call__.remote(lambda _: os.getpid()))
