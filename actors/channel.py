@@ -1463,7 +1463,9 @@ class ChannelActor:
             owned: dict[int, Any] = (
                 dict.fromkeys(range(self._config.channels)) if reader.spec.group is None else {}
             )
-            session = ReceiveSession(reader.session_spec, self._links, owned, self._channel)
+            session = ReceiveSession(
+                reader.session_spec, self._links, owned, self._channel, restarted=self._restarted
+            )
             self._sessions[reader_id] = session
             if reader.spec.group is not None:
                 pushed = self._member_views.get(reader.spec.group, {}).get(reader_id)

@@ -97,6 +97,10 @@ class SessionSpec:
     """Release what this session receives in sequence order (``_receive_resequenced``)."""
 
 
+_RESTART_TURN_WAIT = 0.2
+"""Seconds the first receive of a stream waits for lower numbers in a restarted channel."""
+
+
 class ChannelLink:
     """Calls one channel's reader methods: in-process for the home's own channel,
     by actor call for a sibling. Both have the same shape."""
@@ -168,6 +172,8 @@ class ReceiveSession:
         links: Mapping[int, ChannelLink],
         owned: Mapping[int, Any],
         home: int,
+        *,
+        restarted: bool = False,
     ) -> None:
         self.spec = spec
         self.home = home
@@ -192,7 +198,9 @@ class ReceiveSession:
                 on_ready=lambda: loop.call_soon_threadsafe(self._poke),
             )
         self._wake = asyncio.Event()
-        self._turns = Turns()
+        # In a restarted channel, handles come with their receive numbering under
+        # way: a stream's first number is taken after a short wait for lower ones.
+        self._turns = Turns(unknown_start=_RESTART_TURN_WAIT if restarted else None)
         self._next_channel = 0
         self._stale: list[BaseException] = []  # StaleSequenceErrors still to report
         self._returning: list[asyncio.Future[Any]] = []  # give-backs on their way

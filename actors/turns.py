@@ -26,12 +26,14 @@ class DuplicateTurnError(Exception):
 @dataclass(slots=True)
 class _Stream:
     next: int = 0
+    started: bool = False  # a call of it ran here
     running: bool = False
     abandoned: set[int] = field(default_factory=set)
     waiting: list[int] = field(default_factory=list)  # numbers queued now
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def advance(self, number: int) -> None:
+        self.started = True
         self.next = number + 1
         while self.next in self.abandoned:
             self.abandoned.discard(self.next)
@@ -43,8 +45,15 @@ class _Stream:
 class Turns:
     """Turn-taking by sequence number, per stream key."""
 
-    def __init__(self, gap_timeout: float = 5.0) -> None:
+    def __init__(self, gap_timeout: float = 5.0, unknown_start: float | None = None) -> None:
+        """Args:
+        gap_timeout: Seconds a number waits for a missing lower one.
+        unknown_start: If set, a stream's numbering may start anywhere (an actor
+            that restarted meets senders mid-stream): its first call waits only
+            this long for lower numbers (ones sent just before it) to arrive.
+        """
         self._gap_timeout = gap_timeout
+        self._unknown_start = unknown_start
         self._streams: dict[Hashable, _Stream] = {}
 
     def expected(self, key: Hashable) -> int:
@@ -68,8 +77,11 @@ class Turns:
                     raise DuplicateTurnError(f"call {number} of {key!r} already ran")
                 changed = stream.changed
                 stream.waiting.append(number)
+                wait = self._gap_timeout
+                if self._unknown_start is not None and not stream.started:
+                    wait = self._unknown_start
                 try:
-                    await asyncio.wait_for(changed.wait(), self._gap_timeout)
+                    await asyncio.wait_for(changed.wait(), wait)
                 except TimeoutError:
                     if not stream.running and stream.next < number == min(stream.waiting):
                         # The calls before this one never arrived: skip them (but

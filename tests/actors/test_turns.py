@@ -336,3 +336,35 @@ def test_forget_keeps_a_stream_with_a_call_running_or_waiting() -> None:
         assert turns.expected("s") == 0
 
     run(main)
+
+
+def test_after_a_restart_a_stream_may_start_mid_way_but_lower_numbers_still_go_first() -> None:
+    # A restarted actor meets a sender at its 7th call: no 5 s wait for 0..6, yet
+    # 6, sent just before 7 and arriving after it, still runs first.
+    async def main() -> tuple[list[int], float]:
+        turns = Turns(gap_timeout=NEVER, unknown_start=0.2)
+        order: list[int] = []
+
+        async def call(number: int) -> None:
+            async with turns.turn("s", number):
+                order.append(number)
+
+        started = time.monotonic()
+        seventh = asyncio.ensure_future(call(7))
+        await asyncio.sleep(0.05)
+        await call(6)
+        await seventh
+        await call(8)  # started now: the usual rule (no wait, it is next)
+        return order, time.monotonic() - started
+
+    order, took = run(main)
+    assert order == [6, 7, 8]
+    assert took < 5.0
+    with pytest.raises(TimeoutError):
+        # Without unknown_start the same stream waits for 0..5 (the gap timeout).
+        run(lambda: asyncio.wait_for(_first_call(Turns(gap_timeout=NEVER), 6), 0.3))
+
+
+async def _first_call(turns: Turns, number: int) -> None:
+    async with turns.turn("s", number):
+        pass

@@ -503,3 +503,42 @@ def test_a_read_below_the_rings_head_falls_back_to_the_store(make_topic, tmp_pat
     with pytest.raises(rt.StaleSequenceError) as stale:
         plain_ring.read_one(5)
     assert stale.value.head_sequence == 20
+
+
+@pytest.mark.slow
+def test_without_a_store_every_restart_is_reported_once_to_every_subscriber(make_topic):
+    topic = make_topic(channels=2, groups=["g"], retain=True)
+    subscribers = {
+        "member": topic.subscriber(group="g", complete_on_empty=True),
+        "anonymous": topic.subscriber(complete_on_empty=True),
+    }
+    places: dict[str, set[tuple[int, int]]] = {name: set() for name in subscribers}
+    for round_ in range(5):
+        with topic.publisher() as publisher:
+            for value in range(20):
+                publisher.publish((round_, value))
+        old_epoch = _kill_channel(topic, 0)
+        _serving_again(topic, 0, old_epoch)
+        with topic.publisher() as publisher:
+            publisher.publish((round_, "after"), key=key_for(0, 2)).result(timeout=TIMEOUT)
+        for name, subscriber in subscribers.items():
+            losses = []
+            while True:
+                try:
+                    batch = get(subscriber.receive_batch(100))
+                except rt.DataLossError as lost:
+                    losses.append((lost.old_epoch, lost.new_epoch))
+                    continue
+                if not batch:
+                    break
+                for element in batch:
+                    place = (element.channel, element.sequence)
+                    assert place not in places[name], f"{name}: {place} delivered twice"
+                    places[name].add(place)
+                    if name == "member":
+                        element.commit()
+            assert losses == [(old_epoch, old_epoch + 1)], (name, round_, losses)
+    # What was published after each restart reached everyone, at a new position.
+    for name in subscribers:
+        after = sorted(seq for channel, seq in places[name] if channel == 0 and seq >= 1 << 40)
+        assert len(after) >= 5, (name, after)
