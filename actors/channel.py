@@ -97,9 +97,15 @@ _SEED_TIMEOUT = 30.0
 """Seconds a call to a channel restarted without a store waits for the coordinator
 to tell it its epoch and groups; then ChannelUnavailableError."""
 
-_EPOCH_SPAN = 1 << 40
-"""Without a store, incarnation ``e`` numbers its elements from ``(e - 1) * _EPOCH_SPAN``:
-positions of an earlier incarnation are never given to other elements."""
+
+def _fresh_start() -> int:
+    """Where a channel restarted without a store numbers its elements (and jump
+    counts) from: the time in microseconds, times 1024. Later than every position
+    (and jump count) of an earlier incarnation unless one appended more than a
+    thousand elements per microsecond of its life, and it needs no memory of the
+    earlier incarnations (the epoch a coordinator remembers may be stale)."""
+    return (time.time_ns() // 1000) << 10
+
 
 _LENT_TIMEOUT = 10.0
 """Seconds a take waits for a fetch's session to settle what it took; then the
@@ -450,7 +456,7 @@ class ChannelActor:
             return self.identity()
         self._epoch = max(old_epoch + 1, 2)
         kept = self._store is not None  # a store without state: its elements are back
-        first = self._ring.head if kept else (self._epoch - 1) * _EPOCH_SPAN
+        first = self._ring.head if kept else _fresh_start()
         if not kept:
             self._ring = SegmentRing(
                 self._config.capacity, self._config.ttl, clock=_stamp_clock, first_sequence=first
@@ -467,7 +473,7 @@ class ChannelActor:
         # incarnation's counts start above the old one's.
         for cursor in [*self._groups.values(), *(r.cursor for r in self._readers.values())]:
             if cursor is not None:
-                cursor.jumps = (self._epoch - 1) << 32
+                cursor.jumps = _fresh_start()
         self._loss_readers = set(self._readers)
         if kept:
             self._seeded.set()

@@ -213,7 +213,9 @@ class Topic:
     **Ordering**: per channel; a key always maps to the same channel.
     **Delivery**: every value reaches every group (one member of each) and
     every anonymous subscriber.
-    **Durability**: in memory in the channel actors for now; the topic lives
+    **Durability**: with a store, every acknowledged element and committed
+    position survives a channel, coordinator or node dying; without one, a
+    restarted channel's loss is reported (``DataLossError``). The topic lives
     until ``destroy()``, independent of the driver that created it.
     """
 

@@ -254,3 +254,37 @@ def test_membership_changes_keep_leases_fenced_and_balanced(
                 group.version,
             )
             assert view.leases == group.channels_of(member_id)
+
+
+# -- a restarted coordinator ----------------------------------------------------------
+
+
+def test_recovered_groups_come_from_the_channels_leases_and_marks_and_only_grow() -> None:
+    from raytopic.coordinator.groups import RECOVERED_TIMEOUT, recovered_groups
+
+    a, b = Lease("a", 3), Lease("b", 5)
+    cursors = [
+        {"g": {"owner": a, "jumps": 2}, "h": {"owner": None, "jumps": 0}},
+        {"g": {"owner": b, "jumps": 1}, "h": {"owner": None, "jumps": 0}},
+        {"g": {"owner": b, "jumps": 0}},  # a channel that lost "h" (restarted, no store)
+    ]
+    # A member with no channel joined at generation 7: only the marks know it.
+    marks = [{"g": (9, 7)}, {"g": (11, 6)}, {}]
+    groups = recovered_groups(3, cursors, marks, now=100.0)
+
+    g = groups["g"]
+    assert g.leases == {0: a, 1: b, 2: b}
+    assert g.jumps == {0: 2, 1: 1, 2: 0}
+    assert {m.member_id: (m.generation, m.timeout, m.last_seen) for m in g.members.values()} == {
+        "a": (3, RECOVERED_TIMEOUT, 100.0),
+        "b": (5, RECOVERED_TIMEOUT, 100.0),
+    }
+    # Above everything any channel saw: members' next views are news to them,
+    # and the next join gets a generation no one had.
+    assert (g.version, g.generation) == (12, 8)
+    assert g.channels_of("b") == {1: b, 2: b}
+    h = groups["h"]
+    assert (h.members, h.leases, h.version, h.generation) == ({}, {0: None, 1: None}, 1, 1)
+    change = g.join("c", 30.0, now=101.0)
+    assert g.generation == 9 and g.members["c"].generation == 9
+    assert set(change.grants)  # the newcomer takes a channel under the new generation
