@@ -147,11 +147,16 @@ def _describe(args: argparse.Namespace) -> int:
         print(json.dumps(asdict(stats), default=str, indent=2))
         return 0
     print(f"topic {stats.name} (id {stats.topic_id})")
-    print(f"{'channel':>7} {'head':>10} {'tail':>10} {'size':>10} {'epoch':>5} {'pid':>8}")
+    print(f"{'channel':>7} {'head':>10} {'tail':>10} {'size':>10} {'epoch':>5} {'pid':>8} state")
     for channel in stats.channels:
+        # A channel that did not answer has no figures (None): shown as "-".
+        head, tail, size = (
+            "-" if figure is None else str(figure)
+            for figure in (channel.head, channel.tail, channel.size)
+        )
         print(
-            f"{channel.channel:>7} {channel.head:>10} {channel.tail:>10} {channel.size:>10} "
-            f"{channel.epoch:>5} {channel.pid:>8}"
+            f"{channel.channel:>7} {head:>10} {tail:>10} {size:>10} "
+            f"{channel.epoch:>5} {channel.pid:>8} {channel.state}"
         )
     for group in stats.groups.values():
         print(
