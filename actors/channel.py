@@ -26,7 +26,7 @@ import pickle
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
@@ -35,6 +35,7 @@ import ray
 
 from raytopic.actors.cursors import Cursor, Lease, Lent
 from raytopic.actors.payloads import Payload, PickledValues
+from raytopic.actors.publisher_tracks import ACKS_KEPT, PublisherTrack
 from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSession, SessionSpec
 from raytopic.actors.segment_ring import Run, SegmentRing
 from raytopic.actors.stores.base import RingbufferStore, StoredBatch
@@ -130,62 +131,6 @@ class _Reader:
         return SessionSpec(self.reader_id, spec.complete_on_empty, spec.window, self.resequence)
 
 
-_ACKS_KEPT = 16
-"""Acks a channel keeps per publisher: a publisher has a few batches in flight, and
-after a restart each of them may come again (a retry of a batch stored before
-the crash gets its ack back, not a second append)."""
-
-
-@dataclass(slots=True)
-class _PublisherTrack:
-    """The last batches a publisher appended here (for ordering and retries)."""
-
-    last_batch: int = -1
-    acks: dict[int, AppendAck] = field(default_factory=dict)
-    seen: float = field(default_factory=time.monotonic)
-
-    def remember(self, batch: int, ack: AppendAck) -> None:
-        """Keep ``ack`` as the answer to a retry of ``batch``."""
-        self.acks[batch] = ack
-        self.last_batch = max(self.last_batch, batch)
-        self.seen = time.monotonic()
-        while len(self.acks) > _ACKS_KEPT:
-            del self.acks[min(self.acks)]
-
-    def add_run(self, batch: int, first: int, count: int, stamp: float) -> None:
-        """Learn (from a store) that ``batch`` put ``count`` elements at ``first``."""
-        ack = self.acks.get(batch)
-        if ack is None:
-            self.remember(batch, AppendAck(first, count, stamp))
-            return
-        runs = ack.runs or ((ack.first, ack.accepted, ack.stamp),)
-        if any(run[0] == first for run in runs):
-            return  # known already (from the state file)
-        self.acks[batch] = AppendAck(
-            ack.first, ack.accepted + count, ack.stamp, None, (*runs, (first, count, stamp))
-        )
-
-    def to_state(self) -> list[Any]:
-        """JSON-ready: the last batch number, and the runs of each kept batch."""
-        return [
-            self.last_batch,
-            [
-                [batch, [list(run) for run in (ack.runs or [(ack.first, ack.accepted, ack.stamp)])]]
-                for batch, ack in self.acks.items()
-                if ack.accepted > 0
-            ],
-        ]
-
-    @classmethod
-    def from_state(cls, state: list[Any]) -> _PublisherTrack:
-        """The track saved by :meth:`to_state`."""
-        track = cls(int(state[0]))
-        for batch, runs in state[1]:
-            for run in runs:
-                track.add_run(int(batch), *run)
-        return track
-
-
 @dataclass(slots=True)
 class _Pending:
     """An append written to the store, visible to readers once a sync covers it."""
@@ -240,7 +185,7 @@ class ChannelActor:
         self._ring = SegmentRing(config.capacity, config.ttl, clock=_stamp_clock)
         self._readers: dict[str, _Reader] = {}
         self._groups: dict[str, Cursor] = {}
-        self._publishers: dict[str, _PublisherTrack] = {}
+        self._publishers: dict[str, PublisherTrack] = {}
         self._publishers_swept = time.monotonic()
         self._publish_turns = Turns()
         self._sessions: dict[str, ReceiveSession] = {}
@@ -316,7 +261,7 @@ class ChannelActor:
             self._state_sync = GroupSync(store.save_state, self._snapshot)
             return
         for pid, saved in state.get("publishers", {}).items():
-            self._publishers[pid] = _PublisherTrack.from_state(saved)
+            self._publishers[pid] = PublisherTrack.from_state(saved)
         self._load_elements(store, start)
         for pid, track in self._publishers.items():
             self._publish_turns.resume(pid, track.last_batch + 1)
@@ -375,7 +320,7 @@ class ChannelActor:
                 break
             ring.append(payload, overwrite=True, stamp=batch.stamp)
             if batch.publisher_id:
-                track = self._publishers.setdefault(batch.publisher_id, _PublisherTrack())
+                track = self._publishers.setdefault(batch.publisher_id, PublisherTrack())
                 track.add_run(batch.batch, batch.first, len(batch.payload), batch.stamp)
         store.release_cache()
 
@@ -752,6 +697,10 @@ class ChannelActor:
         track = self._publishers.get(publisher_id)
         if track is not None and batch <= track.last_batch:
             ack = track.acks.get(batch)
+            if ack is None and track.last_batch - batch < ACKS_KEPT:
+                # Recent, yet no record of it: it appended nothing (refused whole
+                # before the channel restarted).
+                ack = AppendAck(-1, 0, 0.0)
             if ack is not None:  # a retry (a lost reply, or a restart in between)
                 if ack.accepted < len(payload) and ack.error is None:
                     # Recovered from the store, which keeps what was appended,
@@ -780,7 +729,7 @@ class ChannelActor:
         # Outside the turn: the publisher's next batch is written meanwhile, and
         # one fdatasync covers both.
         await self._durable(change)
-        track = self._publishers.setdefault(publisher_id, _PublisherTrack())
+        track = self._publishers.setdefault(publisher_id, PublisherTrack())
         track.remember(batch, ack)
         if (
             len(self._publishers) > _PUBLISHERS_KEPT
