@@ -1041,34 +1041,22 @@ class ChannelActor:
             self._loss_readers.discard(reader_id)  # told once
             cursor.skip_to_head(head)
             raise self._loss
+        read = ring.read
         if cursor.next < head:
-            damaged = self._damaged_between(cursor.next, head - 1)
-            skipped = cursor.skip_to_head(head)
-            if damaged:
-                raise DataLossError(
-                    f"channel {self._channel}: stored elements {damaged} were damaged on "
-                    f"disk (checksum mismatch) and are not delivered; continuing from {head}",
-                    head_sequence=head,
-                    channel=self._channel,
-                    old_epoch=self._epoch,
-                    new_epoch=self._epoch,
-                )
-            raise StaleSequenceError(
-                f"channel {self._channel}: {skipped} elements were removed before they "
-                f"were received; continuing from the head {head}",
-                head_sequence=head,
-                skipped=skipped,
-            )
+            if self._readable_below_head(cursor.next):  # read on from the store
+                read = functools.partial(self._read_below_head, head)
+            else:
+                self._skip_lost(cursor, head)
         if max_count <= 0:
             chunks, next_sequence = [], cursor.next
         elif reader.filter is None and reader.converter is None:
-            runs = ring.read(cursor.next, max_count)
+            runs = read(cursor.next, max_count)
             chunks = [Chunk(run.first, run.stamp, run.payload) for run in runs]
             next_sequence = runs[-1].last + 1 if runs else cursor.next
         else:
             # Read a bounded slice: a filter that matches nothing must not hold
             # the actor for the whole buffer.
-            runs = ring.read(cursor.next, max(max_count, 1000))
+            runs = read(cursor.next, max(max_count, 1000))
             chunks, next_sequence = _pick(runs, reader.filter, reader.converter, max_count)
             next_sequence = max(next_sequence, cursor.next)
         last_delivered = _last_sequence(chunks) if chunks else cursor.next - 1
@@ -1093,6 +1081,62 @@ class ChannelActor:
             cursor.committed,
             origin,
             cursor.unacked,
+        )
+
+    def _readable_below_head(self, sequence: int) -> bool:
+        """Whether a reader behind the ring's head reads ``sequence`` from the store.
+
+        Only within what the topic keeps: the capacity (a recovered ring starts
+        after a damaged range; what lies before it is still the reader's), or
+        ``store_retention``. An element the ring dropped by "overwrite" or TTL is
+        gone for readers (StaleSequenceError, DESIGN 5.6), as without a store.
+        """
+        store = self._store
+        config = self._config
+        kept = (
+            sequence > self._ring.tail - config.capacity
+            or config.retention_seconds is not None
+            or config.retention_bytes is not None
+        )
+        return (
+            kept
+            and store is not None
+            and store.first_sequence() <= sequence <= store.largest_sequence()
+            and not self._damaged_between(sequence, sequence)
+        )
+
+    def _read_below_head(self, head: int, start: int, max_count: int) -> list[Run]:
+        """A reader behind the ring reads from the store, up to the ring's head."""
+        return self._stored_runs(start, min(max_count, head - start))
+
+    def _skip_lost(self, cursor: Cursor, head: int) -> None:
+        """The cursor's next elements are gone (overwritten, expired, past the
+        store's retention, or damaged): move it to the next one there is and say
+        so once (StaleSequenceError, or DataLossError for damaged ones)."""
+        start = cursor.next
+        resume = head
+        damaged = self._damaged_between(start, head - 1)
+        if self._store is not None:
+            if damaged and damaged[0][0] <= start:  # skip just the damaged range
+                resume = min(head, damaged[0][1] + 1)
+            elif start < self._store.first_sequence():
+                resume = min(head, self._store.first_sequence())
+        skipped = cursor.skip_to_head(resume)
+        lost = self._damaged_between(start, resume - 1)
+        if lost:
+            raise DataLossError(
+                f"channel {self._channel}: stored elements {lost} were damaged on disk "
+                f"(checksum mismatch) and are not delivered; continuing from {resume}",
+                head_sequence=resume,
+                channel=self._channel,
+                old_epoch=self._epoch,
+                new_epoch=self._epoch,
+            )
+        raise StaleSequenceError(
+            f"channel {self._channel}: {skipped} elements were removed before they "
+            f"were received; continuing from {resume}",
+            head_sequence=resume,
+            skipped=skipped,
         )
 
     def _damaged_between(self, first: int, last: int) -> list[tuple[int, int]]:

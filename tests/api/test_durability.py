@@ -331,9 +331,14 @@ def test_a_torn_tail_and_a_flipped_bit_are_found_and_nothing_altered_is_delivere
         assert stats.damaged == ((10, 19),)
         assert (stats.head, stats.tail) == (20, 39)
         member = again.subscriber(group="g", complete_on_empty=True)
-        with pytest.raises(rt.DataLossError, match="damaged"):
+        # The good elements before the damage come from the store, then the
+        # damaged range is reported once, then the rest.
+        assert [e.value for e in get(member.receive_batch(100))] == list(range(10))
+        with pytest.raises(rt.DataLossError, match="damaged") as lost:
             get(member.receive_batch(100))
+        assert lost.value.head_sequence == 20
         assert [e.value for e in get(member.receive_batch(100))] == list(range(20, 40))
+        assert get(member.receive_batch(100)) == []
     finally:
         again.destroy()
 
@@ -542,3 +547,30 @@ def test_without_a_store_every_restart_is_reported_once_to_every_subscriber(make
     for name in subscribers:
         after = [seq for channel, seq in places[name] if channel == 0 and seq >= 1 << 50]
         assert len(after) >= 5, (name, after)
+
+
+def test_store_retention_lets_a_reader_behind_the_ring_read_on_from_disk(
+    make_topic, tmp_path: Path
+):
+    def behind(**store: Any) -> list[Any]:
+        topic = make_topic(channels=1, capacity=10, overflow="overwrite", **store)
+        reader = topic.subscriber(start="earliest", complete_on_empty=True)
+        ring = topic.ringbuffer(0)
+        for first in range(0, 30, 10):  # the ring keeps only the last 10
+            get(ring.add_all_async(list(range(first, first + 10)), "overwrite"))
+        got: list[Any] = []
+        while True:
+            try:
+                batch = get(reader.receive_batch(100))
+            except rt.StaleSequenceError as stale:
+                got.append(("stale", stale.head_sequence))
+                continue
+            if not batch:
+                return got
+            got.extend(e.value for e in batch)
+
+    retained = behind(store=str(tmp_path / "kept"), store_retention={"seconds": 3600})
+    assert retained == list(range(30))  # 0..19 from disk, then the ring
+    # Without retention an overwritten element is gone for readers, store or not.
+    assert behind(store=str(tmp_path / "plain")) == [("stale", 20), *range(20, 30)]
+    assert behind() == [("stale", 20), *range(20, 30)]
