@@ -234,6 +234,8 @@ class ChannelActor:
                 self._seeded.set()
             return
         self._store = store
+        self._log_sync = GroupSync(lambda _: store.sync())
+        self._state_sync = GroupSync(store.save_state, self._snapshot)
         state = store.load_state() or {}
         self._epoch = int(state.get("epoch", 0)) + 1
         self._damaged = store.damaged()
@@ -254,11 +256,7 @@ class ChannelActor:
         if self._restarted and not state:
             # A store that keeps no state (a user's, with the defaults): its
             # elements are back; the coordinator restores groups and readers.
-            self._store = None
             self._load_elements(store, start)
-            self._store = store
-            self._log_sync = GroupSync(lambda _: store.sync())
-            self._state_sync = GroupSync(store.save_state, self._snapshot)
             return
         for pid, saved in state.get("publishers", {}).items():
             self._publishers[pid] = PublisherTrack.from_state(saved)
@@ -275,8 +273,6 @@ class ChannelActor:
             cursor = self._readers[reader_id].cursor
             if cursor is not None and saved.get("cursor"):
                 self._readers[reader_id].cursor = Cursor.from_state(saved["cursor"], group=False)
-        self._log_sync = GroupSync(lambda _: store.sync())
-        self._state_sync = GroupSync(store.save_state, self._snapshot)
         store.save_state(self._snapshot())  # the new epoch, before anything is served
         self._release_store()
         self._seeded.set()

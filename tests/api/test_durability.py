@@ -5,6 +5,7 @@ the log, inconsistent positions and stale commits accepted are 0."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -574,3 +575,51 @@ def test_store_retention_lets_a_reader_behind_the_ring_read_on_from_disk(
     # Without retention an overwritten element is gone for readers, store or not.
     assert behind(store=str(tmp_path / "plain")) == [("stale", 20), *range(20, 30)]
     assert behind() == [("stale", 20), *range(20, 30)]
+
+
+class _LinesStore(RingbufferStore):
+    """A user's store with only the seed's four methods: one JSON line per item in a
+    file (it keeps elements across restarts, and no state of the channel's)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._items: dict[int, Any] = {}
+        if os.path.exists(path):
+            with open(path) as lines:
+                for line in lines:
+                    sequence, item = json.loads(line)
+                    self._items[sequence] = item
+
+    def store(self, sequence: int, item: Any) -> None:
+        with open(self._path, "a") as lines:
+            lines.write(json.dumps([sequence, item]) + "\n")
+        self._items[sequence] = item
+
+    def load(self, sequence: int) -> Any:
+        return self._items.get(sequence)
+
+    def largest_sequence(self) -> int:
+        return max(self._items, default=-1)
+
+
+def _lines_store_factory(root: str) -> Any:
+    def factory(topic_name: str, channel: int) -> RingbufferStore:
+        return _LinesStore(os.path.join(root, f"{topic_name}-{channel}.jsonl"))
+
+    return factory
+
+
+def test_a_users_store_without_state_keeps_its_elements_and_gets_its_groups_back(
+    make_topic, tmp_path: Path
+):
+    topic = make_topic(channels=1, groups=["g"], store=_lines_store_factory(str(tmp_path)))
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    with topic.publisher() as publisher:
+        for value in range(5):
+            publisher.publish(value)
+    old_epoch = _kill_channel(topic, 0)
+    _serving_again(topic, 0, old_epoch)  # the coordinator gave it its groups and readers
+    stats = _channel(topic, 0)
+    assert (stats.head, stats.tail, stats.durable) == (0, 4, True)
+    # No commit was kept (the store keeps no state): the group reads from the head.
+    assert [e.value for e in _drain(member, LossChecker(), "m")] == list(range(5))
