@@ -121,6 +121,9 @@ class CoordinatorActor:
                         # appends are idempotent, reads and commits are safe.
                         max_restarts=-1,
                         max_task_retries=-1,
+                        # Over the nodes (best effort: actors that need no CPU
+                        # may still share one); a channel whose node died
+                        # restarts on another.
                         scheduling_strategy="SPREAD" if config.placement == "spread" else None,
                     ),
                     config,

@@ -36,7 +36,7 @@ def test_a_lost_node_restarts_its_channels_elsewhere_from_the_shared_store(tmp_p
     )
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["distinct_nodes"] >= 2  # spread (best effort: Ray's SPREAD)
+    assert result["distinct_nodes"] >= 2  # spread (a soft preference: Ray may place otherwise)
     assert result["received"] == list(range(result["published"]))  # nothing lost
     before, after = result["before"], result["after"]
     assert after[0] != before[0] and after[1] == before[1] + 1  # another node, new epoch
