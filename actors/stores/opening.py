@@ -42,7 +42,6 @@ def open_store(
         return made
     return SegmentLogStore(
         store_directory(store, config, channel),
-        sync=config.sync,
         retention_bytes=config.retention_bytes,
         retention_seconds=config.retention_seconds,
         must_exist=restarted,

@@ -7,7 +7,8 @@ Files in the store's directory::
     state.json                 epoch, group positions, publisher tracks, readers
 
 Each append is one record (:mod:`raytopic.actors.stores.frames`), written
-with one ``writev``. Durability follows ``sync``:
+with one ``writev``; :meth:`SegmentLogStore.sync` makes what was written
+durable. When the channel calls it follows the topic's ``sync``:
 
 - ``"always"`` (default): the channel acknowledges an append only after an
   ``fdatasync`` covering its record (one sync serves every append waiting on
@@ -47,26 +48,17 @@ from raytopic.actors.stores.frames import (
     peek_range,
     read_frame,
 )
-from raytopic.config import check_sync
 from raytopic.errors import StoreError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SegmentLogStore", "SyncPolicy", "parse_sync"]
+__all__ = ["SegmentLogStore"]
 
 SEGMENT_BYTES = 64 * 1024 * 1024
 """A segment is sealed and a new one started past this size."""
 
 _STATE = "state.json"
 _SUFFIX = ".log"
-
-SyncPolicy = str | float
-"""``"always"``, ``"write"``, or seconds between background syncs."""
-
-
-def parse_sync(sync: object) -> SyncPolicy:
-    """Check a ``sync`` setting; raise InvalidArgumentError naming it."""
-    return check_sync(sync)
 
 
 @dataclass(slots=True)
@@ -92,7 +84,6 @@ class SegmentLogStore(RingbufferStore):
 
     Args:
         directory: The channel's own directory (created if missing).
-        sync: ``"always"``, ``"write"`` or seconds (see the module docs).
         retention_bytes: Keep up to this many bytes of segments below the ring's
             head readable through ``load`` (Kafka's retention.bytes); None: 0.
         retention_seconds: Keep segments below the ring's head this long after
@@ -109,14 +100,12 @@ class SegmentLogStore(RingbufferStore):
         self,
         directory: str | os.PathLike[str],
         *,
-        sync: SyncPolicy = "always",
         retention_bytes: int | None = None,
         retention_seconds: float | None = None,
         segment_bytes: int = SEGMENT_BYTES,
         must_exist: bool = False,
     ) -> None:
         self.directory = Path(directory)
-        self.sync_policy = parse_sync(sync)
         self._retention_bytes = retention_bytes or 0
         self._retention_seconds = retention_seconds or 0.0
         self._segment_bytes = segment_bytes

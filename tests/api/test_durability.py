@@ -368,7 +368,7 @@ class _DyingStore(SegmentLogStore):
     (once: a marker file remembers): the append is durable, its reply never sent."""
 
     def __init__(self, directory: str, marker: str) -> None:
-        super().__init__(directory, sync="always")
+        super().__init__(directory)
         self._marker = marker
 
     def store_batch(self, batch: Any) -> None:

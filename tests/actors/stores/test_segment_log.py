@@ -15,7 +15,8 @@ import pytest
 from raytopic.actors.payloads import ArrowRows, PickledValues
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.stores.frames import PREFIX, encode_record
-from raytopic.actors.stores.segment_log import SegmentLogStore, parse_sync
+from raytopic.actors.stores.segment_log import SegmentLogStore
+from raytopic.config import check_sync
 from raytopic.errors import InvalidArgumentError, StoreError
 
 STAMP = 1_700_000_000.25
@@ -451,35 +452,21 @@ def test_state_round_trips_and_is_replaced_atomically(opened, tmp_path: Path) ->
     assert store.load_state() == second
 
 
-# -- the sync setting ----------------------------------------------------------------------
+# -- the sync setting (create_topic's, checked by raytopic.config) --------------------
 
 
 @pytest.mark.parametrize(
     ("sync", "parsed"), [("always", "always"), ("write", "write"), (2, 2.0), (0.25, 0.25)]
 )
-def test_parse_sync_accepts(sync: object, parsed: object) -> None:
-    assert parse_sync(sync) == parsed
-    assert type(parse_sync(sync)) is type(parsed)
+def test_check_sync_accepts(sync: object, parsed: object) -> None:
+    assert check_sync(sync) == parsed
+    assert type(check_sync(sync)) is type(parsed)
 
 
 @pytest.mark.parametrize("sync", [0, -1, 0.0, True, False, "never", "1", None, [1]])
-def test_parse_sync_rejects(sync: object) -> None:
+def test_check_sync_rejects(sync: object) -> None:
     with pytest.raises(InvalidArgumentError, match="sync"):
-        parse_sync(sync)
-
-
-def test_a_store_with_a_bad_sync_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgumentError):
-        SegmentLogStore(tmp_path, sync="sometimes")
-
-
-@pytest.mark.parametrize("sync", ["always", "write", 0.5])
-def test_every_sync_setting_stores_and_syncs(opened, sync: object) -> None:
-    store = opened(sync=sync)
-    store.store_batch(batch(0))
-    store.sync()
-    store = reopen(store, opened, sync=sync)
-    assert loaded(store, 0, 1) == values(0, 2)
+        check_sync(sync)
 
 
 # -- failed writes -------------------------------------------------------------------------
