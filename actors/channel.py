@@ -340,7 +340,6 @@ class ChannelActor:
     def _state_changed(self) -> None:
         """A change worth keeping but not worth waiting for: saved in the background."""
         if self._state_sync is not None:
-            self._state_sync.mark()
             task = asyncio.ensure_future(self._save_state())
             task.add_done_callback(lambda done: done.cancelled() or done.exception())
 
