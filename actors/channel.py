@@ -88,6 +88,10 @@ _PUBLISHER_IDLE_S = 600.0
 back, its next batch waits for the turn gap timeout once: the channel no longer
 knows which number comes next."""
 
+ONCE_WRITER_PREFIX = "once:"
+"""Writers of ``append_once`` (streaming sinks): their last version is their
+exactly-once record, so they are never forgotten for idleness."""
+
 _PUBLISHER_SWEEP_S = 60.0
 """Seconds between looks for idle publishers."""
 
@@ -631,6 +635,34 @@ class ChannelActor:
                 return RawReadResult(start, sequence - start, chunks)
             await self._wait_change(_POLL_INTERVAL)
 
+    @_guarded
+    def read_range(self, start: int, stop: int, max_count: int) -> tuple[Chunk, ...]:
+        """Bulk read (``raytopic.data`` and ``raytopic.spark``): the elements from
+        ``start`` up to ``stop`` (exclusive) or the tail, at most ``max_count``,
+        as they are held (Arrow rows stay Arrow). Never waits; an empty tuple
+        when ``start`` is past the tail. Below the ring's head it reads the store.
+
+        Raises:
+            StaleSequenceError: ``start`` is gone (below the head and not stored).
+        """
+        _check_sequence(start, "start")
+        _check_sequence(stop, "stop")
+        _check_sequence(max_count, "max_count")
+        count = min(stop, self._ring.tail + 1) - start
+        count = min(count, max_count)
+        if count <= 0:
+            return ()
+        head = self._ring.head
+        runs = self._stored_runs(start, min(count, head - start)) if start < head else []
+        sequence = runs[-1].last + 1 if runs else start
+        while sequence < start + count:
+            more = self._ring.read(sequence, start + count - sequence)
+            if not more:
+                break
+            runs.extend(more)
+            sequence = more[-1].last + 1
+        return tuple(Chunk(run.first, run.stamp, run.payload) for run in runs)
+
     def _stored_runs(self, start: int, max_count: int) -> list[Run]:
         """Up to ``max_count`` elements from ``start`` (below the ring's head) as the
         store keeps them (DESIGN 5.2: a read below the head falls back to the store).
@@ -733,12 +765,36 @@ class ChannelActor:
             self._forget_idle_publishers(track.seen)
         return self._ack_reply(ack, statuses)
 
+    async def append_once(
+        self, writer_id: str, version: int, overflow: str, timeout: float | None, payload: Payload
+    ) -> AppendAck:
+        """Append a writer's ``version`` unless this channel has it already (exactly
+        once: Spark's streaming sink appends micro-batch ``version`` of query
+        ``writer_id`` here, and again when Spark re-runs the batch).
+
+        Versions only grow, with gaps (a batch with no rows for this channel
+        skips it); one at or below the last one appended here is answered
+        with its ack if still kept, else with an empty ack, and appends
+        nothing. The (writer, version) pair is in the store record with the
+        rows, so this holds across a restart with a store. Writers whose id
+        starts with ``once:`` are never forgotten for idleness.
+        """
+        track = self._publishers.get(writer_id)
+        if track is not None and version <= track.last_batch:
+            return track.acks.get(version) or AppendAck(-1, 0, 0.0)
+        self._publish_turns.resume(writer_id, version)  # no wait for the versions skipped
+        return await self.append(writer_id, version, overflow, timeout, False, payload)
+
     def _forget_idle_publishers(self, now: float) -> None:
         """Drop the tracks and turns of publishers idle for long (each pickled
         Publisher is a new publisher; a long-gone one needs no ordering or retry
         record)."""
         self._publishers_swept = now
-        idle = [pid for pid, t in self._publishers.items() if now - t.seen > _PUBLISHER_IDLE_S]
+        idle = [
+            pid
+            for pid, t in self._publishers.items()
+            if now - t.seen > _PUBLISHER_IDLE_S and not pid.startswith(ONCE_WRITER_PREFIX)
+        ]
         for publisher_id in idle:
             if self._publish_turns.forget(publisher_id):
                 del self._publishers[publisher_id]

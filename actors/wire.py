@@ -45,7 +45,7 @@ __all__ = [
 # -- requests ----------------------------------------------------------------
 
 PACKED_METHODS = frozenset(
-    {"append", "receive", "take", "stop_take", "settle_take", "watch", "give_back"}
+    {"append", "append_once", "receive", "take", "stop_take", "settle_take", "watch", "give_back"}
 )
 """The channel methods on the data path, called through ``ChannelActor.request``."""
 

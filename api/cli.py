@@ -38,7 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="run a topic end to end on a local Ray")
-    demo.add_argument("--orders", type=int, default=20_000, help="orders to publish")
+    demo.add_argument("--rows", type=int, default=1_000_000, help="orders to publish")
+    demo.add_argument(
+        "--no-spark",
+        dest="spark",
+        action="store_false",
+        help="publish from a Python Publisher instead of Spark (quicker to start)",
+    )
     demo.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
     demo.set_defaults(run=_demo)
 
@@ -94,10 +100,14 @@ def _connect(address: str | None) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.spark:
+        from raytopic.spark_session import prepare_java
+
+        prepare_java()  # before Ray starts: its node looks for Java once, then
     _connect(args.address)
     from raytopic.demo import run_demo
 
-    return 0 if run_demo(orders=args.orders) else 1
+    return 0 if run_demo(args.rows, spark=args.spark) else 1
 
 
 def _bench_settings(args: argparse.Namespace) -> BenchSettings:

@@ -1,120 +1,258 @@
-"""``raytopic demo``: a topic end to end on an embedded local Ray, with a verdict.
+"""``raytopic demo``: the main job, end to end on an embedded local Ray, with a verdict.
 
-Orders are published by customer key into a topic with a durable group;
-two consumer actors share the group, total the amounts per customer and
-commit after every batch; an anonymous subscriber watches the tail. The demo
-checks the consumers' totals against the published ones and exits non-zero
-if they differ.
+1. Spark (on Ray, through RayDP) makes an orders DataFrame (order id,
+   customer, amount, time) and publishes it by customer into a topic with
+   the embedded store, as Arrow, from its own tasks. Spark then stops: the
+   topic holds the rows.
+2. A group of three consumer actors totals the amounts per customer,
+   storing each result with the positions it covers and committing per batch.
+3. Midway one consumer is killed (the group gives its channels to the
+   others) and one channel actor is killed (it comes back from its store).
+4. The consumers' totals are checked against Spark's own ``groupBy``; the
+   demo prints the verdict, throughput, rows per channel and the elements
+   lost (0), and fails (exit 1) if anything differs.
+
+``--no-spark`` publishes the same kind of orders from a Python Publisher.
 """
 
 from __future__ import annotations
 
-import random
+import os
+import shutil
+import signal
+import tempfile
 import time
 import uuid
-from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import ray
 
+from raytopic.demo_actors import Consumer, Ledger
+from raytopic.records import PublishSummary
 from raytopic.topic import Topic, create_topic
 
 __all__ = ["run_demo"]
 
-
-@ray.remote(num_cpus=0)
-class _Consumer:
-    """One member of the group: totals per customer, a commit per batch."""
-
-    def __init__(self, topic: Topic, group: str) -> None:
-        self._subscriber = topic.subscriber(group=group, complete_on_empty=True)
-        self._totals: dict[str, float] = defaultdict(float)
-        self._count = 0
-
-    def drain(self) -> int:
-        """Consume until the owned channels are empty; return how many were taken."""
-        taken = 0
-        while True:
-            batch = ray.get(self._subscriber.receive_batch(500))
-            if not batch:
-                return taken
-            for element in batch:
-                order = element.value
-                self._totals[order["customer"]] += order["amount"]
-            batch[-1].commit()
-            taken += len(batch)
-            self._count += len(batch)
-
-    def totals(self) -> dict[str, float]:
-        return dict(self._totals)
-
-    def channels(self) -> tuple[int, ...]:
-        return self._subscriber.channels
-
-    def close(self) -> None:
-        self._subscriber.close()
+CUSTOMERS = 1000
+CHANNELS = 4
+MEMBERS = 3
+GROUP = "billing"
+_FINISH_TIMEOUT = 300.0
+"""Seconds the consumers may take to count everything before the demo fails."""
+_RECOVERY_TIMEOUT = 60.0
+"""Seconds a killed channel or consumer's channels may take to be served again."""
 
 
-def run_demo(orders: int = 20_000, say: Callable[[str], None] = print) -> bool:
-    """Run the demo; return True when the consumers' totals match what was published."""
+def run_demo(
+    rows: int = 1_000_000, *, spark: bool = True, say: Callable[[str], None] = print
+) -> bool:
+    """Run the demo; return True when every order was counted once and the totals
+    per customer match the publisher's own."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    started = time.perf_counter()
+    store = tempfile.mkdtemp(prefix="raytopic-demo-")
     name = f"demo-orders-{uuid.uuid4().hex[:6]}"
-    topic = create_topic(name, channels=4, groups=["billing"])
-    say(f"created topic {name!r}: 4 channels, durable group 'billing'")
+    topic = create_topic(name, channels=CHANNELS, store=store, groups=[GROUP])
+    say(f"topic {name!r}: {CHANNELS} channels, stored under {store}, group {GROUP!r}")
+    ledger = Ledger.remote()
+    members = [Consumer.remote(topic, GROUP, ledger) for _ in range(MEMBERS)]
     try:
-        watcher = topic.subscriber()  # anonymous: sees what is published from now on
-        rng = random.Random(7)
-        expected: dict[str, float] = defaultdict(float)
+        ray.get([member.channels.remote() for member in members])  # all have joined
+        runs = [member.run.remote() for member in members]
+        source = _SparkOrders(rows, say) if spark else _PythonOrders(rows)
+        summary, expected = source.publish(topic)
+        say(
+            f"published {summary.rows:,} orders in {summary.seconds:.2f} s "
+            f"({summary.rows_per_second:,.0f} rows/s, {summary.bytes / 2**20:.1f} MiB)"
+        )
+        say("rows per channel: " + _channel_list(summary.rows_per_channel))
+        with Progress(
+            TextColumn("consumed"), BarColumn(), MofNCompleteColumn(), transient=True
+        ) as progress:
+            bar = progress.add_task("consumed", total=rows)
+            killed = _consume_with_faults(topic, members, ledger, rows, progress, bar, say)
+        consumed_at = time.perf_counter()
+        survivors = [member for index, member in enumerate(members) if index != killed]
+        ray.get([member.stop.remote() for member in survivors])
+        ray.get([runs[index] for index in range(MEMBERS) if index != killed])
+        report = ray.get(ledger.report.remote())
+        ray.get([member.close.remote() for member in survivors])
+        return _verdict(topic, rows, summary, expected, report, consumed_at - started, say)
+    finally:
+        for member in members:
+            ray.kill(member)
+        topic.destroy()
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def _consume_with_faults(
+    topic: Topic,
+    members: list[Any],
+    ledger: Any,
+    rows: int,
+    progress: Any,
+    bar: Any,
+    say: Callable[[str], None],
+) -> int:
+    """Watch the count; kill a consumer at a third and a channel at two thirds.
+    Return the killed consumer's index."""
+    victim = 0
+    consumer_killed = channel_killed = False
+    deadline = time.monotonic() + _FINISH_TIMEOUT
+    counted = 0
+    while counted < rows and time.monotonic() < deadline:
+        counted = ray.get(ledger.counted.remote())
+        progress.update(bar, completed=counted)
+        if not consumer_killed and counted >= rows // 3:
+            owned = ray.get(members[victim].channels.remote())
+            ray.kill(members[victim], no_restart=True)
+            consumer_killed = True
+            progress.console.print(
+                f"killed consumer {victim} (it owned channels {list(owned)}) at {counted:,}"
+            )
+        elif consumer_killed and not channel_killed and counted >= 2 * rows // 3:
+            _kill_channel(topic, 0, progress.console.print)
+            channel_killed = True
+        time.sleep(0.2)
+    deadline = time.monotonic() + _RECOVERY_TIMEOUT
+    while len(members_now := topic.describe().groups[GROUP].members) >= len(members):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # the group times the killed member out (its timeout: 5 s)
+    say("group members now own " + ", ".join(str(list(member.channels)) for member in members_now))
+    return victim
+
+
+def _kill_channel(topic: Topic, channel: int, say: Callable[[str], None]) -> None:
+    """SIGKILL a channel's process and wait until it answers again, from its store."""
+    before = topic.describe().channels[channel]
+    os.kill(before.pid, signal.SIGKILL)
+    killed_at = time.perf_counter()
+    say(f"killed channel {channel} (pid {before.pid}, epoch {before.epoch})")
+    deadline = time.monotonic() + _RECOVERY_TIMEOUT
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = topic.describe().channels[channel]
+        if now.epoch > before.epoch and now.state == "serving":
+            say(
+                f"channel {channel} is back at epoch {now.epoch} after "
+                f"{time.perf_counter() - killed_at:.1f} s, {now.size:,} elements from its store"
+            )
+            return
+    say(f"channel {channel} did not come back within {_RECOVERY_TIMEOUT:.0f} s")
+
+
+def _verdict(
+    topic: Topic,
+    rows: int,
+    summary: PublishSummary,
+    expected: dict[int, float],
+    report: dict[str, Any],
+    seconds: float,
+    say: Callable[[str], None],
+) -> bool:
+    totals = report["totals"]
+    lost = rows - report["counted"]
+    lag = topic.describe().groups[GROUP].lag
+    matches = set(totals) == set(expected) and all(
+        abs(totals[c] - expected[c]) <= 1e-6 * max(1.0, abs(expected[c])) for c in expected
+    )
+    say(
+        f"consumed {report['counted']:,} orders end to end in {seconds:.1f} s "
+        f"({report['counted'] / seconds:,.0f} orders/s); {report['repeated']:,} delivered "
+        "again after the faults and counted once"
+    )
+    say(f"lost = {lost}; group lag = {lag}")
+    ok = matches and lost == 0 and summary.rows == rows
+    say(
+        f"verdict: {'PASS' if ok else 'FAIL'}: totals of {len(expected)} customers "
+        + ("match" if matches else "DIFFER")
+        + " the publisher's own"
+    )
+    return ok
+
+
+def _channel_list(per_channel: dict[int, int]) -> str:
+    return ", ".join(f"{channel}: {count:,}" for channel, count in sorted(per_channel.items()))
+
+
+class _SparkOrders:
+    """Orders made and published by Spark; the expected totals from Spark's groupBy."""
+
+    def __init__(self, rows: int, say: Callable[[str], None]) -> None:
+        self._rows = rows
+        self._say = say
+
+    def publish(self, topic: Topic) -> tuple[PublishSummary, dict[int, float]]:
+        from pyspark.sql import functions as F
+
+        from raytopic.spark import init_spark, publish_dataframe, stop_spark
+
+        started = time.perf_counter()
+        session = init_spark(
+            "raytopic-demo",
+            num_executors=1,
+            executor_cores=2,
+            executor_memory="2GB",
+            configs={"spark.ui.showConsoleProgress": "false"},
+        )
+        session.sparkContext.setLogLevel("ERROR")
+        self._say(f"Spark on Ray started in {time.perf_counter() - started:.1f} s")
+        try:
+            orders = (
+                session.range(self._rows, numPartitions=4)
+                .select(
+                    F.col("id").alias("order_id"),
+                    F.pmod(F.xxhash64("id"), F.lit(CUSTOMERS)).alias("customer"),
+                    F.round(F.rand(7) * 99 + 1, 2).alias("amount"),
+                    F.timestamp_seconds(F.lit(1_767_225_600) + F.col("id") / 1000).alias("time"),
+                )
+                .cache()
+            )
+            orders.count()  # made once: what is published is what is totalled
+            summary = publish_dataframe(topic, orders, key="customer")
+            expected = {
+                row["customer"]: row["total"]
+                for row in orders.groupBy("customer").agg(F.sum("amount").alias("total")).collect()
+            }
+            orders.unpersist()
+        finally:
+            stop_spark()
+        self._say("Spark stopped: the topic holds the orders")
+        return summary, expected
+
+
+class _PythonOrders:
+    """Orders made in Python and published one by one through a Publisher."""
+
+    def __init__(self, rows: int) -> None:
+        self._rows = rows
+
+    def publish(self, topic: Topic) -> tuple[PublishSummary, dict[int, float]]:
+        rng = np.random.default_rng(7)
+        customers = rng.integers(0, CUSTOMERS, self._rows)
+        amounts = np.round(rng.uniform(1, 100, self._rows), 2)
         started = time.perf_counter()
         with topic.publisher() as publisher:
-            futures = []
-            for order_id in range(orders):
-                customer = f"customer-{rng.randrange(50)}"
-                amount = round(rng.uniform(1, 100), 2)
-                expected[customer] += amount
-                futures.append(
-                    publisher.publish(
-                        {"order": order_id, "customer": customer, "amount": amount},
-                        key=customer,
-                    )
+            futures = [
+                publisher.publish(
+                    {"order_id": order, "customer": customer, "amount": amount},
+                    key=customer,
                 )
-        elapsed = time.perf_counter() - started
-        per_channel = Counter(future.result().channel for future in futures)
-        say(f"published {orders:,} orders in {elapsed:.2f} s ({orders / elapsed:,.0f}/s)")
-        say(
-            "orders per channel: "
-            + ", ".join(f"{c}: {n:,}" for c, n in sorted(per_channel.items()))
+                for order, customer, amount in zip(
+                    range(self._rows), customers.tolist(), amounts.tolist(), strict=True
+                )
+            ]
+        seconds = time.perf_counter() - started
+        per_channel = np.bincount(
+            [future.result().channel for future in futures], minlength=topic.channel_count
         )
-        first = ray.get(watcher.receive())
-        say(f"anonymous subscriber saw order {first.value['order']} at {first.position}")
-        watcher.close()
-
-        consumers = [_Consumer.remote(topic, "billing") for _ in range(2)]
-        ray.get([consumer.totals.remote() for consumer in consumers])  # both joined
-        channels = ray.get([consumer.channels.remote() for consumer in consumers])
-        say(f"group 'billing' members own channels {channels[0]} and {channels[1]}")
-        started = time.perf_counter()
-        taken = ray.get([consumer.drain.remote() for consumer in consumers])
-        elapsed = time.perf_counter() - started
-        say(f"consumers took {taken[0]:,} + {taken[1]:,} orders in {elapsed:.2f} s")
-
-        totals: dict[str, float] = defaultdict(float)
-        for part in ray.get([consumer.totals.remote() for consumer in consumers]):
-            for customer, amount in part.items():
-                totals[customer] += amount
-        stats = topic.describe().groups["billing"]
-        say(f"group lag after the run: {stats.lag} (depth {stats.depth}, unacked {stats.unacked})")
-        ray.get([consumer.close.remote() for consumer in consumers])
-        matches = _same_totals(expected, totals)
-        say("verdict: totals per customer " + ("MATCH" if matches else "DIFFER"))
-        return matches and stats.lag == 0
-    finally:
-        topic.destroy()
-
-
-def _same_totals(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
-    if set(expected) != set(actual):
-        return False
-    return all(
-        abs(expected[key] - actual[key]) < 1e-6 * max(1.0, expected[key]) for key in expected
-    )
+        totals = np.bincount(customers, weights=amounts, minlength=CUSTOMERS)
+        summary = PublishSummary.total(
+            [({c: int(n) for c, n in enumerate(per_channel)}, 0)], seconds
+        )
+        expected = {c: float(totals[c]) for c in np.unique(customers).tolist()}
+        return summary, expected

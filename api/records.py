@@ -10,6 +10,7 @@ microsecond; most consumers never read ``.timestamp``).
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ __all__ = [
     "OwnershipChange",
     "Position",
     "PublishStatus",
+    "PublishSummary",
     "stamp_to_datetime",
 ]
 
@@ -109,6 +111,38 @@ class PublishStatus:
     """Its position in that channel."""
     timestamp: datetime
     """When the channel appended it (aware UTC)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishSummary:
+    """What a bulk publish appended (``raytopic.spark.publish_dataframe``,
+    ``raytopic.data.write_topic``, a streaming sink's micro-batch)."""
+
+    rows: int
+    """Rows appended (one element, one position each)."""
+    rows_per_channel: dict[int, int]
+    """Rows appended per channel (channels that got none are absent)."""
+    bytes: int
+    """Bytes of the Arrow rows appended."""
+    seconds: float
+    """Wall time of the whole publish."""
+
+    @property
+    def rows_per_second(self) -> float:
+        """``rows / seconds``."""
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    @classmethod
+    def total(cls, parts: Iterable[tuple[dict[int, int], int]], seconds: float) -> PublishSummary:
+        """One summary of several writers' ``(rows_per_channel, bytes)``."""
+        per_channel: dict[int, int] = {}
+        size = 0
+        for rows, nbytes in parts:
+            size += nbytes
+            for channel, count in rows.items():
+                per_channel[channel] = per_channel.get(channel, 0) + count
+        per_channel = {c: n for c, n in sorted(per_channel.items()) if n}
+        return cls(sum(per_channel.values()), per_channel, size, seconds)
 
 
 class CommitStatus(enum.Enum):

@@ -1,0 +1,358 @@
+"""Bulk appends and range reads of Arrow rows: what ``raytopic.data`` and
+``raytopic.spark`` share.
+
+A :class:`BulkWriter` appends Arrow tables to a topic's channel actors as
+Arrow record batches (no per-row Python objects): rows are routed
+(``raytopic.arrow_tables``), gathered per channel into appends of
+``APPEND_ROWS`` rows, and sent with the writer's id and a batch number per
+channel, several in flight. Batch numbers make a retried task safe: a writer
+with the same id (a Ray or Spark task run again on the same input) has its
+batches answered from the channel's record instead of appended twice.
+
+A read is planned once (:func:`plan_ranges`: one :class:`ChannelRange` per
+channel, cut into pieces of at most ``READ_TASK_ROWS``), then each range is
+read where it is needed (:func:`read_range`, in a Ray Data read task or a
+Spark worker), straight from the channel actor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import ray
+
+from raytopic.actors.payloads import ArrowRows
+from raytopic.actors.wire import AppendAck, pack_request
+from raytopic.arrow_tables import (
+    as_batch,
+    key_channels,
+    payload_table,
+    round_robin,
+    split_by_channel,
+    to_utc,
+)
+from raytopic.config import check_timeout
+from raytopic.errors import (
+    GroupNotFoundError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    unwrap_ray_error,
+)
+from raytopic.records import Position, PublishSummary
+
+if TYPE_CHECKING:
+    from raytopic.topic import Topic
+
+__all__ = [
+    "APPEND_ROWS",
+    "BulkWriter",
+    "ChannelRange",
+    "plan_ranges",
+    "read_range",
+    "route",
+]
+
+APPEND_ROWS = 65_536
+"""Rows a writer gathers per channel before it appends them: large enough that
+an actor call and a store record are a small part of the cost, small enough
+that a block of a few channels' rows stays a few MiB."""
+
+IN_FLIGHT = 8
+"""Appends a writer has outstanding at once (its memory bound)."""
+
+READ_CALL_ROWS = 65_536
+"""Rows one ``read_range`` call to a channel returns at most."""
+
+READ_TASK_ROWS = 262_144
+"""Rows of one planned range at most (one Ray Data read task, one Spark row of the
+plan): a long channel is read by several tasks."""
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def route(
+    table: pa.Table, key: str | None, channel_count: int, start: int
+) -> tuple[np.ndarray, int]:
+    """The channel of each row: by the ``key`` column (``publish(key=...)``'s rule),
+    round robin row by row from ``start`` where the key is null or there is none.
+    Returns the channels and where the round robin goes on.
+
+    Raises:
+        InvalidArgumentError: ``key`` is not a column of ``table``.
+        InvalidTypeError: the key column's type cannot be a key.
+    """
+    if key is None:
+        channels = np.full(table.num_rows, -1, dtype=np.int64)
+    else:
+        if key not in table.column_names:
+            raise InvalidArgumentError(f"key {key!r} is not a column: {table.column_names}")
+        channels = key_channels(table.column(key), channel_count)
+    return round_robin(channels, start, channel_count)
+
+
+class BulkWriter:
+    """Appends Arrow tables to a topic's channels under one writer id.
+
+    **Ordering**: the rows of one writer keep their order within each channel.
+    **Delivery**: every row is appended once, or :meth:`close` raises; a writer
+    made again with the same id and fed the same tables (a retried task)
+    appends nothing twice. With ``version`` set (exactly-once sinks) each
+    channel gets all of the writer's rows as ONE append at :meth:`close`,
+    which the channel skips if it already has that version of the writer.
+    """
+
+    def __init__(
+        self,
+        topic: Topic,
+        writer_id: str,
+        *,
+        version: int | None = None,
+        block_timeout: float | None = 60.0,
+        append_rows: int = APPEND_ROWS,
+    ) -> None:
+        """Args:
+        topic: Where the rows go.
+        writer_id: The writer's id (the channels' dedup key).
+        version: For ``append_once``: the version these rows are (a micro-batch id).
+        block_timeout: With overflow "block", seconds an append waits for room.
+        append_rows: Rows gathered per channel before an append.
+        """
+        check_timeout(block_timeout, "block_timeout")
+        self._topic = topic
+        self._actors = topic._channel_actors
+        self._writer_id = writer_id
+        self._version = version
+        self._overflow = topic.config.overflow
+        self._block_timeout = block_timeout
+        self._append_rows = append_rows
+        self._pending: dict[int, list[pa.Table]] = {}
+        self._pending_rows: dict[int, int] = {}
+        self._next_batch: dict[int, int] = {}
+        self._in_flight: list[tuple[int, int, int, Any]] = []  # (channel, rows, bytes, ref)
+        self._rows: dict[int, int] = {}
+        self._bytes = 0
+        self._round_robin = 0
+
+    def write(self, table: pa.Table, key: str | None = None) -> None:
+        """Route ``table``'s rows (by the ``key`` column, or round robin) and queue them."""
+        channels, self._round_robin = route(
+            table, key, self._topic.channel_count, self._round_robin
+        )
+        self.write_routed(table, channels)
+
+    def write_routed(self, table: pa.Table, channels: np.ndarray) -> None:
+        """Queue ``table``'s rows for the given channels (one per row)."""
+        if not table.num_rows:
+            return
+        for channel, rows in split_by_channel(to_utc(table), channels).items():
+            self._pending.setdefault(channel, []).append(rows)
+            self._pending_rows[channel] = self._pending_rows.get(channel, 0) + rows.num_rows
+            if self._version is None and self._pending_rows[channel] >= self._append_rows:
+                self._send(channel)
+
+    def close(self) -> tuple[dict[int, int], int]:
+        """Append what is queued and wait for every append; return the rows per
+        channel and the bytes appended.
+
+        Raises:
+            TopicFullError: a channel had no room (overflow "fail", or "block"
+                past ``block_timeout``); the rows before it are appended.
+            TopicError: any other failure of an append, as its typed error.
+        """
+        for channel in list(self._pending):
+            self._send(channel)
+        while self._in_flight:
+            self._settle_oldest()
+        return dict(self._rows), self._bytes
+
+    def _send(self, channel: int) -> None:
+        tables = self._pending.pop(channel)
+        self._pending_rows.pop(channel)
+        batch = as_batch(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+        if batch is None:
+            return
+        actor = self._actors[channel]
+        if self._version is None:
+            number = self._next_batch.get(channel, 0)
+            self._next_batch[channel] = number + 1
+            request = pack_request(
+                "append", self._writer_id, number, self._overflow, self._block_timeout, False
+            )
+        else:
+            request = pack_request(
+                "append_once", self._writer_id, self._version, self._overflow, self._block_timeout
+            )
+        while len(self._in_flight) >= IN_FLIGHT:
+            self._settle_oldest()
+        ref = actor.request.remote(request, ArrowRows(batch))
+        self._in_flight.append((channel, batch.num_rows, batch.nbytes, ref))
+
+    def _settle_oldest(self) -> None:
+        channel, rows, nbytes, ref = self._in_flight.pop(0)
+        with unwrap_ray_error():
+            ack: AppendAck = ray.get(ref)
+        if ack.error is not None:
+            self._in_flight.clear()  # the rest are the channels' own business now
+            raise ack.error
+        if ack.accepted:
+            self._rows[channel] = self._rows.get(channel, 0) + ack.accepted
+            self._bytes += nbytes if ack.accepted == rows else nbytes * ack.accepted // rows
+
+
+def write_tables(
+    topic: Topic, tables: Iterable[pa.Table], key: str | None, writer_id: str
+) -> PublishSummary:
+    """Append ``tables`` through one :class:`BulkWriter` (in this process)."""
+    started = time.perf_counter()
+    writer = BulkWriter(topic, writer_id)
+    for table in tables:
+        writer.write(table, key)
+    rows, nbytes = writer.close()
+    return PublishSummary.total([(rows, nbytes)], time.perf_counter() - started)
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+class ChannelRange(NamedTuple):
+    """Positions ``first`` to ``stop - 1`` of one channel: one read task."""
+
+    channel: int
+    first: int
+    stop: int
+
+    @property
+    def rows(self) -> int:
+        """How many positions."""
+        return self.stop - self.first
+
+
+def plan_ranges(
+    topic: Topic,
+    *,
+    channels: Iterable[int] | None = None,
+    start: Any = "earliest",
+    end: Any = "latest",
+    group: str | None = None,
+    task_rows: int = READ_TASK_ROWS,
+) -> list[ChannelRange]:
+    """The ranges a bulk read covers, fixed now (what is published later is not read).
+
+    Args:
+        topic: The topic.
+        channels: Channels to read (default all).
+        start: "earliest" (the oldest retained), "latest" (nothing before now),
+            a datetime (the first element appended at or after it), or a map
+            channel -> sequence (an int or a Position, included), as Spark's
+            Kafka source takes ``startingOffsets``.
+        end: "latest" (up to the newest now), "earliest", a datetime (elements
+            appended up to it), or a map channel -> sequence (excluded).
+        group: Read what this group has not committed yet (its ``start`` is
+            the group's commits; nothing is committed by reading).
+        task_rows: Rows of one range at most.
+
+    Raises:
+        GroupNotFoundError: no such group.
+        InvalidArgumentError, InvalidTypeError: a bad argument.
+    """
+    picked = _channels(topic, channels)
+    if group is not None:
+        if start != "earliest":
+            raise InvalidArgumentError(
+                "give start or group, not both: a group reads from its commits"
+            )
+        if group not in topic.groups():
+            raise GroupNotFoundError(f"topic {topic.name!r} has no group {group!r}")
+    with unwrap_ray_error():
+        sizes = ray.get([topic._channel_actors[c].sizes.remote() for c in picked])
+        cursors = (
+            ray.get([topic._channel_actors[c].group_cursors.remote() for c in picked])
+            if group is not None
+            else None
+        )
+    ranges = []
+    for index, channel in enumerate(picked):
+        head, tail, _ = sizes[index]
+        if cursors is not None:
+            cursor = cursors[index].get(group)
+            first = head if cursor is None else max(head, cursor["committed"] + 1)
+        else:
+            first = _bound(topic, channel, start, head, tail, "start")
+        stop = min(_bound(topic, channel, end, head, tail, "end"), tail + 1)
+        for piece in range(first, stop, task_rows):
+            ranges.append(ChannelRange(channel, piece, min(piece + task_rows, stop)))
+    return ranges
+
+
+def _channels(topic: Topic, channels: Iterable[int] | None) -> list[int]:
+    if channels is None:
+        return list(range(topic.channel_count))
+    if isinstance(channels, (str, bytes)) or not isinstance(channels, Iterable):
+        raise InvalidTypeError(f"channels must be ints, got {type(channels).__name__}")
+    picked = sorted({topic._check_channel(channel) for channel in channels})
+    if not picked:
+        raise InvalidArgumentError("channels is empty: nothing to read")
+    return picked
+
+
+def _bound(topic: Topic, channel: int, at: Any, head: int, tail: int, what: str) -> int:
+    """A start (included) or end (excluded) sequence of ``channel``."""
+    if isinstance(at, str):
+        if at == "earliest":
+            return head
+        if at == "latest":
+            return tail + 1
+        raise InvalidArgumentError(f"{what} must be 'earliest', 'latest', ... got {at!r}")
+    if isinstance(at, datetime):
+        if at.tzinfo is None:
+            raise InvalidArgumentError(f"{what} datetime must be time-zone aware, got {at}")
+        stamp = at.timestamp()
+        if what == "start":
+            stamp = np.nextafter(stamp, -np.inf)  # at or after: strictly after a hair before
+        with unwrap_ray_error():
+            return ray.get(topic._channel_actors[channel].first_after.remote(float(stamp)))
+    if isinstance(at, Mapping):
+        if channel not in at:
+            return head if what == "start" else tail + 1
+        sequence = at[channel]
+        if isinstance(sequence, Position):
+            sequence.check_belongs(topic.topic_id, channel)
+            sequence = sequence.sequence
+        if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 0:
+            raise InvalidArgumentError(
+                f"{what}[{channel}] must be a sequence >= 0, got {sequence!r}"
+            )
+        return sequence
+    raise InvalidTypeError(
+        f"{what} must be 'earliest', 'latest', a datetime or a map channel -> sequence, "
+        f"got {type(at).__name__}"
+    )
+
+
+def read_range(topic: Topic, piece: ChannelRange) -> Iterator[pa.Table]:
+    """The elements of ``piece`` as tables (see ``raytopic.arrow_tables``), read
+    from the channel actor one call ahead of the caller.
+
+    Raises:
+        StaleSequenceError: part of the range is gone (overwritten, expired)
+            and not in the store.
+    """
+    actor = topic._channel_actors[piece.channel]
+    sequence = piece.first
+    pending = actor.read_range.remote(sequence, piece.stop, READ_CALL_ROWS)
+    while pending is not None:
+        with unwrap_ray_error():
+            chunks = ray.get(pending)
+        pending = None
+        if chunks:
+            sequence = chunks[-1].first + len(chunks[-1].payload)
+            if sequence < piece.stop:
+                pending = actor.read_range.remote(sequence, piece.stop, READ_CALL_ROWS)
+        for chunk in chunks:
+            yield payload_table(piece.channel, chunk.first, chunk.stamp, chunk.payload)

