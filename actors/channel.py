@@ -773,15 +773,14 @@ class ChannelActor:
         ``writer_id`` here, and again when Spark re-runs the batch).
 
         Versions only grow, with gaps (a batch with no rows for this channel
-        skips it); one at or below the last one appended here is answered
-        with its ack if still kept, else with an empty ack, and appends
-        nothing. The (writer, version) pair is in the store record with the
+        skips it); one at or below the last one appended here appends
+        nothing and is answered with an empty ack (what THIS call appended). The (writer, version) pair is in the store record with the
         rows, so this holds across a restart with a store. Writers whose id
         starts with ``once:`` are never forgotten for idleness.
         """
         track = self._publishers.get(writer_id)
         if track is not None and version <= track.last_batch:
-            return track.acks.get(version) or AppendAck(-1, 0, 0.0)
+            return AppendAck(-1, 0, 0.0)
         self._publish_turns.resume(writer_id, version)  # no wait for the versions skipped
         return await self.append(writer_id, version, overflow, timeout, False, payload)
 

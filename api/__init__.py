@@ -42,6 +42,7 @@ from raytopic.records import (
     OwnershipChange,
     Position,
     PublishStatus,
+    PublishSummary,
 )
 from raytopic.resequencer import Resequence, Resequencer, ResequencerStats
 from raytopic.ringbuffer import ReadResultSet, Ringbuffer
@@ -74,6 +75,7 @@ __all__ = [
     "OwnershipChange",
     "Position",
     "PublishStatus",
+    "PublishSummary",
     "ReadResultSet",
     "Start",
     "TopicStats",
@@ -101,3 +103,15 @@ __all__ = [
     "TopicFullError",
     "TopicNotFoundError",
 ]
+
+_BRIDGES = ("spark", "data")
+"""Modules reached as ``rt.spark`` and ``rt.data`` without importing them first:
+imported on first use (``raytopic.spark`` needs the ``spark`` extra)."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _BRIDGES:
+        import importlib
+
+        return importlib.import_module(f"raytopic.{name}")
+    raise AttributeError(f"module 'raytopic' has no attribute {name!r}")

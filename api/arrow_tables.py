@@ -7,7 +7,8 @@ DataFrames) go through here, so a row lands exactly where
 the same columns whichever path asks:
 
 - rows published as Arrow rows or as dicts: their own fields as columns,
-- any other value: one ``value`` column,
+- any other value: one ``value`` column (values that no one Arrow type holds,
+  such as ``1`` and ``"a"`` in one read, as their ``str``),
 - plus ``channel`` (int32), ``position`` (int64, the sequence in the channel,
   as Kafka's ``offset``) and ``timestamp`` (UTC). A row field with one of these
   names keeps it; the metadata column then takes a leading underscore.
@@ -161,11 +162,7 @@ def payload_table(channel: int, first: int, stamp: float, payload: Payload) -> p
     if isinstance(payload, ArrowRows):
         values = pa.Table.from_batches([payload.batch])
     else:
-        decoded = payload.decode()
-        if decoded and all(type(value) is dict for value in decoded):
-            values = pa.Table.from_pylist(decoded)
-        else:
-            values = pa.table({"value": pa.array(decoded)})
+        values = _values_table(payload.decode())
     rows = values.num_rows
     channel_name, position_name, timestamp_name = metadata_names(values.column_names)
     metadata = {
@@ -178,6 +175,18 @@ def payload_table(channel: int, first: int, stamp: float, payload: Payload) -> p
     for name, column in metadata.items():
         values = values.append_column(name, column)
     return values
+
+
+def _values_table(decoded: list[Any]) -> pa.Table:
+    try:
+        if decoded and all(type(value) is dict for value in decoded):
+            # pa.array sees every dict's keys (from_pylist only the first dict's)
+            return pa.Table.from_struct_array(pa.array(decoded))
+        return pa.table({"value": pa.array(decoded)})
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        # Values no Arrow type holds together (1 and "a"; a field that is a
+        # number here and text there): read as their text.
+        return pa.table({"value": pa.array([str(value) for value in decoded])})
 
 
 def unify(tables: Sequence[pa.Table]) -> pa.Schema:

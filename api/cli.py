@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="on disk in the restart case; 0 skips the store cases (1,000,000; quick 100,000)",
     )
+    bench.add_argument(
+        "--spark",
+        action="store_true",
+        help="the Spark bridge cases instead (RayDP's conversions as baselines; --messages rows)",
+    )
     bench.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
     bench.set_defaults(run=_bench)
 
@@ -101,13 +106,30 @@ def _connect(address: str | None) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     if args.spark:
-        from raytopic.spark_session import prepare_java
-
-        prepare_java()  # before Ray starts: its node looks for Java once, then
+        _spark_ready()
     _connect(args.address)
     from raytopic.demo import run_demo
 
     return 0 if run_demo(args.rows, spark=args.spark) else 1
+
+
+def _spark_ready() -> None:
+    """Java on this process's PATH before Ray starts (its node looks for Java once),
+    or a clear exit when the Spark extra or Java is missing."""
+    try:
+        import pyspark  # noqa: F401
+        import raydp  # noqa: F401
+
+        from raytopic.spark_session import JavaNotFoundError, prepare_java
+    except ImportError as error:
+        raise SystemExit(
+            f"raytopic: Spark is not installed ({error}): pip install 'raytopic[spark]', "
+            "or run without Spark: --no-spark"
+        ) from None
+    try:
+        prepare_java()
+    except JavaNotFoundError as error:
+        raise SystemExit(f"raytopic: {error}") from None
 
 
 def _bench_settings(args: argparse.Namespace) -> BenchSettings:
@@ -124,10 +146,21 @@ def _bench_settings(args: argparse.Namespace) -> BenchSettings:
 
 def _bench(args: argparse.Namespace) -> int:
     settings = _bench_settings(args)
+    if args.spark:
+        _spark_ready()
     _connect(args.address)
     from raytopic.bench import format_figure, format_header, run_benchmarks
 
     print(format_header())
+    if args.spark:
+        from raytopic.bench_spark import run_spark_benchmarks
+
+        run_spark_benchmarks(
+            rows=settings.messages,
+            repeat=settings.repeat,
+            report=lambda figure: print(format_figure(figure), flush=True),
+        )
+        return 0
     run_benchmarks(
         **asdict(settings),
         report=lambda figure: print(format_figure(figure), flush=True),

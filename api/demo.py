@@ -64,9 +64,10 @@ def run_demo(
         runs = [member.run.remote() for member in members]
         source = _SparkOrders(rows, say) if spark else _PythonOrders(rows)
         summary, expected = source.publish(topic)
+        size = f", {summary.bytes / 2**20:.1f} MiB of Arrow rows" if summary.bytes else ""
         say(
             f"published {summary.rows:,} orders in {summary.seconds:.2f} s "
-            f"({summary.rows_per_second:,.0f} rows/s, {summary.bytes / 2**20:.1f} MiB)"
+            f"({summary.rows_per_second:,.0f} rows/s{size})"
         )
         say("rows per channel: " + _channel_list(summary.rows_per_channel))
         with Progress(
@@ -97,27 +98,31 @@ def _consume_with_faults(
     bar: Any,
     say: Callable[[str], None],
 ) -> int:
-    """Watch the count; kill a consumer at a third and a channel at two thirds.
-    Return the killed consumer's index."""
+    """Hold the consumers at a third and kill one, hold them at two thirds and kill
+    a channel, then let them finish. Return the killed consumer's index."""
     victim = 0
-    consumer_killed = channel_killed = False
     deadline = time.monotonic() + _FINISH_TIMEOUT
-    counted = 0
-    while counted < rows and time.monotonic() < deadline:
-        counted = ray.get(ledger.counted.remote())
-        progress.update(bar, completed=counted)
-        if not consumer_killed and counted >= rows // 3:
-            owned = ray.get(members[victim].channels.remote())
-            ray.kill(members[victim], no_restart=True)
-            consumer_killed = True
-            progress.console.print(
-                f"killed consumer {victim} (it owned channels {list(owned)}) at {counted:,}"
-            )
-        elif consumer_killed and not channel_killed and counted >= 2 * rows // 3:
-            _kill_channel(topic, 0, progress.console.print)
-            channel_killed = True
-        time.sleep(0.2)
-    deadline = time.monotonic() + _RECOVERY_TIMEOUT
+
+    def count_until(target: int) -> int:
+        counted = 0
+        while counted < target and time.monotonic() < deadline:
+            counted = ray.get(ledger.counted.remote())
+            progress.update(bar, completed=counted)
+            time.sleep(0.1)
+        return counted
+
+    ray.get(ledger.hold_at.remote(rows // 3))
+    counted = count_until(rows // 3)
+    owned = ray.get(members[victim].channels.remote())
+    ray.kill(members[victim], no_restart=True)
+    progress.console.print(
+        f"killed consumer {victim} (it owned channels {list(owned)}) at {counted:,} orders"
+    )
+    ray.get(ledger.hold_at.remote(2 * rows // 3))
+    counted = count_until(2 * rows // 3)
+    _kill_channel(topic, 0, progress.console.print)
+    ray.get(ledger.hold_at.remote(rows))
+    count_until(rows)
     while len(members_now := topic.describe().groups[GROUP].members) >= len(members):
         if time.monotonic() > deadline:
             break

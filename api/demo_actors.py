@@ -1,6 +1,10 @@
 """The demo's consumers and their ledger: a group that totals order amounts per
 customer, exactly once, through consumer crashes.
 
+The ledger can also hold the consumers at a count (each with a batch received
+and not yet committed), so the demo kills a consumer and a channel midway of
+any run, however short.
+
 A group delivers at least once: a consumer killed between its work and its
 commit leaves its elements to be delivered again, to whoever takes its
 channels. So, as with any Kafka consumer that must count each record once,
@@ -12,6 +16,7 @@ consumed what, and a position the ledger never saw is a lost element.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +42,16 @@ class Ledger:
         self._next: dict[int, int] = {}  # channel -> next position to count
         self._counted = 0
         self._repeated = 0
+        self._gate: float = float("inf")
+
+    def hold_at(self, count: float) -> None:
+        """Let consumers record until ``count`` orders are counted, then hold them
+        (the demo injects its faults at known points of the run)."""
+        self._gate = count
+
+    def is_open(self) -> bool:
+        """Whether consumers may record now."""
+        return self._counted < self._gate
 
     def record(
         self, channel: int, positions: np.ndarray, customers: np.ndarray, amounts: np.ndarray
@@ -92,6 +107,8 @@ class Consumer:
             if not batch:
                 ray.get(self._ledger.counted.remote())  # a pause, without spinning
                 continue
+            while not self._stopped and not ray.get(self._ledger.is_open.remote()):
+                time.sleep(0.05)  # held, with the batch received and not committed
             by_channel: dict[int, list[Any]] = defaultdict(list)
             for element in batch:
                 by_channel[element.channel].append(element)

@@ -103,6 +103,7 @@ def publish_dataframe(
         InvalidTypeError: ``key``'s type cannot be a key (floats, decimals, ...).
         TopicFullError: a channel had no room (rows before it are appended).
     """
+    _check_dataframe(df)
     started = time.perf_counter()
     routed = df.withColumn(_CHANNEL, channel_column(df, key, topic.channel_count))
     job = _AppendPartition(_TopicAddress.of(topic), uuid.uuid4().hex, None, block_timeout)

