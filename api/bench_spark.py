@@ -156,7 +156,7 @@ def run_spark_benchmarks(
     *, rows: int = 1_000_000, repeat: int = 3, report: Callable[[Figure], None] = print
 ) -> list[Figure]:
     """Start Spark on Ray, run every case, stop Spark; ``report`` hears each figure."""
-    from raytopic.spark import init_spark, stop_spark
+    from raytopic.spark_session import init_quiet_spark, stop_spark
 
     figures: list[Figure] = []
 
@@ -164,14 +164,7 @@ def run_spark_benchmarks(
         figures.append(figure)
         report(figure)
 
-    spark = init_spark(
-        "raytopic-bench",
-        num_executors=1,
-        executor_cores=2,
-        executor_memory="2GB",
-        configs={"spark.ui.showConsoleProgress": "false"},
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = init_quiet_spark("raytopic-bench")
     try:
         orders = _orders(spark, rows)
         raydp_conversion(orders)  # warm both sides once

@@ -194,17 +194,11 @@ class _SparkOrders:
     def publish(self, topic: Topic) -> tuple[PublishSummary, dict[int, float]]:
         from pyspark.sql import functions as F
 
-        from raytopic.spark import init_spark, publish_dataframe, stop_spark
+        from raytopic.spark import publish_dataframe
+        from raytopic.spark_session import init_quiet_spark, stop_spark
 
         started = time.perf_counter()
-        session = init_spark(
-            "raytopic-demo",
-            num_executors=1,
-            executor_cores=2,
-            executor_memory="2GB",
-            configs={"spark.ui.showConsoleProgress": "false"},
-        )
-        session.sparkContext.setLogLevel("ERROR")
+        session = init_quiet_spark("raytopic-demo")
         self._say(f"Spark on Ray started in {time.perf_counter() - started:.1f} s")
         try:
             orders = (

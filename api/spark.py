@@ -374,9 +374,12 @@ def read_topic(
     spark_schema = from_arrow_schema(schema)
     if not ranges:
         return spark.createDataFrame([], spark_schema)
-    plan = spark.sparkContext.parallelize(
-        [tuple(piece) for piece in ranges], numSlices=len(ranges)
-    ).toDF("channel int, first long, stop long")
+    # As many tasks as Spark runs at once (each reads several ranges in turn):
+    # a Spark task costs more to start than a range costs to read.
+    tasks = min(len(ranges), max(1, spark.sparkContext.defaultParallelism))
+    plan = spark.sparkContext.parallelize([tuple(piece) for piece in ranges], numSlices=tasks).toDF(
+        "channel int, first long, stop long"
+    )
     job = _ReadRanges(_TopicAddress.of(topic), schema.serialize().to_pybytes())
     return plan.mapInArrow(job, spark_schema)
 

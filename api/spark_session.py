@@ -32,7 +32,14 @@ from raytopic.errors import InvalidArgumentError, TopicError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["JAVA_OPTIONS", "JavaNotFoundError", "init_spark", "prepare_java", "stop_spark"]
+__all__ = [
+    "JAVA_OPTIONS",
+    "JavaNotFoundError",
+    "init_quiet_spark",
+    "init_spark",
+    "prepare_java",
+    "stop_spark",
+]
 
 _OPENED_PACKAGES = (
     "java.lang",
@@ -177,6 +184,20 @@ def init_spark(
     return raydp.init_spark(
         app_name, num_executors, executor_cores, executor_memory, configs=settings
     )
+
+
+def init_quiet_spark(app_name: str) -> Any:
+    """Spark for raytopic's own jobs (the demo, the benchmarks): one executor of
+    2 cores, without console progress bars or log lines below ERROR."""
+    session = init_spark(
+        app_name,
+        num_executors=1,
+        executor_cores=2,
+        executor_memory="2GB",
+        configs={"spark.ui.showConsoleProgress": "false"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def stop_spark() -> None:

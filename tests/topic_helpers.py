@@ -43,6 +43,18 @@ def receive_until_empty(subscriber: rt.Subscriber) -> list[rt.Element]:
     return elements
 
 
+def drain_group(topic: rt.Topic, group: str, count: int) -> list[rt.Element]:
+    """Up to ``count`` elements received by a new member of ``group`` (it leaves after)."""
+    got: list[rt.Element] = []
+    with topic.subscriber(group=group, complete_on_empty=True) as subscriber:
+        while len(got) < count:
+            batch = get(subscriber.receive_batch(1000))
+            if not batch:
+                break
+            got.extend(batch)
+    return got
+
+
 def key_for(channel: int, channels: int) -> str:
     """A key that routes to ``channel`` of a topic with ``channels`` channels."""
     return next(f"k{i}" for i in range(1000) if channel_for_key(f"k{i}", channels) == channel)

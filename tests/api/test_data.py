@@ -14,7 +14,7 @@ import raytopic.data as rd
 from raytopic.bulk import BulkWriter
 from raytopic.routing import channel_for_key
 
-from tests.topic_helpers import get
+from tests.topic_helpers import drain_group, get
 
 
 def _orders(count: int) -> ray.data.Dataset:
@@ -32,17 +32,6 @@ def _orders(count: int) -> ray.data.Dataset:
 def _table(dataset: ray.data.Dataset) -> pa.Table:
     blocks = [ray.get(ref) for ref in dataset.to_arrow_refs()]
     return pa.concat_tables(blocks, promote_options="permissive")
-
-
-def _received(topic: rt.Topic, group: str, count: int) -> list[rt.Element]:
-    got: list[rt.Element] = []
-    with topic.subscriber(group=group, complete_on_empty=True) as subscriber:
-        while len(got) < count:
-            batch = get(subscriber.receive_batch(1000))
-            if not batch:
-                break
-            got.extend(batch)
-    return got
 
 
 def test_a_dataset_round_trips_through_a_topic_one_position_per_row(
@@ -67,7 +56,7 @@ def test_a_dataset_round_trips_through_a_topic_one_position_per_row(
         positions = sorted(r["position"] for r in rows if r["channel"] == channel)
         assert positions == list(range(count))  # consecutive from 0
 
-    elements = _received(topic, "g", 2000)  # ordinary subscribers get dicts
+    elements = drain_group(topic, "g", 2000)  # ordinary subscribers get dicts
     assert len(elements) == 2000
     assert elements[0].value.keys() == {"id", "customer", "amount"}
 

@@ -22,7 +22,7 @@ import raytopic.data as rd
 import raytopic.spark as rs
 from raytopic.routing import channel_for_key
 
-from tests.topic_helpers import get
+from tests.topic_helpers import drain_group, get
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
@@ -49,17 +49,6 @@ def spark(ray_session: None) -> Iterator[Any]:
     rs.stop_spark()
 
 
-def _elements(topic: rt.Topic, group: str, count: int) -> list[rt.Element]:
-    got: list[rt.Element] = []
-    with topic.subscriber(group=group, complete_on_empty=True) as subscriber:
-        while len(got) < count:
-            batch = get(subscriber.receive_batch(1000))
-            if not batch:
-                break
-            got.extend(batch)
-    return got
-
-
 def test_rows_route_exactly_as_the_publisher_routes_their_keys(
     spark: Any, make_topic: Callable[..., rt.Topic]
 ) -> None:
@@ -73,7 +62,7 @@ def test_rows_route_exactly_as_the_publisher_routes_their_keys(
     for key in ("text", "number", "flag"):
         summary = rs.publish_dataframe(topic, keys, key=key)
         assert summary.rows == 300
-    elements = _elements(topic, "g", 900)
+    elements = drain_group(topic, "g", 900)
     assert len(elements) == 900
     by_round = [elements_for(elements, c) for c in range(5)]
     routed = 0
@@ -133,7 +122,7 @@ def test_nested_null_and_timestamp_columns_round_trip_to_subscribers_and_back(
     df = spark.createDataFrame(rows, schema)
     assert rs.publish_dataframe(topic, df, key="id").rows == 50
 
-    values = sorted((e.value for e in _elements(topic, "g", 50)), key=lambda v: v["id"])
+    values = sorted((e.value for e in drain_group(topic, "g", 50)), key=lambda v: v["id"])
     assert values[3] == {"id": 3, "point": {"x": 3}, "tags": [], "at": moment, "note": None}
     assert values[4]["tags"] == ["t4"] and values[4]["note"] == "n"
     assert values[5]["tags"] == ["t5", "t5"]
@@ -289,18 +278,21 @@ def test_a_replayed_batch_id_is_skipped_across_a_channel_restart_with_a_store(
     topic = make_topic(channels=2, store=str(tmp_path / "store"))
     sink = rs.sink(topic, key="k", query_id="orders-query")
     batch = spark.range(30, numPartitions=2).select(
-        F.col("id"), (F.col("id") % 4).cast("string").alias("k")
+        F.col("id"), F.col("id").cast("string").alias("k")
     )
     sink(batch, 7)
     assert sink.last_summary is not None and sink.last_summary.rows == 30
-    stats = topic.describe().channels[0]
-    os.kill(stats.pid, signal.SIGKILL)
-    wait_until(
-        lambda: (
-            (now := topic.describe().channels[0]).epoch > stats.epoch and now.state == "serving"
-        ),
-        timeout=30,
-    )
+    assert set(sink.last_summary.rows_per_channel) == {0, 1}  # both channels hold some
+    for channel in (0, 1):  # both restart, from their stores
+        stats = topic.describe().channels[channel]
+        os.kill(stats.pid, signal.SIGKILL)
+        wait_until(
+            lambda channel=channel, stats=stats: (
+                (now := topic.describe().channels[channel]).epoch > stats.epoch
+                and now.state == "serving"
+            ),
+            timeout=30,
+        )
     again = rs.sink(topic, key="k", query_id="orders-query")  # a new sink object
     again(batch, 7)
     assert again.last_summary is not None and again.last_summary.rows == 0
