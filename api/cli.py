@@ -1,24 +1,37 @@
-"""The ``raytopic`` command: demo, bench, and a look at a cluster's topics.
+"""The ``raytopic`` command: the demo, the benchmarks, and a running cluster's topics.
 
-``raytopic demo`` and ``raytopic bench`` start an embedded local Ray unless
-``--address`` names a running cluster; ``list`` and ``describe`` attach to a
-running cluster (``--address``, default ``auto``).
+``demo`` and ``bench`` start an embedded local Ray unless ``--address`` names
+a running cluster. The other commands attach to a running cluster
+(``--address``, default ``auto``: ``RAY_ADDRESS``, else the cluster
+``ray start`` left on this machine) in ``--namespace``; ``--json`` makes their
+output pure JSON on stdout. Options may come before or after the arguments.
+
+Exit codes: 0 ok, 1 failure (no cluster, a refused change), 2 usage (a bad
+option or value), 3 the topic or group does not exist.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
+import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, fields, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from raytopic.bench import BenchSettings
 
 _LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_PROBE_TIMEOUT = 5.0
+"""Seconds to reach a cluster's GCS port before saying none is running (ray.init
+itself would retry for a minute or more)."""
+
+OK, FAILURE, USAGE, NOT_FOUND = 0, 1, 2, 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,14 +43,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[_LOOPBACK] = "0"
         os.execv(sys.executable, [sys.executable, "-m", "raytopic.cli", *sys.argv[1:]])
     os.environ.setdefault(_LOOPBACK, "0")
-    return int(args.run(args) or 0)
+    import raytopic as rt
+
+    try:
+        return int(args.run(args) or 0)
+    except (rt.TopicNotFoundError, rt.GroupNotFoundError) as error:
+        return _fail(error, NOT_FOUND)
+    except (rt.InvalidArgumentError, rt.InvalidTypeError) as error:
+        return _fail(error, USAGE)
+    except rt.TopicError as error:
+        return _fail(error, FAILURE)
+
+
+def _fail(error: Exception, code: int) -> int:
+    print(f"raytopic: {error}", file=sys.stderr)
+    return code
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="raytopic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="raytopic",
+        description=__doc__.splitlines()[0],
+        epilog="exit codes: 0 ok, 1 failure, 2 usage, 3 topic or group not found",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    demo = commands.add_parser("demo", help="run a topic end to end on a local Ray")
+    demo = commands.add_parser("demo", help="run the main job end to end on a local Ray")
     demo.add_argument("--rows", type=int, default=1_000_000, help="orders to publish")
     demo.add_argument(
         "--no-spark",
@@ -76,21 +107,74 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
     bench.set_defaults(run=_bench)
 
-    for name, run, help_text in (
-        ("list", _list, "list the topics of a namespace"),
-        ("describe", _describe, "channels and groups of a topic"),
-    ):
-        command = commands.add_parser(name, help=help_text)
-        if name == "describe":
-            command.add_argument("topic")
-        command.add_argument("--namespace", default=None)
-        command.add_argument("--address", default="auto")
-        command.add_argument("--json", action="store_true", help="machine-readable output")
-        command.set_defaults(run=run)
+    _admin_commands(commands)
     return parser
 
 
+def _admin_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """The commands that attach to a running cluster, each with the shared options."""
+    cluster = argparse.ArgumentParser(add_help=False)
+    cluster.add_argument(
+        "--address", default="auto", help="the cluster (default: RAY_ADDRESS or the local one)"
+    )
+    cluster.add_argument("--namespace", default=None, help="of the topics (default raytopic)")
+    cluster.add_argument("--json", action="store_true", help="pure JSON on stdout")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, parents=[cluster])
+        sub.set_defaults(run=_admin)
+        return sub
+
+    command("list", "list the topics of a namespace")
+    create = command("create", "create a topic")
+    create.add_argument("topic")
+    create.add_argument("--channels", type=int, default=8)
+    create.add_argument("--capacity", type=int, default=1_000_000)
+    create.add_argument("--retain", action="store_true", help="keep committed elements")
+    create.add_argument("--ttl", type=float, default=None, help="seconds an element lives")
+    create.add_argument("--overflow", choices=("block", "overwrite", "fail"), default="block")
+    create.add_argument("--store", default=None, help="a directory: the embedded store")
+    create.add_argument(
+        "--group", action="append", metavar="G", help="a durable group (may repeat)"
+    )
+    command("describe", "channels and groups of a topic").add_argument("topic")
+    tail = command("tail", "print elements, one JSON value per line")
+    tail.add_argument("topic")
+    tail.add_argument("--group", default=None, help="from where this group committed")
+    tail.add_argument(
+        "--from",
+        dest="start",
+        default="earliest",
+        metavar="earliest|latest|ISO-TIME",
+        help="where to start (default earliest)",
+    )
+    tail.add_argument("-n", type=int, default=None, help="stop after N elements")
+    tail.add_argument("--follow", action="store_true", help="keep printing new elements")
+    command("groups", "the groups of a topic").add_argument("topic")
+    reset = command("reset-group", "move a group's read and commit positions")
+    reset.add_argument("topic")
+    reset.add_argument("group")
+    reset.add_argument("--to", required=True, metavar="earliest|latest|ISO-TIME|CH:SEQ[,CH:SEQ...]")
+    delete = command("delete", "destroy a topic and everything in it")
+    delete.add_argument("topic")
+    delete.add_argument("--yes", action="store_true", help="do not ask")
+
+
+def _admin(args: argparse.Namespace) -> int:
+    if getattr(args, "n", None) is not None and args.n < 0:
+        return _fail(ValueError(f"-n must be >= 0, got {args.n}"), USAGE)
+    _connect(args.address)
+    from raytopic.cli_admin import COMMANDS
+
+    return COMMANDS[args.command](args)
+
+
 def _connect(address: str | None) -> None:
+    """Join the cluster at ``address`` (None: start an embedded local one).
+
+    Raises:
+        SystemExit: no cluster answers there (within seconds, not Ray's minute).
+    """
     import ray
 
     if address is None:
@@ -98,10 +182,35 @@ def _connect(address: str | None) -> None:
 
         local_ray()
         return
+    resolved = _cluster_address(address)
+    if resolved is None:
+        raise SystemExit(
+            "raytopic: no running Ray cluster found (start one with `ray start --head`, "
+            "or give --address or RAY_ADDRESS)"
+        )
+    host, _, port = resolved.rpartition(":")
     try:
-        ray.init(address=address, log_to_driver=False)
+        with socket.create_connection((host, int(port)), timeout=_PROBE_TIMEOUT):
+            pass
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"raytopic: no Ray cluster answers at {resolved}: {error}") from None
+    try:
+        ray.init(address=resolved, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError as error:
-        raise SystemExit(f"raytopic: no Ray cluster at {address!r}: {error}") from None
+        raise SystemExit(f"raytopic: no Ray cluster at {resolved!r}: {error}") from None
+
+
+def _cluster_address(address: str) -> str | None:
+    """``host:port`` of the cluster: ``address`` itself, or for "auto" RAY_ADDRESS,
+    else the address ``ray start`` wrote under Ray's temporary directory."""
+    if address != "auto":
+        return address
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    temp = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
+    with contextlib.suppress(OSError):
+        return temp.read_text().strip() or None
+    return None
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -165,49 +274,6 @@ def _bench(args: argparse.Namespace) -> int:
         **asdict(settings),
         report=lambda figure: print(format_figure(figure), flush=True),
     )
-    return 0
-
-
-def _list(args: argparse.Namespace) -> int:
-    _connect(args.address)
-    import raytopic as rt
-
-    names = rt.list_topics(namespace=args.namespace)
-    print(json.dumps(names) if args.json else "\n".join(names))
-    return 0
-
-
-def _describe(args: argparse.Namespace) -> int:
-    _connect(args.address)
-    import raytopic as rt
-
-    try:
-        stats = rt.get_topic(args.topic, namespace=args.namespace).describe()
-    except rt.TopicNotFoundError as error:
-        print(f"raytopic: {error}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(asdict(stats), default=str, indent=2))
-        return 0
-    print(f"topic {stats.name} (id {stats.topic_id})")
-    print(f"{'channel':>7} {'head':>10} {'tail':>10} {'size':>10} {'epoch':>5} {'pid':>8} state")
-    for channel in stats.channels:
-        # A channel that did not answer has no figures (None): shown as "-".
-        head, tail, size = (
-            "-" if figure is None else str(figure)
-            for figure in (channel.head, channel.tail, channel.size)
-        )
-        print(
-            f"{channel.channel:>7} {head:>10} {tail:>10} {size:>10} "
-            f"{channel.epoch:>5} {channel.pid:>8} {channel.state}"
-        )
-    for group in stats.groups.values():
-        print(
-            f"group {group.name}: generation {group.generation}, depth {group.depth}, "
-            f"unacked {group.unacked}, lag {group.lag}"
-        )
-        for member in group.members:
-            print(f"  member {member.member_id[:12]} channels {list(member.channels)}")
     return 0
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
 import raytopic as rt
+
+from tests.topic_helpers import get
 
 
 def _raytopic(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -89,16 +93,106 @@ def test_list_and_describe_show_a_topic(make_topic, ray_cluster: str) -> None:
     stats = json.loads(described.stdout)
     assert [c["channel"] for c in stats["channels"]] == [0, 1]
     assert sum(c["size"] for c in stats["channels"]) == 1
+    assert all(c["node_id"] and c["pid"] > 0 for c in stats["channels"])
     assert "audit" in stats["groups"]
+    # Options may follow the arguments; the table names each channel's node.
+    table = _raytopic("describe", "--address", ray_cluster, topic.name)
+    assert table.returncode == 0, table.stderr
+    assert "node" in table.stdout.splitlines()[1] and "group audit" in table.stdout
 
 
-def test_describe_of_a_missing_topic_exits_2(ray_session: None, ray_cluster: str) -> None:
-    result = _raytopic("describe", "no-such-topic-here", "--address", ray_cluster)
-    assert result.returncode == 2
-    assert "no topic 'no-such-topic-here'" in result.stderr
+def test_missing_topics_and_groups_exit_3(ray_session: None, ray_cluster: str, make_topic) -> None:
+    topic = make_topic(channels=1, groups=["g"])
+    for args in (
+        ["describe", "no-such-topic-here"],
+        ["tail", "no-such-topic-here", "-n", "1"],
+        ["groups", "no-such-topic-here"],
+        ["delete", "no-such-topic-here", "--yes"],
+        ["reset-group", topic.name, "no-such-group", "--to", "earliest"],
+        ["tail", topic.name, "--group", "no-such-group", "-n", "1"],
+    ):
+        result = _raytopic(*args, "--address", ray_cluster)
+        assert result.returncode == 3, (args, result.stdout, result.stderr)
+        assert "no-such" in result.stderr
+        assert result.stdout == ""
 
 
-@pytest.mark.parametrize("args", [["nonsense"], ["describe"]])
+def test_create_tail_groups_reset_and_delete_a_topic(ray_session: None, ray_cluster: str) -> None:
+    name = f"cli-{os.getpid()}"
+    created = _raytopic(
+        "create", name, "--channels", "2", "--capacity", "100", "--group", "a",
+        "--group", "b", "--retain", "--json", "--address", ray_cluster,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    assert sorted(json.loads(created.stdout)["groups"]) == ["a", "b"]
+    again = _raytopic("create", name, "--address", ray_cluster)
+    assert again.returncode == 1 and "exists" in again.stderr
+    topic = rt.get_topic(name)
+    try:
+        with topic.publisher() as publisher:
+            for i in range(10):
+                publisher.publish({"i": i}, key=str(i))
+
+        tailed = _raytopic("tail", name, "-n", "4", "--address", ray_cluster)
+        assert tailed.returncode == 0, tailed.stderr
+        lines = tailed.stdout.splitlines()
+        assert len(lines) == 4  # exactly N lines, one JSON value each
+        assert all(set(json.loads(line)) == {"i"} for line in lines)
+        everything = _raytopic("tail", name, "--json", "--address", ray_cluster)
+        records = [json.loads(line) for line in everything.stdout.splitlines()]
+        assert sorted(r["value"]["i"] for r in records) == list(range(10))
+        assert {"channel", "position", "timestamp", "value"} == set(records[0])
+
+        with topic.subscriber(group="a") as member:  # group a commits 3 on channel 0
+            got: list[rt.Element] = []
+            while len([e for e in got if e.channel == 0]) < 3:
+                got += get(member.receive_batch(100))
+            member.commit(0, [e for e in got if e.channel == 0][2].position)
+        from_group = _raytopic("tail", name, "--group", "a", "--json", "--address", ray_cluster)
+        positions = [json.loads(line) for line in from_group.stdout.splitlines()]
+        assert len(positions) == 10 - 3
+        assert min(r["position"] for r in positions if r["channel"] == 0) == 3
+
+        listed = _raytopic("groups", name, "--json", "--address", ray_cluster)
+        assert {g["name"] for g in json.loads(listed.stdout)} == {"a", "b"}
+        plain = _raytopic("groups", name, "--address", ray_cluster)
+        assert plain.stdout.splitlines()[0].split() == [
+            "group", "generation", "members", "depth", "unacked", "lag",
+        ]  # fmt: skip
+
+        reset = _raytopic(
+            "reset-group", name, "a", "--to", "0:0,1:1", "--json", "--address", ray_cluster
+        )
+        assert reset.returncode == 0, reset.stderr
+        assert json.loads(reset.stdout) == {"0": 0, "1": 1}
+        latest = _raytopic("reset-group", name, "b", "--to", "latest", "--address", ray_cluster)
+        assert latest.returncode == 0 and "channel 1" in latest.stdout
+        bad = _raytopic("reset-group", name, "a", "--to", "soon", "--address", ray_cluster)
+        assert bad.returncode == 2 and "ISO time" in bad.stderr
+
+        refused = _raytopic("delete", name, "--address", ray_cluster)
+        assert refused.returncode == 2 and "--yes" in refused.stderr
+        assert name in rt.list_topics()
+        deleted = _raytopic("delete", "--yes", name, "--address", ray_cluster)
+        assert deleted.returncode == 0, deleted.stderr
+        assert name not in rt.list_topics()
+    finally:
+        with contextlib.suppress(rt.TopicNotFoundError):
+            rt.get_topic(name).destroy()
+
+
+def test_an_unreachable_cluster_fails_fast_with_a_message() -> None:
+    started = time.monotonic()
+    result = _raytopic("list", "--address", "127.0.0.1:1", timeout=60)
+    assert time.monotonic() - started < 30
+    assert result.returncode == 1
+    assert "no Ray cluster answers at 127.0.0.1:1" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["nonsense"], ["describe"], ["tail", "t", "-n", "x"], ["create", "t", "--overflow", "x"]],
+)
 def test_bad_usage_exits_2(args: list[str]) -> None:
     result = _raytopic(*args)
     assert result.returncode == 2

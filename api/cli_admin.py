@@ -1,0 +1,179 @@
+"""The ``raytopic`` commands that look at and steer a running cluster's topics: list,
+create, describe, tail, groups, reset-group, delete. Each takes the parsed
+arguments (Ray already connected), prints, and returns its exit code; errors
+are raised and become exit codes in ``raytopic.cli``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import ray
+
+import raytopic as rt
+from raytopic.cli_tables import element_line, groups_table, to_json, topic_table
+from raytopic.errors import GroupNotFoundError, InvalidArgumentError
+
+__all__ = ["COMMANDS"]
+
+_TAIL_BATCH = 1000
+
+
+def list_topics(args: argparse.Namespace) -> int:
+    """Names of the namespace's topics."""
+    names = rt.list_topics(namespace=args.namespace)
+    print(to_json(names) if args.json else "\n".join(names))
+    return 0
+
+
+def create(args: argparse.Namespace) -> int:
+    """Make a topic (TopicExistsError: exit 1)."""
+    topic = rt.create_topic(
+        args.topic,
+        channels=args.channels,
+        capacity=args.capacity,
+        retain=args.retain,
+        ttl=args.ttl,
+        overflow=args.overflow,
+        store=args.store,
+        groups=args.group or (),
+        namespace=args.namespace,
+    )
+    if args.json:
+        print(to_json({"name": topic.name, "topic_id": topic.topic_id, **_settings(topic)}))
+    else:
+        settings = ", ".join(f"{key} {value}" for key, value in _settings(topic).items())
+        print(f"created topic {topic.name} ({settings})")
+    return 0
+
+
+def _settings(topic: rt.Topic) -> dict[str, Any]:
+    config = topic.config
+    return {
+        "channels": config.channels,
+        "capacity": config.capacity,
+        "retain": config.retain,
+        "ttl": config.ttl,
+        "overflow": config.overflow.value,
+        "groups": list(topic.groups()),
+    }
+
+
+def describe(args: argparse.Namespace) -> int:
+    """A topic's channels and groups."""
+    stats = _topic(args).describe()
+    print(to_json(stats) if args.json else topic_table(stats))
+    return 0
+
+
+def groups(args: argparse.Namespace) -> int:
+    """A topic's groups, one line each."""
+    stats = _topic(args).describe()
+    print(to_json(list(stats.groups.values())) if args.json else groups_table(stats))
+    return 0
+
+
+def tail(args: argparse.Namespace) -> int:
+    """Print elements, one JSON line each, without joining any group (an anonymous
+    subscriber, placed where ``--from`` or the group's commits say)."""
+    topic = _topic(args)
+    start = args.start
+    at = None if start in ("earliest", "latest") else _moment(start)
+    if args.group is not None and args.group not in topic.groups():
+        raise GroupNotFoundError(f"topic {topic.name!r} has no group {args.group!r}")
+    subscriber = topic.subscriber(
+        start="latest" if start == "latest" else "earliest",
+        complete_on_empty=not args.follow,
+    )
+    printed = 0
+    try:
+        if args.group is not None:
+            for channel, stats in enumerate(topic.describe().groups[args.group].channels):
+                subscriber.seek(channel, stats.committed)
+        elif at is not None:
+            for channel in range(topic.channel_count):
+                subscriber.seek(channel, at)
+        while args.n is None or printed < args.n:
+            wanted = _TAIL_BATCH if args.n is None else min(_TAIL_BATCH, args.n - printed)
+            batch = ray.get(subscriber.receive_batch(wanted))
+            if not batch and not args.follow:
+                break
+            for element in batch[:wanted]:
+                print(element_line(element, full=args.json), flush=args.follow)
+                printed += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        subscriber.close()
+    return 0
+
+
+def _moment(text: str) -> datetime:
+    """An ISO time (UTC when it names no zone)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"--from/--to must be earliest, latest or an ISO time, got {text!r}"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def reset_group(args: argparse.Namespace) -> int:
+    """Move a group's positions (Topic.reset_group)."""
+    topic = _topic(args)
+    positions = topic.reset_group(args.group, _reset_target(topic, args.to))
+    if args.json:
+        print(to_json({str(channel): p.sequence for channel, p in positions.items()}))
+    else:
+        for channel, position in sorted(positions.items()):
+            print(f"channel {channel}: next after {position.sequence}")
+    return 0
+
+
+def _reset_target(topic: rt.Topic, to: str) -> Any:
+    """earliest | latest | ISO time | CH:SEQ[,CH:SEQ...]."""
+    if to in ("earliest", "latest"):
+        return to
+    if ":" in to and all(part.count(":") == 1 for part in to.split(",")):
+        try:
+            pairs = [tuple(int(n) for n in part.split(":")) for part in to.split(",")]
+        except ValueError:
+            pairs = []
+        if pairs:
+            return {channel: topic.position(channel, sequence) for channel, sequence in pairs}
+    return _moment(to)
+
+
+def delete(args: argparse.Namespace) -> int:
+    """Destroy a topic, after ``--yes`` or the name typed at a terminal."""
+    topic = _topic(args)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("raytopic: not deleting without --yes (no terminal to ask)", file=sys.stderr)
+            return 2
+        answer = input(f"type {topic.name} to delete it and everything in it: ")
+        if answer.strip() != topic.name:
+            print("raytopic: not deleted", file=sys.stderr)
+            return 1
+    topic.destroy()
+    print(f"deleted topic {topic.name}")
+    return 0
+
+
+def _topic(args: argparse.Namespace) -> rt.Topic:
+    return rt.get_topic(args.topic, namespace=args.namespace)
+
+
+COMMANDS = {
+    "list": list_topics,
+    "create": create,
+    "describe": describe,
+    "tail": tail,
+    "groups": groups,
+    "reset-group": reset_group,
+    "delete": delete,
+}
+"""Each command's function, by name."""

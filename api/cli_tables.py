@@ -1,0 +1,112 @@
+"""What the ``raytopic`` command prints: the readable tables and the JSON of a topic's
+figures, in one place (new fields slot in here). No Ray."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from raytopic.records import Element, Position
+from raytopic.stats import GroupStats, TopicStats
+
+__all__ = ["element_line", "groups_table", "to_json", "topic_table"]
+
+
+def to_json(value: Any) -> str:
+    """``value`` as JSON: dataclasses as objects, Positions and datetimes as text."""
+    return json.dumps(_plain(value), default=str)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Position):
+        return value.sequence
+    if hasattr(value, "__dataclass_fields__"):
+        return _plain(asdict(value))
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def element_line(element: Element, *, full: bool) -> str:
+    """One line of ``tail``: the value as JSON, or (``full``) an object with the
+    channel, position and time stamp too."""
+    if not full:
+        return to_json(element.value)
+    return to_json(
+        {
+            "channel": element.channel,
+            "position": element.position.sequence,
+            "timestamp": element.timestamp,
+            "value": element.value,
+        }
+    )
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    cells = [header, *[["-" if cell is None else str(cell) for cell in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    )
+
+
+def topic_table(stats: TopicStats) -> str:
+    """``describe``: the channels (head, tail, size, epoch, node, pid, state), then each
+    group's members with their channels and its per-channel positions and counts."""
+    lines = [f"topic {stats.name} (id {stats.topic_id})"]
+    lines.append(
+        _table(
+            ["channel", "head", "tail", "size", "epoch", "node", "pid", "state"],
+            [
+                [c.channel, c.head, c.tail, c.size, c.epoch, c.node_id[:12], c.pid, c.state]
+                for c in stats.channels
+            ],
+        )
+    )
+    for group in stats.groups.values():
+        lines.append("")
+        lines.append(_group_title(group))
+        for member in group.members:
+            lines.append(f"  member {member.member_id[:12]}: channels {list(member.channels)}")
+        lines.append(
+            _table(
+                ["channel", "owner", "committed", "depth", "unacked", "lag"],
+                [
+                    [
+                        c.channel,
+                        (c.owner or "")[:12] or None,
+                        c.committed.sequence if c.has_commit else None,
+                        c.depth,
+                        c.unacked,
+                        c.lag,
+                    ]
+                    for c in group.channels
+                ],
+            )
+        )
+    return "\n".join(lines)
+
+
+def _group_title(group: GroupStats) -> str:
+    return (
+        f"group {group.name}: generation {group.generation}, {len(group.members)} member(s), "
+        f"depth {group.depth}, unacked {group.unacked}, lag {group.lag}"
+    )
+
+
+def groups_table(stats: TopicStats) -> str:
+    """``groups``: one row per group."""
+    return _table(
+        ["group", "generation", "members", "depth", "unacked", "lag"],
+        [
+            [g.name, g.generation, len(g.members), g.depth, g.unacked, g.lag]
+            for g in stats.groups.values()
+        ],
+    )
