@@ -34,6 +34,7 @@ import numpy as np
 import ray
 
 from raytopic.actors.cursors import Cursor, Lease, Lent
+from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.payloads import Payload, PickledValues
 from raytopic.actors.publisher_tracks import ACKS_KEPT, PublisherTrack
 from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSession, SessionSpec
@@ -216,7 +217,7 @@ class ChannelActor:
         self._loss_readers: set[str] = set()  # readers still to be told of it
         self._failure: str | None = None  # why the channel is fenced
         self._seeded = asyncio.Event()
-        self._restarted = _was_restarted()
+        self._restarted = was_restarted()
         try:
             self._recover()
         except Exception as error:
@@ -774,9 +775,10 @@ class ChannelActor:
 
         Versions only grow, with gaps (a batch with no rows for this channel
         skips it); one at or below the last one appended here appends
-        nothing and is answered with an empty ack (what THIS call appended). The (writer, version) pair is in the store record with the
-        rows, so this holds across a restart with a store. Writers whose id
-        starts with ``once:`` are never forgotten for idleness.
+        nothing and is answered with an empty ack (what THIS call appended).
+        The (writer, version) pair is in the store record with the rows, so
+        this holds across a restart with a store. Writers whose id starts
+        with ``once:`` are never forgotten for idleness.
         """
         track = self._publishers.get(writer_id)
         if track is not None and version <= track.last_batch:
@@ -1616,13 +1618,6 @@ class ChannelActor:
     def ping(self) -> int:
         """Cheap liveness probe; returns the channel number."""
         return self._channel
-
-
-def _was_restarted() -> bool:
-    """Whether this actor process is a restart of a channel that ran before."""
-    if not ray.is_initialized():  # the class used in-process (tests)
-        return False
-    return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 def _stamp_clock() -> float:

@@ -33,6 +33,7 @@ from typing import Any
 import ray
 
 from raytopic.actors.channel import channel_actor_class
+from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.wire import ReaderSpec
 from raytopic.config import TopicConfig
 from raytopic.coordinator.groups import Group, MemberView, Rebalance, recovered_groups
@@ -94,7 +95,7 @@ class CoordinatorActor:
         self._starting = False
         self._expiry_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
-        self._restarted = _was_restarted()
+        self._restarted = was_restarted()
 
     # -- life cycle ------------------------------------------------------------
 
@@ -578,11 +579,6 @@ class CoordinatorActor:
         if lock is None:
             lock = self._locks[group] = asyncio.Lock()
         return lock
-
-
-def _was_restarted() -> bool:
-    """Whether this actor process is a restart of a coordinator that ran before."""
-    return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 async def _create_named(options: Any, *args: Any) -> Any:

@@ -1,0 +1,46 @@
+"""Every script in ``examples/`` runs, as a user would run it, on the session's cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+EXPECTED = {
+    "publish_subscribe.py": "total 150.0",
+    "groups_and_commits.py": "a new member received the other 80",
+    "seek_and_reset.py": "after reset to earliest: 10 elements",
+    "ring_buffer.py": "read_many: ['item-3', 'item-4', 'item-5', 'item-6', 'item-7'] next 8",
+    "resequencer.py": "['B0', 'A0', 'A1', 'A2', 'B1']",
+    "spark_bridge.py": "as a Ray Dataset: 10000 rows",
+}
+"""A line each script prints when it did what it shows."""
+
+
+def test_every_example_is_checked_here() -> None:
+    assert sorted(path.name for path in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if "spark" in name else name
+        for name in sorted(EXPECTED)
+    ],
+)
+def test_the_example_runs(script: str, ray_cluster: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)],
+        env={**os.environ, "RAY_ADDRESS": ray_cluster},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert EXPECTED[script] in done.stdout
