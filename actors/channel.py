@@ -33,6 +33,8 @@ import cloudpickle
 import numpy as np
 import ray
 
+from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
+from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.cursors import Cursor, Lease, Lent
 from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.payloads import Payload, PickledValues
@@ -218,6 +220,8 @@ class ChannelActor:
         self._failure: str | None = None  # why the channel is fenced
         self._seeded = asyncio.Event()
         self._restarted = was_restarted()
+        self._metrics = ChannelMetrics(config.name, channel)
+        self._metrics_task: asyncio.Task[None] | None = None
         try:
             self._recover()
         except Exception as error:
@@ -721,6 +725,7 @@ class ChannelActor:
             statuses: Reply with a StatusBatch (``publish_batch``) instead of an ack.
             payload: The values: pickled values, or Arrow rows.
         """
+        arrived = time.perf_counter()
         payload = _check_payload(payload)
         track = self._publishers.get(publisher_id)
         if track is not None and batch <= track.last_batch:
@@ -757,6 +762,8 @@ class ChannelActor:
         # Outside the turn: the publisher's next batch is written meanwhile, and
         # one fdatasync covers both.
         await self._durable(change)
+        self._metrics.appended(time.perf_counter() - arrived)
+        self._ensure_metrics_task()
         track = self._publishers.setdefault(publisher_id, PublisherTrack())
         track.remember(batch, ack)
         if (
@@ -898,6 +905,7 @@ class ChannelActor:
         store = self._store
         if store is None:
             first = ring.append(payload, overwrite=overwrite)
+            self._metrics.published(len(payload), payload.nbytes)
             self._appended()
             return first, ring.stamp_of_last_append(), None
         first = ring.tail + 1 + self._pending_count
@@ -949,11 +957,28 @@ class ChannelActor:
             self._pending_count -= len(entry.payload)
             # Room was reserved when it was stored; it is durable: it must show.
             self._ring.append(entry.payload, overwrite=True, stamp=entry.stamp)
+            self._metrics.published(len(entry.payload), entry.payload.nbytes)
             appended = True
         if appended:
             if self._ring.head != head:  # "overwrite" dropped the oldest
                 self._release_store()
             self._appended()
+
+    def _ensure_metrics_task(self) -> None:
+        """Start the group gauges' refresh (once; after a publish, when there is
+        something to measure). It ends with the actor."""
+        if self._metrics_task is None or self._metrics_task.done():
+            self._metrics_task = asyncio.ensure_future(self._refresh_group_metrics())
+
+    async def _refresh_group_metrics(self) -> None:
+        """Background: each group's lag and depth here, every few seconds."""
+        while True:
+            tail = self._ring.tail
+            self._metrics.groups(
+                (group, max(0, tail - cursor.committed), max(0, tail - cursor.next + 1))
+                for group, cursor in self._groups.items()
+            )
+            await asyncio.sleep(METRICS_REFRESH_INTERVAL)
 
     def _ensure_sync_task(self) -> None:
         """With ``sync`` a number of seconds: start the background sync (once)."""
@@ -1113,6 +1138,11 @@ class ChannelActor:
             next_sequence = max(next_sequence, cursor.next)
         last_delivered = _last_sequence(chunks) if chunks else cursor.next - 1
         if chunks:
+            self._metrics.delivered(
+                sum(len(chunk.payload) for chunk in chunks),
+                sum(chunk.payload.nbytes for chunk in chunks),
+                time.time() - chunks[0].stamp,
+            )
             cursor.delivered(last_delivered, next_sequence)
             if token is not None:
                 cursor.lent = Lent(token, chunks[0].first, next_sequence)
@@ -1353,6 +1383,7 @@ class ChannelActor:
             return CommitResult(self._channel, position, CommitStatus.NOT_OWNER)
         status = cursor.commit(sequence, self._ring.tail)
         if status is CommitStatus.COMMITTED:
+            self._metrics.committed()
             self._commits_moved()
             await self._save_state()
         return CommitResult(self._channel, position, status)

@@ -96,6 +96,7 @@ class CoordinatorActor:
         self._expiry_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._restarted = was_restarted()
+        self._rebalances = _rebalance_counter(config.name)
 
     # -- life cycle ------------------------------------------------------------
 
@@ -323,6 +324,7 @@ class CoordinatorActor:
                     for channel, lease in change.grants.items()
                 )
             )
+            self._rebalances.inc(tags={"group": state.name})
             logger.info(
                 "group %s of %s: generation %d, channels moved: %s",
                 state.name,
@@ -579,6 +581,27 @@ class CoordinatorActor:
         if lock is None:
             lock = self._locks[group] = asyncio.Lock()
         return lock
+
+
+def _rebalance_counter(topic: str) -> Any:
+    """``raytopic_rebalances`` (Ray metric, tagged topic and group): each change of
+    a group's channel owners. A no-op outside Ray (the class used in-process)."""
+    if not ray.is_initialized():
+        return _NoCounter()
+    from ray.util.metrics import Counter
+
+    counter = Counter(
+        "raytopic_rebalances",
+        description="Changes of a group's channel owners",
+        tag_keys=("topic", "group"),
+    )
+    counter.set_default_tags({"topic": topic})
+    return counter
+
+
+class _NoCounter:
+    def inc(self, value: float = 1.0, tags: dict[str, str] | None = None) -> None:
+        pass
 
 
 async def _create_named(options: Any, *args: Any) -> Any:

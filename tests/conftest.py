@@ -56,6 +56,12 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+METRICS_PORT = _free_port()
+"""Where the session's head exports its Prometheus metrics."""
+# Ray reports metrics to the exporter every 10 s by default: a test would wait.
+os.environ.setdefault("RAY_metrics_report_interval_ms", "500")
+
+
 def _start_head() -> tuple[subprocess.Popen[bytes], str, Path]:
     port = _free_port()
     log = Path(tempfile.mkdtemp(prefix="raytopic-head-")) / "ray-start.log"
@@ -67,6 +73,7 @@ def _start_head() -> tuple[subprocess.Popen[bytes], str, Path]:
             "--head",
             "--block",
             f"--port={port}",
+            f"--metrics-export-port={METRICS_PORT}",
             "--num-cpus=2",
             "--include-dashboard=false",
             "--disable-usage-stats",
@@ -122,6 +129,14 @@ def _stop_cluster(process: subprocess.Popen[bytes], address: str) -> None:
     )
     for survivor in alive:
         survivor.kill()
+
+
+@pytest.fixture(scope="session")
+def metrics_url(ray_cluster: str) -> str:
+    """The session cluster's Prometheus endpoint (started here, not with RAY_ADDRESS)."""
+    if os.environ.get("RAY_ADDRESS"):
+        pytest.skip("the metrics port of a cluster given by RAY_ADDRESS is unknown")
+    return f"http://127.0.0.1:{METRICS_PORT}/metrics"
 
 
 @pytest.fixture(scope="session")

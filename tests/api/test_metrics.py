@@ -1,0 +1,90 @@
+"""A topic's Ray metrics, scraped from the session cluster's Prometheus endpoint
+(``ray start --head --metrics-export-port=...``)."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable
+
+import raytopic as rt
+
+from tests.topic_helpers import drain_group, publish_all
+
+_SAMPLE = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def _scrape(url: str, topic: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The samples of ``topic``'s series, by metric name."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+    for line in text.splitlines():
+        found = _SAMPLE.match(line)
+        if not found or "raytopic" not in found.group(1):
+            continue
+        labels = dict(_LABEL.findall(found.group(2)))
+        if labels.get("topic") == topic:
+            samples[found.group(1)].append((labels, float(found.group(3))))
+    return samples
+
+
+def _total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
+    return sum(value for _, value in samples.get(name, ()))
+
+
+def _eventually(check: Callable[[], object], timeout: float = 30.0) -> None:
+    """Metrics reach the exporter on Ray's report interval: poll until they show."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            check()
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_published_delivered_committed_and_group_lag_reach_prometheus(
+    make_topic: Callable[..., rt.Topic], metrics_url: str
+) -> None:
+    topic = make_topic(channels=2, groups=["g"])
+    statuses = publish_all(topic, [{"i": i} for i in range(100)], key=None)
+    per_channel = {c: sum(s.channel == c for s in statuses) for c in (0, 1)}
+    received = drain_group(topic, "g", 100)
+    assert len(received) == 100
+    with topic.subscriber(group="g") as member:
+        for channel in (0, 1):
+            last = max(e.position for e in received if e.channel == channel)
+            assert member.commit(channel, last).status is rt.CommitStatus.COMMITTED
+
+    def settled() -> None:
+        samples = _scrape(metrics_url, topic.name)
+        published = {
+            labels["channel"]: value
+            for labels, value in samples["ray_raytopic_published_elements_total"]
+        }
+        assert published == {str(c): float(n) for c, n in per_channel.items()}
+        assert _total(samples, "ray_raytopic_delivered_elements_total") == 100
+        assert _total(samples, "ray_raytopic_published_bytes_total") > 0
+        assert _total(samples, "ray_raytopic_commits_total") == 2
+        assert _total(samples, "ray_raytopic_append_latency_seconds_count") >= 2
+        assert _total(samples, "ray_raytopic_receive_latency_seconds_count") >= 2
+        assert _total(samples, "ray_raytopic_rebalances_total") >= 1
+        lag = samples["ray_raytopic_group_lag"]
+        assert {labels["group"] for labels, _ in lag} == {"g"}
+        assert sum(value for _, value in lag) == 0  # everything committed
+
+    _eventually(settled)
+
+    publish_all(topic, [{"i": i} for i in range(10)])  # published, not yet received
+
+    def behind() -> None:
+        samples = _scrape(metrics_url, topic.name)
+        assert _total(samples, "ray_raytopic_group_lag") == 10
+        assert _total(samples, "ray_raytopic_group_depth") == 10
+
+    _eventually(behind)
