@@ -69,6 +69,7 @@ from raytopic.errors import (
     SubscriberClosedError,
     TopicError,
     TopicFullError,
+    TopicNotFoundError,
 )
 from raytopic.naming import channel_actor_name
 from raytopic.records import CommitResult, CommitStatus, Position, _Origin
@@ -100,6 +101,9 @@ _PUBLISHER_SWEEP_S = 60.0
 
 _STOPPED_TAKES_KEPT = 10_000
 """Stop requests remembered for fetches that have not arrived (yet, or ever)."""
+
+_END_RECEIVES_TIMEOUT = 1.0
+"""Seconds a destroy waits for the receives it ended to answer."""
 
 _SEED_TIMEOUT = 30.0
 """Seconds a call to a channel restarted without a store waits for the coordinator
@@ -222,6 +226,7 @@ class ChannelActor:
         self._restarted = was_restarted()
         self._metrics = ChannelMetrics(config.name, channel)
         self._metrics_task: asyncio.Task[None] | None = None
+        self._receiving = 0  # receive calls running here
         try:
             self._recover()
         except Exception as error:
@@ -1644,7 +1649,22 @@ class ChannelActor:
         knows it; the session keeps the newest it has seen.
         """
         session = self._session(reader_id, view)
-        return await session.receive(stream, number, max_count, single, spread, here_only)
+        self._receiving += 1
+        try:
+            return await session.receive(stream, number, max_count, single, spread, here_only)
+        finally:
+            self._receiving -= 1
+
+    async def end_receives(self, reason: str) -> None:
+        """The topic is being destroyed: every waiting receive here raises
+        TopicNotFoundError(``reason``) instead of dying with the actor (a destroy
+        is an expected end). Returns once they have answered, or after a second."""
+        error = TopicNotFoundError(reason)
+        for session in self._sessions.values():
+            session.close(error)
+        deadline = time.monotonic() + _END_RECEIVES_TIMEOUT
+        while self._receiving and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     def ping(self) -> int:
         """Cheap liveness probe; returns the channel number."""

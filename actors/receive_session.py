@@ -198,6 +198,7 @@ class ReceiveSession:
                 on_ready=lambda: loop.call_soon_threadsafe(self._poke),
             )
         self._wake = asyncio.Event()
+        self._end_error: TopicError | None = None  # what receives raise once closed
         # In a restarted channel, handles come with their receive numbering under
         # way: a stream's first number is taken after a short wait for lower ones.
         self._turns = Turns(unknown_start=_RESTART_TURN_WAIT if restarted else None)
@@ -258,9 +259,11 @@ class ReceiveSession:
             self._interrupted[stream] = upto
         self._poke()
 
-    def close(self) -> None:
-        """End the session: waiting receives complete empty, watchers and fetches stop."""
+    def close(self, error: TopicError | None = None) -> None:
+        """End the session: waiting receives complete empty (or raise ``error``: the
+        topic is being destroyed), watchers and fetches stop."""
         self.closed = True
+        self._end_error = error
         for task in self._watchers.values():
             task.cancel()
         self._watchers.clear()
@@ -378,6 +381,8 @@ class ReceiveSession:
             fetched = self._use_fetched(min(max_count, max(room, 0)))
             if fetched:
                 return ReceivedBatch(fetched, single)
+        if self.closed and self._end_error is not None:
+            raise self._end_error
         return ReceivedBatch((), single)
 
     async def settle(self, stream: str, upto: int) -> None:

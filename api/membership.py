@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raytopic.errors import GroupNotFoundError, unwrap_ray_error
+from raytopic.errors import GroupNotFoundError, TopicNotFoundError, unwrap_ray_error
 from raytopic.records import OwnershipChange
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ class Heartbeats:
             try:
                 with unwrap_ray_error():
                     view = pending.result()
-            except (GroupNotFoundError, ray.exceptions.ActorDiedError):
+            except (GroupNotFoundError, TopicNotFoundError, ray.exceptions.ActorDiedError):
                 self._stop.set()  # the group or the topic is gone: nothing to keep alive
                 return False
             except Exception as error:

@@ -25,6 +25,7 @@ from the channels (``recovered_groups``) before it answers any call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from raytopic.errors import (
     InvalidArgumentError,
     ResetInProgressError,
     TopicError,
+    TopicNotFoundError,
 )
 from raytopic.naming import channel_actor_name
 
@@ -97,6 +99,7 @@ class CoordinatorActor:
         self._watch_task: asyncio.Task[None] | None = None
         self._restarted = was_restarted()
         self._rebalances = _rebalance_counter(config.name)
+        self._destroyed: str | None = None  # why calls now fail (set by shutdown)
 
     # -- life cycle ------------------------------------------------------------
 
@@ -205,6 +208,16 @@ class CoordinatorActor:
             if task is not None:
                 task.cancel()
         self._expiry_task = self._watch_task = None
+        # Members' long polls and receives waiting for data answer "destroyed"
+        # rather than dying with the actors (then the kill).
+        self._destroyed = f"topic {self._config.name!r} was destroyed"
+        for group in self._groups:
+            self._polls.changed(group)
+        ended = [
+            handle.end_receives.remote(f"topic {self._config.name!r} was destroyed")
+            for handle in self._channels
+        ]
+        await asyncio.wait([asyncio.ensure_future(_quietly(ref)) for ref in ended], timeout=2.0)
         for handle in self._channels:
             ray.kill(handle, no_restart=True)
         self._channels = []
@@ -308,11 +321,17 @@ class CoordinatorActor:
         await self._up()
         state = self._group(group)
         now = time.monotonic() - max(0.0, idle)
+        self._check_not_destroyed()
         alive = state.touch(member_id, now) if touch else member_id in state.members
         if alive and wait > 0:
             await self._polls.wait(group, member_id, known_version, state.version, wait)
+            self._check_not_destroyed()
             state = self._group(group)  # GroupNotFoundError if destroyed meanwhile
         return state.view(member_id)
+
+    def _check_not_destroyed(self) -> None:
+        if self._destroyed is not None:
+            raise TopicNotFoundError(self._destroyed)
 
     async def _apply(self, state: Group, change: Rebalance) -> None:
         """Push new leases to the channels, then the new views (to every channel
@@ -581,6 +600,11 @@ class CoordinatorActor:
         if lock is None:
             lock = self._locks[group] = asyncio.Lock()
         return lock
+
+
+async def _quietly(ref: Any) -> None:
+    with contextlib.suppress(Exception):  # a channel already gone needs nothing
+        await ref
 
 
 def _rebalance_counter(topic: str) -> Any:

@@ -303,3 +303,39 @@ def test_a_bad_packed_request_gets_a_typed_error_and_the_channel_lives_on(
         with pytest.raises(rt.InvalidArgumentError):
             ray.get(channel.request.remote(packed), timeout=30)
     assert _drain(topic) == ["kept"]
+
+
+_DESTROY_WHILE_RECEIVING = """
+import sys, time, ray, raytopic as rt
+ray.init(address=sys.argv[1])  # with the actors' logs, as a user's driver has them
+topic = rt.create_topic(sys.argv[2], channels=3, groups=["g"])
+member, watcher = topic.subscriber(group="g"), topic.subscriber()
+waiting = [member.receive(), watcher.receive_batch(10)]
+time.sleep(1.0)
+topic.destroy()
+for ref in waiting:
+    try:
+        ray.get(ref, timeout=30)
+        print("ANSWERED")
+    except rt.TopicNotFoundError as error:  # Ray's wrapper is an instance of it too
+        print("TYPED", getattr(error, "cause", error))
+time.sleep(2.0)  # room for any late log line to arrive
+"""
+
+
+def test_destroy_ends_waiting_receives_with_a_typed_error_and_logs_nothing(
+    ray_cluster: str, unique_name: Callable[[str], str]
+) -> None:
+    name = unique_name("destroyed")
+    done = subprocess.run(
+        [sys.executable, "-c", _DESTROY_WHILE_RECEIVING, ray_cluster, name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(f"TYPED topic {name!r} was destroyed") == 2, done.stdout
+    output = done.stdout + done.stderr
+    for noise in ("ActorDiedError", "died unexpectedly", "Traceback", "failed", "ERROR"):
+        assert noise not in output, output
