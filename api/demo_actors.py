@@ -105,7 +105,7 @@ class Consumer:
         while not self._stopped:
             batch = ray.get(subscriber.receive_batch(_BATCH))
             if not batch:
-                ray.get(self._ledger.counted.remote())  # a pause, without spinning
+                time.sleep(0.05)  # nothing now (its channels are empty, or moving)
                 continue
             while not self._stopped and not ray.get(self._ledger.is_open.remote()):
                 time.sleep(0.05)  # held, with the batch received and not committed

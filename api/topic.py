@@ -20,7 +20,7 @@ from raytopic.errors import (
     TopicNotFoundError,
     unwrap_ray_error,
 )
-from raytopic.naming import coordinator_actor_name, topic_of_actor_name
+from raytopic.naming import channel_actor_name, coordinator_actor_name, topic_of_actor_name
 from raytopic.records import Position
 from raytopic.stats import TopicStats, topic_stats
 
@@ -150,18 +150,18 @@ def _is_being_destroyed(config: TopicConfig) -> bool:
     return False
 
 
-def _wait_dead(actor: Any, timeout: float = _NAME_RELEASE_TIMEOUT) -> None:
-    """Wait until a killed actor is dead (bounded: a kill is not synchronous)."""
+def _wait_released(name: str, namespace: str, timeout: float = _NAME_RELEASE_TIMEOUT) -> None:
+    """Wait until a killed actor's name is free, which it is once the actor is dead
+    (bounded: a kill is not synchronous). Asked of the GCS by name: a call to the
+    actor itself would make Ray log that it retries the call."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            ray.get(actor.__ray_ready__.remote(), timeout=max(0.1, deadline - time.monotonic()))
-        except ray.exceptions.RayActorError:
+            ray.get_actor(name, namespace=namespace)
+        except ValueError:
             return
-        except ray.exceptions.GetTimeoutError:
-            break
         time.sleep(0.01)
-    logger.warning("actor %s still alive %.0f s after ray.kill", actor, timeout)
+    logger.warning("actor %s still alive %.0f s after ray.kill", name, timeout)
 
 
 def _warn_if_different(existing: TopicConfig, asked: TopicConfig) -> None:
@@ -394,8 +394,9 @@ class Topic:
         actors = (*self._channel_actors, self._coordinator)
         for actor in actors:
             ray.kill(actor, no_restart=True)
-        for actor in actors:
-            _wait_dead(actor)
+        names = [channel_actor_name(self.name, c) for c in range(self.channel_count)]
+        for name in (*names, coordinator_actor_name(self.name)):
+            _wait_released(name, self.namespace)
 
     # -- helpers -------------------------------------------------------------------
 
