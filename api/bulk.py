@@ -17,7 +17,6 @@ Spark worker), straight from the channel actor.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -43,7 +42,7 @@ from raytopic.errors import (
     InvalidTypeError,
     unwrap_ray_error,
 )
-from raytopic.records import Position, PublishSummary
+from raytopic.records import Position
 
 if TYPE_CHECKING:
     from raytopic.topic import Topic
@@ -203,18 +202,6 @@ class BulkWriter:
         if ack.accepted:
             self._rows[channel] = self._rows.get(channel, 0) + ack.accepted
             self._bytes += nbytes if ack.accepted == rows else nbytes * ack.accepted // rows
-
-
-def write_tables(
-    topic: Topic, tables: Iterable[pa.Table], key: str | None, writer_id: str
-) -> PublishSummary:
-    """Append ``tables`` through one :class:`BulkWriter` (in this process)."""
-    started = time.perf_counter()
-    writer = BulkWriter(topic, writer_id)
-    for table in tables:
-        writer.write(table, key)
-    rows, nbytes = writer.close()
-    return PublishSummary.total([(rows, nbytes)], time.perf_counter() - started)
 
 
 # -- reading ---------------------------------------------------------------------------
