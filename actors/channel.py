@@ -970,16 +970,17 @@ class ChannelActor:
             self._appended()
 
     def _ensure_metrics_task(self) -> None:
-        """Start the group gauges' refresh (once; after a publish, when there is
-        something to measure). It ends with the actor."""
+        """Start the metrics reports (once; after a publish, when there is
+        something to measure). They end with the actor."""
         if self._metrics_task is None or self._metrics_task.done():
-            self._metrics_task = asyncio.ensure_future(self._refresh_group_metrics())
+            self._metrics_task = asyncio.ensure_future(self._report_metrics())
 
-    async def _refresh_group_metrics(self) -> None:
-        """Background: each group's lag and depth here, every few seconds."""
+    async def _report_metrics(self) -> None:
+        """Background: hand Ray the counts, and each group's lag and depth here,
+        every few seconds."""
         while True:
             tail = self._ring.tail
-            self._metrics.groups(
+            self._metrics.report(
                 (group, max(0, tail - cursor.committed), max(0, tail - cursor.next + 1))
                 for group, cursor in self._groups.items()
             )

@@ -8,14 +8,19 @@ channels for a group's lag (``sum by (group) (ray_raytopic_group_lag)``).
   and anonymous subscribers).
 - ``raytopic_commits``: commits that moved a position.
 - ``raytopic_append_latency_seconds``: a publisher batch's call, from its arrival
-  to its acknowledgement (the store's sync included).
-- ``raytopic_receive_latency_seconds``: from an element's append to its delivery.
+  to its acknowledgement (the store's sync included); sampled.
+- ``raytopic_receive_latency_seconds``: from an element's append to its delivery;
+  sampled.
 - ``raytopic_group_lag`` / ``raytopic_group_depth``: per group, elements not yet
-  committed / not yet delivered here (refreshed by the channel's metrics task).
+  committed / not yet delivered here.
+
+The channel's metrics task hands Ray the counts and gauges every
+``REFRESH_INTERVAL`` seconds; the hot path only adds to plain ints.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,7 +29,19 @@ import ray
 __all__ = ["ChannelMetrics", "REFRESH_INTERVAL"]
 
 REFRESH_INTERVAL = 2.0
-"""Seconds between refreshes of the group gauges."""
+"""Seconds between reports to Ray (counters and group gauges)."""
+
+SAMPLE_INTERVAL = 0.01
+"""Latency histograms take at most one observation per this many seconds per channel
+(an unbiased sample of the busy periods, at a bounded cost)."""
+
+_COUNTERS = {
+    "published": ("published_elements", "Elements appended"),
+    "published_bytes": ("published_bytes", "Bytes appended"),
+    "delivered": ("delivered_elements", "Elements taken by readers"),
+    "delivered_bytes": ("delivered_bytes", "Bytes taken by readers"),
+    "commits": ("commits", "Commits that moved a position"),
+}
 
 _LATENCY_BOUNDARIES = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
 
@@ -35,6 +52,10 @@ class ChannelMetrics:
 
     def __init__(self, topic: str, channel: int) -> None:
         self._tags = {"topic": topic, "channel": str(channel)}
+        # Counted here, handed to Ray by report(): a Ray metric call costs tens
+        # of microseconds, too much for every append and take.
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+        self._append_sampled = self._receive_sampled = float("-inf")
         self._live = ray.is_initialized()
         if not self._live:
             return
@@ -54,11 +75,10 @@ class ChannelMetrics:
             metric.set_default_tags(self._tags)
             return metric
 
-        self._published = counter("raytopic_published_elements", "Elements appended")
-        self._published_bytes = counter("raytopic_published_bytes", "Bytes appended")
-        self._delivered = counter("raytopic_delivered_elements", "Elements taken by readers")
-        self._delivered_bytes = counter("raytopic_delivered_bytes", "Bytes taken by readers")
-        self._commits = counter("raytopic_commits", "Commits that moved a position")
+        self._counters = {
+            name: counter(f"raytopic_{metric}", description)
+            for name, (metric, description) in _COUNTERS.items()
+        }
         self._append_latency = histogram(
             "raytopic_append_latency_seconds", "A publisher batch, arrival to acknowledgement"
         )
@@ -75,32 +95,40 @@ class ChannelMetrics:
 
     def published(self, count: int, nbytes: int) -> None:
         """``count`` elements of ``nbytes`` became visible."""
-        if self._live:
-            self._published.inc(count)
-            self._published_bytes.inc(nbytes)
+        self._counts["published"] += count
+        self._counts["published_bytes"] += nbytes
 
     def appended(self, seconds: float) -> None:
-        """A publisher batch was acknowledged ``seconds`` after it arrived."""
-        if self._live:
+        """A publisher batch was acknowledged ``seconds`` after it arrived (sampled)."""
+        now = time.monotonic()
+        if self._live and now - self._append_sampled >= SAMPLE_INTERVAL:
+            self._append_sampled = now
             self._append_latency.observe(seconds)
 
     def delivered(self, count: int, nbytes: int, waited: float) -> None:
-        """``count`` elements were taken; the oldest had waited ``waited`` seconds."""
-        if self._live and count:
-            self._delivered.inc(count)
-            self._delivered_bytes.inc(nbytes)
+        """``count`` elements were taken; the oldest had waited ``waited`` seconds
+        (sampled)."""
+        self._counts["delivered"] += count
+        self._counts["delivered_bytes"] += nbytes
+        now = time.monotonic()
+        if self._live and count and now - self._receive_sampled >= SAMPLE_INTERVAL:
+            self._receive_sampled = now
             self._receive_latency.observe(max(0.0, waited))
 
     def committed(self) -> None:
         """A commit moved a position."""
-        if self._live:
-            self._commits.inc()
+        self._counts["commits"] += 1
 
-    def groups(self, figures: Iterable[tuple[str, int, int]]) -> None:
-        """Each group's (name, lag, depth) at this channel."""
+    def report(self, groups: Iterable[tuple[str, int, int]]) -> None:
+        """Hand Ray what was counted since the last report, and each group's
+        (name, lag, depth) at this channel."""
         if not self._live:
             return
-        for group, lag, depth in figures:
+        for name, count in self._counts.items():
+            if count:
+                self._counters[name].inc(count)
+                self._counts[name] = 0
+        for group, lag, depth in groups:
             tags = {**self._tags, "group": group}
             self._lag.set(lag, tags=tags)
             self._depth.set(depth, tags=tags)
