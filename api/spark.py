@@ -123,14 +123,14 @@ def channel_column(df: DataFrame, key: str | None, channel_count: int) -> Column
     from pyspark.sql import types as T
 
     _check_dataframe(df)
+    if _CHANNEL in df.columns:  # it would be overwritten, then dropped from every row
+        raise InvalidArgumentError(f"{_CHANNEL!r} is a column name raytopic needs")
     # Row by row within each Spark partition (the id counts rows in a partition).
     turn = F.pmod(F.monotonically_increasing_id(), F.lit(channel_count))
     if key is None:
         return turn.cast("int")
     if not isinstance(key, str) or key not in df.columns:
         raise InvalidArgumentError(f"key {key!r} is not a column: {df.columns}")
-    if _CHANNEL in df.columns:
-        raise InvalidArgumentError(f"{_CHANNEL!r} is a column name raytopic needs")
     kind = df.schema[key].dataType
     column = F.col(key)
     if isinstance(kind, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType)):
@@ -327,10 +327,8 @@ class StreamingSink:
         # All of a channel's rows in one partition: one append per channel.
         routed = routed.repartition(self._channel_count, _CHANNEL)
         job = _AppendPartition(self._address, f"once:{query_id}", batch_id, self._block_timeout)
-        summary = _summary(routed.mapInArrow(job, _SUMMARY_SCHEMA).collect(), 0.0)
-        self.last_summary = PublishSummary(
-            summary.rows, summary.rows_per_channel, summary.bytes, time.perf_counter() - started
-        )
+        rows = routed.mapInArrow(job, _SUMMARY_SCHEMA).collect()
+        summary = self.last_summary = _summary(rows, time.perf_counter() - started)
         logger.info(
             "micro-batch %d of query %s into topic %r: %d rows appended",
             batch_id,

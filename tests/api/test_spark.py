@@ -216,6 +216,9 @@ def test_bad_inputs_get_typed_errors_and_change_nothing(
         rs.publish_dataframe(topic, df, key="nope")
     with pytest.raises(rt.InvalidTypeError):
         rs.publish_dataframe(topic, [1, 2], key=None)  # type: ignore[arg-type]
+    reserved = df.withColumn("__raytopic_channel", F.lit(1))
+    with pytest.raises(rt.InvalidArgumentError, match="__raytopic_channel"):
+        rs.publish_dataframe(topic, reserved)  # without a key too: never dropped silently
     full = make_topic(channels=1, capacity=5, overflow="fail")
     with pytest.raises(rt.TopicFullError):  # the writer's typed error, not Spark's text
         rs.publish_dataframe(full, spark.range(20, numPartitions=1))
