@@ -41,6 +41,8 @@ from raytopic.actors.payloads import Payload, PickledValues
 from raytopic.actors.publisher_tracks import ACKS_KEPT, PublisherTrack
 from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSession, SessionSpec
 from raytopic.actors.segment_ring import Run, SegmentRing
+from raytopic.actors.shared_cursor import SharedCursor
+from raytopic.actors.shared_take import take_shared
 from raytopic.actors.stores.base import RingbufferStore, StoredBatch
 from raytopic.actors.stores.group_sync import GroupSync
 from raytopic.actors.stores.opening import open_store
@@ -61,6 +63,7 @@ from raytopic.errors import (
     ChannelFailedError,
     ChannelUnavailableError,
     DataLossError,
+    GroupModeError,
     GroupNotFoundError,
     InvalidArgumentError,
     NotOwnerError,
@@ -71,8 +74,9 @@ from raytopic.errors import (
     TopicFullError,
     TopicNotFoundError,
 )
-from raytopic.naming import channel_actor_name
-from raytopic.records import CommitResult, CommitStatus, Position, _Origin
+from raytopic.naming import channel_actor_name, coordinator_actor_name
+from raytopic.records import AckStatus, CommitResult, CommitStatus, Position, _Origin
+from raytopic.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +108,12 @@ _STOPPED_TAKES_KEPT = 10_000
 
 _END_RECEIVES_TIMEOUT = 1.0
 """Seconds a destroy waits for the receives it ended to answer."""
+
+_DEAD_LETTER_BATCH = 1000
+"""Elements one dead-letter append carries at most."""
+
+_DEAD_LETTER_TIMEOUT = 5.0
+"""Seconds a dead-letter append may wait for room; then it is tried again later."""
 
 _SEED_TIMEOUT = 30.0
 """Seconds a call to a channel restarted without a store waits for the coordinator
@@ -196,6 +206,13 @@ class ChannelActor:
         self._ring = SegmentRing(config.capacity, config.ttl, clock=_stamp_clock)
         self._readers: dict[str, _Reader] = {}
         self._groups: dict[str, Cursor] = {}
+        # Shared groups: their cursors, definitions and filters (see _take_shared).
+        self._shared: dict[str, SharedCursor] = {}
+        self._shared_specs: dict[str, SharedGroup] = {}
+        self._shared_filters: dict[str, Callable[[Any], bool] | None] = {}
+        self._shared_task: asyncio.Task[None] | None = None
+        self._dead_letter_channels: dict[str, Any] = {}  # dead-letter topic -> its channel
+        self._departed: dict[str, set[str]] = {}  # shared group -> members told gone
         self._publishers: dict[str, PublisherTrack] = {}
         self._publishers_swept = time.monotonic()
         self._publish_turns = Turns()
@@ -279,6 +296,9 @@ class ChannelActor:
             self._publish_turns.resume(pid, track.last_batch + 1)
         for group, saved in state.get("groups", {}).items():
             self._groups[group] = Cursor.from_state(saved, group=True)
+        for saved in state.get("shared", {}).values():
+            spec = pickle.loads(base64.b64decode(saved["spec"]))
+            self._add_shared(spec, SharedCursor.from_state(saved["cursor"]))
         self._evict_committed()
         self._group_marks = {g: (int(v), int(n)) for g, (v, n) in state.get("marks", {}).items()}
         for reader_id, saved in state.get("readers", {}).items():
@@ -340,6 +360,13 @@ class ChannelActor:
             "epoch": self._epoch,
             "next_sequence": self._ring.tail + 1 + self._pending_count,
             "groups": {group: cursor.to_state() for group, cursor in self._groups.items()},
+            "shared": {
+                group: {
+                    "spec": base64.b64encode(pickle.dumps(self._shared_specs[group])).decode(),
+                    "cursor": cursor.to_state(),
+                }
+                for group, cursor in self._shared.items()
+            },
             "marks": dict(self._group_marks),
             "publishers": {pid: track.to_state() for pid, track in self._publishers.items()},
             "readers": {
@@ -393,6 +420,7 @@ class ChannelActor:
         groups: dict[str, tuple[Lease | None, int, int]],
         views: dict[str, dict[str, tuple[int, dict[int, Lease]]]],
         readers: dict[str, ReaderSpec],
+        shared: dict[str, SharedGroup] | None = None,
     ) -> dict[str, Any]:
         """Restore a channel that restarted without a store (the coordinator calls it).
 
@@ -405,6 +433,8 @@ class ChannelActor:
             groups: Per group: (lease, view version, generation).
             views: Per group, the members' latest views.
             readers: The topic's open readers (subscribers).
+            shared: The shared groups' definitions (they start over at the new
+                epoch's first position).
         """
         if self._seeded.is_set():
             return self.identity()
@@ -416,9 +446,12 @@ class ChannelActor:
                 self._config.capacity, self._config.ttl, clock=_stamp_clock, first_sequence=first
             )
         for group, (lease, version, generation) in groups.items():
+            self._group_marks[group] = (version, generation)
+            if shared and group in shared:
+                self._add_shared(shared[group], SharedCursor.starting_at(first))
+                continue
             cursor = self._groups[group] = Cursor.starting_at(first)
             cursor.owner = lease
-            self._group_marks[group] = (version, generation)
         for group, members in views.items():
             self._member_views[group] = dict(members)
         for reader_id, spec in readers.items():
@@ -981,8 +1014,16 @@ class ChannelActor:
         while True:
             tail = self._ring.tail
             self._metrics.report(
-                (group, max(0, tail - cursor.committed), max(0, tail - cursor.next + 1))
-                for group, cursor in self._groups.items()
+                [
+                    *(
+                        (group, max(0, tail - cursor.committed), max(0, tail - cursor.next + 1))
+                        for group, cursor in self._groups.items()
+                    ),
+                    *(
+                        (group, max(0, tail - cursor.floor), cursor.depth(tail))
+                        for group, cursor in self._shared.items()
+                    ),
+                ]
             )
             await asyncio.sleep(METRICS_REFRESH_INTERVAL)
 
@@ -1033,7 +1074,7 @@ class ChannelActor:
             if spec.group is None:
                 start = self._ring.tail + 1 if spec.start_latest else self._ring.head
                 cursor = Cursor.starting_at(start)
-            elif spec.group not in self._groups:
+            elif spec.group not in self._groups and spec.group not in self._shared:
                 raise GroupNotFoundError(f"group {spec.group!r} does not exist")
             reader = _Reader(
                 reader_id,
@@ -1044,6 +1085,8 @@ class ChannelActor:
                 cloudpickle.loads(spec.resequence) if spec.resequence else None,
             )
             self._readers[reader_id] = reader
+        if reader.spec.group in self._shared:
+            return self._shared_state(reader, None, check=False)
         return self._state(self._cursor_of(reader, None, check=False))
 
     @_guarded
@@ -1056,6 +1099,8 @@ class ChannelActor:
         reader = self._readers.pop(reader_id, None)
         if reader is not None and reader.spec.group is not None:
             self._member_views.get(reader.spec.group, {}).pop(reader_id, None)
+            if reader.spec.group in self._shared:
+                self._release_member(reader.spec.group, reader_id, "its member closed")
         session = self._sessions.pop(reader_id, None)
         if session is not None:
             session.close()
@@ -1107,7 +1152,13 @@ class ChannelActor:
         *lent* until its session settles it (``settle_take``): meanwhile the
         reader's cursor serves no other take, so a give-back finds it where the
         fetch left it and the reader's order per channel holds across sessions.
+
+        A shared group's member takes what its group's cursor hands it
+        (:meth:`_take_shared`).
         """
+        shared_reader = self._readers.get(reader_id)
+        if shared_reader is not None and shared_reader.spec.group in self._shared:
+            return await self._take_shared(shared_reader, fence, max_count, wait, token)
         if wait > 0:
             if not await self._wait_for_data(reader_id, fence, wait, token):
                 max_count = 0
@@ -1241,8 +1292,7 @@ class ChannelActor:
         fetching.add(token)  # type: ignore[arg-type]
         try:
             while token not in self._stopped_takes:
-                cursor = self._cursor_of(self._reader(reader_id), fence)
-                if cursor.next <= self._ring.tail or cursor.next < self._ring.head:
+                if self._has_data(self._reader(reader_id), fence):
                     return True
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -1254,6 +1304,13 @@ class ChannelActor:
             fetching.discard(token)  # type: ignore[arg-type]
             if not fetching:
                 self._fetching.pop(reader_id, None)
+
+    def _has_data(self, reader: _Reader, fence: Any) -> bool:
+        """Whether the reader has an element to read here now."""
+        if reader.spec.group in self._shared:
+            return self._shared_state(reader, fence).available
+        cursor = self._cursor_of(reader, fence)
+        return cursor.next <= self._ring.tail or cursor.next < self._ring.head
 
     async def _unlent(
         self, reader_id: str, fence: Any, token: str | None
@@ -1300,6 +1357,9 @@ class ChannelActor:
         """A fetch's session used what the fetch took, up to ``give_back_from``
         (None: all); the rest is read again. False if a seek, reset or new owner
         voided it meanwhile."""
+        reader = self._readers.get(reader_id)
+        if reader is not None and reader.spec.group in self._shared:
+            return True  # a shared take lends nothing: its elements are held by the member
         cursor = self._owned_cursor(reader_id, fence)
         if cursor is None:
             return False
@@ -1339,10 +1399,25 @@ class ChannelActor:
             return None
 
     async def give_back(
-        self, reader_id: str, fence: Any, first: int, expected_next: int, jumps: int
+        self,
+        reader_id: str,
+        fence: Any,
+        first: int,
+        expected_next: int,
+        jumps: int,
+        entries: tuple[tuple[int, int], ...] = (),
     ) -> bool:
         """Undo a take nobody saw: move the cursor back to ``first`` if it still stands
-        where that take left it, with the same jump count (no seek or reset since)."""
+        where that take left it, with the same jump count (no seek or reset since).
+        A shared group's member gives back the ``entries`` (sequence, delivery
+        count) it was handed."""
+        reader = self._readers.get(reader_id)
+        if reader is not None and reader.spec.group in self._shared:
+            cursor_shared = self._shared[reader.spec.group]
+            given = [cursor_shared.give_back(s, reader_id, n) for s, n in entries]
+            if any(given):
+                self._notify()
+            return all(given)
         cursor = self._owned_cursor(reader_id, fence)
         if cursor is None or cursor.next != expected_next or cursor.jumps != jumps:
             return False
@@ -1357,11 +1432,17 @@ class ChannelActor:
         deadline = time.monotonic() + timeout
         while True:
             reader = self._reader(reader_id)
-            state = self._state(self._cursor_of(reader, fence))
+            shared = reader.spec.group in self._shared
+            if shared:
+                state = self._shared_state(reader, fence)
+            else:
+                state = self._state(self._cursor_of(reader, fence))
             left = deadline - time.monotonic()
             if state != known or left <= 0:
                 return state
-            await self._wait_change(min(left, _POLL_INTERVAL if self._config.ttl else left))
+            # A shared group's nack delays end with the clock, as TTLs do.
+            polled = self._config.ttl or shared
+            await self._wait_change(min(left, _POLL_INTERVAL) if polled else left)
 
     @_guarded
     def cursor_state(self, reader_id: str, fence: Any = None) -> CursorState:
@@ -1372,6 +1453,8 @@ class ChannelActor:
         what was removed is not "remaining".
         """
         reader = self._reader(reader_id)
+        if reader.spec.group in self._shared:
+            return self._shared_state(reader, fence, check=fence is not None)
         state = self._state(self._cursor_of(reader, fence, check=fence is not None))
         head = self._ring.head
         if state.next < head:
@@ -1384,6 +1467,7 @@ class ChannelActor:
 
         With a store, answered once the commit is on disk."""
         position = Position(self._config.topic_id, self._channel, sequence)
+        self._refuse_shared(reader_id, "commit")
         cursor = self._owned_cursor(reader_id, fence)
         if cursor is None:
             return CommitResult(self._channel, position, CommitStatus.NOT_OWNER)
@@ -1403,6 +1487,7 @@ class ChannelActor:
         ``target`` is a sequence ("next is the first after it") or, with
         ``by_time``, a time stamp ("next is the first published after it").
         """
+        self._refuse_shared(reader_id, "seek")
         reader = self._reader(reader_id)
         cursor = self._cursor_of(reader, fence)
         ring = self._ring
@@ -1418,8 +1503,11 @@ class ChannelActor:
 
     def _evict_committed(self) -> None:
         """With ``retain=False``: drop what every group committed."""
-        if not self._config.retain and self._groups:
-            lowest = min(cursor.committed for cursor in self._groups.values())
+        if not self._config.retain and (self._groups or self._shared):
+            lowest = min(
+                [cursor.committed for cursor in self._groups.values()]
+                + [cursor.floor for cursor in self._shared.values()]
+            )
             if self._ring.evict_to(lowest + 1):
                 logger.debug("channel %d released up to %d", self._channel, lowest)
 
@@ -1434,8 +1522,20 @@ class ChannelActor:
     # -- groups (called by the coordinator) ---------------------------------------
 
     @_guarded
-    async def ensure_group(self, group: str, start_latest: bool) -> CursorState:
-        """Create the group's cursor here if it does not exist yet."""
+    async def ensure_group(
+        self, group: str, start_latest: bool, shared: SharedGroup | None = None
+    ) -> CursorState:
+        """Create the group's cursor here if it does not exist yet (``shared``: a
+        shared group's, with its definition)."""
+        if shared is not None or group in self._shared:
+            if group in self._groups or shared is None:
+                raise GroupModeError(f"group {group!r} exists in the other mode")
+            if group not in self._shared:
+                start = self._ring.tail + 1 if start_latest else self._ring.head
+                self._add_shared(shared, SharedCursor.starting_at(start))
+                await self._save_state()
+            cursor_shared = self._shared[group]
+            return CursorState(cursor_shared.next, cursor_shared.floor, self._ring.tail, 0)
         cursor = self._groups.get(group)
         if cursor is None:
             start = self._ring.tail + 1 if start_latest else self._ring.head
@@ -1447,6 +1547,9 @@ class ChannelActor:
     async def destroy_group(self, group: str) -> None:
         """Forget a group: its positions and the retention it held."""
         self._groups.pop(group, None)
+        self._shared.pop(group, None)
+        self._shared_specs.pop(group, None)
+        self._shared_filters.pop(group, None)
         self._member_views.pop(group, None)
         self._group_marks.pop(group, None)
         for reader_id, reader in list(self._readers.items()):
@@ -1512,8 +1615,8 @@ class ChannelActor:
         await self._save_state()
 
     def group_cursors(self) -> dict[str, dict[str, Any]]:
-        """Every group's cursor here, for ``describe``."""
-        return {
+        """Every group's cursor here, for ``describe`` (and a restarted coordinator)."""
+        cursors: dict[str, dict[str, Any]] = {
             group: {
                 "next": cursor.next,
                 "committed": cursor.committed,
@@ -1524,6 +1627,23 @@ class ChannelActor:
             }
             for group, cursor in self._groups.items()
         }
+        tail = self._ring.tail
+        for group, shared in self._shared.items():
+            cursors[group] = {
+                "mode": "shared",
+                "spec": self._shared_specs[group],
+                "next": shared.next,
+                "committed": shared.floor,
+                "has_commit": False,
+                "depth": shared.depth(tail),
+                "unacked": shared.unacked,
+                "holdings": shared.holdings(),
+                "redelivered": shared.redelivered,
+                "dead_lettered": shared.dead_lettered,
+                "owner": None,
+                "jumps": 0,
+            }
+        return cursors
 
     def describe(self) -> dict[str, Any]:
         """Channel figures and group cursors in one call (a failed channel answers
@@ -1538,6 +1658,314 @@ class ChannelActor:
             "capacity": self._ring.capacity,
             "groups": self.group_cursors(),
         }
+
+    # -- shared groups (per-element acknowledgement) --------------------------------
+
+    def _add_shared(self, spec: SharedGroup, cursor: SharedCursor) -> None:
+        """Keep a shared group here (created, recovered or seeded) and start tending it."""
+        self._shared[spec.name] = cursor
+        self._shared_specs[spec.name] = spec
+        self._shared_filters[spec.name] = spec.load_filter()
+        self._ensure_shared_task()
+
+    def _refuse_shared(self, reader_id: str, what: str) -> None:
+        reader = self._readers.get(reader_id)
+        if reader is not None and reader.spec.group in self._shared:
+            raise GroupModeError(
+                f"group {reader.spec.group!r} is shared: its members acknowledge elements "
+                f"one by one (ack, nack) and cannot {what}"
+            )
+
+    def _check_member(self, group: str, member: str, fence: Any) -> None:
+        """``fence`` must be the member's lease for this channel, and the member must
+        not have been told gone (it rejoins first)."""
+        if member in self._departed.get(group, ()) or fence is None:
+            raise NotOwnerError(f"{member} is not a member of shared group {group!r}")
+        known = self._member_views.get(group, {}).get(member)
+        if known is not None and known[1].get(self._channel) != fence:
+            raise NotOwnerError(f"{member} holds a stale lease of shared group {group!r}")
+
+    def _shared_state(self, reader: _Reader, fence: Any, *, check: bool = True) -> CursorState:
+        """A shared member's state here, shaped as a cursor's: ``next`` is the tail
+        when it has something to take (else tail + 1), ``committed`` and
+        ``unacked`` are the elements it holds here (a watch sees its acks)."""
+        group = reader.spec.group
+        assert group is not None
+        if check:
+            self._check_member(group, reader.reader_id, fence)
+        cursor = self._shared[group]
+        held = cursor.held_by(reader.reader_id)
+        tail = self._ring.tail
+        key_order = self._shared_specs[group].ordering == "key"
+        work = cursor.has_work(reader.reader_id, tail, time.monotonic(), key_order=key_order)
+        return CursorState(tail if work else tail + 1, held, tail, 0, False, held)
+
+    async def _take_shared(
+        self, reader: _Reader, fence: Any, max_count: int, wait: float, token: str | None
+    ) -> Delivery:
+        """A shared group's member takes up to ``max_count`` elements: ones to deliver
+        again first, then new ones; each is held by the member under an ack lease."""
+        if wait > 0 and not await self._wait_for_data(reader.reader_id, fence, wait, token):
+            max_count = 0
+        group = reader.spec.group
+        assert group is not None
+        self._check_member(group, reader.reader_id, fence)
+        cursor, spec = self._shared[group], self._shared_specs[group]
+        chunks = take_shared(
+            cursor,
+            self._ring,
+            reader.reader_id,
+            max_count,
+            time.monotonic(),
+            spec.ack_timeout,
+            keep=self._shared_filters[group],
+            convert=reader.converter,
+            key_order=spec.ordering == "key",
+        )
+        if chunks:
+            self._metrics.delivered(
+                sum(len(chunk.payload) for chunk in chunks),
+                sum(chunk.payload.nbytes for chunk in chunks),
+                time.time() - chunks[0].stamp,
+            )
+            self._state_changed()  # delivery counts: kept in the background
+        state = self._shared_state(reader, fence, check=False)
+        config = self._config
+        origin = _Origin(
+            config.topic_id, config.name, config.namespace, reader.reader_id, fence, 0, True
+        )
+        return Delivery.pack(
+            self._channel, chunks, 0, state.next, state.tail, state.committed, origin, state.unacked
+        )
+
+    @_guarded
+    async def ack(
+        self, reader_id: str, entries: tuple[tuple[int, int], ...], single: bool = False
+    ) -> AckStatus | list[AckStatus]:
+        """Acknowledge elements a shared group's member holds, each named by
+        (sequence, delivery count); with a store, answered once on disk."""
+        return await self._acknowledge(
+            reader_id,
+            entries,
+            single,
+            AckStatus.ACKED,
+            lambda cursor, spec, sequence, count: cursor.ack(sequence, reader_id, count),
+        )
+
+    @_guarded
+    async def nack(
+        self,
+        reader_id: str,
+        entries: tuple[tuple[int, int], ...],
+        delay: float = 0.0,
+        single: bool = False,
+    ) -> AckStatus | list[AckStatus]:
+        """Give elements back to their shared group, to be delivered again after
+        ``delay`` seconds (past ``max_deliveries``: to the dead-letter topic)."""
+        if not isinstance(delay, int | float) or delay < 0:
+            raise InvalidArgumentError(f"delay must be a number >= 0, got {delay!r}")
+        not_before = time.monotonic() + delay if delay else 0.0
+        return await self._acknowledge(
+            reader_id,
+            entries,
+            single,
+            AckStatus.NACKED,
+            lambda cursor, spec, sequence, count: cursor.nack(
+                sequence, reader_id, count, not_before, spec.max_deliveries
+            ),
+        )
+
+    @_guarded
+    async def extend_lease(
+        self,
+        reader_id: str,
+        entries: tuple[tuple[int, int], ...],
+        seconds: float | None = None,
+        single: bool = False,
+    ) -> AckStatus | list[AckStatus]:
+        """Extend the ack leases of elements the member holds: they end ``seconds``
+        from now (None: the group's ``ack_timeout`` from now)."""
+        now = time.monotonic()
+        return await self._acknowledge(
+            reader_id,
+            entries,
+            single,
+            AckStatus.EXTENDED,
+            lambda cursor, spec, sequence, count: cursor.extend(
+                sequence, reader_id, count, now + (seconds or spec.ack_timeout)
+            ),
+            durable=False,
+        )
+
+    async def _acknowledge(
+        self,
+        reader_id: str,
+        entries: tuple[tuple[int, int], ...],
+        single: bool,
+        success: AckStatus,
+        apply: Callable[[SharedCursor, SharedGroup, int, int], bool],
+        *,
+        durable: bool = True,
+    ) -> AckStatus | list[AckStatus]:
+        """Apply ``apply`` to each (sequence, count); REJECTED where it does not hold.
+        A closed member's elements went back to the group: all REJECTED."""
+        reader = self._readers.get(reader_id)
+        group = None if reader is None else reader.spec.group
+        if reader is not None and group not in self._shared:
+            raise GroupModeError(f"subscriber {reader_id} is not in a shared group: commit")
+        if not isinstance(entries, tuple | list):
+            raise InvalidArgumentError("entries must be (sequence, delivery count) pairs")
+        statuses: list[AckStatus] = []
+        cursor = self._shared.get(group)  # type: ignore[arg-type]
+        for entry in entries:
+            sequence, count = entry
+            _check_sequence(sequence, "sequence")
+            applied = cursor is not None and apply(
+                cursor,
+                self._shared_specs[group],  # type: ignore[index]
+                sequence,
+                count,
+            )
+            statuses.append(success if applied else AckStatus.REJECTED)
+        if durable and success in statuses:
+            if success is AckStatus.ACKED:
+                self._metrics.committed()
+            self._commits_moved()
+            await self._save_state()
+        return statuses[0] if single else statuses
+
+    def _release_member(self, group: str, member: str, reason: str) -> None:
+        """What ``member`` holds goes back to the group (it closed, left or died)."""
+        cursor = self._shared[group]
+        released = cursor.release(member, self._shared_specs[group].max_deliveries, reason)
+        if released:
+            logger.info(
+                "channel %d: %d elements of %s go back to shared group %s (%s)",
+                self._channel,
+                len(released),
+                member[:8],
+                group,
+                reason,
+            )
+            self._notify()
+            self._state_changed()
+
+    def _ensure_shared_task(self) -> None:
+        """Start tending the shared groups (once; it ends when none is left)."""
+        if self._shared_task is None or self._shared_task.done():
+            self._shared_task = asyncio.ensure_future(self._tend_shared_groups())
+
+    async def _tend_shared_groups(self) -> None:
+        """Background: leases that expired go back to their groups, nack delays that
+        ended wake the receives, and dead letters go to their topics."""
+        looked = time.monotonic()
+        while self._shared and self._failure is None:
+            timeouts = [spec.ack_timeout for spec in self._shared_specs.values()]
+            await asyncio.sleep(min(1.0, max(0.02, min(timeouts, default=1.0) / 10)))
+            now = time.monotonic()
+            changed = False
+            for group, cursor in list(self._shared.items()):
+                spec = self._shared_specs[group]
+                if cursor.expire(now, spec.max_deliveries):
+                    changed = True
+                if cursor.became_ready(looked, now):
+                    changed = True
+                if cursor.dead:
+                    try:
+                        await self._send_dead_letters(group, cursor, spec)
+                    except Exception as error:  # kept: tried again on the next round
+                        logger.warning(
+                            "channel %d: dead letters of %s not sent: %s",
+                            self._channel,
+                            group,
+                            error,
+                        )
+            looked = now
+            if changed:
+                self._notify()
+                self._state_changed()
+
+    async def _send_dead_letters(self, group: str, cursor: SharedCursor, spec: SharedGroup) -> None:
+        """Append the group's dead elements to its dead-letter topic (from this event
+        loop, by actor call: a Publisher's threads cannot run here)."""
+        assert spec.dead_letter is not None
+        dead = sorted(cursor.dead.items())[:_DEAD_LETTER_BATCH]
+        config = self._config
+        head = self._ring.head
+        letters = []
+        for sequence, (deliveries, reason) in dead:
+            if sequence < head:
+                continue  # removed meanwhile (purge, overwrite): nothing to send
+            try:
+                value = self._ring.get(sequence).payload.decode()[0]
+            except Exception as error:  # its class does not load here
+                value = f"<not decodable in the channel: {error}>"
+            letters.append(
+                {
+                    "value": value,
+                    "reason": reason,
+                    "deliveries": deliveries,
+                    "topic": config.name,
+                    "channel": self._channel,
+                    "position": str(Position(config.topic_id, self._channel, sequence)),
+                }
+            )
+        if letters:
+            target = await self._dead_letter_channel(spec.dead_letter)
+            cursor.dead_serial += 1
+            writer = f"{ONCE_WRITER_PREFIX}dead:{config.topic_id}:{group}:{self._channel}"
+            ack = await target.request.remote(
+                pack_request(
+                    "append_once", writer, cursor.dead_serial, "block", _DEAD_LETTER_TIMEOUT
+                ),
+                PickledValues.from_values(letters),
+            )
+            if ack.error is not None:
+                raise ack.error
+        cursor.dead_lettered_now(sequence for sequence, _ in dead)
+        logger.info(
+            "channel %d: %d elements of %s to dead-letter topic %s",
+            self._channel,
+            len(dead),
+            group,
+            spec.dead_letter,
+        )
+        self._commits_moved()
+        await self._save_state()
+
+    async def _dead_letter_channel(self, topic: str) -> Any:
+        """The channel of dead-letter topic ``topic`` this channel appends to."""
+        handle = self._dead_letter_channels.get(topic)
+        if handle is None:
+            namespace = self._config.namespace
+            try:
+                coordinator = ray.get_actor(coordinator_actor_name(topic), namespace=namespace)
+            except ValueError:
+                raise TopicNotFoundError(f"dead-letter topic {topic!r} does not exist") from None
+            info = await coordinator.ready.remote()
+            handle = info.channels[self._channel % len(info.channels)]
+            self._dead_letter_channels[topic] = handle
+        return handle
+
+    @_guarded
+    async def purge(self) -> int:
+        """Remove every element (an operator's ``Topic.purge``); groups and readers
+        continue after them, and shared groups forget what they held or waited
+        for. Returns how many elements were removed."""
+        ring = self._ring
+        removed = ring.evict_to(ring.tail + 1)
+        head = ring.head
+        for cursor in self._groups.values():
+            cursor.skip_to_head(head)
+        for reader in self._readers.values():
+            if reader.cursor is not None:
+                reader.cursor.skip_to_head(head)
+        for shared in self._shared.values():
+            shared.drop_below(head)
+        self._release_store()
+        self._notify()
+        await self._save_state()
+        return removed
 
     # -- receive sessions (the receives sent to this channel) ---------------------
 
@@ -1599,7 +2027,11 @@ class ChannelActor:
                 session = self._sessions.pop(member_id, None)
                 if session is not None:
                     session.close()
+                if group in self._shared:
+                    self._departed.setdefault(group, set()).add(member_id)
+                    self._release_member(group, member_id, "its member left or timed out")
                 continue
+            self._departed.get(group, set()).discard(member_id)
             known[member_id] = (version, leases)
             session = self._sessions.get(member_id)
             if session is not None:

@@ -129,6 +129,12 @@ class Payload:
         raise NotImplementedError
 
     @property
+    def keys(self) -> np.ndarray | None:
+        """Each value's publish key id (see ``raytopic.routing.key_id``; 0: no key),
+        or None when no value has a key."""
+        return None
+
+    @property
     def nbytes(self) -> int:
         """Bytes the values take (what a store writes, what the wire carries)."""
         raise NotImplementedError
@@ -155,21 +161,39 @@ class PickledValues(Payload):
     """Values pickled one by one, back to back in one buffer.
 
     Value ``i`` is ``buffer[begin:ends[0]]`` for ``i == 0``, else
-    ``buffer[ends[i - 1]:ends[i]]``. A slice shares the buffer.
+    ``buffer[ends[i - 1]:ends[i]]``. A slice shares the buffer. Values
+    published with a key carry its id in ``keys`` (a shared group's key order
+    reads it).
     """
 
-    __slots__ = ("begin", "buffer", "ends")
+    __slots__ = ("_keys", "begin", "buffer", "ends")
 
-    def __init__(self, buffer: bytes | memoryview, ends: np.ndarray, begin: int = 0) -> None:
+    def __init__(
+        self,
+        buffer: bytes | memoryview,
+        ends: np.ndarray,
+        begin: int = 0,
+        keys: np.ndarray | None = None,
+    ) -> None:
         self.buffer = buffer
         self.ends = ends
         self.begin = begin
+        self._keys = keys
+
+    @property
+    def keys(self) -> np.ndarray | None:
+        """Each value's publish key id (0: none), or None when no value has a key."""
+        return self._keys
 
     @classmethod
-    def from_pickles(cls, pickles: Sequence[bytes]) -> PickledValues:
-        """Join values pickled one by one (by :func:`dumps_value`)."""
+    def from_pickles(
+        cls, pickles: Sequence[bytes], keys: Sequence[int] | None = None
+    ) -> PickledValues:
+        """Join values pickled one by one (by :func:`dumps_value`), with their key
+        ids if any has a key."""
         ends = np.fromiter(map(len, pickles), dtype=np.int64, count=len(pickles)).cumsum()
-        return cls(b"".join(pickles), ends)
+        key_ids = None if keys is None else np.fromiter(keys, dtype=np.int64, count=len(keys))
+        return cls(b"".join(pickles), ends, 0, key_ids)
 
     @classmethod
     def from_values(cls, values: Iterable[Any]) -> PickledValues:
@@ -189,7 +213,8 @@ class PickledValues(Payload):
         if start == 0 and stop >= len(self.ends):
             return self
         begin = self.begin if start == 0 else int(self.ends[start - 1])
-        return PickledValues(self.buffer, self.ends[start:stop], begin)
+        keys = None if self._keys is None else self._keys[start:stop]
+        return PickledValues(self.buffer, self.ends[start:stop], begin, keys)
 
     def take(self, indices: Sequence[int]) -> PickledValues:
         """The values at ``indices``, copied into a new buffer."""
@@ -199,7 +224,8 @@ class PickledValues(Payload):
             [
                 bytes(view[self.begin if i == 0 else int(ends[i - 1]) : int(ends[i])])
                 for i in indices
-            ]
+            ],
+            None if self._keys is None else self._keys[list(indices)].tolist(),
         )
 
     def decode(self) -> list[Any]:
@@ -219,23 +245,26 @@ class PickledValues(Payload):
         object store, which a long-lived reference would keep pinned)."""
         if type(self.buffer) is bytes:
             return self
-        return PickledValues(bytes(self.buffer), np.array(self.ends), self.begin)
+        keys = None if self._keys is None else np.array(self._keys)
+        return PickledValues(bytes(self.buffer), np.array(self.ends), self.begin, keys)
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         # Only this slice's bytes travel, re-based to start at 0.
         end = int(self.ends[-1]) if len(self.ends) else self.begin
         data = memoryview(self.buffer)[self.begin : end]
         ends = self.ends - self.begin if self.begin else self.ends
+        keys = None if self._keys is None else self._keys.tobytes()
         if isinstance(protocol, int) and protocol >= 5 and len(data) >= OUT_OF_BAND_MIN:
-            return (_pickled_values, (pickle.PickleBuffer(data), ends.tobytes()))
-        return (_pickled_values, (bytes(data), ends.tobytes()))
+            return (_pickled_values, (pickle.PickleBuffer(data), ends.tobytes(), keys))
+        return (_pickled_values, (bytes(data), ends.tobytes(), keys))
 
     def __repr__(self) -> str:
         return f"PickledValues({len(self)} values, {self.nbytes} bytes)"
 
 
-def _pickled_values(buffer: Any, ends: bytes) -> PickledValues:
-    return PickledValues(buffer, np.frombuffer(ends, dtype=np.int64))
+def _pickled_values(buffer: Any, ends: bytes, keys: bytes | None = None) -> PickledValues:
+    key_ids = None if keys is None else np.frombuffer(keys, dtype=np.int64)
+    return PickledValues(buffer, np.frombuffer(ends, dtype=np.int64), 0, key_ids)
 
 
 class ArrowRows(Payload):

@@ -149,9 +149,11 @@ class ChannelLink:
         return self._call("watch", reader_id, fence, known, WATCH_TIMEOUT)
 
     def give_back(self, reader_id: str, fence: Any, delivery: Delivery) -> Awaitable[Any]:
-        """Undo a take whose elements never reached the subscriber."""
+        """Undo a take whose elements never reached the subscriber (a shared group's
+        member names each element it gives back)."""
+        entries = delivery.entries() if delivery.origin.shared else ()
         return self._call(
-            "give_back", reader_id, fence, delivery.first, delivery.next, delivery.jumps
+            "give_back", reader_id, fence, delivery.first, delivery.next, delivery.jumps, entries
         )
 
 

@@ -19,6 +19,7 @@ import gc
 import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from raytopic.errors import InvalidArgumentError
@@ -45,7 +46,19 @@ __all__ = [
 # -- requests ----------------------------------------------------------------
 
 PACKED_METHODS = frozenset(
-    {"append", "append_once", "receive", "take", "stop_take", "settle_take", "watch", "give_back"}
+    {
+        "append",
+        "append_once",
+        "receive",
+        "take",
+        "stop_take",
+        "settle_take",
+        "watch",
+        "give_back",
+        "ack",
+        "nack",
+        "extend_lease",
+    }
 )
 """The channel methods on the data path, called through ``ChannelActor.request``."""
 
@@ -208,6 +221,8 @@ class Chunk(NamedTuple):
     """The values."""
     sequences: np.ndarray | None = None
     """Each value's sequence when they are not consecutive (a filter's matches)."""
+    counts: np.ndarray | None = None
+    """Each value's delivery count (shared groups); None: 1 each."""
 
     def sequence_list(self) -> list[int]:
         """Each value's sequence."""
@@ -267,6 +282,18 @@ class Delivery:
             unacked,
         )
 
+    def entries(self) -> tuple[tuple[int, int], ...]:
+        """Each element as (sequence, delivery count): what a shared member acks."""
+        return tuple(
+            (sequence, count)
+            for chunk in self.chunks
+            for sequence, count in zip(
+                chunk.sequence_list(),
+                repeat(1) if chunk.counts is None else chunk.counts.tolist(),
+                strict=False,
+            )
+        )
+
     def one_by_one(self) -> Iterator[tuple[Any, Delivery]]:
         """Each element as (its decoded value, a delivery of it alone)."""
         for chunk in self.chunks:
@@ -298,10 +325,14 @@ class Delivery:
 
 
 def _slice_chunk(chunk: Chunk, start: int, stop: int) -> Chunk:
+    counts = None if chunk.counts is None else chunk.counts[start:stop]
     if chunk.sequences is None:
-        return Chunk(chunk.first + start, chunk.stamp, chunk.payload.slice(start, stop))
+        payload = chunk.payload.slice(start, stop)
+        return Chunk(chunk.first + start, chunk.stamp, payload, None, counts)
     sequences = chunk.sequences[start:stop]
-    return Chunk(int(sequences[0]), chunk.stamp, chunk.payload.slice(start, stop), sequences)
+    return Chunk(
+        int(sequences[0]), chunk.stamp, chunk.payload.slice(start, stop), sequences, counts
+    )
 
 
 class ReceivedBatch:
@@ -357,13 +388,17 @@ def _decode_elements(packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...])
     for channel, chunks, origin in packed:
         for chunk in chunks:
             stamp = chunk.stamp
-            for value, sequence in zip(chunk.payload.decode(), chunk.sequence_list(), strict=True):
+            counts = repeat(1) if chunk.counts is None else chunk.counts.tolist()
+            for value, sequence, count in zip(
+                chunk.payload.decode(), chunk.sequence_list(), counts, strict=False
+            ):
                 element = _new(_Unfrozen)
                 element.value = value
                 element.channel = channel
                 element.sequence = sequence
                 element.stamp = stamp
                 element._origin = origin
+                element.delivery_count = count
                 element.__class__ = Element  # type: ignore[assignment]
                 append(element)  # type: ignore[arg-type]
     return elements

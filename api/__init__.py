@@ -19,6 +19,9 @@ from raytopic.errors import (
     ChannelUnavailableError,
     ClosedError,
     DataLossError,
+    ForeignElementError,
+    GroupFilterError,
+    GroupModeError,
     GroupNotFoundError,
     InvalidArgumentError,
     InvalidTypeError,
@@ -36,6 +39,7 @@ from raytopic.errors import (
 )
 from raytopic.publisher import Publisher
 from raytopic.records import (
+    AckStatus,
     CommitResult,
     CommitStatus,
     Element,
@@ -46,6 +50,7 @@ from raytopic.records import (
 )
 from raytopic.resequencer import Resequence, Resequencer, ResequencerStats
 from raytopic.ringbuffer import ReadResultSet, Ringbuffer
+from raytopic.shared_group import SharedGroup
 from raytopic.stats import ChannelStats, GroupChannelStats, GroupStats, MemberStats, TopicStats
 from raytopic.subscriber import Subscriber
 from raytopic.topic import Topic, create_topic, get_topic, list_topics
@@ -64,6 +69,7 @@ __all__ = [
     "RingbufferStore",
     "StoredBatch",
     # records and options
+    "AckStatus",
     "ChannelStats",
     "CommitResult",
     "CommitStatus",
@@ -77,6 +83,7 @@ __all__ = [
     "PublishStatus",
     "PublishSummary",
     "ReadResultSet",
+    "SharedGroup",
     "Start",
     "TopicStats",
     # resequencing
@@ -88,6 +95,9 @@ __all__ = [
     "ChannelUnavailableError",
     "ClosedError",
     "DataLossError",
+    "ForeignElementError",
+    "GroupFilterError",
+    "GroupModeError",
     "GroupNotFoundError",
     "InvalidArgumentError",
     "InvalidTypeError",

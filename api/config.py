@@ -144,8 +144,9 @@ class TopicConfig:
     """Seconds an element lives, or None."""
     overflow: Overflow
     """What publishing into a full channel does."""
-    groups: tuple[str, ...]
-    """Durable groups that exist from the topic's creation."""
+    groups: tuple[Any, ...]
+    """Durable groups that exist from the topic's creation: names (owned groups)
+    and ``SharedGroup`` definitions."""
     store: Any = None
     """None (in memory), a directory (the embedded segment log under
     ``<store>/<namespace>/<topic>/<channel>``), or a factory
@@ -160,6 +161,14 @@ class TopicConfig:
     placement: str = "spread"
     """Where channel actors go: "spread" over the cluster's nodes (Ray's SPREAD),
     or "pack" (Ray's default: where resources are found first)."""
+    default_window: int = 1000
+    """Most unacknowledged elements per shared group member when neither the
+    member nor its group says (Universal Messaging's "ClientQueueWindow")."""
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        """The names of the groups made at creation."""
+        return tuple(g if isinstance(g, str) else g.name for g in self.groups)
 
     @classmethod
     def create(
@@ -177,6 +186,7 @@ class TopicConfig:
         sync: object = "always",
         store_retention: object = None,
         placement: object = "spread",
+        default_window: object = 1000,
     ) -> TopicConfig:
         """Validate ``create_topic``'s arguments; every error names the argument."""
         check_name(name, "topic name")
@@ -189,8 +199,15 @@ class TopicConfig:
             raise InvalidTypeError(f"retain must be a bool, got {type(retain).__name__}")
         if isinstance(groups, str) or not hasattr(groups, "__iter__"):
             raise InvalidTypeError("groups must be a sequence of group names")
-        group_names = tuple(check_name(group, "group name") for group in groups)  # type: ignore[union-attr]
+        from raytopic.shared_group import SharedGroup  # (it validates with this module)
+
+        groups = tuple(
+            g if isinstance(g, SharedGroup) else check_name(g, "group name")
+            for g in groups  # type: ignore[union-attr]
+        )
+        group_names = tuple(g if isinstance(g, str) else g.name for g in groups)
         retention_seconds, retention_bytes = _check_retention(store_retention, store)
+        check_positive_int(default_window, "default_window")
         if len(set(group_names)) != len(group_names):
             raise InvalidArgumentError(f"groups has duplicates: {list(group_names)}")
         return cls(
@@ -202,12 +219,13 @@ class TopicConfig:
             retain=retain,
             ttl=check_timeout(ttl, "ttl"),
             overflow=Overflow.parse(overflow),  # type: ignore[arg-type]
-            groups=group_names,
+            groups=groups,
             store=_check_store(store),
             sync=check_sync(sync),
             retention_seconds=retention_seconds,
             retention_bytes=retention_bytes,
             placement=_check_placement(placement),
+            default_window=default_window,  # type: ignore[arg-type]
         )
 
 

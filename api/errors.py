@@ -21,6 +21,9 @@ __all__ = [
     "ChannelUnavailableError",
     "ClosedError",
     "DataLossError",
+    "ForeignElementError",
+    "GroupFilterError",
+    "GroupModeError",
     "GroupNotFoundError",
     "InvalidArgumentError",
     "InvalidTypeError",
@@ -148,6 +151,23 @@ class PositionMismatchError(InvalidArgumentError):
 
 class InvalidTypeError(TopicError, TypeError):
     """An argument or a published value has a type raytopic cannot take."""
+
+
+class GroupModeError(InvalidArgumentError):
+    """A group was used in the other mode: joined as "owned" when it is "shared" (or
+    the reverse), or a commit or seek asked of a shared group (its members
+    acknowledge element by element), or an ack of an owned group's element."""
+
+
+class GroupFilterError(InvalidArgumentError):
+    """A member brought a filter other than its shared group's (a shared group's
+    filter is part of its definition, fixed at creation)."""
+
+
+class ForeignElementError(InvalidArgumentError):
+    """An element this subscriber did not receive was given to its ``ack``, ``nack``
+    or ``extend_lease`` (another member's, another topic's, or an owned
+    group's): nothing was acknowledged."""
 
 
 @contextmanager

@@ -37,6 +37,7 @@ class PublishBatch:
         "channel",
         "condition",
         "error",
+        "keys",
         "payloads",
         "state",
         "topic_id",
@@ -47,16 +48,21 @@ class PublishBatch:
         self.topic_id = topic_id
         self.channel = channel
         self.payloads: list[bytes] = []
+        self.keys: list[int] | None = None  # the values' key ids, once one has a key
         self.condition = threading.Condition()
         self.state = RUNNING
         self.ack: AppendAck | None = None
         self.error: BaseException | None = None
         self.watched: list[PublishFuture] = []  # futures someone waits on or called back
 
-    def add(self, payload: bytes) -> PublishFuture:
-        """Take one more value; return its future."""
+    def add(self, payload: bytes, key: int = 0) -> PublishFuture:
+        """Take one more value (``key``: its key id, 0 for none); return its future."""
         payloads = self.payloads
         future = PublishFuture(self, len(payloads))
+        if key and self.keys is None:
+            self.keys = [0] * len(payloads)
+        if self.keys is not None:
+            self.keys.append(key)
         payloads.append(payload)
         return future
 
@@ -77,6 +83,7 @@ class PublishBatch:
                         waiter.add_exception(future)
             self.condition.notify_all()
         self.payloads = []  # the channel has them now
+        self.keys = None
         for future in watched:
             future._invoke_callbacks()
 

@@ -41,7 +41,7 @@ from raytopic.errors import (
     unwrap_ray_error,
 )
 from raytopic.publish_futures import PublishBatch
-from raytopic.routing import channel_for_key
+from raytopic.routing import key_hash, key_id
 
 if TYPE_CHECKING:
     from raytopic.records import PublishStatus
@@ -176,7 +176,8 @@ class Publisher:
         payload = fast_dumps(value)  # the snapshot: later changes to value do not count
         if key is None and self._ordering is not None:
             key = self._ordering(value)
-        channel = None if key is None else channel_for_key(key, len(self._pipes))
+        hashed = None if key is None else key_hash(key)
+        channel = None if hashed is None else hashed % len(self._pipes)
         with self._lock:
             if self._closed:
                 raise PublisherClosedError("the publisher is closed")
@@ -194,7 +195,7 @@ class Publisher:
             batch = pipe.open
             if not batch.payloads:
                 pipe.opened_at = time.monotonic()
-            future = batch.add(payload)
+            future = batch.add(payload, 0 if hashed is None else key_id(hashed))
             self._unsettled += 1
             full = len(batch.payloads) >= self._batch_size
             if full:
@@ -228,34 +229,40 @@ class Publisher:
         payloads = [dumps_value(value) for value in values]
         if keys is not None and len(keys) != len(payloads):
             raise InvalidArgumentError(f"keys has {len(keys)} entries for {len(payloads)} values")
-        routed = []
+        hashes = []
         for index, value in enumerate(values):
             key = keys[index] if keys is not None else None
             if key is None and self._ordering is not None:
                 key = self._ordering(value)
-            routed.append(None if key is None else channel_for_key(key, len(self._pipes)))
+            hashes.append(None if key is None else key_hash(key))
+        keyed = any(hashed is not None for hashed in hashes)
         layout: list[int] = []
-        parts: dict[int, list[bytes]] = {}
+        parts: dict[int, tuple[list[bytes], list[int] | None]] = {}
         with self._lock:
             if self._closed:
                 raise PublisherClosedError("the publisher is closed")
-            for payload, channel in zip(payloads, routed, strict=True):
-                if channel is None:
+            for payload, hashed in zip(payloads, hashes, strict=True):
+                if hashed is None:
                     channel = self._next_channel
                     self._next_channel = (channel + 1) % len(self._pipes)
+                else:
+                    channel = hashed % len(self._pipes)
                 layout.append(channel)
-                parts.setdefault(channel, []).append(payload)
+                pickles, key_ids = parts.setdefault(channel, ([], [] if keyed else None))
+                pickles.append(payload)
+                if key_ids is not None:
+                    key_ids.append(0 if hashed is None else key_id(hashed))
             for channel in parts:  # what was published before goes first
                 self._close_open(self._pipes[channel])
             calls = self._calls_to_make(force=True, only=set(parts))
             refs = {}
             for channel, part in parts.items():
                 pipe = self._pipes[channel]
-                calls.append(_Call(pipe, pipe.next_batch, None, len(part)))
+                calls.append(_Call(pipe, pipe.next_batch, None, len(part[0])))
                 pipe.next_batch += 1
                 pipe.in_flight += 1
                 self._in_flight += 1
-                self._unsettled += len(part)
+                self._unsettled += len(part[0])
         for call in calls:
             ref = self._make_one(call, parts.get(call.pipe.channel) if call.batch is None else None)
             if call.batch is None and ref is not None:
@@ -318,9 +325,14 @@ class Publisher:
         for call in calls:
             self._make_one(call, None)
 
-    def _make_one(self, call: _Call, part: list[bytes] | None) -> Any:
-        """Submit one append call (outside the lock); its reply is settled by the worker."""
-        pickles = part if call.batch is None else call.batch.payloads
+    def _make_one(self, call: _Call, part: tuple[list[bytes], list[int] | None] | None) -> Any:
+        """Submit one append call (outside the lock); its reply is settled by the worker.
+        ``part``: a publish_batch part's values and key ids."""
+        if call.batch is None:
+            assert part is not None
+            pickles, keys = part
+        else:
+            pickles, keys = call.batch.payloads, call.batch.keys
         try:
             ref = call.pipe.actor.request.remote(
                 pack_request(
@@ -331,7 +343,7 @@ class Publisher:
                     self._block_timeout,
                     call.batch is None,
                 ),
-                PickledValues.from_pickles(pickles),
+                PickledValues.from_pickles(pickles, keys),
             )
         except Exception as error:  # could not even be submitted
             self._start_worker()

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import ray
 
 __all__ = [
+    "AckStatus",
     "CommitResult",
     "CommitStatus",
     "Element",
@@ -158,6 +159,21 @@ class CommitStatus(enum.Enum):
     """The position was never published, or was received before a reset of its channel."""
 
 
+class AckStatus(enum.Enum):
+    """How an acknowledgement of a shared group's element ended."""
+
+    ACKED = "acked"
+    """The element is done for the group: it is never delivered to it again."""
+    NACKED = "nacked"
+    """The element went back to the group, to be delivered again."""
+    EXTENDED = "extended"
+    """The element's ack lease was extended."""
+    REJECTED = "rejected"
+    """This member no longer holds the element under that delivery (its lease
+    expired, it was delivered again, it was settled already, or purged):
+    nothing changed."""
+
+
 @dataclass(frozen=True, slots=True)
 class CommitResult:
     """The outcome of committing one position of one channel."""
@@ -210,6 +226,9 @@ class Element:
     stamp: float = field(repr=False)
     """Channel append time, seconds since the epoch (``timestamp`` as a float)."""
     _origin: _Origin = field(repr=False)
+    delivery_count: int = 1
+    """How many times the element was delivered to its group, this time included
+    (1 on first delivery; a shared group counts redeliveries)."""
 
     @property
     def position(self) -> Position:
@@ -227,20 +246,73 @@ class Element:
         Returns:
             The CommitResult; ``status`` is NOT_OWNER if the member lost the channel.
         """
-        import ray
-
-        from raytopic.errors import unwrap_ray_error
-
-        with unwrap_ray_error():
-            return ray.get(self.commit_async())
+        return _resolve(self.commit_async())
 
     def commit_async(self) -> ray.ObjectRef:
         """Commit without waiting; the ObjectRef resolves to a CommitResult."""
+        from raytopic.errors import GroupModeError
         from raytopic.naming import channel_actor
 
         origin = self._origin
+        if origin.shared:
+            raise GroupModeError(
+                f"element {self.position} was received in a shared group: ack it instead"
+            )
         actor = channel_actor(origin.namespace, origin.topic, self.channel)
         return actor.commit.remote(origin.reader, self.sequence, origin.fence)
+
+    # -- shared groups: acknowledgement element by element --------------------------
+
+    def ack(self) -> AckStatus:
+        """Acknowledge this element (received in a shared group): it is done for the
+        group and never delivered to it again.
+
+        Returns:
+            ACKED, or REJECTED if this member no longer holds it under this
+            delivery (its lease expired or it was delivered again): then the
+            element is still the group's, and is not lost.
+
+        Raises:
+            GroupModeError: it was not received in a shared group.
+        """
+        return _resolve(self.ack_async())
+
+    def ack_async(self) -> ray.ObjectRef:
+        """``ack`` without waiting: ``ObjectRef[AckStatus]``."""
+        from raytopic.acks import send_one
+
+        return send_one(self, "ack")
+
+    def nack(self, delay: float | None = None) -> AckStatus:
+        """Give this element back to its shared group, to be delivered again (to any
+        member), after ``delay`` seconds if given. Past the group's
+        ``max_deliveries`` it goes to the dead-letter topic instead.
+
+        Returns:
+            NACKED, or REJECTED (see ``ack``).
+
+        Raises:
+            InvalidArgumentError: a negative delay.
+            GroupModeError: it was not received in a shared group.
+        """
+        return _resolve(self.nack_async(delay))
+
+    def nack_async(self, delay: float | None = None) -> ray.ObjectRef:
+        """``nack`` without waiting: ``ObjectRef[AckStatus]``."""
+        from raytopic.acks import check_delay, send_one
+
+        return send_one(self, "nack", check_delay(delay))
+
+    def extend_lease(self, seconds: float | None = None) -> AckStatus:
+        """Keep holding this element: its ack lease now ends ``seconds`` from now
+        (default: the group's ``ack_timeout``).
+
+        Returns:
+            EXTENDED, or REJECTED (see ``ack``).
+        """
+        from raytopic.acks import check_delay, send_one
+
+        return _resolve(send_one(self, "extend_lease", check_delay(seconds, "seconds") or None))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Element):
@@ -256,6 +328,15 @@ class Element:
         return hash((self._origin.topic_id, self.channel, self.sequence))
 
 
+def _resolve(ref: Any) -> Any:
+    import ray
+
+    from raytopic.errors import unwrap_ray_error
+
+    with unwrap_ray_error():
+        return ray.get(ref)
+
+
 @dataclass(frozen=True, slots=True)
 class _Origin:
     """Where a batch of elements was read and who read it: what commit() needs."""
@@ -266,3 +347,4 @@ class _Origin:
     reader: Any  # the reader key the channel knows (group name or subscriber id)
     fence: Any  # (member id, lease generation) for group members, else None
     jumps: int  # the reader's cursor jump count at read time (bumped by seeks and resets)
+    shared: bool = False  # read by a shared group's member: acknowledged element by element

@@ -25,7 +25,7 @@ from typing import Any
 
 from raytopic.errors import InvalidTypeError
 
-__all__ = ["channel_for_key", "key_bytes"]
+__all__ = ["channel_for_key", "key_bytes", "key_hash", "key_id"]
 
 
 def key_bytes(key: Any) -> bytes:
@@ -64,6 +64,24 @@ def channel_for_key(key: Any, channel_count: int) -> int:
     if type(key) is str:  # publish() calls this for every keyed value
         return zlib.crc32(key.encode("utf-8")) % channel_count
     return zlib.crc32(key_bytes(key)) % channel_count
+
+
+def key_hash(key: Any) -> int:
+    """CRC-32 of the key's bytes: ``channel_for_key`` is this modulo the channels.
+
+    Raises:
+        InvalidTypeError: the key's type is not accepted (see :func:`key_bytes`).
+    """
+    if type(key) is str:
+        return zlib.crc32(key.encode("utf-8"))
+    return zlib.crc32(key_bytes(key))
+
+
+def key_id(hashed: int) -> int:
+    """The id a value published under a key of hash ``hashed`` carries to the channel
+    (0 means "no key"): a shared group with key order delivers values of one id
+    to one member at a time (distinct keys that share an id are ordered together)."""
+    return hashed + 1
 
 
 def _is_numpy_bool(key: Any) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raytopic.records import Position
@@ -62,6 +62,12 @@ class GroupChannelStats:
     """Elements received but not committed (not those a seek or a filter passed over)."""
     lag: int
     """Elements after the commit: depth + unacked + those passed over unreceived."""
+    redelivered: int = 0
+    """Shared groups: deliveries beyond an element's first, so far."""
+    dead_lettered: int = 0
+    """Shared groups: elements moved to the dead-letter topic, so far."""
+    holdings: dict[str, int] = field(default_factory=dict)
+    """Shared groups: per member, the elements it holds unacknowledged here."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,8 @@ class MemberStats:
     """Seconds since its last receive or heartbeat."""
     timeout: float
     """Seconds of silence after which it loses its channels."""
+    unacked: int = 0
+    """Shared groups: elements it holds, received and not yet acknowledged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,20 @@ class GroupStats:
     """Live members."""
     channels: tuple[GroupChannelStats, ...]
     """Per channel positions and counts."""
+    mode: str = "owned"
+    """"owned" (channels owned by members, cumulative commits) or "shared"
+    (per-element acknowledgement; ``committed`` is then the low watermark:
+    every element up to it is acknowledged)."""
+
+    @property
+    def redelivered(self) -> int:
+        """Shared groups: deliveries beyond an element's first, over all channels."""
+        return sum(channel.redelivered for channel in self.channels)
+
+    @property
+    def dead_lettered(self) -> int:
+        """Shared groups: elements sent to the dead-letter topic, over all channels."""
+        return sum(channel.dead_lettered for channel in self.channels)
 
     @property
     def depth(self) -> int:
@@ -162,6 +184,7 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
                 continue
             tail, next_sequence, committed = c["tail"], cursor["next"], cursor["committed"]
             owner = cursor["owner"]
+            depth = cursor.get("depth", max(0, tail - next_sequence + 1))
             per_channel.append(
                 GroupChannelStats(
                     channel=c["channel"],
@@ -169,9 +192,12 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
                     committed=Position(config.topic_id, c["channel"], committed),
                     has_commit=cursor["has_commit"],
                     next=next_sequence,
-                    depth=max(0, tail - next_sequence + 1),
+                    depth=depth,
                     unacked=cursor["unacked"],
                     lag=max(0, tail - committed),
+                    redelivered=cursor.get("redelivered", 0),
+                    dead_lettered=cursor.get("dead_lettered", 0),
+                    holdings=dict(cursor.get("holdings", {})),
                 )
             )
         members = tuple(
@@ -181,8 +207,11 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
                 channels=tuple(member["channels"]),
                 idle=member["idle"],
                 timeout=member["timeout"],
+                unacked=sum(c.holdings.get(member_id, 0) for c in per_channel),
             )
             for member_id, member in group["members"].items()
         )
-        groups[name] = GroupStats(name, group["generation"], members, tuple(per_channel))
+        groups[name] = GroupStats(
+            name, group["generation"], members, tuple(per_channel), group.get("mode", "owned")
+        )
     return TopicStats(config.name, config.topic_id, channels, groups)

@@ -24,6 +24,7 @@ never by a call on the receive path.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -31,7 +32,7 @@ import uuid
 import weakref
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -39,19 +40,24 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 import ray
 
+from raytopic.acks import check_delay, check_own, send_many
 from raytopic.actors.receive_session import CursorState
 from raytopic.actors.wire import ReaderSpec, pack_request
 from raytopic.config import Start, check_name, check_positive_int, check_timeout
 from raytopic.errors import (
+    GroupModeError,
     GroupNotFoundError,
+    InvalidArgumentError,
     InvalidTypeError,
     NotOwnerError,
     SubscriberClosedError,
     unwrap_ray_error,
 )
 from raytopic.membership import Heartbeats, Membership
-from raytopic.records import CommitResult, Element, OwnershipChange, Position
+from raytopic.records import AckStatus, CommitResult, Element, OwnershipChange, Position
 from raytopic.resequencer import Resequence
+from raytopic.shared_group import SharedGroup, check_mode
+from raytopic.topic import ensure_dead_letter_topic
 
 if TYPE_CHECKING:
     from raytopic.actors.cursors import Lease
@@ -104,6 +110,12 @@ class Subscriber:
     **Back-pressure**: ``window=N`` stops receives at N received but
     uncommitted elements until commits free room.
 
+    **Shared groups** (``mode="shared"``): any member receives any element
+    of any channel, and acknowledges each one (``ack``, ``nack``) instead of
+    committing positions. What a member holds goes to another member when it
+    nacks, closes, dies or holds it past the group's ``ack_timeout``; its
+    ``window`` counts what it holds unacknowledged.
+
     A Subscriber pickles: the copy in another process is the same subscriber
     (same cursor or membership, receiving in its own order); closing any
     copy closes it.
@@ -113,7 +125,7 @@ class Subscriber:
         self,
         topic: Topic,
         *,
-        group: str | None = None,
+        group: str | SharedGroup | None = None,
         start: str | None = None,
         filter: Callable[[Any], bool] | None = None,
         converter: Callable[[Any], Any] | None = None,
@@ -122,11 +134,26 @@ class Subscriber:
         timeout: float = 30.0,
         on_ownership_change: Callable[[OwnershipChange], None] | None = None,
         resequence: Resequence | None = None,
+        mode: str | None = None,
         _attach: dict[str, Any] | None = None,
     ) -> None:
         self._topic = topic
+        self._definition = group if isinstance(group, SharedGroup) else None
+        if self._definition is not None:
+            group = self._definition.name
         self._group = None if group is None else check_name(group, "group")
+        self._shared: bool = (_attach or {}).get("shared", False)
         if _attach is None:
+            mode = check_mode(mode or ("shared" if self._definition is not None else "owned"))
+            if self._definition is not None and mode != "shared":
+                raise GroupModeError("a SharedGroup is joined with mode='shared'")
+            self._shared = mode == "shared"
+            if self._shared and self._group is None:
+                raise InvalidArgumentError("mode='shared' needs a group")
+            if self._shared and resequence is not None:
+                raise InvalidArgumentError("a shared group's member cannot resequence")
+            if self._shared and type(window) is int and window < 0:
+                window = None  # the group's (or the topic's) default
             start_latest = _start_latest(start, group)
             for name, function in (
                 ("filter", filter),
@@ -199,7 +226,9 @@ class Subscriber:
 
     def _register(self) -> None:
         coordinator = self._topic._coordinator
-        if self._group is not None:
+        if self._shared:
+            self._ensure_shared_group()
+        elif self._group is not None:
             self._call(coordinator.ensure_group.remote(self._group, self._spec.start_latest))
         self._call(coordinator.open_reader.remote(self._id, self._spec))
         if self._group is not None:
@@ -210,8 +239,28 @@ class Subscriber:
             self._apply_view(view)
             self._start_heartbeats()
 
+    def _ensure_shared_group(self) -> None:
+        """Join (or create) the shared group: its filter must be this member's, if it
+        gives one (the group applies it: not this reader); the window defaults
+        to the group's, then the topic's."""
+        spec = self._spec
+        if self._definition is not None:
+            ensure_dead_letter_topic(self._definition, self._topic.namespace)
+        definition: SharedGroup = self._call(
+            self._topic._coordinator.ensure_group.remote(
+                self._group, spec.start_latest, "shared", self._definition, spec.filter
+            )
+        )
+        window = spec.window or definition.window or self._topic.config.default_window
+        self._spec = dataclasses.replace(spec, filter=None, window=window)
+
     def __reduce__(self) -> tuple[Any, ...]:
-        state = {"id": self._id, "timeout": self._timeout, "spec": self._spec}
+        state = {
+            "id": self._id,
+            "timeout": self._timeout,
+            "spec": self._spec,
+            "shared": self._shared,
+        }
         return (_attached_subscriber, (self._topic, self._group, state))
 
     # -- properties ---------------------------------------------------------------
@@ -546,6 +595,7 @@ class Subscriber:
     def _seek_to(
         self, channel: int, target: int | float, commit: bool, by_time: bool = False
     ) -> Position:
+        self._refuse_shared("seek")
         fence = self._fence(channel, required=True)
         actors = self._topic._channel_actors
         with self._lock:
@@ -631,6 +681,7 @@ class Subscriber:
     def commit_async(self, channel: int, position: Position) -> Any:
         """``commit`` without waiting: ``ObjectRef[CommitResult]``."""
         self._check_open()
+        self._refuse_shared("commit")
         channel = self._topic._check_channel(channel)
         if not isinstance(position, Position):
             raise InvalidTypeError(f"position must be a Position, got {type(position).__name__}")
@@ -638,6 +689,63 @@ class Subscriber:
         actor = self._topic._channel_actors[channel]
         fence = self._fence(channel, refresh=True)
         return actor.commit.remote(self._id, position.sequence, fence)
+
+    # -- acknowledging (shared groups) -------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        """ "shared" for a shared group's member, else "owned" (anonymous too)."""
+        return "shared" if self._shared else "owned"
+
+    def ack(self, elements: Iterable[Element]) -> list[AckStatus]:
+        """Acknowledge elements this member received in its shared group, in one call
+        per channel; returns each one's status (REJECTED: no longer held by this
+        member under that delivery, so nothing changed for it).
+
+        Raises:
+            ForeignElementError: an element this subscriber did not receive in its
+                shared group (nothing is acknowledged).
+        """
+        return self._call(self.ack_async(elements))
+
+    def ack_async(self, elements: Iterable[Element]) -> Any:
+        """``ack`` without waiting: ``ObjectRef[list[AckStatus]]``."""
+        return send_many(self._own(elements), "ack")
+
+    def nack(self, elements: Iterable[Element], delay: float | None = None) -> list[AckStatus]:
+        """Give elements back to the group, to be delivered again (to any member),
+        after ``delay`` seconds if given; past the group's ``max_deliveries``
+        they go to its dead-letter topic.
+
+        Raises:
+            InvalidArgumentError: a negative delay.
+            ForeignElementError: as ``ack``.
+        """
+        return self._call(self.nack_async(elements, delay))
+
+    def nack_async(self, elements: Iterable[Element], delay: float | None = None) -> Any:
+        """``nack`` without waiting: ``ObjectRef[list[AckStatus]]``."""
+        return send_many(self._own(elements), "nack", check_delay(delay))
+
+    def extend_lease(
+        self, elements: Iterable[Element], seconds: float | None = None
+    ) -> list[AckStatus]:
+        """Keep holding elements: their ack leases end ``seconds`` from now (default:
+        the group's ``ack_timeout``). EXTENDED, or REJECTED for one no longer held."""
+        delay = check_delay(seconds, "seconds") or None
+        return self._call(send_many(self._own(elements), "extend_lease", delay))
+
+    def _own(self, elements: Iterable[Element]) -> list[Element]:
+        self._check_open()
+        if not self._shared:
+            raise GroupModeError("only a shared group's members acknowledge elements: commit")
+        return check_own(elements, self._id, self._topic.topic_id)
+
+    def _refuse_shared(self, what: str) -> None:
+        if self._shared:
+            raise GroupModeError(
+                f"a shared group's member acknowledges elements (ack, nack) and cannot {what}"
+            )
 
     # -- membership ----------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from raytopic.errors import (
 )
 from raytopic.naming import channel_actor_name, coordinator_actor_name, topic_of_actor_name
 from raytopic.records import Position
+from raytopic.shared_group import SharedGroup
 from raytopic.stats import TopicStats, topic_stats
 
 if TYPE_CHECKING:
@@ -46,12 +47,13 @@ def create_topic(
     ttl: float | None = None,
     overflow: str = "block",
     store: Any = None,
-    groups: Iterable[str] = (),
+    groups: Iterable[str | SharedGroup] = (),
     namespace: str | None = None,
     exist_ok: bool = False,
     sync: str | float = "always",
     store_retention: Mapping[str, float] | None = None,
     placement: str = "spread",
+    default_window: int = 1000,
 ) -> Topic:
     """Create a topic: a coordinator actor and ``channels`` channel actors, all named
     and detached, so the topic outlives this driver until ``destroy()``.
@@ -72,7 +74,9 @@ def create_topic(
             ``(topic_name, channel) -> RingbufferStore`` for a store of your own.
             A channel over an existing store continues after it.
         groups: Durable subscriber groups that exist from the start, so they
-            miss nothing published.
+            miss nothing published: names (channel-owned groups) and
+            ``SharedGroup`` definitions (shared groups; their dead-letter
+            topics are created too).
         namespace: Ray namespace of the topic's actors (default "raytopic").
         exist_ok: Return the existing topic instead of raising.
         sync: With the embedded store, when a publish is acknowledged:
@@ -85,6 +89,8 @@ def create_topic(
             ring holds.
         placement: "spread" (default) puts the channel actors on different nodes
             where it can (Ray's SPREAD strategy); "pack" leaves it to Ray.
+        default_window: Most unacknowledged elements per shared-group member
+            when neither the member nor its group gives a window.
 
     Raises:
         TopicExistsError: the name is taken and ``exist_ok`` is False.
@@ -106,6 +112,7 @@ def create_topic(
         sync=sync,
         store_retention=store_retention,
         placement=placement,
+        default_window=default_window,
     )
     actor_class = ray.remote(CoordinatorActor)
     deadline = time.monotonic() + _NAME_RELEASE_TIMEOUT
@@ -134,7 +141,17 @@ def create_topic(
         info: TopicInfo = ray.get(coordinator.start.remote())
     if exist_ok and info.config.topic_id != config.topic_id:
         _warn_if_different(info.config, config)
+    for group in config.groups:
+        if isinstance(group, SharedGroup):
+            ensure_dead_letter_topic(group, config.namespace)
     return Topic(coordinator, info)
+
+
+def ensure_dead_letter_topic(group: SharedGroup, namespace: str) -> None:
+    """Create a shared group's dead-letter topic if it has one and it is missing: one
+    channel, elements retained until someone reads them."""
+    if group.dead_letter is not None:
+        create_topic(group.dead_letter, channels=1, retain=True, namespace=namespace, exist_ok=True)
 
 
 def _is_being_destroyed(config: TopicConfig) -> bool:
@@ -278,7 +295,7 @@ class Topic:
     def subscriber(
         self,
         *,
-        group: str | None = None,
+        group: str | SharedGroup | None = None,
         start: str | None = None,
         filter: Callable[[Any], bool] | None = None,
         converter: Callable[[Any], Any] | None = None,
@@ -287,12 +304,23 @@ class Topic:
         timeout: float = 30.0,
         on_ownership_change: Callable[[Any], None] | None = None,
         resequence: Resequence | None = None,
+        mode: str | None = None,
     ) -> Subscriber:
-        """A Subscriber (see its docs): anonymous without ``group``, else a group member."""
+        """A Subscriber (see its docs): anonymous without ``group``, else a group member.
+
+        ``mode`` is "owned" (the default: channel-owned groups) or "shared".
+        ``mode="shared"`` joins (or creates, with the defaults) a shared group:
+        any member receives any element and acknowledges it alone
+        (``Element.ack``); ``window`` is then its most unacknowledged elements
+        (None or negative: the group's, else the topic's ``default_window``).
+        ``group`` may also be a ``SharedGroup``: a shared group created with
+        that definition if it does not exist.
+        """
         from raytopic.subscriber import Subscriber
 
         return Subscriber(
             self,
+            mode=mode,
             group=group,
             start=start,
             filter=filter,
@@ -315,6 +343,27 @@ class Topic:
     def groups(self) -> list[str]:
         """Names of the topic's subscriber groups."""
         return self._call(self._coordinator.groups)
+
+    def create_group(self, group: str | SharedGroup) -> None:
+        """Create a durable group now (it keeps every element from now on): a name
+        for a channel-owned group, a ``SharedGroup`` for a shared one. Nothing
+        happens if it exists in that mode.
+
+        Raises:
+            GroupModeError: it exists in the other mode.
+        """
+        if isinstance(group, SharedGroup):
+            ensure_dead_letter_topic(group, self.namespace)
+            self._call(self._coordinator.ensure_group, group.name, False, "shared", group)
+        else:
+            check_name(group, "group name")
+            self._call(self._coordinator.ensure_group, group, False)
+
+    def purge(self) -> int:
+        """Remove every element of every channel (an operator's call). Groups and
+        readers continue after them; shared groups drop what they held or
+        waited for. Returns how many elements were removed."""
+        return self._call(self._coordinator.purge)
 
     def destroy_group(self, name: str) -> None:
         """Delete a group: its positions, and the retention it held.

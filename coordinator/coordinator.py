@@ -40,6 +40,8 @@ from raytopic.config import TopicConfig
 from raytopic.coordinator.groups import Group, MemberView, Rebalance, recovered_groups
 from raytopic.coordinator.view_polls import ViewPolls
 from raytopic.errors import (
+    GroupFilterError,
+    GroupModeError,
     GroupNotFoundError,
     InvalidArgumentError,
     ResetInProgressError,
@@ -47,6 +49,7 @@ from raytopic.errors import (
     TopicNotFoundError,
 )
 from raytopic.naming import channel_actor_name
+from raytopic.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +146,10 @@ class CoordinatorActor:
         )
         await self._adopt_groups()  # a store of an earlier topic of this name has some
         for group in config.groups:
-            await self._ensure_group(group, start_latest=False)
+            if isinstance(group, SharedGroup):
+                await self._ensure_group(group.name, False, "shared", group)
+            else:
+                await self._ensure_group(group, start_latest=False)
         self._start_watching()
         self._started.set()
         return self.info()
@@ -202,6 +208,13 @@ class CoordinatorActor:
         await self._up()
         return self.info()
 
+    async def purge(self) -> int:
+        """Remove every element of every channel (``Topic.purge``); returns how many."""
+        await self._up()
+        removed = await asyncio.gather(*(handle.purge.remote() for handle in self._channels))
+        logger.info("topic %s purged: %d elements removed", self._config.name, sum(removed))
+        return sum(removed)
+
     async def shutdown(self) -> None:
         """Stop background work and kill the channel actors (``Topic.destroy``)."""
         for task in (self._expiry_task, self._watch_task):
@@ -246,21 +259,68 @@ class CoordinatorActor:
         await self._up()
         return sorted(self._groups)
 
-    async def ensure_group(self, group: str, start_latest: bool) -> None:
-        """Create a durable group if it does not exist (it holds retention from now on)."""
-        await self._up()
-        await self._ensure_group(group, start_latest)
+    async def ensure_group(
+        self,
+        group: str,
+        start_latest: bool,
+        mode: str = "owned",
+        spec: SharedGroup | None = None,
+        member_filter: bytes | None = None,
+    ) -> SharedGroup | None:
+        """Create a durable group if it does not exist (it holds retention from now on).
 
-    async def _ensure_group(self, group: str, start_latest: bool) -> None:
-        if group in self._groups:
-            return
-        async with self._lock(group):
-            if group in self._groups:
-                return
-            await asyncio.gather(
-                *(handle.ensure_group.remote(group, start_latest) for handle in self._channels)
+        Args:
+            group: Its name.
+            start_latest: A new group starts at the tail (else at the head).
+            mode: "owned" or "shared"; an existing group must have this mode.
+            spec: A new shared group's definition (default: the defaults, with
+                ``member_filter``).
+            member_filter: The cloudpickled filter of the member about to join a
+                shared group: it must be the group's (or None).
+
+        Returns:
+            The shared group's definition (None for an owned group).
+
+        Raises:
+            GroupModeError: the group exists in the other mode.
+            GroupFilterError: ``member_filter`` is not the shared group's filter.
+        """
+        await self._up()
+        state = await self._ensure_group(group, start_latest, mode, spec, member_filter)
+        if state.mode != mode:
+            raise GroupModeError(f"group {group!r} is {state.mode}: it cannot be joined as {mode}")
+        if state.shared is not None and member_filter not in (None, state.shared.filter):
+            raise GroupFilterError(
+                f"shared group {group!r} has another filter: a shared group's filter is "
+                "part of its definition (give the same one, or none)"
             )
-            self._groups[group] = Group(group, self._config.channels)
+        return state.shared
+
+    async def _ensure_group(
+        self,
+        group: str,
+        start_latest: bool,
+        mode: str = "owned",
+        spec: SharedGroup | None = None,
+        member_filter: bytes | None = None,
+    ) -> Group:
+        state = self._groups.get(group)
+        if state is not None:
+            return state
+        async with self._lock(group):
+            state = self._groups.get(group)
+            if state is not None:
+                return state
+            if mode == "shared" and spec is None:
+                spec = SharedGroup(group, filter=member_filter)
+            await asyncio.gather(
+                *(
+                    handle.ensure_group.remote(group, start_latest, spec)
+                    for handle in self._channels
+                )
+            )
+            state = self._groups[group] = Group(group, self._config.channels, shared=spec)
+            return state
 
     async def destroy_group(self, group: str) -> None:
         """Forget a group: its positions, members and the retention it held."""
@@ -495,6 +555,8 @@ class CoordinatorActor:
                 pass  # a rebalance or reset of this group in flight finishes first
             now = time.monotonic()
             groups[name] = {
+                "mode": state.mode,
+                "spec": state.shared,
                 "generation": state.generation,
                 "members": {
                     member_id: {
@@ -577,7 +639,8 @@ class CoordinatorActor:
             views[name] = {
                 member: (state.version, state.channels_of(member)) for member in state.members
             }
-        identity = await handle.seed.remote(old_epoch, groups, views, dict(self._readers))
+        shared = {name: state.shared for name, state in self._groups.items() if state.shared}
+        identity = await handle.seed.remote(old_epoch, groups, views, dict(self._readers), shared)
         logger.warning(
             "channel %d of %s restarted without a store: epoch %d -> %d, its elements are lost",
             channel,

@@ -1,19 +1,26 @@
 """Subscriber groups as the coordinator keeps them: members, leases, timeouts. No Ray.
 
-Every change of membership (join, leave, timeout) bumps the group's
-*generation*; a channel that changes owner gets a new :class:`Lease` under
-that generation, so a member that lost a channel cannot use it again with the
-lease it had. Every change a member should hear of (its channels, a reset of
-its channels) bumps the group's *version*; members compare versions on their
-heartbeats.
+A group is *owned* (each channel read by one member, which the sticky
+assignment picks) or *shared* (every member may take from every channel: its
+view names all of them, under the member's own generation, and the channels
+hand out elements one by one). Every change of membership (join, leave,
+timeout) bumps the group's *generation*; a channel that changes owner gets a
+new :class:`Lease` under that generation, so a member that lost a channel
+cannot use it again with the lease it had. Every change a member should hear
+of (its channels, a reset of its channels) bumps the group's *version*;
+members compare versions on their heartbeats.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from raytopic.actors.cursors import Lease
 from raytopic.coordinator.assignment import assign
+
+if TYPE_CHECKING:
+    from raytopic.shared_group import SharedGroup
 
 __all__ = ["Group", "Member", "MemberView", "Rebalance", "recovered_groups"]
 
@@ -70,6 +77,13 @@ class Group:
     leases: dict[int, Lease | None] = field(default_factory=dict)
     jumps: dict[int, int] = field(default_factory=dict)
     resetting: bool = False
+    shared: SharedGroup | None = None
+    """A shared group's definition (None: an owned group)."""
+
+    @property
+    def mode(self) -> str:
+        """ "owned" or "shared"."""
+        return "owned" if self.shared is None else "shared"
 
     def owner(self, channel: int) -> str | None:
         """The member owning ``channel``, if any."""
@@ -77,7 +91,14 @@ class Group:
         return lease.member_id if lease else None
 
     def channels_of(self, member_id: str) -> dict[int, Lease]:
-        """The channels ``member_id`` owns, with their leases."""
+        """The channels ``member_id`` owns, with their leases (a shared group's
+        member: every channel, under its generation)."""
+        if self.shared is not None:
+            member = self.members.get(member_id)
+            if member is None:
+                return {}
+            lease = Lease(member_id, member.generation)
+            return dict.fromkeys(range(self.channel_count), lease)
         return {
             channel: lease
             for channel, lease in sorted(self.leases.items())
@@ -140,6 +161,9 @@ class Group:
         return expired, self._rebalance(extra_changed=tuple(expired))
 
     def _rebalance(self, extra_changed: tuple[str, ...]) -> Rebalance:
+        if self.shared is not None:  # nothing to assign: only the members hear of it
+            self.version += 1
+            return Rebalance({}, tuple(sorted(extra_changed)))
         current = {channel: self.owner(channel) for channel in range(self.channel_count)}
         target = assign(self.channel_count, current, self.members)
         grants: dict[int, Lease | None] = {}
@@ -178,6 +202,8 @@ def recovered_groups(
     for channel, by_group in enumerate(cursors):
         for name, cursor in by_group.items():
             group = groups.setdefault(name, Group(name, channel_count))
+            if cursor.get("mode") == "shared":
+                group.shared = cursor["spec"]  # type: ignore[assignment]
             lease = cursor.get("owner")
             group.leases[channel] = lease  # type: ignore[assignment]
             group.jumps[channel] = int(cursor.get("jumps", 0))  # type: ignore[call-overload]

@@ -8,6 +8,8 @@
     header   epoch u64, first u64, count u32, stamp f64, batch i64, kind u8, id length u16
     publisher id (UTF-8)
     payload  kind 0, pickled values: count int64 end offsets, then the pickles
+             kind 2, pickled values with keys: count int64 end offsets, count
+             int64 key ids (``raytopic.routing.key_id``), then the pickles
              kind 1, Arrow rows: one Arrow IPC stream (Arrow IPC has no checksum
              of its own; the record's CRC covers it)
 
@@ -41,7 +43,7 @@ __all__ = [
 MAGIC = b"RTB1"
 PREFIX = struct.Struct("<4sII")  # magic, length, crc32c
 _HEADER = struct.Struct("<QQIdqBH")  # epoch, first, count, stamp, batch, kind, id length
-_PICKLED, _ARROW = 0, 1
+_PICKLED, _ARROW, _PICKLED_KEYED = 0, 1, 2
 _MAX_LENGTH = 1 << 31
 """Largest record accepted when reading back (a larger length field is damage)."""
 
@@ -69,16 +71,16 @@ def encode_record(batch: StoredBatch) -> list[bytes | memoryview]:
     payload = batch.payload
     publisher = batch.publisher_id.encode()
     if isinstance(payload, PickledValues):
-        kind = _PICKLED
+        kind = _PICKLED if payload.keys is None else _PICKLED_KEYED
         begin = payload.begin
         end = int(payload.ends[-1]) if len(payload.ends) else begin
         ends = payload.ends - begin if begin else payload.ends
         buffer = payload.buffer
         whole = type(buffer) is bytes and begin == 0 and end == len(buffer)
-        parts: list[bytes | memoryview] = [
-            ends.astype("<i8", copy=False).tobytes(),
-            buffer if whole else memoryview(buffer)[begin:end],
-        ]
+        parts: list[bytes | memoryview] = [ends.astype("<i8", copy=False).tobytes()]
+        if payload.keys is not None:
+            parts.append(payload.keys.astype("<i8", copy=False).tobytes())
+        parts.append(buffer if whole else memoryview(buffer)[begin:end])
     elif isinstance(payload, ArrowRows):
         kind = _ARROW
         parts = [payload.to_ipc().to_pybytes()]
@@ -131,10 +133,14 @@ def decode_record(body: memoryview) -> StoredBatch:
     publisher = bytes(body[at : at + id_length]).decode()
     at += id_length
     payload: Payload
-    if kind == _PICKLED:
+    if kind in (_PICKLED, _PICKLED_KEYED):
         ends = np.frombuffer(body, dtype="<i8", count=count, offset=at).astype(np.int64, copy=False)
         at += 8 * count
-        payload = PickledValues(body[at:], ends)
+        keys = None
+        if kind == _PICKLED_KEYED:
+            keys = np.frombuffer(body, dtype="<i8", count=count, offset=at).astype(np.int64)
+            at += 8 * count
+        payload = PickledValues(body[at:], ends, 0, keys)
     elif kind == _ARROW:
         payload = ArrowRows.from_ipc(body[at:])
     else:

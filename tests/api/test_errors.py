@@ -13,6 +13,9 @@ from raytopic.errors import (
     ChannelUnavailableError,
     ClosedError,
     DataLossError,
+    ForeignElementError,
+    GroupFilterError,
+    GroupModeError,
     GroupNotFoundError,
     InvalidArgumentError,
     InvalidTypeError,
@@ -36,6 +39,9 @@ SIMPLE = [
     GroupNotFoundError,
     NotOwnerError,
     ClosedError,
+    ForeignElementError,
+    GroupFilterError,
+    GroupModeError,
     SubscriberClosedError,
     PublisherClosedError,
     TopicFullError,
@@ -46,6 +52,9 @@ SIMPLE = [
     ChannelUnavailableError,
     ChannelFailedError,
     StoreError,
+    GroupModeError,
+    GroupFilterError,
+    ForeignElementError,
 ]
 
 
@@ -74,6 +83,9 @@ def test_every_exported_error_is_a_topic_error() -> None:
         (GroupNotFoundError, LookupError),
         (InvalidArgumentError, ValueError),
         (PositionMismatchError, ValueError),
+        (GroupModeError, ValueError),
+        (GroupFilterError, ValueError),
+        (ForeignElementError, ValueError),
         (InvalidTypeError, TypeError),
     ],
 )

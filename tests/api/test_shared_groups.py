@@ -1,0 +1,329 @@
+"""Shared groups against a real Ray (issue 14, DESIGN 5.3): any member takes any
+element, acknowledges it alone; window, redelivery, dead letters, leases, key
+order, retention, describe, and the bad inputs. Deliveries are counted as DESIGN
+8 says: lost = 0, and only what was not acknowledged is delivered again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import ray
+
+import raytopic as rt
+
+from tests.topic_helpers import get, publish_all
+
+ACKED = rt.AckStatus.ACKED
+REJECTED = rt.AckStatus.REJECTED
+
+
+def drain(subscriber: rt.Subscriber, count: int, batch: int = 100) -> list[rt.Element]:
+    """Receive (and ack) until ``count`` elements came."""
+    got: list[rt.Element] = []
+    while len(got) < count:
+        elements = get(subscriber.receive_batch(min(batch, count - len(got))))
+        assert all(s is ACKED for s in subscriber.ack(elements))
+        got.extend(elements)
+    return got
+
+
+def test_four_members_on_one_channel_all_receive_work(make_topic):
+    topic = make_topic(channels=1)
+    members = [topic.subscriber(group="g", mode="shared", window=5) for _ in range(4)]
+    publish_all(topic, list(range(40)))
+    batches = [get(m.receive_batch(5)) for m in members]  # all out at once: 20 held
+    assert [len(b) for b in batches] == [5, 5, 5, 5]
+    seen = [e.value for b in batches for e in b]
+    assert len(set(seen)) == 20
+    stats = topic.describe().groups["g"]
+    assert stats.mode == "shared" and stats.unacked == 20 and stats.depth == 20
+    assert sorted(m.unacked for m in stats.members) == [5, 5, 5, 5]
+    for member, batch in zip(members, batches, strict=True):
+        assert member.ack(batch) == [ACKED] * 5
+    rest = [e.value for m in members for e in drain(m, 5)]
+    assert sorted(seen + rest) == list(range(40))
+    assert topic.describe().groups["g"].lag == 0
+
+
+def test_window_blocks_receives_until_acks_free_room(make_topic):
+    topic = make_topic(channels=2)
+    member = topic.subscriber(group="g", mode="shared", window=3)
+    publish_all(topic, list(range(10)))
+    held = get(member.receive_batch(10))
+    assert len(held) == 3  # the window, over both channels
+    waiting = member.receive()
+    ready, _ = ray.wait([waiting], timeout=1.0)
+    assert not ready  # at the window: it waits
+    assert held[0].ack() is ACKED
+    element = get(waiting)
+    assert element is not None and element.value not in {e.value for e in held}
+
+
+def test_negative_or_missing_window_takes_the_groups_then_the_topics_default(make_topic):
+    topic = make_topic(channels=1, default_window=4)
+    topic.create_group(rt.SharedGroup("with-window", window=2))
+    publish_all(topic, list(range(10)))
+    assert (
+        len(get(topic.subscriber(group="with-window", mode="shared", window=-1).receive_batch(10)))
+        == 2
+    )
+    plain = topic.subscriber(group="plain", mode="shared", start="earliest")
+    assert len(get(plain.receive_batch(10))) == 4
+
+
+def test_nack_redelivers_with_the_count_increased(make_topic):
+    topic = make_topic(channels=1)
+    a = topic.subscriber(group="g", mode="shared")
+    b = topic.subscriber(group="g", mode="shared")
+    publish_all(topic, ["job"])
+    first = get(a.receive())
+    assert first.delivery_count == 1
+    assert first.nack() is rt.AckStatus.NACKED
+    again = get(b.receive())
+    assert (again.value, again.sequence, again.delivery_count) == ("job", first.sequence, 2)
+    assert first.ack() is REJECTED  # a's delivery is over
+    assert again.ack() is ACKED
+    stats = topic.describe().groups["g"]
+    assert (stats.redelivered, stats.unacked, stats.depth, stats.lag) == (1, 0, 0, 0)
+
+
+def test_nack_with_a_delay_waits_before_redelivery(make_topic):
+    topic = make_topic(channels=1)
+    member = topic.subscriber(group="g", mode="shared")
+    publish_all(topic, ["later"])
+    element = get(member.receive())
+    started = time.monotonic()
+    assert member.nack([element], delay=0.6) == [rt.AckStatus.NACKED]
+    again = get(member.receive())
+    assert time.monotonic() - started >= 0.55 and again.delivery_count == 2
+
+
+def test_max_deliveries_sends_to_the_dead_letter_topic_with_the_reason(make_topic, unique_name):
+    dead_name = unique_name("dead")
+    topic = make_topic(
+        channels=2, groups=[rt.SharedGroup("g", max_deliveries=2, dead_letter=dead_name)]
+    )
+    try:
+        dead = rt.get_topic(dead_name, namespace=topic.namespace)  # created with the group
+        member = topic.subscriber(group="g", mode="shared")
+        [status] = publish_all(topic, ["poison"])
+        for delivery in (1, 2):
+            element = get(member.receive())
+            assert element.delivery_count == delivery
+            element.nack()
+        with dead.subscriber(start="earliest") as reader:
+            letter = get(reader.receive()).value
+        assert letter == {
+            "value": "poison",
+            "reason": "negatively acknowledged after 2 deliveries",
+            "deliveries": 2,
+            "topic": topic.name,
+            "channel": status.channel,
+            "position": str(status.position),
+        }
+        stats = topic.describe().groups["g"]
+        assert (stats.dead_lettered, stats.depth, stats.unacked, stats.lag) == (1, 0, 0, 0)
+        late = topic.subscriber(group="g", mode="shared", complete_on_empty=True)
+        assert get(late.receive()) is None
+    finally:
+        rt.get_topic(dead_name, namespace=topic.namespace).destroy()
+
+
+def test_a_late_ack_after_the_lease_expired_is_rejected_and_nothing_is_lost(make_topic, wait_until):
+    topic = make_topic(channels=1, groups=[rt.SharedGroup("g", ack_timeout=0.5)])
+    slow = topic.subscriber(group="g", mode="shared")
+    other = topic.subscriber(group="g", mode="shared")
+    publish_all(topic, ["a", "b"])
+    held = get(slow.receive_batch(2))
+    assert held[1].extend_lease(30.0) is rt.AckStatus.EXTENDED
+    again = get(other.receive())  # "a" comes back after the lease
+    assert (again.value, again.delivery_count) == ("a", 2)
+    assert held[0].ack() is REJECTED
+    assert held[1].ack() is ACKED  # its lease was extended
+    assert again.ack() is ACKED
+    assert topic.describe().groups["g"].lag == 0
+
+
+def test_key_order_keeps_per_key_order_under_four_members(make_topic):
+    topic = make_topic(channels=2, groups=[rt.SharedGroup("g", ordering="key")])
+    members = [topic.subscriber(group="g", mode="shared", window=50) for _ in range(4)]
+    keys = [f"k{i}" for i in range(8)]
+    with topic.publisher() as publisher:
+        for n in range(400):
+            publisher.publish({"key": keys[n % 8], "n": n}, key=keys[n % 8])
+    order: dict[str, list[int]] = {key: [] for key in keys}
+    per_member: Counter[int] = Counter()
+    done = 0
+    while done < 400:
+        for index, member in enumerate(members):
+            batch = get(member.receive_batch(20)) if done < 400 else []
+            for element in batch:  # "processed" in the order received, then acked
+                order[element.value["key"]].append(element.value["n"])
+            per_member[index] += len(batch)
+            done += len(batch)
+            member.ack(batch)
+    for key, numbers in order.items():
+        assert numbers == sorted(numbers) and len(numbers) == 50, key
+    assert len(per_member) >= 2  # keys spread over members
+
+
+def test_retention_removes_exactly_the_acknowledged_elements(make_topic):
+    topic = make_topic(channels=1, capacity=10, overflow="fail")
+    topic.create_group(rt.SharedGroup("g"))
+    member = topic.subscriber(group="g", mode="shared")
+    publish_all(topic, list(range(10)))
+    ring = topic.ringbuffer(0)
+    held = get(member.receive_batch(10))
+    member.ack(held[:3] + held[5:])
+    assert ring.head_sequence() == 3  # 3 and 4 are not acknowledged: kept
+    assert ring.remaining_capacity() == 3
+    assert member.ack(held[3:5]) == [ACKED, ACKED]
+    assert ring.head_sequence() == 10 and ring.size() == 0
+
+
+def test_describe_depth_and_unacked_are_exact(make_topic):
+    topic = make_topic(channels=2)
+    a = topic.subscriber(group="g", mode="shared")
+    b = topic.subscriber(group="g", mode="shared")
+    publish_all(topic, list(range(20)))  # 10 per channel
+    taken_a = get(a.receive_batch(6))
+    taken_b = get(b.receive_batch(4))
+    a.ack(taken_a[:2])
+    taken_b[0].nack()
+    stats = topic.describe().groups["g"]
+    # 20 published, 10 delivered, 2 acked, 1 back: depth 11, unacked 7.
+    assert (stats.depth, stats.unacked, stats.redelivered) == (11, 7, 0)
+    assert {m.member_id: m.unacked for m in stats.members} == {
+        a.subscriber_id: 4,
+        b.subscriber_id: 3,
+    }
+    assert stats.lag == 18
+
+
+def test_mixed_group_kinds_on_one_topic_each_get_everything(make_topic):
+    topic = make_topic(channels=2, groups=["owned", rt.SharedGroup("shared")])
+    owned = topic.subscriber(group="owned", complete_on_empty=True)
+    shared = [
+        topic.subscriber(group="shared", mode="shared", complete_on_empty=True) for _ in range(2)
+    ]
+    publish_all(topic, list(range(100)))
+    got_owned = []
+    while batch := get(owned.receive_batch(100)):
+        got_owned += [e.value for e in batch]
+        for element in batch:
+            element.commit()
+    got_shared = [e.value for m in shared for e in drain(m, 50)]
+    assert sorted(got_owned) == list(range(100)) == sorted(got_shared)
+    assert topic.ringbuffer(0).size() == 0  # both kinds released everything
+
+
+def test_bad_inputs_get_typed_errors_and_change_nothing(make_topic):
+    topic = make_topic(channels=1, groups=["owned", rt.SharedGroup("picky", filter=_even)])
+    a = topic.subscriber(group="g", mode="shared")
+    b = topic.subscriber(group="g", mode="shared")
+    owned = topic.subscriber(group="owned")
+    publish_all(topic, [1, 2])
+    mine = get(a.receive())
+    with pytest.raises(rt.ForeignElementError):
+        b.ack([mine])  # another member's element
+    owned_element = get(owned.receive())
+    with pytest.raises(rt.ForeignElementError):
+        a.ack([owned_element])
+    with pytest.raises(rt.GroupModeError):
+        owned_element.ack()
+    with pytest.raises(rt.GroupModeError):
+        mine.commit()
+    with pytest.raises(rt.GroupModeError):
+        a.commit(0, mine.position)
+    with pytest.raises(rt.InvalidArgumentError):
+        mine.nack(delay=-1)
+    with pytest.raises(rt.InvalidArgumentError):
+        a.nack([mine], delay=-0.5)
+    with pytest.raises(rt.GroupModeError):
+        topic.subscriber(group="owned", mode="shared")
+    with pytest.raises(rt.GroupModeError):
+        topic.subscriber(group="g")  # shared, joined as owned
+    with pytest.raises(rt.GroupFilterError):
+        topic.subscriber(group="picky", mode="shared", filter=lambda v: True)
+    with pytest.raises(rt.InvalidArgumentError):
+        topic.subscriber(group="g", mode="both")
+    with pytest.raises(rt.InvalidArgumentError):
+        rt.SharedGroup("x", max_deliveries=3)  # no dead-letter topic
+    # Nothing changed: a still holds its element, and acks it.
+    assert mine.ack() is ACKED
+    assert topic.describe().groups["g"].unacked == 0
+    picky = topic.subscriber(group="picky", mode="shared", filter=_even, complete_on_empty=True)
+    assert [e.value for e in drain(picky, 1)] == [2]
+
+
+def _even(value: Any) -> bool:
+    return value % 2 == 0
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class _Holder:
+    """A shared group member in its own process: takes elements and never acks."""
+
+    def __init__(self, topic: rt.Topic, group: str) -> None:
+        self._subscriber = topic.subscriber(group=group, mode="shared", timeout=2.0, window=50)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def hold(self, count: int) -> list[int]:
+        got: list[Any] = []
+        while len(got) < count:
+            got += ray.get(self._subscriber.receive_batch(count - len(got)))
+        return [e.value for e in got]
+
+
+@pytest.mark.slow
+def test_a_member_killed_holding_50_elements_loses_nothing(make_topic):
+    topic = make_topic(channels=2)
+    survivor = topic.subscriber(group="g", mode="shared", timeout=2.0)
+    holder = _Holder.remote(topic, "g")
+    publish_all(topic, list(range(100)))
+    held = get(holder.hold.remote(50))
+    os.kill(get(holder.pid.remote()), signal.SIGKILL)
+    got = drain(survivor, 100)  # the 50 never taken, and the 50 the holder had
+    redelivered = {e.value: e.delivery_count for e in got if e.value in held}
+    assert sorted(held + [e.value for e in got if e.value not in held]) == list(range(100))
+    assert sorted(redelivered) == sorted(held)  # all 50 came back: lost = 0
+    assert set(redelivered.values()) == {2}
+    stats = topic.describe().groups["g"]
+    assert (stats.lag, stats.redelivered, len(stats.members)) == (0, 50, 1)
+
+
+@pytest.mark.slow
+def test_a_stored_channel_killed_keeps_acks_and_counts(make_topic, tmp_path, wait_until):
+    topic = make_topic(channels=1, store=str(tmp_path), groups=[rt.SharedGroup("g")])
+    member = topic.subscriber(group="g", mode="shared")
+    publish_all(topic, list(range(10)))
+    first = get(member.receive_batch(6))
+    member.ack(first[:4])  # 0..3 acknowledged; 4, 5 held
+    pid = topic.describe().channels[0].pid
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: topic.describe().channels[0].pid not in (pid, 0), timeout=30)
+    rest = drain(member, 6)
+    values = {e.value: e.delivery_count for e in rest}
+    assert sorted(values) == [4, 5, 6, 7, 8, 9]  # nothing acknowledged comes back
+    assert values[4] == values[5] == 2 and values[6] == 1  # the counts were kept
+    assert topic.describe().groups["g"].lag == 0
+
+
+def test_purge_flows_through_to_the_shared_groups(make_topic):
+    topic = make_topic(channels=2, groups=["owned", rt.SharedGroup("g")])
+    member = topic.subscriber(group="g", mode="shared")
+    publish_all(topic, list(range(10)))
+    held = get(member.receive_batch(3))
+    assert topic.purge() == 10
+    assert held[0].ack() is REJECTED  # purged
+    stats = topic.describe().groups
+    assert (stats["g"].depth, stats["g"].unacked, stats["owned"].lag) == (0, 0, 0)
+    publish_all(topic, ["after"])
+    assert get(member.receive()).value == "after"
