@@ -211,6 +211,7 @@ class ChannelActor:
         self._shared_specs: dict[str, SharedGroup] = {}
         self._shared_filters: dict[str, Callable[[Any], bool] | None] = {}
         self._shared_task: asyncio.Task[None] | None = None
+        self._shared_wake = asyncio.Event()  # dead letters to send now
         self._dead_letter_channels: dict[str, Any] = {}  # dead-letter topic -> its channel
         self._departed: dict[str, set[str]] = {}  # shared group -> members told gone
         self._publishers: dict[str, PublisherTrack] = {}
@@ -1765,6 +1766,8 @@ class ChannelActor:
         if not isinstance(delay, int | float) or delay < 0:
             raise InvalidArgumentError(f"delay must be a number >= 0, got {delay!r}")
         not_before = time.monotonic() + delay if delay else 0.0
+        if delay:  # waiting receives look again when the delay ends
+            asyncio.get_running_loop().call_later(delay, self._notify)
         return await self._acknowledge(
             reader_id,
             entries,
@@ -1830,6 +1833,8 @@ class ChannelActor:
         if durable and success in statuses:
             if success is AckStatus.ACKED:
                 self._metrics.committed()
+            if cursor is not None and cursor.dead:
+                self._shared_wake.set()  # past max_deliveries: to the dead letters now
             self._commits_moved()
             await self._save_state()
         return statuses[0] if single else statuses
@@ -1849,6 +1854,8 @@ class ChannelActor:
             )
             self._notify()
             self._state_changed()
+            if cursor.dead:
+                self._shared_wake.set()
 
     def _ensure_shared_task(self) -> None:
         """Start tending the shared groups (once; it ends when none is left)."""
@@ -1856,19 +1863,19 @@ class ChannelActor:
             self._shared_task = asyncio.ensure_future(self._tend_shared_groups())
 
     async def _tend_shared_groups(self) -> None:
-        """Background: leases that expired go back to their groups, nack delays that
-        ended wake the receives, and dead letters go to their topics."""
-        looked = time.monotonic()
+        """Background: leases that expired go back to their groups, and dead letters
+        go to their topics (at once when an ack call or a release makes some)."""
         while self._shared and self._failure is None:
             timeouts = [spec.ack_timeout for spec in self._shared_specs.values()]
-            await asyncio.sleep(min(1.0, max(0.02, min(timeouts, default=1.0) / 10)))
+            tick = min(1.0, max(0.02, min(timeouts, default=1.0) / 10))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._shared_wake.wait(), tick)
+            self._shared_wake.clear()
             now = time.monotonic()
             changed = False
             for group, cursor in list(self._shared.items()):
                 spec = self._shared_specs[group]
                 if cursor.expire(now, spec.max_deliveries):
-                    changed = True
-                if cursor.became_ready(looked, now):
                     changed = True
                 if cursor.dead:
                     try:
@@ -1880,7 +1887,6 @@ class ChannelActor:
                             group,
                             error,
                         )
-            looked = now
             if changed:
                 self._notify()
                 self._state_changed()

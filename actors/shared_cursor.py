@@ -168,10 +168,6 @@ class SharedCursor:
         )
         return blocked
 
-    def became_ready(self, since: float, now: float) -> bool:
-        """Whether a nack delay ended in ``(since, now]`` (waiting receives look again)."""
-        return any(since < w.not_before <= now for w in self.waiting.values())
-
     def choose(
         self,
         member: str,

@@ -21,6 +21,9 @@ Cases:
     memory      RSS of one channel actor holding 1,000,000 small elements.
     group       two members of one group, a commit per received batch; and
                 the time from a member's close to the full reassignment.
+    shared      four members of a shared group against two of a channel-owned
+                group on 2 channels, with no work and with a 10 ms task per
+                element (``raytopic.bench_shared``).
     store       the throughput case on a topic with the embedded store, with
                 ``sync="always"`` and ``sync="write"``, as a ratio to the
                 in-memory topic of the same run; and the time a channel holding
@@ -528,6 +531,9 @@ def run_benchmarks(
         )
     )
     add(Figure("group: close -> full reassignment", reassignment_time(channels) * 1e3, "ms"))
+    from raytopic.bench_shared import run_shared_benchmarks  # (it builds on this module)
+
+    figures += run_shared_benchmarks(messages=messages, repeat=repeat, report=report)
 
     if restart_elements:
         for sync in ("always", "write"):

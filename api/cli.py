@@ -104,6 +104,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the Spark bridge cases instead (RayDP's conversions as baselines; --messages rows)",
     )
+    bench.add_argument(
+        "--shared",
+        action="store_true",
+        help="only the shared-group cases (4 shared members vs 2 owned, 2 channels)",
+    )
     bench.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
     bench.set_defaults(run=_bench)
 
@@ -266,6 +271,15 @@ def _bench(args: argparse.Namespace) -> int:
 
         run_spark_benchmarks(
             rows=settings.messages,
+            repeat=settings.repeat,
+            report=lambda figure: print(format_figure(figure), flush=True),
+        )
+        return 0
+    if args.shared:
+        from raytopic.bench_shared import run_shared_benchmarks
+
+        run_shared_benchmarks(
+            messages=settings.messages,
             repeat=settings.repeat,
             report=lambda figure: print(format_figure(figure), flush=True),
         )

@@ -74,7 +74,10 @@ def topic_table(stats: TopicStats) -> str:
         lines.append("")
         lines.append(_group_title(group))
         for member in group.members:
-            lines.append(f"  member {member.member_id[:12]}: channels {list(member.channels)}")
+            if group.mode == "shared":  # every member reads every channel: say what it holds
+                lines.append(f"  member {member.member_id[:12]}: holds {member.unacked}")
+            else:
+                lines.append(f"  member {member.member_id[:12]}: channels {list(member.channels)}")
         lines.append(
             _table(
                 ["channel", "owner", "committed", "depth", "unacked", "lag"],
@@ -82,7 +85,7 @@ def topic_table(stats: TopicStats) -> str:
                     [
                         c.channel,
                         (c.owner or "")[:12] or None,
-                        c.committed.sequence if c.has_commit else None,
+                        c.committed.sequence if c.has_commit or group.mode == "shared" else None,
                         c.depth,
                         c.unacked,
                         c.lag,
@@ -95,18 +98,42 @@ def topic_table(stats: TopicStats) -> str:
 
 
 def _group_title(group: GroupStats) -> str:
-    return (
-        f"group {group.name}: generation {group.generation}, {len(group.members)} member(s), "
-        f"depth {group.depth}, unacked {group.unacked}, lag {group.lag}"
+    title = (
+        f"group {group.name} ({group.mode}): generation {group.generation}, "
+        f"{len(group.members)} member(s), depth {group.depth}, unacked {group.unacked}, "
+        f"lag {group.lag}"
     )
+    if group.mode == "shared":
+        title += f", redelivered {group.redelivered}, dead-lettered {group.dead_lettered}"
+    return title
 
 
 def groups_table(stats: TopicStats) -> str:
     """``groups``: one row per group."""
     return _table(
-        ["group", "generation", "members", "depth", "unacked", "lag"],
         [
-            [g.name, g.generation, len(g.members), g.depth, g.unacked, g.lag]
+            "group",
+            "mode",
+            "generation",
+            "members",
+            "depth",
+            "unacked",
+            "lag",
+            "redelivered",
+            "dead",
+        ],
+        [
+            [
+                g.name,
+                g.mode,
+                g.generation,
+                len(g.members),
+                g.depth,
+                g.unacked,
+                g.lag,
+                g.redelivered,
+                g.dead_lettered,
+            ]
             for g in stats.groups.values()
         ],
     )

@@ -153,11 +153,18 @@ def test_create_tail_groups_reset_and_delete_a_topic(ray_session: None, ray_clus
         assert len(positions) == 10 - 3
         assert min(r["position"] for r in positions if r["channel"] == 0) == 3
 
-        listed = _raytopic("groups", name, "--json", "--address", ray_cluster)
-        assert {g["name"] for g in json.loads(listed.stdout)} == {"a", "b"}
+        topic.create_group(rt.SharedGroup("s"))
+        with topic.subscriber(group="s", mode="shared") as shared:
+            held = get(shared.receive_batch(4))
+            listed = _raytopic("groups", name, "--json", "--address", ray_cluster)
+            groups = {g["name"]: g for g in json.loads(listed.stdout)}
+            assert set(groups) == {"a", "b", "s"}
+            assert groups["s"]["mode"] == "shared" and len(held) == 4
+            assert [m["unacked"] for m in groups["s"]["members"]] == [4]
         plain = _raytopic("groups", name, "--address", ray_cluster)
         assert plain.stdout.splitlines()[0].split() == [
-            "group", "generation", "members", "depth", "unacked", "lag",
+            "group", "mode", "generation", "members", "depth", "unacked", "lag",
+            "redelivered", "dead",
         ]  # fmt: skip
 
         reset = _raytopic(

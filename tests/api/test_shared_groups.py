@@ -327,3 +327,20 @@ def test_purge_flows_through_to_the_shared_groups(make_topic):
     assert (stats["g"].depth, stats["g"].unacked, stats["owned"].lag) == (0, 0, 0)
     publish_all(topic, ["after"])
     assert get(member.receive()).value == "after"
+
+
+@pytest.mark.slow
+def test_a_killed_coordinator_keeps_the_shared_group_and_its_definition(make_topic, wait_until):
+    topic = make_topic(channels=2, groups=[rt.SharedGroup("g", ack_timeout=7.0)])
+    member = topic.subscriber(group="g", mode="shared", timeout=3.0)
+    publish_all(topic, list(range(6)))
+    held = get(member.receive_batch(2))
+    pid = get(topic._coordinator.__ray_call__.remote(lambda _: os.getpid()))
+    os.kill(pid, signal.SIGKILL)
+    stats = wait_until(lambda: topic.describe().groups.get("g"), timeout=30)
+    assert stats.mode == "shared" and stats.unacked == 2  # the channels kept the holdings
+    with pytest.raises(rt.GroupModeError):
+        topic.subscriber(group="g")  # the mode came back with the group
+    assert member.ack(held) == [ACKED, ACKED]
+    rest = drain(member, 4)  # the member rejoins the rebuilt group and goes on
+    assert sorted(e.value for e in held + rest) == list(range(6))
