@@ -213,6 +213,22 @@ class SharedCursor:
             chosen.append((sequence, count))
         return chosen
 
+    def hold_new(self, member: str, count: int, tail: int, now: float, lease: float) -> int:
+        """The common take (no filter, no key order, nothing to deliver again): hand
+        ``member`` the next ``count`` new elements (at most to ``tail``), each on
+        its first delivery. Returns how many."""
+        first = self.next
+        last = min(tail, first + count - 1)
+        if last < first:
+            return 0
+        deadline = now + lease
+        held = self.held
+        for sequence in range(first, last + 1):
+            held[sequence] = Held(member, 1, deadline)
+        self._per_member[member] = self._per_member.get(member, 0) + last - first + 1
+        self.next = last + 1
+        return last - first + 1
+
     # -- settling -------------------------------------------------------------------
 
     def ack(self, sequence: int, member: str, count: int) -> bool:

@@ -43,6 +43,20 @@ def take_shared(
         cursor.drop_below(ring.head)  # removed (overwrite, TTL, purge) before settled
     if max_count <= 0:
         return []
+    if keep is None and not key_order and not cursor.ready(now):
+        # The common case, element by element below it: new elements in a row.
+        taken = cursor.hold_new(member, max_count, ring.tail, now, lease)
+        runs = ring.read(cursor.next - taken, taken) if taken else []
+        if convert is not None:
+            return [
+                Chunk(
+                    run.first,
+                    run.stamp,
+                    PickledValues.from_values(map(convert, run.payload.decode())),
+                )
+                for run in runs
+            ]
+        return [Chunk(run.first, run.stamp, run.payload) for run in runs]
     located: dict[int, tuple[Run, int]] = {}
     decoded: dict[int, list[Any]] = {}  # id(run) -> its values, for the filter
 
