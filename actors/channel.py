@@ -35,7 +35,7 @@ import ray
 
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
-from raytopic.actors.cursors import Cursor, Lease, Lent
+from raytopic.actors.cursors import Cursor, Lease, Lent, clamp
 from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.payloads import Payload, PickledValues
 from raytopic.actors.publisher_tracks import ACKS_KEPT, PublisherTrack
@@ -1577,11 +1577,21 @@ class ChannelActor:
         """Move the group's read and commit positions; return (position, previous state).
 
         ``target``: a sequence, a time stamp (float), ``"earliest"`` or ``"latest"``.
+        A shared group starts over after the position: everything after it is
+        to deliver, what its members hold can no longer be acknowledged.
         """
+        ring = self._ring
+        shared = self._shared.get(group)
+        if shared is not None:
+            saved = {"shared": shared.to_state()}
+            position = clamp(self._reset_target(target), ring.head, ring.tail)
+            self._shared[group] = SharedCursor.starting_at(position + 1)
+            self._commits_moved()
+            await self._save_state()
+            return position, saved
         cursor = self._groups.get(group)
         if cursor is None:
             raise GroupNotFoundError(f"group {group!r} does not exist")
-        ring = self._ring
         previous = {
             "next": cursor.next,
             "committed": cursor.committed,
@@ -1590,22 +1600,30 @@ class ChannelActor:
             "delivered_high": cursor.delivered_high,
             "unread": list(cursor.unread),
         }
-        if target == "earliest":
-            sequence = ring.head - 1
-        elif target == "latest":
-            sequence = ring.tail
-        elif isinstance(target, float):
-            sequence = ring.first_after(target) - 1
-        else:
-            sequence = int(target)
-        position = cursor.reset(sequence, ring.head, ring.tail)
+        position = cursor.reset(self._reset_target(target), ring.head, ring.tail)
         self._commits_moved()
         await self._save_state()
         return position, previous
 
+    def _reset_target(self, target: int | float | str) -> int:
+        """The sequence a reset target names ("next is the one after it")."""
+        ring = self._ring
+        if target == "earliest":
+            return ring.head - 1
+        if target == "latest":
+            return ring.tail
+        if isinstance(target, float):
+            return ring.first_after(target) - 1
+        return int(target)
+
     @_guarded
     async def restore_group(self, group: str, previous: dict[str, Any]) -> None:
         """Undo a reset (a reset of several channels is all or nothing)."""
+        if group in self._shared and "shared" in previous:
+            self._shared[group] = SharedCursor.from_state(previous["shared"])
+            self._notify()
+            await self._save_state()
+            return
         cursor = self._groups.get(group)
         if cursor is None:
             return

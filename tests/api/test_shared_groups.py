@@ -344,3 +344,40 @@ def test_a_killed_coordinator_keeps_the_shared_group_and_its_definition(make_top
     assert member.ack(held) == [ACKED, ACKED]
     rest = drain(member, 4)  # the member rejoins the rebuilt group and goes on
     assert sorted(e.value for e in held + rest) == list(range(6))
+
+
+def test_a_closing_member_hands_back_what_it_holds(make_topic):
+    topic = make_topic(channels=2)
+    leaving = topic.subscriber(group="g", mode="shared")
+    staying = topic.subscriber(group="g", mode="shared", complete_on_empty=True)
+    publish_all(topic, list(range(6)))
+    held = get(leaving.receive_batch(4))
+    leaving.close()
+    got = {e.value: e.delivery_count for e in drain(staying, 6)}
+    assert sorted(got) == list(range(6))
+    assert {got[e.value] for e in held} == {2}
+
+
+def test_iteration_receives_and_acks_everything(make_topic):
+    topic = make_topic(channels=2)
+    publish_all(topic, list(range(300)))
+    with topic.subscriber(group="g", mode="shared", window=50, complete_on_empty=True) as member:
+        seen = []
+        for element in member:
+            seen.append(element.value)
+            if len(seen) % 25 == 0:
+                member.ack_async([element])  # the rest acked in bulk below
+            else:
+                element.ack()
+    assert sorted(seen) == list(range(300))
+    assert topic.describe().groups["g"].lag == 0
+
+
+def test_reset_of_a_shared_group_delivers_again_after_the_position(make_topic):
+    topic = make_topic(channels=1, retain=True)
+    member = topic.subscriber(group="g", mode="shared", complete_on_empty=True)
+    statuses = publish_all(topic, list(range(5)))
+    assert [e.value for e in drain(member, 5)] == list(range(5))
+    topic.reset_group("g", {0: statuses[1].position})
+    assert [e.value for e in drain(member, 3)] == [2, 3, 4]
+    assert topic.describe().groups["g"].lag == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import struct
 
 import google_crc32c
@@ -214,3 +215,16 @@ def test_an_unknown_payload_kind_with_a_valid_checksum_is_corrupt() -> None:
     frame = read_frame(memoryview(bytes(data)), 0)  # the checksum matches again
     with pytest.raises(CorruptRecord):
         decode_record(frame.body)
+
+
+def test_publish_keys_round_trip_with_their_values_and_slices() -> None:
+    keyed = PickledValues.from_pickles(
+        [pickle.dumps(v) for v in ("a", "b", "c", "d")], keys=[5, 0, 7, 5]
+    )
+    for payload, keys in ((keyed, [5, 0, 7, 5]), (keyed.slice(1, 3), [0, 7])):
+        data = record_bytes(StoredBatch(0, 1.0, payload, 1, "p", 0))
+        got = decode_record(read_frame(memoryview(data), 0).body).payload
+        assert got.keys.tolist() == keys
+        assert got.decode() == payload.decode()
+    plain = decode_record(read_frame(memoryview(record_bytes(pickled_batch())), 0).body)
+    assert plain.payload.keys is None
