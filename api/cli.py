@@ -263,31 +263,23 @@ def _bench(args: argparse.Namespace) -> int:
     if args.spark:
         _spark_ready()
     _connect(args.address)
-    from raytopic.bench import format_figure, format_header, run_benchmarks
+    from raytopic.bench import Figure, format_figure, format_header, run_benchmarks
 
     print(format_header())
+
+    def report(figure: Figure) -> None:
+        print(format_figure(figure), flush=True)
+
     if args.spark:
         from raytopic.bench_spark import run_spark_benchmarks
 
-        run_spark_benchmarks(
-            rows=settings.messages,
-            repeat=settings.repeat,
-            report=lambda figure: print(format_figure(figure), flush=True),
-        )
-        return 0
-    if args.shared:
+        run_spark_benchmarks(rows=settings.messages, repeat=settings.repeat, report=report)
+    elif args.shared:
         from raytopic.bench_shared import run_shared_benchmarks
 
-        run_shared_benchmarks(
-            messages=settings.messages,
-            repeat=settings.repeat,
-            report=lambda figure: print(format_figure(figure), flush=True),
-        )
-        return 0
-    run_benchmarks(
-        **asdict(settings),
-        report=lambda figure: print(format_figure(figure), flush=True),
-    )
+        run_shared_benchmarks(messages=settings.messages, repeat=settings.repeat, report=report)
+    else:
+        run_benchmarks(**asdict(settings), report=report)
     return 0
 
 

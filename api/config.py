@@ -165,11 +165,6 @@ class TopicConfig:
     """Most unacknowledged elements per shared group member when neither the
     member nor its group says (Universal Messaging's "ClientQueueWindow")."""
 
-    @property
-    def group_names(self) -> tuple[str, ...]:
-        """The names of the groups made at creation."""
-        return tuple(g if isinstance(g, str) else g.name for g in self.groups)
-
     @classmethod
     def create(
         cls,

@@ -147,7 +147,7 @@ class CoordinatorActor:
         await self._adopt_groups()  # a store of an earlier topic of this name has some
         for group in config.groups:
             if isinstance(group, SharedGroup):
-                await self._ensure_group(group.name, False, "shared", group)
+                await self._ensure_group(group.name, False, group)
             else:
                 await self._ensure_group(group, start_latest=False)
         self._start_watching()
@@ -286,7 +286,9 @@ class CoordinatorActor:
             GroupFilterError: ``member_filter`` is not the shared group's filter.
         """
         await self._up()
-        state = await self._ensure_group(group, start_latest, mode, spec, member_filter)
+        if mode == "shared" and spec is None:
+            spec = SharedGroup(group, filter=member_filter)
+        state = await self._ensure_group(group, start_latest, spec if mode == "shared" else None)
         if state.mode != mode:
             raise GroupModeError(f"group {group!r} is {state.mode}: it cannot be joined as {mode}")
         if state.shared is not None and member_filter not in (None, state.shared.filter):
@@ -297,13 +299,9 @@ class CoordinatorActor:
         return state.shared
 
     async def _ensure_group(
-        self,
-        group: str,
-        start_latest: bool,
-        mode: str = "owned",
-        spec: SharedGroup | None = None,
-        member_filter: bytes | None = None,
+        self, group: str, start_latest: bool, shared: SharedGroup | None = None
     ) -> Group:
+        """The group, created (owned, or ``shared`` by that definition) if missing."""
         state = self._groups.get(group)
         if state is not None:
             return state
@@ -311,15 +309,13 @@ class CoordinatorActor:
             state = self._groups.get(group)
             if state is not None:
                 return state
-            if mode == "shared" and spec is None:
-                spec = SharedGroup(group, filter=member_filter)
             await asyncio.gather(
                 *(
-                    handle.ensure_group.remote(group, start_latest, spec)
+                    handle.ensure_group.remote(group, start_latest, shared)
                     for handle in self._channels
                 )
             )
-            state = self._groups[group] = Group(group, self._config.channels, shared=spec)
+            state = self._groups[group] = Group(group, self._config.channels, shared=shared)
             return state
 
     async def destroy_group(self, group: str) -> None:
