@@ -1102,6 +1102,7 @@ class ChannelActor:
             self._member_views.get(reader.spec.group, {}).pop(reader_id, None)
             if reader.spec.group in self._shared:
                 self._release_member(reader.spec.group, reader_id, "its member closed")
+                self._departed.get(reader.spec.group, set()).discard(reader_id)
         session = self._sessions.pop(reader_id, None)
         if session is not None:
             session.close()
@@ -1551,6 +1552,7 @@ class ChannelActor:
         self._shared.pop(group, None)
         self._shared_specs.pop(group, None)
         self._shared_filters.pop(group, None)
+        self._departed.pop(group, None)
         self._member_views.pop(group, None)
         self._group_marks.pop(group, None)
         for reader_id, reader in list(self._readers.items()):

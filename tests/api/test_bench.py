@@ -32,6 +32,8 @@ EXPECTED = {
     "channel RSS before publishing": None,
     "group: 2 members, commit per batch, 2 channels": "queue batch",
     "group: close -> full reassignment": None,
+    "shared group: 4 members, 2 ch, ack per element": "owned group of 2",
+    "shared group: 4 members, 2 ch, 10 ms task per element": "owned group of 2",
     'store sync="always": publish() -> iterate, 2 channel(s)': "in memory",
     'store sync="write": publish() -> iterate, 2 channel(s)': "in memory",
     "store: restart serving 2,000 elements": None,
@@ -75,6 +77,7 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
     durable = by_case['store sync="always": publish() -> iterate, 2 channel(s)']
     assert durable.baseline_value == by_case["topic: publish() -> iterate, 2 channel(s)"].value
     assert durable.target == 0.5
+    assert by_case["shared group: 4 members, 2 ch, 10 ms task per element"].target == 1.7
 
 
 def test_bench_help_lists_quick(capsys: pytest.CaptureFixture[str]) -> None:
