@@ -1913,15 +1913,19 @@ class ChannelActor:
 
     async def _send_dead_letters(self, group: str, cursor: SharedCursor, spec: SharedGroup) -> None:
         """Append the group's dead elements to its dead-letter topic (from this event
-        loop, by actor call: a Publisher's threads cannot run here)."""
+        loop, by actor call: a Publisher's threads cannot run here), exactly once:
+        the batch and its version are on disk before the append, so a restart
+        sends the same batch under the same version (see ``SharedCursor.sending``)."""
         assert spec.dead_letter is not None
-        dead = sorted(cursor.dead.items())[:_DEAD_LETTER_BATCH]
+        version, sequences = cursor.dead_batch(_DEAD_LETTER_BATCH)
+        await self._save_state()
         config = self._config
         head = self._ring.head
         letters = []
-        for sequence, (deliveries, reason) in dead:
-            if sequence < head:
+        for sequence in sequences:
+            if sequence < head or sequence not in cursor.dead:
                 continue  # removed meanwhile (purge, overwrite): nothing to send
+            deliveries, reason = cursor.dead[sequence]
             try:
                 value = self._ring.get(sequence).payload.decode()[0]
             except Exception as error:  # its class does not load here
@@ -1937,37 +1941,40 @@ class ChannelActor:
                 }
             )
         if letters:
-            target = await self._dead_letter_channel(spec.dead_letter)
-            cursor.dead_serial += 1
+            target = await self._dead_letter_channel(spec)
             writer = f"{ONCE_WRITER_PREFIX}dead:{config.topic_id}:{group}:{self._channel}"
             ack = await target.request.remote(
-                pack_request(
-                    "append_once", writer, cursor.dead_serial, "block", _DEAD_LETTER_TIMEOUT
-                ),
+                pack_request("append_once", writer, version, "block", _DEAD_LETTER_TIMEOUT),
                 PickledValues.from_values(letters),
             )
             if ack.error is not None:
+                cursor.dead_letter_failed()
                 raise ack.error
-        cursor.dead_lettered_now(sequence for sequence, _ in dead)
+        cursor.dead_lettered_now(sequences)
         logger.info(
             "channel %d: %d elements of %s to dead-letter topic %s",
             self._channel,
-            len(dead),
+            len(letters),
             group,
             spec.dead_letter,
         )
         self._commits_moved()
         await self._save_state()
 
-    async def _dead_letter_channel(self, topic: str) -> Any:
-        """The channel of dead-letter topic ``topic`` this channel appends to."""
+    async def _dead_letter_channel(self, spec: SharedGroup) -> Any:
+        """The channel of the group's dead-letter topic this channel appends to; the
+        topic is created if it is missing (deleted since the group was made)."""
+        topic = spec.dead_letter
+        assert topic is not None
         handle = self._dead_letter_channels.get(topic)
         if handle is None:
-            namespace = self._config.namespace
-            try:
-                coordinator = ray.get_actor(coordinator_actor_name(topic), namespace=namespace)
-            except ValueError:
-                raise TopicNotFoundError(f"dead-letter topic {topic!r} does not exist") from None
+            from raytopic.topic import ensure_dead_letter_topic
+
+            # create_topic blocks on Ray calls: off this event loop.
+            await asyncio.to_thread(ensure_dead_letter_topic, spec, self._config.namespace)
+            coordinator = ray.get_actor(
+                coordinator_actor_name(topic), namespace=self._config.namespace
+            )
             info = await coordinator.ready.remote()
             handle = info.channels[self._channel % len(info.channels)]
             self._dead_letter_channels[topic] = handle

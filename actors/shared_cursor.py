@@ -96,6 +96,10 @@ class SharedCursor:
     """Elements moved to the dead-letter topic, so far."""
     dead_serial: int = 0
     """Version of the last dead-letter append (its exactly-once number)."""
+    sending: tuple[int, list[int]] | None = None
+    """The dead-letter append under way: its version and sequences. Kept across
+    a restart, so the same append is sent again under the same version, and
+    the dead-letter channel skips it if it had landed."""
     _per_member: dict[str, int] = field(default_factory=dict)
     """Per member, how many elements it holds (kept with ``held``)."""
 
@@ -306,8 +310,22 @@ class SharedCursor:
         else:
             self.waiting[sequence] = Waiting(held.count, not_before, held.key)
 
+    def dead_batch(self, limit: int) -> tuple[int, list[int]]:
+        """The next dead-letter append: the one under way, or a new one of at most
+        ``limit`` dead elements under the next version."""
+        if self.sending is None:
+            self.dead_serial += 1
+            self.sending = (self.dead_serial, sorted(self.dead)[:limit])
+        return self.sending
+
+    def dead_letter_failed(self) -> None:
+        """The append under way was refused: the next one goes under a new version
+        (a version is spent once a channel has answered it)."""
+        self.sending = None
+
     def dead_lettered_now(self, sequences: Iterable[int]) -> None:
         """The dead-letter topic has these: they are settled."""
+        self.sending = None
         for sequence in sequences:
             if self.dead.pop(sequence, None) is not None:
                 self.dead_lettered += 1
@@ -370,6 +388,7 @@ class SharedCursor:
             "redelivered": self.redelivered,
             "dead_lettered": self.dead_lettered,
             "dead_serial": self.dead_serial,
+            "sending": self.sending,
         }
 
     @classmethod
@@ -385,6 +404,9 @@ class SharedCursor:
         cursor.redelivered = int(state.get("redelivered", 0))
         cursor.dead_lettered = int(state.get("dead_lettered", 0))
         cursor.dead_serial = int(state.get("dead_serial", 0))
+        sending = state.get("sending")
+        if sending is not None:
+            cursor.sending = (int(sending[0]), [int(s) for s in sending[1]])
         return cursor
 
 

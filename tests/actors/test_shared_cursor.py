@@ -177,3 +177,17 @@ def test_every_element_is_acked_once_and_never_lost(steps):
             assert cursor.ack(sequence, "z", held.count)
             acked.add(sequence)
     assert acked == set(range(tail + 1))
+
+
+def test_a_dead_letter_append_under_way_is_sent_again_under_its_version_after_a_restart():
+    cursor = SharedCursor.starting_at(0)
+    for sequence in range(3):
+        take(cursor, "a", 1, tail=sequence)
+        cursor.nack(sequence, "a", 1, 0.0, 1)
+    assert cursor.dead_batch(2) == (1, [0, 1])
+    back = SharedCursor.from_state(cursor.to_state())  # crashed before the answer
+    assert back.dead_batch(2) == (1, [0, 1])  # the same append: skipped if it landed
+    back.dead_lettered_now([0, 1])
+    assert back.dead_batch(2) == (2, [2])
+    back.dead_letter_failed()  # refused: a version once answered is spent
+    assert back.dead_batch(2) == (3, [2])

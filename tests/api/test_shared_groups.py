@@ -103,19 +103,30 @@ def test_nack_with_a_delay_waits_before_redelivery(make_topic):
     assert time.monotonic() - started >= 0.55 and again.delivery_count == 2
 
 
-def test_max_deliveries_sends_to_the_dead_letter_topic_with_the_reason(make_topic, unique_name):
+def _find_topic(name: str, namespace: str) -> rt.Topic | None:
+    try:
+        return rt.get_topic(name, namespace=namespace)
+    except rt.TopicNotFoundError:
+        return None
+
+
+def test_max_deliveries_sends_to_the_dead_letter_topic_with_the_reason(
+    make_topic, unique_name, wait_until
+):
     dead_name = unique_name("dead")
     topic = make_topic(
         channels=2, groups=[rt.SharedGroup("g", max_deliveries=2, dead_letter=dead_name)]
     )
     try:
-        dead = rt.get_topic(dead_name, namespace=topic.namespace)  # created with the group
+        # Created with the group; deleted here, the channel creates it again.
+        rt.get_topic(dead_name, namespace=topic.namespace).destroy()
         member = topic.subscriber(group="g", mode="shared")
         [status] = publish_all(topic, ["poison"])
         for delivery in (1, 2):
             element = get(member.receive())
             assert element.delivery_count == delivery
             element.nack()
+        dead = wait_until(lambda: _find_topic(dead_name, topic.namespace), timeout=30)
         with dead.subscriber(start="earliest") as reader:
             letter = get(reader.receive()).value
         assert letter == {
@@ -126,12 +137,19 @@ def test_max_deliveries_sends_to_the_dead_letter_topic_with_the_reason(make_topi
             "channel": status.channel,
             "position": str(status.position),
         }
-        stats = topic.describe().groups["g"]
+        stats = wait_until(lambda: _dead_lettered(topic), timeout=10)
         assert (stats.dead_lettered, stats.depth, stats.unacked, stats.lag) == (1, 0, 0, 0)
         late = topic.subscriber(group="g", mode="shared", complete_on_empty=True)
         assert get(late.receive()) is None
     finally:
-        rt.get_topic(dead_name, namespace=topic.namespace).destroy()
+        dead = _find_topic(dead_name, topic.namespace)
+        if dead is not None:
+            dead.destroy()
+
+
+def _dead_lettered(topic: rt.Topic) -> rt.GroupStats | None:
+    stats = topic.describe().groups["g"]
+    return stats if stats.dead_lettered else None
 
 
 def test_a_late_ack_after_the_lease_expired_is_rejected_and_nothing_is_lost(make_topic, wait_until):
