@@ -399,3 +399,18 @@ def test_reset_of_a_shared_group_delivers_again_after_the_position(make_topic):
     topic.reset_group("g", {0: statuses[1].position})
     assert [e.value for e in drain(member, 3)] == [2, 3, 4]
     assert topic.describe().groups["g"].lag == 0
+
+
+def test_keys_of_publish_batch_and_of_an_ordering_function_keep_key_order(make_topic):
+    topic = make_topic(channels=1, groups=[rt.SharedGroup("g", ordering="key")])
+    a = topic.subscriber(group="g", mode="shared")
+    b = topic.subscriber(group="g", mode="shared")
+    with topic.publisher() as publisher:
+        get(publisher.publish_batch(["x0", "y0", "x1", "y1"], keys=["x", "y", "x", "y"]))
+    with topic.publisher(ordering=lambda value: value[0]) as publisher:
+        publisher.publish("x2")
+        publisher.publish("y2")
+    first = get(a.receive())  # "x0": a holds key x
+    assert first.value == "x0"
+    assert [e.value for e in get(b.receive_batch(10))] == ["y0", "y1", "y2"]
+    assert [e.value for e in get(a.receive_batch(10))] == ["x1", "x2"]
