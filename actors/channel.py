@@ -213,6 +213,9 @@ class ChannelActor:
         self._shared_task: asyncio.Task[None] | None = None
         self._shared_wake = asyncio.Event()  # dead letters to send now
         self._dead_letter_channels: dict[str, Any] = {}  # dead-letter topic -> its channel
+        # Fetch token -> (group, member, entries): what a sibling's session took
+        # here, until it settles (taken back at once if that sibling restarts).
+        self._shared_loans: dict[str, tuple[str, str, tuple[tuple[int, int], ...]]] = {}
         self._departed: dict[str, set[str]] = {}  # shared group -> members told gone
         self._publishers: dict[str, PublisherTrack] = {}
         self._publishers_swept = time.monotonic()
@@ -299,7 +302,10 @@ class ChannelActor:
             self._groups[group] = Cursor.from_state(saved, group=True)
         for saved in state.get("shared", {}).values():
             spec = pickle.loads(base64.b64decode(saved["spec"]))
-            self._add_shared(spec, SharedCursor.from_state(saved["cursor"]))
+            shared = SharedCursor.from_state(saved["cursor"])
+            # What was held comes back to deliver again: past the limit, dead.
+            shared.enforce_limit(spec.max_deliveries, "held when its channel restarted")
+            self._add_shared(spec, shared)
         self._evict_committed()
         self._group_marks = {g: (int(v), int(n)) for g, (v, n) in state.get("marks", {}).items()}
         for reader_id, saved in state.get("readers", {}).items():
@@ -1361,7 +1367,16 @@ class ChannelActor:
         voided it meanwhile."""
         reader = self._readers.get(reader_id)
         if reader is not None and reader.spec.group in self._shared:
-            return True  # a shared take lends nothing: its elements are held by the member
+            # The session has them: they are its member's (a fetch's rest, given
+            # back, is delivered again without counting).
+            loan = self._shared_loans.pop(token, None)
+            if loan is not None and give_back_from is not None:
+                group, member, entries = loan
+                for sequence, count in entries:
+                    if sequence >= give_back_from and group in self._shared:
+                        self._shared[group].give_back(sequence, member, count)
+                self._notify()
+            return True
         cursor = self._owned_cursor(reader_id, fence)
         if cursor is None:
             return False
@@ -1383,6 +1398,12 @@ class ChannelActor:
             if lent is not None and lent.token.startswith(prefix):
                 cursor.settle_lent(lent.token, lent.first)  # type: ignore[union-attr]
                 taken_back += 1
+        for token in [t for t in self._shared_loans if t.startswith(prefix)]:
+            group, member, entries = self._shared_loans.pop(token)
+            if group in self._shared:
+                for sequence, count in entries:
+                    self._shared[group].give_back(sequence, member, count)
+            taken_back += 1
         if taken_back:
             logger.info(
                 "channel %d: %d loans of restarted %d back", self._channel, taken_back, host
@@ -1687,7 +1708,9 @@ class ChannelActor:
         self._shared[spec.name] = cursor
         self._shared_specs[spec.name] = spec
         self._shared_filters[spec.name] = spec.load_filter()
-        self._ensure_shared_task()
+        with contextlib.suppress(RuntimeError):  # in __init__ no loop runs yet: later
+            asyncio.get_running_loop()
+            self._ensure_shared_task()
 
     def _refuse_shared(self, reader_id: str, what: str) -> None:
         reader = self._readers.get(reader_id)
@@ -1731,7 +1754,12 @@ class ChannelActor:
         group = reader.spec.group
         assert group is not None
         self._check_member(group, reader.reader_id, fence)
+        self._ensure_shared_task()  # (after a restart: the first call starts it)
+        if self._loss is not None and reader.reader_id in self._loss_readers:
+            self._loss_readers.discard(reader.reader_id)  # told once
+            raise self._loss
         cursor, spec = self._shared[group], self._shared_specs[group]
+        floor = cursor.floor
         chunks = take_shared(
             cursor,
             self._ring,
@@ -1750,21 +1778,43 @@ class ChannelActor:
                 time.time() - chunks[0].stamp,
             )
             self._state_changed()  # delivery counts: kept in the background
+        if cursor.floor != floor:  # the filter passed over some: room for appends
+            self._commits_moved()
+            self._state_changed()
         state = self._shared_state(reader, fence, check=False)
         config = self._config
         origin = _Origin(
-            config.topic_id, config.name, config.namespace, reader.reader_id, fence, 0, True
+            config.topic_id,
+            config.name,
+            config.namespace,
+            reader.reader_id,
+            fence,
+            0,
+            True,
+            self._epoch,
         )
-        return Delivery.pack(
+        delivery = Delivery.pack(
             self._channel, chunks, 0, state.next, state.tail, state.committed, origin, state.unacked
         )
+        if token is not None and chunks:
+            self._lend_shared(token, group, reader.reader_id, delivery.entries())
+        return delivery
+
+    def _lend_shared(
+        self, token: str, group: str, member: str, entries: tuple[tuple[int, int], ...]
+    ) -> None:
+        loans = self._shared_loans
+        loans[token] = (group, member, entries)
+        while len(loans) > _STOPPED_TAKES_KEPT:  # sessions that never settled (bounded)
+            del loans[next(iter(loans))]
 
     @_guarded
     async def ack(
-        self, reader_id: str, entries: tuple[tuple[int, int], ...], single: bool = False
+        self, reader_id: str, entries: tuple[tuple[int, int, int], ...], single: bool = False
     ) -> AckStatus | list[AckStatus]:
-        """Acknowledge elements a shared group's member holds, each named by
-        (sequence, delivery count); with a store, answered once on disk."""
+        """Acknowledge elements a shared group's member holds, each named by its
+        delivery id (sequence, delivery count, channel epoch); with a store,
+        answered once on disk."""
         return await self._acknowledge(
             reader_id,
             entries,
@@ -1777,7 +1827,7 @@ class ChannelActor:
     async def nack(
         self,
         reader_id: str,
-        entries: tuple[tuple[int, int], ...],
+        entries: tuple[tuple[int, int, int], ...],
         delay: float = 0.0,
         single: bool = False,
     ) -> AckStatus | list[AckStatus]:
@@ -1802,7 +1852,7 @@ class ChannelActor:
     async def extend_lease(
         self,
         reader_id: str,
-        entries: tuple[tuple[int, int], ...],
+        entries: tuple[tuple[int, int, int], ...],
         seconds: float | None = None,
         single: bool = False,
     ) -> AckStatus | list[AckStatus]:
@@ -1823,31 +1873,37 @@ class ChannelActor:
     async def _acknowledge(
         self,
         reader_id: str,
-        entries: tuple[tuple[int, int], ...],
+        entries: tuple[tuple[int, int, int], ...],
         single: bool,
         success: AckStatus,
         apply: Callable[[SharedCursor, SharedGroup, int, int], bool],
         *,
         durable: bool = True,
     ) -> AckStatus | list[AckStatus]:
-        """Apply ``apply`` to each (sequence, count); REJECTED where it does not hold.
-        A closed member's elements went back to the group: all REJECTED."""
+        """Apply ``apply`` to each (sequence, count, epoch); REJECTED where it does not
+        hold, or the delivery was of an earlier incarnation of this channel (what
+        it held came back). A closed member's elements went back: all REJECTED."""
         reader = self._readers.get(reader_id)
         group = None if reader is None else reader.spec.group
         if reader is not None and group not in self._shared:
             raise GroupModeError(f"subscriber {reader_id} is not in a shared group: commit")
         if not isinstance(entries, tuple | list):
-            raise InvalidArgumentError("entries must be (sequence, delivery count) pairs")
+            raise InvalidArgumentError("entries must be (sequence, delivery count, epoch)")
         statuses: list[AckStatus] = []
         cursor = self._shared.get(group)  # type: ignore[arg-type]
         for entry in entries:
-            sequence, count = entry
+            sequence, count, epoch = entry
             _check_sequence(sequence, "sequence")
-            applied = cursor is not None and apply(
-                cursor,
-                self._shared_specs[group],  # type: ignore[index]
-                sequence,
-                count,
+            # A delivery of an earlier incarnation is over: what it held came back.
+            applied = (
+                epoch == self._epoch
+                and cursor is not None
+                and apply(
+                    cursor,
+                    self._shared_specs[group],  # type: ignore[index]
+                    sequence,
+                    count,
+                )
             )
             statuses.append(success if applied else AckStatus.REJECTED)
         if durable and success in statuses:
@@ -1942,11 +1998,17 @@ class ChannelActor:
             )
         if letters:
             target = await self._dead_letter_channel(spec)
-            writer = f"{ONCE_WRITER_PREFIX}dead:{config.topic_id}:{group}:{self._channel}"
-            ack = await target.request.remote(
-                pack_request("append_once", writer, version, "block", _DEAD_LETTER_TIMEOUT),
-                PickledValues.from_values(letters),
-            )
+            writer = f"{ONCE_WRITER_PREFIX}dead:{config.topic_id}:{cursor.life}:{self._channel}"
+            try:
+                ack = await target.request.remote(
+                    pack_request("append_once", writer, version, "block", _DEAD_LETTER_TIMEOUT),
+                    PickledValues.from_values(letters),
+                )
+            except Exception:
+                # Gone (destroyed, maybe made again): look it up anew next time,
+                # and send the same batch under the same version.
+                self._dead_letter_channels.pop(spec.dead_letter, None)
+                raise
             if ack.error is not None:
                 cursor.dead_letter_failed()
                 raise ack.error
@@ -2060,7 +2122,7 @@ class ChannelActor:
                 session = self._sessions.pop(member_id, None)
                 if session is not None:
                     session.close()
-                if group in self._shared:
+                if group in self._shared and member_id in self._readers:
                     self._departed.setdefault(group, set()).add(member_id)
                     self._release_member(group, member_id, "its member left or timed out")
                 continue

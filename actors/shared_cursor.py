@@ -27,6 +27,7 @@ members leaving.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +97,9 @@ class SharedCursor:
     """Elements moved to the dead-letter topic, so far."""
     dead_serial: int = 0
     """Version of the last dead-letter append (its exactly-once number)."""
+    life: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    """This cursor's own id (a reset or a re-created group makes a new cursor):
+    its dead-letter appends are numbered within it."""
     sending: tuple[int, list[int]] | None = None
     """The dead-letter append under way: its version and sequences. Kept across
     a restart, so the same append is sent again under the same version, and
@@ -310,6 +314,16 @@ class SharedCursor:
         else:
             self.waiting[sequence] = Waiting(held.count, not_before, held.key)
 
+    def enforce_limit(self, max_deliveries: int | None, reason: str) -> None:
+        """Waiting elements already delivered ``max_deliveries`` times go to the dead
+        letters (they were held when their channel restarted)."""
+        if max_deliveries is None:
+            return
+        for sequence, waiting in list(self.waiting.items()):
+            if waiting.count >= max_deliveries:
+                del self.waiting[sequence]
+                self.dead[sequence] = (waiting.count, f"{reason} after {waiting.count} deliveries")
+
     def dead_batch(self, limit: int) -> tuple[int, list[int]]:
         """The next dead-letter append: the one under way, or a new one of at most
         ``limit`` dead elements under the next version."""
@@ -389,6 +403,7 @@ class SharedCursor:
             "dead_lettered": self.dead_lettered,
             "dead_serial": self.dead_serial,
             "sending": self.sending,
+            "life": self.life,
         }
 
     @classmethod
@@ -404,6 +419,7 @@ class SharedCursor:
         cursor.redelivered = int(state.get("redelivered", 0))
         cursor.dead_lettered = int(state.get("dead_lettered", 0))
         cursor.dead_serial = int(state.get("dead_serial", 0))
+        cursor.life = str(state.get("life", cursor.life))
         sending = state.get("sending")
         if sending is not None:
             cursor.sending = (int(sending[0]), [int(s) for s in sending[1]])

@@ -72,7 +72,7 @@ def take_shared(
         key = None
         if key_order:
             keys = run.payload.keys
-            key = None if keys is None else int(keys[offset])
+            key = None if keys is None or not keys[offset] else int(keys[offset])  # 0: no key
         return Candidate(sequence, key, matches)
 
     def offered() -> Iterator[Candidate]:

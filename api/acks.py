@@ -1,10 +1,11 @@
 """Acknowledging a shared group's elements: what ``Element.ack`` and ``Subscriber.ack``
 send to the channels.
 
-An acknowledgement names each element by its sequence and its delivery count
-(the delivery's id), so a channel applies it only if the sender still holds
-the element under that delivery. Acknowledgements of one channel travel as
-ONE call, however many elements they cover.
+An acknowledgement names each element by its sequence, its delivery count
+and its channel's incarnation (together the delivery's id), so a channel
+applies it only if the sender still holds the element under that delivery.
+Acknowledgements of one channel travel as ONE call, however many elements
+they cover.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from typing import Any
 import ray
 
 from raytopic.actors.wire import pack_request
-from raytopic.config import check_nonnegative_number
+from raytopic.config import check_nonnegative_number, check_timeout
 from raytopic.errors import ForeignElementError, GroupModeError, InvalidTypeError
 from raytopic.naming import channel_actor
 from raytopic.records import AckStatus, Element
 
-__all__ = ["check_delay", "check_own", "check_shared", "send_many", "send_one"]
+__all__ = ["check_delay", "check_lease", "check_own", "check_shared", "send_many", "send_one"]
 
 
 def check_shared(element: Element) -> None:
@@ -57,12 +58,17 @@ def check_delay(delay: object, what: str = "delay") -> float:
     return 0.0 if delay is None else check_nonnegative_number(delay, what)
 
 
+def check_lease(seconds: object) -> float | None:
+    """Seconds > 0 for a lease extension (None: the group's ``ack_timeout``)."""
+    return check_timeout(seconds, "seconds")
+
+
 def send_one(element: Element, method: str, *args: Any) -> Any:
     """``method`` (ack, nack, extend_lease) for one element: ``ObjectRef[AckStatus]``."""
     check_shared(element)
     origin = element._origin
     actor = channel_actor(origin.namespace, origin.topic, element.channel)
-    entries = ((element.sequence, element.delivery_count),)
+    entries = ((element.sequence, element.delivery_count, origin.epoch),)
     return actor.request.remote(pack_request(method, origin.reader, entries, *args, True))
 
 
@@ -78,7 +84,7 @@ def send_many(elements: list[Element], method: str, *args: Any) -> Any:
     for channel, group in by_channel.items():
         origin = group[0]._origin
         actor = channel_actor(origin.namespace, origin.topic, channel)
-        entries = tuple((e.sequence, e.delivery_count) for e in group)
+        entries = tuple((e.sequence, e.delivery_count, e._origin.epoch) for e in group)
         refs.append(
             actor.request.remote(pack_request(method, origin.reader, entries, *args, False))
         )

@@ -310,9 +310,9 @@ class Element:
         Returns:
             EXTENDED, or REJECTED (see ``ack``).
         """
-        from raytopic.acks import check_delay, send_one
+        from raytopic.acks import check_lease, send_one
 
-        return _resolve(send_one(self, "extend_lease", check_delay(seconds, "seconds") or None))
+        return _resolve(send_one(self, "extend_lease", check_lease(seconds)))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Element):
@@ -348,3 +348,4 @@ class _Origin:
     fence: Any  # (member id, lease generation) for group members, else None
     jumps: int  # the reader's cursor jump count at read time (bumped by seeks and resets)
     shared: bool = False  # read by a shared group's member: acknowledged element by element
+    epoch: int = 0  # a shared delivery's channel incarnation: part of its delivery id

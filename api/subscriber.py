@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 import ray
 
-from raytopic.acks import check_delay, check_own, send_many
+from raytopic.acks import check_delay, check_lease, check_own, send_many
 from raytopic.actors.receive_session import CursorState
 from raytopic.actors.wire import ReaderSpec, pack_request
 from raytopic.config import Start, check_name, check_positive_int, check_timeout
@@ -244,13 +244,12 @@ class Subscriber:
         gives one (the group applies it: not this reader); the window defaults
         to the group's, then the topic's."""
         spec = self._spec
-        if self._definition is not None:
-            ensure_dead_letter_topic(self._definition, self._topic.namespace)
         definition: SharedGroup = self._call(
             self._topic._coordinator.ensure_group.remote(
                 self._group, spec.start_latest, "shared", self._definition, spec.filter
             )
         )
+        ensure_dead_letter_topic(definition, self._topic.namespace)
         window = spec.window or definition.window or self._topic.config.default_window
         self._spec = dataclasses.replace(spec, filter=None, window=window)
 
@@ -732,8 +731,7 @@ class Subscriber:
     ) -> list[AckStatus]:
         """Keep holding elements: their ack leases end ``seconds`` from now (default:
         the group's ``ack_timeout``). EXTENDED, or REJECTED for one no longer held."""
-        delay = check_delay(seconds, "seconds") or None
-        return self._call(send_many(self._own(elements), "extend_lease", delay))
+        return self._call(send_many(self._own(elements), "extend_lease", check_lease(seconds)))
 
     def _own(self, elements: Iterable[Element]) -> list[Element]:
         self._check_open()

@@ -286,6 +286,10 @@ class CoordinatorActor:
             GroupFilterError: ``member_filter`` is not the shared group's filter.
         """
         await self._up()
+        if spec is not None and member_filter not in (None, spec.filter):
+            raise GroupFilterError(
+                f"the member's filter is not the one given for shared group {group!r}"
+            )
         if mode == "shared" and spec is None:
             spec = SharedGroup(group, filter=member_filter)
         state = await self._ensure_group(group, start_latest, spec if mode == "shared" else None)

@@ -191,3 +191,15 @@ def test_a_dead_letter_append_under_way_is_sent_again_under_its_version_after_a_
     assert back.dead_batch(2) == (2, [2])
     back.dead_letter_failed()  # refused: a version once answered is spent
     assert back.dead_batch(2) == (3, [2])
+
+
+def test_elements_held_at_the_limit_when_the_channel_restarted_go_to_the_dead_letters():
+    cursor = SharedCursor.starting_at(0)
+    take(cursor, "a", 2, tail=1)
+    cursor.nack(1, "a", 1, 0.0, 3)
+    take(cursor, "a", 1, tail=1)  # 1 again: delivery 2
+    back = SharedCursor.from_state(cursor.to_state())
+    back.enforce_limit(2, "held when its channel restarted")
+    assert back.dead == {1: (2, "held when its channel restarted after 2 deliveries")}
+    assert set(back.waiting) == {0} and back.life == cursor.life
+    assert SharedCursor.starting_at(0).life != cursor.life  # a reset numbers anew

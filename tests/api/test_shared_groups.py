@@ -327,6 +327,7 @@ def test_a_stored_channel_killed_keeps_acks_and_counts(make_topic, tmp_path, wai
     pid = topic.describe().channels[0].pid
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: topic.describe().channels[0].pid not in (pid, 0), timeout=30)
+    assert first[4].ack() is REJECTED  # a delivery of the old incarnation is over
     rest = drain(member, 6)
     values = {e.value: e.delivery_count for e in rest}
     assert sorted(values) == [4, 5, 6, 7, 8, 9]  # nothing acknowledged comes back
@@ -414,3 +415,14 @@ def test_keys_of_publish_batch_and_of_an_ordering_function_keep_key_order(make_t
     assert first.value == "x0"
     assert [e.value for e in get(b.receive_batch(10))] == ["y0", "y1", "y2"]
     assert [e.value for e in get(a.receive_batch(10))] == ["x1", "x2"]
+
+
+def test_a_filter_that_passes_elements_over_frees_their_room(make_topic):
+    topic = make_topic(channels=1, capacity=10, overflow="fail")
+    topic.create_group(rt.SharedGroup("g", filter=_even))
+    member = topic.subscriber(group="g", mode="shared", complete_on_empty=True)
+    publish_all(topic, [1, 3, 5, 7, 9, 11, 13, 15, 17, 19])  # full, none for the group
+    assert get(member.receive()) is None
+    assert topic.ringbuffer(0).size() == 0  # passed over: not kept for the group
+    publish_all(topic, [2])
+    assert get(member.receive()).value == 2
