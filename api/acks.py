@@ -19,7 +19,8 @@ from raytopic.actors.wire import pack_request
 from raytopic.config import check_nonnegative_number, check_timeout
 from raytopic.errors import ForeignElementError, GroupModeError, InvalidTypeError
 from raytopic.naming import channel_actor
-from raytopic.records import AckStatus, Element
+from raytopic.publisher import gather_in_order
+from raytopic.records import Element
 
 __all__ = ["check_delay", "check_lease", "check_own", "check_shared", "send_many", "send_one"]
 
@@ -92,13 +93,4 @@ def send_many(elements: list[Element], method: str, *args: Any) -> Any:
         return refs[0]
     channels = list(by_channel)
     layout = [channels.index(element.channel) for element in elements]
-    return _gather_in_order.remote(layout, *refs)
-
-
-def statuses_in_order(layout: list[int], *parts: list[AckStatus]) -> list[AckStatus]:
-    """Per-channel status lists back in the order the elements were given."""
-    cursors = [iter(part) for part in parts]
-    return [next(cursors[index]) for index in layout]
-
-
-_gather_in_order = ray.remote(num_cpus=0)(statuses_in_order)
+    return gather_in_order.remote(layout, *refs)

@@ -272,7 +272,7 @@ class Publisher:
         if len(refs) == 1:
             return next(iter(refs.values()))
         order = list(refs)
-        return _gather_statuses.remote([order.index(c) for c in layout], *refs.values())
+        return gather_in_order.remote([order.index(c) for c in layout], *refs.values())
 
     # -- batching ------------------------------------------------------------------
 
@@ -473,9 +473,13 @@ def _new_publisher(topic: Topic, settings: dict[str, Any]) -> Publisher:
     return Publisher(topic, **settings)
 
 
-def _gather(layout: list[int], *parts: list[PublishStatus]) -> list[PublishStatus]:
+def _in_order(layout: list[int], *parts: list[Any]) -> list[Any]:
+    """Per-channel result lists back in the order of the input (``layout[i]``: the
+    part item ``i`` is in)."""
     cursors = [iter(part) for part in parts]
     return [next(cursors[index]) for index in layout]
 
 
-_gather_statuses = ray.remote(num_cpus=0)(_gather)
+gather_in_order = ray.remote(num_cpus=0)(_in_order)
+"""``_in_order`` as a task: one ObjectRef for results several channel calls return
+(``publish_batch``'s statuses, a bulk ``Subscriber.ack``'s)."""
