@@ -1777,10 +1777,10 @@ class ChannelActor:
                 sum(chunk.payload.nbytes for chunk in chunks),
                 time.time() - chunks[0].stamp,
             )
-            self._state_changed()  # delivery counts: kept in the background
         if cursor.floor != floor:  # the filter passed over some: room for appends
             self._commits_moved()
-            self._state_changed()
+        if chunks or cursor.floor != floor:
+            self._state_changed()  # delivery counts and passes: kept in the background
         state = self._shared_state(reader, fence, check=False)
         config = self._config
         origin = _Origin(

@@ -89,8 +89,6 @@ class SharedCursor:
     waiting: dict[int, Waiting] = field(default_factory=dict)
     dead: dict[int, tuple[int, str]] = field(default_factory=dict)
     """sequence -> (deliveries, reason): to append to the dead-letter topic."""
-    changes: int = 0
-    """Bumped on every ack, nack, release and expiry: a watcher sees them."""
     redelivered: int = 0
     """Deliveries beyond the first, so far."""
     dead_lettered: int = 0
@@ -246,7 +244,6 @@ class SharedCursor:
             return False
         self._unhold(sequence)
         self.settle(sequence)
-        self.changes += 1
         return True
 
     def nack(
@@ -263,7 +260,6 @@ class SharedCursor:
             return False
         held = self._unhold(sequence)
         self._return(sequence, held, not_before, max_deliveries, "negatively acknowledged")
-        self.changes += 1
         return True
 
     def give_back(self, sequence: int, member: str, count: int) -> bool:
@@ -275,7 +271,6 @@ class SharedCursor:
         if held.count > 1:
             self.redelivered -= 1
         self.waiting[sequence] = Waiting(held.count - 1, 0.0, held.key)
-        self.changes += 1
         return True
 
     def extend(self, sequence: int, member: str, count: int, deadline: float) -> bool:
@@ -291,8 +286,6 @@ class SharedCursor:
         released = [s for s, h in self.held.items() if h.member == member]
         for sequence in released:
             self._return(sequence, self._unhold(sequence), 0.0, max_deliveries, reason)
-        if released:
-            self.changes += 1
         return released
 
     def expire(self, now: float, max_deliveries: int | None) -> list[int]:
@@ -302,8 +295,6 @@ class SharedCursor:
             self._return(
                 sequence, self._unhold(sequence), 0.0, max_deliveries, "its ack timeout expired"
             )
-        if expired:
-            self.changes += 1
         return expired
 
     def _return(
@@ -344,7 +335,6 @@ class SharedCursor:
             if self.dead.pop(sequence, None) is not None:
                 self.dead_lettered += 1
                 self.settle(sequence)
-        self.changes += 1
 
     def settle(self, sequence: int) -> None:
         """``sequence`` needs nothing more from this group."""
@@ -380,7 +370,6 @@ class SharedCursor:
         self.next = max(self.next, head)
         self.floor = head - 1
         self._advance()
-        self.changes += 1
         return lost
 
     # -- state ----------------------------------------------------------------------

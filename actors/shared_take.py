@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from raytopic.actors.payloads import PickledValues
+from raytopic.actors.payloads import Payload, PickledValues
 from raytopic.actors.segment_ring import Run, SegmentRing
 from raytopic.actors.shared_cursor import Candidate, SharedCursor
 from raytopic.actors.wire import Chunk
@@ -43,20 +43,12 @@ def take_shared(
         cursor.drop_below(ring.head)  # removed (overwrite, TTL, purge) before settled
     if max_count <= 0:
         return []
-    if keep is None and not key_order and not cursor.ready(now):
+    ready = cursor.ready(now)
+    if keep is None and not key_order and not ready:
         # The common case, element by element below it: new elements in a row.
         taken = cursor.hold_new(member, max_count, ring.tail, now, lease)
         runs = ring.read(cursor.next - taken, taken) if taken else []
-        if convert is not None:
-            return [
-                Chunk(
-                    run.first,
-                    run.stamp,
-                    PickledValues.from_values(map(convert, run.payload.decode())),
-                )
-                for run in runs
-            ]
-        return [Chunk(run.first, run.stamp, run.payload) for run in runs]
+        return [Chunk(run.first, run.stamp, _converted(run.payload, convert)) for run in runs]
     located: dict[int, tuple[Run, int]] = {}
     decoded: dict[int, list[Any]] = {}  # id(run) -> its values, for the filter
 
@@ -76,7 +68,7 @@ def take_shared(
         return Candidate(sequence, key, matches)
 
     def offered() -> Iterator[Candidate]:
-        for sequence in cursor.ready(now):
+        for sequence in ready:
             yield offer(ring.get(sequence), 0)
         limit = max_count if keep is None and not key_order else max(max_count, SCAN_LIMIT)
         for run in ring.read(cursor.next, limit):
@@ -105,10 +97,15 @@ def _pack(
         ):
             stop += 1
         offset = start + (stop - index)
-        payload = run.payload.slice(start, offset)
-        if convert is not None:
-            payload = PickledValues.from_values(convert(v) for v in payload.decode())
+        payload = _converted(run.payload.slice(start, offset), convert)
         counts = np.fromiter((count for _, count in chosen[index:stop]), dtype=np.int32)
         chunks.append(Chunk(chosen[index][0], run.stamp, payload, None, counts))
         index = stop
     return chunks
+
+
+def _converted(payload: Payload, convert: Callable[[Any], Any] | None) -> Payload:
+    """The payload's values through the reader's converter (if it has one)."""
+    if convert is None:
+        return payload
+    return PickledValues.from_values(map(convert, payload.decode()))
