@@ -1997,18 +1997,19 @@ class ChannelActor:
                 }
             )
         if letters:
-            target = await self._dead_letter_channel(spec)
             writer = f"{ONCE_WRITER_PREFIX}dead:{config.topic_id}:{cursor.life}:{self._channel}"
+            request = pack_request("append_once", writer, version, "block", _DEAD_LETTER_TIMEOUT)
+            values = PickledValues.from_values(letters)
             try:
-                ack = await target.request.remote(
-                    pack_request("append_once", writer, version, "block", _DEAD_LETTER_TIMEOUT),
-                    PickledValues.from_values(letters),
-                )
-            except Exception:
-                # Gone (destroyed, maybe made again): look it up anew next time,
-                # and send the same batch under the same version.
+                target = await self._dead_letter_channel(spec)
+                ack = await target.request.remote(request, values)
+            except ray.exceptions.ActorDiedError:
+                # The dead-letter topic was destroyed (maybe made again under its
+                # name): find or make it anew, and send the same batch under the
+                # same version.
                 self._dead_letter_channels.pop(spec.dead_letter, None)
-                raise
+                target = await self._dead_letter_channel(spec)
+                ack = await target.request.remote(request, values)
             if ack.error is not None:
                 cursor.dead_letter_failed()
                 raise ack.error

@@ -68,7 +68,7 @@ def send_one(element: Element, method: str, *args: Any) -> Any:
     """``method`` (ack, nack, extend_lease) for one element: ``ObjectRef[AckStatus]``."""
     check_shared(element)
     origin = element._origin
-    actor = channel_actor(origin.namespace, origin.topic, element.channel)
+    actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, element.channel)
     entries = ((element.sequence, element.delivery_count, origin.epoch),)
     return actor.request.remote(pack_request(method, origin.reader, entries, *args, True))
 
@@ -84,7 +84,7 @@ def send_many(elements: list[Element], method: str, *args: Any) -> Any:
     refs = []
     for channel, group in by_channel.items():
         origin = group[0]._origin
-        actor = channel_actor(origin.namespace, origin.topic, channel)
+        actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
         entries = tuple((e.sequence, e.delivery_count, e._origin.epoch) for e in group)
         refs.append(
             actor.request.remote(pack_request(method, origin.reader, entries, *args, False))

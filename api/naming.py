@@ -15,7 +15,9 @@ __all__ = [
 ]
 
 _PREFIX = "raytopic:"
-_channel_handles: dict[tuple[str, str, int], Any] = {}
+_channel_handles: dict[tuple[str, int], Any] = {}
+"""Channel handles found by name, keyed by topic id: a topic destroyed and made
+again under its name is another topic, with other actors."""
 
 
 def coordinator_actor_name(topic: str) -> str:
@@ -34,17 +36,27 @@ def topic_of_actor_name(name: str) -> str | None:
     return name[len(prefix) :] if name.startswith(prefix) else None
 
 
-def channel_actor(namespace: str, topic: str, channel: int) -> Any:
-    """The handle of a channel actor, looked up once per process.
+def channel_actor(namespace: str, topic: str, topic_id: str, channel: int) -> Any:
+    """The handle of a channel actor of topic ``topic_id``, looked up once per process.
 
     Elements name their channel instead of carrying its ActorHandle:
     (de)serializing a handle costs about a millisecond, per batch, per hop.
+    The lookup is by name; a topic made again under the same name answers
+    for the old topic's readers as it would for strangers (they are not
+    among its readers), never with a dead handle.
     """
-    key = (namespace, topic, channel)
+    key = (topic_id, channel)
     handle = _channel_handles.get(key)
     if handle is None:
         import ray
 
-        handle = ray.get_actor(channel_actor_name(topic, channel), namespace=namespace)
+        from raytopic.errors import TopicNotFoundError
+
+        try:
+            handle = ray.get_actor(channel_actor_name(topic, channel), namespace=namespace)
+        except ValueError:
+            raise TopicNotFoundError(
+                f"topic {topic!r} no longer exists in namespace {namespace!r}"
+            ) from None
         _channel_handles[key] = handle
     return handle

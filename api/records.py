@@ -258,7 +258,7 @@ class Element:
             raise GroupModeError(
                 f"element {self.position} was received in a shared group: ack it instead"
             )
-        actor = channel_actor(origin.namespace, origin.topic, self.channel)
+        actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, self.channel)
         return actor.commit.remote(origin.reader, self.sequence, origin.fence)
 
     # -- shared groups: acknowledgement element by element --------------------------
@@ -331,10 +331,14 @@ class Element:
 def _resolve(ref: Any) -> Any:
     import ray
 
-    from raytopic.errors import unwrap_ray_error
+    from raytopic.errors import TopicNotFoundError, unwrap_ray_error
 
-    with unwrap_ray_error():
-        return ray.get(ref)
+    try:
+        with unwrap_ray_error():
+            return ray.get(ref)
+    except ray.exceptions.ActorDiedError as error:
+        # Channels restart after any crash: one dead for good was destroyed.
+        raise TopicNotFoundError("the element's topic was destroyed") from error
 
 
 @dataclass(frozen=True, slots=True)

@@ -339,3 +339,32 @@ def test_destroy_ends_waiting_receives_with_a_typed_error_and_logs_nothing(
     output = done.stdout + done.stderr
     for noise in ("ActorDiedError", "died unexpectedly", "Traceback", "failed", "ERROR"):
         assert noise not in output, output
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["memory", "store"])
+def test_a_topic_made_again_under_its_name_commits_its_own_elements(
+    ray_session: None, unique_name: Callable[[str], str], tmp_path, stored: bool
+) -> None:
+    name = unique_name("again")
+    store = str(tmp_path) if stored else None
+    old_element = None
+    for round_ in range(2):
+        topic = rt.create_topic(name, channels=2, groups=["g"], store=store)
+        try:
+            publish_all(topic, [f"round-{round_}"])
+            with topic.subscriber(group="g", complete_on_empty=True) as member:
+                element = ray.get(member.receive(), timeout=30)
+                assert element.value == f"round-{round_}"
+                # Handles cached for the first round's topic are not the second's.
+                assert element.commit().status is rt.CommitStatus.COMMITTED
+                if old_element is not None:
+                    # The first round's element names a topic that is gone.
+                    with pytest.raises(rt.TopicError) as raised:
+                        old_element.commit()
+                    assert not isinstance(raised.value, ray.exceptions.RayError)
+        finally:
+            topic.destroy()
+        old_element = element
+    # Its topic destroyed and not made again: typed, not Ray's ActorDiedError.
+    with pytest.raises(rt.TopicNotFoundError):
+        old_element.commit()
