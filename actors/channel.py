@@ -43,7 +43,7 @@ from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSes
 from raytopic.actors.segment_ring import Run, SegmentRing
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.shared_take import take_shared
-from raytopic.actors.stores.base import RingbufferStore, StoredBatch
+from raytopic.actors.stores.base import ChannelStore, StoredBatch
 from raytopic.actors.stores.group_sync import GroupSync
 from raytopic.actors.stores.opening import open_store
 from raytopic.actors.turns import DuplicateTurnError, Turns
@@ -231,7 +231,7 @@ class ChannelActor:
         self._changed = asyncio.Event()
         # Durability: the store, appends waiting for a sync, and the incarnation.
         self._epoch = 1
-        self._store: RingbufferStore | None = None
+        self._store: ChannelStore | None = None
         self._log_sync: GroupSync | None = None
         self._state_sync: GroupSync | None = None
         self._pending: deque[_Pending] = deque()
@@ -243,6 +243,7 @@ class ChannelActor:
         self._loss: DataLossError | None = None  # a restart without a store lost elements
         self._loss_readers: set[str] = set()  # readers still to be told of it
         self._failure: str | None = None  # why the channel is fenced
+        self._opening_error: TopicError | None = None  # its store could not be opened
         self._seeded = asyncio.Event()
         self._restarted = was_restarted()
         self._metrics = ChannelMetrics(config.name, channel)
@@ -253,7 +254,10 @@ class ChannelActor:
         except Exception as error:
             # Never raise out of __init__: Ray would mark the actor dead for good
             # and free its name. Come up fenced instead, saying why.
-            logger.exception("channel %d of %s cannot recover", channel, config.name)
+            if isinstance(error, TopicError):
+                self._opening_error = error
+            if self._restarted:
+                logger.exception("channel %d of %s cannot recover", channel, config.name)
             self._failure = (
                 f"channel {channel} of topic {config.name!r} could not recover its store: {error}"
             )
@@ -341,7 +345,7 @@ class ChannelActor:
             return False
         return True
 
-    def _load_elements(self, store: RingbufferStore, start: int) -> None:
+    def _load_elements(self, store: ChannelStore, start: int) -> None:
         """Fill the ring from the store, from ``start`` on (and learn the publishers'
         batches from the records)."""
         ring = self._ring
@@ -516,6 +520,14 @@ class ChannelActor:
                 for c in range(config.channels)
             ]
         )
+
+    def opening_error(self) -> TopicError | None:
+        """Why this channel's store could not be opened (a typed error naming the
+        store), or None. A topic being created fails with it (see the coordinator's
+        ``start``)."""
+        if self._opening_error is None and self._failure is not None:
+            return StoreError(self._failure)
+        return self._opening_error
 
     def identity(self) -> dict[str, Any]:
         """Where this channel runs: epoch, node id, process id, and its state

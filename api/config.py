@@ -150,7 +150,7 @@ class TopicConfig:
     store: Any = None
     """None (in memory), a directory (the embedded segment log under
     ``<store>/<namespace>/<topic>/<channel>``), or a factory
-    ``(topic_name, channel) -> RingbufferStore``."""
+    ``(topic_name, channel) -> store`` (see ``RingbufferStore``)."""
     sync: str | float = "always"
     """When an append to the embedded store is acknowledged: "always" (after
     fdatasync), "write" (once written), or seconds between background syncs."""

@@ -71,7 +71,9 @@ def create_topic(
             readers get DataLossError), a directory (the embedded segment log
             under ``<store>/<namespace>/<name>/<channel>``; a directory every
             node mounts lets a channel restart on another node), or a factory
-            ``(topic_name, channel) -> RingbufferStore`` for a store of your own.
+            ``(topic_name, channel) -> store`` for a store of your own (any object
+            with the four methods of ``rt.RingbufferStore``; a factory that
+            raises or makes something else fails ``create_topic``).
             A channel over an existing store continues after it.
         groups: Durable subscriber groups that exist from the start, so they
             miss nothing published: names (channel-owned groups) and
@@ -94,7 +96,10 @@ def create_topic(
 
     Raises:
         TopicExistsError: the name is taken and ``exist_ok`` is False.
-        InvalidArgumentError, InvalidTypeError: a bad argument (named in the message).
+        InvalidArgumentError, InvalidTypeError: a bad argument (named in the message),
+            or a store factory that made something that is not a store.
+        StoreError: a channel's store could not be opened (its factory raised);
+            the topic is not made.
 
     Example:
         >>> topic = rt.create_topic("orders", channels=4, groups=["billing"])
@@ -137,8 +142,15 @@ def create_topic(
             raise TopicExistsError(
                 f"topic {config.name!r} already exists in namespace {config.namespace!r}"
             ) from error
-    with unwrap_ray_error():
-        info: TopicInfo = ray.get(coordinator.start.remote())
+    try:
+        with unwrap_ray_error():
+            info: TopicInfo = ray.get(coordinator.start.remote())
+    except Exception:
+        # Not made (a store that cannot be opened): leave no actor and no name behind.
+        ray.kill(coordinator, no_restart=True)
+        for actor_name in _actor_names(config.name, config.channels):
+            _wait_released(actor_name, config.namespace)
+        raise
     if exist_ok and info.config.topic_id != config.topic_id:
         _warn_if_different(info.config, config)
     for group in config.groups:
@@ -165,6 +177,11 @@ def _is_being_destroyed(config: TopicConfig) -> bool:
     except Exception:
         return True
     return False
+
+
+def _actor_names(topic: str, channels: int) -> list[str]:
+    """The Ray actor names of a topic's channels and coordinator."""
+    return [*(channel_actor_name(topic, c) for c in range(channels)), coordinator_actor_name(topic)]
 
 
 def _wait_released(name: str, namespace: str, timeout: float = _NAME_RELEASE_TIMEOUT) -> None:
@@ -443,8 +460,7 @@ class Topic:
         actors = (*self._channel_actors, self._coordinator)
         for actor in actors:
             ray.kill(actor, no_restart=True)
-        names = [channel_actor_name(self.name, c) for c in range(self.channel_count)]
-        for name in (*names, coordinator_actor_name(self.name)):
+        for name in _actor_names(self.name, self.channel_count):
             _wait_released(name, self.namespace)
 
     # -- helpers -------------------------------------------------------------------

@@ -98,6 +98,7 @@ class CoordinatorActor:
         self._polls = ViewPolls()
         self._started = asyncio.Event()
         self._starting = False
+        self._start_error: BaseException | None = None  # the topic could not be made
         self._expiry_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._restarted = was_restarted()
@@ -112,6 +113,23 @@ class CoordinatorActor:
             await self._up()
             return self.info()
         self._starting = True
+        try:
+            await self._create_channels()
+        except BaseException as error:
+            # The topic is not made: its channels go, and callers waiting for it
+            # hear why (its creator removes this coordinator).
+            for handle in self._channels:
+                ray.kill(handle, no_restart=True)
+            self._channels = []
+            self._start_error = error
+            self._started.set()
+            raise
+        self._start_watching()
+        self._started.set()
+        return self.info()
+
+    async def _create_channels(self) -> None:
+        """Create the channel actors, introduce them, and make the configured groups."""
         config = self._config
         actor_class = channel_actor_class()
         # All at once: each actor is a process that takes a while to start.
@@ -144,15 +162,26 @@ class CoordinatorActor:
         self._identities = list(
             await asyncio.gather(*(handle.attach.remote(handles) for handle in handles))
         )
+        await self._refuse_failed_channels()
         await self._adopt_groups()  # a store of an earlier topic of this name has some
         for group in config.groups:
             if isinstance(group, SharedGroup):
                 await self._ensure_group(group.name, False, group)
             else:
                 await self._ensure_group(group, start_latest=False)
-        self._start_watching()
-        self._started.set()
-        return self.info()
+
+    async def _refuse_failed_channels(self) -> None:
+        """A topic whose channels cannot open their stores is not made: ``start``
+        raises the first one's typed error."""
+        failed = [
+            handle
+            for handle, identity in zip(self._channels, self._identities, strict=True)
+            if identity["state"] == "failed"
+        ]
+        if not failed:
+            return
+        error = await failed[0].opening_error.remote()
+        raise error if isinstance(error, TopicError) else TopicError(str(error))
 
     async def _up(self) -> None:
         """Wait until the coordinator serves; a restarted one first recovers (once)."""
@@ -167,6 +196,8 @@ class CoordinatorActor:
                 raise
             self._started.set()
         await self._started.wait()
+        if self._start_error is not None:
+            raise self._start_error
 
     async def _recover(self) -> None:
         """Rebuild this restarted coordinator from its channels (named, detached:

@@ -4,11 +4,14 @@ A store keeps what a channel appended, so a channel that restarts (after its
 process, or its node, died) comes back with every acknowledged element, every
 group's committed position and the publishers' retry records.
 
-The seed's four methods (``store``, ``store_all``, ``load``,
-``largest_sequence``) are all a user's store must write; the channel calls
-the batch-level methods below, whose defaults are built on those four. The
-embedded store (:class:`raytopic.actors.stores.segment_log.SegmentLogStore`)
-overrides them to keep whole batches as they arrived.
+A user's store is any object with the seed's four methods (``store``,
+``store_all``, ``load``, ``largest_sequence``): :class:`RingbufferStore` is a
+runtime-checkable ``typing.Protocol`` of those four, so duck typing is enough
+and inheriting from it is optional. The channel talks to every store through
+:class:`ChannelStore`, an adapter that uses the store's own batch-level
+methods where it has them (the embedded store,
+:class:`raytopic.actors.stores.segment_log.SegmentLogStore`, keeps whole
+batches as they arrived) and defaults built on the four where it does not.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from raytopic.actors.payloads import Payload, PickledValues
 
-__all__ = ["RingbufferStore", "StoredBatch"]
+__all__ = ["OPTIONAL_METHODS", "REQUIRED_METHODS", "ChannelStore", "RingbufferStore", "StoredBatch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,25 +49,29 @@ class StoredBatch:
         return self.first + len(self.payload) - 1
 
 
-class RingbufferStore:
-    """Base class of a channel's backing store.
+@runtime_checkable
+class RingbufferStore(Protocol):
+    """The shape of a channel's backing store: the seed's four methods.
 
-    Subclass it and implement the four methods of the seed; pass
+    Any object with these methods is a store (``isinstance(obj,
+    RingbufferStore)`` checks that they are there); subclassing is optional
+    and gives ``store_all`` a default (``store`` one by one). Pass
     ``create_topic(store=factory)`` where ``factory(topic_name, channel)``
     returns one store per channel (each channel actor calls it once, in its
     own process). An exception from ``store``/``store_all`` rejects the add:
     the channel appends nothing and stays alive (the store must keep itself
     consistent, as in the seed).
 
-    The other methods have working defaults. Override ``store_batch`` and
+    A store may also have any of the batch-level methods of
+    :class:`ChannelStore` (``store_batch``, ``load_batches``, ``sync``,
+    ``save_state``, ``load_state``, ...); the channel uses them where they
+    exist and defaults over the four where not. Have ``store_batch`` and
     ``load_batches`` to keep publisher ids and batch numbers (then a retried
     publish is recognised across a restart), and ``save_state`` /
-    ``load_state`` to keep group positions durably: the default keeps them in
-    memory only, so a restarted channel over a store with the defaults has
-    its elements but starts its groups at the head.
+    ``load_state`` to keep group positions durably: without them a restarted
+    channel has its elements back and gets its groups from the coordinator,
+    starting them at the head.
     """
-
-    # -- the seed's shape ----------------------------------------------------------
 
     def store(self, sequence: int, item: Any) -> None:
         """Keep ``item`` at ``sequence``."""
@@ -83,11 +90,70 @@ class RingbufferStore:
         """Sequence of the newest stored item, -1 when the store is empty."""
         raise NotImplementedError
 
-    # -- what a channel calls (defaults over the seed's methods) ------------------------
+
+REQUIRED_METHODS = ("store", "store_all", "load", "largest_sequence")
+"""What makes an object a store (the seed's interface)."""
+
+OPTIONAL_METHODS = (
+    "store_batch",
+    "sync",
+    "load_batches",
+    "first_sequence",
+    "truncate",
+    "save_state",
+    "load_state",
+    "damaged",
+    "release_cache",
+    "close",
+)
+"""Batch-level methods a store may have; :class:`ChannelStore` supplies the rest."""
+
+
+class ChannelStore:
+    """What a channel calls on its store: the store's own method where it has one,
+    else a default built on the seed's four.
+
+    An adapter, not a base class: a user's store need not inherit anything.
+    The defaults keep the channel's small state in memory only.
+
+    Args:
+        store: Any object with the four methods of :class:`RingbufferStore`.
+    """
+
+    def __init__(self, store: RingbufferStore) -> None:
+        self.inner = store
+        """The store adapted."""
+        self._state: dict[str, Any] | None = None
+        # The store's own methods win: bound once here, so a call costs what a
+        # direct call does.
+        for name in OPTIONAL_METHODS:
+            own = getattr(store, name, None)
+            if callable(own):
+                setattr(self, name, own)
+
+    # -- the seed's four ------------------------------------------------------------------
+
+    def store(self, sequence: int, item: Any) -> None:
+        """Keep ``item`` at ``sequence``."""
+        self.inner.store(sequence, item)
+
+    def store_all(self, first_sequence: int, items: Sequence[Any]) -> None:
+        """Keep ``items`` from ``first_sequence`` on."""
+        self.inner.store_all(first_sequence, items)
+
+    def load(self, sequence: int) -> Any:
+        """The item at ``sequence``, or None."""
+        return self.inner.load(sequence)
+
+    def largest_sequence(self) -> int:
+        """Sequence of the newest stored item, -1 when empty."""
+        return self.inner.largest_sequence()
+
+    # -- defaults of the batch-level methods ------------------------------------------------
 
     def store_batch(self, batch: StoredBatch) -> None:
         """Keep one append (default: ``store_all`` of its decoded values)."""
-        self.store_all(batch.first, batch.payload.decode())
+        self.inner.store_all(batch.first, batch.payload.decode())
 
     def sync(self) -> None:
         """Make every batch stored so far survive a crash (default: nothing to do).
@@ -96,8 +162,8 @@ class RingbufferStore:
     def load_batches(self, start: int) -> Iterator[StoredBatch]:
         """Stored batches from ``start`` on, in sequence order (default: one
         ``load`` per sequence up to ``largest_sequence()``, a batch of one each)."""
-        for sequence in range(max(start, 0), self.largest_sequence() + 1):
-            item = self.load(sequence)
+        for sequence in range(max(start, 0), self.inner.largest_sequence() + 1):
+            item = self.inner.load(sequence)
             if item is not None:
                 # No time stamp kept: now (a stamp of 0 would expire at once under a TTL).
                 yield StoredBatch(sequence, time.time(), PickledValues.from_values([item]))
@@ -118,7 +184,7 @@ class RingbufferStore:
 
     def load_state(self) -> dict[str, Any] | None:
         """The state last saved, or None."""
-        return getattr(self, "_state", None)
+        return self._state
 
     def damaged(self) -> list[tuple[int, int]]:
         """Sequence ranges ``(first, last)`` found corrupt (default: none)."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from raytopic.actors.stores.base import RingbufferStore
+from raytopic.actors.stores.base import REQUIRED_METHODS, ChannelStore, RingbufferStore
 from raytopic.actors.stores.segment_log import SegmentLogStore
 from raytopic.config import TopicConfig
-from raytopic.errors import InvalidTypeError
+from raytopic.errors import InvalidTypeError, StoreError
 
 __all__ = ["open_store", "store_directory"]
 
@@ -19,7 +20,7 @@ def store_directory(root: str, config: TopicConfig, channel: int) -> str:
 
 def open_store(
     config: TopicConfig, channel: int, *, restarted: bool = False
-) -> RingbufferStore | None:
+) -> ChannelStore | None:
     """The store of ``channel`` (None without one), opened (and recovered) now.
 
     A ``restarted`` channel's embedded store must already exist: an empty one
@@ -27,22 +28,55 @@ def open_store(
     everything.
 
     Raises:
-        InvalidTypeError: a factory returned something that is not a RingbufferStore.
-        Exception: whatever opening the store raised (the channel then comes up fenced).
+        InvalidTypeError: a factory returned something that is not a store.
+        StoreError: the factory raised, or the embedded store could not be opened;
+            either way the message names the store.
     """
     store = config.store
     if store is None:
         return None
     if callable(store):
-        made = store(config.name, channel)
-        if not isinstance(made, RingbufferStore):
-            raise InvalidTypeError(
-                f"the store factory returned a {type(made).__name__}, not a RingbufferStore"
+        return ChannelStore(_made_by(store, config, channel))
+    try:
+        return ChannelStore(
+            SegmentLogStore(
+                store_directory(store, config, channel),
+                retention_bytes=config.retention_bytes,
+                retention_seconds=config.retention_seconds,
+                must_exist=restarted,
             )
-        return made
-    return SegmentLogStore(
-        store_directory(store, config, channel),
-        retention_bytes=config.retention_bytes,
-        retention_seconds=config.retention_seconds,
-        must_exist=restarted,
-    )
+        )
+    except StoreError:
+        raise
+    except Exception as error:
+        raise StoreError(
+            f"the store {store!r} of channel {channel} of topic {config.name!r} "
+            f"could not be opened: {type(error).__name__}: {error}"
+        ) from error
+
+
+def _made_by(factory: Any, config: TopicConfig, channel: int) -> RingbufferStore:
+    """What ``factory`` makes for ``channel``, checked to be a store."""
+    name = _name_of(factory)
+    try:
+        made = factory(config.name, channel)
+    except Exception as error:
+        raise StoreError(
+            f"the store factory {name} raised for channel {channel} of topic "
+            f"{config.name!r}: {type(error).__name__}: {error}"
+        ) from error
+    if not isinstance(made, RingbufferStore):
+        missing = [
+            method for method in REQUIRED_METHODS if not callable(getattr(made, method, None))
+        ]
+        raise InvalidTypeError(
+            f"the store factory {name} returned a {type(made).__name__}, which is not a store: "
+            f"it lacks {', '.join(missing)} (a store has {', '.join(REQUIRED_METHODS)})"
+        )
+    return made
+
+
+def _name_of(factory: Any) -> str:
+    qualified = getattr(factory, "__qualname__", None) or type(factory).__qualname__
+    module = getattr(factory, "__module__", None)
+    return f"{module}.{qualified}" if module else qualified

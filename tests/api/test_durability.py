@@ -383,10 +383,75 @@ def _unopenable_store(topic_name: str, channel: int) -> RingbufferStore:
     raise OSError(f"no disk for channel {channel}")
 
 
-def test_a_channel_that_cannot_open_its_store_is_fenced_with_a_typed_error(make_topic):
-    topic = make_topic(channels=1, store=_unopenable_store)
-    stats = topic.describe().channels[0]
-    assert stats.state == "failed" and "no disk for channel 0" in stats.failure
+class _NotAStore:
+    """Has ``store`` but none of the seed's other methods."""
+
+    def store(self, sequence: int, item: Any) -> None:
+        pass
+
+
+def _not_a_store(topic_name: str, channel: int) -> Any:
+    return _NotAStore()
+
+
+def _no_topic_left(name: str) -> None:
+    with pytest.raises(rt.TopicNotFoundError):
+        rt.get_topic(name)
+    actors = ray.util.list_named_actors(all_namespaces=True)
+    assert not [actor for actor in actors if name in actor["name"]], actors
+
+
+@pytest.mark.parametrize(
+    ("factory", "error", "says"),
+    [
+        (_unopenable_store, rt.StoreError, r"_unopenable_store raised .*no disk for channel"),
+        (_not_a_store, rt.InvalidTypeError, r"_not_a_store returned a _NotAStore.* lacks "),
+    ],
+    ids=["raises", "not-a-store"],
+)
+def test_a_store_factory_that_fails_fails_create_topic_and_leaves_nothing(
+    ray_session, unique_name, factory: Any, error: type, says: str
+):
+    name = unique_name("unopenable")
+    with pytest.raises(error, match=says):
+        rt.create_topic(name, channels=2, store=factory, groups=["g"])
+    _no_topic_left(name)
+    # The name is free: a topic with a working store is made under it at once.
+    topic = rt.create_topic(name, channels=1)
+    topic.destroy()
+
+
+def test_a_store_is_any_object_with_the_seeds_four_methods(tmp_path: Path) -> None:
+    plain = _LinesStore(str(tmp_path / "lines.jsonl"))
+    assert type(plain).__mro__ == (_LinesStore, object)  # inherits nothing of ours
+    assert isinstance(plain, rt.RingbufferStore)
+    assert not isinstance(_NotAStore(), rt.RingbufferStore)
+    assert isinstance(SegmentLogStore(tmp_path / "log"), rt.RingbufferStore)
+
+
+def _store_refused_after(marker: str) -> Any:
+    """A factory that opens a store until ``marker`` exists (a disk that went away)."""
+
+    def factory(topic_name: str, channel: int) -> RingbufferStore:
+        if os.path.exists(marker):
+            raise OSError(f"no disk for channel {channel}")
+        return _RefusingStore()
+
+    return factory
+
+
+def test_a_channel_that_cannot_reopen_its_store_after_a_restart_is_fenced(
+    make_topic, tmp_path: Path
+):
+    marker = tmp_path / "disk-gone"
+    topic = make_topic(channels=1, store=_store_refused_after(str(marker)))
+    marker.touch()
+    old_epoch = _kill_channel(topic, 0)
+    deadline = time.monotonic() + RESTART_BOUND
+    while (stats := _channel(topic, 0)).state != "failed":
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.1)
+    assert "no disk for channel 0" in stats.failure and stats.epoch >= old_epoch
     publisher = topic.publisher()
     with pytest.raises(rt.ChannelFailedError, match="could not recover its store"):
         publisher.publish("x").result(timeout=TIMEOUT)
@@ -577,9 +642,10 @@ def test_store_retention_lets_a_reader_behind_the_ring_read_on_from_disk(
     assert behind() == [("stale", 20), *range(20, 30)]
 
 
-class _LinesStore(RingbufferStore):
-    """A user's store with only the seed's four methods: one JSON line per item in a
-    file (it keeps elements across restarts, and no state of the channel's)."""
+class _LinesStore:
+    """A user's store with only the seed's four methods, inheriting nothing (duck
+    typing): one JSON line per item in a file (it keeps elements across
+    restarts, and no state of the channel's)."""
 
     def __init__(self, path: str) -> None:
         self._path = path
@@ -591,9 +657,13 @@ class _LinesStore(RingbufferStore):
                     self._items[sequence] = item
 
     def store(self, sequence: int, item: Any) -> None:
+        self.store_all(sequence, [item])
+
+    def store_all(self, first_sequence: int, items: list[Any]) -> None:
         with open(self._path, "a") as lines:
-            lines.write(json.dumps([sequence, item]) + "\n")
-        self._items[sequence] = item
+            for offset, item in enumerate(items):
+                lines.write(json.dumps([first_sequence + offset, item]) + "\n")
+                self._items[first_sequence + offset] = item
 
     def load(self, sequence: int) -> Any:
         return self._items.get(sequence)
