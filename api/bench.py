@@ -28,8 +28,14 @@ Cases:
                 ``sync="always"`` and ``sync="write"``, as a ratio to the
                 in-memory topic of the same run; and the time a channel holding
                 1,000,000 elements on disk takes from SIGKILL to serving again.
+    idle        CPU of idle channels and coordinators (3 topics, one member
+                each, 20 s) and the time to create a topic, against bare Ray
+                actors (``raytopic.bench_idle``).
 
-``QUICK`` holds smaller counts for a check of about 30 s (``raytopic bench --quick``).
+A figure with a ``Target`` (a bound on its ratio, kept beside its case) is
+reported as met or short, and ``format_verdict`` sums a run up in one line.
+
+``QUICK`` holds smaller counts for a check of about a minute (``raytopic bench --quick``).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +55,17 @@ import ray
 
 from raytopic.topic import Topic, create_topic
 
-__all__ = ["DEFAULT", "QUICK", "BenchSettings", "Figure", "run_benchmarks"]
+__all__ = [
+    "DEFAULT",
+    "QUICK",
+    "BenchSettings",
+    "Figure",
+    "Target",
+    "at_least",
+    "at_most",
+    "format_verdict",
+    "run_benchmarks",
+]
 
 BATCH = 1000
 # publish_batch calls a producer keeps outstanding: enough to overlap its
@@ -73,6 +89,11 @@ class BenchSettings:
     """Elements the memory case fills one channel with (0 skips the case)."""
     restart_elements: int = 1_000_000
     """Elements on disk in the restart case (0 skips the store cases)."""
+    idle_topics: int = 3
+    """Topics of the idle case, each next to ``channels + 1`` bare actors; also
+    the creations timed (the median is reported). 0 skips the case."""
+    idle_seconds: float = 20.0
+    """Seconds the idle case measures CPU over."""
 
 
 DEFAULT = BenchSettings()
@@ -83,8 +104,38 @@ QUICK = BenchSettings(
     repeat=1,
     memory_elements=100_000,
     restart_elements=100_000,
+    idle_topics=1,
+    idle_seconds=5.0,
 )
-"""About 30 s on a 2-core machine: the same cases with smaller counts."""
+"""About a minute on a 2-core machine: the same cases with smaller counts."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A bound the project set on a figure's ratio to its baseline of the same run."""
+
+    ratio: float
+    """The bound."""
+    at_most: bool = False
+    """True where less is better (a latency, a cost), False where more is (a rate)."""
+
+    def met(self, ratio: float) -> bool:
+        """Whether ``ratio`` is on the right side of the bound (the bound itself meets it)."""
+        return ratio <= self.ratio if self.at_most else ratio >= self.ratio
+
+    def __str__(self) -> str:
+        digits = 1 if round(self.ratio, 1) == self.ratio else 2
+        return f"{'<=' if self.at_most else '>='} {self.ratio:.{digits}f}x"
+
+
+def at_least(ratio: float) -> Target:
+    """A target for a rate: the figure should be at least ``ratio`` times its baseline."""
+    return Target(ratio)
+
+
+def at_most(ratio: float) -> Target:
+    """A target for a cost: the figure should be at most ``ratio`` times its baseline."""
+    return Target(ratio, at_most=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +147,8 @@ class Figure:
     unit: str
     baseline: str | None = None
     baseline_value: float | None = None
-    target: float | None = None
-    """The ratio the design aims for (at least), if it states one."""
+    target: Target | None = None
+    """The bound the project set on ``ratio``, if it set one."""
 
     @property
     def ratio(self) -> float | None:
@@ -105,6 +156,14 @@ class Figure:
         if not self.baseline_value:
             return None
         return self.value / self.baseline_value
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the target is met; None without a target. A target whose ratio
+        could not be taken (a baseline of 0) is not met: nothing shows it is."""
+        if self.target is None:
+            return None
+        return self.ratio is not None and self.target.met(self.ratio)
 
 
 def _message(index: int) -> dict[str, Any]:
@@ -131,6 +190,13 @@ def _check_ids(what: str, count: int, id_sum: int) -> None:
 
 
 # -- throughput ------------------------------------------------------------------
+
+ONE_CHANNEL_TARGET = at_least(2.0)
+"""``publish()`` -> iteration on 1 channel, against Queue's batch mode: per-message
+futures, positions and channels should cost less than Queue's batching gains."""
+SCALING_TARGET = at_least(0.9)
+"""N channels against 1: channels exist to scale out; on one machine they should
+at least cost little."""
 
 
 @ray.remote(num_cpus=0)
@@ -257,6 +323,11 @@ def queue_throughput(count: int) -> float:
 
 # -- latency -----------------------------------------------------------------------
 
+LATENCY_TARGET = at_most(1.0)
+"""p50 publish -> waiting receive on 1 channel, against Queue's put -> waiting get."""
+MANY_CHANNELS_LATENCY_TARGET = at_most(1.5)
+"""The same p50 on N channels (a waiting receive spans them all)."""
+
 
 def topic_latency(samples: int, channels: int) -> tuple[float, float]:
     """(p50, p99) seconds from ``publish()`` to an already waiting receive."""
@@ -319,7 +390,11 @@ def channel_memory(count: int) -> tuple[float, float]:
         topic.destroy()
 
 
-# -- restart -----------------------------------------------------------------------
+# -- store -------------------------------------------------------------------------
+
+STORE_TARGET = at_least(0.5)
+"""The throughput case on a topic with the embedded store, against the in-memory
+topic: durability should not halve the rate."""
 
 
 def restart_time(count: int) -> float:
@@ -348,6 +423,9 @@ def restart_time(count: int) -> float:
 
 
 # -- groups ------------------------------------------------------------------------
+
+GROUP_TARGET = at_least(1.5)
+"""Two members committing per batch, against Queue's batch mode (which commits nothing)."""
 
 
 @ray.remote(num_cpus=0)
@@ -427,6 +505,8 @@ def run_benchmarks(
     repeat: int = DEFAULT.repeat,
     memory_elements: int = DEFAULT.memory_elements,
     restart_elements: int = DEFAULT.restart_elements,
+    idle_topics: int = DEFAULT.idle_topics,
+    idle_seconds: float = DEFAULT.idle_seconds,
     report: Callable[[Figure], None] = lambda figure: None,
 ) -> list[Figure]:
     """Run every case; ``report`` hears of each figure as it is measured.
@@ -439,6 +519,8 @@ def run_benchmarks(
         memory_elements: elements for the memory case; 0 skips it.
         restart_elements: elements on disk in the restart case; 0 skips the
             store cases.
+        idle_topics: topics of the idle case (and creations timed); 0 skips it.
+        idle_seconds: seconds the idle case measures CPU over.
         report: called with each figure as soon as it is measured.
 
     Returns:
@@ -465,6 +547,7 @@ def run_benchmarks(
                 "msgs/s",
                 "queue batch",
                 queue_rate,
+                target=ONE_CHANNEL_TARGET if count == 1 else None,
             )
         )
     if channels != 1:
@@ -477,7 +560,7 @@ def run_benchmarks(
                 "msgs/s",
                 "1 channel",
                 rates[1],
-                target=0.9,
+                target=SCALING_TARGET,
             )
         )
     batch_rate = _median(repeat, lambda: batch_throughput(messages))
@@ -503,6 +586,7 @@ def run_benchmarks(
                 "ms",
                 "queue p50",
                 queue_p50 * 1e3,
+                target=LATENCY_TARGET if count == 1 else MANY_CHANNELS_LATENCY_TARGET,
             )
         )
         add(
@@ -528,6 +612,7 @@ def run_benchmarks(
             "msgs/s",
             "queue batch",
             queue_rate,
+            target=GROUP_TARGET,
         )
     )
     add(Figure("group: close -> full reassignment", reassignment_time(channels) * 1e3, "ms"))
@@ -545,11 +630,18 @@ def run_benchmarks(
                     "msgs/s",
                     "in memory",
                     rates[channels],
-                    target=0.5,
+                    target=STORE_TARGET,
                 )
             )
         seconds = restart_time(restart_elements)
         add(Figure(f"store: restart serving {restart_elements:,} elements", seconds, "s"))
+
+    if idle_topics:
+        from raytopic.bench_idle import run_idle_benchmarks  # (it builds on this module)
+
+        figures += run_idle_benchmarks(
+            topics=idle_topics, channels=channels, seconds=idle_seconds, report=report
+        )
     return figures
 
 
@@ -562,13 +654,21 @@ def format_header() -> str:
 
 
 def format_figure(figure: Figure) -> str:
-    """One line of the report table."""
+    """One line of the report table; a target is shown with its verdict, met or short."""
     ratio = ""
     if figure.ratio is not None:
         ratio = f"{figure.ratio:6.2f}x {figure.baseline}"
-        if figure.target is not None:
-            ratio += f" (target >= {figure.target:.2f}x)"
-    return f"{figure.case:<{CASE_WIDTH}} {figure.value:>12,.2f} {figure.unit:<7} {ratio}"
+    if figure.target is not None:
+        ratio += f"  (target {figure.target}: {'met' if figure.met else 'short'})"
+    return f"{figure.case:<{CASE_WIDTH}} {figure.value:>12,.2f} {figure.unit:<7} {ratio}".rstrip()
+
+
+def format_verdict(figures: Iterable[Figure]) -> str:
+    """The run in one line: how many targets were met, and the cases that fell short."""
+    judged = [figure for figure in figures if figure.target is not None]
+    short = [figure.case for figure in judged if not figure.met]
+    verdict = f"verdict: {len(judged) - len(short)} of {len(judged)} targets met"
+    return verdict + (f"; short: {'; '.join(short)}" if short else "")
 
 
 def local_ray(num_cpus: int | None = None) -> None:

@@ -109,6 +109,15 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only the shared-group cases (4 shared members vs 2 owned, 2 channels)",
     )
+    bench.add_argument(
+        "--idle",
+        action="store_true",
+        help="only the idle case (idle CPU and topic creation against bare Ray actors)",
+    )
+    bench.add_argument("--idle-topics", type=int, help="of the idle case; 0 skips it (3; quick 1)")
+    bench.add_argument(
+        "--idle-seconds", type=float, help="the idle case's CPU window (20; quick 5)"
+    )
     bench.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
     bench.set_defaults(run=_bench)
 
@@ -263,11 +272,19 @@ def _bench(args: argparse.Namespace) -> int:
     if args.spark:
         _spark_ready()
     _connect(args.address)
-    from raytopic.bench import Figure, format_figure, format_header, run_benchmarks
+    from raytopic.bench import (
+        Figure,
+        format_figure,
+        format_header,
+        format_verdict,
+        run_benchmarks,
+    )
 
     print(format_header())
+    figures: list[Figure] = []
 
     def report(figure: Figure) -> None:
+        figures.append(figure)
         print(format_figure(figure), flush=True)
 
     if args.spark:
@@ -278,8 +295,18 @@ def _bench(args: argparse.Namespace) -> int:
         from raytopic.bench_shared import run_shared_benchmarks
 
         run_shared_benchmarks(messages=settings.messages, repeat=settings.repeat, report=report)
+    elif args.idle:
+        from raytopic.bench_idle import run_idle_benchmarks
+
+        run_idle_benchmarks(
+            topics=settings.idle_topics,
+            channels=settings.channels,
+            seconds=settings.idle_seconds,
+            report=report,
+        )
     else:
         run_benchmarks(**asdict(settings), report=report)
+    print(format_verdict(figures))
     return 0
 
 

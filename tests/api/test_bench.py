@@ -1,8 +1,9 @@
-"""``raytopic.bench`` on tiny counts against the session's cluster, and ``bench`` options.
+"""``raytopic.bench`` on tiny counts against the session's cluster, ``bench`` options,
+and how targets are judged and summed up.
 
-Only that every case runs and reports a usable figure is checked here: the
-figures themselves are judged by running ``raytopic bench``, never by timed
-assertions in tests.
+Only that every case runs and reports a usable figure (with its ratio and, where
+it has a target, a verdict) is checked here: the figures themselves are judged
+by running ``raytopic bench``, never by timed assertions in tests.
 """
 
 from __future__ import annotations
@@ -12,7 +13,18 @@ from dataclasses import replace
 
 import pytest
 
-from raytopic.bench import DEFAULT, QUICK, Figure, format_figure, run_benchmarks
+from raytopic.bench import (
+    DEFAULT,
+    QUICK,
+    Figure,
+    at_least,
+    at_most,
+    format_figure,
+    format_verdict,
+    run_benchmarks,
+)
+from raytopic.bench_idle import CHANNEL_TARGET, COORDINATOR_TARGET, CREATION_TARGET
+from raytopic.bench_shared import TASK_TARGET
 from raytopic.cli import _bench_settings, _parser
 
 # Case -> the baseline its ratio is taken to (None: a figure without one).
@@ -37,11 +49,32 @@ EXPECTED = {
     'store sync="always": publish() -> iterate, 2 channel(s)': "in memory",
     'store sync="write": publish() -> iterate, 2 channel(s)': "in memory",
     "store: restart serving 2,000 elements": None,
+    "idle: bare actor CPU, 3 over 2 s": None,
+    "idle: channel CPU, 1 topic(s) x 2 ch, 1 member each": "bare actor",
+    "idle: coordinator CPU, 1 topic(s)": "bare actor",
+    "create 3 bare actors, each answering": None,
+    "create_topic(channels=2)": "3 bare actors",
+}
+# Cases with a target, and the target.
+TARGETS = {
+    "topic: publish() -> iterate, 1 channel(s)": at_least(2.0),
+    "topic: 2 channels / 1 channel, publish() -> iterate": at_least(0.9),
+    "topic: publish -> waiting receive, 1 channel(s), p50": at_most(1.0),
+    "topic: publish -> waiting receive, 2 channel(s), p50": at_most(1.5),
+    "group: 2 members, commit per batch, 2 channels": at_least(1.5),
+    "shared group: 4 members, 2 ch, 10 ms task per element": TASK_TARGET,
+    'store sync="always": publish() -> iterate, 2 channel(s)': at_least(0.5),
+    'store sync="write": publish() -> iterate, 2 channel(s)': at_least(0.5),
+    "idle: channel CPU, 1 topic(s) x 2 ch, 1 member each": CHANNEL_TARGET,
+    "idle: coordinator CPU, 1 topic(s)": COORDINATOR_TARGET,
+    "create_topic(channels=2)": CREATION_TARGET,
 }
 
 
-# Tiny counts, yet 10 to 20 s: each case creates its topic and the group case
-# waits 2 s for quiet; those fixed costs do not shrink with the counts.
+# Tiny counts, yet tens of seconds: each case creates its topic, the group case
+# waits 2 s for quiet, the idle case 2 s to settle and 2 s to measure (an idle
+# Ray actor uses about 10 ms of CPU in 2 s, more than the 10 ms a process's CPU
+# time is counted in); those fixed costs do not shrink with the counts.
 @pytest.mark.slow
 def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -> None:
     reported: list[Figure] = []
@@ -53,6 +86,8 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
         repeat=1,
         memory_elements=2000,
         restart_elements=2000,
+        idle_topics=1,
+        idle_seconds=2.0,
         report=reported.append,
     )
 
@@ -69,15 +104,51 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
             assert figure.ratio is not None and math.isfinite(figure.ratio), figure
             assert figure.ratio > 0, figure
             assert f"x {baseline}" in format_figure(figure)
+        target = TARGETS.get(case)
+        assert figure.target == target, figure
+        if target is None:
+            assert figure.met is None and "target" not in format_figure(figure), figure
+        else:
+            verdict = "met" if target.met(figure.ratio) else "short"
+            assert figure.met == (verdict == "met"), figure
+            assert format_figure(figure).endswith(f"(target {target}: {verdict})"), figure
     scaling = by_case["topic: 2 channels / 1 channel, publish() -> iterate"]
     assert scaling.value == by_case["topic: publish() -> iterate, 2 channel(s)"].value
     assert scaling.baseline_value == by_case["topic: publish() -> iterate, 1 channel(s)"].value
-    assert scaling.target == 0.9
-    assert "target >= 0.90x" in format_figure(scaling)
     durable = by_case['store sync="always": publish() -> iterate, 2 channel(s)']
     assert durable.baseline_value == by_case["topic: publish() -> iterate, 2 channel(s)"].value
-    assert durable.target == 0.5
-    assert by_case["shared group: 4 members, 2 ch, 10 ms task per element"].target == 1.7
+    bare = by_case["idle: bare actor CPU, 3 over 2 s"].value
+    assert by_case["idle: channel CPU, 1 topic(s) x 2 ch, 1 member each"].baseline_value == bare
+    assert by_case["idle: coordinator CPU, 1 topic(s)"].baseline_value == bare
+    short = [case for case in TARGETS if not by_case[case].met]
+    assert format_verdict(figures) == (
+        f"verdict: {len(TARGETS) - len(short)} of {len(TARGETS)} targets met"
+        + (f"; short: {'; '.join(short)}" if short else "")
+    )
+
+
+def test_a_target_is_met_on_its_side_of_the_bound_and_printed_with_its_verdict() -> None:
+    rate = Figure("rate", 90.0, "msgs/s", "queue", 100.0, target=at_least(0.9))
+    cost = Figure("cost", 1.3, "% core", "bare actor", 1.0, target=at_most(1.2))
+    no_baseline = Figure("cpu", 1.0, "% core", "bare actor", 0.0, target=at_most(1.2))
+
+    assert rate.met is True and cost.met is False
+    assert no_baseline.met is False  # nothing shows it met
+    assert format_figure(rate).endswith("0.90x queue  (target >= 0.9x: met)")
+    assert format_figure(cost).endswith("1.30x bare actor  (target <= 1.2x: short)")
+    assert str(at_least(1.75)) == ">= 1.75x"
+
+
+def test_the_verdict_counts_targets_and_names_the_cases_short() -> None:
+    figures = [
+        Figure("plain", 1.0, "s"),
+        Figure("fast", 3.0, "msgs/s", "queue", 1.0, target=at_least(2.0)),
+        Figure("slow", 1.0, "msgs/s", "queue", 1.0, target=at_least(2.0)),
+        Figure("costly", 2.0, "% core", "bare", 1.0, target=at_most(1.5)),
+    ]
+
+    assert format_verdict(figures) == "verdict: 1 of 3 targets met; short: slow; costly"
+    assert format_verdict(figures[:2]) == "verdict: 1 of 1 targets met"
 
 
 def test_bench_help_lists_quick(capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,6 +166,8 @@ def test_bench_help_lists_quick(capsys: pytest.CaptureFixture[str]) -> None:
         (["bench", "--quick"], QUICK),
         (["bench", "--quick", "--repeat", "2"], replace(QUICK, repeat=2)),
         (["bench", "--messages", "5000"], replace(DEFAULT, messages=5000)),
+        (["bench", "--idle", "--idle-seconds", "3"], replace(DEFAULT, idle_seconds=3.0)),
+        (["bench", "--quick", "--idle-topics", "2"], replace(QUICK, idle_topics=2)),
     ],
 )
 def test_quick_sets_the_counts_and_options_override_it(argv: list[str], expected) -> None:
@@ -107,4 +180,6 @@ def test_quick_is_smaller_in_every_count() -> None:
     assert QUICK.repeat <= DEFAULT.repeat
     assert QUICK.memory_elements < DEFAULT.memory_elements
     assert QUICK.restart_elements < DEFAULT.restart_elements
+    assert QUICK.idle_topics < DEFAULT.idle_topics
+    assert QUICK.idle_seconds < DEFAULT.idle_seconds
     assert QUICK.channels == DEFAULT.channels  # the same cases
