@@ -35,7 +35,7 @@ Cases:
 A figure with a ``Target`` (a bound on its ratio, kept beside its case) is
 reported as met or short, and ``format_verdict`` sums a run up in one line.
 
-``QUICK`` holds smaller counts for a check of about a minute (``raytopic bench --quick``).
+``QUICK`` holds smaller counts for a quicker check (``raytopic bench --quick``).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ QUICK = BenchSettings(
     idle_topics=1,
     idle_seconds=5.0,
 )
-"""About a minute on a 2-core machine: the same cases with smaller counts."""
+"""The same cases with smaller counts, for a quicker check."""
 
 
 @dataclass(frozen=True, slots=True)
