@@ -5,10 +5,11 @@ An idle topic should cost what Ray costs for its actors, not more: a user
 keeps topics (and members waiting on them) open for hours between bursts.
 
 Cases (``topics`` topics of ``channels`` channels, one group member each):
-    CPU        each channel and each coordinator process over ``seconds`` of
-               idleness (psutil: user + system time of the actor's process), as
-               a ratio to bare actors (named, detached, async, ``num_cpus=0``,
-               the channels' ``max_concurrency``) measured over the same window.
+    CPU        the mean per channel process and per coordinator process over
+               ``seconds`` of idleness (psutil: user + system time of each
+               actor's process), as a ratio to the mean of bare actors (named,
+               detached, async, ``num_cpus=0``, the channels' ``max_concurrency``)
+               measured over the same window.
                Each member is a ``Subscriber`` kept open and idle, as a user's
                waiting member is: it receives nothing, its heartbeats run.
     creation   ``create_topic(channels=...)`` returning, against creating
