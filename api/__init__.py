@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 from raytopic.actors.stores.base import RingbufferStore, StoredBatch
+from raytopic.cluster import enable_token_for_ray_address as _enable_token_for_ray_address
 from raytopic.config import Overflow, Start
 from raytopic.errors import (
     ChannelFailedError,
@@ -54,6 +55,9 @@ from raytopic.shared_group import SharedGroup
 from raytopic.stats import ChannelStats, GroupChannelStats, GroupStats, MemberStats, TopicStats
 from raytopic.subscriber import Subscriber
 from raytopic.topic import Topic, create_topic, get_topic, list_topics
+
+# A script's ray.init(address=RAY_ADDRESS) then sends the token a cluster asks for.
+_enable_token_for_ray_address()
 
 __all__ = [
     # lifecycle

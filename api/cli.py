@@ -4,39 +4,38 @@
 a running cluster. The other commands attach to a running cluster
 (``--address``, default ``auto``: ``RAY_ADDRESS``, else the cluster
 ``ray start`` left on this machine) in ``--namespace``; ``--json`` makes their
-output pure JSON on stdout. Options may come before or after the arguments.
+output pure JSON on stdout. A cluster with token authentication gets the
+token from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ``~/.ray/auth_token``
+(``raytopic.cluster``). Options may come before or after the arguments, and
+``--address``, ``--namespace`` and ``--json`` before the command too.
 
-Exit codes: 0 ok, 1 failure (no cluster, a refused change), 2 usage (a bad
-option or value), 3 the topic or group does not exist.
+Exit codes: 0 ok, 1 failure (no cluster answering within seconds, a refused
+token, a refused change), 2 usage (a bad option or value), 3 the topic or group
+does not exist.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, fields, replace
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from raytopic.bench import BenchSettings
 
 _LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-_PROBE_TIMEOUT = 5.0
-"""Seconds to reach a cluster's GCS port before saying none is running (ray.init
-itself would retry for a minute or more)."""
 
 OK, FAILURE, USAGE, NOT_FOUND = 0, 1, 2, 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``raytopic`` command."""
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     if os.environ.get(_LOOPBACK) is None and "ray" in sys.modules and argv is None:
         # Ray reads this when it is imported (and `import raytopic` imported it):
         # start again with it set, so a local Ray listens on loopback only.
@@ -60,11 +59,30 @@ def _fail(error: Exception, code: int) -> int:
     return code
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, with the defaults of the options that may also come before
+    the command filled in here (a command's own default would overwrite a value
+    given before it, so the parsers leave them unset)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    attaches = args.run is _admin
+    for option in ("namespace", "json"):
+        if not attaches and hasattr(args, option):
+            parser.error(f"--{option} goes with the cluster commands, not {args.command}")
+    args.address = getattr(args, "address", "auto" if attaches else None)
+    args.namespace = getattr(args, "namespace", None)
+    args.json = getattr(args, "json", False)
+    return args
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raytopic",
         description=__doc__.splitlines()[0],
         epilog="exit codes: 0 ok, 1 failure, 2 usage, 3 topic or group not found",
+    )
+    _cluster_options(
+        parser, "the cluster (default: auto for the cluster commands, a local Ray for demo, bench)"
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -76,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_false",
         help="publish from a Python Publisher instead of Spark (quicker to start)",
     )
-    demo.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
+    _address_option(demo, "a running Ray cluster (default: a local one)")
     demo.set_defaults(run=_demo)
 
     bench = commands.add_parser("bench", help="measure throughput, latency and memory")
@@ -118,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--idle-seconds", type=float, help="the idle case's CPU window (20; quick 5)"
     )
-    bench.add_argument("--address", default=None, help="a running Ray cluster (default: local)")
+    _address_option(bench, "a running Ray cluster (default: a local one)")
     bench.set_defaults(run=_bench)
 
     _admin_commands(commands)
@@ -128,11 +146,7 @@ def _parser() -> argparse.ArgumentParser:
 def _admin_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """The commands that attach to a running cluster, each with the shared options."""
     cluster = argparse.ArgumentParser(add_help=False)
-    cluster.add_argument(
-        "--address", default="auto", help="the cluster (default: RAY_ADDRESS or the local one)"
-    )
-    cluster.add_argument("--namespace", default=None, help="of the topics (default raytopic)")
-    cluster.add_argument("--json", action="store_true", help="pure JSON on stdout")
+    _cluster_options(cluster, "the cluster (default auto: RAY_ADDRESS, else the local one)")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, parents=[cluster])
@@ -158,6 +172,7 @@ def _admin_commands(commands: argparse._SubParsersAction) -> None:  # type: igno
     tail.add_argument(
         "--from",
         dest="start",
+        type=_start,
         default="earliest",
         metavar="earliest|latest|ISO-TIME",
         help="where to start (default earliest)",
@@ -168,10 +183,82 @@ def _admin_commands(commands: argparse._SubParsersAction) -> None:  # type: igno
     reset = command("reset-group", "move a group's read and commit positions")
     reset.add_argument("topic")
     reset.add_argument("group")
-    reset.add_argument("--to", required=True, metavar="earliest|latest|ISO-TIME|CH:SEQ[,CH:SEQ...]")
+    reset.add_argument(
+        "--to",
+        required=True,
+        type=_reset_target,
+        metavar="earliest|latest|ISO-TIME|CH:SEQ[,CH:SEQ...]",
+        help="where the group goes on (CH:SEQ: channel CH after sequence SEQ)",
+    )
     delete = command("delete", "destroy a topic and everything in it")
     delete.add_argument("topic")
     delete.add_argument("--yes", action="store_true", help="do not ask")
+
+
+def _cluster_options(parser: argparse.ArgumentParser, address_help: str) -> None:
+    """--address, --namespace, --json: left unset when not given (see :func:`_parse`)."""
+    _address_option(parser, address_help)
+    parser.add_argument(
+        "--namespace", default=argparse.SUPPRESS, help="of the topics (default raytopic)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="pure JSON on stdout"
+    )
+
+
+def _address_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument(
+        "--address",
+        type=_address,
+        default=argparse.SUPPRESS,
+        metavar="HOST:PORT|auto",
+        help=help_text,
+    )
+
+
+def _address(text: str) -> str:
+    """--address: checked before anything connects, so a malformed one is a usage error."""
+    from raytopic.cluster import parse_address
+
+    if text == "auto":
+        return text
+    try:
+        return parse_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT (e.g. 127.0.0.1:6379) or auto, got {text!r}"
+        ) from None
+
+
+def _start(text: str) -> str | datetime:
+    """tail --from: "earliest", "latest" or an ISO time."""
+    if text in ("earliest", "latest"):
+        return text
+    return _moment(text, "earliest, latest or an ISO time")
+
+
+def _reset_target(text: str) -> str | datetime | dict[int, int]:
+    """reset-group --to: "earliest", "latest", an ISO time, or CH:SEQ pairs as a
+    {channel: sequence} dict."""
+    if text in ("earliest", "latest"):
+        return text
+    pairs = {}
+    try:
+        for pair in text.split(","):
+            channel, sequence = pair.split(":")
+            pairs[int(channel)] = int(sequence)
+    except ValueError:  # not pairs: an ISO time (which has colons too), or nothing valid
+        return _moment(text, "earliest, latest, an ISO time or CH:SEQ[,CH:SEQ...]")
+    return pairs
+
+
+def _moment(text: str, forms: str) -> datetime:
+    """An ISO time (UTC when it names no zone); else a usage error listing ``forms``."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {forms}, got {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _admin(args: argparse.Namespace) -> int:
@@ -184,10 +271,14 @@ def _admin(args: argparse.Namespace) -> int:
 
 
 def _connect(address: str | None) -> None:
-    """Join the cluster at ``address`` (None: start an embedded local one).
+    """Join the cluster at ``address`` ("auto" or HOST:PORT; None: start an embedded
+    local one), sending its token when it asks for one.
 
     Raises:
-        SystemExit: no cluster answers there (within seconds, not Ray's minute).
+        ClusterUnreachableError: No cluster answers there (within seconds, not Ray's
+            minute of retries).
+        ClusterAuthError: The cluster asks for a token this machine lacks or refuses it.
+        InvalidArgumentError: RAY_ADDRESS is not HOST:PORT.
     """
     import ray
 
@@ -196,35 +287,14 @@ def _connect(address: str | None) -> None:
 
         local_ray()
         return
-    resolved = _cluster_address(address)
-    if resolved is None:
-        raise SystemExit(
-            "raytopic: no running Ray cluster found (start one with `ray start --head`, "
-            "or give --address or RAY_ADDRESS)"
-        )
-    host, _, port = resolved.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=_PROBE_TIMEOUT):
-            pass
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"raytopic: no Ray cluster answers at {resolved}: {error}") from None
+    from raytopic.cluster import prepare, resolve_address
+
+    resolved = resolve_address(address)
+    prepare(resolved)
     try:
         ray.init(address=resolved, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError as error:
         raise SystemExit(f"raytopic: no Ray cluster at {resolved!r}: {error}") from None
-
-
-def _cluster_address(address: str) -> str | None:
-    """``host:port`` of the cluster: ``address`` itself, or for "auto" RAY_ADDRESS,
-    else the address ``ray start`` wrote under Ray's temporary directory."""
-    if address != "auto":
-        return address
-    if os.environ.get("RAY_ADDRESS"):
-        return os.environ["RAY_ADDRESS"]
-    temp = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
-    with contextlib.suppress(OSError):
-        return temp.read_text().strip() or None
-    return None
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import ray
 
 import raytopic as rt
 from raytopic.cli_tables import element_line, groups_table, to_json, topic_table
-from raytopic.errors import GroupNotFoundError, InvalidArgumentError
+from raytopic.config import DEFAULT_NAMESPACE
+from raytopic.errors import GroupNotFoundError
 
 __all__ = ["COMMANDS"]
 
@@ -22,9 +23,15 @@ _TAIL_BATCH = 1000
 
 
 def list_topics(args: argparse.Namespace) -> int:
-    """Names of the namespace's topics."""
+    """Names of the namespace's topics, one a line (none: a note on stderr, so that
+    stdout still lists exactly the topics)."""
     names = rt.list_topics(namespace=args.namespace)
-    print(to_json(names) if args.json else "\n".join(names))
+    if args.json:
+        print(to_json(names))
+    elif names:
+        print("\n".join(names))
+    else:
+        print(f"no topics in namespace {args.namespace or DEFAULT_NAMESPACE}", file=sys.stderr)
     return 0
 
 
@@ -79,8 +86,8 @@ def tail(args: argparse.Namespace) -> int:
     """Print elements, one JSON line each, without joining any group (an anonymous
     subscriber, placed where ``--from`` or the group's commits say)."""
     topic = _topic(args)
-    start = args.start
-    at = None if start in ("earliest", "latest") else _moment(start)
+    start = args.start  # "earliest", "latest" or a datetime (parsed by raytopic.cli)
+    at = start if isinstance(start, datetime) else None
     if args.group is not None and args.group not in topic.groups():
         raise GroupNotFoundError(f"topic {topic.name!r} has no group {args.group!r}")
     subscriber = topic.subscriber(
@@ -110,41 +117,19 @@ def tail(args: argparse.Namespace) -> int:
     return 0
 
 
-def _moment(text: str) -> datetime:
-    """An ISO time (UTC when it names no zone)."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"--from/--to must be earliest, latest or an ISO time, got {text!r}"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def reset_group(args: argparse.Namespace) -> int:
     """Move a group's positions (Topic.reset_group)."""
     topic = _topic(args)
-    positions = topic.reset_group(args.group, _reset_target(topic, args.to))
+    to = args.to  # "earliest", "latest", a datetime or {channel: sequence} (raytopic.cli)
+    if isinstance(to, dict):
+        to = {channel: topic.position(channel, sequence) for channel, sequence in to.items()}
+    positions = topic.reset_group(args.group, to)
     if args.json:
         print(to_json({str(channel): p.sequence for channel, p in positions.items()}))
     else:
         for channel, position in sorted(positions.items()):
             print(f"channel {channel}: next after {position.sequence}")
     return 0
-
-
-def _reset_target(topic: rt.Topic, to: str) -> Any:
-    """earliest | latest | ISO time | CH:SEQ[,CH:SEQ...]."""
-    if to in ("earliest", "latest"):
-        return to
-    if ":" in to and all(part.count(":") == 1 for part in to.split(",")):
-        try:
-            pairs = [tuple(int(n) for n in part.split(":")) for part in to.split(",")]
-        except ValueError:
-            pairs = []
-        if pairs:
-            return {channel: topic.position(channel, sequence) for channel, sequence in pairs}
-    return _moment(to)
 
 
 def delete(args: argparse.Namespace) -> int:

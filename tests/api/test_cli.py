@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -13,11 +14,14 @@ import time
 import pytest
 
 import raytopic as rt
+from raytopic.cli import _parse, main
 
 from tests.topic_helpers import get
 
 
-def _raytopic(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _raytopic(
+    *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     command = shutil.which("raytopic") or sys.executable
     prefix = [] if command.endswith("raytopic") else ["-m", "raytopic.cli"]
     return subprocess.run(
@@ -25,7 +29,7 @@ def _raytopic(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[s
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=dict(os.environ),
+        env={**os.environ, **(env or {})},
         check=False,
     )
 
@@ -191,14 +195,85 @@ def test_create_tail_groups_reset_and_delete_a_topic(ray_session: None, ray_clus
 def test_an_unreachable_cluster_fails_fast_with_a_message() -> None:
     started = time.monotonic()
     result = _raytopic("list", "--address", "127.0.0.1:1", timeout=60)
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 15
     assert result.returncode == 1
+    assert len(result.stderr.splitlines()) == 1, result.stderr
     assert "no Ray cluster answers at 127.0.0.1:1" in result.stderr
+
+
+def test_a_host_that_never_answers_fails_in_about_5_s_with_one_line() -> None:
+    # A listening socket that never accepts stands in for a silent host (Ray alone
+    # took 20 s and printed 20 warnings).
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        result = _raytopic("list", "--address", address, timeout=60)
+        took = time.monotonic() - started
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"raytopic: no Ray cluster answers at {address}: nothing answered within 5 s"
+    ]
+    assert took < 15
+
+
+def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The last line ``raytopic argv`` prints when it refuses its command line (exit 2),
+    run in this process: the parser refuses before anything connects."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "argv", [["list", "--address", "garbage"], ["--address", "h:99999", "describe", "t"]]
+)
+def test_a_malformed_address_is_a_usage_error_naming_the_form(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = _usage_error(argv, capsys)
+    assert "argument --address: expected HOST:PORT" in message and "or auto" in message
+
+
+def test_a_malformed_ray_address_is_a_usage_error_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", "garbage")
+    assert main(["list"]) == 2  # refused before Ray is asked
+    assert capsys.readouterr().err.splitlines() == [
+        "raytopic: RAY_ADDRESS: expected HOST:PORT (e.g. 127.0.0.1:6379), got 'garbage'"
+    ]
+
+
+def test_a_bad_position_names_its_flag_and_every_form(capsys: pytest.CaptureFixture[str]) -> None:
+    message = _usage_error(["reset-group", "t", "g", "--to", "yesterday"], capsys)
+    for words in ("--to", "earliest", "latest", "ISO time", "CH:SEQ[,CH:SEQ...]", "'yesterday'"):
+        assert words in message
+    message = _usage_error(["tail", "t", "--from", "0:1"], capsys)
+    assert "argument --from: expected earliest, latest or an ISO time, got '0:1'" in message
+
+
+def test_options_before_the_command_are_not_overwritten_by_its_defaults() -> None:
+    assert _parse(["--address", "127.0.0.1:1", "bench", "--quick"]).address == "127.0.0.1:1"
+    assert _parse(["bench"]).address is None  # an embedded local Ray
+    assert _parse(["list"]).address == "auto"
+    before = _parse(["--namespace", "a", "--json", "tail", "t"])
+    assert (before.namespace, before.json) == ("a", True)
+    assert _parse(["--namespace", "a", "list", "--namespace", "b"]).namespace == "b"
+    assert _parse(["reset-group", "t", "g", "--to", "0:3,1:4"]).to == {0: 3, 1: 4}
 
 
 @pytest.mark.parametrize(
     "args",
-    [["nonsense"], ["describe"], ["tail", "t", "-n", "x"], ["create", "t", "--overflow", "x"]],
+    [
+        ["nonsense"],
+        ["describe"],
+        ["tail", "t", "-n", "x"],
+        ["create", "t", "--overflow", "x"],
+        ["--json", "demo"],
+    ],
 )
 def test_bad_usage_exits_2(args: list[str]) -> None:
     result = _raytopic(*args)
@@ -212,6 +287,24 @@ def test_list_is_empty_json_in_an_unused_namespace(ray_session: None, ray_cluste
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
     assert rt.list_topics(namespace="nobody-uses-this") == []
+    # Options before the command; an empty namespace is said so, on stderr.
+    plain = _raytopic("--namespace", "nobody-uses-this", "--address", ray_cluster, "list")
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout == ""
+    assert plain.stderr.splitlines() == ["no topics in namespace nobody-uses-this"]
+
+
+def test_namespace_before_the_command_picks_the_namespace(
+    ray_session: None, ray_cluster: str, unique_name
+) -> None:
+    namespace = unique_name("ns")
+    topic = rt.create_topic(unique_name("topic"), channels=1, namespace=namespace)
+    try:
+        listed = _raytopic("--namespace", namespace, "--address", ray_cluster, "list")
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.split() == [topic.name]
+    finally:
+        topic.destroy()
 
 
 @pytest.mark.slow

@@ -1,0 +1,300 @@
+"""raytopic.cluster: addresses, tokens, and the probe, against real sockets and real
+``ray start --head`` clusters with and without token authentication.
+
+The clusters here are this module's own (own ports, own temp dir, stopped by pid):
+the session's cluster runs with RAY_AUTH_MODE=token set for the whole test
+process, which is the very setting users do not have.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from raytopic.cluster import (
+    Answer,
+    ClusterAuthError,
+    ClusterUnreachableError,
+    GcsReply,
+    parse_address,
+    probe_gcs,
+    resolve_address,
+    sends_token,
+    token_source,
+)
+from raytopic.errors import InvalidArgumentError
+
+from tests.conftest import _free_port, _stop_cluster
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+# -- addresses ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1:6379", "head-node:1", "[::1]:65535"])
+def test_a_host_and_port_is_an_address(text: str) -> None:
+    assert parse_address(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["garbage", "127.0.0.1", ":6379", "127.0.0.1:", "h:0", "h:65536", "h:x1", "h:1 ", "h:²", ""],
+)
+def test_anything_else_is_refused_naming_the_expected_form(text: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="RAY_ADDRESS: expected HOST:PORT"):
+        parse_address(text, source="RAY_ADDRESS")
+
+
+def test_auto_is_ray_address_else_the_cluster_ray_start_left(tmp_path: Path) -> None:
+    assert resolve_address("10.0.0.1:6379", {}) == "10.0.0.1:6379"
+    assert resolve_address("auto", {"RAY_ADDRESS": "h:1"}) == "h:1"
+    with pytest.raises(InvalidArgumentError, match="RAY_ADDRESS"):
+        resolve_address("auto", {"RAY_ADDRESS": "garbage"})
+    with pytest.raises(ClusterUnreachableError, match="ray start --head"):
+        resolve_address("auto", {"RAY_TMPDIR": str(tmp_path)})
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:7000\n")
+    assert resolve_address("auto", {"RAY_TMPDIR": str(tmp_path)}) == "127.0.0.1:7000"
+    assert resolve_address("auto", {"RAY_TMPDIR": str(tmp_path), "RAY_ADDRESS": "auto"}) == (
+        "127.0.0.1:7000"
+    )
+
+
+# -- tokens ------------------------------------------------------------------
+
+
+def test_the_token_source_follows_rays_precedence(tmp_path: Path) -> None:
+    home = tmp_path
+    assert token_source({}, home) is None
+    (home / ".ray").mkdir()
+    (home / ".ray" / "auth_token").write_text("t")
+    assert token_source({}, home) == str(home / ".ray" / "auth_token")
+    path_env = {"RAY_AUTH_TOKEN_PATH": "/x/token"}
+    assert token_source(path_env, home) == "RAY_AUTH_TOKEN_PATH (/x/token)"
+    assert token_source({**path_env, "RAY_AUTH_TOKEN": "t"}, home) == "RAY_AUTH_TOKEN"
+    assert token_source({"RAY_AUTH_TOKEN": ""}, home) == str(home / ".ray" / "auth_token")
+
+
+ACCEPTED = GcsReply(Answer.ACCEPTED)
+REFUSED = GcsReply(Answer.UNAUTHENTICATED, "InvalidAuthToken")
+
+
+def _decide(mode: str | None, without: GcsReply, with_token: GcsReply | None) -> bool:
+    source = None if with_token is None else "RAY_AUTH_TOKEN"
+    return sends_token("h:1", mode=mode, without=without, with_token=with_token, source=source)
+
+
+def test_the_token_is_sent_only_to_a_cluster_that_asks_for_it_and_takes_it() -> None:
+    assert _decide(None, REFUSED, ACCEPTED) is True
+    assert _decide("token", REFUSED, ACCEPTED) is True
+    # A cluster without token authentication: never token mode (its actors would die).
+    assert _decide(None, ACCEPTED, None) is False
+    assert _decide("disabled", ACCEPTED, None) is False
+
+
+@pytest.mark.parametrize(
+    ("mode", "without", "with_token", "words"),
+    [
+        (None, REFUSED, REFUSED, "refused the token from RAY_AUTH_TOKEN"),
+        ("token", REFUSED, REFUSED, "refused the token"),
+        (None, REFUSED, None, "this machine has none"),
+        ("disabled", REFUSED, ACCEPTED, "RAY_AUTH_MODE=disabled is set here"),
+        ("token", ACCEPTED, None, "does not use token authentication"),
+    ],
+)
+def test_a_refusal_says_what_failed_and_how_to_fix_it(
+    mode: str | None, without: GcsReply, with_token: GcsReply | None, words: str
+) -> None:
+    with pytest.raises(ClusterAuthError, match=words) as raised:
+        _decide(mode, without, with_token)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "ray get-auth-token" in message or "unset RAY_AUTH_MODE" in message
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (Answer.SILENT, "nothing answered within 5 s"),
+        (Answer.UNREACHABLE, "no Ray cluster answers at h:1: Connection refused"),
+        (Answer.NOT_RAY, "something else does"),
+    ],
+)
+def test_no_answer_is_no_cluster(answer: Answer, words: str) -> None:
+    with pytest.raises(ClusterUnreachableError, match=words):
+        _decide(None, GcsReply(answer, "Connection refused"), None)
+
+
+# -- the probe on loopback ---------------------------------------------------
+
+
+def test_a_closed_port_is_unreachable_at_once() -> None:
+    port = _free_port()  # bound and closed again: nothing listens there
+    started = time.monotonic()
+    reply = probe_gcs(f"127.0.0.1:{port}", timeout=5)
+    assert reply.answer is Answer.UNREACHABLE
+    assert time.monotonic() - started < 2
+
+
+def test_a_host_that_never_answers_is_silent_after_the_timeout() -> None:
+    # A listening socket that never accepts stands in for a silent host: the
+    # kernel completes the handshake, and nothing ever speaks.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        started = time.monotonic()
+        reply = probe_gcs(f"127.0.0.1:{silent.getsockname()[1]}", timeout=0.5)
+    assert reply.answer is Answer.SILENT
+    assert 0.4 < time.monotonic() - started < 3
+
+
+# -- real clusters started with `ray start --head` ------------------------------
+
+
+@dataclass(frozen=True)
+class Head:
+    """A cluster of this module's own."""
+
+    address: str
+    token: str
+    """Its token ("" when it has no token authentication)."""
+
+
+def _user_env(**extra: str) -> dict[str, str]:
+    """The environment of a user's shell: none of the test session's Ray settings
+    (RAY_AUTH_MODE above all), loopback only."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY")}
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray here stays on loopback
+    return {**env, **extra}
+
+
+@contextmanager
+def _head(*, auth: bool) -> Iterator[Head]:
+    """Start a head with or without token authentication; stop exactly its processes."""
+    token = secrets.token_hex(32)
+    port = _free_port()
+    temp = Path(tempfile.mkdtemp(prefix="rt-auth-", dir="/tmp"))  # short: Ray's socket paths
+    log = temp / "ray-start.log"
+    # With a token and RAY_AUTH_MODE unset, `ray start` turns token authentication on
+    # by itself, as on a machine where ~/.ray/auth_token exists.
+    env = _user_env(RAY_AUTH_TOKEN=token) if auth else _user_env(RAY_AUTH_MODE="disabled")
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("ray")),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            f"--temp-dir={temp}",  # its ray_current_cluster goes there, not /tmp/ray
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while "Ray runtime started" not in log.read_text(errors="replace"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray start failed:\n{log.read_text(errors='replace')}")
+            time.sleep(0.2)
+        yield Head(address, token if auth else "")
+    finally:
+        _stop_cluster(process, address)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def token_head() -> Iterator[Head]:
+    """A cluster with token authentication, as `ray start --head` makes one."""
+    with _head(auth=True) as head:
+        yield head
+
+
+def _run(*command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(command), env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return _run(sys.executable, "-m", "raytopic.cli", *args, env=env)
+
+
+@pytest.mark.slow
+def test_the_probe_tells_a_token_cluster_which_token_it_takes(token_head: Head) -> None:
+    right = {"authorization": f"Bearer {token_head.token}"}
+    wrong = {"authorization": f"Bearer {secrets.token_hex(32)}"}
+    assert probe_gcs(token_head.address).answer is Answer.UNAUTHENTICATED
+    assert probe_gcs(token_head.address, token_header=wrong).answer is Answer.UNAUTHENTICATED
+    assert probe_gcs(token_head.address, token_header=right).answer is Answer.ACCEPTED
+
+
+@pytest.mark.slow
+def test_the_cli_sends_the_token_from_the_users_home(token_head: Head, tmp_path: Path) -> None:
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text(token_head.token)
+    env = _user_env(HOME=str(tmp_path))
+
+    created = _cli("create", "authed", "--channels", "1", "--address", token_head.address, env=env)
+    listed = _cli("list", "--address", token_head.address, env=env)
+
+    assert created.returncode == 0, created.stderr
+    assert "InvalidAuthToken" not in created.stderr
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split() == ["authed"]
+
+
+@pytest.mark.slow
+def test_a_refused_token_is_one_line_and_exit_1_at_once(token_head: Head) -> None:
+    env = _user_env(RAY_AUTH_TOKEN=secrets.token_hex(32))
+    started = time.monotonic()
+    refused = _cli("list", "--address", token_head.address, env=env)
+    took = time.monotonic() - started
+
+    assert refused.returncode == 1
+    lines = refused.stderr.splitlines()
+    assert len(lines) == 1, refused.stderr
+    for words in ("authentication failed", "refused the token from RAY_AUTH_TOKEN", "get-auth"):
+        assert words in lines[0]
+    assert took < 15  # Ray alone retries for 20 s; this is Python's start-up and one probe
+
+
+@pytest.mark.slow
+def test_an_example_reaches_a_token_cluster_through_ray_address(token_head: Head) -> None:
+    # The examples call ray.init(address=RAY_ADDRESS), for which Ray sends no token
+    # unless RAY_AUTH_MODE=token: `import raytopic` turns it on for this cluster.
+    env = _user_env(RAY_ADDRESS=token_head.address, RAY_AUTH_TOKEN=token_head.token)
+    done = _run(sys.executable, str(EXAMPLES / "ring_buffer.py"), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "read_many: ['item-3', 'item-4', 'item-5', 'item-6', 'item-7'] next 8" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_token_on_this_machine_does_not_break_a_cluster_without_auth() -> None:
+    # Token mode here against a cluster without it would lose the example's actors:
+    # a token available must leave such a cluster alone.
+    with _head(auth=False) as head:
+        env = _user_env(RAY_ADDRESS=head.address, RAY_AUTH_TOKEN=secrets.token_hex(32))
+        done = _run(sys.executable, str(EXAMPLES / "ring_buffer.py"), env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "next 8" in done.stdout
+        listed = _cli("list", "--address", head.address, env=env)
+        assert listed.returncode == 0, listed.stderr
