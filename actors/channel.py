@@ -36,8 +36,9 @@ import ray
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.cursors import Cursor, Lease, Lent, clamp
+from raytopic.actors.damage import DamageMap
 from raytopic.actors.incarnation import was_restarted
-from raytopic.actors.payloads import Payload, PickledValues
+from raytopic.actors.payloads import DamagedElements, Payload, PickledValues
 from raytopic.actors.publisher_tracks import ACKS_KEPT, PublisherTrack
 from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSession, SessionSpec
 from raytopic.actors.segment_ring import Run, SegmentRing
@@ -238,7 +239,7 @@ class ChannelActor:
         self._pending_count = 0
         self._pending_stamp = 0.0
         self._sync_task: asyncio.Task[None] | None = None
-        self._damaged: list[tuple[int, int]] = []
+        self._damage = DamageMap()  # stored records found damaged (see raytopic.actors.damage)
         self._group_marks: dict[str, tuple[int, int]] = {}  # group -> (version, generation)
         self._loss: DataLossError | None = None  # a restart without a store lost elements
         self._loss_readers: set[str] = set()  # readers still to be told of it
@@ -277,29 +278,28 @@ class ChannelActor:
         self._state_sync = GroupSync(store.save_state, self._snapshot)
         state = store.load_state() or {}
         self._epoch = int(state.get("epoch", 0)) + 1
-        self._damaged = store.damaged()
+        self._damage = DamageMap(store.damaged())
         largest = store.largest_sequence()
         saved_next = int(state.get("next_sequence", 0))
         if saved_next - 1 > largest:
             # Records the state file says were appended are gone (cut off on
             # disk): report them, and never give their positions to others.
-            self._damaged.append((largest + 1, saved_next - 1))
+            self._damage.add(largest + 1, saved_next - 1)
             largest = saved_next - 1
-        start = max(store.first_sequence(), largest + 1 - self._config.capacity)
-        for _, last in self._damaged:
-            if last >= start:
-                start = last + 1  # the ring holds no gap; readers below it are told
+        # The ring starts at what the store keeps (a damaged first record
+        # included: its readers are told), up to the capacity.
+        start = max(self._store_first(), largest + 1 - self._config.capacity)
         ring = self._ring = SegmentRing(
             self._config.capacity, self._config.ttl, clock=_stamp_clock, first_sequence=start
         )
         if self._restarted and not state:
             # A store that keeps no state (a user's, with the defaults): its
             # elements are back; the coordinator restores groups and readers.
-            self._load_elements(store, start)
+            self._load_elements(store, start, largest)
             return
         for pid, saved in state.get("publishers", {}).items():
             self._publishers[pid] = PublisherTrack.from_state(saved)
-        self._load_elements(store, start)
+        self._load_elements(store, start, largest)
         for pid, track in self._publishers.items():
             self._publish_turns.resume(pid, track.last_batch + 1)
         for group, saved in state.get("groups", {}).items():
@@ -310,6 +310,7 @@ class ChannelActor:
             # What was held comes back to deliver again: past the limit, dead.
             shared.enforce_limit(spec.max_deliveries, "held when its channel restarted")
             self._add_shared(spec, shared)
+            self._forget_damaged_deliveries(spec.name, shared)
         self._evict_committed()
         self._group_marks = {g: (int(v), int(n)) for g, (v, n) in state.get("marks", {}).items()}
         for reader_id, saved in state.get("readers", {}).items():
@@ -331,6 +332,14 @@ class ChannelActor:
                 ring.tail,
                 len(self._groups),
             )
+        if self._damage:
+            logger.error(
+                "channel %d of %s: stored elements %s are damaged (checksum mismatch): "
+                "lost; every reader that reaches them is told once (DataLossError)",
+                self._channel,
+                self._config.name,
+                ", ".join(f"{first}..{last}" for first, last in self._damage.ranges),
+            )
 
     def _restore_reader(self, reader_id: str, spec: ReaderSpec | str) -> bool:
         """Open a reader a restart brings back (``spec`` as the state file keeps it,
@@ -345,25 +354,63 @@ class ChannelActor:
             return False
         return True
 
-    def _load_elements(self, store: ChannelStore, start: int) -> None:
-        """Fill the ring from the store, from ``start`` on (and learn the publishers'
-        batches from the records)."""
+    def _load_elements(self, store: ChannelStore, start: int, last: int) -> None:
+        """Fill the ring from the store, from ``start`` up to ``last`` (and learn the
+        publishers' batches from the records). Damaged records keep their
+        positions, as runs of DamagedElements: what follows stays readable."""
         ring = self._ring
         for batch in store.load_batches(start):
             payload = batch.payload
             if batch.first < start:
                 payload = payload.slice(start - batch.first, len(payload))
-            if batch.first + len(batch.payload) - len(payload) != ring.tail + 1:
-                # A gap the store did not report: what follows cannot be placed.
-                logger.error("channel %d: store gap before %d", self._channel, batch.first)
-                self._damaged.append((ring.tail + 1, store.largest_sequence()))
-                ring.skip_to(store.largest_sequence() + 1)
-                break
+            first = batch.first + len(batch.payload) - len(payload)
+            if first < ring.tail + 1:
+                logger.error("channel %d: stored record at %d overlaps", self._channel, first)
+                continue
+            self._keep_damaged(ring.tail + 1, first - 1, batch.stamp)
             ring.append(payload, overwrite=True, stamp=batch.stamp)
             if batch.publisher_id:
                 track = self._publishers.setdefault(batch.publisher_id, PublisherTrack())
                 track.add_run(batch.batch, batch.first, len(batch.payload), batch.stamp)
+        self._keep_damaged(ring.tail + 1, last, ring.stamp_of_last_append())
         store.release_cache()
+
+    def _keep_damaged(self, first: int, last: int, stamp: float) -> None:
+        """Positions ``first..last`` have no intact record: they go into the ring as
+        damaged (a gap the store did not report is reported now)."""
+        if first > last:
+            return
+        known = self._damage.at(first)
+        if known is None or known[1] < last:
+            logger.error("channel %d: stored elements %d..%d missing", self._channel, first, last)
+            self._damage.add(first, last)
+        self._ring.append(DamagedElements(last - first + 1), overwrite=True, stamp=stamp)
+
+    def _forget_damaged_deliveries(self, group: str, shared: SharedCursor) -> None:
+        """A shared group's elements to deliver again whose records are damaged now
+        are settled (nothing altered is delivered); the loss is logged."""
+        for first, last in self._damage.overlapping(shared.floor + 1, shared.next - 1):
+            # Those not yet looked at stay: the group is told when it reaches them.
+            last = min(last, shared.next - 1)
+            forgotten = shared.forget(first, last)
+            if forgotten:
+                logger.error(
+                    "channel %d: %d elements of shared group %s in %d..%d were damaged "
+                    "on disk before they were acknowledged: lost",
+                    self._channel,
+                    forgotten,
+                    group,
+                    first,
+                    last,
+                )
+
+    def _store_first(self) -> int:
+        """The oldest sequence the store keeps, a damaged record just before its
+        first intact one included (its readers are to be told of it)."""
+        assert self._store is not None
+        first = self._store.first_sequence()
+        lost = self._damage.at(first - 1)
+        return first if lost is None else lost[0]
 
     def _snapshot(self) -> dict[str, Any]:
         """The state a store keeps (JSON-ready): epoch, groups, publishers, readers."""
@@ -548,7 +595,7 @@ class ChannelActor:
             "state": state,
             "durable": self._store is not None,
             "failure": self._failure,
-            "damaged": list(self._damaged),
+            "damaged": self._damage.ranges,
         }
 
     @_guarded
@@ -639,18 +686,22 @@ class ChannelActor:
     @_guarded
     async def read_one(self, sequence: int) -> Run:
         """The element at ``sequence`` (a run of one); waits while ``sequence == tail + 1``.
-        Below the ring's head it is read from the store, if it still has it."""
+        Below the ring's head it is read from the store, if it still has it.
+
+        Raises:
+            DataLossError: ``sequence``'s stored record is damaged (the error
+                names the range and the sequence after it).
+            StaleSequenceError: ``sequence`` is gone (below the head, not stored).
+        """
         _check_sequence(sequence, "sequence")
         while True:
-            head, tail = self._ring.head, self._ring.tail
-            if sequence < head:
-                return self._stored_runs(sequence, 1)[0]
+            tail = self._ring.tail
             if sequence > tail + 1:
                 raise InvalidArgumentError(
                     f"sequence {sequence} is beyond the tail + 1 ({tail + 1})"
                 )
             if sequence <= tail:
-                return self._ring.get(sequence)
+                return self._readable(self._read_log(sequence, 1))[0]
             await self._wait_change(_POLL_INTERVAL)
 
     @_guarded
@@ -680,16 +731,14 @@ class ChannelActor:
         found = 0
         sequence = start
         while True:
-            head = self._ring.head
-            if sequence < head:  # from the store (what it still keeps), up to the head
-                runs = self._stored_runs(sequence, min(max_count - found, head - sequence))
-                picked, sequence = _pick(runs, predicate, None, max_count - found)
-                chunks.extend(picked)
-                found += sum(len(chunk.payload) for chunk in picked)
-                if sequence < self._ring.head and found < max_count:
-                    continue
             while sequence <= self._ring.tail and found < max_count:
-                runs = self._ring.read(sequence, max_count - found)
+                # Below the ring's head from the store (what it still keeps).
+                runs = self._read_log(sequence, max_count - found)
+                runs, lost = self._damage.split(runs)
+                if lost is not None and not runs:
+                    if sequence > start:  # what was read before the damage first
+                        return RawReadResult(start, sequence - start, chunks)
+                    raise self._damage.error(self._channel, self._epoch, lost)
                 picked, sequence = _pick(runs, predicate, None, max_count - found)
                 chunks.extend(picked)
                 found += sum(len(chunk.payload) for chunk in picked)
@@ -710,36 +759,71 @@ class ChannelActor:
         _check_sequence(start, "start")
         _check_sequence(stop, "stop")
         _check_sequence(max_count, "max_count")
-        count = min(stop, self._ring.tail + 1) - start
-        count = min(count, max_count)
-        if count <= 0:
-            return ()
-        head = self._ring.head
-        runs = self._stored_runs(start, min(count, head - start)) if start < head else []
-        sequence = runs[-1].last + 1 if runs else start
-        while sequence < start + count:
-            more = self._ring.read(sequence, start + count - sequence)
+        end = min(stop, self._ring.tail + 1, start + max_count)
+        runs: list[Run] = []
+        sequence = start
+        while sequence < end:
+            more, lost = self._damage.split(self._read_log(sequence, end - sequence))
+            runs.extend(more)
+            if lost is not None:
+                if not runs:
+                    raise self._damage.error(self._channel, self._epoch, lost)
+                break  # the next read starts at the damage, and is told of it
             if not more:
                 break
-            runs.extend(more)
             sequence = more[-1].last + 1
         return tuple(Chunk(run.first, run.stamp, run.payload) for run in runs)
 
-    def _stored_runs(self, start: int, max_count: int) -> list[Run]:
-        """Up to ``max_count`` elements from ``start`` (below the ring's head) as the
-        store keeps them (DESIGN 5.2: a read below the head falls back to the store).
+    def _read_log(self, start: int, max_count: int) -> list[Run]:
+        """Up to ``max_count`` elements from ``start`` (``start <= tail``): from the
+        store below the ring's head (up to the head), else from the ring. A damaged
+        range comes as a run of DamagedElements (see ``_readable``).
 
         Raises:
-            StaleSequenceError: the store does not have ``start`` (no store, past
-                its retention, or damaged).
+            StaleSequenceError: ``start`` is below the head and not in the store.
+        """
+        head = self._ring.head
+        if start < head:
+            return self._stored_runs(start, min(max_count, head - start))
+        return self._ring.read(start, max_count)
+
+    def _readable(self, runs: list[Run]) -> list[Run]:
+        """The runs before any damaged range; a read that starts at one raises.
+
+        Raises:
+            DataLossError: the first run is damaged (names the whole range).
+        """
+        runs, lost = self._damage.split(runs)
+        if lost is not None and not runs:
+            raise self._damage.error(self._channel, self._epoch, lost)
+        return runs
+
+    def _stored_runs(self, start: int, max_count: int) -> list[Run]:
+        """Up to ``max_count`` elements from ``start`` (below the ring's head) as the
+        store keeps them (DESIGN 5.2: a read below the head falls back to the store);
+        a damaged range as a run of DamagedElements.
+
+        Raises:
+            StaleSequenceError: the store does not have ``start`` (no store, or
+                past its retention).
         """
         runs: list[Run] = []
         sequence = start
         taken = 0
         if self._store is not None:
             for batch in self._store.load_batches(start):
-                if batch.first > sequence or taken >= max_count:
-                    break  # a gap (a damaged record) ends the read before it
+                if taken >= max_count:
+                    break
+                if batch.first > sequence:  # a gap: a damaged record, or the end
+                    lost = self._damage.at(sequence)
+                    if lost is None:
+                        break
+                    count = min(lost[1] + 1, batch.first, sequence + max_count - taken) - sequence
+                    runs.append(Run(sequence, batch.stamp, DamagedElements(count)))
+                    taken += count
+                    sequence += count
+                    if sequence < batch.first or taken >= max_count:
+                        break
                 offset = sequence - batch.first
                 stop = min(len(batch.payload), offset + max_count - taken)
                 runs.append(Run(sequence, batch.stamp, batch.payload.slice(offset, stop)))
@@ -1195,22 +1279,18 @@ class ChannelActor:
             self._loss_readers.discard(reader_id)  # told once
             cursor.skip_to_head(head)
             raise self._loss
-        read = ring.read
-        if cursor.next < head:
-            if self._readable_below_head(cursor.next):  # read on from the store
-                read = functools.partial(self._read_below_head, head)
-            else:
-                self._skip_lost(cursor, head)
-        if max_count <= 0:
+        if cursor.next < head and not self._readable_below_head(cursor.next):
+            self._skip_lost(cursor, head)
+        if max_count <= 0 or cursor.next > ring.tail:
             chunks, next_sequence = [], cursor.next
         elif reader.filter is None and reader.converter is None:
-            runs = read(cursor.next, max_count)
+            runs = self._deliverable(cursor, self._read_log(cursor.next, max_count))
             chunks = [Chunk(run.first, run.stamp, run.payload) for run in runs]
             next_sequence = runs[-1].last + 1 if runs else cursor.next
         else:
             # Read a bounded slice: a filter that matches nothing must not hold
             # the actor for the whole buffer.
-            runs = read(cursor.next, max(max_count, 1000))
+            runs = self._deliverable(cursor, self._read_log(cursor.next, max(max_count, 1000)))
             chunks, next_sequence = _pick(runs, reader.filter, reader.converter, max_count)
             next_sequence = max(next_sequence, cursor.next)
         last_delivered = _last_sequence(chunks) if chunks else cursor.next - 1
@@ -1245,10 +1325,10 @@ class ChannelActor:
     def _readable_below_head(self, sequence: int) -> bool:
         """Whether a reader behind the ring's head reads ``sequence`` from the store.
 
-        Only within what the topic keeps: the capacity (a recovered ring starts
-        after a damaged range; what lies before it is still the reader's), or
-        ``store_retention``. An element the ring dropped by "overwrite" or TTL is
-        gone for readers (StaleSequenceError, DESIGN 5.6), as without a store.
+        Only within what the topic keeps: the capacity, or ``store_retention``.
+        An element the ring dropped by "overwrite" or TTL is gone for readers
+        (StaleSequenceError, DESIGN 5.6), as without a store. A damaged record
+        counts as kept: the read reports it (see ``_deliverable``).
         """
         store = self._store
         config = self._config
@@ -1260,47 +1340,35 @@ class ChannelActor:
         return (
             kept
             and store is not None
-            and store.first_sequence() <= sequence <= store.largest_sequence()
-            and not self._damaged_between(sequence, sequence)
+            and self._store_first() <= sequence <= store.largest_sequence()
         )
 
-    def _read_below_head(self, head: int, start: int, max_count: int) -> list[Run]:
-        """A reader behind the ring reads from the store, up to the ring's head."""
-        return self._stored_runs(start, min(max_count, head - start))
+    def _deliverable(self, cursor: Cursor, runs: list[Run]) -> list[Run]:
+        """What a cursor's take may deliver of ``runs``: those before a damaged range.
+        A take that starts at one moves the cursor past it and raises.
+
+        Raises:
+            DataLossError: the cursor reached a damaged range (named in the error).
+        """
+        runs, lost = self._damage.split(runs)
+        if lost is not None and not runs:
+            cursor.pass_lost(*lost)
+            raise self._damage.error(self._channel, self._epoch, lost)
+        return runs
 
     def _skip_lost(self, cursor: Cursor, head: int) -> None:
-        """The cursor's next elements are gone (overwritten, expired, past the
-        store's retention, or damaged): move it to the next one there is and say
-        so once (StaleSequenceError, or DataLossError for damaged ones)."""
-        start = cursor.next
+        """The cursor's next elements are gone (overwritten, expired, or past the
+        store's retention): move it to the next one there is and say so once."""
         resume = head
-        damaged = self._damaged_between(start, head - 1)
-        if self._store is not None:
-            if damaged and damaged[0][0] <= start:  # skip just the damaged range
-                resume = min(head, damaged[0][1] + 1)
-            elif start < self._store.first_sequence():
-                resume = min(head, self._store.first_sequence())
+        if self._store is not None and cursor.next < self._store_first():
+            resume = min(head, self._store_first())
         skipped = cursor.skip_to_head(resume)
-        lost = self._damaged_between(start, resume - 1)
-        if lost:
-            raise DataLossError(
-                f"channel {self._channel}: stored elements {lost} were damaged on disk "
-                f"(checksum mismatch) and are not delivered; continuing from {resume}",
-                head_sequence=resume,
-                channel=self._channel,
-                old_epoch=self._epoch,
-                new_epoch=self._epoch,
-            )
         raise StaleSequenceError(
             f"channel {self._channel}: {skipped} elements were removed before they "
             f"were received; continuing from {resume}",
             head_sequence=resume,
             skipped=skipped,
         )
-
-    def _damaged_between(self, first: int, last: int) -> list[tuple[int, int]]:
-        """Damaged stored ranges overlapping ``first..last``."""
-        return [(a, b) for a, b in self._damaged if a <= last and b >= first]
 
     async def _wait_for_data(
         self, reader_id: str, fence: Any, wait: float, token: str | None
@@ -1772,6 +1840,13 @@ class ChannelActor:
             raise self._loss
         cursor, spec = self._shared[group], self._shared_specs[group]
         floor = cursor.floor
+        lost = self._damage.first_from(max(cursor.next, self._ring.head))
+        if lost is not None and lost[0] <= cursor.next and max_count > 0:
+            # The group reached a damaged range: past it, and told once.
+            cursor.forget(*lost)
+            self._commits_moved()
+            self._state_changed()
+            raise self._damage.error(self._channel, self._epoch, lost)
         chunks = take_shared(
             cursor,
             self._ring,
@@ -1782,6 +1857,7 @@ class ChannelActor:
             keep=self._shared_filters[group],
             convert=reader.converter,
             key_order=spec.ordering == "key",
+            stop=None if lost is None else lost[0],
         )
         if chunks:
             self._metrics.delivered(

@@ -214,6 +214,12 @@ class Cursor:
         self._forget_unread()
         return skipped
 
+    def pass_lost(self, first: int, last: int) -> None:
+        """Read on after ``first..last``, whose elements are lost (a damaged stored
+        record): passed over, never delivered, the commit where it was."""
+        self.passed_over(max(first, self.next), last)
+        self.next = max(self.next, last + 1)
+
     def rewind(self, next_sequence: int) -> None:
         """Read again from ``next_sequence`` (a take given back), forgetting what it
         skipped from there on."""

@@ -11,6 +11,11 @@ hands out slices of it. Two kinds share one interface (:class:`Payload`):
 - :class:`ArrowRows`: an Arrow record batch (a DataFrame's rows, from the
   Spark bridge or Ray Data); each row is a value, decoded as a dict.
 
+A third kind holds no values: :class:`DamagedElements` keeps the positions
+of a stored record whose checksum failed in the ring, so every reader that
+reaches them learns of the loss (``raytopic.actors.damage``); it is never
+decoded, shipped or delivered.
+
 On the wire (a Ray call, or a reply) a payload travels as a buffer wrapped
 in :class:`pickle.PickleBuffer`, so pickle protocol 5 (Ray's) moves it out of
 band instead of copying it into the message; a slice travels as just its own
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArrowRows",
+    "DamagedElements",
     "Payload",
     "PickledValues",
     "dumps_value",
@@ -335,3 +341,40 @@ class ArrowRows(Payload):
 
     def __repr__(self) -> str:
         return f"ArrowRows({len(self)} rows, {self.batch.schema.names})"
+
+
+class DamagedElements(Payload):
+    """Positions whose stored record was damaged (a checksum mismatch): they keep
+    their place in the ring, and their values are lost. Never decoded."""
+
+    __slots__ = ("count",)
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def nbytes(self) -> int:
+        """None: nothing of the values is kept."""
+        return 0
+
+    def slice(self, start: int, stop: int) -> DamagedElements:
+        """Positions ``start`` to ``stop - 1`` of the range."""
+        return DamagedElements(max(0, min(stop, self.count) - start))
+
+    def take(self, indices: Sequence[int]) -> DamagedElements:
+        """As many damaged positions."""
+        return DamagedElements(len(indices))
+
+    def decode(self) -> list[Any]:
+        """Refused: a damaged record's values are never handed out."""
+        raise ValueError("damaged elements have no values")
+
+    def owned(self) -> DamagedElements:
+        """Itself (it holds no buffer)."""
+        return self
+
+    def __repr__(self) -> str:
+        return f"DamagedElements({self.count})"

@@ -352,6 +352,25 @@ class SharedCursor:
             settled.discard(floor)
         self.floor = floor
 
+    def forget(self, first: int, last: int) -> int:
+        """Elements ``first..last`` are lost (a damaged stored record): settle every
+        one of them, whatever its state, and read on after them. Returns how many
+        had been delivered before (held, to deliver again, or dead)."""
+        delivered = 0
+        for sequence in [s for s in self.held if first <= s <= last]:
+            self._unhold(sequence)
+            delivered += 1
+        for table in (self.waiting, self.dead):
+            for sequence in [s for s in table if first <= s <= last]:
+                del table[sequence]
+                delivered += 1
+        if self.sending is not None:
+            self.sending = (self.sending[0], [s for s in self.sending[1] if not first <= s <= last])
+        self.next = max(self.next, last + 1)
+        self.settled.update(range(max(first, self.floor + 1), last + 1))
+        self._advance()
+        return delivered
+
     def drop_below(self, head: int) -> int:
         """Elements below ``head`` are gone (a purge, overwrite or TTL): forget them.
         Returns how many the group had not settled."""

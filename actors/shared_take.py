@@ -36,17 +36,20 @@ def take_shared(
     keep: Callable[[Any], bool] | None = None,
     convert: Callable[[Any], Any] | None = None,
     key_order: bool = False,
+    stop: int | None = None,
 ) -> list[Chunk]:
     """Deliver up to ``max_count`` elements to ``member`` (held under a lease of
-    ``lease`` seconds from ``now``), as chunks in sequence order per source."""
+    ``lease`` seconds from ``now``), as chunks in sequence order per source;
+    new elements only below ``stop`` (a damaged range begins there)."""
     if cursor.floor < ring.head - 1:
         cursor.drop_below(ring.head)  # removed (overwrite, TTL, purge) before settled
     if max_count <= 0:
         return []
+    tail = ring.tail if stop is None else min(ring.tail, stop - 1)
     ready = cursor.ready(now)
     if keep is None and not key_order and not ready:
         # The common case, element by element below it: new elements in a row.
-        taken = cursor.hold_new(member, max_count, ring.tail, now, lease)
+        taken = cursor.hold_new(member, max_count, tail, now, lease)
         runs = ring.read(cursor.next - taken, taken) if taken else []
         return [Chunk(run.first, run.stamp, _converted(run.payload, convert)) for run in runs]
     located: dict[int, tuple[Run, int]] = {}
@@ -71,7 +74,7 @@ def take_shared(
         for sequence in ready:
             yield offer(ring.get(sequence), 0)
         limit = max_count if keep is None and not key_order else max(max_count, SCAN_LIMIT)
-        for run in ring.read(cursor.next, limit):
+        for run in ring.read(cursor.next, min(limit, tail - cursor.next + 1)):
             for offset in range(len(run.payload)):
                 yield offer(run, offset)
 

@@ -17,6 +17,7 @@ Spark worker), straight from the channel actor.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -25,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import ray
 
+from raytopic.actors.damage import DamageMap
 from raytopic.actors.payloads import ArrowRows
 from raytopic.actors.wire import AppendAck, pack_request
 from raytopic.arrow_tables import (
@@ -37,6 +39,7 @@ from raytopic.arrow_tables import (
 )
 from raytopic.config import check_timeout
 from raytopic.errors import (
+    DataLossError,
     GroupNotFoundError,
     InvalidArgumentError,
     InvalidTypeError,
@@ -46,6 +49,8 @@ from raytopic.records import Position
 
 if TYPE_CHECKING:
     from raytopic.topic import Topic
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "APPEND_ROWS",
@@ -228,8 +233,14 @@ def plan_ranges(
     end: Any = "latest",
     group: str | None = None,
     task_rows: int = READ_TASK_ROWS,
+    fail_on_data_loss: bool = True,
 ) -> list[ChannelRange]:
     """The ranges a bulk read covers, fixed now (what is published later is not read).
+
+    A stored record found damaged (DESIGN 5.6) inside the ranges fails the read
+    here, before any task runs, with one ``DataLossError`` naming it (as Spark's
+    Kafka source does with ``failOnDataLoss``); with ``fail_on_data_loss=False``
+    the ranges go around it (logged), and every intact element is read.
 
     Args:
         topic: The topic.
@@ -243,8 +254,13 @@ def plan_ranges(
         group: Read what this group has not committed yet (its ``start`` is
             the group's commits; nothing is committed by reading).
         task_rows: Rows of one range at most.
+        fail_on_data_loss: Raise when the ranges cross a damaged record (else
+            read around it).
 
     Raises:
+        DataLossError: the ranges cross a damaged stored record (named, with
+            any others, in the message; ``lost`` and ``head_sequence`` are the
+            first one's).
         GroupNotFoundError: no such group.
         InvalidArgumentError, InvalidTypeError: a bad argument.
     """
@@ -258,12 +274,13 @@ def plan_ranges(
             raise GroupNotFoundError(f"topic {topic.name!r} has no group {group!r}")
     with unwrap_ray_error():
         sizes = ray.get([topic._channel_actors[c].sizes.remote() for c in picked])
+        identities = ray.get([topic._channel_actors[c].identity.remote() for c in picked])
         cursors = (
             ray.get([topic._channel_actors[c].group_cursors.remote() for c in picked])
             if group is not None
             else None
         )
-    ranges = []
+    spans: list[ChannelRange] = []
     for index, channel in enumerate(picked):
         head, tail, _ = sizes[index]
         if cursors is not None:
@@ -272,9 +289,67 @@ def plan_ranges(
         else:
             first = _bound(topic, channel, start, head, tail, "start")
         stop = min(_bound(topic, channel, end, head, tail, "end"), tail + 1)
-        for piece in range(first, stop, task_rows):
-            ranges.append(ChannelRange(channel, piece, min(piece + task_rows, stop)))
-    return ranges
+        damage = DamageMap(tuple(r) for r in identities[index]["damaged"])
+        spans.extend(_around_damage(ChannelRange(channel, first, stop), damage, identities[index]))
+    crossed = [span for span in spans if span.damaged]
+    if crossed and fail_on_data_loss:
+        raise _crossed_damage(crossed)
+    for span in crossed:
+        logger.warning(
+            "channel %d: stored elements %d..%d are damaged: the read goes around them",
+            span.channel,
+            span.first,
+            span.stop - 1,
+        )
+    return [
+        ChannelRange(span.channel, piece, min(piece + task_rows, span.stop))
+        for span in spans
+        if not span.damaged
+        for piece in range(span.first, span.stop, task_rows)
+    ]
+
+
+class _Span(NamedTuple):
+    """A part of a planned read: to read, or damaged (reported, never read)."""
+
+    channel: int
+    first: int
+    stop: int
+    damaged: bool
+    epoch: int
+
+
+def _around_damage(whole: ChannelRange, damage: DamageMap, identity: dict[str, Any]) -> list[_Span]:
+    """``whole`` cut into the spans to read and the damaged spans between them."""
+    spans = []
+    first = whole.first
+    for lost_first, lost_last in damage.overlapping(whole.first, whole.stop - 1):
+        if lost_first > first:
+            spans.append(_Span(whole.channel, first, lost_first, False, identity["epoch"]))
+        first = max(first, lost_first)
+        spans.append(
+            _Span(whole.channel, first, min(lost_last + 1, whole.stop), True, identity["epoch"])
+        )
+        first = min(lost_last + 1, whole.stop)
+    if first < whole.stop:
+        spans.append(_Span(whole.channel, first, whole.stop, False, identity["epoch"]))
+    return spans
+
+
+def _crossed_damage(crossed: list[_Span]) -> DataLossError:
+    """The one error of a planned read that crosses damaged records: the first one
+    as the error's range, every one in its message."""
+    first = crossed[0]
+    named = ", ".join(f"channel {s.channel}: {s.first}..{s.stop - 1}" for s in crossed)
+    return DataLossError(
+        f"the read crosses stored elements that were damaged on disk (checksum mismatch) "
+        f"and are lost: {named}; read around them with fail_on_data_loss=False",
+        head_sequence=first.stop,
+        channel=first.channel,
+        old_epoch=first.epoch,
+        new_epoch=first.epoch,
+        lost=(first.first, first.stop - 1),
+    )
 
 
 def _channels(topic: Topic, channels: Iterable[int] | None) -> list[int]:
@@ -327,6 +402,8 @@ def read_range(topic: Topic, piece: ChannelRange) -> Iterator[pa.Table]:
     from the channel actor one call ahead of the caller.
 
     Raises:
+        DataLossError: the range reaches a damaged stored record (one found after
+            the read was planned: :func:`plan_ranges` reports the others).
         StaleSequenceError: part of the range is gone (overwritten, expired)
             and not in the store.
     """

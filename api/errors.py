@@ -102,7 +102,7 @@ class StaleSequenceError(TopicError):
 
 class DataLossError(StaleSequenceError):
     """Elements a reader had not received yet are gone: their channel restarted
-    without a store (or a stored range is corrupt).
+    without a store, or a stored record is damaged (its checksum fails).
 
     Raised once per reader (by ``ray.get`` of its next receive there); the
     reader then continues from ``head_sequence``. Positions of the old epoch
@@ -113,17 +113,27 @@ class DataLossError(StaleSequenceError):
         old_epoch: The incarnation that held the lost elements (0: unknown).
         new_epoch: The incarnation serving now.
         head_sequence: Where the reader continues: every position below it
-            that the reader had not received is lost.
+            that the reader had not received is lost (for a damaged record,
+            those of ``lost``).
+        lost: For a damaged stored record, the range ``(first, last)`` of its
+            positions; None for a restart without a store.
     """
 
     def __init__(
-        self, message: str, head_sequence: int, channel: int, old_epoch: int, new_epoch: int
+        self,
+        message: str,
+        head_sequence: int,
+        channel: int,
+        old_epoch: int,
+        new_epoch: int,
+        lost: tuple[int, int] | None = None,
     ) -> None:
         StaleSequenceError.__init__(self, message, head_sequence)
-        self.args = (message, head_sequence, channel, old_epoch, new_epoch)
+        self.args = (message, head_sequence, channel, old_epoch, new_epoch, lost)
         self.channel = channel
         self.old_epoch = old_epoch
         self.new_epoch = new_epoch
+        self.lost = lost
 
 
 class ChannelUnavailableError(TopicError):
