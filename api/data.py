@@ -2,7 +2,9 @@
 (a Datasource).
 
 Both move Arrow blocks, never rows as Python objects, and run as Ray Data
-tasks, so Ray Data's parallelism, back-pressure and progress bars apply.
+tasks, so Ray Data's parallelism and back-pressure apply. A write is quiet:
+no progress bars and no Ray Data lines on the console while it runs (they
+still go to Ray Data's log file).
 
 Example:
     >>> import ray, raytopic.data
@@ -13,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -20,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import ray
-from ray.data import Dataset
+from ray.data import DataContext, Dataset
 from ray.data.block import BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
+from ray.util.debug import reset_log_once
 
 from raytopic.arrow_tables import combine, empty_table
 from raytopic.bulk import BulkWriter, ChannelRange, plan_ranges, read_range
@@ -45,7 +50,8 @@ def write_topic(
     Each row becomes one element (read back as a dict of its columns) at
     its own position. Rows route like ``publish(row, key=row[key])``; rows
     with a null key, or all rows without ``key``, go round robin, row by row.
-    A write task that Ray runs again appends nothing twice.
+    A write task that Ray runs again appends nothing twice. Nothing is
+    printed: Ray Data's progress and INFO lines go to its log file only.
 
     Args:
         dataset: Any Ray Dataset (its blocks are read as Arrow).
@@ -64,8 +70,76 @@ def write_topic(
         raise InvalidTypeError(f"dataset must be a ray.data.Dataset, got {type(dataset).__name__}")
     sink = TopicDatasink(topic, key=key, block_timeout=block_timeout)
     started = time.perf_counter()
-    dataset.write_datasink(sink)
+    with _quiet(dataset.context):
+        dataset.write_datasink(sink)
     return PublishSummary.total(sink.results, time.perf_counter() - started)
+
+
+_PROVOKED_WARNINGS = {
+    # Ray Data reads the cluster's free CPUs once before a write and again when
+    # its tasks are done (materialize() runs its result through the same check)
+    # and warns of a hang when the read says 0. The read is an instant of a
+    # lagging view: just after the write tasks give their CPUs back, or with
+    # Spark's executors holding the others, it says 0 while the write runs or
+    # has finished. A write that really waits for CPUs still gets the raylet's
+    # own warning about work that cannot be scheduled.
+    "cpu_warning": "does not have any available CPUs",
+    # Said once because the write turns the progress bars off.
+    "ray_data_progress_manager_disabled": "Progress bars disabled",
+}
+"""Ray Data's warnings a write provokes that ask nothing of the user, by the
+``log_once`` key each is said under and a piece of its text."""
+
+
+@contextlib.contextmanager
+def _quiet(context: DataContext) -> Iterator[None]:
+    """Ray Data without console chatter while a write runs, as it was afterwards.
+
+    The write's progress bars are off (``context`` is the dataset's, restored
+    after), and Ray Data's console handlers drop its INFO lines and the
+    warnings in ``_PROVOKED_WARNINGS`` (its log file keeps them; other Ray
+    Data work of this process running meanwhile is quiet too). A hidden
+    warning's ``log_once`` key is reset, so Ray Data can still say it later.
+    """
+    console = _QuietConsole(_PROVOKED_WARNINGS)
+    handlers = [
+        handler
+        for handler in logging.getLogger("ray.data").handlers
+        if isinstance(handler, logging.StreamHandler)
+        and not isinstance(handler, logging.FileHandler)
+    ]
+    progress_bars = context.enable_progress_bars
+    context.enable_progress_bars = False
+    for handler in handlers:
+        handler.addFilter(console)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(console)
+        context.enable_progress_bars = progress_bars
+        for key in console.hidden:
+            reset_log_once(key)
+
+
+class _QuietConsole(logging.Filter):
+    """Lets through Ray Data's warnings and errors, except the ones given (by
+    ``log_once`` key and text); remembers the keys of those it kept back."""
+
+    def __init__(self, provoked: dict[str, str]) -> None:
+        super().__init__()
+        self._provoked = provoked
+        self.hidden: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return False
+        message = record.getMessage()
+        for key, text in self._provoked.items():
+            if text in message:
+                self.hidden.add(key)
+                return False
+        return True
 
 
 def read_topic(

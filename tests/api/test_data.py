@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import io
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 import ray
+from ray.data._internal.logging import get_log_directory
+from ray.util.debug import log_once, reset_log_once
 
 import raytopic as rt
 import raytopic.data as rd
@@ -161,6 +166,58 @@ def test_bad_inputs_get_typed_errors_and_change_nothing(
         rd.read_topic(topic, channels=[5])
     assert rd.read_topic(topic).count() == 0  # nothing appended
     assert [c.state for c in topic.describe().channels] == ["serving", "serving"]
+
+
+@ray.remote
+class _CpuHolder:
+    """Holds the CPUs it was made with, as a Spark executor does."""
+
+    def ready(self) -> bool:
+        return True
+
+
+def test_a_write_prints_nothing_and_leaves_ray_datas_settings_as_they_were(
+    make_topic: Callable[..., rt.Topic], capfd: pytest.CaptureFixture[str]
+) -> None:
+    topic = make_topic(channels=2)
+    # One CPU left for the write task, as beside a Spark session: Ray Data's
+    # checks of free CPUs (before the write and once it is done) read Ray's
+    # lagging view and warn of a hang while the write runs fine.
+    spare = ray.available_resources().get("CPU", 0.0) - 1
+    holder = _CpuHolder.options(num_cpus=spare).remote() if spare > 0 else None
+    ray_data = logging.getLogger("ray.data")
+    filters = {handler: list(handler.filters) for handler in ray_data.handlers}
+    # Ray Data's console handler writes to the stderr it found when it was made
+    # (under pytest, not the one capfd reads): catch what it writes here.
+    console = [h for h in ray_data.handlers if type(h).__name__ == "PlainRayHandler"]
+    assert console, ray_data.handlers
+    printed = io.StringIO()
+    streams = [handler.setStream(printed) for handler in console]
+    try:
+        if holder is not None:
+            ray.get(holder.ready.remote(), timeout=60)
+        reset_log_once("cpu_warning")  # an earlier write of this session may have said it
+        dataset = _orders(100)
+        progress_bars = dataset.context.enable_progress_bars
+        capfd.readouterr()
+        assert rd.write_topic(dataset, topic).rows == 100
+        out, err = capfd.readouterr()
+    finally:
+        for handler, stream in zip(console, streams, strict=True):
+            handler.setStream(stream)
+        if holder is not None:
+            ray.kill(holder)
+    text = printed.getvalue() + out + err
+    for line in ("Dataset", "Data sink", "Progress", "available CPUs"):
+        assert line not in text, text
+    # Ray Data's own log file still has the write, and its settings are as they were:
+    # it may still warn of CPUs for other work.
+    log = Path(get_log_directory()) / "ray-data.log"
+    assert f"Data sink WriteTopic({topic.name}) finished" in log.read_text()
+    assert dataset.context.enable_progress_bars is progress_bars
+    assert {handler: list(handler.filters) for handler in ray_data.handlers} == filters
+    assert log_once("cpu_warning")
+    reset_log_once("cpu_warning")
 
 
 def test_the_bridges_are_reached_from_the_package() -> None:
