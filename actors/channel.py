@@ -116,6 +116,10 @@ _DEAD_LETTER_BATCH = 1000
 _DEAD_LETTER_TIMEOUT = 5.0
 """Seconds a dead-letter append may wait for room; then it is tried again later."""
 
+_ANNOUNCE_AGAIN = 2.0
+"""Seconds a call to a channel waiting for its groups waits before the channel
+tells its coordinator again that it restarted."""
+
 _SEED_TIMEOUT = 30.0
 """Seconds a call to a channel restarted without a store waits for the coordinator
 to tell it its epoch and groups; then ChannelUnavailableError."""
@@ -250,6 +254,7 @@ class ChannelActor:
         self._metrics = ChannelMetrics(config.name, channel)
         self._metrics_task: asyncio.Task[None] | None = None
         self._receiving = 0  # receive calls running here
+        self._announced = 0.0  # when the coordinator was last told of a restart
         try:
             self._recover()
         except Exception as error:
@@ -262,6 +267,22 @@ class ChannelActor:
             self._failure = (
                 f"channel {channel} of topic {config.name!r} could not recover its store: {error}"
             )
+        if self._restarted:
+            self._announce_restart()
+
+    def _announce_restart(self) -> None:
+        """Tell the coordinator this channel came back (it is not polled): it restores
+        a channel without a store and tells the siblings. Never raises (this
+        runs in ``__init__``); a channel waiting for its groups asks again."""
+        config = self._config
+        self._announced = time.monotonic()
+        try:
+            coordinator = ray.get_actor(
+                coordinator_actor_name(config.name), namespace=config.namespace
+            )
+            coordinator.channel_restarted.remote(config.topic_id, self._channel, self.identity())
+        except Exception as error:
+            logger.warning("channel %d: could not tell its coordinator: %s", self._channel, error)
 
     # -- recovery -----------------------------------------------------------------
 
@@ -464,8 +485,16 @@ class ChannelActor:
         self._notify()
 
     async def _wait_seeded(self) -> None:
+        deadline = time.monotonic() + _SEED_TIMEOUT
         try:
-            await asyncio.wait_for(self._seeded.wait(), _SEED_TIMEOUT)
+            while not self._seeded.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._seeded.wait(), min(left, _ANNOUNCE_AGAIN))
+                if time.monotonic() - self._announced >= _ANNOUNCE_AGAIN:
+                    self._announce_restart()  # the first word may have been lost
         except TimeoutError:
             raise ChannelUnavailableError(
                 f"channel {self._channel} of {self._config.name!r} restarted without a store "

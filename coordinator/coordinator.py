@@ -12,10 +12,11 @@ sessions they host read the new channels at once), and each member keeps
 one ``heartbeat`` call waiting here that returns as soon as its group's
 view changes (a long poll; see ``raytopic.membership``).
 
-Background work is two named coroutines, stopped by ``shutdown``:
-``_expire_members`` (started on the first join) and ``_watch_channels``
-(started with the topic), which restores channels that restarted without a
-store.
+Background work is one named coroutine, stopped by ``shutdown``:
+``_expire_members`` (started on the first join), which sleeps until a member
+could time out. Idle channels are never polled: a channel that restarts says
+so itself (``channel_restarted``), and one without a store gets its groups
+back then.
 
 **Restarts**: the coordinator keeps nothing the channels do not: a restarted
 coordinator rebuilds its groups, leases, members, versions and generations
@@ -57,12 +58,12 @@ __all__ = ["CoordinatorActor", "TopicInfo"]
 
 _ACTOR_CREATION_TIMEOUT = 30.0
 
-_WATCH_INTERVAL = 0.5
-"""Seconds between looks at the channels (a channel restarted without a store
-waits for this coordinator to restore its groups)."""
-
 _IDENTITY_TIMEOUT = 2.0
 """Seconds a channel has to say who it is before ``describe`` reports it unreachable."""
+
+_EXPIRY_SLACK = 0.01
+"""Seconds the expiry loop sleeps past the first moment a member could time out
+(a member times out once silent for MORE than its timeout)."""
 
 _CATCH_UP_TIMEOUT = 1.0
 """Seconds a membership change waits for the members it concerns to hear of it
@@ -100,7 +101,7 @@ class CoordinatorActor:
         self._starting = False
         self._start_error: BaseException | None = None  # the topic could not be made
         self._expiry_task: asyncio.Task[None] | None = None
-        self._watch_task: asyncio.Task[None] | None = None
+        self._joined = asyncio.Event()  # wakes the expiry loop
         self._restarted = was_restarted()
         self._rebalances = _rebalance_counter(config.name)
         self._destroyed: str | None = None  # why calls now fail (set by shutdown)
@@ -124,7 +125,6 @@ class CoordinatorActor:
             self._start_error = error
             self._started.set()
             raise
-        self._start_watching()
         self._started.set()
         return self.info()
 
@@ -215,7 +215,11 @@ class CoordinatorActor:
             *(handle.reader_specs.remote() for handle in self._channels)
         ):
             self._readers.update(specs)
-        self._start_watching()
+        for channel, identity in enumerate(self._identities):
+            if identity["state"] == "recovering":  # it restarted while this one was down
+                with contextlib.suppress(Exception):  # it asks again while calls wait
+                    self._identities[channel] = await self._seed(channel, self._channels[channel])
+        await self._assign_unowned()
         if any(group.members for group in self._groups.values()):
             self._ensure_expiry_task()
         logger.info("coordinator of %s recovered: groups %s", config.name, sorted(self._groups))
@@ -248,10 +252,9 @@ class CoordinatorActor:
 
     async def shutdown(self) -> None:
         """Stop background work and kill the channel actors (``Topic.destroy``)."""
-        for task in (self._expiry_task, self._watch_task):
-            if task is not None:
-                task.cancel()
-        self._expiry_task = self._watch_task = None
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            self._expiry_task = None
         # Members' long polls and receives waiting for data answer "destroyed"
         # rather than dying with the actors (then the kill).
         self._destroyed = f"topic {self._config.name!r} was destroyed"
@@ -475,18 +478,26 @@ class CoordinatorActor:
         )
 
     def _ensure_expiry_task(self) -> None:
+        """Start the expiry loop (once), or wake it: a member joined, whose timeout may
+        come before the ones it sleeps until."""
+        self._joined.set()
         if self._expiry_task is None or self._expiry_task.done():
             self._expiry_task = asyncio.ensure_future(self._expire_members())
 
     async def _expire_members(self) -> None:
-        """Background: remove members that stopped heartbeating, and rebalance."""
+        """Background: remove members that stopped heartbeating, and rebalance. It
+        sleeps until the first moment a member could time out (a heartbeat only
+        moves that moment later), or until a member joins."""
         while True:
-            timeouts = [
-                member.timeout
+            due = [
+                member.last_seen + member.timeout
                 for group in self._groups.values()
                 for member in group.members.values()
             ]
-            await asyncio.sleep(min([0.5, *(timeout / 4 for timeout in timeouts)]))
+            delay = max(0.0, min(due) - time.monotonic()) + _EXPIRY_SLACK if due else None
+            self._joined.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._joined.wait(), delay)
             for state in list(self._groups.values()):
                 if not state.members:
                     continue
@@ -621,27 +632,44 @@ class CoordinatorActor:
 
     # -- channels that restart ------------------------------------------------------
 
-    def _start_watching(self) -> None:
-        if self._watch_task is None or self._watch_task.done():
-            self._watch_task = asyncio.ensure_future(self._watch_channels())
+    async def channel_restarted(
+        self, topic_id: str, channel: int, identity: dict[str, Any]
+    ) -> None:
+        """A channel came back after its process died: it says so itself, as it
+        starts (no polling of idle channels). One without a store waits for
+        its groups: it gets them here. Its siblings take back at once what its
+        old receive sessions had taken from them.
 
-    async def _watch_channels(self) -> None:
-        """Background: find channels that restarted (new epoch) and restore those that
-        have no store (they wait for their groups)."""
-        while True:
-            await asyncio.sleep(_WATCH_INTERVAL)
-            for channel, handle in enumerate(self._channels):
-                try:
-                    identity = await asyncio.wait_for(handle.identity.remote(), _IDENTITY_TIMEOUT)
-                    if identity["state"] == "recovering":
-                        identity = await self._seed(channel, handle)
-                except Exception as error:  # restarting: look again next time
-                    logger.debug("channel %d not answering: %s", channel, error)
-                    continue
-                known = self._identities[channel]
-                self._identities[channel] = identity
-                if identity["epoch"] != known.get("epoch"):
-                    await self._tell_siblings(channel)
+        Args:
+            topic_id: The channel's topic (an announcement for another topic of
+                this name, made since, is ignored).
+            channel: The channel.
+            identity: Its identity as it started (epoch, state, pid, ...).
+        """
+        await self._up()
+        if topic_id != self._config.topic_id or not 0 <= channel < len(self._channels):
+            return
+        handle = self._channels[channel]
+        if identity["state"] == "recovering":
+            try:
+                identity = await self._seed(channel, handle)
+            except Exception as error:  # it asks again while calls wait for it
+                logger.warning("channel %d could not be restored yet: %s", channel, error)
+                return
+            await self._assign_unowned()
+        known = self._identities[channel]
+        self._identities[channel] = identity
+        if identity["epoch"] != known.get("epoch"):
+            await self._tell_siblings(channel)
+
+    async def _assign_unowned(self) -> None:
+        """Channels that came back from a restart without a store while this
+        coordinator was down (it could not learn their owners) go to members."""
+        for state in list(self._groups.values()):
+            async with self._lock(state.name):
+                change = state.assign_unowned()
+                if change is not None:
+                    await self._apply(state, change)
 
     async def _tell_siblings(self, host: int) -> None:
         """Channel ``host`` restarted: what its sessions took elsewhere is read again."""

@@ -160,6 +160,16 @@ class Group:
         self.generation += 1
         return expired, self._rebalance(extra_changed=tuple(expired))
 
+    def assign_unowned(self) -> Rebalance | None:
+        """Give members the channels nobody owns (a channel that lost its cursor
+        while the coordinator was down comes back unowned); None if there are none."""
+        if self.shared is not None or not self.members:
+            return None
+        if all(self.leases.get(channel) for channel in range(self.channel_count)):
+            return None
+        self.generation += 1
+        return self._rebalance(extra_changed=())
+
     def _rebalance(self, extra_changed: tuple[str, ...]) -> Rebalance:
         if self.shared is not None:  # nothing to assign: only the members hear of it
             self.version += 1

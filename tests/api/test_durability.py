@@ -225,6 +225,34 @@ def test_without_a_store_a_restart_is_reported_once_and_no_position_is_reused(ma
         assert [e.value for e in get(subscriber.receive_batch(10))] == ["after"]
 
 
+def test_a_channel_that_restarts_while_its_coordinator_is_down_gets_its_groups_back(
+    make_topic,
+):
+    # Nobody polls channels: a restarted one tells its coordinator, and a
+    # restarted coordinator restores the channels that wait for it.
+    topic = make_topic(channels=2, groups=["g"])
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    coordinator_pid = get(topic._coordinator.__ray_call__.remote(lambda _: os.getpid()))
+    old_epoch = _channel(topic, 0).epoch
+    os.kill(_channel(topic, 0).pid, signal.SIGKILL)
+    os.kill(coordinator_pid, signal.SIGKILL)
+    _serving_again(topic, 0, old_epoch)
+    with topic.publisher() as publisher:
+        statuses = [publisher.publish(value).result(timeout=TIMEOUT) for value in range(4)]
+    assert {status.channel for status in statuses} == {0, 1}
+    # The member hears of the loss once (it had no store), and reads on.
+    values: list[Any] = []
+    told = 0
+    deadline = time.monotonic() + TIMEOUT
+    while sorted(values) != [0, 1, 2, 3] and time.monotonic() < deadline:
+        try:
+            values.extend(e.value for e in get(member.receive_batch(10)))
+        except rt.DataLossError as error:
+            assert error.channel == 0
+            told += 1
+    assert sorted(values) == [0, 1, 2, 3] and told == 1
+
+
 def _member_that_committed(topic: rt.Topic, count: int) -> rt.Subscriber:
     """A member of group "g" that received and committed values 0..count-1."""
     member = topic.subscriber(group="g", complete_on_empty=True)

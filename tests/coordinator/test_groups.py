@@ -288,3 +288,17 @@ def test_recovered_groups_come_from_the_channels_leases_and_marks_and_only_grow(
     change = g.join("c", 30.0, now=101.0)
     assert g.generation == 9 and g.members["c"].generation == 9
     assert set(change.grants)  # the newcomer takes a channel under the new generation
+
+
+def test_recovered_channels_that_lost_their_cursors_go_to_members() -> None:
+    from raytopic.coordinator.groups import recovered_groups
+
+    a = Lease("a", 3)
+    # Channel 1 restarted without a store while the coordinator was down: no cursor.
+    groups = recovered_groups(2, [{"g": {"owner": a, "jumps": 0}}, {}], [{}, {}], now=1.0)
+    g = groups["g"]
+    assert g.leases == {0: a} and g.assign_unowned() is not None
+    assert set(g.channels_of("a")) == {0, 1} and g.leases[1].generation == g.generation
+    assert g.assign_unowned() is None  # every channel is owned now
+    empty = Group("e", 2)
+    assert empty.assign_unowned() is None  # nobody to give them to
