@@ -101,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--quick",
         action="store_true",
-        help="smaller counts, the same cases: about 30 s (the options below still apply)",
+        help="smaller counts, the same cases, for a quicker check (the options below still apply)",
     )
     # Defaults are None so that an option given overrides --quick; the counts
     # themselves live in raytopic.bench (DEFAULT, QUICK), not here.

@@ -64,6 +64,8 @@ def test_bench_prints_every_figure_with_its_baseline(ray_cluster: str) -> None:
         "--latency-samples", "20",
         "--repeat", "1",
         "--memory-elements", "2000",
+        "--idle-topics", "1",
+        "--idle-seconds", "2",
         "--address", ray_cluster,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
