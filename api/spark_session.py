@@ -1,6 +1,7 @@
-"""Spark on Ray through RayDP, with Java found and the JVM flags it needs.
+"""Spark on Ray through RayDP, with Java found, the JVM flags it needs, the right
+Python for its workers, and quiet.
 
-Users of ``raytopic.spark`` never meet either:
+Users of ``raytopic.spark`` meet none of these:
 
 - **Java**: Spark 3.5 needs a Java runtime. A Java 17 (or newer) on
   ``JAVA_HOME`` or ``PATH`` is used; otherwise the one the ``spark`` extra
@@ -14,15 +15,27 @@ Users of ``raytopic.spark`` never meet either:
   (``--add-opens``); without them ``ray.data.from_spark`` kills RayDP's
   app master. They are added to the driver, the executors and the app
   master.
+- **Python**: Spark starts its Python workers with ``PYSPARK_PYTHON``,
+  else with ``python3`` from ``PATH``, which is not this interpreter when a
+  virtual environment's Python runs without the environment activated
+  (cron, systemd, an IDE): the workers then cannot import ``pyspark``.
+  The workers run this process's interpreter unless the user chose one.
+- **Quiet**: a library call prints nothing the user did not ask for. The
+  JVMs get raytopic's log4j2 configuration (warnings and errors only)
+  unless the user names their own, and Spark's console progress bars are
+  off unless ``spark.ui.showConsoleProgress`` is set.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "JAVA_OPTIONS",
+    "LOG4J_CONFIG",
     "JavaNotFoundError",
     "init_quiet_spark",
     "init_spark",
@@ -73,6 +87,33 @@ _JAVA_OPTION_KEYS = (
 )
 _EXECUTOR_CPU_KEY = "spark.ray.raydp_spark_executor.actor.resource.cpu"
 _MIN_JAVA = 17
+
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+"""The log4j2 configuration Spark's JVMs get unless the user names one: warnings
+and errors only."""
+
+# RayDP adds -Dlog4j2.configurationFile=<value of these keys> itself, AFTER any
+# extraJavaOptions (so it would win over a user's flag there): the driver's
+# from the first, the app master's and the executors' from the second. Its
+# defaults are a name no jar holds (the driver's log4j then prints "ERROR
+# StatusConsoleListener Reconfiguration failed") and Ray's INFO configuration.
+# Each has an environment variable an administrator may set instead.
+_LOG4J_KEYS = (
+    (
+        "spark.log4j.config.file.name",
+        "SPARK_LOG4J_CONFIG_FILE_NAME",
+        ("spark.driver.extraJavaOptions",),
+    ),
+    (
+        "spark.ray.log4j.config.file.name",
+        "RAY_LOG4J_CONFIG_FILE_NAME",
+        ("spark.ray.raydp_app_master.extraJavaOptions", "spark.executor.extraJavaOptions"),
+    ),
+)
+_LOG4J_FLAG = re.compile(r"-Dlog4j2?\.configurationFile=(\S+)")
+_PROGRESS_KEY = "spark.ui.showConsoleProgress"
+_PYTHON_KEY = "spark.pyspark.python"
+_DRIVER_PYTHON_KEY = "spark.pyspark.driver.python"
 
 
 class JavaNotFoundError(TopicError, RuntimeError):
@@ -150,6 +191,17 @@ def init_spark(
     wait forever for "resources"); set ``spark.ray.raydp_spark_executor.actor.
     resource.cpu`` in ``configs`` to choose.
 
+    Spark's Python workers run this interpreter (``sys.executable``) unless
+    ``spark.pyspark.python`` in ``configs`` or ``PYSPARK_PYTHON`` names
+    another (the setting first, as Spark reads them). Spark's JVMs log
+    warnings and errors only, with :data:`LOG4J_CONFIG`, unless a log4j2
+    configuration is named by ``spark.log4j.config.file.name`` (the driver),
+    ``spark.ray.log4j.config.file.name`` (the app master and executors),
+    their environment variables (``SPARK_LOG4J_CONFIG_FILE_NAME``,
+    ``RAY_LOG4J_CONFIG_FILE_NAME``) or a ``-Dlog4j2.configurationFile`` in
+    the JVM's ``extraJavaOptions``. Console progress bars are off unless
+    ``spark.ui.showConsoleProgress`` is set.
+
     Args:
         app_name: The Spark application's name.
         num_executors: Spark executors (Ray actors).
@@ -169,6 +221,9 @@ def init_spark(
     import raydp
 
     settings = dict(configs or {})
+    python = _choose_python(settings)
+    _choose_log4j(settings)
+    settings.setdefault(_PROGRESS_KEY, "false")
     for key in _JAVA_OPTION_KEYS:
         settings[key] = f"{JAVA_OPTIONS} {settings.get(key, '')}".strip()
     if _EXECUTOR_CPU_KEY not in settings:
@@ -176,26 +231,64 @@ def init_spark(
         share = max(0.1, (cpus - 1) / num_executors)
         settings[_EXECUTOR_CPU_KEY] = str(round(min(float(executor_cores), share), 2))
     logger.info(
-        "starting Spark on Ray: %d executor(s) x %d core(s), Java at %s",
+        "starting Spark on Ray: %d executor(s) x %d core(s), Java at %s, Python %s",
         num_executors,
         executor_cores,
         os.environ["JAVA_HOME"],
+        python,
     )
-    return raydp.init_spark(
-        app_name, num_executors, executor_cores, executor_memory, configs=settings
-    )
+    # PySpark reads PYSPARK_PYTHON once, when the SparkContext starts, and gives
+    # it to every Python function it ships (the setting alone is read only by
+    # spark-submit); set for that moment only, the user's environment stays as it was.
+    with _environment(PYSPARK_PYTHON=python):
+        return raydp.init_spark(
+            app_name, num_executors, executor_cores, executor_memory, configs=settings
+        )
+
+
+def _choose_python(settings: dict[str, str]) -> str:
+    """The workers' Python: the user's setting, PYSPARK_PYTHON, else this interpreter
+    (written into ``settings``, so Spark's configuration tells the truth)."""
+    python = settings.get(_PYTHON_KEY) or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    settings[_PYTHON_KEY] = python
+    settings.setdefault(_DRIVER_PYTHON_KEY, sys.executable)  # the driver is this process
+    return python
+
+
+def _choose_log4j(settings: dict[str, str]) -> None:
+    """Name the log4j2 configuration of each JVM RayDP starts: the user's, else raytopic's."""
+    for key, variable, option_keys in _LOG4J_KEYS:
+        if key in settings or os.environ.get(variable):
+            continue
+        named = [
+            flag.group(1)
+            for option_key in option_keys
+            for flag in _LOG4J_FLAG.finditer(settings.get(option_key, ""))
+        ]
+        # A user's own -D flag: RayDP's (added after it) must say the same.
+        settings[key] = named[-1] if named else str(LOG4J_CONFIG)
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """``values`` in this process's environment while the block runs, then as before."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def init_quiet_spark(app_name: str) -> Any:
     """Spark for raytopic's own jobs (the demo, the benchmarks): one executor of
-    2 cores, without console progress bars or log lines below ERROR."""
-    session = init_spark(
-        app_name,
-        num_executors=1,
-        executor_cores=2,
-        executor_memory="2GB",
-        configs={"spark.ui.showConsoleProgress": "false"},
-    )
+    2 cores, without console progress bars (as :func:`init_spark`) or log lines
+    below ERROR."""
+    session = init_spark(app_name, num_executors=1, executor_cores=2, executor_memory="2GB")
     session.sparkContext.setLogLevel("ERROR")
     return session
 

@@ -40,7 +40,6 @@ def spark(ray_session: None) -> Iterator[Any]:
         executor_memory="1GB",
         configs={
             "spark.ray.raydp_spark_executor.actor.resource.cpu": "0.5",
-            "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "4",
         },
     )
@@ -319,8 +318,7 @@ _OUTLIVES_SPARK = textwrap.dedent(
     # Its own namespace: RayDP runs one Spark application per Ray namespace.
     ray.init(address=sys.argv[1], namespace="raytopic-java-test", log_to_driver=False)
     spark = rs.init_spark("raytopic-java-test", configs={
-        "spark.ray.raydp_spark_executor.actor.resource.cpu": "0.3",
-        "spark.ui.showConsoleProgress": "false"})
+        "spark.ray.raydp_spark_executor.actor.resource.cpu": "0.3"})
     topic = rt.get_topic(sys.argv[2])
     rows = rs.publish_dataframe(topic, spark.range(1000), key="id").rows
     rs.stop_spark()
