@@ -12,49 +12,54 @@ Example:
 
 from __future__ import annotations
 
-from raytopic.actors.stores.base import RingbufferStore, StoredBatch
+import importlib
+from typing import TYPE_CHECKING
+
 from raytopic.cluster import enable_token_for_ray_address as _enable_token_for_ray_address
-from raytopic.config import Overflow, Start
-from raytopic.errors import (
-    ChannelFailedError,
-    ChannelUnavailableError,
-    ClosedError,
-    DataLossError,
-    ForeignElementError,
-    GroupFilterError,
-    GroupModeError,
-    GroupNotFoundError,
-    InvalidArgumentError,
-    InvalidTypeError,
-    NotOwnerError,
-    PositionMismatchError,
-    PublisherClosedError,
-    ResetInProgressError,
-    StaleSequenceError,
-    StoreError,
-    SubscriberClosedError,
-    TopicError,
-    TopicExistsError,
-    TopicFullError,
-    TopicNotFoundError,
-)
-from raytopic.publisher import Publisher
-from raytopic.records import (
-    AckStatus,
-    CommitResult,
-    CommitStatus,
-    Element,
-    OwnershipChange,
-    Position,
-    PublishStatus,
-    PublishSummary,
-)
-from raytopic.resequencer import Resequence, Resequencer, ResequencerStats
-from raytopic.ringbuffer import ReadResultSet, Ringbuffer
-from raytopic.shared_group import SharedGroup
-from raytopic.stats import ChannelStats, GroupChannelStats, GroupStats, MemberStats, TopicStats
-from raytopic.subscriber import Subscriber
-from raytopic.topic import Topic, create_topic, get_topic, list_topics
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
+    from raytopic.actors.stores.base import RingbufferStore, StoredBatch
+    from raytopic.config import Overflow, Start
+    from raytopic.errors import (
+        ChannelFailedError,
+        ChannelUnavailableError,
+        ClosedError,
+        DataLossError,
+        ForeignElementError,
+        GroupFilterError,
+        GroupModeError,
+        GroupNotFoundError,
+        InvalidArgumentError,
+        InvalidTypeError,
+        NotOwnerError,
+        PositionMismatchError,
+        PublisherClosedError,
+        ResetInProgressError,
+        StaleSequenceError,
+        StoreError,
+        SubscriberClosedError,
+        TopicError,
+        TopicExistsError,
+        TopicFullError,
+        TopicNotFoundError,
+    )
+    from raytopic.publisher import Publisher
+    from raytopic.records import (
+        AckStatus,
+        CommitResult,
+        CommitStatus,
+        Element,
+        OwnershipChange,
+        Position,
+        PublishStatus,
+        PublishSummary,
+    )
+    from raytopic.resequencer import Resequence, Resequencer, ResequencerStats
+    from raytopic.ringbuffer import ReadResultSet, Ringbuffer
+    from raytopic.shared_group import SharedGroup
+    from raytopic.stats import ChannelStats, GroupChannelStats, GroupStats, MemberStats, TopicStats
+    from raytopic.subscriber import Subscriber
+    from raytopic.topic import Topic, create_topic, get_topic, list_topics
 
 # A script's ray.init(address=RAY_ADDRESS) then sends the token a cluster asks for.
 _enable_token_for_ray_address()
@@ -118,14 +123,77 @@ __all__ = [
     "TopicNotFoundError",
 ]
 
+_EXPORTS = {
+    "create_topic": "raytopic.topic",
+    "get_topic": "raytopic.topic",
+    "list_topics": "raytopic.topic",
+    "Publisher": "raytopic.publisher",
+    "Ringbuffer": "raytopic.ringbuffer",
+    "Subscriber": "raytopic.subscriber",
+    "Topic": "raytopic.topic",
+    "RingbufferStore": "raytopic.actors.stores.base",
+    "StoredBatch": "raytopic.actors.stores.base",
+    "AckStatus": "raytopic.records",
+    "ChannelStats": "raytopic.stats",
+    "CommitResult": "raytopic.records",
+    "CommitStatus": "raytopic.records",
+    "Element": "raytopic.records",
+    "GroupChannelStats": "raytopic.stats",
+    "GroupStats": "raytopic.stats",
+    "MemberStats": "raytopic.stats",
+    "Overflow": "raytopic.config",
+    "OwnershipChange": "raytopic.records",
+    "Position": "raytopic.records",
+    "PublishStatus": "raytopic.records",
+    "PublishSummary": "raytopic.records",
+    "ReadResultSet": "raytopic.ringbuffer",
+    "SharedGroup": "raytopic.shared_group",
+    "Start": "raytopic.config",
+    "TopicStats": "raytopic.stats",
+    "Resequence": "raytopic.resequencer",
+    "Resequencer": "raytopic.resequencer",
+    "ResequencerStats": "raytopic.resequencer",
+    "ChannelFailedError": "raytopic.errors",
+    "ChannelUnavailableError": "raytopic.errors",
+    "ClosedError": "raytopic.errors",
+    "DataLossError": "raytopic.errors",
+    "ForeignElementError": "raytopic.errors",
+    "GroupFilterError": "raytopic.errors",
+    "GroupModeError": "raytopic.errors",
+    "GroupNotFoundError": "raytopic.errors",
+    "InvalidArgumentError": "raytopic.errors",
+    "InvalidTypeError": "raytopic.errors",
+    "NotOwnerError": "raytopic.errors",
+    "PositionMismatchError": "raytopic.errors",
+    "PublisherClosedError": "raytopic.errors",
+    "ResetInProgressError": "raytopic.errors",
+    "StaleSequenceError": "raytopic.errors",
+    "StoreError": "raytopic.errors",
+    "SubscriberClosedError": "raytopic.errors",
+    "TopicError": "raytopic.errors",
+    "TopicExistsError": "raytopic.errors",
+    "TopicFullError": "raytopic.errors",
+    "TopicNotFoundError": "raytopic.errors",
+}
+"""Where each public name lives. Imported on first use: a channel or coordinator
+actor's process imports only the modules it runs, not the whole package (a
+topic's actors start that much faster)."""
+
 _BRIDGES = ("spark", "data")
 """Modules reached as ``rt.spark`` and ``rt.data`` without importing them first:
 imported on first use (``raytopic.spark`` needs the ``spark`` extra)."""
 
 
 def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # found once
+        return value
     if name in _BRIDGES:
-        import importlib
-
         return importlib.import_module(f"raytopic.{name}")
     raise AttributeError(f"module 'raytopic' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_BRIDGES})
