@@ -7,9 +7,8 @@ channel can host one; see ``raytopic.actors.receive_session``). It is an async
 actor: appends, takes and commits are short synchronous steps between awaits,
 so each is atomic; waiting (for data, for room, for a turn) is awaiting.
 
-Handles create it through :func:`channel_actor_class`; the coordinator
-creates the channels of a topic and introduces them to each other with
-``attach``.
+``raytopic.coordinator.launch`` creates the channels of a topic (named,
+detached) and the coordinator introduces them to each other with ``attach``.
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ from raytopic.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ChannelActor", "channel_actor_class"]
+__all__ = ["ChannelActor"]
 
 MAX_READ_MANY = 1000
 """Most items one ``read_many`` returns (Hazelcast's limit against overload)."""
@@ -2401,8 +2400,3 @@ def _check_sequence(value: object, what: str) -> None:
         raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
     if value < 0:
         raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
-
-
-def channel_actor_class() -> Any:
-    """The Ray actor class for channels (created without CPU, many concurrent calls)."""
-    return ray.remote(ChannelActor)

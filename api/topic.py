@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytopic.config import DEFAULT_NAMESPACE, TopicConfig, check_name
-from raytopic.coordinator.coordinator import CoordinatorActor, TopicInfo
+from raytopic.coordinator.coordinator import TopicInfo
+from raytopic.coordinator.launch import NAME_RELEASE_TIMEOUT, NameTakenError, create_topic_actors
 from raytopic.errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["Topic", "create_topic", "get_topic", "list_topics"]
-
-_NAME_RELEASE_TIMEOUT = 30.0
 
 
 def create_topic(
@@ -119,44 +118,46 @@ def create_topic(
         placement=placement,
         default_window=default_window,
     )
-    actor_class = ray.remote(CoordinatorActor)
-    deadline = time.monotonic() + _NAME_RELEASE_TIMEOUT
-    while True:
-        try:
-            coordinator = actor_class.options(
-                name=coordinator_actor_name(config.name),
-                namespace=config.namespace,
-                lifetime="detached",
-                num_cpus=0,
-                max_concurrency=10_000,
-                # It rebuilds itself from its channels; calls made meanwhile wait.
-                max_restarts=-1,
-                max_task_retries=-1,
-                get_if_exists=exist_ok,
-            ).remote(config)
-            break
-        except ValueError as error:
-            if _is_being_destroyed(config) and time.monotonic() < deadline:
-                time.sleep(0.1)
-                continue
-            raise TopicExistsError(
-                f"topic {config.name!r} already exists in namespace {config.namespace!r}"
-            ) from error
+    if exist_ok and (existing := _existing(config)) is not None:
+        return existing
+    try:
+        coordinator, channels = create_topic_actors(config)
+    except NameTakenError as error:
+        if exist_ok:  # made by another process a moment ago
+            return get_topic(config.name, namespace=config.namespace)
+        raise TopicExistsError(
+            f"topic {config.name!r} already exists in namespace {config.namespace!r}"
+        ) from error
     try:
         with unwrap_ray_error():
-            info: TopicInfo = ray.get(coordinator.start.remote())
+            info: TopicInfo = ray.get(coordinator.start.remote(channels))
     except Exception:
         # Not made (a store that cannot be opened): leave no actor and no name behind.
-        ray.kill(coordinator, no_restart=True)
+        for actor in (*channels, coordinator):
+            ray.kill(actor, no_restart=True)
         for actor_name in _actor_names(config.name, config.channels):
             _wait_released(actor_name, config.namespace)
         raise
-    if exist_ok and info.config.topic_id != config.topic_id:
-        _warn_if_different(info.config, config)
+    _ensure_dead_letter_topics(config)
+    return Topic(coordinator, info)
+
+
+def _existing(config: TopicConfig) -> Topic | None:
+    """The topic of ``config``'s name if it exists (``exist_ok``), with a warning if
+    its settings differ; None if there is none."""
+    try:
+        topic = get_topic(config.name, namespace=config.namespace)
+    except TopicNotFoundError:
+        return None
+    _warn_if_different(topic.config, config)
+    _ensure_dead_letter_topics(config)
+    return topic
+
+
+def _ensure_dead_letter_topics(config: TopicConfig) -> None:
     for group in config.groups:
         if isinstance(group, SharedGroup):
             ensure_dead_letter_topic(group, config.namespace)
-    return Topic(coordinator, info)
 
 
 def ensure_dead_letter_topic(group: SharedGroup, namespace: str) -> None:
@@ -166,25 +167,12 @@ def ensure_dead_letter_topic(group: SharedGroup, namespace: str) -> None:
         create_topic(group.dead_letter, channels=1, retain=True, namespace=namespace, exist_ok=True)
 
 
-def _is_being_destroyed(config: TopicConfig) -> bool:
-    """A destroyed topic's coordinator holds its name a moment after ``ray.kill``."""
-    try:
-        coordinator = ray.get_actor(coordinator_actor_name(config.name), namespace=config.namespace)
-    except ValueError:
-        return True
-    try:
-        ray.get(coordinator.info.remote(), timeout=5)
-    except Exception:
-        return True
-    return False
-
-
 def _actor_names(topic: str, channels: int) -> list[str]:
     """The Ray actor names of a topic's channels and coordinator."""
     return [*(channel_actor_name(topic, c) for c in range(channels)), coordinator_actor_name(topic)]
 
 
-def _wait_released(name: str, namespace: str, timeout: float = _NAME_RELEASE_TIMEOUT) -> None:
+def _wait_released(name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEOUT) -> None:
     """Wait until a killed actor's name is free, which it is once the actor is dead
     (bounded: a kill is not synchronous). Asked of the GCS by name: a call to the
     actor itself would make Ray log that it retries the call."""

@@ -1,7 +1,7 @@
 """The coordinator actor: one per topic, never on the data path.
 
-It creates the topic's channel actors and introduces them to each other,
-keeps the topic's configuration, and runs its subscriber groups: membership
+It introduces the topic's channel actors to each other (they are created
+with it: ``raytopic.coordinator.launch``), keeps the topic's configuration, and runs its subscriber groups: membership
 (join, leave, heartbeats, timeouts on a monotonic clock), sticky channel
 assignment with leases pushed to the channels before a join returns, group
 resets (fenced, all or nothing), and ``describe``.
@@ -34,7 +34,6 @@ from typing import Any
 
 import ray
 
-from raytopic.actors.channel import channel_actor_class
 from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.wire import ReaderSpec
 from raytopic.config import TopicConfig
@@ -108,14 +107,21 @@ class CoordinatorActor:
 
     # -- life cycle ------------------------------------------------------------
 
-    async def start(self) -> TopicInfo:
-        """Create the channel actors (once) and the groups named at creation."""
+    async def start(self, channels: list[Any]) -> TopicInfo:
+        """Take the topic's channel actors (created with this one, see
+        ``raytopic.coordinator.launch``), introduce them to each other, and make
+        the groups named at creation. Once; later calls wait for the first.
+
+        Raises:
+            TopicError: the topic cannot be made (a channel's store cannot be
+                opened); its channels are gone.
+        """
         if self._starting or self._restarted:
             await self._up()
             return self.info()
         self._starting = True
         try:
-            await self._create_channels()
+            await self._start_channels(channels)
         except BaseException as error:
             # The topic is not made: its channels go, and callers waiting for it
             # hear why (its creator removes this coordinator).
@@ -128,39 +134,15 @@ class CoordinatorActor:
         self._started.set()
         return self.info()
 
-    async def _create_channels(self) -> None:
-        """Create the channel actors, introduce them, and make the configured groups."""
+    async def _start_channels(self, handles: list[Any]) -> None:
+        """Introduce the channels to each other and make the configured groups."""
         config = self._config
-        actor_class = channel_actor_class()
-        # All at once: each actor is a process that takes a while to start.
-        handles = await asyncio.gather(
-            *(
-                _create_named(
-                    actor_class.options(
-                        name=channel_actor_name(config.name, channel),
-                        namespace=config.namespace,
-                        lifetime="detached",
-                        num_cpus=0,
-                        max_concurrency=100_000,
-                        # A killed channel comes back (from its store, if it has
-                        # one); calls made meanwhile wait for it and are retried:
-                        # appends are idempotent, reads and commits are safe.
-                        max_restarts=-1,
-                        max_task_retries=-1,
-                        # Over the nodes (best effort: actors that need no CPU
-                        # may still share one); a channel whose node died
-                        # restarts on another.
-                        scheduling_strategy="SPREAD" if config.placement == "spread" else None,
-                    ),
-                    config,
-                    channel,
-                )
-                for channel in range(config.channels)
-            )
-        )
         self._channels = list(handles)
         self._identities = list(
-            await asyncio.gather(*(handle.attach.remote(handles) for handle in handles))
+            await asyncio.wait_for(
+                asyncio.gather(*(handle.attach.remote(handles) for handle in handles)),
+                _ACTOR_CREATION_TIMEOUT,
+            )
         )
         await self._refuse_failed_channels()
         await self._adopt_groups()  # a store of an earlier topic of this name has some
@@ -748,17 +730,3 @@ def _rebalance_counter(topic: str) -> Any:
 class _NoCounter:
     def inc(self, value: float = 1.0, tags: dict[str, str] | None = None) -> None:
         pass
-
-
-async def _create_named(options: Any, *args: Any) -> Any:
-    """Create a named actor, retrying while a destroyed predecessor still holds the name."""
-    deadline = time.monotonic() + _ACTOR_CREATION_TIMEOUT
-    while True:
-        try:
-            handle = options.remote(*args)
-            await handle.ping.remote()
-            return handle
-        except ValueError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
