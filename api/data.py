@@ -149,9 +149,11 @@ def read_topic(
     start: Any = "earliest",
     end: Any = "latest",
     group: str | None = None,
+    fail_on_data_loss: bool = True,
 ) -> Dataset:
-    """A topic's elements as a Ray Dataset of Arrow blocks, one read task per channel
-    range (see ``raytopic.bulk.plan_ranges`` for ``start``, ``end``, ``group``).
+    """A topic's elements as a Ray Dataset of Arrow blocks, one read task and one
+    block (at least) per channel range (see ``raytopic.bulk.plan_ranges`` for
+    ``start``, ``end``, ``group`` and ``fail_on_data_loss``).
 
     Columns: a row's own fields (rows published from DataFrames or as dicts),
     or ``value`` for other values; then ``channel``, ``position`` and
@@ -159,13 +161,24 @@ def read_topic(
     nothing. An empty topic gives an empty dataset.
 
     Raises:
+        DataLossError: the ranges cross a damaged stored record (named), unless
+            ``fail_on_data_loss=False`` reads every intact element around it.
         GroupNotFoundError: no such group.
         InvalidArgumentError, InvalidTypeError: a bad argument.
     """
-    ranges = plan_ranges(topic, channels=channels, start=start, end=end, group=group)
+    ranges = plan_ranges(
+        topic,
+        channels=channels,
+        start=start,
+        end=end,
+        group=group,
+        fail_on_data_loss=fail_on_data_loss,
+    )
     if not ranges:
         return ray.data.from_arrow(empty_table())
-    return ray.data.read_datasource(TopicDatasource(topic, ranges))
+    # One block per planned range: Ray Data would otherwise split a small read
+    # into ~200 blocks (and a write of them back into as many tasks).
+    return ray.data.read_datasource(TopicDatasource(topic, ranges), override_num_blocks=len(ranges))
 
 
 class TopicDatasink(Datasink[tuple[dict[int, int], int]]):

@@ -349,6 +349,7 @@ def read_topic(
     start: Any = "earliest",
     end: Any = "latest",
     group: str | None = None,
+    fail_on_data_loss: bool = True,
 ) -> DataFrame:
     """A topic's elements as a Spark DataFrame, read by Spark tasks straight from the
     channel actors (nothing passes through the driver, nothing stays pinned).
@@ -356,18 +357,29 @@ def read_topic(
     Columns as ``raytopic.data.read_topic``: a row's own fields (or ``value``),
     then ``channel``, ``position`` and ``timestamp`` (TimestampType). The
     columns are learned from the first elements of each channel range: a
-    field that only later elements have is not read. ``start``, ``end`` and
-    ``group`` as in ``raytopic.bulk.plan_ranges`` (reading commits nothing).
+    field that only later elements have is not read. ``start``, ``end``,
+    ``group`` and ``fail_on_data_loss`` as in ``raytopic.bulk.plan_ranges``
+    (reading commits nothing).
     An empty topic gives an empty DataFrame.
 
     Raises:
+        DataLossError: the ranges cross a damaged stored record (named), unless
+            ``fail_on_data_loss=False`` (Spark's Kafka source option of that
+            name) reads every intact element around it.
         GroupNotFoundError: no such group.
         InvalidArgumentError, InvalidTypeError: a bad argument, or values whose
             types cannot share a column.
     """
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    ranges = plan_ranges(topic, channels=channels, start=start, end=end, group=group)
+    ranges = plan_ranges(
+        topic,
+        channels=channels,
+        start=start,
+        end=end,
+        group=group,
+        fail_on_data_loss=fail_on_data_loss,
+    )
     schema = _sample_schema(topic, ranges)
     spark_schema = from_arrow_schema(schema)
     if not ranges:

@@ -58,3 +58,36 @@ def drain_group(topic: rt.Topic, group: str, count: int) -> list[rt.Element]:
 def key_for(channel: int, channels: int) -> str:
     """A key that routes to ``channel`` of a topic with ``channels`` channels."""
     return next(f"k{i}" for i in range(1000) if channel_for_key(f"k{i}", channels) == channel)
+
+
+def damage_a_middle_record(topic: rt.Topic, store: str) -> tuple[int, int]:
+    """Publish 0..99 to channel 0 of a 1-channel ``topic`` stored under ``store`` in
+    ten records, flip one byte in the middle of its segment file, SIGKILL the
+    channel and wait until it serves again from the damaged file. Returns the
+    damaged range it reports."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    assert topic.channel_count == 1
+    with topic.publisher() as publisher:
+        for first in range(0, 100, 10):  # ten flushes: ten records of ten values
+            for value in range(first, first + 10):
+                publisher.publish(value)
+            publisher.flush()
+    segment = sorted((Path(store) / topic.namespace / topic.name / "0").glob("*.log"))[0]
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one byte in the middle of the segment
+    segment.write_bytes(bytes(data))
+    before = topic.describe().channels[0]
+    os.kill(before.pid, signal.SIGKILL)  # it reopens the damaged file
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        stats = topic.describe().channels[0]
+        if stats.state == "serving" and stats.epoch > before.epoch:
+            break
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.1)
+    assert len(stats.damaged) == 1, stats
+    return stats.damaged[0]

@@ -22,7 +22,7 @@ import raytopic.data as rd
 import raytopic.spark as rs
 from raytopic.routing import channel_for_key
 
-from tests.topic_helpers import drain_group, get
+from tests.topic_helpers import damage_a_middle_record, drain_group, get
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
@@ -176,6 +176,20 @@ def test_reads_take_channels_start_end_and_a_group(
     assert rs.read_topic(spark, topic, group="g").count() == 100
     with pytest.raises(rt.GroupNotFoundError):
         rs.read_topic(spark, topic, group="nope")
+
+
+def test_a_read_across_a_damaged_record_is_told_once_or_reads_around_it(
+    spark: Any, make_topic: Callable[..., rt.Topic], tmp_path: Path
+) -> None:
+    topic = make_topic(channels=1, store=str(tmp_path))
+    first, last = damage_a_middle_record(topic, str(tmp_path))
+    with pytest.raises(rt.DataLossError, match=f"{first}..{last}") as told:
+        rs.read_topic(spark, topic)
+    assert told.value.lost == (first, last)
+    rows = rs.read_topic(spark, topic, fail_on_data_loss=False).collect()
+    assert sorted(row["value"] for row in rows) == [
+        value for value in range(100) if not first <= value <= last
+    ]
 
 
 def test_more_rows_than_a_channel_holds_complete_with_nothing_lost(
