@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 
 # Ray reads this when it is imported: keep every Ray the tests start on loopback.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -62,9 +63,13 @@ METRICS_PORT = _free_port()
 os.environ.setdefault("RAY_metrics_report_interval_ms", "500")
 
 
-def _start_head() -> tuple[subprocess.Popen[bytes], str, Path]:
+def _start_head(root: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """``ray start --head`` with its files under ``root``: its sessions, and the
+    ``ray_current_cluster`` pointer that ``ray start`` writes into its temp dir
+    (in Ray's default one, a pointer left at a dead cluster would make a user's
+    next ``ray.init()`` try to join it)."""
     port = _free_port()
-    log = Path(tempfile.mkdtemp(prefix="raytopic-head-")) / "ray-start.log"
+    log = root / "ray-start.log"
     ray_cli = str(Path(sys.executable).with_name("ray"))
     process = subprocess.Popen(
         [
@@ -72,6 +77,7 @@ def _start_head() -> tuple[subprocess.Popen[bytes], str, Path]:
             "start",
             "--head",
             "--block",
+            f"--temp-dir={root / 'ray'}",
             f"--port={port}",
             f"--metrics-export-port={METRICS_PORT}",
             "--num-cpus=2",
@@ -92,7 +98,8 @@ def ray_cluster() -> Iterator[str]:
     if address:
         yield address
         return
-    process, address, log = _start_head()
+    root = Path(tempfile.mkdtemp(prefix="raytopic-head-"))
+    process, address, log = _start_head(root)
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -107,6 +114,7 @@ def ray_cluster() -> Iterator[str]:
     finally:
         ray.shutdown()
         _stop_cluster(process, address)
+        shutil.rmtree(root, ignore_errors=True)  # its logs, sessions and pointer
 
 
 def _stop_cluster(process: subprocess.Popen[bytes], address: str) -> None:

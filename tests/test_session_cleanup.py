@@ -1,0 +1,78 @@
+"""The test session leaves the machine as it found it: after its Ray is stopped, a
+user's next ``ray.init()`` starts a local Ray at once instead of trying to join
+the dead session cluster (``ray start`` leaves a ``ray_current_cluster`` pointer
+in Ray's temp dir)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_FRESH_INIT = """
+import time
+started = time.monotonic()
+import ray
+ray.init(include_dashboard=False, num_cpus=1)
+print("STARTED", ray.get_runtime_context().gcs_address, round(time.monotonic() - started, 1))
+ray.shutdown()
+"""
+
+
+@pytest.fixture
+def ray_tmpdir() -> Iterator[Path]:
+    """A short temp dir for Ray's files (its socket paths must fit 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="rt-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir: Path) -> None:
+    # A whole (one-test) session, in Ray's temp dir of its own.
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("RAY_ADDRESS", "PYTEST_CURRENT_TEST")
+    }
+    env["RAY_TMPDIR"] = str(ray_tmpdir)
+    session = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/api/test_topic.py::test_get_topic_of_unknown_name_raises_topic_not_found",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert session.returncode == 0, session.stdout[-3000:] + session.stderr[-3000:]
+    assert not (ray_tmpdir / "ray" / "ray_current_cluster").exists()
+
+    fresh = subprocess.run(
+        [sys.executable, "-c", _FRESH_INIT],
+        env={**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert fresh.returncode == 0, fresh.stdout[-3000:] + fresh.stderr[-3000:]
+    started = next(line for line in fresh.stdout.splitlines() if line.startswith("STARTED"))
+    seconds = float(started.split()[-1])
+    assert seconds < 30, started  # a dead pointer would keep it trying for minutes
