@@ -158,9 +158,21 @@ def read_times(spark: Any, orders: Any, rows: int) -> tuple[float, float]:
 
 
 def run_spark_benchmarks(
-    *, rows: int = 1_000_000, repeat: int = 3, report: Callable[[Figure], None] = print
+    *,
+    rows: int = 1_000_000,
+    repeat: int = 3,
+    report: Callable[[Figure], None] = print,
+    spark: Any = None,
 ) -> list[Figure]:
-    """Start Spark on Ray, run every case, stop Spark; ``report`` hears each figure."""
+    """Run every case; ``report`` hears each figure.
+
+    Args:
+        rows: Rows per run.
+        repeat: Runs per case (the median is reported).
+        report: Called with each figure as it is measured.
+        spark: A running SparkSession to measure with; None starts Spark on Ray
+            for the run and stops it after.
+    """
     from raytopic.spark_session import init_quiet_spark, stop_spark
 
     figures: list[Figure] = []
@@ -169,7 +181,9 @@ def run_spark_benchmarks(
         figures.append(figure)
         report(figure)
 
-    spark = init_quiet_spark("raytopic-bench")
+    owned = spark is None
+    if owned:
+        spark = init_quiet_spark("raytopic-bench")
     try:
         orders = _orders(spark, rows)
         raydp_conversion(orders)  # warm both sides once
@@ -200,5 +214,6 @@ def run_spark_benchmarks(
         )
         orders.unpersist()
     finally:
-        stop_spark()
+        if owned:
+            stop_spark()
     return figures

@@ -1,37 +1,48 @@
-"""A Spark DataFrame into a topic as Arrow, read back as a DataFrame and a Ray Dataset.
+"""A Spark DataFrame into a topic as Arrow, read back as a DataFrame and a Ray Dataset,
+copied to another topic by Ray Data, and a stream published exactly once per
+micro-batch. (The README's "Spark and Ray Data" block is this script.)
 
 Run: pip install -e ".[spark]" && python examples/spark_bridge.py
+(RAY_ADDRESS=... to use a running cluster)
 """
 
-import os
+import tempfile
 import uuid
-
-import ray
 
 import raytopic as rt
 import raytopic.data
 import raytopic.spark
 
-raytopic.spark.prepare_java()  # before Ray starts: Spark's executors need Java workers
-ray.init(address=os.environ.get("RAY_ADDRESS", "local"))
-spark = raytopic.spark.init_spark("example-spark", num_executors=1, executor_cores=1)
-topic = rt.create_topic(f"example-spark-{uuid.uuid4().hex[:6]}", channels=4, groups=["billing"])
+spark = raytopic.spark.init_spark("orders", num_executors=1, executor_cores=2)
+name = f"orders-{uuid.uuid4().hex[:8]}"
+topic = rt.create_topic(name, channels=8, groups=["billing"])
+other_topic = rt.create_topic(f"{name}-copy", channels=8)
 try:
-    from pyspark.sql import functions as F
-
-    orders = spark.range(10_000).select(
-        F.col("id").alias("order"),
-        (F.col("id") % 100).alias("customer"),
-        (F.col("id") * 0.5).alias("amount"),
+    orders_df = spark.range(1000).selectExpr(
+        "id AS order", "id % 100 AS customer", "id * 0.5 AS amount"
     )
-    summary = raytopic.spark.publish_dataframe(topic, orders, key="customer")
-    print(f"published {summary.rows} rows: {summary.rows_per_channel}")
+    summary = raytopic.spark.publish_dataframe(topic, orders_df, key="customer")
+    print("published", summary.rows, "rows:", summary.rows_per_channel)
 
-    back = raytopic.spark.read_topic(spark, topic)  # columns + channel, position, timestamp
-    back.groupBy("channel").count().orderBy("channel").show()
-    print("as a Ray Dataset:", raytopic.data.read_topic(topic).count(), "rows")
-    with topic.subscriber(group="billing") as member:
-        print("a subscriber sees dicts:", ray.get(member.receive()).value)
+    df = raytopic.spark.read_topic(spark, topic, start="earliest")  # a Spark DataFrame
+    df.groupBy("channel").count().orderBy("channel").show()
+    ds = raytopic.data.read_topic(topic, group="billing")  # a Ray Dataset
+    copied = raytopic.data.write_topic(ds, other_topic, key="customer")
+    print("copied", copied.rows, "rows through Ray Data")
+
+    with tempfile.TemporaryDirectory() as path:  # the stream's input and checkpoint
+        orders_df.write.parquet(f"{path}/in")
+        stream_df = spark.readStream.schema(orders_df.schema).parquet(f"{path}/in")
+        sink = raytopic.spark.sink(topic, key="customer")  # each micro-batch exactly once
+        query = (
+            stream_df.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", f"{path}/checkpoint")
+            .trigger(availableNow=True)  # what is there now, then stop
+            .start()
+        )
+        query.awaitTermination()
+    print("streamed", sink.last_summary.rows, "rows")
 finally:
     raytopic.spark.stop_spark()
     topic.destroy()
+    other_topic.destroy()

