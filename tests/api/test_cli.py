@@ -112,10 +112,10 @@ def test_list_and_describe_show_a_topic(make_topic, ray_cluster: str) -> None:
 
 def test_missing_topics_and_groups_exit_3(ray_session: None, ray_cluster: str, make_topic) -> None:
     topic = make_topic(channels=1, groups=["g"])
+    # Every command finds its topic through one function (cli_admin._topic): two
+    # of them stand for the rest; a missing group is found in two places.
     for args in (
         ["describe", "no-such-topic-here"],
-        ["tail", "no-such-topic-here", "-n", "1"],
-        ["groups", "no-such-topic-here"],
         ["delete", "no-such-topic-here", "--yes"],
         ["reset-group", topic.name, "no-such-group", "--to", "earliest"],
         ["tail", topic.name, "--group", "no-such-group", "-n", "1"],
