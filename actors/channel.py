@@ -231,6 +231,7 @@ class ChannelActor:
         self._stopped_takes: dict[str, None] = {}  # fetches told to stop waiting (bounded)
         self._fetching: dict[str, set[str]] = {}  # reader -> tokens of its fetches waiting here
         self._links: dict[int, ChannelLink] = {}
+        self._sibling_calls: set[Any] = set()  # calls to sibling channels not yet answered
         self._siblings: list[Any] = []
         self._changed = asyncio.Event()
         # Durability: the store, appends waiting for a sync, and the incarnation.
@@ -580,7 +581,8 @@ class ChannelActor:
                     channel, self._local_call, local=True, state=self.cursor_state
                 )
             else:
-                self._links[channel] = ChannelLink(channel, _remote_caller(handle), local=False)
+                caller = _remote_caller(handle, self._sibling_calls)
+                self._links[channel] = ChannelLink(channel, caller, local=False)
         return self.identity()
 
     def _ensure_siblings(self) -> None:
@@ -2307,8 +2309,11 @@ class ChannelActor:
         error = TopicNotFoundError(reason)
         for session in self._sessions.values():
             session.close(error)
+        # Also until the sessions' calls to sibling channels (fetches told to stop,
+        # settles, give-backs) are answered: a call to a channel killed under it
+        # makes Ray log a failure, and a destroy logs nothing.
         deadline = time.monotonic() + _END_RECEIVES_TIMEOUT
-        while self._receiving and time.monotonic() < deadline:
+        while (self._receiving or self._sibling_calls) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 
     def ping(self) -> int:
@@ -2327,9 +2332,16 @@ def _stamp_clock() -> float:
     return round(time.time(), 6)
 
 
-def _remote_caller(handle: Any) -> Callable[..., Any]:
+def _remote_caller(handle: Any, in_flight: set[Any]) -> Callable[..., Any]:
+    """A sibling's caller; each call is in ``in_flight`` until it is answered."""
+
     async def call(method: str, *args: Any) -> Any:
-        return await handle.request.remote(pack_request(method, *args))
+        ref = handle.request.remote(pack_request(method, *args))
+        in_flight.add(ref)
+        try:
+            return await ref
+        finally:
+            in_flight.discard(ref)
 
     return call
 
