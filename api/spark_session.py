@@ -181,7 +181,9 @@ def init_spark(
     executor_memory: str | int = "1GB",
     configs: dict[str, str] | None = None,
 ) -> Any:
-    """Start Spark on Ray (RayDP) and return its ``SparkSession``.
+    """Start Spark on Ray (RayDP) and return its ``SparkSession``; if this process
+    runs one already, return that one (as ``SparkSession.builder.getOrCreate``
+    does: its settings stay as they are).
 
     Java is found (see the module docstring) and the JVM flags are added to
     any ``extraJavaOptions`` given in ``configs``. Ray is started here
@@ -215,6 +217,10 @@ def init_spark(
     """
     if num_executors < 1 or executor_cores < 1:
         raise InvalidArgumentError("num_executors and executor_cores must be >= 1")
+    running = _running_session()
+    if running is not None:
+        logger.info("Spark on Ray runs in this process already: using it")
+        return running
     prepare_java()
     if not ray.is_initialized():
         ray.init()
@@ -244,6 +250,18 @@ def init_spark(
         return raydp.init_spark(
             app_name, num_executors, executor_cores, executor_memory, configs=settings
         )
+
+
+def _running_session() -> Any:
+    """The SparkSession RayDP runs in this process, or None (RayDP refuses a second
+    ``init_spark`` with a bare Exception)."""
+    import raydp.context
+
+    if getattr(raydp.context, "_global_spark_context", None) is None:
+        return None
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.getOrCreate()
 
 
 def _choose_python(settings: dict[str, str]) -> str:

@@ -1,9 +1,10 @@
-"""Shared fixtures: one real Ray cluster for the whole session, uniquely named topics.
+"""Shared fixtures: one real Ray cluster for the whole run, uniquely named topics.
 
-The session starts a real head node with ``ray start --head --block`` (on
+The run starts a real head node with ``ray start --head --block`` (on
 loopback) and connects to it, so a test can also attach a second driver
-process to the same cluster. With ``RAY_ADDRESS`` set, the tests use that
-cluster instead.
+process to the same cluster. Under xdist (``-n 2``, the project's default)
+the controller starts it and every worker is a driver of it. With
+``RAY_ADDRESS`` set, the tests use that cluster instead.
 """
 
 from __future__ import annotations
@@ -63,62 +64,109 @@ METRICS_PORT = _free_port()
 os.environ.setdefault("RAY_metrics_report_interval_ms", "500")
 
 
-def _start_head(root: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
-    """``ray start --head`` with its files under ``root``: its sessions, and the
-    ``ray_current_cluster`` pointer that ``ray start`` writes into its temp dir
-    (in Ray's default one, a pointer left at a dead cluster would make a user's
+class _SessionCluster:
+    """This test run's own Ray head: ``ray start --head --block`` on loopback, with
+    its files in a temp dir of its own (its sessions, and the
+    ``ray_current_cluster`` pointer that ``ray start`` writes into its temp dir:
+    in Ray's default one, a pointer left at a dead cluster would make a user's
     next ``ray.init()`` try to join it)."""
-    port = _free_port()
-    log = root / "ray-start.log"
-    ray_cli = str(Path(sys.executable).with_name("ray"))
-    process = subprocess.Popen(
-        [
-            ray_cli,
-            "start",
-            "--head",
-            "--block",
-            f"--temp-dir={root / 'ray'}",
-            f"--port={port}",
-            f"--metrics-export-port={METRICS_PORT}",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: teardown stops exactly it
-    )
-    return process, f"127.0.0.1:{port}", log
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="raytopic-head-"))
+        port = _free_port()
+        self.address = f"127.0.0.1:{port}"
+        self.log = self.root / "ray-start.log"
+        ray_cli = str(Path(sys.executable).with_name("ray"))
+        self.process = subprocess.Popen(
+            [
+                ray_cli,
+                "start",
+                "--head",
+                "--block",
+                f"--temp-dir={self.root / 'ray'}",
+                f"--port={port}",
+                f"--metrics-export-port={METRICS_PORT}",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+            ],
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: teardown stops exactly it
+        )
+
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        """Until its GCS takes connections (then ``ray.init`` joins at once)."""
+        host, port = self.address.split(":")
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 1):
+                return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray start failed:\n{self.log.read_text()}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stop this cluster only (``ray stop`` would stop every Ray here), and remove
+        its files."""
+        _stop_cluster(self.process, self.address)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+_SHARED_CLUSTER = "RAYTOPIC_TEST_CLUSTER"
+"""``address|metrics port`` of the cluster an xdist controller started for its workers."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``pytest -n N`` (xdist) the controller starts the one cluster its workers
+    share (each worker is a driver of it); a run without xdist starts it on the
+    first test that needs it (``ray_cluster``)."""
+    if hasattr(config, "workerinput") or os.environ.get("RAY_ADDRESS"):
+        return
+    if getattr(config.option, "numprocesses", None):
+        cluster = _SessionCluster()
+        cluster.wait_serving()
+        os.environ[_SHARED_CLUSTER] = f"{cluster.address}|{METRICS_PORT}"
+        config._raytopic_cluster = cluster  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cluster = getattr(config, "_raytopic_cluster", None)
+    if cluster is not None:
+        os.environ.pop(_SHARED_CLUSTER, None)
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[str]:
-    """The address of the session's Ray cluster (started here unless RAY_ADDRESS is set)."""
-    address = os.environ.get("RAY_ADDRESS")
+    """The address of the run's Ray cluster: ``RAY_ADDRESS``, the one an xdist
+    controller started, else one started here for this session."""
+    address = os.environ.get("RAY_ADDRESS") or _shared_cluster()[0]
     if address:
         yield address
         return
-    root = Path(tempfile.mkdtemp(prefix="raytopic-head-"))
-    process, address, log = _start_head(root)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            ray.init(address=address, namespace=TEST_NAMESPACE, log_to_driver=False)
-            break
-        except ConnectionError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ray start failed:\n{log.read_text()}") from None
-            time.sleep(0.5)
+    cluster = _SessionCluster()
+    cluster.wait_serving()
+    ray.init(address=cluster.address, namespace=TEST_NAMESPACE, log_to_driver=False)
     try:
-        yield address
+        yield cluster.address
     finally:
         ray.shutdown()
-        _stop_cluster(process, address)
-        shutil.rmtree(root, ignore_errors=True)  # its logs, sessions and pointer
+        cluster.stop()
+
+
+def _shared_cluster() -> tuple[str | None, int | None]:
+    shared = os.environ.get(_SHARED_CLUSTER)
+    if not shared:
+        return None, None
+    address, port = shared.split("|")
+    return address, int(port)
 
 
 def _stop_cluster(process: subprocess.Popen[bytes], address: str) -> None:
-    """Stop this session's cluster only (``ray stop`` would stop every Ray here)."""
+    """SIGKILL every process of the cluster at ``address`` (started by ``process``):
+    nothing of a test cluster needs a clean exit, and some Ray processes ignore
+    SIGTERM (waiting for them took seconds)."""
     import psutil
 
     port = address.rsplit(":", 1)[1]
@@ -130,21 +178,17 @@ def _stop_cluster(process: subprocess.Popen[bytes], address: str) -> None:
             doomed.append(candidate.info["pid"])
     for pid in doomed:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    # Some Ray processes ignore SIGTERM; nothing of this cluster needs a clean exit.
-    _gone, alive = psutil.wait_procs(
-        [psutil.Process(pid) for pid in doomed if psutil.pid_exists(pid)], timeout=3
-    )
-    for survivor in alive:
-        survivor.kill()
+            os.kill(pid, signal.SIGKILL)
+    psutil.wait_procs([psutil.Process(pid) for pid in doomed if psutil.pid_exists(pid)], timeout=3)
 
 
 @pytest.fixture(scope="session")
 def metrics_url(ray_cluster: str) -> str:
-    """The session cluster's Prometheus endpoint (started here, not with RAY_ADDRESS)."""
+    """The run's cluster's Prometheus endpoint (not known of one given by RAY_ADDRESS)."""
     if os.environ.get("RAY_ADDRESS"):
         pytest.skip("the metrics port of a cluster given by RAY_ADDRESS is unknown")
-    return f"http://127.0.0.1:{METRICS_PORT}/metrics"
+    port = _shared_cluster()[1] or METRICS_PORT
+    return f"http://127.0.0.1:{port}/metrics"
 
 
 @pytest.fixture(scope="session")

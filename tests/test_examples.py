@@ -21,10 +21,10 @@ EXPECTED = {
 }
 """A line each script prints when it did what it shows."""
 
-RUN_ELSEWHERE = {"spark_bridge.py": "tests/api/test_spark_session.py"}
-"""Scripts another test runs as a user would: the Spark example starts Spark (tens
-of seconds), so it is run once, as the job from an unactivated virtual
-environment on a machine without Java."""
+RUN_ELSEWHERE = {"spark_bridge.py": "tests/api/test_spark.py"}
+"""Scripts another test runs: the Spark example runs in the Spark tests' session
+(its ``init_spark`` gets the running one), not in a Spark of its own (tens of
+seconds to start)."""
 
 
 def test_every_example_is_checked_here() -> None:

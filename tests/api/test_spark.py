@@ -336,3 +336,23 @@ def test_the_spark_bench_reports_the_bridge_against_raydp(spark: Any) -> None:
     verdict = format_verdict(figures)
     assert verdict.startswith("verdict: ") and "of 3 targets met" in verdict
     assert spark.range(3).count() == 3  # the session it was given is still running
+
+
+def test_a_second_init_spark_returns_the_running_session(spark: Any) -> None:
+    assert rs.init_spark("another-app", num_executors=2) is spark  # getOrCreate
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_bridge.py"
+"""The Spark example (the README's Spark block is it verbatim)."""
+
+
+# Last in this module: the example stops Spark when it ends, as a script does.
+def test_the_spark_example_runs_in_the_running_session(
+    spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import runpy
+
+    runpy.run_path(str(EXAMPLE), run_name="__main__")  # its init_spark gets this session
+    out = capsys.readouterr().out
+    for line in ("published 1000 rows", "copied 1000 rows through Ray Data", "streamed 1000 rows"):
+        assert line in out, out

