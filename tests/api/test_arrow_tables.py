@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raytopic.actors.payloads import ArrowRows, PickledValues
-from raytopic.arrow_tables import (
+from raytopic.bridge.arrow_tables import (
     conform,
     key_channels,
     payload_table,

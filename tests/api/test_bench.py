@@ -1,4 +1,4 @@
-"""``raytopic.bench`` on tiny counts against the session's cluster, ``bench`` options,
+"""``raytopic.tools.bench`` on tiny counts against the session's cluster, ``bench`` options,
 and how targets are judged and summed up.
 
 Only that every case runs and reports a usable figure (with its ratio and, where
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from raytopic.bench import (
+from raytopic.tools.bench import (
     DEFAULT,
     QUICK,
     Figure,
@@ -23,9 +23,9 @@ from raytopic.bench import (
     format_verdict,
     run_benchmarks,
 )
-from raytopic.bench_idle import CHANNEL_TARGET, COORDINATOR_TARGET, CREATION_TARGET
-from raytopic.bench_shared import TASK_TARGET
-from raytopic.cli import _bench_settings, _parser
+from raytopic.tools.bench_idle import CHANNEL_TARGET, COORDINATOR_TARGET, CREATION_TARGET
+from raytopic.tools.bench_shared import TASK_TARGET
+from raytopic.tools.cli import _bench_settings, _parser
 
 # Case -> the baseline its ratio is taken to (None: a figure without one).
 EXPECTED = {

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import raytopic as rt
-from raytopic.cli import _parse, main
+from raytopic.tools.cli import _parse, main
 
 from tests.topic_helpers import get
 

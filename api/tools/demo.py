@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import ray
 
-from raytopic.demo_actors import Consumer, Ledger
 from raytopic.records import PublishSummary
+from raytopic.tools.demo_actors import Consumer, Ledger
 from raytopic.topic import Topic, create_topic
 
 __all__ = ["run_demo"]
@@ -223,8 +223,8 @@ class _SparkOrders:
     def publish(self, topic: Topic) -> tuple[PublishSummary, dict[int, float]]:
         from pyspark.sql import functions as F
 
-        from raytopic.spark import publish_dataframe
-        from raytopic.spark_session import init_quiet_spark, stop_spark
+        from raytopic.bridge.spark import publish_dataframe
+        from raytopic.bridge.spark_session import init_quiet_spark, stop_spark
 
         started = time.perf_counter()
         session = init_quiet_spark("raytopic-demo")

@@ -30,9 +30,9 @@ from typing import Any
 import psutil
 import ray
 
-from raytopic.bench import Figure, _name, at_most
 from raytopic.config import DEFAULT_NAMESPACE
 from raytopic.naming import coordinator_actor_name
+from raytopic.tools.bench import Figure, _name, at_most
 from raytopic.topic import Topic, create_topic
 
 __all__ = [

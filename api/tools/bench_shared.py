@@ -18,8 +18,8 @@ from typing import Any
 
 import ray
 
-from raytopic.bench import Figure, _check_ids, _median, _name, _publish_loop, at_least
 from raytopic.shared_group import SharedGroup
+from raytopic.tools.bench import Figure, _check_ids, _median, _name, _publish_loop, at_least
 from raytopic.topic import Topic, create_topic
 
 __all__ = ["TASK_SECONDS", "TASK_TARGET", "run_shared_benchmarks"]

@@ -23,14 +23,14 @@ Cases:
                 the time from a member's close to the full reassignment.
     shared      four members of a shared group against two of a channel-owned
                 group on 2 channels, with no work and with a 10 ms task per
-                element (``raytopic.bench_shared``).
+                element (``raytopic.tools.bench_shared``).
     store       the throughput case on a topic with the embedded store, with
                 ``sync="always"`` and ``sync="write"``, as a ratio to the
                 in-memory topic of the same run; and the time a channel holding
                 1,000,000 elements on disk takes from SIGKILL to serving again.
     idle        CPU of idle channels and coordinators (3 topics, one member
                 each, 20 s) and the time to create a topic, against bare Ray
-                actors (``raytopic.bench_idle``).
+                actors (``raytopic.tools.bench_idle``).
 
 A figure with a ``Target`` (a bound on its ratio, kept beside its case) is
 reported as met or short, and ``format_verdict`` sums a run up in one line.
@@ -616,7 +616,7 @@ def run_benchmarks(
         )
     )
     add(Figure("group: close -> full reassignment", reassignment_time(channels) * 1e3, "ms"))
-    from raytopic.bench_shared import run_shared_benchmarks  # (it builds on this module)
+    from raytopic.tools.bench_shared import run_shared_benchmarks  # (it builds on this module)
 
     figures += run_shared_benchmarks(messages=messages, repeat=repeat, report=report)
 
@@ -637,7 +637,7 @@ def run_benchmarks(
         add(Figure(f"store: restart serving {restart_elements:,} elements", seconds, "s"))
 
     if idle_topics:
-        from raytopic.bench_idle import run_idle_benchmarks  # (it builds on this module)
+        from raytopic.tools.bench_idle import run_idle_benchmarks  # (it builds on this module)
 
         figures += run_idle_benchmarks(
             topics=idle_topics, channels=channels, seconds=idle_seconds, report=report

@@ -88,9 +88,9 @@ _JAVA_OPTION_KEYS = (
 _EXECUTOR_CPU_KEY = "spark.ray.raydp_spark_executor.actor.resource.cpu"
 _MIN_JAVA = 17
 
-LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+LOG4J_CONFIG = Path(__file__).parent.parent / "log4j2.properties"
 """The log4j2 configuration Spark's JVMs get unless the user names one: warnings
-and errors only."""
+and errors only. It ships at the top of the ``raytopic`` package (package-data)."""
 
 # RayDP adds -Dlog4j2.configurationFile=<value of these keys> itself, AFTER any
 # extraJavaOptions (so it would win over a user's flag there): the driver's

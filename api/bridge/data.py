@@ -1,0 +1,252 @@
+"""Ray Data in and out of topics: ``write_topic`` (a Datasink) and ``read_topic``
+(a Datasource).
+
+Both move Arrow blocks, never rows as Python objects, and run as Ray Data
+tasks, so Ray Data's parallelism and back-pressure apply. A write is quiet:
+no progress bars and no Ray Data lines on the console while it runs (they
+still go to Ray Data's log file).
+
+Example:
+    >>> import ray, raytopic.data
+    >>> summary = raytopic.data.write_topic(ray.data.range(1000), topic, key="id")
+    >>> raytopic.data.read_topic(topic).count()
+    1000
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import ray
+from ray.data import DataContext, Dataset
+from ray.data.block import BlockAccessor, BlockMetadata
+from ray.data.datasource import Datasink, Datasource, ReadTask
+from ray.util.debug import reset_log_once
+
+from raytopic.bridge.arrow_tables import combine, empty_table
+from raytopic.bridge.bulk import BulkWriter, ChannelRange, plan_ranges, read_range
+from raytopic.errors import InvalidTypeError
+from raytopic.records import PublishSummary
+
+if TYPE_CHECKING:
+    from ray.data._internal.execution.interfaces import TaskContext
+
+    from raytopic.topic import Topic
+
+__all__ = ["TopicDatasink", "TopicDatasource", "read_topic", "write_topic"]
+
+
+def write_topic(
+    dataset: Dataset, topic: Topic, *, key: str | None = None, block_timeout: float = 60.0
+) -> PublishSummary:
+    """Publish every row of ``dataset`` into ``topic``, block by block as Arrow.
+
+    Each row becomes one element (read back as a dict of its columns) at
+    its own position. Rows route like ``publish(row, key=row[key])``; rows
+    with a null key, or all rows without ``key``, go round robin, row by row.
+    A write task that Ray runs again appends nothing twice. Nothing is
+    printed: Ray Data's progress and INFO lines go to its log file only.
+
+    Args:
+        dataset: Any Ray Dataset (its blocks are read as Arrow).
+        topic: The topic.
+        key: A column to route by (text, bytes, integer or boolean).
+        block_timeout: With overflow "block", seconds an append waits for room.
+
+    Returns:
+        What was appended.
+
+    Raises:
+        InvalidTypeError: ``key`` names a column of a type that cannot be a key.
+        TopicFullError: a channel had no room (overflow "fail", or "block" too long).
+    """
+    if not isinstance(dataset, Dataset):
+        raise InvalidTypeError(f"dataset must be a ray.data.Dataset, got {type(dataset).__name__}")
+    sink = TopicDatasink(topic, key=key, block_timeout=block_timeout)
+    started = time.perf_counter()
+    with _quiet(dataset.context):
+        dataset.write_datasink(sink)
+    return PublishSummary.total(sink.results, time.perf_counter() - started)
+
+
+_PROVOKED_WARNINGS = {
+    # Ray Data reads the cluster's free CPUs once before a write and again when
+    # its tasks are done (materialize() runs its result through the same check)
+    # and warns of a hang when the read says 0. The read is an instant of a
+    # lagging view: just after the write tasks give their CPUs back, or with
+    # Spark's executors holding the others, it says 0 while the write runs or
+    # has finished. A write that really waits for CPUs still gets the raylet's
+    # own warning about work that cannot be scheduled.
+    "cpu_warning": "does not have any available CPUs",
+    # Said once because the write turns the progress bars off.
+    "ray_data_progress_manager_disabled": "Progress bars disabled",
+}
+"""Ray Data's warnings a write provokes that ask nothing of the user, by the
+``log_once`` key each is said under and a piece of its text."""
+
+
+@contextlib.contextmanager
+def _quiet(context: DataContext) -> Iterator[None]:
+    """Ray Data without console chatter while a write runs, as it was afterwards.
+
+    The write's progress bars are off (``context`` is the dataset's, restored
+    after), and Ray Data's console handlers drop its INFO lines and the
+    warnings in ``_PROVOKED_WARNINGS`` (its log file keeps them; other Ray
+    Data work of this process running meanwhile is quiet too). A hidden
+    warning's ``log_once`` key is reset, so Ray Data can still say it later.
+    """
+    console = _QuietConsole(_PROVOKED_WARNINGS)
+    handlers = [
+        handler
+        for handler in logging.getLogger("ray.data").handlers
+        if isinstance(handler, logging.StreamHandler)
+        and not isinstance(handler, logging.FileHandler)
+    ]
+    progress_bars = context.enable_progress_bars
+    context.enable_progress_bars = False
+    for handler in handlers:
+        handler.addFilter(console)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(console)
+        context.enable_progress_bars = progress_bars
+        for key in console.hidden:
+            reset_log_once(key)
+
+
+class _QuietConsole(logging.Filter):
+    """Lets through Ray Data's warnings and errors, except the ones given (by
+    ``log_once`` key and text); remembers the keys of those it kept back."""
+
+    def __init__(self, provoked: dict[str, str]) -> None:
+        super().__init__()
+        self._provoked = provoked
+        self.hidden: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return False
+        message = record.getMessage()
+        for key, text in self._provoked.items():
+            if text in message:
+                self.hidden.add(key)
+                return False
+        return True
+
+
+def read_topic(
+    topic: Topic,
+    *,
+    channels: Iterable[int] | None = None,
+    start: Any = "earliest",
+    end: Any = "latest",
+    group: str | None = None,
+    fail_on_data_loss: bool = True,
+) -> Dataset:
+    """A topic's elements as a Ray Dataset of Arrow blocks, one read task and one
+    block (at least) per channel range (see ``raytopic.bridge.bulk.plan_ranges`` for
+    ``start``, ``end``, ``group`` and ``fail_on_data_loss``).
+
+    Columns: a row's own fields (rows published from DataFrames or as dicts),
+    or ``value`` for other values; then ``channel``, ``position`` and
+    ``timestamp``. The ranges are fixed when this is called; reading commits
+    nothing. An empty topic gives an empty dataset.
+
+    Raises:
+        DataLossError: the ranges cross a damaged stored record (named), unless
+            ``fail_on_data_loss=False`` reads every intact element around it.
+        GroupNotFoundError: no such group.
+        InvalidArgumentError, InvalidTypeError: a bad argument.
+    """
+    ranges = plan_ranges(
+        topic,
+        channels=channels,
+        start=start,
+        end=end,
+        group=group,
+        fail_on_data_loss=fail_on_data_loss,
+    )
+    if not ranges:
+        return ray.data.from_arrow(empty_table())
+    # One block per planned range: Ray Data would otherwise split a small read
+    # into ~200 blocks (and a write of them back into as many tasks).
+    return ray.data.read_datasource(TopicDatasource(topic, ranges), override_num_blocks=len(ranges))
+
+
+class TopicDatasink(Datasink[tuple[dict[int, int], int]]):
+    """Appends each write task's blocks through one ``BulkWriter``; the task's
+    index names the writer, so a task run again appends nothing twice."""
+
+    def __init__(self, topic: Topic, *, key: str | None, block_timeout: float) -> None:
+        self._topic = topic
+        self._key = key
+        self._block_timeout = block_timeout
+        self._run = uuid.uuid4().hex
+        self.results: list[tuple[dict[int, int], int]] = []
+        """Each write task's (rows per channel, bytes), set when the write completes."""
+
+    def write(self, blocks: Iterable[Any], ctx: TaskContext) -> tuple[dict[int, int], int]:
+        """Append the task's blocks; return its rows per channel and bytes."""
+        writer = BulkWriter(
+            self._topic,
+            f"data:{self._run}:{ctx.task_idx}",
+            block_timeout=self._block_timeout,
+        )
+        for block in blocks:
+            writer.write(BlockAccessor.for_block(block).to_arrow(), self._key)
+        return writer.close()
+
+    def on_write_complete(self, write_result: Any) -> None:
+        """Keep every task's result (this runs in the driver)."""
+        self.results = list(write_result.write_returns)
+
+    def get_name(self) -> str:
+        """The write tasks' name in Ray Data's progress and stats."""
+        return f"WriteTopic({self._topic.name})"
+
+
+class TopicDatasource(Datasource):
+    """One read task per planned channel range; Arrow blocks out."""
+
+    def __init__(self, topic: Topic, ranges: list[ChannelRange]) -> None:
+        super().__init__()
+        self._topic = topic
+        self._ranges = ranges
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        """Unknown until read (values differ in size)."""
+        return None
+
+    def get_read_tasks(
+        self, parallelism: int, per_task_row_limit: int | None = None, **_: Any
+    ) -> list[ReadTask]:
+        """One task per range (the plan already cut long channels into pieces)."""
+        topic = self._topic
+        tasks = []
+        for piece in self._ranges:
+            metadata = BlockMetadata(
+                num_rows=piece.rows, size_bytes=None, input_files=None, exec_stats=None
+            )
+            tasks.append(
+                ReadTask(_reader(topic, piece), metadata, per_task_row_limit=per_task_row_limit)
+            )
+        return tasks
+
+    def get_name(self) -> str:
+        """The read tasks' name in Ray Data's progress and stats."""
+        return f"ReadTopic({self._topic.name})"
+
+
+def _reader(topic: Topic, piece: ChannelRange) -> Any:
+    def read() -> Iterator[pa.Table]:
+        yield from combine(read_range(topic, piece))
+
+    return read

@@ -1,0 +1,384 @@
+"""The ``raytopic`` command: the demo, the benchmarks, and a running cluster's topics.
+
+``demo`` and ``bench`` start an embedded local Ray unless ``--address`` names
+a running cluster. The other commands attach to a running cluster
+(``--address``, default ``auto``: ``RAY_ADDRESS``, else the cluster
+``ray start`` left on this machine) in ``--namespace``; ``--json`` makes their
+output pure JSON on stdout. A cluster with token authentication gets the
+token from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ``~/.ray/auth_token``
+(``raytopic.cluster``). Options may come before or after the arguments, and
+``--address``, ``--namespace`` and ``--json`` before the command too.
+
+Exit codes: 0 ok, 1 failure (no cluster answering within seconds, a refused
+token, a refused change), 2 usage (a bad option or value), 3 the topic or group
+does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, fields, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from raytopic.tools.bench import BenchSettings
+
+_LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+OK, FAILURE, USAGE, NOT_FOUND = 0, 1, 2, 3
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``raytopic`` command."""
+    args = _parse(argv)
+    if os.environ.get(_LOOPBACK) is None and "ray" in sys.modules and argv is None:
+        # Ray reads this when it is imported (and `import raytopic` imported it):
+        # start again with it set, so a local Ray listens on loopback only.
+        os.environ[_LOOPBACK] = "0"
+        os.execv(sys.executable, [sys.executable, "-m", "raytopic.tools.cli", *sys.argv[1:]])
+    os.environ.setdefault(_LOOPBACK, "0")
+    import raytopic as rt
+
+    try:
+        return int(args.run(args) or 0)
+    except (rt.TopicNotFoundError, rt.GroupNotFoundError) as error:
+        return _fail(error, NOT_FOUND)
+    except (rt.InvalidArgumentError, rt.InvalidTypeError) as error:
+        return _fail(error, USAGE)
+    except rt.TopicError as error:
+        return _fail(error, FAILURE)
+
+
+def _fail(error: Exception, code: int) -> int:
+    print(f"raytopic: {error}", file=sys.stderr)
+    return code
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, with the defaults of the options that may also come before
+    the command filled in here (a command's own default would overwrite a value
+    given before it, so the parsers leave them unset)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    attaches = args.run is _admin
+    for option in ("namespace", "json"):
+        if not attaches and hasattr(args, option):
+            parser.error(f"--{option} goes with the cluster commands, not {args.command}")
+    args.address = getattr(args, "address", "auto" if attaches else None)
+    args.namespace = getattr(args, "namespace", None)
+    args.json = getattr(args, "json", False)
+    return args
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raytopic",
+        description=__doc__.splitlines()[0],
+        epilog="exit codes: 0 ok, 1 failure, 2 usage, 3 topic or group not found",
+    )
+    _cluster_options(
+        parser, "the cluster (default: auto for the cluster commands, a local Ray for demo, bench)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="run the main job end to end on a local Ray")
+    demo.add_argument("--rows", type=int, default=1_000_000, help="orders to publish")
+    demo.add_argument(
+        "--no-spark",
+        dest="spark",
+        action="store_false",
+        help="publish from a Python Publisher instead of Spark (quicker to start)",
+    )
+    _address_option(demo, "a running Ray cluster (default: a local one)")
+    demo.set_defaults(run=_demo)
+
+    bench = commands.add_parser("bench", help="measure throughput, latency and memory")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller counts, the same cases, for a quicker check (the options below still apply)",
+    )
+    # Defaults are None so that an option given overrides --quick; the counts
+    # themselves live in raytopic.tools.bench (DEFAULT, QUICK), not here.
+    bench.add_argument("--messages", type=int, help="per throughput run (1,000,000; quick 100,000)")
+    bench.add_argument("--channels", type=int, help="of the multi-channel cases (8)")
+    bench.add_argument("--latency-samples", type=int, help="per latency case (300; quick 50)")
+    bench.add_argument("--repeat", type=int, help="runs per case, median reported (3; quick 1)")
+    bench.add_argument(
+        "--memory-elements", type=int, help="in the memory case (1,000,000; quick 100,000)"
+    )
+    bench.add_argument(
+        "--restart-elements",
+        type=int,
+        help="on disk in the restart case; 0 skips the store cases (1,000,000; quick 100,000)",
+    )
+    bench.add_argument(
+        "--spark",
+        action="store_true",
+        help="the Spark bridge cases instead (RayDP's conversions as baselines; --messages rows)",
+    )
+    bench.add_argument(
+        "--shared",
+        action="store_true",
+        help="only the shared-group cases (4 shared members vs 2 owned, 2 channels)",
+    )
+    bench.add_argument(
+        "--idle",
+        action="store_true",
+        help="only the idle case (idle CPU and topic creation against bare Ray actors)",
+    )
+    bench.add_argument("--idle-topics", type=int, help="of the idle case; 0 skips it (3; quick 1)")
+    bench.add_argument(
+        "--idle-seconds", type=float, help="the idle case's CPU window (20; quick 5)"
+    )
+    _address_option(bench, "a running Ray cluster (default: a local one)")
+    bench.set_defaults(run=_bench)
+
+    _admin_commands(commands)
+    return parser
+
+
+def _admin_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """The commands that attach to a running cluster, each with the shared options."""
+    cluster = argparse.ArgumentParser(add_help=False)
+    _cluster_options(cluster, "the cluster (default auto: RAY_ADDRESS, else the local one)")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, parents=[cluster])
+        sub.set_defaults(run=_admin)
+        return sub
+
+    command("list", "list the topics of a namespace")
+    create = command("create", "create a topic")
+    create.add_argument("topic")
+    create.add_argument("--channels", type=int, default=8)
+    create.add_argument("--capacity", type=int, default=1_000_000)
+    create.add_argument("--retain", action="store_true", help="keep committed elements")
+    create.add_argument("--ttl", type=float, default=None, help="seconds an element lives")
+    create.add_argument("--overflow", choices=("block", "overwrite", "fail"), default="block")
+    create.add_argument("--store", default=None, help="a directory: the embedded store")
+    create.add_argument(
+        "--group", action="append", metavar="G", help="a durable group (may repeat)"
+    )
+    command("describe", "channels and groups of a topic").add_argument("topic")
+    tail = command("tail", "print elements, one JSON value per line")
+    tail.add_argument("topic")
+    tail.add_argument("--group", default=None, help="from where this group committed")
+    tail.add_argument(
+        "--from",
+        dest="start",
+        type=_start,
+        default="earliest",
+        metavar="earliest|latest|ISO-TIME",
+        help="where to start (default earliest)",
+    )
+    tail.add_argument("-n", type=int, default=None, help="stop after N elements")
+    tail.add_argument("--follow", action="store_true", help="keep printing new elements")
+    command("groups", "the groups of a topic").add_argument("topic")
+    reset = command("reset-group", "move a group's read and commit positions")
+    reset.add_argument("topic")
+    reset.add_argument("group")
+    reset.add_argument(
+        "--to",
+        required=True,
+        type=_reset_target,
+        metavar="earliest|latest|ISO-TIME|CH:SEQ[,CH:SEQ...]",
+        help="where the group goes on (CH:SEQ: channel CH after sequence SEQ)",
+    )
+    delete = command("delete", "destroy a topic and everything in it")
+    delete.add_argument("topic")
+    delete.add_argument("--yes", action="store_true", help="do not ask")
+
+
+def _cluster_options(parser: argparse.ArgumentParser, address_help: str) -> None:
+    """--address, --namespace, --json: left unset when not given (see :func:`_parse`)."""
+    _address_option(parser, address_help)
+    parser.add_argument(
+        "--namespace", default=argparse.SUPPRESS, help="of the topics (default raytopic)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="pure JSON on stdout"
+    )
+
+
+def _address_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument(
+        "--address",
+        type=_address,
+        default=argparse.SUPPRESS,
+        metavar="HOST:PORT|auto",
+        help=help_text,
+    )
+
+
+def _address(text: str) -> str:
+    """--address: checked before anything connects, so a malformed one is a usage error."""
+    from raytopic.cluster import parse_address
+
+    if text == "auto":
+        return text
+    try:
+        return parse_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT (e.g. 127.0.0.1:6379) or auto, got {text!r}"
+        ) from None
+
+
+def _start(text: str) -> str | datetime:
+    """tail --from: "earliest", "latest" or an ISO time."""
+    if text in ("earliest", "latest"):
+        return text
+    return _moment(text, "earliest, latest or an ISO time")
+
+
+def _reset_target(text: str) -> str | datetime | dict[int, int]:
+    """reset-group --to: "earliest", "latest", an ISO time, or CH:SEQ pairs as a
+    {channel: sequence} dict."""
+    if text in ("earliest", "latest"):
+        return text
+    pairs = {}
+    try:
+        for pair in text.split(","):
+            channel, sequence = pair.split(":")
+            pairs[int(channel)] = int(sequence)
+    except ValueError:  # not pairs: an ISO time (which has colons too), or nothing valid
+        return _moment(text, "earliest, latest, an ISO time or CH:SEQ[,CH:SEQ...]")
+    return pairs
+
+
+def _moment(text: str, forms: str) -> datetime:
+    """An ISO time (UTC when it names no zone); else a usage error listing ``forms``."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {forms}, got {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _admin(args: argparse.Namespace) -> int:
+    if getattr(args, "n", None) is not None and args.n < 0:
+        return _fail(ValueError(f"-n must be >= 0, got {args.n}"), USAGE)
+    _connect(args.address)
+    from raytopic.tools.cli_admin import COMMANDS
+
+    return COMMANDS[args.command](args)
+
+
+def _connect(address: str | None) -> None:
+    """Join the cluster at ``address`` ("auto" or HOST:PORT; None: start an embedded
+    local one), sending its token when it asks for one.
+
+    Raises:
+        ClusterUnreachableError: No cluster answers there (within seconds, not Ray's
+            minute of retries).
+        ClusterAuthError: The cluster asks for a token this machine lacks or refuses it.
+        InvalidArgumentError: RAY_ADDRESS is not HOST:PORT.
+    """
+    import ray
+
+    if address is None:
+        from raytopic.tools.bench import local_ray
+
+        local_ray()
+        return
+    from raytopic.cluster import prepare, resolve_address
+
+    resolved = resolve_address(address)
+    prepare(resolved)
+    try:
+        ray.init(address=resolved, log_to_driver=False, logging_level=logging.WARNING)
+    except ConnectionError as error:
+        raise SystemExit(f"raytopic: no Ray cluster at {resolved!r}: {error}") from None
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.spark:
+        _spark_ready()
+    _connect(args.address)
+    from raytopic.tools.demo import run_demo
+
+    return 0 if run_demo(args.rows, spark=args.spark) else 1
+
+
+def _spark_ready() -> None:
+    """Java on this process's PATH before Ray starts (its node looks for Java once),
+    or a clear exit when the Spark extra or Java is missing."""
+    try:
+        import pyspark  # noqa: F401
+        import raydp  # noqa: F401
+
+        from raytopic.bridge.spark_session import JavaNotFoundError, prepare_java
+    except ImportError as error:
+        raise SystemExit(
+            f"raytopic: Spark is not installed ({error}): pip install 'raytopic[spark]', "
+            "or run without Spark: --no-spark"
+        ) from None
+    try:
+        prepare_java()
+    except JavaNotFoundError as error:
+        raise SystemExit(f"raytopic: {error}") from None
+
+
+def _bench_settings(args: argparse.Namespace) -> BenchSettings:
+    """``--quick`` or the full settings, with each option given on top."""
+    from raytopic.tools.bench import DEFAULT, QUICK
+
+    chosen = {
+        field.name: getattr(args, field.name)
+        for field in fields(DEFAULT)
+        if getattr(args, field.name) is not None
+    }
+    return replace(QUICK if args.quick else DEFAULT, **chosen)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    settings = _bench_settings(args)
+    if args.spark:
+        _spark_ready()
+    _connect(args.address)
+    from raytopic.tools.bench import (
+        Figure,
+        format_figure,
+        format_header,
+        format_verdict,
+        run_benchmarks,
+    )
+
+    print(format_header())
+    figures: list[Figure] = []
+
+    def report(figure: Figure) -> None:
+        figures.append(figure)
+        print(format_figure(figure), flush=True)
+
+    if args.spark:
+        from raytopic.tools.bench_spark import run_spark_benchmarks
+
+        run_spark_benchmarks(rows=settings.messages, repeat=settings.repeat, report=report)
+    elif args.shared:
+        from raytopic.tools.bench_shared import run_shared_benchmarks
+
+        run_shared_benchmarks(messages=settings.messages, repeat=settings.repeat, report=report)
+    elif args.idle:
+        from raytopic.tools.bench_idle import run_idle_benchmarks
+
+        run_idle_benchmarks(
+            topics=settings.idle_topics,
+            channels=settings.channels,
+            seconds=settings.idle_seconds,
+            report=report,
+        )
+    else:
+        run_benchmarks(**asdict(settings), report=report)
+    print(format_verdict(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
