@@ -19,9 +19,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from raytopic.actors.payloads import Payload, PickledValues
+
+if TYPE_CHECKING:
+    from raytopic.actors.stores.state_log import StateChange
 
 __all__ = ["OPTIONAL_METHODS", "REQUIRED_METHODS", "ChannelStore", "RingbufferStore", "StoredBatch"]
 
@@ -71,6 +74,19 @@ class RingbufferStore(Protocol):
     ``load_state`` to keep group positions durably: without them a restarted
     channel has its elements back and gets its groups from the coordinator,
     starting them at the head.
+
+    The channel's state is a dict of sections (epoch, groups, publishers,
+    readers, ...: see :mod:`raytopic.actors.stores.state_log`). It hands the
+    whole state to ``save_state(state)`` when it starts an epoch, and each
+    change after that (a commit moves one group's cursor) to
+    ``append_state(changes)``, a sequence of
+    :class:`~raytopic.actors.stores.state_log.StateChange`. A store with
+    ``save_state`` but no ``append_state`` gets the whole state, changes
+    applied, on every change (:meth:`ChannelStore.append_state`); one with its
+    own ``append_state`` may keep just the changes (the embedded store logs
+    them and rewrites the whole state now and then), as long as
+    ``load_state()`` returns the last state saved with every change appended
+    since applied, and a change is durable when ``append_state`` returns.
     """
 
     def store(self, sequence: int, item: Any) -> None:
@@ -101,6 +117,7 @@ OPTIONAL_METHODS = (
     "first_sequence",
     "truncate",
     "save_state",
+    "append_state",
     "load_state",
     "damaged",
     "release_cache",
@@ -123,13 +140,22 @@ class ChannelStore:
     def __init__(self, store: RingbufferStore) -> None:
         self.inner = store
         """The store adapted."""
-        self._state: dict[str, Any] | None = None
+        self._state: dict[str, Any] | None = None  # kept by the in-memory default
+        self._mirror: dict[str, Any] | None = None  # the state changes are applied to
+        own = {
+            name: getattr(store, name)
+            for name in OPTIONAL_METHODS
+            if callable(getattr(store, name, None))
+        }
+        self._save_whole = own.get("save_state", self._keep_state)
+        if "append_state" not in own:
+            # The default append_state applies changes to the state saved last:
+            # a whole new state saved must go through this adapter to reach it.
+            own.pop("save_state", None)
         # The store's own methods win: bound once here, so a call costs what a
         # direct call does.
-        for name in OPTIONAL_METHODS:
-            own = getattr(store, name, None)
-            if callable(own):
-                setattr(self, name, own)
+        for name, method in own.items():
+            setattr(self, name, method)
 
     # -- the seed's four ------------------------------------------------------------------
 
@@ -178,12 +204,42 @@ class ChannelStore:
 
     def save_state(self, state: dict[str, Any]) -> None:
         """Keep the channel's small state (epoch, group positions, publisher
-        tracks, readers) durably, replacing the last one. Called off the event
-        loop; it may block (default: in memory only)."""
+        tracks, readers) durably, replacing the whole last one. Called off the
+        event loop; it may block (default: the store's ``save_state`` if it has
+        one, else in memory only). ``state`` is kept as it is: the caller
+        hands over a dict it no longer changes."""
+        self._save_whole(state)
+        self._mirror = state
+
+    def append_state(self, changes: Sequence[StateChange]) -> None:
+        """Keep ``changes`` to the state durably (all or none), on top of the state
+        saved last and the changes appended since. Called off the event loop; it
+        may block.
+
+        Default: the changes are applied to the last state (loaded from the
+        store once, copied where changed: a state handed to ``save_state`` is
+        never altered afterwards) and the result goes to ``save_state``, so a
+        store with ``save_state`` / ``load_state`` alone rewrites the whole
+        state, and one with neither keeps it in memory.
+
+        Raises:
+            StoreError: the changes do not fit the state; or whatever the
+                store's ``save_state`` raises (the state stays as it was).
+        """
+        # Imported here: state_log builds on frames, which builds on this module.
+        from raytopic.actors.stores.state_log import with_changes
+
+        current = self._mirror if self._mirror is not None else (self.load_state() or {})
+        changed = with_changes(current, changes)
+        self._save_whole(changed)
+        self._mirror = changed
+
+    def _keep_state(self, state: dict[str, Any]) -> None:
+        """``save_state`` of a store without one: in memory only."""
         self._state = state
 
     def load_state(self) -> dict[str, Any] | None:
-        """The state last saved, or None."""
+        """The state last saved, changes appended since applied, or None."""
         return self._state
 
     def damaged(self) -> list[tuple[int, int]]:

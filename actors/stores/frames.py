@@ -15,6 +15,11 @@
 
 Little-endian throughout. A record whose checksum does not match is never
 decoded: its payload may be altered.
+
+The prefix (magic, length, crc32c) frames other records too: the state log's
+(:mod:`raytopic.actors.stores.state_log`) has its own magic, so neither kind is
+ever taken for the other (:func:`encode_frame`, and ``magic=`` of
+:func:`read_frame` and :func:`find_frame`).
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ __all__ = [
     "Frame",
     "TornRecord",
     "decode_record",
+    "encode_frame",
     "encode_record",
+    "find_frame",
     "peek_range",
     "read_frame",
 ]
@@ -97,8 +104,22 @@ def encode_record(batch: StoredBatch) -> list[bytes | memoryview]:
     return [PREFIX.pack(MAGIC, length, crc), header, publisher, *parts]
 
 
-def read_frame(data: memoryview, offset: int) -> Frame:
+def encode_frame(body: bytes, *, magic: bytes) -> bytes:
+    """``body`` framed as one record: the prefix (``magic``, length, CRC32C), then ``body``."""
+    return PREFIX.pack(magic, len(body), _extend(0, body)) + body
+
+
+def read_frame(
+    data: memoryview, offset: int, *, magic: bytes = MAGIC, min_length: int = _HEADER.size
+) -> Frame:
     """The record at ``offset`` of ``data``, checksum checked.
+
+    Args:
+        data: The bytes of a file.
+        offset: Where the record starts.
+        magic: The magic of the records expected (default: a segment's).
+        min_length: The shortest body such a record has (default: a segment
+            record's header).
 
     Raises:
         TornRecord: ``data`` ends before the record does.
@@ -106,8 +127,8 @@ def read_frame(data: memoryview, offset: int) -> Frame:
     """
     if offset + PREFIX.size > len(data):
         raise TornRecord(f"{len(data) - offset} bytes at {offset}: less than a record prefix")
-    magic, length, crc = PREFIX.unpack_from(data, offset)
-    if magic != MAGIC or length < _HEADER.size or length > _MAX_LENGTH:
+    found, length, crc = PREFIX.unpack_from(data, offset)
+    if found != magic or length < min_length or length > _MAX_LENGTH:
         raise CorruptRecord(f"no record at offset {offset}")
     start = offset + PREFIX.size
     if start + length > len(data):
@@ -116,6 +137,24 @@ def read_frame(data: memoryview, offset: int) -> Frame:
     if _extend(0, body) != crc:
         raise CorruptRecord(f"checksum mismatch in the record at offset {offset}")
     return Frame(offset, PREFIX.size + length, body)
+
+
+def find_frame(
+    data: memoryview, start: int, *, magic: bytes = MAGIC, min_length: int = _HEADER.size
+) -> int | None:
+    """Offset of the next whole, checksum-valid record at or after ``start``, or None
+    (``magic`` and ``min_length`` as for :func:`read_frame`)."""
+    raw = data.obj if isinstance(data.obj, bytes) and len(data) == len(data.obj) else bytes(data)
+    at = start
+    while True:
+        at = raw.find(magic, at)
+        if at < 0:
+            return None
+        try:
+            read_frame(data, at, magic=magic, min_length=min_length)
+            return at
+        except (TornRecord, CorruptRecord):
+            at += 1
 
 
 def _extend(crc: int, data: bytes | memoryview) -> int:

@@ -4,7 +4,9 @@ Files in the store's directory::
 
     00000000000000000000.log   segments, named by the first sequence they hold
     00000000000001048576.log   (the last one is written to; older ones are sealed)
-    state.json                 epoch, group positions, publisher tracks, readers
+    state.json                 the channel's whole state (epoch, group positions,
+                               publisher tracks, readers) as of one generation
+    state-0000000003.changes   the changes to it since (generation 3's state log)
 
 Each append is one record (:mod:`raytopic.actors.stores.frames`), written
 with one ``writev``; :meth:`SegmentLogStore.sync` makes what was written
@@ -22,32 +24,43 @@ Opening a directory recovers it: every record's checksum is checked, a record
 cut short at the end (a torn write) is truncated away, and a damaged record
 in the middle is skipped and reported (:meth:`damaged`); its payload is never
 decoded.
+
+The state: ``state.json`` is ``{"log_generation": g, "state": {...}}`` (a
+file without ``log_generation``, as stores wrote before the state log, is
+generation 0); each :meth:`SegmentLogStore.append_state` appends one record
+(:mod:`raytopic.actors.stores.state_log`) to generation g's log and syncs it,
+so a commit writes in proportion to what it changed. When the log outgrows
+the state file a new state file (generation g + 1) replaces both (see
+:class:`_StateFiles` for the order of the steps and why a crash at any point
+recovers).
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import copy
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from raytopic.actors.stores.base import RingbufferStore, StoredBatch
 from raytopic.actors.stores.frames import (
-    MAGIC,
     CorruptRecord,
     TornRecord,
     decode_record,
     encode_record,
+    find_frame,
     peek_range,
     read_frame,
 )
+from raytopic.actors.stores.state_log import StateChange, apply_changes, decode_log, encode_changes
 from raytopic.errors import StoreError
 
 logger = logging.getLogger(__name__)
@@ -57,7 +70,14 @@ __all__ = ["SegmentLogStore"]
 SEGMENT_BYTES = 64 * 1024 * 1024
 """A segment is sealed and a new one started past this size."""
 
+STATE_LOG_BYTES = 256 * 1024
+"""The state log is compacted into a new state file past this size (or past
+twice the state file's, if that is larger)."""
+
 _STATE = "state.json"
+_STATE_TEMPORARY = "state.tmp"
+_STATE_LOG = "state-{:010d}.changes"
+_STATE_LOG_GLOB = "state-*.changes"
 _SUFFIX = ".log"
 
 
@@ -91,6 +111,8 @@ class SegmentLogStore(RingbufferStore):
         segment_bytes: Size at which a segment is sealed.
         must_exist: Refuse to start an empty store (a restarted channel's
             directory must hold its state file).
+        state_log_bytes: The state log is compacted past this size (or twice
+            the state file's, if larger).
 
     Raises:
         StoreError: ``must_exist`` and the directory holds no store.
@@ -104,6 +126,7 @@ class SegmentLogStore(RingbufferStore):
         retention_seconds: float | None = None,
         segment_bytes: int = SEGMENT_BYTES,
         must_exist: bool = False,
+        state_log_bytes: int = STATE_LOG_BYTES,
     ) -> None:
         self.directory = Path(directory)
         self._retention_bytes = retention_bytes or 0
@@ -124,6 +147,7 @@ class SegmentLogStore(RingbufferStore):
                 f"{self.directory} holds no store: is the shared directory mounted here?"
             )
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._state = _StateFiles(self.directory, state_log_bytes)
         self._open()
 
     # -- opening and recovery ----------------------------------------------------------
@@ -166,7 +190,7 @@ class SegmentLogStore(RingbufferStore):
                 # tail only if it is short and no whole record follows. A whole
                 # record with a bad checksum was written, maybe acknowledged:
                 # damage, reported, never silently cut.
-                resume = _next_valid(data, offset + 1)
+                resume = find_frame(data, offset + 1)
                 if resume is None:
                     if last and isinstance(error, TornRecord):
                         return offset  # a write cut short by a crash
@@ -377,27 +401,31 @@ class SegmentLogStore(RingbufferStore):
     # -- state ----------------------------------------------------------------------------
 
     def save_state(self, state: dict[str, Any]) -> None:
-        """Write the state file by atomic rename (written, synced, renamed, dir synced)."""
-        path = self.directory / _STATE
-        temporary = path.with_suffix(".tmp")
-        data = json.dumps(state, separators=(",", ":")).encode()
-        try:
-            with open(temporary, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fdatasync(file.fileno())
-            os.replace(temporary, path)
-            _sync_directory(self.directory)
-        except OSError as error:
-            raise StoreError(f"state write failed: {error}") from error
+        """Replace the whole state: a new state file (a new generation, by atomic
+        rename), the state log of the last one deleted.
+
+        Raises:
+            StoreError: the state could not be written (if the failure came after
+                the new file was in place, every later state call fails too).
+        """
+        self._state.save(state)
+
+    def append_state(self, changes: Sequence[StateChange]) -> None:
+        """Append ``changes`` to the state log as one record and ``fdatasync`` it;
+        now and then rewrite the whole state instead (compaction). Blocks.
+
+        Raises:
+            StoreError: the record could not be written (the log is cut back:
+                nothing changed) or synced (then every later state call fails
+                too: whether it is on disk is unknown).
+        """
+        if self._closed:
+            raise StoreError("the store is closed")
+        self._state.append(changes)
 
     def load_state(self) -> dict[str, Any] | None:
-        """The last state written, or None."""
-        path = self.directory / _STATE
-        try:
-            return json.loads(path.read_bytes())
-        except FileNotFoundError:
-            return None
+        """The state saved last with the changes appended since, or None (a copy)."""
+        return self._state.load()
 
     def close(self) -> None:
         """Sync and close the files."""
@@ -410,21 +438,217 @@ class SegmentLogStore(RingbufferStore):
             if self._fd >= 0:
                 os.close(self._fd)
             self._fd = -1
+        self._state.close()
 
 
-def _next_valid(data: memoryview, start: int) -> int | None:
-    """Offset of the next whole, checksum-valid record at or after ``start``."""
-    raw = data.obj if isinstance(data.obj, bytes) else bytes(data)
-    at = start
-    while True:
-        at = raw.find(MAGIC, at)
-        if at < 0:
-            return None
+class _StateFiles:
+    """The state file and its state log, with the state they hold in memory.
+
+    Compaction (and ``save``), in this order:
+
+    1. The new state, generation g + 1, is written to ``state.tmp`` and
+       synced. A crash now leaves ``state.json`` (g) and log g as they were:
+       recovery is the same; the temporary file is deleted on open.
+    2. ``state.tmp`` is renamed over ``state.json`` and the directory synced:
+       the commit point. Until the directory sync returns, a crash may
+       recover either file; log g is still there, so either recovers the
+       same state (the old one with its log, or the new one, which holds it).
+    3. Log g is closed and deleted. A crash before the deletion reaches the
+       disk leaves log g beside a generation g + 1 state file: it is never
+       replayed onto it (the generations differ) and is deleted on open.
+    4. Log g + 1 is created by the next append, and the directory synced
+       before that append's record is: a record synced in a file whose
+       directory entry is not durable could vanish with the file. A crash
+       before the first record leaves an empty or missing log: nothing to
+       replay.
+
+    A record cut short at the end of a log (a crash during an append, never
+    acknowledged) is cut off when the log is opened, so later records do not
+    follow it.
+
+    Args:
+        directory: The store's directory.
+        log_bytes: Compaction threshold (see ``STATE_LOG_BYTES``).
+
+    Raises:
+        StoreError: the state file or the log is unreadable, or the log is
+            damaged before its end.
+    """
+
+    def __init__(self, directory: Path, log_bytes: int) -> None:
+        self._directory = directory
+        self._path = directory / _STATE
+        self._log_bytes = log_bytes
+        self._lock = threading.Lock()  # appends and saves come from worker threads
+        self._state: dict[str, Any] | None = None  # None: nothing saved or appended yet
+        self._generation = 0
+        self._state_size = 0  # bytes of the state file
+        self._log_fd = -1  # the log of this generation, opened at its first append
+        self._log_size = 0
+        self._failure: str | None = None  # set when the files' state became unknown
+        self._recover()
+
+    @property
+    def _log_path(self) -> Path:
+        return self._directory / _STATE_LOG.format(self._generation)
+
+    def _recover(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self._directory / _STATE_TEMPORARY).unlink()  # a compaction cut short (step 1)
         try:
-            read_frame(data, at)
-            return at
-        except (TornRecord, CorruptRecord):
-            at += 1
+            data = self._path.read_bytes()
+        except FileNotFoundError:
+            data = None
+        if data is not None:
+            try:
+                document = json.loads(data)
+            except ValueError as error:
+                raise StoreError(f"{self._path} is unreadable: {error}") from error
+            if isinstance(document, dict) and "log_generation" in document:
+                try:
+                    self._generation = int(document["log_generation"])
+                    self._state = document["state"]
+                except (KeyError, TypeError, ValueError) as error:
+                    raise StoreError(f"{self._path} is not a state file: {error!r}") from error
+            else:
+                self._state = document  # written before the state log: generation 0
+            self._state_size = len(data)
+        for path in self._directory.glob(_STATE_LOG_GLOB):
+            if path != self._log_path:
+                logger.info("%s: stale state log %s deleted", self._directory, path.name)
+                path.unlink()  # another generation's (step 3 cut short)
+        try:
+            log = self._log_path.read_bytes()
+        except FileNotFoundError:
+            return
+        decoded = decode_log(log)
+        if decoded.batches and self._state is None:
+            self._state = {}
+        for changes in decoded.batches:
+            apply_changes(self._state, changes)  # type: ignore[arg-type]
+        if decoded.end < len(log):
+            logger.warning(
+                "%s: torn tail: %d bytes after the last whole record cut off",
+                self._log_path,
+                len(log) - decoded.end,
+            )
+            try:
+                fd = os.open(self._log_path, os.O_WRONLY)
+                try:
+                    os.ftruncate(fd, decoded.end)
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as error:
+                raise StoreError(f"cannot cut the torn state log back: {error}") from error
+        self._log_size = decoded.end
+
+    def load(self) -> dict[str, Any] | None:
+        with self._lock:
+            return copy.deepcopy(self._state)
+
+    def append(self, changes: Sequence[StateChange]) -> None:
+        record = encode_changes(changes)
+        # What the state gets is what a replay of the record will give (tuples
+        # become lists, ...), and no object of the caller's is kept.
+        (replayed,) = decode_log(record).batches
+        with self._lock:
+            self._check()
+            fd = self._open_log()
+            try:
+                written = os.write(fd, record)
+                if written != len(record):
+                    raise OSError(f"short write: {written} of {len(record)} bytes")
+            except OSError as error:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._log_size)
+                raise StoreError(f"state log write failed: {error}") from error
+            try:
+                os.fdatasync(fd)
+            except OSError as error:
+                self._failure = f"the state log could not be synced: {error}"
+                raise StoreError(self._failure) from error
+            self._log_size += len(record)
+            if self._state is None:
+                self._state = {}
+            apply_changes(self._state, replayed)
+            if self._log_size > max(self._log_bytes, 2 * self._state_size):
+                self._compact()
+
+    def save(self, state: dict[str, Any]) -> None:
+        body = json.dumps(state, separators=(",", ":"))
+        with self._lock:
+            self._check()
+            self._write_snapshot(body)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_log()
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise StoreError(f"the store's state is unknown: {self._failure}")
+
+    def _open_log(self) -> int:
+        if self._log_fd < 0:
+            try:
+                self._log_fd = os.open(
+                    self._log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+                )
+                _sync_directory(self._directory)  # step 4: the file outlives a crash
+            except OSError as error:
+                raise StoreError(f"cannot open the state log: {error}") from error
+        return self._log_fd
+
+    def _close_log(self) -> None:
+        if self._log_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._log_fd)
+            self._log_fd = -1
+
+    def _compact(self) -> None:
+        """Rewrite the whole state; the record just appended is durable already,
+        so a failure before the commit point is logged, not raised (the next
+        append tries again)."""
+        body = json.dumps(self._state, separators=(",", ":"))
+        try:
+            self._write_snapshot(body)
+        except StoreError as error:
+            if self._failure is not None:
+                raise
+            logger.error("%s: state compaction failed (tried again later): %s", self._path, error)
+
+    def _write_snapshot(self, body: str) -> None:
+        """Steps 1 to 3 of a compaction (see the class docstring); the state held
+        becomes ``body``'s."""
+        generation = self._generation + 1
+        data = f'{{"log_generation":{generation},"state":{body}}}'.encode()
+        temporary = self._directory / _STATE_TEMPORARY
+        try:
+            with open(temporary, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fdatasync(file.fileno())
+            os.replace(temporary, self._path)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise StoreError(f"state write failed: {error}") from error
+        try:
+            _sync_directory(self._directory)
+        except OSError as error:
+            # Whether the new file or the old one survives a crash is unknown;
+            # appending to either log could lose changes: stop here.
+            self._failure = f"the state file's rename could not be synced: {error}"
+            raise StoreError(self._failure) from error
+        old_log = self._log_path
+        self._close_log()
+        with contextlib.suppress(FileNotFoundError):
+            old_log.unlink()
+        self._generation = generation
+        self._state = json.loads(body)
+        self._state_size = len(data)
+        self._log_size = 0
 
 
 def _sync_directory(directory: Path) -> None:
