@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 import numpy as np
 
-from raytopic.errors import InvalidTypeError
+from raytopic.core.errors import InvalidTypeError
 
 if TYPE_CHECKING:
     import pyarrow as pa

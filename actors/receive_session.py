@@ -40,8 +40,13 @@ import ray
 
 from raytopic.actors.turns import Turns
 from raytopic.actors.wire import Delivery, ReceivedBatch
-from raytopic.errors import NotOwnerError, StaleSequenceError, SubscriberClosedError, TopicError
-from raytopic.resequencer import Resequence, ResequencedStream, ResequencerStats
+from raytopic.core.errors import (
+    NotOwnerError,
+    StaleSequenceError,
+    SubscriberClosedError,
+    TopicError,
+)
+from raytopic.core.resequencer import Resequence, ResequencedStream, ResequencerStats
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,15 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from raytopic.errors import InvalidArgumentError
-from raytopic.records import Element, Position, PublishStatus, _Origin, stamp_to_datetime
+from raytopic.core.errors import InvalidArgumentError
+from raytopic.core.records import (
+    Element,
+    Position,
+    PublishStatus,
+    ReadResultSet,
+    _Origin,
+    stamp_to_datetime,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -420,8 +427,6 @@ class RawReadResult:
 
 
 def _read_result_set(start: int, read_count: int, chunks: tuple[Chunk, ...]) -> Any:
-    from raytopic.ringbuffer import ReadResultSet
-
     items: list[Any] = []
     sequences: list[int] = []
     for chunk in chunks:

@@ -19,8 +19,8 @@ from raytopic.cluster import enable_token_for_ray_address as _enable_token_for_r
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
     from raytopic.actors.stores.base import RingbufferStore, StoredBatch
-    from raytopic.config import Overflow, Start
-    from raytopic.errors import (
+    from raytopic.core.config import Overflow, Start
+    from raytopic.core.errors import (
         ChannelFailedError,
         ChannelUnavailableError,
         ClosedError,
@@ -43,8 +43,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
         TopicFullError,
         TopicNotFoundError,
     )
-    from raytopic.publisher import Publisher
-    from raytopic.records import (
+    from raytopic.core.records import (
         AckStatus,
         CommitResult,
         CommitStatus,
@@ -53,10 +52,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
         Position,
         PublishStatus,
         PublishSummary,
+        ReadResultSet,
     )
-    from raytopic.resequencer import Resequence, Resequencer, ResequencerStats
-    from raytopic.ringbuffer import ReadResultSet, Ringbuffer
-    from raytopic.shared_group import SharedGroup
+    from raytopic.core.resequencer import Resequence, Resequencer, ResequencerStats
+    from raytopic.core.shared_group import SharedGroup
+    from raytopic.publisher import Publisher
+    from raytopic.ringbuffer import Ringbuffer
     from raytopic.stats import ChannelStats, GroupChannelStats, GroupStats, MemberStats, TopicStats
     from raytopic.subscriber import Subscriber
     from raytopic.topic import Topic, create_topic, get_topic, list_topics
@@ -133,47 +134,47 @@ _EXPORTS = {
     "Topic": "raytopic.topic",
     "RingbufferStore": "raytopic.actors.stores.base",
     "StoredBatch": "raytopic.actors.stores.base",
-    "AckStatus": "raytopic.records",
+    "AckStatus": "raytopic.core.records",
     "ChannelStats": "raytopic.stats",
-    "CommitResult": "raytopic.records",
-    "CommitStatus": "raytopic.records",
-    "Element": "raytopic.records",
+    "CommitResult": "raytopic.core.records",
+    "CommitStatus": "raytopic.core.records",
+    "Element": "raytopic.core.records",
     "GroupChannelStats": "raytopic.stats",
     "GroupStats": "raytopic.stats",
     "MemberStats": "raytopic.stats",
-    "Overflow": "raytopic.config",
-    "OwnershipChange": "raytopic.records",
-    "Position": "raytopic.records",
-    "PublishStatus": "raytopic.records",
-    "PublishSummary": "raytopic.records",
-    "ReadResultSet": "raytopic.ringbuffer",
-    "SharedGroup": "raytopic.shared_group",
-    "Start": "raytopic.config",
+    "Overflow": "raytopic.core.config",
+    "OwnershipChange": "raytopic.core.records",
+    "Position": "raytopic.core.records",
+    "PublishStatus": "raytopic.core.records",
+    "PublishSummary": "raytopic.core.records",
+    "ReadResultSet": "raytopic.core.records",
+    "SharedGroup": "raytopic.core.shared_group",
+    "Start": "raytopic.core.config",
     "TopicStats": "raytopic.stats",
-    "Resequence": "raytopic.resequencer",
-    "Resequencer": "raytopic.resequencer",
-    "ResequencerStats": "raytopic.resequencer",
-    "ChannelFailedError": "raytopic.errors",
-    "ChannelUnavailableError": "raytopic.errors",
-    "ClosedError": "raytopic.errors",
-    "DataLossError": "raytopic.errors",
-    "ForeignElementError": "raytopic.errors",
-    "GroupFilterError": "raytopic.errors",
-    "GroupModeError": "raytopic.errors",
-    "GroupNotFoundError": "raytopic.errors",
-    "InvalidArgumentError": "raytopic.errors",
-    "InvalidTypeError": "raytopic.errors",
-    "NotOwnerError": "raytopic.errors",
-    "PositionMismatchError": "raytopic.errors",
-    "PublisherClosedError": "raytopic.errors",
-    "ResetInProgressError": "raytopic.errors",
-    "StaleSequenceError": "raytopic.errors",
-    "StoreError": "raytopic.errors",
-    "SubscriberClosedError": "raytopic.errors",
-    "TopicError": "raytopic.errors",
-    "TopicExistsError": "raytopic.errors",
-    "TopicFullError": "raytopic.errors",
-    "TopicNotFoundError": "raytopic.errors",
+    "Resequence": "raytopic.core.resequencer",
+    "Resequencer": "raytopic.core.resequencer",
+    "ResequencerStats": "raytopic.core.resequencer",
+    "ChannelFailedError": "raytopic.core.errors",
+    "ChannelUnavailableError": "raytopic.core.errors",
+    "ClosedError": "raytopic.core.errors",
+    "DataLossError": "raytopic.core.errors",
+    "ForeignElementError": "raytopic.core.errors",
+    "GroupFilterError": "raytopic.core.errors",
+    "GroupModeError": "raytopic.core.errors",
+    "GroupNotFoundError": "raytopic.core.errors",
+    "InvalidArgumentError": "raytopic.core.errors",
+    "InvalidTypeError": "raytopic.core.errors",
+    "NotOwnerError": "raytopic.core.errors",
+    "PositionMismatchError": "raytopic.core.errors",
+    "PublisherClosedError": "raytopic.core.errors",
+    "ResetInProgressError": "raytopic.core.errors",
+    "StaleSequenceError": "raytopic.core.errors",
+    "StoreError": "raytopic.core.errors",
+    "SubscriberClosedError": "raytopic.core.errors",
+    "TopicError": "raytopic.core.errors",
+    "TopicExistsError": "raytopic.core.errors",
+    "TopicFullError": "raytopic.core.errors",
+    "TopicNotFoundError": "raytopic.core.errors",
 }
 """Where each public name lives. Imported on first use: a channel or coordinator
 actor's process imports only the modules it runs, not the whole package (a

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from raytopic.errors import InvalidArgumentError, TopicError
+from raytopic.core.errors import InvalidArgumentError, TopicError
 
 __all__ = [
     "AUTH_MODE",

@@ -23,8 +23,8 @@ from concurrent.futures._base import FINISHED, RUNNING
 from typing import Any
 
 from raytopic.actors.wire import AppendAck
-from raytopic.errors import TopicFullError
-from raytopic.records import Position, PublishStatus, stamp_to_datetime
+from raytopic.core.errors import TopicFullError
+from raytopic.core.records import Position, PublishStatus, stamp_to_datetime
 
 __all__ = ["PublishBatch", "PublishFuture"]
 

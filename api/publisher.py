@@ -32,19 +32,20 @@ import ray
 
 from raytopic.actors.payloads import PickledValues, dumps_value, fast_dumps
 from raytopic.actors.wire import AppendAck, pack_request
-from raytopic.config import check_nonnegative_number, check_positive_int, check_timeout
-from raytopic.errors import (
+from raytopic.core.config import check_nonnegative_number, check_positive_int, check_timeout
+from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     PublisherClosedError,
     TopicFullError,
     unwrap_ray_error,
 )
+from raytopic.core.gather import gather_in_order
 from raytopic.publish_futures import PublishBatch
 from raytopic.routing import key_hash, key_id
 
 if TYPE_CHECKING:
-    from raytopic.records import PublishStatus
+    from raytopic.core.records import PublishStatus
     from raytopic.topic import Topic
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,10 @@ class Publisher:
             key: Values with the same key go to the same channel, in order.
                 Defaults to ``ordering(value)`` if the publisher has one.
 
+        Returns:
+            A Future of the value's PublishStatus; it fails with TopicFullError
+            (no room in time) or the channel's error.
+
         Raises:
             InvalidTypeError: the value is None, an ObjectRef, cannot be
                 pickled, or the key has an unsupported type (nothing is sent).
@@ -211,8 +216,10 @@ class Publisher:
             self._start_worker()  # it sends the batch once it is linger old
         return future
 
-    def publish_batch(self, values: Iterable[Any], *, keys: Sequence[Any] | None = None) -> Any:
-        """Publish many values; return ``ObjectRef[list[PublishStatus]]`` in input order.
+    def publish_batch(
+        self, values: Iterable[Any], *, keys: Sequence[Any] | None = None
+    ) -> ray.ObjectRef[Sequence[PublishStatus]]:
+        """Publish many values in one call per channel.
 
         Values this publisher published before go out first, so per-key order
         holds across ``publish`` and ``publish_batch``.
@@ -221,9 +228,19 @@ class Publisher:
         the ObjectRef raises TopicFullError, and the channels it names
         appended nothing of this batch (other channels' parts may have gone in).
 
+        Args:
+            values: Picklable values except None and ObjectRefs.
+            keys: One key per value (None entries: ``ordering(value)`` or round
+                robin), or None.
+
+        Returns:
+            ``ObjectRef`` of the values' PublishStatuses in input order (a compact
+            sequence: length, index, iteration, equality with a list).
+
         Raises:
             InvalidTypeError, InvalidArgumentError: a bad value or key, or
                 ``keys`` of another length; nothing is sent.
+            PublisherClosedError: the publisher was closed.
         """
         values = list(values)
         payloads = [dumps_value(value) for value in values]
@@ -407,6 +424,9 @@ class Publisher:
         """Send everything buffered and wait until every value published so far is
         acknowledged or failed (failures surface on the values' futures, not here).
 
+        Args:
+            timeout: Seconds to wait at most (None: no limit).
+
         Raises:
             TimeoutError: ``timeout`` seconds passed first.
         """
@@ -424,7 +444,15 @@ class Publisher:
                 self._settled.wait(left)
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, then stop. Idempotent; ``publish`` afterwards raises PublisherClosedError."""
+        """Flush, then stop. Idempotent; ``publish`` afterwards raises PublisherClosedError.
+
+        Args:
+            timeout: Seconds the flush may wait at most (None: no limit).
+
+        Raises:
+            TimeoutError: values were still unacknowledged after ``timeout``
+                seconds (the publisher is then not closed).
+        """
         if self._closed:
             return
         self.flush(timeout)
@@ -471,15 +499,3 @@ def _failed_future(error: BaseException) -> Future[Any]:
 
 def _new_publisher(topic: Topic, settings: dict[str, Any]) -> Publisher:
     return Publisher(topic, **settings)
-
-
-def _in_order(layout: list[int], *parts: list[Any]) -> list[Any]:
-    """Per-channel result lists back in the order of the input (``layout[i]``: the
-    part item ``i`` is in)."""
-    cursors = [iter(part) for part in parts]
-    return [next(cursors[index]) for index in layout]
-
-
-gather_in_order = ray.remote(num_cpus=0)(_in_order)
-"""``_in_order`` as a task: one ObjectRef for results several channel calls return
-(``publish_batch``'s statuses, a bulk ``Subscriber.ack``'s)."""

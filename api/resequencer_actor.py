@@ -1,7 +1,7 @@
 """The Resequencer as a Ray actor, fed by many producers at once.
 
 :class:`ResequencerActor` is an undecorated class holding one
-:class:`raytopic.resequencer.Resequencer`; :func:`make_resequencer_actor`
+:class:`raytopic.core.resequencer.Resequencer`; :func:`make_resequencer_actor`
 creates it as a Ray actor. Releases go either into a callback run inside the
 actor or into a sink object with a ``publish(value)`` method (a raytopic
 ``Publisher``, for example), so a reordered stream can be republished.
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.util.metrics import Counter
 
-from raytopic.errors import InvalidArgumentError, InvalidTypeError
-from raytopic.resequencer import (
+from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
+from raytopic.core.resequencer import (
     ReleaseCallback,
     Resequencer,
     ResequencerStats,

@@ -11,56 +11,21 @@ refused with InvalidTypeError.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import ray
 
 from raytopic.actors.payloads import PickledValues
-from raytopic.config import Overflow, check_timeout
-from raytopic.errors import InvalidTypeError, unwrap_ray_error
+from raytopic.core.config import Overflow, check_timeout
+from raytopic.core.errors import InvalidTypeError, unwrap_ray_error
+from raytopic.core.records import ReadResultSet
 
 if TYPE_CHECKING:
     from raytopic.topic import Topic
 
 __all__ = ["ReadResultSet", "Ringbuffer"]
-
-
-class ReadResultSet(Sequence[Any]):
-    """The items one ``read_many`` read: a sequence of values.
-
-    Attributes:
-        read_count: Items read, matching the filter or not.
-        next_sequence_to_read_from: Where a following read should start.
-    """
-
-    __slots__ = ("_items", "_sequences", "next_sequence_to_read_from", "read_count")
-
-    def __init__(self, start: int, read_count: int, items: list[Any], sequences: list[int]) -> None:
-        self.read_count = read_count
-        self.next_sequence_to_read_from = start + read_count
-        self._items = items
-        self._sequences = sequences
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._items[index]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._items)
-
-    def get_sequence(self, index: int) -> int:
-        """The sequence of the ``index``-th item returned."""
-        return self._sequences[index]
-
-    def __repr__(self) -> str:
-        return (
-            f"ReadResultSet(read_count={self.read_count}, items={len(self)}, "
-            f"next={self.next_sequence_to_read_from})"
-        )
 
 
 class Ringbuffer:
@@ -90,48 +55,121 @@ class Ringbuffer:
     # -- sizes -----------------------------------------------------------------
 
     def head_sequence(self) -> int:
-        """Sequence of the oldest item (tail + 1 when empty)."""
+        """The sequence of the oldest item held.
+
+        Returns:
+            The head sequence (``tail + 1`` when empty).
+        """
         return self._get(self._actor.head_sequence.remote())
 
     def tail_sequence(self) -> int:
-        """Sequence of the newest item (-1 when nothing was ever added)."""
+        """The sequence of the newest item.
+
+        Returns:
+            The tail sequence (-1 when nothing was ever added).
+        """
         return self._get(self._actor.tail_sequence.remote())
 
     def capacity(self) -> int:
-        """Most items held."""
+        """How many items the ring buffer holds at most.
+
+        Returns:
+            The channel's capacity.
+        """
         return self._get(self._actor.capacity.remote())
 
     def size(self) -> int:
-        """Items held now."""
+        """How many items the ring buffer holds now.
+
+        Returns:
+            ``tail - head + 1``.
+        """
         return self._get(self._actor.size.remote())
 
     def remaining_capacity(self) -> int:
-        """``capacity() - size()`` (with or without a TTL)."""
+        """Room left for items.
+
+        Returns:
+            ``capacity() - size()`` (with or without a TTL).
+        """
         return self._get(self._actor.remaining_capacity.remote())
 
     # -- adding ------------------------------------------------------------------
 
     def add(self, item: Any, overflow: str = "overwrite", timeout: float = 60.0) -> int:
-        """Add one item; return its sequence (-1 if ``"fail"`` found no room)."""
+        """Add one item and wait for it.
+
+        Args:
+            item: Any picklable value except None and ObjectRefs.
+            overflow: "overwrite" (drop the oldest), "fail" (refuse) or "block"
+                (wait for room up to ``timeout``).
+            timeout: Seconds "block" waits for room.
+
+        Returns:
+            The item's sequence, or -1 if it found no room.
+
+        Raises:
+            InvalidTypeError: the item is None, an ObjectRef, or cannot be pickled.
+            InvalidArgumentError: an unknown ``overflow`` or a bad ``timeout``.
+        """
         return self._get(self.add_async(item, overflow, timeout))
 
-    def add_async(self, item: Any, overflow: str = "overwrite", timeout: float = 60.0) -> Any:
-        """Add one item; ``ObjectRef[int]`` of its sequence (or -1)."""
+    def add_async(
+        self, item: Any, overflow: str = "overwrite", timeout: float = 60.0
+    ) -> ray.ObjectRef[int]:
+        """``add`` without waiting.
+
+        Args:
+            item: As ``add``.
+            overflow: As ``add``.
+            timeout: As ``add``.
+
+        Returns:
+            ``ObjectRef[int]`` of the item's sequence (or -1).
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: as ``add`` (nothing is sent).
+        """
         return self.add_all_async([item], overflow, timeout)
 
     def add_all(
         self, items: Iterable[Any], overflow: str = "overwrite", timeout: float = 60.0
     ) -> int:
-        """Add items in order; return the LAST sequence (-1: refused whole)."""
+        """Add items in order and wait for them.
+
+        Args:
+            items: Picklable values except None and ObjectRefs.
+            overflow: As ``add``; "fail" refuses the whole batch, never part of it.
+            timeout: Seconds "block" waits for room.
+
+        Returns:
+            The LAST item's sequence (the tail if ``items`` is empty), or -1 if the
+            batch was refused whole.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: as ``add`` (nothing is added).
+        """
         return self._get(self.add_all_async(items, overflow, timeout))
 
     def add_all_async(
         self, items: Iterable[Any], overflow: str = "overwrite", timeout: float = 60.0
-    ) -> Any:
-        """Add items in order; ``ObjectRef[int]`` of the last sequence, or -1 if
-        ``"fail"`` refused the batch (never part of it). An empty batch changes
-        nothing and returns the tail. ``"block"`` (a topic's policy) waits up
-        to ``timeout`` seconds for room, then gives -1."""
+    ) -> ray.ObjectRef[int]:
+        """Add items in order without waiting. An empty batch changes nothing and
+        returns the tail. ``"block"`` (a topic's policy) waits up to ``timeout``
+        seconds for room, then gives -1.
+
+        Args:
+            items: As ``add_all``.
+            overflow: As ``add_all``.
+            timeout: As ``add_all``.
+
+        Returns:
+            ``ObjectRef[int]`` of the last sequence, or -1 if ``"fail"`` refused
+            the batch (never part of it).
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: as ``add`` (nothing is sent).
+        """
         policy = Overflow.parse(overflow)
         check_timeout(timeout, "timeout", allow_none=False)
         return self._actor.add_all.remote(PickledValues.from_values(items), policy.value, timeout)
@@ -140,6 +178,12 @@ class Ringbuffer:
 
     def read_one(self, sequence: int) -> Any:
         """The item at ``sequence``; waits while ``sequence == tail + 1``.
+
+        Args:
+            sequence: The item's sequence, ``head <= sequence <= tail + 1``.
+
+        Returns:
+            The item.
 
         Raises:
             StaleSequenceError: ``sequence`` is below the head.
@@ -155,7 +199,23 @@ class Ringbuffer:
         max_count: int,
         filter: Callable[[Any], bool] | None = None,
     ) -> ReadResultSet:
-        """``read_many_async`` and wait for it."""
+        """Read a batch and wait for it (see ``read_many_async``).
+
+        Args:
+            start_sequence: Where to start reading.
+            min_count: Matching items to wait for.
+            max_count: Matching items to return at most (<= 1000).
+            filter: ``item -> bool``, run in the channel actor, or None.
+
+        Returns:
+            The items read.
+
+        Raises:
+            StaleSequenceError: ``start_sequence`` is below the head.
+            InvalidArgumentError: negative or beyond ``tail + 1``, or
+                ``min_count > max_count``, or ``max_count > 1000``.
+            InvalidTypeError: ``filter`` is not callable.
+        """
         return self._get(self.read_many_async(start_sequence, min_count, max_count, filter))
 
     def read_many_async(
@@ -164,12 +224,24 @@ class Ringbuffer:
         min_count: int,
         max_count: int,
         filter: Callable[[Any], bool] | None = None,
-    ) -> Any:
+    ) -> ray.ObjectRef[ReadResultSet]:
         """Read a batch: ``ObjectRef[ReadResultSet]``; waits until ``min_count`` items match.
 
         The filter runs inside the channel actor; ``read_count`` counts every
         item read, matching or not, while ``min_count``/``max_count`` (<= 1000)
         count matching items.
+
+        Args:
+            start_sequence: Where to start reading.
+            min_count: Matching items to wait for.
+            max_count: Matching items to return at most (<= 1000).
+            filter: ``item -> bool``, run in the channel actor, or None.
+
+        Returns:
+            ``ObjectRef[ReadResultSet]``; it raises what ``read_many`` raises.
+
+        Raises:
+            InvalidTypeError: ``filter`` is not callable (nothing is sent).
         """
         if filter is not None and not callable(filter):
             raise InvalidTypeError("filter must be a callable item -> bool, or None")

@@ -23,7 +23,7 @@ import numbers
 import zlib
 from typing import Any
 
-from raytopic.errors import InvalidTypeError
+from raytopic.core.errors import InvalidTypeError
 
 __all__ = ["channel_for_key", "key_bytes", "key_hash", "key_id"]
 

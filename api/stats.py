@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytopic.records import Position
+from raytopic.core.records import Position
 
 __all__ = ["ChannelStats", "GroupChannelStats", "GroupStats", "MemberStats", "TopicStats"]
 

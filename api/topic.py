@@ -3,36 +3,36 @@
 from __future__ import annotations
 
 import contextlib
-import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.config import DEFAULT_NAMESPACE, TopicConfig, check_name
 from raytopic.coordinator.coordinator import TopicInfo
-from raytopic.coordinator.launch import NAME_RELEASE_TIMEOUT, NameTakenError, create_topic_actors
-from raytopic.errors import (
+from raytopic.coordinator.launch import (
+    actor_names,
+    ensure_dead_letter_topic,
+    find_topic,
+    launch_topic,
+    wait_released,
+)
+from raytopic.core.config import DEFAULT_NAMESPACE, TopicConfig, check_name
+from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
-    TopicExistsError,
-    TopicNotFoundError,
     unwrap_ray_error,
 )
-from raytopic.naming import channel_actor_name, coordinator_actor_name, topic_of_actor_name
-from raytopic.records import Position
-from raytopic.shared_group import SharedGroup
+from raytopic.core.naming import topic_of_actor_name
+from raytopic.core.records import Position
+from raytopic.core.shared_group import SharedGroup
 from raytopic.stats import TopicStats, topic_stats
 
 if TYPE_CHECKING:
+    from raytopic.core.resequencer import Resequence
     from raytopic.publisher import Publisher
-    from raytopic.resequencer import Resequence
     from raytopic.ringbuffer import Ringbuffer
     from raytopic.subscriber import Subscriber
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["Topic", "create_topic", "get_topic", "list_topics"]
 
@@ -93,6 +93,9 @@ def create_topic(
         default_window: Most unacknowledged elements per shared-group member
             when neither the member nor its group gives a window.
 
+    Returns:
+        A handle to the new topic (or, with ``exist_ok``, to the existing one).
+
     Raises:
         TopicExistsError: the name is taken and ``exist_ok`` is False.
         InvalidArgumentError, InvalidTypeError: a bad argument (named in the message),
@@ -118,107 +121,38 @@ def create_topic(
         placement=placement,
         default_window=default_window,
     )
-    if exist_ok and (existing := _existing(config)) is not None:
-        return existing
-    try:
-        coordinator, channels = create_topic_actors(config)
-    except NameTakenError as error:
-        if exist_ok:  # made by another process a moment ago
-            return get_topic(config.name, namespace=config.namespace)
-        raise TopicExistsError(
-            f"topic {config.name!r} already exists in namespace {config.namespace!r}"
-        ) from error
-    try:
-        with unwrap_ray_error():
-            info: TopicInfo = ray.get(coordinator.start.remote(channels))
-    except Exception:
-        # Not made (a store that cannot be opened): leave no actor and no name behind.
-        for actor in (*channels, coordinator):
-            ray.kill(actor, no_restart=True)
-        for actor_name in _actor_names(config.name, config.channels):
-            _wait_released(actor_name, config.namespace)
-        raise
-    _ensure_dead_letter_topics(config)
+    coordinator, info = launch_topic(config, exist_ok=exist_ok)
     return Topic(coordinator, info)
-
-
-def _existing(config: TopicConfig) -> Topic | None:
-    """The topic of ``config``'s name if it exists (``exist_ok``), with a warning if
-    its settings differ; None if there is none."""
-    try:
-        topic = get_topic(config.name, namespace=config.namespace)
-    except TopicNotFoundError:
-        return None
-    _warn_if_different(topic.config, config)
-    _ensure_dead_letter_topics(config)
-    return topic
-
-
-def _ensure_dead_letter_topics(config: TopicConfig) -> None:
-    for group in config.groups:
-        if isinstance(group, SharedGroup):
-            ensure_dead_letter_topic(group, config.namespace)
-
-
-def ensure_dead_letter_topic(group: SharedGroup, namespace: str) -> None:
-    """Create a shared group's dead-letter topic if it has one and it is missing: one
-    channel, elements retained until someone reads them."""
-    if group.dead_letter is not None:
-        create_topic(group.dead_letter, channels=1, retain=True, namespace=namespace, exist_ok=True)
-
-
-def _actor_names(topic: str, channels: int) -> list[str]:
-    """The Ray actor names of a topic's channels and coordinator."""
-    return [*(channel_actor_name(topic, c) for c in range(channels)), coordinator_actor_name(topic)]
-
-
-def _wait_released(name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEOUT) -> None:
-    """Wait until a killed actor's name is free, which it is once the actor is dead
-    (bounded: a kill is not synchronous). Asked of the GCS by name: a call to the
-    actor itself would make Ray log that it retries the call."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name, namespace=namespace)
-        except ValueError:
-            return
-        time.sleep(0.01)
-    logger.warning("actor %s still alive %.0f s after ray.kill", name, timeout)
-
-
-def _warn_if_different(existing: TopicConfig, asked: TopicConfig) -> None:
-    fields = ("channels", "capacity", "retain", "ttl", "overflow")
-    different = [f for f in fields if getattr(existing, f) != getattr(asked, f)]
-    if different:
-        logger.warning(
-            "topic %r exists with other settings (%s); using the existing topic",
-            existing.name,
-            ", ".join(f"{f}={getattr(existing, f)!r}" for f in different),
-        )
 
 
 def get_topic(name: str, *, namespace: str | None = None) -> Topic:
     """Find a topic created by any job on the cluster.
 
+    Args:
+        name: The topic's name.
+        namespace: Ray namespace of its actors (default "raytopic").
+
+    Returns:
+        A handle to the topic.
+
     Raises:
-        TopicNotFoundError: no such topic in the namespace.
+        TopicNotFoundError: no such topic in the namespace, or its coordinator died.
+        InvalidArgumentError, InvalidTypeError: ``name`` is not a valid topic name.
     """
     check_name(name, "topic name")
-    namespace = namespace or DEFAULT_NAMESPACE
-    try:
-        coordinator = ray.get_actor(coordinator_actor_name(name), namespace=namespace)
-    except ValueError:
-        raise TopicNotFoundError(f"no topic {name!r} in namespace {namespace!r}") from None
-    try:
-        with unwrap_ray_error():
-            info: TopicInfo = ray.get(coordinator.ready.remote())
-    except ray.exceptions.RayActorError as error:
-        raise TopicNotFoundError(f"topic {name!r} is gone (its coordinator died)") from error
+    coordinator, info = find_topic(name, namespace or DEFAULT_NAMESPACE)
     return Topic(coordinator, info)
 
 
 def list_topics(*, namespace: str | None = None) -> list[str]:
-    """Names of the topics in a namespace, sorted."""
+    """Names of the topics in a namespace.
+
+    Args:
+        namespace: Ray namespace to look in (default "raytopic").
+
+    Returns:
+        The topics' names, sorted.
+    """
     namespace = namespace or DEFAULT_NAMESPACE
     names = []
     for actor in ray.util.list_named_actors(all_namespaces=True):
@@ -284,8 +218,23 @@ class Topic:
         linger: float = 0.0,
         max_in_flight: int = 2,
     ) -> Publisher:
-        """A Publisher (see its docs). ``ordering``: None for round robin, or
-        ``value -> key``."""
+        """A new Publisher to this topic (see :class:`~raytopic.Publisher`).
+
+        Args:
+            ordering: None for round robin, or ``value -> key`` for values
+                published without a key.
+            block_timeout: Seconds a value may wait for room in a full channel
+                (overflow "block") before it fails with TopicFullError.
+            batch_size: Values one append call carries at most.
+            linger: Seconds a partial batch may wait for more values (0: none).
+            max_in_flight: Append calls of this publisher outstanding at most.
+
+        Returns:
+            The publisher; close it (or use it as a context manager) when done.
+
+        Raises:
+            InvalidArgumentError, InvalidTypeError: a bad setting (named in the message).
+        """
         from raytopic.publisher import Publisher
 
         return Publisher(
@@ -320,6 +269,29 @@ class Topic:
         (None or negative: the group's, else the topic's ``default_window``).
         ``group`` may also be a ``SharedGroup``: a shared group created with
         that definition if it does not exist.
+
+        Args:
+            group: None (anonymous), a group name, or a ``SharedGroup``.
+            start: "earliest" or "latest" (default: latest for an anonymous
+                subscriber, earliest for a new group).
+            filter: ``value -> bool``, run in the channels: only matching values
+                are delivered.
+            converter: ``value -> value``, applied before delivery.
+            complete_on_empty: End iteration once every channel is drained.
+            window: Most elements in flight to this subscriber (see ``mode``).
+            timeout: Seconds without a heartbeat after which a group member
+                loses its channels.
+            on_ownership_change: Called with an ``OwnershipChange`` when a group
+                member's channels change.
+            resequence: Release elements in a ``Resequence`` order of their own.
+            mode: "owned" or "shared" (see above).
+
+        Returns:
+            The subscriber; close it (or use it as a context manager) when done.
+
+        Raises:
+            InvalidArgumentError, InvalidTypeError: a bad argument.
+            GroupModeError: the group exists in the other mode.
         """
         from raytopic.subscriber import Subscriber
 
@@ -338,7 +310,18 @@ class Topic:
         )
 
     def ringbuffer(self, channel: int) -> Ringbuffer:
-        """One channel with Hazelcast Ringbuffer semantics."""
+        """One channel with Hazelcast Ringbuffer semantics.
+
+        Args:
+            channel: The channel number, ``0 <= channel < channel_count``.
+
+        Returns:
+            A handle to that channel as a ring buffer.
+
+        Raises:
+            InvalidTypeError: ``channel`` is not an int.
+            InvalidArgumentError: the topic has no such channel.
+        """
         from raytopic.ringbuffer import Ringbuffer
 
         return Ringbuffer(self, self._check_channel(channel))
@@ -346,16 +329,25 @@ class Topic:
     # -- groups ----------------------------------------------------------------
 
     def groups(self) -> list[str]:
-        """Names of the topic's subscriber groups."""
+        """Names of the topic's subscriber groups.
+
+        Returns:
+            The group names (channel-owned and shared).
+        """
         return self._call(self._coordinator.groups)
 
     def create_group(self, group: str | SharedGroup) -> None:
         """Create a durable group now (it keeps every element from now on): a name
         for a channel-owned group, a ``SharedGroup`` for a shared one. Nothing
-        happens if it exists in that mode.
+        happens if it exists in that mode. A shared group's dead-letter topic is
+        created too.
+
+        Args:
+            group: A group name, or a ``SharedGroup`` definition.
 
         Raises:
             GroupModeError: it exists in the other mode.
+            InvalidArgumentError, InvalidTypeError: not a valid group name.
         """
         if isinstance(group, SharedGroup):
             ensure_dead_letter_topic(group, self.namespace)
@@ -367,14 +359,22 @@ class Topic:
     def purge(self) -> int:
         """Remove every element of every channel (an operator's call). Groups and
         readers continue after them; shared groups drop what they held or
-        waited for. Returns how many elements were removed."""
+        waited for.
+
+        Returns:
+            How many elements were removed.
+        """
         return self._call(self._coordinator.purge)
 
     def destroy_group(self, name: str) -> None:
         """Delete a group: its positions, and the retention it held.
 
+        Args:
+            name: The group's name.
+
         Raises:
             GroupNotFoundError: no such group.
+            InvalidArgumentError, InvalidTypeError: not a valid group name.
         """
         check_name(name, "group name")
         self._call(self._coordinator.destroy_group, name)
@@ -433,8 +433,12 @@ class Topic:
     # -- observing and deleting ---------------------------------------------------
 
     def describe(self) -> TopicStats:
-        """Per channel head, tail, size, epoch, node and process; per group members,
-        ownership, commits, depth, unacked and lag."""
+        """The topic's figures, as its coordinator and channels see them now.
+
+        Returns:
+            Per channel head, tail, size, epoch, node and process; per group
+            members, ownership, commits, depth, unacked and lag.
+        """
         return topic_stats(self._call(self._coordinator.describe))
 
     def destroy(self) -> None:
@@ -448,13 +452,25 @@ class Topic:
         actors = (*self._channel_actors, self._coordinator)
         for actor in actors:
             ray.kill(actor, no_restart=True)
-        for name in _actor_names(self.name, self.channel_count):
-            _wait_released(name, self.namespace)
+        for name in actor_names(self.name, self.channel_count):
+            wait_released(name, self.namespace)
 
     # -- helpers -------------------------------------------------------------------
 
     def position(self, channel: int, sequence: int) -> Position:
-        """The Position of ``sequence`` in ``channel`` of this topic."""
+        """The Position of ``sequence`` in ``channel`` of this topic.
+
+        Args:
+            channel: The channel number.
+            sequence: The sequence in that channel (``>= -1``).
+
+        Returns:
+            The Position.
+
+        Raises:
+            InvalidArgumentError, InvalidTypeError: a negative channel, a sequence
+                below -1, or not ints.
+        """
         return Position(self.topic_id, channel, sequence)
 
     def _check_channel(self, channel: object) -> int:

@@ -1,7 +1,8 @@
 """The coordinator actor: one per topic, never on the data path.
 
 It introduces the topic's channel actors to each other (they are created
-with it: ``raytopic.coordinator.launch``), keeps the topic's configuration, and runs its subscriber groups: membership
+with it: ``raytopic.coordinator.launch``), keeps the topic's configuration, and
+runs its subscriber groups: membership
 (join, leave, heartbeats, timeouts on a monotonic clock), sticky channel
 assignment with leases pushed to the channels before a join returns, group
 resets (fenced, all or nothing), and ``describe``.
@@ -36,10 +37,10 @@ import ray
 
 from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.wire import ReaderSpec
-from raytopic.config import TopicConfig
 from raytopic.coordinator.groups import Group, MemberView, Rebalance, recovered_groups
 from raytopic.coordinator.view_polls import ViewPolls
-from raytopic.errors import (
+from raytopic.core.config import TopicConfig
+from raytopic.core.errors import (
     GroupFilterError,
     GroupModeError,
     GroupNotFoundError,
@@ -48,8 +49,8 @@ from raytopic.errors import (
     TopicError,
     TopicNotFoundError,
 )
-from raytopic.naming import channel_actor_name
-from raytopic.shared_group import SharedGroup
+from raytopic.core.naming import channel_actor_name
+from raytopic.core.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from raytopic.actors.cursors import Lease
 from raytopic.coordinator.assignment import assign
 
 if TYPE_CHECKING:
-    from raytopic.shared_group import SharedGroup
+    from raytopic.core.shared_group import SharedGroup
 
 __all__ = ["Group", "Member", "MemberView", "Rebalance", "recovered_groups"]
 

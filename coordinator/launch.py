@@ -1,26 +1,42 @@
-"""Where a topic's actors come from: its coordinator and its channels, all created at
-once (each is a process that takes a while to start; one after the other, a
-topic would take the coordinator's start-up longer to make).
+"""Where a topic's actors come from, and how they are found and let go: its
+coordinator and its channels, all created at once (each is a process that takes a
+while to start; one after the other, a topic would take the coordinator's start-up
+longer to make).
 
 All are named and detached in the topic's namespace, so any job finds them and
 they outlive the driver that made them. The coordinator's ``start`` then
-introduces the channels to each other.
+introduces the channels to each other. A shared group's dead-letter topic is made
+here too, from the handles and from a channel alike (no handle module involved).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from typing import Any
 
 import ray
 
 from raytopic.actors.channel import ChannelActor
-from raytopic.config import TopicConfig
-from raytopic.coordinator.coordinator import CoordinatorActor
-from raytopic.naming import channel_actor_name, coordinator_actor_name
+from raytopic.coordinator.coordinator import CoordinatorActor, TopicInfo
+from raytopic.core.config import TopicConfig
+from raytopic.core.errors import TopicExistsError, TopicNotFoundError, unwrap_ray_error
+from raytopic.core.naming import channel_actor_name, coordinator_actor_name
+from raytopic.core.shared_group import SharedGroup
 
-__all__ = ["NameTakenError", "create_topic_actors"]
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "NAME_RELEASE_TIMEOUT",
+    "NameTakenError",
+    "actor_names",
+    "create_topic_actors",
+    "ensure_dead_letter_topic",
+    "find_topic",
+    "launch_topic",
+    "wait_released",
+]
 
 NAME_RELEASE_TIMEOUT = 30.0
 """Seconds a name held by a destroyed predecessor may take to be freed."""
@@ -120,3 +136,118 @@ def _being_destroyed(config: TopicConfig) -> bool:
     except Exception:
         return True
     return False
+
+
+def launch_topic(config: TopicConfig, *, exist_ok: bool) -> tuple[Any, TopicInfo]:
+    """Create and start ``config``'s topic (``create_topic`` without the handle), and
+    the dead-letter topics of its shared groups.
+
+    Args:
+        config: The validated configuration.
+        exist_ok: Return the existing topic of that name instead of raising (with
+            a warning if its settings differ).
+
+    Returns:
+        The coordinator actor and what it reports (the channel actors among it).
+
+    Raises:
+        TopicExistsError: the name is taken and ``exist_ok`` is False.
+        StoreError: a channel's store could not be opened; the topic is not made
+            and leaves no actor or name behind.
+    """
+    if exist_ok:
+        try:
+            coordinator, info = find_topic(config.name, config.namespace)
+        except TopicNotFoundError:
+            pass
+        else:
+            _warn_if_different(info.config, config)
+            _ensure_dead_letter_topics(config)
+            return coordinator, info
+    try:
+        coordinator, channels = create_topic_actors(config)
+    except NameTakenError as error:
+        if exist_ok:  # made by another process a moment ago
+            return find_topic(config.name, config.namespace)
+        raise TopicExistsError(
+            f"topic {config.name!r} already exists in namespace {config.namespace!r}"
+        ) from error
+    try:
+        with unwrap_ray_error():
+            info: TopicInfo = ray.get(coordinator.start.remote(channels))
+    except Exception:
+        # Not made (a store that cannot be opened): leave no actor and no name behind.
+        for actor in (*channels, coordinator):
+            ray.kill(actor, no_restart=True)
+        for actor_name in actor_names(config.name, config.channels):
+            wait_released(actor_name, config.namespace)
+        raise
+    _ensure_dead_letter_topics(config)
+    return coordinator, info
+
+
+def find_topic(name: str, namespace: str) -> tuple[Any, TopicInfo]:
+    """The coordinator actor of a topic and what it reports, once it has started.
+
+    Raises:
+        TopicNotFoundError: no such topic in the namespace, or its coordinator died.
+    """
+    try:
+        coordinator = ray.get_actor(coordinator_actor_name(name), namespace=namespace)
+    except ValueError:
+        raise TopicNotFoundError(f"no topic {name!r} in namespace {namespace!r}") from None
+    try:
+        with unwrap_ray_error():
+            info: TopicInfo = ray.get(coordinator.ready.remote())
+    except ray.exceptions.RayActorError as error:
+        raise TopicNotFoundError(f"topic {name!r} is gone (its coordinator died)") from error
+    return coordinator, info
+
+
+def ensure_dead_letter_topic(group: SharedGroup, namespace: str) -> None:
+    """Create a shared group's dead-letter topic if it has one and it is missing: one
+    channel, elements retained until someone reads them.
+
+    Args:
+        group: The shared group's definition (nothing happens without ``dead_letter``).
+        namespace: The Ray namespace of the group's topic (and so of its dead letters).
+    """
+    if group.dead_letter is not None:
+        config = TopicConfig.create(group.dead_letter, channels=1, retain=True, namespace=namespace)
+        launch_topic(config, exist_ok=True)
+
+
+def _ensure_dead_letter_topics(config: TopicConfig) -> None:
+    for group in config.groups:
+        if isinstance(group, SharedGroup):
+            ensure_dead_letter_topic(group, config.namespace)
+
+
+def actor_names(topic: str, channels: int) -> list[str]:
+    """The Ray actor names of a topic's channels and coordinator."""
+    return [*(channel_actor_name(topic, c) for c in range(channels)), coordinator_actor_name(topic)]
+
+
+def wait_released(name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEOUT) -> None:
+    """Wait until a killed actor's name is free, which it is once the actor is dead
+    (bounded: a kill is not synchronous). Asked of the GCS by name: a call to the
+    actor itself would make Ray log that it retries the call."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return
+        time.sleep(0.01)
+    logger.warning("actor %s still alive %.0f s after ray.kill", name, timeout)
+
+
+def _warn_if_different(existing: TopicConfig, asked: TopicConfig) -> None:
+    fields = ("channels", "capacity", "retain", "ttl", "overflow")
+    different = [f for f in fields if getattr(existing, f) != getattr(asked, f)]
+    if different:
+        logger.warning(
+            "topic %r exists with other settings (%s); using the existing topic",
+            existing.name,
+            ", ".join(f"{f}={getattr(existing, f)!r}" for f in different),
+        )

@@ -107,7 +107,7 @@ def publish_outcome(error: BaseException | None) -> str:
     """
     if error is None:
         return ACKNOWLEDGED
-    from raytopic.errors import ChannelUnavailableError, TopicError
+    from raytopic.core.errors import ChannelUnavailableError, TopicError
 
     if isinstance(error, TopicError) and not isinstance(error, ChannelUnavailableError):
         return FAILED

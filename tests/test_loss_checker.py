@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from raytopic.errors import ChannelUnavailableError, TopicFullError
+from raytopic.core.errors import ChannelUnavailableError, TopicFullError
 
 from tests.loss_checker import COUNT_FIELDS, LossChecker, LossReport, publish_outcome
 

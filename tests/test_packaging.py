@@ -6,7 +6,12 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"raytopic": "api", "raytopic.actors": "actors", "raytopic.coordinator": "coordinator"}
+FOLDERS = {
+    "raytopic": "api",
+    "raytopic.actors": "actors",
+    "raytopic.coordinator": "coordinator",
+    "raytopic.core": "core",
+}
 
 
 def _config() -> dict:

@@ -7,8 +7,8 @@ from typing import Any
 
 from raytopic.actors.stores.base import REQUIRED_METHODS, ChannelStore, RingbufferStore
 from raytopic.actors.stores.segment_log import SegmentLogStore
-from raytopic.config import TopicConfig
-from raytopic.errors import InvalidTypeError, StoreError
+from raytopic.core.config import TopicConfig
+from raytopic.core.errors import InvalidTypeError, StoreError
 
 __all__ = ["open_store", "store_directory"]
 

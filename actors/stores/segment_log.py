@@ -61,7 +61,7 @@ from raytopic.actors.stores.frames import (
     read_frame,
 )
 from raytopic.actors.stores.state_log import StateChange, apply_changes, decode_log, encode_changes
-from raytopic.errors import StoreError
+from raytopic.core.errors import StoreError
 
 logger = logging.getLogger(__name__)
 

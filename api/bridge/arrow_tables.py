@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raytopic.actors.payloads import ArrowRows, Payload
-from raytopic.errors import InvalidTypeError
+from raytopic.core.errors import InvalidTypeError
 
 __all__ = [
     "METADATA_COLUMNS",

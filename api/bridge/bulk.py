@@ -37,15 +37,15 @@ from raytopic.bridge.arrow_tables import (
     split_by_channel,
     to_utc,
 )
-from raytopic.config import check_timeout
-from raytopic.errors import (
+from raytopic.core.config import check_timeout
+from raytopic.core.errors import (
     DataLossError,
     GroupNotFoundError,
     InvalidArgumentError,
     InvalidTypeError,
     unwrap_ray_error,
 )
-from raytopic.records import Position
+from raytopic.core.records import Position
 
 if TYPE_CHECKING:
     from raytopic.topic import Topic

@@ -31,8 +31,8 @@ from ray.util.debug import reset_log_once
 
 from raytopic.bridge.arrow_tables import combine, empty_table
 from raytopic.bridge.bulk import BulkWriter, ChannelRange, plan_ranges, read_range
-from raytopic.errors import InvalidTypeError
-from raytopic.records import PublishSummary
+from raytopic.core.errors import InvalidTypeError
+from raytopic.core.records import PublishSummary
 
 if TYPE_CHECKING:
     from ray.data._internal.execution.interfaces import TaskContext

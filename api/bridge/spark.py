@@ -43,8 +43,13 @@ from raytopic.bridge.spark_session import (
     prepare_java,
     stop_spark,
 )
-from raytopic.errors import InvalidArgumentError, InvalidTypeError, TopicError, TopicNotFoundError
-from raytopic.records import PublishSummary
+from raytopic.core.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    TopicError,
+    TopicNotFoundError,
+)
+from raytopic.core.records import PublishSummary
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -41,7 +41,7 @@ from typing import Any
 
 import ray
 
-from raytopic.errors import InvalidArgumentError, TopicError
+from raytopic.core.errors import InvalidArgumentError, TopicError
 
 logger = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from typing import Any
 import psutil
 import ray
 
-from raytopic.config import DEFAULT_NAMESPACE
-from raytopic.naming import coordinator_actor_name
+from raytopic.core.config import DEFAULT_NAMESPACE
+from raytopic.core.naming import coordinator_actor_name
 from raytopic.tools.bench import Figure, _name, at_most
 from raytopic.topic import Topic, create_topic
 

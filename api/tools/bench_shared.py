@@ -18,7 +18,7 @@ from typing import Any
 
 import ray
 
-from raytopic.shared_group import SharedGroup
+from raytopic.core.shared_group import SharedGroup
 from raytopic.tools.bench import Figure, _check_ids, _median, _name, _publish_loop, at_least
 from raytopic.topic import Topic, create_topic
 

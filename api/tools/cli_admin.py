@@ -13,8 +13,8 @@ from typing import Any
 import ray
 
 import raytopic as rt
-from raytopic.config import DEFAULT_NAMESPACE
-from raytopic.errors import GroupNotFoundError
+from raytopic.core.config import DEFAULT_NAMESPACE
+from raytopic.core.errors import GroupNotFoundError
 from raytopic.tools.cli_tables import element_line, groups_table, to_json, topic_table
 
 __all__ = ["COMMANDS"]

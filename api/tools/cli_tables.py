@@ -8,7 +8,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from raytopic.records import Element, Position
+from raytopic.core.records import Element, Position
 from raytopic.stats import GroupStats, TopicStats
 
 __all__ = ["element_line", "groups_table", "to_json", "topic_table"]

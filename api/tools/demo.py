@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from raytopic.records import PublishSummary
+from raytopic.core.records import PublishSummary
 from raytopic.tools.demo_actors import Consumer, Ledger
 from raytopic.topic import Topic, create_topic
 

@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from raytopic.actors.cursors import Cursor, Lease, Lent, clamp
-from raytopic.records import CommitStatus
+from raytopic.core.records import CommitStatus
 
 COMMITTED = CommitStatus.COMMITTED
 ALREADY = CommitStatus.ALREADY_COMMITTED

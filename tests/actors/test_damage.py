@@ -12,7 +12,7 @@ from raytopic.actors.damage import DamageMap
 from raytopic.actors.payloads import DamagedElements, PickledValues
 from raytopic.actors.segment_ring import Run, SegmentRing
 from raytopic.actors.shared_cursor import SharedCursor
-from raytopic.errors import DataLossError
+from raytopic.core.errors import DataLossError
 
 
 def _run(first: int, values: list[int]) -> Run:

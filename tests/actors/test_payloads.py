@@ -19,7 +19,7 @@ from raytopic.actors.payloads import (
     dumps_value,
     fast_dumps,
 )
-from raytopic.errors import InvalidTypeError
+from raytopic.core.errors import InvalidTypeError
 
 
 def _loads(data: bytes) -> object:

@@ -22,8 +22,8 @@ from raytopic.actors.wire import (
     pack_request,
     unpack_request,
 )
-from raytopic.errors import InvalidArgumentError, TopicFullError
-from raytopic.records import Element, Position, PublishStatus, _Origin
+from raytopic.core.errors import InvalidArgumentError, TopicFullError
+from raytopic.core.records import Element, Position, PublishStatus, _Origin
 
 ORIGIN = _Origin(
     topic_id="t0pic1d",

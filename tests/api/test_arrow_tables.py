@@ -20,7 +20,7 @@ from raytopic.bridge.arrow_tables import (
     to_utc,
     unify,
 )
-from raytopic.errors import InvalidTypeError
+from raytopic.core.errors import InvalidTypeError
 from raytopic.routing import channel_for_key
 
 

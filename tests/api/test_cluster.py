@@ -34,7 +34,7 @@ from raytopic.cluster import (
     sends_token,
     token_source,
 )
-from raytopic.errors import InvalidArgumentError
+from raytopic.core.errors import InvalidArgumentError
 
 from tests.conftest import _free_port, _stop_cluster
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from raytopic.config import (
+from raytopic.core.config import (
     DEFAULT_NAMESPACE,
     Overflow,
     Start,
@@ -20,7 +20,7 @@ from raytopic.config import (
     check_positive_int,
     check_timeout,
 )
-from raytopic.errors import InvalidArgumentError, InvalidTypeError, TopicError
+from raytopic.core.errors import InvalidArgumentError, InvalidTypeError, TopicError
 
 # -- TopicConfig.create --------------------------------------------------------
 

@@ -7,8 +7,8 @@ import pickle
 import pytest
 import ray.exceptions
 
-import raytopic.errors as errors
-from raytopic.errors import (
+import raytopic.core.errors as errors
+from raytopic.core.errors import (
     ChannelFailedError,
     ChannelUnavailableError,
     ClosedError,

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 import pytest
 
 from raytopic.actors.wire import AppendAck
-from raytopic.errors import TopicFullError
+from raytopic.core.errors import TopicFullError
+from raytopic.core.records import Position, PublishStatus
 from raytopic.publish_futures import PublishBatch, PublishFuture
-from raytopic.records import Position, PublishStatus
 
 TOPIC = "abcdef0123456789"
 STAMP = 1_700_000_000.25

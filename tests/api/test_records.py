@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytopic.errors import (
+from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     PositionMismatchError,
     TopicError,
 )
-from raytopic.records import (
+from raytopic.core.records import (
     CommitResult,
     CommitStatus,
     Element,

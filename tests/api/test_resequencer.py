@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raytopic.errors import InvalidArgumentError, InvalidTypeError, TopicError
-from raytopic.resequencer import Resequence, Resequencer, ResequencerStats
+from raytopic.core.errors import InvalidArgumentError, InvalidTypeError, TopicError
+from raytopic.core.resequencer import Resequence, Resequencer, ResequencerStats
 
 LONG_MS = 60_000  # a hold window no test waits out
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import ray
 
-from raytopic.errors import InvalidArgumentError, InvalidTypeError
-from raytopic.resequencer import ResequencerStats
+from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
+from raytopic.core.resequencer import ResequencerStats
 from raytopic.resequencer_actor import make_resequencer_actor
 
 TOTAL = 1000

@@ -12,7 +12,7 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from raytopic.errors import InvalidTypeError
+from raytopic.core.errors import InvalidTypeError
 from raytopic.routing import channel_for_key, key_bytes
 
 # CRC-32 (IEEE, zlib) of the key bytes; 0xCBF43926 is the standard check value

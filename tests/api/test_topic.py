@@ -15,7 +15,7 @@ import pytest
 import ray
 
 import raytopic as rt
-from raytopic.naming import channel_actor_name, coordinator_actor_name
+from raytopic.core.naming import channel_actor_name, coordinator_actor_name
 
 from tests.topic_helpers import publish_all
 

@@ -16,8 +16,8 @@ from raytopic.actors.payloads import ArrowRows, PickledValues
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.stores.frames import PREFIX, encode_record
 from raytopic.actors.stores.segment_log import SegmentLogStore
-from raytopic.config import check_sync
-from raytopic.errors import InvalidArgumentError, StoreError
+from raytopic.core.config import check_sync
+from raytopic.core.errors import InvalidArgumentError, StoreError
 
 STAMP = 1_700_000_000.25
 

@@ -1,0 +1,96 @@
+"""Acknowledging a shared group's elements: what ``Element.ack`` and ``Subscriber.ack``
+send to the channels.
+
+An acknowledgement names each element by its sequence, its delivery count
+and its channel's incarnation (together the delivery's id), so a channel
+applies it only if the sender still holds the element under that delivery.
+Acknowledgements of one channel travel as ONE call, however many elements
+they cover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from raytopic.actors.wire import pack_request
+from raytopic.core.config import check_nonnegative_number, check_timeout
+from raytopic.core.errors import ForeignElementError, GroupModeError, InvalidTypeError
+from raytopic.core.gather import gather_in_order
+from raytopic.core.naming import channel_actor
+from raytopic.core.records import Element
+
+__all__ = ["check_delay", "check_lease", "check_own", "check_shared", "send_many", "send_one"]
+
+
+def check_shared(element: Element) -> None:
+    """An element of a shared group, or GroupModeError."""
+    if not element._origin.shared:
+        raise GroupModeError(
+            f"element {element.position} was not received in a shared group: commit it instead"
+        )
+
+
+def check_own(elements: Sequence[Element], reader_id: str, topic_id: str) -> list[Element]:
+    """``elements`` if all were received by ``reader_id`` in a shared group of the topic.
+
+    Raises:
+        InvalidTypeError: one is not an Element.
+        ForeignElementError: one was received by another subscriber, from
+            another topic, or in an owned group (nothing is sent).
+    """
+    elements = list(elements)
+    for element in elements:
+        if not isinstance(element, Element):
+            raise InvalidTypeError(f"expected Elements, got {type(element).__name__}")
+        origin = element._origin
+        if origin.topic_id != topic_id or origin.reader != reader_id or not origin.shared:
+            raise ForeignElementError(
+                f"element {element.position} was not received by this subscriber "
+                "in its shared group"
+            )
+    return elements
+
+
+def check_delay(delay: object, what: str = "delay") -> float:
+    """Seconds >= 0 (None: 0)."""
+    return 0.0 if delay is None else check_nonnegative_number(delay, what)
+
+
+def check_lease(seconds: object) -> float | None:
+    """Seconds > 0 for a lease extension (None: the group's ``ack_timeout``)."""
+    return check_timeout(seconds, "seconds")
+
+
+def send_one(element: Element, method: str, *args: Any) -> Any:
+    """``method`` (ack, nack, extend_lease) for one element: ``ObjectRef[AckStatus]``."""
+    check_shared(element)
+    origin = element._origin
+    actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, element.channel)
+    entries = ((element.sequence, element.delivery_count, origin.epoch),)
+    return actor.request.remote(pack_request(method, origin.reader, entries, *args, True))
+
+
+def send_many(elements: list[Element], method: str, *args: Any) -> Any:
+    """``method`` for many elements, one call per channel:
+    ``ObjectRef[list[AckStatus]]`` in the order of ``elements``."""
+    if not elements:
+        return ray.put([])
+    by_channel: dict[int, list[Element]] = {}
+    for element in elements:
+        by_channel.setdefault(element.channel, []).append(element)
+    refs = []
+    for channel, group in by_channel.items():
+        origin = group[0]._origin
+        actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
+        entries = tuple((e.sequence, e.delivery_count, e._origin.epoch) for e in group)
+        refs.append(
+            actor.request.remote(pack_request(method, origin.reader, entries, *args, False))
+        )
+    if len(refs) == 1:
+        return refs[0]
+    channels = list(by_channel)
+    layout = [channels.index(element.channel) for element in elements]
+    return gather_in_order.remote(layout, *refs)

@@ -1,0 +1,199 @@
+"""The typed errors of raytopic, all under :class:`TopicError`.
+
+Errors that describe a bad argument also inherit the stdlib class users
+already catch (``ValueError``, ``TypeError``, ``LookupError``,
+``TimeoutError``). An error raised inside a channel or coordinator actor
+reaches the caller as the same class: Ray re-raises it as a subclass of both
+``RayTaskError`` and the original class, and the handles unwrap it where
+they block on a result themselves (see :func:`unwrap_ray_error`).
+
+Every error pickles with its extra fields (``head_sequence``, ...), because
+it crosses process boundaries inside Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = [
+    "ChannelFailedError",
+    "ChannelUnavailableError",
+    "ClosedError",
+    "DataLossError",
+    "ForeignElementError",
+    "GroupFilterError",
+    "GroupModeError",
+    "GroupNotFoundError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "NotOwnerError",
+    "PositionMismatchError",
+    "PublisherClosedError",
+    "ResetInProgressError",
+    "StaleSequenceError",
+    "StoreError",
+    "SubscriberClosedError",
+    "TopicError",
+    "TopicExistsError",
+    "TopicFullError",
+    "TopicNotFoundError",
+    "unwrap_ray_error",
+]
+
+
+class TopicError(Exception):
+    """Root of every error raised by raytopic."""
+
+
+class TopicNotFoundError(TopicError, LookupError):
+    """No topic of that name exists in the namespace."""
+
+
+class TopicExistsError(TopicError):
+    """A topic of that name already exists (and ``exist_ok`` was not set)."""
+
+
+class GroupNotFoundError(TopicError, LookupError):
+    """No subscriber group of that name exists on the topic."""
+
+
+class NotOwnerError(TopicError):
+    """The member does not own the channel, or owns it under a stale generation."""
+
+
+class ClosedError(TopicError):
+    """A handle was used after ``close()``."""
+
+
+class SubscriberClosedError(ClosedError):
+    """The subscriber was closed (or its group destroyed) and cannot be used any more."""
+
+
+class PublisherClosedError(ClosedError):
+    """The publisher was closed and cannot publish any more."""
+
+
+class TopicFullError(TopicError):
+    """The channel had no room: overflow ``"fail"``, or ``"block"`` timed out."""
+
+
+class ResetInProgressError(TopicError):
+    """Another reset of the same subscriber group is still running."""
+
+
+class StaleSequenceError(TopicError):
+    """A sequence below the channel's head was asked for: it is no longer stored.
+
+    Attributes:
+        head_sequence: The channel's head (oldest stored sequence) when raised.
+        skipped: How many elements a subscriber skipped when it was moved up to
+            the head (0 for a plain ring-buffer read).
+    """
+
+    def __init__(self, message: str, head_sequence: int, skipped: int = 0) -> None:
+        super().__init__(message, head_sequence, skipped)
+        self.head_sequence = head_sequence
+        self.skipped = skipped
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class DataLossError(StaleSequenceError):
+    """Elements a reader had not received yet are gone: their channel restarted
+    without a store, or a stored record is damaged (its checksum fails).
+
+    Raised once per reader (by ``ray.get`` of its next receive there); the
+    reader then continues from ``head_sequence``. Positions of the old epoch
+    are never reused.
+
+    Attributes:
+        channel: The channel.
+        old_epoch: The incarnation that held the lost elements (0: unknown).
+        new_epoch: The incarnation serving now.
+        head_sequence: Where the reader continues: every position below it
+            that the reader had not received is lost (for a damaged record,
+            those of ``lost``).
+        lost: For a damaged stored record, the range ``(first, last)`` of its
+            positions; None for a restart without a store.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        head_sequence: int,
+        channel: int,
+        old_epoch: int,
+        new_epoch: int,
+        lost: tuple[int, int] | None = None,
+    ) -> None:
+        StaleSequenceError.__init__(self, message, head_sequence)
+        self.args = (message, head_sequence, channel, old_epoch, new_epoch, lost)
+        self.channel = channel
+        self.old_epoch = old_epoch
+        self.new_epoch = new_epoch
+        self.lost = lost
+
+
+class ChannelUnavailableError(TopicError):
+    """A channel stayed unreachable (restarting, recovering) past the retry bound."""
+
+
+class ChannelFailedError(ChannelUnavailableError):
+    """A channel could not recover its store, or its store failed (an fsync error):
+    it is fenced and answers every call with this error until an operator acts.
+    Nothing it acknowledged is altered."""
+
+
+class StoreError(TopicError):
+    """The channel's store refused a write: the add was rejected, and ring and store
+    are unchanged (the channel lives on)."""
+
+
+class InvalidArgumentError(TopicError, ValueError):
+    """An argument has a bad value; the message names it."""
+
+
+class PositionMismatchError(InvalidArgumentError):
+    """A Position of another topic or another channel was given."""
+
+
+class InvalidTypeError(TopicError, TypeError):
+    """An argument or a published value has a type raytopic cannot take."""
+
+
+class GroupModeError(InvalidArgumentError):
+    """A group was used in the other mode: joined as "owned" when it is "shared" (or
+    the reverse), or a commit or seek asked of a shared group (its members
+    acknowledge element by element), or an ack of an owned group's element."""
+
+
+class GroupFilterError(InvalidArgumentError):
+    """A member brought a filter other than its shared group's (a shared group's
+    filter is part of its definition, fixed at creation)."""
+
+
+class ForeignElementError(InvalidArgumentError):
+    """An element this subscriber did not receive was given to its ``ack``, ``nack``
+    or ``extend_lease`` (another member's, another topic's, or an owned
+    group's): nothing was acknowledged."""
+
+
+@contextmanager
+def unwrap_ray_error() -> Iterator[None]:
+    """Re-raise a raytopic error that Ray wrapped in ``RayTaskError`` as itself.
+
+    Ray already makes the wrapper an instance of the original class, so
+    ``except rt.NotOwnerError`` works either way; unwrapping gives users the
+    plain class, its own message and a short traceback, chained with ``from``.
+    """
+    import ray.exceptions
+
+    try:
+        yield
+    except ray.exceptions.RayTaskError as wrapped:
+        cause = wrapped.cause
+        if isinstance(cause, TopicError):
+            raise cause from wrapped
+        raise

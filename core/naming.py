@@ -1,0 +1,62 @@
+"""Ray actor names of a topic's actors, and a per-process cache of channel handles.
+
+``:`` never occurs in topic names, so these names cannot collide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "channel_actor",
+    "channel_actor_name",
+    "coordinator_actor_name",
+    "topic_of_actor_name",
+]
+
+_PREFIX = "raytopic:"
+_channel_handles: dict[tuple[str, int], Any] = {}
+"""Channel handles found by name, keyed by topic id: a topic destroyed and made
+again under its name is another topic, with other actors."""
+
+
+def coordinator_actor_name(topic: str) -> str:
+    """The Ray actor name of a topic's coordinator."""
+    return f"{_PREFIX}topic:{topic}"
+
+
+def channel_actor_name(topic: str, channel: int) -> str:
+    """The Ray actor name of one channel of a topic."""
+    return f"{_PREFIX}channel:{topic}:{channel}"
+
+
+def topic_of_actor_name(name: str) -> str | None:
+    """The topic a coordinator's actor name belongs to, or None for other actors."""
+    prefix = f"{_PREFIX}topic:"
+    return name[len(prefix) :] if name.startswith(prefix) else None
+
+
+def channel_actor(namespace: str, topic: str, topic_id: str, channel: int) -> Any:
+    """The handle of a channel actor of topic ``topic_id``, looked up once per process.
+
+    Elements name their channel instead of carrying its ActorHandle:
+    (de)serializing a handle costs about a millisecond, per batch, per hop.
+    The lookup is by name; a topic made again under the same name answers
+    for the old topic's readers as it would for strangers (they are not
+    among its readers), never with a dead handle.
+    """
+    key = (topic_id, channel)
+    handle = _channel_handles.get(key)
+    if handle is None:
+        import ray
+
+        from raytopic.core.errors import TopicNotFoundError
+
+        try:
+            handle = ray.get_actor(channel_actor_name(topic, channel), namespace=namespace)
+        except ValueError:
+            raise TopicNotFoundError(
+                f"topic {topic!r} no longer exists in namespace {namespace!r}"
+            ) from None
+        _channel_handles[key] = handle
+    return handle

@@ -1,0 +1,463 @@
+"""The records users hold: positions, elements, publish and commit results.
+
+All are frozen, slotted dataclasses. ``Element`` and ``PublishStatus`` are
+made by the million on the hot path, so their positions and timestamps are
+derived on access from a plain sequence number and a float time stamp
+instead of being built eagerly (building a frozen dataclass costs about a
+microsecond; most consumers never read ``.timestamp``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from raytopic.core.errors import (
+    GroupModeError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    PositionMismatchError,
+)
+from raytopic.core.naming import channel_actor
+
+if TYPE_CHECKING:
+    import ray
+
+__all__ = [
+    "AckStatus",
+    "CommitResult",
+    "CommitStatus",
+    "Element",
+    "OwnershipChange",
+    "Position",
+    "PublishStatus",
+    "PublishSummary",
+    "ReadResultSet",
+    "stamp_to_datetime",
+]
+
+
+def stamp_to_datetime(stamp: float) -> datetime:
+    """A channel time stamp (seconds since the epoch) as an aware UTC datetime."""
+    return datetime.fromtimestamp(stamp, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    """The place of one element in one channel of one topic.
+
+    Positions order by sequence within a channel. ``sequence`` is -1 for "before
+    the first element ever published" and ``head - 1`` for "just before the
+    oldest element still stored". ``str(p)`` round-trips through ``Position.parse``.
+
+    Example:
+        >>> p = Position("1f2e3d4c", 3, 41)
+        >>> Position.parse(str(p)) == p
+        True
+    """
+
+    topic_id: str
+    """Id of the topic (made at ``create_topic``; a re-created topic gets a new id)."""
+    channel: int
+    """Channel number, ``0 <= channel < channel_count``."""
+    sequence: int
+    """Sequence number in the channel, ``>= -1``."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topic_id, str) or not self.topic_id or ":" in self.topic_id:
+            raise InvalidArgumentError(f"topic_id must be a non-empty id, got {self.topic_id!r}")
+        for name in ("channel", "sequence"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
+        if self.channel < 0:
+            raise InvalidArgumentError(f"channel must be >= 0, got {self.channel}")
+        if self.sequence < -1:
+            raise InvalidArgumentError(f"sequence must be >= -1, got {self.sequence}")
+
+    def __str__(self) -> str:
+        return f"{self.topic_id}:{self.channel}:{self.sequence}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """Read a Position back from ``str(position)``.
+
+        Args:
+            text: A Position's string form, ``"<topic_id>:<channel>:<sequence>"``.
+
+        Returns:
+            The Position.
+
+        Raises:
+            InvalidArgumentError: ``text`` is not a Position's string form.
+        """
+        parts = text.split(":") if isinstance(text, str) else []
+        if len(parts) != 3:
+            raise InvalidArgumentError(f"not a Position: {text!r}")
+        try:
+            return cls(parts[0], int(parts[1]), int(parts[2]))
+        except ValueError as error:
+            raise InvalidArgumentError(f"not a Position: {text!r}") from error
+
+    def check_belongs(self, topic_id: str, channel: int | None = None) -> None:
+        """Check that this Position is of a topic (and channel).
+
+        Args:
+            topic_id: The topic's id.
+            channel: The channel, or None for any.
+
+        Raises:
+            PositionMismatchError: it is of another topic or channel.
+        """
+        if self.topic_id != topic_id:
+            raise PositionMismatchError(
+                f"position {self} belongs to another topic "
+                f"(id {self.topic_id}, expected {topic_id})"
+            )
+        if channel is not None and self.channel != channel:
+            raise PositionMismatchError(
+                f"position {self} is of channel {self.channel}, not channel {channel}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class PublishStatus:
+    """Where a published value was stored: its channel, position and time stamp."""
+
+    channel: int
+    """The channel the value went to."""
+    position: Position
+    """Its position in that channel."""
+    timestamp: datetime
+    """When the channel appended it (aware UTC)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishSummary:
+    """What a bulk publish appended (``raytopic.spark.publish_dataframe``,
+    ``raytopic.data.write_topic``, a streaming sink's micro-batch)."""
+
+    rows: int
+    """Rows appended (one element, one position each)."""
+    rows_per_channel: dict[int, int]
+    """Rows appended per channel (channels that got none are absent)."""
+    bytes: int
+    """Bytes of the Arrow rows appended."""
+    seconds: float
+    """Wall time of the whole publish."""
+
+    @property
+    def rows_per_second(self) -> float:
+        """``rows / seconds``."""
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    @classmethod
+    def total(cls, parts: Iterable[tuple[dict[int, int], int]], seconds: float) -> PublishSummary:
+        """One summary of several writers' parts.
+
+        Args:
+            parts: Each writer's ``(rows_per_channel, bytes)``.
+            seconds: Wall time of the whole publish.
+
+        Returns:
+            Their sum (channels that got no row left out).
+        """
+        per_channel: dict[int, int] = {}
+        size = 0
+        for rows, nbytes in parts:
+            size += nbytes
+            for channel, count in rows.items():
+                per_channel[channel] = per_channel.get(channel, 0) + count
+        per_channel = {c: n for c, n in sorted(per_channel.items()) if n}
+        return cls(sum(per_channel.values()), per_channel, size, seconds)
+
+
+class CommitStatus(enum.Enum):
+    """How a commit request ended."""
+
+    COMMITTED = "committed"
+    """The commit moved forward to the given position."""
+    ALREADY_COMMITTED = "already_committed"
+    """The position is at or below the current commit; nothing moved."""
+    NOT_OWNER = "not_owner"
+    """The member does not own the channel (or owns it under a stale generation)."""
+    REJECTED = "rejected"
+    """The position was never published, or was received before a reset of its channel."""
+
+
+class AckStatus(enum.Enum):
+    """How an acknowledgement of a shared group's element ended."""
+
+    ACKED = "acked"
+    """The element is done for the group: it is never delivered to it again."""
+    NACKED = "nacked"
+    """The element went back to the group, to be delivered again."""
+    EXTENDED = "extended"
+    """The element's ack lease was extended."""
+    REJECTED = "rejected"
+    """This member no longer holds the element under that delivery (its lease
+    expired, it was delivered again, it was settled already, or purged):
+    nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """The outcome of committing one position of one channel."""
+
+    channel: int
+    """The channel the commit was for."""
+    position: Position
+    """The position asked to commit."""
+    status: CommitStatus
+    """What happened."""
+
+    @property
+    def committed(self) -> bool:
+        """True when the commit moved forward."""
+        return self.status is CommitStatus.COMMITTED
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipChange:
+    """A change of the channels a group member owns, passed to ``on_ownership_change``."""
+
+    assigned: frozenset[int]
+    """Channels newly given to this member."""
+    revoked: frozenset[int]
+    """Channels a rebalance moved to another member."""
+    lost: frozenset[int]
+    """Channels taken away because this member timed out (or was seen dead)."""
+    channels: frozenset[int]
+    """The channels this member owns after the change."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Element:
+    """One received element: its value, where it came from, and how to commit it.
+
+    Elements pickle, so one can be handed to a Ray task, which may call
+    ``commit()`` itself.
+
+    **Ordering**: elements of one channel reach a subscriber in position order.
+    **Delivery**: for a group member, committing an element commits every
+    earlier position of its channel (cumulative, as in Kafka).
+    """
+
+    value: Any
+    """The published value (after the subscriber's converter, if any)."""
+    channel: int
+    """The channel it was read from."""
+    sequence: int
+    """Its sequence number in the channel (``position.sequence``)."""
+    stamp: float = field(repr=False)
+    """Channel append time, seconds since the epoch (``timestamp`` as a float)."""
+    _origin: _Origin = field(repr=False)
+    delivery_count: int = 1
+    """How many times the element was delivered to its group, this time included
+    (1 on first delivery; a shared group counts redeliveries)."""
+
+    @property
+    def position(self) -> Position:
+        """The element's position."""
+        return Position(self._origin.topic_id, self.channel, self.sequence)
+
+    @property
+    def timestamp(self) -> datetime:
+        """When the channel appended it (aware UTC)."""
+        return stamp_to_datetime(self.stamp)
+
+    def commit(self) -> CommitResult:
+        """Commit this element's position (and every earlier one of its channel).
+
+        Returns:
+            The CommitResult; ``status`` is NOT_OWNER if the member lost the channel.
+
+        Raises:
+            GroupModeError: it was received in a shared group (ack it instead).
+            TopicNotFoundError: its topic was destroyed.
+        """
+        return _resolve(self.commit_async())
+
+    def commit_async(self) -> ray.ObjectRef[CommitResult]:
+        """``commit`` without waiting.
+
+        Returns:
+            ``ObjectRef[CommitResult]``.
+
+        Raises:
+            GroupModeError: it was received in a shared group (ack it instead).
+        """
+        origin = self._origin
+        if origin.shared:
+            raise GroupModeError(
+                f"element {self.position} was received in a shared group: ack it instead"
+            )
+        actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, self.channel)
+        return actor.commit.remote(origin.reader, self.sequence, origin.fence)
+
+    # -- shared groups: acknowledgement element by element --------------------------
+
+    def ack(self) -> AckStatus:
+        """Acknowledge this element (received in a shared group): it is done for the
+        group and never delivered to it again.
+
+        Returns:
+            ACKED, or REJECTED if this member no longer holds it under this
+            delivery (its lease expired or it was delivered again): then the
+            element is still the group's, and is not lost.
+
+        Raises:
+            GroupModeError: it was not received in a shared group.
+        """
+        return _resolve(self.ack_async())
+
+    def ack_async(self) -> ray.ObjectRef[AckStatus]:
+        """``ack`` without waiting.
+
+        Returns:
+            ``ObjectRef[AckStatus]``: ACKED or REJECTED (see ``ack``).
+
+        Raises:
+            GroupModeError: it was not received in a shared group.
+        """
+        from raytopic.core.acks import send_one
+
+        return send_one(self, "ack")
+
+    def nack(self, delay: float | None = None) -> AckStatus:
+        """Give this element back to its shared group, to be delivered again (to any
+        member), after ``delay`` seconds if given. Past the group's
+        ``max_deliveries`` it goes to the dead-letter topic instead.
+
+        Args:
+            delay: Seconds before it may be delivered again (None: at once).
+
+        Returns:
+            NACKED, or REJECTED (see ``ack``).
+
+        Raises:
+            InvalidArgumentError: a negative delay.
+            GroupModeError: it was not received in a shared group.
+        """
+        return _resolve(self.nack_async(delay))
+
+    def nack_async(self, delay: float | None = None) -> ray.ObjectRef[AckStatus]:
+        """``nack`` without waiting.
+
+        Args:
+            delay: Seconds before it may be delivered again (None: at once).
+
+        Returns:
+            ``ObjectRef[AckStatus]``: NACKED or REJECTED (see ``ack``).
+
+        Raises:
+            InvalidArgumentError: a negative delay.
+            GroupModeError: it was not received in a shared group.
+        """
+        from raytopic.core.acks import check_delay, send_one
+
+        return send_one(self, "nack", check_delay(delay))
+
+    def extend_lease(self, seconds: float | None = None) -> AckStatus:
+        """Keep holding this element: its ack lease now ends ``seconds`` from now
+        (default: the group's ``ack_timeout``).
+
+        Args:
+            seconds: The new lease, > 0 (None: the group's ``ack_timeout``).
+
+        Returns:
+            EXTENDED, or REJECTED (see ``ack``).
+
+        Raises:
+            InvalidArgumentError: ``seconds`` is not > 0.
+            GroupModeError: it was not received in a shared group.
+        """
+        from raytopic.core.acks import check_lease, send_one
+
+        return _resolve(send_one(self, "extend_lease", check_lease(seconds)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Element):
+            return NotImplemented
+        return (self.channel, self.sequence, self._origin.topic_id, self.value) == (
+            other.channel,
+            other.sequence,
+            other._origin.topic_id,
+            other.value,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._origin.topic_id, self.channel, self.sequence))
+
+
+class ReadResultSet(Sequence[Any]):
+    """The items one ``read_many`` read: a sequence of values.
+
+    Attributes:
+        read_count: Items read, matching the filter or not.
+        next_sequence_to_read_from: Where a following read should start.
+    """
+
+    __slots__ = ("_items", "_sequences", "next_sequence_to_read_from", "read_count")
+
+    def __init__(self, start: int, read_count: int, items: list[Any], sequences: list[int]) -> None:
+        self.read_count = read_count
+        self.next_sequence_to_read_from = start + read_count
+        self._items = items
+        self._sequences = sequences
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._items)
+
+    def get_sequence(self, index: int) -> int:
+        """The sequence of an item returned.
+
+        Args:
+            index: The item's index in this result.
+
+        Returns:
+            Its sequence in the channel.
+        """
+        return self._sequences[index]
+
+    def __repr__(self) -> str:
+        return (
+            f"ReadResultSet(read_count={self.read_count}, items={len(self)}, "
+            f"next={self.next_sequence_to_read_from})"
+        )
+
+
+def _resolve(ref: Any) -> Any:
+    import ray
+
+    from raytopic.core.errors import TopicNotFoundError, unwrap_ray_error
+
+    try:
+        with unwrap_ray_error():
+            return ray.get(ref)
+    except ray.exceptions.ActorDiedError as error:
+        # Channels restart after any crash: one dead for good was destroyed.
+        raise TopicNotFoundError("the element's topic was destroyed") from error
+
+
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    """Where a batch of elements was read and who read it: what commit() needs."""
+
+    topic_id: str
+    topic: str  # name and namespace: how commit() finds the channel actor
+    namespace: str
+    reader: Any  # the reader key the channel knows (group name or subscriber id)
+    fence: Any  # (member id, lease generation) for group members, else None
+    jumps: int  # the reader's cursor jump count at read time (bumped by seeks and resets)
+    shared: bool = False  # read by a shared group's member: acknowledged element by element
+    epoch: int = 0  # a shared delivery's channel incarnation: part of its delivery id

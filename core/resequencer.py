@@ -1,0 +1,640 @@
+"""Release out-of-order messages in sequence order, per correlation id.
+
+:class:`Resequencer` is pure Python (no Ray): it is used standalone, inside
+:class:`raytopic.resequencer_actor.ResequencerActor` when many producers feed
+one stream, and (through :class:`ResequencedStream`) by the receive session
+of a subscriber given ``resequence=``:class:`Resequence`, inside its home
+channel actor.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from raytopic.core.errors import InvalidArgumentError, InvalidTypeError, TopicError
+
+__all__ = ["Resequence", "ResequencedStream", "Resequencer", "ResequencerStats"]
+
+logger = logging.getLogger(
+    "raytopic.resequencer"
+)  # its name before the move: logging setups name it
+
+ReleaseCallback = Callable[[int, Any, Hashable | None], None]
+GapCallback = Callable[[int, Hashable | None], None]
+LateCallback = Callable[[int, Any, Hashable | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ResequencerStats:
+    """Counters of one :class:`Resequencer` (totals over all streams).
+
+    Counts change when a release is decided, under the resequencer's lock;
+    the callbacks of that release may still be running when ``stats`` is read.
+    """
+
+    released: int
+    """Messages released (handed to ``on_release``, even if it raised)."""
+    gaps: int
+    """Sequence numbers skipped by a timeout, capacity or flush release."""
+    late: int
+    """Messages dropped as late (below ``start``, already released, or already held)."""
+    held: int
+    """Messages currently held back, waiting for a predecessor."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resequence:
+    """Subscriber option: reorder received values by a sequence number they carry.
+
+    Passed as ``topic.subscriber(resequence=...)``; the subscriber feeds every
+    received value into a :class:`Resequencer` (one stream per correlation
+    key) and hands values out in sequence order. The fields mean what the
+    :class:`Resequencer` arguments of the same name mean.
+
+    Example:
+        Values are dicts ``{"order": "A-17", "step": 3, ...}`` published
+        without a key, so they spread over channels and arrive out of order::
+
+            opts = rt.Resequence(
+                seq=lambda v: v["step"],
+                correlation=lambda v: v["order"],
+                timeout_ms=500,
+                start=0,
+            )
+            with topic.subscriber(group="billing", resequence=opts) as sub:
+                for element in sub:
+                    ...  # steps of each order arrive as 0, 1, 2, ...
+    """
+
+    seq: Callable[[Any], int]
+    """Extracts the sequence number (an int) from a received value."""
+    correlation: Callable[[Any], Hashable] | None = None
+    """Extracts the stream key from a value; None: one stream for all values."""
+    timeout_ms: int = 1000
+    """Hold window: how long the head of a stream waits for a missing predecessor."""
+    capacity: int = 0
+    """Per-stream buffer cap that forces the head out past a gap; 0 is unbounded."""
+    start: int | None = None
+    """First expected sequence number of every stream; None: not known."""
+
+    def __post_init__(self) -> None:
+        if not callable(self.seq):
+            raise InvalidTypeError(f"seq must be callable, got {type(self.seq).__name__}")
+        if self.correlation is not None and not callable(self.correlation):
+            raise InvalidTypeError(
+                f"correlation must be callable or None, got {type(self.correlation).__name__}"
+            )
+        _check_int("timeout_ms", self.timeout_ms, minimum=0)
+        _check_int("capacity", self.capacity, minimum=0)
+        if self.start is not None:
+            _check_int("start", self.start)
+
+
+class Resequencer:
+    """Holds back early messages and releases each stream in sequence order.
+
+    Every ``correlation_id`` (``None`` is the default stream) is an
+    independent stream with its own numbering. The *head* of a stream (its
+    lowest held message) is released when
+
+    - it is the immediate successor of the last released number (at once),
+    - the stream holds more than ``capacity`` messages (``capacity > 0``),
+      even past a gap, or
+    - it has waited ``timeout_ms`` since *it* arrived (a timeout release,
+      made by the sweeper).
+
+    Numbers skipped by a release go to ``on_gap``, one call per number,
+    ascending, before the release that skipped them. A message numbered below
+    ``start``, at or below the last released number, or already held (the
+    first arrival is kept) is *late*: dropped, counted, and passed to
+    ``on_late``.
+
+    Without ``start`` the first message of a stream has no known predecessor:
+    it waits its hold window (or for ``capacity``, or for a lower number to
+    take its place at the head), and its release reports no gap. With
+    ``timeout_ms=0`` every message is released inside :meth:`accept`, past
+    any gap, so a lower number arriving later is late.
+
+    **Threads.** :meth:`accept` and :meth:`flush` are thread-safe and deliver
+    the releases they cause on the calling thread; timeout releases are made
+    by :meth:`start`, the sweeper loop, on the thread running it.
+    :meth:`pause` stops only the sweeps.
+
+    **Ordering.** Callbacks (``on_release``, ``on_gap``, ``on_late``) are
+    called one at a time, never concurrently, in the order the releases were
+    decided, so each stream is delivered in order even when many threads
+    accept. No lock that :meth:`accept` needs is held during a callback, so a
+    callback may call :meth:`accept` (or :meth:`flush`): what that call
+    releases is delivered right after the running callback returns. A
+    callback must not wait for another thread's :meth:`accept` to finish:
+    that call waits for the running callback (its turn comes after it).
+
+    **Errors in callbacks.** A callback that raises is logged (with its
+    traceback) and changes nothing else: the message counts as released and
+    the sweeper keeps running.
+
+    **Memory.** A stream's state (its last released number) is kept for the
+    lifetime of the resequencer, so late numbers are recognised; held
+    messages are bounded per stream by ``capacity`` when it is set.
+
+    Args:
+        name: Name used in logs (and as the metrics tag of the actor form).
+        timeout_ms: Hold window in milliseconds (>= 0).
+        capacity: Per-stream buffer cap that forces the head out; 0 is unbounded.
+        reap_interval_ms: How often the sweeper looks for expired heads (> 0).
+        on_release: Called as ``on_release(seq, payload, correlation_id)``
+            for every released message, in order.
+        on_gap: Called as ``on_gap(skipped_seq, correlation_id)``.
+        on_late: Called as ``on_late(seq, payload, correlation_id)`` for a
+            dropped late message.
+        start: First expected sequence number of every stream, or None.
+
+    Raises:
+        InvalidTypeError: An argument has the wrong type (the message names it).
+        InvalidArgumentError: An argument has a bad value (the message names it).
+
+    Example:
+        ::
+
+            out = []
+            r = Resequencer("orders", timeout_ms=500, start=0,
+                            on_release=lambda seq, payload, cid: out.append(payload))
+            sweeper = threading.Thread(target=r.start, daemon=True)
+            sweeper.start()
+            r.accept(1, "b")
+            r.accept(0, "a")  # releases "a" then "b" on this thread
+            r.stop()
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout_ms: int = 1000,
+        capacity: int = 0,
+        reap_interval_ms: int = 1000,
+        on_release: ReleaseCallback,
+        on_gap: GapCallback | None = None,
+        on_late: LateCallback | None = None,
+        start: int | None = None,
+    ) -> None:
+        _check_settings(name, timeout_ms, capacity, reap_interval_ms, start)
+        if not callable(on_release):
+            raise InvalidTypeError(f"on_release must be callable, got {type(on_release).__name__}")
+        for arg_name, callback in (("on_gap", on_gap), ("on_late", on_late)):
+            if callback is not None and not callable(callback):
+                raise InvalidTypeError(
+                    f"{arg_name} must be callable or None, got {type(callback).__name__}"
+                )
+        self._name = name
+        self._timeout_s = timeout_ms / 1000
+        self._zero_hold = timeout_ms == 0
+        self._capacity = capacity
+        self._reap_interval_s = reap_interval_ms / 1000
+        self._on_release = on_release
+        self._on_gap = on_gap
+        self._on_late = on_late
+        self._start = start
+
+        # State lock: guards the streams, the counters and the ticket counter.
+        # Never held while a callback runs.
+        self._lock = threading.Lock()
+        self._streams: dict[Hashable | None, _Stream] = {}
+        self._released = 0
+        self._gaps = 0
+        self._late = 0
+        self._held = 0
+
+        # Delivery (see _deliver): each batch of events decided under _lock
+        # takes the next ticket there; batches are delivered strictly in
+        # ticket order, each by the thread that decided it.
+        self._next_ticket = 0
+        self._serving = 0
+        self._turn = threading.Condition(threading.Lock())
+        self._local = threading.local()
+
+        self._stop_event = threading.Event()
+        self._running = False
+        self._paused = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Resequencer({self._name!r}, running={self._running}, "
+            f"paused={self._paused}, held={self._held})"
+        )
+
+    @property
+    def name(self) -> str:
+        """The resequencer's name."""
+        return self._name
+
+    @property
+    def is_running(self) -> bool:
+        """True while :meth:`start` runs the sweeper loop."""
+        return self._running
+
+    @property
+    def is_paused(self) -> bool:
+        """True between :meth:`pause` and :meth:`resume`."""
+        return self._paused
+
+    @property
+    def stats(self) -> ResequencerStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            return ResequencerStats(
+                released=self._released, gaps=self._gaps, late=self._late, held=self._held
+            )
+
+    def accept(self, seq: int, payload: Any, correlation_id: Hashable | None = None) -> None:
+        """Feed one message into its stream; deliver what it makes releasable.
+
+        Args:
+            seq: The message's sequence number in its stream (an int).
+            payload: The message, any value; handed to the callbacks as is.
+            correlation_id: The stream (any hashable); None is the default stream.
+
+        Raises:
+            InvalidTypeError: ``seq`` is not an int (``bool`` included) or
+                ``correlation_id`` is not hashable; nothing is stored.
+        """
+        _check_seq(seq)
+        _check_correlation_id(correlation_id)
+        events: list[_Event] = []
+        with self._lock:
+            stream = self._streams.get(correlation_id)
+            if stream is None:
+                stream = self._streams[correlation_id] = _Stream(self._start)
+            if (stream.last is not None and seq <= stream.last) or seq in stream.held:
+                self._late += 1
+                if self._on_late is not None:
+                    events.append(_Late(seq, payload, correlation_id))
+            else:
+                stream.held[seq] = (payload, time.monotonic())
+                heapq.heappush(stream.heap, seq)
+                self._held += 1
+                self._release_ready(stream, correlation_id, events)
+            ticket = self._take_ticket(events)
+        self._deliver(ticket, events)
+
+    def flush(self) -> None:
+        """Release everything held, in order per stream, reporting the gaps."""
+        events: list[_Event] = []
+        with self._lock:
+            for correlation_id, stream in self._streams.items():
+                while stream.heap:
+                    self._release_head(stream, correlation_id, events)
+            ticket = self._take_ticket(events)
+        self._deliver(ticket, events)
+
+    def start(self) -> None:
+        """Run the sweeper loop on the calling thread until :meth:`stop`.
+
+        Every ``reap_interval_ms`` (unless paused) the sweeper releases each
+        stream's head that has waited its hold window. Meant to be the target
+        of a thread. :meth:`stop` is final: after it, ``start()`` returns at
+        once (so a ``stop()`` that races ahead of the thread is not lost);
+        :meth:`accept` and :meth:`flush` keep working.
+
+        Raises:
+            RuntimeError: The sweeper loop is already running.
+        """
+        with self._lock:
+            if self._running:
+                raise RuntimeError(f"resequencer {self._name!r}: the sweeper is already running")
+            if self._stop_event.is_set():
+                return
+            self._running = True
+        try:
+            # Event.wait wakes at once on stop(), not after a full interval.
+            while not self._stop_event.wait(self._reap_interval_s):
+                if not self._paused:
+                    self._sweep()
+        finally:
+            self._running = False
+
+    def stop(self) -> None:
+        """Make :meth:`start` return promptly; idempotent and final."""
+        self._stop_event.set()
+
+    def pause(self) -> None:
+        """Stop the timeout sweeps, keeping every held message.
+
+        :meth:`accept` still releases successors and capacity overflow, and
+        with ``timeout_ms=0`` everything (a zero hold window is not a sweep).
+        """
+        self._paused = True
+
+    def resume(self) -> None:
+        """Restart the timeout sweeps after :meth:`pause`."""
+        self._paused = False
+
+    # -- decisions, all under self._lock ------------------------------------
+
+    def _release_ready(
+        self, stream: _Stream, correlation_id: Hashable | None, events: list[_Event]
+    ) -> None:
+        """Release successors, capacity overflow, and (zero hold) everything."""
+        while stream.heap:
+            head = stream.heap[0]
+            if (
+                (stream.last is not None and head == stream.last + 1)
+                or self._zero_hold
+                or (self._capacity and len(stream.heap) > self._capacity)
+            ):
+                self._release_head(stream, correlation_id, events)
+            else:
+                return
+
+    def _sweep(self) -> None:
+        events: list[_Event] = []
+        with self._lock:
+            now = time.monotonic()
+            for correlation_id, stream in self._streams.items():
+                while stream.heap:
+                    head = stream.heap[0]
+                    waited = now - stream.held[head][1]
+                    if (stream.last is not None and head == stream.last + 1) or (
+                        waited >= self._timeout_s
+                    ):
+                        self._release_head(stream, correlation_id, events)
+                    else:
+                        break
+            ticket = self._take_ticket(events)
+        self._deliver(ticket, events)
+
+    def _release_head(
+        self, stream: _Stream, correlation_id: Hashable | None, events: list[_Event]
+    ) -> None:
+        seq = heapq.heappop(stream.heap)
+        payload, _ = stream.held.pop(seq)
+        if stream.last is not None and seq > stream.last + 1:
+            self._gaps += seq - stream.last - 1
+            if self._on_gap is not None:
+                events.append(_Gap(stream.last + 1, seq, correlation_id))
+        stream.last = seq
+        self._held -= 1
+        self._released += 1
+        events.append(_Release(seq, payload, correlation_id))
+
+    def _take_ticket(self, events: list[_Event]) -> int | None:
+        if not events:
+            return None
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        return ticket
+
+    # -- delivery, never under self._lock -----------------------------------
+
+    def _deliver(self, ticket: int | None, events: list[_Event]) -> None:
+        """Run the callbacks of one batch, in ticket order, on this thread.
+
+        Why tickets: callbacks must run outside the state lock (so they may
+        call accept()), yet two threads that decided batches in the order
+        A, B must deliver them in that order. A ticket taken under the state
+        lock fixes that order; each thread waits for its turn, delivers its
+        own batch (so releases happen on the thread that caused them) and
+        passes the turn on. A callback that calls accept() cannot wait for
+        its own later ticket (the turn is still its own): the nested batch is
+        parked in a thread-local list and delivered by the outer call after
+        the running batch, when its turn comes. Nothing waits on a ticket
+        while holding the turn, so re-entrancy cannot deadlock.
+        """
+        if ticket is None:
+            return
+        local = self._local
+        if getattr(local, "delivering", False):
+            local.deferred.append((ticket, events))
+            return
+        local.delivering = True
+        local.deferred = []
+        pending: deque[tuple[int, list[_Event]]] = deque([(ticket, events)])
+        try:
+            while pending:
+                turn, batch = pending[0]
+                self._await_turn(turn)
+                try:
+                    for event in batch:
+                        self._call(event)
+                finally:
+                    pending.popleft()
+                    self._pass_turn()
+                pending.extend(local.deferred)
+                local.deferred.clear()
+        finally:
+            local.delivering = False
+            pending.extend(local.deferred)
+            local.deferred.clear()
+            if pending:
+                # Only after a BaseException (KeyboardInterrupt, SystemExit)
+                # escaped a callback: give up these batches but pass their
+                # turns on, or every other thread would wait forever.
+                logger.error(
+                    "resequencer %r: %d release batch(es) not delivered after an interruption",
+                    self._name,
+                    len(pending),
+                )
+                for turn, _ in pending:
+                    self._await_turn(turn)
+                    self._pass_turn()
+
+    def _await_turn(self, ticket: int) -> None:
+        with self._turn:
+            self._turn.wait_for(lambda: self._serving == ticket)
+
+    def _pass_turn(self) -> None:
+        with self._turn:
+            self._serving += 1
+            self._turn.notify_all()
+
+    def _call(self, event: _Event) -> None:
+        if isinstance(event, _Release):
+            self._guarded(self._on_release, "on_release", event.seq, event.payload, event.cid)
+        elif isinstance(event, _Gap):
+            for skipped in range(event.first, event.stop):
+                self._guarded(self._on_gap, "on_gap", skipped, event.cid)
+        else:
+            self._guarded(self._on_late, "on_late", event.seq, event.payload, event.cid)
+
+    def _guarded(self, callback: Callable[..., Any] | None, label: str, *args: Any) -> None:
+        try:
+            callback(*args)  # type: ignore[misc]
+        except Exception:
+            logger.exception(
+                "resequencer %r: %s raised for seq %r (correlation id %r)",
+                self._name,
+                label,
+                args[0],
+                args[-1],
+            )
+
+
+class _Stream:
+    """One correlation id's state: the last released number and the held messages."""
+
+    __slots__ = ("heap", "held", "last")
+
+    def __init__(self, start: int | None) -> None:
+        self.last: int | None = None if start is None else start - 1
+        self.heap: list[int] = []
+        self.held: dict[int, tuple[Any, float]] = {}  # seq -> (payload, arrival time)
+
+
+class _Release(NamedTuple):
+    seq: int
+    payload: Any
+    cid: Hashable | None
+
+
+class _Gap(NamedTuple):
+    """Skipped numbers ``first .. stop - 1``, expanded to one call each on delivery."""
+
+    first: int
+    stop: int
+    cid: Hashable | None
+
+
+class _Late(NamedTuple):
+    seq: int
+    payload: Any
+    cid: Hashable | None
+
+
+_Event = _Release | _Gap | _Late
+
+
+def _check_int(name: str, value: object, minimum: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _check_settings(
+    name: object, timeout_ms: object, capacity: object, reap_interval_ms: object, start: object
+) -> None:
+    """Validate the non-callback settings shared by the class and its actor."""
+    if not isinstance(name, str):
+        raise InvalidTypeError(f"name must be a str, got {type(name).__name__}")
+    if not name:
+        raise InvalidArgumentError("name must not be empty")
+    _check_int("timeout_ms", timeout_ms, minimum=0)
+    _check_int("capacity", capacity, minimum=0)
+    _check_int("reap_interval_ms", reap_interval_ms, minimum=1)
+    if start is not None:
+        _check_int("start", start)
+
+
+def _check_seq(seq: object) -> None:
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        raise InvalidTypeError(f"seq must be an int, got {type(seq).__name__}")
+
+
+def _check_correlation_id(correlation_id: object) -> None:
+    try:
+        hash(correlation_id)
+    except TypeError:
+        raise InvalidTypeError(
+            f"correlation_id must be hashable, got {type(correlation_id).__name__}"
+        ) from None
+
+
+class ResequencedStream:
+    """A :class:`Resequence` option applied to received items: in, out in order.
+
+    Items go in with the value they carry (``feed``), come out in sequence
+    order per correlation id (``take``). Timeout releases come from a sweeper
+    thread, started here and stopped by :meth:`close`; ``on_ready`` is called
+    (from any thread) whenever something was released.
+
+    **Delivery**: a value without a usable sequence number cannot be ordered;
+    it is released as it came rather than lost.
+    """
+
+    def __init__(self, option: Resequence, name: str, on_ready: Callable[[], None]) -> None:
+        if not isinstance(option, Resequence):
+            raise InvalidTypeError(
+                f"resequence must be a raytopic.Resequence, got {type(option).__name__}"
+            )
+        self._option = option
+        self._on_ready = on_ready
+        self._released: deque[Any] = deque()
+        self._lock = threading.Lock()
+        # Sweep often enough that a timeout release is not late by much.
+        self.poll_interval = max(0.005, min(option.timeout_ms / 4000, 0.25))
+        self._resequencer = Resequencer(
+            name,
+            timeout_ms=option.timeout_ms,
+            capacity=option.capacity,
+            reap_interval_ms=max(1, int(self.poll_interval * 1000)),
+            start=option.start,
+            on_release=self._release,
+        )
+        self._sweeper = threading.Thread(
+            target=self._resequencer.start, name=f"raytopic-resequencer-{name}", daemon=True
+        )
+        self._sweeper.start()
+
+    def _release(self, seq: int, item: Any, correlation: Hashable | None) -> None:
+        with self._lock:
+            self._released.append(item)
+        self._on_ready()
+
+    def feed(self, pairs: Iterable[tuple[Any, Any]]) -> None:
+        """Hand over received ``(value, item)`` pairs.
+
+        Args:
+            pairs: Each received value (its sequence number and correlation are
+                read from it) with the item to release (the Element). One without
+                a usable sequence number is released at once, unordered.
+        """
+        option = self._option
+        for value, item in pairs:
+            try:
+                correlation = option.correlation(value) if option.correlation else None
+                self._resequencer.accept(option.seq(value), item, correlation)
+            except (TopicError, TypeError, KeyError, IndexError, AttributeError) as error:
+                logger.warning("no usable sequence number (%s); released unordered", error)
+                self._release(-1, item, None)
+
+    @property
+    def stats(self) -> ResequencerStats:
+        """Released, gaps, late and held counts so far."""
+        return self._resequencer.stats
+
+    @property
+    def held(self) -> int:
+        """Items waiting for a predecessor."""
+        return self._resequencer.stats.held
+
+    @property
+    def ready(self) -> bool:
+        """Whether released items wait to be taken."""
+        return bool(self._released)
+
+    def take(self, count: int) -> list[Any]:
+        """Take released items.
+
+        Args:
+            count: Most items to take.
+
+        Returns:
+            Up to ``count`` released items, in release order.
+        """
+        with self._lock:
+            taken = []
+            while self._released and len(taken) < count:
+                taken.append(self._released.popleft())
+            return taken
+
+    def close(self) -> None:
+        """Stop the sweeper."""
+        self._resequencer.stop()
+        self._sweeper.join(timeout=5)
