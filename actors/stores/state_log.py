@@ -39,7 +39,7 @@ from raytopic.actors.stores.frames import (
     find_frame,
     read_frame,
 )
-from raytopic.errors import StoreError
+from raytopic.core.errors import StoreError
 
 __all__ = [
     "STATE_MAGIC",

@@ -11,7 +11,7 @@ import pytest
 
 from raytopic.actors.stores.base import OPTIONAL_METHODS, ChannelStore
 from raytopic.actors.stores.state_log import StateChange
-from raytopic.errors import StoreError
+from raytopic.core.errors import StoreError
 
 START = {"epoch": 1, "groups": {"a": {"next": 0}}, "publishers": {"p": [0, []]}}
 

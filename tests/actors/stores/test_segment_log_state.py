@@ -13,7 +13,7 @@ import pytest
 from raytopic.actors.stores import segment_log
 from raytopic.actors.stores.segment_log import SegmentLogStore
 from raytopic.actors.stores.state_log import StateChange, apply_changes, encode_changes
-from raytopic.errors import StoreError
+from raytopic.core.errors import StoreError
 
 BEFORE_LOG = Path(__file__).parent / "data" / "state_before_log.json"
 """A state file as the channel wrote it before the state log (one group, one shared

@@ -16,7 +16,7 @@ from raytopic.actors.stores.state_log import (
     encode_changes,
     with_changes,
 )
-from raytopic.errors import StoreError
+from raytopic.core.errors import StoreError
 
 CURSOR = {"next": 5, "committed": 4, "owner": ["m", 1], "reset_floor": None}
 
