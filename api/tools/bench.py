@@ -26,8 +26,11 @@ Cases:
                 element (``raytopic.tools.bench_shared``).
     store       the throughput case on a topic with the embedded store, with
                 ``sync="always"`` and ``sync="write"``, as a ratio to the
-                in-memory topic of the same run; and the time a channel holding
-                1,000,000 elements on disk takes from SIGKILL to serving again.
+                in-memory topic of the same run; the time a channel holding
+                1,000,000 elements on disk takes from SIGKILL to serving again;
+                and a durable commit's p50 on a channel that has seen 3,000
+                publishers against one that has seen 1
+                (``raytopic.tools.bench_commit``).
     idle        CPU of idle channels and coordinators (3 topics, one member
                 each, 20 s) and the time to create a topic, against bare Ray
                 actors (``raytopic.tools.bench_idle``).
@@ -507,6 +510,7 @@ def run_benchmarks(
     restart_elements: int = DEFAULT.restart_elements,
     idle_topics: int = DEFAULT.idle_topics,
     idle_seconds: float = DEFAULT.idle_seconds,
+    commit_publishers: int | None = None,
     report: Callable[[Figure], None] = lambda figure: None,
 ) -> list[Figure]:
     """Run every case; ``report`` hears of each figure as it is measured.
@@ -518,9 +522,11 @@ def run_benchmarks(
         repeat: runs per throughput case (the median is reported).
         memory_elements: elements for the memory case; 0 skips it.
         restart_elements: elements on disk in the restart case; 0 skips the
-            store cases.
+            store cases. The commit case measures ``latency_samples`` commits.
         idle_topics: topics of the idle case (and creations timed); 0 skips it.
         idle_seconds: seconds the idle case measures CPU over.
+        commit_publishers: publishers seen by the commit case's second channel
+            (None: the case's own count, 3,000).
         report: called with each figure as soon as it is measured.
 
     Returns:
@@ -635,6 +641,10 @@ def run_benchmarks(
             )
         seconds = restart_time(restart_elements)
         add(Figure(f"store: restart serving {restart_elements:,} elements", seconds, "s"))
+        from raytopic.tools.bench_commit import run_commit_benchmarks  # (it builds on this module)
+
+        publishers = {} if commit_publishers is None else {"publishers": commit_publishers}
+        figures += run_commit_benchmarks(commits=latency_samples, report=report, **publishers)
 
     if idle_topics:
         from raytopic.tools.bench_idle import run_idle_benchmarks  # (it builds on this module)

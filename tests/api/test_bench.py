@@ -23,6 +23,7 @@ from raytopic.tools.bench import (
     format_verdict,
     run_benchmarks,
 )
+from raytopic.tools.bench_commit import COMMIT_TARGET
 from raytopic.tools.bench_idle import CHANNEL_TARGET, COORDINATOR_TARGET, CREATION_TARGET
 from raytopic.tools.bench_shared import TASK_TARGET
 from raytopic.tools.cli import _bench_settings, _parser
@@ -49,6 +50,8 @@ EXPECTED = {
     'store sync="always": publish() -> iterate, 2 channel(s)': "in memory",
     'store sync="write": publish() -> iterate, 2 channel(s)': "in memory",
     "store: restart serving 2,000 elements": None,
+    "store: durable commit p50, 1 publisher seen": None,
+    "store: durable commit p50, 20 publishers seen": "1 publisher",
     "idle: bare actor CPU, 3 over 2 s": None,
     "idle: channel CPU, 1 topic(s) x 2 ch, 1 member each": "bare actor",
     "idle: coordinator CPU, 1 topic(s)": "bare actor",
@@ -65,6 +68,7 @@ TARGETS = {
     "shared group: 4 members, 2 ch, 10 ms task per element": TASK_TARGET,
     'store sync="always": publish() -> iterate, 2 channel(s)': at_least(0.5),
     'store sync="write": publish() -> iterate, 2 channel(s)': at_least(0.5),
+    "store: durable commit p50, 20 publishers seen": COMMIT_TARGET,
     "idle: channel CPU, 1 topic(s) x 2 ch, 1 member each": CHANNEL_TARGET,
     "idle: coordinator CPU, 1 topic(s)": COORDINATOR_TARGET,
     "create_topic(channels=2)": CREATION_TARGET,
@@ -88,6 +92,7 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
         restart_elements=2000,
         idle_topics=1,
         idle_seconds=2.0,
+        commit_publishers=20,
         report=reported.append,
     )
 
@@ -117,6 +122,8 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
     assert scaling.baseline_value == by_case["topic: publish() -> iterate, 1 channel(s)"].value
     durable = by_case['store sync="always": publish() -> iterate, 2 channel(s)']
     assert durable.baseline_value == by_case["topic: publish() -> iterate, 2 channel(s)"].value
+    commit = by_case["store: durable commit p50, 20 publishers seen"]
+    assert commit.baseline_value == by_case["store: durable commit p50, 1 publisher seen"].value
     bare = by_case["idle: bare actor CPU, 3 over 2 s"].value
     assert by_case["idle: channel CPU, 1 topic(s) x 2 ch, 1 member each"].baseline_value == bare
     assert by_case["idle: coordinator CPU, 1 topic(s)"].baseline_value == bare
