@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raytopic.records import CommitStatus
+from raytopic.core.records import CommitStatus
 
 __all__ = ["Cursor", "Lease", "Lent", "clamp"]
 

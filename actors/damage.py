@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from raytopic.actors.payloads import DamagedElements
 from raytopic.actors.segment_ring import Run
-from raytopic.errors import DataLossError
+from raytopic.core.errors import DataLossError
 
 __all__ = ["DamageMap"]
 

@@ -12,12 +12,7 @@ import cloudpickle
 import pyarrow as pa
 import pytest
 
-from raytopic.actors.channel import (
-    _PUBLISHER_IDLE_S,
-    _PUBLISHER_SWEEP_S,
-    _PUBLISHERS_KEPT,
-    ChannelActor,
-)
+from raytopic.actors.channel import ChannelActor
 from raytopic.actors.cursors import Lease
 from raytopic.actors.payloads import ArrowRows, PickledValues
 from raytopic.actors.receive_session import ChannelLink, ReceiveSession
@@ -46,10 +41,10 @@ def _wired(config: TopicConfig, reply_delay: float = 0.0) -> list[ChannelActor]:
     """Every channel of ``config`` in-process; channel 0 is the home, linked to the rest."""
     channels = [ChannelActor(config, c) for c in range(config.channels)]
     home = channels[0]
-    home._links = {0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state)}
+    home._host.links = {0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state)}
     for sibling in channels[1:]:
         call = _in_process(sibling, reply_delay)
-        home._links[sibling._channel] = ChannelLink(sibling._channel, call, local=False)
+        home._host.links[sibling._channel] = ChannelLink(sibling._channel, call, local=False)
     return channels
 
 
@@ -98,7 +93,7 @@ async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, Re
     await sibling.append("publisher", 0, "block", 1.0, False, _payloads(range(3)))
     received = await home.receive("m", "s", 0, 3, False)
     assert sum(d.count for d in received.deliveries) == 3
-    return home, home._sessions["m"]
+    return home, home._host.sessions["m"]
 
 
 def _fail_on_spinning(session: ReceiveSession) -> None:
@@ -114,32 +109,6 @@ def _fail_on_spinning(session: ReceiveSession) -> None:
         return room()
 
     session._room = counted  # type: ignore[method-assign]
-
-
-def test_a_channel_forgets_long_idle_publishers_and_their_turns() -> None:
-    async def main() -> None:
-        channel = ChannelActor(CONFIG, 0)
-        payload = _payloads(["v"])
-        for publisher in range(_PUBLISHERS_KEPT):
-            await channel.append(f"p{publisher}", 0, "block", 1.0, False, payload)
-        # Half of them went quiet long ago (their tracks aged, as a clock would).
-        for publisher in range(_PUBLISHERS_KEPT // 2):
-            channel._publishers[f"p{publisher}"].seen -= _PUBLISHER_IDLE_S + 1
-        channel._publishers_swept -= _PUBLISHER_SWEEP_S + 1
-        await channel.append("newest", 0, "block", 1.0, False, payload)
-        assert len(channel._publishers) == _PUBLISHERS_KEPT // 2 + 1
-        assert len(channel._publish_turns._streams) == len(channel._publishers)
-        assert "p0" not in channel._publishers and "newest" in channel._publishers
-        # A forgotten publisher that comes back is a new sender: its batch 0 goes in.
-        ack = await channel.append("p0", 0, "block", 1.0, False, payload)
-        assert ack.first == _PUBLISHERS_KEPT + 1
-        # The next look comes a sweep interval later, not on every append.
-        last = f"p{_PUBLISHERS_KEPT - 1}"
-        channel._publishers[last].seen -= _PUBLISHER_IDLE_S + 1
-        await channel.append("another", 0, "block", 1.0, False, payload)
-        assert last in channel._publishers
-
-    asyncio.run(main())
 
 
 async def _home_goes_to_another_member(home: ChannelActor) -> None:
@@ -223,7 +192,10 @@ def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> No
         home._session("m", (1, {0: MEMBER, 1: MEMBER}))
         await sibling.grant("g", Lease("other", 2))  # the rebalance, then the view ...
         receiving = asyncio.ensure_future(home.receive("m", "s", 0, 4000, False, True))
-        asyncio.get_running_loop().call_soon(home._update_views, "g", 5, {"m": {0: MEMBER}})
+        view = {"m": {0: MEMBER}}
+        asyncio.get_running_loop().call_soon(
+            lambda: asyncio.ensure_future(home.update_views("g", 5, view))
+        )
         assert _values(await receiving) == [(0, 0, 600)]  # ... lands mid-receive
 
     asyncio.run(main())
@@ -379,7 +351,7 @@ def _counting(channels: list[ChannelActor]) -> dict[int, list[str]]:
                 return await getattr(_to, method)(*args)
 
             links[other._channel] = ChannelLink(other._channel, call, local=False)
-        channel._links = links
+        channel._host.links = links
     return calls
 
 
@@ -419,7 +391,7 @@ def test_a_waiting_receive_gets_a_siblings_element_in_one_fetch() -> None:
         # The fetch brought the elements; the one call after it settles them.
         assert calls[1] == ["take", "take", "settle_take"]
         assert sibling.cursor_state("a").next == 2  # used: not given back
-        home._sessions["a"].close()
+        home._host.sessions["a"].close()
 
     asyncio.run(main())
 
@@ -527,19 +499,5 @@ def test_append_once_appends_each_version_of_a_writer_once_with_gaps_allowed() -
             await channel.append_once("once:q", version, "block", 1.0, _rows(range(1)))
         assert (await channel.append_once("once:q", 7, "block", 1.0, _rows(range(3)))).accepted == 0
         assert channel.tail_sequence() == 24
-
-    asyncio.run(main())
-
-
-def test_once_writers_are_never_forgotten_for_idleness() -> None:
-    async def main() -> None:
-        (channel,) = _wired(CONFIG)
-        await channel.append_once("once:q", 5, "block", 1.0, _rows(range(1)))
-        await channel.append("p", 0, "block", 1.0, False, _payloads(["x"]))
-        for track in channel._publishers.values():
-            track.seen -= _PUBLISHER_IDLE_S + 1
-        channel._forget_idle_publishers(channel._publishers["p"].seen + _PUBLISHER_IDLE_S + 1)
-        assert "p" not in channel._publishers
-        assert channel._publishers["once:q"].last_batch == 5
 
     asyncio.run(main())

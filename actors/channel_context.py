@@ -1,0 +1,84 @@
+"""What every part of a channel shares: which channel it is, its incarnation, its
+clock, and the wake-up signal. No Ray.
+
+The parts of a channel (its log, publisher table, readers, shared groups, dead
+letters, session host, state) are plain classes; they meet here instead of
+reaching into each other or into the actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from raytopic.actors.channel_metrics import ChannelMetrics
+from raytopic.core.config import TopicConfig
+
+__all__ = ["POLL_INTERVAL", "ChannelContext", "fresh_start", "stamp_clock"]
+
+POLL_INTERVAL = 0.25
+"""Seconds between re-checks while waiting on something a clock changes (TTL)."""
+
+
+@dataclass(slots=True, eq=False)
+class ChannelContext:
+    """One channel's identity and wake-up signal, shared by its parts."""
+
+    config: TopicConfig
+    channel: int
+    metrics: ChannelMetrics
+    epoch: int = 1
+    """The channel's incarnation (with a store: one more than the stored one)."""
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _listeners: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The topic's name."""
+        return self.config.name
+
+    def listen(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` on every :meth:`notify` (sessions hosted here hear of
+        their home channel directly: no watcher task between an append and a
+        waiting receive)."""
+        self._listeners.append(listener)
+
+    def notify(self) -> None:
+        """Wake everything waiting on this channel's state (data, room, commits)."""
+        self.wake()
+        for listener in self._listeners:
+            listener()
+
+    def wake(self) -> None:
+        """Wake the waiters of this channel only (not the sessions' listeners)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_change(self, timeout: float | None) -> None:
+        """Return at the next :meth:`notify` or :meth:`wake`, or after ``timeout`` seconds."""
+        changed = self._changed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout)
+
+
+def stamp_clock() -> float:
+    """Now, in whole microseconds: the resolution of the datetimes users see.
+
+    An element's ``timestamp`` (and its PublishStatus's) is a datetime, which
+    keeps microseconds; a finer stamp would round, and ``seek(c, t)`` with an
+    element's own timestamp would then land before that element instead of
+    after it.
+    """
+    return round(time.time(), 6)
+
+
+def fresh_start() -> int:
+    """Where a channel restarted without a store numbers its elements (and jump
+    counts) from: the time in microseconds, times 1024. Later than every position
+    (and jump count) of an earlier incarnation unless one appended more than a
+    thousand elements per microsecond of its life, and it needs no memory of the
+    earlier incarnations (the epoch a coordinator remembers may be stale)."""
+    return (time.time_ns() // 1000) << 10

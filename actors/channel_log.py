@@ -1,0 +1,473 @@
+"""A channel's log: its ring buffer and its store as one sequence of elements. No Ray.
+
+Elements enter in one place (:meth:`ChannelLog.append`): room first, then the
+record goes to the store (pending until a sync covers it, see
+:meth:`ChannelLog.durable`) or straight into the ring. They are read in one
+place (:meth:`ChannelLog.read`): below the ring's head from the store (DESIGN
+5.2), else from the ring. A damaged stored record keeps its positions as a run
+of DamagedElements, and every reader meets it through one rule
+(:meth:`ChannelLog.readable`, see raytopic.actors.damage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext, stamp_clock
+from raytopic.actors.damage import DamageMap
+from raytopic.actors.payloads import DamagedElements, Payload
+from raytopic.actors.segment_ring import Run, SegmentRing
+from raytopic.actors.stores.base import ChannelStore, StoredBatch
+from raytopic.actors.stores.group_sync import GroupSync
+from raytopic.actors.wire import AppendAck
+from raytopic.core.config import Overflow
+from raytopic.core.errors import (
+    ChannelFailedError,
+    DataLossError,
+    StaleSequenceError,
+    StoreError,
+    TopicError,
+    TopicFullError,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChannelLog"]
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An append written to the store, visible to readers once a sync covers it."""
+
+    payload: Payload
+    stamp: float
+    change: int  # its mark in the log's GroupSync
+
+
+class ChannelLog:
+    """The ring buffer and the store of one channel, read and appended as one log.
+
+    Args:
+        context: The channel's identity and wake-up signal.
+        fail: Fences the channel (a failed fdatasync: nothing since can be trusted);
+            returns the failure as every call will report it.
+    """
+
+    def __init__(self, context: ChannelContext, fail: Callable[[str], str]) -> None:
+        config = context.config
+        self._context = context
+        self._fail = fail
+        self.ring = SegmentRing(config.capacity, config.ttl, clock=stamp_clock)
+        self.store: ChannelStore | None = None
+        self.damage = DamageMap()  # stored records found damaged
+        self._sync: GroupSync | None = None
+        self._pending: deque[_Pending] = deque()
+        self._pending_count = 0
+        self._pending_stamp = 0.0
+        self._sync_task: asyncio.Task[None] | None = None
+
+    # -- opening ----------------------------------------------------------------------
+
+    def open(self, store: ChannelStore, saved_next: int) -> tuple[int, int]:
+        """Take ``store`` as this log's; returns (first, last): the sequences to load
+        into the ring (see :meth:`load`). ``saved_next`` is the next sequence the
+        state file knew of: records it says were appended but are gone (cut off
+        on disk) are reported as damaged, and their positions never reused."""
+        self.store = store
+        self._sync = GroupSync(lambda _: store.sync())
+        self.damage = DamageMap(store.damaged())
+        largest = store.largest_sequence()
+        if saved_next - 1 > largest:
+            self.damage.add(largest + 1, saved_next - 1)
+            largest = saved_next - 1
+        # The ring starts at what the store keeps (a damaged first record
+        # included: its readers are told), up to the capacity.
+        start = max(self.store_first(), largest + 1 - self._context.config.capacity)
+        self.restart_at(start)
+        return start, largest
+
+    def restart_at(self, first: int) -> None:
+        """An empty ring whose next element is ``first`` (a channel starting over)."""
+        config = self._context.config
+        self.ring = SegmentRing(
+            config.capacity, config.ttl, clock=stamp_clock, first_sequence=first
+        )
+
+    def load(self, start: int, last: int, learn: Callable[[StoredBatch], None]) -> None:
+        """Fill the ring from the store, from ``start`` up to ``last``, telling ``learn``
+        of every record (the publishers' batches). Damaged records keep their
+        positions, as runs of DamagedElements: what follows stays readable."""
+        store = self.store
+        assert store is not None
+        ring = self.ring
+        for batch in store.load_batches(start):
+            payload = batch.payload
+            if batch.first < start:
+                payload = payload.slice(start - batch.first, len(payload))
+            first = batch.first + len(batch.payload) - len(payload)
+            if first < ring.tail + 1:
+                logger.error("channel %d: stored record at %d overlaps", self._channel, first)
+                continue
+            self._keep_damaged(ring.tail + 1, first - 1, batch.stamp)
+            ring.append(payload, overwrite=True, stamp=batch.stamp)
+            learn(batch)
+        self._keep_damaged(ring.tail + 1, last, ring.stamp_of_last_append())
+        store.release_cache()
+
+    def _keep_damaged(self, first: int, last: int, stamp: float) -> None:
+        """Positions ``first..last`` have no intact record: they go into the ring as
+        damaged (a gap the store did not report is reported now)."""
+        if first > last:
+            return
+        known = self.damage.at(first)
+        if known is None or known[1] < last:
+            logger.error("channel %d: stored elements %d..%d missing", self._channel, first, last)
+            self.damage.add(first, last)
+        self.ring.append(DamagedElements(last - first + 1), overwrite=True, stamp=stamp)
+
+    @property
+    def _channel(self) -> int:
+        return self._context.channel
+
+    # -- reading ----------------------------------------------------------------------
+
+    def read(self, start: int, max_count: int) -> list[Run]:
+        """Up to ``max_count`` elements from ``start`` (``start <= tail``): from the
+        store below the ring's head (up to the head), else from the ring. A damaged
+        range comes as a run of DamagedElements (see :meth:`readable`).
+
+        Raises:
+            StaleSequenceError: ``start`` is below the head and not in the store.
+        """
+        head = self.ring.head
+        if start < head:
+            return self._stored_runs(start, min(max_count, head - start))
+        return self.ring.read(start, max_count)
+
+    def readable(self, runs: list[Run]) -> tuple[list[Run], tuple[int, int] | None]:
+        """The one rule for damage: the runs a reader may use (those before the first
+        damaged range) and that range (None: none was read)."""
+        return self.damage.split(runs)
+
+    def lost(self, lost: tuple[int, int]) -> DataLossError:
+        """The one DataLossError a reader gets for the damaged range ``lost``."""
+        return self.damage.error(self._channel, self._context.epoch, lost)
+
+    def read_readable(self, start: int, max_count: int) -> list[Run]:
+        """:meth:`read`, cut before any damaged range; a read that starts at one raises.
+
+        Raises:
+            DataLossError: the read starts at a damaged range (named in the error).
+            StaleSequenceError: ``start`` is below the head and not in the store.
+        """
+        runs, lost = self.readable(self.read(start, max_count))
+        if lost is not None and not runs:
+            raise self.lost(lost)
+        return runs
+
+    def read_span(self, start: int, stop: int, max_count: int) -> list[Run]:
+        """The elements from ``start`` up to ``stop`` (exclusive) or the tail, at most
+        ``max_count``, without waiting (bulk reads); stops before a damaged range
+        (the next read starts there and is told of it).
+
+        Raises:
+            DataLossError: ``start`` is in a damaged range.
+            StaleSequenceError: ``start`` is gone (below the head and not stored).
+        """
+        end = min(stop, self.ring.tail + 1, start + max_count)
+        runs: list[Run] = []
+        sequence = start
+        while sequence < end:
+            more, lost = self.readable(self.read(sequence, end - sequence))
+            runs.extend(more)
+            if lost is not None:
+                if not runs:
+                    raise self.lost(lost)
+                break  # the next read starts at the damage, and is told of it
+            if not more:
+                break
+            sequence = more[-1].last + 1
+        return runs
+
+    def _stored_runs(self, start: int, max_count: int) -> list[Run]:
+        """Up to ``max_count`` elements from ``start`` (below the ring's head) as the
+        store keeps them; a damaged range as a run of DamagedElements.
+
+        Raises:
+            StaleSequenceError: the store does not have ``start`` (no store, or
+                past its retention).
+        """
+        runs: list[Run] = []
+        sequence = start
+        taken = 0
+        if self.store is not None:
+            for batch in self.store.load_batches(start):
+                if taken >= max_count:
+                    break
+                if batch.first > sequence:  # a gap: a damaged record, or the end
+                    lost = self.damage.at(sequence)
+                    if lost is None:
+                        break
+                    count = min(lost[1] + 1, batch.first, sequence + max_count - taken) - sequence
+                    runs.append(Run(sequence, batch.stamp, DamagedElements(count)))
+                    taken += count
+                    sequence += count
+                    if sequence < batch.first or taken >= max_count:
+                        break
+                offset = sequence - batch.first
+                stop = min(len(batch.payload), offset + max_count - taken)
+                runs.append(Run(sequence, batch.stamp, batch.payload.slice(offset, stop)))
+                taken += stop - offset
+                sequence = batch.first + stop
+        if not runs:
+            head = self.ring.head
+            raise StaleSequenceError(
+                f"sequence {start} is below the head {head} and not in the store",
+                head_sequence=head,
+            )
+        return runs
+
+    def store_first(self) -> int:
+        """The oldest sequence the store keeps, a damaged record just before its
+        first intact one included (its readers are to be told of it)."""
+        assert self.store is not None
+        first = self.store.first_sequence()
+        lost = self.damage.at(first - 1)
+        return first if lost is None else lost[0]
+
+    def kept_below_head(self, sequence: int) -> bool:
+        """Whether a reader behind the ring's head reads ``sequence`` from the store.
+
+        Only within what the topic keeps: the capacity, or ``store_retention``.
+        An element the ring dropped by "overwrite" or TTL is gone for readers
+        (StaleSequenceError, DESIGN 5.6), as without a store. A damaged record
+        counts as kept: the read reports it.
+        """
+        store = self.store
+        config = self._context.config
+        kept = (
+            sequence > self.ring.tail - config.capacity
+            or config.retention_seconds is not None
+            or config.retention_bytes is not None
+        )
+        return (
+            kept
+            and store is not None
+            and self.store_first() <= sequence <= store.largest_sequence()
+        )
+
+    def resume_point(self, sequence: int) -> int:
+        """Where a reader whose next element ``sequence`` is gone reads on."""
+        head = self.ring.head
+        if self.store is not None and sequence < self.store_first():
+            return min(head, self.store_first())
+        return head
+
+    # -- appending --------------------------------------------------------------------
+
+    @property
+    def next_sequence(self) -> int:
+        """The position the next element appended gets (appends pending a sync count)."""
+        return self.ring.tail + 1 + self._pending_count
+
+    def room(self) -> int:
+        """Elements that fit now, counting appends still waiting for their sync."""
+        return self.ring.room() - self._pending_count
+
+    async def wait_room(self, count: int, deadline: float | None) -> bool:
+        """Wait until ``count`` elements fit: True, or False at ``deadline`` (monotonic)."""
+        while self.room() < count:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            await self._context.wait_change(
+                POLL_INTERVAL if left is None else min(left, POLL_INTERVAL)
+            )
+        return True
+
+    async def append(
+        self,
+        payload: Payload,
+        policy: Overflow,
+        timeout: float | None,
+        *,
+        whole: bool,
+        publisher_id: str = "",
+        batch: int = -1,
+    ) -> tuple[AppendAck, int | None]:
+        """The one place where elements enter the channel (publishes, ring buffer adds,
+        Arrow batches): room, then the store write (or the ring). Returns the ack
+        and the change to make durable (:meth:`durable`) before answering."""
+        ring = self.ring
+        count = len(payload)
+        if not count:
+            return AppendAck(ring.tail, 0, ring.stamp_of_last_append()), None
+        if policy is Overflow.OVERWRITE:
+            try:
+                first, stamp, change = self._put(payload, True, publisher_id, batch)
+            except StoreError as error:
+                return AppendAck(-1, 0, 0.0, error), None
+            return AppendAck(first, count, stamp), change
+        # "fail" takes what fits now, or with ``whole`` (a publish_batch, whose
+        # caller sees one error for all its values) nothing unless all fit.
+        # "block" waits until the whole batch fits (so its positions are
+        # contiguous and share one stamp); only a batch larger than the
+        # capacity goes in several pieces.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        runs: list[tuple[int, int, float]] = []
+        accepted = 0
+        error: TopicError | None = None
+        if policy is Overflow.FAIL and whole and self.room() < count:
+            refused = TopicFullError(
+                f"channel {self._channel} has room for {self.room()} of "
+                f"{count} values: none of them appended"
+            )
+            return AppendAck(-1, 0, 0.0, refused), None
+        change = None
+        while accepted < count:
+            wanted = min(count - accepted, ring.capacity)
+            if (
+                policy is Overflow.BLOCK
+                and self.room() < wanted
+                and not await self.wait_room(wanted, deadline)
+            ):
+                break
+            size = max(0, min(wanted, self.room()))
+            if not size:
+                break
+            piece = payload.slice(accepted, accepted + size)
+            try:
+                first, stamp, change = self._put(piece, False, publisher_id, batch)
+            except StoreError as refused:
+                error = refused
+                break
+            runs.append((first, size, stamp))
+            accepted += size
+            if policy is Overflow.FAIL:
+                break
+        if accepted < count and error is None:
+            error = TopicFullError(
+                f"channel {self._channel} is full ({ring.capacity} elements): "
+                f"{count - accepted} of {count} values not appended"
+            )
+        if not runs:
+            return AppendAck(-1, 0, 0.0, error), None
+        first, _, stamp = runs[0]
+        pieces = tuple(runs) if len(runs) > 1 else ()
+        return AppendAck(first, accepted, stamp, error, pieces), change
+
+    def _put(
+        self, payload: Payload, overwrite: bool, publisher_id: str, batch: int
+    ) -> tuple[int, float, int | None]:
+        """Append ``payload`` (room already checked): into the ring, or with a store
+        into the store, pending until :meth:`durable` of the change returned.
+        Returns (first, stamp, change: None without a store).
+
+        Raises:
+            StoreError: the store refused it; nothing was appended anywhere.
+        """
+        ring = self.ring
+        store = self.store
+        if store is None:
+            first = ring.append(payload, overwrite=overwrite)
+            self._context.metrics.published(len(payload), payload.nbytes)
+            self._context.notify()
+            return first, ring.stamp_of_last_append(), None
+        first = self.next_sequence
+        stamp = self._pending_stamp = max(ring.next_stamp(), self._pending_stamp)
+        record = StoredBatch(first, stamp, payload, self._context.epoch, publisher_id, batch)
+        try:
+            store.store_batch(record)
+        except Exception as error:
+            logger.warning("channel %d: store refused an append: %s", self._channel, error)
+            if isinstance(error, StoreError):
+                raise
+            raise StoreError(f"the store refused the append: {error}") from error
+        sync = self._sync
+        assert sync is not None
+        change = sync.mark()
+        self._pending.append(_Pending(payload, stamp, change))
+        self._pending_count += len(payload)
+        if self._context.config.sync != "always":
+            self._show_synced(change)
+            self._ensure_sync_task()
+        return first, stamp, change
+
+    async def durable(self, change: int | None) -> None:
+        """Wait until the appends up to ``change`` are as durable as ``sync`` asks
+        (with "always": an fdatasync covers them); readers see them from then on.
+
+        Raises:
+            ChannelFailedError: the sync failed; the channel is fenced.
+        """
+        sync = self._sync
+        if change is None or sync is None or self._context.config.sync != "always":
+            return
+        try:
+            await sync.wait(change)
+        except Exception as error:
+            failure = self._fail(
+                f"fdatasync failed: {error}; appends since the last sync are not acknowledged"
+            )
+            raise ChannelFailedError(failure) from error
+        self._show_synced(sync.covered)
+
+    def _ensure_sync_task(self) -> None:
+        """With ``sync`` a number of seconds: start the background sync (once)."""
+        interval = self._context.config.sync
+        if isinstance(interval, float) and (self._sync_task is None or self._sync_task.done()):
+            self._sync_task = asyncio.ensure_future(self._sync_periodically(interval))
+
+    async def _sync_periodically(self, interval: float) -> None:
+        """Background (``sync`` in seconds): sync the log every ``interval``, until
+        a sync fails (the channel is fenced then)."""
+        sync = self._sync
+        assert sync is not None
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await sync.wait()
+            except Exception as error:
+                self._fail(f"background fdatasync failed: {error}")
+                return
+
+    def _show_synced(self, covered: int) -> None:
+        """Let readers see the pending appends a sync covered, in sequence order."""
+        pending = self._pending
+        head = self.ring.head
+        appended = False
+        while pending and pending[0].change <= covered:
+            entry = pending.popleft()
+            self._pending_count -= len(entry.payload)
+            # Room was reserved when it was stored; it is durable: it must show.
+            self.ring.append(entry.payload, overwrite=True, stamp=entry.stamp)
+            self._context.metrics.published(len(entry.payload), entry.payload.nbytes)
+            appended = True
+        if appended:
+            if self.ring.head != head:  # "overwrite" dropped the oldest
+                self.release()
+            self._context.notify()
+
+    # -- releasing --------------------------------------------------------------------
+
+    def evict_to(self, sequence: int) -> int:
+        """Drop every element below ``sequence`` from the ring; returns how many."""
+        return self.ring.evict_to(sequence)
+
+    def release(self) -> None:
+        """The ring released elements: the store may drop what its retention allows.
+
+        Call only once the state that no longer needs them is durable: a crash
+        before that point recovers older commits, whose elements must still be on
+        disk.
+        """
+        if self.store is not None:
+            try:
+                self.store.truncate(self.ring.head)
+            except Exception as error:  # keeping too much is no loss: log it
+                logger.warning("channel %d: store truncation failed: %s", self._channel, error)

@@ -1,0 +1,151 @@
+"""A channel's durable state: what it is made of, and what changed since it was last
+written. No Ray.
+
+The state is a dict of sections, as the store keeps it (JSON-ready)::
+
+    epoch          the channel's incarnation
+    next_sequence  the position the next element gets (records cut off on disk
+                   below it are reported, never reused)
+    groups         group -> its cursor (channel-owned groups)
+    shared         group -> its definition and cursor (shared groups)
+    marks          group -> (view version, generation) pushed by the coordinator
+    publishers     publisher -> its track (last batches and their acks)
+    readers        reader -> its spec and, if anonymous, its cursor
+
+A write carries only what changed (:meth:`ChannelState.touch`), so its cost
+follows what a call changed, not the channel's history: a commit writes one
+cursor, not every publisher the channel has ever seen. The store appends the
+changes to its state log and compacts it now and then (see
+``raytopic.actors.stores.state_log``); a store without a log of its own
+rewrites its whole state, as the store contract's default does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.stores.base import ChannelStore
+from raytopic.actors.stores.group_sync import GroupSync
+from raytopic.actors.stores.state_log import StateChange
+from raytopic.core.errors import ChannelFailedError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SECTIONS", "ChannelState"]
+
+SECTIONS = ("groups", "shared", "marks", "publishers", "readers")
+"""The keyed sections of the state, in the order a snapshot lists them."""
+
+
+class ChannelState:
+    """What of a channel's state changed, and its writes to the store.
+
+    Each keyed section has a provider (:meth:`provide`): the value of one key
+    now (None: the key is gone), and every key there is.
+
+    Args:
+        context: The channel's identity (its epoch is in the state).
+        next_sequence: The position the next element gets (read at each write).
+        fail: Fences the channel (a state write failed); returns the failure as
+            every call will report it.
+        saved: Called after each write (the store may release what the
+            written commits no longer need).
+    """
+
+    def __init__(
+        self,
+        context: ChannelContext,
+        next_sequence: Callable[[], int],
+        fail: Callable[[str], str],
+        saved: Callable[[], None],
+    ) -> None:
+        self._context = context
+        self._next_sequence = next_sequence
+        self._fail = fail
+        self._saved = saved
+        self._providers: dict[str, tuple[Callable[[str], Any], Callable[[], Iterable[str]]]] = {}
+        self._store: ChannelStore | None = None
+        self._sync: GroupSync | None = None
+        self._dirty: dict[tuple[str, str], None] = {}  # (section, key), in change order
+
+    def provide(
+        self, section: str, value_of: Callable[[str], Any], keys: Callable[[], Iterable[str]]
+    ) -> None:
+        """Where ``section``'s values come from: ``value_of(key)`` (None: gone), ``keys()``."""
+        self._providers[section] = (value_of, keys)
+
+    @property
+    def durable(self) -> bool:
+        """Whether a store keeps the state."""
+        return self._sync is not None
+
+    def open(self, store: ChannelStore) -> dict[str, Any]:
+        """Keep the state in ``store`` from now on; returns what it kept ({}: nothing)."""
+        self._store = store
+        self._sync = GroupSync(store.append_state, self._changes)
+        return store.load_state() or {}
+
+    def touch(self, section: str, key: str | None) -> None:
+        """``section[key]`` changed: the next write carries it."""
+        if self._sync is not None and key is not None:
+            self._dirty[(section, key)] = None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state, as a store keeps it."""
+        state: dict[str, Any] = {
+            "epoch": self._context.epoch,
+            "next_sequence": self._next_sequence(),
+        }
+        for section in SECTIONS:
+            value_of, keys = self._providers[section]
+            state[section] = {key: value_of(key) for key in keys()}
+        return state
+
+    def write_snapshot(self) -> None:
+        """Replace the stored state with the whole state now (a new epoch begins:
+        called while the channel opens, before anything is served)."""
+        assert self._store is not None
+        self._dirty.clear()
+        self._store.save_state(self.snapshot())
+
+    def _changes(self) -> list[StateChange]:
+        """What changed since the last write (run on the event loop just before a
+        write: a consistent view)."""
+        changes = [
+            StateChange("epoch", None, self._context.epoch),
+            StateChange("next_sequence", None, self._next_sequence()),
+        ]
+        for section, key in self._dirty:
+            value = self._providers[section][0](key)
+            changes.append(StateChange(section, key, value, deleted=value is None))
+        self._dirty.clear()
+        return changes
+
+    async def save(self) -> None:
+        """Make the changes so far durable now (one write serves every caller
+        waiting meanwhile).
+
+        Raises:
+            ChannelFailedError: the write failed; the channel is fenced.
+        """
+        sync = self._sync
+        if sync is None:
+            return
+        try:
+            await sync.wait(sync.mark())
+        except Exception as error:
+            failure = self._fail(f"its state could not be written: {error}")
+            raise ChannelFailedError(failure) from error
+        # Only now may the store drop what the commits released: a crash before
+        # this point recovers the older commits, whose elements must be on disk.
+        self._saved()
+
+    def save_later(self) -> None:
+        """A change worth keeping but not worth waiting for: written in the background."""
+        if self._sync is not None:
+            task = asyncio.ensure_future(self.save())
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())

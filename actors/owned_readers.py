@@ -1,0 +1,411 @@
+"""Readers that own their channel: anonymous subscribers and channel-owned groups. No Ray.
+
+An anonymous subscriber has its own cursor on every channel; a channel-owned
+group has one cursor per channel, leased to one member at a time (its
+``fence``). A take delivers from the cursor; a fetch's take stays *lent* until
+its session settles it, and meanwhile the cursor serves no other take, so a
+give-back finds it where the fetch left it and the reader's order per channel
+holds across sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_log import ChannelLog
+from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.cursors import Cursor, Lease, Lent
+from raytopic.actors.reader_parts import LossNotice, Reader, delivered_count, pick
+from raytopic.actors.receive_session import CursorState
+from raytopic.actors.segment_ring import Run
+from raytopic.actors.wire import Chunk, Delivery
+from raytopic.core.errors import GroupNotFoundError, NotOwnerError, StaleSequenceError
+from raytopic.core.records import CommitResult, CommitStatus, Position, _Origin
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["OwnedReaders"]
+
+LENT_TIMEOUT = 10.0
+"""Seconds a take waits for a fetch's session to settle what it took; then the
+session is taken for gone (its elements never reached anyone): read them again."""
+
+FILTERED_READ = 1000
+"""Elements a filtered take looks at, at least: a filter that matches nothing
+must not hold the actor for the whole buffer."""
+
+
+class OwnedReaders:
+    """The cursors of the readers that own this channel, and their groups'.
+
+    Args:
+        context: The channel's identity and wake-up signal.
+        log: The channel's log.
+        loss: The loss a restart without a store left to tell.
+        state: The channel's durable state (cursors are kept there).
+        lookup: The open reader of an id (raises SubscriberClosedError).
+    """
+
+    def __init__(
+        self,
+        context: ChannelContext,
+        log: ChannelLog,
+        loss: LossNotice,
+        state: ChannelState,
+        lookup: Callable[[str], Reader],
+    ) -> None:
+        self._context = context
+        self._log = log
+        self._loss = loss
+        self._state = state
+        self._lookup = lookup
+        self.groups: dict[str, Cursor] = {}
+
+    # -- cursors ----------------------------------------------------------------------
+
+    def new_cursor(self, start_latest: bool) -> Cursor:
+        """A cursor at the tail (``start_latest``) or at the head."""
+        ring = self._log.ring
+        return Cursor.starting_at(ring.tail + 1 if start_latest else ring.head)
+
+    def cursor_of(self, reader: Reader, fence: Any, *, check: bool = True) -> Cursor:
+        """The reader's cursor here: its own, or its group's if ``fence`` owns it.
+
+        Raises:
+            NotOwnerError: the group is gone, or ``fence`` does not own its channel.
+        """
+        if reader.cursor is not None:
+            return reader.cursor
+        group = reader.group
+        cursor = self.groups.get(group)  # type: ignore[arg-type]
+        if cursor is None:
+            raise NotOwnerError(f"group {group!r} no longer exists")
+        if check and (cursor.owner is None or cursor.owner != fence):
+            raise NotOwnerError(
+                f"channel {self._context.channel} of group {group!r} is not owned by {fence}"
+            )
+        return cursor
+
+    def _owned_cursor(self, reader: Reader | None, fence: Any) -> Cursor | None:
+        """The reader's cursor if it is open and ``fence`` owns it, else None."""
+        if reader is None:
+            return None
+        try:
+            return self.cursor_of(reader, fence)
+        except NotOwnerError:
+            return None
+
+    def _touch(self, reader: Reader) -> None:
+        """The reader's cursor changed: the next state write keeps it."""
+        if reader.cursor is not None:
+            self._state.touch("readers", reader.reader_id)
+        else:
+            self._state.touch("groups", reader.group)
+
+    def cursor_state(self, cursor: Cursor) -> CursorState:
+        """A cursor as its readers see it."""
+        return CursorState(
+            cursor.next,
+            cursor.committed,
+            self._log.ring.tail,
+            cursor.jumps,
+            cursor.has_commit,
+            cursor.unacked,
+        )
+
+    def state(self, reader: Reader, fence: Any, *, check: bool = True) -> CursorState:
+        """The reader's cursor state here."""
+        return self.cursor_state(self.cursor_of(reader, fence, check=check))
+
+    def has_data(self, reader: Reader, fence: Any) -> bool:
+        """Whether the reader has an element to read here now."""
+        cursor = self.cursor_of(reader, fence)
+        ring = self._log.ring
+        return cursor.next <= ring.tail or cursor.next < ring.head
+
+    # -- taking -----------------------------------------------------------------------
+
+    async def take(self, reader_id: str, fence: Any, max_count: int, token: str | None) -> Delivery:
+        """Deliver up to ``max_count`` elements from the reader's cursor (``token``:
+        a fetch's take, lent until its session settles it).
+
+        Raises:
+            DataLossError: the cursor reached a damaged range, or the channel
+                restarted without a store (each told once).
+            StaleSequenceError: the cursor's next elements were removed.
+            NotOwnerError: ``fence`` does not own the group's channel.
+        """
+        if max_count > 0:
+            reader, cursor = await self._unlent(reader_id, fence, token)
+        else:  # a stopped fetch takes nothing: it need not wait for another's
+            reader = self._lookup(reader_id)
+            cursor = self.cursor_of(reader, fence)
+        log = self._log
+        ring = log.ring
+        head = ring.head
+        loss = self._loss.tell(reader_id)
+        if loss is not None:
+            cursor.skip_to_head(head)
+            raise loss
+        if cursor.next < head and not log.kept_below_head(cursor.next):
+            self._skip_lost(cursor)
+        if max_count <= 0 or cursor.next > ring.tail:
+            chunks, next_sequence = [], cursor.next
+        elif reader.filter is None and reader.converter is None:
+            runs = self._deliverable(cursor, log.read(cursor.next, max_count))
+            chunks = [Chunk(run.first, run.stamp, run.payload) for run in runs]
+            next_sequence = runs[-1].last + 1 if runs else cursor.next
+        else:
+            runs = self._deliverable(cursor, log.read(cursor.next, max(max_count, FILTERED_READ)))
+            chunks, next_sequence = pick(runs, reader.filter, reader.converter, max_count)
+            next_sequence = max(next_sequence, cursor.next)
+        last_delivered = _last_sequence(chunks) if chunks else cursor.next - 1
+        if chunks:
+            self._context.metrics.delivered(*delivered_count(chunks), time.time() - chunks[0].stamp)
+            cursor.delivered(last_delivered, next_sequence)
+            if token is not None:
+                cursor.lent = Lent(token, chunks[0].first, next_sequence)
+        else:
+            cursor.next = next_sequence
+        # A filter's misses after the last match are read, not delivered.
+        cursor.passed_over(last_delivered + 1, next_sequence - 1)
+        self._touch(reader)
+        config = self._context.config
+        origin = _Origin(
+            config.topic_id, config.name, config.namespace, reader_id, fence, cursor.jumps
+        )
+        return Delivery.pack(
+            self._context.channel,
+            chunks,
+            cursor.jumps,
+            cursor.next,
+            ring.tail,
+            cursor.committed,
+            origin,
+            cursor.unacked,
+        )
+
+    def _deliverable(self, cursor: Cursor, runs: list[Run]) -> list[Run]:
+        """What a cursor's take may deliver of ``runs`` (the log's one damage rule);
+        a take that starts at a damaged range moves the cursor past it and raises.
+
+        Raises:
+            DataLossError: the cursor reached a damaged range (named in the error).
+        """
+        runs, lost = self._log.readable(runs)
+        if lost is not None and not runs:
+            cursor.pass_lost(*lost)
+            raise self._log.lost(lost)
+        return runs
+
+    def _skip_lost(self, cursor: Cursor) -> None:
+        """The cursor's next elements are gone (overwritten, expired, or past the
+        store's retention): move it to the next one there is and say so once.
+
+        Raises:
+            StaleSequenceError: always (naming what was skipped).
+        """
+        resume = self._log.resume_point(cursor.next)
+        skipped = cursor.skip_to_head(resume)
+        raise StaleSequenceError(
+            f"channel {self._context.channel}: {skipped} elements were removed before they "
+            f"were received; continuing from {resume}",
+            head_sequence=resume,
+            skipped=skipped,
+        )
+
+    async def _unlent(self, reader_id: str, fence: Any, token: str | None) -> tuple[Reader, Cursor]:
+        """The reader and its cursor, once no other fetch's take on it is unsettled."""
+        deadline = time.monotonic() + LENT_TIMEOUT
+        while True:
+            reader = self._lookup(reader_id)
+            cursor = self.cursor_of(reader, fence)
+            lent = cursor.lent
+            if lent is None or lent.token == token:
+                return reader, cursor
+            left = deadline - time.monotonic()
+            if left <= 0:
+                logger.warning(
+                    "channel %d: fetch %s never settled; reading again",
+                    self._context.channel,
+                    lent.token,
+                )
+                cursor.settle_lent(lent.token, lent.first)
+                continue
+            await self._context.wait_change(left)
+
+    def settle(
+        self, reader: Reader | None, fence: Any, token: str, give_back_from: int | None
+    ) -> bool:
+        """A fetch's session used what the fetch took, up to ``give_back_from``
+        (None: all); the rest is read again. False if a seek, reset or new owner
+        voided it meanwhile."""
+        cursor = self._owned_cursor(reader, fence)
+        if cursor is None:
+            return False
+        settled = cursor.settle_lent(token, give_back_from)
+        if settled:
+            self._context.notify()
+        return settled
+
+    def give_back(
+        self,
+        reader: Reader | None,
+        fence: Any,
+        first: int,
+        expected_next: int,
+        jumps: int,
+        entries: tuple[tuple[int, int], ...] = (),
+    ) -> bool:
+        """Move the cursor back to ``first`` if it still stands where that take left
+        it, with the same jump count (no seek or reset since)."""
+        cursor = self._owned_cursor(reader, fence)
+        if cursor is None or cursor.next != expected_next or cursor.jumps != jumps:
+            return False
+        cursor.rewind(max(first, self._log.ring.head))
+        self._context.notify()
+        return True
+
+    def host_restarted(self, prefix: str, readers: Iterator[Reader]) -> int:
+        """What the sessions of a restarted channel took (tokens starting with
+        ``prefix``) and never settled is read again now; returns how many."""
+        cursors = [*self.groups.values(), *(reader.cursor for reader in readers)]
+        taken_back = 0
+        for cursor in cursors:
+            lent = None if cursor is None else cursor.lent
+            if lent is not None and lent.token.startswith(prefix):
+                cursor.settle_lent(lent.token, lent.first)
+                taken_back += 1
+        return taken_back
+
+    # -- commits and seeks ------------------------------------------------------------
+
+    def commit(self, reader: Reader | None, sequence: int, fence: Any) -> CommitResult:
+        """Commit ``sequence`` (and every earlier one) for the reader or its group."""
+        position = Position(self._context.config.topic_id, self._context.channel, sequence)
+        cursor = self._owned_cursor(reader, fence)
+        if cursor is None:
+            return CommitResult(self._context.channel, position, CommitStatus.NOT_OWNER)
+        status = cursor.commit(sequence, self._log.ring.tail)
+        if status is CommitStatus.COMMITTED:
+            self._context.metrics.committed()
+            self._touch(reader)  # type: ignore[arg-type]
+        return CommitResult(self._context.channel, position, status)
+
+    def seek(
+        self, reader: Reader, fence: Any, target: int | float, by_time: bool, commit: bool
+    ) -> tuple[int, int]:
+        """Move the reader's cursor; return (position set, new jump count)."""
+        cursor = self.cursor_of(reader, fence)
+        ring = self._log.ring
+        position = ring.first_after(target) - 1 if by_time else int(target)
+        position = cursor.seek(position, ring.head, ring.tail, commit=commit)
+        self._touch(reader)
+        return position, cursor.jumps
+
+    def skip_to_head(self, readers: Iterator[Reader]) -> None:
+        """Every cursor continues at the head (the elements before it were purged)."""
+        head = self._log.ring.head
+        for group, cursor in self.groups.items():
+            cursor.skip_to_head(head)
+            self._state.touch("groups", group)
+        for reader in readers:
+            if reader.cursor is not None:
+                reader.cursor.skip_to_head(head)
+                self._state.touch("readers", reader.reader_id)
+
+    def lowest_committed(self) -> int | None:
+        """The lowest commit of the groups (None: no group)."""
+        return min((cursor.committed for cursor in self.groups.values()), default=None)
+
+    # -- groups (the coordinator's calls) ---------------------------------------------
+
+    def ensure_group(self, group: str, start_latest: bool) -> tuple[CursorState, bool]:
+        """The group's cursor here, created if new; returns (its state, created)."""
+        cursor = self.groups.get(group)
+        created = cursor is None
+        if cursor is None:
+            cursor = self.groups[group] = self.new_cursor(start_latest)
+            self._state.touch("groups", group)
+        return self.cursor_state(cursor), created
+
+    def grant(self, group: str, lease: Lease | None) -> bool:
+        """Give the group's channel to a member (None: to nobody); True if it changed.
+
+        Raises:
+            GroupNotFoundError: no such group here.
+        """
+        cursor = self.groups.get(group)
+        if cursor is None:
+            raise GroupNotFoundError(f"group {group!r} does not exist")
+        if cursor.owner == lease:
+            return False
+        cursor.grant(lease)
+        self._state.touch("groups", group)
+        self._context.notify()
+        return True
+
+    def reset(self, group: str, target: int) -> tuple[int, dict[str, Any]]:
+        """Move the group's read and commit positions after ``target``; returns
+        (position, previous state for :meth:`restore`).
+
+        Raises:
+            GroupNotFoundError: no such group here.
+        """
+        cursor = self.groups.get(group)
+        if cursor is None:
+            raise GroupNotFoundError(f"group {group!r} does not exist")
+        previous = {
+            "next": cursor.next,
+            "committed": cursor.committed,
+            "has_commit": cursor.has_commit,
+            "reset_floor": cursor.reset_floor,
+            "delivered_high": cursor.delivered_high,
+            "unread": list(cursor.unread),
+        }
+        ring = self._log.ring
+        position = cursor.reset(target, ring.head, ring.tail)
+        self._state.touch("groups", group)
+        return position, previous
+
+    def restore(self, group: str, previous: dict[str, Any]) -> bool:
+        """Undo a reset (a reset of several channels is all or nothing)."""
+        cursor = self.groups.get(group)
+        if cursor is None:
+            return False
+        for name, value in previous.items():
+            setattr(cursor, name, value)
+        cursor.jumps += 1
+        self._state.touch("groups", group)
+        self._context.notify()
+        return True
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """Every group's cursor here (``describe``, a restarted coordinator)."""
+        return {
+            group: {
+                "next": cursor.next,
+                "committed": cursor.committed,
+                "has_commit": cursor.has_commit,
+                "unacked": cursor.unacked,
+                "owner": cursor.owner,
+                "jumps": cursor.jumps,
+            }
+            for group, cursor in self.groups.items()
+        }
+
+    def lag(self, tail: int) -> Iterator[tuple[str, int, int]]:
+        """Per group: (name, lag behind the tail, elements not yet delivered)."""
+        for group, cursor in self.groups.items():
+            yield group, max(0, tail - cursor.committed), max(0, tail - cursor.next + 1)
+
+
+def _last_sequence(chunks: list[Chunk]) -> int:
+    last = chunks[-1]
+    if last.sequences is not None:
+        return int(last.sequences[-1])
+    return last.first + len(last.payload) - 1

@@ -1,0 +1,230 @@
+"""What both kinds of readers of a channel share: the reader record, the one reader
+interface, fetch waits, the loss notice, and the filter-and-convert pick. No Ray.
+
+A channel has two kinds of readers behind one interface (:class:`ReaderMode`):
+readers that own their channel (anonymous subscribers, and the members of
+channel-owned groups: ``raytopic.actors.owned_readers``) and the members of
+shared groups, who are handed elements one by one
+(``raytopic.actors.shared_groups``). ``raytopic.actors.readers`` picks the
+mode of each reader once per call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
+from raytopic.actors.payloads import Payload, PickledValues
+from raytopic.actors.receive_session import CursorState, SessionSpec
+from raytopic.actors.segment_ring import Run
+from raytopic.actors.wire import Chunk, Delivery, ReaderSpec
+from raytopic.core.errors import DataLossError, InvalidArgumentError
+
+__all__ = ["Fetches", "LossNotice", "Reader", "ReaderMode", "check_sequence", "pick"]
+
+STOPPED_TAKES_KEPT = 10_000
+"""Stop requests remembered for fetches that have not arrived (yet, or ever); also
+the most loans a shared group keeps for sessions that never settled."""
+
+
+@dataclass(slots=True)
+class Reader:
+    """A subscriber as this channel knows it."""
+
+    reader_id: str
+    spec: ReaderSpec
+    cursor: Any  # a Cursor for anonymous readers; members use their group's
+    filter: Callable[[Any], bool] | None = None
+    converter: Callable[[Any], Any] | None = None
+    resequence: Any = None
+
+    @property
+    def group(self) -> str | None:
+        """The reader's group, None for an anonymous subscriber."""
+        return self.spec.group
+
+    @property
+    def session_spec(self) -> SessionSpec:
+        """How its receive sessions behave."""
+        spec = self.spec
+        return SessionSpec(self.reader_id, spec.complete_on_empty, spec.window, self.resequence)
+
+
+class ReaderMode(Protocol):
+    """What a reader does at a channel, by the kind of its group (owned or shared).
+
+    ``fence`` is the lease a member holds for this channel (None for an
+    anonymous reader); ``check=False`` skips the ownership check (a reader
+    opening, a handle reading its own figures).
+    """
+
+    def state(self, reader: Reader, fence: Any, *, check: bool = True) -> CursorState:
+        """The reader's position here, shaped as a cursor's."""
+        ...
+
+    def has_data(self, reader: Reader, fence: Any) -> bool:
+        """Whether the reader has an element to take here now."""
+        ...
+
+    async def take(self, reader_id: str, fence: Any, max_count: int, token: str | None) -> Delivery:
+        """Deliver up to ``max_count`` elements (``token``: a fetch's, lent until settled)."""
+        ...
+
+    def settle(self, reader: Reader, fence: Any, token: str, give_back_from: int | None) -> bool:
+        """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
+        ...
+
+    def give_back(
+        self,
+        reader: Reader,
+        fence: Any,
+        first: int,
+        expected_next: int,
+        jumps: int,
+        entries: tuple[tuple[int, int], ...],
+    ) -> bool:
+        """Undo a take nobody saw."""
+        ...
+
+    def host_restarted(self, prefix: str) -> int:
+        """Take back what the sessions of a restarted channel took (their tokens
+        start with ``prefix``); returns how many loans."""
+        ...
+
+
+@dataclass(slots=True)
+class LossNotice:
+    """A restart without a store lost elements: each reader is told once."""
+
+    error: DataLossError | None = None
+    unaware: set[str] = field(default_factory=set)
+
+    def tell(self, reader_id: str) -> DataLossError | None:
+        """The loss to raise to ``reader_id`` now (once), or None."""
+        if self.error is None or reader_id not in self.unaware:
+            return None
+        self.unaware.discard(reader_id)
+        return self.error
+
+
+class Fetches:
+    """Fetches waiting at this channel for data, and the requests to stop them.
+
+    A fetch is a take that first waits for an element; stopped (``stop``, or a
+    direct take of the same reader) it takes nothing. A stop may arrive before
+    its fetch: it is remembered (bounded).
+    """
+
+    def __init__(self, context: ChannelContext) -> None:
+        self._context = context
+        self._stopped: dict[str, None] = {}  # bounded, oldest first
+        self._waiting: dict[str, set[str]] = {}  # reader -> tokens of its fetches waiting
+
+    async def wait(
+        self, reader_id: str, token: str, wait: float, has_data: Callable[[], bool]
+    ) -> bool:
+        """Wait until ``has_data()``: True, or False when stopped or after ``wait`` s."""
+        deadline = time.monotonic() + wait
+        waiting = self._waiting.setdefault(reader_id, set())
+        waiting.add(token)
+        polled = bool(self._context.config.ttl)  # a TTL ends elements with the clock
+        try:
+            while token not in self._stopped:
+                if has_data():
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                await self._context.wait_change(min(left, POLL_INTERVAL) if polled else left)
+            return False
+        finally:
+            self._stopped.pop(token, None)
+            waiting.discard(token)
+            if not waiting:
+                self._waiting.pop(reader_id, None)
+
+    def stop(self, token: str) -> None:
+        """Stop fetch ``token`` (it may not have arrived yet)."""
+        self._remember(token)
+        self._context.wake()
+
+    def stop_all_of(self, reader_id: str) -> None:
+        """A direct take of a reader goes first: its fetches waiting here take nothing."""
+        tokens = self._waiting.get(reader_id)
+        if tokens:
+            for token in tokens:
+                self._remember(token)
+            self._context.wake()
+
+    def _remember(self, token: str) -> None:
+        self._stopped[token] = None
+        while len(self._stopped) > STOPPED_TAKES_KEPT:
+            del self._stopped[next(iter(self._stopped))]
+
+
+def pick(
+    runs: list[Run],
+    keep: Callable[[Any], bool] | None,
+    convert: Callable[[Any], Any] | None,
+    max_count: int,
+) -> tuple[list[Chunk], int]:
+    """Up to ``max_count`` elements of ``runs`` that ``keep`` accepts, converted.
+
+    Returns the chunks and the sequence to read on from (after the last
+    element looked at). The filter and converter see decoded values; what
+    is delivered keeps its payload kind unless a converter made new values.
+    """
+    chunks: list[Chunk] = []
+    sequence = runs[0].first if runs else 0
+    found = 0
+    for run in runs:
+        values = run.payload.decode() if keep is not None or convert is not None else None
+        picked: list[int] = []
+        for offset in range(len(run.payload)):
+            sequence = run.first + offset + 1
+            if keep is None or keep(values[offset]):  # type: ignore[index]
+                picked.append(offset)
+                found += 1
+                if found >= max_count:
+                    break
+        if picked:
+            if convert is not None:
+                payload: Payload = PickledValues.from_values(
+                    convert(values[offset])
+                    for offset in picked  # type: ignore[index]
+                )
+            elif len(picked) == len(run.payload):
+                payload = run.payload
+            else:
+                payload = run.payload.take(picked)
+            consecutive = picked[-1] - picked[0] + 1 == len(picked)
+            sequences = None if consecutive else np.array(picked, dtype=np.int64) + run.first
+            chunks.append(Chunk(run.first + picked[0], run.stamp, payload, sequences))
+        if found >= max_count:
+            break
+    return chunks, sequence
+
+
+def delivered_count(chunks: list[Chunk]) -> tuple[int, int]:
+    """(elements, bytes) in ``chunks``."""
+    return (
+        sum(len(chunk.payload) for chunk in chunks),
+        sum(chunk.payload.nbytes for chunk in chunks),
+    )
+
+
+def check_sequence(value: object, what: str) -> None:
+    """``value`` must be an int >= 0.
+
+    Raises:
+        InvalidArgumentError: it is not.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")

@@ -1,0 +1,281 @@
+"""A channel's readers: who is open here, and which mode serves each. No Ray.
+
+Every reader call of the channel (take, watch, settle, give back, state) goes
+through :class:`Readers`, which finds the reader and dispatches to its mode
+once: :class:`~raytopic.actors.owned_readers.OwnedReaders` (anonymous readers
+and channel-owned groups) or :class:`~raytopic.actors.shared_groups.SharedGroups`.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import pickle
+import time
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
+from raytopic.actors.channel_log import ChannelLog
+from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.cursors import Cursor
+from raytopic.actors.owned_readers import OwnedReaders
+from raytopic.actors.reader_parts import Fetches, LossNotice, Reader, ReaderMode
+from raytopic.actors.receive_session import CursorState
+from raytopic.actors.shared_groups import MemberViews, SharedGroups
+from raytopic.actors.wire import Delivery, ReaderSpec
+from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Readers"]
+
+
+class Readers:
+    """The open readers of one channel and the two modes that serve them.
+
+    Args:
+        context: The channel's identity and wake-up signal.
+        log: The channel's log.
+        state: The channel's durable state.
+        views: The members' latest views (owned by the session host).
+        closed: Called with a reader that closed (its session here ends).
+    """
+
+    def __init__(
+        self,
+        context: ChannelContext,
+        log: ChannelLog,
+        state: ChannelState,
+        views: MemberViews,
+        closed: Callable[[Reader], None],
+    ) -> None:
+        self._context = context
+        self._log = log
+        self._state = state
+        self._closed = closed
+        self.by_id: dict[str, Reader] = {}
+        self.loss = LossNotice()
+        self.fetches = Fetches(context)
+        self.owned = OwnedReaders(context, log, self.loss, state, self.get)
+        self.shared = SharedGroups(
+            context, log, self.loss, state, views, self.get, self.commits_moved
+        )
+
+    def get(self, reader_id: str) -> Reader:
+        """The open reader ``reader_id``.
+
+        Raises:
+            SubscriberClosedError: it is not open here.
+        """
+        reader = self.by_id.get(reader_id)
+        if reader is None:
+            raise SubscriberClosedError(f"subscriber {reader_id} is closed")
+        return reader
+
+    def mode(self, reader: Reader) -> ReaderMode:
+        """The mode that serves ``reader``: its group's kind."""
+        return self.shared if reader.group in self.shared else self.owned
+
+    def in_shared(self, reader_id: str) -> bool:
+        """Whether ``reader_id`` is an open member of a shared group."""
+        reader = self.by_id.get(reader_id)
+        return reader is not None and reader.group in self.shared
+
+    def refuse_shared(self, reader_id: str, what: str) -> None:
+        """Members of shared groups cannot ``what`` (commit, seek).
+
+        Raises:
+            GroupModeError: the reader is a shared group's member.
+        """
+        if self.in_shared(reader_id):
+            group = self.by_id[reader_id].group
+            raise GroupModeError(
+                f"group {group!r} is shared: its members acknowledge elements "
+                f"one by one (ack, nack) and cannot {what}"
+            )
+
+    # -- opening and closing ------------------------------------------------------------
+
+    def open(self, reader_id: str, spec: ReaderSpec) -> tuple[CursorState, bool]:
+        """Register a subscriber here (its own cursor, if anonymous); returns (its
+        state, whether it is new).
+
+        Raises:
+            GroupNotFoundError: its group does not exist here.
+        """
+        reader = self.by_id.get(reader_id)
+        created = reader is None
+        if reader is None:
+            cursor = None
+            if spec.group is None:
+                cursor = self.owned.new_cursor(spec.start_latest)
+            elif spec.group not in self.owned.groups and spec.group not in self.shared:
+                raise GroupNotFoundError(f"group {spec.group!r} does not exist")
+            reader = Reader(
+                reader_id,
+                spec,
+                cursor,
+                cloudpickle.loads(spec.filter) if spec.filter else None,
+                cloudpickle.loads(spec.converter) if spec.converter else None,
+                cloudpickle.loads(spec.resequence) if spec.resequence else None,
+            )
+            self.by_id[reader_id] = reader
+            self._state.touch("readers", reader_id)
+        return self.mode(reader).state(reader, None, check=False), created
+
+    def restore(self, reader_id: str, spec: ReaderSpec | str) -> bool:
+        """Open a reader a restart brings back (``spec`` as the state file keeps it,
+        or as the coordinator has it). One that cannot come back (its filter no
+        longer loads, its group is gone) is logged and skipped, blocking nothing."""
+        try:
+            if isinstance(spec, str):
+                spec = pickle.loads(base64.b64decode(spec))
+            self.open(reader_id, spec)  # type: ignore[arg-type]
+        except Exception as error:
+            logger.warning(
+                "channel %d: reader %s not back: %s", self._context.channel, reader_id, error
+            )
+            return False
+        return True
+
+    def close(self, reader_id: str) -> bool:
+        """Forget a subscriber (what a shared member holds goes back); True if it was open."""
+        reader = self.by_id.pop(reader_id, None)
+        if reader is not None:
+            self._state.touch("readers", reader_id)
+            if reader.group in self.shared:
+                self.shared.member_closed(reader.group, reader_id)  # type: ignore[arg-type]
+            self._closed(reader)
+        self._context.notify()
+        return reader is not None
+
+    def close_group(self, group: str) -> None:
+        """Close every reader of ``group`` (it is being destroyed)."""
+        for reader_id, reader in list(self.by_id.items()):
+            if reader.group == group:
+                self.close(reader_id)
+
+    # -- the reader calls ---------------------------------------------------------------
+
+    async def take(
+        self, reader_id: str, fence: Any, max_count: int, wait: float, token: str | None
+    ) -> Delivery:
+        """Deliver up to ``max_count`` elements; with ``wait``, a fetch: first wait up
+        to ``wait`` seconds for an element (stopped, it takes nothing)."""
+        reader = self.get(reader_id)
+        mode = self.mode(reader)
+        if wait > 0:
+            has_data = lambda: mode.has_data(self.get(reader_id), fence)  # noqa: E731
+            if not await self.fetches.wait(reader_id, token, wait, has_data):  # type: ignore[arg-type]
+                max_count = 0
+        elif mode is self.owned:
+            self.fetches.stop_all_of(reader_id)
+        return await mode.take(reader_id, fence, max_count, token)
+
+    def settle(self, reader_id: str, fence: Any, token: str, give_back_from: int | None) -> bool:
+        """A fetch's session used what the fetch took, up to ``give_back_from``
+        (None: all); the rest is read again. False if voided meanwhile."""
+        reader = self.by_id.get(reader_id)
+        if reader is not None and reader.group in self.shared:
+            return self.shared.settle(reader, fence, token, give_back_from)
+        return self.owned.settle(reader, fence, token, give_back_from)
+
+    def give_back(
+        self,
+        reader_id: str,
+        fence: Any,
+        first: int,
+        expected_next: int,
+        jumps: int,
+        entries: tuple[tuple[int, int], ...] = (),
+    ) -> bool:
+        """Undo a take nobody saw (see the modes' ``give_back``)."""
+        reader = self.by_id.get(reader_id)
+        if reader is not None and reader.group in self.shared:
+            return self.shared.give_back(reader, fence, first, expected_next, jumps, entries)
+        return self.owned.give_back(reader, fence, first, expected_next, jumps, entries)
+
+    def state(self, reader_id: str, fence: Any, *, check: bool = True) -> CursorState:
+        """The reader's state here (raises as the mode does)."""
+        reader = self.get(reader_id)
+        return self.mode(reader).state(reader, fence, check=check)
+
+    async def watch(
+        self, reader_id: str, fence: Any, known: CursorState | None, timeout: float
+    ) -> CursorState:
+        """The reader's state once it differs from ``known`` (or after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            reader = self.get(reader_id)
+            mode = self.mode(reader)
+            state = mode.state(reader, fence)
+            left = deadline - time.monotonic()
+            if state != known or left <= 0:
+                return state
+            # A shared group's nack delays end with the clock, as TTLs do.
+            polled = self._context.config.ttl or mode is self.shared
+            await self._context.wait_change(min(left, POLL_INTERVAL) if polled else left)
+
+    def host_restarted(self, host: int) -> int:
+        """Channel ``host`` restarted: what its sessions took here and never settled
+        is read again now. Returns how many loans were taken back."""
+        prefix = f"{host}:"
+        readers = iter(self.by_id.values())
+        taken_back = self.owned.host_restarted(prefix, readers) + self.shared.host_restarted(prefix)
+        if taken_back:
+            logger.info(
+                "channel %d: %d loans of restarted %d back", self._context.channel, taken_back, host
+            )
+            self._context.notify()
+        return taken_back
+
+    # -- positions ------------------------------------------------------------------------
+
+    def commits_moved(self) -> None:
+        """Commits moved: with ``retain=False`` drop what every group committed, and
+        wake the waiters (room, watches)."""
+        if not self._context.config.retain:
+            floors = [self.owned.lowest_committed(), self.shared.lowest_floor()]
+            known = [floor for floor in floors if floor is not None]
+            if known and self._log.evict_to(min(known) + 1):
+                logger.debug("channel %d released up to %d", self._context.channel, min(known))
+        self._context.notify()
+
+    def skip_to_head(self) -> None:
+        """Every reader continues at the head (the elements before it were purged)."""
+        self.owned.skip_to_head(iter(self.by_id.values()))
+        self.shared.drop_below(self._log.ring.head)
+
+    def all_cursors(self) -> list[Cursor]:
+        """Every owned cursor: the groups' and the anonymous readers'."""
+        return [
+            *self.owned.groups.values(),
+            *(reader.cursor for reader in self.by_id.values() if reader.cursor is not None),
+        ]
+
+    def specs(self) -> dict[str, ReaderSpec]:
+        """Every open reader's spec (a restarted coordinator asks)."""
+        return {reader_id: reader.spec for reader_id, reader in self.by_id.items()}
+
+    def state_of(self, reader_id: str) -> dict[str, Any] | None:
+        """A reader as the state file keeps it (None: closed)."""
+        reader = self.by_id.get(reader_id)
+        if reader is None:
+            return None
+        return {
+            "spec": base64.b64encode(pickle.dumps(reader.spec)).decode(),
+            "cursor": None if reader.cursor is None else reader.cursor.to_state(),
+        }
+
+    def restore_state(self, saved: dict[str, Any]) -> None:
+        """Bring back the readers a state file kept, anonymous ones at their saved
+        positions."""
+        for reader_id, state in saved.items():
+            if not self.restore(reader_id, state["spec"]):
+                continue
+            reader = self.by_id[reader_id]
+            if reader.cursor is not None and state.get("cursor"):
+                reader.cursor = Cursor.from_state(state["cursor"], group=False)

@@ -1,0 +1,208 @@
+"""The receive sessions a channel hosts, the links they read through, and the group
+views they follow. No Ray (the links to sibling channels are given to it).
+
+Any channel can host a subscriber's receive session (its *home*, see
+``raytopic.actors.receive_session``): the session reads its own channel
+in-process and the siblings by actor call. The coordinator pushes each group's
+member views here; a session opened later starts from the latest one even if
+its handle lags behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.cursors import Lease
+from raytopic.actors.reader_parts import Reader
+from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSession
+from raytopic.actors.wire import ReceivedBatch
+from raytopic.core.errors import TopicNotFoundError
+
+__all__ = ["SessionHost"]
+
+END_RECEIVES_TIMEOUT = 1.0
+"""Seconds a destroy waits for the receives it ended to answer."""
+
+Caller = Callable[..., Awaitable[Any]]
+"""Calls a channel method by name: ``call(method, *args)``."""
+
+
+class SessionHost:
+    """The receive sessions hosted at one channel.
+
+    Args:
+        context: The channel's identity and wake-up signal (sessions hear of
+            their home channel's changes directly).
+        lookup: The open reader of an id (raises SubscriberClosedError).
+        local_call: Calls this channel's own methods (the home link).
+        local_state: This channel's cursor state of a reader (read in-process).
+        restarted: This channel's process restarted (sessions wait briefly for
+            receive numbers under way).
+    """
+
+    def __init__(
+        self,
+        context: ChannelContext,
+        lookup: Callable[[str], Reader],
+        local_call: Caller,
+        local_state: Callable[[str, Any], CursorState],
+        *,
+        restarted: bool,
+    ) -> None:
+        self._context = context
+        self._lookup = lookup
+        self._local_call = local_call
+        self._local_state = local_state
+        self._restarted = restarted
+        self.links: dict[int, ChannelLink] = {}
+        self.sessions: dict[str, ReceiveSession] = {}
+        # group -> member -> (version, leases): the latest view pushed here.
+        self.views: dict[str, dict[str, tuple[int, dict[int, Lease]]]] = {}
+        self.marks: dict[str, tuple[int, int]] = {}  # group -> (view version, generation)
+        self.sibling_calls: set[Any] = set()  # calls to sibling channels not yet answered
+        self._receiving = 0  # receive calls running here
+        context.listen(self._poke_all)
+
+    def _poke_all(self) -> None:
+        for session in self.sessions.values():
+            session.poke(self._context.channel)
+
+    # -- links --------------------------------------------------------------------------
+
+    def link(self, siblings: list[Any], remote_caller: Callable[[Any, set[Any]], Caller]) -> None:
+        """Link every channel of the topic (index = channel): this one in-process,
+        the others through ``remote_caller(handle, in_flight)``."""
+        channel = self._context.channel
+        for other, handle in enumerate(siblings):
+            if other == channel:
+                self.links[other] = ChannelLink(
+                    other, self._local_call, local=True, state=self._local_state
+                )
+            else:
+                caller = remote_caller(handle, self.sibling_calls)
+                self.links[other] = ChannelLink(other, caller, local=False)
+
+    @property
+    def linked(self) -> bool:
+        """Whether every channel of the topic is linked."""
+        return len(self.links) == self._context.config.channels
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def session(self, reader_id: str, view: tuple[int, dict[int, Any]] | None) -> ReceiveSession:
+        """The reader's receive session here (opened on its first receive here),
+        brought up to the newer of ``view`` (its handle's) and the last one pushed.
+
+        Raises:
+            SubscriberClosedError: the reader is closed.
+        """
+        session = self.sessions.get(reader_id)
+        reader = self._lookup(reader_id)
+        if session is None:
+            group = reader.group
+            channels = self._context.config.channels
+            owned: dict[int, Any] = dict.fromkeys(range(channels)) if group is None else {}
+            session = ReceiveSession(
+                reader.session_spec,
+                self.links,
+                owned,
+                self._context.channel,
+                restarted=self._restarted,
+            )
+            self.sessions[reader_id] = session
+            if group is not None:
+                pushed = self.views.get(group, {}).get(reader_id)
+                if pushed is not None:
+                    session.update_view(*pushed)
+        if view is not None:
+            session.update_view(*view)
+        return session
+
+    def end_session(self, reader_id: str) -> None:
+        """The reader's session here ends (it closed, or left its group)."""
+        session = self.sessions.pop(reader_id, None)
+        if session is not None:
+            session.close()
+
+    def reader_closed(self, reader: Reader) -> None:
+        """A reader closed: its session and its pushed view go."""
+        if reader.group is not None:
+            self.views.get(reader.group, {}).pop(reader.reader_id, None)
+        self.end_session(reader.reader_id)
+
+    async def receive(
+        self,
+        reader_id: str,
+        stream: str,
+        number: int,
+        max_count: int,
+        single: bool,
+        spread: bool,
+        here_only: bool,
+        view: tuple[int, dict[int, Any]] | None,
+    ) -> ReceivedBatch:
+        """Serve a subscriber's receive (see ReceiveSession)."""
+        session = self.session(reader_id, view)
+        self._receiving += 1
+        try:
+            return await session.receive(stream, number, max_count, single, spread, here_only)
+        finally:
+            self._receiving -= 1
+
+    async def end_receives(self, reason: str) -> None:
+        """The topic is being destroyed: every waiting receive raises
+        TopicNotFoundError(``reason``). Returns once they, and the sessions'
+        calls to sibling channels, have answered, or after a second."""
+        error = TopicNotFoundError(reason)
+        for session in self.sessions.values():
+            session.close(error)
+        # Also the calls to sibling channels (fetches told to stop, settles,
+        # give-backs): a call to a channel killed under it makes Ray log a
+        # failure, and a destroy logs nothing.
+        deadline = time.monotonic() + END_RECEIVES_TIMEOUT
+        while (self._receiving or self.sibling_calls) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    # -- group views --------------------------------------------------------------------
+
+    def update_views(
+        self,
+        group: str,
+        version: int,
+        generation: int,
+        views: dict[str, dict[int, Lease] | None],
+        left: Callable[[str], None],
+        back: Callable[[str], None],
+    ) -> bool:
+        """Members' channels changed: sessions here read these from now on. A member
+        that left or timed out (None) owns nothing: its session here ends and
+        ``left(member)`` is told; ``back(member)`` of one in the view again.
+        Returns whether the group's marks (version, generation) rose."""
+        mark = self.marks.get(group, (0, 0))
+        rose = version > mark[0] or generation > mark[1]
+        if rose:
+            self.marks[group] = (max(version, mark[0]), max(generation, mark[1]))
+        known = self.views.setdefault(group, {})
+        for member_id, leases in views.items():
+            if member_id in known and known[member_id][0] >= version:
+                continue
+            if leases is None:
+                known.pop(member_id, None)
+                self.end_session(member_id)
+                left(member_id)
+                continue
+            back(member_id)
+            known[member_id] = (version, leases)
+            session = self.sessions.get(member_id)
+            if session is not None:
+                session.update_view(version, leases)
+        return rose
+
+    def forget_group(self, group: str) -> None:
+        """The group was destroyed."""
+        self.views.pop(group, None)
+        self.marks.pop(group, None)

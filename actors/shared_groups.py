@@ -1,0 +1,494 @@
+"""Shared groups at one channel: elements handed out one by one, acknowledged one by one.
+No Ray.
+
+A shared group's members all read every channel. The group's cursor here
+(``raytopic.actors.shared_cursor``) hands each member elements to hold under an
+ack lease; an ack settles them, a nack or an expired lease delivers them
+again, and past ``max_deliveries`` they go to the group's dead-letter topic
+(``raytopic.actors.dead_letters``). A member's ``fence`` is its lease for
+this channel in the group's latest view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import pickle
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_log import ChannelLog
+from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.cursors import Lease, clamp
+from raytopic.actors.reader_parts import (
+    STOPPED_TAKES_KEPT,
+    LossNotice,
+    Reader,
+    check_sequence,
+    delivered_count,
+)
+from raytopic.actors.receive_session import CursorState
+from raytopic.actors.shared_cursor import SharedCursor
+from raytopic.actors.shared_take import take_shared
+from raytopic.actors.wire import Delivery
+from raytopic.core.errors import (
+    GroupModeError,
+    InvalidArgumentError,
+    NotOwnerError,
+    SubscriberClosedError,
+)
+from raytopic.core.records import AckStatus, _Origin
+from raytopic.core.shared_group import SharedGroup
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SharedGroups"]
+
+Entries = tuple[tuple[int, int, int], ...]
+"""Delivery ids: (sequence, delivery count, channel epoch)."""
+
+MemberViews = Mapping[str, Mapping[str, tuple[int, Mapping[int, Lease]]]]
+"""Per group, per member: the latest (view version, channel -> lease) pushed here."""
+
+
+@dataclass(slots=True)
+class _Shared:
+    """One shared group here: its definition, its cursor, its loaded filter."""
+
+    spec: SharedGroup
+    cursor: SharedCursor
+    keep: Callable[[Any], bool] | None
+
+
+class SharedGroups:
+    """Every shared group of one channel.
+
+    Args:
+        context: The channel's identity and wake-up signal.
+        log: The channel's log.
+        loss: The loss a restart without a store left to tell.
+        state: The channel's durable state (cursors are kept there).
+        views: The members' latest views (owned by the session host).
+        lookup: The open reader of an id (raises SubscriberClosedError).
+        commits_moved: Called when a group's settled position moved (the log
+            may release room).
+    """
+
+    def __init__(
+        self,
+        context: ChannelContext,
+        log: ChannelLog,
+        loss: LossNotice,
+        state: ChannelState,
+        views: MemberViews,
+        lookup: Callable[[str], Reader],
+        commits_moved: Callable[[], None],
+    ) -> None:
+        self._context = context
+        self._log = log
+        self._loss = loss
+        self._state = state
+        self._views = views
+        self._lookup = lookup
+        self._commits_moved = commits_moved
+        self.groups: dict[str, _Shared] = {}
+        # Fetch token -> (group, member, entries): what a sibling's session took
+        # here, until it settles (taken back at once if that sibling restarts).
+        self._loans: dict[str, tuple[str, str, tuple[tuple[int, int], ...]]] = {}
+        self._departed: dict[str, set[str]] = {}  # group -> members told gone
+        self.wake = asyncio.Event()  # dead letters to send now (see tend)
+
+    def __contains__(self, group: object) -> bool:
+        return group in self.groups
+
+    def add(self, spec: SharedGroup, cursor: SharedCursor) -> None:
+        """Keep a shared group here (created, recovered or seeded)."""
+        self.groups[spec.name] = _Shared(spec, cursor, spec.load_filter())
+        self._state.touch("shared", spec.name)
+
+    def start(self, spec: SharedGroup, start_latest: bool) -> None:
+        """A new shared group, starting at the tail (``start_latest``) or the head."""
+        ring = self._log.ring
+        self.add(spec, SharedCursor.starting_at(ring.tail + 1 if start_latest else ring.head))
+
+    def cursor(self, group: str) -> SharedCursor:
+        """The group's cursor here."""
+        return self.groups[group].cursor
+
+    # -- members ----------------------------------------------------------------------
+
+    def check_member(self, group: str, member: str, fence: Any) -> None:
+        """``fence`` must be the member's lease for this channel, and the member must
+        not have been told gone (it rejoins first).
+
+        Raises:
+            NotOwnerError: it is not.
+        """
+        if member in self._departed.get(group, ()) or fence is None:
+            raise NotOwnerError(f"{member} is not a member of shared group {group!r}")
+        known = self._views.get(group, {}).get(member)
+        if known is not None and known[1].get(self._context.channel) != fence:
+            raise NotOwnerError(f"{member} holds a stale lease of shared group {group!r}")
+
+    def member_left(self, group: str, member: str) -> None:
+        """The group's view says ``member`` left or timed out: what it holds goes back."""
+        self._departed.setdefault(group, set()).add(member)
+        self.release_member(group, member, "its member left or timed out")
+
+    def member_back(self, group: str, member: str) -> None:
+        """``member`` is in the group's view again."""
+        self._departed.get(group, set()).discard(member)
+
+    def member_closed(self, group: str, member: str) -> None:
+        """``member`` closed: what it holds goes back."""
+        self.release_member(group, member, "its member closed")
+        self._departed.get(group, set()).discard(member)
+
+    def release_member(self, group: str, member: str, reason: str) -> None:
+        """What ``member`` holds goes back to the group (it closed, left or died)."""
+        shared = self.groups[group]
+        released = shared.cursor.release(member, shared.spec.max_deliveries, reason)
+        if released:
+            logger.info(
+                "channel %d: %d elements of %s go back to shared group %s (%s)",
+                self._context.channel,
+                len(released),
+                member[:8],
+                group,
+                reason,
+            )
+            self._context.notify()
+            self._state.touch("shared", group)
+            self._state.save_later()
+            if shared.cursor.dead:
+                self.wake.set()
+
+    # -- the reader interface ------------------------------------------------------------
+
+    def state(self, reader: Reader, fence: Any, *, check: bool = True) -> CursorState:
+        """A member's state here, shaped as a cursor's: ``next`` is the tail when it
+        has something to take (else tail + 1), ``committed`` and ``unacked`` are
+        the elements it holds here (a watch sees its acks)."""
+        group = reader.group
+        assert group is not None
+        if check:
+            self.check_member(group, reader.reader_id, fence)
+        shared = self.groups[group]
+        held = shared.cursor.held_by(reader.reader_id)
+        tail = self._log.ring.tail
+        key_order = shared.spec.ordering == "key"
+        work = shared.cursor.has_work(reader.reader_id, tail, time.monotonic(), key_order=key_order)
+        return CursorState(tail if work else tail + 1, held, tail, 0, False, held)
+
+    def has_data(self, reader: Reader, fence: Any) -> bool:
+        """Whether the member has an element to take here now."""
+        return self.state(reader, fence).available
+
+    async def take(self, reader_id: str, fence: Any, max_count: int, token: str | None) -> Delivery:
+        """Hand the member up to ``max_count`` elements: ones to deliver again first,
+        then new ones; each is held under an ack lease.
+
+        Raises:
+            DataLossError: the group reached a damaged range, or the channel
+                restarted without a store (each told once).
+            NotOwnerError: ``fence`` is not the member's lease here.
+        """
+        reader = self._lookup(reader_id)
+        group = reader.group
+        assert group is not None
+        self.check_member(group, reader_id, fence)
+        loss = self._loss.tell(reader_id)
+        if loss is not None:
+            raise loss
+        shared = self.groups[group]
+        cursor, spec = shared.cursor, shared.spec
+        floor = cursor.floor
+        lost = self._log.damage.first_from(max(cursor.next, self._log.ring.head))
+        if lost is not None and lost[0] <= cursor.next and max_count > 0:
+            # The group reached a damaged range: past it, and told once.
+            cursor.forget(*lost)
+            self._moved(group)
+            raise self._log.lost(lost)
+        chunks = take_shared(
+            cursor,
+            self._log.ring,
+            reader_id,
+            max_count,
+            time.monotonic(),
+            spec.ack_timeout,
+            keep=shared.keep,
+            convert=reader.converter,
+            key_order=spec.ordering == "key",
+            stop=None if lost is None else lost[0],
+        )
+        if chunks:
+            self._context.metrics.delivered(*delivered_count(chunks), time.time() - chunks[0].stamp)
+        if cursor.floor != floor:  # the filter passed over some: room for appends
+            self._moved(group)
+        elif chunks:
+            self._state.touch("shared", group)
+            self._state.save_later()  # delivery counts: kept in the background
+        state = self.state(reader, fence, check=False)
+        config = self._context.config
+        origin = _Origin(
+            config.topic_id,
+            config.name,
+            config.namespace,
+            reader_id,
+            fence,
+            0,
+            True,
+            self._context.epoch,
+        )
+        delivery = Delivery.pack(
+            self._context.channel,
+            chunks,
+            0,
+            state.next,
+            state.tail,
+            state.committed,
+            origin,
+            state.unacked,
+        )
+        if token is not None and chunks:
+            self._lend(token, group, reader_id, delivery.entries())
+        return delivery
+
+    def _moved(self, group: str) -> None:
+        """The group's floor moved: room for appends, kept in the background."""
+        self._state.touch("shared", group)
+        self._commits_moved()
+        self._state.save_later()
+
+    def _lend(
+        self, token: str, group: str, member: str, entries: tuple[tuple[int, int], ...]
+    ) -> None:
+        loans = self._loans
+        loans[token] = (group, member, entries)
+        while len(loans) > STOPPED_TAKES_KEPT:  # sessions that never settled (bounded)
+            del loans[next(iter(loans))]
+
+    def settle(self, reader: Reader, fence: Any, token: str, give_back_from: int | None) -> bool:
+        """The session has what its fetch took: its member's. A fetch's rest, given
+        back, is delivered again without counting."""
+        loan = self._loans.pop(token, None)
+        if loan is not None and give_back_from is not None:
+            group, member, entries = loan
+            for sequence, count in entries:
+                if sequence >= give_back_from and group in self.groups:
+                    self.groups[group].cursor.give_back(sequence, member, count)
+            self._context.notify()
+        return True
+
+    def give_back(
+        self,
+        reader: Reader,
+        fence: Any,
+        first: int,
+        expected_next: int,
+        jumps: int,
+        entries: tuple[tuple[int, int], ...] = (),
+    ) -> bool:
+        """The member gives back the ``entries`` (sequence, delivery count) it was handed."""
+        cursor = self.groups[reader.group].cursor  # type: ignore[index]
+        given = [cursor.give_back(sequence, reader.reader_id, count) for sequence, count in entries]
+        if any(given):
+            self._context.notify()
+        return all(given)
+
+    def host_restarted(self, prefix: str) -> int:
+        """What the sessions of a restarted channel were lent goes back now."""
+        taken_back = 0
+        for token in [token for token in self._loans if token.startswith(prefix)]:
+            group, member, entries = self._loans.pop(token)
+            if group in self.groups:
+                for sequence, count in entries:
+                    self.groups[group].cursor.give_back(sequence, member, count)
+            taken_back += 1
+        return taken_back
+
+    # -- acknowledgements ---------------------------------------------------------------
+
+    def acknowledge(
+        self,
+        reader_id: str,
+        entries: Entries,
+        success: AckStatus,
+        apply: Callable[[SharedCursor, SharedGroup, int, int], bool],
+    ) -> list[AckStatus]:
+        """Apply ``apply`` to each delivery; REJECTED where it does not hold, or the
+        delivery was of an earlier incarnation of this channel (what it held came
+        back). A closed member's elements went back: all REJECTED.
+
+        Raises:
+            GroupModeError: the reader is not in a shared group.
+            InvalidArgumentError: malformed entries.
+        """
+        group = self.group_of(reader_id)
+        if not isinstance(entries, tuple | list):
+            raise InvalidArgumentError("entries must be (sequence, delivery count, epoch)")
+        shared = self.groups.get(group) if group is not None else None
+        statuses: list[AckStatus] = []
+        for entry in entries:
+            sequence, count, epoch = entry
+            check_sequence(sequence, "sequence")
+            applied = (
+                epoch == self._context.epoch
+                and shared is not None
+                and apply(shared.cursor, shared.spec, sequence, count)
+            )
+            statuses.append(success if applied else AckStatus.REJECTED)
+        if shared is not None and success in statuses:
+            self._state.touch("shared", shared.spec.name)
+            if shared.cursor.dead:
+                self.wake.set()  # past max_deliveries: to the dead letters now
+        return statuses
+
+    def group_of(self, reader_id: str) -> str | None:
+        """The shared group of an open reader (None: closed).
+
+        Raises:
+            GroupModeError: the reader is open and not in a shared group.
+        """
+        try:
+            reader = self._lookup(reader_id)
+        except SubscriberClosedError:
+            return None
+        if reader.group not in self.groups:
+            raise GroupModeError(f"subscriber {reader_id} is not in a shared group: commit")
+        return reader.group
+
+    # -- the background round ------------------------------------------------------------
+
+    async def expire_round(self) -> tuple[bool, list[str]]:
+        """Wait for a tick (or a wake), then send expired leases back; returns
+        (whether any went back, the groups with dead letters to send)."""
+        timeouts = [shared.spec.ack_timeout for shared in self.groups.values()]
+        tick = min(1.0, max(0.02, min(timeouts, default=1.0) / 10))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), tick)
+        self.wake.clear()
+        now = time.monotonic()
+        changed = False
+        dead = []
+        for group, shared in list(self.groups.items()):
+            if shared.cursor.expire(now, shared.spec.max_deliveries):
+                changed = True
+                self._state.touch("shared", group)
+            if shared.cursor.dead:
+                dead.append(group)
+        return changed, dead
+
+    # -- groups (the coordinator's calls) ---------------------------------------------
+
+    def ensure_group(self, spec: SharedGroup, start_latest: bool) -> tuple[CursorState, bool]:
+        """The group here, created if new; returns (its state, created)."""
+        created = spec.name not in self.groups
+        if created:
+            self.start(spec, start_latest)
+        cursor = self.groups[spec.name].cursor
+        return CursorState(cursor.next, cursor.floor, self._log.ring.tail, 0), created
+
+    def destroy(self, group: str) -> None:
+        """Forget the group."""
+        if self.groups.pop(group, None) is not None:
+            self._state.touch("shared", group)
+        self._departed.pop(group, None)
+
+    def reset(self, group: str, position: int) -> tuple[int, dict[str, Any]]:
+        """The group starts over after ``position``: everything after it is to
+        deliver, what its members hold can no longer be acknowledged. Returns
+        (position, previous state for :meth:`restore`)."""
+        ring = self._log.ring
+        shared = self.groups[group]
+        saved = {"shared": shared.cursor.to_state()}
+        position = clamp(position, ring.head, ring.tail)
+        shared.cursor = SharedCursor.starting_at(position + 1)
+        self._state.touch("shared", group)
+        return position, saved
+
+    def restore(self, group: str, previous: dict[str, Any]) -> None:
+        """Undo a reset."""
+        self.groups[group].cursor = SharedCursor.from_state(previous["shared"])
+        self._state.touch("shared", group)
+        self._context.notify()
+
+    def drop_below(self, head: int) -> None:
+        """Forget what each group held or waited for below ``head`` (a purge)."""
+        for group, shared in self.groups.items():
+            shared.cursor.drop_below(head)
+            self._state.touch("shared", group)
+
+    def lowest_floor(self) -> int | None:
+        """The lowest settled position of the groups (None: no group)."""
+        return min((shared.cursor.floor for shared in self.groups.values()), default=None)
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """Every shared group's cursor here (``describe``, a restarted coordinator)."""
+        tail = self._log.ring.tail
+        return {
+            group: {
+                "mode": "shared",
+                "spec": shared.spec,
+                "next": shared.cursor.next,
+                "committed": shared.cursor.floor,
+                "has_commit": False,
+                "depth": shared.cursor.depth(tail),
+                "unacked": shared.cursor.unacked,
+                "holdings": shared.cursor.holdings(),
+                "redelivered": shared.cursor.redelivered,
+                "dead_lettered": shared.cursor.dead_lettered,
+                "owner": None,
+                "jumps": 0,
+            }
+            for group, shared in self.groups.items()
+        }
+
+    def lag(self, tail: int) -> Iterator[tuple[str, int, int]]:
+        """Per group: (name, lag behind the tail, elements still to deliver)."""
+        for group, shared in self.groups.items():
+            yield group, max(0, tail - shared.cursor.floor), shared.cursor.depth(tail)
+
+    # -- durable state ------------------------------------------------------------------
+
+    def state_of(self, group: str) -> dict[str, Any] | None:
+        """A group as the state file keeps it (None: gone)."""
+        shared = self.groups.get(group)
+        if shared is None:
+            return None
+        return {
+            "spec": base64.b64encode(pickle.dumps(shared.spec)).decode(),
+            "cursor": shared.cursor.to_state(),
+        }
+
+    def restore_state(self, saved: dict[str, Any]) -> None:
+        """Bring back the groups a state file kept: what was held comes back to
+        deliver again (past the limit: dead), and deliveries of records damaged
+        since are settled (nothing altered is delivered)."""
+        for state in saved.values():
+            spec = pickle.loads(base64.b64decode(state["spec"]))
+            cursor = SharedCursor.from_state(state["cursor"])
+            cursor.enforce_limit(spec.max_deliveries, "held when its channel restarted")
+            self.add(spec, cursor)
+            self._forget_damaged_deliveries(spec.name, cursor)
+
+    def _forget_damaged_deliveries(self, group: str, cursor: SharedCursor) -> None:
+        for first, last in self._log.damage.overlapping(cursor.floor + 1, cursor.next - 1):
+            # Those not yet looked at stay: the group is told when it reaches them.
+            last = min(last, cursor.next - 1)
+            forgotten = cursor.forget(first, last)
+            if forgotten:
+                logger.error(
+                    "channel %d: %d elements of shared group %s in %d..%d were damaged "
+                    "on disk before they were acknowledged: lost",
+                    self._context.channel,
+                    forgotten,
+                    group,
+                    first,
+                    last,
+                )

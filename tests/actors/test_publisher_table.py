@@ -1,0 +1,116 @@
+"""Unit tests of PublisherTable (no Ray): retries answered with their first ack,
+stale batches refused, idle publishers forgotten with their turns, once-writers kept."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raytopic.actors.payloads import PickledValues
+from raytopic.actors.publisher_table import (
+    PUBLISHER_IDLE_S,
+    PUBLISHER_SWEEP_S,
+    PUBLISHERS_KEPT,
+    PublisherTable,
+)
+from raytopic.actors.publisher_tracks import ACKS_KEPT
+from raytopic.actors.stores.base import StoredBatch
+from raytopic.actors.wire import AppendAck
+from raytopic.errors import InvalidArgumentError, TopicFullError
+
+
+def _appended(table: PublisherTable, publisher_id: str, batch: int, first: int = 0) -> None:
+    """``batch`` of ``publisher_id`` went in, in its turn."""
+
+    async def append() -> None:
+        async with table.turn(publisher_id, batch):
+            table.remember(publisher_id, batch, AppendAck(first, 1, 1.0))
+
+    asyncio.run(append())
+
+
+def test_a_retried_batch_gets_the_ack_it_got_the_first_time() -> None:
+    table = PublisherTable(0)
+    _appended(table, "p", 0, first=7)
+    assert table.earlier_ack("p", 0, 1) == AppendAck(7, 1, 1.0)
+    assert table.earlier_ack("p", 1, 1) is None  # the next batch: new
+    assert table.earlier_ack("q", 0, 1) is None  # a publisher never seen: new
+
+
+def test_a_batch_older_than_the_acks_kept_is_refused() -> None:
+    table = PublisherTable(0)
+    for batch in range(ACKS_KEPT + 5):
+        _appended(table, "p", batch)
+    with pytest.raises(InvalidArgumentError, match="stale"):
+        table.earlier_ack("p", 0, 1)
+    # A recent batch with no record was refused whole before a restart: nothing went in.
+    del table.tracks["p"].acks[ACKS_KEPT + 4]
+    ack = table.earlier_ack("p", ACKS_KEPT + 4, 1)
+    assert ack is not None and (ack.first, ack.accepted) == (-1, 0)
+    assert isinstance(ack.error, TopicFullError)
+
+
+def test_a_retry_of_a_batch_the_store_kept_in_part_says_what_was_not_appended() -> None:
+    table = PublisherTable(3)
+    values = PickledValues.from_values(["a", "b"])
+    table.learn(StoredBatch(10, 1.0, values, 1, "p", 0))  # recovered: 2 of 5 went in
+    table.resume_turns()
+    ack = table.earlier_ack("p", 0, 5)
+    assert ack is not None and (ack.first, ack.accepted) == (10, 2)
+    assert isinstance(ack.error, TopicFullError) and "3 of 5" in str(ack.error)
+
+
+def test_an_append_once_writer_skips_versions_and_never_appends_one_twice() -> None:
+    table = PublisherTable(0)
+    assert not table.has_version("once:w", 5)  # its turn moves to 5 (no wait for 0-4)
+    _appended(table, "once:w", 5)
+    assert table.has_version("once:w", 5) and table.has_version("once:w", 3)
+    assert not table.has_version("once:w", 9)
+
+
+def test_long_idle_publishers_are_forgotten_with_their_turns_a_sweep_interval_apart() -> None:
+    changed: list[str] = []
+    table = PublisherTable(0, changed.append)
+    for publisher in range(PUBLISHERS_KEPT):
+        _appended(table, f"p{publisher}", 0)
+    # Half of them went quiet long ago (their tracks aged, as a clock would).
+    for publisher in range(PUBLISHERS_KEPT // 2):
+        table.tracks[f"p{publisher}"].seen -= PUBLISHER_IDLE_S + 1
+    table.swept -= PUBLISHER_SWEEP_S + 1
+    changed.clear()
+    _appended(table, "newest", 0)
+    assert len(table) == PUBLISHERS_KEPT // 2 + 1
+    assert len(table.turns._streams) == len(table)
+    assert "p0" not in table and "newest" in table
+    assert "p0" in changed and "newest" in changed  # the state forgets them too
+    # A forgotten publisher that comes back is a new sender: its batch 0 goes in.
+    assert table.earlier_ack("p0", 0, 1) is None
+    _appended(table, "p0", 0)
+    # The next look comes a sweep interval later, not on every append.
+    last = f"p{PUBLISHERS_KEPT - 1}"
+    table.tracks[last].seen -= PUBLISHER_IDLE_S + 1
+    _appended(table, "another", 0)
+    assert last in table
+
+
+def test_once_writers_are_never_forgotten_for_idleness() -> None:
+    table = PublisherTable(0)
+    _appended(table, "once:q", 5)
+    _appended(table, "p", 0)
+    for track in table.tracks.values():
+        track.seen -= PUBLISHER_IDLE_S + 1
+    table.forget_idle(table.tracks["p"].seen + PUBLISHER_IDLE_S + 1)
+    assert "p" not in table
+    assert table.tracks["once:q"].last_batch == 5
+
+
+def test_the_state_keeps_each_track_and_forgets_a_forgotten_one() -> None:
+    table = PublisherTable(0)
+    _appended(table, "p", 0, first=4)
+    saved = dict(table.states())
+    restored = PublisherTable(0)
+    restored.restore(saved)
+    restored.resume_turns()
+    assert restored.earlier_ack("p", 0, 1) == AppendAck(4, 1, 1.0)
+    assert restored.state_of("gone") is None
