@@ -37,25 +37,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
 import ray
 
-from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext, fresh_start
-from raytopic.actors.channel_log import ChannelLog
+from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
-from raytopic.actors.channel_state import ChannelState
-from raytopic.actors.cursors import Cursor, Lease
-from raytopic.actors.dead_letters import DeadLetters
+from raytopic.actors.channel_parts import ChannelParts
+from raytopic.actors.cursors import Lease
 from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.payloads import Payload
-from raytopic.actors.publisher_table import PublisherTable
-from raytopic.actors.reader_parts import check_sequence, pick
-from raytopic.actors.readers import Readers
 from raytopic.actors.receive_session import CursorState
+from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
-from raytopic.actors.session_host import Caller, SessionHost
-from raytopic.actors.shared_cursor import SharedCursor
+from raytopic.actors.session_host import Caller
 from raytopic.actors.stores.opening import open_store
 from raytopic.actors.wire import (
     AppendAck,
@@ -72,9 +66,7 @@ from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     ChannelFailedError,
     ChannelUnavailableError,
-    DataLossError,
     GroupModeError,
-    InvalidArgumentError,
     StoreError,
     TopicError,
 )
@@ -85,9 +77,6 @@ from raytopic.core.shared_group import SharedGroup
 logger = logging.getLogger(__name__)
 
 __all__ = ["ChannelActor"]
-
-MAX_READ_MANY = 1000
-"""Most items one ``read_many`` returns (Hazelcast's limit against overload)."""
 
 _ANNOUNCE_AGAIN = 2.0
 """Seconds a call to a channel waiting for its groups waits before the channel
@@ -153,23 +142,11 @@ class ChannelActor:
         self._restarted = was_restarted()
         self._announced = 0.0  # when the coordinator was last told of a restart
         self._tasks: dict[str, asyncio.Task[None]] = {}  # background tasks by job
-        self._log = log = ChannelLog(context, self._fail)
-        self._state = state = ChannelState(
-            context, lambda: log.next_sequence, self._fail, log.release
+        self._parts = parts = ChannelParts.build(
+            context, self._fail, self._local_call, self.cursor_state, restarted=self._restarted
         )
-        self._publishers = PublisherTable(
-            channel, lambda publisher: state.touch("publishers", publisher)
-        )
-        self._host = host = SessionHost(
-            context, self._reader, self._local_call, self.cursor_state, restarted=self._restarted
-        )
-        self._readers = readers = Readers(context, log, state, host.views, host.reader_closed)
-        self._dead_letters = DeadLetters(context, log, state.save)
-        state.provide("groups", _state_of(readers.owned.groups), readers.owned.groups.keys)
-        state.provide("shared", readers.shared.state_of, readers.shared.groups.keys)
-        state.provide("marks", lambda group: _listed(host.marks.get(group)), host.marks.keys)
-        state.provide("publishers", self._publishers.state_of, self._publishers.tracks.keys)
-        state.provide("readers", readers.state_of, readers.by_id.keys)
+        self._log, self._state, self._readers = parts.log, parts.state, parts.readers
+        self._publishers, self._host = parts.publishers, parts.host
         try:
             self._recover()
         except Exception as error:
@@ -184,9 +161,6 @@ class ChannelActor:
             )
         if self._restarted:
             self._announce_restart()
-
-    def _reader(self, reader_id: str) -> Any:
-        return self._readers.get(reader_id)
 
     def _announce_restart(self) -> None:
         """Tell the coordinator this channel came back (it is not polled): it restores
@@ -212,48 +186,8 @@ class ChannelActor:
             if not self._restarted:
                 self._seeded.set()
             return
-        log, readers = self._log, self._readers
-        saved = self._state.open(store)
-        self._context.epoch = int(saved.get("epoch", 0)) + 1
-        start, largest = log.open(store, int(saved.get("next_sequence", 0)))
-        if self._restarted and not saved:
-            # A store that keeps no state (a user's, with the defaults): its
-            # elements are back; the coordinator restores groups and readers.
-            log.load(start, largest, self._publishers.learn)
-            return
-        self._publishers.restore(saved.get("publishers", {}))
-        log.load(start, largest, self._publishers.learn)
-        self._publishers.resume_turns()
-        for group, cursor in saved.get("groups", {}).items():
-            readers.owned.groups[group] = Cursor.from_state(cursor, group=True)
-        readers.shared.restore_state(saved.get("shared", {}))
-        readers.commits_moved()
-        self._host.marks.update(
-            {group: (int(v), int(n)) for group, (v, n) in saved.get("marks", {}).items()}
-        )
-        readers.restore_state(saved.get("readers", {}))
-        self._state.write_snapshot()  # the new epoch, before anything is served
-        log.release()
-        self._seeded.set()
-        ring = log.ring
-        if self._restarted or ring.size:
-            logger.info(
-                "channel %d of %s recovered: epoch %d, sequences %d..%d, %d groups",
-                self._channel,
-                self._config.name,
-                self._context.epoch,
-                ring.head,
-                ring.tail,
-                len(readers.owned.groups),
-            )
-        if log.damage:
-            logger.error(
-                "channel %d of %s: stored elements %s are damaged (checksum mismatch): "
-                "lost; every reader that reaches them is told once (DataLossError)",
-                self._channel,
-                self._config.name,
-                ", ".join(f"{first}..{last}" for first, last in log.damage.ranges),
-            )
+        if self._parts.recover(store, restarted=self._restarted) or not self._restarted:
+            self._seeded.set()
 
     def _fail(self, reason: str) -> str:
         """Fence the channel: from now on every call gets ChannelFailedError (this
@@ -308,45 +242,12 @@ class ChannelActor:
         """
         if self._seeded.is_set():
             return self.identity()
-        self._context.epoch = max(old_epoch + 1, 2)
-        log, opened = self._log, self._readers
-        kept = log.store is not None  # a store without state: its elements are back
-        first = log.ring.head if kept else fresh_start()
-        if not kept:
-            log.restart_at(first)
-        for group, (lease, version, generation) in groups.items():
-            self._host.marks[group] = (version, generation)
-            if shared and group in shared:
-                opened.shared.add(shared[group], SharedCursor.starting_at(first))
-                continue
-            cursor = opened.owned.groups[group] = Cursor.starting_at(first)
-            cursor.owner = lease
-        for group, members in views.items():
-            self._host.views[group] = dict(members)
-        for reader_id, spec in readers.items():
-            opened.restore(reader_id, spec)
-        # Handles drop deliveries whose jump count is below one they saw: this
-        # incarnation's counts start above the old one's.
-        for cursor in opened.all_cursors():
-            cursor.jumps = fresh_start()
-        opened.loss.unaware = set(opened.by_id)
-        if opened.shared.groups:
+        self._parts.seed(old_epoch, groups, views, readers, shared)
+        if self._readers.shared.groups:
             self._start("shared", self._tend_shared_groups)
-        if kept:
-            self._seeded.set()
-            await self._state.save()
-            return self.identity()
-        opened.loss.error = DataLossError(
-            f"channel {self._channel} of {self._config.name!r} restarted without a store "
-            f"(epoch {old_epoch} -> {self._context.epoch}): the elements it held are lost; "
-            f"continuing at {first}",
-            head_sequence=first,
-            channel=self._channel,
-            old_epoch=old_epoch,
-            new_epoch=self._context.epoch,
-        )
         self._seeded.set()
-        logger.warning("%s", opened.loss.error)
+        if self._log.store is not None:
+            await self._state.save()
         return self.identity()
 
     def reader_specs(self) -> dict[str, ReaderSpec]:
@@ -442,7 +343,7 @@ class ChannelActor:
                 if entry is None:
                     continue
                 try:
-                    await self._dead_letters.send(group, entry.cursor, entry.spec)
+                    await self._parts.dead_letters.send(group, entry.cursor, entry.spec)
                     self._state.touch("shared", group)
                     self._readers.commits_moved()
                     await self._state.save()
@@ -494,104 +395,26 @@ class ChannelActor:
 
     @_guarded
     async def add_all(self, payload: Payload, overflow: str, timeout: float | None = None) -> int:
-        """Append items; return the LAST sequence (the tail for an empty batch), or -1.
-
-        ``"fail"`` refuses a batch that does not fit whole; ``"block"`` waits
-        for room up to ``timeout`` seconds and then returns -1.
-        """
-        policy = Overflow.parse(overflow)
-        payload = _check_payload(payload)
-        capacity = self._log.ring.capacity
-        if not len(payload):
-            return self._log.ring.tail
-        if policy is Overflow.BLOCK and len(payload) > capacity:
-            raise InvalidArgumentError(
-                f"{len(payload)} items can never fit a capacity of {capacity}"
-            )
-        ack, change = await self._log.append(payload, policy, timeout, whole=True)
-        await self._log.durable(change)
-        if isinstance(ack.error, StoreError):
-            raise ack.error
-        return ack.first + ack.accepted - 1 if ack.accepted == len(payload) else -1
+        """Append items; return the LAST sequence, or -1 (see :meth:`RingbufferApi.add_all`)."""
+        return await self._parts.ring_api.add_all(payload, overflow, timeout)
 
     @_guarded
     async def read_one(self, sequence: int) -> Run:
-        """The element at ``sequence`` (a run of one); waits while ``sequence == tail + 1``.
-        Below the ring's head it is read from the store, if it still has it.
-
-        Raises:
-            DataLossError: ``sequence``'s stored record is damaged.
-            StaleSequenceError: ``sequence`` is gone (below the head, not stored).
-        """
-        check_sequence(sequence, "sequence")
-        while True:
-            tail = self._log.ring.tail
-            if sequence > tail + 1:
-                raise InvalidArgumentError(
-                    f"sequence {sequence} is beyond the tail + 1 ({tail + 1})"
-                )
-            if sequence <= tail:
-                return self._log.read_readable(sequence, 1)[0]
-            await self._context.wait_change(POLL_INTERVAL)
+        """The element at ``sequence`` (see :meth:`RingbufferApi.read_one`)."""
+        return await self._parts.ring_api.read_one(sequence)
 
     @_guarded
     async def read_many(
         self, start: int, min_count: int, max_count: int, filter_bytes: bytes | None
     ) -> RawReadResult:
-        """Hazelcast ``readManyAsync``: a ReadResultSet once it reaches the reader.
-
-        Blocks until ``min_count`` matching items are read; ``read_count``
-        counts every item read, matching or not.
-        """
-        ring = self._log.ring
-        check_sequence(start, "start_sequence")
-        check_sequence(min_count, "min_count")
-        check_sequence(max_count, "max_count")
-        if min_count > max_count:
-            raise InvalidArgumentError(f"min_count {min_count} > max_count {max_count}")
-        if max_count > MAX_READ_MANY:
-            raise InvalidArgumentError(f"max_count {max_count} > {MAX_READ_MANY}")
-        if max_count > ring.capacity:
-            raise InvalidArgumentError(f"max_count {max_count} > capacity {ring.capacity}")
-        if start > ring.tail + 1:
-            raise InvalidArgumentError(
-                f"start_sequence {start} is beyond the tail + 1 ({ring.tail + 1})"
-            )
-        predicate = cloudpickle.loads(filter_bytes) if filter_bytes else None
-        chunks: list[Chunk] = []
-        found = 0
-        sequence = start
-        while True:
-            while sequence <= self._log.ring.tail and found < max_count:
-                try:
-                    runs = self._log.read_readable(sequence, max_count - found)
-                except DataLossError:
-                    if sequence > start:  # what was read before the damage first
-                        return RawReadResult(start, sequence - start, chunks)
-                    raise
-                picked, sequence = pick(runs, predicate, None, max_count - found)
-                chunks.extend(picked)
-                found += sum(len(chunk.payload) for chunk in picked)
-            if found >= min_count:
-                return RawReadResult(start, sequence - start, chunks)
-            await self._context.wait_change(POLL_INTERVAL)
+        """Hazelcast ``readManyAsync`` (see :meth:`RingbufferApi.read_many`)."""
+        return await self._parts.ring_api.read_many(start, min_count, max_count, filter_bytes)
 
     @_guarded
     def read_range(self, start: int, stop: int, max_count: int) -> tuple[Chunk, ...]:
-        """Bulk read (``raytopic.data`` and ``raytopic.spark``): the elements from
-        ``start`` up to ``stop`` (exclusive) or the tail, at most ``max_count``,
-        as they are held (Arrow rows stay Arrow). Never waits; an empty tuple
-        when ``start`` is past the tail. Below the ring's head it reads the store.
-
-        Raises:
-            DataLossError: ``start`` is in a damaged range.
-            StaleSequenceError: ``start`` is gone (below the head and not stored).
-        """
-        check_sequence(start, "start")
-        check_sequence(stop, "stop")
-        check_sequence(max_count, "max_count")
-        runs = self._log.read_span(start, stop, max_count)
-        return tuple(Chunk(run.first, run.stamp, run.payload) for run in runs)
+        """Bulk read for ``raytopic.data`` and ``raytopic.spark`` (see
+        :meth:`RingbufferApi.read_range`)."""
+        return self._parts.ring_api.read_range(start, stop, max_count)
 
     # -- publishing ------------------------------------------------------------
 
@@ -625,7 +448,7 @@ class ChannelActor:
             TopicError: with ``statuses``, why the batch was not appended.
         """
         arrived = time.perf_counter()
-        payload = _check_payload(payload)
+        payload = check_payload(payload)
         publishers = self._publishers
         ack = publishers.earlier_ack(publisher_id, batch, len(payload))
         if ack is not None:  # a retry (a lost reply, or a restart in between)
@@ -897,14 +720,7 @@ class ChannelActor:
         """Acknowledge elements a shared group's member holds, each named by its
         delivery id (sequence, delivery count, channel epoch); with a store,
         answered once on disk."""
-        statuses = self._readers.shared.acknowledge(
-            reader_id,
-            entries,
-            AckStatus.ACKED,
-            lambda cursor, spec, sequence, count: cursor.ack(sequence, reader_id, count),
-        )
-        if AckStatus.ACKED in statuses:
-            self._context.metrics.committed()
+        statuses = self._readers.shared.ack(reader_id, entries)
         return await self._acknowledged(statuses, AckStatus.ACKED, single)
 
     @_guarded
@@ -917,19 +733,7 @@ class ChannelActor:
     ) -> AckStatus | list[AckStatus]:
         """Give elements back to their shared group, to be delivered again after
         ``delay`` seconds (past ``max_deliveries``: to the dead-letter topic)."""
-        if not isinstance(delay, int | float) or delay < 0:
-            raise InvalidArgumentError(f"delay must be a number >= 0, got {delay!r}")
-        not_before = time.monotonic() + delay if delay else 0.0
-        if delay:  # waiting receives look again when the delay ends
-            asyncio.get_running_loop().call_later(delay, self._context.notify)
-        statuses = self._readers.shared.acknowledge(
-            reader_id,
-            entries,
-            AckStatus.NACKED,
-            lambda cursor, spec, sequence, count: cursor.nack(
-                sequence, reader_id, count, not_before, spec.max_deliveries
-            ),
-        )
+        statuses = self._readers.shared.nack(reader_id, entries, delay)
         return await self._acknowledged(statuses, AckStatus.NACKED, single)
 
     @_guarded
@@ -943,15 +747,7 @@ class ChannelActor:
         """Extend the ack leases of elements the member holds: they end ``seconds``
         from now (None: the group's ``ack_timeout`` from now). Not written to the
         store: a restart delivers what was held again anyway."""
-        now = time.monotonic()
-        statuses = self._readers.shared.acknowledge(
-            reader_id,
-            entries,
-            AckStatus.EXTENDED,
-            lambda cursor, spec, sequence, count: cursor.extend(
-                sequence, reader_id, count, now + (seconds or spec.ack_timeout)
-            ),
-        )
+        statuses = self._readers.shared.extend(reader_id, entries, seconds)
         return statuses[0] if single else statuses
 
     async def _acknowledged(
@@ -1086,24 +882,3 @@ def _remote_caller(handle: Any, in_flight: set[Any]) -> Caller:
             in_flight.discard(ref)
 
     return call
-
-
-def _state_of(cursors: dict[str, Cursor]) -> Callable[[str], Any]:
-    """A group cursor's state as the state file keeps it (None: gone)."""
-
-    def state_of(group: str) -> Any:
-        cursor = cursors.get(group)
-        return None if cursor is None else cursor.to_state()
-
-    return state_of
-
-
-def _listed(mark: tuple[int, int] | None) -> list[int] | None:
-    return None if mark is None else list(mark)
-
-
-def _check_payload(payload: Any) -> Payload:
-    """A payload of this process's own (see ``Payload.owned``), or a clear error."""
-    if isinstance(payload, Payload):
-        return payload.owned()
-    raise InvalidArgumentError(f"not a payload: {type(payload).__name__}")

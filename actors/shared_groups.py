@@ -314,6 +314,52 @@ class SharedGroups:
 
     # -- acknowledgements ---------------------------------------------------------------
 
+    def ack(self, reader_id: str, entries: Entries) -> list[AckStatus]:
+        """Settle elements the member holds (see :meth:`acknowledge`)."""
+        statuses = self.acknowledge(
+            reader_id,
+            entries,
+            AckStatus.ACKED,
+            lambda cursor, spec, sequence, count: cursor.ack(sequence, reader_id, count),
+        )
+        if AckStatus.ACKED in statuses:
+            self._context.metrics.committed()
+        return statuses
+
+    def nack(self, reader_id: str, entries: Entries, delay: float) -> list[AckStatus]:
+        """Give elements back to be delivered again after ``delay`` seconds (past
+        ``max_deliveries``: to the dead-letter topic).
+
+        Raises:
+            InvalidArgumentError: ``delay`` is not a number >= 0.
+        """
+        if not isinstance(delay, int | float) or delay < 0:
+            raise InvalidArgumentError(f"delay must be a number >= 0, got {delay!r}")
+        not_before = time.monotonic() + delay if delay else 0.0
+        if delay:  # waiting receives look again when the delay ends
+            asyncio.get_running_loop().call_later(delay, self._context.notify)
+        return self.acknowledge(
+            reader_id,
+            entries,
+            AckStatus.NACKED,
+            lambda cursor, spec, sequence, count: cursor.nack(
+                sequence, reader_id, count, not_before, spec.max_deliveries
+            ),
+        )
+
+    def extend(self, reader_id: str, entries: Entries, seconds: float | None) -> list[AckStatus]:
+        """Extend the ack leases of elements the member holds to ``seconds`` from now
+        (None: the group's ``ack_timeout``)."""
+        now = time.monotonic()
+        return self.acknowledge(
+            reader_id,
+            entries,
+            AckStatus.EXTENDED,
+            lambda cursor, spec, sequence, count: cursor.extend(
+                sequence, reader_id, count, now + (seconds or spec.ack_timeout)
+            ),
+        )
+
     def acknowledge(
         self,
         reader_id: str,

@@ -1,0 +1,205 @@
+"""The parts of one channel, put together; and how they come back after a restart.
+No Ray.
+
+:class:`ChannelParts` builds the parts in the order they depend on each other,
+tells the state where each section comes from, and restores them: from the
+store (:meth:`ChannelParts.recover`) or, for a channel restarted without a
+store, from what its coordinator remembers (:meth:`ChannelParts.seed`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from raytopic.actors.channel_context import ChannelContext, fresh_start
+from raytopic.actors.channel_log import ChannelLog
+from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.cursors import Cursor, Lease
+from raytopic.actors.dead_letters import DeadLetters
+from raytopic.actors.publisher_table import PublisherTable
+from raytopic.actors.readers import Readers
+from raytopic.actors.receive_session import CursorState
+from raytopic.actors.ring_api import RingbufferApi
+from raytopic.actors.session_host import SessionHost
+from raytopic.actors.shared_cursor import SharedCursor
+from raytopic.actors.stores.base import ChannelStore
+from raytopic.actors.wire import ReaderSpec
+from raytopic.core.errors import DataLossError
+from raytopic.core.shared_group import SharedGroup
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChannelParts"]
+
+
+@dataclass(slots=True, eq=False)
+class ChannelParts:
+    """Every part of one channel."""
+
+    context: ChannelContext
+    log: ChannelLog
+    state: ChannelState
+    publishers: PublisherTable
+    readers: Readers
+    host: SessionHost
+    dead_letters: DeadLetters
+    ring_api: RingbufferApi
+
+    @classmethod
+    def build(
+        cls,
+        context: ChannelContext,
+        fail: Callable[[str], str],
+        local_call: Callable[..., Awaitable[Any]],
+        local_state: Callable[[str, Any], CursorState],
+        *,
+        restarted: bool,
+    ) -> ChannelParts:
+        """The parts of a new (or restarted) channel, empty until recovered or seeded.
+
+        Args:
+            context: The channel's identity and wake-up signal.
+            fail: Fences the channel; returns the failure every call reports.
+            local_call: Calls the channel's own methods by name (its sessions' home link).
+            local_state: The channel's cursor state of a reader.
+            restarted: The channel's process restarted.
+        """
+        log = ChannelLog(context, fail)
+        state = ChannelState(context, lambda: log.next_sequence, fail, log.release)
+        publishers = PublisherTable(context.channel, lambda pid: state.touch("publishers", pid))
+        readers: Readers
+        host = SessionHost(
+            context,
+            lambda reader_id: readers.get(reader_id),
+            local_call,
+            local_state,
+            restarted=restarted,
+        )
+        readers = Readers(context, log, state, host.views, host.reader_closed)
+        owned, shared = readers.owned.groups, readers.shared
+        state.provide("groups", lambda group: _cursor_state(owned.get(group)), owned.keys)
+        state.provide("shared", shared.state_of, shared.groups.keys)
+        state.provide("marks", lambda group: _listed(host.marks.get(group)), host.marks.keys)
+        state.provide("publishers", publishers.state_of, publishers.tracks.keys)
+        state.provide("readers", readers.state_of, readers.by_id.keys)
+        return cls(
+            context,
+            log,
+            state,
+            publishers,
+            readers,
+            host,
+            DeadLetters(context, log, state.save),
+            RingbufferApi(context, log),
+        )
+
+    def recover(self, store: ChannelStore, *, restarted: bool) -> bool:
+        """Load ``store`` (elements, groups, publishers, readers) under a new epoch, and
+        write the new epoch before anything is served. Returns whether the channel
+        serves now: False for a restarted channel whose store keeps no state (a
+        user's, with the defaults): its elements are back, and its coordinator
+        restores its groups and readers (:meth:`seed`)."""
+        context, log, readers = self.context, self.log, self.readers
+        saved = self.state.open(store)
+        context.epoch = int(saved.get("epoch", 0)) + 1
+        start, largest = log.open(store, int(saved.get("next_sequence", 0)))
+        if restarted and not saved:
+            log.load(start, largest, self.publishers.learn)
+            return False
+        self.publishers.restore(saved.get("publishers", {}))
+        log.load(start, largest, self.publishers.learn)
+        self.publishers.resume_turns()
+        for group, cursor in saved.get("groups", {}).items():
+            readers.owned.groups[group] = Cursor.from_state(cursor, group=True)
+        readers.shared.restore_state(saved.get("shared", {}))
+        readers.commits_moved()
+        self.host.marks.update(
+            {group: (int(v), int(n)) for group, (v, n) in saved.get("marks", {}).items()}
+        )
+        readers.restore_state(saved.get("readers", {}))
+        self.state.write_snapshot()
+        log.release()
+        self._log_recovered(restarted)
+        return True
+
+    def _log_recovered(self, restarted: bool) -> None:
+        context, log = self.context, self.log
+        ring = log.ring
+        if restarted or ring.size:
+            logger.info(
+                "channel %d of %s recovered: epoch %d, sequences %d..%d, %d groups",
+                context.channel,
+                context.name,
+                context.epoch,
+                ring.head,
+                ring.tail,
+                len(self.readers.owned.groups),
+            )
+        if log.damage:
+            logger.error(
+                "channel %d of %s: stored elements %s are damaged (checksum mismatch): "
+                "lost; every reader that reaches them is told once (DataLossError)",
+                context.channel,
+                context.name,
+                ", ".join(f"{first}..{last}" for first, last in log.damage.ranges),
+            )
+
+    def seed(
+        self,
+        old_epoch: int,
+        groups: dict[str, tuple[Lease | None, int, int]],
+        views: dict[str, dict[str, tuple[int, dict[int, Lease]]]],
+        readers: dict[str, ReaderSpec],
+        shared: dict[str, SharedGroup] | None,
+    ) -> None:
+        """Restore a channel restarted without a store (or with a store that keeps no
+        state) from what its coordinator remembers: a new epoch whose positions
+        follow every earlier one, each group's cursor at its start with the lease
+        it had, and each reader told of the loss once (``DataLossError``) if the
+        elements are gone. Arguments as in ``ChannelActor.seed``."""
+        context, log, opened = self.context, self.log, self.readers
+        context.epoch = max(old_epoch + 1, 2)
+        kept = log.store is not None  # a store without state: its elements are back
+        first = log.ring.head if kept else fresh_start()
+        if not kept:
+            log.restart_at(first)
+        for group, (lease, version, generation) in groups.items():
+            self.host.marks[group] = (version, generation)
+            if shared and group in shared:
+                opened.shared.add(shared[group], SharedCursor.starting_at(first))
+                continue
+            cursor = opened.owned.groups[group] = Cursor.starting_at(first)
+            cursor.owner = lease
+        for group, members in views.items():
+            self.host.views[group] = dict(members)
+        for reader_id, spec in readers.items():
+            opened.restore(reader_id, spec)
+        # Handles drop deliveries whose jump count is below one they saw: this
+        # incarnation's counts start above the old one's.
+        for cursor in opened.all_cursors():
+            cursor.jumps = fresh_start()
+        opened.loss.unaware = set(opened.by_id)
+        if kept:
+            return
+        opened.loss.error = DataLossError(
+            f"channel {context.channel} of {context.name!r} restarted without a store "
+            f"(epoch {old_epoch} -> {context.epoch}): the elements it held are lost; "
+            f"continuing at {first}",
+            head_sequence=first,
+            channel=context.channel,
+            old_epoch=old_epoch,
+            new_epoch=context.epoch,
+        )
+        logger.warning("%s", opened.loss.error)
+
+
+def _cursor_state(cursor: Cursor | None) -> Any:
+    """A group cursor as the state file keeps it (None: gone)."""
+    return None if cursor is None else cursor.to_state()
+
+
+def _listed(mark: tuple[int, int] | None) -> list[int] | None:
+    return None if mark is None else list(mark)

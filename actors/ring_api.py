@@ -1,0 +1,148 @@
+"""The Hazelcast Ringbuffer API of a channel (``raytopic.ringbuffer``): adds and reads
+by sequence over the channel's log. No Ray.
+
+Reads below the ring's head come from the store, like every other read
+(:meth:`ChannelLog.read`); a damaged record reads as one DataLossError that
+names its range.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cloudpickle
+
+from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
+from raytopic.actors.channel_log import ChannelLog
+from raytopic.actors.payloads import Payload
+from raytopic.actors.reader_parts import check_sequence, pick
+from raytopic.actors.segment_ring import Run
+from raytopic.actors.wire import Chunk, RawReadResult
+from raytopic.core.config import Overflow
+from raytopic.core.errors import DataLossError, InvalidArgumentError, StoreError
+
+__all__ = ["MAX_READ_MANY", "RingbufferApi", "check_payload"]
+
+MAX_READ_MANY = 1000
+"""Most items one ``read_many`` returns (Hazelcast's limit against overload)."""
+
+
+class RingbufferApi:
+    """Adds and reads of the ring buffer API, over one channel's log.
+
+    Args:
+        context: The channel's identity and wake-up signal.
+        log: The channel's log.
+    """
+
+    def __init__(self, context: ChannelContext, log: ChannelLog) -> None:
+        self._context = context
+        self._log = log
+
+    async def add_all(self, payload: Payload, overflow: str, timeout: float | None = None) -> int:
+        """Append items; return the LAST sequence (the tail for an empty batch), or -1.
+
+        ``"fail"`` refuses a batch that does not fit whole; ``"block"`` waits
+        for room up to ``timeout`` seconds and then returns -1.
+        """
+        policy = Overflow.parse(overflow)
+        payload = check_payload(payload)
+        capacity = self._log.ring.capacity
+        if not len(payload):
+            return self._log.ring.tail
+        if policy is Overflow.BLOCK and len(payload) > capacity:
+            raise InvalidArgumentError(
+                f"{len(payload)} items can never fit a capacity of {capacity}"
+            )
+        ack, change = await self._log.append(payload, policy, timeout, whole=True)
+        await self._log.durable(change)
+        if isinstance(ack.error, StoreError):
+            raise ack.error
+        return ack.first + ack.accepted - 1 if ack.accepted == len(payload) else -1
+
+    async def read_one(self, sequence: int) -> Run:
+        """The element at ``sequence`` (a run of one); waits while ``sequence == tail + 1``.
+        Below the ring's head it is read from the store, if it still has it.
+
+        Raises:
+            DataLossError: ``sequence``'s stored record is damaged.
+            StaleSequenceError: ``sequence`` is gone (below the head, not stored).
+        """
+        check_sequence(sequence, "sequence")
+        while True:
+            tail = self._log.ring.tail
+            if sequence > tail + 1:
+                raise InvalidArgumentError(
+                    f"sequence {sequence} is beyond the tail + 1 ({tail + 1})"
+                )
+            if sequence <= tail:
+                return self._log.read_readable(sequence, 1)[0]
+            await self._context.wait_change(POLL_INTERVAL)
+
+    async def read_many(
+        self, start: int, min_count: int, max_count: int, filter_bytes: bytes | None
+    ) -> RawReadResult:
+        """Hazelcast ``readManyAsync``: a ReadResultSet once it reaches the reader.
+
+        Blocks until ``min_count`` matching items are read; ``read_count``
+        counts every item read, matching or not.
+        """
+        ring = self._log.ring
+        check_sequence(start, "start_sequence")
+        check_sequence(min_count, "min_count")
+        check_sequence(max_count, "max_count")
+        if min_count > max_count:
+            raise InvalidArgumentError(f"min_count {min_count} > max_count {max_count}")
+        if max_count > MAX_READ_MANY:
+            raise InvalidArgumentError(f"max_count {max_count} > {MAX_READ_MANY}")
+        if max_count > ring.capacity:
+            raise InvalidArgumentError(f"max_count {max_count} > capacity {ring.capacity}")
+        if start > ring.tail + 1:
+            raise InvalidArgumentError(
+                f"start_sequence {start} is beyond the tail + 1 ({ring.tail + 1})"
+            )
+        predicate = cloudpickle.loads(filter_bytes) if filter_bytes else None
+        chunks: list[Chunk] = []
+        found = 0
+        sequence = start
+        while True:
+            while sequence <= self._log.ring.tail and found < max_count:
+                try:
+                    runs = self._log.read_readable(sequence, max_count - found)
+                except DataLossError:
+                    if sequence > start:  # what was read before the damage first
+                        return RawReadResult(start, sequence - start, chunks)
+                    raise
+                picked, sequence = pick(runs, predicate, None, max_count - found)
+                chunks.extend(picked)
+                found += sum(len(chunk.payload) for chunk in picked)
+            if found >= min_count:
+                return RawReadResult(start, sequence - start, chunks)
+            await self._context.wait_change(POLL_INTERVAL)
+
+    def read_range(self, start: int, stop: int, max_count: int) -> tuple[Chunk, ...]:
+        """Bulk read (``raytopic.data`` and ``raytopic.spark``): the elements from
+        ``start`` up to ``stop`` (exclusive) or the tail, at most ``max_count``,
+        as they are held (Arrow rows stay Arrow). Never waits; an empty tuple
+        when ``start`` is past the tail. Below the ring's head it reads the store.
+
+        Raises:
+            DataLossError: ``start`` is in a damaged range.
+            StaleSequenceError: ``start`` is gone (below the head and not stored).
+        """
+        check_sequence(start, "start")
+        check_sequence(stop, "stop")
+        check_sequence(max_count, "max_count")
+        runs = self._log.read_span(start, stop, max_count)
+        return tuple(Chunk(run.first, run.stamp, run.payload) for run in runs)
+
+
+def check_payload(payload: Any) -> Payload:
+    """A payload of this process's own (see ``Payload.owned``).
+
+    Raises:
+        InvalidArgumentError: not a payload.
+    """
+    if isinstance(payload, Payload):
+        return payload.owned()
+    raise InvalidArgumentError(f"not a payload: {type(payload).__name__}")
