@@ -1,8 +1,9 @@
 """A group member's knowledge of its group, and the thread that keeps it fresh.
 
 :class:`Membership` is pure (no Ray): the member's view (channels and their
-leases, the view version, its generation, the reset jump counts) and the
-rule that turns one view into the next as an :class:`OwnershipChange`.
+leases, the view version, its generation) and the rule that turns one view
+into the next as an :class:`OwnershipChange`. (A view's reset jump counts
+are kept with the receives they stale: ``raytopic.receives.JumpCounts``.)
 
 :class:`Heartbeats` is its thin shell: one background thread that keeps a
 ``heartbeat`` call waiting at the coordinator (a long poll). The call reports
@@ -23,8 +24,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raytopic.errors import GroupNotFoundError, TopicNotFoundError, unwrap_ray_error
-from raytopic.records import OwnershipChange
+from raytopic.core.errors import GroupNotFoundError, TopicNotFoundError, unwrap_ray_error
+from raytopic.core.records import OwnershipChange
 
 if TYPE_CHECKING:
     from raytopic.actors.cursors import Lease
@@ -48,9 +49,6 @@ class Membership:
     """Version of the group view these come from (-1: none yet)."""
     generation: int = 0
     """This member's generation in the group."""
-    jumps: dict[int, int] = field(default_factory=dict)
-    """Per channel, the cursor jump count after the latest reset or seek: what was
-    received before carries a lower count and is dropped if still unhanded."""
     timed_out: bool = False
     """The group dropped this member (it stopped heartbeating); it rejoins next."""
 
@@ -63,13 +61,18 @@ class Membership:
         """(version, leases) as a receive carries them to a channel's session."""
         return self.version, dict(self.leases)
 
+    def accepts(self, view: MemberView, *, rejoined: bool = False) -> bool:
+        """Whether :meth:`apply` adopts ``view``: one not older than the view known,
+        or the one a rejoin got (whatever its version)."""
+        return rejoined or view.version >= self.version
+
     def apply(self, view: MemberView, *, rejoined: bool = False) -> OwnershipChange | None:
         """Adopt ``view``; return what changed for the listener (None: nothing to tell).
 
         The first view is told even when it assigns nothing, so a listener
         always hears where a member starts.
         """
-        if view.version < self.version and not rejoined:
+        if not self.accepts(view, rejoined=rejoined):
             return None
         first = self.version < 0
         old, new = set(self.leases), set(view.leases)
@@ -77,7 +80,6 @@ class Membership:
         self.version = view.version
         self.generation = view.generation
         self.timed_out = False
-        self.seen_jumps(view.jumps)
         if not (first or old != new):
             return None
         change = OwnershipChange(
@@ -94,19 +96,14 @@ class Membership:
         self.leases = {}
         return OwnershipChange(frozenset(), frozenset(), lost, frozenset())
 
-    def seen_jumps(self, jumps: dict[int, int]) -> None:
-        """Raise the per-channel jump counts (never lower them)."""
-        for channel, count in jumps.items():
-            if count > self.jumps.get(channel, 0):
-                self.jumps[channel] = count
-
 
 class Heartbeats:
     """The thread that keeps a member's view fresh and reports it alive.
 
-    Started by the subscriber when it joins, stopped by ``close()``. Between
-    polls nothing runs: a member that neither receives nor waits is not
-    reported, so the group times it out after its ``timeout``.
+    Started when the member joins (a copy of it: on its first receive),
+    stopped by ``close()``. Between polls nothing runs: a member that neither
+    receives nor waits is not reported, so the group times it out after its
+    ``timeout``.
 
     Args:
         name: The thread's name.
@@ -152,8 +149,12 @@ class Heartbeats:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
-        """Start polling."""
-        self._thread.start()
+        """Start polling (once: a later call changes nothing)."""
+        if self._thread.ident is not None:
+            return  # every receive asks: answered without the lock
+        with self._lock:
+            if self._thread.ident is None:
+                self._thread.start()
 
     def stop(self) -> None:
         """Stop polling (the poll in flight is left to end on its own)."""

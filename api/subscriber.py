@@ -1,68 +1,49 @@
 """Subscriber: the read side of a topic, anonymous or a member of a group.
 
 A subscriber registers itself as a *reader* on every channel (its filter and
-converter run there; an anonymous subscriber's cursor lives there). Reading
-goes straight to the channels:
+converter run there; an anonymous subscriber's cursor lives there). The
+handle checks arguments and hands the work to two parts:
 
-- ``receive_batch()`` and ``receive()`` are ONE actor call each, submitted
-  from this process (so the ObjectRef belongs to this process and survives
-  the channel actor), to the channel the subscriber picks: the next owned
-  channel in turn for a batch, its *home* for a single element. That
-  channel's receive session takes from its own channel in-process, and only
-  when that one is empty from the others (see ``raytopic.actors.
-  receive_session``); receives sent while earlier ones are still out go to
-  the same channel, so they complete in order.
-- Iteration keeps a few receives in flight at EVERY owned channel at once,
-  each scoped to its channel: no element is relayed through another actor.
-
-A group member also joins the group at the topic's coordinator, which
-assigns it channels (with leases the channels check on every take and
-commit); its view of the group is kept fresh by :mod:`raytopic.membership`,
-never by a call on the receive path.
+- :class:`~raytopic.receives.Receives`: where each receive goes, iteration's
+  receives in flight, what an abandoned iteration left over, and the jump
+  counts that make reads from before a seek or reset stale.
+- a :class:`~raytopic.group_member.Member`: the subscriber's place in its
+  group, kept fresh by its heartbeats (never by a call on the receive path);
+  an anonymous subscriber holds a ``NoMembership``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import threading
-import time
 import uuid
-import weakref
-import zlib
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import ray
 
-from raytopic.acks import check_delay, check_lease, check_own, send_many
-from raytopic.actors.receive_session import CursorState
-from raytopic.actors.wire import ReaderSpec, pack_request
-from raytopic.config import Start, check_name, check_positive_int, check_timeout
-from raytopic.errors import (
+from raytopic.actors.wire import ReaderSpec
+from raytopic.core.acks import check_delay, check_lease, check_own, send_many
+from raytopic.core.config import Start, check_name, check_positive_int, check_timeout
+from raytopic.core.errors import (
     GroupModeError,
-    GroupNotFoundError,
     InvalidArgumentError,
     InvalidTypeError,
     NotOwnerError,
     SubscriberClosedError,
     unwrap_ray_error,
 )
-from raytopic.membership import Heartbeats, Membership
-from raytopic.records import AckStatus, CommitResult, Element, OwnershipChange, Position
-from raytopic.resequencer import Resequence
-from raytopic.shared_group import SharedGroup, check_mode
-from raytopic.topic import ensure_dead_letter_topic
+from raytopic.core.records import AckStatus, CommitResult, Element, OwnershipChange, Position
+from raytopic.core.resequencer import Resequence
+from raytopic.core.shared_group import SharedGroup, check_mode
+from raytopic.group_member import membership_for
+from raytopic.receives import Receives
 
 if TYPE_CHECKING:
-    from raytopic.actors.cursors import Lease
-    from raytopic.coordinator.groups import MemberView
-    from raytopic.resequencer import ResequencerStats
+    from raytopic.actors.receive_session import CursorState
+    from raytopic.core.resequencer import ResequencerStats
     from raytopic.topic import Topic
 
 logger = logging.getLogger(__name__)
@@ -71,29 +52,6 @@ __all__ = ["Subscriber"]
 
 _TAIL = 1 << 62
 """A sequence past any tail: seeking there clamps to the tail."""
-
-ITERATION_BATCH = 4000
-"""Elements an iteration asks for per round, over all the channels it reads."""
-
-ITERATION_SHARE = 1000
-"""Fewest elements one iteration receive asks of one channel."""
-
-ITERATION_DEPTH = 2
-"""Receives an iteration keeps in flight per channel."""
-
-_ITERATION_LOOK = 1.0
-"""Seconds an iteration waits for data before it looks at its view again."""
-
-
-@dataclass(slots=True)
-class _ChannelReads:
-    """One stream of receives at one channel: its numbering, and (an iteration's)
-    the receives in flight."""
-
-    stream: str
-    next_number: int = 0
-    refs: deque[Any] = field(default_factory=deque)
-    drained: bool = False  # with complete_on_empty: the channel answered "empty"
 
 
 class Subscriber:
@@ -119,6 +77,33 @@ class Subscriber:
     A Subscriber pickles: the copy in another process is the same subscriber
     (same cursor or membership, receiving in its own order); closing any
     copy closes it.
+
+    Args:
+        topic: The topic to read.
+        group: A group's name, or a ``SharedGroup`` (its definition is used if
+            the group does not exist yet); None: an anonymous subscriber.
+        start: ``"earliest"`` or ``"latest"``; None: latest for an anonymous
+            subscriber, earliest for a new group.
+        filter: ``value -> bool``, run in the channels: only matching elements
+            are delivered.
+        converter: ``value -> value``, run in the channels on what is delivered.
+        complete_on_empty: A receive with nothing to deliver completes at once
+            (None, or []), and iteration ends.
+        window: Most received but uncommitted (shared: unacknowledged)
+            elements; in a shared group None or negative means the group's.
+        timeout: Seconds a member may go without a heartbeat before its group
+            drops it.
+        on_ownership_change: Called with each change of the channels owned.
+        resequence: Release elements in the order of a sequence they carry
+            (not in a shared group).
+        mode: ``"owned"`` (the default) or ``"shared"`` (the default with a
+            ``SharedGroup``).
+
+    Raises:
+        InvalidArgumentError: a bad value, or one the mode refuses.
+        InvalidTypeError: an argument of the wrong type.
+        GroupModeError: a ``SharedGroup`` joined with ``mode="owned"``, or a
+            group joined in the other mode than it has.
     """
 
     def __init__(
@@ -135,320 +120,224 @@ class Subscriber:
         on_ownership_change: Callable[[OwnershipChange], None] | None = None,
         resequence: Resequence | None = None,
         mode: str | None = None,
-        _attach: dict[str, Any] | None = None,
     ) -> None:
+        definition = group if isinstance(group, SharedGroup) else None
+        name = definition.name if definition is not None else group
+        name = None if name is None else check_name(name, "group")
+        mode = check_mode(mode or ("shared" if definition is not None else "owned"))
+        if definition is not None and mode != "shared":
+            raise GroupModeError("a SharedGroup is joined with mode='shared'")
+        spec, timeout = _checked_arguments(
+            name,
+            mode,
+            start=start,
+            filter=filter,
+            converter=converter,
+            listener=on_ownership_change,
+            complete_on_empty=complete_on_empty,
+            window=window,
+            resequence=resequence,
+            timeout=timeout,
+        )
+        self._assemble(
+            topic,
+            name,
+            mode,
+            uuid.uuid4().hex,
+            timeout,
+            spec,
+            listener=on_ownership_change,
+            definition=definition,
+            attached=False,
+        )
+
+    def _assemble(
+        self,
+        topic: Topic,
+        group: str | None,
+        mode: str,
+        reader_id: str,
+        timeout: float,
+        spec: ReaderSpec,
+        *,
+        listener: Callable[[OwnershipChange], None] | None = None,
+        definition: SharedGroup | None = None,
+        attached: bool,
+    ) -> None:
+        """Build the parts; a new subscriber (not ``attached``: a copy of one
+        unpickled) registers its reader and joins its group first."""
         self._topic = topic
-        self._definition = group if isinstance(group, SharedGroup) else None
-        if self._definition is not None:
-            group = self._definition.name
-        self._group = None if group is None else check_name(group, "group")
-        self._shared: bool = (_attach or {}).get("shared", False)
-        if _attach is None:
-            mode = check_mode(mode or ("shared" if self._definition is not None else "owned"))
-            if self._definition is not None and mode != "shared":
-                raise GroupModeError("a SharedGroup is joined with mode='shared'")
-            self._shared = mode == "shared"
-            if self._shared and self._group is None:
-                raise InvalidArgumentError("mode='shared' needs a group")
-            if self._shared and resequence is not None:
-                raise InvalidArgumentError("a shared group's member cannot resequence")
-            if self._shared and type(window) is int and window < 0:
-                window = None  # the group's (or the topic's) default
-            start_latest = _start_latest(start, group)
-            for name, function in (
-                ("filter", filter),
-                ("converter", converter),
-                ("on_ownership_change", on_ownership_change),
-            ):
-                if function is not None and not callable(function):
-                    raise InvalidTypeError(
-                        f"{name} must be callable, got {type(function).__name__}"
-                    )
-            if window is not None:
-                check_positive_int(window, "window")
-            if resequence is not None and not isinstance(resequence, Resequence):
-                raise InvalidTypeError(
-                    f"resequence must be a raytopic.Resequence, got {type(resequence).__name__}"
-                )
-            if not isinstance(complete_on_empty, bool):
-                raise InvalidTypeError("complete_on_empty must be a bool")
-            self._timeout = check_timeout(timeout, "timeout", allow_none=False)
-            self._id = uuid.uuid4().hex
-            self._spec = ReaderSpec(
-                self._group,
-                start_latest,
-                cloudpickle.dumps(filter) if filter is not None else None,
-                cloudpickle.dumps(converter) if converter is not None else None,
-                complete_on_empty,
-                window,
-                cloudpickle.dumps(resequence) if resequence is not None else None,
-            )
-        else:
-            self._timeout = _attach["timeout"]
-            self._id = _attach["id"]
-            self._spec = _attach["spec"]
-        self._listener = on_ownership_change
-        self._lock = threading.RLock()
-        self._view_lock = threading.RLock()  # the membership's view
-        self._notifying = threading.RLock()  # listener calls, one at a time
-        self._changes: deque[OwnershipChange] = deque()  # to tell the listener, in order
+        self._id = reader_id
+        self._timeout = timeout
+        self._lock = threading.Lock()  # closing: once
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
-        # Receives: the user's go to one channel at a time (see _route), each
-        # channel numbering its stream of them; an iteration's have a stream
-        # per channel too.
-        self._stream_prefix = uuid.uuid4().hex[:12]
-        self._user_streams: dict[int, _ChannelReads] = {}
-        self._target: int | None = None
-        self._in_flight: deque[Any] = deque()  # the user's receives not seen done
-        self._home_seed = zlib.crc32(self._id.encode())
-        self._turn = self._home_seed  # where the next batch receive goes
-        # Iteration: direct receives per channel, or (window, resequence) spread ones.
-        self._reads: dict[int, _ChannelReads] = {}
-        self._spread: deque[Any] = deque()
-        self._buffer: deque[Element] = deque()  # elements an iteration left over
-        # Group membership.
-        self._membership: Membership | None = None if self._group is None else Membership()
-        self._heartbeats: Heartbeats | None = None
-        # Per channel, the cursor jump count after the latest seek or reset:
-        # what was received before carries a lower count (see _is_stale).
-        self._jumps: dict[int, int] = {} if self._membership is None else self._membership.jumps
-        self._last_active = time.monotonic()  # last receive, for the heartbeats
-        self._outstanding: deque[Any] = deque()  # a member's receives, for the heartbeats
-        if _attach is None:
-            self._register()
-        elif self._group is not None:
-            # The same member: learn its view; its heartbeats start on its first
-            # receive (a copy handed to a task may never receive).
-            self._ask_coordinator(touch=True)
-
-    # -- set-up ----------------------------------------------------------------
-
-    def _register(self) -> None:
-        coordinator = self._topic._coordinator
-        if self._shared:
-            self._ensure_shared_group()
-        elif self._group is not None:
-            self._call(coordinator.ensure_group.remote(self._group, self._spec.start_latest))
-        self._call(coordinator.open_reader.remote(self._id, self._spec))
-        if self._group is not None:
-            # Synchronous: the assignment is in force when this returns.
-            view: MemberView = self._call(
-                coordinator.join.remote(self._group, self._id, self._timeout)
-            )
-            self._apply_view(view)
-            self._start_heartbeats()
-
-    def _ensure_shared_group(self) -> None:
-        """Join (or create) the shared group: its filter must be this member's, if it
-        gives one (the group applies it: not this reader); the window defaults
-        to the group's, then the topic's."""
-        spec = self._spec
-        definition: SharedGroup = self._call(
-            self._topic._coordinator.ensure_group.remote(
-                self._group, spec.start_latest, "shared", self._definition, spec.filter
-            )
+        self._member = membership_for(
+            topic,
+            group,
+            mode,
+            member_id=reader_id,
+            timeout=timeout,
+            listener=listener,
+            definition=definition,
         )
-        ensure_dead_letter_topic(definition, self._topic.namespace)
-        window = spec.window or definition.window or self._topic.config.default_window
-        self._spec = dataclasses.replace(spec, filter=None, window=window)
+        if not attached:
+            spec = self._member.prepare(spec)
+            self._call(topic._coordinator.open_reader.remote(reader_id, spec))
+        self._spec = spec
+        self._receives = Receives(topic, reader_id, spec, self._member)
+        self._member.start(self._receives.jumps, attached=attached)
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = {
             "id": self._id,
             "timeout": self._timeout,
             "spec": self._spec,
-            "shared": self._shared,
+            "mode": self._member.mode,
         }
-        return (_attached_subscriber, (self._topic, self._group, state))
+        return (_attached_subscriber, (self._topic, self._member.group, state))
 
-    # -- properties ---------------------------------------------------------------
+    # -- properties ----------------------------------------------------------------------
 
     @property
     def topic(self) -> Topic:
-        """The topic."""
+        """The topic read.
+
+        Returns:
+            The Topic this subscriber was made by.
+        """
         return self._topic
 
     @property
     def group(self) -> str | None:
-        """The group, or None for an anonymous subscriber."""
-        return self._group
+        """The group joined.
+
+        Returns:
+            The group's name, or None for an anonymous subscriber.
+        """
+        return self._member.group
+
+    @property
+    def mode(self) -> str:
+        """How this subscriber's group hands out elements.
+
+        Returns:
+            ``"shared"`` for a shared group's member, else ``"owned"`` (anonymous too).
+        """
+        return self._member.mode
 
     @property
     def subscriber_id(self) -> str:
-        """This subscriber's id (its member id in a group)."""
+        """This subscriber's id.
+
+        Returns:
+            The id the channels know its reader by (its member id in a group).
+        """
         return self._id
 
     @property
     def channel_count(self) -> int:
-        """Channels of the topic (not only the owned ones)."""
+        """The topic's channel count.
+
+        Returns:
+            How many channels the topic has (not only the owned ones).
+        """
         return self._topic.channel_count
 
     @property
     def channels(self) -> tuple[int, ...]:
-        """The channels this subscriber owns now (all, for an anonymous one).
+        """The channels this subscriber owns now.
 
         A member answers from its view (kept fresh by its heartbeats); a
         timed-out member owns nothing until its next receive or heartbeat. A
         member silent for longer than its timeout may have timed out a moment
         ago: that one asks the coordinator (no other read does).
+
+        Returns:
+            The owned channels in ascending order (all of them, for an anonymous one).
+
+        Raises:
+            SubscriberClosedError: the subscriber is closed, or its group was destroyed.
         """
         self._check_open()
-        membership = self._membership
-        if (
-            membership is not None
-            and not membership.timed_out
-            and time.monotonic() - self._last_active > self._timeout
-        ):
-            self._ask_coordinator(touch=False)
-        return self._owned()
+        return self._member.current_channels()
 
     def is_owner(self, channel: int) -> bool:
-        """Whether this subscriber owns ``channel`` now."""
+        """Whether this subscriber owns ``channel`` now.
+
+        Args:
+            channel: A channel number.
+
+        Returns:
+            True if ``channel`` is in :attr:`channels`.
+
+        Raises:
+            SubscriberClosedError: the subscriber is closed, or its group was destroyed.
+        """
         return channel in self.channels
 
     @property
     def resequencer_stats(self) -> ResequencerStats | None:
-        """With ``resequence``: how many elements were released, skipped as gaps,
-        dropped as late, and are held now (by the resequencer in its home
-        channel's session); else None."""
+        """What the resequencer did, with ``resequence``.
+
+        Returns:
+            How many elements were released, skipped as gaps, dropped as late,
+            and are held now (by the resequencer in its home channel's
+            session); None without ``resequence``.
+        """
         if self._spec.resequence is None:
             return None
-        home = self._topic._channel_actors[self._home_channel]
+        home = self._topic._channel_actors[self._receives.home_channel]
         return self._call(home.resequencer_stats.remote(self._id))
 
     @property
     def is_active(self) -> bool:
-        """False once closed."""
+        """Whether this subscriber is open.
+
+        Returns:
+            False once closed.
+        """
         return not self._closed
 
-    @property
-    def _home_channel(self) -> int:
-        """The channel a single ``receive()`` goes to: an owned one, fixed by this
-        subscriber's id while the view holds. A resequencing subscriber's home
-        never moves: its resequencer lives in the home's session."""
-        owned = () if self._spec.resequence is not None else self._owned(catch_up=False)
-        if not owned:
-            return self._home_seed % self.channel_count
-        return owned[self._home_seed % len(owned)]
+    # -- receiving -------------------------------------------------------------------------
 
-    def _owned(self, *, catch_up: bool = True) -> tuple[int, ...]:
-        """The channels owned now; first (``catch_up``) apply view news that came,
-        which may call the listener: never with the subscriber's lock held."""
-        membership = self._membership
-        if membership is None:
-            return tuple(range(self.channel_count))
-        if catch_up and self._heartbeats is not None:
-            self._heartbeats.catch_up()
-        return membership.channels
-
-    # -- receiving -----------------------------------------------------------------
-
-    def receive(self) -> Any:
-        """Receive one element: ``ObjectRef[Element | None]``.
+    def receive(self) -> ray.ObjectRef[Element | None]:
+        """Receive one element.
 
         The ref completes when an element arrives on any owned channel; with
         ``complete_on_empty`` it completes with None at once when there is
         none; after ``close()`` it completes with None.
 
+        Returns:
+            An ObjectRef of the Element, or of None.
+
         Raises:
             SubscriberClosedError: the subscriber is closed.
         """
         self._check_open()
-        leftover = self._reclaim_iteration(1)
-        if leftover:
-            return ray.put(leftover[0])
-        return self._receive(1, single=True)
+        return self._receives.receive(1, single=True)
 
-    def receive_batch(self, max_elements: int) -> Any:
-        """Receive up to ``max_elements``: ``ObjectRef[list[Element]]``.
+    def receive_batch(self, max_elements: int) -> ray.ObjectRef[list[Element]]:
+        """Receive up to ``max_elements`` elements.
 
         They come from the channel the receive was sent to while it has data
         (from others when it has none). Fewer does not mean the topic is empty.
+
+        Args:
+            max_elements: The most elements to receive (>= 1).
+
+        Returns:
+            An ObjectRef of the list of Elements (empty with ``complete_on_empty``
+            when there are none).
+
+        Raises:
+            InvalidArgumentError: ``max_elements`` is below 1.
+            InvalidTypeError: ``max_elements`` is not an int.
+            SubscriberClosedError: the subscriber is closed.
         """
         check_positive_int(max_elements, "max_elements")
         self._check_open()
-        leftover = self._reclaim_iteration(max_elements)
-        if leftover:
-            return ray.put(leftover)
-        return self._receive(max_elements, single=False)
-
-    def _receive(self, count: int, single: bool, spread: bool = False) -> Any:
-        """One receive on the user's stream, at the channel :meth:`_route` picks."""
-        self._check_open()
-        view = self._before_receive()
-        with self._lock:
-            spec = self._spec
-            stream = self._route(single or spread or bool(spec.window or spec.resequence))
-            assert self._target is not None
-            ref = self._send_receive(self._target, stream, count, single, spread, False, view)
-            self._in_flight.append(ref)
-        return ref
-
-    def _send_receive(
-        self,
-        channel: int,
-        stream: _ChannelReads,
-        count: int,
-        single: bool,
-        spread: bool,
-        here_only: bool,
-        view: tuple[int, dict[int, Lease]] | None,
-    ) -> Any:
-        """With the lock held: submit the next receive of ``stream`` to ``channel``."""
-        number = stream.next_number
-        stream.next_number += 1
-        packed = pack_request(
-            "receive", self._id, stream.stream, number, count, single, spread, here_only, view
-        )
-        ref = self._topic._channel_actors[channel].request.remote(packed)
-        if self._membership is not None:
-            self._outstanding.append(ref)  # a waiting receive keeps its member alive
-        return ref
-
-    def _route(self, home: bool) -> _ChannelReads:
-        """With the lock held: pick the channel for the next user receive
-        (``self._target``); return its stream there.
-
-        While an earlier receive is out, the same channel (so receives complete
-        in order: one session serves them in turn). Otherwise the home for a
-        single receive (or with a window, which one session counts), the next
-        owned channel in turn for a batch: bulk reads go where the data is.
-        """
-        if self._target is not None and self._in_flight:
-            pending = list(self._in_flight)
-            _, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
-            self._in_flight = deque(waiting)
-            if waiting:
-                return self._user_streams[self._target]
-        if home:
-            target = self._home_channel
-        else:
-            owned = self._owned(catch_up=False) or tuple(range(self.channel_count))
-            self._turn += 1
-            target = owned[self._turn % len(owned)]
-        self._target = target
-        return self._stream_at(self._user_streams, target, "u")
-
-    def _stream_at(
-        self, streams: dict[int, _ChannelReads], channel: int, kind: str
-    ) -> _ChannelReads:
-        reads = streams.get(channel)
-        if reads is None:
-            reads = streams[channel] = _ChannelReads(f"{self._stream_prefix}.{kind}{channel}")
-        return reads
-
-    def _before_receive(self) -> tuple[int, dict[int, Lease]] | None:
-        """A member's bookkeeping before a receive: record activity (for the
-        heartbeats), rejoin if it timed out; return the view the receive carries."""
-        membership = self._membership
-        if membership is None:
-            return None
-        self._last_active = time.monotonic()
-        if self._heartbeats is None:
-            self._start_heartbeats()
-        self._rejoin_if_needed()
-        return membership.request_view()
+        return self._receives.receive(max_elements, single=False)
 
     def __iter__(self) -> Iterator[Element]:
         """Iterate element by element, blocking; receives are prefetched in batches.
@@ -456,129 +345,93 @@ class Subscriber:
         Ends when the subscriber closes, or (with ``complete_on_empty``) when
         nothing is left. A StaleSequenceError is raised once and iteration can
         go on.
+
+        Returns:
+            An iterator of Elements.
         """
-        return _Iteration(self)
+        return self._receives.iterate()
 
-    # -- iteration's receives ---------------------------------------------------------
-
-    def _prefetch_direct(self) -> list[Any]:
-        """Keep ITERATION_DEPTH receives in flight at every owned channel (none once
-        closed); return the oldest one of each channel, the ones to wait on."""
-        owned = self._owned()
-        view = self._before_receive()
-        share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
-        with self._lock:  # a receive on another thread may reclaim them meanwhile
-            for channel in owned:
-                reads = self._stream_at(self._reads, channel, "i")
-                while not self._closed and not reads.drained and len(reads.refs) < ITERATION_DEPTH:
-                    reads.refs.append(
-                        self._send_receive(channel, reads, share, False, False, True, view)
-                    )
-            return [reads.refs[0] for reads in self._reads.values() if reads.refs]
-
-    def _take_direct(self, ref: Any) -> list[Element]:
-        """The elements of a direct iteration receive (the oldest of its channel);
-        [] if a receive on another thread reclaimed it meanwhile (its elements
-        wait in the buffer)."""
-        with self._lock:
-            for reads in self._reads.values():
-                if reads.refs and reads.refs[0] == ref:
-                    reads.refs.popleft()
-                    break
-            else:
-                return []
-        elements = self._call(ref)
-        if not elements and self._spec.complete_on_empty:
-            reads.drained = True
-        return elements
-
-    def _prefetch_spread(self) -> None:
-        """With a window or a resequencer: ITERATION_DEPTH receives through the home's
-        session (which counts the window, or holds the resequencer)."""
-        while not self._closed and len(self._spread) < ITERATION_DEPTH:
-            self._spread.append(self._receive(ITERATION_BATCH, single=False, spread=True))
-
-    def _reclaim_iteration(self, count: int) -> list[Element]:
-        """Elements an abandoned iteration prefetched come first, in order.
-
-        Its receives still waiting are told to stop waiting, and what each
-        returns is buffered. (Not ``ray.cancel``: a cancel that lands just after
-        a receive took its elements drops the reply, and the elements with it.)
-        The result is put in the object store by this process, so this process
-        owns it.
-        """
-        pending = self._interrupt_iteration()
-        first_error: BaseException | None = None
-        for ref in pending:  # read every one: a later batch holds taken elements
-            try:
-                self._buffer.extend(self._call(ref) or ())
-            except SubscriberClosedError:
-                pass
-            except Exception as error:
-                first_error = first_error or error
-        if first_error is not None:
-            raise first_error
-        taken: list[Element] = []
-        while self._buffer and len(taken) < count:
-            element = self._buffer.popleft()
-            if not self._is_stale(element):
-                taken.append(element)
-        return taken
-
-    def _interrupt_iteration(self) -> list[Any]:
-        """Tell every channel with iteration receives out to stop their waits;
-        return those receives, oldest first per channel."""
-        actors = self._topic._channel_actors
-        pending: list[Any] = []
-        with self._lock:  # an iteration on another thread may be prefetching
-            for channel, reads in self._reads.items():
-                if reads.refs:
-                    actors[channel].interrupt_receives.remote(
-                        self._id, reads.stream, reads.next_number - 1
-                    )
-                    pending.extend(reads.refs)
-                    reads.refs.clear()
-        if self._spread:
-            with self._lock:
-                target = self._target
-                assert target is not None
-                stream = self._user_streams[target]
-            actors[target].interrupt_receives.remote(
-                self._id, stream.stream, stream.next_number - 1
-            )
-            pending.extend(self._spread)
-            self._spread.clear()
-        return pending
-
-    # -- positions -----------------------------------------------------------------
+    # -- positions -------------------------------------------------------------------------
 
     def seek(self, channel: int, to: Position | datetime) -> Position:
         """Move an owned channel so the next element received is the first after ``to``.
 
-        ``to`` is a Position of this channel, or a datetime (the first published
-        after it). Clamped to the head and tail; returns the Position set.
-        Seeking back before the commit rolls the commit back.
+        Clamped to the head and tail. Seeking back before the commit rolls the
+        commit back.
+
+        Args:
+            channel: An owned channel.
+            to: A Position of this channel, or a datetime (the first element
+                published after it).
+
+        Returns:
+            The Position set.
 
         Raises:
             NotOwnerError: the channel is not owned by this subscriber.
             PositionMismatchError: a Position of another topic or channel.
+            InvalidTypeError: ``to`` is neither a Position nor a datetime.
+            GroupModeError: a shared group's member (it acknowledges instead).
+            SubscriberClosedError: the subscriber is closed.
         """
         return self._seek(channel, to, commit=False)
 
     def seek_and_commit(self, channel: int, to: Position | datetime) -> Position:
-        """``seek``, and set the commit to the Position set."""
+        """``seek``, and set the commit to the Position set.
+
+        Args:
+            channel: An owned channel.
+            to: A Position of this channel, or a datetime.
+
+        Returns:
+            The Position set and committed.
+
+        Raises:
+            NotOwnerError, PositionMismatchError, InvalidTypeError, GroupModeError,
+            SubscriberClosedError: as ``seek``.
+        """
         return self._seek(channel, to, commit=True)
 
     def seek_to_head(self, *channels: int) -> dict[int, Position]:
-        """Move channels (default: all owned) to their heads; their commits reset too."""
+        """Move channels to their heads; their commits reset too.
+
+        Args:
+            *channels: Owned channels (none: every owned channel).
+
+        Returns:
+            Per channel, the Position set.
+
+        Raises:
+            NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
+        """
         return {c: self._seek_to(c, -1, commit=False) for c in self._pick(channels)}
 
     def seek_to_tail(self, *channels: int) -> dict[int, Position]:
-        """Move channels (default: all owned) to their tails: only new elements follow."""
+        """Move channels to their tails: only new elements follow.
+
+        Args:
+            *channels: Owned channels (none: every owned channel).
+
+        Returns:
+            Per channel, the Position set.
+
+        Raises:
+            NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
+        """
         return {c: self._seek_to(c, _TAIL, commit=False) for c in self._pick(channels)}
 
     def seek_to_tail_and_commit(self, *channels: int) -> dict[int, Position]:
-        """``seek_to_tail`` and commit there."""
+        """``seek_to_tail``, and commit there.
+
+        Args:
+            *channels: Owned channels (none: every owned channel).
+
+        Returns:
+            Per channel, the Position set and committed.
+
+        Raises:
+            NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
+        """
         return {c: self._seek_to(c, _TAIL, commit=True) for c in self._pick(channels)}
 
     def _seek(self, channel: int, to: Position | datetime, commit: bool) -> Position:
@@ -594,29 +447,15 @@ class Subscriber:
     def _seek_to(
         self, channel: int, target: int | float, commit: bool, by_time: bool = False
     ) -> Position:
-        self._refuse_shared("seek")
-        fence = self._fence(channel, required=True)
-        actors = self._topic._channel_actors
-        with self._lock:
-            at = self._target
-            stream = None if at is None else self._user_streams[at]
-        if stream is not None and stream.next_number:
-            # Receives sent before the seek complete before it takes effect
-            # (unless they wait for data: those see the new position).
-            self._call(
-                actors[at].settle_receives.remote(self._id, stream.stream, stream.next_number - 1)
-            )
-        try:
+        self._member.check_positions("seek")
+        fence = self._member.lease(channel, required=True)
+        actor = self._topic._channel_actors[channel]
+        with self._receives.settled():
             position, jumps = self._call(
-                actors[channel].seek.remote(self._id, fence, target, by_time, commit)
+                actor.seek.remote(self._id, fence, target, by_time, commit)
             )
-        finally:
-            if stream is not None and stream.next_number:
-                actors[at].resume_receives.remote(self._id)
-        with self._lock:
-            # What an iteration prefetched before the seek carries a lower jump
-            # count and is dropped (see _is_stale).
-            self._jumps[channel] = max(jumps, self._jumps.get(channel, 0))
+        # What an iteration prefetched before the seek carries a lower count: dropped.
+        self._receives.jumps.raise_to(channel, jumps)
         return self._topic.position(channel, position)
 
     def _pick(self, channels: tuple[int, ...]) -> list[int]:
@@ -626,15 +465,36 @@ class Subscriber:
         return [self._topic._check_channel(channel) for channel in channels]
 
     def heads(self) -> dict[int, Position]:
-        """Per owned channel, the position this subscriber reads next."""
+        """Where this subscriber reads next.
+
+        Returns:
+            Per owned channel, the position of the next element it receives.
+
+        Raises:
+            SubscriberClosedError: the subscriber is closed.
+        """
         return {c: self._topic.position(c, s.next) for c, s in self._states().items()}
 
     def tails(self) -> dict[int, Position]:
-        """Per owned channel, the last element's position (before the first if none)."""
+        """Where the owned channels end.
+
+        Returns:
+            Per owned channel, the last element's position (before the first if none).
+
+        Raises:
+            SubscriberClosedError: the subscriber is closed.
+        """
         return {c: self._topic.position(c, s.tail) for c, s in self._states().items()}
 
     def last_committed(self) -> dict[int, Position]:
-        """Per owned channel that has a commit, the last committed position."""
+        """What this subscriber (or its group) committed.
+
+        Returns:
+            Per owned channel that has a commit, the last committed position.
+
+        Raises:
+            SubscriberClosedError: the subscriber is closed.
+        """
         return {
             c: self._topic.position(c, s.committed)
             for c, s in self._states().items()
@@ -642,8 +502,19 @@ class Subscriber:
         }
 
     def remaining_messages(self, channel: int | None = None) -> int:
-        """Elements from the read position to the tail (before filters), over owned
-        channels or one channel (0 if not owned)."""
+        """How many elements are left to read (before filters).
+
+        Args:
+            channel: One channel (0 if not owned); None: every owned channel.
+
+        Returns:
+            Elements from the read position to the tail.
+
+        Raises:
+            InvalidArgumentError: no such channel.
+            InvalidTypeError: ``channel`` is not an int.
+            SubscriberClosedError: the subscriber is closed.
+        """
         states = self._states()
         if channel is not None:
             channel = self._topic._check_channel(channel)
@@ -654,8 +525,8 @@ class Subscriber:
         """The cursor of every owned channel, read at the channels (one call each)."""
         self._check_open()
         actors = self._topic._channel_actors
-        owned = self._owned()
-        refs = [actors[c].cursor_state.remote(self._id, self._fence(c)) for c in owned]
+        owned = self._member.owned()
+        refs = [actors[c].cursor_state.remote(self._id, self._member.lease(c)) for c in owned]
         states = {}
         for channel, ref in zip(owned, refs, strict=True):
             try:
@@ -664,254 +535,192 @@ class Subscriber:
                 continue  # lost it a moment ago
         return states
 
-    # -- committing ------------------------------------------------------------------
+    # -- committing ------------------------------------------------------------------------
 
     def commit(self, channel: int, position: Position) -> CommitResult:
         """Commit ``position`` and every earlier one of ``channel``.
 
-        Never raises for ownership: the status says NOT_OWNER, ALREADY_COMMITTED,
-        REJECTED or COMMITTED.
+        Never raises for ownership: the status says so.
+
+        Args:
+            channel: The position's channel.
+            position: The last position to commit.
+
+        Returns:
+            The result: COMMITTED, ALREADY_COMMITTED, NOT_OWNER or REJECTED.
 
         Raises:
             PositionMismatchError: a Position of another topic or channel.
+            InvalidTypeError: ``position`` is not a Position.
+            GroupModeError: a shared group's member (it acknowledges instead).
+            SubscriberClosedError: the subscriber is closed.
         """
         return self._call(self.commit_async(channel, position))
 
-    def commit_async(self, channel: int, position: Position) -> Any:
-        """``commit`` without waiting: ``ObjectRef[CommitResult]``."""
+    def commit_async(self, channel: int, position: Position) -> ray.ObjectRef[CommitResult]:
+        """``commit`` without waiting.
+
+        Args:
+            channel: The position's channel.
+            position: The last position to commit.
+
+        Returns:
+            An ObjectRef of the CommitResult.
+
+        Raises:
+            PositionMismatchError, InvalidTypeError, GroupModeError,
+            SubscriberClosedError: as ``commit``.
+        """
         self._check_open()
-        self._refuse_shared("commit")
+        self._member.check_positions("commit")
         channel = self._topic._check_channel(channel)
         if not isinstance(position, Position):
             raise InvalidTypeError(f"position must be a Position, got {type(position).__name__}")
         position.check_belongs(self._topic.topic_id, channel)
         actor = self._topic._channel_actors[channel]
-        fence = self._fence(channel, refresh=True)
+        fence = self._member.lease(channel, refresh=True)
         return actor.commit.remote(self._id, position.sequence, fence)
 
-    # -- acknowledging (shared groups) -------------------------------------------------
-
-    @property
-    def mode(self) -> str:
-        """ "shared" for a shared group's member, else "owned" (anonymous too)."""
-        return "shared" if self._shared else "owned"
+    # -- acknowledging (shared groups) -------------------------------------------------------
 
     def ack(self, elements: Iterable[Element]) -> list[AckStatus]:
-        """Acknowledge elements this member received in its shared group, in one call
-        per channel; returns each one's status (REJECTED: no longer held by this
-        member under that delivery, so nothing changed for it).
+        """Acknowledge elements this member received in its shared group.
+
+        One call per channel.
+
+        Args:
+            elements: Elements this subscriber received.
+
+        Returns:
+            Each element's status, in order: ACKED, or REJECTED when no longer
+            held by this member under that delivery (nothing changed for it).
 
         Raises:
             ForeignElementError: an element this subscriber did not receive in its
                 shared group (nothing is acknowledged).
+            GroupModeError: not a shared group's member (it commits instead).
+            SubscriberClosedError: the subscriber is closed.
         """
         return self._call(self.ack_async(elements))
 
-    def ack_async(self, elements: Iterable[Element]) -> Any:
-        """``ack`` without waiting: ``ObjectRef[list[AckStatus]]``."""
+    def ack_async(self, elements: Iterable[Element]) -> ray.ObjectRef[list[AckStatus]]:
+        """``ack`` without waiting.
+
+        Args:
+            elements: Elements this subscriber received.
+
+        Returns:
+            An ObjectRef of each element's status, in order.
+
+        Raises:
+            ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
+        """
         return send_many(self._own(elements), "ack")
 
     def nack(self, elements: Iterable[Element], delay: float | None = None) -> list[AckStatus]:
-        """Give elements back to the group, to be delivered again (to any member),
-        after ``delay`` seconds if given; past the group's ``max_deliveries``
-        they go to its dead-letter topic.
+        """Give elements back to the group, to be delivered again (to any member).
+
+        Past the group's ``max_deliveries`` they go to its dead-letter topic.
+
+        Args:
+            elements: Elements this subscriber received.
+            delay: Seconds before they may be delivered again (None: at once).
+
+        Returns:
+            Each element's status, in order: NACKED, or REJECTED as in ``ack``.
 
         Raises:
             InvalidArgumentError: a negative delay.
-            ForeignElementError: as ``ack``.
+            ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
         """
         return self._call(self.nack_async(elements, delay))
 
-    def nack_async(self, elements: Iterable[Element], delay: float | None = None) -> Any:
-        """``nack`` without waiting: ``ObjectRef[list[AckStatus]]``."""
+    def nack_async(
+        self, elements: Iterable[Element], delay: float | None = None
+    ) -> ray.ObjectRef[list[AckStatus]]:
+        """``nack`` without waiting.
+
+        Args:
+            elements: Elements this subscriber received.
+            delay: Seconds before they may be delivered again (None: at once).
+
+        Returns:
+            An ObjectRef of each element's status, in order.
+
+        Raises:
+            InvalidArgumentError, ForeignElementError, GroupModeError,
+            SubscriberClosedError: as ``nack``.
+        """
         return send_many(self._own(elements), "nack", check_delay(delay))
 
     def extend_lease(
         self, elements: Iterable[Element], seconds: float | None = None
     ) -> list[AckStatus]:
-        """Keep holding elements: their ack leases end ``seconds`` from now (default:
-        the group's ``ack_timeout``). EXTENDED, or REJECTED for one no longer held."""
+        """Keep holding elements a while longer.
+
+        Args:
+            elements: Elements this subscriber received.
+            seconds: When their ack leases end, from now (None: the group's
+                ``ack_timeout``).
+
+        Returns:
+            Each element's status, in order: EXTENDED, or REJECTED for one no
+            longer held.
+
+        Raises:
+            InvalidArgumentError: ``seconds`` is not above 0.
+            ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
+        """
         return self._call(send_many(self._own(elements), "extend_lease", check_lease(seconds)))
 
     def _own(self, elements: Iterable[Element]) -> list[Element]:
         self._check_open()
-        if not self._shared:
-            raise GroupModeError("only a shared group's members acknowledge elements: commit")
+        self._member.check_acknowledging()
         return check_own(elements, self._id, self._topic.topic_id)
 
-    def _refuse_shared(self, what: str) -> None:
-        if self._shared:
-            raise GroupModeError(
-                f"a shared group's member acknowledges elements (ack, nack) and cannot {what}"
-            )
-
-    # -- membership ----------------------------------------------------------------
+    # -- membership --------------------------------------------------------------------------
 
     def heartbeat(self) -> None:
         """Tell the group this member is alive (a no-op for anonymous subscribers).
 
         A member that timed out rejoins here, with a new generation.
+
+        Raises:
+            SubscriberClosedError: the subscriber is closed, or its group was destroyed.
         """
         self._check_open()
-        if self._membership is not None:
-            self._last_active = time.monotonic()
-            self._ask_coordinator(touch=True)
-            self._rejoin_if_needed()
+        self._member.heartbeat()
 
-    def _fence(
-        self, channel: int, *, required: bool = False, refresh: bool = False
-    ) -> Lease | None:
-        """This member's lease on ``channel``; not known here: ask the coordinator
-        (a channel may be ours before the heartbeats have told us)."""
-        membership = self._membership
-        if membership is None:
-            return None
-        self._owned()  # applies news that has arrived
-        lease = membership.leases.get(channel)
-        if lease is None and (required or refresh):
-            self._ask_coordinator(touch=False)
-            lease = membership.leases.get(channel)
-            if lease is None and required:
-                raise NotOwnerError(f"channel {channel} is not owned by this subscriber")
-        return lease
-
-    def _ask_coordinator(self, touch: bool) -> None:
-        """Read this member's view at the coordinator now (and report it alive)."""
-        assert self._membership is not None and self._group is not None
-        coordinator = self._topic._coordinator
-        try:
-            view = self._call(
-                coordinator.heartbeat.remote(self._group, self._id, self._membership.version, touch)
-            )
-        except GroupNotFoundError as error:
-            raise SubscriberClosedError(f"group {self._group!r} was destroyed") from error
-        self._apply_view(view)
-
-    def _rejoin_if_needed(self) -> None:
-        """Join again after a timeout (a new generation; it resumes after the commits)."""
-        membership = self._membership
-        assert membership is not None and self._group is not None
-        self._owned()  # applies news that has arrived
-        if not membership.timed_out:
-            return
-        coordinator = self._topic._coordinator
-        with self._lock:
-            if not membership.timed_out:
-                return
-            try:
-                view = self._call(coordinator.join.remote(self._group, self._id, self._timeout))
-            except GroupNotFoundError as error:
-                raise SubscriberClosedError(f"group {self._group!r} was destroyed") from error
-            self._adopt_view(view, rejoined=True)
-        self._tell_listener()
-
-    def _apply_view(self, view: MemberView | None, *, rejoined: bool = False) -> None:
-        """Adopt a view from the coordinator (None: this member timed out), and tell
-        the listener."""
-        self._adopt_view(view, rejoined=rejoined)
-        self._tell_listener()
-
-    def _adopt_view(self, view: MemberView | None, *, rejoined: bool = False) -> None:
-        """Adopt a view; queue the change for the listener.
-
-        Under its own lock, never the subscriber's: the heartbeat thread adopts
-        while a receive (holding the subscriber's lock) may wait to read the view.
-        """
-        membership = self._membership
-        assert membership is not None
-        with self._view_lock:
-            if self._closed:
-                return  # a poll answered after close() (it left): nothing to tell
-            change = (
-                membership.lose() if view is None else membership.apply(view, rejoined=rejoined)
-            )
-            if change is not None:
-                self._changes.append(change)
-
-    def _tell_listener(self) -> None:
-        """Tell the listener the queued changes, one at a time, in order, holding no
-        lock of the subscriber's (it may call this subscriber, or wait on a thread
-        that does)."""
-        with self._notifying:
-            while self._changes:
-                self._notify(self._changes.popleft())
-
-    def _notify(self, change: OwnershipChange) -> None:
-        if self._listener is None:
-            return
-        try:
-            self._listener(change)
-        except Exception:
-            logger.exception("on_ownership_change listener failed")
-
-    def _is_stale(self, element: Element) -> bool:
-        return element._origin.jumps < self._jumps.get(element.channel, 0)
-
-    def _start_heartbeats(self) -> None:
-        membership = self._membership
-        assert membership is not None and self._group is not None
-        coordinator, group, member = self._topic._coordinator, self._group, self._id
-
-        def poll(version: int, touch: bool, idle: float, wait: float) -> Any:
-            return coordinator.heartbeat.remote(group, member, version, touch, idle, wait)
-
-        # Weak: a subscriber dropped without close() (a copy a task was handed)
-        # ends its thread instead of being kept alive by it.
-        activity = weakref.WeakMethod(self._activity)
-        adopt, tell = weakref.WeakMethod(self._adopt_view), weakref.WeakMethod(self._tell_listener)
-        self._heartbeats = Heartbeats(
-            name=f"raytopic-heartbeat-{self._id[:8]}",
-            interval=max(0.05, self._timeout / 4),
-            poll=poll,
-            activity=lambda: _call_if_alive(activity),
-            timeout=self._timeout,
-            apply=lambda view: _call_if_alive(adopt, view),
-            notify=lambda: _call_if_alive(tell),
-            version=lambda: membership.version,
-            timed_out=lambda: membership.timed_out,
-        )
-        self._heartbeats.start()
-
-    def _activity(self) -> tuple[float, bool] | None:
-        """(time of the last receive, whether a receive waits for data now); None
-        when Ray is down in this process."""
-        pending = list(self._outstanding)
-        if not pending:
-            return self._last_active, False
-        try:
-            ready, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
-        except Exception as error:
-            if not ray.is_initialized():
-                return None
-            logger.warning("heartbeat: could not check waiting receives: %s", error)
-            return self._last_active, False
-        for ref in ready:
-            with contextlib.suppress(ValueError):
-                self._outstanding.remove(ref)
-        return self._last_active, bool(waiting)
-
-    # -- closing -------------------------------------------------------------------
+    # -- closing -----------------------------------------------------------------------------
 
     def on_close(self, action: Callable[[], None]) -> None:
-        """Run ``action`` when this subscriber closes."""
+        """Run ``action`` when this subscriber closes.
+
+        Args:
+            action: Called with no arguments; what it raises is logged.
+
+        Raises:
+            InvalidTypeError: ``action`` is not callable.
+        """
         if not callable(action):
             raise InvalidTypeError("on_close needs a callable")
         self._on_close.append(action)
 
     def close(self) -> None:
-        """Leave the group (if any), end the sessions, complete waiting receives with
-        None. Idempotent; every on_close action runs even if one raises."""
+        """Leave the group (if any), end the sessions, complete waiting receives with None.
+
+        Idempotent; every on_close action runs even if one raises. Failing to
+        reach the coordinator is logged, not raised.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        if self._heartbeats is not None:
-            self._heartbeats.stop()
-        coordinator = self._topic._coordinator
+        self._receives.stop()
+        self._member.stop()
         try:
-            if self._group is not None:
-                self._call(coordinator.leave.remote(self._group, self._id))
-            self._call(coordinator.close_reader.remote(self._id))
+            self._member.leave()
+            self._call(self._topic._coordinator.close_reader.remote(self._id))
         except Exception as error:
             logger.warning("closing subscriber %s: %s", self._id, error)
         for action in self._on_close:
@@ -927,95 +736,77 @@ class Subscriber:
         self.close()
 
     def __repr__(self) -> str:
-        kind = f"group={self._group!r}" if self._group else "anonymous"
+        group = self._member.group
+        kind = f"group={group!r}" if group else "anonymous"
         state = "closed" if self._closed else "active"
         return f"Subscriber({self._topic.name!r}, {kind}, {state})"
 
-    # -- helpers ---------------------------------------------------------------------
+    # -- helpers -----------------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
             raise SubscriberClosedError("the subscriber is closed")
 
     @staticmethod
-    def _call(ref: Any) -> Any:
+    def _call(ref: ray.ObjectRef[Any]) -> Any:
         with unwrap_ray_error():
             return ray.get(ref)
 
 
-class _Iteration:
-    """Blocking iteration: receives in flight at every owned channel at once."""
+def _checked_arguments(
+    group: str | None,
+    mode: str,
+    *,
+    start: str | None,
+    filter: Callable[[Any], bool] | None,
+    converter: Callable[[Any], Any] | None,
+    listener: Callable[[OwnershipChange], None] | None,
+    complete_on_empty: bool,
+    window: int | None,
+    resequence: Resequence | None,
+    timeout: float,
+) -> tuple[ReaderSpec, float]:
+    """A new subscriber's arguments, checked: the spec its reader registers with, and
+    its timeout.
 
-    def __init__(self, subscriber: Subscriber) -> None:
-        self._subscriber = subscriber
-        for reads in subscriber._reads.values():
-            reads.drained = False  # a new iteration looks again
-
-    def __iter__(self) -> _Iteration:
-        return self
-
-    def __next__(self) -> Element:
-        subscriber = self._subscriber
-        buffer, jumps = subscriber._buffer, subscriber._jumps
-        while True:
-            while buffer:
-                element = buffer.popleft()
-                if not jumps or element._origin.jumps >= jumps.get(element.channel, 0):
-                    return element
-            elements = self._next_batch()
-            if elements is None:
-                raise StopIteration
-            buffer.extend(elements)
-
-    def _next_batch(self) -> list[Element] | None:
-        """The next received batch (maybe empty); None when the iteration ends."""
-        subscriber = self._subscriber
-        if subscriber._spec.window is not None or subscriber._spec.resequence is not None:
-            return self._next_spread_batch()
-        if subscriber._closed:
-            pending = subscriber._interrupt_iteration()
-            return self._drain(pending)
-        heads = subscriber._prefetch_direct()
-        if not heads:
-            if subscriber._spec.complete_on_empty:
-                return None  # every owned channel said "empty" (or none is owned)
-            time.sleep(0.05)  # owns nothing: wait for an assignment
-            return []
-        ready, _ = ray.wait(heads, num_returns=1, timeout=_ITERATION_LOOK)
-        if not ready:
-            return []  # look at the view again
-        try:
-            return subscriber._take_direct(ready[0])
-        except SubscriberClosedError:
-            return None
-
-    def _next_spread_batch(self) -> list[Element] | None:
-        subscriber = self._subscriber
-        refs = subscriber._spread
-        if subscriber._closed and not refs:
-            return None
-        subscriber._prefetch_spread()
-        try:
-            elements = subscriber._call(refs.popleft())
-        except SubscriberClosedError:
-            return None
-        if not elements and (subscriber._closed or subscriber._spec.complete_on_empty):
-            return None
-        return elements
-
-    def _drain(self, pending: list[Any]) -> list[Element] | None:
-        """After close: what the interrupted receives still bring, then the end."""
-        elements: list[Element] = []
-        for ref in pending:
-            with contextlib.suppress(SubscriberClosedError):
-                elements.extend(self._subscriber._call(ref) or ())
-        return elements or None
-
-
-def _call_if_alive(method: weakref.WeakMethod[Any], *args: Any) -> Any:
-    """Call a weakly held method; None when its subscriber is gone."""
-    bound = method()
-    return None if bound is None else bound(*args)
+    Raises:
+        InvalidArgumentError: a bad value, or a combination the mode refuses.
+        InvalidTypeError: an argument of the wrong type.
+    """
+    if mode == "shared":
+        if group is None:
+            raise InvalidArgumentError("mode='shared' needs a group")
+        if resequence is not None:
+            raise InvalidArgumentError("a shared group's member cannot resequence")
+        if type(window) is int and window < 0:
+            window = None  # the group's (or the topic's) default
+    start_latest = _start_latest(start, group)
+    for name, function in (
+        ("filter", filter),
+        ("converter", converter),
+        ("on_ownership_change", listener),
+    ):
+        if function is not None and not callable(function):
+            raise InvalidTypeError(f"{name} must be callable, got {type(function).__name__}")
+    if window is not None:
+        check_positive_int(window, "window")
+    if resequence is not None and not isinstance(resequence, Resequence):
+        raise InvalidTypeError(
+            f"resequence must be a raytopic.Resequence, got {type(resequence).__name__}"
+        )
+    if not isinstance(complete_on_empty, bool):
+        raise InvalidTypeError("complete_on_empty must be a bool")
+    checked_timeout = check_timeout(timeout, "timeout", allow_none=False)
+    spec = ReaderSpec(
+        group,
+        start_latest,
+        cloudpickle.dumps(filter) if filter is not None else None,
+        cloudpickle.dumps(converter) if converter is not None else None,
+        complete_on_empty,
+        window,
+        cloudpickle.dumps(resequence) if resequence is not None else None,
+    )
+    return spec, checked_timeout
 
 
 def _start_latest(start: str | None, group: str | None) -> bool:
@@ -1025,4 +816,15 @@ def _start_latest(start: str | None, group: str | None) -> bool:
 
 
 def _attached_subscriber(topic: Topic, group: str | None, state: dict[str, Any]) -> Subscriber:
-    return Subscriber(topic, group=group, _attach=state)
+    """The subscriber a pickled one stands for, in this process."""
+    subscriber = Subscriber.__new__(Subscriber)
+    subscriber._assemble(
+        topic,
+        group,
+        state["mode"],
+        state["id"],
+        state["timeout"],
+        state["spec"],
+        attached=True,
+    )
+    return subscriber

@@ -55,11 +55,13 @@ def test_a_timeout_loses_every_channel_once_and_a_rejoin_assigns_again() -> None
     assert not membership.timed_out and membership.generation == 3
 
 
-def test_jump_counts_only_rise() -> None:
+def test_a_view_is_accepted_unless_older_and_a_rejoin_always() -> None:
     membership = Membership()
-    membership.seen_jumps({0: 3, 1: 1})
-    membership.seen_jumps({0: 2, 1: 4})
-    assert membership.jumps == {0: 3, 1: 4}
+    assert membership.accepts(_view(0))
+    membership.apply(_view(4, 0))
+    assert membership.accepts(_view(4)) and membership.accepts(_view(5))
+    assert not membership.accepts(_view(3))
+    assert membership.accepts(_view(1, generation=2), rejoined=True)
 
 
 # -- views on heartbeat replies (real Ray) ---------------------------------------------------
@@ -69,10 +71,10 @@ def test_a_member_hears_of_a_rebalance_without_calling_anything(make_topic, wait
     topic = make_topic(channels=4)
     heard: list[rt.OwnershipChange] = []
     a = topic.subscriber(group="g", on_ownership_change=heard.append)
-    version = a._membership.version
+    version = a._member.version
     b = topic.subscriber(group="g")
     # Nothing is called on `a`: its waiting heartbeat came back with the new view.
-    wait_until(lambda: a._membership.version > version, timeout=5)
+    wait_until(lambda: a._member.version > version, timeout=5)
     assert len(heard) == 2 and heard[1].revoked == frozenset(b.channels)
     assert set(a.channels) | set(b.channels) == {0, 1, 2, 3}
     a.close()

@@ -13,7 +13,7 @@ import pytest
 import ray
 
 import raytopic as rt
-from raytopic.naming import channel_actor_name
+from raytopic.core.naming import channel_actor_name
 
 from tests.topic_helpers import key_for, publish_all
 
@@ -141,7 +141,7 @@ def test_a_received_ref_stays_readable_after_the_channel_actor_dies(make_topic, 
 def test_a_waiting_receive_completes_when_any_channel_gets_an_element(make_topic) -> None:
     topic = make_topic(channels=2, capacity=100)
     with topic.subscriber() as subscriber:
-        home = subscriber._home_channel  # the channel actor serving its receives
+        home = subscriber._receives.home_channel  # the channel actor serving its receives
         other = 1 - home
         single, batch = subscriber.receive(), subscriber.receive_batch(5)
         ready, _ = ray.wait([single], timeout=NOT_YET)
@@ -355,7 +355,7 @@ def test_an_overwritten_next_element_raises_stale_sequence_once(make_topic) -> N
     iterating = topic.subscriber(start="earliest", complete_on_empty=True)
     # On the channel that is NOT the receiving subscriber's home: the error
     # crosses two actors on its way.
-    channel = 1 - receiving._home_channel
+    channel = 1 - receiving._receives.home_channel
     publish_all(topic, list(range(5)), key=key_for(channel, 2))  # 0 and 1 overwritten unread
     # What is left to read is what is still stored.
     assert receiving.remaining_messages() == 3

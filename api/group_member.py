@@ -1,0 +1,491 @@
+"""A subscriber's place in its group, or its lack of one: one interface, three kinds.
+
+- :class:`NoMembership`: an anonymous subscriber (the null object, as
+  aiokafka's consumer holds a ``NoGroupCoordinator`` when it has no group).
+  It owns every channel, holds no lease and never calls the coordinator.
+- :class:`GroupMember`: a member of an owned group. It joins at the topic's
+  coordinator, which assigns it channels with leases; its view is kept fresh
+  by :class:`~raytopic.membership.Heartbeats` (never by a call on the receive
+  path) and told to the ``on_ownership_change`` listener. It commits and
+  seeks positions.
+- :class:`SharedGroupMember`: a member of a shared group: it joins the same
+  way, but acknowledges elements one by one and cannot commit or seek.
+
+:func:`membership_for` is the one place that tells the kinds apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING, Any, Protocol
+
+import ray
+
+from raytopic.actors.wire import ReaderSpec
+from raytopic.core.errors import (
+    GroupModeError,
+    GroupNotFoundError,
+    NotOwnerError,
+    SubscriberClosedError,
+    unwrap_ray_error,
+)
+from raytopic.core.shared_group import SharedGroup
+from raytopic.membership import Heartbeats, Membership
+from raytopic.receives import JumpCounts, Ownership
+from raytopic.topic import ensure_dead_letter_topic
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from raytopic.actors.cursors import Lease
+    from raytopic.coordinator.groups import MemberView
+    from raytopic.core.records import OwnershipChange
+    from raytopic.topic import Topic
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GroupMember", "Member", "NoMembership", "SharedGroupMember", "membership_for"]
+
+_COMMIT_INSTEAD = "only a shared group's members acknowledge elements: commit"
+
+
+class Member(Ownership, Protocol):
+    """What a subscriber asks of its place in a group (anonymous ones included)."""
+
+    @property
+    def group(self) -> str | None:
+        """The group's name; None for an anonymous subscriber."""
+        ...
+
+    @property
+    def mode(self) -> str:
+        """``"shared"`` for a shared group's member, else ``"owned"``."""
+        ...
+
+    def prepare(self, spec: ReaderSpec) -> ReaderSpec:
+        """Make sure the group exists; return the spec the reader registers with."""
+        ...
+
+    def start(self, jumps: JumpCounts, *, attached: bool) -> None:
+        """Join (``attached``: a copy of a member learns its view); the group's reset
+        jump counts go to ``jumps`` from now on."""
+        ...
+
+    def current_channels(self) -> tuple[int, ...]:
+        """The channels owned now, asking the coordinator if the view may be stale."""
+        ...
+
+    def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> Lease | None:
+        """The lease on ``channel`` (None: none known, or anonymous)."""
+        ...
+
+    def heartbeat(self) -> None:
+        """Report alive; rejoin after a timeout."""
+        ...
+
+    def check_positions(self, what: str) -> None:
+        """Raise GroupModeError if this member cannot ``what`` (commit, seek) positions."""
+        ...
+
+    def check_acknowledging(self) -> None:
+        """Raise GroupModeError if this member does not acknowledge elements."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the heartbeats; views that answer later tell nothing."""
+        ...
+
+    def leave(self) -> None:
+        """Leave the group at the coordinator."""
+        ...
+
+
+def membership_for(
+    topic: Topic,
+    group: str | None,
+    mode: str,
+    *,
+    member_id: str,
+    timeout: float,
+    listener: Callable[[OwnershipChange], None] | None = None,
+    definition: SharedGroup | None = None,
+) -> Member:
+    """The membership a subscriber holds: none, in an owned group, or in a shared one.
+
+    Args:
+        topic: The subscriber's topic.
+        group: The group's name; None for an anonymous subscriber.
+        mode: ``"owned"`` or ``"shared"`` (checked by the caller).
+        member_id: The subscriber's id.
+        timeout: Seconds without a heartbeat before the group drops the member.
+        listener: Called with each change of the channels owned.
+        definition: A shared group's definition, if the subscriber gave one.
+
+    Returns:
+        A :class:`NoMembership`, :class:`GroupMember` or :class:`SharedGroupMember`.
+    """
+    if group is None:
+        return NoMembership(topic.channel_count)
+    if mode == "shared":
+        return SharedGroupMember(topic, group, member_id, timeout, listener, definition)
+    return GroupMember(topic, group, member_id, timeout, listener)
+
+
+class NoMembership:
+    """An anonymous subscriber's membership: every channel, no lease, no coordinator.
+    No Ray."""
+
+    group = None
+    mode = "owned"
+
+    def __init__(self, channel_count: int) -> None:
+        self._channels = tuple(range(channel_count))
+
+    def prepare(self, spec: ReaderSpec) -> ReaderSpec:
+        return spec
+
+    def start(self, jumps: JumpCounts, *, attached: bool) -> None:
+        pass  # no group: no view, no reset
+
+    def owned(self, *, catch_up: bool = True) -> tuple[int, ...]:
+        return self._channels
+
+    def current_channels(self) -> tuple[int, ...]:
+        return self._channels
+
+    def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> None:
+        return None  # an anonymous cursor is its own: nothing fences it
+
+    def before_receive(self) -> None:
+        return None  # the receive carries no view
+
+    def track(self, ref: ray.ObjectRef[Any]) -> None:
+        pass  # no heartbeats to keep it alive for
+
+    def heartbeat(self) -> None:
+        pass
+
+    def check_positions(self, what: str) -> None:
+        pass
+
+    def check_acknowledging(self) -> None:
+        raise GroupModeError(_COMMIT_INSTEAD)
+
+    def stop(self) -> None:
+        pass
+
+    def leave(self) -> None:
+        pass
+
+
+class GroupMember:
+    """A member of an owned group: its view, kept fresh, and the calls that change it.
+
+    **Ordering**: views apply in version order; the listener hears each change
+    once, in order, holding no lock of the member's.
+
+    Args:
+        topic: The subscriber's topic.
+        group: The group's name.
+        member_id: The subscriber's id.
+        timeout: Seconds without a heartbeat before the group drops the member.
+        listener: Called with each change of the channels owned.
+    """
+
+    mode = "owned"
+
+    def __init__(
+        self,
+        topic: Topic,
+        group: str,
+        member_id: str,
+        timeout: float,
+        listener: Callable[[OwnershipChange], None] | None,
+    ) -> None:
+        self._topic = topic
+        self.group = group
+        self._id = member_id
+        self._timeout = timeout
+        self._listener = listener
+        self._membership = Membership()
+        self._jumps: JumpCounts  # set by start(): the receives' counts
+        self._stopped = False
+        self._join_lock = threading.RLock()  # one rejoin at a time
+        self._view_lock = threading.RLock()  # the membership's view
+        self._notifying = threading.RLock()  # listener calls, one at a time
+        self._changes: deque[OwnershipChange] = deque()  # to tell the listener, in order
+        self._last_active = time.monotonic()  # last receive, for the heartbeats
+        self._outstanding: deque[ray.ObjectRef[Any]] = deque()  # receives, for the heartbeats
+        self._heartbeats = self._make_heartbeats()
+
+    @property
+    def version(self) -> int:
+        """Version of the group view known now (-1: none yet)."""
+        return self._membership.version
+
+    def prepare(self, spec: ReaderSpec) -> ReaderSpec:
+        self._call(self._topic._coordinator.ensure_group.remote(self.group, spec.start_latest))
+        return spec
+
+    def start(self, jumps: JumpCounts, *, attached: bool) -> None:
+        self._jumps = jumps
+        if attached:
+            # The same member: learn its view; its heartbeats start on its first
+            # receive (a copy handed to a task may never receive).
+            self._refresh(touch=True)
+            return
+        # Synchronous: the assignment is in force when this returns.
+        coordinator = self._topic._coordinator
+        self._apply_view(self._call(coordinator.join.remote(self.group, self._id, self._timeout)))
+        self._heartbeats.start()
+
+    # -- ownership -----------------------------------------------------------------
+
+    def owned(self, *, catch_up: bool = True) -> tuple[int, ...]:
+        """The channels owned now; first (``catch_up``) apply view news that came,
+        which may call the listener: never with a receive's lock held."""
+        if catch_up:
+            self._heartbeats.catch_up()
+        return self._membership.channels
+
+    def current_channels(self) -> tuple[int, ...]:
+        """The channels owned now. Answered from the view, which the heartbeats keep
+        fresh; a member silent for longer than its timeout may have timed out a
+        moment ago: that one asks the coordinator (no other read does)."""
+        silent = time.monotonic() - self._last_active > self._timeout
+        if silent and not self._membership.timed_out:
+            self._refresh(touch=False)
+        return self.owned()
+
+    def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> Lease | None:
+        """This member's lease on ``channel``; not known here (with ``required`` or
+        ``refresh``): ask the coordinator, as a channel may be ours before the
+        heartbeats have told us.
+
+        Raises:
+            NotOwnerError: ``required``, and the channel is not this member's.
+        """
+        self.owned()  # applies news that has arrived
+        lease = self._membership.leases.get(channel)
+        if lease is None and (required or refresh):
+            self._refresh(touch=False)
+            lease = self._membership.leases.get(channel)
+            if lease is None and required:
+                raise NotOwnerError(f"channel {channel} is not owned by this subscriber")
+        return lease
+
+    def check_positions(self, what: str) -> None:
+        pass
+
+    def check_acknowledging(self) -> None:
+        raise GroupModeError(_COMMIT_INSTEAD)
+
+    # -- liveness ------------------------------------------------------------------
+
+    def before_receive(self) -> tuple[int, dict[int, Lease]]:
+        """Record activity (for the heartbeats), rejoin if timed out; return the view
+        the receive carries."""
+        self._last_active = time.monotonic()
+        self._heartbeats.start()
+        self._rejoin_if_needed()
+        return self._membership.request_view()
+
+    def track(self, ref: ray.ObjectRef[Any]) -> None:
+        self._outstanding.append(ref)  # a waiting receive keeps its member alive
+
+    def heartbeat(self) -> None:
+        """Report alive now; a member that timed out rejoins, with a new generation."""
+        self._last_active = time.monotonic()
+        self._refresh(touch=True)
+        self._rejoin_if_needed()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._heartbeats.stop()
+
+    def leave(self) -> None:
+        self._call(self._topic._coordinator.leave.remote(self.group, self._id))
+
+    def _refresh(self, touch: bool) -> None:
+        """Read this member's view at the coordinator now (``touch``: report it alive).
+
+        Raises:
+            SubscriberClosedError: the group was destroyed.
+        """
+        coordinator = self._topic._coordinator
+        version = self._membership.version
+        try:
+            view = self._call(coordinator.heartbeat.remote(self.group, self._id, version, touch))
+        except GroupNotFoundError as error:
+            raise SubscriberClosedError(f"group {self.group!r} was destroyed") from error
+        self._apply_view(view)
+
+    def _rejoin_if_needed(self) -> None:
+        """Join again after a timeout (a new generation; it resumes after the commits)."""
+        membership = self._membership
+        self.owned()  # applies news that has arrived
+        if not membership.timed_out:
+            return
+        coordinator = self._topic._coordinator
+        with self._join_lock:
+            if not membership.timed_out:
+                return
+            try:
+                view = self._call(coordinator.join.remote(self.group, self._id, self._timeout))
+            except GroupNotFoundError as error:
+                raise SubscriberClosedError(f"group {self.group!r} was destroyed") from error
+            self._adopt_view(view, rejoined=True)
+        self._tell_listener()
+
+    # -- views -----------------------------------------------------------------------
+
+    def _apply_view(self, view: MemberView | None) -> None:
+        """Adopt a view from the coordinator (None: this member timed out), and tell
+        the listener."""
+        self._adopt_view(view)
+        self._tell_listener()
+
+    def _adopt_view(self, view: MemberView | None, *, rejoined: bool = False) -> None:
+        """Adopt a view; queue the change for the listener.
+
+        Under the view's own lock, never a receive's: the heartbeat thread adopts
+        while a receive (holding the receives' lock) may wait to read the view.
+        """
+        membership = self._membership
+        with self._view_lock:
+            if self._stopped:
+                return  # a poll answered after close() (it left): nothing to tell
+            if view is None:
+                change = membership.lose()
+            else:
+                if membership.accepts(view, rejoined=rejoined):
+                    self._jumps.raise_all(view.jumps)
+                change = membership.apply(view, rejoined=rejoined)
+            if change is not None:
+                self._changes.append(change)
+
+    def _tell_listener(self) -> None:
+        """Tell the listener the queued changes, one at a time, in order, holding no
+        lock of the member's (it may call the subscriber, or wait on a thread
+        that does)."""
+        with self._notifying:
+            while self._changes:
+                self._notify(self._changes.popleft())
+
+    def _notify(self, change: OwnershipChange) -> None:
+        if self._listener is None:
+            return
+        try:
+            self._listener(change)
+        except Exception:
+            logger.exception("on_ownership_change listener failed")
+
+    # -- heartbeats ------------------------------------------------------------------
+
+    def _make_heartbeats(self) -> Heartbeats:
+        membership = self._membership
+        coordinator, group, member = self._topic._coordinator, self.group, self._id
+
+        def poll(version: int, touch: bool, idle: float, wait: float) -> Any:
+            return coordinator.heartbeat.remote(group, member, version, touch, idle, wait)
+
+        # Weak: a subscriber dropped without close() (a copy a task was handed)
+        # ends its thread instead of being kept alive by it.
+        activity = weakref.WeakMethod(self._activity)
+        adopt, tell = weakref.WeakMethod(self._adopt_view), weakref.WeakMethod(self._tell_listener)
+        return Heartbeats(
+            name=f"raytopic-heartbeat-{self._id[:8]}",
+            interval=max(0.05, self._timeout / 4),
+            poll=poll,
+            activity=lambda: _call_if_alive(activity),
+            timeout=self._timeout,
+            apply=lambda view: _call_if_alive(adopt, view),
+            notify=lambda: _call_if_alive(tell),
+            version=lambda: membership.version,
+            timed_out=lambda: membership.timed_out,
+        )
+
+    def _activity(self) -> tuple[float, bool] | None:
+        """(time of the last receive, whether a receive waits for data now); None
+        when Ray is down in this process."""
+        pending = list(self._outstanding)
+        if not pending:
+            return self._last_active, False
+        try:
+            ready, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
+        except Exception as error:
+            if not ray.is_initialized():
+                return None
+            logger.warning("heartbeat: could not check waiting receives: %s", error)
+            return self._last_active, False
+        for ref in ready:
+            with contextlib.suppress(ValueError):
+                self._outstanding.remove(ref)
+        return self._last_active, bool(waiting)
+
+    @staticmethod
+    def _call(ref: ray.ObjectRef[Any]) -> Any:
+        with unwrap_ray_error():
+            return ray.get(ref)
+
+
+class SharedGroupMember(GroupMember):
+    """A member of a shared group: it acknowledges elements instead of committing or
+    seeking positions.
+
+    Args:
+        topic: The subscriber's topic.
+        group: The group's name.
+        member_id: The subscriber's id.
+        timeout: Seconds without a heartbeat before the group drops the member.
+        listener: Called with each change of the channels owned.
+        definition: The group's definition, if the subscriber gave one (used
+            only if the group does not exist yet).
+    """
+
+    mode = "shared"
+
+    def __init__(
+        self,
+        topic: Topic,
+        group: str,
+        member_id: str,
+        timeout: float,
+        listener: Callable[[OwnershipChange], None] | None,
+        definition: SharedGroup | None = None,
+    ) -> None:
+        super().__init__(topic, group, member_id, timeout, listener)
+        self._definition = definition
+
+    def prepare(self, spec: ReaderSpec) -> ReaderSpec:
+        """Join (or create) the shared group: its filter must be this member's, if it
+        gives one (the group applies it, not this reader); the window defaults
+        to the group's, then the topic's."""
+        definition: SharedGroup = self._call(
+            self._topic._coordinator.ensure_group.remote(
+                self.group, spec.start_latest, "shared", self._definition, spec.filter
+            )
+        )
+        ensure_dead_letter_topic(definition, self._topic.namespace)
+        window = spec.window or definition.window or self._topic.config.default_window
+        return dataclasses.replace(spec, filter=None, window=window)
+
+    def check_positions(self, what: str) -> None:
+        raise GroupModeError(
+            f"a shared group's member acknowledges elements (ack, nack) and cannot {what}"
+        )
+
+    def check_acknowledging(self) -> None:
+        pass
+
+
+def _call_if_alive(method: weakref.WeakMethod[Any], *args: Any) -> Any:
+    """Call a weakly held method; None when its member is gone."""
+    bound = method()
+    return None if bound is None else bound(*args)

@@ -1,0 +1,496 @@
+"""A subscriber's receives: the channel each one goes to, and iteration's flow of them.
+
+Reading goes straight to the channels:
+
+- ``receive_batch()`` and ``receive()`` are ONE actor call each, submitted
+  from this process (so the ObjectRef belongs to this process and survives
+  the channel actor), to the channel :class:`ChannelChoice` picks: the next
+  owned channel in turn for a batch, its *home* for a single element. That
+  channel's receive session takes from its own channel in-process, and only
+  when that one is empty from the others (see ``raytopic.actors.
+  receive_session``); receives sent while earlier ones are still out go to
+  the same channel, so they complete in order.
+- Iteration keeps a few receives in flight at EVERY owned channel at once,
+  each scoped to its channel: no element is relayed through another actor.
+  With a window or a resequencer it goes through the home's session instead,
+  which counts the window or holds the resequencer.
+
+A seek or a group reset bumps a channel's cursor *jump count*; elements read
+before it (in a buffer, or in a receive that was in flight) carry a lower
+count and are dropped: :class:`JumpCounts` is where the counts live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+import zlib
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import ray
+
+from raytopic.actors.wire import ReaderSpec, pack_request
+from raytopic.core.errors import SubscriberClosedError, unwrap_ray_error
+
+if TYPE_CHECKING:
+    from raytopic.actors.cursors import Lease
+    from raytopic.core.records import Element
+    from raytopic.topic import Topic
+
+__all__ = ["ChannelChoice", "JumpCounts", "Ownership", "Receives"]
+
+ITERATION_BATCH = 4000
+"""Elements an iteration asks for per round, over all the channels it reads."""
+
+ITERATION_SHARE = 1000
+"""Fewest elements one iteration receive asks of one channel."""
+
+ITERATION_DEPTH = 2
+"""Receives an iteration keeps in flight per channel."""
+
+_ITERATION_LOOK = 1.0
+"""Seconds an iteration waits for data before it looks at its view again."""
+
+_OWNER_WAIT = 0.05
+"""Seconds an iteration that owns nothing sleeps before it looks again."""
+
+
+class Ownership(Protocol):
+    """What receives need of the subscriber's place in its group (or its lack of one:
+    see :mod:`raytopic.group_member`)."""
+
+    def owned(self, *, catch_up: bool = True) -> tuple[int, ...]:
+        """The channels owned now; ``catch_up`` first applies view news that came."""
+        ...
+
+    def before_receive(self) -> tuple[int, dict[int, Lease]] | None:
+        """Bookkeeping before a receive; the (version, leases) view it carries."""
+        ...
+
+    def track(self, ref: ray.ObjectRef[Any]) -> None:
+        """A receive was sent (a waiting receive keeps a member alive)."""
+        ...
+
+
+class JumpCounts:
+    """Per channel, the cursor jump count after the latest seek or group reset. No Ray.
+
+    A channel stamps each element with its reader's jump count at read time,
+    so an element read before a jump carries a lower count: it is *stale*
+    and is not handed out. Seeks (the user's thread) and group views (the
+    heartbeat thread) raise the counts; they never fall.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[int, int] = {}
+        self._lock = threading.Lock()  # a seek and a view may raise one channel at once
+
+    def raise_to(self, channel: int, count: int) -> None:
+        """Raise ``channel``'s count to ``count`` (a lower one changes nothing)."""
+        with self._lock:
+            if count > self._counts.get(channel, 0):
+                self._counts[channel] = count
+
+    def raise_all(self, counts: Mapping[int, int]) -> None:
+        """Raise every channel's count to the one given for it."""
+        for channel, count in counts.items():
+            self.raise_to(channel, count)
+
+    def count(self, channel: int) -> int:
+        """``channel``'s count (0 before any jump)."""
+        return self._counts.get(channel, 0)
+
+    def is_stale(self, element: Element) -> bool:
+        """Whether ``element`` was read before its channel's latest jump."""
+        counts = self._counts
+        return bool(counts) and element._origin.jumps < counts.get(element.channel, 0)
+
+
+class ChannelChoice:
+    """Which channel a receive goes to when none of the user's is still out. No Ray.
+
+    A single receive (or one a window or a resequencer counts) goes to the
+    *home*: an owned channel fixed by the reader's id while the view holds. A
+    resequencing reader's home never moves: its resequencer lives in the
+    home's session. Batches go to the owned channels in turn: bulk reads go
+    where the data is.
+    """
+
+    def __init__(self, reader_id: str, channel_count: int, *, fixed_home: bool) -> None:
+        self._seed = zlib.crc32(reader_id.encode())
+        self._turn = self._seed
+        self._channel_count = channel_count
+        self._fixed_home = fixed_home
+
+    def home(self, owned: tuple[int, ...]) -> int:
+        """The home among ``owned`` (any channel when none is owned)."""
+        if self._fixed_home or not owned:
+            return self._seed % self._channel_count
+        return owned[self._seed % len(owned)]
+
+    def next_in_turn(self, owned: tuple[int, ...]) -> int:
+        """The next of ``owned`` in turn (of all channels when none is owned)."""
+        channels = owned or tuple(range(self._channel_count))
+        self._turn += 1
+        return channels[self._turn % len(channels)]
+
+
+@dataclass(slots=True)
+class _ChannelReads:
+    """One stream of receives at one channel: its numbering, and (an iteration's)
+    the receives in flight."""
+
+    stream: str
+    next_number: int = 0
+    refs: deque[ray.ObjectRef[list[Element]]] = field(default_factory=deque)
+    drained: bool = False  # with complete_on_empty: the channel answered "empty"
+
+
+class Receives:
+    """Where one subscriber's receives go, and what its iteration keeps in flight.
+
+    **Ordering**: the user's receives that are out at once go to one channel,
+    whose session serves them in turn: their ObjectRefs complete in order.
+    Elements an abandoned iteration prefetched come before any new receive.
+
+    Args:
+        topic: The subscriber's topic.
+        reader_id: The subscriber's id, as the channels know its reader.
+        spec: How it reads (window, resequencer and complete_on_empty matter here).
+        ownership: Which channels it owns, and its bookkeeping per receive.
+    """
+
+    def __init__(
+        self, topic: Topic, reader_id: str, spec: ReaderSpec, ownership: Ownership
+    ) -> None:
+        self._topic = topic
+        self._reader = reader_id
+        self._ownership = ownership
+        self._through_home = spec.window is not None or spec.resequence is not None
+        self._complete_on_empty = spec.complete_on_empty
+        self._choice = ChannelChoice(
+            reader_id, topic.channel_count, fixed_home=spec.resequence is not None
+        )
+        self.jumps = JumpCounts()
+        """The jump counts; views of the group raise them too."""
+        # Held while streams are numbered and sent: receives on several threads
+        # (a user's, an iteration's) must reach each channel in their numbers' order.
+        self._lock = threading.RLock()
+        self._stopped = False
+        # The user's receives: a stream per channel, all sent to one channel at
+        # a time (``_target``) while any is out.
+        self._stream_prefix = uuid.uuid4().hex[:12]
+        self._user_streams: dict[int, _ChannelReads] = {}
+        self._target: int | None = None
+        self._in_flight: deque[ray.ObjectRef[Any]] = deque()
+        # An iteration's: a stream per channel (direct), or user-stream receives
+        # through the home (``_home_refs``, with a window or a resequencer), which
+        # take from every owned channel at once (``spread``).
+        self._reads: dict[int, _ChannelReads] = {}
+        self._home_refs: deque[ray.ObjectRef[list[Element]]] = deque()
+        self._buffer: deque[Element] = deque()  # elements an iteration left over
+
+    # -- the user's receives -------------------------------------------------------------
+
+    def receive(self, count: int, *, single: bool) -> ray.ObjectRef[Any]:
+        """One user receive: ``ObjectRef[Element | None]`` (``single``) or
+        ``ObjectRef[list[Element]]``; what an abandoned iteration left comes first.
+
+        Raises:
+            SubscriberClosedError: receives were stopped.
+        """
+        leftover = self._reclaim_iteration(count)
+        if leftover:
+            return ray.put(leftover[0] if single else leftover)
+        return self._send(count, single=single)
+
+    @property
+    def home_channel(self) -> int:
+        """The channel a single receive goes to (while none of the user's is out)."""
+        return self._choice.home(self._ownership.owned(catch_up=False))
+
+    @contextlib.contextmanager
+    def settled(self) -> Iterator[None]:
+        """Receives sent before entering complete before the block runs (unless they
+        wait for data: those see what the block did); the channel serving them
+        resumes after it. A seek runs in this block."""
+        with self._lock:
+            at = self._target
+            stream = None if at is None else self._user_streams[at]
+        if at is None or stream is None or not stream.next_number:
+            yield
+            return
+        actor = self._topic._channel_actors[at]
+        _get(actor.settle_receives.remote(self._reader, stream.stream, stream.next_number - 1))
+        try:
+            yield
+        finally:
+            actor.resume_receives.remote(self._reader)
+
+    def stop(self) -> None:
+        """No receive is sent from now on (the subscriber closed)."""
+        with self._lock:
+            self._stopped = True
+
+    def _send(self, count: int, *, single: bool, spread: bool = False) -> ray.ObjectRef[Any]:
+        """One receive on the user's streams, at the channel :meth:`_route` picks."""
+        if self._stopped:
+            raise SubscriberClosedError("the subscriber is closed")
+        view = self._ownership.before_receive()
+        with self._lock:
+            channel, stream = self._route(home=single or spread or self._through_home)
+            ref = self._send_receive(channel, stream, count, single, spread, False, view)
+            self._in_flight.append(ref)
+        return ref
+
+    def _route(self, *, home: bool) -> tuple[int, _ChannelReads]:
+        """With the lock held: the channel for the next user receive, and its stream.
+
+        While an earlier receive is out, the same channel (so receives complete
+        in order: one session serves them in turn); otherwise the choice's.
+        """
+        if self._target is not None and self._in_flight:
+            pending = list(self._in_flight)
+            _, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
+            self._in_flight = deque(waiting)
+            if waiting:
+                return self._target, self._user_streams[self._target]
+        owned = self._ownership.owned(catch_up=False)
+        target = self._choice.home(owned) if home else self._choice.next_in_turn(owned)
+        self._target = target
+        return target, self._stream_at(self._user_streams, target, "u")
+
+    def _stream_at(
+        self, streams: dict[int, _ChannelReads], channel: int, kind: str
+    ) -> _ChannelReads:
+        reads = streams.get(channel)
+        if reads is None:
+            reads = streams[channel] = _ChannelReads(f"{self._stream_prefix}.{kind}{channel}")
+        return reads
+
+    def _send_receive(
+        self,
+        channel: int,
+        stream: _ChannelReads,
+        count: int,
+        single: bool,
+        spread: bool,
+        here_only: bool,
+        view: tuple[int, dict[int, Lease]] | None,
+    ) -> ray.ObjectRef[Any]:
+        """With the lock held: submit the next receive of ``stream`` to ``channel``."""
+        number = stream.next_number
+        stream.next_number += 1
+        packed = pack_request(
+            "receive", self._reader, stream.stream, number, count, single, spread, here_only, view
+        )
+        ref = self._topic._channel_actors[channel].request.remote(packed)
+        self._ownership.track(ref)
+        return ref
+
+    # -- iteration -----------------------------------------------------------------------
+
+    def iterate(self) -> Iterator[Element]:
+        """Blocking iteration, element by element (see ``Subscriber.__iter__``)."""
+        for reads in self._reads.values():
+            reads.drained = False  # a new iteration looks again
+        if self._through_home:
+            return _HomeIteration(self)
+        return _DirectIteration(self)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether receives were stopped (the subscriber closed)."""
+        return self._stopped
+
+    @property
+    def complete_on_empty(self) -> bool:
+        """Whether a receive with nothing to deliver completes at once."""
+        return self._complete_on_empty
+
+    def next_buffered(self) -> Element | None:
+        """The next element an iteration left over that is not stale, or None."""
+        buffer = self._buffer
+        while buffer:
+            element = buffer.popleft()
+            if not self.jumps.is_stale(element):
+                return element
+        return None
+
+    def buffer(self, elements: list[Element]) -> None:
+        """Keep received elements for :meth:`next_buffered`, in order."""
+        self._buffer.extend(elements)
+
+    def prefetch_direct(self) -> list[ray.ObjectRef[list[Element]]]:
+        """Keep ITERATION_DEPTH receives in flight at every owned channel (none once
+        stopped); return the oldest one of each channel, the ones to wait on."""
+        owned = self._ownership.owned()
+        view = self._ownership.before_receive()
+        share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
+        with self._lock:  # a receive on another thread may reclaim them meanwhile
+            for channel in owned:
+                reads = self._stream_at(self._reads, channel, "i")
+                while not self._stopped and not reads.drained and len(reads.refs) < ITERATION_DEPTH:
+                    reads.refs.append(
+                        self._send_receive(channel, reads, share, False, False, True, view)
+                    )
+            return [reads.refs[0] for reads in self._reads.values() if reads.refs]
+
+    def take_direct(self, ref: ray.ObjectRef[list[Element]]) -> list[Element]:
+        """The elements of a direct receive (the oldest of its channel); [] if a receive
+        on another thread reclaimed it meanwhile (its elements wait in the buffer)."""
+        with self._lock:
+            for reads in self._reads.values():
+                if reads.refs and reads.refs[0] == ref:
+                    reads.refs.popleft()
+                    break
+            else:
+                return []
+        elements = _get(ref)
+        if not elements and self._complete_on_empty:
+            reads.drained = True
+        return elements
+
+    @property
+    def home_in_flight(self) -> bool:
+        """Whether receives through the home (window, resequencer) are in flight."""
+        return bool(self._home_refs)
+
+    def prefetch_home(self) -> None:
+        """Keep ITERATION_DEPTH receives in flight through the home's session."""
+        while not self._stopped and len(self._home_refs) < ITERATION_DEPTH:
+            self._home_refs.append(self._send(ITERATION_BATCH, single=False, spread=True))
+
+    def take_home(self) -> ray.ObjectRef[list[Element]]:
+        """The oldest receive through the home's session (taken out of flight)."""
+        return self._home_refs.popleft()
+
+    def interrupt(self) -> list[ray.ObjectRef[list[Element]]]:
+        """Tell every channel with iteration receives out to stop their waits; return
+        those receives, oldest first per channel."""
+        actors = self._topic._channel_actors
+        pending: list[ray.ObjectRef[list[Element]]] = []
+        with self._lock:  # an iteration on another thread may be prefetching
+            for channel, reads in self._reads.items():
+                if reads.refs:
+                    actors[channel].interrupt_receives.remote(
+                        self._reader, reads.stream, reads.next_number - 1
+                    )
+                    pending.extend(reads.refs)
+                    reads.refs.clear()
+        if self._home_refs:
+            with self._lock:
+                target = self._target
+                assert target is not None  # a receive through the home went there
+                stream = self._user_streams[target]
+            actors[target].interrupt_receives.remote(
+                self._reader, stream.stream, stream.next_number - 1
+            )
+            pending.extend(self._home_refs)
+            self._home_refs.clear()
+        return pending
+
+    def _reclaim_iteration(self, count: int) -> list[Element]:
+        """Up to ``count`` elements an abandoned iteration prefetched, in order.
+
+        Its receives still waiting are told to stop waiting, and what each
+        returns is buffered. (Not ``ray.cancel``: a cancel that lands just after
+        a receive took its elements drops the reply, and the elements with it.)
+        """
+        first_error: BaseException | None = None
+        for ref in self.interrupt():  # read every one: a later batch holds taken elements
+            try:
+                self._buffer.extend(_get(ref) or ())
+            except SubscriberClosedError:
+                pass
+            except Exception as error:
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+        taken: list[Element] = []
+        while len(taken) < count and (element := self.next_buffered()) is not None:
+            taken.append(element)
+        return taken
+
+
+class _Iteration:
+    """Blocking iteration: buffered elements first, then the next received batch."""
+
+    def __init__(self, receives: Receives) -> None:
+        self._receives = receives
+
+    def __iter__(self) -> _Iteration:
+        return self
+
+    def __next__(self) -> Element:
+        receives = self._receives
+        while True:
+            element = receives.next_buffered()
+            if element is not None:
+                return element
+            elements = self._next_batch()
+            if elements is None:
+                raise StopIteration
+            receives.buffer(elements)
+
+    def _next_batch(self) -> list[Element] | None:
+        """The next received batch (maybe empty); None when the iteration ends."""
+        raise NotImplementedError
+
+
+class _DirectIteration(_Iteration):
+    """Receives in flight at every owned channel at once, each read there alone."""
+
+    def _next_batch(self) -> list[Element] | None:
+        receives = self._receives
+        if receives.stopped:
+            return self._drain(receives.interrupt())
+        heads = receives.prefetch_direct()
+        if not heads:
+            if receives.complete_on_empty:
+                return None  # every owned channel said "empty" (or none is owned)
+            time.sleep(_OWNER_WAIT)  # owns nothing: wait for an assignment
+            return []
+        ready, _ = ray.wait(heads, num_returns=1, timeout=_ITERATION_LOOK)
+        if not ready:
+            return []  # look at the view again
+        try:
+            return receives.take_direct(ready[0])
+        except SubscriberClosedError:
+            return None
+
+    def _drain(self, pending: list[ray.ObjectRef[list[Element]]]) -> list[Element] | None:
+        """After close: what the interrupted receives still bring, then the end."""
+        elements: list[Element] = []
+        for ref in pending:
+            with contextlib.suppress(SubscriberClosedError):
+                elements.extend(_get(ref) or ())
+        return elements or None
+
+
+class _HomeIteration(_Iteration):
+    """With a window or a resequencer: receives through the home's session, which
+    counts the window or holds the resequencer."""
+
+    def _next_batch(self) -> list[Element] | None:
+        receives = self._receives
+        if receives.stopped and not receives.home_in_flight:
+            return None
+        receives.prefetch_home()
+        try:
+            elements = _get(receives.take_home())
+        except SubscriberClosedError:
+            return None
+        if not elements and (receives.stopped or receives.complete_on_empty):
+            return None
+        return elements
+
+
+def _get(ref: ray.ObjectRef[Any]) -> Any:
+    with unwrap_ray_error():
+        return ray.get(ref)

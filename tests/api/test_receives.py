@@ -1,0 +1,139 @@
+"""A subscriber's receives without Ray: the jump counts that make earlier reads stale,
+the choice of channel for a receive, the buffer and how iteration ends."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import raytopic as rt
+from raytopic.actors.wire import ReaderSpec
+from raytopic.core.records import _Origin
+from raytopic.receives import ChannelChoice, JumpCounts, Receives
+
+
+def _element(channel: int, sequence: int, jumps: int = 0) -> rt.Element:
+    origin = _Origin("topic-id", "t", "ns", "reader", None, jumps)
+    return rt.Element(f"v{sequence}", channel, sequence, 0.0, origin)
+
+
+class _Ownership:
+    """Owns fixed channels; records what receives asked of it."""
+
+    def __init__(self, *channels: int) -> None:
+        self.channels = channels
+        self.before = 0
+
+    def owned(self, *, catch_up: bool = True) -> tuple[int, ...]:
+        return self.channels
+
+    def before_receive(self) -> None:
+        self.before += 1
+
+    def track(self, ref: Any) -> None:
+        raise AssertionError("no receive is sent in these tests")
+
+
+def _receives(*owned: int, channel_count: int = 4, **spec: Any) -> tuple[Receives, _Ownership]:
+    topic = SimpleNamespace(channel_count=channel_count, _channel_actors={})
+    ownership = _Ownership(*owned)
+    reader_spec = ReaderSpec("g", False, **spec)
+    return Receives(topic, "reader", reader_spec, ownership), ownership  # type: ignore[arg-type]
+
+
+# -- jump counts -----------------------------------------------------------------------------
+
+
+def test_jump_counts_only_rise() -> None:
+    jumps = JumpCounts()
+    jumps.raise_all({0: 3, 1: 1})
+    jumps.raise_all({0: 2, 1: 4})
+    jumps.raise_to(2, 5)
+    jumps.raise_to(2, 0)
+    assert [jumps.count(c) for c in range(4)] == [3, 4, 5, 0]
+
+
+def test_an_element_read_before_its_channels_latest_jump_is_stale() -> None:
+    jumps = JumpCounts()
+    assert not jumps.is_stale(_element(0, 1, jumps=0))
+    jumps.raise_to(0, 2)
+    assert jumps.is_stale(_element(0, 1, jumps=1))
+    assert not jumps.is_stale(_element(0, 1, jumps=2))
+    assert not jumps.is_stale(_element(1, 1, jumps=0))  # another channel did not jump
+
+
+# -- where a receive goes --------------------------------------------------------------------
+
+
+def test_the_home_is_an_owned_channel_fixed_by_the_id() -> None:
+    choice = ChannelChoice("reader", 8, fixed_home=False)
+    home = choice.home((1, 3, 5))
+    assert home in (1, 3, 5)
+    assert all(choice.home((1, 3, 5)) == home for _ in range(5))
+    assert choice.home(()) in range(8)  # owns nothing: any channel
+
+
+def test_a_resequencing_readers_home_never_moves() -> None:
+    choice = ChannelChoice("reader", 8, fixed_home=True)
+    home = choice.home(())
+    assert choice.home((0, 1)) == choice.home((6,)) == home
+
+
+def test_batches_go_to_the_owned_channels_in_turn() -> None:
+    choice = ChannelChoice("reader", 8, fixed_home=False)
+    picks = [choice.next_in_turn((2, 4, 6)) for _ in range(6)]
+    assert sorted(picks[:3]) == [2, 4, 6] and picks[3:] == picks[:3]
+    everywhere = {choice.next_in_turn(()) for _ in range(8)}
+    assert everywhere == set(range(8))  # owns nothing: every channel in turn
+
+
+def test_the_home_channel_follows_what_is_owned() -> None:
+    receives, ownership = _receives(1, 2)
+    assert receives.home_channel in (1, 2)
+    ownership.channels = (3,)
+    assert receives.home_channel == 3
+
+
+# -- the buffer and iteration --------------------------------------------------------------
+
+
+def test_buffered_elements_come_in_order_without_the_stale_ones() -> None:
+    receives, _ = _receives(0, 1)
+    receives.buffer([_element(0, 1), _element(1, 1), _element(0, 2, jumps=1)])
+    receives.jumps.raise_to(0, 1)
+    assert receives.next_buffered() == _element(1, 1)
+    assert receives.next_buffered() == _element(0, 2)
+    assert receives.next_buffered() is None
+
+
+def test_an_iteration_that_owns_nothing_ends_with_complete_on_empty() -> None:
+    receives, ownership = _receives(complete_on_empty=True)
+    receives.buffer([_element(0, 1)])
+    assert [e.sequence for e in receives.iterate()] == [1]
+    assert ownership.before == 1  # it looked once, asked nothing of a channel
+
+
+@pytest.mark.parametrize("spec", [{}, {"window": 5}], ids=["direct", "through-the-home"])
+def test_a_stopped_iteration_hands_out_what_is_buffered_then_ends(spec: dict[str, Any]) -> None:
+    receives, ownership = _receives(0, **spec)
+    receives.buffer([_element(0, 1), _element(0, 2)])
+    receives.stop()
+    assert receives.stopped
+    assert [e.sequence for e in receives.iterate()] == [1, 2]
+    assert ownership.before == 0
+
+
+def test_a_stopped_receives_sends_nothing() -> None:
+    receives, ownership = _receives(0)
+    receives.stop()
+    with pytest.raises(rt.SubscriberClosedError):
+        receives.receive(1, single=True)
+    assert ownership.before == 0
+
+
+def test_settling_with_no_receive_sent_calls_no_channel() -> None:
+    receives, _ = _receives(0)
+    with receives.settled():
+        pass  # the topic has no channel actors: any call would fail
