@@ -47,6 +47,7 @@ from raytopic.actors.cursors import Lease
 from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.payloads import Payload
 from raytopic.actors.receive_session import CursorState
+from raytopic.actors.requests import ChannelRequest, pack_request, unpack_request
 from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.session_host import Caller
@@ -59,14 +60,11 @@ from raytopic.actors.wire import (
     ReaderSpec,
     ReceivedBatch,
     StatusBatch,
-    pack_request,
-    unpack_request,
 )
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     ChannelFailedError,
     ChannelUnavailableError,
-    GroupModeError,
     StoreError,
     TopicError,
 )
@@ -305,16 +303,17 @@ class ChannelActor:
 
     @_guarded
     async def request(self, packed: bytes, payload: Payload | None = None) -> Any:
-        """Serve a data-path call packed by :func:`pack_request` (append, receive,
-        take, stop_take, settle_take, watch, give_back, ack, ...): one argument
+        """Serve a data-path request packed by :func:`pack_request` (append, receive,
+        take, watch, ack, ...; see ``raytopic.actors.requests``): one argument
         crosses Ray instead of six. An append's payload comes as its own argument."""
-        method, args = unpack_request(packed)
+        request = unpack_request(packed)
         if payload is None:
-            return await self._local_call(method, *args)
-        return await self._local_call(method, *args, payload)
+            return await self._local_call(request)
+        return await getattr(self, request.method)(**request._asdict(), payload=payload)
 
-    async def _local_call(self, method: str, *args: Any) -> Any:
-        return await getattr(self, method)(*args)
+    async def _local_call(self, request: ChannelRequest) -> Any:
+        """Serve ``request`` in this process (a session's call to its home channel)."""
+        return await getattr(self, request.method)(**request._asdict())
 
     def _start(self, job: str, work: Callable[[], Any]) -> None:
         """Run background ``job`` (once at a time; it ends with the actor)."""
@@ -473,17 +472,9 @@ class ChannelActor:
     async def append_once(
         self, writer_id: str, version: int, overflow: str, timeout: float | None, payload: Payload
     ) -> AppendAck:
-        """Append a writer's ``version`` unless this channel has it already (exactly
-        once: Spark's streaming sink appends micro-batch ``version`` of query
-        ``writer_id`` here, and again when Spark re-runs the batch).
-
-        Versions only grow, with gaps (a batch with no rows for this channel
-        skips it); one at or below the last one appended here appends
-        nothing and is answered with an empty ack (what THIS call appended).
-        The (writer, version) pair is in the store record with the rows, so
-        this holds across a restart with a store. Writers whose id starts
-        with ``once:`` are never forgotten for idleness.
-        """
+        """Append a writer's ``version`` unless this channel has it already: exactly once
+        across re-runs of a Spark micro-batch and across restarts with a store (the
+        pair is in the record). Answers an empty ack for a version it has."""
         if self._publishers.has_version(writer_id, version):
             return AppendAck(-1, 0, 0.0)
         return await self.append(writer_id, version, overflow, timeout, False, payload)
@@ -521,14 +512,7 @@ class ChannelActor:
         wait: float = 0.0,
         token: str | None = None,
     ) -> Delivery:
-        """Deliver up to ``max_count`` elements from the reader's cursor.
-
-        With ``wait``, a *fetch*: first wait up to ``wait`` seconds for an element
-        to read, then take it; stopped (``stop_take(token)``, or a direct take
-        of the same reader here) it takes nothing. What a fetch takes stays
-        *lent* until its session settles it (``settle_take``). A shared group's
-        member takes what its group's cursor hands it.
-        """
+        """Deliver up to ``max_count`` elements (``wait``: a fetch); see :meth:`Readers.take`."""
         if self._readers.in_shared(reader_id):
             self._start("shared", self._tend_shared_groups)  # (after a restart: the first take)
         return await self._readers.take(reader_id, fence, max_count, wait, token)
@@ -540,16 +524,12 @@ class ChannelActor:
     async def settle_take(
         self, reader_id: str, fence: Any, token: str, give_back_from: int | None
     ) -> bool:
-        """A fetch's session used what the fetch took, up to ``give_back_from``
-        (None: all); the rest is read again. False if a seek, reset or new owner
-        voided it meanwhile."""
+        """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
         return self._readers.settle(reader_id, fence, token, give_back_from)
 
     @_guarded
     def host_restarted(self, host: int) -> int:
-        """Channel ``host`` restarted: the receive sessions it hosted are gone, so
-        what they took here and never settled is read again now (instead of
-        after a timeout). Returns how many loans were taken back."""
+        """Channel ``host`` restarted: what its sessions took here is read again now."""
         return self._readers.host_restarted(host)
 
     async def give_back(
@@ -561,10 +541,7 @@ class ChannelActor:
         jumps: int,
         entries: tuple[tuple[int, int], ...] = (),
     ) -> bool:
-        """Undo a take nobody saw: move the cursor back to ``first`` if it still stands
-        where that take left it, with the same jump count (no seek or reset since).
-        A shared group's member gives back the ``entries`` (sequence, delivery
-        count) it was handed."""
+        """Undo a take nobody saw (see :meth:`Readers.give_back`)."""
         return self._readers.give_back(reader_id, fence, first, expected_next, jumps, entries)
 
     async def watch(
@@ -622,14 +599,9 @@ class ChannelActor:
     ) -> CursorState:
         """Create the group's cursor here if it does not exist yet (``shared``: a
         shared group's, with its definition)."""
-        readers = self._readers
-        if shared is not None or group in readers.shared:
-            if group in readers.owned.groups or shared is None:
-                raise GroupModeError(f"group {group!r} exists in the other mode")
-            state, created = readers.shared.ensure_group(shared, start_latest)
+        state, created = self._readers.ensure_group(group, start_latest, shared)
+        if shared is not None:
             self._start("shared", self._tend_shared_groups)
-        else:
-            state, created = readers.owned.ensure_group(group, start_latest)
         if created:
             await self._state.save()
         return state
@@ -637,14 +609,9 @@ class ChannelActor:
     @_guarded
     async def destroy_group(self, group: str) -> None:
         """Forget a group: its positions and the retention it held."""
-        readers = self._readers
-        if readers.owned.groups.pop(group, None) is not None:
-            self._state.touch("groups", group)
-        readers.shared.destroy(group)
+        self._readers.destroy_group(group)
         self._host.forget_group(group)
         self._state.touch("marks", group)
-        readers.close_group(group)
-        readers.commits_moved()
         await self._state.save()
 
     @_guarded
@@ -657,46 +624,21 @@ class ChannelActor:
     async def reset_group(
         self, group: str, target: int | float | str
     ) -> tuple[int, dict[str, Any]]:
-        """Move the group's read and commit positions; return (position, previous state).
-
-        ``target``: a sequence, a time stamp (float), ``"earliest"`` or ``"latest"``.
-        A shared group starts over after the position: everything after it is
-        to deliver, what its members hold can no longer be acknowledged.
-        """
-        readers = self._readers
-        position = self._reset_target(target)
-        if group in readers.shared:
-            reset = readers.shared.reset(group, position)
-        else:
-            reset = readers.owned.reset(group, position)
-        readers.commits_moved()
+        """Move the group's read and commit positions; return (position, previous state)
+        (see :meth:`Readers.reset_group`)."""
+        reset = self._readers.reset_group(group, target)
         await self._state.save()
         return reset
-
-    def _reset_target(self, target: int | float | str) -> int:
-        """The sequence a reset target names ("next is the one after it")."""
-        ring = self._log.ring
-        if target == "earliest":
-            return ring.head - 1
-        if target == "latest":
-            return ring.tail
-        if isinstance(target, float):
-            return ring.first_after(target) - 1
-        return int(target)
 
     @_guarded
     async def restore_group(self, group: str, previous: dict[str, Any]) -> None:
         """Undo a reset (a reset of several channels is all or nothing)."""
-        readers = self._readers
-        if group in readers.shared and "shared" in previous:
-            readers.shared.restore(group, previous)
-        elif not readers.owned.restore(group, previous):
-            return
-        await self._state.save()
+        if self._readers.restore_group(group, previous):
+            await self._state.save()
 
     def group_cursors(self) -> dict[str, dict[str, Any]]:
         """Every group's cursor here, for ``describe`` (and a restarted coordinator)."""
-        return {**self._readers.owned.describe(), **self._readers.shared.describe()}
+        return self._readers.describe_groups()
 
     def describe(self) -> dict[str, Any]:
         """Channel figures and group cursors in one call (a failed channel answers
@@ -744,7 +686,7 @@ class ChannelActor:
         seconds: float | None = None,
         single: bool = False,
     ) -> AckStatus | list[AckStatus]:
-        """Extend the ack leases of elements the member holds: they end ``seconds``
+        """Move the ack deadlines of elements the member holds: they end ``seconds``
         from now (None: the group's ``ack_timeout`` from now). Not written to the
         store: a restart delivers what was held again anyway."""
         statuses = self._readers.shared.extend(reader_id, entries, seconds)
@@ -812,15 +754,13 @@ class ChannelActor:
 
     @_guarded
     def interrupt_receives(self, reader_id: str, stream: str, upto: int) -> None:
-        """A handle abandons its receives of ``stream`` numbered up to ``upto``: they
-        stop waiting (see ReceiveSession.interrupt), even those not arrived yet."""
+        """A handle abandons its receives of ``stream`` up to ``upto`` (see ReceiveSession)."""
         if reader_id in self._readers.by_id:
             self._session(reader_id, None).interrupt(stream, upto)
 
     @_guarded
     async def settle_receives(self, reader_id: str, stream: str, upto: int) -> None:
-        """Wait until a handle's receives up to ``upto`` finished or wait for data
-        (see ReceiveSession.settle); a seek goes after them, then ``resume_receives``."""
+        """Wait until a handle's receives up to ``upto`` finished (a seek goes after them)."""
         session = self._host.sessions.get(reader_id)
         if session is not None:
             await session.settle(stream, upto)
@@ -849,20 +789,14 @@ class ChannelActor:
         here_only: bool = False,
         view: tuple[int, dict[int, Any]] | None = None,
     ) -> ReceivedBatch:
-        """Serve a subscriber's receive (see ReceiveSession).
-
-        ``view`` is a group member's (version, channel -> lease) as its handle
-        knows it; the session keeps the newest it has seen.
-        """
+        """Serve a subscriber's receive at its session here (see ReceiveSession)."""
         self._session(reader_id, view)
         return await self._host.receive(
             reader_id, stream, number, max_count, single, spread, here_only, view
         )
 
     async def end_receives(self, reason: str) -> None:
-        """The topic is being destroyed: every waiting receive here raises
-        TopicNotFoundError(``reason``) instead of dying with the actor (a destroy
-        is an expected end). Returns once they have answered, or after a second."""
+        """The topic is being destroyed: waiting receives here raise TopicNotFoundError."""
         await self._host.end_receives(reason)
 
     def ping(self) -> int:
@@ -873,8 +807,8 @@ class ChannelActor:
 def _remote_caller(handle: Any, in_flight: set[Any]) -> Caller:
     """A sibling's caller; each call is in ``in_flight`` until it is answered."""
 
-    async def call(method: str, *args: Any) -> Any:
-        ref = handle.request.remote(pack_request(method, *args))
+    async def call(request: ChannelRequest) -> Any:
+        ref = handle.request.remote(pack_request(request))
         in_flight.add(ref)
         try:
             return await ref

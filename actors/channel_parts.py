@@ -22,6 +22,7 @@ from raytopic.actors.dead_letters import DeadLetters
 from raytopic.actors.publisher_table import PublisherTable
 from raytopic.actors.readers import Readers
 from raytopic.actors.receive_session import CursorState
+from raytopic.actors.requests import ChannelRequest
 from raytopic.actors.ring_api import RingbufferApi
 from raytopic.actors.session_host import SessionHost
 from raytopic.actors.shared_cursor import SharedCursor
@@ -53,7 +54,7 @@ class ChannelParts:
         cls,
         context: ChannelContext,
         fail: Callable[[str], str],
-        local_call: Callable[..., Awaitable[Any]],
+        local_call: Callable[[ChannelRequest], Awaitable[Any]],
         local_state: Callable[[str, Any], CursorState],
         *,
         restarted: bool,
@@ -63,7 +64,7 @@ class ChannelParts:
         Args:
             context: The channel's identity and wake-up signal.
             fail: Fences the channel; returns the failure every call reports.
-            local_call: Calls the channel's own methods by name (its sessions' home link).
+            local_call: Serves a request at the channel itself (its sessions' home link).
             local_state: The channel's cursor state of a reader.
             restarted: The channel's process restarted.
         """

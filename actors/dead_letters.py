@@ -20,8 +20,8 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.payloads import PickledValues
 from raytopic.actors.publisher_table import ONCE_WRITER_PREFIX
+from raytopic.actors.requests import AppendOnce, pack_request
 from raytopic.actors.shared_cursor import SharedCursor
-from raytopic.actors.wire import pack_request
 from raytopic.core.naming import coordinator_actor_name
 from raytopic.core.records import Position
 from raytopic.core.shared_group import SharedGroup
@@ -71,7 +71,11 @@ class DeadLetters:
             writer = (
                 f"{ONCE_WRITER_PREFIX}dead:{config.topic_id}:{cursor.life}:{self._context.channel}"
             )
-            request = pack_request("append_once", writer, version, "block", APPEND_TIMEOUT)
+            request = pack_request(
+                AppendOnce(
+                    writer_id=writer, version=version, overflow="block", timeout=APPEND_TIMEOUT
+                )
+            )
             values = PickledValues.from_values(letters)
             try:
                 target = await self._channel(spec)

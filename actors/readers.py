@@ -27,6 +27,7 @@ from raytopic.actors.receive_session import CursorState
 from raytopic.actors.shared_groups import MemberViews, SharedGroups
 from raytopic.actors.wire import Delivery, ReaderSpec
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
+from raytopic.core.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +232,70 @@ class Readers:
             )
             self._context.notify()
         return taken_back
+
+    # -- groups (the coordinator's calls) ---------------------------------------------
+
+    def ensure_group(
+        self, group: str, start_latest: bool, shared: SharedGroup | None
+    ) -> tuple[CursorState, bool]:
+        """The group here, created if new (``shared``: a shared group, with its
+        definition); returns (its state, created).
+
+        Raises:
+            GroupModeError: the group exists here in the other mode.
+        """
+        if shared is not None or group in self.shared:
+            if group in self.owned.groups or shared is None:
+                raise GroupModeError(f"group {group!r} exists in the other mode")
+            return self.shared.ensure_group(shared, start_latest)
+        return self.owned.ensure_group(group, start_latest)
+
+    def destroy_group(self, group: str) -> None:
+        """Forget a group (its readers close): its positions and the retention it held."""
+        if self.owned.groups.pop(group, None) is not None:
+            self._state.touch("groups", group)
+        self.shared.destroy(group)
+        self.close_group(group)
+        self.commits_moved()
+
+    def reset_group(self, group: str, target: int | float | str) -> tuple[int, dict[str, Any]]:
+        """Move the group's read and commit positions; returns (position, previous
+        state for :meth:`restore_group`).
+
+        ``target``: a sequence, a time stamp (float), ``"earliest"`` or ``"latest"``
+        ("next is the one after it"). A shared group starts over after the
+        position: everything after it is to deliver, what its members hold can
+        no longer be acknowledged.
+
+        Raises:
+            GroupNotFoundError: no such group here.
+        """
+        ring = self._log.ring
+        if target == "earliest":
+            position = ring.head - 1
+        elif target == "latest":
+            position = ring.tail
+        elif isinstance(target, float):
+            position = ring.first_after(target) - 1
+        else:
+            position = int(target)
+        if group in self.shared:
+            reset = self.shared.reset(group, position)
+        else:
+            reset = self.owned.reset(group, position)
+        self.commits_moved()
+        return reset
+
+    def restore_group(self, group: str, previous: dict[str, Any]) -> bool:
+        """Undo a reset; False if the group is gone."""
+        if group in self.shared and "shared" in previous:
+            self.shared.restore(group, previous)
+            return True
+        return self.owned.restore(group, previous)
+
+    def describe_groups(self) -> dict[str, dict[str, Any]]:
+        """Every group's cursor here (``describe``, a restarted coordinator)."""
+        return {**self.owned.describe(), **self.shared.describe()}
 
     # -- positions ------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import ray
 
+from raytopic.actors.requests import ChannelRequest, GiveBack, SettleTake, StopTake, Take, Watch
 from raytopic.actors.turns import Turns
 from raytopic.actors.wire import Delivery, ReceivedBatch
 from raytopic.core.errors import (
@@ -115,7 +116,7 @@ class ChannelLink:
     def __init__(
         self,
         channel: int,
-        call: Callable[..., Awaitable[Any]],
+        call: Callable[[ChannelRequest], Awaitable[Any]],
         *,
         local: bool,
         state: Callable[[str, Any], CursorState] | None = None,
@@ -131,34 +132,53 @@ class ChannelLink:
     ) -> Awaitable[Delivery]:
         """Deliver up to ``max_count`` elements from the reader's cursor (may be none);
         with ``token``, what it takes is lent until settled (see ``settle``)."""
-        return self._call("take", reader_id, fence, max_count, 0.0, token)
+        return self._call(Take(reader_id=reader_id, fence=fence, max_count=max_count, token=token))
 
     def fetch(self, reader_id: str, fence: Any, max_count: int, token: str) -> Awaitable[Any]:
         """A take that first waits (up to WATCH_TIMEOUT) for data; ``stop_take(token)``
         ends the wait early."""
-        return self._call("take", reader_id, fence, max_count, WATCH_TIMEOUT, token)
+        return self._call(
+            Take(
+                reader_id=reader_id,
+                fence=fence,
+                max_count=max_count,
+                wait=WATCH_TIMEOUT,
+                token=token,
+            )
+        )
 
     def stop_take(self, token: str) -> Awaitable[Any]:
         """End the wait of the fetch ``token``: it takes nothing."""
-        return self._call("stop_take", token)
+        return self._call(StopTake(token=token))
 
     def settle(
         self, reader_id: str, fence: Any, token: str, give_back_from: int | None
     ) -> Awaitable[Any]:
         """Tell the channel what of fetch ``token``'s take was used; the rest from
         ``give_back_from`` (None: nothing) is read again."""
-        return self._call("settle_take", reader_id, fence, token, give_back_from)
+        return self._call(
+            SettleTake(reader_id=reader_id, fence=fence, token=token, give_back_from=give_back_from)
+        )
 
     def watch(self, reader_id: str, fence: Any, known: CursorState | None) -> Awaitable[Any]:
         """Wait until the cursor differs from ``known`` (data, commit, seek) or a timeout."""
-        return self._call("watch", reader_id, fence, known, WATCH_TIMEOUT)
+        return self._call(
+            Watch(reader_id=reader_id, fence=fence, known=known, timeout=WATCH_TIMEOUT)
+        )
 
     def give_back(self, reader_id: str, fence: Any, delivery: Delivery) -> Awaitable[Any]:
         """Undo a take whose elements never reached the subscriber (a shared group's
         member names each element it gives back)."""
         entries = delivery.entries() if delivery.origin.shared else ()
         return self._call(
-            "give_back", reader_id, fence, delivery.first, delivery.next, delivery.jumps, entries
+            GiveBack(
+                reader_id=reader_id,
+                fence=fence,
+                first=delivery.first,
+                expected_next=delivery.next,
+                jumps=delivery.jumps,
+                entries=entries,
+            )
         )
 
 

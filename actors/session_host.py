@@ -19,6 +19,7 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.cursors import Lease
 from raytopic.actors.reader_parts import Reader
 from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSession
+from raytopic.actors.requests import ChannelRequest
 from raytopic.actors.wire import ReceivedBatch
 from raytopic.core.errors import TopicNotFoundError
 
@@ -27,8 +28,8 @@ __all__ = ["SessionHost"]
 END_RECEIVES_TIMEOUT = 1.0
 """Seconds a destroy waits for the receives it ended to answer."""
 
-Caller = Callable[..., Awaitable[Any]]
-"""Calls a channel method by name: ``call(method, *args)``."""
+Caller = Callable[[ChannelRequest], Awaitable[Any]]
+"""Serves a data-path request at a channel: ``await call(request)``."""
 
 
 class SessionHost:

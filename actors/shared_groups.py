@@ -3,7 +3,7 @@ No Ray.
 
 A shared group's members all read every channel. The group's cursor here
 (``raytopic.actors.shared_cursor``) hands each member elements to hold under an
-ack lease; an ack settles them, a nack or an expired lease delivers them
+ack deadline (a *hold*); an ack settles them, a nack or a passed deadline delivers them
 again, and past ``max_deliveries`` they go to the group's dead-letter topic
 (``raytopic.actors.dead_letters``). A member's ``fence`` is its lease for
 this channel in the group's latest view.
@@ -191,7 +191,7 @@ class SharedGroups:
 
     async def take(self, reader_id: str, fence: Any, max_count: int, token: str | None) -> Delivery:
         """Hand the member up to ``max_count`` elements: ones to deliver again first,
-        then new ones; each is held under an ack lease.
+        then new ones; each is held until its ack deadline.
 
         Raises:
             DataLossError: the group reached a damaged range, or the channel
@@ -348,7 +348,7 @@ class SharedGroups:
         )
 
     def extend(self, reader_id: str, entries: Entries, seconds: float | None) -> list[AckStatus]:
-        """Extend the ack leases of elements the member holds to ``seconds`` from now
+        """Move the ack deadlines of elements the member holds to ``seconds`` from now
         (None: the group's ``ack_timeout``)."""
         now = time.monotonic()
         return self.acknowledge(

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from raytopic.core.errors import InvalidArgumentError
 from raytopic.core.records import (
     Element,
     Position,
@@ -45,57 +43,7 @@ __all__ = [
     "ReaderSpec",
     "ReceivedBatch",
     "StatusBatch",
-    "pack_request",
-    "unpack_request",
 ]
-
-
-# -- requests ----------------------------------------------------------------
-
-PACKED_METHODS = frozenset(
-    {
-        "append",
-        "append_once",
-        "receive",
-        "take",
-        "stop_take",
-        "settle_take",
-        "watch",
-        "give_back",
-        "ack",
-        "nack",
-        "extend_lease",
-    }
-)
-"""The channel methods on the data path, called through ``ChannelActor.request``."""
-
-
-def pack_request(method: str, *args: Any) -> bytes:
-    """One channel call (method name and small arguments) as a single bytes argument.
-
-    Ray serializes each argument of an actor call on its own, at tens of
-    microseconds each way; the data-path calls carry five or six small
-    arguments, so they travel as one pickled tuple instead (about a quarter
-    of a millisecond less per call here). The arguments hold no ObjectRefs.
-    Bulk data (an append's payload) is NOT packed: it travels as the call's
-    second argument, so Ray's pickle protocol 5 moves its buffer out of band.
-    """
-    return pickle.dumps((method, args), protocol=5)
-
-
-def unpack_request(packed: bytes) -> tuple[str, tuple[Any, ...]]:
-    """The method name and arguments of a :func:`pack_request` request.
-
-    Raises:
-        InvalidArgumentError: not a request, or not one of :data:`PACKED_METHODS`.
-    """
-    try:
-        method, args = pickle.loads(packed)
-    except Exception as error:
-        raise InvalidArgumentError(f"not a packed channel request: {error}") from None
-    if method not in PACKED_METHODS or not isinstance(args, tuple):
-        raise InvalidArgumentError(f"{method!r} cannot be called as a packed request")
-    return method, args
 
 
 # -- records built in bulk ----------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Moved to :mod:`raytopic.core.errors`: this path re-exports it until every
-importer has switched (then it goes)."""
+"""The errors' public path: ``from raytopic.errors import DataLossError`` keeps working.
+They live in :mod:`raytopic.core.errors` (the actors raise them too)."""
 
 from raytopic.core.errors import *  # noqa: F403
 from raytopic.core.errors import __all__  # noqa: F401

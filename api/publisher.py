@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytopic.actors.payloads import PickledValues, dumps_value, fast_dumps
-from raytopic.actors.wire import AppendAck, pack_request
+from raytopic.actors.requests import Append, pack_request
+from raytopic.actors.wire import AppendAck
 from raytopic.core.config import check_nonnegative_number, check_positive_int, check_timeout
 from raytopic.core.errors import (
     InvalidArgumentError,
@@ -353,12 +354,13 @@ class Publisher:
         try:
             ref = call.pipe.actor.request.remote(
                 pack_request(
-                    "append",
-                    self._id,
-                    call.number,
-                    self._overflow,
-                    self._block_timeout,
-                    call.batch is None,
+                    Append(
+                        publisher_id=self._id,
+                        batch=call.number,
+                        overflow=self._overflow,
+                        timeout=self._block_timeout,
+                        statuses=call.batch is None,
+                    )
                 ),
                 PickledValues.from_pickles(pickles, keys),
             )

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 
-from raytopic.actors.wire import ReaderSpec, pack_request
+from raytopic.actors.requests import Receive, pack_request
+from raytopic.actors.wire import ReaderSpec
 from raytopic.core.errors import SubscriberClosedError, unwrap_ray_error
 
 if TYPE_CHECKING:
@@ -287,7 +288,16 @@ class Receives:
         number = stream.next_number
         stream.next_number += 1
         packed = pack_request(
-            "receive", self._reader, stream.stream, number, count, single, spread, here_only, view
+            Receive(
+                reader_id=self._reader,
+                stream=stream.stream,
+                number=number,
+                max_count=count,
+                single=single,
+                spread=spread,
+                here_only=here_only,
+                view=view,
+            )
         )
         ref = self._topic._channel_actors[channel].request.remote(packed)
         self._ownership.track(ref)

@@ -1,5 +1,5 @@
-"""Moved to :mod:`raytopic.core.records`: this path re-exports it until every
-importer has switched (then it goes)."""
+"""The records' public path: ``raytopic.records`` keeps working (and Elements pickled
+under it still load). They live in :mod:`raytopic.core.records` (the actors build them)."""
 
 from raytopic.core.records import *  # noqa: F403
 from raytopic.core.records import (

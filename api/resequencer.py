@@ -1,5 +1,6 @@
-"""Moved to :mod:`raytopic.core.resequencer`: this path re-exports it until every
-importer has switched (then it goes)."""
+"""The resequencer's public path: ``raytopic.resequencer`` keeps working, and reader
+specs stored before the move (they pickle ``raytopic.resequencer.Resequence``) still
+load. It lives in :mod:`raytopic.core.resequencer` (channels run it)."""
 
 from raytopic.core.resequencer import *  # noqa: F403
 from raytopic.core.resequencer import (  # noqa: F401  (used by name elsewhere)

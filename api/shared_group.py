@@ -1,9 +1,6 @@
-"""Moved to :mod:`raytopic.core.shared_group`: this path re-exports it until every
-importer has switched (then it goes).
-Stores written before the move pickle SharedGroup definitions as
-``raytopic.shared_group._rebuild``: keep that name importable while such a
-store may still be opened.
-"""
+"""The shared-group definition's public path. Stores written before the move pickle
+SharedGroup definitions as ``raytopic.shared_group._rebuild``: this name keeps them
+loading. It lives in :mod:`raytopic.core.shared_group` (channels keep definitions)."""
 
 from raytopic.core.shared_group import *  # noqa: F403
 from raytopic.core.shared_group import (

@@ -25,7 +25,15 @@ import cloudpickle
 import ray
 
 from raytopic.actors.wire import ReaderSpec
-from raytopic.core.acks import check_delay, check_lease, check_own, send_many
+from raytopic.core.acks import (
+    Ack,
+    ExtendLease,
+    Nack,
+    check_delay,
+    check_lease,
+    check_own,
+    send_many,
+)
 from raytopic.core.config import Start, check_name, check_positive_int, check_timeout
 from raytopic.core.errors import (
     GroupModeError,
@@ -615,7 +623,7 @@ class Subscriber:
         Raises:
             ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
         """
-        return send_many(self._own(elements), "ack")
+        return send_many(self._own(elements), Ack)
 
     def nack(self, elements: Iterable[Element], delay: float | None = None) -> list[AckStatus]:
         """Give elements back to the group, to be delivered again (to any member).
@@ -651,7 +659,7 @@ class Subscriber:
             InvalidArgumentError, ForeignElementError, GroupModeError,
             SubscriberClosedError: as ``nack``.
         """
-        return send_many(self._own(elements), "nack", check_delay(delay))
+        return send_many(self._own(elements), Nack, delay=check_delay(delay))
 
     def extend_lease(
         self, elements: Iterable[Element], seconds: float | None = None
@@ -671,7 +679,9 @@ class Subscriber:
             InvalidArgumentError: ``seconds`` is not above 0.
             ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
         """
-        return self._call(send_many(self._own(elements), "extend_lease", check_lease(seconds)))
+        return self._call(
+            send_many(self._own(elements), ExtendLease, seconds=check_lease(seconds))
+        )
 
     def _own(self, elements: Iterable[Element]) -> list[Element]:
         self._check_open()

@@ -6,6 +6,6 @@ Layers point one way: ``raytopic.actors`` and ``raytopic.coordinator`` import th
 package and never a handle module (``raytopic.topic``, ``raytopic.publisher``,
 ``raytopic.subscriber``, ...); the handles (``api/``, the package ``raytopic``) import
 all three. This package imports only itself, and the channel's request format
-(``raytopic.actors.wire.pack_request``, for acknowledgements). Users import the
+(``raytopic.actors.requests``, for acknowledgements). Users import the
 public names from ``raytopic`` (tests/test_layers.py checks the direction).
 """

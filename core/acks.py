@@ -15,14 +15,24 @@ from typing import Any
 
 import ray
 
-from raytopic.actors.wire import pack_request
+from raytopic.actors.requests import Ack, ExtendLease, Nack, pack_request
 from raytopic.core.config import check_nonnegative_number, check_timeout
 from raytopic.core.errors import ForeignElementError, GroupModeError, InvalidTypeError
 from raytopic.core.gather import gather_in_order
 from raytopic.core.naming import channel_actor
 from raytopic.core.records import Element
 
-__all__ = ["check_delay", "check_lease", "check_own", "check_shared", "send_many", "send_one"]
+__all__ = [
+    "Ack",
+    "ExtendLease",
+    "Nack",
+    "check_delay",
+    "check_lease",
+    "check_own",
+    "check_shared",
+    "send_many",
+    "send_one",
+]
 
 
 def check_shared(element: Element) -> None:
@@ -64,17 +74,23 @@ def check_lease(seconds: object) -> float | None:
     return check_timeout(seconds, "seconds")
 
 
-def send_one(element: Element, method: str, *args: Any) -> Any:
-    """``method`` (ack, nack, extend_lease) for one element: ``ObjectRef[AckStatus]``."""
+AckRequest = type[Ack] | type[Nack] | type[ExtendLease]
+"""What an acknowledgement asks of the channels."""
+
+
+def send_one(element: Element, kind: AckRequest, **options: Any) -> ray.ObjectRef[Any]:
+    """An ``kind`` request (Ack, Nack, ExtendLease, with its ``options``) for one
+    element: ``ObjectRef[AckStatus]``."""
     check_shared(element)
     origin = element._origin
     actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, element.channel)
     entries = ((element.sequence, element.delivery_count, origin.epoch),)
-    return actor.request.remote(pack_request(method, origin.reader, entries, *args, True))
+    request = kind(reader_id=origin.reader, entries=entries, single=True, **options)
+    return actor.request.remote(pack_request(request))
 
 
-def send_many(elements: list[Element], method: str, *args: Any) -> Any:
-    """``method`` for many elements, one call per channel:
+def send_many(elements: list[Element], kind: AckRequest, **options: Any) -> ray.ObjectRef[Any]:
+    """A ``kind`` request for many elements, one call per channel:
     ``ObjectRef[list[AckStatus]]`` in the order of ``elements``."""
     if not elements:
         return ray.put([])
@@ -86,9 +102,8 @@ def send_many(elements: list[Element], method: str, *args: Any) -> Any:
         origin = group[0]._origin
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
         entries = tuple((e.sequence, e.delivery_count, e._origin.epoch) for e in group)
-        refs.append(
-            actor.request.remote(pack_request(method, origin.reader, entries, *args, False))
-        )
+        request = kind(reader_id=origin.reader, entries=entries, **options)
+        refs.append(actor.request.remote(pack_request(request)))
     if len(refs) == 1:
         return refs[0]
     channels = list(by_channel)

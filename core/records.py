@@ -323,9 +323,9 @@ class Element:
         Raises:
             GroupModeError: it was not received in a shared group.
         """
-        from raytopic.core.acks import send_one
+        from raytopic.core.acks import Ack, send_one
 
-        return send_one(self, "ack")
+        return send_one(self, Ack)
 
     def nack(self, delay: float | None = None) -> AckStatus:
         """Give this element back to its shared group, to be delivered again (to any
@@ -357,9 +357,9 @@ class Element:
             InvalidArgumentError: a negative delay.
             GroupModeError: it was not received in a shared group.
         """
-        from raytopic.core.acks import check_delay, send_one
+        from raytopic.core.acks import Nack, check_delay, send_one
 
-        return send_one(self, "nack", check_delay(delay))
+        return send_one(self, Nack, delay=check_delay(delay))
 
     def extend_lease(self, seconds: float | None = None) -> AckStatus:
         """Keep holding this element: its ack lease now ends ``seconds`` from now
@@ -375,9 +375,9 @@ class Element:
             InvalidArgumentError: ``seconds`` is not > 0.
             GroupModeError: it was not received in a shared group.
         """
-        from raytopic.core.acks import check_lease, send_one
+        from raytopic.core.acks import ExtendLease, check_lease, send_one
 
-        return _resolve(send_one(self, "extend_lease", check_lease(seconds)))
+        return _resolve(send_one(self, ExtendLease, seconds=check_lease(seconds)))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Element):

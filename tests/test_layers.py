@@ -10,18 +10,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 BELOW_THE_HANDLES = ("raytopic.actors", "raytopic.coordinator", "raytopic.core")
 
-MOVED_TO_CORE = frozenset(
-    f"raytopic.{name}"
-    for name in ("acks", "config", "errors", "naming", "records", "resequencer", "shared_group")
-)
-"""Old paths of ``raytopic.core`` modules, re-exported there until every importer has
-switched (then the shims and this allowance go)."""
-
-NOT_YET_SWITCHED = {"actors/channel.py": {"raytopic.topic"}}
-"""Known imports of a handle module, each being moved (``ensure_dead_letter_topic`` is
-``raytopic.coordinator.launch``'s now)."""
-
-
 def _imports(path: Path) -> set[str]:
     """The ``raytopic`` modules a file imports, at the top or inside a function."""
     found = set()
@@ -42,22 +30,17 @@ def test_actors_and_coordinator_import_no_handle_module() -> None:
     for folder in ("actors", "coordinator"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
-            allowed = MOVED_TO_CORE | NOT_YET_SWITCHED.get(relative, set())
-            wrong += [
-                f"{relative}: {name}"
-                for name in sorted(_imports(path))
-                if not _below(name) and name not in allowed
-            ]
+            wrong += [f"{relative}: {name}" for name in sorted(_imports(path)) if not _below(name)]
     assert wrong == []
 
 
-def test_core_imports_only_core_and_the_channel_request_format() -> None:
+def test_core_imports_only_core_and_the_channel_requests() -> None:
     wrong = []
     for path in sorted((ROOT / "core").rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
         wrong += [
             f"{relative}: {name}"
             for name in sorted(_imports(path))
-            if not name.startswith("raytopic.core") and name != "raytopic.actors.wire"
+            if not name.startswith("raytopic.core") and name != "raytopic.actors.requests"
         ]
     assert wrong == []

@@ -28,7 +28,8 @@ import ray
 
 from raytopic.actors.damage import DamageMap
 from raytopic.actors.payloads import ArrowRows
-from raytopic.actors.wire import AppendAck, pack_request
+from raytopic.actors.requests import Append, AppendOnce, pack_request
+from raytopic.actors.wire import AppendAck
 from raytopic.bridge.arrow_tables import (
     as_batch,
     key_channels,
@@ -186,11 +187,21 @@ class BulkWriter:
             number = self._next_batch.get(channel, 0)
             self._next_batch[channel] = number + 1
             request = pack_request(
-                "append", self._writer_id, number, self._overflow, self._block_timeout, False
+                Append(
+                    publisher_id=self._writer_id,
+                    batch=number,
+                    overflow=self._overflow,
+                    timeout=self._block_timeout,
+                )
             )
         else:
             request = pack_request(
-                "append_once", self._writer_id, self._version, self._overflow, self._block_timeout
+                AppendOnce(
+                    writer_id=self._writer_id,
+                    version=self._version,
+                    overflow=self._overflow,
+                    timeout=self._block_timeout,
+                )
             )
         while len(self._in_flight) >= IN_FLIGHT:
             self._settle_oldest()

@@ -16,9 +16,10 @@ from raytopic.actors.channel import ChannelActor
 from raytopic.actors.cursors import Lease
 from raytopic.actors.payloads import ArrowRows, PickledValues
 from raytopic.actors.receive_session import ChannelLink, ReceiveSession
-from raytopic.actors.wire import ReaderSpec, pack_request
-from raytopic.config import Overflow, TopicConfig
-from raytopic.errors import StaleSequenceError
+from raytopic.actors.requests import Append, ChannelRequest, pack_request
+from raytopic.actors.wire import ReaderSpec
+from raytopic.core.config import Overflow, TopicConfig
+from raytopic.core.errors import StaleSequenceError
 
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 1, 100_000, True, None, Overflow.BLOCK, ())
 TWO_CHANNELS = TopicConfig("t", "ns", "t0pic1d", 2, 1000, True, None, Overflow.BLOCK, ())
@@ -28,8 +29,8 @@ MEMBER = Lease("m", 1)
 def _in_process(actor: ChannelActor, reply_delay: float = 0.0) -> Callable[..., Any]:
     """A sibling link: the call runs at the sibling at once; its reply takes a while."""
 
-    async def call(method: str, *args: Any) -> Any:
-        result = await getattr(actor, method)(*args)
+    async def call(request: ChannelRequest) -> Any:
+        result = await actor._local_call(request)
         if reply_delay:
             await asyncio.sleep(reply_delay)
         return result
@@ -281,7 +282,9 @@ def test_arrow_rows_append_through_the_publish_path_and_read_back_one_position_p
         (channel,) = _wired(CONFIG)
         await channel.open_reader("a", ReaderSpec(None, False, complete_on_empty=True))
         await channel.append("p", 0, "block", 1.0, False, _payloads(["before"]))
-        packed = pack_request("append", "spark", 0, "block", 1.0, True)
+        packed = pack_request(
+            Append(publisher_id="spark", batch=0, overflow="block", timeout=1.0, statuses=True)
+        )
         status = await channel.request(packed, _rows(range(5)))
         assert [s.position.sequence for s in status.statuses()] == [1, 2, 3, 4, 5]
         batch = await channel.receive("a", "s", 0, 100, False)
@@ -346,9 +349,9 @@ def _counting(channels: list[ChannelActor]) -> dict[int, list[str]]:
                 )
                 continue
 
-            async def call(method: str, *args: Any, _to: ChannelActor = other) -> Any:
-                calls[_to._channel].append(method)
-                return await getattr(_to, method)(*args)
+            async def call(request: ChannelRequest, _to: ChannelActor = other) -> Any:
+                calls[_to._channel].append(request.method)
+                return await _to._local_call(request)
 
             links[other._channel] = ChannelLink(other._channel, call, local=False)
         channel._host.links = links

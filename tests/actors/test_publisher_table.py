@@ -17,7 +17,7 @@ from raytopic.actors.publisher_table import (
 from raytopic.actors.publisher_tracks import ACKS_KEPT
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.wire import AppendAck
-from raytopic.errors import InvalidArgumentError, TopicFullError
+from raytopic.core.errors import InvalidArgumentError, TopicFullError
 
 
 def _appended(table: PublisherTable, publisher_id: str, batch: int, first: int = 0) -> None:

@@ -19,10 +19,8 @@ from raytopic.actors.wire import (
     ReaderSpec,
     ReceivedBatch,
     StatusBatch,
-    pack_request,
-    unpack_request,
 )
-from raytopic.core.errors import InvalidArgumentError, TopicFullError
+from raytopic.core.errors import TopicFullError
 from raytopic.core.records import Element, Position, PublishStatus, _Origin
 
 ORIGIN = _Origin(
@@ -188,28 +186,3 @@ def test_status_batch_raises_its_acks_error() -> None:
     data = pickle.dumps(batch)
     with pytest.raises(TopicFullError, match="channel 4 is full"):
         pickle.loads(data)
-
-
-# -- packed requests -----------------------------------------------------------
-
-
-def test_a_packed_request_round_trips() -> None:
-    packed = pack_request("append", "publisher-1", 3, "block", 60.0, False)
-    assert isinstance(packed, bytes)
-    assert unpack_request(packed) == ("append", ("publisher-1", 3, "block", 60.0, False))
-
-
-@pytest.mark.parametrize(
-    "packed",
-    [
-        pack_request("destroy_group", "g"),  # not a data-path method
-        pack_request("__init__"),
-        pickle.dumps(("receive", ["not", "a", "tuple"])),
-        pickle.dumps("receive"),
-        b"not a pickle",
-        "a str, not bytes",
-    ],
-)
-def test_anything_but_a_packed_data_path_call_is_refused(packed: object) -> None:
-    with pytest.raises(InvalidArgumentError):
-        unpack_request(packed)  # type: ignore[arg-type]

@@ -423,7 +423,7 @@ def test_arrow_rows_appended_to_a_channel_actor_are_received_as_dicts(make_topic
     import pyarrow as pa
 
     from raytopic.actors.payloads import ArrowRows
-    from raytopic.actors.wire import pack_request
+    from raytopic.actors.requests import Append, pack_request
 
     topic = make_topic(channels=1)
     publish_all(topic, [{"id": -1, "user": "python"}])
@@ -432,7 +432,12 @@ def test_arrow_rows_appended_to_a_channel_actor_are_received_as_dicts(make_topic
     # The bulk path the Spark bridge takes: one append call carrying an Arrow batch.
     statuses = ray.get(
         channel.request.remote(
-            pack_request("append", "bulk", 0, "block", 10.0, True), ArrowRows(rows)
+            pack_request(
+                Append(
+                    publisher_id="bulk", batch=0, overflow="block", timeout=10.0, statuses=True
+                )
+            ),
+            ArrowRows(rows),
         ),
         timeout=30,
     )

@@ -452,7 +452,7 @@ def test_state_round_trips_and_is_replaced_atomically(opened, tmp_path: Path) ->
     assert store.load_state() == second
 
 
-# -- the sync setting (create_topic's, checked by raytopic.config) --------------------
+# -- the sync setting (create_topic's, checked by raytopic.core.config) --------------------
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,62 @@
+"""Unit tests of the typed channel requests (no Ray): built by keyword, packed as
+one bytes argument, and nothing but a data-path request is served."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from raytopic.actors.requests import (
+    REQUEST_TYPES,
+    Append,
+    Nack,
+    Receive,
+    Take,
+    pack_request,
+    unpack_request,
+)
+from raytopic.core.errors import InvalidArgumentError
+
+
+def test_a_packed_request_round_trips_with_its_type_and_method() -> None:
+    request = Append(publisher_id="publisher-1", batch=3, overflow="block", timeout=60.0)
+    packed = pack_request(request)
+    assert isinstance(packed, bytes)
+    unpacked = unpack_request(packed)
+    assert unpacked == request and type(unpacked) is Append
+    assert unpacked.method == "append" and unpacked.statuses is False
+    assert unpacked._asdict() == {
+        "publisher_id": "publisher-1",
+        "batch": 3,
+        "overflow": "block",
+        "timeout": 60.0,
+        "statuses": False,
+    }
+
+
+def test_defaults_leave_the_flags_off_and_each_request_names_its_channel_method() -> None:
+    take = Take(reader_id="r", fence=None, max_count=5)
+    assert (take.wait, take.token) == (0.0, None)
+    receive = Receive(reader_id="r", stream="s", number=0, max_count=1, single=True)
+    assert (receive.spread, receive.here_only, receive.view) == (False, False, None)
+    assert Nack(reader_id="r", entries=()).delay == 0.0
+    methods = {kind.method for kind in REQUEST_TYPES}
+    assert len(methods) == len(REQUEST_TYPES)  # one method per request type
+    assert "method" not in Take._fields  # a class attribute, not on the wire
+
+
+@pytest.mark.parametrize(
+    "packed",
+    [
+        pickle.dumps(("append", ("p", 0, "block", 1.0, False))),  # the old positional form
+        pickle.dumps(("destroy_group", ("g",))),  # not a data-path method
+        pickle.dumps(InvalidArgumentError("not a request")),
+        pickle.dumps("receive"),
+        b"not a pickle",
+        "a str, not bytes",
+    ],
+)
+def test_anything_but_a_packed_data_path_request_is_refused(packed: object) -> None:
+    with pytest.raises(InvalidArgumentError):
+        unpack_request(packed)  # type: ignore[arg-type]
