@@ -1,0 +1,307 @@
+"""Unit tests of Readers (no Ray): opening and closing readers, the one dispatch that picks
+a reader's mode by its group's kind, fetch waits and the stops that may come before them,
+watches, loans taken back from a restarted host, and commits that release elements."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import cloudpickle
+import pytest
+
+from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_log import ChannelLog
+from raytopic.actors.channel_metrics import ChannelMetrics
+from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.cursors import Lease
+from raytopic.actors.payloads import PickledValues
+from raytopic.actors.reader_parts import Reader
+from raytopic.actors.readers import Readers
+from raytopic.actors.wire import Delivery, ReaderSpec
+from raytopic.core.config import Overflow, TopicConfig
+from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
+from raytopic.core.shared_group import SharedGroup
+
+MEMBER = Lease("m", 1)
+WORKER = Lease("w", 1)
+ANONYMOUS = ReaderSpec(None, False)
+
+
+class _Channel:
+    """Readers of one channel with an owned group "g" (owned by "m") and a shared group "s"."""
+
+    def __init__(self, *, retain: bool = True) -> None:
+        config = TopicConfig("t", "ns", "t0pic1d", 1, 100, retain, None, Overflow.BLOCK, ())
+        self.context = ChannelContext(config, 0, ChannelMetrics("t", 0))
+        self.log = ChannelLog(self.context, lambda reason: reason)
+        self.state = ChannelState(self.context, lambda: self.log.next_sequence, str, lambda: None)
+        self.views: dict[str, dict[str, tuple[int, dict[int, Lease]]]] = {}
+        self.closed: list[str] = []
+        self.readers = Readers(self.context, self.log, self.state, self.views, self._closed_reader)
+        self.readers.owned.ensure_group("g", False)
+        self.readers.owned.grant("g", MEMBER)
+        self.readers.shared.start(SharedGroup("s"), start_latest=False)
+
+    def _closed_reader(self, reader: Reader) -> None:
+        self.closed.append(reader.reader_id)
+
+    def append(self, values: Sequence[Any]) -> None:
+        self.log.ring.append(PickledValues.from_values(values), overwrite=True)
+        self.context.notify()
+
+    def open_all(self) -> None:
+        """Anonymous "a", owned member "m", shared worker "w"."""
+        self.readers.open("a", ANONYMOUS)
+        self.readers.open("m", ReaderSpec("g", False))
+        self.readers.open("w", ReaderSpec("s", False))
+
+
+def _values(delivery: Delivery) -> list[Any]:
+    return [value for chunk in delivery.chunks for value in chunk.payload.decode()]
+
+
+# -- opening and closing ---------------------------------------------------------------------------
+
+
+def test_open_gives_an_anonymous_reader_its_own_cursor_once_and_members_none() -> None:
+    channel = _Channel()
+    channel.append(range(3))
+    state, created = channel.readers.open("early", ANONYMOUS)
+    assert created and state.next == 0
+    state, created = channel.readers.open("late", ReaderSpec(None, True))
+    assert created and state.next == 3
+    state, created = channel.readers.open("early", ReaderSpec(None, True))
+    assert not created and state.next == 0  # open again: the same reader
+    channel.readers.open("m", ReaderSpec("g", False))
+    assert channel.readers.get("m").cursor is None  # it reads its group's
+    with pytest.raises(GroupNotFoundError):
+        channel.readers.open("x", ReaderSpec("missing", False))
+    assert "x" not in channel.readers.by_id
+
+
+def test_open_loads_the_reader_s_filter_and_converter() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        channel.append(range(6))
+        spec = ReaderSpec(
+            None,
+            False,
+            filter=cloudpickle.dumps(lambda value: value > 3),
+            converter=cloudpickle.dumps(str),
+        )
+        channel.readers.open("a", spec)
+        assert _values(await channel.readers.take("a", None, 10, 0.0, None)) == ["4", "5"]
+
+    asyncio.run(main())
+
+
+def test_close_forgets_the_reader_once_and_a_shared_member_s_elements_go_back() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        channel.open_all()
+        channel.append(range(2))
+        await channel.readers.take("w", WORKER, 2, 0.0, None)
+        assert channel.readers.close("w")
+        assert not channel.readers.close("w")
+        assert channel.closed == ["w"]
+        cursor = channel.readers.shared.cursor("s")
+        assert cursor.unacked == 0 and sorted(cursor.waiting) == [0, 1]
+        with pytest.raises(SubscriberClosedError):
+            channel.readers.get("w")
+        channel.readers.close_group("g")
+        assert channel.closed == ["w", "m"] and "a" in channel.readers.by_id
+
+    asyncio.run(main())
+
+
+# -- the dispatch ----------------------------------------------------------------------------------
+
+
+def test_the_mode_is_picked_by_the_kind_of_the_reader_s_group() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        channel.open_all()
+        readers = channel.readers
+        assert readers.mode(readers.get("a")) is readers.owned
+        assert readers.mode(readers.get("m")) is readers.owned
+        assert readers.mode(readers.get("w")) is readers.shared
+        assert readers.in_shared("w") and not readers.in_shared("m")
+        assert not readers.in_shared("closed")
+        channel.append(range(4))
+        member = await readers.take("m", MEMBER, 2, 0.0, None)
+        worker = await readers.take("w", WORKER, 2, 0.0, None)
+        assert _values(member) == [0, 1] and member.origin.shared is False
+        assert _values(worker) == [0, 1] and worker.origin.shared is True
+        assert readers.state("w", WORKER).unacked == 2  # the shared group's figures
+        assert readers.state("m", MEMBER).next == 2  # the group cursor's
+
+    asyncio.run(main())
+
+
+def test_refuse_shared_refuses_only_a_shared_group_s_members() -> None:
+    channel = _Channel()
+    channel.open_all()
+    with pytest.raises(GroupModeError, match="cannot commit"):
+        channel.readers.refuse_shared("w", "commit")
+    channel.readers.refuse_shared("m", "commit")
+    channel.readers.refuse_shared("a", "seek")
+    channel.readers.refuse_shared("closed", "seek")
+
+
+def test_settle_and_give_back_reach_the_reader_s_mode() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        channel.open_all()
+        channel.append(range(3))
+        readers = channel.readers
+        owned = await readers.take("m", MEMBER, 3, 0.0, "0:m")
+        shared = await readers.take("w", WORKER, 3, 0.0, "0:w")
+        assert readers.settle("m", MEMBER, "0:m", 1)
+        assert readers.state("m", MEMBER).next == 1
+        assert readers.settle("w", WORKER, "0:w", 1)
+        assert sorted(readers.shared.cursor("s").waiting) == [1, 2]
+        assert readers.give_back("w", WORKER, 0, 0, 0, shared.entries()[:1])
+        assert not readers.give_back("m", MEMBER, 0, owned.next, owned.jumps)  # moved since
+
+    asyncio.run(main())
+
+
+# -- fetches and watches ---------------------------------------------------------------------------
+
+
+def test_a_fetch_waits_for_data_and_takes_it() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        channel.open_all()
+        fetch = asyncio.ensure_future(channel.readers.take("a", None, 5, 2.0, "0:f"))
+        await asyncio.sleep(0.05)
+        assert not fetch.done()
+        channel.append(["x"])
+        assert _values(await asyncio.wait_for(fetch, 1.0)) == ["x"]
+
+    asyncio.run(main())
+
+
+def test_a_stop_that_arrives_before_its_fetch_makes_the_fetch_take_nothing() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        channel.open_all()
+        channel.readers.fetches.stop("0:early")
+        channel.append(["x"])
+        started = time.monotonic()
+        stopped = await channel.readers.take("a", None, 5, 5.0, "0:early")
+        assert stopped.count == 0 and time.monotonic() - started < 0.5
+        assert _values(await channel.readers.take("a", None, 5, 5.0, "0:next")) == ["x"]
+
+    asyncio.run(main())
+
+
+def test_a_direct_take_stops_the_reader_s_waiting_fetches() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        channel.open_all()
+        fetch = asyncio.ensure_future(channel.readers.take("a", None, 5, 5.0, "0:f"))
+        await asyncio.sleep(0.05)
+        direct = await channel.readers.take("a", None, 5, 0.0, None)
+        assert direct.count == 0
+        assert (await asyncio.wait_for(fetch, 0.5)).count == 0
+
+    asyncio.run(main())
+
+
+def test_watch_returns_when_the_state_changes_or_at_its_timeout() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        channel.open_all()
+        known = channel.readers.state("a", None)
+        started = time.monotonic()
+        same = await channel.readers.watch("a", None, known, 0.1)
+        assert same == known and time.monotonic() - started >= 0.1
+        watching = asyncio.ensure_future(channel.readers.watch("a", None, known, 5.0))
+        await asyncio.sleep(0.05)
+        assert not watching.done()
+        channel.append(["x"])
+        changed = await asyncio.wait_for(watching, 1.0)
+        assert changed.tail == 0 and changed.available
+        # A state other than the one known comes back at once.
+        assert await asyncio.wait_for(channel.readers.watch("a", None, known, 5.0), 0.1)
+
+    asyncio.run(main())
+
+
+def test_a_restarted_host_s_loans_are_taken_back_in_both_modes() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        channel.open_all()
+        channel.append(range(3))
+        readers = channel.readers
+        await readers.take("a", None, 3, 0.0, "2:a")
+        await readers.take("m", MEMBER, 3, 0.0, "2:m")
+        await readers.take("w", WORKER, 3, 0.0, "2:w")
+        assert readers.host_restarted(1) == 0
+        assert readers.host_restarted(2) == 3
+        assert readers.state("a", None).next == 0 and readers.state("m", MEMBER).next == 0
+        assert readers.shared.cursor("s").unacked == 0
+        assert _values(await readers.take("a", None, 3, 0.0, None)) == [0, 1, 2]
+
+    asyncio.run(main())
+
+
+# -- positions and state ---------------------------------------------------------------------------
+
+
+def test_commits_moved_without_retain_releases_what_every_group_settled() -> None:
+    async def main() -> None:
+        channel = _Channel(retain=False)
+        channel.open_all()
+        channel.append(range(6))
+        readers = channel.readers
+        await readers.take("m", MEMBER, 6, 0.0, None)
+        readers.owned.commit(readers.get("m"), 4, MEMBER)
+        shared = await readers.take("w", WORKER, 3, 0.0, None)
+        readers.shared.ack("w", tuple((s, n, 1) for s, n in shared.entries()[:2]))
+        readers.commits_moved()
+        assert channel.log.ring.head == 2  # the shared group settled 0..1 only
+        readers.shared.ack("w", tuple((s, n, 1) for s, n in shared.entries()[2:]))
+        readers.commits_moved()
+        assert channel.log.ring.head == 3
+
+    asyncio.run(main())
+
+
+def test_commits_moved_with_retain_keeps_every_element() -> None:
+    async def main() -> None:
+        channel = _Channel(retain=True)
+        channel.open_all()
+        channel.append(range(3))
+        await channel.readers.take("m", MEMBER, 3, 0.0, None)
+        channel.readers.owned.commit(channel.readers.get("m"), 2, MEMBER)
+        channel.readers.shared.destroy("s")
+        channel.readers.commits_moved()
+        assert channel.log.ring.head == 0
+
+    asyncio.run(main())
+
+
+def test_the_readers_state_brings_back_anonymous_positions_and_skips_what_cannot_open() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        channel.open_all()
+        channel.readers.open("gone", ReaderSpec("g", False))
+        channel.append(range(5))
+        await channel.readers.take("a", None, 3, 0.0, None)
+        saved = {reader: channel.readers.state_of(reader) for reader in ("a", "m", "gone")}
+        assert channel.readers.state_of("never") is None
+
+        again = _Channel()
+        again.readers.owned.groups.pop("g")  # its group was destroyed meanwhile
+        again.append(range(5))
+        again.readers.restore_state(saved)
+        assert sorted(again.readers.by_id) == ["a"]
+        assert again.readers.state("a", None).next == 3
+        assert again.readers.specs() == {"a": ANONYMOUS}
+
+    asyncio.run(main())

@@ -1,0 +1,269 @@
+"""Unit tests of SessionHost (no Ray): the group views and marks it keeps (older versions
+ignored, marks only rise, a member set to None ends its session and is reported left),
+the sessions it opens, its links, and end_receives."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_metrics import ChannelMetrics
+from raytopic.actors.cursors import Cursor, Lease
+from raytopic.actors.reader_parts import Reader
+from raytopic.actors.receive_session import CursorState
+from raytopic.actors.session_host import END_RECEIVES_TIMEOUT, SessionHost
+from raytopic.actors.wire import ReaderSpec
+from raytopic.core.config import Overflow, TopicConfig
+from raytopic.core.errors import SubscriberClosedError, TopicNotFoundError
+
+CONFIG = TopicConfig("t", "ns", "t0pic1d", 3, 100, True, None, Overflow.BLOCK, ())
+OLD, NEW = Lease("m", 1), Lease("m", 2)
+
+
+class _Host:
+    """A SessionHost of channel 1 over a dict of readers, recording what it tells."""
+
+    def __init__(self) -> None:
+        self.context = ChannelContext(CONFIG, 1, ChannelMetrics("t", 1))
+        self.readers: dict[str, Reader] = {}
+        self.left: list[str] = []
+        self.back: list[str] = []
+        self.host = SessionHost(
+            self.context, self._lookup, self._local_call, self._local_state, restarted=False
+        )
+
+    def _lookup(self, reader_id: str) -> Reader:
+        try:
+            return self.readers[reader_id]
+        except KeyError:
+            raise SubscriberClosedError(reader_id) from None
+
+    async def _local_call(self, *request: Any) -> Any:
+        return "served here"
+
+    def _local_state(self, reader_id: str, fence: Any) -> CursorState:
+        return CursorState(0, -1, -1, 0)
+
+    def member(self, reader_id: str = "m", group: str = "g") -> Reader:
+        reader = self.readers[reader_id] = Reader(reader_id, ReaderSpec(group, False), None)
+        return reader
+
+    def anonymous(self, reader_id: str = "a") -> Reader:
+        reader = Reader(reader_id, ReaderSpec(None, False), Cursor.starting_at(0))
+        self.readers[reader_id] = reader
+        return reader
+
+    def push(
+        self,
+        version: int,
+        views: dict[str, dict[int, Lease] | None],
+        generation: int = 0,
+        group: str = "g",
+    ) -> bool:
+        return self.host.update_views(
+            group, version, generation, views, self.left.append, self.back.append
+        )
+
+
+class _RecordingSession:
+    """Stands in for a hosted session where only what the host calls on it matters."""
+
+    def __init__(self) -> None:
+        self.pokes: list[int | None] = []
+        self.closed_with: list[Any] = []
+
+    def poke(self, channel: int | None = None) -> None:
+        self.pokes.append(channel)
+
+    def close(self, error: Any = None) -> None:
+        self.closed_with.append(error)
+
+
+# -- views and marks -------------------------------------------------------------------------------
+
+
+def test_a_newer_view_replaces_the_member_s_and_an_older_one_is_ignored() -> None:
+    host = _Host()
+    host.push(2, {"m": {1: OLD}})
+    host.push(5, {"m": {1: NEW}})
+    host.push(4, {"m": {1: OLD, 2: OLD}})  # arrived late
+    host.push(5, {"m": {}})  # the same version again
+    assert host.host.views["g"]["m"] == (5, {1: NEW})
+    assert host.back == ["m", "m"]
+
+
+def test_marks_rise_only_upward_in_both_version_and_generation() -> None:
+    host = _Host()
+    assert host.push(5, {}, generation=1)
+    assert host.push(3, {}, generation=2)  # the generation rose: the version stays
+    assert host.host.marks["g"] == (5, 2)
+    assert not host.push(4, {}, generation=2)
+    assert not host.push(5, {}, generation=1)
+    assert host.host.marks["g"] == (5, 2)
+
+
+def test_a_member_set_to_none_loses_its_view_and_session_and_is_reported_left() -> None:
+    async def main() -> None:
+        host = _Host()
+        host.member()
+        host.push(1, {"m": {1: OLD}})
+        session = host.host.session("m", None)
+        host.push(2, {"m": None})
+        assert host.left == ["m"] and host.back == ["m"]
+        assert "m" not in host.host.views["g"]
+        assert "m" not in host.host.sessions and session.closed
+        host.push(3, {"m": {1: NEW}})  # it rejoined
+        assert host.back == ["m", "m"] and host.host.views["g"]["m"] == (3, {1: NEW})
+
+    asyncio.run(main())
+
+
+def test_a_leave_older_than_the_member_s_view_is_ignored() -> None:
+    host = _Host()
+    host.push(5, {"m": {1: NEW}})
+    host.push(4, {"m": None})
+    assert host.left == [] and host.host.views["g"]["m"] == (5, {1: NEW})
+
+
+def test_a_pushed_view_reaches_the_member_s_open_session() -> None:
+    async def main() -> None:
+        host = _Host()
+        host.member()
+        session = host.host.session("m", None)
+        assert session._owned == {}
+        host.push(1, {"m": {0: OLD, 1: OLD}})
+        assert session._owned == {0: OLD, 1: OLD}
+
+    asyncio.run(main())
+
+
+def test_forget_group_drops_its_views_and_marks() -> None:
+    host = _Host()
+    host.push(1, {"m": {1: OLD}}, generation=1)
+    host.host.forget_group("g")
+    assert "g" not in host.host.views and "g" not in host.host.marks
+
+
+# -- sessions --------------------------------------------------------------------------------------
+
+
+def test_a_session_opens_from_the_latest_pushed_view_unless_its_handle_s_is_newer() -> None:
+    async def main() -> None:
+        host = _Host()
+        host.member("m")
+        host.member("n")
+        host.push(3, {"m": {1: NEW}, "n": {1: NEW}})
+        lagging = host.host.session("m", (2, {1: OLD}))  # its handle lags behind
+        assert lagging._owned == {1: NEW}
+        ahead = host.host.session("n", (4, {1: OLD, 2: OLD}))
+        assert ahead._owned == {1: OLD, 2: OLD}
+        assert host.host.session("m", None) is lagging  # one session per reader
+
+    asyncio.run(main())
+
+
+def test_an_anonymous_reader_s_session_owns_every_channel() -> None:
+    async def main() -> None:
+        host = _Host()
+        host.anonymous("a")
+        session = host.host.session("a", None)
+        assert session._owned == {0: None, 1: None, 2: None}
+        with pytest.raises(SubscriberClosedError):
+            host.host.session("closed", None)
+
+    asyncio.run(main())
+
+
+def test_a_closed_reader_loses_its_session_and_pushed_view() -> None:
+    async def main() -> None:
+        host = _Host()
+        reader = host.member()
+        host.push(1, {"m": {1: OLD}})
+        session = host.host.session("m", None)
+        host.host.reader_closed(reader)
+        assert session.closed and "m" not in host.host.sessions
+        assert "m" not in host.host.views["g"]
+
+    asyncio.run(main())
+
+
+def test_every_change_of_the_home_channel_pokes_its_sessions() -> None:
+    host = _Host()
+    session = host.host.sessions["x"] = _RecordingSession()  # type: ignore[assignment]
+    host.context.notify()
+    host.context.wake()  # this channel's own waiters only
+    assert session.pokes == [1]
+
+
+# -- links -----------------------------------------------------------------------------------------
+
+
+def test_link_makes_this_channel_local_and_the_siblings_remote() -> None:
+    async def main() -> None:
+        host = _Host()
+        made: list[tuple[str, set[Any]]] = []
+
+        def remote_caller(handle: str, in_flight: set[Any]) -> Any:
+            made.append((handle, in_flight))
+
+            async def call(*request: Any) -> Any:
+                return f"served by {handle}"
+
+            return call
+
+        assert not host.host.linked
+        host.host.link(["h0", "h1", "h2"], remote_caller)
+        links = host.host.links
+        assert host.host.linked and sorted(links) == [0, 1, 2]
+        assert [handle for handle, _ in made] == ["h0", "h2"]  # not this channel's own
+        assert all(in_flight is host.host.sibling_calls for _, in_flight in made)
+        assert links[1].local and links[1].state is not None
+        assert not links[0].local and not links[2].local
+        assert await links[1].take("r", None, 1) == "served here"
+        assert await links[2].take("r", None, 1) == "served by h2"
+
+    asyncio.run(main())
+
+
+# -- end_receives ----------------------------------------------------------------------------------
+
+
+def test_end_receives_returns_at_once_with_no_sessions() -> None:
+    async def main() -> None:
+        started = time.monotonic()
+        await _Host().host.end_receives("destroyed")
+        assert time.monotonic() - started < 0.2
+
+    asyncio.run(main())
+
+
+def test_end_receives_closes_every_session_with_the_reason_and_waits_for_sibling_calls() -> None:
+    async def main() -> None:
+        host = _Host()
+        session = host.host.sessions["x"] = _RecordingSession()  # type: ignore[assignment]
+        host.host.sibling_calls.add("a call under way")
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.1, host.host.sibling_calls.clear)
+        started = time.monotonic()
+        await host.host.end_receives("topic destroyed")
+        waited = time.monotonic() - started
+        assert 0.09 <= waited < END_RECEIVES_TIMEOUT
+        (error,) = session.closed_with
+        assert isinstance(error, TopicNotFoundError) and "topic destroyed" in str(error)
+
+    asyncio.run(main())
+
+
+def test_end_receives_gives_up_on_unanswered_sibling_calls_after_its_timeout() -> None:
+    async def main() -> None:
+        host = _Host()
+        host.host.sibling_calls.add("never answered")
+        started = time.monotonic()
+        await host.host.end_receives("destroyed")
+        assert END_RECEIVES_TIMEOUT <= time.monotonic() - started < END_RECEIVES_TIMEOUT + 0.5
+
+    asyncio.run(main())
