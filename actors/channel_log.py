@@ -224,6 +224,12 @@ class ChannelLog:
                 runs.append(Run(sequence, batch.stamp, batch.payload.slice(offset, stop)))
                 taken += stop - offset
                 sequence = batch.first + stop
+            else:  # the store ended: a damaged range may be its last records
+                lost = self.damage.at(sequence)
+                if lost is not None and taken < max_count:
+                    count = min(lost[1] + 1, sequence + max_count - taken) - sequence
+                    stamp = runs[-1].stamp if runs else self.ring.stamp_of_last_append()
+                    runs.append(Run(sequence, stamp, DamagedElements(count)))
         if not runs:
             head = self.ring.head
             raise StaleSequenceError(
@@ -331,12 +337,12 @@ class ChannelLog:
         change = None
         while accepted < count:
             wanted = min(count - accepted, ring.capacity)
-            if (
-                policy is Overflow.BLOCK
-                and self.room() < wanted
-                and not await self.wait_room(wanted, deadline)
-            ):
-                break
+            if policy is Overflow.BLOCK and self.room() < wanted:
+                # The pieces stored so far hold room until a sync shows them to
+                # readers, who free it: make them durable first (sync="always").
+                await self.durable(change)
+                if not await self.wait_room(wanted, deadline):
+                    break
             size = max(0, min(wanted, self.room()))
             if not size:
                 break

@@ -376,13 +376,10 @@ class SharedGroups:
             InvalidArgumentError: malformed entries.
         """
         group = self.group_of(reader_id)
-        if not isinstance(entries, tuple | list):
-            raise InvalidArgumentError("entries must be (sequence, delivery count, epoch)")
+        checked = _delivery_ids(entries)  # all of them before any applies
         shared = self.groups.get(group) if group is not None else None
         statuses: list[AckStatus] = []
-        for entry in entries:
-            sequence, count, epoch = entry
-            check_sequence(sequence, "sequence")
+        for sequence, count, epoch in checked:
             applied = (
                 epoch == self._context.epoch
                 and shared is not None
@@ -538,3 +535,23 @@ class SharedGroups:
                     first,
                     last,
                 )
+
+
+def _delivery_ids(entries: object) -> list[tuple[int, int, int]]:
+    """``entries`` as delivery ids (sequence, delivery count, epoch), every one checked.
+
+    Raises:
+        InvalidArgumentError: not a sequence of such triples, or a sequence below 0.
+    """
+    if not isinstance(entries, tuple | list):
+        raise InvalidArgumentError("entries must be (sequence, delivery count, epoch) triples")
+    checked = []
+    for entry in entries:
+        if not isinstance(entry, tuple | list) or len(entry) != 3:
+            raise InvalidArgumentError(
+                f"an entry must be (sequence, delivery count, epoch), got {entry!r}"
+            )
+        sequence, count, epoch = entry
+        check_sequence(sequence, "sequence")
+        checked.append((sequence, count, epoch))
+    return checked

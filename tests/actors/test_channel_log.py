@@ -249,13 +249,6 @@ def test_a_failed_sync_fences_the_channel_and_the_append_stays_invisible() -> No
     asyncio.run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: with sync='always' the first piece of a 'block' batch above the capacity "
-    "stays pending (invisible, holding all the room) until durable(), which append only "
-    "allows after the loop: readers can never free room for the next piece "
-    "(actors/channel_log.py:333-338)",
-)
 def test_a_block_batch_above_the_capacity_completes_with_sync_always_as_readers_free_room(
     segment_log,
 ) -> None:
@@ -410,13 +403,6 @@ def test_a_damaged_range_in_the_ring_is_read_as_one_loss() -> None:
     assert lost.value.lost == (2, 4) and lost.value.head_sequence == 5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: below the ring's head, _stored_runs reports a damaged range only when an "
-    "intact record follows it; a damaged range that ends the store reads as "
-    "StaleSequenceError while kept_below_head says it is kept, so an owned reader's cursor "
-    "at it never moves (actors/channel_log.py:197-232)",
-)
 def test_a_damaged_range_ending_the_store_below_the_head_is_read_as_one_loss() -> None:
     log = _log(_config(capacity=10), _DamagedEndStore())
     log.evict_to(5)  # every reader is past it: below the head now

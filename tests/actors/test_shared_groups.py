@@ -266,12 +266,6 @@ def test_acknowledgements_refuse_bad_arguments_and_readers_outside_a_shared_grou
     asyncio.run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an entry that is not (sequence, count, epoch) raises a plain ValueError "
-    "from tuple unpacking, not the documented InvalidArgumentError "
-    "(actors/shared_groups.py:384)",
-)
 def test_an_entry_that_is_not_a_delivery_id_is_refused_as_invalid_argument() -> None:
     async def main() -> None:
         parts = _Shared()
@@ -283,18 +277,12 @@ def test_an_entry_that_is_not_a_delivery_id_is_refused_as_invalid_argument() -> 
     asyncio.run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: entries are applied one by one as they are checked; a malformed entry "
-    "raises after earlier ones were acked in memory, without touching the state, so the "
-    "caller sees an error for acks that took effect (actors/shared_groups.py:383-392)",
-)
 def test_a_malformed_entry_is_refused_before_any_entry_of_the_call_applies() -> None:
     async def main() -> None:
         parts = _Shared()
         parts.append(range(2))
         held = _ids(await parts.take("a", 2))
-        with pytest.raises(ValueError):
+        with pytest.raises(InvalidArgumentError):
             parts.groups.ack("a", (held[0], (-1, 1, EPOCH)))
         assert parts.cursor.holdings() == {"a": 2}
 
