@@ -56,7 +56,15 @@ class PublishBatch:
         self.watched: list[PublishFuture] = []  # futures someone waits on or called back
 
     def add(self, payload: bytes, key: int = 0) -> PublishFuture:
-        """Take one more value (``key``: its key id, 0 for none); return its future."""
+        """Take one more value.
+
+        Args:
+            payload: The value, pickled.
+            key: Its key id (0: no key).
+
+        Returns:
+            The value's future, resolved when the batch completes.
+        """
         payloads = self.payloads
         future = PublishFuture(self, len(payloads))
         if key and self.keys is None:
@@ -67,7 +75,12 @@ class PublishBatch:
         return future
 
     def complete(self, ack: AppendAck | None, error: BaseException | None = None) -> None:
-        """Finish every future of the batch: with the channel's ack, or with ``error``."""
+        """Finish every future of the batch.
+
+        Args:
+            ack: The channel's ack (None when the call failed).
+            error: Why the call failed (None: it did not).
+        """
         with self.condition:
             self.ack = ack
             self.error = error
@@ -89,7 +102,14 @@ class PublishBatch:
 
 
 class PublishFuture(Future):
-    """The future of one published value; resolves to its PublishStatus."""
+    """The future of one published value (what ``Publisher.publish`` returns).
+
+    A ``concurrent.futures.Future``: ``result(timeout)`` returns the value's
+    ``PublishStatus`` (or raises the typed error that refused it), and
+    ``add_done_callback``, ``done``, ``exception`` and ``concurrent.futures.wait``
+    work as for any Future. Its state lives in its batch: a thousand futures of
+    one call cost one lock, not a thousand.
+    """
 
     __slots__ = ("_batch", "_callback_list", "_index", "_own_state", "_status", "_waiter_list")
 
