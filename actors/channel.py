@@ -40,13 +40,13 @@ from typing import Any
 import ray
 
 from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
 from raytopic.actors.cursors import Lease
 from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.payloads import Payload
-from raytopic.actors.receive_session import CursorState
 from raytopic.actors.requests import ChannelRequest, pack_request, unpack_request
 from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext, fresh_start
+from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.cursors import Cursor, Lease
 from raytopic.actors.dead_letters import DeadLetters
 from raytopic.actors.publisher_table import PublisherTable
 from raytopic.actors.readers import Readers
-from raytopic.actors.receive_session import CursorState
 from raytopic.actors.requests import ChannelRequest
 from raytopic.actors.ring_api import RingbufferApi
 from raytopic.actors.session_host import SessionHost

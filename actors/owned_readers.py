@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.cursors import Cursor, Lease, Lent
 from raytopic.actors.reader_parts import LossNotice, Reader, delivered_count, pick
-from raytopic.actors.receive_session import CursorState
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.wire import Chunk, Delivery
 from raytopic.core.errors import GroupNotFoundError, NotOwnerError, StaleSequenceError

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
+from raytopic.actors.channel_link import CursorState
 from raytopic.actors.payloads import Payload, PickledValues
-from raytopic.actors.receive_session import CursorState, SessionSpec
+from raytopic.actors.receive_session import SessionSpec
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.wire import Chunk, Delivery, ReaderSpec
 from raytopic.core.errors import DataLossError, InvalidArgumentError

@@ -18,12 +18,12 @@ from typing import Any
 import cloudpickle
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
+from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.owned_readers import OwnedReaders
 from raytopic.actors.reader_parts import Fetches, LossNotice, Reader, ReaderMode
-from raytopic.actors.receive_session import CursorState
 from raytopic.actors.shared_groups import MemberViews, SharedGroups
 from raytopic.actors.wire import Delivery, ReaderSpec
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError

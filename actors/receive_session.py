@@ -32,13 +32,13 @@ import functools
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
-from raytopic.actors.requests import ChannelRequest, GiveBack, SettleTake, StopTake, Take, Watch
+from raytopic.actors.channel_link import ChannelLink, CursorState
 from raytopic.actors.turns import Turns
 from raytopic.actors.wire import Delivery, ReceivedBatch
 from raytopic.core.errors import (
@@ -51,10 +51,7 @@ from raytopic.core.resequencer import Resequence, ResequencedStream, Resequencer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ChannelLink", "CursorState", "ReceiveSession", "SessionSpec"]
-
-WATCH_TIMEOUT = 10.0
-"""Seconds a watch or fetch waits at a channel before it reports back."""
+__all__ = ["ReceiveSession", "SessionSpec"]
 
 _PARALLEL_SHARE = 250
 """Elements per channel below which a receive does not split over more channels."""
@@ -69,24 +66,6 @@ _NOT_OWNED = object()
 
 RESEQUENCE_PULL = 4000
 """Elements a resequencing session takes at once to feed its resequencer."""
-
-
-@dataclass(frozen=True, slots=True)
-class CursorState:
-    """What a channel reports about a reader's cursor."""
-
-    next: int
-    committed: int
-    tail: int
-    jumps: int
-    has_commit: bool = field(default=False, compare=False)
-    unacked: int = field(default=0, compare=False)
-    """Delivered but not committed (:attr:`Cursor.unacked`)."""
-
-    @property
-    def available(self) -> bool:
-        """Whether an element waits to be delivered."""
-        return self.tail >= self.next
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,81 +84,6 @@ class SessionSpec:
 
 _RESTART_TURN_WAIT = 0.2
 """Seconds the first receive of a stream waits for lower numbers in a restarted channel."""
-
-
-class ChannelLink:
-    """Calls one channel's reader methods: in-process for the home's own channel,
-    by actor call for a sibling. Both have the same shape."""
-
-    __slots__ = ("_call", "channel", "local", "state")
-
-    def __init__(
-        self,
-        channel: int,
-        call: Callable[[ChannelRequest], Awaitable[Any]],
-        *,
-        local: bool,
-        state: Callable[[str, Any], CursorState] | None = None,
-    ) -> None:
-        self.channel = channel
-        self.local = local
-        self._call = call
-        self.state = state
-        """For the home's own channel: its cursor state, read in-process."""
-
-    def take(
-        self, reader_id: str, fence: Any, max_count: int, token: str | None = None
-    ) -> Awaitable[Delivery]:
-        """Deliver up to ``max_count`` elements from the reader's cursor (may be none);
-        with ``token``, what it takes is lent until settled (see ``settle``)."""
-        return self._call(Take(reader_id=reader_id, fence=fence, max_count=max_count, token=token))
-
-    def fetch(self, reader_id: str, fence: Any, max_count: int, token: str) -> Awaitable[Any]:
-        """A take that first waits (up to WATCH_TIMEOUT) for data; ``stop_take(token)``
-        ends the wait early."""
-        return self._call(
-            Take(
-                reader_id=reader_id,
-                fence=fence,
-                max_count=max_count,
-                wait=WATCH_TIMEOUT,
-                token=token,
-            )
-        )
-
-    def stop_take(self, token: str) -> Awaitable[Any]:
-        """End the wait of the fetch ``token``: it takes nothing."""
-        return self._call(StopTake(token=token))
-
-    def settle(
-        self, reader_id: str, fence: Any, token: str, give_back_from: int | None
-    ) -> Awaitable[Any]:
-        """Tell the channel what of fetch ``token``'s take was used; the rest from
-        ``give_back_from`` (None: nothing) is read again."""
-        return self._call(
-            SettleTake(reader_id=reader_id, fence=fence, token=token, give_back_from=give_back_from)
-        )
-
-    def watch(self, reader_id: str, fence: Any, known: CursorState | None) -> Awaitable[Any]:
-        """Wait until the cursor differs from ``known`` (data, commit, seek) or a timeout."""
-        return self._call(
-            Watch(reader_id=reader_id, fence=fence, known=known, timeout=WATCH_TIMEOUT)
-        )
-
-    def give_back(self, reader_id: str, fence: Any, delivery: Delivery) -> Awaitable[Any]:
-        """Undo a take whose elements never reached the subscriber (a shared group's
-        member names each element it gives back)."""
-        entries = delivery.entries() if delivery.origin.shared else ()
-        return self._call(
-            GiveBack(
-                reader_id=reader_id,
-                fence=fence,
-                first=delivery.first,
-                expected_next=delivery.next,
-                jumps=delivery.jumps,
-                entries=entries,
-            )
-        )
 
 
 class ReceiveSession:

@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_link import ChannelLink, CursorState
 from raytopic.actors.cursors import Lease
 from raytopic.actors.reader_parts import Reader
-from raytopic.actors.receive_session import ChannelLink, CursorState, ReceiveSession
+from raytopic.actors.receive_session import ReceiveSession
 from raytopic.actors.requests import ChannelRequest
 from raytopic.actors.wire import ReceivedBatch
 from raytopic.core.errors import TopicNotFoundError

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.cursors import Lease, clamp
@@ -32,7 +33,6 @@ from raytopic.actors.reader_parts import (
     check_sequence,
     delivered_count,
 )
-from raytopic.actors.receive_session import CursorState
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.shared_take import take_shared
 from raytopic.actors.wire import Delivery

@@ -50,7 +50,7 @@ from raytopic.group_member import membership_for
 from raytopic.receives import Receives
 
 if TYPE_CHECKING:
-    from raytopic.actors.receive_session import CursorState
+    from raytopic.actors.channel_link import CursorState
     from raytopic.core.resequencer import ResequencerStats
     from raytopic.topic import Topic
 
@@ -679,9 +679,7 @@ class Subscriber:
             InvalidArgumentError: ``seconds`` is not above 0.
             ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
         """
-        return self._call(
-            send_many(self._own(elements), ExtendLease, seconds=check_lease(seconds))
-        )
+        return self._call(send_many(self._own(elements), ExtendLease, seconds=check_lease(seconds)))
 
     def _own(self, elements: Iterable[Element]) -> list[Element]:
         self._check_open()

@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 BELOW_THE_HANDLES = ("raytopic.actors", "raytopic.coordinator", "raytopic.core")
 
+
 def _imports(path: Path) -> set[str]:
     """The ``raytopic`` modules a file imports, at the top or inside a function."""
     found = set()

@@ -13,9 +13,10 @@ import pyarrow as pa
 import pytest
 
 from raytopic.actors.channel import ChannelActor
+from raytopic.actors.channel_link import ChannelLink
 from raytopic.actors.cursors import Lease
 from raytopic.actors.payloads import ArrowRows, PickledValues
-from raytopic.actors.receive_session import ChannelLink, ReceiveSession
+from raytopic.actors.receive_session import ReceiveSession
 from raytopic.actors.requests import Append, ChannelRequest, pack_request
 from raytopic.actors.wire import ReaderSpec
 from raytopic.core.config import Overflow, TopicConfig

@@ -27,6 +27,8 @@ from raytopic.core.errors import (
     TopicFullError,
 )
 
+from tests.seed_store import SeedStore
+
 
 def _config(capacity: int = 4, ttl: float | None = None, **options: Any) -> TopicConfig:
     return TopicConfig("t", "ns", "t0pic1d", 1, capacity, True, ttl, Overflow.BLOCK, (), **options)
@@ -61,27 +63,7 @@ def _decoded(runs: list[Run]) -> list[Any]:
     return [value for run in runs for value in run.payload.decode()]
 
 
-class _SeedStore:
-    """A user's store: the seed's four methods, kept in memory."""
-
-    def __init__(self) -> None:
-        self.items: dict[int, Any] = {}
-
-    def store(self, sequence: int, item: Any) -> None:
-        self.items[sequence] = item
-
-    def store_all(self, first_sequence: int, items: Sequence[Any]) -> None:
-        for offset, item in enumerate(items):
-            self.store(first_sequence + offset, item)
-
-    def load(self, sequence: int) -> Any:
-        return self.items.get(sequence)
-
-    def largest_sequence(self) -> int:
-        return max(self.items, default=-1)
-
-
-class _DamagedEndStore(_SeedStore):
+class _DamagedEndStore(SeedStore):
     """Holds 0..1 intact; 2..4 were written and found damaged: nothing intact after them."""
 
     def __init__(self) -> None:
@@ -95,12 +77,12 @@ class _DamagedEndStore(_SeedStore):
         return 4
 
 
-class _RefusingStore(_SeedStore):
+class _RefusingStore(SeedStore):
     def store_all(self, first_sequence: int, items: Sequence[Any]) -> None:
         raise OSError("disk full")
 
 
-class _BrokenSyncStore(_SeedStore):
+class _BrokenSyncStore(SeedStore):
     def sync(self) -> None:
         raise OSError("fdatasync: I/O error")
 
@@ -376,7 +358,7 @@ def test_a_reader_below_what_the_store_kept_resumes_at_the_oldest_stored(segment
 
 def test_records_the_state_knew_of_but_the_store_lost_are_damage_never_reused() -> None:
     async def main() -> None:
-        store = _SeedStore()
+        store = SeedStore()
         store.store_all(0, ["a", "b"])
         log = _log(_config(capacity=10))
         start, last = log.open(ChannelStore(store), saved_next=5)  # 2..4 cut off on disk

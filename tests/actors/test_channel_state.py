@@ -22,30 +22,12 @@ from raytopic.actors.stores.state_log import StateChange
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import ChannelFailedError, StoreError
 
+from tests.seed_store import SeedStore
+
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 1, 100, True, None, Overflow.BLOCK, ())
 
 
-class _SeedStore:
-    """A user's store: the seed's four methods (its state kept by the adapter, in memory)."""
-
-    def __init__(self) -> None:
-        self.items: dict[int, Any] = {}
-
-    def store(self, sequence: int, item: Any) -> None:
-        self.items[sequence] = item
-
-    def store_all(self, first_sequence: int, items: Sequence[Any]) -> None:
-        for offset, item in enumerate(items):
-            self.store(first_sequence + offset, item)
-
-    def load(self, sequence: int) -> Any:
-        return self.items.get(sequence)
-
-    def largest_sequence(self) -> int:
-        return max(self.items, default=-1)
-
-
-class _LoggingStore(_SeedStore):
+class _LoggingStore(SeedStore):
     """A user's store with its own state log: records every write it is handed."""
 
     def __init__(self) -> None:
@@ -227,7 +209,7 @@ def test_the_snapshot_has_every_section_and_write_snapshot_replaces_the_stored_s
 def test_the_state_a_user_store_loads_is_the_snapshot_after_changes_are_saved() -> None:
     async def main() -> None:
         channel = _Channel()
-        store = ChannelStore(_SeedStore())  # the adapter keeps the state in memory
+        store = ChannelStore(SeedStore())  # the adapter keeps the state in memory
         channel.state.open(store)
         channel.state.write_snapshot()
         channel.set("groups", "g", {"next": 1})

@@ -31,6 +31,8 @@ from raytopic.core.errors import (
 )
 from raytopic.core.records import CommitStatus
 
+from tests.seed_store import SeedStore
+
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 1, 10, True, None, Overflow.BLOCK, ())
 MEMBER, OTHER = Lease("m", 1), Lease("o", 2)
 
@@ -80,23 +82,12 @@ def _values(delivery: Delivery) -> list[Any]:
     return [value for chunk in delivery.chunks for value in chunk.payload.decode()]
 
 
-class _SeedStore:
+class _SavingStore(SeedStore):
+    """A user's store that keeps its state whole (a copy, as if written to a file)."""
+
     def __init__(self) -> None:
-        self.items: dict[int, Any] = {}
+        super().__init__()
         self.saved: dict[str, Any] | None = None
-
-    def store(self, sequence: int, item: Any) -> None:
-        self.items[sequence] = item
-
-    def store_all(self, first_sequence: int, items: Sequence[Any]) -> None:
-        for offset, item in enumerate(items):
-            self.store(first_sequence + offset, item)
-
-    def load(self, sequence: int) -> Any:
-        return self.items.get(sequence)
-
-    def largest_sequence(self) -> int:
-        return max(self.items, default=-1)
 
     def save_state(self, state: dict[str, Any]) -> None:
         self.saved = copy.deepcopy(state)
@@ -341,7 +332,7 @@ def test_ensure_group_creates_once_and_the_figures_follow_the_cursors() -> None:
 def test_a_commit_and_a_new_group_reach_the_stored_state() -> None:
     async def main() -> None:
         parts = _Owned()
-        store = ChannelStore(_SeedStore())
+        store = ChannelStore(_SavingStore())
         parts.state.open(store)
         owned = parts.owned
         parts.state.provide(

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.cursors import Cursor, Lease
 from raytopic.actors.reader_parts import Reader
-from raytopic.actors.receive_session import CursorState
 from raytopic.actors.session_host import END_RECEIVES_TIMEOUT, SessionHost
 from raytopic.actors.wire import ReaderSpec
 from raytopic.core.config import Overflow, TopicConfig

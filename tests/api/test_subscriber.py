@@ -433,9 +433,7 @@ def test_arrow_rows_appended_to_a_channel_actor_are_received_as_dicts(make_topic
     statuses = ray.get(
         channel.request.remote(
             pack_request(
-                Append(
-                    publisher_id="bulk", batch=0, overflow="block", timeout=10.0, statuses=True
-                )
+                Append(publisher_id="bulk", batch=0, overflow="block", timeout=10.0, statuses=True)
             ),
             ArrowRows(rows),
         ),

@@ -13,27 +13,9 @@ from raytopic.actors.stores.base import OPTIONAL_METHODS, ChannelStore
 from raytopic.actors.stores.state_log import StateChange
 from raytopic.core.errors import StoreError
 
+from tests.seed_store import SeedStore
+
 START = {"epoch": 1, "groups": {"a": {"next": 0}}, "publishers": {"p": [0, []]}}
-
-
-class SeedStore:
-    """The seed's four methods, nothing else."""
-
-    def __init__(self) -> None:
-        self.items: dict[int, Any] = {}
-
-    def store(self, sequence: int, item: Any) -> None:
-        self.items[sequence] = item
-
-    def store_all(self, first_sequence: int, items: Sequence[Any]) -> None:
-        for offset, item in enumerate(items):
-            self.store(first_sequence + offset, item)
-
-    def load(self, sequence: int) -> Any:
-        return self.items.get(sequence)
-
-    def largest_sequence(self) -> int:
-        return max(self.items, default=-1)
 
 
 class SavingStore(SeedStore):
