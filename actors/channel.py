@@ -331,28 +331,10 @@ class ChannelActor:
             await asyncio.sleep(METRICS_REFRESH_INTERVAL)
 
     async def _tend_shared_groups(self) -> None:
-        """Background (while shared groups exist): expired leases go back to their
-        groups, and dead letters go to their topics (at once when an ack or a
-        release makes some)."""
-        shared = self._readers.shared
-        while shared.groups and self._failure is None:
-            changed, dead = await shared.expire_round()
-            for group in dead:
-                entry = shared.groups.get(group)
-                if entry is None:
-                    continue
-                try:
-                    await self._parts.dead_letters.send(group, entry.cursor, entry.spec)
-                    self._state.touch("shared", group)
-                    self._readers.commits_moved()
-                    await self._state.save()
-                except Exception as error:  # kept: tried again on the next round
-                    logger.warning(
-                        "channel %d: dead letters of %s not sent: %s", self._channel, group, error
-                    )
-            if changed:
-                self._context.notify()
-                self._state.save_later()
+        """Background (while shared groups exist): see :meth:`SharedGroups.tend`."""
+        await self._readers.shared.tend(
+            self._parts.dead_letters.send, lambda: self._failure is None
+        )
 
     # -- ring buffer (the Hazelcast API) --------------------------------------------
 

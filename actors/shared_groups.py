@@ -17,7 +17,7 @@ import contextlib
 import logging
 import pickle
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -426,6 +426,36 @@ class SharedGroups:
             if shared.cursor.dead:
                 dead.append(group)
         return changed, dead
+
+    async def tend(
+        self,
+        send_dead_letters: Callable[[str, SharedCursor, SharedGroup], Awaitable[None]],
+        serving: Callable[[], bool],
+    ) -> None:
+        """Tend the groups while there are any and the channel serves: expired holds go
+        back to their groups, and dead letters go to their topics (at once when an
+        ack or a release makes some; a send that fails is tried on the next round)."""
+        while self.groups and serving():
+            changed, dead = await self.expire_round()
+            for group in dead:
+                shared = self.groups.get(group)
+                if shared is None:
+                    continue
+                try:
+                    await send_dead_letters(group, shared.cursor, shared.spec)
+                    self._state.touch("shared", group)
+                    self._commits_moved()
+                    await self._state.save()
+                except Exception as error:  # kept: tried again on the next round
+                    logger.warning(
+                        "channel %d: dead letters of %s not sent: %s",
+                        self._context.channel,
+                        group,
+                        error,
+                    )
+            if changed:
+                self._context.notify()
+                self._state.save_later()
 
     # -- groups (the coordinator's calls) ---------------------------------------------
 
