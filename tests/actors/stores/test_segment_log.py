@@ -19,6 +19,8 @@ from raytopic.actors.stores.segment_log import SegmentLogStore
 from raytopic.core.config import check_sync
 from raytopic.core.errors import InvalidArgumentError, StoreError
 
+from tests.segment_stores import reopen
+
 STAMP = 1_700_000_000.25
 
 
@@ -44,26 +46,6 @@ def flip_bit(path: Path, offset: int, bit: int = 0) -> None:
     data = bytearray(path.read_bytes())
     data[offset] ^= 1 << bit
     path.write_bytes(bytes(data))
-
-
-@pytest.fixture
-def opened(tmp_path: Path):
-    """Open stores on ``tmp_path`` (``opened(**options)``), closed at the end."""
-    stores: list[SegmentLogStore] = []
-
-    def open_store(**options: Any) -> SegmentLogStore:
-        store = SegmentLogStore(tmp_path, **options)
-        stores.append(store)
-        return store
-
-    yield open_store
-    for store in stores:
-        store.close()
-
-
-def reopen(store: SegmentLogStore, opened, **options: Any) -> SegmentLogStore:
-    store.close()
-    return opened(**options)
 
 
 # -- appends and reads ---------------------------------------------------------------------

@@ -15,6 +15,8 @@ from raytopic.actors.stores.segment_log import SegmentLogStore
 from raytopic.actors.stores.state_log import StateChange, apply_changes, encode_changes
 from raytopic.core.errors import StoreError
 
+from tests.segment_stores import reopen
+
 BEFORE_LOG = Path(__file__).parent / "data" / "state_before_log.json"
 """A state file as the channel wrote it before the state log (one group, one shared
 group, two publishers, three readers), taken from a real channel."""
@@ -42,26 +44,6 @@ def generation(directory: Path) -> int:
     return json.loads((directory / "state.json").read_bytes()).get("log_generation", 0)
 
 
-@pytest.fixture
-def opened(tmp_path: Path):
-    """Open stores on ``tmp_path`` (``opened(**options)``), closed at the end."""
-    stores: list[SegmentLogStore] = []
-
-    def open_store(**options: Any) -> SegmentLogStore:
-        store = SegmentLogStore(tmp_path, **options)
-        stores.append(store)
-        return store
-
-    yield open_store
-    for store in stores:
-        store.close()
-
-
-def reopened(store: SegmentLogStore, opened, **options: Any) -> SegmentLogStore:
-    store.close()
-    return opened(**options)
-
-
 def test_changes_are_appended_and_replayed(opened, tmp_path: Path) -> None:
     store = opened()
     store.save_state(START)
@@ -77,7 +59,7 @@ def test_changes_are_appended_and_replayed(opened, tmp_path: Path) -> None:
     # Each change went to the log; the state file was not rewritten.
     assert (tmp_path / "state.json").read_bytes() == state_file
     assert state_logs(tmp_path) == [f"state-{generation(tmp_path):010d}.changes"]
-    assert reopened(store, opened).load_state() == expected
+    assert reopen(store, opened).load_state() == expected
 
 
 def test_one_record_per_append(opened, tmp_path: Path) -> None:
@@ -115,14 +97,14 @@ def test_save_state_replaces_the_state_and_its_log(opened, tmp_path: Path) -> No
     assert state_logs(tmp_path) == []  # the next append starts the new generation's log
     store.append_state([StateChange("epoch", None, 3)])
     assert state_logs(tmp_path) == [f"state-{first + 1:010d}.changes"]
-    assert reopened(store, opened).load_state() == {"epoch": 3}
+    assert reopen(store, opened).load_state() == {"epoch": 3}
 
 
 def test_changes_without_a_saved_state(opened) -> None:
     store = opened()
     assert store.load_state() is None
     store.append_state(commit("g", 0))
-    assert reopened(store, opened).load_state() == {"groups": {"g": {"next": 1, "committed": 0}}}
+    assert reopen(store, opened).load_state() == {"groups": {"g": {"next": 1, "committed": 0}}}
 
 
 def test_compaction_keeps_the_state(opened, tmp_path: Path) -> None:
@@ -146,7 +128,7 @@ def test_compaction_keeps_the_state(opened, tmp_path: Path) -> None:
     state_size = (tmp_path / "state.json").stat().st_size
     (log,) = tmp_path.glob("state-*.changes")
     assert log.stat().st_size <= max(2048, 2 * state_size)
-    assert reopened(store, opened, state_log_bytes=2048).load_state() == expected
+    assert reopen(store, opened, state_log_bytes=2048).load_state() == expected
 
 
 def compacting_store(opened, tmp_path: Path) -> tuple[SegmentLogStore, dict[str, Any], int]:
@@ -168,7 +150,7 @@ def test_a_crash_before_the_new_state_file_is_renamed(opened, tmp_path, monkeypa
         store.append_state(commit("g", 3))
     monkeypatch.undo()
     assert (tmp_path / "state.tmp").exists()
-    store = reopened(store, opened)
+    store = reopen(store, opened)
     assert store.load_state() == expected  # the old state file and its log
     assert generation(tmp_path) == before
     assert not (tmp_path / "state.tmp").exists()
@@ -187,7 +169,7 @@ def test_a_crash_after_the_rename(opened, tmp_path, monkeypatch, point) -> None:
     monkeypatch.undo()
     assert generation(tmp_path) == before + 1
     assert state_logs(tmp_path) == [f"state-{before:010d}.changes"]  # the old log is left
-    store = reopened(store, opened)
+    store = reopen(store, opened)
     assert store.load_state() == expected  # the new state file, the old log not replayed
     assert state_logs(tmp_path) == []  # ... but deleted
 
@@ -203,7 +185,7 @@ def test_a_crash_before_the_new_log_has_a_record(opened, tmp_path) -> None:
     assert store.load_state() == expected
     store.append_state(commit("h", 0))
     apply_changes(expected, commit("h", 0))
-    assert reopened(store, opened).load_state() == expected
+    assert reopen(store, opened).load_state() == expected
 
 
 def test_a_torn_append_is_cut_off(opened, tmp_path) -> None:
@@ -221,7 +203,7 @@ def test_a_torn_append_is_cut_off(opened, tmp_path) -> None:
     assert log.stat().st_size == whole  # cut back: the next record follows the last whole one
     store.append_state(commit("g", 2))
     apply_changes(expected, commit("g", 2))
-    assert reopened(store, opened).load_state() == expected
+    assert reopen(store, opened).load_state() == expected
 
 
 def test_damage_in_the_middle_of_the_log_is_refused(opened, tmp_path) -> None:
@@ -260,12 +242,12 @@ def test_a_state_file_from_before_the_log_loads(opened, tmp_path) -> None:
     store.append_state([StateChange("groups", "billing", billing)])
     assert state_logs(tmp_path) == ["state-0000000000.changes"]
     written["groups"]["billing"] = billing
-    store = reopened(store, opened, must_exist=True)
+    store = reopen(store, opened, must_exist=True)
     assert store.load_state() == written
     store.save_state(store.load_state())  # a new epoch: the state file in the new format
     assert generation(tmp_path) == 1
     assert state_logs(tmp_path) == []
-    assert reopened(store, opened).load_state() == written
+    assert reopen(store, opened).load_state() == written
 
 
 def test_an_unreadable_state_file_is_refused(opened, tmp_path) -> None:
