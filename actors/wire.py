@@ -2,8 +2,8 @@
 
 Messages are small frozen dataclasses. The replies that carry elements or
 publish statuses in bulk (:class:`ReceivedBatch`, :class:`RawReadResult`,
-:class:`StatusBatch`) travel as payload chunks and rebuild into the user's
-records (``list[Element]``, a ``ReadResultSet``, ``list[PublishStatus]``)
+:class:`StatusBatch`) travel as payload chunks (or runs) and rebuild into the
+user's records (``list[Element]``, a ``ReadResultSet``, a ``PublishStatuses``)
 wherever the ObjectRef is resolved: in the subscriber's driver, or in a Ray
 task it was handed to.
 
@@ -21,14 +21,8 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from raytopic.core.records import (
-    Element,
-    Position,
-    PublishStatus,
-    ReadResultSet,
-    _Origin,
-    stamp_to_datetime,
-)
+from raytopic.core.records import Element, ReadResultSet, _Origin, _unfrozen
+from raytopic.core.statuses import PublishStatuses
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,24 +43,7 @@ __all__ = [
 # -- records built in bulk ----------------------------------------------------------
 
 _new = object.__new__
-
-
-def _unfrozen(record: type) -> type:
-    """A class with the slots of a frozen record, in which they can be set.
-
-    A record built in bulk (an Element, a PublishStatus) is made as one of
-    these and then becomes the record (``__class__`` assignment between
-    classes of the same slot layout): a frozen dataclass only lets its slots be
-    set through slot descriptors called as functions, which costs twice as
-    much, and its ``__init__`` more again; the decoder builds a million
-    elements a second. The values come from a channel: they need no checks.
-    """
-    return type(f"_Unfrozen{record.__name__}", (), {"__slots__": record.__slots__})
-
-
 _Unfrozen = _unfrozen(Element)
-_UnfrozenPosition = _unfrozen(Position)
-_UnfrozenStatus = _unfrozen(PublishStatus)
 
 
 # -- publishing ----------------------------------------------------------------
@@ -101,7 +78,7 @@ class AppendAck:
 
 
 class StatusBatch:
-    """``publish_batch``'s reply from one channel; rebuilds into ``list[PublishStatus]``."""
+    """``publish_batch``'s reply from one channel; rebuilds into a ``PublishStatuses``."""
 
     __slots__ = ("ack", "channel", "topic_id")
 
@@ -113,33 +90,18 @@ class StatusBatch:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_build_statuses, (self.topic_id, self.channel, self.ack))
 
-    def statuses(self) -> list[PublishStatus]:
+    def statuses(self) -> PublishStatuses:
         """The statuses, one per value, in publish order; raises the error of a refused value."""
         return _build_statuses(self.topic_id, self.channel, self.ack)
 
 
-def _build_statuses(topic_id: str, channel: int, ack: AppendAck) -> list[PublishStatus]:
+def _build_statuses(topic_id: str, channel: int, ack: AppendAck) -> PublishStatuses:
     if ack.error is not None:
         raise ack.error
-    statuses: list[PublishStatus] = []
-    append = statuses.append
-    # Built like elements (see _Unfrozen): a publish_batch of a thousand values
-    # would otherwise spend more on its statuses than on its values.
-    for first, count, stamp in ack.runs or ((ack.first, ack.accepted, ack.stamp),):
-        timestamp = stamp_to_datetime(stamp)
-        for sequence in range(first, first + count):
-            position = _new(_UnfrozenPosition)
-            position.topic_id = topic_id
-            position.channel = channel
-            position.sequence = sequence
-            position.__class__ = Position  # type: ignore[assignment]
-            status = _new(_UnfrozenStatus)
-            status.channel = channel
-            status.position = position
-            status.timestamp = timestamp
-            status.__class__ = PublishStatus  # type: ignore[assignment]
-            append(status)  # type: ignore[arg-type]
-    return statuses
+    # The runs only: a status is built when it is read (a publish_batch of a
+    # million values would otherwise spend more on its statuses than on its values).
+    runs = ack.runs or ((ack.first, ack.accepted, ack.stamp),)
+    return PublishStatuses.of_channel(topic_id, channel, runs)
 
 
 # -- receiving -----------------------------------------------------------------

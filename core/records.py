@@ -436,6 +436,19 @@ class ReadResultSet(Sequence[Any]):
         )
 
 
+def _unfrozen(record: type) -> type:
+    """A class with the slots of a frozen record, in which they can be set.
+
+    A record built in bulk (an Element, a PublishStatus) is made as one of
+    these and then becomes the record (``__class__`` assignment between
+    classes of the same slot layout): a frozen dataclass only lets its slots be
+    set through slot descriptors called as functions, which costs twice as
+    much, and its ``__init__`` more again; the decoder builds a million
+    elements a second. The values come from a channel: they need no checks.
+    """
+    return type(f"_Unfrozen{record.__name__}", (), {"__slots__": record.__slots__})
+
+
 def _resolve(ref: Any) -> Any:
     import ray
 
