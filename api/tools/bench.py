@@ -2,20 +2,33 @@
 
 Machines here are shared and noisy, so every figure is reported next to the
 baseline measured minutes apart in the same process: ``ray.util.queue.Queue``
-in batch mode for throughput, and its put -> get for latency. Each throughput
-case runs ``repeat`` times and reports the median. Every consumer reads each
-element's ``value``, so the figures include decoding, as a real consumer pays it.
+in batch mode and Ray's floor (below) for throughput, and Queue's put -> get
+for latency. Each throughput case runs ``repeat`` times and reports the median.
+Every consumer reads each element's ``value``, so the figures include
+decoding, as a real consumer pays it.
 
 Cases:
     throughput  1,000,000 small dicts: a publisher task calling ``publish()``
                 in a loop -> a consumer task iterating a subscriber, on 8
                 channels and on 1 (and the 8-channel figure as a ratio to the
-                1-channel one: more channels should cost little). Queue:
-                a producer task ``put_nowait_batch(1000)`` -> a consumer task
+                1-channel one: more channels should cost little; the 1-channel
+                one also as a ratio to the floor). Queue: a producer task
+                ``put_nowait_batch(1000)`` -> a consumer task
                 ``get_nowait_batch(1000)``.
+    ray floor   the least Ray does to move the batch API's batches: lists of
+                1000 through one plain actor holding a deque, a producer task
+                putting them pipelined (a few calls in flight) -> a consumer
+                task taking them one call at a time.
     batch API   the same messages on 1 channel: a producer task calling
                 ``publish_batch()`` with lists of 1000 (a few calls in flight)
-                -> a consumer task calling ``receive_batch(1000)``.
+                -> a consumer task calling ``receive_batch(1000)`` (against
+                Queue), and -> a consumer task iterating ``iter_batches(1000)``
+                (against the floor).
+    cpu         for each throughput case (and the store's), CPU microseconds
+                per message in the producer's process, the actors' (channels,
+                Queue's actor, the floor's actor) and the consumer's, and
+                their total, each against the floor's figure of the same role
+                (``raytopic.tools.bench_cpu``).
     latency     one value in flight: publish -> an already waiting receive.
                 Queue: put -> an already waiting get.
     memory      RSS of one channel actor holding 1,000,000 small elements.
@@ -47,15 +60,23 @@ import os
 import signal
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 
+from raytopic.tools.bench_cpu import (
+    Throughput,
+    channel_actors,
+    cpu_seconds,
+    measure_run,
+    median_throughput,
+)
 from raytopic.topic import Topic, create_topic
 
 __all__ = [
@@ -197,21 +218,61 @@ def _check_ids(what: str, count: int, id_sum: int) -> None:
 ONE_CHANNEL_TARGET = at_least(2.0)
 """``publish()`` -> iteration on 1 channel, against Queue's batch mode: per-message
 futures, positions and channels should cost less than Queue's batching gains."""
+FLOOR_ONE_CHANNEL_TARGET = at_least(0.5)
+"""``publish()`` -> iteration on 1 channel, against Ray's floor (the same batches
+through one plain actor): a message at a time, batched by the library, should
+keep at least half of what Ray moves when the user batches."""
 SCALING_TARGET = at_least(0.9)
 """N channels against 1: channels exist to scale out; on one machine they should
 at least cost little."""
+ITER_BATCHES_TARGET = at_least(0.8)
+"""``publish_batch`` -> ``iter_batches`` on 1 channel, against Ray's floor: with
+the user batching on both sides, a channel should cost little more than a
+plain actor holding the batches."""
+
+FLOOR_ROLES = ("producer", "actor", "consumer")
+"""The CPU figures' names of the roles (``CpuSplit``) in the floor and Queue cases."""
+TOPIC_ROLES = ("publisher", "channels", "consumer")
+"""The same in a topic's cases."""
+
+
+def _batches(count: int) -> Iterator[list[dict[str, Any]]]:
+    """``count`` messages in lists of BATCH, each built when asked for."""
+    for start in range(0, count, BATCH):
+        yield [_message(i) for i in range(start, min(count, start + BATCH))]
+
+
+def _pipelined(calls: Iterator[ray.ObjectRef[Any]]) -> None:
+    """Make the calls one by one, waiting for the call from BATCHES_IN_FLIGHT ago
+    before the next, then wait for the rest.
+
+    Waiting for an older call, not the last one, the producer pipelines like a
+    real one, but cannot run unboundedly ahead (``calls`` is a generator: a call
+    is made only when asked for).
+    """
+    pending: deque[ray.ObjectRef[Any]] = deque()
+    for call in calls:
+        pending.append(call)
+        if len(pending) > BATCHES_IN_FLIGHT:
+            ray.get(pending.popleft())
+    ray.get(list(pending))
 
 
 @ray.remote(num_cpus=0)
-def _publish_loop(topic: Topic, count: int) -> None:
+def _publish_loop(topic: Topic, count: int) -> tuple[None, float]:
+    """``publish()`` ``count`` messages; return the CPU seconds the task used."""
+    cpu = cpu_seconds()
     with topic.publisher(max_in_flight=4) as publisher:
         for index in range(count):
             publisher.publish(_message(index))
+    return None, cpu_seconds() - cpu
 
 
 @ray.remote(num_cpus=0)
-def _consume_loop(topic: Topic, count: int) -> int:
-    """Iterate until ``count`` elements arrived; return the sum of their ids."""
+def _consume_loop(topic: Topic, count: int) -> tuple[int, float]:
+    """Iterate until ``count`` elements arrived; return the sum of their ids and the
+    CPU seconds the task used."""
+    cpu = cpu_seconds()
     subscriber = topic.subscriber(start="earliest")
     seen = id_sum = 0
     if count:
@@ -222,106 +283,237 @@ def _consume_loop(topic: Topic, count: int) -> int:
             if seen == count:
                 break
     subscriber.close()
-    return id_sum
+    return id_sum, cpu_seconds() - cpu
 
 
-def topic_throughput(count: int, channels: int, sync: str | None = None) -> float:
-    """Messages per second from a publisher task to a consumer task (anonymous subscriber);
-    with ``sync``, on a topic with the embedded store (in a temporary directory)."""
-    with tempfile.TemporaryDirectory(prefix="raytopic-bench-") as directory:
-        store = {} if sync is None else {"store": directory, "sync": sync}
-        topic = create_topic(_name("thr"), channels=channels, capacity=max(count, 1), **store)
-        return _run_throughput(topic, count, channels)
-
-
-def _run_throughput(topic: Topic, count: int, channels: int) -> float:
+def _topic_run(topic: Topic, count: int, producer: Any, consumer: Any, what: str) -> Throughput:
+    """Warm the tasks' worker processes, measure one run, and destroy the topic."""
     try:
         # Warm the worker processes so the figure is the steady state.
-        ray.get([_publish_loop.remote(topic, 0), _consume_loop.remote(topic, 0)])
-        start = time.perf_counter()
-        consumer = _consume_loop.remote(topic, count)
-        producer = _publish_loop.remote(topic, count)
-        _none, id_sum = ray.get([producer, consumer])
-        elapsed = time.perf_counter() - start
-        _check_ids(f"publish() -> iterate, {channels} channel(s)", count, id_sum)
-        return count / elapsed
+        ray.get([producer.remote(topic, 0), consumer.remote(topic, 0)])
+        result, id_sum = measure_run(
+            count,
+            channel_actors(topic),
+            lambda: consumer.remote(topic, count),
+            lambda: producer.remote(topic, count),
+        )
+        _check_ids(what, count, id_sum)
+        return result
     finally:
         topic.destroy()
 
 
+def topic_throughput(count: int, channels: int, sync: str | None = None) -> Throughput:
+    """A publisher task calling ``publish()`` -> a consumer task iterating (anonymous
+    subscriber); with ``sync``, on a topic with the embedded store (in a temporary
+    directory)."""
+    with tempfile.TemporaryDirectory(prefix="raytopic-bench-") as directory:
+        store = {} if sync is None else {"store": directory, "sync": sync}
+        topic = create_topic(_name("thr"), channels=channels, capacity=max(count, 1), **store)
+        what = f"publish() -> iterate, {channels} channel(s)"
+        return _topic_run(topic, count, _publish_loop, _consume_loop, what)
+
+
 @ray.remote(num_cpus=0)
-def _publish_batches(topic: Topic, count: int) -> None:
+def _publish_batches(topic: Topic, count: int) -> tuple[None, float]:
+    """``publish_batch()`` lists of BATCH, a few calls in flight; return the CPU seconds used."""
+    cpu = cpu_seconds()
     with topic.publisher() as publisher:
-        pending: deque[Any] = deque()
-        for start in range(0, count, BATCH):
-            values = [_message(i) for i in range(start, min(count, start + BATCH))]
-            pending.append(publisher.publish_batch(values))
-            # Wait for the call from BATCHES_IN_FLIGHT ago, not this one: the
-            # producer pipelines like a real one, but cannot run unboundedly ahead.
-            if len(pending) > BATCHES_IN_FLIGHT:
-                ray.get(pending.popleft())
-        ray.get(list(pending))
+        _pipelined(publisher.publish_batch(values) for values in _batches(count))
+    return None, cpu_seconds() - cpu
 
 
 @ray.remote(num_cpus=0)
-def _receive_batches(topic: Topic, count: int) -> int:
-    """``receive_batch(1000)`` until ``count`` elements arrived; return the sum of their ids."""
+def _receive_batches(topic: Topic, count: int) -> tuple[int, float]:
+    """``receive_batch(1000)`` until ``count`` elements arrived; return the sum of their
+    ids and the CPU seconds the task used."""
+    cpu = cpu_seconds()
     seen = id_sum = 0
     with topic.subscriber(start="earliest") as subscriber:
         while seen < count:
             elements = ray.get(subscriber.receive_batch(min(BATCH, count - seen)))
             id_sum += sum(element.value["id"] for element in elements)
             seen += len(elements)
-    return id_sum
+    return id_sum, cpu_seconds() - cpu
 
 
-def batch_throughput(count: int) -> float:
-    """Messages per second through ``publish_batch(1000)`` -> ``receive_batch(1000)``, 1 channel."""
+@ray.remote(num_cpus=0)
+def _iterate_batches(topic: Topic, count: int) -> tuple[int, float]:
+    """``iter_batches(1000)`` until ``count`` elements arrived; return the sum of their
+    ids and the CPU seconds the task used."""
+    cpu = cpu_seconds()
+    seen = id_sum = 0
+    with topic.subscriber(start="earliest") as subscriber:
+        if count:
+            for batch in subscriber.iter_batches(BATCH):
+                for element in batch:
+                    id_sum += element.value["id"]
+                seen += len(batch)
+                if seen >= count:
+                    break
+    return id_sum, cpu_seconds() - cpu
+
+
+def batch_throughput(count: int) -> Throughput:
+    """``publish_batch(1000)`` -> sequential ``receive_batch(1000)``, 1 channel."""
     topic = create_topic(_name("bat"), channels=1, capacity=max(count, 1))
-    try:
-        ray.get([_publish_batches.remote(topic, 0), _receive_batches.remote(topic, 0)])
-        start = time.perf_counter()
-        consumer = _receive_batches.remote(topic, count)
-        producer = _publish_batches.remote(topic, count)
-        _none, id_sum = ray.get([producer, consumer])
-        elapsed = time.perf_counter() - start
-        _check_ids("publish_batch -> receive_batch", count, id_sum)
-        return count / elapsed
-    finally:
-        topic.destroy()
+    return _topic_run(
+        topic, count, _publish_batches, _receive_batches, "publish_batch -> receive_batch"
+    )
+
+
+def iter_batches_throughput(count: int) -> Throughput:
+    """``publish_batch(1000)`` -> ``iter_batches(1000)``, 1 channel."""
+    topic = create_topic(_name("itb"), channels=1, capacity=max(count, 1))
+    return _topic_run(
+        topic, count, _publish_batches, _iterate_batches, "publish_batch -> iter_batches"
+    )
 
 
 @ray.remote(num_cpus=0)
-def _queue_produce(queue: Any, count: int) -> None:
-    for start in range(0, count, BATCH):
-        queue.put_nowait_batch([_message(i) for i in range(start, min(count, start + BATCH))])
+def _queue_produce(queue: Any, count: int) -> tuple[None, float]:
+    cpu = cpu_seconds()
+    for values in _batches(count):
+        queue.put_nowait_batch(values)
+    return None, cpu_seconds() - cpu
 
 
 @ray.remote(num_cpus=0)
-def _queue_consume(queue: Any, count: int) -> int:
+def _queue_consume(queue: Any, count: int) -> tuple[int, float]:
     from ray.util.queue import Empty
 
-    seen = 0
+    cpu = cpu_seconds()
+    seen = id_sum = 0
     while seen < count:
         try:
-            seen += len(queue.get_nowait_batch(min(BATCH, count - seen)))
+            values = queue.get_nowait_batch(min(BATCH, count - seen))
         except Empty:
             time.sleep(0.0005)
-    return seen
+            continue
+        id_sum += sum(value["id"] for value in values)
+        seen += len(values)
+    return id_sum, cpu_seconds() - cpu
 
 
-def queue_throughput(count: int) -> float:
-    """Messages per second through ``ray.util.queue.Queue`` in batch mode."""
+def queue_throughput(count: int) -> Throughput:
+    """``ray.util.queue.Queue`` in batch mode: a producer task ``put_nowait_batch(1000)``
+    -> a consumer task ``get_nowait_batch(1000)``."""
     from ray.util.queue import Queue
 
     queue = Queue(actor_options={"num_cpus": 0})
     try:
         ray.get([_queue_produce.remote(queue, BATCH), _queue_consume.remote(queue, BATCH)])
-        start = time.perf_counter()
-        ray.get([_queue_produce.remote(queue, count), _queue_consume.remote(queue, count)])
-        return count / (time.perf_counter() - start)
+        result, id_sum = measure_run(
+            count,
+            [queue.actor],
+            lambda: _queue_consume.remote(queue, count),
+            lambda: _queue_produce.remote(queue, count),
+        )
+        _check_ids("queue batch", count, id_sum)
+        return result
     finally:
         queue.shutdown()
+
+
+FLOOR_TAKE_WAIT = 10.0
+"""Seconds a floor ``take`` waits for a batch before it returns an empty one (and is
+called again): long enough to be rare, short enough that a lost producer shows."""
+
+
+@ray.remote(num_cpus=0, concurrency_groups={"take": 1})
+class _FloorActor:
+    """Ray's floor: the least a channel could do, a deque of batches in a plain actor.
+
+    A ``take`` waits for a batch in its own thread (its concurrency group) while
+    ``put``s go on in the default one, in order: the consumer waits as it does
+    on a channel, instead of polling (each poll would cost a call on both sides).
+    """
+
+    def __init__(self) -> None:
+        self._batches: deque[list[Any]] = deque()
+        self._ready = threading.Condition()
+
+    def put(self, batch: list[Any]) -> None:
+        with self._ready:
+            self._batches.append(batch)
+            self._ready.notify()
+
+    @ray.method(concurrency_group="take")
+    def take(self) -> list[Any]:
+        with self._ready:
+            self._ready.wait_for(lambda: self._batches, timeout=FLOOR_TAKE_WAIT)
+            return self._batches.popleft() if self._batches else []
+
+
+@ray.remote(num_cpus=0)
+def _floor_produce(actor: Any, count: int) -> tuple[None, float]:
+    cpu = cpu_seconds()
+    _pipelined(actor.put.remote(values) for values in _batches(count))
+    return None, cpu_seconds() - cpu
+
+
+@ray.remote(num_cpus=0)
+def _floor_consume(actor: Any, count: int) -> tuple[int, float]:
+    cpu = cpu_seconds()
+    seen = id_sum = 0
+    while seen < count:
+        values = ray.get(actor.take.remote())
+        id_sum += sum(value["id"] for value in values)
+        seen += len(values)
+    return id_sum, cpu_seconds() - cpu
+
+
+def floor_throughput(count: int) -> Throughput:
+    """Ray's floor: the batches of the batch API (BATCH small dicts each) through one
+    plain actor, put pipelined (BATCHES_IN_FLIGHT) by a producer task and taken one
+    at a time by a consumer task."""
+    actor = _FloorActor.remote()
+    try:
+        ray.get([_floor_produce.remote(actor, BATCH), _floor_consume.remote(actor, BATCH)])
+        result, id_sum = measure_run(
+            count,
+            [actor],
+            lambda: _floor_consume.remote(actor, count),
+            lambda: _floor_produce.remote(actor, count),
+        )
+        _check_ids("ray floor", count, id_sum)
+        return result
+    finally:
+        ray.kill(actor)
+
+
+def cpu_figures(
+    label: str,
+    run: Throughput,
+    floor: Throughput | None,
+    roles: tuple[str, str, str] = TOPIC_ROLES,
+) -> list[Figure]:
+    """A throughput case's CPU per message: the total, then each role's.
+
+    Args:
+        label: Names the case in each figure's name.
+        run: The case's measured run.
+        floor: The floor's run, each figure's baseline (its figure of the same
+            role); None for the floor itself.
+        roles: The names of the producer, actors and consumer.
+
+    Returns:
+        Four figures in microseconds per message.
+    """
+    names = ("total", *roles)
+    bases = (None,) * 4 if floor is None else floor.cpu.parts()
+    return [
+        Figure(
+            f"cpu: {label}: {name}",
+            value,
+            "us/msg",
+            None if floor is None else f"floor {floor_role}",
+            base,
+        )
+        for name, floor_role, value, base in zip(
+            names, ("total", *FLOOR_ROLES), run.cpu.parts(), bases, strict=True
+        )
+    ]
 
 
 # -- latency -----------------------------------------------------------------------
@@ -541,21 +733,52 @@ def run_benchmarks(
         figures.append(figure)
         report(figure)
 
-    queue_rate = _median(repeat, lambda: queue_throughput(messages))
-    add(Figure("queue: batch put/get (1000), task -> task", queue_rate, "msgs/s"))
-    rates: dict[int, float] = {}
+    def add_all(more: Iterable[Figure]) -> None:
+        for figure in more:
+            add(figure)
+
+    queue = median_throughput(repeat, lambda: queue_throughput(messages))
+    queue_rate = queue.rate
+    add(Figure(f"queue: batch put/get ({BATCH}), task -> task", queue_rate, "msgs/s"))
+    floor = median_throughput(repeat, lambda: floor_throughput(messages))
+    add(
+        Figure(
+            f"ray floor: one plain actor, put pipelined / take sequential ({BATCH})",
+            floor.rate,
+            "msgs/s",
+            "queue batch",
+            queue_rate,
+        )
+    )
+    add_all(cpu_figures("ray floor", floor, None, FLOOR_ROLES))
+    add_all(cpu_figures("queue batch", queue, floor, FLOOR_ROLES))
+    runs: dict[int, Throughput] = {}
     for count in sorted({channels, 1}, reverse=True):
-        rates[count] = _median(repeat, lambda count=count: topic_throughput(messages, count))
+        runs[count] = median_throughput(
+            repeat, lambda count=count: topic_throughput(messages, count)
+        )
         add(
             Figure(
                 f"topic: publish() -> iterate, {count} channel(s)",
-                rates[count],
+                runs[count].rate,
                 "msgs/s",
                 "queue batch",
                 queue_rate,
                 target=ONE_CHANNEL_TARGET if count == 1 else None,
             )
         )
+        add_all(cpu_figures(f"publish() -> iterate, {count} ch", runs[count], floor))
+    rates = {count: run.rate for count, run in runs.items()}
+    add(
+        Figure(
+            "topic: publish() -> iterate, 1 channel / ray floor",
+            rates[1],
+            "msgs/s",
+            "ray floor",
+            floor.rate,
+            target=FLOOR_ONE_CHANNEL_TARGET,
+        )
+    )
     if channels != 1:
         # Channels exist to scale out; on one machine they should at least
         # cost little against a single channel measured minutes apart.
@@ -569,16 +792,29 @@ def run_benchmarks(
                 target=SCALING_TARGET,
             )
         )
-    batch_rate = _median(repeat, lambda: batch_throughput(messages))
+    batch = median_throughput(repeat, lambda: batch_throughput(messages))
     add(
         Figure(
             f"topic: publish_batch -> receive_batch({BATCH}), 1 channel",
-            batch_rate,
+            batch.rate,
             "msgs/s",
             "queue batch",
             queue_rate,
         )
     )
+    add_all(cpu_figures(f"publish_batch -> receive_batch({BATCH}), 1 ch", batch, floor))
+    iterated = median_throughput(repeat, lambda: iter_batches_throughput(messages))
+    add(
+        Figure(
+            f"topic: publish_batch -> iter_batches({BATCH}), 1 channel",
+            iterated.rate,
+            "msgs/s",
+            "ray floor",
+            floor.rate,
+            target=ITER_BATCHES_TARGET,
+        )
+    )
+    add_all(cpu_figures(f"publish_batch -> iter_batches({BATCH}), 1 ch", iterated, floor))
 
     queue_p50, queue_p99 = queue_latency(latency_samples)
     add(Figure("queue: put -> waiting get, p50", queue_p50 * 1e3, "ms"))
@@ -628,17 +864,20 @@ def run_benchmarks(
 
     if restart_elements:
         for sync in ("always", "write"):
-            rate = _median(repeat, lambda sync=sync: topic_throughput(messages, channels, sync))
+            stored = median_throughput(
+                repeat, lambda sync=sync: topic_throughput(messages, channels, sync)
+            )
             add(
                 Figure(
                     f'store sync="{sync}": publish() -> iterate, {channels} channel(s)',
-                    rate,
+                    stored.rate,
                     "msgs/s",
                     "in memory",
                     rates[channels],
                     target=STORE_TARGET,
                 )
             )
+            add_all(cpu_figures(f'store sync="{sync}", {channels} ch', stored, floor))
         seconds = restart_time(restart_elements)
         add(Figure(f"store: restart serving {restart_elements:,} elements", seconds, "s"))
         from raytopic.tools.bench_commit import run_commit_benchmarks  # (it builds on this module)
@@ -655,7 +894,7 @@ def run_benchmarks(
     return figures
 
 
-CASE_WIDTH = 58
+CASE_WIDTH = 66
 
 
 def format_header() -> str:

@@ -19,22 +19,51 @@ from raytopic.tools.bench import (
     Figure,
     at_least,
     at_most,
+    cpu_figures,
     format_figure,
     format_verdict,
     run_benchmarks,
 )
 from raytopic.tools.bench_commit import COMMIT_TARGET
+from raytopic.tools.bench_cpu import CpuSplit, Throughput, median_throughput
 from raytopic.tools.bench_idle import CHANNEL_TARGET, COORDINATOR_TARGET, CREATION_TARGET
 from raytopic.tools.bench_shared import TASK_TARGET
 from raytopic.tools.cli import _bench_settings, _parser
 
+FLOOR = "ray floor: one plain actor, put pipelined / take sequential (1000)"
+FLOOR_ROLES = ("total", "producer", "actor", "consumer")
+TOPIC_ROLES = ("total", "publisher", "channels", "consumer")
+
+
+def cpu_cases(label: str, roles: tuple[str, ...] = TOPIC_ROLES) -> dict[str, str]:
+    """A throughput case's CPU figures, each against the floor's of the same role."""
+    return {
+        f"cpu: {label}: {role}": f"floor {floor_role}"
+        for role, floor_role in zip(roles, FLOOR_ROLES, strict=True)
+    }
+
+
+# Every throughput case's CPU figures (the floor's have no baseline: they are it).
+CPU_CASES = {
+    **{f"cpu: ray floor: {role}": None for role in FLOOR_ROLES},
+    **cpu_cases("queue batch", FLOOR_ROLES),
+    **cpu_cases("publish() -> iterate, 2 ch"),
+    **cpu_cases("publish() -> iterate, 1 ch"),
+    **cpu_cases("publish_batch -> receive_batch(1000), 1 ch"),
+    **cpu_cases("publish_batch -> iter_batches(1000), 1 ch"),
+    **cpu_cases('store sync="always", 2 ch'),
+    **cpu_cases('store sync="write", 2 ch'),
+}
 # Case -> the baseline its ratio is taken to (None: a figure without one).
 EXPECTED = {
     "queue: batch put/get (1000), task -> task": None,
+    FLOOR: "queue batch",
     "topic: publish() -> iterate, 2 channel(s)": "queue batch",
     "topic: publish() -> iterate, 1 channel(s)": "queue batch",
+    "topic: publish() -> iterate, 1 channel / ray floor": "ray floor",
     "topic: 2 channels / 1 channel, publish() -> iterate": "1 channel",
     "topic: publish_batch -> receive_batch(1000), 1 channel": "queue batch",
+    "topic: publish_batch -> iter_batches(1000), 1 channel": "ray floor",
     "queue: put -> waiting get, p50": None,
     "queue: put -> waiting get, p99": None,
     "topic: publish -> waiting receive, 1 channel(s), p50": "queue p50",
@@ -57,10 +86,13 @@ EXPECTED = {
     "idle: coordinator CPU, 1 topic(s)": "bare actor",
     "create 3 bare actors, each answering": None,
     "create_topic(channels=2)": "3 bare actors",
+    **CPU_CASES,
 }
 # Cases with a target, and the target.
 TARGETS = {
     "topic: publish() -> iterate, 1 channel(s)": at_least(2.0),
+    "topic: publish() -> iterate, 1 channel / ray floor": at_least(0.5),
+    "topic: publish_batch -> iter_batches(1000), 1 channel": at_least(0.8),
     "topic: 2 channels / 1 channel, publish() -> iterate": at_least(0.9),
     "topic: publish -> waiting receive, 1 channel(s), p50": at_most(1.0),
     "topic: publish -> waiting receive, 2 channel(s), p50": at_most(1.5),
@@ -117,6 +149,22 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
             verdict = "met" if target.met(figure.ratio) else "short"
             assert figure.met == (verdict == "met"), figure
             assert format_figure(figure).endswith(f"(target {target}: {verdict})"), figure
+    floor_rate = by_case[FLOOR].value
+    one_channel = by_case["topic: publish() -> iterate, 1 channel / ray floor"]
+    assert one_channel.value == by_case["topic: publish() -> iterate, 1 channel(s)"].value
+    assert one_channel.baseline_value == floor_rate
+    assert by_case["topic: publish_batch -> iter_batches(1000), 1 channel"].baseline_value == (
+        floor_rate
+    )
+    for case, baseline in CPU_CASES.items():
+        assert by_case[case].unit == "us/msg", case
+        if baseline is not None:
+            # Each role against the floor's figure of the same role.
+            floor_figure = by_case[f"cpu: ray floor: {baseline.removeprefix('floor ')}"]
+            assert by_case[case].baseline_value == floor_figure.value, case
+    for label, roles in [("ray floor", FLOOR_ROLES), ("publish() -> iterate, 2 ch", TOPIC_ROLES)]:
+        total, *parts = (by_case[f"cpu: {label}: {role}"].value for role in roles)
+        assert total == pytest.approx(sum(parts)), label
     scaling = by_case["topic: 2 channels / 1 channel, publish() -> iterate"]
     assert scaling.value == by_case["topic: publish() -> iterate, 2 channel(s)"].value
     assert scaling.baseline_value == by_case["topic: publish() -> iterate, 1 channel(s)"].value
@@ -132,6 +180,40 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
         f"verdict: {len(TARGETS) - len(short)} of {len(TARGETS)} targets met"
         + (f"; short: {'; '.join(short)}" if short else "")
     )
+
+
+def test_cpu_figures_name_each_role_against_the_floors_of_the_same_role() -> None:
+    floor = Throughput(300_000.0, CpuSplit(1.0, 2.0, 1.0))
+    run = Throughput(200_000.0, CpuSplit(3.0, 2.0, 1.0))
+
+    figures = cpu_figures("case", run, floor)
+    own = cpu_figures("ray floor", floor, None, ("producer", "actor", "consumer"))
+
+    assert [(figure.case, figure.value, figure.baseline, figure.ratio) for figure in figures] == [
+        ("cpu: case: total", 6.0, "floor total", 1.5),
+        ("cpu: case: publisher", 3.0, "floor producer", 3.0),
+        ("cpu: case: channels", 2.0, "floor actor", 1.0),
+        ("cpu: case: consumer", 1.0, "floor consumer", 1.0),
+    ]
+    assert all(figure.unit == "us/msg" and figure.target is None for figure in figures)
+    assert [(figure.case, figure.value, figure.ratio) for figure in own] == [
+        ("cpu: ray floor: total", 4.0, None),
+        ("cpu: ray floor: producer", 1.0, None),
+        ("cpu: ray floor: actor", 2.0, None),
+        ("cpu: ray floor: consumer", 1.0, None),
+    ]
+
+
+def test_the_median_run_takes_each_figure_on_its_own() -> None:
+    runs = iter(
+        [
+            Throughput(1.0, CpuSplit(5.0, 1.0, 9.0)),
+            Throughput(3.0, CpuSplit(4.0, 3.0, 7.0)),
+            Throughput(2.0, CpuSplit(6.0, 2.0, 8.0)),
+        ]
+    )
+
+    assert median_throughput(3, lambda: next(runs)) == Throughput(2.0, CpuSplit(5.0, 2.0, 8.0))
 
 
 def test_a_target_is_met_on_its_side_of_the_bound_and_printed_with_its_verdict() -> None:
