@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 import ray
 
 import raytopic
-from raytopic.tools.bench import Figure, _name, _percentile, _publish_loop, at_most
+from raytopic.tools.bench_common import Figure, _name, _percentile, at_most
+from raytopic.tools.bench_throughput import _publish_loop
 from raytopic.topic import Topic, create_topic
 
 if TYPE_CHECKING:

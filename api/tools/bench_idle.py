@@ -32,7 +32,7 @@ import ray
 
 from raytopic.core.config import DEFAULT_NAMESPACE
 from raytopic.core.naming import coordinator_actor_name
-from raytopic.tools.bench import Figure, _name, at_most
+from raytopic.tools.bench_common import Figure, _name, at_most
 from raytopic.topic import Topic, create_topic
 
 __all__ = [

@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 import ray
 
-from raytopic.tools.bench import Figure, at_least
+from raytopic.tools.bench_common import Figure, at_least
 from raytopic.topic import Topic, create_topic
 
 __all__ = ["run_spark_benchmarks"]
