@@ -8,6 +8,11 @@ hands out slices of it. Two kinds share one interface (:class:`Payload`):
   (so a later change to the caller's object does not change what was
   published), laid back to back in ONE buffer, with the end offset of each.
   A million elements are a thousand buffers, not a million objects.
+- :class:`PickledList`: the values of one ``publish_batch`` part pickled
+  together as ONE list (:func:`encode_values` picks it where that preserves
+  what a reader sees): a third of the bytes and of the work per value, as
+  dicts share their keys' strings. A slice shares the buffer; only a slice
+  shipped alone is re-encoded (from a decoded copy kept for the last run).
 - :class:`ArrowRows`: an Arrow record batch (a DataFrame's rows, from the
   Spark bridge or Ray Data); each row is a value, decoded as a dict.
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -43,8 +49,10 @@ __all__ = [
     "ArrowRows",
     "DamagedElements",
     "Payload",
+    "PickledList",
     "PickledValues",
     "dumps_value",
+    "encode_values",
     "fast_dumps",
 ]
 
@@ -271,6 +279,171 @@ class PickledValues(Payload):
 def _pickled_values(buffer: Any, ends: bytes, keys: bytes | None = None) -> PickledValues:
     key_ids = None if keys is None else np.frombuffer(keys, dtype=np.int64)
     return PickledValues(buffer, np.frombuffer(ends, dtype=np.int64), 0, key_ids)
+
+
+_ATOMS = frozenset({str, int, float, bool, bytes, complex})
+"""Immutable types whose sharing between values nobody can see."""
+
+
+def encode_values(values: list[Any], keys: Sequence[int] | None = None) -> Payload:
+    """Pickle the values of one append, once as a list where that preserves what a
+    reader sees, else one by one; refusing what :func:`dumps_value` refuses.
+
+    A list pickle is taken when every value is a distinct object (``[d, d]``
+    would decode to one dict twice) and none needs cloudpickle or holds an
+    ObjectRef. Parts shared BETWEEN values (one list inside two dicts) stay
+    shared after decoding, as in ``ray.put`` of the list; values are still
+    snapshots: a later change to a published object never reaches readers.
+
+    Args:
+        values: The values, in order.
+        keys: Each value's key id (``raytopic.routing.key_id``; 0: no key), or None.
+
+    Raises:
+        InvalidTypeError: a value is None, an ObjectRef (or holds one), or
+            cannot be pickled (nothing is encoded).
+    """
+    if len(values) > 1:
+        kinds = set(map(type, values))
+        if type(None) not in kinds and (
+            kinds <= _ATOMS or len(set(map(id, values))) == len(values)
+        ):
+            try:
+                data = pickle.dumps(values, 5)
+            except Exception:
+                data = None  # dumps_value says why, value by value
+            if data is not None and _MAIN_MARKER not in data and _REF_MARKER not in data:
+                return PickledList(data, len(values), keys=_key_array(keys))
+    return PickledValues.from_pickles([dumps_value(value) for value in values], keys)
+
+
+def _key_array(keys: Sequence[int] | None) -> np.ndarray | None:
+    return None if keys is None else np.fromiter(keys, dtype=np.int64, count=len(keys))
+
+
+class PickledList(Payload):
+    """Values pickled together as one list: elements ``start`` to ``stop - 1`` of it.
+
+    Slices share the buffer (a channel stores and slices runs as they came).
+    A slice that travels or is stored alone is re-encoded, so a reader never
+    receives (nor decodes) values it did not ask for: from a decoded copy of
+    the last run re-encoded here, so a channel handing a run out piece by
+    piece decodes it once.
+    """
+
+    __slots__ = ("_keys", "buffer", "start", "stop", "total")
+
+    def __init__(
+        self,
+        buffer: bytes | memoryview,
+        total: int,
+        start: int = 0,
+        stop: int | None = None,
+        keys: np.ndarray | None = None,
+    ) -> None:
+        self.buffer = buffer
+        self.total = total
+        self.start = start
+        self.stop = total if stop is None else stop
+        self._keys = keys
+        """Key ids of the WHOLE list (``keys`` slices them)."""
+
+    @property
+    def whole(self) -> bool:
+        """Whether this is every value of the buffer."""
+        return self.start == 0 and self.stop == self.total
+
+    @property
+    def keys(self) -> np.ndarray | None:
+        """Each value's publish key id (0: none), or None when no value has a key."""
+        if self._keys is None or self.whole:
+            return self._keys
+        return self._keys[self.start : self.stop]
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the list pickle, prorated to this slice."""
+        size = len(self.buffer)
+        return size if self.whole else size * len(self) // max(1, self.total)
+
+    def slice(self, start: int, stop: int) -> PickledList:
+        """Values ``start`` to ``stop - 1`` over the same buffer."""
+        stop = min(stop, len(self))
+        if start == 0 and stop == len(self):
+            return self
+        return PickledList(
+            self.buffer, self.total, self.start + start, self.start + stop, self._keys
+        )
+
+    def take(self, indices: Sequence[int]) -> PickledList:
+        """The values at ``indices``, re-encoded as a list of their own."""
+        values = _decoded_run(self)
+        chosen = [values[self.start + index] for index in indices]
+        keys = None if self._keys is None else self._keys[self.start + np.asarray(indices, int)]
+        return PickledList(pickle.dumps(chosen, 5), len(chosen), keys=keys)
+
+    def decode(self) -> list[Any]:
+        """Unpickle the values: objects of their own, which the caller may change."""
+        values = pickle.loads(self.buffer)
+        return values if self.whole else values[self.start : self.stop]
+
+    def compact(self) -> PickledList:
+        """This slice as a list of its own (itself when it is the whole list)."""
+        if self.whole:
+            return self
+        values = _decoded_run(self)[self.start : self.stop]
+        return PickledList(pickle.dumps(values, 5), len(self), keys=self.keys)
+
+    def owned(self) -> PickledList:
+        """The same values in a buffer of this process's own (see ``PickledValues.owned``)."""
+        if type(self.buffer) is bytes:
+            return self
+        keys = None if self._keys is None else np.array(self._keys)
+        return PickledList(bytes(self.buffer), self.total, self.start, self.stop, keys)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        whole = self.compact()
+        keys = None if whole._keys is None else whole._keys.tobytes()
+        data = whole.buffer
+        if isinstance(protocol, int) and protocol >= 5 and len(data) >= OUT_OF_BAND_MIN:
+            data = pickle.PickleBuffer(data)
+        elif type(data) is not bytes:
+            data = bytes(data)
+        return (_pickled_list, (data, whole.total, keys))
+
+    def __repr__(self) -> str:
+        return f"PickledList({len(self)} of {self.total} values, {self.nbytes} bytes)"
+
+
+def _pickled_list(buffer: Any, total: int, keys: bytes | None) -> PickledList:
+    key_ids = None if keys is None else np.frombuffer(keys, dtype=np.int64)
+    return PickledList(buffer, total, keys=key_ids)
+
+
+_last_run: tuple[Any, list[Any]] | None = None
+"""(buffer, its decoded values) of the last run a slice was decoded from."""
+_last_run_lock = threading.Lock()
+
+
+def _decoded_run(payload: PickledList) -> list[Any]:
+    """Every value of ``payload``'s buffer, decoded once per run in a row.
+
+    Only for re-encoding (the values never reach user code, which might
+    change them), so one copy serves every slice; only the last run is kept
+    (readers go through runs in order)."""
+    global _last_run
+    buffer = payload.buffer
+    with _last_run_lock:
+        last = _last_run
+    if last is not None and last[0] is buffer:
+        return last[1]
+    values = pickle.loads(buffer)
+    with _last_run_lock:
+        _last_run = (buffer, values)
+    return values
 
 
 class ArrowRows(Payload):

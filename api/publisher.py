@@ -28,9 +28,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import ray
 
-from raytopic.actors.payloads import PickledValues, dumps_value, fast_dumps
+from raytopic.actors.payloads import Payload, PickledValues, encode_values, fast_dumps
 from raytopic.actors.requests import Append, pack_request
 from raytopic.actors.wire import AppendAck
 from raytopic.core.config import check_nonnegative_number, check_positive_int, check_timeout
@@ -41,7 +42,7 @@ from raytopic.core.errors import (
     TopicFullError,
     unwrap_ray_error,
 )
-from raytopic.core.gather import gather_in_order
+from raytopic.core.statuses import PublishStatuses, gather_statuses
 from raytopic.publish_futures import PublishBatch
 from raytopic.routing import key_hash, key_id
 
@@ -225,6 +226,11 @@ class Publisher:
         Values this publisher published before go out first, so per-key order
         holds across ``publish`` and ``publish_batch``.
 
+        Each channel's part is pickled once, as one list where every value is
+        an object of its own (else value by value): values are snapshots taken
+        here, and a part shared between two values of one call (one list in
+        two dicts) stays shared for readers, as with ``ray.put`` of the list.
+
         With overflow "fail", each channel's part goes in whole or not at all:
         the ObjectRef raises TopicFullError, and the channels it names
         appended nothing of this batch (other channels' parts may have gone in).
@@ -235,8 +241,9 @@ class Publisher:
                 robin), or None.
 
         Returns:
-            ``ObjectRef`` of the values' PublishStatuses in input order (a compact
-            sequence: length, index, iteration, equality with a list).
+            ``ObjectRef`` of the values' statuses in input order: a
+            PublishStatuses, a compact sequence (length, index, iteration,
+            equality with a list) whose items are built when read.
 
         Raises:
             InvalidTypeError, InvalidArgumentError: a bad value or key, or
@@ -244,53 +251,73 @@ class Publisher:
             PublisherClosedError: the publisher was closed.
         """
         values = list(values)
-        payloads = [dumps_value(value) for value in values]
-        if keys is not None and len(keys) != len(payloads):
-            raise InvalidArgumentError(f"keys has {len(keys)} entries for {len(payloads)} values")
-        hashes = []
-        for index, value in enumerate(values):
-            key = keys[index] if keys is not None else None
-            if key is None and self._ordering is not None:
-                key = self._ordering(value)
-            hashes.append(None if key is None else key_hash(key))
-        keyed = any(hashed is not None for hashed in hashes)
-        layout: list[int] = []
-        parts: dict[int, tuple[list[bytes], list[int] | None]] = {}
+        if keys is not None and len(keys) != len(values):
+            raise InvalidArgumentError(f"keys has {len(keys)} entries for {len(values)} values")
+        hashes = self._key_hashes(values, keys)
         with self._lock:
             if self._closed:
                 raise PublisherClosedError("the publisher is closed")
-            for payload, hashed in zip(payloads, hashes, strict=True):
-                if hashed is None:
-                    channel = self._next_channel
-                    self._next_channel = (channel + 1) % len(self._pipes)
-                else:
-                    channel = hashed % len(self._pipes)
-                layout.append(channel)
-                pickles, key_ids = parts.setdefault(channel, ([], [] if keyed else None))
-                pickles.append(payload)
-                if key_ids is not None:
-                    key_ids.append(0 if hashed is None else key_id(hashed))
+            layout = self._route_batch(len(values), hashes)
+        # Pickled outside the lock (publish() on other threads goes on), and all
+        # of it before anything is sent: a bad value sends nothing.
+        parts = {
+            channel: _encode_part(values, hashes, indices)
+            for channel, indices in _parts_of(layout).items()
+        }
+        refs = {}
+        with self._lock:
+            if self._closed:
+                raise PublisherClosedError("the publisher is closed")
             for channel in parts:  # what was published before goes first
                 self._close_open(self._pipes[channel])
             calls = self._calls_to_make(force=True, only=set(parts))
-            refs = {}
-            for channel, part in parts.items():
+            for channel, payload in parts.items():
                 pipe = self._pipes[channel]
-                calls.append(_Call(pipe, pipe.next_batch, None, len(part[0])))
+                calls.append(_Call(pipe, pipe.next_batch, None, len(payload)))
                 pipe.next_batch += 1
                 pipe.in_flight += 1
                 self._in_flight += 1
-                self._unsettled += len(part[0])
+                self._unsettled += len(payload)
         for call in calls:
             ref = self._make_one(call, parts.get(call.pipe.channel) if call.batch is None else None)
             if call.batch is None and ref is not None:
                 refs[call.pipe.channel] = ref
         if not refs:
-            return ray.put([])
+            return ray.put(PublishStatuses())
         if len(refs) == 1:
             return next(iter(refs.values()))
-        order = list(refs)
-        return gather_in_order.remote([order.index(c) for c in layout], *refs.values())
+        part_of = np.empty(len(self._pipes), dtype=np.int64)  # channel -> its ref's index
+        part_of[list(refs)] = np.arange(len(refs))
+        return gather_statuses.remote(part_of[layout], *refs.values())
+
+    def _key_hashes(self, values: list[Any], keys: Sequence[Any] | None) -> list[int | None] | None:
+        """Each value's key hash (None: no key), or None when no value can have a key."""
+        if keys is None and self._ordering is None:
+            return None
+        hashes: list[int | None] = []
+        for index, value in enumerate(values):
+            key = keys[index] if keys is not None else None
+            if key is None and self._ordering is not None:
+                key = self._ordering(value)
+            hashes.append(None if key is None else key_hash(key))
+        return hashes
+
+    def _route_batch(self, count: int, hashes: list[int | None] | None) -> np.ndarray:
+        """With the lock held: each value's channel (keyed values by key, the rest in turn)."""
+        channels = len(self._pipes)
+        start = self._next_channel
+        if hashes is None:
+            self._next_channel = (start + count) % channels
+            return (start + np.arange(count)) % channels
+        layout = np.empty(count, dtype=np.int64)
+        for index, hashed in enumerate(hashes):
+            if hashed is None:
+                layout[index] = start
+                start = (start + 1) % channels
+            else:
+                layout[index] = hashed % channels
+        self._next_channel = start
+        return layout
 
     # -- batching ------------------------------------------------------------------
 
@@ -343,14 +370,14 @@ class Publisher:
         for call in calls:
             self._make_one(call, None)
 
-    def _make_one(self, call: _Call, part: tuple[list[bytes], list[int] | None] | None) -> Any:
+    def _make_one(self, call: _Call, part: Payload | None) -> Any:
         """Submit one append call (outside the lock); its reply is settled by the worker.
-        ``part``: a publish_batch part's values and key ids."""
+        ``part``: a publish_batch part's values."""
         if call.batch is None:
             assert part is not None
-            pickles, keys = part
+            payload = part
         else:
-            pickles, keys = call.batch.payloads, call.batch.keys
+            payload = PickledValues.from_pickles(call.batch.payloads, call.batch.keys)
         try:
             ref = call.pipe.actor.request.remote(
                 pack_request(
@@ -362,7 +389,7 @@ class Publisher:
                         statuses=call.batch is None,
                     )
                 ),
-                PickledValues.from_pickles(pickles, keys),
+                payload,
             )
         except Exception as error:  # could not even be submitted
             self._start_worker()
@@ -501,3 +528,23 @@ def _failed_future(error: BaseException) -> Future[Any]:
 
 def _new_publisher(topic: Topic, settings: dict[str, Any]) -> Publisher:
     return Publisher(topic, **settings)
+
+
+def _parts_of(layout: np.ndarray) -> dict[int, np.ndarray]:
+    """Each channel's value indices, in order, by the channel's first value."""
+    channels, firsts = np.unique(layout, return_index=True)
+    return {
+        int(channel): np.flatnonzero(layout == channel) for channel in channels[np.argsort(firsts)]
+    }
+
+
+def _encode_part(
+    values: list[Any], hashes: list[int | None] | None, indices: np.ndarray
+) -> Payload:
+    """The values at ``indices`` (and their key ids, if any value has a key), encoded."""
+    chosen = indices.tolist()
+    part = values if len(chosen) == len(values) else [values[index] for index in chosen]
+    key_ids = None
+    if hashes is not None and any(hashes[index] is not None for index in chosen):
+        key_ids = [0 if hashes[index] is None else key_id(hashes[index]) for index in chosen]
+    return encode_values(part, key_ids)

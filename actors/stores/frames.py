@@ -12,6 +12,8 @@
              int64 key ids (``raytopic.routing.key_id``), then the pickles
              kind 1, Arrow rows: one Arrow IPC stream (Arrow IPC has no checksum
              of its own; the record's CRC covers it)
+             kind 3, values pickled as one list: the list's pickle
+             kind 4, the same with keys: count int64 key ids, then the pickle
 
 Little-endian throughout. A record whose checksum does not match is never
 decoded: its payload may be altered.
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 import google_crc32c
 import numpy as np
 
-from raytopic.actors.payloads import ArrowRows, Payload, PickledValues
+from raytopic.actors.payloads import ArrowRows, Payload, PickledList, PickledValues
 from raytopic.actors.stores.base import StoredBatch
 
 __all__ = [
@@ -50,7 +52,7 @@ __all__ = [
 MAGIC = b"RTB1"
 PREFIX = struct.Struct("<4sII")  # magic, length, crc32c
 _HEADER = struct.Struct("<QQIdqBH")  # epoch, first, count, stamp, batch, kind, id length
-_PICKLED, _ARROW, _PICKLED_KEYED = 0, 1, 2
+_PICKLED, _ARROW, _PICKLED_KEYED, _LISTED, _LISTED_KEYED = 0, 1, 2, 3, 4
 _MAX_LENGTH = 1 << 31
 """Largest record accepted when reading back (a larger length field is damage)."""
 
@@ -88,6 +90,11 @@ def encode_record(batch: StoredBatch) -> list[bytes | memoryview]:
         if payload.keys is not None:
             parts.append(payload.keys.astype("<i8", copy=False).tobytes())
         parts.append(buffer if whole else memoryview(buffer)[begin:end])
+    elif isinstance(payload, PickledList):
+        payload = payload.compact()  # a slice is stored as a list of its own
+        kind = _LISTED if payload.keys is None else _LISTED_KEYED
+        parts = [] if payload.keys is None else [payload.keys.astype("<i8", copy=False).tobytes()]
+        parts.append(payload.buffer)
     elif isinstance(payload, ArrowRows):
         kind = _ARROW
         parts = [payload.to_ipc().to_pybytes()]
@@ -180,6 +187,12 @@ def decode_record(body: memoryview) -> StoredBatch:
             keys = np.frombuffer(body, dtype="<i8", count=count, offset=at).astype(np.int64)
             at += 8 * count
         payload = PickledValues(body[at:], ends, 0, keys)
+    elif kind in (_LISTED, _LISTED_KEYED):
+        keys = None
+        if kind == _LISTED_KEYED:
+            keys = np.frombuffer(body, dtype="<i8", count=count, offset=at).astype(np.int64)
+            at += 8 * count
+        payload = PickledList(body[at:], count, keys=keys)
     elif kind == _ARROW:
         payload = ArrowRows.from_ipc(body[at:])
     else:
