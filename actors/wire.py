@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from raytopic.core.element_batch import ElementBatch
 from raytopic.core.records import Element, ReadResultSet, _Origin, _unfrozen
 from raytopic.core.statuses import PublishStatuses
 
@@ -272,7 +273,7 @@ class ReceivedBatch:
 def _build_elements(
     packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...],
     single: bool,
-) -> list[Element] | Element | None:
+) -> ElementBatch | Element | None:
     with _no_collection():
         elements = _decode_elements(packed)
     if single:
@@ -299,8 +300,8 @@ def _no_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _decode_elements(packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...]) -> list[Element]:
-    elements: list[Element] = []
+def _decode_elements(packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...]) -> ElementBatch:
+    elements = ElementBatch()
     append = elements.append
     for channel, chunks, origin in packed:
         for chunk in chunks:

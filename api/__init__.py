@@ -20,6 +20,7 @@ from raytopic.cluster import enable_token_for_ray_address as _enable_token_for_r
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
     from raytopic.actors.stores.base import RingbufferStore, StoredBatch
     from raytopic.core.config import Overflow, Start
+    from raytopic.core.element_batch import ElementBatch
     from raytopic.core.errors import (
         ChannelFailedError,
         ChannelUnavailableError,
@@ -84,6 +85,7 @@ __all__ = [
     "CommitResult",
     "CommitStatus",
     "Element",
+    "ElementBatch",
     "GroupChannelStats",
     "GroupStats",
     "MemberStats",
@@ -139,6 +141,7 @@ _EXPORTS = {
     "CommitResult": "raytopic.core.records",
     "CommitStatus": "raytopic.core.records",
     "Element": "raytopic.core.records",
+    "ElementBatch": "raytopic.core.element_batch",
     "GroupChannelStats": "raytopic.stats",
     "GroupStats": "raytopic.stats",
     "MemberStats": "raytopic.stats",

@@ -28,7 +28,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,6 +36,7 @@ import ray
 
 from raytopic.actors.requests import Receive, pack_request
 from raytopic.actors.wire import ReaderSpec
+from raytopic.core.element_batch import ElementBatch
 from raytopic.core.errors import SubscriberClosedError, unwrap_ray_error
 
 if TYPE_CHECKING:
@@ -106,6 +107,10 @@ class JumpCounts:
         """``channel``'s count (0 before any jump)."""
         return self._counts.get(channel, 0)
 
+    def any_stale(self, elements: Iterable[Element]) -> bool:
+        """Whether any of ``elements`` is stale (no jump yet: none, at no cost)."""
+        return bool(self._counts) and any(map(self.is_stale, elements))
+
     def is_stale(self, element: Element) -> bool:
         """Whether ``element`` was read before its channel's latest jump."""
         counts = self._counts
@@ -150,6 +155,7 @@ class _ChannelReads:
     next_number: int = 0
     refs: deque[ray.ObjectRef[list[Element]]] = field(default_factory=deque)
     drained: bool = False  # with complete_on_empty: the channel answered "empty"
+    older: int = 0  # receives in flight sent before the current iteration began
 
 
 class Receives:
@@ -194,6 +200,7 @@ class Receives:
         # take from every owned channel at once (``spread``).
         self._reads: dict[int, _ChannelReads] = {}
         self._home_refs: deque[ray.ObjectRef[list[Element]]] = deque()
+        self._home_older = 0  # of those, sent before the current iteration began
         self._buffer: deque[Element] = deque()  # elements an iteration left over
 
     # -- the user's receives -------------------------------------------------------------
@@ -207,7 +214,7 @@ class Receives:
         """
         leftover = self._reclaim_iteration(count)
         if leftover:
-            return ray.put(leftover[0] if single else leftover)
+            return ray.put(leftover[0] if single else ElementBatch(leftover))
         return self._send(count, single=single)
 
     @property
@@ -308,10 +315,18 @@ class Receives:
     def iterate(self) -> Iterator[Element]:
         """Blocking iteration, element by element (see ``Subscriber.__iter__``)."""
         for reads in self._reads.values():
-            reads.drained = False  # a new iteration looks again
+            # A new iteration looks again: an "empty" answered to a receive sent
+            # before it (before a nack, a seek, a publish...) does not end it.
+            reads.drained = False
+            reads.older = len(reads.refs)
+        self._home_older = len(self._home_refs)
         if self._through_home:
             return _HomeIteration(self)
         return _DirectIteration(self)
+
+    def iterate_batches(self, max_elements: int) -> Iterator[ElementBatch]:
+        """Blocking iteration, a batch at a time (see ``Subscriber.iter_batches``)."""
+        return _BatchIteration(self.iterate(), max_elements)
 
     @property
     def stopped(self) -> bool:
@@ -331,6 +346,20 @@ class Receives:
             if not self.jumps.is_stale(element):
                 return element
         return None
+
+    def take_buffered(self, count: int) -> ElementBatch:
+        """Up to ``count`` elements an iteration left over, in order, none stale."""
+        buffer = self._buffer
+        if not buffer:
+            return ElementBatch()
+        if len(buffer) <= count and not self.jumps.any_stale(buffer):
+            taken = ElementBatch(buffer)
+            buffer.clear()
+            return taken
+        taken = ElementBatch()
+        while len(taken) < count and (element := self.next_buffered()) is not None:
+            taken.append(element)
+        return taken
 
     def buffer(self, elements: list[Element]) -> None:
         """Keep received elements for :meth:`next_buffered`, in order."""
@@ -361,8 +390,10 @@ class Receives:
                     break
             else:
                 return []
+        older = reads.older > 0  # sent before this iteration: its "empty" is old news
+        reads.older -= older
         elements = _get(ref)
-        if not elements and self._complete_on_empty:
+        if not elements and self._complete_on_empty and not older:
             reads.drained = True
         return elements
 
@@ -376,9 +407,12 @@ class Receives:
         while not self._stopped and len(self._home_refs) < ITERATION_DEPTH:
             self._home_refs.append(self._send(ITERATION_BATCH, single=False, spread=True))
 
-    def take_home(self) -> ray.ObjectRef[list[Element]]:
-        """The oldest receive through the home's session (taken out of flight)."""
-        return self._home_refs.popleft()
+    def take_home(self) -> tuple[ray.ObjectRef[list[Element]], bool]:
+        """The oldest receive through the home's session (taken out of flight), and
+        whether it was sent before the current iteration began."""
+        older = self._home_older > 0
+        self._home_older -= older
+        return self._home_refs.popleft(), older
 
     def interrupt(self) -> list[ray.ObjectRef[list[Element]]]:
         """Tell every channel with iteration receives out to stop their waits; return
@@ -393,6 +427,7 @@ class Receives:
                     )
                     pending.extend(reads.refs)
                     reads.refs.clear()
+                    reads.older = 0
         if self._home_refs:
             with self._lock:
                 target = self._target
@@ -403,6 +438,7 @@ class Receives:
             )
             pending.extend(self._home_refs)
             self._home_refs.clear()
+            self._home_older = 0
         return pending
 
     def _reclaim_iteration(self, count: int) -> list[Element]:
@@ -453,6 +489,35 @@ class _Iteration:
         raise NotImplementedError
 
 
+class _BatchIteration:
+    """Blocking iteration a batch at a time: buffered elements first, then each
+    received batch, split where it holds more than ``max_elements``."""
+
+    def __init__(self, iteration: _Iteration, max_elements: int) -> None:
+        self._iteration = iteration
+        self._receives = iteration._receives
+        self._max = max_elements
+
+    def __iter__(self) -> _BatchIteration:
+        return self
+
+    def __next__(self) -> ElementBatch:
+        receives = self._receives
+        while True:
+            batch = receives.take_buffered(self._max)
+            if batch:
+                return batch
+            elements = self._iteration._next_batch()
+            if elements is None:
+                raise StopIteration
+            if not elements:
+                continue  # nothing came in time: look again
+            if len(elements) <= self._max and not receives.jumps.any_stale(elements):
+                # The common case: a received batch handed out as it came.
+                return elements if type(elements) is ElementBatch else ElementBatch(elements)
+            receives.buffer(elements)
+
+
 class _DirectIteration(_Iteration):
     """Receives in flight at every owned channel at once, each read there alone."""
 
@@ -492,11 +557,12 @@ class _HomeIteration(_Iteration):
         if receives.stopped and not receives.home_in_flight:
             return None
         receives.prefetch_home()
+        ref, older = receives.take_home()
         try:
-            elements = _get(receives.take_home())
+            elements = _get(ref)
         except SubscriberClosedError:
             return None
-        if not elements and (receives.stopped or receives.complete_on_empty):
+        if not elements and (receives.stopped or (receives.complete_on_empty and not older)):
             return None
         return elements
 

@@ -51,6 +51,7 @@ from raytopic.receives import Receives
 
 if TYPE_CHECKING:
     from raytopic.actors.channel_link import CursorState
+    from raytopic.core.element_batch import ElementBatch
     from raytopic.core.resequencer import ResequencerStats
     from raytopic.topic import Topic
 
@@ -325,7 +326,7 @@ class Subscriber:
         self._check_open()
         return self._receives.receive(1, single=True)
 
-    def receive_batch(self, max_elements: int) -> ray.ObjectRef[list[Element]]:
+    def receive_batch(self, max_elements: int) -> ray.ObjectRef[ElementBatch]:
         """Receive up to ``max_elements`` elements.
 
         They come from the channel the receive was sent to while it has data
@@ -335,7 +336,8 @@ class Subscriber:
             max_elements: The most elements to receive (>= 1).
 
         Returns:
-            An ObjectRef of the list of Elements (empty with ``complete_on_empty``
+            An ObjectRef of the ElementBatch (a list of Elements, settled in one
+            call with ``commit()`` or ``ack()``; empty with ``complete_on_empty``
             when there are none).
 
         Raises:
@@ -358,6 +360,28 @@ class Subscriber:
             An iterator of Elements.
         """
         return self._receives.iterate()
+
+    def iter_batches(self, max_elements: int = 1000) -> Iterator[ElementBatch]:
+        """Iterate a batch at a time, blocking: the fast way to drain a topic.
+
+        Receives stay in flight at every owned channel, as for element
+        iteration, and every rule of it holds (order per channel, window,
+        ownership, seeks); a batch is never empty. Settle a batch in one call
+        per channel with ``batch.commit()`` or ``batch.ack()``.
+
+        Args:
+            max_elements: The most elements per batch (>= 1).
+
+        Returns:
+            An iterator of ElementBatches (lists of Elements). It ends when the
+            subscriber closes, or (with ``complete_on_empty``) when nothing is left.
+
+        Raises:
+            InvalidArgumentError: ``max_elements`` is below 1.
+            InvalidTypeError: ``max_elements`` is not an int.
+        """
+        check_positive_int(max_elements, "max_elements")
+        return self._receives.iterate_batches(max_elements)
 
     # -- positions -------------------------------------------------------------------------
 

@@ -1,0 +1,125 @@
+"""ElementBatch: the elements one receive brought, settled as one.
+
+``receive_batch`` and ``iter_batches`` hand out an :class:`ElementBatch`: a
+``list`` of Elements (so everything a list does still works: ``len``,
+indexing, slicing, ``+``, ``==``), plus the settling of the whole batch in
+one call per channel: ``commit()`` for a channel-owned group's member (each
+channel's last position, which commits every earlier one), ``ack()`` /
+``nack()`` for a shared group's. ``values`` is every value, in order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from raytopic.core.errors import GroupModeError, InvalidTypeError
+from raytopic.core.records import Element, _resolve
+
+if TYPE_CHECKING:
+    import ray
+
+    from raytopic.core.records import AckStatus, CommitResult
+
+__all__ = ["ElementBatch"]
+
+
+class ElementBatch(list[Element]):
+    """Elements received together, in the order received; a ``list`` of Elements.
+
+    Elements of one channel are in position order. Settle the batch in one
+    call per channel: ``commit()`` (a channel-owned group's member), or
+    ``ack()`` / ``nack()`` (a shared group's member).
+
+    Example:
+        >>> for batch in subscriber.iter_batches(500):
+        ...     handle([element.value for element in batch])
+        ...     batch.commit()
+    """
+
+    __slots__ = ()
+
+    @property
+    def values(self) -> list[Any]:
+        """Every element's value, in order."""
+        return [element.value for element in self]
+
+    def last_per_channel(self) -> dict[int, Element]:
+        """Each channel's last element in the batch (the one a commit names)."""
+        last: dict[int, Element] = {}
+        for element in self:
+            if not isinstance(element, Element):
+                raise InvalidTypeError(f"expected Elements, got {type(element).__name__}")
+            held = last.get(element.channel)
+            if held is None or element.sequence > held.sequence:
+                last[element.channel] = element
+        return dict(sorted(last.items()))
+
+    def commit(self) -> dict[int, CommitResult]:
+        """Commit every element of the batch: each channel's last position (and so
+        every earlier one), one call per channel.
+
+        Returns:
+            Each channel's CommitResult (``NOT_OWNER`` where the member lost it).
+
+        Raises:
+            GroupModeError: the elements were received in a shared group (ack them).
+            TopicNotFoundError: their topic was destroyed.
+        """
+        return {channel: _resolve(ref) for channel, ref in self.commit_async().items()}
+
+    def commit_async(self) -> dict[int, ray.ObjectRef[CommitResult]]:
+        """``commit`` without waiting.
+
+        Returns:
+            Each channel's ``ObjectRef[CommitResult]``.
+
+        Raises:
+            GroupModeError: the elements were received in a shared group.
+        """
+        last = self.last_per_channel()
+        for element in last.values():
+            if element._origin.shared:
+                raise GroupModeError(
+                    f"element {element.position} was received in a shared group: ack it instead"
+                )
+        return {channel: element.commit_async() for channel, element in last.items()}
+
+    def ack(self) -> list[AckStatus]:
+        """Acknowledge every element (received in a shared group), one call per channel.
+
+        Returns:
+            Each element's status, in order: ACKED, or REJECTED for one this
+            member no longer holds under that delivery (it stays the group's).
+
+        Raises:
+            GroupModeError: an element was not received in a shared group.
+        """
+        return _resolve(self._send("Ack"))
+
+    def nack(self, delay: float | None = None) -> list[AckStatus]:
+        """Give every element back to its shared group, to be delivered again.
+
+        Args:
+            delay: Seconds before they may be delivered again (None: at once).
+
+        Returns:
+            Each element's status, in order: NACKED, or REJECTED (see ``ack``).
+
+        Raises:
+            InvalidArgumentError: a negative delay.
+            GroupModeError: an element was not received in a shared group.
+        """
+        from raytopic.core.acks import check_delay
+
+        return _resolve(self._send("Nack", delay=check_delay(delay)))
+
+    def _send(self, kind: str, **options: Any) -> ray.ObjectRef[list[AckStatus]]:
+        # Imported here: acks imports records, which this module builds on.
+        from raytopic.core import acks
+
+        elements = list(self)
+        for element in elements:
+            if not isinstance(element, Element):
+                raise InvalidTypeError(f"expected Elements, got {type(element).__name__}")
+            acks.check_shared(element)
+        return acks.send_many(elements, getattr(acks, kind), **options)

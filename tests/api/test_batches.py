@@ -1,0 +1,245 @@
+"""Batches as the unit: ``iter_batches`` under every reader kind and with faults,
+``ElementBatch`` settling a whole batch in one call, values as published."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+import ray
+
+import raytopic as rt
+
+from tests.topic_helpers import get, publish_all
+
+COMMITTED = rt.CommitStatus.COMMITTED
+
+
+def _publish_batch(topic: rt.Topic, values: list[Any]) -> None:
+    with topic.publisher() as publisher:
+        get(publisher.publish_batch(values))
+
+
+def _drain(subscriber: rt.Subscriber, max_elements: int) -> list[rt.ElementBatch]:
+    """Every batch until the iteration ends (the subscriber completes on empty)."""
+    return list(subscriber.iter_batches(max_elements))
+
+
+def _by_channel(batches: list[rt.ElementBatch]) -> dict[int, list[Any]]:
+    values: dict[int, list[Any]] = {}
+    for batch in batches:
+        for element in batch:
+            values.setdefault(element.channel, []).append(element.sequence)
+    return values
+
+
+def _even(value: dict[str, int]) -> bool:
+    return value["id"] % 2 == 0
+
+
+def _ids_only(value: dict[str, int]) -> int:
+    return value["id"]
+
+
+def test_an_anonymous_reader_drains_every_channel_in_batches_in_order(make_topic):
+    topic = make_topic(channels=3)
+    _publish_batch(topic, [{"id": i} for i in range(3000)])
+    with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
+        batches = _drain(subscriber, 400)
+    assert batches and all(isinstance(batch, rt.ElementBatch) for batch in batches)
+    assert all(0 < len(batch) <= 400 for batch in batches)
+    assert sorted(v["id"] for batch in batches for v in batch.values) == list(range(3000))
+    # Every channel's elements in position order, none twice.
+    assert _by_channel(batches) == {channel: list(range(1000)) for channel in range(3)}
+
+
+def test_a_group_member_commits_a_batch_in_one_call_and_the_next_resumes_after(make_topic):
+    topic = make_topic(channels=2)
+    _publish_batch(topic, [{"id": i} for i in range(600)])
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        batch = next(member.iter_batches(250))
+        assert 0 < len(batch) <= 250
+        results = batch.commit()
+        assert set(results) == {batch[0].channel}
+        assert [result.status for result in results.values()] == [COMMITTED]
+        assert results[batch[0].channel].position == batch[-1].position
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        rest = _drain(member, 1000)
+    received = [element.value["id"] for element in batch] + [
+        value["id"] for later in rest for value in later.values
+    ]
+    assert sorted(received) == list(range(600))  # the committed batch is not read again
+
+
+def test_a_shared_member_acks_a_batch_in_one_call(make_topic):
+    topic = make_topic(channels=2)
+    topic.subscriber(group=rt.SharedGroup("s")).close()
+    publish_all(topic, list(range(40)))
+    with topic.subscriber(group=rt.SharedGroup("s"), complete_on_empty=True) as member:
+        batches = _drain(member, 15)
+        assert sum(map(len, batches)) == 40
+        assert all(len(batch) <= 15 for batch in batches)
+        for batch in batches:
+            assert batch.ack() == [rt.AckStatus.ACKED] * len(batch)
+        with pytest.raises(rt.GroupModeError):
+            batches[0].commit()
+    with topic.subscriber(group=rt.SharedGroup("s"), complete_on_empty=True) as member:
+        assert _drain(member, 15) == []  # every element done for the group
+
+
+def test_a_shared_member_nacks_a_batch_and_gets_it_again(make_topic):
+    topic = make_topic(channels=1)
+    topic.subscriber(group=rt.SharedGroup("s")).close()
+    publish_all(topic, list(range(5)))
+    with topic.subscriber(group=rt.SharedGroup("s"), complete_on_empty=True) as member:
+        first = next(member.iter_batches(10))
+        assert first.nack() == [rt.AckStatus.NACKED] * 5
+        again = next(member.iter_batches(10))
+        assert again.values == first.values
+        assert [element.delivery_count for element in again] == [2] * 5
+        again.ack()
+
+
+def test_a_window_bounds_what_batches_hold_uncommitted(make_topic):
+    topic = make_topic(channels=1)
+    publish_all(topic, list(range(20)))
+    with topic.subscriber(group="g", window=6) as member:
+        batches = member.iter_batches(100)
+        held: list[rt.Element] = []
+        while len(held) < 6:
+            held += next(batches)
+        assert [element.value for element in held] == list(range(6))  # the window is full
+        assert topic.describe().groups["g"].unacked == 6
+        assert held[-1].commit().status is COMMITTED
+        more: list[rt.Element] = []
+        while len(more) < 6:
+            more += next(batches)
+        assert [element.value for element in more] == list(range(6, 12))
+
+
+def test_a_filter_and_a_converter_run_over_batches(make_topic):
+    topic = make_topic(channels=2)
+    _publish_batch(topic, [{"id": i} for i in range(200)])
+    with topic.subscriber(
+        start="earliest", complete_on_empty=True, filter=_even, converter=_ids_only
+    ) as subscriber:
+        values = [value for batch in _drain(subscriber, 30) for value in batch.values]
+    assert sorted(values) == list(range(0, 200, 2))
+
+
+def test_values_are_received_as_published_each_its_own_object(make_topic):
+    topic = make_topic(channels=1)
+    shared = {"n": 1}
+    values = [{"id": 0, "tags": ["a"]}, {"id": 1, "tags": ["b"]}, shared, shared]
+    with topic.publisher() as publisher:
+        ref = publisher.publish_batch(values)
+        values[0]["tags"].append("changed")
+        values[1]["id"] = 99
+        shared["n"] = 2
+        get(ref)
+    with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
+        received = [value for batch in _drain(subscriber, 10) for value in batch.values]
+    assert received == [{"id": 0, "tags": ["a"]}, {"id": 1, "tags": ["b"]}, {"n": 1}, {"n": 1}]
+    assert received[2] is not received[3]
+
+
+def test_an_unpicklable_value_fails_publish_batch_and_sends_nothing(make_topic):
+    import threading
+
+    topic = make_topic(channels=2)
+    with (
+        topic.publisher() as publisher,
+        pytest.raises(rt.InvalidTypeError, match="cannot be pickled"),
+    ):
+        publisher.publish_batch([{"id": 1}, {"lock": threading.Lock()}, {"id": 2}])
+    assert [channel.size for channel in topic.describe().channels] == [0, 0]
+
+
+@pytest.mark.parametrize(
+    ("max_elements", "error"),
+    [(0, rt.InvalidArgumentError), (-3, rt.InvalidArgumentError), ("5", rt.InvalidTypeError)],
+)
+def test_bad_max_elements_is_refused_at_the_call(make_topic, max_elements, error):
+    topic = make_topic(channels=1)
+    with topic.subscriber() as subscriber:
+        with pytest.raises(error, match="max_elements"):
+            subscriber.iter_batches(max_elements)
+        with pytest.raises(rt.InvalidTypeError):
+            subscriber.iter_batches(2.5)
+
+
+def test_elements_an_abandoned_batch_iteration_prefetched_come_first(make_topic):
+    topic = make_topic(channels=1)
+    publish_all(topic, list(range(50)))
+    with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
+        first = next(subscriber.iter_batches(10))
+        assert first.values == list(range(10))
+        rest = get(subscriber.receive_batch(100))
+        assert isinstance(rest, rt.ElementBatch)
+        assert rest.values == list(range(10, 50))
+
+
+def test_closing_the_subscriber_ends_its_batch_iteration(make_topic):
+    topic = make_topic(channels=2)
+    subscriber = topic.subscriber()
+    batches = subscriber.iter_batches(10)
+    subscriber.close()
+    assert list(batches) == []
+
+
+@ray.remote(num_cpus=0)
+def _commit_in_a_task(batch: rt.ElementBatch) -> list[str]:
+    return [result.status.value for result in batch.commit().values()]
+
+
+def test_a_batch_pickles_and_commits_from_a_task(make_topic):
+    topic = make_topic(channels=1)
+    publish_all(topic, list(range(5)))
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        batch = next(member.iter_batches(10))
+        assert get(_commit_in_a_task.remote(batch)) == ["committed"]
+        assert member.last_committed() == {0: topic.position(0, 4)}
+
+
+@pytest.mark.slow
+def test_a_channel_restarted_mid_iteration_loses_nothing_stored(make_topic, tmp_path):
+    topic = make_topic(channels=1, store=str(tmp_path))
+    _publish_batch(topic, [{"id": i} for i in range(300)])
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        batches = member.iter_batches(100)
+        first = next(batches)
+        first.commit()
+        os.kill(topic.describe().channels[0].pid, signal.SIGKILL)
+        _publish_batch(topic, [{"id": i} for i in range(300, 400)])  # waits for the restart
+        rest = [value["id"] for batch in batches for value in batch.values]
+    ids = [value["id"] for value in first.values] + rest
+    assert sorted(set(ids)) == list(range(400))  # nothing lost; a re-read is at least once
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class _BatchMember:
+    """A group member in its own process, holding a batch it never commits."""
+
+    def __init__(self, topic: rt.Topic) -> None:
+        self._member = topic.subscriber(group="g", timeout=2.0)
+
+    def take_one_batch(self) -> tuple[int, list[int]]:
+        batch = next(self._member.iter_batches(50))
+        return os.getpid(), [element.value for element in batch]
+
+
+@pytest.mark.slow
+def test_a_member_killed_holding_a_batch_has_it_redelivered(make_topic, wait_until):
+    topic = make_topic(channels=1)
+    topic.subscriber(group="g").close()
+    publish_all(topic, list(range(120)))
+    victim = _BatchMember.remote(topic)
+    pid, held = get(victim.take_one_batch.remote())
+    assert held == list(range(50))
+    os.kill(pid, signal.SIGKILL)
+    with topic.subscriber(group="g", complete_on_empty=True, timeout=5.0) as survivor:
+        wait_until(lambda: survivor.heartbeat() or survivor.channels == (0,), timeout=10)
+        received = [value for batch in _drain(survivor, 50) for value in batch.values]
+    assert received == list(range(120))  # the uncommitted batch again, then the rest
