@@ -20,7 +20,7 @@ import numpy as np
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
 from raytopic.actors.channel_link import CursorState
-from raytopic.actors.payloads import Payload, PickledValues
+from raytopic.actors.payloads import Payload, encode_values
 from raytopic.actors.receive_session import SessionSpec
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.wire import Chunk, Delivery, ReaderSpec
@@ -195,9 +195,8 @@ def pick(
                     break
         if picked:
             if convert is not None:
-                payload: Payload = PickledValues.from_values(
-                    convert(values[offset])
-                    for offset in picked  # type: ignore[index]
+                payload: Payload = encode_values(
+                    [convert(values[offset]) for offset in picked]  # type: ignore[index]
                 )
             elif len(picked) == len(run.payload):
                 payload = run.payload

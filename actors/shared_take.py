@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from raytopic.actors.payloads import Payload, PickledValues
+from raytopic.actors.payloads import Payload, encode_values
 from raytopic.actors.segment_ring import Run, SegmentRing
 from raytopic.actors.shared_cursor import Candidate, SharedCursor
 from raytopic.actors.wire import Chunk
@@ -111,4 +111,4 @@ def _converted(payload: Payload, convert: Callable[[Any], Any] | None) -> Payloa
     """The payload's values through the reader's converter (if it has one)."""
     if convert is None:
         return payload
-    return PickledValues.from_values(map(convert, payload.decode()))
+    return encode_values([convert(value) for value in payload.decode()])
