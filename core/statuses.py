@@ -198,19 +198,8 @@ _UnfrozenStatus = _unfrozen(PublishStatus)
 
 
 def _status(topic_id: str, channel: int, sequence: int, timestamp: datetime) -> PublishStatus:
-    # Built like received elements (see _unfrozen): reading every status of a
-    # large batch would otherwise cost more than publishing it.
-    position = _new(_UnfrozenPosition)
-    position.topic_id = topic_id
-    position.channel = channel
-    position.sequence = sequence
-    position.__class__ = Position  # type: ignore[assignment]
-    status = _new(_UnfrozenStatus)
-    status.channel = channel
-    status.position = position
-    status.timestamp = timestamp
-    status.__class__ = PublishStatus  # type: ignore[assignment]
-    return status  # type: ignore[return-value]
+    """One status (a status read by index)."""
+    return _statuses(topic_id, channel, sequence, sequence + 1, timestamp)[0]
 
 
 _BLOCK = 4096
@@ -232,7 +221,9 @@ def _statuses(
     try:
         built = []
         append = built.append
-        for sequence in range(start, stop):  # _status inlined: a call costs a third more
+        # Built like received elements (see _unfrozen): reading every status of
+        # a large batch would otherwise cost more than publishing it.
+        for sequence in range(start, stop):
             position = _new(_UnfrozenPosition)
             position.topic_id = topic_id
             position.channel = channel
