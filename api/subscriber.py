@@ -17,23 +17,15 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import ray
 
+from raytopic.acknowledging import Acknowledging
 from raytopic.actors.wire import ReaderSpec
-from raytopic.core.acks import (
-    Ack,
-    ExtendLease,
-    Nack,
-    check_delay,
-    check_lease,
-    check_own,
-    send_many,
-)
 from raytopic.core.config import Start, check_name, check_positive_int, check_timeout
 from raytopic.core.errors import (
     GroupModeError,
@@ -43,7 +35,7 @@ from raytopic.core.errors import (
     SubscriberClosedError,
     unwrap_ray_error,
 )
-from raytopic.core.records import AckStatus, CommitResult, Element, OwnershipChange, Position
+from raytopic.core.records import CommitResult, Element, OwnershipChange, Position
 from raytopic.core.resequencer import Resequence
 from raytopic.core.shared_group import SharedGroup, check_mode
 from raytopic.group_member import membership_for
@@ -63,7 +55,7 @@ _TAIL = 1 << 62
 """A sequence past any tail: seeking there clamps to the tail."""
 
 
-class Subscriber:
+class Subscriber(Acknowledging):
     """Receives a topic's elements: all of them (anonymous) or its group's share.
 
     **Ordering**: elements of one channel arrive in position order, and the
@@ -612,103 +604,6 @@ class Subscriber:
         actor = self._topic._channel_actors[channel]
         fence = self._member.lease(channel, refresh=True)
         return actor.commit.remote(self._id, position.sequence, fence)
-
-    # -- acknowledging (shared groups) -------------------------------------------------------
-
-    def ack(self, elements: Iterable[Element]) -> list[AckStatus]:
-        """Acknowledge elements this member received in its shared group.
-
-        One call per channel.
-
-        Args:
-            elements: Elements this subscriber received.
-
-        Returns:
-            Each element's status, in order: ACKED, or REJECTED when no longer
-            held by this member under that delivery (nothing changed for it).
-
-        Raises:
-            ForeignElementError: an element this subscriber did not receive in its
-                shared group (nothing is acknowledged).
-            GroupModeError: not a shared group's member (it commits instead).
-            SubscriberClosedError: the subscriber is closed.
-        """
-        return self._call(self.ack_async(elements))
-
-    def ack_async(self, elements: Iterable[Element]) -> ray.ObjectRef[list[AckStatus]]:
-        """``ack`` without waiting.
-
-        Args:
-            elements: Elements this subscriber received.
-
-        Returns:
-            An ObjectRef of each element's status, in order.
-
-        Raises:
-            ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
-        """
-        return send_many(self._own(elements), Ack)
-
-    def nack(self, elements: Iterable[Element], delay: float | None = None) -> list[AckStatus]:
-        """Give elements back to the group, to be delivered again (to any member).
-
-        Past the group's ``max_deliveries`` they go to its dead-letter topic.
-
-        Args:
-            elements: Elements this subscriber received.
-            delay: Seconds before they may be delivered again (None: at once).
-
-        Returns:
-            Each element's status, in order: NACKED, or REJECTED as in ``ack``.
-
-        Raises:
-            InvalidArgumentError: a negative delay.
-            ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
-        """
-        return self._call(self.nack_async(elements, delay))
-
-    def nack_async(
-        self, elements: Iterable[Element], delay: float | None = None
-    ) -> ray.ObjectRef[list[AckStatus]]:
-        """``nack`` without waiting.
-
-        Args:
-            elements: Elements this subscriber received.
-            delay: Seconds before they may be delivered again (None: at once).
-
-        Returns:
-            An ObjectRef of each element's status, in order.
-
-        Raises:
-            InvalidArgumentError, ForeignElementError, GroupModeError,
-            SubscriberClosedError: as ``nack``.
-        """
-        return send_many(self._own(elements), Nack, delay=check_delay(delay))
-
-    def extend_lease(
-        self, elements: Iterable[Element], seconds: float | None = None
-    ) -> list[AckStatus]:
-        """Keep holding elements a while longer.
-
-        Args:
-            elements: Elements this subscriber received.
-            seconds: When their ack leases end, from now (None: the group's
-                ``ack_timeout``).
-
-        Returns:
-            Each element's status, in order: EXTENDED, or REJECTED for one no
-            longer held.
-
-        Raises:
-            InvalidArgumentError: ``seconds`` is not above 0.
-            ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
-        """
-        return self._call(send_many(self._own(elements), ExtendLease, seconds=check_lease(seconds)))
-
-    def _own(self, elements: Iterable[Element]) -> list[Element]:
-        self._check_open()
-        self._member.check_acknowledging()
-        return check_own(elements, self._id, self._topic.topic_id)
 
     # -- membership --------------------------------------------------------------------------
 
