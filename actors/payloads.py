@@ -206,8 +206,7 @@ class PickledValues(Payload):
         """Join values pickled one by one (by :func:`dumps_value`), with their key
         ids if any has a key."""
         ends = np.fromiter(map(len, pickles), dtype=np.int64, count=len(pickles)).cumsum()
-        key_ids = None if keys is None else np.fromiter(keys, dtype=np.int64, count=len(keys))
-        return cls(b"".join(pickles), ends, 0, key_ids)
+        return cls(b"".join(pickles), ends, 0, _key_array(keys))
 
     @classmethod
     def from_values(cls, values: Iterable[Any]) -> PickledValues:

@@ -214,7 +214,7 @@ class Receives:
         """
         leftover = self._reclaim_iteration(count)
         if leftover:
-            return ray.put(leftover[0] if single else ElementBatch(leftover))
+            return ray.put(leftover[0] if single else leftover)
         return self._send(count, single=single)
 
     @property
@@ -441,7 +441,7 @@ class Receives:
             self._home_older = 0
         return pending
 
-    def _reclaim_iteration(self, count: int) -> list[Element]:
+    def _reclaim_iteration(self, count: int) -> ElementBatch:
         """Up to ``count`` elements an abandoned iteration prefetched, in order.
 
         Its receives still waiting are told to stop waiting, and what each
@@ -458,10 +458,7 @@ class Receives:
                 first_error = first_error or error
         if first_error is not None:
             raise first_error
-        taken: list[Element] = []
-        while len(taken) < count and (element := self.next_buffered()) is not None:
-            taken.append(element)
-        return taken
+        return self.take_buffered(count)
 
 
 class _Iteration:
