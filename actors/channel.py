@@ -15,6 +15,8 @@ the part whose job it is:
   another topic;
 - :class:`~raytopic.actors.session_host.SessionHost`: receive sessions, the
   links to sibling channels, group views;
+- :class:`~raytopic.actors.transactions.TransactionParticipant`: staged
+  elements and the two-phase commit of transactions;
 - :class:`~raytopic.actors.channel_state.ChannelState`: the durable state and
   what changed in it.
 
@@ -47,10 +49,10 @@ from raytopic.actors.channel_parts import ChannelParts
 from raytopic.actors.cursors import Lease
 from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.payloads import Payload
-from raytopic.actors.requests import ChannelRequest, pack_request, unpack_request
+from raytopic.actors.requests import TRANSACTION_REQUESTS, ChannelRequest, unpack_request
 from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
-from raytopic.actors.session_host import Caller
+from raytopic.actors.session_host import remote_caller
 from raytopic.actors.stores.opening import open_store
 from raytopic.actors.wire import (
     AppendAck,
@@ -76,13 +78,11 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ChannelActor"]
 
-_ANNOUNCE_AGAIN = 2.0
-"""Seconds a call to a channel waiting for its groups waits before the channel
-tells its coordinator again that it restarted."""
+_ANNOUNCE_AGAIN = 2.0  # s a call waiting for the groups waits before re-announcing
 
 _SEED_TIMEOUT = 30.0
-"""Seconds a call to a channel restarted without a store waits for the coordinator
-to tell it its epoch and groups; then ChannelUnavailableError."""
+"""Seconds a call to a channel restarted without a store waits for the coordinator's
+epoch and groups (then ChannelUnavailableError)."""
 
 
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -256,7 +256,7 @@ class ChannelActor:
 
     def attach(self, siblings: list[Any]) -> dict[str, Any]:
         """Learn every channel actor of the topic (index = channel); return who we are."""
-        self._host.link(list(siblings), _remote_caller)
+        self._host.link(list(siblings), remote_caller)
         return self.identity()
 
     def _ensure_siblings(self) -> None:
@@ -284,12 +284,9 @@ class ChannelActor:
         ("serving", "recovering": restarted without a store, waiting for its
         coordinator, or "failed")."""
         context = ray.get_runtime_context()
+        state = "serving" if self._seeded.is_set() else "recovering"
         if self._failure is not None:
             state = "failed"
-        elif not self._seeded.is_set():
-            state = "recovering"
-        else:
-            state = "serving"
         return {
             "channel": self._channel,
             "epoch": self._context.epoch,
@@ -307,13 +304,28 @@ class ChannelActor:
         take, watch, ack, ...; see ``raytopic.actors.requests``): one argument
         crosses Ray instead of six. An append's payload comes as its own argument."""
         request = unpack_request(packed)
+        self._tend_transactions()  # e.g. one prepared before a restart
         if payload is None:
             return await self._local_call(request)
         return await getattr(self, request.method)(**request._asdict(), payload=payload)
 
+    @_guarded
+    async def transact(self, packed: bytes, payload: Payload | None = None) -> Any:
+        """Serve a transaction's request (see ``raytopic.actors.transactions``)."""
+        request = unpack_request(packed, TRANSACTION_REQUESTS)
+        transactions = self._parts.transactions
+        try:
+            return await getattr(transactions, request.method)(request, payload)
+        finally:
+            self._tend_transactions()
+
     async def _local_call(self, request: ChannelRequest) -> Any:
         """Serve ``request`` in this process (a session's call to its home channel)."""
         return await getattr(self, request.method)(**request._asdict())
+
+    def _tend_transactions(self) -> None:
+        if self._parts.transactions.needs_tending:
+            self._start("transactions", self._parts.transactions.tend)
 
     def _start(self, job: str, work: Callable[[], Any]) -> None:
         """Run background ``job`` (once at a time; it ends with the actor)."""
@@ -322,8 +334,7 @@ class ChannelActor:
             self._tasks[job] = asyncio.ensure_future(work())
 
     async def _report_metrics(self) -> None:
-        """Background (from the first publish): hand Ray the counts, and each group's
-        lag and depth here, every few seconds."""
+        """Background (from the first publish): hand Ray the counts and group gauges."""
         readers = self._readers
         while True:
             tail = self._log.ring.tail
@@ -633,6 +644,7 @@ class ChannelActor:
             "size": ring.tail - ring.head + 1,
             "capacity": ring.capacity,
             "groups": self.group_cursors(),
+            "transactions": self._parts.transactions.table.describe(time.time()),
         }
 
     # -- shared groups (per-element acknowledgement) --------------------------------
@@ -784,17 +796,3 @@ class ChannelActor:
     def ping(self) -> int:
         """Cheap liveness probe; returns the channel number."""
         return self._channel
-
-
-def _remote_caller(handle: Any, in_flight: set[Any]) -> Caller:
-    """A sibling's caller; each call is in ``in_flight`` until it is answered."""
-
-    async def call(request: ChannelRequest) -> Any:
-        ref = handle.request.remote(pack_request(request))
-        in_flight.add(ref)
-        try:
-            return await ref
-        finally:
-            in_flight.discard(ref)
-
-    return call

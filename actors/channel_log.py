@@ -69,6 +69,7 @@ class ChannelLog:
         self._pending: deque[_Pending] = deque()
         self._pending_count = 0
         self._pending_stamp = 0.0
+        self.reserved = 0  # room held by elements staged in open transactions
         self._sync_task: asyncio.Task[None] | None = None
 
     # -- opening ----------------------------------------------------------------------
@@ -282,8 +283,9 @@ class ChannelLog:
         return self.ring.tail + 1 + self._pending_count
 
     def room(self) -> int:
-        """Elements that fit now, counting appends still waiting for their sync."""
-        return self.ring.room() - self._pending_count
+        """Elements that fit now, counting appends still waiting for their sync and
+        elements staged by open transactions (``reserved``)."""
+        return self.ring.room() - self._pending_count - self.reserved
 
     async def wait_room(self, count: int, deadline: float | None) -> bool:
         """Wait until ``count`` elements fit: True, or False at ``deadline`` (monotonic)."""

@@ -7,6 +7,8 @@ channels for a group's lag (``sum by (group) (ray_raytopic_group_lag)``).
 - ``raytopic_delivered_elements`` / ``_bytes``: taken by readers (group members
   and anonymous subscribers).
 - ``raytopic_commits``: commits that moved a position.
+- ``raytopic_transaction_commits`` / ``_aborts``: transactions decided here (at
+  their lead channel; fencings are counted by the transaction registry).
 - ``raytopic_append_latency_seconds``: a publisher batch's call, from its arrival
   to its acknowledgement (the store's sync included); sampled.
 - ``raytopic_receive_latency_seconds``: from an element's append to its delivery;
@@ -41,6 +43,8 @@ _COUNTERS = {
     "delivered": ("delivered_elements", "Elements taken by readers"),
     "delivered_bytes": ("delivered_bytes", "Bytes taken by readers"),
     "commits": ("commits", "Commits that moved a position"),
+    "transaction_commits": ("transaction_commits", "Transactions committed (by their lead)"),
+    "transaction_aborts": ("transaction_aborts", "Transactions aborted (by their lead)"),
 }
 
 _LATENCY_BOUNDARIES = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
@@ -119,6 +123,10 @@ class ChannelMetrics:
     def committed(self) -> None:
         """A commit moved a position."""
         self._counts["commits"] += 1
+
+    def transaction_decided(self, committed: bool) -> None:
+        """This channel, a transaction's lead, decided its outcome."""
+        self._counts["transaction_commits" if committed else "transaction_aborts"] += 1
 
     def report(self, groups: Iterable[tuple[str, int, int]]) -> None:
         """Hand Ray what was counted since the last report, and each group's

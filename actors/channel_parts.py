@@ -26,7 +26,8 @@ from raytopic.actors.requests import ChannelRequest
 from raytopic.actors.ring_api import RingbufferApi
 from raytopic.actors.session_host import SessionHost
 from raytopic.actors.shared_cursor import SharedCursor
-from raytopic.actors.stores.base import ChannelStore
+from raytopic.actors.stores.base import ChannelStore, StoredBatch
+from raytopic.actors.transactions import TransactionParticipant
 from raytopic.actors.wire import ReaderSpec
 from raytopic.core.errors import DataLossError
 from raytopic.core.shared_group import SharedGroup
@@ -48,6 +49,7 @@ class ChannelParts:
     host: SessionHost
     dead_letters: DeadLetters
     ring_api: RingbufferApi
+    transactions: TransactionParticipant
 
     @classmethod
     def build(
@@ -86,6 +88,10 @@ class ChannelParts:
         state.provide("marks", lambda group: _listed(host.marks.get(group)), host.marks.keys)
         state.provide("publishers", publishers.state_of, publishers.tracks.keys)
         state.provide("readers", readers.state_of, readers.by_id.keys)
+        transactions = TransactionParticipant(context, log, readers, state)
+        table = transactions.table
+        state.provide("transactions", table.state_of, table.durable_keys)
+        readers.owned.held = table.held
         return cls(
             context,
             log,
@@ -95,6 +101,7 @@ class ChannelParts:
             host,
             DeadLetters(context, log, state.save),
             RingbufferApi(context, log),
+            transactions,
         )
 
     def recover(self, store: ChannelStore, *, restarted: bool) -> bool:
@@ -108,10 +115,10 @@ class ChannelParts:
         context.epoch = int(saved.get("epoch", 0)) + 1
         start, largest = log.open(store, int(saved.get("next_sequence", 0)))
         if restarted and not saved:
-            log.load(start, largest, self.publishers.learn)
+            log.load(start, largest, self._learn)
             return False
         self.publishers.restore(saved.get("publishers", {}))
-        log.load(start, largest, self.publishers.learn)
+        log.load(start, largest, self._learn)
         self.publishers.resume_turns()
         for group, cursor in saved.get("groups", {}).items():
             readers.owned.groups[group] = Cursor.from_state(cursor, group=True)
@@ -121,10 +128,16 @@ class ChannelParts:
             {group: (int(v), int(n)) for group, (v, n) in saved.get("marks", {}).items()}
         )
         readers.restore_state(saved.get("readers", {}))
+        self.transactions.recover(saved.get("transactions", {}))
         self.state.write_snapshot()
         log.release()
         self._log_recovered(restarted)
         return True
+
+    def _learn(self, batch: StoredBatch) -> None:
+        """A stored record seen at recovery: a transaction's, or a publisher's."""
+        if not self.transactions.learn(batch):
+            self.publishers.learn(batch)
 
     def _log_recovered(self, restarted: bool) -> None:
         context, log = self.context, self.log

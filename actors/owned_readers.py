@@ -34,6 +34,9 @@ LENT_TIMEOUT = 10.0
 """Seconds a take waits for a fetch's session to settle what it took; then the
 session is taken for gone (its elements never reached anyone): read them again."""
 
+HELD_POLL = 0.2
+"""Seconds between looks at a transaction's commit a take waits for."""
+
 FILTERED_READ = 1000
 """Elements a filtered take looks at, at least: a filter that matches nothing
 must not hold the actor for the whole buffer."""
@@ -64,6 +67,9 @@ class OwnedReaders:
         self._state = state
         self._lookup = lookup
         self.groups: dict[str, Cursor] = {}
+        self.held: Callable[[str, Any], bool] = lambda group, fence: False
+        """Whether a group's takes by ``fence`` wait for a prepared transaction's
+        commit here (see ``raytopic.actors.transactions``)."""
 
     # -- cursors ----------------------------------------------------------------------
 
@@ -224,6 +230,9 @@ class OwnedReaders:
         while True:
             reader = self._lookup(reader_id)
             cursor = self.cursor_of(reader, fence)
+            if reader.group is not None and self.held(reader.group, fence):
+                await self._context.wait_change(HELD_POLL)
+                continue
             lent = cursor.lent
             if lent is None or lent.token == token:
                 return reader, cursor

@@ -21,9 +21,17 @@ from raytopic.core.errors import InvalidArgumentError
 
 __all__ = [
     "Ack",
+    "TRANSACTION_REQUESTS",
     "Append",
     "AppendOnce",
     "ChannelRequest",
+    "DecideTransaction",
+    "FinishTransaction",
+    "ForgetTransaction",
+    "PrepareTransaction",
+    "ResolveTransaction",
+    "StageTransaction",
+    "TransactionRequest",
     "ExtendLease",
     "GiveBack",
     "Nack",
@@ -157,6 +165,91 @@ class ExtendLease(NamedTuple):
     method = "extend_lease"
 
 
+class StageTransaction(NamedTuple):
+    """Keep elements published in a transaction apart from the ring (its payload is
+    the call's second argument)."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    timeout: float | None
+    method = "stage"
+
+
+class PrepareTransaction(NamedTuple):
+    """Check and keep durably what a transaction does here, before its decision."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    lead: tuple[str, str, str, int]
+    staged: int
+    """How many elements the holder staged here (fewer: the channel lost some)."""
+    commits: tuple[Any, ...]
+    """ConsumedCommits made here."""
+    method = "prepare"
+
+
+class DecideTransaction(NamedTuple):
+    """At the transaction's lead: record its outcome and finish it here, in one step."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    outcome: str
+    reason: str
+    staged: int
+    commits: tuple[Any, ...]
+    method = "decide"
+
+
+class FinishTransaction(NamedTuple):
+    """At a participant other than the lead: the decided outcome."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    outcome: str
+    reason: str
+    method = "finish"
+
+
+class ResolveTransaction(NamedTuple):
+    """At the lead: the outcome of a transaction (None: undecided); past its
+    deadline an undecided one is aborted."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    method = "resolve"
+
+
+class ForgetTransaction(NamedTuple):
+    """Every participant finished the transaction: its outcome is no longer needed."""
+
+    key: str
+    method = "forget"
+
+
+TransactionRequest = (
+    StageTransaction
+    | PrepareTransaction
+    | DecideTransaction
+    | FinishTransaction
+    | ResolveTransaction
+    | ForgetTransaction
+)
+"""A transaction's request, served by ``ChannelActor.transact``."""
+
+TRANSACTION_REQUESTS = (
+    StageTransaction,
+    PrepareTransaction,
+    DecideTransaction,
+    FinishTransaction,
+    ResolveTransaction,
+    ForgetTransaction,
+)
+
 ChannelRequest = (
     Append
     | AppendOnce
@@ -188,13 +281,13 @@ REQUEST_TYPES = (
 """The request records a channel serves through ``request``."""
 
 
-def pack_request(request: ChannelRequest) -> bytes:
+def pack_request(request: ChannelRequest | TransactionRequest) -> bytes:
     """One request as the single bytes argument of ``ChannelActor.request``."""
     return pickle.dumps(request, protocol=5)
 
 
-def unpack_request(packed: bytes) -> ChannelRequest:
-    """The request packed by :func:`pack_request`.
+def unpack_request(packed: bytes, kinds: tuple[type, ...] = REQUEST_TYPES) -> Any:
+    """The request packed by :func:`pack_request`, one of ``kinds``.
 
     Raises:
         InvalidArgumentError: not a packed request of a data-path call.
@@ -203,6 +296,6 @@ def unpack_request(packed: bytes) -> ChannelRequest:
         request = pickle.loads(packed)
     except Exception as error:
         raise InvalidArgumentError(f"not a packed channel request: {error}") from None
-    if not isinstance(request, REQUEST_TYPES):
+    if not isinstance(request, kinds):
         raise InvalidArgumentError(f"{type(request).__name__} is not a channel request")
     return request

@@ -20,11 +20,11 @@ from raytopic.actors.channel_link import ChannelLink, CursorState
 from raytopic.actors.cursors import Lease
 from raytopic.actors.reader_parts import Reader
 from raytopic.actors.receive_session import ReceiveSession
-from raytopic.actors.requests import ChannelRequest
+from raytopic.actors.requests import ChannelRequest, pack_request
 from raytopic.actors.wire import ReceivedBatch
 from raytopic.core.errors import TopicNotFoundError
 
-__all__ = ["SessionHost"]
+__all__ = ["SessionHost", "remote_caller"]
 
 END_RECEIVES_TIMEOUT = 1.0
 """Seconds a destroy waits for the receives it ended to answer."""
@@ -208,3 +208,17 @@ class SessionHost:
         """The group was destroyed."""
         self.views.pop(group, None)
         self.marks.pop(group, None)
+
+
+def remote_caller(handle: Any, in_flight: set[Any]) -> Caller:
+    """A sibling's caller; each call is in ``in_flight`` until it is answered."""
+
+    async def call(request: ChannelRequest) -> Any:
+        ref = handle.request.remote(pack_request(request))
+        in_flight.add(ref)
+        try:
+            return await ref
+        finally:
+            in_flight.discard(ref)
+
+    return call

@@ -43,6 +43,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
         TopicExistsError,
         TopicFullError,
         TopicNotFoundError,
+        TransactionAbortedError,
+        TransactionFencedError,
     )
     from raytopic.core.records import (
         AckStatus,
@@ -54,6 +56,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
         PublishStatus,
         PublishSummary,
         ReadResultSet,
+        TransactionResult,
     )
     from raytopic.core.resequencer import Resequence, Resequencer, ResequencerStats
     from raytopic.core.shared_group import SharedGroup
@@ -62,6 +65,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
     from raytopic.stats import ChannelStats, GroupChannelStats, GroupStats, MemberStats, TopicStats
     from raytopic.subscriber import Subscriber
     from raytopic.topic import Topic, create_topic, get_topic, list_topics
+    from raytopic.transaction_handles import Transaction, Transactions, transactions
 
 # A script's ray.init(address=RAY_ADDRESS) then sends the token a cluster asks for.
 _enable_token_for_ray_address()
@@ -71,11 +75,14 @@ __all__ = [
     "create_topic",
     "get_topic",
     "list_topics",
+    "transactions",
     # handles
     "Publisher",
     "Ringbuffer",
     "Subscriber",
     "Topic",
+    "Transaction",
+    "Transactions",
     # stores
     "RingbufferStore",
     "StoredBatch",
@@ -98,6 +105,7 @@ __all__ = [
     "SharedGroup",
     "Start",
     "TopicStats",
+    "TransactionResult",
     # resequencing
     "Resequence",
     "Resequencer",
@@ -124,6 +132,8 @@ __all__ = [
     "TopicExistsError",
     "TopicFullError",
     "TopicNotFoundError",
+    "TransactionAbortedError",
+    "TransactionFencedError",
 ]
 
 _EXPORTS = {
@@ -178,6 +188,12 @@ _EXPORTS = {
     "TopicExistsError": "raytopic.core.errors",
     "TopicFullError": "raytopic.core.errors",
     "TopicNotFoundError": "raytopic.core.errors",
+    "TransactionAbortedError": "raytopic.core.errors",
+    "TransactionFencedError": "raytopic.core.errors",
+    "transactions": "raytopic.transaction_handles",
+    "Transaction": "raytopic.transaction_handles",
+    "Transactions": "raytopic.transaction_handles",
+    "TransactionResult": "raytopic.core.records",
 }
 """Where each public name lives. Imported on first use: a channel or coordinator
 actor's process imports only the modules it runs, not the whole package (a

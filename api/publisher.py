@@ -261,8 +261,8 @@ class Publisher:
         # Pickled outside the lock (publish() on other threads goes on), and all
         # of it before anything is sent: a bad value sends nothing.
         parts = {
-            channel: _encode_part(values, hashes, indices)
-            for channel, indices in _parts_of(layout).items()
+            channel: encode_part(values, hashes, indices)
+            for channel, indices in parts_of(layout).items()
         }
         refs = {}
         with self._lock:
@@ -530,7 +530,7 @@ def _new_publisher(topic: Topic, settings: dict[str, Any]) -> Publisher:
     return Publisher(topic, **settings)
 
 
-def _parts_of(layout: np.ndarray) -> dict[int, np.ndarray]:
+def parts_of(layout: np.ndarray) -> dict[int, np.ndarray]:
     """Each channel's value indices, in order, by the channel's first value."""
     channels, firsts = np.unique(layout, return_index=True)
     return {
@@ -538,9 +538,7 @@ def _parts_of(layout: np.ndarray) -> dict[int, np.ndarray]:
     }
 
 
-def _encode_part(
-    values: list[Any], hashes: list[int | None] | None, indices: np.ndarray
-) -> Payload:
+def encode_part(values: list[Any], hashes: list[int | None] | None, indices: np.ndarray) -> Payload:
     """The values at ``indices`` (and their key ids, if any value has a key), encoded."""
     chosen = indices.tolist()
     part = values if len(chosen) == len(values) else [values[index] for index in chosen]

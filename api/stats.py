@@ -40,6 +40,11 @@ class ChannelStats:
     """Why it is failed or unreachable."""
     damaged: tuple[tuple[int, int], ...] = ()
     """Stored sequence ranges found corrupt (checksum) when it recovered: never delivered."""
+    transactions: tuple[dict[str, Any], ...] = ()
+    """Open transactions here, each ``{"id", "key", "phase", "age", "staged"}``:
+    transactional id, transaction, "staged" or "prepared", seconds since it
+    first touched this channel, elements it staged here (invisible until it
+    commits)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +177,7 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
             durable=c.get("durable", False),
             failure=c.get("failure"),
             damaged=tuple(tuple(r) for r in c.get("damaged", ())),
+            transactions=tuple(c.get("transactions", ())),
         )
         for c in raw["channels"]
     )

@@ -38,6 +38,8 @@ __all__ = [
     "TopicExistsError",
     "TopicFullError",
     "TopicNotFoundError",
+    "TransactionAbortedError",
+    "TransactionFencedError",
     "unwrap_ray_error",
 ]
 
@@ -178,6 +180,26 @@ class ForeignElementError(InvalidArgumentError):
     """An element this subscriber did not receive was given to its ``ack``, ``nack``
     or ``extend_lease`` (another member's, another topic's, or an owned
     group's): nothing was acknowledged."""
+
+
+class TransactionAbortedError(TopicError):
+    """A transaction was aborted instead of committed: none of its outputs appear
+    and none of its consumed positions moved. ``reason`` says why (a member that
+    no longer owns a consumed element's channel, a timeout, a channel that lost
+    what the transaction staged there, an ``abort()``)."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.reason))
+
+
+class TransactionFencedError(TransactionAbortedError):
+    """A newer ``rt.transactions(id)`` of the same transactional id exists: this
+    older holder's open transaction was aborted, and it can start no other.
+    Also a TransactionAbortedError (nothing of the transaction took effect)."""
 
 
 @contextmanager

@@ -12,6 +12,7 @@ __all__ = [
     "channel_actor_name",
     "coordinator_actor_name",
     "topic_of_actor_name",
+    "transaction_registry_name",
 ]
 
 _PREFIX = "raytopic:"
@@ -28,6 +29,11 @@ def coordinator_actor_name(topic: str) -> str:
 def channel_actor_name(topic: str, channel: int) -> str:
     """The Ray actor name of one channel of a topic."""
     return f"{_PREFIX}channel:{topic}:{channel}"
+
+
+def transaction_registry_name() -> str:
+    """The Ray actor name of a namespace's transaction registry (one per namespace)."""
+    return f"{_PREFIX}transactions"
 
 
 def topic_of_actor_name(name: str) -> str | None:

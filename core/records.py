@@ -36,6 +36,7 @@ __all__ = [
     "PublishStatus",
     "PublishSummary",
     "ReadResultSet",
+    "TransactionResult",
     "stamp_to_datetime",
 ]
 
@@ -218,6 +219,22 @@ class CommitResult:
     def committed(self) -> bool:
         """True when the commit moved forward."""
         return self.status is CommitStatus.COMMITTED
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionResult:
+    """What a committed transaction did (``Transaction.commit()``)."""
+
+    published: dict[str, dict[int, list[int]]]
+    """Topic name -> channel -> the positions (sequences) its elements took there,
+    in publish order (consecutive within a channel)."""
+    committed: list[CommitResult]
+    """The consumed positions committed with it, one per (topic, channel)."""
+
+    @property
+    def published_count(self) -> int:
+        """How many elements the transaction published."""
+        return sum(len(p) for channels in self.published.values() for p in channels.values())
 
 
 @dataclass(frozen=True, slots=True)

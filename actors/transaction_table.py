@@ -1,0 +1,314 @@
+"""What one channel holds of transactions: staged elements kept apart from the ring,
+prepared ones kept durable, and finished ones' outcomes. No Ray, no I/O.
+
+A transaction touches a channel in up to three steps (see
+``raytopic.actors.transactions`` for who calls them)::
+
+    staged    elements published in the transaction arrived; they hold room
+              and no reader sees them. Not durable: a restart drops them, and
+              the transaction's prepare then fails (the holder sent a count).
+    prepared  the holder is about to commit: the staged elements (one payload)
+              and the consumed commits here were checked and are durable.
+    done      the outcome: "commit" (the elements were appended as one record,
+              the commits applied) or "abort" (dropped). Kept until the holder
+              says every participant finished, so a retried call or a
+              participant asking the transaction's lead gets the same answer.
+
+The lead of a transaction is one of its participants; its "done" entry IS the
+transaction's decision.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from raytopic.actors.cursors import Lease
+from raytopic.actors.payloads import Payload, encode_values
+from raytopic.core.errors import (
+    InvalidArgumentError,
+    TransactionAbortedError,
+    TransactionFencedError,
+)
+
+__all__ = [
+    "ABORT",
+    "COMMIT",
+    "FENCED",
+    "Address",
+    "ConsumedCommit",
+    "TransactionEntry",
+    "TransactionTable",
+    "aborted_error",
+]
+
+COMMIT = "commit"
+ABORT = "abort"
+FENCED = "fenced"
+"""The reason of an abort caused by a newer incarnation of the transactional id."""
+
+KEEP_DONE = 10_000
+"""Finished transactions a channel remembers (the oldest are forgotten first); a
+holder forgets each one as soon as every participant finished it."""
+
+Address = tuple[str, str, str, int]
+"""A channel anywhere: (namespace, topic name, topic id, channel)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedCommit:
+    """A group member's commit made by a transaction: the group's position moves
+    to ``sequence`` if ``fence`` still owns the channel at ``jumps`` (no seek,
+    reset or change of owner since the elements were read). The holder names
+    the member's reader; the channel fills in its group."""
+
+    reader_id: str
+    sequence: int
+    fence: Lease
+    jumps: int
+    group: str = ""
+
+    def to_state(self) -> list[Any]:
+        fence = [self.fence.member_id, self.fence.generation]
+        return [self.reader_id, self.sequence, fence, self.jumps, self.group]
+
+    @classmethod
+    def from_state(cls, state: list[Any]) -> ConsumedCommit:
+        reader_id, sequence, fence, jumps, group = state
+        return cls(reader_id, int(sequence), Lease(fence[0], int(fence[1])), int(jumps), group)
+
+
+@dataclass(slots=True, eq=False)
+class TransactionEntry:
+    """One transaction at this channel."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    """Wall-clock time after which an unfinished transaction is aborted."""
+    began: float
+    """Wall-clock time it first touched this channel."""
+    payloads: list[Payload] = field(default_factory=list)
+    staged: int = 0
+    phase: str = "staged"
+    lead: Address | None = None
+    commits: tuple[ConsumedCommit, ...] = ()
+    outcome: str | None = None
+    reason: str = ""
+    runs: tuple[tuple[int, int], ...] = ()
+    """(first, count) of the elements appended here, once committed."""
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    def payload(self) -> Payload | None:
+        """The staged elements as one payload (one record when appended)."""
+        payloads = self.payloads
+        if not payloads:
+            return None
+        if len(payloads) == 1:
+            return payloads[0]
+        values: list[Any] = []
+        keys: list[int] = []
+        for part in payloads:
+            values.extend(part.decode())
+            part_keys = part.keys
+            keys.extend([0] * len(part) if part_keys is None else part_keys.tolist())
+        return encode_values(values, keys if any(keys) else None)
+
+    def to_state(self) -> dict[str, Any]:
+        """What a store keeps of a prepared or finished transaction (JSON-ready)."""
+        state: dict[str, Any] = {
+            "id": self.transactional_id,
+            "deadline": self.deadline,
+            "began": self.began,
+            "phase": self.phase,
+        }
+        if self.done:
+            state.update(
+                outcome=self.outcome, reason=self.reason, runs=[list(r) for r in self.runs]
+            )
+            return state
+        payload = self.payload()
+        state.update(
+            staged=self.staged,
+            lead=None if self.lead is None else list(self.lead),
+            commits=[commit.to_state() for commit in self.commits],
+            payload=None if payload is None else base64.b64encode(pickle.dumps(payload)).decode(),
+        )
+        return state
+
+    @classmethod
+    def from_state(cls, key: str, state: dict[str, Any]) -> TransactionEntry:
+        entry = cls(key, state["id"], float(state["deadline"]), float(state["began"]))
+        entry.phase = state["phase"]
+        if entry.done:
+            entry.outcome, entry.reason = state["outcome"], state.get("reason", "")
+            entry.runs = tuple((int(first), int(count)) for first, count in state["runs"])
+            return entry
+        payload = state.get("payload")
+        if payload is not None:
+            entry.payloads = [pickle.loads(base64.b64decode(payload))]
+        entry.staged = int(state["staged"])
+        lead = state.get("lead")
+        entry.lead = None if lead is None else (lead[0], lead[1], lead[2], int(lead[3]))
+        entry.commits = tuple(ConsumedCommit.from_state(c) for c in state["commits"])
+        return entry
+
+
+def aborted_error(entry: TransactionEntry, channel: int) -> TransactionAbortedError:
+    """The error a call about an aborted transaction raises."""
+    if entry.reason == FENCED:
+        return TransactionFencedError(
+            f"transaction {entry.key} was aborted: a newer holder of transactional id "
+            f"{entry.transactional_id!r} exists",
+            FENCED,
+        )
+    return TransactionAbortedError(
+        f"transaction {entry.key} was aborted (at channel {channel}): {entry.reason}",
+        entry.reason,
+    )
+
+
+class TransactionTable:
+    """The transactions one channel knows, and the room their staged elements hold."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, TransactionEntry] = {}
+        self.reserved = 0
+        """Elements staged or prepared here: room the ring keeps for them."""
+
+    def get(self, key: str) -> TransactionEntry | None:
+        return self.entries.get(key)
+
+    def open_entries(self) -> Iterator[TransactionEntry]:
+        """The transactions not finished here (staged or prepared)."""
+        return (entry for entry in self.entries.values() if not entry.done)
+
+    @property
+    def has_open(self) -> bool:
+        return any(True for _ in self.open_entries())
+
+    def for_staging(
+        self, key: str, transactional_id: str, deadline: float, now: float, channel: int
+    ) -> TransactionEntry:
+        """The entry that takes more staged elements (made on first use).
+
+        Raises:
+            TransactionAbortedError: it was aborted (TransactionFencedError: fenced).
+            InvalidArgumentError: it is already committing or committed.
+        """
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = TransactionEntry(key, transactional_id, deadline, now)
+            return entry
+        if entry.outcome == ABORT:
+            raise aborted_error(entry, channel)
+        if entry.phase != "staged":
+            raise InvalidArgumentError(
+                f"transaction {key} is already {entry.phase}: publish nothing more in it"
+            )
+        return entry
+
+    def stage(self, entry: TransactionEntry, payload: Payload) -> None:
+        """Keep ``payload`` in ``entry``, holding room for it."""
+        entry.payloads.append(payload)
+        entry.staged += len(payload)
+        self.reserved += len(payload)
+
+    def prepare(
+        self, entry: TransactionEntry, lead: Address, commits: tuple[ConsumedCommit, ...]
+    ) -> None:
+        """``entry`` is checked and about to be made durable: one payload from now on."""
+        payload = entry.payload()
+        entry.payloads = [] if payload is None else [payload]
+        entry.lead, entry.commits, entry.phase = lead, commits, "prepared"
+
+    def finish(
+        self,
+        entry: TransactionEntry,
+        outcome: str,
+        reason: str = "",
+        runs: tuple[tuple[int, int], ...] = (),
+    ) -> None:
+        """``entry`` is done: its room is free, its elements appended (runs) or dropped."""
+        if not entry.done:
+            self.reserved -= entry.staged
+        entry.payloads, entry.commits = [], ()
+        entry.phase, entry.outcome, entry.reason, entry.runs = "done", outcome, reason, runs
+        self.entries.pop(entry.key)  # re-inserted last: the oldest finished go first
+        self.entries[entry.key] = entry
+        finished = [key for key, held in self.entries.items() if held.done]
+        for key in finished[: max(0, len(finished) - KEEP_DONE)]:
+            del self.entries[key]
+
+    def record(
+        self, key: str, transactional_id: str, deadline: float, now: float
+    ) -> TransactionEntry:
+        """An entry for a transaction this channel never saw staged (made on first use)."""
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = TransactionEntry(key, transactional_id, deadline, now)
+        return entry
+
+    def forget(self, key: str) -> bool:
+        """Drop a finished transaction; True if it was known and done."""
+        entry = self.entries.get(key)
+        if entry is None or not entry.done:
+            return False
+        del self.entries[key]
+        return True
+
+    def held(self, group: str, fence: Any) -> bool:
+        """Whether ``group``'s cursor here waits for a prepared transaction's commit:
+        only the member that made it reads on meanwhile (another would read again
+        what the transaction may commit)."""
+        for entry in self.entries.values():
+            if entry.phase == "prepared":
+                for commit in entry.commits:
+                    if commit.group == group and commit.fence != fence:
+                        return True
+        return False
+
+    def expired(self, now: float) -> list[TransactionEntry]:
+        """Staged transactions past their deadline (their holder is gone or late)."""
+        return [e for e in self.open_entries() if e.phase == "staged" and e.deadline <= now]
+
+    def in_doubt(self, now: float, grace: float) -> list[TransactionEntry]:
+        """Prepared transactions whose outcome has not come for ``grace`` seconds."""
+        return [e for e in self.open_entries() if e.phase == "prepared" and e.began + grace <= now]
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Load what a store kept (prepared and finished transactions)."""
+        for key, state in saved.items():
+            entry = TransactionEntry.from_state(key, state)
+            self.entries[key] = entry
+            if not entry.done:
+                self.reserved += entry.staged
+
+    def state_of(self, key: str) -> dict[str, Any] | None:
+        """What a store keeps of ``key`` (None: nothing: gone, or only staged)."""
+        entry = self.entries.get(key)
+        if entry is None or entry.phase == "staged":
+            return None
+        return entry.to_state()
+
+    def durable_keys(self) -> list[str]:
+        return [key for key, entry in self.entries.items() if entry.phase != "staged"]
+
+    def describe(self, now: float) -> list[dict[str, Any]]:
+        """The open transactions here: id, key, phase, age (seconds), staged elements."""
+        return [
+            {
+                "id": entry.transactional_id,
+                "key": entry.key,
+                "phase": entry.phase,
+                "age": round(max(0.0, now - entry.began), 3),
+                "staged": entry.staged,
+            }
+            for entry in self.open_entries()
+        ]

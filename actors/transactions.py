@@ -1,0 +1,407 @@
+"""A channel's part in transactions: staging, two-phase commit, orphans, recovery.
+
+The holder of a transaction (``raytopic.transaction_handles``) drives it:
+
+1. ``stage``: each publish sends its elements to their channel, which keeps
+   them apart from the ring (they hold room; no reader sees them).
+2. ``prepare`` at every participant but one, in parallel: the channel checks
+   it has every staged element (a restart loses staged elements) and that each
+   consumed commit's member still owns the channel, then keeps the elements
+   and the commits in its durable state.
+3. ``decide`` at the remaining participant, the *lead*: the same checks, then
+   in one step it appends its part, applies its commits and records the
+   outcome in its durable state. The transaction is committed (or aborted)
+   exactly when that state write is done.
+4. ``finish`` at the others: the outcome; a commit appends the elements as one
+   record (consecutive positions) and applies the commits.
+5. ``forget`` everywhere, when all finished.
+
+A participant that restarts while prepared, or whose holder went quiet, asks
+the lead (``resolve``); an undecided transaction past its deadline is aborted
+there, first come first served with the holder's ``decide``. Until a prepared
+transaction's commit of a group's channel is resolved, only the member that
+made it reads that channel for the group (another would read again what the
+transaction may commit). Staged transactions past their deadline (a dead
+holder's) are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_log import ChannelLog
+from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.payloads import Payload
+from raytopic.actors.readers import Readers
+from raytopic.actors.requests import (
+    DecideTransaction,
+    FinishTransaction,
+    ForgetTransaction,
+    PrepareTransaction,
+    ResolveTransaction,
+    StageTransaction,
+    pack_request,
+)
+from raytopic.actors.stores.base import StoredBatch
+from raytopic.actors.transaction_table import (
+    ABORT,
+    COMMIT,
+    ConsumedCommit,
+    TransactionEntry,
+    TransactionTable,
+    aborted_error,
+)
+from raytopic.core.config import Overflow
+from raytopic.core.errors import DataLossError, TopicFullError, TransactionAbortedError
+from raytopic.core.naming import channel_actor
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PUBLISHER_PREFIX", "TransactionParticipant"]
+
+PUBLISHER_PREFIX = "tx:"
+"""A committed transaction's record carries ``tx:<key>`` as its publisher id, so a
+restarted channel knows which prepared transactions it already appended."""
+
+TEND_INTERVAL = 0.5
+"""Seconds between looks for expired and in-doubt transactions."""
+
+IN_DOUBT_AFTER = 2.0
+"""Seconds a prepared transaction waits for its outcome before asking its lead."""
+
+
+class TransactionParticipant:
+    """This channel's transactions (see the module docstring).
+
+    Args:
+        context: The channel's identity and wake-up signal.
+        log: The channel's log (staged elements hold room in it).
+        readers: The channel's readers (consumed commits move group cursors).
+        state: The channel's durable state (the ``transactions`` section).
+    """
+
+    def __init__(
+        self, context: ChannelContext, log: ChannelLog, readers: Readers, state: ChannelState
+    ) -> None:
+        self._context = context
+        self._log = log
+        self._readers = readers
+        self._owned = readers.owned
+        self._state = state
+        self.table = TransactionTable()
+        self.needs_tending = False
+        self._stored: dict[str, tuple[tuple[int, int], ...]] = {}  # found in the store
+
+    # -- the holder's calls ---------------------------------------------------------
+
+    async def stage(self, request: StageTransaction, payload: Payload | None) -> int:
+        """Keep ``payload`` for the transaction; returns how many elements it staged here.
+
+        Raises:
+            TransactionAbortedError: the transaction was aborted here (fenced, timed out).
+            TopicFullError: no room for the elements (within the timeout, with "block").
+        """
+        now = time.time()
+        channel = self._context.channel
+        entry = self.table.for_staging(
+            request.key, request.transactional_id, request.deadline, now, channel
+        )
+        if payload is None or not len(payload):
+            return entry.staged
+        count = len(payload)
+        policy = self._context.config.overflow
+        if policy is not Overflow.OVERWRITE:
+            capacity = self._log.ring.capacity
+            if count + entry.staged > capacity:
+                raise TopicFullError(
+                    f"a transaction stages at most the capacity of channel {channel} "
+                    f"({capacity} elements); {entry.staged + count} asked"
+                )
+            deadline = None if request.timeout is None else time.monotonic() + request.timeout
+            if policy is Overflow.BLOCK:
+                await self._log.wait_room(count, deadline)
+            if self._log.room() < count:
+                raise TopicFullError(
+                    f"channel {channel} has room for {self._log.room()} of {count} "
+                    "values staged in a transaction: none staged"
+                )
+            # The wait may have let an abort in.
+            entry = self.table.for_staging(
+                request.key, request.transactional_id, request.deadline, now, channel
+            )
+        self.table.stage(entry, payload.owned())
+        self._reserve()
+        self.needs_tending = True
+        return entry.staged
+
+    async def prepare(self, request: PrepareTransaction, _: Any = None) -> None:
+        """Check the transaction's part here and keep it durably.
+
+        Raises:
+            TransactionAbortedError: the part cannot commit (it is aborted here).
+        """
+        entry = self.table.record(
+            request.key, request.transactional_id, request.deadline, time.time()
+        )
+        if entry.done:
+            if entry.outcome == ABORT:
+                raise aborted_error(entry, self._context.channel)
+            return
+        commits = self._check(entry, request.staged, tuple(request.commits))
+        self.table.prepare(entry, request.lead, commits)
+        entry.began = time.time()
+        self.needs_tending = True
+        self._state.touch("transactions", entry.key)
+        await self._state.save()
+
+    async def decide(self, request: DecideTransaction, _: Any = None) -> tuple[str, str, Any]:
+        """At the lead: the transaction's outcome, decided here once and for all.
+
+        Returns:
+            (outcome, reason, the (first, count) runs appended here).
+        """
+        entry = self.table.record(
+            request.key, request.transactional_id, request.deadline, time.time()
+        )
+        if not entry.done:
+            if request.outcome != COMMIT:
+                self._abort(entry, request.reason)
+            else:
+                try:
+                    commits = self._check(entry, request.staged, tuple(request.commits))
+                except TransactionAbortedError:
+                    pass  # aborted here: that is the decision
+                else:
+                    entry.commits = commits
+                    await self._apply(entry)
+            self._context.metrics.transaction_decided(entry.outcome == COMMIT)
+            await self._state.save()
+        return entry.outcome or ABORT, entry.reason, entry.runs
+
+    async def finish(self, request: FinishTransaction, _: Any = None) -> tuple[Any, ...]:
+        """The lead decided: apply the outcome here; returns the runs appended.
+
+        Raises:
+            DataLossError: a commit of a transaction this channel no longer holds
+                (it restarted without a store after it prepared).
+        """
+        entry = self.table.get(request.key)
+        if entry is None:
+            if request.outcome == COMMIT:
+                raise DataLossError(
+                    f"channel {self._context.channel} of {self._context.name!r} lost "
+                    f"transaction {request.key} after it prepared (it restarted without "
+                    "a store): its part of the committed transaction is lost",
+                    head_sequence=self._log.ring.head,
+                )
+            entry = self.table.record(
+                request.key, request.transactional_id, request.deadline, time.time()
+            )
+        if not entry.done:
+            if request.outcome == COMMIT:
+                await self._apply(entry)
+            else:
+                self._abort(entry, request.reason)
+            await self._state.save()
+        return entry.runs
+
+    async def resolve(self, request: ResolveTransaction, _: Any = None) -> str | None:
+        """At the lead: the outcome (None while undecided and within its deadline)."""
+        entry = self.table.get(request.key)
+        if entry is not None and entry.done:
+            return entry.outcome
+        if time.time() < request.deadline:
+            return None
+        entry = self.table.record(
+            request.key, request.transactional_id, request.deadline, time.time()
+        )
+        self._abort(entry, "it timed out before it committed")
+        self._context.metrics.transaction_decided(False)
+        await self._state.save()
+        return ABORT
+
+    async def forget(self, request: ForgetTransaction, _: Any = None) -> None:
+        """Every participant finished the transaction."""
+        if self.table.forget(request.key):
+            self._state.touch("transactions", request.key)
+            self._state.save_later()
+
+    # -- steps ---------------------------------------------------------------------
+
+    def _check(
+        self, entry: TransactionEntry, staged: int, commits: tuple[ConsumedCommit, ...]
+    ) -> tuple[ConsumedCommit, ...]:
+        """The part can commit: every staged element is here, every consumed
+        commit's member still owns its channel. Else the part is aborted here.
+
+        Returns:
+            The commits, each with its group.
+
+        Raises:
+            TransactionAbortedError: why it cannot.
+        """
+        channel, name = self._context.channel, self._context.name
+        checked = []
+        reason = None
+        if entry.staged != staged:
+            reason = (
+                f"channel {channel} of {name!r} holds {entry.staged} of the {staged} "
+                "elements staged there (it restarted)"
+            )
+        for commit in commits:
+            if reason is not None:
+                break
+            reader = self._readers.by_id.get(commit.reader_id)
+            group = None if reader is None else reader.group
+            cursor = None if group is None else self._owned.groups.get(group)
+            if cursor is None:
+                reason = f"the member that read channel {channel} of {name!r} left its group"
+            elif cursor.owner != commit.fence or cursor.jumps != commit.jumps:
+                reason = (
+                    f"the member no longer owns channel {channel} of {name!r} for group "
+                    f"{group!r} (rebalanced, timed out, or reset since it read)"
+                )
+            elif commit.sequence > self._log.ring.tail:
+                reason = f"position {commit.sequence} of channel {channel} was never published"
+            else:
+                checked.append(dataclasses.replace(commit, group=group))
+        if reason is not None:
+            self._abort(entry, reason)
+            raise aborted_error(entry, channel)
+        return tuple(checked)
+
+    async def _apply(self, entry: TransactionEntry) -> None:
+        """Commit the part here: append the elements as one record, move the cursors,
+        and record the outcome (the caller saves the state)."""
+        payload = entry.payload()
+        change = None
+        runs: tuple[tuple[int, int], ...] = ()
+        if payload is not None:
+            self.table.reserved -= entry.staged  # its room is the append's now
+            entry.staged = 0
+            self._reserve()
+            policy = self._context.config.overflow
+            ack, change = await self._log.append(
+                payload,
+                Overflow.OVERWRITE if policy is Overflow.OVERWRITE else Overflow.FAIL,
+                None,
+                whole=True,
+                publisher_id=PUBLISHER_PREFIX + entry.key,
+                batch=0,
+            )
+            if ack.error is not None:
+                raise ack.error
+            pieces = ack.runs or ((ack.first, ack.accepted, ack.stamp),)
+            runs = tuple((first, count) for first, count, _ in pieces)
+        self._commit_consumed(entry.commits)
+        self.table.finish(entry, COMMIT, runs=runs)
+        self._reserve()
+        self._state.touch("transactions", entry.key)
+        await self._log.durable(change)
+
+    def _commit_consumed(self, commits: tuple[ConsumedCommit, ...]) -> None:
+        """Move each group's cursor to the transaction's commit (ownership was checked
+        when it prepared; a member that took the channel since waited for this)."""
+        tail = self._log.ring.tail
+        moved = False
+        for commit in commits:
+            cursor = self._owned.groups.get(commit.group)
+            if cursor is None:
+                continue
+            cursor.commit(commit.sequence, tail)
+            if cursor.next <= commit.sequence:  # a new owner read nothing meanwhile
+                cursor.next = commit.sequence + 1
+            self._state.touch("groups", commit.group)
+            self._context.metrics.committed()
+            moved = True
+        if moved:
+            self._readers.commits_moved()
+            self._context.notify()
+
+    def _abort(self, entry: TransactionEntry, reason: str) -> None:
+        if entry.done:
+            return
+        self.table.finish(entry, ABORT, reason)
+        self._reserve()
+        self._stored.pop(entry.key, None)
+        self._state.touch("transactions", entry.key)
+        self._context.notify()
+
+    def _reserve(self) -> None:
+        self._log.reserved = self.table.reserved
+        self._context.notify()
+
+    # -- orphans and the in-doubt ------------------------------------------------------
+
+    async def tend(self) -> None:
+        """Background, while transactions are open here: drop the expired staged ones,
+        and ask the lead about prepared ones whose outcome is late."""
+        while self.needs_tending:
+            await asyncio.sleep(TEND_INTERVAL)
+            now = time.time()
+            for entry in self.table.expired(now):
+                logger.info(
+                    "channel %d: transaction %s timed out with %d staged elements: aborted",
+                    self._context.channel,
+                    entry.key,
+                    entry.staged,
+                )
+                self._abort(entry, "it timed out before it committed (its holder is gone?)")
+            for entry in self.table.in_doubt(now, IN_DOUBT_AFTER):
+                await self._ask_lead(entry)
+            await self._state.save()
+            if not self.table.has_open:
+                self.needs_tending = False
+
+    async def _ask_lead(self, entry: TransactionEntry) -> None:
+        lead = entry.lead
+        assert lead is not None
+        request = ResolveTransaction(entry.key, entry.transactional_id, entry.deadline)
+        try:
+            handle = channel_actor(*lead)
+            outcome = await handle.transact.remote(pack_request(request))
+        except Exception as error:
+            if time.time() < entry.deadline:
+                return  # the lead may be restarting: ask again
+            logger.warning(
+                "channel %d: the lead of transaction %s cannot be asked (%s)",
+                self._context.channel,
+                entry.key,
+                error,
+            )
+            return
+        if entry.done or outcome is None:
+            return
+        if outcome == COMMIT:
+            await self._apply(entry)
+        else:
+            self._abort(entry, "its lead aborted it")
+
+    # -- recovery ----------------------------------------------------------------------
+
+    def learn(self, batch: StoredBatch) -> bool:
+        """A stored record seen at recovery: True if a transaction appended it."""
+        publisher_id = batch.publisher_id
+        if not publisher_id.startswith(PUBLISHER_PREFIX):
+            return False
+        key = publisher_id[len(PUBLISHER_PREFIX) :]
+        self._stored[key] = (*self._stored.get(key, ()), (batch.first, len(batch.payload)))
+        return True
+
+    def recover(self, saved: dict[str, Any]) -> None:
+        """Load the transactions the store kept; a prepared one whose record is in the
+        store committed before the restart: finish it (its commits too)."""
+        self.table.restore(saved)
+        for entry in list(self.table.open_entries()):
+            runs = self._stored.pop(entry.key, None)
+            if runs is not None:
+                self._commit_consumed(entry.commits)
+                self.table.finish(entry, COMMIT, runs=runs)
+        self._stored.clear()
+        self._reserve()
+        self.needs_tending = self.table.has_open

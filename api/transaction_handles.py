@@ -1,0 +1,560 @@
+"""Transactions: a group member's outputs and its input commits as one atomic step.
+
+``rt.transactions(id)`` starts an incarnation of a transactional id (fencing
+every older one); ``begin()`` opens a transaction, whose publishes are staged
+at their channels, apart from the ring, and whose ``commit()`` runs a
+two-phase commit over the channels it touched (see
+``raytopic.actors.transactions`` for the channel side and
+``raytopic.coordinator.transaction_registry`` for fencing)::
+
+    txs = rt.transactions("doubler")
+    member = source.subscriber(group="etl")
+    for batch in member.iter_batches(100):
+        with txs.begin() as tx:          # commits on exit; aborts if the block raises
+            tx.publish_batch(sink, [2 * e.value for e in batch])
+            tx.commit_consumed(batch)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+
+from raytopic.actors.requests import (
+    DecideTransaction,
+    FinishTransaction,
+    ForgetTransaction,
+    PrepareTransaction,
+    StageTransaction,
+    pack_request,
+)
+from raytopic.actors.transaction_table import ABORT, COMMIT, FENCED, Address, ConsumedCommit
+from raytopic.coordinator.transaction_registry import registry_actor
+from raytopic.core.config import DEFAULT_NAMESPACE
+from raytopic.core.errors import (
+    ClosedError,
+    DataLossError,
+    GroupModeError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    TopicError,
+    TopicNotFoundError,
+    TransactionAbortedError,
+    TransactionFencedError,
+    unwrap_ray_error,
+)
+from raytopic.core.naming import channel_actor
+from raytopic.core.records import (
+    CommitResult,
+    CommitStatus,
+    Element,
+    Position,
+    TransactionResult,
+)
+from raytopic.publisher import encode_part, parts_of
+from raytopic.routing import key_hash
+from raytopic.topic import Topic
+
+__all__ = ["Transaction", "Transactions", "transactions"]
+
+STAGE_TIMEOUT = 30.0
+"""Seconds a staged publish waits for room (overflow "block") at most."""
+
+
+def transactions(
+    transactional_id: str, *, namespace: str | None = None, timeout: float = 60.0
+) -> Transactions:
+    """Start a new incarnation of ``transactional_id``: every older holder of the id is
+    fenced (its open transaction is aborted, its next call raises
+    TransactionFencedError).
+
+    Args:
+        transactional_id: A name that stays the same across restarts of one
+            logical worker (a pipeline stage and its partition, say).
+        namespace: Ray namespace of the topics involved (default "raytopic").
+        timeout: Seconds a transaction may stay open; one whose holder is gone
+            is aborted that long after it began.
+
+    Returns:
+        The holder's Transactions.
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: a bad id or timeout.
+    """
+    if not isinstance(transactional_id, str) or not transactional_id:
+        raise InvalidTypeError("a transactional id must be a non-empty str")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise InvalidTypeError(f"timeout must be a number, got {type(timeout).__name__}")
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise InvalidArgumentError(f"timeout must be positive and finite, got {timeout}")
+    return Transactions(transactional_id, namespace or DEFAULT_NAMESPACE, float(timeout))
+
+
+class Transactions:
+    """One incarnation of a transactional id: opens its transactions, one at a time.
+
+    Not picklable: an incarnation belongs to the process that made it (another
+    process takes over the id by calling ``rt.transactions(id)`` itself).
+    A context manager: ``close()`` on exit.
+
+    Args:
+        transactional_id: The id.
+        namespace: The Ray namespace of its registry and topics.
+        timeout: Seconds a transaction may stay open.
+    """
+
+    def __init__(self, transactional_id: str, namespace: str, timeout: float) -> None:
+        self.transactional_id = transactional_id
+        self.namespace = namespace
+        self.timeout = timeout
+        self._registry = registry_actor(namespace)
+        with unwrap_ray_error():
+            self.epoch: int = ray.get(self._registry.open.remote(transactional_id))
+        self._numbers = itertools.count()
+        self._next_channel: dict[str, int] = {}  # topic id -> next round-robin channel
+        self._open: Transaction | None = None
+        self._closed = False
+        self._fenced = False
+
+    def begin(self) -> Transaction:
+        """Open a transaction (the previous one must be committed or aborted).
+
+        Raises:
+            ClosedError: this incarnation was closed.
+            TransactionFencedError: a newer incarnation exists.
+            InvalidArgumentError: a transaction of this incarnation is still open.
+        """
+        self._check_usable()
+        if self._open is not None and self._open.is_open:
+            raise InvalidArgumentError(
+                f"transaction {self._open.key} is still open: commit or abort it first"
+            )
+        key = f"{self.transactional_id}@{self.epoch}.{next(self._numbers)}"
+        self._open = Transaction(self, key, time.time() + self.timeout)
+        return self._open
+
+    def close(self) -> None:
+        """Abort the open transaction, if any, and end this incarnation."""
+        if self._closed:
+            return
+        if self._open is not None and self._open.is_open:
+            with contextlib.suppress(TopicError):  # else its channels abort it at its deadline
+                self._open.abort()
+        self._closed = True
+        self._registry.close.remote(self.transactional_id, self.epoch)
+
+    def __enter__(self) -> Transactions:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("Transactions do not pickle: call rt.transactions(id) in the process")
+
+    def __repr__(self) -> str:
+        return f"Transactions({self.transactional_id!r}, epoch={self.epoch})"
+
+    def _check_usable(self) -> None:
+        if self._fenced:
+            raise TransactionFencedError(
+                f"a newer holder of transactional id {self.transactional_id!r} exists", FENCED
+            )
+        if self._closed:
+            raise ClosedError(f"transactions of {self.transactional_id!r} were closed")
+
+    def _route(self, topic: Topic, count: int, hashes: list[int | None] | None) -> np.ndarray:
+        """Each value's channel: by key, the rest in turn (as a publisher routes)."""
+        channels = topic.channel_count
+        start = self._next_channel.get(topic.topic_id, 0)
+        layout = np.empty(count, dtype=np.int64)
+        for index in range(count):
+            hashed = None if hashes is None else hashes[index]
+            if hashed is None:
+                layout[index] = start
+                start = (start + 1) % channels
+            else:
+                layout[index] = hashed % channels
+        self._next_channel[topic.topic_id] = start
+        return layout
+
+
+class Transaction:
+    """An open transaction: publishes staged at their channels, consumed positions to
+    commit, and then ``commit()`` or ``abort()``.
+
+    Outputs are invisible to every reader until ``commit()``; then every
+    output of it (any topics, any channels) and every consumed commit take
+    effect together, each channel's outputs at consecutive positions in
+    publish order. Ordinary publishes and readers never wait for it.
+
+    Not picklable: it holds what was staged where, which only its holder
+    knows; hand elements or values to other processes instead.
+
+    A context manager: commits on exit, aborts if the block raised.
+    """
+
+    def __init__(self, holder: Transactions, key: str, deadline: float) -> None:
+        self._holder = holder
+        self.key = key
+        self.deadline = deadline
+        self._staged: dict[Address, int] = {}
+        self._commits: dict[Address, ConsumedCommit] = {}
+        self._topics: dict[str, str] = {}  # topic id -> name
+        self._state = "open"
+        self._doomed: str | None = None  # why it can only abort now
+
+    @property
+    def is_open(self) -> bool:
+        """Whether it can still take publishes and commit."""
+        return self._state == "open"
+
+    # -- outputs ------------------------------------------------------------------
+
+    def publish(self, topic: Topic, value: Any, *, key: Any = None) -> None:
+        """Stage one value (one call to its channel; stage many with ``publish_batch``).
+
+        Args:
+            topic: The topic.
+            value: A picklable value (not None, not an ObjectRef).
+            key: Routes the value as a publisher would (None: round robin).
+
+        Raises:
+            See ``publish_batch``.
+        """
+        self.publish_batch(topic, [value], keys=None if key is None else [key])
+
+    def publish_batch(
+        self, topic: Topic, values: Iterable[Any], *, keys: Sequence[Any] | None = None
+    ) -> None:
+        """Stage values at their channels (one call per channel), invisible until commit.
+
+        Args:
+            topic: The topic.
+            values: Picklable values (not None, not ObjectRefs).
+            keys: One key per value (None entries: round robin), or None.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: a bad value, key or topic;
+                nothing is staged, and the transaction goes on.
+            TopicNotFoundError: the topic was destroyed; nothing staged there.
+            TopicFullError: a channel had no room (overflow "fail", or "block"
+                past 30 s); nothing staged there.
+            TransactionFencedError: a newer incarnation of the id aborted it.
+            TransactionAbortedError: it was aborted (timed out) or cannot commit.
+        """
+        self._check_open()
+        if not isinstance(topic, Topic):
+            raise InvalidTypeError(f"expected a Topic, got {type(topic).__name__}")
+        values = list(values)
+        if keys is not None and len(keys) != len(values):
+            raise InvalidArgumentError(f"keys has {len(keys)} entries for {len(values)} values")
+        if not values:
+            return
+        hashes = None if keys is None else [None if k is None else key_hash(k) for k in keys]
+        layout = self._holder._route(topic, len(values), hashes)
+        parts = {
+            channel: encode_part(values, hashes, indices)
+            for channel, indices in parts_of(layout).items()
+        }
+        self._topics[topic.topic_id] = topic.name
+        holder = self._holder
+        timeout = min(STAGE_TIMEOUT, max(0.0, self.deadline - time.time()))
+        stage = pack_request(
+            StageTransaction(self.key, holder.transactional_id, self.deadline, timeout)
+        )
+        refs, joins = {}, []
+        for channel, payload in parts.items():
+            at: Address = (topic.namespace, topic.name, topic.topic_id, channel)
+            if at not in self._staged:
+                joins.append(
+                    holder._registry.join.remote(
+                        holder.transactional_id, holder.epoch, self.key, self.deadline, at
+                    )
+                )
+            try:
+                refs[at] = channel_actor(*at).transact.remote(stage, payload)
+            except TopicNotFoundError:
+                self._settle(refs, joins)
+                raise
+        self._settle(refs, joins)
+
+    def _settle(self, refs: dict[Address, Any], joins: list[Any]) -> None:
+        """Wait for staging calls; the counts they report are what prepare checks."""
+        first_error: Exception | None = None
+        for ref in joins:
+            try:
+                _get(ref)
+            except TransactionFencedError as error:
+                self._holder._fenced = True
+                first_error = first_error or error
+        if first_error is not None:  # staged after the registry aborted the rest: drop it
+            self._finish_everywhere(list(refs), ABORT, FENCED)
+        for at, ref in refs.items():
+            try:
+                self._staged[at] = _get(ref)
+            except TransactionAbortedError as error:
+                if isinstance(error, TransactionFencedError):
+                    self._holder._fenced = True
+                self._doomed = error.reason
+                first_error = first_error or error
+            except TopicError as error:
+                first_error = first_error or error
+            except ray.exceptions.RayActorError as error:  # staged there or not: unknown
+                self._doomed = f"channel {at[3]} of {at[1]!r} failed while staging"
+                first_error = first_error or TransactionAbortedError(
+                    f"transaction {self.key}: {self._doomed}: {error}", self._doomed
+                )
+        if first_error is not None:
+            raise first_error
+
+    # -- inputs -------------------------------------------------------------------
+
+    def commit_consumed(self, elements: Element | Iterable[Element]) -> None:
+        """Commit these elements' positions with the transaction (each channel's last,
+        and so every earlier one): they move with the outputs, or not at all.
+
+        Args:
+            elements: Elements a channel-owned group's member received (an
+                ElementBatch, a list, or one Element).
+
+        Raises:
+            InvalidTypeError: not Elements.
+            GroupModeError: an anonymous subscriber's or a shared group's element
+                (nothing recorded).
+        """
+        self._check_open()
+        elements = [elements] if isinstance(elements, Element) else list(elements)
+        latest: dict[Address, ConsumedCommit] = {}
+        for element in elements:
+            if not isinstance(element, Element):
+                raise InvalidTypeError(f"expected Elements, got {type(element).__name__}")
+            origin = element._origin
+            if origin.shared:
+                raise GroupModeError(
+                    f"element {element.position} was received in a shared group: "
+                    "transactions commit channel-owned groups' positions (ack it instead)"
+                )
+            if origin.fence is None:
+                raise GroupModeError(
+                    f"element {element.position} was received by an anonymous subscriber: "
+                    "only a group member's positions commit"
+                )
+            at: Address = (origin.namespace, origin.topic, origin.topic_id, element.channel)
+            held = latest.get(at) or self._commits.get(at)
+            if held is None or element.sequence >= held.sequence:
+                latest[at] = ConsumedCommit(
+                    origin.reader, element.sequence, origin.fence, origin.jumps
+                )
+            self._topics[origin.topic_id] = origin.topic
+        self._commits.update(latest)
+
+    # -- the end ------------------------------------------------------------------
+
+    def commit(self) -> TransactionResult:
+        """Commit: every output appears and every consumed position moves, or nothing.
+
+        Returns:
+            TransactionResult(published, committed).
+
+        Raises:
+            TransactionFencedError: a newer incarnation of the id exists (aborted).
+            TransactionAbortedError: it could not commit (a member lost a
+                consumed channel, a channel lost staged elements, it timed
+                out); nothing took effect.
+            DataLossError: it committed, but a channel restarted without a
+                store after it prepared, losing its part (as any element
+                there was lost).
+        """
+        self._check_open()
+        if self._doomed is not None:
+            self.abort()
+            raise TransactionAbortedError(
+                f"transaction {self.key} aborted: {self._doomed}", self._doomed
+            )
+        self._state = "committing"
+        holder = self._holder
+        participants = sorted(set(self._staged) | set(self._commits))
+        if not participants:
+            self._end("committed")
+            return TransactionResult({}, [])
+        # The lead decides. An input channel if there is one: its commit check and
+        # the decision are then one step.
+        lead = min(self._commits) if self._commits else participants[0]
+        others = [at for at in participants if at != lead]
+        committing = holder._registry.committing.remote(
+            holder.transactional_id, holder.epoch, self.key, self.deadline, lead
+        )
+        prepares = {
+            at: self._call(
+                at,
+                PrepareTransaction(
+                    self.key,
+                    holder.transactional_id,
+                    self.deadline,
+                    lead,
+                    self._staged.get(at, 0),
+                    self._commits_at(at),
+                ),
+            )
+            for at in others
+        }
+        failure = self._failure_of([committing, *prepares.values()])
+        if failure is not None:
+            self._abort_everywhere(lead, others, failure.reason)
+            raise failure
+        decide = DecideTransaction(
+            self.key,
+            holder.transactional_id,
+            self.deadline,
+            COMMIT,
+            "",
+            self._staged.get(lead, 0),
+            self._commits_at(lead),
+        )
+        try:
+            outcome, reason, lead_runs = _get(self._call(lead, decide))
+        except (TopicError, ray.exceptions.RayActorError) as error:
+            # Undecided or unknown: the participants ask the lead at the deadline.
+            self._end("aborted")
+            raise TransactionAbortedError(
+                f"transaction {self.key}: its lead channel failed ({error}); its "
+                "participants settle it with the lead (if undecided, aborted at its deadline)",
+                "the lead channel failed",
+            ) from error
+        if outcome != COMMIT:
+            self._finish_everywhere(others, ABORT, reason)
+            self._end("aborted")
+            error_class = TransactionFencedError if reason == FENCED else TransactionAbortedError
+            raise error_class(f"transaction {self.key} was aborted: {reason}", reason)
+        runs, lost = self._finish_everywhere(others, COMMIT, "")
+        runs[lead] = lead_runs
+        for at in participants:
+            channel_actor(*at).transact.remote(pack_request(ForgetTransaction(self.key)))
+        self._end("committed")
+        if lost:
+            raise lost[0]
+        return self._result(runs)
+
+    def abort(self) -> None:
+        """Drop every staged output and commit nothing (a no-op once it ended)."""
+        if self._state != "open":
+            return
+        self._state = "aborting"
+        self._finish_everywhere(sorted(self._staged), ABORT, "aborted by its holder")
+        self._end("aborted")
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        if kind is not None:
+            with contextlib.suppress(TopicError):  # else its channels abort it at its deadline
+                self.abort()
+            return
+        if self._state == "open":
+            self.commit()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Transaction does not pickle: only its holder knows what it staged")
+
+    def __repr__(self) -> str:
+        return f"Transaction({self.key!r}, {self._state})"
+
+    # -- parts --------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        self._holder._check_usable()
+        if time.time() >= self.deadline and self._state == "open":
+            self._doomed = "it timed out before it committed"
+        if self._state != "open":
+            raise InvalidArgumentError(f"transaction {self.key} is {self._state}")
+
+    def _commits_at(self, at: Address) -> tuple[ConsumedCommit, ...]:
+        commit = self._commits.get(at)
+        return () if commit is None else (commit,)
+
+    def _call(self, at: Address, request: Any) -> Any:
+        return channel_actor(*at).transact.remote(pack_request(request))
+
+    def _failure_of(self, refs: list[Any]) -> TransactionAbortedError | None:
+        """The first reason the calls give not to commit (None: commit)."""
+        failure = None
+        for ref in refs:
+            try:
+                _get(ref)
+            except TransactionAbortedError as error:
+                if isinstance(error, TransactionFencedError):
+                    self._holder._fenced = True
+                failure = failure or error
+            except (TopicError, ray.exceptions.RayActorError) as error:
+                failure = failure or TransactionAbortedError(
+                    f"transaction {self.key}: a participant failed to prepare: {error}",
+                    f"a participant failed to prepare: {error}",
+                )
+        return failure
+
+    def _abort_everywhere(self, lead: Address, others: list[Address], reason: str) -> None:
+        """Decide "abort" at the lead, then tell the others (best effort: a channel not
+        told asks the lead later)."""
+        decide = DecideTransaction(
+            self.key, self._holder.transactional_id, self.deadline, ABORT, reason, 0, ()
+        )
+        with contextlib.suppress(TopicError, ray.exceptions.RayActorError):
+            _get(self._call(lead, decide))
+        self._finish_everywhere(others, ABORT, reason)
+        self._end("aborted")
+
+    def _finish_everywhere(
+        self, participants: list[Address], outcome: str, reason: str
+    ) -> tuple[dict[Address, Any], list[DataLossError]]:
+        """Tell each participant the outcome; returns each one's runs and the losses."""
+        finish = FinishTransaction(
+            self.key, self._holder.transactional_id, self.deadline, outcome, reason
+        )
+        refs = {at: self._call(at, finish) for at in participants}
+        runs: dict[Address, Any] = {}
+        lost: list[DataLossError] = []
+        for at, ref in refs.items():
+            try:
+                runs[at] = _get(ref)
+            except DataLossError as error:
+                lost.append(error)
+            except (TopicError, ray.exceptions.RayActorError):
+                if outcome == COMMIT:  # it asks the lead: the commit completes there
+                    continue
+        return runs, lost
+
+    def _end(self, state: str) -> None:
+        self._state = state
+        holder = self._holder
+        holder._registry.ended.remote(holder.transactional_id, holder.epoch, self.key)
+
+    def _result(self, runs: dict[Address, Any]) -> TransactionResult:
+        published: dict[str, dict[int, list[int]]] = {}
+        for (_, name, _, channel), channel_runs in sorted(runs.items()):
+            positions = [s for first, count in channel_runs for s in range(first, first + count)]
+            if positions:
+                published.setdefault(name, {})[channel] = positions
+        committed = [
+            CommitResult(at[3], Position(at[2], at[3], commit.sequence), CommitStatus.COMMITTED)
+            for at, commit in sorted(self._commits.items())
+        ]
+        return TransactionResult(published, committed)
+
+
+def _get(ref: Any) -> Any:
+    """``ray.get`` with raytopic's errors unwrapped; a destroyed topic's channel is
+    TopicNotFoundError."""
+    try:
+        with unwrap_ray_error():
+            return ray.get(ref)
+    except ray.exceptions.ActorDiedError as error:
+        raise TopicNotFoundError("a topic of the transaction was destroyed") from error

@@ -1,0 +1,214 @@
+"""The transaction registry: one actor per namespace that knows which incarnation of
+each transactional id is the newest, and fences the older ones.
+
+It is not on a transaction's data path and holds no decision: a transaction's
+outcome is recorded by its lead channel (``raytopic.actors.transactions``).
+The registry keeps, per transactional id, the newest incarnation (its epoch)
+and that incarnation's open transaction: the channels it staged elements at
+(``join``) and, once it commits, its lead (``committing``). A new incarnation
+(``open``) aborts the older one's open transaction: at its lead if it is
+committing (first come first served with the holder's own decision), and at
+every channel it staged at; the older holder's next call is refused there
+(``TransactionFencedError``).
+
+It keeps this in memory: a registry that restarted knows no incarnations and
+takes the first it hears of an id as the newest (an older holder that commits
+before the newer one calls again is not fenced then). Epochs grow with the
+clock, so a restarted registry still numbers new incarnations above old ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from raytopic.actors.requests import DecideTransaction, FinishTransaction, pack_request
+from raytopic.actors.transaction_table import ABORT, FENCED, Address
+from raytopic.core.errors import ClosedError, TransactionFencedError
+from raytopic.core.naming import channel_actor, transaction_registry_name
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TransactionRegistry", "registry_actor"]
+
+FENCE_CALL_TIMEOUT = 30.0
+"""Seconds the registry waits for one channel while it aborts a fenced transaction."""
+
+
+@dataclass(slots=True)
+class _Open:
+    """An incarnation's open transaction."""
+
+    key: str
+    deadline: float
+    joined: set[Address] = field(default_factory=set)
+    lead: Address | None = None
+
+
+@dataclass(slots=True)
+class _Incarnation:
+    epoch: int
+    closed: bool = False
+    open: _Open | None = None
+
+
+class TransactionRegistry:
+    """The newest incarnation of each transactional id of a namespace (a Ray actor).
+
+    Args:
+        namespace: The namespace it serves.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        self._namespace = namespace
+        self._ids: dict[str, _Incarnation] = {}
+        self._fencings = _fencing_counter(namespace)
+
+    async def open(self, transactional_id: str) -> int:
+        """Start a new incarnation of ``transactional_id``; returns its epoch. The older
+        incarnation's open transaction is aborted first (or found committed)."""
+        held = self._ids.get(transactional_id)
+        epoch = max(time.time_ns(), held.epoch + 1 if held else 0)
+        self._ids[transactional_id] = _Incarnation(epoch)
+        if held is not None and held.open is not None and not held.closed:
+            self._fencings.inc()
+            await _abort(transactional_id, held.open, FENCED)
+        return epoch
+
+    def join(
+        self, transactional_id: str, epoch: int, key: str, deadline: float, at: Address
+    ) -> None:
+        """The incarnation's transaction ``key`` stages elements at channel ``at``.
+
+        Raises:
+            TransactionFencedError: a newer incarnation exists.
+        """
+        incarnation = self._current(transactional_id, epoch)
+        held = incarnation.open
+        if held is None or held.key != key:
+            held = incarnation.open = _Open(key, deadline)
+        held.joined.add(tuple(at))  # type: ignore[arg-type]
+
+    def committing(
+        self, transactional_id: str, epoch: int, key: str, deadline: float, lead: Address
+    ) -> None:
+        """The incarnation's transaction ``key`` is about to be decided at ``lead``.
+
+        Raises:
+            TransactionFencedError: a newer incarnation exists (do not decide).
+        """
+        incarnation = self._current(transactional_id, epoch)
+        held = incarnation.open
+        if held is None or held.key != key:
+            held = incarnation.open = _Open(key, deadline)
+        held.lead = tuple(lead)  # type: ignore[assignment]
+
+    def ended(self, transactional_id: str, epoch: int, key: str) -> None:
+        """The transaction ``key`` committed or aborted everywhere."""
+        incarnation = self._ids.get(transactional_id)
+        held = None if incarnation is None or incarnation.epoch != epoch else incarnation.open
+        if held is not None and held.key == key:
+            incarnation.open = None  # type: ignore[union-attr]
+
+    def close(self, transactional_id: str, epoch: int) -> None:
+        """The incarnation is closed by its holder (it starts no more transactions)."""
+        incarnation = self._ids.get(transactional_id)
+        if incarnation is not None and incarnation.epoch == epoch:
+            incarnation.closed = True
+            incarnation.open = None
+
+    def describe(self) -> dict[str, Any]:
+        """Each transactional id: its newest epoch and its open transaction's key."""
+        return {
+            tid: {
+                "epoch": incarnation.epoch,
+                "closed": incarnation.closed,
+                "open": None if incarnation.open is None else incarnation.open.key,
+            }
+            for tid, incarnation in self._ids.items()
+        }
+
+    def _current(self, transactional_id: str, epoch: int) -> _Incarnation:
+        incarnation = self._ids.get(transactional_id)
+        if incarnation is None:  # a restarted registry: the first heard of is the newest
+            incarnation = self._ids[transactional_id] = _Incarnation(epoch)
+        if incarnation.epoch > epoch:
+            raise TransactionFencedError(
+                f"a newer holder of transactional id {transactional_id!r} exists", FENCED
+            )
+        if incarnation.epoch < epoch:  # opened before a restart of this registry
+            incarnation.epoch, incarnation.closed, incarnation.open = epoch, False, None
+        if incarnation.closed:
+            raise ClosedError(f"transactional id {transactional_id!r} was closed by its holder")
+        return incarnation
+
+
+async def _abort(transactional_id: str, held: _Open, reason: str) -> None:
+    """Abort a fenced incarnation's open transaction: at its lead if it is deciding
+    (the lead's answer is the outcome, commit if the holder was first), then the
+    same outcome at every channel it staged at."""
+    outcome, outcome_reason = ABORT, reason
+    if held.lead is not None:
+        decide = DecideTransaction(held.key, transactional_id, held.deadline, ABORT, reason, 0, ())
+        try:
+            outcome, outcome_reason, _ = await asyncio.wait_for(
+                _call(held.lead, decide), FENCE_CALL_TIMEOUT
+            )
+        except Exception as error:  # its channels abort it at its deadline
+            logger.warning("could not abort fenced transaction %s: %s", held.key, error)
+            return
+    finish = FinishTransaction(held.key, transactional_id, held.deadline, outcome, outcome_reason)
+    calls = [_call(at, finish) for at in held.joined if at != held.lead]
+    results = await asyncio.gather(
+        *(asyncio.wait_for(call, FENCE_CALL_TIMEOUT) for call in calls), return_exceptions=True
+    )
+    for result in results:
+        if isinstance(result, Exception):
+            logger.warning("fenced transaction %s: a channel did not answer: %s", held.key, result)
+
+
+async def _call(at: Address, request: Any) -> Any:
+    return await channel_actor(*at).transact.remote(pack_request(request))
+
+
+def _fencing_counter(namespace: str) -> Any:
+    """``raytopic_transaction_fencings``: incarnations fenced by a newer one."""
+    if not ray.is_initialized():
+        return _NoCounter()
+    from ray.util.metrics import Counter
+
+    counter = Counter(
+        "raytopic_transaction_fencings",
+        description="Transactional-id incarnations fenced by a newer one",
+        tag_keys=("namespace",),
+    )
+    counter.set_default_tags({"namespace": namespace})
+    return counter
+
+
+class _NoCounter:
+    def inc(self, value: float = 1.0) -> None:
+        pass
+
+
+def registry_actor(namespace: str) -> Any:
+    """The namespace's transaction registry (started on first use; named, detached)."""
+    return (
+        ray.remote(TransactionRegistry)
+        .options(
+            name=transaction_registry_name(),
+            namespace=namespace,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_concurrency=1000,
+            max_restarts=-1,
+            max_task_retries=-1,
+        )
+        .remote(namespace)
+    )

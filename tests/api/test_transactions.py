@@ -1,0 +1,239 @@
+"""Transactions against a real Ray: invisible until commit, atomic across topics and
+input commits, aborts, fencing, lost leases, readers that never wait, orphans,
+bad input."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+import raytopic as rt
+
+from tests.topic_helpers import get, publish_all, receive_until_empty
+
+
+def _read_all(topic: rt.Topic) -> list:
+    with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
+        return [element.value for element in receive_until_empty(reader)]
+
+
+def _batch(member: rt.Subscriber, count: int) -> rt.ElementBatch:
+    got = rt.ElementBatch()
+    deadline = time.monotonic() + 20
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(get(member.receive_batch(count - len(got))))
+    assert len(got) == count
+    return got
+
+
+def test_outputs_are_invisible_until_commit_then_all_visible(make_topic, unique_name) -> None:
+    sink = make_topic(channels=2)
+    txs = rt.transactions(unique_name("tx"))
+    tx = txs.begin()
+    tx.publish_batch(sink, list(range(10)))
+    tx.publish(sink, 10, key="k")
+    assert _read_all(sink) == []
+    stats = sink.describe()
+    staged = [t for channel in stats.channels for t in channel.transactions]
+    assert sum(t["staged"] for t in staged) == 11
+    assert {t["id"] for t in staged} == {txs.transactional_id}
+    result = tx.commit()
+    assert sorted(_read_all(sink)) == list(range(11))
+    assert result.published_count == 11
+    for positions in result.published[sink.name].values():
+        assert positions == list(range(positions[0], positions[0] + len(positions)))
+    assert not [t for channel in sink.describe().channels for t in channel.transactions]
+    txs.close()
+
+
+def test_outputs_to_two_topics_and_consumed_commits_take_effect_together(
+    make_topic, unique_name
+) -> None:
+    source, left, right = make_topic(channels=2), make_topic(channels=1), make_topic(channels=3)
+    group = unique_name("g")
+    source.create_group(group)
+    publish_all(source, list(range(20)))
+    with rt.transactions(unique_name("tx")) as txs, source.subscriber(group=group) as member:
+        batch = _batch(member, 20)
+        with txs.begin() as tx:
+            tx.publish_batch(left, [e.value for e in batch])
+            tx.publish_batch(right, [-e.value for e in batch])
+            tx.commit_consumed(batch)
+    assert sorted(_read_all(left)) == list(range(20))
+    assert sorted(_read_all(right)) == sorted(-v for v in range(20))
+    committed = source.describe().groups[group]
+    assert committed.lag == 0
+
+
+def test_an_exception_in_the_block_aborts_everything_and_inputs_come_again(
+    make_topic, unique_name
+) -> None:
+    source, sink = make_topic(channels=1), make_topic(channels=1)
+    group = unique_name("g")
+    source.create_group(group)
+    publish_all(source, list(range(5)))
+    txs = rt.transactions(unique_name("tx"))
+    with source.subscriber(group=group) as member:
+        batch = _batch(member, 5)
+        with pytest.raises(RuntimeError), txs.begin() as tx:
+            tx.publish_batch(sink, [e.value for e in batch])
+            tx.commit_consumed(batch)
+            raise RuntimeError("transform failed")
+    assert _read_all(sink) == []
+    with source.subscriber(group=group) as member:
+        again = _batch(member, 5)
+    assert [e.value for e in again] == list(range(5))
+    assert not sink.describe().channels[0].transactions
+    txs.close()
+
+
+def test_abort_drops_staged_and_frees_their_room(make_topic, unique_name) -> None:
+    sink = make_topic(channels=1, capacity=10, overflow="fail")
+    txs = rt.transactions(unique_name("tx"))
+    tx = txs.begin()
+    tx.publish_batch(sink, list(range(10)))
+    with pytest.raises(rt.TopicFullError):
+        publish_all(sink, [1])  # staged elements hold room
+    tx.abort()
+    publish_all(sink, [1, 2, 3])
+    assert _read_all(sink) == [1, 2, 3]
+    txs.close()
+
+
+def test_a_newer_incarnation_fences_the_older(make_topic, unique_name) -> None:
+    sink = make_topic(channels=1)
+    name = unique_name("tx")
+    old = rt.transactions(name)
+    tx = old.begin()
+    tx.publish_batch(sink, [1, 2])
+    new = rt.transactions(name)
+    with pytest.raises(rt.TransactionFencedError):
+        tx.publish(sink, 3)
+    with pytest.raises(rt.TransactionFencedError):
+        tx.commit()
+    with pytest.raises(rt.TransactionFencedError):
+        old.begin()
+    assert isinstance(rt.TransactionFencedError("x"), rt.TransactionAbortedError)
+    with new.begin() as fresh:
+        fresh.publish(sink, 9)
+    assert _read_all(sink) == [9]
+    assert not [t for c in sink.describe().channels for t in c.transactions]
+    new.close()
+
+
+def test_a_fenced_incarnation_that_was_committing_cannot_commit(make_topic, unique_name) -> None:
+    source, sink = make_topic(channels=1), make_topic(channels=1)
+    group = unique_name("g")
+    source.create_group(group)
+    publish_all(source, [1])
+    name = unique_name("tx")
+    old = rt.transactions(name)
+    with source.subscriber(group=group) as member:
+        batch = _batch(member, 1)
+        tx = old.begin()
+        tx.publish_batch(sink, [10])
+        tx.commit_consumed(batch)
+        rt.transactions(name)
+        with pytest.raises(rt.TransactionFencedError):
+            tx.commit()
+    assert _read_all(sink) == []
+
+
+def test_a_member_that_lost_its_channel_cannot_commit_through_a_transaction(
+    make_topic, unique_name
+) -> None:
+    source, sink = make_topic(channels=1), make_topic(channels=1)
+    group = unique_name("g")
+    source.create_group(group)
+    publish_all(source, [1, 2, 3])
+    txs = rt.transactions(unique_name("tx"))
+    with source.subscriber(group=group) as member:
+        batch = _batch(member, 3)
+        tx = txs.begin()
+        tx.publish_batch(sink, [e.value for e in batch])
+        tx.commit_consumed(batch)
+        source.reset_group(group, to="earliest")  # the member's lease is void now
+        with pytest.raises(rt.TransactionAbortedError) as caught:
+            tx.commit()
+        assert "no longer owns" in caught.value.reason
+    assert _read_all(sink) == []
+    assert source.describe().groups[group].lag == 3
+    txs.close()
+
+
+def test_an_open_transaction_holds_no_reader_or_publisher_back(make_topic, unique_name) -> None:
+    sink = make_topic(channels=1)
+    txs = rt.transactions(unique_name("tx"))
+    tx = txs.begin()
+    tx.publish_batch(sink, ["staged"])
+    with sink.subscriber(start="earliest") as reader:
+        publish_all(sink, ["plain"])
+        started = time.monotonic()
+        element = get(reader.receive())
+        assert element is not None and element.value == "plain"
+        assert time.monotonic() - started < 5.0
+    tx.commit()
+    assert _read_all(sink) == ["plain", "staged"]
+    txs.close()
+
+
+def test_a_dead_holders_transaction_is_aborted_after_its_timeout(make_topic, unique_name) -> None:
+    sink = make_topic(channels=1, capacity=5, overflow="fail")
+    name = unique_name("tx")
+
+    @ray.remote(num_cpus=0)
+    def hold(topic: rt.Topic) -> None:
+        txs = rt.transactions(name, timeout=2.0)
+        txs.begin().publish_batch(topic, [1, 2, 3, 4])
+        import os
+
+        os._exit(1)  # dies with the transaction open
+
+    with pytest.raises(ray.exceptions.WorkerCrashedError):
+        ray.get(hold.options(max_retries=0).remote(sink), timeout=60)
+    assert sum(len(c.transactions) for c in sink.describe().channels) == 1
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(c.transactions for c in sink.describe().channels):
+        time.sleep(0.2)
+    assert not any(c.transactions for c in sink.describe().channels)
+    publish_all(sink, [1, 2, 3, 4, 5])  # the room is free again
+    assert _read_all(sink) == [1, 2, 3, 4, 5]
+
+
+def test_bad_input_is_typed_and_changes_nothing(make_topic, unique_name) -> None:
+    source, sink = make_topic(channels=1), make_topic(channels=1)
+    publish_all(source, [1])
+    gone = make_topic(channels=1)
+    gone.destroy()
+    txs = rt.transactions(unique_name("tx"))
+    tx = txs.begin()
+    with pytest.raises(rt.TopicNotFoundError):
+        tx.publish(gone, 1)
+    with pytest.raises(rt.InvalidTypeError):
+        tx.publish(sink, None)
+    with pytest.raises(rt.InvalidTypeError):
+        tx.publish("not a topic", 1)  # type: ignore[arg-type]
+    with pytest.raises(rt.InvalidArgumentError):
+        tx.publish_batch(sink, [1, 2], keys=["a"])
+    with source.subscriber(start="earliest") as anonymous:
+        element = get(anonymous.receive())
+    with pytest.raises(rt.GroupModeError):
+        tx.commit_consumed([element])
+    with pytest.raises(rt.InvalidTypeError):
+        tx.commit_consumed([1])  # type: ignore[list-item]
+    tx.publish(sink, "kept")
+    assert tx.commit().published_count == 1
+    assert _read_all(sink) == ["kept"]
+    txs.close()
+    with pytest.raises(rt.ClosedError):
+        txs.begin()
+    with pytest.raises(rt.InvalidTypeError):
+        rt.transactions("")
+    with pytest.raises(rt.InvalidArgumentError):
+        rt.transactions("x", timeout=0)
+    with pytest.raises(TypeError):
+        import pickle
+
+        pickle.dumps(txs)
