@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Subscriber"]
+__all__ = ["Subscriber", "live_subscriber"]
+
+_live: weakref.WeakValueDictionary[str, Subscriber] = weakref.WeakValueDictionary()
+"""The open subscribers of this process by reader id: a transaction that aborts
+rewinds the members whose elements it consumed."""
+
+
+def live_subscriber(reader_id: str) -> Subscriber | None:
+    """The subscriber of this process reading as ``reader_id``, if it is open here."""
+    subscriber = _live.get(reader_id)
+    return None if subscriber is None or not subscriber.is_active else subscriber
+
 
 _TAIL = 1 << 62
 """A sequence past any tail: seeking there clamps to the tail."""
@@ -188,6 +200,7 @@ class Subscriber(Acknowledging):
         self._spec = spec
         self._receives = Receives(topic, reader_id, spec, self._member)
         self._member.start(self._receives.jumps, attached=attached)
+        _live[reader_id] = self
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = {
@@ -443,6 +456,24 @@ class Subscriber(Acknowledging):
             NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
         """
         return {c: self._seek_to(c, _TAIL, commit=False) for c in self._pick(channels)}
+
+    def seek_to_committed(self, *channels: int) -> dict[int, Position]:
+        """Move channels back to their last commit: what was received since is
+        delivered again (an aborted transaction's inputs, say).
+
+        Args:
+            *channels: Owned channels (none: every owned channel).
+
+        Returns:
+            Per channel, the Position set (the commit).
+
+        Raises:
+            NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
+        """
+        states = self._states()
+        return {
+            c: self._seek_to(c, states[c].committed, commit=False) for c in self._pick(channels)
+        }
 
     def seek_to_tail_and_commit(self, *channels: int) -> dict[int, Position]:
         """``seek_to_tail``, and commit there.

@@ -60,6 +60,7 @@ from raytopic.core.records import (
 )
 from raytopic.publisher import encode_part, parts_of
 from raytopic.routing import key_hash
+from raytopic.subscriber import live_subscriber
 from raytopic.topic import Topic
 
 __all__ = ["Transaction", "Transactions", "transactions"]
@@ -534,8 +535,22 @@ class Transaction:
 
     def _end(self, state: str) -> None:
         self._state = state
+        if state == "aborted":
+            self._rewind_consumed()
         holder = self._holder
         holder._registry.ended.remote(holder.transactional_id, holder.epoch, self.key)
+
+    def _rewind_consumed(self) -> None:
+        """An aborted transaction's inputs are delivered again: each member of this
+        process whose elements it consumed goes back to its last commit (a member
+        elsewhere, or one that lost the channel, reads again from there anyway)."""
+        for (_, _, topic_id, channel), commit in self._commits.items():
+            member = live_subscriber(commit.reader_id)
+            if member is None or member._topic.topic_id != topic_id:
+                continue
+            with contextlib.suppress(TopicError, ray.exceptions.RayActorError):
+                if member.is_owner(channel):
+                    member.seek_to_committed(channel)
 
     def _result(self, runs: dict[Address, Any]) -> TransactionResult:
         published: dict[str, dict[int, list[int]]] = {}

@@ -89,6 +89,33 @@ def test_an_exception_in_the_block_aborts_everything_and_inputs_come_again(
     txs.close()
 
 
+def test_an_aborted_transactions_inputs_come_again_to_the_same_member(
+    make_topic, unique_name
+) -> None:
+    source, sink = make_topic(channels=1), make_topic(channels=1)
+    group = unique_name("g")
+    source.create_group(group)
+    publish_all(source, list(range(10)))
+    txs = rt.transactions(unique_name("tx"))
+    with source.subscriber(group=group) as member:
+        batches = member.iter_batches(5)
+        first = next(batches)
+        with pytest.raises(RuntimeError), txs.begin() as tx:
+            tx.publish_batch(sink, [e.value for e in first])
+            tx.commit_consumed(first)
+            raise RuntimeError("transform failed")
+        seen: list = []
+        while len(seen) < 10:
+            batch = next(batches)
+            seen.extend(e.value for e in batch)
+            with txs.begin() as tx:
+                tx.publish_batch(sink, [e.value for e in batch])
+                tx.commit_consumed(batch)
+    assert seen == list(range(10))
+    assert _read_all(sink) == list(range(10))
+    txs.close()
+
+
 def test_abort_drops_staged_and_frees_their_room(make_topic, unique_name) -> None:
     sink = make_topic(channels=1, capacity=10, overflow="fail")
     txs = rt.transactions(unique_name("tx"))

@@ -1,0 +1,248 @@
+"""Transactions under real SIGKILLs: a committed transaction survives its channels,
+the coordinator, the registry and its holder dying; one caught between prepare
+and decision ends whole on recovery; a pipeline worker killed again and again
+(and an output channel once) publishes every output exactly once (DESIGN 8's
+checker, plus no duplicate payloads in the output)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+import ray
+
+import raytopic as rt
+from raytopic.actors.requests import DecideTransaction, PrepareTransaction
+from raytopic.actors.transaction_table import COMMIT
+from raytopic.coordinator.transaction_registry import registry_actor
+
+from tests.loss_checker import LossChecker
+from tests.topic_helpers import get, publish_all, receive_until_empty
+
+RESTART_BOUND = 20.0
+
+
+def _kill_channel(topic: rt.Topic, channel: int = 0) -> int:
+    stats = topic.describe().channels[channel]
+    os.kill(stats.pid, signal.SIGKILL)
+    return stats.epoch
+
+
+def _serving_again(topic: rt.Topic, channel: int, old_epoch: int) -> None:
+    deadline = time.monotonic() + RESTART_BOUND
+    while True:
+        stats = topic.describe().channels[channel]
+        if stats.state == "serving" and stats.epoch > old_epoch:
+            return
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.1)
+
+
+def _kill_coordinator(topic: rt.Topic) -> None:
+    pid = get(topic._coordinator.__ray_call__.remote(lambda _: os.getpid()))
+    os.kill(pid, signal.SIGKILL)
+
+
+def _kill_registry() -> None:
+    registry = registry_actor("raytopic")
+    os.kill(get(registry.__ray_call__.remote(lambda _: os.getpid())), signal.SIGKILL)
+
+
+def _values(topic: rt.Topic) -> list:
+    with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
+        return [element.value for element in receive_until_empty(reader)]
+
+
+def _receive(member: rt.Subscriber, count: int) -> rt.ElementBatch:
+    got = rt.ElementBatch()
+    deadline = time.monotonic() + 30
+    while len(got) < count:
+        assert time.monotonic() < deadline
+        got.extend(get(member.receive_batch(count - len(got))))
+    return got
+
+
+def _lag(topic: rt.Topic, group: str) -> int:
+    return topic.describe().groups[group].lag
+
+
+def test_a_committed_transaction_survives_its_channels_coordinator_registry_and_holder(
+    make_topic, unique_name, tmp_path
+) -> None:
+    source = make_topic(channels=1, store=str(tmp_path / "source"))
+    sink = make_topic(channels=1, store=str(tmp_path / "sink"))
+    group = unique_name("g")
+    source.create_group(group)
+    publish_all(source, list(range(10)))
+    txs = rt.transactions(unique_name("tx"))
+    with source.subscriber(group=group) as member:
+        batch = _receive(member, 10)
+        with txs.begin() as tx:
+            tx.publish_batch(sink, [10 * e.value for e in batch])
+            tx.commit_consumed(batch)
+    del txs  # the holder is gone too
+    epochs = (_kill_channel(source), _kill_channel(sink))
+    _kill_coordinator(source)
+    _kill_coordinator(sink)
+    _kill_registry()
+    _serving_again(source, 0, epochs[0])
+    _serving_again(sink, 0, epochs[1])
+    assert _values(sink) == [10 * v for v in range(10)]
+    assert _lag(source, group) == 0
+
+
+def _staged_and_prepared(source, sink, group, unique_name, timeout):
+    """A transaction whose non-lead participant (the sink) prepared, and whose lead
+    (the source, where its commit is) has not decided: the holder 'dies' here."""
+    txs = rt.transactions(unique_name("tx"), timeout=timeout)
+    member = source.subscriber(group=group, timeout=3.0)
+    batch = _receive(member, 5)
+    tx = txs.begin()
+    tx.publish_batch(sink, [-e.value for e in batch])
+    tx.commit_consumed(batch)
+    lead = min(tx._commits)
+    sink_at = next(iter(tx._staged))
+    prepare = PrepareTransaction(
+        tx.key, txs.transactional_id, tx.deadline, lead, tx._staged[sink_at], ()
+    )
+    get(tx._call(sink_at, prepare))
+    return txs, member, tx, lead
+
+
+@pytest.mark.slow
+def test_a_lead_killed_between_prepare_and_decision_rolls_back_whole(
+    make_topic, unique_name, tmp_path
+) -> None:
+    source = make_topic(channels=1, store=str(tmp_path / "source"))
+    sink = make_topic(channels=1, store=str(tmp_path / "sink"))
+    group = unique_name("g")
+    source.create_group(group)
+    publish_all(source, list(range(5)))
+    _, member, _, _ = _staged_and_prepared(source, sink, group, unique_name, timeout=4.0)
+    assert sink.describe().channels[0].transactions[0]["phase"] == "prepared"
+    epoch = _kill_channel(source)  # the lead, before any decision
+    _kill_coordinator(source)
+    _serving_again(source, 0, epoch)
+    # No decision ever comes: at its deadline the sink asks the lead, which aborts.
+    deadline = time.monotonic() + 30
+    while sink.describe().channels[0].transactions:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert _values(sink) == []
+    assert _lag(source, group) == 5
+    member.close()
+    with source.subscriber(group=group) as again:
+        assert [e.value for e in _receive(again, 5)] == list(range(5))
+
+
+@pytest.mark.slow
+def test_a_participant_killed_after_the_decision_completes_the_commit(
+    make_topic, unique_name, tmp_path
+) -> None:
+    source = make_topic(channels=1, store=str(tmp_path / "source"))
+    sink = make_topic(channels=1, store=str(tmp_path / "sink"))
+    group = unique_name("g")
+    source.create_group(group)
+    publish_all(source, list(range(5)))
+    txs, member, tx, lead = _staged_and_prepared(source, sink, group, unique_name, timeout=60.0)
+    decide = DecideTransaction(
+        tx.key, txs.transactional_id, tx.deadline, COMMIT, "", 0, tx._commits_at(lead)
+    )
+    outcome, _, _ = get(tx._call(lead, decide))
+    assert outcome == COMMIT
+    # The holder never says "finish" to the sink; the sink is killed while prepared.
+    epoch = _kill_channel(sink)
+    _kill_registry()
+    _serving_again(sink, 0, epoch)
+    deadline = time.monotonic() + 30
+    while _values(sink) != [-v for v in range(5)]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert not sink.describe().channels[0].transactions
+    assert _lag(source, group) == 0
+    member.close()
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
+class _Doubler:
+    """A pipeline worker: one transaction per batch, group -> sink."""
+
+    def __init__(self, source: rt.Topic, sink: rt.Topic, group: str, name: str) -> None:
+        self._txs = rt.transactions(name, timeout=5.0)  # fences the killed incarnation
+        self._member = source.subscriber(group=group, timeout=2.0)
+        self._sink = sink
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def step(self) -> int:
+        batch = ray.get(self._member.receive_batch(20))
+        if not batch:
+            return 0
+        try:
+            with self._txs.begin() as tx:
+                tx.publish_batch(self._sink, [("out", e.value) for e in batch])
+                tx.commit_consumed(batch)
+        except rt.TransactionAbortedError:
+            return -1  # its inputs come again
+        return len(batch)
+
+
+@pytest.mark.slow
+def test_a_pipeline_worker_killed_again_and_again_outputs_exactly_once(
+    make_topic, unique_name, tmp_path
+) -> None:
+    total = 600
+    source = make_topic(channels=2, store=str(tmp_path / "source"))
+    sink = make_topic(channels=2, store=str(tmp_path / "sink"))
+    group = unique_name("g")
+    source.create_group(group)
+    checker = LossChecker()
+    for value in range(total):
+        checker.published(("out", value), "acknowledged")
+    publish_all(source, list(range(total)))
+    worker = _Doubler.remote(source, sink, group, unique_name("tx"))
+    kills = {"worker": 0, "sink": 0}
+    stop = threading.Event()
+
+    def kill_now_and_then() -> None:
+        rng = random.Random(7)
+        while not stop.wait(rng.uniform(0.4, 1.2)):
+            if kills["worker"] >= 4:
+                if kills["sink"] == 0:
+                    epoch = _kill_channel(sink, 1)
+                    kills["sink"] += 1
+                    _serving_again(sink, 1, epoch)
+                return
+            try:
+                os.kill(get(worker.pid.remote()), signal.SIGKILL)
+                kills["worker"] += 1
+            except (ray.exceptions.RayActorError, ProcessLookupError):
+                pass
+
+    killer = threading.Thread(target=kill_now_and_then, daemon=True)
+    killer.start()
+    deadline = time.monotonic() + 240
+    try:
+        while _lag(source, group) > 0 or killer.is_alive():
+            assert time.monotonic() < deadline, source.describe().groups[group]
+            try:
+                ray.get(worker.step.remote(), timeout=60)
+            except ray.exceptions.RayActorError:
+                time.sleep(0.1)  # killed mid-step: it restarts
+    finally:
+        stop.set()
+        killer.join(timeout=30)
+    assert kills == {"worker": 4, "sink": 1}
+    with sink.subscriber(start="earliest", complete_on_empty=True) as reader:
+        for element in receive_until_empty(reader):
+            checker.delivered("reader", element.channel, element.sequence, element.value)
+    report = checker.report(expect_all=True)
+    report.assert_safe()
+    assert report.duplicates_in_log == 0
+    assert report.delivered == total
+    ray.kill(worker)
