@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import pickle
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -179,6 +180,8 @@ class TransactionTable:
 
     def __init__(self) -> None:
         self.entries: dict[str, TransactionEntry] = {}
+        self._open: dict[str, TransactionEntry] = {}  # not done: what takes look at
+        self._done: OrderedDict[str, TransactionEntry] = OrderedDict()  # oldest first
         self.reserved = 0
         """Elements staged or prepared here: room the ring keeps for them."""
 
@@ -187,11 +190,11 @@ class TransactionTable:
 
     def open_entries(self) -> Iterator[TransactionEntry]:
         """The transactions not finished here (staged or prepared)."""
-        return (entry for entry in self.entries.values() if not entry.done)
+        return iter(list(self._open.values()))
 
     @property
     def has_open(self) -> bool:
-        return any(True for _ in self.open_entries())
+        return bool(self._open)
 
     def for_staging(
         self, key: str, transactional_id: str, deadline: float, now: float, channel: int
@@ -204,8 +207,7 @@ class TransactionTable:
         """
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = TransactionEntry(key, transactional_id, deadline, now)
-            return entry
+            return self._add(TransactionEntry(key, transactional_id, deadline, now))
         if entry.outcome == ABORT:
             raise aborted_error(entry, channel)
         if entry.phase != "staged":
@@ -238,13 +240,12 @@ class TransactionTable:
         """``entry`` is done: its room is free, its elements appended (runs) or dropped."""
         if not entry.done:
             self.reserved -= entry.staged
+            del self._open[entry.key]
         entry.payloads, entry.commits = [], ()
         entry.phase, entry.outcome, entry.reason, entry.runs = "done", outcome, reason, runs
-        self.entries.pop(entry.key)  # re-inserted last: the oldest finished go first
-        self.entries[entry.key] = entry
-        finished = [key for key, held in self.entries.items() if held.done]
-        for key in finished[: max(0, len(finished) - KEEP_DONE)]:
-            del self.entries[key]
+        self._done[entry.key] = entry
+        while len(self._done) > KEEP_DONE:  # the oldest finished go first
+            del self.entries[self._done.popitem(last=False)[0]]
 
     def record(
         self, key: str, transactional_id: str, deadline: float, now: float
@@ -252,7 +253,12 @@ class TransactionTable:
         """An entry for a transaction this channel never saw staged (made on first use)."""
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = TransactionEntry(key, transactional_id, deadline, now)
+            entry = self._add(TransactionEntry(key, transactional_id, deadline, now))
+        return entry
+
+    def _add(self, entry: TransactionEntry) -> TransactionEntry:
+        self.entries[entry.key] = entry
+        (self._done if entry.done else self._open)[entry.key] = entry
         return entry
 
     def forget(self, key: str) -> bool:
@@ -260,14 +266,14 @@ class TransactionTable:
         entry = self.entries.get(key)
         if entry is None or not entry.done:
             return False
-        del self.entries[key]
+        del self.entries[key], self._done[key]
         return True
 
     def held(self, group: str, fence: Any) -> bool:
         """Whether ``group``'s cursor here waits for a prepared transaction's commit:
         only the member that made it reads on meanwhile (another would read again
         what the transaction may commit)."""
-        for entry in self.entries.values():
+        for entry in self._open.values():
             if entry.phase == "prepared":
                 for commit in entry.commits:
                     if commit.group == group and commit.fence != fence:
@@ -285,8 +291,7 @@ class TransactionTable:
     def restore(self, saved: dict[str, Any]) -> None:
         """Load what a store kept (prepared and finished transactions)."""
         for key, state in saved.items():
-            entry = TransactionEntry.from_state(key, state)
-            self.entries[key] = entry
+            entry = self._add(TransactionEntry.from_state(key, state))
             if not entry.done:
                 self.reserved += entry.staged
 
