@@ -57,7 +57,12 @@ from raytopic.actors.transaction_table import (
     aborted_error,
 )
 from raytopic.core.config import Overflow
-from raytopic.core.errors import DataLossError, TopicFullError, TransactionAbortedError
+from raytopic.core.errors import (
+    DataLossError,
+    TopicFullError,
+    TopicNotFoundError,
+    TransactionAbortedError,
+)
 from raytopic.core.naming import channel_actor
 
 logger = logging.getLogger(__name__)
@@ -344,7 +349,9 @@ class TransactionParticipant:
         while self.needs_tending:
             await asyncio.sleep(TEND_INTERVAL)
             now = time.time()
+            changed = False
             for entry in self.table.expired(now):
+                changed = True
                 logger.info(
                     "channel %d: transaction %s timed out with %d staged elements: aborted",
                     self._context.channel,
@@ -353,34 +360,40 @@ class TransactionParticipant:
                 )
                 self._abort(entry, "it timed out before it committed (its holder is gone?)")
             for entry in self.table.in_doubt(now, IN_DOUBT_AFTER):
-                await self._ask_lead(entry)
-            await self._state.save()
+                changed = await self._ask_lead(entry) or changed
+            if changed:
+                await self._state.save()
             if not self.table.has_open:
                 self.needs_tending = False
 
-    async def _ask_lead(self, entry: TransactionEntry) -> None:
+    async def _ask_lead(self, entry: TransactionEntry) -> bool:
+        """Ask the lead for a prepared transaction's outcome; True if it came."""
         lead = entry.lead
         assert lead is not None
         request = ResolveTransaction(entry.key, entry.transactional_id, entry.deadline)
         try:
             handle = channel_actor(*lead)
             outcome = await handle.transact.remote(pack_request(request))
-        except Exception as error:
+        except TopicNotFoundError:
             if time.time() < entry.deadline:
-                return  # the lead may be restarting: ask again
-            logger.warning(
-                "channel %d: the lead of transaction %s cannot be asked (%s)",
+                return False
+            # Its decision went with the lead's topic: what it decided is unknowable.
+            logger.error(
+                "channel %d: transaction %s lost its lead (topic %r destroyed): aborted here",
                 self._context.channel,
                 entry.key,
-                error,
+                lead[1],
             )
-            return
+            outcome = ABORT
+        except Exception:
+            return False  # the lead is restarting: ask again
         if entry.done or outcome is None:
-            return
+            return False
         if outcome == COMMIT:
             await self._apply(entry)
         else:
             self._abort(entry, "its lead aborted it")
+        return True
 
     # -- recovery ----------------------------------------------------------------------
 
