@@ -33,6 +33,8 @@ import logging
 import time
 from typing import Any
 
+import ray
+
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
@@ -374,7 +376,7 @@ class TransactionParticipant:
         try:
             handle = channel_actor(*lead)
             outcome = await handle.transact.remote(pack_request(request))
-        except TopicNotFoundError:
+        except (TopicNotFoundError, ray.exceptions.ActorDiedError):
             if time.time() < entry.deadline:
                 return False
             # Its decision went with the lead's topic: what it decided is unknowable.
