@@ -18,6 +18,7 @@ EXPECTED = {
     "ring_buffer.py": "read_many: ['item-3', 'item-4', 'item-5', 'item-6', 'item-7'] next 8",
     "resequencer.py": "['B0', 'A0', 'A1', 'A2', 'B1']",
     "shared_workers.py": "dead letter: {'job': 13} after 3 deliveries",
+    "exactly_once_pipeline.py": "every input appears in the sink exactly once",
 }
 """A line each script prints when it did what it shows."""
 

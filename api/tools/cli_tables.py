@@ -58,8 +58,9 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 
 def topic_table(stats: TopicStats) -> str:
-    """``describe``: the channels (head, tail, size, epoch, node, pid, state), then each
-    group's members with their channels and its per-channel positions and counts."""
+    """``describe``: the channels (head, tail, size, epoch, node, pid, state), the open
+    transactions of each channel, if any, then each group's members with their
+    channels and its per-channel positions and counts."""
     lines = [f"topic {stats.name} (id {stats.topic_id})"]
     lines.append(
         _table(
@@ -70,6 +71,9 @@ def topic_table(stats: TopicStats) -> str:
             ],
         )
     )
+    transactions = _transactions_table(stats)
+    if transactions:
+        lines += ["", transactions]
     for group in stats.groups.values():
         lines.append("")
         lines.append(_group_title(group))
@@ -95,6 +99,20 @@ def topic_table(stats: TopicStats) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def _transactions_table(stats: TopicStats) -> str:
+    """The open transactions, one row per channel each touched ("" if none)."""
+    rows = [
+        [c.channel, t["id"], t["key"], t["phase"], f"{t['age']:.1f}", t["staged"]]
+        for c in stats.channels
+        for t in sorted(c.transactions, key=lambda t: t["key"])
+    ]
+    if not rows:
+        return ""
+    title = f"open transactions ({len({row[2] for row in rows})})"
+    header = ["channel", "transactional id", "transaction", "phase", "age (s)", "staged"]
+    return title + "\n" + _table(header, rows)
 
 
 def _group_title(group: GroupStats) -> str:

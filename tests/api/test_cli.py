@@ -94,6 +94,40 @@ def test_list_and_describe_show_a_topic(make_topic, ray_cluster: str) -> None:
     assert "node" in table.stdout.splitlines()[1] and "group audit" in table.stdout
 
 
+def test_describe_shows_open_transactions_per_channel(
+    make_topic, unique_name, ray_cluster: str
+) -> None:
+    topic = make_topic(channels=2)
+    txs = rt.transactions(unique_name("cli-tx"))
+    tx = txs.begin()
+    try:
+        tx.publish_batch(topic, list(range(5)))  # round robin: 3 staged at channel 0, 2 at 1
+
+        described = _raytopic("describe", topic.name, "--json", "--address", ray_cluster)
+        assert described.returncode == 0, described.stderr
+        staged = {
+            c["channel"]: [(t["id"], t["key"], t["phase"], t["staged"]) for t in c["transactions"]]
+            for c in json.loads(described.stdout)["channels"]
+        }
+        opened = (txs.transactional_id, tx.key, "staged")
+        assert staged == {0: [(*opened, 3)], 1: [(*opened, 2)]}
+
+        table = _raytopic("describe", topic.name, "--address", ray_cluster)
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.splitlines()
+        assert "open transactions (1)" in lines
+        rows = [line.split() for line in lines if txs.transactional_id in line]
+        assert [(row[0], row[1], row[2], row[3], row[5]) for row in rows] == [
+            ("0", *opened, "3"),
+            ("1", *opened, "2"),
+        ]
+        assert float(rows[0][4]) >= 0.0  # age (s)
+    finally:
+        tx.abort()
+        txs.close()
+    assert not any(c.transactions for c in topic.describe().channels)
+
+
 def test_missing_topics_and_groups_exit_3(ray_session: None, ray_cluster: str, make_topic) -> None:
     topic = make_topic(channels=1, groups=["g"])
     # Every command finds its topic through one function (cli_admin._topic): two
