@@ -42,6 +42,12 @@ it, this one the rest):
     shared      four members of a shared group against two of a channel-owned
                 group on 2 channels, with no work and with a 10 ms task per
                 element (``raytopic.tools.bench_shared``).
+    transactions
+                a group member -> transform -> a topic on 1 channel, one
+                transaction per batch of 100 (its outputs and its consumed
+                positions) on a tenth of the messages, against the same stage
+                publishing and committing without one
+                (``raytopic.tools.bench_transactions``).
     store       the throughput case on a topic with the embedded store, with
                 ``sync="always"`` and ``sync="write"``, as a ratio to the
                 in-memory topic of the same run (``raytopic.tools.bench_throughput``);
@@ -103,6 +109,7 @@ from raytopic.tools.bench_throughput import (
     queue_throughput,
     topic_throughput,
 )
+from raytopic.tools.bench_transactions import run_transaction_benchmarks
 from raytopic.topic import create_topic
 
 __all__ = [
@@ -427,6 +434,7 @@ def run_benchmarks(
     add(Figure("group: close -> full reassignment", reassignment_time(channels) * 1e3, "ms"))
 
     figures += run_shared_benchmarks(messages=messages, repeat=repeat, report=report)
+    figures += run_transaction_benchmarks(messages=messages, repeat=repeat, report=report)
 
     if restart_elements:
         for sync in ("always", "write"):

@@ -4,8 +4,8 @@ small dict a message is, a topic's unique name, medians and percentiles, and the
 check that every message arrived once).
 
 A leaf: it imports no other bench module, so each case module (``bench_throughput``,
-``bench_groups``, ``bench_shared``, ``bench_commit``, ``bench_idle``,
-``bench_spark``) and ``bench`` itself, which runs them all, import from here.
+``bench_groups``, ``bench_shared``, ``bench_transactions``, ``bench_commit``,
+``bench_idle``, ``bench_spark``) and ``bench`` itself, which runs them all, import from here.
 """
 
 from __future__ import annotations

@@ -128,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
         help="only the shared-group cases (4 shared members vs 2 owned, 2 channels)",
     )
     bench.add_argument(
+        "--transactions",
+        action="store_true",
+        help="only the transactions case (a transaction per batch of 100 vs publish + commit)",
+    )
+    bench.add_argument(
         "--idle",
         action="store_true",
         help="only the idle case (idle CPU and topic creation against bare Ray actors)",
@@ -365,6 +370,12 @@ def _bench(args: argparse.Namespace) -> int:
         from raytopic.tools.bench_shared import run_shared_benchmarks
 
         run_shared_benchmarks(messages=settings.messages, repeat=settings.repeat, report=report)
+    elif args.transactions:
+        from raytopic.tools.bench_transactions import run_transaction_benchmarks
+
+        run_transaction_benchmarks(
+            messages=settings.messages, repeat=settings.repeat, report=report
+        )
     elif args.idle:
         from raytopic.tools.bench_idle import run_idle_benchmarks
 

@@ -28,9 +28,14 @@ from raytopic.tools.bench_cpu import CpuSplit, Throughput, median_throughput
 from raytopic.tools.bench_idle import CHANNEL_TARGET, COORDINATOR_TARGET, CREATION_TARGET
 from raytopic.tools.bench_shared import TASK_TARGET
 from raytopic.tools.bench_throughput import cpu_figures
-from raytopic.tools.cli import _bench_settings, _parser
+from raytopic.tools.bench_transactions import TRANSACTION_TARGET
+from raytopic.tools.cli import _bench_settings, _parse, _parser
 
 FLOOR = "ray floor: one plain actor, put pipelined / take sequential (1000)"
+TRANSACTIONS = "transactions: group -> x2 -> topic, 1 ch, a transaction per 100"
+TRANSACTIONS_PLAIN = "transactions: group -> x2 -> topic, 1 ch, plain, 100/batch"
+TRANSACTION_BATCH = "transactions: a batch of 100, publish -> commit, transaction, p50"
+TRANSACTION_BATCH_PLAIN = "transactions: a batch of 100, publish -> commit, plain, p50"
 FLOOR_ROLES = ("total", "producer", "actor", "consumer")
 TOPIC_ROLES = ("total", "publisher", "channels", "consumer")
 
@@ -76,6 +81,10 @@ EXPECTED = {
     "group: close -> full reassignment": None,
     "shared group: 4 members, 2 ch, ack per element": "owned group of 2",
     "shared group: 4 members, 2 ch, 10 ms task per element": "owned group of 2",
+    TRANSACTIONS_PLAIN: None,
+    TRANSACTIONS: "plain",
+    TRANSACTION_BATCH_PLAIN: None,
+    TRANSACTION_BATCH: "plain p50",
     'store sync="always": publish() -> iterate, 2 channel(s)': "in memory",
     'store sync="write": publish() -> iterate, 2 channel(s)': "in memory",
     "store: restart serving 2,000 elements": None,
@@ -98,6 +107,7 @@ TARGETS = {
     "topic: publish -> waiting receive, 2 channel(s), p50": at_most(1.5),
     "group: 2 members, commit per batch, 2 channels": at_least(1.5),
     "shared group: 4 members, 2 ch, 10 ms task per element": TASK_TARGET,
+    TRANSACTIONS: TRANSACTION_TARGET,
     'store sync="always": publish() -> iterate, 2 channel(s)': at_least(0.5),
     'store sync="write": publish() -> iterate, 2 channel(s)': at_least(0.5),
     "store: durable commit p50, 20 publishers seen": COMMIT_TARGET,
@@ -170,6 +180,8 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
     assert scaling.baseline_value == by_case["topic: publish() -> iterate, 1 channel(s)"].value
     durable = by_case['store sync="always": publish() -> iterate, 2 channel(s)']
     assert durable.baseline_value == by_case["topic: publish() -> iterate, 2 channel(s)"].value
+    transacted = by_case[TRANSACTIONS]
+    assert transacted.baseline_value == by_case[TRANSACTIONS_PLAIN].value
     commit = by_case["store: durable commit p50, 20 publishers seen"]
     assert commit.baseline_value == by_case["store: durable commit p50, 1 publisher seen"].value
     bare = by_case["idle: bare actor CPU, 3 over 2 s"].value
@@ -181,6 +193,35 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(ray_session: None) -
         f"verdict: {len(TARGETS) - len(short)} of {len(TARGETS)} targets met"
         + (f"; short: {'; '.join(short)}" if short else "")
     )
+
+
+def test_bench_transactions_quick_prints_both_rates_their_ratio_and_verdict(
+    ray_session: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The transactions case alone, as `raytopic bench --quick --transactions`
+    # runs it (in this process, on the session's cluster; 10,000 elements each way).
+    args = _parse(["bench", "--quick", "--transactions"])
+    assert args.run(args) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    # Each line: the case, the value, the unit, then its ratio to the baseline.
+    printed = {
+        case: next(line for line in lines if line.startswith(case))[len(case) :].split()
+        for case in (TRANSACTIONS_PLAIN, TRANSACTIONS, TRANSACTION_BATCH_PLAIN, TRANSACTION_BATCH)
+    }
+    for case, (value, unit, *_) in printed.items():
+        assert float(value.replace(",", "")) > 0, case
+        assert unit == ("ms" if "p50" in case else "msgs/s"), case
+    assert len(printed[TRANSACTIONS_PLAIN]) == len(printed[TRANSACTION_BATCH_PLAIN]) == 2
+    ratio, baseline, *verdict = printed[TRANSACTIONS][2:]
+    assert float(ratio.removesuffix("x")) > 0 and baseline == "plain"
+    assert " ".join(verdict) in (
+        f"(target {TRANSACTION_TARGET}: met)",
+        f"(target {TRANSACTION_TARGET}: short)",
+    )
+    assert printed[TRANSACTION_BATCH][3:] == ["plain", "p50"]
+    verdicts = [line for line in lines if line.startswith("verdict: ")]
+    assert len(verdicts) == 1 and "of 1 targets met" in verdicts[0]
 
 
 def test_cpu_figures_name_each_role_against_the_floors_of_the_same_role() -> None:
@@ -255,6 +296,7 @@ def test_bench_help_lists_quick(capsys: pytest.CaptureFixture[str]) -> None:
         (["bench"], DEFAULT),
         (["bench", "--quick"], QUICK),
         (["bench", "--quick", "--repeat", "2"], replace(QUICK, repeat=2)),
+        (["bench", "--quick", "--transactions"], QUICK),
         (["bench", "--messages", "5000"], replace(DEFAULT, messages=5000)),
         (["bench", "--idle", "--idle-seconds", "3"], replace(DEFAULT, idle_seconds=3.0)),
         (["bench", "--quick", "--idle-topics", "2"], replace(QUICK, idle_topics=2)),
