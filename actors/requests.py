@@ -26,6 +26,7 @@ __all__ = [
     "AppendOnce",
     "ChannelRequest",
     "DecideTransaction",
+    "FenceTransactions",
     "FinishTransaction",
     "ForgetTransaction",
     "PrepareTransaction",
@@ -200,6 +201,8 @@ class DecideTransaction(NamedTuple):
     reason: str
     staged: int
     commits: tuple[Any, ...]
+    forget: tuple[str, ...] = ()
+    """Earlier transactions it led whose participants all finished."""
     method = "decide"
 
 
@@ -231,6 +234,15 @@ class ForgetTransaction(NamedTuple):
     method = "forget"
 
 
+class FenceTransactions(NamedTuple):
+    """Incarnations of ``transactional_id`` older than ``epoch`` are fenced: their
+    staged transactions here are aborted, their stagings refused."""
+
+    transactional_id: str
+    epoch: int
+    method = "fence"
+
+
 TransactionRequest = (
     StageTransaction
     | PrepareTransaction
@@ -238,6 +250,7 @@ TransactionRequest = (
     | FinishTransaction
     | ResolveTransaction
     | ForgetTransaction
+    | FenceTransactions
 )
 """A transaction's request, served by ``ChannelActor.transact``."""
 
@@ -248,6 +261,7 @@ TRANSACTION_REQUESTS = (
     FinishTransaction,
     ResolveTransaction,
     ForgetTransaction,
+    FenceTransactions,
 )
 
 ChannelRequest = (

@@ -44,6 +44,7 @@ __all__ = [
     "TransactionEntry",
     "TransactionTable",
     "aborted_error",
+    "epoch_of",
 ]
 
 COMMIT = "commit"
@@ -161,6 +162,11 @@ class TransactionEntry:
         return entry
 
 
+def epoch_of(key: str) -> int:
+    """The incarnation a transaction key belongs to (keys are ``id@epoch.number``)."""
+    return int(key.rsplit("@", 1)[1].split(".", 1)[0])
+
+
 def aborted_error(entry: TransactionEntry, channel: int) -> TransactionAbortedError:
     """The error a call about an aborted transaction raises."""
     if entry.reason == FENCED:
@@ -184,6 +190,9 @@ class TransactionTable:
         self._done: OrderedDict[str, TransactionEntry] = OrderedDict()  # oldest first
         self.reserved = 0
         """Elements staged or prepared here: room the ring keeps for them."""
+        self.fenced: dict[str, int] = {}
+        """Transactional id -> its oldest incarnation not fenced (in memory: a
+        restart drops staged elements anyway)."""
 
     def get(self, key: str) -> TransactionEntry | None:
         return self.entries.get(key)
@@ -206,6 +215,9 @@ class TransactionTable:
             InvalidArgumentError: it is already committing or committed.
         """
         entry = self.entries.get(key)
+        if entry is None and epoch_of(key) < self.fenced.get(transactional_id, 0):
+            entry = self._add(TransactionEntry(key, transactional_id, deadline, now))
+            self.finish(entry, ABORT, FENCED)
         if entry is None:
             return self._add(TransactionEntry(key, transactional_id, deadline, now))
         if entry.outcome == ABORT:
@@ -268,6 +280,22 @@ class TransactionTable:
             return False
         del self.entries[key], self._done[key]
         return True
+
+    def fence(self, transactional_id: str, epoch: int) -> list[TransactionEntry]:
+        """Incarnations of the id below ``epoch`` are fenced; returns their staged
+        transactions here (to abort). Prepared ones wait for their lead's word."""
+        if epoch <= self.fenced.get(transactional_id, 0):
+            return []
+        self.fenced[transactional_id] = epoch
+        if len(self.fenced) > KEEP_DONE:
+            del self.fenced[next(iter(self.fenced))]
+        return [
+            entry
+            for entry in self.open_entries()
+            if entry.transactional_id == transactional_id
+            and entry.phase == "staged"
+            and epoch_of(entry.key) < epoch
+        ]
 
     def held(self, group: str, fence: Any) -> bool:
         """Whether ``group``'s cursor here waits for a prepared transaction's commit:

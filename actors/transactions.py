@@ -42,6 +42,7 @@ from raytopic.actors.payloads import Payload
 from raytopic.actors.readers import Readers
 from raytopic.actors.requests import (
     DecideTransaction,
+    FenceTransactions,
     FinishTransaction,
     ForgetTransaction,
     PrepareTransaction,
@@ -53,6 +54,7 @@ from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.transaction_table import (
     ABORT,
     COMMIT,
+    FENCED,
     ConsumedCommit,
     TransactionEntry,
     TransactionTable,
@@ -187,7 +189,10 @@ class TransactionParticipant:
                     entry.commits = commits
                     await self._apply(entry)
             self._context.metrics.transaction_decided(entry.outcome == COMMIT)
-            await self._state.save()
+        for key in request.forget:
+            if self.table.forget(key):
+                self._state.touch("transactions", key)
+        await self._state.save()
         return entry.outcome or ABORT, entry.reason, entry.runs
 
     async def finish(self, request: FinishTransaction, _: Any = None) -> tuple[Any, ...]:
@@ -231,6 +236,11 @@ class TransactionParticipant:
         self._context.metrics.transaction_decided(False)
         await self._state.save()
         return ABORT
+
+    async def fence(self, request: FenceTransactions, _: Any = None) -> None:
+        """Abort the staged transactions of older incarnations of the id."""
+        for entry in self.table.fence(request.transactional_id, request.epoch):
+            self._abort(entry, FENCED)
 
     async def forget(self, request: ForgetTransaction, _: Any = None) -> None:
         """Every participant finished the transaction."""

@@ -123,6 +123,10 @@ class Transactions:
         self._open: Transaction | None = None
         self._closed = False
         self._fenced = False
+        self._joined: set[Address] = set()  # channels the registry knows we stage at
+        self._forgets: list[tuple[Address, str, list[Any]]] = []
+        """(lead, key, finishes in flight) of committed transactions: the lead forgets
+        the outcome once every participant finished."""
 
     def begin(self) -> Transaction:
         """Open a transaction (the previous one must be committed or aborted).
@@ -150,6 +154,30 @@ class Transactions:
                 self._open.abort()
         self._closed = True
         self._registry.close.remote(self.transactional_id, self.epoch)
+        in_flight = [ref for *_, refs in self._forgets for ref in refs]
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.wait(in_flight, num_returns=len(in_flight), timeout=10.0)
+        self.forgets_ready(None)
+
+    def forgets_ready(self, lead: Address | None) -> tuple[str, ...]:
+        """Committed transactions whose participants all finished: the keys ``lead`` led
+        (to forget with its next decision), and a forget sent to every other lead."""
+        ready, pending = [], []
+        for held in self._forgets:
+            refs = held[2]
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else (refs, None)
+            if len(done) < len(refs):
+                pending.append(held)
+            elif _all_succeeded(refs):  # else a participant asks the lead: it must remember
+                ready.append(held)
+        self._forgets = pending
+        keys = []
+        for at, key, _ in ready:
+            if at == lead:
+                keys.append(key)
+            else:
+                channel_actor(*at).transact.remote(pack_request(ForgetTransaction(key)))
+        return tuple(keys)
 
     def __enter__(self) -> Transactions:
         return self
@@ -274,11 +302,9 @@ class Transaction:
         refs, joins = {}, []
         for channel, payload in parts.items():
             at: Address = (topic.namespace, topic.name, topic.topic_id, channel)
-            if at not in self._staged:
+            if at not in holder._joined:
                 joins.append(
-                    holder._registry.join.remote(
-                        holder.transactional_id, holder.epoch, self.key, self.deadline, at
-                    )
+                    holder._registry.join.remote(holder.transactional_id, holder.epoch, at)
                 )
             try:
                 refs[at] = channel_actor(*at).transact.remote(stage, payload)
@@ -298,6 +324,7 @@ class Transaction:
                 first_error = first_error or error
         if first_error is not None:  # staged after the registry aborted the rest: drop it
             self._finish_everywhere(list(refs), ABORT, FENCED)
+        self._holder._joined.update(refs)
         for at, ref in refs.items():
             try:
                 self._staged[at] = _get(ref)
@@ -384,14 +411,14 @@ class Transaction:
         holder = self._holder
         participants = sorted(set(self._staged) | set(self._commits))
         if not participants:
-            self._end("committed")
+            self._state = "committed"
             return TransactionResult({}, [])
-        # The lead decides. An input channel if there is one: its commit check and
-        # the decision are then one step.
-        lead = min(self._commits) if self._commits else participants[0]
+        # The lead decides: a channel with outputs if there is one (its outputs are
+        # visible when it answers; the inputs' commits follow, pinned meanwhile).
+        lead = min(self._staged) if self._staged else min(self._commits)
         others = [at for at in participants if at != lead]
         committing = holder._registry.committing.remote(
-            holder.transactional_id, holder.epoch, self.key, self.deadline, lead
+            holder.transactional_id, holder.epoch, self.key, self.deadline, lead, others
         )
         prepares = {
             at: self._call(
@@ -419,12 +446,13 @@ class Transaction:
             "",
             self._staged.get(lead, 0),
             self._commits_at(lead),
+            holder.forgets_ready(lead),
         )
         try:
             outcome, reason, lead_runs = _get(self._call(lead, decide))
         except (TopicError, ray.exceptions.RayActorError) as error:
             # Undecided or unknown: the participants ask the lead at the deadline.
-            self._end("aborted")
+            self._aborted()
             raise TransactionAbortedError(
                 f"transaction {self.key}: its lead channel failed ({error}); its "
                 "participants settle it with the lead (if undecided, aborted at its deadline)",
@@ -432,14 +460,18 @@ class Transaction:
             ) from error
         if outcome != COMMIT:
             self._finish_everywhere(others, ABORT, reason)
-            self._end("aborted")
+            self._aborted()
             error_class = TransactionFencedError if reason == FENCED else TransactionAbortedError
             raise error_class(f"transaction {self.key} was aborted: {reason}", reason)
-        runs, lost = self._finish_everywhere(others, COMMIT, "")
+        # Outputs are awaited (visible when commit() returns); a commit-only
+        # participant's finish is not: its group waits for it, nothing else does.
+        outputs = [at for at in others if at in self._staged]
+        finish = FinishTransaction(self.key, holder.transactional_id, self.deadline, COMMIT, "")
+        in_flight = [self._call(at, finish) for at in others if at not in self._staged]
+        runs, lost = self._finish_everywhere(outputs, COMMIT, "")
         runs[lead] = lead_runs
-        for at in participants:
-            channel_actor(*at).transact.remote(pack_request(ForgetTransaction(self.key)))
-        self._end("committed")
+        holder._forgets.append((lead, self.key, in_flight))
+        self._state = "committed"
         if lost:
             raise lost[0]
         return self._result(runs)
@@ -450,7 +482,7 @@ class Transaction:
             return
         self._state = "aborting"
         self._finish_everywhere(sorted(self._staged), ABORT, "aborted by its holder")
-        self._end("aborted")
+        self._aborted()
 
     def __enter__(self) -> Transaction:
         return self
@@ -511,7 +543,7 @@ class Transaction:
         with contextlib.suppress(TopicError, ray.exceptions.RayActorError):
             _get(self._call(lead, decide))
         self._finish_everywhere(others, ABORT, reason)
-        self._end("aborted")
+        self._aborted()
 
     def _finish_everywhere(
         self, participants: list[Address], outcome: str, reason: str
@@ -533,10 +565,10 @@ class Transaction:
                     continue
         return runs, lost
 
-    def _end(self, state: str) -> None:
-        self._state = state
-        if state == "aborted":
-            self._rewind_consumed()
+    def _aborted(self) -> None:
+        """It aborted: its inputs go back to their members; the registry forgets it."""
+        self._state = "aborted"
+        self._rewind_consumed()
         holder = self._holder
         holder._registry.ended.remote(holder.transactional_id, holder.epoch, self.key)
 
@@ -563,6 +595,14 @@ class Transaction:
             for at, commit in sorted(self._commits.items())
         ]
         return TransactionResult(published, committed)
+
+
+def _all_succeeded(refs: list[Any]) -> bool:
+    try:
+        ray.get(refs)
+    except Exception:
+        return False
+    return True
 
 
 def _get(ref: Any) -> Any:

@@ -3,13 +3,13 @@ each transactional id is the newest, and fences the older ones.
 
 It is not on a transaction's data path and holds no decision: a transaction's
 outcome is recorded by its lead channel (``raytopic.actors.transactions``).
-The registry keeps, per transactional id, the newest incarnation (its epoch)
-and that incarnation's open transaction: the channels it staged elements at
-(``join``) and, once it commits, its lead (``committing``). A new incarnation
-(``open``) aborts the older one's open transaction: at its lead if it is
-committing (first come first served with the holder's own decision), and at
-every channel it staged at; the older holder's next call is refused there
-(``TransactionFencedError``).
+The registry keeps, per transactional id, the newest incarnation (its epoch),
+the channels it ever staged elements at (``join``, once per channel) and the
+transaction it is committing, with its lead and other participants
+(``committing``). A new incarnation (``open``) aborts the older one's open
+transaction: at its lead if it is committing (first come first served with
+the holder's own decision), and at every channel it staged at, which then
+refuses the older holder's stagings (``TransactionFencedError``).
 
 It keeps this in memory: a registry that restarted knows no incarnations and
 takes the first it hears of an id as the newest (an older holder that commits
@@ -27,7 +27,12 @@ from typing import Any
 
 import ray
 
-from raytopic.actors.requests import DecideTransaction, FinishTransaction, pack_request
+from raytopic.actors.requests import (
+    DecideTransaction,
+    FenceTransactions,
+    FinishTransaction,
+    pack_request,
+)
 from raytopic.actors.transaction_table import ABORT, FENCED, Address
 from raytopic.core.errors import ClosedError, TransactionFencedError
 from raytopic.core.naming import channel_actor, transaction_registry_name
@@ -41,20 +46,22 @@ FENCE_CALL_TIMEOUT = 30.0
 
 
 @dataclass(slots=True)
-class _Open:
-    """An incarnation's open transaction."""
+class _Committing:
+    """An incarnation's transaction being decided at ``lead``."""
 
     key: str
     deadline: float
-    joined: set[Address] = field(default_factory=set)
-    lead: Address | None = None
+    lead: Address
+    others: tuple[Address, ...]
 
 
 @dataclass(slots=True)
 class _Incarnation:
     epoch: int
     closed: bool = False
-    open: _Open | None = None
+    channels: set[Address] = field(default_factory=set)
+    """Every channel the incarnation staged elements at."""
+    committing: _Committing | None = None
 
 
 class TransactionRegistry:
@@ -75,27 +82,27 @@ class TransactionRegistry:
         held = self._ids.get(transactional_id)
         epoch = max(time.time_ns(), held.epoch + 1 if held else 0)
         self._ids[transactional_id] = _Incarnation(epoch)
-        if held is not None and held.open is not None and not held.closed:
+        if held is not None and not held.closed:
             self._fencings.inc()
-            await _abort(transactional_id, held.open, FENCED)
+            await _fence(transactional_id, held, epoch)
         return epoch
 
-    def join(
-        self, transactional_id: str, epoch: int, key: str, deadline: float, at: Address
-    ) -> None:
-        """The incarnation's transaction ``key`` stages elements at channel ``at``.
+    def join(self, transactional_id: str, epoch: int, at: Address) -> None:
+        """The incarnation stages elements at channel ``at`` (told once per channel).
 
         Raises:
             TransactionFencedError: a newer incarnation exists.
         """
-        incarnation = self._current(transactional_id, epoch)
-        held = incarnation.open
-        if held is None or held.key != key:
-            held = incarnation.open = _Open(key, deadline)
-        held.joined.add(tuple(at))  # type: ignore[arg-type]
+        self._current(transactional_id, epoch).channels.add(tuple(at))  # type: ignore[arg-type]
 
     def committing(
-        self, transactional_id: str, epoch: int, key: str, deadline: float, lead: Address
+        self,
+        transactional_id: str,
+        epoch: int,
+        key: str,
+        deadline: float,
+        lead: Address,
+        others: list[Address],
     ) -> None:
         """The incarnation's transaction ``key`` is about to be decided at ``lead``.
 
@@ -103,32 +110,38 @@ class TransactionRegistry:
             TransactionFencedError: a newer incarnation exists (do not decide).
         """
         incarnation = self._current(transactional_id, epoch)
-        held = incarnation.open
-        if held is None or held.key != key:
-            held = incarnation.open = _Open(key, deadline)
-        held.lead = tuple(lead)  # type: ignore[assignment]
+        incarnation.committing = _Committing(
+            key,
+            deadline,
+            tuple(lead),
+            tuple(tuple(at) for at in others),  # type: ignore[arg-type]
+        )
 
     def ended(self, transactional_id: str, epoch: int, key: str) -> None:
-        """The transaction ``key`` committed or aborted everywhere."""
+        """The transaction ``key`` aborted everywhere."""
         incarnation = self._ids.get(transactional_id)
-        held = None if incarnation is None or incarnation.epoch != epoch else incarnation.open
-        if held is not None and held.key == key:
-            incarnation.open = None  # type: ignore[union-attr]
+        if incarnation is None or incarnation.epoch != epoch:
+            return
+        if incarnation.committing is not None and incarnation.committing.key == key:
+            incarnation.committing = None
 
     def close(self, transactional_id: str, epoch: int) -> None:
         """The incarnation is closed by its holder (it starts no more transactions)."""
         incarnation = self._ids.get(transactional_id)
         if incarnation is not None and incarnation.epoch == epoch:
             incarnation.closed = True
-            incarnation.open = None
+            incarnation.committing = None
 
     def describe(self) -> dict[str, Any]:
-        """Each transactional id: its newest epoch and its open transaction's key."""
+        """Each transactional id: its newest epoch, whether it is closed, and the
+        transaction it last committed or is committing."""
         return {
             tid: {
                 "epoch": incarnation.epoch,
                 "closed": incarnation.closed,
-                "open": None if incarnation.open is None else incarnation.open.key,
+                "committing": None
+                if incarnation.committing is None
+                else incarnation.committing.key,
             }
             for tid, incarnation in self._ids.items()
         }
@@ -142,34 +155,41 @@ class TransactionRegistry:
                 f"a newer holder of transactional id {transactional_id!r} exists", FENCED
             )
         if incarnation.epoch < epoch:  # opened before a restart of this registry
-            incarnation.epoch, incarnation.closed, incarnation.open = epoch, False, None
+            self._ids[transactional_id] = incarnation = _Incarnation(epoch)
         if incarnation.closed:
             raise ClosedError(f"transactional id {transactional_id!r} was closed by its holder")
         return incarnation
 
 
-async def _abort(transactional_id: str, held: _Open, reason: str) -> None:
-    """Abort a fenced incarnation's open transaction: at its lead if it is deciding
-    (the lead's answer is the outcome, commit if the holder was first), then the
-    same outcome at every channel it staged at."""
-    outcome, outcome_reason = ABORT, reason
-    if held.lead is not None:
-        decide = DecideTransaction(held.key, transactional_id, held.deadline, ABORT, reason, 0, ())
+async def _fence(transactional_id: str, held: _Incarnation, epoch: int) -> None:
+    """Abort what a fenced incarnation has open: the transaction it is committing, at
+    its lead (whose answer is the outcome: commit, if the holder decided first),
+    then at its other participants; and its staged transaction at every channel
+    it staged at (which also refuses its later stagings)."""
+    calls = []
+    committing = held.committing
+    if committing is not None:
+        decide = DecideTransaction(
+            committing.key, transactional_id, committing.deadline, ABORT, FENCED, 0, ()
+        )
         try:
-            outcome, outcome_reason, _ = await asyncio.wait_for(
-                _call(held.lead, decide), FENCE_CALL_TIMEOUT
+            outcome, reason, _ = await asyncio.wait_for(
+                _call(committing.lead, decide), FENCE_CALL_TIMEOUT
             )
-        except Exception as error:  # its channels abort it at its deadline
-            logger.warning("could not abort fenced transaction %s: %s", held.key, error)
-            return
-    finish = FinishTransaction(held.key, transactional_id, held.deadline, outcome, outcome_reason)
-    calls = [_call(at, finish) for at in held.joined if at != held.lead]
+            finish = FinishTransaction(
+                committing.key, transactional_id, committing.deadline, outcome, reason
+            )
+            calls += [_call(at, finish) for at in committing.others]
+        except Exception as error:  # its participants ask the lead at its deadline
+            logger.warning("could not abort fenced transaction %s: %s", committing.key, error)
+    fence = FenceTransactions(transactional_id, epoch)
+    calls += [_call(at, fence) for at in held.channels]
     results = await asyncio.gather(
         *(asyncio.wait_for(call, FENCE_CALL_TIMEOUT) for call in calls), return_exceptions=True
     )
     for result in results:
         if isinstance(result, Exception):
-            logger.warning("fenced transaction %s: a channel did not answer: %s", held.key, result)
+            logger.warning("fencing %r: a channel did not answer: %s", transactional_id, result)
 
 
 async def _call(at: Address, request: Any) -> Any:
