@@ -91,3 +91,37 @@ def damage_a_middle_record(topic: rt.Topic, store: str) -> tuple[int, int]:
         time.sleep(0.1)
     assert len(stats.damaged) == 1, stats
     return stats.damaged[0]
+
+
+def read_values(topic: rt.Topic) -> list[Any]:
+    """Every value a new anonymous subscriber reads from the earliest on."""
+    with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
+        return [element.value for element in receive_until_empty(reader)]
+
+
+def receive_exactly(member: rt.Subscriber, count: int) -> rt.ElementBatch:
+    """``count`` elements received by ``member`` (fails after 30 s without them)."""
+    import time
+
+    got = rt.ElementBatch()
+    deadline = time.monotonic() + 30
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"{len(got)} of {count} received"
+        got.extend(get(member.receive_batch(count - len(got))))
+    return got
+
+
+def source_and_sink(
+    make_topic: Any, group: str, values: list[Any], **options: Any
+) -> tuple[rt.Topic, rt.Topic]:
+    """A 1-channel source topic holding ``values`` with ``group``, and a 1-channel sink;
+    ``options`` (a ``store`` per topic: ``source_store``, ``sink_store``)."""
+    source = make_topic(channels=1, **_store(options.get("source_store")))
+    sink = make_topic(channels=1, **_store(options.get("sink_store")))
+    source.create_group(group)
+    publish_all(source, values)
+    return source, sink
+
+
+def _store(path: Any) -> dict[str, str]:
+    return {} if path is None else {"store": str(path)}

@@ -21,7 +21,14 @@ from raytopic.actors.transaction_table import COMMIT
 from raytopic.coordinator.transaction_registry import registry_actor
 
 from tests.loss_checker import LossChecker
-from tests.topic_helpers import get, publish_all, receive_until_empty
+from tests.topic_helpers import (
+    get,
+    publish_all,
+    read_values,
+    receive_exactly,
+    receive_until_empty,
+    source_and_sink,
+)
 
 RESTART_BOUND = 20.0
 
@@ -52,20 +59,6 @@ def _kill_registry() -> None:
     os.kill(get(registry.__ray_call__.remote(lambda _: os.getpid())), signal.SIGKILL)
 
 
-def _values(topic: rt.Topic) -> list:
-    with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
-        return [element.value for element in receive_until_empty(reader)]
-
-
-def _receive(member: rt.Subscriber, count: int) -> rt.ElementBatch:
-    got = rt.ElementBatch()
-    deadline = time.monotonic() + 30
-    while len(got) < count:
-        assert time.monotonic() < deadline
-        got.extend(get(member.receive_batch(count - len(got))))
-    return got
-
-
 def _lag(topic: rt.Topic, group: str) -> int:
     return topic.describe().groups[group].lag
 
@@ -73,14 +66,13 @@ def _lag(topic: rt.Topic, group: str) -> int:
 def test_a_committed_transaction_survives_its_channels_coordinator_registry_and_holder(
     make_topic, unique_name, tmp_path
 ) -> None:
-    source = make_topic(channels=1, store=str(tmp_path / "source"))
-    sink = make_topic(channels=1, store=str(tmp_path / "sink"))
     group = unique_name("g")
-    source.create_group(group)
-    publish_all(source, list(range(10)))
+    source, sink = source_and_sink(
+        make_topic, group, list(range(10)), source_store=tmp_path / "s", sink_store=tmp_path / "k"
+    )
     txs = rt.transactions(unique_name("tx"))
     with source.subscriber(group=group) as member:
-        batch = _receive(member, 10)
+        batch = receive_exactly(member, 10)
         with txs.begin() as tx:
             tx.publish_batch(sink, [10 * e.value for e in batch])
             tx.commit_consumed(batch)
@@ -91,19 +83,25 @@ def test_a_committed_transaction_survives_its_channels_coordinator_registry_and_
     _kill_registry()
     _serving_again(source, 0, epochs[0])
     _serving_again(sink, 0, epochs[1])
-    assert _values(sink) == [10 * v for v in range(10)]
+    assert read_values(sink) == [10 * v for v in range(10)]
     deadline = time.monotonic() + 30  # an input commit in flight at the kill: it asks the lead
     while _lag(source, group) != 0:
         assert time.monotonic() < deadline
         time.sleep(0.2)
 
 
-def _staged_and_prepared(source, sink, group, unique_name, timeout):
-    """A transaction whose non-lead participant (the sink) prepared, and whose lead
-    (the source, where its commit is) has not decided: the holder 'dies' here."""
+def _staged_and_prepared(make_topic, unique_name, tmp_path, timeout):
+    """Stored source and sink topics and a transaction whose non-lead participant
+    (the sink) prepared, and whose lead (the source, where its commit is) has not
+    decided: the holder 'dies' here. The lead is named by hand, as the holder
+    would if the transaction had no outputs there."""
+    group = unique_name("g")
+    source, sink = source_and_sink(
+        make_topic, group, list(range(5)), source_store=tmp_path / "s", sink_store=tmp_path / "k"
+    )
     txs = rt.transactions(unique_name("tx"), timeout=timeout)
     member = source.subscriber(group=group, timeout=3.0)
-    batch = _receive(member, 5)
+    batch = receive_exactly(member, 5)
     tx = txs.begin()
     tx.publish_batch(sink, [-e.value for e in batch])
     tx.commit_consumed(batch)
@@ -113,19 +111,16 @@ def _staged_and_prepared(source, sink, group, unique_name, timeout):
         tx.key, txs.transactional_id, tx.deadline, lead, tx._staged[sink_at], ()
     )
     get(tx._call(sink_at, prepare))
-    return txs, member, tx, lead
+    return source, sink, group, txs, member, tx, lead
 
 
 @pytest.mark.slow
 def test_a_lead_killed_between_prepare_and_decision_rolls_back_whole(
     make_topic, unique_name, tmp_path
 ) -> None:
-    source = make_topic(channels=1, store=str(tmp_path / "source"))
-    sink = make_topic(channels=1, store=str(tmp_path / "sink"))
-    group = unique_name("g")
-    source.create_group(group)
-    publish_all(source, list(range(5)))
-    _, member, _, _ = _staged_and_prepared(source, sink, group, unique_name, timeout=4.0)
+    source, sink, group, _, member, _, _ = _staged_and_prepared(
+        make_topic, unique_name, tmp_path, timeout=4.0
+    )
     assert sink.describe().channels[0].transactions[0]["phase"] == "prepared"
     epoch = _kill_channel(source)  # the lead, before any decision
     _kill_coordinator(source)
@@ -135,23 +130,20 @@ def test_a_lead_killed_between_prepare_and_decision_rolls_back_whole(
     while sink.describe().channels[0].transactions:
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    assert _values(sink) == []
+    assert read_values(sink) == []
     assert _lag(source, group) == 5
     member.close()
     with source.subscriber(group=group) as again:
-        assert [e.value for e in _receive(again, 5)] == list(range(5))
+        assert [e.value for e in receive_exactly(again, 5)] == list(range(5))
 
 
 @pytest.mark.slow
 def test_a_participant_killed_after_the_decision_completes_the_commit(
     make_topic, unique_name, tmp_path
 ) -> None:
-    source = make_topic(channels=1, store=str(tmp_path / "source"))
-    sink = make_topic(channels=1, store=str(tmp_path / "sink"))
-    group = unique_name("g")
-    source.create_group(group)
-    publish_all(source, list(range(5)))
-    txs, member, tx, lead = _staged_and_prepared(source, sink, group, unique_name, timeout=60.0)
+    source, sink, group, txs, member, tx, lead = _staged_and_prepared(
+        make_topic, unique_name, tmp_path, timeout=60.0
+    )
     decide = DecideTransaction(
         tx.key, txs.transactional_id, tx.deadline, COMMIT, "", 0, tx._commits_at(lead)
     )
@@ -162,7 +154,7 @@ def test_a_participant_killed_after_the_decision_completes_the_commit(
     _kill_registry()
     _serving_again(sink, 0, epoch)
     deadline = time.monotonic() + 30
-    while _values(sink) != [-v for v in range(5)]:
+    while read_values(sink) != [-v for v in range(5)]:
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert not sink.describe().channels[0].transactions

@@ -11,21 +11,13 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, publish_all, receive_until_empty
-
-
-def _read_all(topic: rt.Topic) -> list:
-    with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
-        return [element.value for element in receive_until_empty(reader)]
-
-
-def _batch(member: rt.Subscriber, count: int) -> rt.ElementBatch:
-    got = rt.ElementBatch()
-    deadline = time.monotonic() + 20
-    while len(got) < count and time.monotonic() < deadline:
-        got.extend(get(member.receive_batch(count - len(got))))
-    assert len(got) == count
-    return got
+from tests.topic_helpers import (
+    get,
+    publish_all,
+    read_values,
+    receive_exactly,
+    source_and_sink,
+)
 
 
 def test_outputs_are_invisible_until_commit_then_all_visible(make_topic, unique_name) -> None:
@@ -34,13 +26,13 @@ def test_outputs_are_invisible_until_commit_then_all_visible(make_topic, unique_
     tx = txs.begin()
     tx.publish_batch(sink, list(range(10)))
     tx.publish(sink, 10, key="k")
-    assert _read_all(sink) == []
+    assert read_values(sink) == []
     stats = sink.describe()
     staged = [t for channel in stats.channels for t in channel.transactions]
     assert sum(t["staged"] for t in staged) == 11
     assert {t["id"] for t in staged} == {txs.transactional_id}
     result = tx.commit()
-    assert sorted(_read_all(sink)) == list(range(11))
+    assert sorted(read_values(sink)) == list(range(11))
     assert result.published_count == 11
     for positions in result.published[sink.name].values():
         assert positions == list(range(positions[0], positions[0] + len(positions)))
@@ -56,13 +48,13 @@ def test_outputs_to_two_topics_and_consumed_commits_take_effect_together(
     source.create_group(group)
     publish_all(source, list(range(20)))
     with rt.transactions(unique_name("tx")) as txs, source.subscriber(group=group) as member:
-        batch = _batch(member, 20)
+        batch = receive_exactly(member, 20)
         with txs.begin() as tx:
             tx.publish_batch(left, [e.value for e in batch])
             tx.publish_batch(right, [-e.value for e in batch])
             tx.commit_consumed(batch)
-    assert sorted(_read_all(left)) == list(range(20))
-    assert sorted(_read_all(right)) == sorted(-v for v in range(20))
+    assert sorted(read_values(left)) == list(range(20))
+    assert sorted(read_values(right)) == sorted(-v for v in range(20))
     # The outputs are visible when commit() returns; the input commits follow at once.
     wait_until(lambda: source.describe().groups[group].lag == 0)
 
@@ -70,20 +62,18 @@ def test_outputs_to_two_topics_and_consumed_commits_take_effect_together(
 def test_an_exception_in_the_block_aborts_everything_and_inputs_come_again(
     make_topic, unique_name
 ) -> None:
-    source, sink = make_topic(channels=1), make_topic(channels=1)
     group = unique_name("g")
-    source.create_group(group)
-    publish_all(source, list(range(5)))
+    source, sink = source_and_sink(make_topic, group, list(range(5)))
     txs = rt.transactions(unique_name("tx"))
     with source.subscriber(group=group) as member:
-        batch = _batch(member, 5)
+        batch = receive_exactly(member, 5)
         with pytest.raises(RuntimeError), txs.begin() as tx:
             tx.publish_batch(sink, [e.value for e in batch])
             tx.commit_consumed(batch)
             raise RuntimeError("transform failed")
-    assert _read_all(sink) == []
+    assert read_values(sink) == []
     with source.subscriber(group=group) as member:
-        again = _batch(member, 5)
+        again = receive_exactly(member, 5)
     assert [e.value for e in again] == list(range(5))
     assert not sink.describe().channels[0].transactions
     txs.close()
@@ -92,10 +82,8 @@ def test_an_exception_in_the_block_aborts_everything_and_inputs_come_again(
 def test_an_aborted_transactions_inputs_come_again_to_the_same_member(
     make_topic, unique_name
 ) -> None:
-    source, sink = make_topic(channels=1), make_topic(channels=1)
     group = unique_name("g")
-    source.create_group(group)
-    publish_all(source, list(range(10)))
+    source, sink = source_and_sink(make_topic, group, list(range(10)))
     txs = rt.transactions(unique_name("tx"))
     with source.subscriber(group=group) as member:
         batches = member.iter_batches(5)
@@ -112,7 +100,7 @@ def test_an_aborted_transactions_inputs_come_again_to_the_same_member(
                 tx.publish_batch(sink, [e.value for e in batch])
                 tx.commit_consumed(batch)
     assert seen == list(range(10))
-    assert _read_all(sink) == list(range(10))
+    assert read_values(sink) == list(range(10))
     txs.close()
 
 
@@ -125,7 +113,7 @@ def test_abort_drops_staged_and_frees_their_room(make_topic, unique_name) -> Non
         publish_all(sink, [1])  # staged elements hold room
     tx.abort()
     publish_all(sink, [1, 2, 3])
-    assert _read_all(sink) == [1, 2, 3]
+    assert read_values(sink) == [1, 2, 3]
     txs.close()
 
 
@@ -145,39 +133,35 @@ def test_a_newer_incarnation_fences_the_older(make_topic, unique_name) -> None:
     assert isinstance(rt.TransactionFencedError("x"), rt.TransactionAbortedError)
     with new.begin() as fresh:
         fresh.publish(sink, 9)
-    assert _read_all(sink) == [9]
+    assert read_values(sink) == [9]
     assert not [t for c in sink.describe().channels for t in c.transactions]
     new.close()
 
 
 def test_a_fenced_incarnation_that_was_committing_cannot_commit(make_topic, unique_name) -> None:
-    source, sink = make_topic(channels=1), make_topic(channels=1)
     group = unique_name("g")
-    source.create_group(group)
-    publish_all(source, [1])
+    source, sink = source_and_sink(make_topic, group, [1])
     name = unique_name("tx")
     old = rt.transactions(name)
     with source.subscriber(group=group) as member:
-        batch = _batch(member, 1)
+        batch = receive_exactly(member, 1)
         tx = old.begin()
         tx.publish_batch(sink, [10])
         tx.commit_consumed(batch)
         rt.transactions(name)
         with pytest.raises(rt.TransactionFencedError):
             tx.commit()
-    assert _read_all(sink) == []
+    assert read_values(sink) == []
 
 
 def test_a_member_that_lost_its_channel_cannot_commit_through_a_transaction(
     make_topic, unique_name
 ) -> None:
-    source, sink = make_topic(channels=1), make_topic(channels=1)
     group = unique_name("g")
-    source.create_group(group)
-    publish_all(source, [1, 2, 3])
+    source, sink = source_and_sink(make_topic, group, [1, 2, 3])
     txs = rt.transactions(unique_name("tx"))
     with source.subscriber(group=group) as member:
-        batch = _batch(member, 3)
+        batch = receive_exactly(member, 3)
         tx = txs.begin()
         tx.publish_batch(sink, [e.value for e in batch])
         tx.commit_consumed(batch)
@@ -185,7 +169,7 @@ def test_a_member_that_lost_its_channel_cannot_commit_through_a_transaction(
         with pytest.raises(rt.TransactionAbortedError) as caught:
             tx.commit()
         assert "no longer owns" in caught.value.reason
-    assert _read_all(sink) == []
+    assert read_values(sink) == []
     assert source.describe().groups[group].lag == 3
     txs.close()
 
@@ -202,7 +186,7 @@ def test_an_open_transaction_holds_no_reader_or_publisher_back(make_topic, uniqu
         assert element is not None and element.value == "plain"
         assert time.monotonic() - started < 5.0
     tx.commit()
-    assert _read_all(sink) == ["plain", "staged"]
+    assert read_values(sink) == ["plain", "staged"]
     txs.close()
 
 
@@ -226,7 +210,7 @@ def test_a_dead_holders_transaction_is_aborted_after_its_timeout(make_topic, uni
         time.sleep(0.2)
     assert not any(c.transactions for c in sink.describe().channels)
     publish_all(sink, [1, 2, 3, 4, 5])  # the room is free again
-    assert _read_all(sink) == [1, 2, 3, 4, 5]
+    assert read_values(sink) == [1, 2, 3, 4, 5]
 
 
 def test_bad_input_is_typed_and_changes_nothing(make_topic, unique_name) -> None:
@@ -252,7 +236,7 @@ def test_bad_input_is_typed_and_changes_nothing(make_topic, unique_name) -> None
         tx.commit_consumed([1])  # type: ignore[list-item]
     tx.publish(sink, "kept")
     assert tx.commit().published_count == 1
-    assert _read_all(sink) == ["kept"]
+    assert read_values(sink) == ["kept"]
     txs.close()
     with pytest.raises(rt.ClosedError):
         txs.begin()
