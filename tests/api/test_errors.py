@@ -30,6 +30,8 @@ from raytopic.core.errors import (
     TopicExistsError,
     TopicFullError,
     TopicNotFoundError,
+    TransactionAbortedError,
+    TransactionFencedError,
     unwrap_ray_error,
 )
 
@@ -58,6 +60,15 @@ SIMPLE = [
 ]
 
 
+def test_transaction_errors_pickle_with_their_reason_and_fenced_is_aborted() -> None:
+    error = TransactionFencedError("a newer holder exists", "fenced")
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is TransactionFencedError and copy.reason == "fenced"
+    assert str(copy) == "a newer holder exists"
+    assert isinstance(copy, TransactionAbortedError)
+    assert TransactionAbortedError("no room").reason == "no room"
+
+
 def test_a_data_loss_error_pickles_with_its_epochs_and_is_a_stale_sequence_error() -> None:
     error = DataLossError("lost", head_sequence=1 << 40, channel=3, old_epoch=1, new_epoch=2)
     copy = pickle.loads(pickle.dumps(error))
@@ -69,7 +80,14 @@ def test_a_data_loss_error_pickles_with_its_epochs_and_is_a_stale_sequence_error
 
 def test_every_exported_error_is_a_topic_error() -> None:
     exported = [getattr(errors, name) for name in errors.__all__ if name.endswith("Error")]
-    assert set(exported) == {*SIMPLE, StaleSequenceError, DataLossError, TopicError}
+    assert set(exported) == {
+        *SIMPLE,
+        StaleSequenceError,
+        DataLossError,
+        TopicError,
+        TransactionAbortedError,
+        TransactionFencedError,
+    }
     for error in exported:
         assert issubclass(error, TopicError)
         assert issubclass(error, Exception)
