@@ -313,6 +313,7 @@ class ChannelActor:
     async def transact(self, packed: bytes, payload: Payload | None = None) -> Any:
         """Serve a transaction's request (see ``raytopic.actors.transactions``)."""
         request = unpack_request(packed, TRANSACTION_REQUESTS)
+        self._start("metrics", self._report_metrics)  # a lead counts its decisions
         transactions = self._parts.transactions
         try:
             return await getattr(transactions, request.method)(request, payload)

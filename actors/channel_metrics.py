@@ -8,7 +8,9 @@ channels for a group's lag (``sum by (group) (ray_raytopic_group_lag)``).
   and anonymous subscribers).
 - ``raytopic_commits``: commits that moved a position.
 - ``raytopic_transaction_commits`` / ``_aborts``: transactions decided here (at
-  their lead channel; fencings are counted by the transaction registry).
+  their lead channel), and aborts of staged transactions no lead decided
+  (fenced or timed out: counted at each channel that dropped elements);
+  fencings are counted by the transaction registry.
 - ``raytopic_append_latency_seconds``: a publisher batch's call, from its arrival
   to its acknowledgement (the store's sync included); sampled.
 - ``raytopic_receive_latency_seconds``: from an element's append to its delivery;

@@ -241,6 +241,7 @@ class TransactionParticipant:
         """Abort the staged transactions of older incarnations of the id."""
         for entry in self.table.fence(request.transactional_id, request.epoch):
             self._abort(entry, FENCED)
+            self._context.metrics.transaction_decided(False)  # no lead will decide it
 
     async def forget(self, request: ForgetTransaction, _: Any = None) -> None:
         """Every participant finished the transaction."""
@@ -371,6 +372,7 @@ class TransactionParticipant:
                     entry.staged,
                 )
                 self._abort(entry, "it timed out before it committed (its holder is gone?)")
+                self._context.metrics.transaction_decided(False)  # no lead will decide it
             for entry in self.table.in_doubt(now, IN_DOUBT_AFTER):
                 changed = await self._ask_lead(entry) or changed
             if changed:

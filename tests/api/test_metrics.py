@@ -9,6 +9,8 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
 
+import pytest
+
 import raytopic as rt
 
 from tests.topic_helpers import drain_group, publish_all
@@ -88,3 +90,27 @@ def test_published_delivered_committed_and_group_lag_reach_prometheus(
         assert _total(samples, "ray_raytopic_group_depth") == 10
 
     _eventually(behind)
+
+
+def test_transaction_commits_aborts_and_fencings_reach_prometheus(
+    make_topic: Callable[..., rt.Topic], metrics_url: str, unique_name: Callable[[str], str]
+) -> None:
+    sink = make_topic(channels=1)
+    name = unique_name("tx")
+    txs = rt.transactions(name)
+    with txs.begin() as tx:
+        tx.publish(sink, "kept")
+    with txs.begin() as tx:  # a decision of "abort" at the lead: its commit failed
+        tx.publish(sink, "dropped")
+        rt.transactions(name)  # fences the first incarnation, aborting this one
+        with pytest.raises(rt.TransactionFencedError):
+            tx.commit()
+
+    def counted() -> None:
+        samples = _scrape(metrics_url, sink.name)
+        assert _total(samples, "ray_raytopic_transaction_commits_total") == 1
+        assert _total(samples, "ray_raytopic_transaction_aborts_total") >= 1
+        text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+        assert "ray_raytopic_transaction_fencings_total" in text
+
+    _eventually(counted)
