@@ -304,19 +304,7 @@ class Publisher:
 
     def _route_batch(self, count: int, hashes: list[int | None] | None) -> np.ndarray:
         """With the lock held: each value's channel (keyed values by key, the rest in turn)."""
-        channels = len(self._pipes)
-        start = self._next_channel
-        if hashes is None:
-            self._next_channel = (start + count) % channels
-            return (start + np.arange(count)) % channels
-        layout = np.empty(count, dtype=np.int64)
-        for index, hashed in enumerate(hashes):
-            if hashed is None:
-                layout[index] = start
-                start = (start + 1) % channels
-            else:
-                layout[index] = hashed % channels
-        self._next_channel = start
+        layout, self._next_channel = route(count, hashes, len(self._pipes), self._next_channel)
         return layout
 
     # -- batching ------------------------------------------------------------------
@@ -528,6 +516,23 @@ def _failed_future(error: BaseException) -> Future[Any]:
 
 def _new_publisher(topic: Topic, settings: dict[str, Any]) -> Publisher:
     return Publisher(topic, **settings)
+
+
+def route(
+    count: int, hashes: list[int | None] | None, channels: int, start: int
+) -> tuple[np.ndarray, int]:
+    """Each of ``count`` values' channel: a keyed value by its key's hash, the others
+    in turn from channel ``start``. Returns the channels and the next turn."""
+    if hashes is None:
+        return (start + np.arange(count)) % channels, (start + count) % channels
+    layout = np.empty(count, dtype=np.int64)
+    for index, hashed in enumerate(hashes):
+        if hashed is None:
+            layout[index] = start
+            start = (start + 1) % channels
+        else:
+            layout[index] = hashed % channels
+    return layout, start
 
 
 def parts_of(layout: np.ndarray) -> dict[int, np.ndarray]:

@@ -58,7 +58,7 @@ from raytopic.core.records import (
     Position,
     TransactionResult,
 )
-from raytopic.publisher import encode_part, parts_of
+from raytopic.publisher import encode_part, parts_of, route
 from raytopic.routing import key_hash
 from raytopic.subscriber import live_subscriber
 from raytopic.topic import Topic
@@ -201,17 +201,10 @@ class Transactions:
 
     def _route(self, topic: Topic, count: int, hashes: list[int | None] | None) -> np.ndarray:
         """Each value's channel: by key, the rest in turn (as a publisher routes)."""
-        channels = topic.channel_count
         start = self._next_channel.get(topic.topic_id, 0)
-        layout = np.empty(count, dtype=np.int64)
-        for index in range(count):
-            hashed = None if hashes is None else hashes[index]
-            if hashed is None:
-                layout[index] = start
-                start = (start + 1) % channels
-            else:
-                layout[index] = hashed % channels
-        self._next_channel[topic.topic_id] = start
+        layout, self._next_channel[topic.topic_id] = route(
+            count, hashes, topic.channel_count, start
+        )
         return layout
 
 
