@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.payloads import DamagedElements, PickledValues
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.stores.base import ChannelStore
-from raytopic.actors.stores.segment_log import SegmentLogStore
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     ChannelFailedError,
@@ -85,21 +83,6 @@ class _RefusingStore(SeedStore):
 class _BrokenSyncStore(SeedStore):
     def sync(self) -> None:
         raise OSError("fdatasync: I/O error")
-
-
-@pytest.fixture
-def segment_log(tmp_path: Path):
-    """Open real segment logs in ``tmp_path`` (``segment_log(**options)``), closed at the end."""
-    stores: list[SegmentLogStore] = []
-
-    def open_store(**options: Any) -> SegmentLogStore:
-        store = SegmentLogStore(tmp_path, **options)
-        stores.append(store)
-        return store
-
-    yield open_store
-    for store in stores:
-        store.close()
 
 
 # -- overflow policies -----------------------------------------------------------------------------
@@ -186,10 +169,10 @@ def test_an_empty_append_changes_nothing_and_acks_the_tail() -> None:
 
 
 def test_appends_waiting_for_their_sync_take_room_and_show_in_order_once_durable(
-    segment_log,
+    opened,
 ) -> None:
     async def main() -> None:
-        log = _log(_config(capacity=4, sync="always"), segment_log())
+        log = _log(_config(capacity=4, sync="always"), opened())
         first, change_a = await log.append(_values(2), Overflow.FAIL, None, whole=True)
         second, change_b = await log.append(_values(1, 10), Overflow.FAIL, None, whole=True)
         assert (first.first, second.first) == (0, 2)
@@ -206,9 +189,9 @@ def test_appends_waiting_for_their_sync_take_room_and_show_in_order_once_durable
     asyncio.run(main())
 
 
-def test_with_sync_write_an_append_is_visible_at_once(segment_log) -> None:
+def test_with_sync_write_an_append_is_visible_at_once(opened) -> None:
     async def main() -> None:
-        log = _log(_config(sync="write"), segment_log())
+        log = _log(_config(sync="write"), opened())
         ack, change = await log.append(_values(2), Overflow.FAIL, None, whole=True)
         assert (ack.first, ack.accepted) == (0, 2)
         assert change is not None and log.ring.tail == 1 and log.room() == 2
@@ -232,10 +215,10 @@ def test_a_failed_sync_fences_the_channel_and_the_append_stays_invisible() -> No
 
 
 def test_a_block_batch_above_the_capacity_completes_with_sync_always_as_readers_free_room(
-    segment_log,
+    opened,
 ) -> None:
     async def main() -> None:
-        log = _log(_config(capacity=4, sync="always"), segment_log())
+        log = _log(_config(capacity=4, sync="always"), opened())
 
         async def reader_committing_all_it_sees() -> None:
             while True:
@@ -273,9 +256,9 @@ def test_a_store_that_refuses_the_write_gives_store_error_and_nothing_is_appende
 # -- reading below the head ------------------------------------------------------------------------
 
 
-def test_below_the_head_reads_come_from_the_store_up_to_the_head(segment_log) -> None:
+def test_below_the_head_reads_come_from_the_store_up_to_the_head(opened) -> None:
     async def main() -> None:
-        log = _log(_config(capacity=10, sync="write"), segment_log())
+        log = _log(_config(capacity=10, sync="write"), opened())
         for first in range(0, 10, 2):
             await log.append(_values(2, first), Overflow.FAIL, None, whole=True)
         assert log.evict_to(6) == 6  # every group committed 0..5
@@ -290,11 +273,11 @@ def test_below_the_head_reads_come_from_the_store_up_to_the_head(segment_log) ->
 
 @pytest.mark.parametrize(("retention", "kept"), [(None, False), (60.0, True)])
 def test_below_the_head_only_what_the_capacity_or_retention_keeps_is_readable(
-    segment_log, retention: float | None, kept: bool
+    opened, retention: float | None, kept: bool
 ) -> None:
     async def main() -> None:
         config = _config(capacity=4, sync="write", retention_seconds=retention)
-        log = _log(config, segment_log())
+        log = _log(config, opened())
         await log.append(_values(4), Overflow.FAIL, None, whole=True)
         log.evict_to(4)
         await log.append(_values(4, 4), Overflow.FAIL, None, whole=True)  # tail 7
@@ -313,9 +296,9 @@ def test_below_the_head_only_what_the_capacity_or_retention_keeps_is_readable(
     "store; its docstring and the README say TTL-dropped elements are gone for readers "
     "(actors/channel_log.py:243-260)",
 )
-def test_an_element_the_ttl_dropped_is_gone_for_readers_even_with_a_store(segment_log) -> None:
+def test_an_element_the_ttl_dropped_is_gone_for_readers_even_with_a_store(opened) -> None:
     async def main() -> None:
-        log = _log(_config(capacity=10, sync="write", ttl=0.05), segment_log())
+        log = _log(_config(capacity=10, sync="write", ttl=0.05), opened())
         await log.append(_values(3), Overflow.FAIL, None, whole=True)
         await asyncio.sleep(0.1)
         assert log.ring.head == 3  # expired
@@ -338,10 +321,10 @@ def test_below_the_head_without_a_store_is_stale_and_readers_resume_at_the_head(
     asyncio.run(main())
 
 
-def test_a_reader_below_what_the_store_kept_resumes_at_the_oldest_stored(segment_log) -> None:
+def test_a_reader_below_what_the_store_kept_resumes_at_the_oldest_stored(opened) -> None:
     async def main() -> None:
         # One record per segment: truncation drops whole records.
-        log = _log(_config(capacity=10, sync="write"), segment_log(segment_bytes=1))
+        log = _log(_config(capacity=10, sync="write"), opened(segment_bytes=1))
         for first in range(0, 10, 2):
             await log.append(_values(2, first), Overflow.FAIL, None, whole=True)
         log.evict_to(5)

@@ -1,4 +1,4 @@
-"""What the embedded store's tests share: stores opened on a temporary directory."""
+"""What the actor-part tests share: embedded stores opened on a temporary directory."""
 
 from __future__ import annotations
 
