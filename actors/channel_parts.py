@@ -116,6 +116,7 @@ class ChannelParts:
         start, largest = log.open(store, int(saved.get("next_sequence", 0)))
         if restarted and not saved:
             log.load(start, largest, self._learn)
+            self.transactions.recover({})  # nothing prepared was kept
             return False
         self.publishers.restore(saved.get("publishers", {}))
         log.load(start, largest, self._learn)

@@ -48,6 +48,7 @@ from raytopic.actors.requests import (
     PrepareTransaction,
     ResolveTransaction,
     StageTransaction,
+    TransactionRequest,
     pack_request,
 )
 from raytopic.actors.stores.base import StoredBatch
@@ -55,6 +56,7 @@ from raytopic.actors.transaction_table import (
     ABORT,
     COMMIT,
     FENCED,
+    Address,
     ConsumedCommit,
     TransactionEntry,
     TransactionTable,
@@ -71,7 +73,7 @@ from raytopic.core.naming import channel_actor
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PUBLISHER_PREFIX", "TransactionParticipant"]
+__all__ = ["PUBLISHER_PREFIX", "TransactionParticipant", "send"]
 
 PUBLISHER_PREFIX = "tx:"
 """A committed transaction's record carries ``tx:<key>`` as its publisher id, so a
@@ -82,6 +84,19 @@ TEND_INTERVAL = 0.5
 
 IN_DOUBT_AFTER = 2.0
 """Seconds a prepared transaction waits for its outcome before asking its lead."""
+
+
+def send(at: Address, request: TransactionRequest, payload: Payload | None = None) -> Any:
+    """Send a transaction's request to channel ``at`` (anywhere); returns its ObjectRef
+    (``ray.get`` it, or await it in an actor).
+
+    Raises:
+        TopicNotFoundError: the channel's topic does not exist.
+    """
+    packed = pack_request(request)
+    if payload is None:
+        return channel_actor(*at).transact.remote(packed)
+    return channel_actor(*at).transact.remote(packed, payload)
 
 
 class TransactionParticipant:
@@ -346,7 +361,6 @@ class TransactionParticipant:
             return
         self.table.finish(entry, ABORT, reason)
         self._reserve()
-        self._stored.pop(entry.key, None)
         self._state.touch("transactions", entry.key)
         self._context.notify()
 
@@ -386,8 +400,7 @@ class TransactionParticipant:
         assert lead is not None
         request = ResolveTransaction(entry.key, entry.transactional_id, entry.deadline)
         try:
-            handle = channel_actor(*lead)
-            outcome = await handle.transact.remote(pack_request(request))
+            outcome = await send(lead, request)
         except (TopicNotFoundError, ray.exceptions.ActorDiedError):
             if time.time() < entry.deadline:
                 return False

@@ -33,9 +33,9 @@ from raytopic.actors.requests import (
     ForgetTransaction,
     PrepareTransaction,
     StageTransaction,
-    pack_request,
 )
 from raytopic.actors.transaction_table import ABORT, COMMIT, FENCED, Address, ConsumedCommit
+from raytopic.actors.transactions import send
 from raytopic.coordinator.transaction_registry import registry_actor
 from raytopic.core.config import DEFAULT_NAMESPACE
 from raytopic.core.errors import (
@@ -50,7 +50,6 @@ from raytopic.core.errors import (
     TransactionFencedError,
     unwrap_ray_error,
 )
-from raytopic.core.naming import channel_actor
 from raytopic.core.records import (
     CommitResult,
     CommitStatus,
@@ -176,7 +175,7 @@ class Transactions:
             if at == lead:
                 keys.append(key)
             else:
-                channel_actor(*at).transact.remote(pack_request(ForgetTransaction(key)))
+                send(at, ForgetTransaction(key))
         return tuple(keys)
 
     def __enter__(self) -> Transactions:
@@ -229,7 +228,6 @@ class Transaction:
         self.deadline = deadline
         self._staged: dict[Address, int] = {}
         self._commits: dict[Address, ConsumedCommit] = {}
-        self._topics: dict[str, str] = {}  # topic id -> name
         self._state = "open"
         self._doomed: str | None = None  # why it can only abort now
 
@@ -286,12 +284,9 @@ class Transaction:
             channel: encode_part(values, hashes, indices)
             for channel, indices in parts_of(layout).items()
         }
-        self._topics[topic.topic_id] = topic.name
         holder = self._holder
         timeout = min(STAGE_TIMEOUT, max(0.0, self.deadline - time.time()))
-        stage = pack_request(
-            StageTransaction(self.key, holder.transactional_id, self.deadline, timeout)
-        )
+        stage = StageTransaction(self.key, holder.transactional_id, self.deadline, timeout)
         refs, joins = {}, []
         for channel, payload in parts.items():
             at: Address = (topic.namespace, topic.name, topic.topic_id, channel)
@@ -300,7 +295,7 @@ class Transaction:
                     holder._registry.join.remote(holder.transactional_id, holder.epoch, at)
                 )
             try:
-                refs[at] = channel_actor(*at).transact.remote(stage, payload)
+                refs[at] = send(at, stage, payload)
             except TopicNotFoundError:
                 self._settle(refs, joins)
                 raise
@@ -374,7 +369,6 @@ class Transaction:
                 latest[at] = ConsumedCommit(
                     origin.reader, element.sequence, origin.fence, origin.jumps
                 )
-            self._topics[origin.topic_id] = origin.topic
         self._commits.update(latest)
 
     # -- the end ------------------------------------------------------------------
@@ -414,7 +408,7 @@ class Transaction:
             holder.transactional_id, holder.epoch, self.key, self.deadline, lead, others
         )
         prepares = {
-            at: self._call(
+            at: send(
                 at,
                 PrepareTransaction(
                     self.key,
@@ -442,7 +436,7 @@ class Transaction:
             holder.forgets_ready(lead),
         )
         try:
-            outcome, reason, lead_runs = _get(self._call(lead, decide))
+            outcome, reason, lead_runs = _get(send(lead, decide))
         except (TopicError, ray.exceptions.RayActorError) as error:
             # Undecided or unknown: the participants ask the lead at the deadline.
             self._aborted()
@@ -460,7 +454,7 @@ class Transaction:
         # participant's finish is not: its group waits for it, nothing else does.
         outputs = [at for at in others if at in self._staged]
         finish = FinishTransaction(self.key, holder.transactional_id, self.deadline, COMMIT, "")
-        in_flight = [self._call(at, finish) for at in others if at not in self._staged]
+        in_flight = [send(at, finish) for at in others if at not in self._staged]
         runs, lost = self._finish_everywhere(outputs, COMMIT, "")
         runs[lead] = lead_runs
         holder._forgets.append((lead, self.key, in_flight))
@@ -507,9 +501,6 @@ class Transaction:
         commit = self._commits.get(at)
         return () if commit is None else (commit,)
 
-    def _call(self, at: Address, request: Any) -> Any:
-        return channel_actor(*at).transact.remote(pack_request(request))
-
     def _failure_of(self, refs: list[Any]) -> TransactionAbortedError | None:
         """The first reason the calls give not to commit (None: commit)."""
         failure = None
@@ -534,7 +525,7 @@ class Transaction:
             self.key, self._holder.transactional_id, self.deadline, ABORT, reason, 0, ()
         )
         with contextlib.suppress(TopicError, ray.exceptions.RayActorError):
-            _get(self._call(lead, decide))
+            _get(send(lead, decide))
         self._finish_everywhere(others, ABORT, reason)
         self._aborted()
 
@@ -545,7 +536,7 @@ class Transaction:
         finish = FinishTransaction(
             self.key, self._holder.transactional_id, self.deadline, outcome, reason
         )
-        refs = {at: self._call(at, finish) for at in participants}
+        refs = {at: send(at, finish) for at in participants}
         runs: dict[Address, Any] = {}
         lost: list[DataLossError] = []
         for at, ref in refs.items():

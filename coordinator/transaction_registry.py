@@ -27,15 +27,11 @@ from typing import Any
 
 import ray
 
-from raytopic.actors.requests import (
-    DecideTransaction,
-    FenceTransactions,
-    FinishTransaction,
-    pack_request,
-)
+from raytopic.actors.requests import DecideTransaction, FenceTransactions, FinishTransaction
 from raytopic.actors.transaction_table import ABORT, FENCED, Address
+from raytopic.actors.transactions import send
 from raytopic.core.errors import ClosedError, TransactionFencedError
-from raytopic.core.naming import channel_actor, transaction_registry_name
+from raytopic.core.naming import transaction_registry_name
 
 logger = logging.getLogger(__name__)
 
@@ -174,26 +170,22 @@ async def _fence(transactional_id: str, held: _Incarnation, epoch: int) -> None:
         )
         try:
             outcome, reason, _ = await asyncio.wait_for(
-                _call(committing.lead, decide), FENCE_CALL_TIMEOUT
+                send(committing.lead, decide), FENCE_CALL_TIMEOUT
             )
             finish = FinishTransaction(
                 committing.key, transactional_id, committing.deadline, outcome, reason
             )
-            calls += [_call(at, finish) for at in committing.others]
+            calls += [send(at, finish) for at in committing.others]
         except Exception as error:  # its participants ask the lead at its deadline
             logger.warning("could not abort fenced transaction %s: %s", committing.key, error)
     fence = FenceTransactions(transactional_id, epoch)
-    calls += [_call(at, fence) for at in held.channels]
+    calls += [send(at, fence) for at in held.channels]
     results = await asyncio.gather(
         *(asyncio.wait_for(call, FENCE_CALL_TIMEOUT) for call in calls), return_exceptions=True
     )
     for result in results:
         if isinstance(result, Exception):
             logger.warning("fencing %r: a channel did not answer: %s", transactional_id, result)
-
-
-async def _call(at: Address, request: Any) -> Any:
-    return await channel_actor(*at).transact.remote(pack_request(request))
 
 
 def _fencing_counter(namespace: str) -> Any:

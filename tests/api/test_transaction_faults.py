@@ -18,6 +18,7 @@ import ray
 import raytopic as rt
 from raytopic.actors.requests import DecideTransaction, PrepareTransaction
 from raytopic.actors.transaction_table import COMMIT
+from raytopic.actors.transactions import send
 from raytopic.coordinator.transaction_registry import registry_actor
 
 from tests.loss_checker import LossChecker
@@ -110,7 +111,7 @@ def _staged_and_prepared(make_topic, unique_name, tmp_path, timeout):
     prepare = PrepareTransaction(
         tx.key, txs.transactional_id, tx.deadline, lead, tx._staged[sink_at], ()
     )
-    get(tx._call(sink_at, prepare))
+    get(send(sink_at, prepare))
     return source, sink, group, txs, member, tx, lead
 
 
@@ -147,7 +148,7 @@ def test_a_participant_killed_after_the_decision_completes_the_commit(
     decide = DecideTransaction(
         tx.key, txs.transactional_id, tx.deadline, COMMIT, "", 0, tx._commits_at(lead)
     )
-    outcome, _, _ = get(tx._call(lead, decide))
+    outcome, _, _ = get(send(lead, decide))
     assert outcome == COMMIT
     # The holder never says "finish" to the sink; the sink is killed while prepared.
     epoch = _kill_channel(sink)
