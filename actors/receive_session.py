@@ -117,6 +117,7 @@ class ReceiveSession:
         # What fetches brought for the receive waiting now: (delivery, fetch token).
         self._fetched: list[tuple[Delivery, str]] = []
         self._fetch_pause = 0.0  # loop time until which no fetch starts (a seek comes)
+        self._seek_landed = asyncio.Event()  # set when the seek a pause waits for lands
         # A token names its host channel: when the host restarts, the channels
         # that lent to its sessions take their loans back at once.
         self._tokens = (f"{home}:{uuid.uuid4().hex[:8]}-{n}" for n in itertools.count())
@@ -328,6 +329,7 @@ class ReceiveSession:
         # What fetches took before the seek must not be handed out after it, and
         # none may take until the seek has landed (resume_fetches, or a while).
         self._fetch_pause = loop.time() + _SETTLE_GAP
+        self._seek_landed.clear()
         self._end_fetches()
         while not self.closed:
             turn = self._turns.expected(stream)
@@ -585,7 +587,8 @@ class ReceiveSession:
         async def fetch() -> Delivery:
             pause = self._fetch_pause - asyncio.get_running_loop().time()
             if pause > 0:  # a seek is on its way: take nothing before it lands
-                await asyncio.sleep(pause)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._seek_landed.wait(), pause)
             if returning:  # a give-back still on its way must land before we take
                 await asyncio.wait(returning)
             return await self._links[channel].fetch(self.spec.reader_id, fence, want, token)
@@ -674,6 +677,7 @@ class ReceiveSession:
     def resume_fetches(self) -> None:
         """The seek a settle announced has landed: fetches may take again."""
         self._fetch_pause = 0.0
+        self._seek_landed.set()  # a fetch paused for it takes now, not when the pause ends
         self._poke()
 
     async def _watch(self, channel: int, known: CursorState | None) -> None:
