@@ -295,6 +295,10 @@ def _connect(address: str | None) -> None:
     from raytopic.cluster import prepare, resolve_address
 
     resolved = resolve_address(address)
+    if ray.is_initialized() and ray.get_runtime_context().gcs_address == resolved:
+        # Called from Python (main([...])) in a process already joined to this
+        # cluster: keep that connection (a second ray.init would refuse).
+        return
     prepare(resolved)
     try:
         ray.init(address=resolved, log_to_driver=False, logging_level=logging.WARNING)

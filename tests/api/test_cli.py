@@ -1,8 +1,16 @@
-"""The ``raytopic`` command, run as a real process against the session's cluster."""
+"""The ``raytopic`` command against the session's cluster: as a real process where
+being one is the point (the demo, exit codes, a cluster that does not answer),
+else in this process through the same ``main`` (a process costs seconds to
+import Ray and connect; ``main`` keeps this process's connection).
+
+Token handling, which needs a process without the session's settings, is
+tested in tests/api/test_cluster.py.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -34,6 +42,20 @@ def _raytopic(
     )
 
 
+def _in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``raytopic args`` run by ``main`` in this process (joined to the session's
+    cluster already), with what it printed and the exit code the command has."""
+    capsys.readouterr()  # only what this command prints
+    try:
+        code = main(list(args))
+    except SystemExit as exited:  # argparse's usage errors
+        code = exited.code
+    out, err = capsys.readouterr()
+    if isinstance(code, str):  # SystemExit("message"): the process prints it, exit 1
+        code, err = 1, err + code + "\n"
+    return subprocess.CompletedProcess(list(args), int(code or 0), out, err)
+
+
 def test_the_python_demo_runs_without_spark(ray_cluster: str) -> None:
     result = _raytopic("demo", "--rows", "3000", "--no-spark", "--address", ray_cluster)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -57,11 +79,14 @@ def _says_its_channel_kill_and_ray_does_not_call_it_a_crash(
     assert announced < killed < back
 
 
-def test_bench_prints_figures_with_baselines_verdicts_and_a_summary(ray_cluster: str) -> None:
+def test_bench_prints_figures_with_baselines_verdicts_and_a_summary(
+    ray_session: None, ray_cluster: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Every case's figures are checked in-process (tests/api/test_bench.py); here,
     # that the command prints them: its quickest case.
-    result = _raytopic(
-        "bench", "--idle", "--idle-topics", "1", "--idle-seconds", "1", "--address", ray_cluster
+    result = _in_process(
+        capsys, "bench", "--idle", "--idle-topics", "1", "--idle-seconds", "1",
+        "--address", ray_cluster,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -72,13 +97,15 @@ def test_bench_prints_figures_with_baselines_verdicts_and_a_summary(ray_cluster:
     assert len(verdicts) == 1 and "of 3 targets met" in verdicts[0]
 
 
-def test_list_and_describe_show_a_topic(make_topic, ray_cluster: str) -> None:
+def test_list_and_describe_show_a_topic(
+    make_topic, ray_cluster: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     topic = make_topic(channels=2, groups=["audit"])
     with topic.publisher() as publisher:
         publisher.publish({"n": 1}, key="k")
 
-    listed = _raytopic("list", "--json", "--address", ray_cluster)
-    described = _raytopic("describe", topic.name, "--json", "--address", ray_cluster)
+    listed = _in_process(capsys, "list", "--json", "--address", ray_cluster)
+    described = _in_process(capsys, "describe", topic.name, "--json", "--address", ray_cluster)
 
     assert listed.returncode == 0, listed.stderr
     assert topic.name in json.loads(listed.stdout)
@@ -89,13 +116,13 @@ def test_list_and_describe_show_a_topic(make_topic, ray_cluster: str) -> None:
     assert all(c["node_id"] and c["pid"] > 0 for c in stats["channels"])
     assert "audit" in stats["groups"]
     # Options may follow the arguments; the table names each channel's node.
-    table = _raytopic("describe", "--address", ray_cluster, topic.name)
+    table = _in_process(capsys, "describe", "--address", ray_cluster, topic.name)
     assert table.returncode == 0, table.stderr
     assert "node" in table.stdout.splitlines()[1] and "group audit" in table.stdout
 
 
 def test_describe_shows_open_transactions_per_channel(
-    make_topic, unique_name, ray_cluster: str
+    make_topic, unique_name, ray_cluster: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     topic = make_topic(channels=2)
     txs = rt.transactions(unique_name("cli-tx"))
@@ -103,7 +130,7 @@ def test_describe_shows_open_transactions_per_channel(
     try:
         tx.publish_batch(topic, list(range(5)))  # round robin: 3 staged at channel 0, 2 at 1
 
-        described = _raytopic("describe", topic.name, "--json", "--address", ray_cluster)
+        described = _in_process(capsys, "describe", topic.name, "--json", "--address", ray_cluster)
         assert described.returncode == 0, described.stderr
         staged = {
             c["channel"]: [(t["id"], t["key"], t["phase"], t["staged"]) for t in c["transactions"]]
@@ -112,7 +139,7 @@ def test_describe_shows_open_transactions_per_channel(
         opened = (txs.transactional_id, tx.key, "staged")
         assert staged == {0: [(*opened, 3)], 1: [(*opened, 2)]}
 
-        table = _raytopic("describe", topic.name, "--address", ray_cluster)
+        table = _in_process(capsys, "describe", topic.name, "--address", ray_cluster)
         assert table.returncode == 0, table.stderr
         lines = table.stdout.splitlines()
         assert "open transactions (1)" in lines
@@ -128,31 +155,42 @@ def test_describe_shows_open_transactions_per_channel(
     assert not any(c.transactions for c in topic.describe().channels)
 
 
-def test_missing_topics_and_groups_exit_3(ray_session: None, ray_cluster: str, make_topic) -> None:
+def test_missing_topics_and_groups_exit_3(
+    ray_session: None, ray_cluster: str, make_topic, capsys: pytest.CaptureFixture[str]
+) -> None:
     topic = make_topic(channels=1, groups=["g"])
     # Every command finds its topic through one function (cli_admin._topic): two
-    # of them stand for the rest; a missing group is found in two places.
-    for args in (
-        ["describe", "no-such-topic-here"],
-        ["delete", "no-such-topic-here", "--yes"],
-        ["reset-group", topic.name, "no-such-group", "--to", "earliest"],
-        ["tail", topic.name, "--group", "no-such-group", "-n", "1"],
+    # of them stand for the rest; a missing group is found in two places. The
+    # first runs as the command's own process: its exit status is 3.
+    for index, args in enumerate(
+        (
+            ["describe", "no-such-topic-here"],
+            ["delete", "no-such-topic-here", "--yes"],
+            ["reset-group", topic.name, "no-such-group", "--to", "earliest"],
+            ["tail", topic.name, "--group", "no-such-group", "-n", "1"],
+        )
     ):
-        result = _raytopic(*args, "--address", ray_cluster)
+        command = [*args, "--address", ray_cluster]
+        result = _raytopic(*command) if index == 0 else _in_process(capsys, *command)
         assert result.returncode == 3, (args, result.stdout, result.stderr)
         assert "no-such" in result.stderr
         assert result.stdout == ""
 
 
-def test_create_tail_groups_reset_and_delete_a_topic(ray_session: None, ray_cluster: str) -> None:
+def test_create_tail_groups_reset_and_delete_a_topic(
+    ray_session: None,
+    ray_cluster: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     name = f"cli-{os.getpid()}"
-    created = _raytopic(
-        "create", name, "--channels", "2", "--capacity", "100", "--group", "a",
+    created = _in_process(
+        capsys, "create", name, "--channels", "2", "--capacity", "100", "--group", "a",
         "--group", "b", "--retain", "--json", "--address", ray_cluster,
     )  # fmt: skip
     assert created.returncode == 0, created.stderr
     assert sorted(json.loads(created.stdout)["groups"]) == ["a", "b"]
-    again = _raytopic("create", name, "--address", ray_cluster)
+    again = _in_process(capsys, "create", name, "--address", ray_cluster)
     assert again.returncode == 1 and "exists" in again.stderr
     topic = rt.get_topic(name)
     try:
@@ -160,12 +198,12 @@ def test_create_tail_groups_reset_and_delete_a_topic(ray_session: None, ray_clus
             for i in range(10):
                 publisher.publish({"i": i}, key=str(i))
 
-        tailed = _raytopic("tail", name, "-n", "4", "--address", ray_cluster)
+        tailed = _in_process(capsys, "tail", name, "-n", "4", "--address", ray_cluster)
         assert tailed.returncode == 0, tailed.stderr
         lines = tailed.stdout.splitlines()
         assert len(lines) == 4  # exactly N lines, one JSON value each
         assert all(set(json.loads(line)) == {"i"} for line in lines)
-        everything = _raytopic("tail", name, "--json", "--address", ray_cluster)
+        everything = _in_process(capsys, "tail", name, "--json", "--address", ray_cluster)
         records = [json.loads(line) for line in everything.stdout.splitlines()]
         assert sorted(r["value"]["i"] for r in records) == list(range(10))
         assert {"channel", "position", "timestamp", "value"} == set(records[0])
@@ -175,7 +213,9 @@ def test_create_tail_groups_reset_and_delete_a_topic(ray_session: None, ray_clus
             while len([e for e in got if e.channel == 0]) < 3:
                 got += get(member.receive_batch(100))
             member.commit(0, [e for e in got if e.channel == 0][2].position)
-        from_group = _raytopic("tail", name, "--group", "a", "--json", "--address", ray_cluster)
+        from_group = _in_process(
+            capsys, "tail", name, "--group", "a", "--json", "--address", ray_cluster
+        )
         positions = [json.loads(line) for line in from_group.stdout.splitlines()]
         assert len(positions) == 10 - 3
         assert min(r["position"] for r in positions if r["channel"] == 0) == 3
@@ -183,31 +223,36 @@ def test_create_tail_groups_reset_and_delete_a_topic(ray_session: None, ray_clus
         topic.create_group(rt.SharedGroup("s"))
         with topic.subscriber(group="s", mode="shared") as shared:
             held = get(shared.receive_batch(4))
-            listed = _raytopic("groups", name, "--json", "--address", ray_cluster)
+            listed = _in_process(capsys, "groups", name, "--json", "--address", ray_cluster)
             groups = {g["name"]: g for g in json.loads(listed.stdout)}
             assert set(groups) == {"a", "b", "s"}
             assert groups["s"]["mode"] == "shared" and len(held) == 4
             assert [m["unacked"] for m in groups["s"]["members"]] == [4]
-        plain = _raytopic("groups", name, "--address", ray_cluster)
+        plain = _in_process(capsys, "groups", name, "--address", ray_cluster)
         assert plain.stdout.splitlines()[0].split() == [
             "group", "mode", "generation", "members", "depth", "unacked", "lag",
             "redelivered", "dead",
         ]  # fmt: skip
 
-        reset = _raytopic(
-            "reset-group", name, "a", "--to", "0:0,1:1", "--json", "--address", ray_cluster
+        reset = _in_process(
+            capsys, "reset-group", name, "a", "--to", "0:0,1:1", "--json", "--address", ray_cluster
         )
         assert reset.returncode == 0, reset.stderr
         assert json.loads(reset.stdout) == {"0": 0, "1": 1}
-        latest = _raytopic("reset-group", name, "b", "--to", "latest", "--address", ray_cluster)
+        latest = _in_process(
+            capsys, "reset-group", name, "b", "--to", "latest", "--address", ray_cluster
+        )
         assert latest.returncode == 0 and "channel 1" in latest.stdout
-        bad = _raytopic("reset-group", name, "a", "--to", "soon", "--address", ray_cluster)
+        bad = _in_process(
+            capsys, "reset-group", name, "a", "--to", "soon", "--address", ray_cluster
+        )
         assert bad.returncode == 2 and "ISO time" in bad.stderr
 
-        refused = _raytopic("delete", name, "--address", ray_cluster)
+        monkeypatch.setattr(sys, "stdin", io.StringIO())  # no terminal to ask, as under cron
+        refused = _in_process(capsys, "delete", name, "--address", ray_cluster)
         assert refused.returncode == 2 and "--yes" in refused.stderr
         assert name in rt.list_topics()
-        deleted = _raytopic("delete", "--yes", name, "--address", ray_cluster)
+        deleted = _in_process(capsys, "delete", "--yes", name, "--address", ray_cluster)
         assert deleted.returncode == 0, deleted.stderr
         assert name not in rt.list_topics()
     finally:
@@ -303,27 +348,29 @@ def test_bad_usage_exits_2(args: list[str]) -> None:
     assert result.returncode == 2
 
 
-def test_list_is_empty_json_in_an_unused_namespace(ray_session: None, ray_cluster: str) -> None:
-    result = _raytopic(
-        "list", "--json", "--namespace", "nobody-uses-this", "--address", ray_cluster
+def test_list_is_empty_json_in_an_unused_namespace(
+    ray_session: None, ray_cluster: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _in_process(
+        capsys, "list", "--json", "--namespace", "nobody-uses-this", "--address", ray_cluster
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
     assert rt.list_topics(namespace="nobody-uses-this") == []
     # Options before the command; an empty namespace is said so, on stderr.
-    plain = _raytopic("--namespace", "nobody-uses-this", "--address", ray_cluster, "list")
+    plain = _in_process(capsys, "--namespace", "nobody-uses-this", "--address", ray_cluster, "list")
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout == ""
     assert plain.stderr.splitlines() == ["no topics in namespace nobody-uses-this"]
 
 
 def test_namespace_before_the_command_picks_the_namespace(
-    ray_session: None, ray_cluster: str, unique_name
+    ray_session: None, ray_cluster: str, unique_name, capsys: pytest.CaptureFixture[str]
 ) -> None:
     namespace = unique_name("ns")
     topic = rt.create_topic(unique_name("topic"), channels=1, namespace=namespace)
     try:
-        listed = _raytopic("--namespace", namespace, "--address", ray_cluster, "list")
+        listed = _in_process(capsys, "--namespace", namespace, "--address", ray_cluster, "list")
         assert listed.returncode == 0, listed.stderr
         assert listed.stdout.split() == [topic.name]
     finally:
