@@ -1,9 +1,12 @@
 """raytopic.cluster: addresses, tokens, and the probe, against real sockets and real
 ``ray start --head`` clusters with and without token authentication.
 
-The clusters here are this module's own (own ports, own temp dir, stopped by pid):
-the session's cluster runs with RAY_AUTH_MODE=token set for the whole test
-process, which is the very setting users do not have.
+The programs asked here (the probe, the ``raytopic`` command, an example) run as
+a user's would: in a process without the test session's Ray settings
+(RAY_AUTH_MODE=token above all, which users do not have). The token cluster is
+the session's own (``ray start --head`` with token authentication, which takes
+this session's token and nothing else); the cluster without authentication is
+this module's own (own port, own temp dir, stopped by pid).
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import raytopic as rt
 from raytopic.cluster import (
     Answer,
     ClusterAuthError,
@@ -221,9 +226,34 @@ def _head(*, auth: bool) -> Iterator[Head]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def _bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+def _session_token() -> str | None:
+    """The token this test process has, where Ray looks for it (in Ray's order)."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"]
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token"
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
 @pytest.fixture(scope="module")
-def token_head() -> Iterator[Head]:
-    """A cluster with token authentication, as `ray start --head` makes one."""
+def token_head(ray_cluster: str) -> Iterator[Head]:
+    """A cluster with token authentication, as `ray start --head` makes one: the
+    session's (a cluster more costs seconds to start), or one of this module's own
+    when the session's (given by RAY_ADDRESS) does not ask for this process's token."""
+    token = _session_token()
+    if (
+        token
+        and probe_gcs(ray_cluster).answer is Answer.UNAUTHENTICATED
+        and probe_gcs(ray_cluster, token_header=_bearer(token)).answer is Answer.ACCEPTED
+    ):
+        yield Head(ray_cluster, token)
+        return
     with _head(auth=True) as head:
         yield head
 
@@ -240,21 +270,29 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_the_probe_tells_a_token_cluster_which_token_it_takes(token_head: Head) -> None:
-    right = {"authorization": f"Bearer {token_head.token}"}
-    wrong = {"authorization": f"Bearer {secrets.token_hex(32)}"}
+    right = _bearer(token_head.token)
+    wrong = _bearer(secrets.token_hex(32))
     assert probe_gcs(token_head.address).answer is Answer.UNAUTHENTICATED
     assert probe_gcs(token_head.address, token_header=wrong).answer is Answer.UNAUTHENTICATED
     assert probe_gcs(token_head.address, token_header=right).answer is Answer.ACCEPTED
 
 
 @pytest.mark.slow
-def test_the_cli_sends_the_token_from_the_users_home(token_head: Head, tmp_path: Path) -> None:
+def test_the_cli_sends_the_token_from_the_users_home(
+    token_head: Head, tmp_path: Path, ray_cluster: str, ray_session: None
+) -> None:
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text(token_head.token)
     env = _user_env(HOME=str(tmp_path))
+    where = ["--address", token_head.address, "--namespace", f"auth-{uuid.uuid4().hex[:8]}"]
 
-    created = _cli("create", "authed", "--channels", "1", "--address", token_head.address, env=env)
-    listed = _cli("list", "--address", token_head.address, env=env)
+    try:
+        created = _cli("create", "authed", "--channels", "1", *where, env=env)
+        listed = _cli("list", *where, env=env)
+    finally:
+        if token_head.address == ray_cluster:  # the session's: leave nothing behind
+            with suppress(rt.TopicNotFoundError):
+                rt.get_topic("authed", namespace=where[-1]).destroy()
 
     assert created.returncode == 0, created.stderr
     assert "InvalidAuthToken" not in created.stderr
