@@ -186,13 +186,36 @@ def _user_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-@contextmanager
-def _head(*, auth: bool) -> Iterator[Head]:
-    """Start a head with or without token authentication; stop exactly its processes."""
+@dataclass(frozen=True)
+class _Starting:
+    """A head that ``ray start --head --block`` is starting (or runs) in the background."""
+
+    process: subprocess.Popen[bytes]
+    head: Head
+    temp: Path
+    """Its temp dir (its files, its log)."""
+
+    def ready(self) -> Head:
+        """The head, once Ray says it started."""
+        log = self.temp / "ray-start.log"
+        deadline = time.monotonic() + 90
+        while "Ray runtime started" not in log.read_text(errors="replace"):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray start failed:\n{log.read_text(errors='replace')}")
+            time.sleep(0.2)
+        return self.head
+
+    def stop(self) -> None:
+        """Stop exactly its processes; remove its files."""
+        _stop_cluster(self.process, self.head.address)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _start_head(*, auth: bool) -> _Starting:
+    """Start a head with or without token authentication (not waiting for it)."""
     token = secrets.token_hex(32)
     port = _free_port()
     temp = Path(tempfile.mkdtemp(prefix="rt-auth-", dir="/tmp"))  # short: Ray's socket paths
-    log = temp / "ray-start.log"
     # With a token and RAY_AUTH_MODE unset, `ray start` turns token authentication on
     # by itself, as on a machine where ~/.ray/auth_token exists.
     env = _user_env(RAY_AUTH_TOKEN=token) if auth else _user_env(RAY_AUTH_MODE="disabled")
@@ -209,21 +232,32 @@ def _head(*, auth: bool) -> Iterator[Head]:
             "--disable-usage-stats",
         ],
         env=env,
-        stdout=log.open("wb"),
+        stdout=(temp / "ray-start.log").open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    address = f"127.0.0.1:{port}"
+    return _Starting(process, Head(f"127.0.0.1:{port}", token if auth else ""), temp)
+
+
+@contextmanager
+def _head(*, auth: bool) -> Iterator[Head]:
+    """A head with or without token authentication, stopped afterwards."""
+    starting = _start_head(auth=auth)
     try:
-        deadline = time.monotonic() + 90
-        while "Ray runtime started" not in log.read_text(errors="replace"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ray start failed:\n{log.read_text(errors='replace')}")
-            time.sleep(0.2)
-        yield Head(address, token if auth else "")
+        yield starting.ready()
     finally:
-        _stop_cluster(process, address)
-        shutil.rmtree(temp, ignore_errors=True)
+        starting.stop()
+
+
+@pytest.fixture(scope="module")
+def open_head() -> Iterator[_Starting]:
+    """A cluster without token authentication, starting: its start takes seconds,
+    which the tests before the one that waits for it (``ready()``) run in."""
+    starting = _start_head(auth=False)
+    try:
+        yield starting
+    finally:
+        starting.stop()
 
 
 def _bearer(token: str) -> dict[str, str]:
@@ -242,10 +276,13 @@ def _session_token() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def token_head(ray_cluster: str) -> Iterator[Head]:
+def token_head(ray_cluster: str, open_head: _Starting) -> Iterator[Head]:
     """A cluster with token authentication, as `ray start --head` makes one: the
     session's (a cluster more costs seconds to start), or one of this module's own
-    when the session's (given by RAY_ADDRESS) does not ask for this process's token."""
+    when the session's (given by RAY_ADDRESS) does not ask for this process's token.
+
+    The cluster without authentication starts with it, so that it boots while the
+    token tests run."""
     token = _session_token()
     if (
         token
@@ -262,6 +299,21 @@ def _run(*command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
     return subprocess.run(
         list(command), env=env, capture_output=True, text=True, timeout=120, check=False
     )
+
+
+def _start(*command: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        list(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        stdout, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -326,13 +378,19 @@ def test_an_example_reaches_a_token_cluster_through_ray_address(token_head: Head
 
 
 @pytest.mark.slow
-def test_a_token_on_this_machine_does_not_break_a_cluster_without_auth() -> None:
+def test_a_token_on_this_machine_does_not_break_a_cluster_without_auth(
+    open_head: _Starting,
+) -> None:
     # Token mode here against a cluster without it would lose the example's actors:
     # a token available must leave such a cluster alone.
-    with _head(auth=False) as head:
-        env = _user_env(RAY_ADDRESS=head.address, RAY_AUTH_TOKEN=secrets.token_hex(32))
-        done = _run(sys.executable, str(EXAMPLES / "ring_buffer.py"), env=env)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert "next 8" in done.stdout
-        listed = _cli("list", "--address", head.address, env=env)
-        assert listed.returncode == 0, listed.stderr
+    head = open_head.ready()
+    env = _user_env(RAY_ADDRESS=head.address, RAY_AUTH_TOKEN=secrets.token_hex(32))
+    # The example and the command at once: each is a process of its own.
+    example = _start(sys.executable, str(EXAMPLES / "ring_buffer.py"), env=env)
+    command = _start(
+        sys.executable, "-m", "raytopic.cli", "list", "--address", head.address, env=env
+    )
+    done, listed = _finish(example), _finish(command)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "next 8" in done.stdout
+    assert listed.returncode == 0, listed.stderr
