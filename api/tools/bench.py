@@ -93,7 +93,7 @@ from raytopic.tools.bench_common import (
 )
 from raytopic.tools.bench_cpu import Throughput, median_throughput
 from raytopic.tools.bench_groups import GROUP_TARGET, group_throughput, reassignment_time
-from raytopic.tools.bench_idle import run_idle_benchmarks
+from raytopic.tools.bench_idle import SETTLE, run_idle_benchmarks
 from raytopic.tools.bench_shared import run_shared_benchmarks
 from raytopic.tools.bench_throughput import (
     FLOOR_ONE_CHANNEL_TARGET,
@@ -277,6 +277,7 @@ def run_benchmarks(
     idle_topics: int = DEFAULT.idle_topics,
     idle_seconds: float = DEFAULT.idle_seconds,
     commit_publishers: int | None = None,
+    idle_settle: float = SETTLE,
     report: Callable[[Figure], None] = lambda figure: None,
 ) -> list[Figure]:
     """Run every case; ``report`` hears of each figure as it is measured.
@@ -293,6 +294,8 @@ def run_benchmarks(
         idle_seconds: seconds the idle case measures CPU over.
         commit_publishers: publishers seen by the commit case's second channel
             (None: the case's own count, 3,000).
+        idle_settle: seconds the idle case lets its members settle before its
+            window (at most ``idle_seconds``).
         report: called with each figure as soon as it is measured.
 
     Returns:
@@ -460,7 +463,11 @@ def run_benchmarks(
 
     if idle_topics:
         figures += run_idle_benchmarks(
-            topics=idle_topics, channels=channels, seconds=idle_seconds, report=report
+            topics=idle_topics,
+            channels=channels,
+            seconds=idle_seconds,
+            report=report,
+            settle=idle_settle,
         )
     return figures
 

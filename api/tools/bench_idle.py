@@ -118,7 +118,12 @@ def _cpu_seconds(process: psutil.Process) -> float:
 
 
 def run_idle_benchmarks(
-    *, topics: int, channels: int, seconds: float, report: Callable[[Figure], None]
+    *,
+    topics: int,
+    channels: int,
+    seconds: float,
+    report: Callable[[Figure], None],
+    settle: float = SETTLE,
 ) -> list[Figure]:
     """Create ``topics`` topics and as many sets of bare actors (timing each), join
     one member per topic, then measure every process over ``seconds``.
@@ -129,6 +134,8 @@ def run_idle_benchmarks(
         channels: channels per topic.
         seconds: the idle window.
         report: called with each figure as soon as it is measured.
+        settle: seconds between the last member joining and the window (at most
+            ``seconds``); less lets the joins' work into the figures.
 
     Returns:
         The figures, in the order reported.
@@ -170,7 +177,7 @@ def run_idle_benchmarks(
         members = [topic.subscriber(group=GROUP) for topic in made]
         channel_pids = [stats.pid for topic in made for stats in topic.describe().channels]
         coordinator_pids = [coordinator_pid(topic) for topic in made]
-        time.sleep(min(SETTLE, seconds))
+        time.sleep(min(settle, seconds))
         cpu = cpu_percents([*bare_pids, *channel_pids, *coordinator_pids], seconds)
     finally:
         for member in members:
