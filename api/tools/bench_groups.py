@@ -17,7 +17,7 @@ import time
 
 import ray
 
-from raytopic.tools.bench_common import BATCH, _check_ids, _name, at_least
+from raytopic.tools.bench_common import BATCH, _check_ids, _Drained, _name, at_least
 from raytopic.tools.bench_throughput import _publish_loop
 from raytopic.topic import Topic, create_topic
 
@@ -29,12 +29,14 @@ GROUP_TARGET = at_least(1.5)
 
 @ray.remote(num_cpus=0)
 def _group_member(topic: Topic, group: str, quiet: float) -> tuple[int, int, float, float]:
-    """Consume with a commit per batch until ``quiet`` seconds pass without data.
+    """Consume with a commit per batch until ``quiet`` seconds pass without data, or
+    the group has committed everything (the topic was filled before).
 
     Returns (elements, the sum of their ids, wall time of the first and of the
     last non-empty batch).
     """
     seen, id_sum, first, last = 0, 0, 0.0, 0.0
+    drained = _Drained(topic, group)
     with topic.subscriber(group=group, timeout=10.0, complete_on_empty=True) as subscriber:
         started = time.time()
         while time.time() - (last or started) < quiet:
@@ -45,6 +47,8 @@ def _group_member(topic: Topic, group: str, quiet: float) -> tuple[int, int, flo
                 id_sum += sum(element.value["id"] for element in batch)
                 last = time.time()
                 first = first or last
+            elif drained(time.time() - (last or started)):
+                break
             else:
                 time.sleep(0.005)
     return seen, id_sum, first, last

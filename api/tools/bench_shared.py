@@ -19,7 +19,7 @@ from typing import Any
 import ray
 
 from raytopic.core.shared_group import SharedGroup
-from raytopic.tools.bench_common import Figure, _check_ids, _median, _name, at_least
+from raytopic.tools.bench_common import Figure, _check_ids, _Drained, _median, _name, at_least
 from raytopic.tools.bench_throughput import _publish_loop
 from raytopic.topic import Topic, create_topic
 
@@ -48,10 +48,13 @@ every member joined); in a filled topic it waits QUIET."""
 def _member(
     topic: Topic, group: str, shared: bool, batch_size: int, task: float, first_wait: float
 ) -> tuple[int, int, float, float]:
-    """Consume until QUIET seconds pass without data; acknowledge each element
+    """Consume until QUIET seconds pass without data, or, in a topic filled before
+    (not the task case's, which its publisher may still be filling), the group
+    has committed everything; acknowledge each element
     (shared) or commit each batch (owned). Returns (elements, sum of ids, time
     of the first and of the last batch)."""
     seen, id_sum, first, last = 0, 0, 0.0, 0.0
+    drained = _Drained(topic, group) if not task else None
     options: dict[str, Any] = {"mode": "shared", "window": batch_size * 2} if shared else {}
     with topic.subscriber(
         group=group, timeout=10.0, complete_on_empty=True, **options
@@ -61,6 +64,8 @@ def _member(
         while time.time() - (last or started) < (QUIET if last else first_wait):
             batch = ray.get(subscriber.receive_batch(batch_size))
             if not batch:
+                if drained is not None and drained(time.time() - (last or started)):
+                    break
                 time.sleep(0.005)
                 continue
             first = first or time.time()
