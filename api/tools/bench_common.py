@@ -102,13 +102,14 @@ has committed everything, and stops if so (else it waits out its quiet time)."""
 
 
 class _Drained:
-    """Whether a group has committed everything its topic holds (a lag of 0),
-    asked at most every ``DRAINED_CHECK`` seconds: the figures are taken from the
-    batches, so a member that stops then rather than after its quiet time changes
-    none of them, and a run ends sooner."""
+    """Whether a group has committed everything its topic holds (a lag of 0) and the
+    topic holds every element the case publishes (``count``; None: it was filled
+    before), asked at most every ``DRAINED_CHECK`` seconds: the figures are taken
+    from the batches, so a member that stops then rather than after its quiet time
+    changes none of them, and a run ends sooner."""
 
-    def __init__(self, topic: Any, group: str) -> None:
-        self._topic, self._group, self._asked = topic, group, 0.0
+    def __init__(self, topic: Any, group: str, count: int | None = None) -> None:
+        self._topic, self._group, self._count, self._asked = topic, group, count, 0.0
 
     def __call__(self, idle: float) -> bool:
         """After ``idle`` seconds without data: has the group committed everything?"""
@@ -116,7 +117,12 @@ class _Drained:
         if idle < DRAINED_CHECK or now - self._asked < DRAINED_CHECK:
             return False
         self._asked = now
-        return self._topic.describe().groups[self._group].lag == 0
+        stats = self._topic.describe()
+        if stats.groups[self._group].lag:
+            return False
+        # Sequences start at 0 on a fresh topic: the newest's is the count less one.
+        published = sum(channel.tail + 1 for channel in stats.channels if channel.tail is not None)
+        return self._count is None or published >= self._count
 
 
 def _check_ids(what: str, count: int, id_sum: int) -> None:

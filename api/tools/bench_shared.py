@@ -46,15 +46,20 @@ every member joined); in a filled topic it waits QUIET."""
 
 @ray.remote(num_cpus=0)
 def _member(
-    topic: Topic, group: str, shared: bool, batch_size: int, task: float, first_wait: float
+    topic: Topic,
+    group: str,
+    shared: bool,
+    batch_size: int,
+    task: float,
+    first_wait: float,
+    count: int,
 ) -> tuple[int, int, float, float]:
-    """Consume until QUIET seconds pass without data, or, in a topic filled before
-    (not the task case's, which its publisher may still be filling), the group
-    has committed everything; acknowledge each element
+    """Consume until QUIET seconds pass without data, or the topic holds all ``count``
+    elements and the group has committed them all; acknowledge each element
     (shared) or commit each batch (owned). Returns (elements, sum of ids, time
     of the first and of the last batch)."""
     seen, id_sum, first, last = 0, 0, 0.0, 0.0
-    drained = _Drained(topic, group) if not task else None
+    drained = _Drained(topic, group, count)
     options: dict[str, Any] = {"mode": "shared", "window": batch_size * 2} if shared else {}
     with topic.subscriber(
         group=group, timeout=10.0, complete_on_empty=True, **options
@@ -64,7 +69,7 @@ def _member(
         while time.time() - (last or started) < (QUIET if last else first_wait):
             batch = ray.get(subscriber.receive_batch(batch_size))
             if not batch:
-                if drained is not None and drained(time.time() - (last or started)):
+                if drained(time.time() - (last or started)):
                     break
                 time.sleep(0.005)
                 continue
@@ -104,7 +109,8 @@ def group_rate(count: int, shared: bool, task: float) -> float:
         batch = TASK_BATCH if task else BULK_BATCH
         first_wait = FIRST_WAIT if task else QUIET
         runs = [
-            _member.remote(topic, group, shared, batch, task, first_wait) for _ in range(members)
+            _member.remote(topic, group, shared, batch, task, first_wait, count)
+            for _ in range(members)
         ]
         if task:
             deadline = time.monotonic() + FIRST_WAIT
