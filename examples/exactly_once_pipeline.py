@@ -20,7 +20,7 @@ import ray
 
 import raytopic as rt
 
-INPUTS = 2000
+INPUTS = 1000
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
@@ -30,8 +30,8 @@ class Doubler:
 
     def __init__(self, source: rt.Topic, sink: rt.Topic, transactional_id: str) -> None:
         self.txs = rt.transactions(transactional_id, timeout=10.0)
-        # A short heartbeat timeout: a killed member's channels move on after 3 s.
-        self.member = source.subscriber(group="doublers", timeout=3.0)
+        # A short heartbeat timeout: a killed member's channels move on after 2 s.
+        self.member = source.subscriber(group="doublers", timeout=2.0)
         self.sink = sink
         self.error: str | None = None
         threading.Thread(target=self._run, daemon=True).start()
@@ -65,8 +65,8 @@ class Doubler:
 ray.init(address=os.environ.get("RAY_ADDRESS", "local"))
 name = f"example-exactly-once-{uuid.uuid4().hex[:6]}"
 store = tempfile.mkdtemp(prefix="raytopic-example-")
-source = rt.create_topic(f"{name}-in", channels=4, groups=["doublers"], store=store)
-sink = rt.create_topic(f"{name}-out", channels=4, store=store)
+source = rt.create_topic(f"{name}-in", channels=2, groups=["doublers"], store=store)
+sink = rt.create_topic(f"{name}-out", channels=2, store=store)
 worker = None
 try:
     with source.publisher() as publisher:

@@ -12,7 +12,7 @@ import ray
 import raytopic as rt
 
 ray.init(address=os.environ.get("RAY_ADDRESS", "local"))
-topic = rt.create_topic(f"example-billing-{uuid.uuid4().hex[:6]}", channels=4, groups=["billing"])
+topic = rt.create_topic(f"example-billing-{uuid.uuid4().hex[:6]}", channels=2, groups=["billing"])
 try:
     with topic.publisher() as publisher:
         for n in range(100):

@@ -11,7 +11,7 @@ import ray
 import raytopic as rt
 
 ray.init(address=os.environ.get("RAY_ADDRESS", "local"))  # a running cluster, else a new one
-topic = rt.create_topic(f"example-orders-{uuid.uuid4().hex[:6]}", channels=4)
+topic = rt.create_topic(f"example-orders-{uuid.uuid4().hex[:6]}", channels=2)
 try:
     watcher = topic.subscriber()  # anonymous: everything published from now on
     with topic.publisher() as publisher:

@@ -38,9 +38,9 @@ try:
     with topic.publisher() as publisher:
         for n in range(100):
             publisher.publish({"job": n})
-    # Four workers on two channels; each stops when nothing is left to take.
-    done = sum(ray.get([worker.remote(topic) for _ in range(4)]))
-    print("jobs done by 4 workers:", done)
+    # Three workers on two channels; each stops when nothing is left to take.
+    done = sum(ray.get([worker.remote(topic) for _ in range(3)]))
+    print("jobs done by 3 workers:", done)
     with rt.get_topic(f"{name}-dead").subscriber(start="earliest") as dead:
         letter = ray.get(dead.receive()).value
     print("dead letter:", letter["value"], "after", letter["deliveries"], "deliveries")
