@@ -15,8 +15,8 @@ import raytopic.spark
 
 spark = raytopic.spark.init_spark("orders", num_executors=1, executor_cores=2)
 name = f"orders-{uuid.uuid4().hex[:8]}"
-topic = rt.create_topic(name, channels=8, groups=["billing"])
-other_topic = rt.create_topic(f"{name}-copy", channels=8)
+topic = rt.create_topic(name, channels=2, groups=["billing"])
+other_topic = rt.create_topic(f"{name}-copy", channels=2)
 try:
     orders_df = spark.range(1000).selectExpr(
         "id AS order", "id % 100 AS customer", "id * 0.5 AS amount"

@@ -53,10 +53,10 @@ def _orders(spark: Any, rows: int) -> Any:
     return orders
 
 
-def _topic(rows: int) -> Topic:
-    per_channel = rows // CHANNELS + 1
+def _topic(rows: int, channels: int) -> Topic:
+    per_channel = rows // channels + 1
     return create_topic(
-        f"bench-spark-{uuid.uuid4().hex[:6]}", channels=CHANNELS, capacity=2 * per_channel
+        f"bench-spark-{uuid.uuid4().hex[:6]}", channels=channels, capacity=2 * per_channel
     )
 
 
@@ -80,24 +80,24 @@ def raydp_conversion(orders: Any) -> float:
     return _timed(convert)
 
 
-def publish_from_tasks(orders: Any, rows: int) -> float:
+def publish_from_tasks(orders: Any, rows: int, channels: int = CHANNELS) -> float:
     """Seconds of ``publish_dataframe`` (Spark tasks append from ``mapInArrow``)."""
     from raytopic.bridge.spark import publish_dataframe
 
-    topic = _topic(rows)
+    topic = _topic(rows, channels)
     try:
         return _checked(topic, rows, lambda: publish_dataframe(topic, orders, key="customer"))
     finally:
         topic.destroy()
 
 
-def publish_through_blocks(orders: Any, rows: int) -> float:
+def publish_through_blocks(orders: Any, rows: int, channels: int = CHANNELS) -> float:
     """Seconds of RayDP's blocks -> Ray Data tasks appending (``write_topic``)."""
     from raydp.spark.dataset import from_spark_recoverable, release_spark_recoverable
 
     from raytopic.bridge.data import write_topic
 
-    topic = _topic(rows)
+    topic = _topic(rows, channels)
 
     def publish() -> Any:
         summary = write_topic(from_spark_recoverable(orders), topic, key="customer")
@@ -119,11 +119,11 @@ def _checked(topic: Topic, rows: int, publish: Callable[[], Any]) -> float:
     return seconds
 
 
-def driver_rss_growth(orders: Any, rows: int) -> float:
+def driver_rss_growth(orders: Any, rows: int, channels: int = CHANNELS) -> float:
     """Bytes the driver's RSS grew by over one ``publish_dataframe``."""
     from raytopic.bridge.spark import publish_dataframe
 
-    topic = _topic(rows)
+    topic = _topic(rows, channels)
     try:
         process = psutil.Process(os.getpid())
         before = process.memory_info().rss
@@ -133,7 +133,7 @@ def driver_rss_growth(orders: Any, rows: int) -> float:
         topic.destroy()
 
 
-def read_times(spark: Any, orders: Any, rows: int) -> tuple[float, float]:
+def read_times(spark: Any, orders: Any, rows: int, channels: int = CHANNELS) -> tuple[float, float]:
     """Seconds of ``read_topic`` and of ``from_arrow(...).to_spark``, each to an
     aggregate over every column."""
     from pyspark.sql import functions as F
@@ -144,7 +144,7 @@ def read_times(spark: Any, orders: Any, rows: int) -> tuple[float, float]:
     def aggregate(df: Any) -> None:
         df.agg(F.sum("id"), F.sum("customer"), F.sum("amount")).collect()
 
-    topic = _topic(rows)
+    topic = _topic(rows, channels)
     try:
         publish_dataframe(topic, orders, key="customer")
         ours = _timed(lambda: aggregate(read_topic(spark, topic)))
@@ -163,6 +163,8 @@ def run_spark_benchmarks(
     repeat: int = 3,
     report: Callable[[Figure], None] = print,
     spark: Any = None,
+    channels: int = CHANNELS,
+    warm_up: bool = True,
 ) -> list[Figure]:
     """Run every case; ``report`` hears each figure.
 
@@ -172,6 +174,9 @@ def run_spark_benchmarks(
         report: Called with each figure as it is measured.
         spark: A running SparkSession to measure with; None starts Spark on Ray
             for the run and stops it after.
+        channels: Channels of each topic a case publishes into (a new topic per run).
+        warm_up: Run RayDP's conversion and a publish once, untimed, before the
+            timed runs; False leaves first-run costs in the first figures.
     """
     from raytopic.bridge.spark_session import init_quiet_spark, stop_spark
 
@@ -186,19 +191,20 @@ def run_spark_benchmarks(
         spark = init_quiet_spark("raytopic-bench")
     try:
         orders = _orders(spark, rows)
-        raydp_conversion(orders)  # warm both sides once
-        publish_from_tasks(orders, rows)
+        if warm_up:
+            raydp_conversion(orders)
+            publish_from_tasks(orders, rows, channels)
         baseline = rows / statistics.median(raydp_conversion(orders) for _ in range(repeat))
         add(Figure(f"RayDP from_spark + fetch blocks, {rows:,} rows", baseline, "rows/s"))
         for case, measure in (
             ("publish_dataframe (Spark tasks append, mapInArrow)", publish_from_tasks),
             ("publish via RayDP blocks + Ray Data write_topic", publish_through_blocks),
         ):
-            rate = rows / statistics.median(measure(orders, rows) for _ in range(repeat))
+            rate = rows / statistics.median(measure(orders, rows, channels) for _ in range(repeat))
             add(Figure(case, rate, "rows/s", "RayDP from_spark", baseline, target=PUBLISH_TARGET))
-        growth = driver_rss_growth(orders, rows)
+        growth = driver_rss_growth(orders, rows, channels)
         add(Figure("driver RSS growth over publish_dataframe", growth / 2**20, "MiB"))
-        timings = [read_times(spark, orders, rows) for _ in range(repeat)]
+        timings = [read_times(spark, orders, rows, channels) for _ in range(repeat)]
         ours = statistics.median(t[0] for t in timings)
         theirs = statistics.median(t[1] for t in timings)
         add(Figure("ray.data.from_arrow(...).to_spark -> aggregate", rows / theirs, "rows/s"))
