@@ -105,12 +105,12 @@ def _consume_with_faults(
     deadline = time.monotonic() + _FINISH_TIMEOUT
 
     def count_until(target: int) -> int:
-        counted = 0
-        while counted < target and time.monotonic() < deadline:
+        while True:
             counted = ray.get(ledger.counted.remote())
             progress.update(bar, completed=counted)
-            time.sleep(0.1)
-        return counted
+            if counted >= target or time.monotonic() > deadline:
+                return counted
+            time.sleep(0.05)
 
     ray.get(ledger.hold_at.remote(rows // 3))
     counted = count_until(rows // 3)
@@ -127,7 +127,7 @@ def _consume_with_faults(
     while len(members_now := topic.describe().groups[GROUP].members) >= len(members):
         if time.monotonic() > deadline:
             break
-        time.sleep(0.2)  # the group times the killed member out (its timeout: 5 s)
+        time.sleep(0.1)  # the group times the killed member out (its timeout: 5 s)
     say("group members now own " + ", ".join(str(list(member.channels)) for member in members_now))
     return victim
 
@@ -146,7 +146,7 @@ def _kill_channel(topic: Topic, channel: int, say: Callable[[str], None]) -> Non
         say(f"killed channel {channel} (pid {before.pid}, epoch {before.epoch})")
         deadline = time.monotonic() + _RECOVERY_TIMEOUT
         while time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.1)
             now = topic.describe().channels[channel]
             if now.epoch > before.epoch and now.state == "serving":
                 say(

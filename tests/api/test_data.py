@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -37,6 +38,15 @@ def _orders(count: int) -> ray.data.Dataset:
 def _table(dataset: ray.data.Dataset) -> pa.Table:
     blocks = [ray.get(ref) for ref in dataset.to_arrow_refs()]
     return pa.concat_tables(blocks, promote_options="permissive")
+
+
+@pytest.fixture(scope="module")
+def empty_topic(ray_session: None) -> Iterator[rt.Topic]:
+    """A topic of two channels that nothing is appended to, shared by the tests that
+    only read it or fail to write to it (each checks it is still empty)."""
+    topic = rt.create_topic(f"empty-{uuid.uuid4().hex[:8]}", channels=2)
+    yield topic
+    topic.destroy()
 
 
 def test_a_dataset_round_trips_through_a_topic_one_position_per_row(
@@ -100,8 +110,8 @@ def test_reads_mix_dicts_other_values_and_arrow_rows_and_keep_types(
     assert [row["position"] for row in rows] == [0, 1, 2]
 
 
-def test_an_empty_topic_reads_as_an_empty_dataset(make_topic: Callable[..., rt.Topic]) -> None:
-    topic = make_topic(channels=2)
+def test_an_empty_topic_reads_as_an_empty_dataset(empty_topic: rt.Topic) -> None:
+    topic = empty_topic
     empty = rd.read_topic(topic)
     assert empty.count() == 0
     assert empty.schema().names == ["channel", "position", "timestamp"]
@@ -143,10 +153,8 @@ def test_a_writer_run_again_with_its_id_appends_nothing_twice(
     assert rd.read_topic(topic).count() == 10
 
 
-def test_bad_inputs_get_typed_errors_and_change_nothing(
-    make_topic: Callable[..., rt.Topic],
-) -> None:
-    topic = make_topic(channels=2)
+def test_bad_inputs_get_typed_errors_and_change_nothing(empty_topic: rt.Topic) -> None:
+    topic = empty_topic
     floats = ray.data.from_arrow(pa.table({"k": [1.5, 2.5]}))
     with pytest.raises(rt.InvalidTypeError, match="key column"):
         rd.write_topic(floats, topic, key="k")
@@ -179,7 +187,7 @@ class _CpuHolder:
 def test_a_write_prints_nothing_and_leaves_ray_datas_settings_as_they_were(
     make_topic: Callable[..., rt.Topic], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    topic = make_topic(channels=2)
+    topic = make_topic(channels=1)
     # One CPU left for the write task, as beside a Spark session: Ray Data's
     # checks of free CPUs (before the write and once it is done) read Ray's
     # lagging view and warn of a hang while the write runs fine.
