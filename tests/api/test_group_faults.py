@@ -53,7 +53,7 @@ class _RemoteMember:
 
 
 def test_killed_member_process_loses_its_channels_and_nothing_is_lost(make_topic, wait_until):
-    timeout = 2.0
+    timeout = 1.5
     topic = make_topic(channels=2)
     heard: list[rt.OwnershipChange] = []
     survivor = topic.subscriber(group="g", complete_on_empty=True, on_ownership_change=heard.append)

@@ -115,7 +115,7 @@ def test_max_deliveries_sends_to_the_dead_letter_topic_with_the_reason(
 ):
     dead_name = unique_name("dead")
     topic = make_topic(
-        channels=2, groups=[rt.SharedGroup("g", max_deliveries=2, dead_letter=dead_name)]
+        channels=1, groups=[rt.SharedGroup("g", max_deliveries=2, dead_letter=dead_name)]
     )
     try:
         # Created with the group; deleted here, the channel creates it again.
@@ -288,7 +288,8 @@ class _Holder:
     """A shared group member in its own process: takes elements and never acks."""
 
     def __init__(self, topic: rt.Topic, group: str) -> None:
-        self._subscriber = topic.subscriber(group=group, mode="shared", timeout=2.0, window=50)
+        # A short session: what it holds comes back soon after it dies.
+        self._subscriber = topic.subscriber(group=group, mode="shared", timeout=1.0, window=50)
 
     def pid(self) -> int:
         return os.getpid()

@@ -43,7 +43,7 @@ def test_outputs_are_invisible_until_commit_then_all_visible(make_topic, unique_
 def test_outputs_to_two_topics_and_consumed_commits_take_effect_together(
     make_topic, unique_name, wait_until
 ) -> None:
-    source, left, right = make_topic(channels=2), make_topic(channels=1), make_topic(channels=3)
+    source, left, right = make_topic(channels=2), make_topic(channels=1), make_topic(channels=2)
     group = unique_name("g")
     source.create_group(group)
     publish_all(source, list(range(20)))
