@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,13 +28,16 @@ def test_a_lost_node_restarts_its_channels_elsewhere_from_the_shared_store(tmp_p
         "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")]),
     }
     env.pop("RAY_ADDRESS", None)
-    run = subprocess.run(
-        [sys.executable, str(HERE / "multinode_run.py"), str(tmp_path / "store")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    try:
+        run = subprocess.run(
+            [sys.executable, str(HERE / "multinode_run.py"), str(tmp_path / "store")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)  # its cluster is shut down by then
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["distinct_nodes"] >= 2  # spread (a soft preference: Ray may place otherwise)
