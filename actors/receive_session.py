@@ -82,8 +82,9 @@ class SessionSpec:
     """Release what this session receives in sequence order (``_receive_resequenced``)."""
 
 
-_RESTART_TURN_WAIT = 0.2
-"""Seconds the first receive of a stream waits for lower numbers in a restarted channel."""
+_MID_STREAM_TURN_WAIT = 0.2
+"""Seconds the first receive of a stream waits for lower numbers in a session that
+handles meet mid-stream (a restarted channel, a member back after a timeout)."""
 
 
 class ReceiveSession:
@@ -104,10 +105,11 @@ class ReceiveSession:
         owned: Mapping[int, Any],
         home: int,
         *,
-        restarted: bool = False,
+        mid_stream: bool = False,
     ) -> None:
         self.spec = spec
         self.home = home
+        self.mid_stream = mid_stream
         self._links = links
         self._owned: dict[int, Any] = dict(owned)  # channel -> fence (None: anonymous)
         self._view_version = -1
@@ -131,9 +133,11 @@ class ReceiveSession:
             )
         self._wake = asyncio.Event()
         self._end_error: TopicError | None = None  # what receives raise once closed
-        # In a restarted channel, handles come with their receive numbering under
-        # way: a stream's first number is taken after a short wait for lower ones.
-        self._turns = Turns(unknown_start=_RESTART_TURN_WAIT if restarted else None)
+        # Handles may come with their receive numbering under way (``mid_stream``:
+        # the channel restarted, or the reader's last session here ended when its
+        # group timed it out): a stream's first number is taken after a short wait
+        # for lower ones, not the 5 s a gap waits for a call that never came.
+        self._turns = Turns(unknown_start=_MID_STREAM_TURN_WAIT if mid_stream else None)
         self._next_channel = 0
         self._stale: list[BaseException] = []  # StaleSequenceErrors still to report
         self._returning: list[asyncio.Future[Any]] = []  # give-backs on their way

@@ -62,6 +62,9 @@ class SessionHost:
         self._restarted = restarted
         self.links: dict[int, ChannelLink] = {}
         self.sessions: dict[str, ReceiveSession] = {}
+        # Readers whose session here ended while they stay open (their group timed
+        # them out): the next session meets their receive numbering mid-stream.
+        self._ended: set[str] = set()
         # group -> member -> (version, leases): the latest view pushed here.
         self.views: dict[str, dict[str, tuple[int, dict[int, Lease]]]] = {}
         self.marks: dict[str, tuple[int, int]] = {}  # group -> (view version, generation)
@@ -113,8 +116,9 @@ class SessionHost:
                 self.links,
                 owned,
                 self._context.channel,
-                restarted=self._restarted,
+                mid_stream=self._restarted or reader_id in self._ended,
             )
+            self._ended.discard(reader_id)
             self.sessions[reader_id] = session
             if group is not None:
                 pushed = self.views.get(group, {}).get(reader_id)
@@ -135,6 +139,7 @@ class SessionHost:
         if reader.group is not None:
             self.views.get(reader.group, {}).pop(reader.reader_id, None)
         self.end_session(reader.reader_id)
+        self._ended.discard(reader.reader_id)
 
     async def receive(
         self,
@@ -194,6 +199,8 @@ class SessionHost:
                 continue
             if leases is None:
                 known.pop(member_id, None)
+                if member_id in self.sessions:
+                    self._ended.add(member_id)
                 self.end_session(member_id)
                 left(member_id)
                 continue

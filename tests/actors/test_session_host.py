@@ -122,6 +122,27 @@ def test_a_member_set_to_none_loses_its_view_and_session_and_is_reported_left() 
     asyncio.run(main())
 
 
+def test_a_member_back_after_a_timeout_meets_its_receive_numbering_mid_stream() -> None:
+    # Its handle numbers receives on from before the timeout: the new session must
+    # not wait the 5 s turn gap for numbers that went to the session that ended.
+    async def main() -> None:
+        host = _Host()
+        host.member()
+        host.member("fresh")
+        host.push(1, {"m": {1: OLD}, "fresh": {}})
+        assert not host.host.session("m", None).mid_stream
+        host.push(2, {"m": None})  # timed out: its session ends
+        host.push(3, {"m": {1: NEW}})  # back
+        assert host.host.session("m", None).mid_stream
+        assert not host.host.session("fresh", None).mid_stream  # a first session starts at 0
+        host.host.reader_closed(host.readers["m"])  # closed: nothing carries over
+        assert "m" not in host.host.sessions
+        host.push(4, {"m": {1: NEW}})
+        assert not host.host.session("m", None).mid_stream
+
+    asyncio.run(main())
+
+
 def test_a_leave_older_than_the_member_s_view_is_ignored() -> None:
     host = _Host()
     host.push(5, {"m": {1: NEW}})
