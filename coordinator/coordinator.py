@@ -96,6 +96,9 @@ class CoordinatorActor:
         self._groups: dict[str, Group] = {}
         self._readers: dict[str, ReaderSpec] = {}  # open subscribers (a seed needs them)
         self._locks: dict[str, asyncio.Lock] = {}
+        # group -> set once the channels hold the leases of its latest rebalance: a
+        # member hears of a channel only after the channel knows it is the owner.
+        self._granted: dict[str, asyncio.Event] = {}
         self._polls = ViewPolls()
         self._started = asyncio.Event()
         self._starting = False
@@ -352,6 +355,7 @@ class CoordinatorActor:
             # Members waiting on a view hear that the group is gone.
             self._polls.changed(group)
             self._polls.forget(group)
+            self._granted.pop(group, None)
 
     async def join(self, group: str, member_id: str, timeout: float) -> MemberView:
         """Add a member (or rejoin one); returns once its assignment is in force."""
@@ -402,9 +406,17 @@ class CoordinatorActor:
         alive = state.touch(member_id, now) if touch else member_id in state.members
         if alive and wait > 0:
             await self._polls.wait(group, member_id, known_version, state.version, wait)
-            self._check_not_destroyed()
-            state = self._group(group)  # GroupNotFoundError if destroyed meanwhile
+        await self._grants_landed(group)
+        self._check_not_destroyed()
+        state = self._group(group)  # GroupNotFoundError if destroyed meanwhile
         return state.view(member_id)
+
+    async def _grants_landed(self, group: str) -> None:
+        """Wait while a rebalance of ``group`` is granting leases (its view is already
+        the new one): a receive sent on that view would find its channel not yet
+        granted, be refused as not the owner, and answer "empty"."""
+        while (granted := self._granted.get(group)) is not None and not granted.is_set():
+            await granted.wait()
 
     def _check_not_destroyed(self) -> None:
         if self._destroyed is not None:
@@ -414,12 +426,16 @@ class CoordinatorActor:
         """Push new leases to the channels, then the new views (to every channel
         and to the members' long polls)."""
         if change.grants:
-            await asyncio.gather(
-                *(
-                    self._channels[channel].grant.remote(state.name, lease)
-                    for channel, lease in change.grants.items()
+            granted = self._granted[state.name] = asyncio.Event()
+            try:
+                await asyncio.gather(
+                    *(
+                        self._channels[channel].grant.remote(state.name, lease)
+                        for channel, lease in change.grants.items()
+                    )
                 )
-            )
+            finally:
+                granted.set()
             self._rebalances.inc(tags={"group": state.name})
             logger.info(
                 "group %s of %s: generation %d, channels moved: %s",

@@ -5,6 +5,8 @@ also have on their path."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -125,3 +127,16 @@ def source_and_sink(
 
 def _store(path: Any) -> dict[str, str]:
     return {} if path is None else {"store": str(path)}
+
+
+def slow_filter(marker: str, seconds: float) -> Any:
+    """A read filter that touches the file ``marker`` and then holds the channel actor's
+    event loop for ``seconds``: a channel busy for a known while (read it with
+    ``ringbuffer(c).read_many_async(0, 1, 1, slow_filter(...))``)."""
+
+    def block(value: Any) -> bool:
+        Path(marker).touch()
+        time.sleep(seconds)
+        return True
+
+    return block

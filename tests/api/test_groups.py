@@ -14,7 +14,7 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import publish_all, receive_each
+from tests.topic_helpers import publish_all, receive_each, slow_filter
 
 
 def _get_none(ref: Any) -> bool:
@@ -155,6 +155,35 @@ def test_more_members_than_channels(make_topic, wait_until):
         assert ray.get(idle.receive(), timeout=10).channel == lost[0]
     for member in (b, idle, waiting):
         member.close()
+
+
+def test_a_member_hears_of_a_channel_only_once_the_channel_knows_it_owns_it(
+    make_topic, tmp_path, wait_until
+):
+    # A receive sent on a view whose channel had not been granted yet was refused
+    # as not the owner and answered "empty" (with complete_on_empty) though the
+    # channel held elements. The channel is kept busy while the group rebalances:
+    # the member must not hear of it before the busy channel has taken its grant.
+    topic = make_topic(channels=1, groups=["g"])
+    leaving = topic.subscriber(group="g")
+    staying = topic.subscriber(group="g", complete_on_empty=True)
+    assert leaving.channels == (0,) and staying.channels == ()
+    publish_all(topic, ["x"])
+    marker = tmp_path / "channel-0-is-busy"
+    busy = topic.ringbuffer(0).read_many_async(0, 1, 1, slow_filter(str(marker), 2.0))
+    wait_until(marker.exists, timeout=10)
+    closing = threading.Thread(target=leaving.close)  # it returns once the grant landed
+    closing.start()
+
+    def hears_of_channel_0() -> bool:
+        staying.heartbeat()
+        return staying.channels == (0,)
+
+    wait_until(hears_of_channel_0, timeout=30)
+    assert ray.wait([busy], timeout=0)[0] == [busy]  # the grant was behind the busy read
+    assert ray.get(staying.receive(), timeout=10).value == "x"
+    closing.join(timeout=30)
+    staying.close()
 
 
 def test_each_value_to_one_member_per_group_and_to_every_group(make_topic):

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
 import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, publish_all, receive_each
+from tests.topic_helpers import get, publish_all, receive_each, slow_filter
 
 COMMITTED = rt.CommitStatus.COMMITTED
 ALREADY = rt.CommitStatus.ALREADY_COMMITTED
@@ -205,21 +202,11 @@ def test_a_failing_reset_leaves_the_group_unchanged(make_topic):
     member.close()
 
 
-def _slow_filter(marker: str, seconds: float):
-    def block(value: Any) -> bool:
-        # Runs inside the channel actor and holds its event loop: a slow channel.
-        Path(marker).touch()
-        time.sleep(seconds)
-        return True
-
-    return block
-
-
 def test_concurrent_resets_of_one_group(make_topic, tmp_path, wait_until):
     topic = make_topic(channels=2, retain=True, groups=["g", "other"])
     publish_all(topic, list(range(4)))
     marker = tmp_path / "channel-0-is-busy"
-    busy = topic.ringbuffer(0).read_many_async(0, 1, 1, _slow_filter(str(marker), 2.0))
+    busy = topic.ringbuffer(0).read_many_async(0, 1, 1, slow_filter(str(marker), 2.0))
     wait_until(marker.exists, timeout=10)
     with ThreadPoolExecutor(max_workers=2) as pool:
         first = pool.submit(topic.reset_group, "g", {0: topic.position(0, 1)})
