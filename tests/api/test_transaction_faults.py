@@ -65,7 +65,7 @@ def _lag(topic: rt.Topic, group: str) -> int:
 
 
 def test_a_committed_transaction_survives_its_channels_coordinator_registry_and_holder(
-    make_topic, unique_name, tmp_path
+    make_topic, unique_name, tmp_path, wait_until
 ) -> None:
     group = unique_name("g")
     source, sink = source_and_sink(
@@ -85,10 +85,8 @@ def test_a_committed_transaction_survives_its_channels_coordinator_registry_and_
     _serving_again(source, 0, epochs[0])
     _serving_again(sink, 0, epochs[1])
     assert read_values(sink) == [10 * v for v in range(10)]
-    deadline = time.monotonic() + 30  # an input commit in flight at the kill: it asks the lead
-    while _lag(source, group) != 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    # An input commit in flight at the kill: it asks the lead.
+    wait_until(lambda: _lag(source, group) == 0, timeout=30)
 
 
 def _staged_and_prepared(make_topic, unique_name, tmp_path, timeout):
@@ -117,7 +115,7 @@ def _staged_and_prepared(make_topic, unique_name, tmp_path, timeout):
 
 @pytest.mark.slow
 def test_a_lead_killed_between_prepare_and_decision_rolls_back_whole(
-    make_topic, unique_name, tmp_path
+    make_topic, unique_name, tmp_path, wait_until
 ) -> None:
     # A short deadline: the sink asks the lead once it is past (and the sink's
     # in-doubt grace), which is about when the killed lead serves again.
@@ -129,10 +127,7 @@ def test_a_lead_killed_between_prepare_and_decision_rolls_back_whole(
     _kill_coordinator(source)
     _serving_again(source, 0, epoch)
     # No decision ever comes: at its deadline the sink asks the lead, which aborts.
-    deadline = time.monotonic() + 30
-    while sink.describe().channels[0].transactions:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_until(lambda: not sink.describe().channels[0].transactions, timeout=30)
     assert read_values(sink) == []
     assert _lag(source, group) == 5
     member.close()
@@ -142,7 +137,7 @@ def test_a_lead_killed_between_prepare_and_decision_rolls_back_whole(
 
 @pytest.mark.slow
 def test_a_participant_killed_after_the_decision_completes_the_commit(
-    make_topic, unique_name, tmp_path
+    make_topic, unique_name, tmp_path, wait_until
 ) -> None:
     source, sink, group, txs, member, tx, lead = _staged_and_prepared(
         make_topic, unique_name, tmp_path, timeout=60.0
@@ -156,10 +151,7 @@ def test_a_participant_killed_after_the_decision_completes_the_commit(
     epoch = _kill_channel(sink)
     _kill_registry()
     _serving_again(sink, 0, epoch)
-    deadline = time.monotonic() + 30
-    while read_values(sink) != [-v for v in range(5)]:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_until(lambda: read_values(sink) == [-v for v in range(5)], timeout=30)
     assert not sink.describe().channels[0].transactions
     assert _lag(source, group) == 0
     member.close()
