@@ -252,16 +252,14 @@ class ChannelLog:
 
         Only within what the topic keeps: the capacity, or ``store_retention``.
         An element the ring dropped by "overwrite" or TTL is gone for readers
-        (StaleSequenceError, DESIGN 5.6), as without a store. A damaged record
-        counts as kept: the read reports it.
+        (StaleSequenceError, DESIGN 5.6), as without a store, unless the
+        retention keeps it. A damaged record counts as kept: the read reports it.
         """
         store = self.store
         config = self._context.config
         kept = (
-            sequence > self.ring.tail - config.capacity
-            or config.retention_seconds is not None
-            or config.retention_bytes is not None
-        )
+            sequence > self.ring.tail - config.capacity and sequence >= self.ring.expired_below
+        ) or (config.retention_seconds is not None or config.retention_bytes is not None)
         return (
             kept
             and store is not None

@@ -86,6 +86,7 @@ class SegmentRing:
         self._lo = 0  # index of the oldest live segment
         self._head = first_sequence
         self._tail = first_sequence - 1
+        self._expired_below = first_sequence
         self._last_stamp = 0.0
 
     # -- sizes ---------------------------------------------------------------
@@ -115,6 +116,13 @@ class SegmentRing:
     def room(self) -> int:
         """Elements that can be appended without evicting any."""
         return self._capacity - self.size
+
+    @property
+    def expired_below(self) -> int:
+        """Every element below this sequence that the TTL could drop is dropped: a
+        store may still hold such an element, but for readers it is gone."""
+        self.expire()
+        return self._expired_below
 
     # -- writing -------------------------------------------------------------
 
@@ -192,6 +200,7 @@ class SegmentRing:
         while lo < len(segments) and segments[lo].stamp <= cutoff:
             lo += 1
         end = segments[lo].first if lo < len(segments) else self._tail + 1
+        self._expired_below = max(self._expired_below, end)
         return self.evict_to(end)
 
     # -- reading -------------------------------------------------------------

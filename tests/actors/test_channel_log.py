@@ -289,20 +289,18 @@ def test_below_the_head_only_what_the_capacity_or_retention_keeps_is_readable(
     asyncio.run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: kept_below_head counts an element the TTL dropped as kept when it is within "
-    "a capacity of the tail, so a reader behind the head reads expired elements from the "
-    "store; its docstring and the README say TTL-dropped elements are gone for readers "
-    "(actors/channel_log.py:243-260)",
-)
-def test_an_element_the_ttl_dropped_is_gone_for_readers_even_with_a_store(opened) -> None:
+@pytest.mark.parametrize(("retention", "kept"), [(None, False), (60.0, True)])
+def test_an_element_the_ttl_dropped_is_gone_for_readers_unless_retention_keeps_it(
+    opened, retention: float | None, kept: bool
+) -> None:
     async def main() -> None:
-        log = _log(_config(capacity=10, sync="write", ttl=0.05), opened())
+        config = _config(capacity=10, sync="write", ttl=0.05, retention_seconds=retention)
+        log = _log(config, opened())
         await log.append(_values(3), Overflow.FAIL, None, whole=True)
         await asyncio.sleep(0.1)
-        assert log.ring.head == 3  # expired
-        assert not log.kept_below_head(0)
+        assert log.ring.head == 3  # expired, though within a capacity of the tail
+        assert log.kept_below_head(0) is kept
+        assert log.kept_below_head(2) is kept
 
     asyncio.run(main())
 

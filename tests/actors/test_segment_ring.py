@@ -294,6 +294,24 @@ def test_expire_returns_the_number_dropped() -> None:
     assert ring.size == 0
 
 
+def test_expired_below_marks_what_the_ttl_dropped_and_nothing_else() -> None:
+    clock = Clock(0.0)
+    ring = SegmentRing(10, ttl=1.0, clock=clock, first_sequence=5)
+    assert ring.expired_below == 5
+    ring.append(Values(["a", "b", "c"]), overwrite=False)  # 5..7 @ 0
+    ring.evict_to(6)  # a commit released 5: not an expiry
+    assert ring.expired_below == 5
+    clock.now = 0.5
+    ring.append(Values(["d"]), overwrite=False)  # 8 @ 0.5
+    clock.now = 1.2
+    assert ring.expired_below == 8  # 6 and 7 expired (read through the property)
+    assert ring.head == 8
+    clock.now = 2.0
+    assert ring.expired_below == 9
+    ring.append(Values(["e"]), overwrite=False)
+    assert ring.expired_below == 9  # an append never moves it
+
+
 def test_without_ttl_nothing_expires() -> None:
     clock = Clock(0.0)
     ring = SegmentRing(3, clock=clock)
