@@ -72,8 +72,8 @@ def transactions(
     transactional_id: str, *, namespace: str | None = None, timeout: float = 60.0
 ) -> Transactions:
     """Start a new incarnation of ``transactional_id``: every older holder of the id is
-    fenced (its open transaction is aborted, its next call raises
-    TransactionFencedError).
+    fenced: its open transaction is aborted, and its next call that reaches the
+    cluster raises TransactionFencedError (see ``Transactions``, Fencing).
 
     Args:
         transactional_id: A name that stays the same across restarts of one
@@ -104,6 +104,13 @@ class Transactions:
     process takes over the id by calling ``rt.transactions(id)`` itself).
     A context manager: ``close()`` on exit.
 
+    **Fencing**: a newer incarnation of the id aborts this one's open
+    transaction at once, at every channel it staged at. This incarnation
+    learns of it at its next call that reaches the cluster (``publish``,
+    ``publish_batch``, ``commit``), which raises ``TransactionFencedError``, as
+    does every call after it; ``begin()`` and ``commit_consumed()`` are local
+    and ask nobody, so they raise only once it has learnt.
+
     Args:
         transactional_id: The id.
         namespace: The Ray namespace of its registry and topics.
@@ -132,8 +139,12 @@ class Transactions:
 
         Raises:
             ClosedError: this incarnation was closed.
-            TransactionFencedError: a newer incarnation exists.
+            TransactionFencedError: a newer incarnation exists (and a call of
+                this one has met it: see Fencing above).
             InvalidArgumentError: a transaction of this incarnation is still open.
+
+        Returns:
+            The new transaction.
         """
         self._check_usable()
         if self._open is not None and self._open.is_open:
@@ -159,8 +170,15 @@ class Transactions:
         self.forgets_ready(None)
 
     def forgets_ready(self, lead: Address | None) -> tuple[str, ...]:
-        """Committed transactions whose participants all finished: the keys ``lead`` led
-        (to forget with its next decision), and a forget sent to every other lead."""
+        """Committed transactions whose participants all finished: a forget is sent to
+        every lead but ``lead``.
+
+        Args:
+            lead: The lead of the decision about to be sent (None: none).
+
+        Returns:
+            The keys ``lead`` led, for it to forget with that decision.
+        """
         ready, pending = [], []
         for held in self._forgets:
             refs = held[2]
@@ -452,12 +470,13 @@ class Transaction:
             raise error_class(f"transaction {self.key} was aborted: {reason}", reason)
         # Outputs are awaited (visible when commit() returns); a commit-only
         # participant's finish is not: its group waits for it, nothing else does.
-        outputs = [at for at in others if at in self._staged]
-        finish = FinishTransaction(self.key, holder.transactional_id, self.deadline, COMMIT, "")
-        in_flight = [send(at, finish) for at in others if at not in self._staged]
-        runs, lost = self._finish_everywhere(outputs, COMMIT, "")
+        # The lead forgets the outcome only once every finish succeeded: a
+        # participant whose finish failed asks the lead, which must still know.
+        finishes = self._send_finish(others, COMMIT, "")
+        outputs = {at: ref for at, ref in finishes.items() if at in self._staged}
+        runs, lost = self._collect_finishes(outputs, COMMIT)
         runs[lead] = lead_runs
-        holder._forgets.append((lead, self.key, in_flight))
+        holder._forgets.append((lead, self.key, list(finishes.values())))
         self._state = "committed"
         if lost:
             raise lost[0]
@@ -533,10 +552,21 @@ class Transaction:
         self, participants: list[Address], outcome: str, reason: str
     ) -> tuple[dict[Address, Any], list[DataLossError]]:
         """Tell each participant the outcome; returns each one's runs and the losses."""
+        return self._collect_finishes(self._send_finish(participants, outcome, reason), outcome)
+
+    def _send_finish(
+        self, participants: list[Address], outcome: str, reason: str
+    ) -> dict[Address, Any]:
+        """Send each participant the outcome; returns each one's reply (an ObjectRef)."""
         finish = FinishTransaction(
             self.key, self._holder.transactional_id, self.deadline, outcome, reason
         )
-        refs = {at: send(at, finish) for at in participants}
+        return {at: send(at, finish) for at in participants}
+
+    def _collect_finishes(
+        self, refs: dict[Address, Any], outcome: str
+    ) -> tuple[dict[Address, Any], list[DataLossError]]:
+        """Each participant's runs, and the losses, from its reply to a finish."""
         runs: dict[Address, Any] = {}
         lost: list[DataLossError] = []
         for at, ref in refs.items():
