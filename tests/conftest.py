@@ -2,7 +2,7 @@
 
 The run starts a real head node with ``ray start --head --block`` (on
 loopback) and connects to it, so a test can also attach a second driver
-process to the same cluster. Under xdist (``-n 2``, the project's default)
+process to the same cluster. Under xdist (``pytest -n 2``; not the default)
 the controller starts it and every worker is a driver of it. With
 ``RAY_ADDRESS`` set, the tests use that cluster instead.
 """

@@ -37,6 +37,21 @@ def _total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) ->
     return sum(value for _, value in samples.get(name, ()))
 
 
+def _fencings(url: str, namespace: str) -> float:
+    """The registry's fencings counted so far in ``namespace`` (0 before any)."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        found = _SAMPLE.match(line)
+        if (
+            found
+            and found.group(1) == "ray_raytopic_transaction_fencings_total"
+            and dict(_LABEL.findall(found.group(2))).get("namespace") == namespace
+        ):
+            total += float(found.group(3))
+    return total
+
+
 def _eventually(check: Callable[[], object], timeout: float = 30.0) -> None:
     """Metrics reach the exporter on Ray's report interval: poll until they show."""
     deadline = time.monotonic() + timeout
@@ -97,6 +112,9 @@ def test_transaction_commits_aborts_and_fencings_reach_prometheus(
 ) -> None:
     sink = make_topic(channels=1)
     name = unique_name("tx")
+    # Other tests fence in this namespace too (the registry's counter is per
+    # namespace): this one's fencing adds at least one to what was counted.
+    fenced_before = _fencings(metrics_url, sink.namespace)
     txs = rt.transactions(name)
     with txs.begin() as tx:
         tx.publish(sink, "kept")
@@ -110,7 +128,6 @@ def test_transaction_commits_aborts_and_fencings_reach_prometheus(
         samples = _scrape(metrics_url, sink.name)
         assert _total(samples, "ray_raytopic_transaction_commits_total") == 1
         assert _total(samples, "ray_raytopic_transaction_aborts_total") >= 1
-        text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
-        assert "ray_raytopic_transaction_fencings_total" in text
+        assert _fencings(metrics_url, sink.namespace) >= fenced_before + 1
 
     _eventually(counted)
