@@ -45,6 +45,7 @@ __all__ = [
     "TransactionTable",
     "aborted_error",
     "epoch_of",
+    "transactional_id_of",
 ]
 
 COMMIT = "commit"
@@ -165,6 +166,11 @@ class TransactionEntry:
 def epoch_of(key: str) -> int:
     """The incarnation a transaction key belongs to (keys are ``id@epoch.number``)."""
     return int(key.rsplit("@", 1)[1].split(".", 1)[0])
+
+
+def transactional_id_of(key: str) -> str:
+    """The transactional id a transaction key belongs to (keys are ``id@epoch.number``)."""
+    return key.rsplit("@", 1)[0]
 
 
 def aborted_error(entry: TransactionEntry, channel: int) -> TransactionAbortedError:

@@ -61,6 +61,7 @@ from raytopic.actors.transaction_table import (
     TransactionEntry,
     TransactionTable,
     aborted_error,
+    transactional_id_of,
 )
 from raytopic.core.config import Overflow
 from raytopic.core.errors import (
@@ -201,6 +202,14 @@ class TransactionParticipant:
                 except TransactionAbortedError:
                     pass  # aborted here: that is the decision
                 else:
+                    if commits and entry.staged:
+                        # The commit point is the record of this part's elements;
+                        # the group positions it moves here are kept first, as a
+                        # participant's are, so a restart between the two can
+                        # finish them from the record (recover()).
+                        self.table.prepare(entry, self._address, commits)
+                        self._state.touch("transactions", entry.key)
+                        await self._state.save()
                     entry.commits = commits
                     await self._apply(entry)
             self._context.metrics.transaction_decided(entry.outcome == COMMIT)
@@ -225,6 +234,9 @@ class TransactionParticipant:
                     f"transaction {request.key} after it prepared (it restarted without "
                     "a store): its part of the committed transaction is lost",
                     head_sequence=self._log.ring.head,
+                    channel=self._context.channel,
+                    old_epoch=0,  # which incarnation held it is not known here
+                    new_epoch=self._context.epoch,
                 )
             entry = self.table.record(
                 request.key, request.transactional_id, request.deadline, time.time()
@@ -315,20 +327,29 @@ class TransactionParticipant:
         change = None
         runs: tuple[tuple[int, int], ...] = ()
         if payload is not None:
-            self.table.reserved -= entry.staged  # its room is the append's now
+            staged = entry.staged
+            self.table.reserved -= staged  # its room is the append's now
             entry.staged = 0
             self._reserve()
             policy = self._context.config.overflow
-            ack, change = await self._log.append(
-                payload,
-                Overflow.OVERWRITE if policy is Overflow.OVERWRITE else Overflow.FAIL,
-                None,
-                whole=True,
-                publisher_id=PUBLISHER_PREFIX + entry.key,
-                batch=0,
-            )
-            if ack.error is not None:
-                raise ack.error
+            try:
+                ack, change = await self._log.append(
+                    payload,
+                    Overflow.OVERWRITE if policy is Overflow.OVERWRITE else Overflow.FAIL,
+                    None,
+                    whole=True,
+                    publisher_id=PUBLISHER_PREFIX + entry.key,
+                    batch=0,
+                )
+                if ack.error is not None:
+                    raise ack.error
+            except BaseException:
+                # Not appended (a store that refused it): the part keeps its room
+                # and its count, for the retry of the call that applies it.
+                self.table.reserved += staged
+                entry.staged = staged
+                self._reserve()
+                raise
             pieces = ack.runs or ((ack.first, ack.accepted, ack.stamp),)
             runs = tuple((first, count) for first, count, _ in pieces)
         self._commit_consumed(entry.commits)
@@ -363,6 +384,12 @@ class TransactionParticipant:
         self._reserve()
         self._state.touch("transactions", entry.key)
         self._context.notify()
+
+    @property
+    def _address(self) -> Address:
+        """This channel, as transactions name their participants."""
+        config = self._context.config
+        return (config.namespace, config.name, config.topic_id, self._context.channel)
 
     def _reserve(self) -> None:
         self._log.reserved = self.table.reserved
@@ -434,14 +461,26 @@ class TransactionParticipant:
         return True
 
     def recover(self, saved: dict[str, Any]) -> None:
-        """Load the transactions the store kept; a prepared one whose record is in the
-        store committed before the restart: finish it (its commits too)."""
+        """Load the transactions the store kept; one whose record is in the store
+        committed before the restart: finish it (its commits too, if it prepared).
+
+        A record is appended only once the transaction committed, so a record
+        with no entry at all is a lead's own part whose state write the restart
+        cut off: the lead decided "commit" (its readers see the elements), and
+        that is what it answers the other participants.
+        """
         self.table.restore(saved)
         for entry in list(self.table.open_entries()):
             runs = self._stored.pop(entry.key, None)
             if runs is not None:
                 self._commit_consumed(entry.commits)
                 self.table.finish(entry, COMMIT, runs=runs)
+        now = time.time()
+        for key, runs in self._stored.items():
+            if self.table.get(key) is None:
+                entry = self.table.record(key, transactional_id_of(key), now, now)
+                self.table.finish(entry, COMMIT, runs=runs)
+                self._state.touch("transactions", key)
         self._stored.clear()
         self._reserve()
         self.needs_tending = self.table.has_open
