@@ -480,7 +480,6 @@ class TransactionParticipant:
             if self.table.get(key) is None:
                 entry = self.table.record(key, transactional_id_of(key), now, now)
                 self.table.finish(entry, COMMIT, runs=runs)
-                self._state.touch("transactions", key)
         self._stored.clear()
         self._reserve()
         self.needs_tending = self.table.has_open

@@ -19,8 +19,11 @@ _SAMPLE = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def _scrape(url: str, topic: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """The samples of ``topic``'s series, by metric name."""
+def _scrape(
+    url: str, value: str, *, label: str = "topic"
+) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The samples of raytopic's series whose ``label`` is ``value`` (by default, a
+    topic's series), by metric name."""
     text = urllib.request.urlopen(url, timeout=10).read().decode()
     samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     for line in text.splitlines():
@@ -28,7 +31,7 @@ def _scrape(url: str, topic: str) -> dict[str, list[tuple[dict[str, str], float]
         if not found or "raytopic" not in found.group(1):
             continue
         labels = dict(_LABEL.findall(found.group(2)))
-        if labels.get("topic") == topic:
+        if labels.get(label) == value:
             samples[found.group(1)].append((labels, float(found.group(3))))
     return samples
 
@@ -39,17 +42,8 @@ def _total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) ->
 
 def _fencings(url: str, namespace: str) -> float:
     """The registry's fencings counted so far in ``namespace`` (0 before any)."""
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        found = _SAMPLE.match(line)
-        if (
-            found
-            and found.group(1) == "ray_raytopic_transaction_fencings_total"
-            and dict(_LABEL.findall(found.group(2))).get("namespace") == namespace
-        ):
-            total += float(found.group(3))
-    return total
+    samples = _scrape(url, namespace, label="namespace")
+    return _total(samples, "ray_raytopic_transaction_fencings_total")
 
 
 def _eventually(check: Callable[[], object], timeout: float = 30.0) -> None:
