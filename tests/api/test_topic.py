@@ -309,12 +309,12 @@ def test_a_bad_packed_request_gets_a_typed_error_and_the_channel_lives_on(
 _DESTROY_WHILE_RECEIVING = """
 import sys, time, ray, raytopic as rt
 ray.init(address=sys.argv[1])  # with the actors' logs, as a user's driver has them
-topic = rt.create_topic(sys.argv[2], channels=3, groups=["g"])
+topic = rt.create_topic(sys.argv[2], channels=2, groups=["g"])
 member, watcher = topic.subscriber(group="g"), topic.subscriber()
 waiting = [member.receive(), watcher.receive_batch(10)]
 time.sleep(1.0)
 topic.destroy()
-idle = rt.create_topic(f"{sys.argv[2]}-idle", channels=4, groups=["g"])
+idle = rt.create_topic(f"{sys.argv[2]}-idle", channels=2, groups=["g"])
 time.sleep(1.5)  # an idle topic, alive a while, then destroyed: nothing logged either
 idle.destroy()
 for ref in waiting:
