@@ -43,6 +43,10 @@ from raytopic.core.errors import InvalidArgumentError
 
 from tests.conftest import _free_port, _stop_cluster
 
+# Under pytest -n (xdist), every test of this module runs in one worker, which makes
+# its module-scoped `ray start` heads once.
+pytestmark = pytest.mark.xdist_group("test_cluster")
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 

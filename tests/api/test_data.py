@@ -22,6 +22,10 @@ from raytopic.routing import channel_for_key
 
 from tests.topic_helpers import drain_group, get
 
+# Under pytest -n (xdist), every test of this module runs in one worker, which makes
+# its module-scoped topic once.
+pytestmark = pytest.mark.xdist_group("test_data")
+
 
 def _orders(count: int) -> ray.data.Dataset:
     return ray.data.from_arrow(

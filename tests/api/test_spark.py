@@ -25,7 +25,8 @@ pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# Under pytest -n (xdist), every test of this module runs in one worker: one Spark session.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 
 @pytest.fixture(scope="module")
