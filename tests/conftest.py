@@ -2,8 +2,9 @@
 
 The run starts a real head node with ``ray start --head --block`` (on
 loopback) and connects to it, so a test can also attach a second driver
-process to the same cluster. Under xdist (``pytest -n 2``; not the default)
-the controller starts it and every worker is a driver of it. With
+process to the same cluster. Under xdist (``pytest -n 2 --dist loadgroup``, with
+pytest-xdist installed; not the default) the controller starts it and every
+worker is a driver of it; the modules marked ``xdist_group`` stay in one worker. With
 ``RAY_ADDRESS`` set, the tests use that cluster instead.
 """
 
@@ -41,8 +42,15 @@ from pathlib import Path
 
 import pytest
 import ray
+from hypothesis import settings
 
 TEST_NAMESPACE = "raytopic-tests"
+
+# Property tests check results, not speed (speed is the benchmarks' business): on a
+# busy 2-core machine one example of a pure function took 285 ms once, over
+# Hypothesis's default 200 ms deadline, and failed the run.
+settings.register_profile("raytopic", deadline=None)
+settings.load_profile("raytopic")
 
 # Spark's executors run in Java workers, which a Ray node starts only if it
 # found `java` when it started: the session's head gets the Java that

@@ -154,9 +154,11 @@ def test_the_spark_demo_from_an_unactivated_venv_runs_and_prints_nothing_unasked
         "killed consumer 0",
         "channel 0 is back at epoch",
         "lost = 0; group lag = 0",
-        "verdict: PASS: totals of 1000 customers match",
     ):
         assert line in out, printed[-5000:]
+    # 3,000 orders name most of the 1,000 customers (about 950), not all of them.
+    verdict = re.search(r"verdict: PASS: totals of (\d+) customers match", out)
+    assert verdict is not None and int(verdict.group(1)) > 900, printed[-5000:]
     # It says in its own words that it kills a channel on purpose, and keeps Ray's
     # report of the killed worker (naming the OOM killer) off its console.
     assert "worker died" not in printed and "OOM" not in printed, printed[-5000:]
