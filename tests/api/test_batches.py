@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +17,15 @@ import raytopic as rt
 from tests.topic_helpers import get, publish_all
 
 COMMITTED = rt.CommitStatus.COMMITTED
+
+
+@pytest.fixture(scope="module")
+def unwritten_topic(ray_session: None) -> Iterator[rt.Topic]:
+    """A 2-channel topic nothing is ever appended to (its tests only make refused
+    calls and latest-start subscribers that see no data): shared to save actors."""
+    topic = rt.create_topic(f"topic-{uuid.uuid4().hex[:8]}", channels=2)
+    yield topic
+    topic.destroy()
 
 
 def _publish_batch(topic: rt.Topic, values: list[Any]) -> None:
@@ -145,10 +156,10 @@ def test_values_are_received_as_published_each_its_own_object(make_topic):
     assert received[2] is not received[3]
 
 
-def test_an_unpicklable_value_fails_publish_batch_and_sends_nothing(make_topic):
+def test_an_unpicklable_value_fails_publish_batch_and_sends_nothing(unwritten_topic):
     import threading
 
-    topic = make_topic(channels=2)
+    topic = unwritten_topic  # shared: nothing is ever appended to it, so both sizes stay 0
     with (
         topic.publisher() as publisher,
         pytest.raises(rt.InvalidTypeError, match="cannot be pickled"),
@@ -161,8 +172,8 @@ def test_an_unpicklable_value_fails_publish_batch_and_sends_nothing(make_topic):
     ("max_elements", "error"),
     [(0, rt.InvalidArgumentError), (-3, rt.InvalidArgumentError), ("5", rt.InvalidTypeError)],
 )
-def test_bad_max_elements_is_refused_at_the_call(make_topic, max_elements, error):
-    topic = make_topic(channels=1)
+def test_bad_max_elements_is_refused_at_the_call(unwritten_topic, max_elements, error):
+    topic = unwritten_topic  # shared: the calls are refused before anything is read
     with topic.subscriber() as subscriber:
         with pytest.raises(error, match="max_elements"):
             subscriber.iter_batches(max_elements)
@@ -181,8 +192,8 @@ def test_elements_an_abandoned_batch_iteration_prefetched_come_first(make_topic)
         assert rest.values == list(range(10, 50))
 
 
-def test_closing_the_subscriber_ends_its_batch_iteration(make_topic):
-    topic = make_topic(channels=2)
+def test_closing_the_subscriber_ends_its_batch_iteration(unwritten_topic):
+    topic = unwritten_topic  # shared: a latest-start subscriber of it has nothing to read
     subscriber = topic.subscriber()
     batches = subscriber.iter_batches(10)
     subscriber.close()

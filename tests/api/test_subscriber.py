@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +21,15 @@ from tests.topic_helpers import key_for, publish_all
 
 NOT_YET = 0.3
 """Seconds a test gives a waiting receive to (wrongly) complete before it publishes."""
+
+
+@pytest.fixture(scope="module")
+def shared_topic(ray_session: None) -> Iterator[rt.Topic]:
+    """A 1-channel topic for tests that read only what they themselves publish, from
+    the latest position: shared to save actors."""
+    topic = rt.create_topic(f"topic-{uuid.uuid4().hex[:8]}", channels=1, capacity=10)
+    yield topic
+    topic.destroy()
 
 
 def _even(value: int) -> bool:
@@ -301,8 +312,8 @@ def test_seek_to_a_time(make_topic) -> None:
 # -- closing --------------------------------------------------------------------------------
 
 
-def test_close_completes_waiting_receives_and_runs_every_callback(make_topic) -> None:
-    topic = make_topic(channels=1, capacity=10)
+def test_close_completes_waiting_receives_and_runs_every_callback(shared_topic) -> None:
+    topic = shared_topic  # shared: it publishes nothing and reads from the latest position
     subscriber = topic.subscriber()
     calls: list[str] = []
 
@@ -389,9 +400,11 @@ def test_an_expired_next_element_raises_stale_sequence_once(make_topic, wait_unt
     subscriber.close()
 
 
-def test_bad_arguments_raise_typed_errors_and_change_nothing(make_topic) -> None:
-    topic = make_topic(channels=1, capacity=10)
+def test_bad_arguments_raise_typed_errors_and_change_nothing(shared_topic) -> None:
+    topic = shared_topic  # shared: it reads only what it publishes, from the latest position
     pid = topic.describe().channels[0].pid
+    # Opened before the refused calls: it would receive anything they appended.
+    subscriber = topic.subscriber(start="latest", complete_on_empty=True)
     for kwargs, error in (
         ({"start": "middle"}, rt.InvalidArgumentError),
         ({"filter": "not callable"}, rt.InvalidTypeError),
@@ -402,7 +415,6 @@ def test_bad_arguments_raise_typed_errors_and_change_nothing(make_topic) -> None
     ):
         with pytest.raises(error):
             topic.subscriber(**kwargs)
-    subscriber = topic.subscriber(start="earliest", complete_on_empty=True)
     for bad, error in (
         (lambda: subscriber.receive_batch(0), rt.InvalidArgumentError),
         (lambda: subscriber.receive_batch("2"), rt.InvalidTypeError),
