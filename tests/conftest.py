@@ -172,22 +172,33 @@ def _shared_cluster() -> tuple[str | None, int | None]:
 
 
 def _stop_cluster(process: subprocess.Popen[bytes], address: str) -> None:
-    """SIGKILL every process of the cluster at ``address`` (started by ``process``):
-    nothing of a test cluster needs a clean exit, and some Ray processes ignore
-    SIGTERM (waiting for them took seconds)."""
+    """SIGKILL every process of the cluster at ``address`` (started by ``process``, in
+    a process group of its own): nothing of a test cluster needs a clean exit, and
+    some Ray processes ignore SIGTERM (waiting for them took seconds).
+
+    Its processes are found by their command line and by their process group: the
+    dashboard and runtime-env agents retitle themselves (``ray::DashboardAgent``),
+    and, missed, outlived the run by minutes, the dashboard agent at a tenth of a core.
+    """
     import psutil
 
     port = address.rsplit(":", 1)[1]
     marks = (f"--gcs-address={address}", f"--gcs_server_port={port}", f"--gcs-address {address}")
     doomed = [process.pid]
     for candidate in psutil.process_iter(["pid", "cmdline"]):
-        command = " ".join(candidate.info["cmdline"] or ())
-        if any(mark in command for mark in marks):
-            doomed.append(candidate.info["pid"])
+        pid, command = candidate.info["pid"], " ".join(candidate.info["cmdline"] or ())
+        if any(mark in command for mark in marks) or _group_of(pid) == process.pid:
+            doomed.append(pid)
     for pid in doomed:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     psutil.wait_procs([psutil.Process(pid) for pid in doomed if psutil.pid_exists(pid)], timeout=3)
+
+
+def _group_of(pid: int) -> int | None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        return os.getpgid(pid)
+    return None
 
 
 @pytest.fixture(scope="session")
