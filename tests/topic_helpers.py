@@ -6,6 +6,8 @@ also have on their path."""
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,21 @@ from raytopic.routing import channel_for_key
 
 TIMEOUT = 30.0
 """Seconds any single wait in a test may take before it counts as hung."""
+
+
+def module_topic(**create_topic_kwargs: Any) -> Any:
+    """A module-scoped fixture: one topic made with ``create_topic_kwargs`` for the
+    module's tests that may share it (each topic starts an actor per channel and a
+    coordinator), destroyed when the module's tests are done."""
+    import pytest  # here: Ray workers import this module too, and need no pytest
+
+    @pytest.fixture(scope="module")
+    def topic(ray_session: None) -> Iterator[rt.Topic]:
+        made = rt.create_topic(f"topic-{uuid.uuid4().hex[:8]}", **create_topic_kwargs)
+        yield made
+        made.destroy()
+
+    return topic
 
 
 def get(ref: Any) -> Any:

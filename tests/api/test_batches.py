@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,18 +12,14 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, publish_all
+from tests.topic_helpers import get, module_topic, publish_all
 
 COMMITTED = rt.CommitStatus.COMMITTED
 
 
-@pytest.fixture(scope="module")
-def unwritten_topic(ray_session: None) -> Iterator[rt.Topic]:
-    """A 2-channel topic nothing is ever appended to (its tests only make refused
-    calls and latest-start subscribers that see no data): shared to save actors."""
-    topic = rt.create_topic(f"topic-{uuid.uuid4().hex[:8]}", channels=2)
-    yield topic
-    topic.destroy()
+# A 2-channel topic nothing is ever appended to (its tests only make refused calls
+# and latest-start subscribers that see no data): shared to save actors.
+unwritten_topic = module_topic(channels=2)
 
 
 def _publish_batch(topic: rt.Topic, values: list[Any]) -> None:

@@ -4,9 +4,7 @@ close, overflow policies and refused values."""
 from __future__ import annotations
 
 import threading
-import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from datetime import UTC
@@ -17,7 +15,7 @@ import ray
 import raytopic as rt
 from raytopic.routing import channel_for_key
 
-from tests.topic_helpers import key_for
+from tests.topic_helpers import key_for, module_topic
 
 NOT_YET = 0.3
 """Seconds a test gives a held publish to (wrongly) complete before it frees room."""
@@ -36,14 +34,9 @@ def _publish_interleaved(publisher: rt.Publisher, number: int, rounds: int) -> l
     return [(key, i, f.result().channel, f.result().position.sequence) for key, i, f in futures]
 
 
-@pytest.fixture(scope="module")
-def shared_topic(ray_session: None) -> Iterator[rt.Topic]:
-    """A 1-channel topic for tests that check only what they themselves publish
-    (read back from the latest position, or the tail before and after): shared to
-    save actors."""
-    topic = rt.create_topic(f"topic-{uuid.uuid4().hex[:8]}", channels=1)
-    yield topic
-    topic.destroy()
+# A 1-channel topic for tests that check only what they themselves publish (read
+# back from the latest position, or the tail before and after): shared to save actors.
+shared_topic = module_topic(channels=1)
 
 
 def _everything(topic: rt.Topic) -> list[rt.Element]:

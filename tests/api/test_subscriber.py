@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,19 +15,15 @@ import ray
 import raytopic as rt
 from raytopic.core.naming import channel_actor_name
 
-from tests.topic_helpers import key_for, publish_all
+from tests.topic_helpers import key_for, module_topic, publish_all
 
 NOT_YET = 0.3
 """Seconds a test gives a waiting receive to (wrongly) complete before it publishes."""
 
 
-@pytest.fixture(scope="module")
-def shared_topic(ray_session: None) -> Iterator[rt.Topic]:
-    """A 1-channel topic for tests that read only what they themselves publish, from
-    the latest position: shared to save actors."""
-    topic = rt.create_topic(f"topic-{uuid.uuid4().hex[:8]}", channels=1, capacity=10)
-    yield topic
-    topic.destroy()
+# A 1-channel topic for tests that read only what they themselves publish, from
+# the latest position: shared to save actors.
+shared_topic = module_topic(channels=1, capacity=10)
 
 
 def _even(value: int) -> bool:
