@@ -176,23 +176,32 @@ def _stop_cluster(process: subprocess.Popen[bytes], address: str) -> None:
     a process group of its own): nothing of a test cluster needs a clean exit, and
     some Ray processes ignore SIGTERM (waiting for them took seconds).
 
-    Its processes are found by their command line and by their process group: the
-    dashboard and runtime-env agents retitle themselves (``ray::DashboardAgent``),
-    and, missed, outlived the run by minutes, the dashboard agent at a tenth of a core.
+    Its processes are found by their command line, by their process group and as
+    children of those: the dashboard and runtime-env agents retitle themselves
+    (``ray::DashboardAgent``), and, missed, outlived the run by minutes, the dashboard
+    agent at a tenth of a core; workers (``ray::IDLE``, actors) are the raylet's
+    children, each in a process group of its own.
     """
     import psutil
 
     port = address.rsplit(":", 1)[1]
     marks = (f"--gcs-address={address}", f"--gcs_server_port={port}", f"--gcs-address {address}")
-    doomed = [process.pid]
+    doomed = {process.pid}
     for candidate in psutil.process_iter(["pid", "cmdline"]):
         pid, command = candidate.info["pid"], " ".join(candidate.info["cmdline"] or ())
         if any(mark in command for mark in marks) or _group_of(pid) == process.pid:
-            doomed.append(pid)
+            doomed.add(pid)
+    for pid in list(doomed):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            doomed.update(child.pid for child in psutil.Process(pid).children(recursive=True))
     for pid in doomed:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    psutil.wait_procs([psutil.Process(pid) for pid in doomed if psutil.pid_exists(pid)], timeout=3)
+    alive = []
+    for pid in doomed:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            alive.append(psutil.Process(pid))
+    psutil.wait_procs(alive, timeout=3)
 
 
 def _group_of(pid: int) -> int | None:
