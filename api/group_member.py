@@ -399,6 +399,7 @@ class GroupMember:
         # ends its thread instead of being kept alive by it.
         activity = weakref.WeakMethod(self._activity)
         adopt, tell = weakref.WeakMethod(self._adopt_view), weakref.WeakMethod(self._tell_listener)
+        rejoin = weakref.WeakMethod(self._rejoin_if_needed)
         return Heartbeats(
             name=f"raytopic-heartbeat-{self._id[:8]}",
             interval=max(0.05, self._timeout / 4),
@@ -409,6 +410,7 @@ class GroupMember:
             notify=lambda: _call_if_alive(tell),
             version=lambda: membership.version,
             timed_out=lambda: membership.timed_out,
+            rejoin=lambda: _call_if_alive(rejoin),
         )
 
     def _activity(self) -> tuple[float, bool] | None:

@@ -118,6 +118,8 @@ class Heartbeats:
         version: ``() -> the view version known now``.
         timed_out: ``() -> whether the member timed out`` (then it does not
             poll: its next receive or heartbeat rejoins).
+        rejoin: Joins the group again; called when the member timed out while
+            a receive of it waits (no next receive may come to rejoin).
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class Heartbeats:
         notify: Callable[[], None],
         version: Callable[[], int],
         timed_out: Callable[[], bool],
+        rejoin: Callable[[], None],
     ) -> None:
         self._interval = interval
         self._poll = poll
@@ -140,6 +143,7 @@ class Heartbeats:
         self._notify = notify
         self._version = version
         self._timed_out = timed_out
+        self._rejoin = rejoin
         self._stop = threading.Event()
         # Held from taking a poll's answer to adopting it: a reader catching up
         # meanwhile waits, so it never reads the view the answer replaces.
@@ -209,9 +213,16 @@ class Heartbeats:
         if activity is None:
             self._stop.set()  # Ray is down here, or the subscriber is gone
             return True
-        if self._timed_out():
-            return False  # the next receive or heartbeat rejoins
         last_active, waiting = activity
+        if self._timed_out():
+            if not waiting:
+                return False  # the next receive or heartbeat rejoins
+            # A receive sent on the view from before the timeout (its handle heard
+            # of it later than the channels) waits at channels that no longer count
+            # this member, and no next receive comes to rejoin: rejoin now (the new
+            # view reaches that receive), as a member with a receive waiting is alive.
+            self._rejoin()
+            return True
         idle = 0.0 if waiting else time.monotonic() - last_active
         # A member is alive while it receives or one of its receives waits;
         # past its timeout it is not reported: the group times it out.

@@ -35,6 +35,12 @@ def module_topic(**create_topic_kwargs: Any) -> Any:
     return topic
 
 
+def next_sequences(topic: rt.Topic) -> dict[int, int]:
+    """Per channel, the sequence its next published element gets: where a test on a
+    shared topic starts counting (positions relative to it read as on a fresh topic)."""
+    return {stats.channel: stats.tail + 1 for stats in topic.describe().channels}
+
+
 def get(ref: Any) -> Any:
     """``ray.get`` that fails the test instead of hanging it."""
     return ray.get(ref, timeout=TIMEOUT)
