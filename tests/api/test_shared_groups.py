@@ -348,7 +348,7 @@ def test_a_receive_sent_on_the_view_from_before_its_member_timed_out_rejoins(
     topic = make_topic(channels=2)
     copy = _Copy.remote()
     get(copy.__ray_ready__.remote())
-    member = topic.subscriber(group="g", mode="shared", timeout=1.0)
+    member = topic.subscriber(group="g", mode="shared", timeout=2.0)
     assert get(copy.attach.remote(member)) == (0, 1)  # the view of a live member
     version = max(_view_versions(topic, "g"))
     wait_until(lambda: not topic.describe().groups["g"].members, timeout=30)  # idle: out
