@@ -14,7 +14,16 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import publish_all, receive_each, slow_filter
+from tests.topic_helpers import module_topic, next_sequences, publish_all, receive_each, slow_filter
+
+# Topics the tests share to save actors, each test with groups of its own names: a
+# group made at "latest" (or joined only before anything is published) sees only
+# what its test publishes, and ownership, generations and listeners are per group.
+# Six channels for the membership tests (three members split them evenly), two where
+# a test needs members to share the channels, one where a single channel is the point.
+six_channels = module_topic(channels=6)
+two_channels = module_topic(channels=2)
+one_channel = module_topic(channels=1)
 
 
 def _get_none(ref: Any) -> bool:
@@ -45,28 +54,28 @@ def _assert_partition(topic: rt.Topic, group: str, members: list[rt.Subscriber])
     return by_member
 
 
-def test_join_leave_close_rebalance_is_balanced_and_sticky(make_topic):
-    topic = make_topic(channels=6)
-    a = topic.subscriber(group="g")
+def test_join_leave_close_rebalance_is_balanced_and_sticky(six_channels, unique_name):
+    topic, g = six_channels, unique_name("g")
+    a = topic.subscriber(group=g)
     # Joining is synchronous: the assignment is in force when subscriber() returns.
-    assert _ownership(topic, "g") == dict.fromkeys(range(6), a.subscriber_id)
+    assert _ownership(topic, g) == dict.fromkeys(range(6), a.subscriber_id)
     assert a.channels == (0, 1, 2, 3, 4, 5)
 
-    b = topic.subscriber(group="g")
-    after_b = _assert_partition(topic, "g", [a, b])
+    b = topic.subscriber(group=g)
+    after_b = _assert_partition(topic, g, [a, b])
     assert len(after_b[a.subscriber_id]) == 3
     # Sticky: a kept three of its own channels, only three moved.
     assert set(after_b[a.subscriber_id]) < set(range(6))
 
-    c = topic.subscriber(group="g")
-    after_c = _assert_partition(topic, "g", [a, b, c])
+    c = topic.subscriber(group=g)
+    after_c = _assert_partition(topic, g, [a, b, c])
     assert [len(after_c[m.subscriber_id]) for m in (a, b, c)] == [2, 2, 2]
     # A join moves only the channels the newcomer needs: two, one from each.
     assert set(after_c[a.subscriber_id]) < set(after_b[a.subscriber_id])
     assert set(after_c[b.subscriber_id]) < set(after_b[b.subscriber_id])
 
     b.close()
-    after_leave = _assert_partition(topic, "g", [a, c])
+    after_leave = _assert_partition(topic, g, [a, c])
     # A leave moves only the leaver's channels.
     assert set(after_c[a.subscriber_id]) < set(after_leave[a.subscriber_id])
     assert set(after_c[c.subscriber_id]) < set(after_leave[c.subscriber_id])
@@ -76,61 +85,58 @@ def test_join_leave_close_rebalance_is_balanced_and_sticky(make_topic):
 
     with a:
         pass  # the context manager closes
-    assert _assert_partition(topic, "g", [c])[c.subscriber_id] == (0, 1, 2, 3, 4, 5)
+    assert _assert_partition(topic, g, [c])[c.subscriber_id] == (0, 1, 2, 3, 4, 5)
     c.close()
-    assert _ownership(topic, "g") == dict.fromkeys(range(6))
-    assert topic.describe().groups["g"].members == ()
+    assert _ownership(topic, g) == dict.fromkeys(range(6))
+    assert topic.describe().groups[g].members == ()
 
 
-def test_generations_grow_with_each_membership_change(make_topic):
-    topic = make_topic(channels=2)
-    a = topic.subscriber(group="g")
-    first = topic.describe().groups["g"]
-    b = topic.subscriber(group="g")
-    second = topic.describe().groups["g"]
+def test_generations_grow_with_each_membership_change(two_channels, unique_name):
+    topic, g = two_channels, unique_name("g")
+    a = topic.subscriber(group=g)
+    first = topic.describe().groups[g]
+    b = topic.subscriber(group=g)
+    second = topic.describe().groups[g]
     assert second.generation > first.generation
     generations = {m.member_id: m.generation for m in second.members}
     assert generations[b.subscriber_id] > generations[a.subscriber_id]
     b.close()
-    assert topic.describe().groups["g"].generation > second.generation
+    assert topic.describe().groups[g].generation > second.generation
     a.close()
 
 
-def test_ownership_listener_hears_assigned_and_revoked_in_order(make_topic):
-    topic = make_topic(channels=4)
+def test_ownership_listener_hears_assigned_and_revoked_in_order(six_channels, unique_name):
+    topic, g = six_channels, unique_name("g")
+    every = frozenset(range(6))
     heard: list[tuple[rt.OwnershipChange, int, str]] = []
 
     def listener(change: rt.OwnershipChange) -> None:
         heard.append((change, os.getpid(), threading.current_thread().name))
 
-    a = topic.subscriber(group="g", on_ownership_change=listener)
-    assert [h[0] for h in heard] == [
-        rt.OwnershipChange(frozenset(range(4)), frozenset(), frozenset(), frozenset(range(4)))
-    ]
-    b = topic.subscriber(group="g")
+    a = topic.subscriber(group=g, on_ownership_change=listener)
+    assert [h[0] for h in heard] == [rt.OwnershipChange(every, frozenset(), frozenset(), every)]
+    b = topic.subscriber(group=g)
     taken = frozenset(b.channels)
-    assert len(taken) == 2
+    assert len(taken) == 3
     a.heartbeat()  # the handle learns of the change at the latest here
-    kept = frozenset(range(4)) - taken
+    kept = every - taken
     assert [h[0] for h in heard[1:]] == [rt.OwnershipChange(frozenset(), taken, frozenset(), kept)]
     b.close()
-    assert a.channels == (0, 1, 2, 3)  # a `channels` read learns of it too
-    assert [h[0] for h in heard[2:]] == [
-        rt.OwnershipChange(taken, frozenset(), frozenset(), frozenset(range(4)))
-    ]
+    assert a.channels == (0, 1, 2, 3, 4, 5)  # a `channels` read learns of it too
+    assert [h[0] for h in heard[2:]] == [rt.OwnershipChange(taken, frozenset(), frozenset(), every)]
     # Called in the subscriber's own process.
     assert {h[1] for h in heard} == {os.getpid()}
     a.close()
     assert len(heard) == 3
 
 
-def test_more_members_than_channels(make_topic, wait_until):
-    topic = make_topic(channels=2)
-    a = topic.subscriber(group="g")
-    b = topic.subscriber(group="g")
-    idle = topic.subscriber(group="g", complete_on_empty=True)
-    waiting = topic.subscriber(group="g")
-    by_member = _assert_partition(topic, "g", [a, b, idle, waiting])
+def test_more_members_than_channels(two_channels, unique_name, wait_until):
+    topic, g = two_channels, unique_name("g")
+    a = topic.subscriber(group=g, start="latest")
+    b = topic.subscriber(group=g)
+    idle = topic.subscriber(group=g, complete_on_empty=True)
+    waiting = topic.subscriber(group=g)
+    by_member = _assert_partition(topic, g, [a, b, idle, waiting])
     assert by_member[idle.subscriber_id] == ()
     assert by_member[waiting.subscriber_id] == ()
     assert sorted(by_member[a.subscriber_id] + by_member[b.subscriber_id]) == [0, 1]
@@ -144,7 +150,7 @@ def test_more_members_than_channels(make_topic, wait_until):
     assert ready == []
     lost = a.channels
     a.close()
-    owners = _ownership(topic, "g")
+    owners = _ownership(topic, g)
     new_owner = owners[lost[0]]
     assert new_owner in (idle.subscriber_id, waiting.subscriber_id)
     if new_owner == waiting.subscriber_id:
@@ -158,19 +164,20 @@ def test_more_members_than_channels(make_topic, wait_until):
 
 
 def test_a_member_hears_of_a_channel_only_once_the_channel_knows_it_owns_it(
-    make_topic, tmp_path, wait_until
+    one_channel, unique_name, tmp_path, wait_until
 ):
     # A receive sent on a view whose channel had not been granted yet was refused
     # as not the owner and answered "empty" (with complete_on_empty) though the
     # channel held elements. The channel is kept busy while the group rebalances:
     # the member must not hear of it before the busy channel has taken its grant.
-    topic = make_topic(channels=1, groups=["g"])
-    leaving = topic.subscriber(group="g")
-    staying = topic.subscriber(group="g", complete_on_empty=True)
+    topic, g = one_channel, unique_name("g")
+    leaving = topic.subscriber(group=g, start="latest")
+    staying = topic.subscriber(group=g, complete_on_empty=True)
     assert leaving.channels == (0,) and staying.channels == ()
+    x_sequence = next_sequences(topic)[0]
     publish_all(topic, ["x"])
     marker = tmp_path / "channel-0-is-busy"
-    busy = topic.ringbuffer(0).read_many_async(0, 1, 1, slow_filter(str(marker), 2.0))
+    busy = topic.ringbuffer(0).read_many_async(x_sequence, 1, 1, slow_filter(str(marker), 2.0))
     wait_until(marker.exists, timeout=10)
     closing = threading.Thread(target=leaving.close)  # it returns once the grant landed
     closing.start()
@@ -186,12 +193,13 @@ def test_a_member_hears_of_a_channel_only_once_the_channel_knows_it_owns_it(
     staying.close()
 
 
-def test_each_value_to_one_member_per_group_and_to_every_group(make_topic):
-    topic = make_topic(channels=4)
-    m1 = topic.subscriber(group="g1", complete_on_empty=True)
-    m2 = topic.subscriber(group="g1", complete_on_empty=True)
-    other = topic.subscriber(group="g2", complete_on_empty=True)
+def test_each_value_to_one_member_per_group_and_to_every_group(two_channels, unique_name):
+    topic, g1, g2 = two_channels, unique_name("g1"), unique_name("g2")
+    m1 = topic.subscriber(group=g1, start="latest", complete_on_empty=True)
+    m2 = topic.subscriber(group=g1, complete_on_empty=True)
+    other = topic.subscriber(group=g2, start="latest", complete_on_empty=True)
     anonymous = topic.subscriber(complete_on_empty=True)
+    base = next_sequences(topic)
     values = list(range(40))
     publish_all(topic, values)
 
@@ -208,13 +216,14 @@ def test_each_value_to_one_member_per_group_and_to_every_group(make_topic):
     for got in (got1, got2):
         for channel in {e.channel for e in got}:
             sequences = [e.sequence for e in got if e.channel == channel]
-            assert sequences == list(range(10))
+            assert sequences == [base[channel] + i for i in range(20)]
     for s in (m1, m2, other, anonymous):
         s.close()
 
 
 def test_groups_named_at_creation_get_everything_from_the_start(make_topic):
-    topic = make_topic(channels=2, groups=["audit", "billing"])
+    # Its own topic: the groups are named at its creation.
+    topic = make_topic(channels=1, groups=["audit", "billing"])
     assert topic.groups() == ["audit", "billing"]
     publish_all(topic, [f"v{i}" for i in range(10)])
     # The group exists already: start="latest" does not move it.
@@ -227,14 +236,16 @@ def test_groups_named_at_creation_get_everything_from_the_start(make_topic):
 
 
 def test_new_group_starts_at_earliest_unless_latest(make_topic):
-    topic = make_topic(channels=2, groups=["first"])
+    # Its own topic: it checks the topic's heads and group list, and a new group's
+    # "earliest" is the head of everything the topic holds.
+    topic = make_topic(channels=1, groups=["first"])
     publish_all(topic, ["a", "b", "c", "d", "e", "f"])
     with topic.subscriber(group="first", complete_on_empty=True) as first:
-        got = {(e.channel, e.sequence): e for e in receive_each(first, 6)}
-        assert got[0, 0].commit().status is rt.CommitStatus.COMMITTED
-        assert got[1, 0].commit().status is rt.CommitStatus.COMMITTED
+        got = {e.sequence: e for e in receive_each(first, 6)}
+        assert got[0].commit().status is rt.CommitStatus.COMMITTED
+        assert got[1].commit().status is rt.CommitStatus.COMMITTED
     topic.destroy_group("first")
-    assert [c.head for c in topic.describe().channels] == [1, 1]
+    assert [c.head for c in topic.describe().channels] == [2]
     early = topic.subscriber(group="early", complete_on_empty=True)
     late = topic.subscriber(group="late", start="latest", complete_on_empty=True)
     assert topic.groups() == ["early", "late"]
@@ -249,20 +260,21 @@ def test_new_group_starts_at_earliest_unless_latest(make_topic):
     late.close()
 
 
-def test_destroy_group_and_unknown_group(make_topic):
-    topic = make_topic(channels=2, groups=["g"])
-    member = topic.subscriber(group="g")
+def test_destroy_group_and_unknown_group(one_channel, unique_name):
+    topic, g = one_channel, unique_name("g")
+    groups_before = topic.groups()
+    member = topic.subscriber(group=g, start="latest")
     waiting = member.receive()
     time.sleep(0.3)  # the receive reaches its channel and waits (one sent later is refused)
-    topic.destroy_group("g")
+    topic.destroy_group(g)
     # The member's waiting receive completes empty; the handle is done.
     assert _get_none(waiting)
     with pytest.raises(rt.SubscriberClosedError):
         ray.get(member.receive(), timeout=10)
-    assert topic.groups() == []
-    assert "g" not in topic.describe().groups
+    assert topic.groups() == groups_before
+    assert g not in topic.describe().groups
     with pytest.raises(rt.GroupNotFoundError):
-        topic.destroy_group("g")
+        topic.destroy_group(g)
     with pytest.raises(rt.GroupNotFoundError):
         topic.destroy_group("never")
     member.close()
@@ -271,8 +283,9 @@ def test_destroy_group_and_unknown_group(make_topic):
 BAD_NAMES = ["", " g", "-g", "a/b", "x" * 129, "g:1"]
 
 
-def test_bad_group_names_are_refused_and_change_nothing(make_topic):
-    topic = make_topic(channels=1)
+def test_bad_group_names_are_refused_and_change_nothing(one_channel):
+    topic = one_channel
+    groups_before, described_before = topic.groups(), set(topic.describe().groups)
     for name in BAD_NAMES:
         with pytest.raises(rt.InvalidArgumentError):
             topic.subscriber(group=name)
@@ -285,5 +298,5 @@ def test_bad_group_names_are_refused_and_change_nothing(make_topic):
             topic.subscriber(group=name) if name is not None else topic.reset_group(name, "latest")
         with pytest.raises(TypeError):
             topic.destroy_group(name)
-    assert topic.groups() == []
-    assert topic.describe().groups == {}
+    assert topic.groups() == groups_before
+    assert set(topic.describe().groups) == described_before
