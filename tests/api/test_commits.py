@@ -11,12 +11,20 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, publish_all, receive_each
+from tests.topic_helpers import get, module_topic, next_sequences, publish_all, receive_each
 
 COMMITTED = rt.CommitStatus.COMMITTED
 ALREADY = rt.CommitStatus.ALREADY_COMMITTED
 NOT_OWNER = rt.CommitStatus.NOT_OWNER
 REJECTED = rt.CommitStatus.REJECTED
+
+
+# Topics for tests whose group is their own and starts at the latest position (so it
+# reads only what the test publishes) and whose positions count from next_sequences:
+# shared to save actors. Tests that read a whole channel's head or size, or need options
+# or a channel count of their own, keep their own topic.
+shared_one = module_topic(channels=1)
+shared_two = module_topic(channels=2)
 
 
 def _only(subscriber: rt.Subscriber) -> int:
@@ -39,14 +47,15 @@ def _commit_element_ref(refs: list[Any]) -> rt.CommitResult:
     return ray.get(refs[0]).commit()
 
 
-def test_commit_statuses_cumulative_owner_only(make_topic):
-    topic = make_topic(channels=2)
-    a = topic.subscriber(group="g", complete_on_empty=True)
-    b = topic.subscriber(group="g", complete_on_empty=True)
+def test_commit_statuses_cumulative_owner_only(shared_two, unique_name):
+    topic, g = shared_two, unique_name("g")  # shared: a new group's figures count from base
+    base = next_sequences(topic)
+    a = topic.subscriber(group=g, start="latest", complete_on_empty=True)
+    b = topic.subscriber(group=g, complete_on_empty=True)
     ca, cb = _only(a), _only(b)
     publish_all(topic, list(range(10)))  # five per channel, round robin
     got = receive_each(a, 3)
-    assert [(e.channel, e.sequence) for e in got] == [(ca, 0), (ca, 1), (ca, 2)]
+    assert [(e.channel, e.sequence) for e in got] == [(ca, base[ca] + i) for i in range(3)]
     receive_each(b, 1)
 
     assert a.last_committed() == {}
@@ -57,30 +66,31 @@ def test_commit_statuses_cumulative_owner_only(make_topic):
     assert a.commit(ca, got[0].position).status is ALREADY
     assert a.commit(ca, got[1].position).status is ALREADY
     # A position never published is REJECTED; nothing moves.
-    assert a.commit(ca, topic.position(ca, 5)).status is REJECTED
-    assert a.commit(ca, topic.position(ca, 1000)).status is REJECTED
+    assert a.commit(ca, topic.position(ca, base[ca] + 5)).status is REJECTED
+    assert a.commit(ca, topic.position(ca, base[ca] + 1000)).status is REJECTED
     assert a.last_committed() == {ca: got[1].position}
     # Only the owner commits; a non-owner gets a status, not an exception.
-    assert a.commit(cb, topic.position(cb, 0)) == rt.CommitResult(
-        cb, topic.position(cb, 0), NOT_OWNER
+    assert a.commit(cb, topic.position(cb, base[cb])) == rt.CommitResult(
+        cb, topic.position(cb, base[cb]), NOT_OWNER
     )
     assert b.last_committed() == {}
-    assert topic.describe().groups["g"].committed == {ca: got[1].position}
+    assert topic.describe().groups[g].committed == {ca: got[1].position}
 
     ref = a.commit_async(ca, got[2].position)
     assert isinstance(ref, ray.ObjectRef)
     assert get(ref) == rt.CommitResult(ca, got[2].position, COMMITTED)
-    assert get(a.commit_async(cb, topic.position(cb, 0))).status is NOT_OWNER
+    assert get(a.commit_async(cb, topic.position(cb, base[cb]))).status is NOT_OWNER
     assert a.last_committed() == {ca: got[2].position}
-    stats = _group_channel(topic, "g", ca)
-    assert (stats.next, stats.depth, stats.unacked, stats.lag) == (3, 2, 0, 2)
+    stats = _group_channel(topic, g, ca)
+    assert (stats.next, stats.depth, stats.unacked, stats.lag) == (base[ca] + 3, 2, 0, 2)
     a.close()
     b.close()
 
 
-def test_commit_refuses_bad_positions_and_changes_nothing(make_topic):
-    topic = make_topic(channels=2)
-    member = topic.subscriber(group="g")
+def test_commit_refuses_bad_positions_and_changes_nothing(shared_two, unique_name):
+    topic, g = shared_two, unique_name("g")  # shared: a new group, positions from base
+    base = next_sequences(topic)
+    member = topic.subscriber(group=g, start="latest")
     publish_all(topic, ["a", "b"])
     element = get(member.receive())
     other_channel = 1 - element.channel
@@ -89,66 +99,67 @@ def test_commit_refuses_bad_positions_and_changes_nothing(make_topic):
         with pytest.raises(rt.PositionMismatchError):
             call(element.channel, foreign)
         with pytest.raises(rt.PositionMismatchError):
-            call(element.channel, topic.position(other_channel, 0))
+            call(element.channel, topic.position(other_channel, base[other_channel]))
         with pytest.raises(ValueError):
-            call(element.channel, topic.position(other_channel, 0))
+            call(element.channel, topic.position(other_channel, base[other_channel]))
         with pytest.raises(rt.InvalidTypeError):
             call(element.channel, element.sequence)
         with pytest.raises(rt.InvalidArgumentError):
-            call(5, topic.position(0, 0))
+            call(5, topic.position(0, base[0]))
     assert member.last_committed() == {}
-    assert topic.describe().groups["g"].committed == {}
+    assert topic.describe().groups[g].committed == {}
     assert member.commit(element.channel, element.position).status is COMMITTED
     member.close()
 
 
-def test_element_commit_inside_a_ray_task(make_topic):
-    topic = make_topic(channels=1)
-    member = topic.subscriber(group="g")
+def test_element_commit_inside_a_ray_task(shared_one, unique_name):
+    topic, g = shared_one, unique_name("g")  # shared: a new group, positions from base
+    (base,) = next_sequences(topic).values()
+    p = lambda n: topic.position(0, base + n)  # noqa: E731
+    member = topic.subscriber(group=g, start="latest")
     publish_all(topic, ["a", "b", "c"])
     first, second = member.receive(), member.receive()
     # The Element itself (Ray resolves the top-level ref) ...
-    assert get(_commit_element.remote(first)) == rt.CommitResult(0, topic.position(0, 0), COMMITTED)
+    assert get(_commit_element.remote(first)) == rt.CommitResult(0, p(0), COMMITTED)
     # ... or its ObjectRef, resolved inside the task.
-    assert get(_commit_element_ref.remote([second])) == rt.CommitResult(
-        0, topic.position(0, 1), COMMITTED
-    )
-    assert member.last_committed() == {0: topic.position(0, 1)}
+    assert get(_commit_element_ref.remote([second])) == rt.CommitResult(0, p(1), COMMITTED)
+    assert member.last_committed() == {0: p(1)}
     assert get(_commit_element.remote(first)).status is ALREADY
     # Element.commit_async from the driver.
     third = get(member.receive())
-    assert get(third.commit_async()) == rt.CommitResult(0, topic.position(0, 2), COMMITTED)
+    assert get(third.commit_async()) == rt.CommitResult(0, p(2), COMMITTED)
     member.close()
 
 
-def test_rejoining_member_resumes_after_the_last_commit(make_topic):
-    topic = make_topic(channels=1)
+def test_rejoining_member_resumes_after_the_last_commit(shared_one, unique_name):
+    topic, g = shared_one, unique_name("g")  # shared: a new group, positions from base
+    (base,) = next_sequences(topic).values()
+    first = topic.subscriber(group=g, start="latest", complete_on_empty=True)
     publish_all(topic, list(range(5)))
-    first = topic.subscriber(group="g", complete_on_empty=True)
     got = receive_each(first, 5)
     assert got[2].commit().status is COMMITTED
     first.close()
     # Closing gave the channel up: what was not committed is received again.
-    stats = _group_channel(topic, "g", 0)
-    assert (stats.owner, stats.next, stats.unacked, stats.depth) == (None, 3, 0, 2)
-    with topic.subscriber(group="g", complete_on_empty=True) as second:
+    stats = _group_channel(topic, g, 0)
+    assert (stats.owner, stats.next, stats.unacked, stats.depth) == (None, base + 3, 0, 2)
+    with topic.subscriber(group=g, complete_on_empty=True) as second:
         assert [e.value for e in receive_each(second, 2)] == [3, 4]
         assert get(second.receive()) is None
         # The old member's elements are fenced off.
         assert got[4].commit().status is NOT_OWNER
-        assert second.last_committed() == {0: topic.position(0, 2)}
+        assert second.last_committed() == {0: topic.position(0, base + 2)}
 
 
-def test_rebalance_redelivers_uncommitted_elements(make_topic):
-    topic = make_topic(channels=2)
-    a = topic.subscriber(group="g", complete_on_empty=True)
+def test_rebalance_redelivers_uncommitted_elements(shared_two, unique_name):
+    topic, g = shared_two, unique_name("g")  # shared: a new group reads only these values
+    a = topic.subscriber(group=g, start="latest", complete_on_empty=True)
     publish_all(topic, list(range(6)))  # channel 0: 0 2 4, channel 1: 1 3 5
     got = receive_each(a, 6)
     assert get(a.receive()) is None
     by_channel = {c: [e for e in got if e.channel == c] for c in (0, 1)}
     assert by_channel[0][0].commit().status is COMMITTED
     assert by_channel[1][1].commit().status is COMMITTED
-    b = topic.subscriber(group="g", complete_on_empty=True)
+    b = topic.subscriber(group=g, complete_on_empty=True)
     moved = _only(b)
     kept = 1 - moved
     assert a.channels == (kept,)
@@ -167,7 +178,7 @@ def test_rebalance_redelivers_uncommitted_elements(make_topic):
 
 
 def test_seek_commit_rules(make_topic):
-    topic = make_topic(channels=1, retain=True)
+    topic = make_topic(channels=1, retain=True)  # own: it seeks to the channel's head
     publish_all(topic, list(range(10)))
     member = topic.subscriber(group="g", complete_on_empty=True)
     got = receive_each(member, 6)
@@ -210,7 +221,7 @@ def test_seek_commit_rules(make_topic):
 
 
 def test_seek_by_time(make_topic):
-    topic = make_topic(channels=1, retain=True)
+    topic = make_topic(channels=1, retain=True)  # own: a seek before it all clamps to the head
     early = publish_all(topic, ["a", "b"])
     late = publish_all(topic, ["c", "d"])
     assert early[1].timestamp < late[0].timestamp
@@ -226,36 +237,37 @@ def test_seek_by_time(make_topic):
     member.close()
 
 
-def test_seek_refuses_bad_input_and_changes_nothing(make_topic):
-    topic = make_topic(channels=2)
-    a = topic.subscriber(group="g")
-    b = topic.subscriber(group="g")
+def test_seek_refuses_bad_input_and_changes_nothing(shared_two, unique_name):
+    topic, g = shared_two, unique_name("g")  # shared: a new group, positions from base
+    base = next_sequences(topic)
+    a = topic.subscriber(group=g, start="latest")
+    b = topic.subscriber(group=g)
     ca, cb = _only(a), _only(b)
     publish_all(topic, list(range(4)))
     heads = a.heads()
     with pytest.raises(rt.NotOwnerError):
-        a.seek(cb, topic.position(cb, 0))
+        a.seek(cb, topic.position(cb, base[cb]))
     with pytest.raises(rt.NotOwnerError):
-        a.seek_and_commit(cb, topic.position(cb, 1))
+        a.seek_and_commit(cb, topic.position(cb, base[cb] + 1))
     with pytest.raises(rt.NotOwnerError):
         a.seek_to_tail(cb)
     with pytest.raises(rt.PositionMismatchError):
-        a.seek(ca, topic.position(cb, 0))
+        a.seek(ca, topic.position(cb, base[cb]))
     with pytest.raises(rt.PositionMismatchError):
-        a.seek(ca, rt.Position("0123456789abcdef", ca, 0))
+        a.seek(ca, rt.Position("0123456789abcdef", ca, base[ca]))
     with pytest.raises(rt.InvalidTypeError):
         a.seek(ca, 1)
     with pytest.raises(rt.InvalidArgumentError):
-        a.seek(9, topic.position(0, 0))
-    assert a.heads() == heads == {ca: topic.position(ca, 0)}
-    assert b.heads() == {cb: topic.position(cb, 0)}
-    assert topic.describe().groups["g"].committed == {}
+        a.seek(9, topic.position(0, base[0]))
+    assert a.heads() == heads == {ca: topic.position(ca, base[ca])}
+    assert b.heads() == {cb: topic.position(cb, base[cb])}
+    assert topic.describe().groups[g].committed == {}
     a.close()
     b.close()
 
 
 def test_last_committed_lists_owned_channels_with_a_commit(make_topic):
-    topic = make_topic(channels=3)
+    topic = make_topic(channels=3)  # own: no other test here needs 3 channels
     member = topic.subscriber(group="g", complete_on_empty=True)
     publish_all(topic, list(range(6)))
     got = receive_each(member, 6)
@@ -271,75 +283,78 @@ def test_last_committed_lists_owned_channels_with_a_commit(make_topic):
     other.close()
 
 
-def test_window_limits_received_but_uncommitted(make_topic):
-    topic = make_topic(channels=1)
-    member = topic.subscriber(group="g", window=2)
+def test_window_limits_received_but_uncommitted(shared_one, unique_name):
+    topic, g = shared_one, unique_name("g")  # shared: a new group, positions from base
+    (base,) = next_sequences(topic).values()
+    member = topic.subscriber(group=g, start="latest", window=2)
     publish_all(topic, list(range(5)))
     first, second = get(member.receive()), get(member.receive())
     assert (first.value, second.value) == (0, 1)
     third = member.receive()
     ready, _ = ray.wait([third], timeout=0.5)
     assert ready == []
-    assert topic.describe().groups["g"].unacked == 2
+    assert topic.describe().groups[g].unacked == 2
     assert first.commit().status is COMMITTED
     assert get(third).value == 2
     fourth = member.receive()
     ready, _ = ray.wait([fourth], timeout=0.5)
     assert ready == []
     # A cumulative commit frees the whole window.
-    assert member.commit(0, topic.position(0, 2)).status is COMMITTED
+    assert member.commit(0, topic.position(0, base + 2)).status is COMMITTED
     assert get(fourth).value == 3
     assert get(member.receive()).value == 4
     member.close()
 
 
-def test_window_counts_every_owned_channel(make_topic):
-    topic = make_topic(channels=2)
-    member = topic.subscriber(group="g", window=3)
+def test_window_counts_every_owned_channel(shared_two, unique_name):
+    topic, g = shared_two, unique_name("g")  # shared: a new group reads only these values
+    member = topic.subscriber(group=g, start="latest", window=3)
     publish_all(topic, list(range(8)))
     got = [get(member.receive()) for _ in range(3)]
     batch = member.receive_batch(10)
     ready, _ = ray.wait([batch], timeout=0.5)
     assert ready == []
-    assert topic.describe().groups["g"].unacked == 3
+    assert topic.describe().groups[g].unacked == 3
     assert got[0].commit().status is COMMITTED
     more = get(batch)
     assert len(more) == 1
     member.close()
 
 
-def test_a_seek_forward_does_not_fill_the_window(make_topic):
-    topic = make_topic(channels=1)
-    member = topic.subscriber(group="g", window=3)
+def test_a_seek_forward_does_not_fill_the_window(shared_one, unique_name):
+    topic, g = shared_one, unique_name("g")  # shared: a new group reads only these values
+    member = topic.subscriber(group=g, start="latest", window=3)
     statuses = publish_all(topic, list(range(20)))
     assert [get(member.receive()).value for _ in range(2)] == [0, 1]
     member.seek(0, statuses[14].position)  # 2..14 are jumped over, never received
-    stats = _group_channel(topic, "g", 0)
+    stats = _group_channel(topic, g, 0)
     assert (stats.unacked, stats.depth) == (2, 5)
     # Room for one more: the jumped elements are not waiting for a commit.
     assert get(member.receive()).value == 15
     blocked = member.receive()
     ready, _ = ray.wait([blocked], timeout=0.5)
     assert ready == []
-    assert _group_channel(topic, "g", 0).unacked == 3
+    assert _group_channel(topic, g, 0).unacked == 3
     assert member.commit(0, statuses[15].position).status is COMMITTED
     assert get(blocked).value == 16
-    assert _group_channel(topic, "g", 0).unacked == 1
+    assert _group_channel(topic, g, 0).unacked == 1
     member.close()
 
 
-def test_window_must_be_positive(make_topic):
-    topic = make_topic(channels=1)
+def test_window_must_be_positive(shared_one, unique_name):
+    topic, g = shared_one, unique_name("g")  # shared: it checks no group joins those it had
+    groups = topic.groups()
     for window in (0, -1):
         with pytest.raises(rt.InvalidArgumentError):
-            topic.subscriber(group="g", window=window)
+            topic.subscriber(group=g, window=window)
     for window in (1.5, "2", True):
         with pytest.raises(rt.InvalidTypeError):
-            topic.subscriber(group="g", window=window)
-    assert topic.groups() == []
+            topic.subscriber(group=g, window=window)
+    assert topic.groups() == groups  # no group made
 
 
 def test_retention_waits_for_every_group(make_topic):
+    # Own topic: the ring's head and size are the channel's, and every group holds them.
     topic = make_topic(channels=1, retain=False, groups=["g1", "g2"])
     ring = topic.ringbuffer(0)
     publish_all(topic, list(range(5)))
@@ -364,7 +379,7 @@ def test_retention_waits_for_every_group(make_topic):
 
 
 def test_retain_keeps_elements_and_seeking_back_redelivers(make_topic):
-    topic = make_topic(channels=1, retain=True)
+    topic = make_topic(channels=1, retain=True)  # own: it checks the ring's head and size
     publish_all(topic, ["a", "b", "c"])
     member = topic.subscriber(group="g", complete_on_empty=True)
     got = receive_each(member, 3)
@@ -378,7 +393,7 @@ def test_retain_keeps_elements_and_seeking_back_redelivers(make_topic):
 
 
 def test_describe_exact_figures_with_and_without_live_members(make_topic):
-    topic = make_topic(channels=2, groups=["idle"])
+    topic = make_topic(channels=2, groups=["idle"])  # own: its figures count the whole topic
     a = topic.subscriber(group="g")
     b = topic.subscriber(group="g")
     ca, cb = _only(a), _only(b)
@@ -421,16 +436,17 @@ def test_describe_exact_figures_with_and_without_live_members(make_topic):
     assert (group.depth, group.unacked, group.lag) == (8, 0, 8)
 
 
-def test_commit_on_a_channel_the_handle_has_not_heard_it_owns(make_topic):
-    topic = make_topic(channels=2)
-    a = topic.subscriber(group="g")
-    b = topic.subscriber(group="g")
+def test_commit_on_a_channel_the_handle_has_not_heard_it_owns(shared_two, unique_name):
+    topic, g = shared_two, unique_name("g")  # shared: a new group, positions from base
+    base = next_sequences(topic)
+    a = topic.subscriber(group=g, start="latest")
+    b = topic.subscriber(group=g)
     taken = _only(b)
-    waiting = a.receive()  # waits: nothing published yet
+    waiting = a.receive()  # waits: nothing published since the group began
     b.close()  # a's session reads b's channel from now on
-    assert topic.ringbuffer(taken).add("x") == 0  # on b's former channel only
+    assert topic.ringbuffer(taken).add("x") == base[taken]  # on b's former channel only
     element = get(waiting)
-    assert (element.channel, element.sequence, element.value) == (taken, 0, "x")
+    assert (element.channel, element.sequence, element.value) == (taken, base[taken], "x")
     # Owned at the channel, though the handle has not synced since: COMMITTED.
     result = a.commit(taken, element.position)
     assert result == rt.CommitResult(taken, element.position, COMMITTED)
