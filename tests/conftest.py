@@ -154,9 +154,9 @@ def ray_cluster() -> Iterator[str]:
         yield address
         return
     cluster = _SessionCluster()
-    cluster.wait_serving()
-    ray.init(address=cluster.address, namespace=TEST_NAMESPACE, log_to_driver=False)
-    try:
+    try:  # a head that never served, or that ray.init failed to join, is stopped too
+        cluster.wait_serving()
+        ray.init(address=cluster.address, namespace=TEST_NAMESPACE, log_to_driver=False)
         yield cluster.address
     finally:
         ray.shutdown()
