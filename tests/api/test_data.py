@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,11 +19,21 @@ import raytopic.data as rd
 from raytopic.bridge.bulk import BulkWriter
 from raytopic.routing import channel_for_key
 
-from tests.topic_helpers import drain_group, get
+from tests.topic_helpers import drain_group, get, module_topic, next_sequences
 
 # Under pytest -n (xdist), every test of this module runs in one worker, which makes
-# its module-scoped topic once.
+# its module-scoped topics once.
 pytestmark = pytest.mark.xdist_group("test_data")
+
+# A 2-channel topic for the tests that read only what they wrote themselves: from
+# the sequences it had when they started, or through a group made then. Shared to
+# save actors; it retains, as the reads test's own topic did.
+shared_topic = module_topic(channels=2, retain=True)
+# A 1-channel one for the tests that read one channel's order (or none): shared too.
+one_channel_topic = module_topic(channels=1)
+# A 1-channel topic that nothing is appended to, shared by the tests that only read
+# it or fail to write to it (each checks it is still empty).
+empty_topic = module_topic(channels=1)
 
 
 def _orders(count: int) -> ray.data.Dataset:
@@ -44,25 +53,19 @@ def _table(dataset: ray.data.Dataset) -> pa.Table:
     return pa.concat_tables(blocks, promote_options="permissive")
 
 
-@pytest.fixture(scope="module")
-def empty_topic(ray_session: None) -> Iterator[rt.Topic]:
-    """A topic of two channels that nothing is appended to, shared by the tests that
-    only read it or fail to write to it (each checks it is still empty)."""
-    topic = rt.create_topic(f"empty-{uuid.uuid4().hex[:8]}", channels=2)
-    yield topic
-    topic.destroy()
-
-
 def test_a_dataset_round_trips_through_a_topic_one_position_per_row(
-    make_topic: Callable[..., rt.Topic],
+    shared_topic: rt.Topic, unique_name: Callable[[str], str]
 ) -> None:
-    topic = make_topic(channels=3, groups=["g"])
+    topic = shared_topic  # shared: it reads from where it began, and through a group made then
+    group = unique_name("g")
+    topic.subscriber(group=group, start="latest").close()  # the group starts here
+    base = next_sequences(topic)
     summary = rd.write_topic(_orders(2000), topic, key="customer")
     assert summary.rows == 2000
     assert sum(summary.rows_per_channel.values()) == 2000
     assert summary.bytes > 0 and summary.seconds > 0
 
-    back = _table(rd.read_topic(topic))
+    back = _table(rd.read_topic(topic, start=base))
     assert back.column_names == ["id", "customer", "amount", "channel", "position", "timestamp"]
     assert back.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
     rows = sorted(back.to_pylist(), key=lambda row: row["id"])
@@ -70,28 +73,27 @@ def test_a_dataset_round_trips_through_a_topic_one_position_per_row(
         (i, f"c{i % 7}", i * 0.25) for i in range(2000)
     ]
     for row in rows:  # routed as publish(row, key=row["customer"]) routes
-        assert row["channel"] == channel_for_key(row["customer"], 3)
+        assert row["channel"] == channel_for_key(row["customer"], topic.channel_count)
     for channel, count in summary.rows_per_channel.items():
         positions = sorted(r["position"] for r in rows if r["channel"] == channel)
-        assert positions == list(range(count))  # consecutive from 0
+        assert positions == list(range(base[channel], base[channel] + count))  # consecutive
 
-    elements = drain_group(topic, "g", 2000)  # ordinary subscribers get dicts
+    elements = drain_group(topic, group, 2000)  # ordinary subscribers get dicts
     assert len(elements) == 2000
     assert elements[0].value.keys() == {"id", "customer", "amount"}
 
 
-def test_rows_without_a_key_go_round_robin_row_by_row(
-    make_topic: Callable[..., rt.Topic],
-) -> None:
-    topic = make_topic(channels=4)
-    summary = rd.write_topic(ray.data.range(8).repartition(1), topic)
-    assert summary.rows_per_channel == {0: 2, 1: 2, 2: 2, 3: 2}
+def test_rows_without_a_key_go_round_robin_row_by_row(shared_topic: rt.Topic) -> None:
+    topic = shared_topic  # shared: what it checks is the write's own summary
+    summary = rd.write_topic(ray.data.range(8).repartition(1), topic)  # one block
+    assert summary.rows_per_channel == {0: 4, 1: 4}
 
 
 def test_reads_mix_dicts_other_values_and_arrow_rows_and_keep_types(
-    make_topic: Callable[..., rt.Topic],
+    one_channel_topic: rt.Topic,
 ) -> None:
-    topic = make_topic(channels=1)
+    topic = one_channel_topic  # shared: it reads from the sequence it began at
+    first = next_sequences(topic)[0]
     moment = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     nested = pa.table(
         {
@@ -105,13 +107,14 @@ def test_reads_mix_dicts_other_values_and_arrow_rows_and_keep_types(
     with topic.publisher() as publisher:
         publisher.publish({"when": moment, "note": "dict"}).result()
         publisher.publish(42).result()
-    rows = sorted(_table(rd.read_topic(topic)).to_pylist(), key=lambda row: row["position"])
+    read = rd.read_topic(topic, start={0: first})
+    rows = sorted(_table(read).to_pylist(), key=lambda row: row["position"])
     assert rows[0]["point"] == {"x": 1, "y": None}
     assert rows[0]["tags"] == ["a", "b"]
     assert rows[0]["when"] == moment and rows[0]["note"] is None
     assert rows[1]["note"] == "dict" and rows[1]["when"] == moment
     assert rows[2]["value"] == 42
-    assert [row["position"] for row in rows] == [0, 1, 2]
+    assert [row["position"] for row in rows] == [first, first + 1, first + 2]
 
 
 def test_an_empty_topic_reads_as_an_empty_dataset(empty_topic: rt.Topic) -> None:
@@ -123,38 +126,45 @@ def test_an_empty_topic_reads_as_an_empty_dataset(empty_topic: rt.Topic) -> None
 
 
 def test_reads_take_channels_start_end_and_a_groups_uncommitted_rows(
-    make_topic: Callable[..., rt.Topic],
+    shared_topic: rt.Topic, unique_name: Callable[[str], str]
 ) -> None:
-    topic = make_topic(channels=2, groups=["g"], retain=True)
+    # Shared: its sequences count from where it began, its group is made then.
+    topic = shared_topic
+    group = unique_name("g")
+    topic.subscriber(group=group, start="latest").close()  # the group starts here
+    base = next_sequences(topic)
     rd.write_topic(ray.data.range(100).repartition(1), topic)  # 50 per channel
-    assert rd.read_topic(topic, channels=[1]).count() == 50
-    assert rd.read_topic(topic, start={0: 40, 1: 45}).count() == 10 + 5
-    assert rd.read_topic(topic, start={0: 10}, end={0: 20}, channels=[0]).count() == 10
+    assert rd.read_topic(topic, channels=[1], start=base).count() == 50
+    assert rd.read_topic(topic, start={0: base[0] + 40, 1: base[1] + 45}).count() == 10 + 5
+    ten = rd.read_topic(topic, start={0: base[0] + 10}, end={0: base[0] + 20}, channels=[0])
+    assert ten.count() == 10
     assert rd.read_topic(topic, start="latest").count() == 0
     after = datetime.now(UTC) + timedelta(seconds=1)
     assert rd.read_topic(topic, start=after).count() == 0
-    assert rd.read_topic(topic, end=after).count() == 100
+    assert rd.read_topic(topic, start=base, end=after).count() == 100
 
-    with topic.subscriber(group="g") as member:
+    with topic.subscriber(group=group) as member:
         mine: list[rt.Element] = []
         while len(mine) < 30:
             mine += [e for e in get(member.receive_batch(1000)) if e.channel == 0]
         assert member.commit(0, mine[29].position).status is rt.CommitStatus.COMMITTED
-    unconsumed = rd.read_topic(topic, group="g")
+    unconsumed = rd.read_topic(topic, group=group)
     assert unconsumed.count() == 100 - 30
-    assert rd.read_topic(topic, group="g").count() == 70  # reading committed nothing
+    assert rd.read_topic(topic, group=group).count() == 70  # reading committed nothing
 
 
 def test_a_writer_run_again_with_its_id_appends_nothing_twice(
-    make_topic: Callable[..., rt.Topic],
+    shared_topic: rt.Topic, unique_name: Callable[[str], str]
 ) -> None:
-    topic = make_topic(channels=2)
+    topic = shared_topic  # shared: it counts what was appended from where it began
+    base = next_sequences(topic)
     table = pa.table({"id": list(range(10)), "k": [str(i) for i in range(10)]})
+    writer_id = f"data:{unique_name('run')}:0"  # no other writer of this topic has it
     for _ in range(2):  # as a retried task would
-        writer = BulkWriter(topic, "data:run:0")
+        writer = BulkWriter(topic, writer_id)
         writer.write(table, "k")
         writer.close()
-    assert rd.read_topic(topic).count() == 10
+    assert rd.read_topic(topic, start=base).count() == 10
 
 
 def test_bad_inputs_get_typed_errors_and_change_nothing(empty_topic: rt.Topic) -> None:
@@ -177,7 +187,7 @@ def test_bad_inputs_get_typed_errors_and_change_nothing(empty_topic: rt.Topic) -
     with pytest.raises(rt.InvalidArgumentError):
         rd.read_topic(topic, channels=[5])
     assert rd.read_topic(topic).count() == 0  # nothing appended
-    assert [c.state for c in topic.describe().channels] == ["serving", "serving"]
+    assert [c.state for c in topic.describe().channels] == ["serving"]
 
 
 @ray.remote
@@ -189,9 +199,14 @@ class _CpuHolder:
 
 
 def test_a_write_prints_nothing_and_leaves_ray_datas_settings_as_they_were(
-    make_topic: Callable[..., rt.Topic], capfd: pytest.CaptureFixture[str]
+    one_channel_topic: rt.Topic, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    topic = make_topic(channels=1)
+    # Shared: it checks what the write printed and logged; the topic's other writes
+    # logged before it are counted.
+    topic = one_channel_topic
+    log = Path(get_log_directory()) / "ray-data.log"
+    finished = f"Data sink WriteTopic({topic.name}) finished"
+    logged = log.read_text().count(finished) if log.exists() else 0
     # One CPU left for the write task, as beside a Spark session: Ray Data's
     # checks of free CPUs (before the write and once it is done) read Ray's
     # lagging view and warn of a hang while the write runs fine.
@@ -224,8 +239,7 @@ def test_a_write_prints_nothing_and_leaves_ray_datas_settings_as_they_were(
         assert line not in text, text
     # Ray Data's own log file still has the write, and its settings are as they were:
     # it may still warn of CPUs for other work.
-    log = Path(get_log_directory()) / "ray-data.log"
-    assert f"Data sink WriteTopic({topic.name}) finished" in log.read_text()
+    assert log.read_text().count(finished) == logged + 1
     assert dataset.context.enable_progress_bars is progress_bars
     assert {handler: list(handler.filters) for handler in ray_data.handlers} == filters
     assert log_once("cpu_warning")
