@@ -14,6 +14,8 @@ import ray
 
 import raytopic as rt
 
+from tests.topic_helpers import module_topic
+
 NOT_YET = 0.3
 """Seconds a test gives a blocked call to (wrongly) complete before it unblocks it."""
 
@@ -50,6 +52,13 @@ def ringbuffer(make_topic: Callable[..., rt.Topic]) -> rt.Ringbuffer:
     """Channel 0 of a one-channel topic of capacity 5 (the topic's overflow is "fail",
     which the ring buffer's own ``add`` policy does not use)."""
     return make_topic(channels=1, capacity=5, overflow="fail").ringbuffer(0)
+
+
+# One-channel topics for tests that count sequences from the tail they find (``base``)
+# and whose reads and checks stay within what they add: shared to save actors. The
+# smaller has the ``ringbuffer`` fixture's options.
+shared_small_topic = module_topic(channels=1, capacity=5, overflow="fail")
+shared_large_topic = module_topic(channels=1, capacity=20)
 
 
 @pytest.fixture
@@ -114,61 +123,64 @@ def test_an_empty_batch_changes_nothing_and_returns_the_tail(make_topic) -> None
 # -- reading one ---------------------------------------------------------------------------
 
 
-def test_read_one_blocks_at_tail_plus_one_until_an_add(ringbuffer: rt.Ringbuffer, pool) -> None:
-    waiting = pool.submit(ringbuffer.read_one, 0)  # empty: 0 is tail + 1
+def test_read_one_blocks_at_tail_plus_one_until_an_add(shared_small_topic, pool) -> None:
+    ringbuffer = shared_small_topic.ringbuffer(0)
+    base = ringbuffer.tail_sequence() + 1  # shared: sequences count from here
+    waiting = pool.submit(ringbuffer.read_one, base)  # base is tail + 1
     done, _ = wait_futures([waiting], timeout=NOT_YET)
     assert not done
-    assert ringbuffer.add("first") == 0
+    assert ringbuffer.add("first") == base
     assert waiting.result(timeout=30) == "first"
-    later = pool.submit(ringbuffer.read_one, 1)
+    later = pool.submit(ringbuffer.read_one, base + 1)
     ringbuffer.add_all(["second", "third"])
     assert later.result(timeout=30) == "second"
-    # Out of range: negative, or beyond tail + 1 (the tail is 2).
-    for sequence in (-1, 4, 100):
+    # Out of range: negative, or beyond tail + 1 (the tail is base + 2).
+    for sequence in (-1, base + 4, base + 100):
         with pytest.raises(rt.InvalidArgumentError):
             ringbuffer.read_one(sequence)
     with pytest.raises(ValueError):
-        ringbuffer.read_one(4)
+        ringbuffer.read_one(base + 4)
     # Below the head: StaleSequenceError carrying the head.
-    ringbuffer.add_all(list(range(5)))  # tail 7, head 3
+    ringbuffer.add_all(list(range(5)))  # tail base + 7, head base + 3
     with pytest.raises(rt.StaleSequenceError) as caught:
-        ringbuffer.read_one(2)
+        ringbuffer.read_one(base + 2)
     assert type(caught.value) is rt.StaleSequenceError  # the same class, not RayTaskError
-    assert caught.value.head_sequence == 3
-    assert [ringbuffer.read_one(s) for s in (3, 7)] == [0, 4]  # the channel goes on
+    assert caught.value.head_sequence == base + 3
+    assert [ringbuffer.read_one(base + s) for s in (3, 7)] == [0, 4]  # the channel goes on
 
 
 # -- reading many --------------------------------------------------------------------------
 
 
-def test_read_many_reads_between_min_and_max_count(make_topic, pool) -> None:
-    ringbuffer = make_topic(channels=1, capacity=20).ringbuffer(0)
+def test_read_many_reads_between_min_and_max_count(shared_large_topic, pool) -> None:
+    ringbuffer = shared_large_topic.ringbuffer(0)
+    base = ringbuffer.tail_sequence() + 1  # shared: sequences count from here
     ringbuffer.add_all([f"v{i}" for i in range(10)])
-    result = ray.get(ringbuffer.read_many_async(2, 1, 5))
+    result = ray.get(ringbuffer.read_many_async(base + 2, 1, 5))
     assert isinstance(result, rt.ReadResultSet)
     assert list(result) == ["v2", "v3", "v4", "v5", "v6"]
     assert (len(result), result[0], result[-1]) == (5, "v2", "v6")
     assert result.read_count == 5
-    assert result.next_sequence_to_read_from == 7
-    assert [result.get_sequence(i) for i in range(5)] == [2, 3, 4, 5, 6]
+    assert result.next_sequence_to_read_from == base + 7
+    assert [result.get_sequence(i) - base for i in range(5)] == [2, 3, 4, 5, 6]
     # Fewer than max_count available: what is there, at once.
-    rest = ringbuffer.read_many(7, 1, 20)
-    assert (list(rest), rest.read_count, rest.next_sequence_to_read_from) == (
+    rest = ringbuffer.read_many(base + 7, 1, 20)
+    assert (list(rest), rest.read_count, rest.next_sequence_to_read_from - base) == (
         ["v7", "v8", "v9"],
         3,
         10,
     )
     # min_count 0 at tail + 1: an empty result, at once.
-    none = ringbuffer.read_many(10, 0, 5)
-    assert (list(none), none.read_count, none.next_sequence_to_read_from) == ([], 0, 10)
+    none = ringbuffer.read_many(base + 10, 0, 5)
+    assert (list(none), none.read_count, none.next_sequence_to_read_from - base) == ([], 0, 10)
     # Fewer than min_count: it waits for them.
-    ref = ringbuffer.read_many_async(10, 3, 5)
+    ref = ringbuffer.read_many_async(base + 10, 3, 5)
     ringbuffer.add_all(["a", "b"])
     ready, _ = ray.wait([ref], timeout=NOT_YET)
     assert not ready
     ringbuffer.add("c")
     result = ray.get(ref, timeout=30)
-    assert (list(result), result.read_count, result.next_sequence_to_read_from) == (
+    assert (list(result), result.read_count, result.next_sequence_to_read_from - base) == (
         ["a", "b", "c"],
         3,
         13,
@@ -176,68 +188,79 @@ def test_read_many_reads_between_min_and_max_count(make_topic, pool) -> None:
 
 
 def test_read_many_filter_runs_in_the_channel_and_read_count_counts_every_item(
-    make_topic, pool
+    shared_large_topic, pool
 ) -> None:
-    ringbuffer = make_topic(channels=1, capacity=20).ringbuffer(0)
-    ringbuffer.add_all(list(range(10)))
-    result = ringbuffer.read_many(1, 2, 3, _even)
+    ringbuffer = shared_large_topic.ringbuffer(0)
+    base = ringbuffer.tail_sequence() + 1  # shared: sequences count from here
+    ringbuffer.add_all(list(range(10)))  # value v at sequence base + v
+    result = ringbuffer.read_many(base + 1, 2, 3, _even)
     assert list(result) == [2, 4, 6]  # max_count counts matching items
-    assert [result.get_sequence(i) for i in range(3)] == [2, 4, 6]
+    assert [result.get_sequence(i) - base for i in range(3)] == [2, 4, 6]
     assert result.read_count == 6  # 1..6 were read
-    assert result.next_sequence_to_read_from == 7
-    result = ringbuffer.read_many(7, 0, 5, _even)
-    assert (list(result), result.read_count, result.next_sequence_to_read_from) == ([8], 3, 10)
+    assert result.next_sequence_to_read_from == base + 7
+    result = ringbuffer.read_many(base + 7, 0, 5, _even)
+    assert (list(result), result.read_count, result.next_sequence_to_read_from - base) == (
+        [8],
+        3,
+        10,
+    )
     # min_count counts matching items too: it waits for the second match.
-    waiting = pool.submit(ringbuffer.read_many, 5, 2, 10, _big)
+    waiting = pool.submit(ringbuffer.read_many, base + 5, 2, 10, _big)
     ringbuffer.add(100)
     done, _ = wait_futures([waiting], timeout=NOT_YET)
     assert not done
     ringbuffer.add_all([7, 101])
     result = waiting.result(timeout=30)
     assert list(result) == [100, 101]
-    assert [result.get_sequence(i) for i in range(2)] == [10, 12]
+    assert [result.get_sequence(i) - base for i in range(2)] == [10, 12]
     assert result.read_count == 8  # 5..12
-    assert result.next_sequence_to_read_from == 13
+    assert result.next_sequence_to_read_from == base + 13
     # A filter that raises reaches the caller as its own class and harms nothing.
     with pytest.raises(ZeroDivisionError):
-        ringbuffer.read_many(0, 1, 2, _explode)
+        ringbuffer.read_many(base, 1, 2, _explode)
     with pytest.raises(rt.InvalidTypeError):
-        ringbuffer.read_many(0, 1, 2, "not callable")  # type: ignore[arg-type]
-    assert list(ringbuffer.read_many(11, 2, 2)) == [7, 101]
+        ringbuffer.read_many(base, 1, 2, "not callable")  # type: ignore[arg-type]
+    assert list(ringbuffer.read_many(base + 11, 2, 2)) == [7, 101]
 
 
-def test_read_many_errors(ringbuffer: rt.Ringbuffer) -> None:
-    ringbuffer.add_all(list(range(9)))  # head 4, tail 8
+def test_read_many_errors(shared_small_topic) -> None:
+    ringbuffer = shared_small_topic.ringbuffer(0)
+    base = ringbuffer.tail_sequence() + 1  # shared: sequences count from here
+    ringbuffer.add_all(list(range(9)))  # head base + 4, tail base + 8
     with pytest.raises(rt.StaleSequenceError) as caught:
-        ringbuffer.read_many(1, 1, 3)
-    assert caught.value.head_sequence == 4
+        ringbuffer.read_many(base + 1, 1, 3)
+    assert caught.value.head_sequence == base + 4
     with pytest.raises(rt.StaleSequenceError):
-        ray.get(ringbuffer.read_many_async(0, 0, 3))
+        ray.get(ringbuffer.read_many_async(base, 0, 3))
     bad = [
-        (10, 0, 1),  # beyond tail + 1
+        (base + 10, 0, 1),  # beyond tail + 1
         (-1, 0, 1),
-        (4, -1, 1),
-        (4, 0, -1),
-        (4, 3, 2),  # min > max
-        (4, 1, 1001),  # more than 1000
-        (4, 1, 6),  # more than the capacity (Hazelcast refuses it too)
+        (base + 4, -1, 1),
+        (base + 4, 0, -1),
+        (base + 4, 3, 2),  # min > max
+        (base + 4, 1, 1001),  # more than 1000
+        (base + 4, 1, 6),  # more than the capacity (Hazelcast refuses it too)
     ]
     for start, min_count, max_count in bad:
         with pytest.raises(rt.InvalidArgumentError):
             ringbuffer.read_many(start, min_count, max_count)
     with pytest.raises(ValueError):
-        ray.get(ringbuffer.read_many_async(4, 3, 2))
-    assert list(ringbuffer.read_many(4, 5, 5)) == [4, 5, 6, 7, 8]
+        ray.get(ringbuffer.read_many_async(base + 4, 3, 2))
+    assert list(ringbuffer.read_many(base + 4, 5, 5)) == [4, 5, 6, 7, 8]
 
 
 # -- refused items --------------------------------------------------------------------------
 
 
-def test_refused_items_and_bad_calls_change_nothing_and_kill_nothing(make_topic) -> None:
-    topic = make_topic(channels=1, capacity=5)
+def test_refused_items_and_bad_calls_change_nothing_and_kill_nothing(shared_small_topic) -> None:
+    # Shared (no ring buffer call uses the topic's overflow, "fail" there): it checks
+    # the ring is as its own add left it.
+    topic = shared_small_topic
     ringbuffer = topic.ringbuffer(0)
     pid = topic.describe().channels[0].pid
-    ringbuffer.add("kept")
+    base = ringbuffer.tail_sequence() + 1
+    assert ringbuffer.add("kept") == base
+    kept = _state(ringbuffer)
     with pytest.raises(TypeError):
         ringbuffer.add(None)
     with pytest.raises(rt.InvalidTypeError):
@@ -251,12 +274,12 @@ def test_refused_items_and_bad_calls_change_nothing_and_kill_nothing(make_topic)
     with pytest.raises(rt.InvalidArgumentError):
         ringbuffer.add("x", "drop-newest")
     with pytest.raises(rt.InvalidArgumentError):
-        ringbuffer.read_one(5)
+        ringbuffer.read_one(base + 5)
     with pytest.raises(ZeroDivisionError):
-        ringbuffer.read_many(0, 0, 1, _explode)
-    assert _state(ringbuffer) == (0, 0, 1, 4)
-    assert ringbuffer.add("after") == 1
-    assert list(ringbuffer.read_many(0, 2, 2)) == ["kept", "after"]
+        ringbuffer.read_many(base, 0, 1, _explode)
+    assert _state(ringbuffer) == kept
+    assert ringbuffer.add("after") == base + 1
+    assert list(ringbuffer.read_many(base, 2, 2)) == ["kept", "after"]
     assert topic.describe().channels[0].pid == pid
 
 

@@ -13,26 +13,53 @@ import raytopic as rt
 
 from tests.topic_helpers import (
     get,
+    module_topic,
+    next_sequences,
     publish_all,
     read_values,
     receive_exactly,
-    source_and_sink,
+    receive_until_empty,
 )
 
+# Topics for tests that read only what they publish after they begin (sinks from the
+# sequences they recorded, sources through groups of their own from the tail), with
+# transactional ids of their own: shared to save actors. Every test ends its
+# transactions before it returns, so an open one a test finds there is its own.
+shared_source = module_topic(channels=1)
+shared_sink = module_topic(channels=1)
+shared_two_channel_sink = module_topic(channels=2)
 
-def test_outputs_are_invisible_until_commit_then_all_visible(make_topic, unique_name) -> None:
-    sink = make_topic(channels=2)
+
+def values_since(topic: rt.Topic, base: dict[int, int]) -> list:
+    """Every value ``topic`` holds from ``base`` (``next_sequences`` when the test
+    began) on: what ``read_values`` reads of a fresh topic."""
+    with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
+        return [e.value for e in receive_until_empty(reader) if e.sequence >= base[e.channel]]
+
+
+def group_from_tail(topic: rt.Topic, group: str) -> None:
+    """Create ``group`` at ``topic``'s tail: it receives only what is published from now
+    on (``create_group`` starts a new group at the head, at other tests' elements)."""
+    with topic.subscriber(group=group, start="latest"):
+        pass
+
+
+def test_outputs_are_invisible_until_commit_then_all_visible(
+    shared_two_channel_sink, unique_name
+) -> None:
+    sink = shared_two_channel_sink  # shared: its transaction is the only one open there
+    base = next_sequences(sink)
     txs = rt.transactions(unique_name("tx"))
     tx = txs.begin()
     tx.publish_batch(sink, list(range(10)))
     tx.publish(sink, 10, key="k")
-    assert read_values(sink) == []
+    assert values_since(sink, base) == []
     stats = sink.describe()
     staged = [t for channel in stats.channels for t in channel.transactions]
     assert sum(t["staged"] for t in staged) == 11
     assert {t["id"] for t in staged} == {txs.transactional_id}
     result = tx.commit()
-    assert sorted(read_values(sink)) == list(range(11))
+    assert sorted(values_since(sink, base)) == list(range(11))
     assert result.published_count == 11
     for positions in result.published[sink.name].values():
         assert positions == list(range(positions[0], positions[0] + len(positions)))
@@ -41,9 +68,12 @@ def test_outputs_are_invisible_until_commit_then_all_visible(make_topic, unique_
 
 
 def test_outputs_to_two_topics_and_consumed_commits_take_effect_together(
-    make_topic, unique_name, wait_until
+    make_topic, shared_sink, shared_two_channel_sink, unique_name, wait_until
 ) -> None:
-    source, left, right = make_topic(channels=2), make_topic(channels=1), make_topic(channels=2)
+    # The outputs are shared (read from where this test began); the 2-channel source
+    # is its own, as it cannot be the 2-channel output too.
+    source, left, right = make_topic(channels=2), shared_sink, shared_two_channel_sink
+    left_base, right_base = next_sequences(left), next_sequences(right)
     group = unique_name("g")
     source.create_group(group)
     publish_all(source, list(range(20)))
@@ -53,17 +83,20 @@ def test_outputs_to_two_topics_and_consumed_commits_take_effect_together(
             tx.publish_batch(left, [e.value for e in batch])
             tx.publish_batch(right, [-e.value for e in batch])
             tx.commit_consumed(batch)
-    assert sorted(read_values(left)) == list(range(20))
-    assert sorted(read_values(right)) == sorted(-v for v in range(20))
+    assert sorted(values_since(left, left_base)) == list(range(20))
+    assert sorted(values_since(right, right_base)) == sorted(-v for v in range(20))
     # The outputs are visible when commit() returns; the input commits follow at once.
     wait_until(lambda: source.describe().groups[group].lag == 0)
 
 
 def test_an_exception_in_the_block_aborts_everything_and_inputs_come_again(
-    make_topic, unique_name
+    shared_source, shared_sink, unique_name
 ) -> None:
+    source, sink = shared_source, shared_sink  # shared: a group of its own from the tail
     group = unique_name("g")
-    source, sink = source_and_sink(make_topic, group, list(range(5)))
+    base = next_sequences(sink)
+    group_from_tail(source, group)
+    publish_all(source, list(range(5)))
     txs = rt.transactions(unique_name("tx"))
     with source.subscriber(group=group) as member:
         batch = receive_exactly(member, 5)
@@ -71,7 +104,7 @@ def test_an_exception_in_the_block_aborts_everything_and_inputs_come_again(
             tx.publish_batch(sink, [e.value for e in batch])
             tx.commit_consumed(batch)
             raise RuntimeError("transform failed")
-    assert read_values(sink) == []
+    assert values_since(sink, base) == []
     with source.subscriber(group=group) as member:
         again = receive_exactly(member, 5)
     assert [e.value for e in again] == list(range(5))
@@ -80,10 +113,13 @@ def test_an_exception_in_the_block_aborts_everything_and_inputs_come_again(
 
 
 def test_an_aborted_transactions_inputs_come_again_to_the_same_member(
-    make_topic, unique_name
+    shared_source, shared_sink, unique_name
 ) -> None:
+    source, sink = shared_source, shared_sink  # shared: a group of its own from the tail
     group = unique_name("g")
-    source, sink = source_and_sink(make_topic, group, list(range(10)))
+    base = next_sequences(sink)
+    group_from_tail(source, group)
+    publish_all(source, list(range(10)))
     txs = rt.transactions(unique_name("tx"))
     with source.subscriber(group=group) as member:
         batches = member.iter_batches(5)
@@ -100,7 +136,7 @@ def test_an_aborted_transactions_inputs_come_again_to_the_same_member(
                 tx.publish_batch(sink, [e.value for e in batch])
                 tx.commit_consumed(batch)
     assert seen == list(range(10))
-    assert read_values(sink) == list(range(10))
+    assert values_since(sink, base) == list(range(10))
     txs.close()
 
 
@@ -117,8 +153,9 @@ def test_abort_drops_staged_and_frees_their_room(make_topic, unique_name) -> Non
     txs.close()
 
 
-def test_a_newer_incarnation_fences_the_older(make_topic, unique_name) -> None:
-    sink = make_topic(channels=1)
+def test_a_newer_incarnation_fences_the_older(shared_sink, unique_name) -> None:
+    sink = shared_sink  # shared: the fenced transactional id is its own
+    base = next_sequences(sink)
     name = unique_name("tx")
     old = rt.transactions(name)
     tx = old.begin()
@@ -133,14 +170,19 @@ def test_a_newer_incarnation_fences_the_older(make_topic, unique_name) -> None:
     assert isinstance(rt.TransactionFencedError("x"), rt.TransactionAbortedError)
     with new.begin() as fresh:
         fresh.publish(sink, 9)
-    assert read_values(sink) == [9]
+    assert values_since(sink, base) == [9]
     assert not [t for c in sink.describe().channels for t in c.transactions]
     new.close()
 
 
-def test_a_fenced_incarnation_that_was_committing_cannot_commit(make_topic, unique_name) -> None:
+def test_a_fenced_incarnation_that_was_committing_cannot_commit(
+    shared_source, shared_sink, unique_name
+) -> None:
+    source, sink = shared_source, shared_sink  # shared: a group of its own from the tail
     group = unique_name("g")
-    source, sink = source_and_sink(make_topic, group, [1])
+    base = next_sequences(sink)
+    group_from_tail(source, group)
+    publish_all(source, [1])
     name = unique_name("tx")
     old = rt.transactions(name)
     with source.subscriber(group=group) as member:
@@ -151,42 +193,49 @@ def test_a_fenced_incarnation_that_was_committing_cannot_commit(make_topic, uniq
         rt.transactions(name)
         with pytest.raises(rt.TransactionFencedError):
             tx.commit()
-    assert read_values(sink) == []
+    assert values_since(sink, base) == []
 
 
 def test_a_member_that_lost_its_channel_cannot_commit_through_a_transaction(
-    make_topic, unique_name
+    shared_source, shared_sink, unique_name
 ) -> None:
+    source, sink = shared_source, shared_sink  # shared: a group of its own from the tail
     group = unique_name("g")
-    source, sink = source_and_sink(make_topic, group, [1, 2, 3])
+    base, start = next_sequences(sink), next_sequences(source)
+    group_from_tail(source, group)
+    publish_all(source, [1, 2, 3])
     txs = rt.transactions(unique_name("tx"))
     with source.subscriber(group=group) as member:
         batch = receive_exactly(member, 3)
         tx = txs.begin()
         tx.publish_batch(sink, [e.value for e in batch])
         tx.commit_consumed(batch)
-        source.reset_group(group, to="earliest")  # the member's lease is void now
+        # Back to where the group began (its "earliest"): the member's lease is void now.
+        source.reset_group(group, to={0: source.position(0, start[0] - 1)})
         with pytest.raises(rt.TransactionAbortedError) as caught:
             tx.commit()
         assert "no longer owns" in caught.value.reason
-    assert read_values(sink) == []
+    assert values_since(sink, base) == []
     assert source.describe().groups[group].lag == 3
     txs.close()
 
 
-def test_an_open_transaction_holds_no_reader_or_publisher_back(make_topic, unique_name) -> None:
-    sink = make_topic(channels=1)
+def test_an_open_transaction_holds_no_reader_or_publisher_back(shared_sink, unique_name) -> None:
+    sink = shared_sink  # shared: it reads from where it began
+    base = next_sequences(sink)
     txs = rt.transactions(unique_name("tx"))
     tx = txs.begin()
     tx.publish_batch(sink, ["staged"])
-    with sink.subscriber(start="earliest") as reader:
+    # From the latest: from base, as staged elements are not appended (the last
+    # check fails if they were).
+    with sink.subscriber() as reader:
         publish_all(sink, ["plain"])
         started = time.monotonic()
         element = get(reader.receive())
         assert element is not None and element.value == "plain"
         assert time.monotonic() - started < 5.0
     tx.commit()
-    assert read_values(sink) == ["plain", "staged"]
+    assert values_since(sink, base) == ["plain", "staged"]
     txs.close()
 
 
@@ -213,9 +262,11 @@ def test_a_dead_holders_transaction_is_aborted_after_its_timeout(make_topic, uni
     assert read_values(sink) == [1, 2, 3, 4, 5]
 
 
-def test_bad_input_is_typed_and_changes_nothing(make_topic, unique_name) -> None:
-    source, sink = make_topic(channels=1), make_topic(channels=1)
-    publish_all(source, [1])
+def test_bad_input_is_typed_and_changes_nothing(
+    make_topic, shared_source, shared_sink, unique_name
+) -> None:
+    source, sink = shared_source, shared_sink  # shared: it reads what it publishes from then on
+    base = next_sequences(sink)
     gone = make_topic(channels=1)
     gone.destroy()
     txs = rt.transactions(unique_name("tx"))
@@ -228,7 +279,8 @@ def test_bad_input_is_typed_and_changes_nothing(make_topic, unique_name) -> None
         tx.publish("not a topic", 1)  # type: ignore[arg-type]
     with pytest.raises(rt.InvalidArgumentError):
         tx.publish_batch(sink, [1, 2], keys=["a"])
-    with source.subscriber(start="earliest") as anonymous:
+    with source.subscriber() as anonymous:  # from the latest: receives the 1 published here
+        publish_all(source, [1])
         element = get(anonymous.receive())
     with pytest.raises(rt.GroupModeError):
         tx.commit_consumed([element])
@@ -236,7 +288,7 @@ def test_bad_input_is_typed_and_changes_nothing(make_topic, unique_name) -> None
         tx.commit_consumed([1])  # type: ignore[list-item]
     tx.publish(sink, "kept")
     assert tx.commit().published_count == 1
-    assert read_values(sink) == ["kept"]
+    assert values_since(sink, base) == ["kept"]
     txs.close()
     with pytest.raises(rt.ClosedError):
         txs.begin()
