@@ -337,10 +337,11 @@ class Topic:
         return self._call(self._coordinator.groups)
 
     def create_group(self, group: str | SharedGroup) -> None:
-        """Create a durable group now (it keeps every element from now on): a name
-        for a channel-owned group, a ``SharedGroup`` for a shared one. Nothing
-        happens if it exists in that mode. A shared group's dead-letter topic is
-        created too.
+        """Create a durable group now: a name for a channel-owned group, a
+        ``SharedGroup`` for a shared one. Like any new group it starts at the head
+        (the earliest element still retained), and from now on the channels keep
+        every element until it has committed (acknowledged) it. Nothing happens if
+        it exists in that mode. A shared group's dead-letter topic is created too.
 
         Args:
             group: A group name, or a ``SharedGroup`` definition.
