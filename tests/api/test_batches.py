@@ -12,14 +12,17 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, module_topic, publish_all
+from tests.topic_helpers import get, module_topic, next_sequences, publish_all
 
 COMMITTED = rt.CommitStatus.COMMITTED
 
 
-# A 2-channel topic nothing is ever appended to (its tests only make refused calls
-# and latest-start subscribers that see no data): shared to save actors.
-unwritten_topic = module_topic(channels=2)
+# Topics for tests that read only what they themselves publish (a subscriber, or a
+# group of the test's own, started at the latest position before they publish;
+# sequences counted from next_sequences), or that only make refused calls: shared to
+# save actors. The test that kills a channel keeps a topic (and a store) of its own.
+shared_one = module_topic(channels=1)
+shared_three = module_topic(channels=3)
 
 
 def _publish_batch(topic: rt.Topic, values: list[Any]) -> None:
@@ -48,29 +51,33 @@ def _ids_only(value: dict[str, int]) -> int:
     return value["id"]
 
 
-def test_an_anonymous_reader_drains_every_channel_in_batches_in_order(make_topic):
-    topic = make_topic(channels=3)
-    _publish_batch(topic, [{"id": i} for i in range(3000)])
-    with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
+def test_an_anonymous_reader_drains_every_channel_in_batches_in_order(shared_three):
+    topic = shared_three  # shared: it reads only what it publishes, counts from base
+    base = next_sequences(topic)
+    with topic.subscriber(start="latest", complete_on_empty=True) as subscriber:
+        _publish_batch(topic, [{"id": i} for i in range(3000)])  # round robin: 1000 each
         batches = _drain(subscriber, 400)
     assert batches and all(isinstance(batch, rt.ElementBatch) for batch in batches)
     assert all(0 < len(batch) <= 400 for batch in batches)
     assert sorted(v["id"] for batch in batches for v in batch.values) == list(range(3000))
     # Every channel's elements in position order, none twice.
-    assert _by_channel(batches) == {channel: list(range(1000)) for channel in range(3)}
+    assert _by_channel(batches) == {c: list(range(base[c], base[c] + 1000)) for c in range(3)}
 
 
-def test_a_group_member_commits_a_batch_in_one_call_and_the_next_resumes_after(make_topic):
-    topic = make_topic(channels=2)
+def test_a_group_member_commits_a_batch_in_one_call_and_the_next_resumes_after(
+    shared_three, unique_name
+):
+    topic, g = shared_three, unique_name("g")  # shared: a group of its own, made at latest
+    topic.subscriber(group=g, start="latest").close()
     _publish_batch(topic, [{"id": i} for i in range(600)])
-    with topic.subscriber(group="g", complete_on_empty=True) as member:
+    with topic.subscriber(group=g, complete_on_empty=True) as member:
         batch = next(member.iter_batches(250))
         assert 0 < len(batch) <= 250
         results = batch.commit()
         assert set(results) == {batch[0].channel}
         assert [result.status for result in results.values()] == [COMMITTED]
         assert results[batch[0].channel].position == batch[-1].position
-    with topic.subscriber(group="g", complete_on_empty=True) as member:
+    with topic.subscriber(group=g, complete_on_empty=True) as member:
         rest = _drain(member, 1000)
     received = [element.value["id"] for element in batch] + [
         value["id"] for later in rest for value in later.values
@@ -78,11 +85,11 @@ def test_a_group_member_commits_a_batch_in_one_call_and_the_next_resumes_after(m
     assert sorted(received) == list(range(600))  # the committed batch is not read again
 
 
-def test_a_shared_member_acks_a_batch_in_one_call(make_topic):
-    topic = make_topic(channels=2)
-    topic.subscriber(group=rt.SharedGroup("s")).close()
+def test_a_shared_member_acks_a_batch_in_one_call(shared_three, unique_name):
+    topic, s = shared_three, unique_name("s")  # shared: a group of its own, made at latest
+    topic.subscriber(group=rt.SharedGroup(s), start="latest").close()
     publish_all(topic, list(range(40)))
-    with topic.subscriber(group=rt.SharedGroup("s"), complete_on_empty=True) as member:
+    with topic.subscriber(group=rt.SharedGroup(s), complete_on_empty=True) as member:
         batches = _drain(member, 15)
         assert sum(map(len, batches)) == 40
         assert all(len(batch) <= 15 for batch in batches)
@@ -90,15 +97,15 @@ def test_a_shared_member_acks_a_batch_in_one_call(make_topic):
             assert batch.ack() == [rt.AckStatus.ACKED] * len(batch)
         with pytest.raises(rt.GroupModeError):
             batches[0].commit()
-    with topic.subscriber(group=rt.SharedGroup("s"), complete_on_empty=True) as member:
+    with topic.subscriber(group=rt.SharedGroup(s), complete_on_empty=True) as member:
         assert _drain(member, 15) == []  # every element done for the group
 
 
-def test_a_shared_member_nacks_a_batch_and_gets_it_again(make_topic):
-    topic = make_topic(channels=1)
-    topic.subscriber(group=rt.SharedGroup("s")).close()
+def test_a_shared_member_nacks_a_batch_and_gets_it_again(shared_one, unique_name):
+    topic, s = shared_one, unique_name("s")  # shared: a group of its own, made at latest
+    topic.subscriber(group=rt.SharedGroup(s), start="latest").close()
     publish_all(topic, list(range(5)))
-    with topic.subscriber(group=rt.SharedGroup("s"), complete_on_empty=True) as member:
+    with topic.subscriber(group=rt.SharedGroup(s), complete_on_empty=True) as member:
         first = next(member.iter_batches(10))
         assert first.nack() == [rt.AckStatus.NACKED] * 5
         again = next(member.iter_batches(10))
@@ -107,16 +114,17 @@ def test_a_shared_member_nacks_a_batch_and_gets_it_again(make_topic):
         again.ack()
 
 
-def test_a_window_bounds_what_batches_hold_uncommitted(make_topic):
-    topic = make_topic(channels=1)
+def test_a_window_bounds_what_batches_hold_uncommitted(shared_one, unique_name):
+    topic, g = shared_one, unique_name("g")  # shared: a group of its own, made at latest
+    topic.subscriber(group=g, start="latest").close()
     publish_all(topic, list(range(20)))
-    with topic.subscriber(group="g", window=6) as member:
+    with topic.subscriber(group=g, window=6) as member:
         batches = member.iter_batches(100)
         held: list[rt.Element] = []
         while len(held) < 6:
             held += next(batches)
         assert [element.value for element in held] == list(range(6))  # the window is full
-        assert topic.describe().groups["g"].unacked == 6
+        assert topic.describe().groups[g].unacked == 6
         assert held[-1].commit().status is COMMITTED
         more: list[rt.Element] = []
         while len(more) < 6:
@@ -124,18 +132,19 @@ def test_a_window_bounds_what_batches_hold_uncommitted(make_topic):
         assert [element.value for element in more] == list(range(6, 12))
 
 
-def test_a_filter_and_a_converter_run_over_batches(make_topic):
-    topic = make_topic(channels=2)
-    _publish_batch(topic, [{"id": i} for i in range(200)])
+def test_a_filter_and_a_converter_run_over_batches(shared_three):
+    topic = shared_three  # shared: it reads only what it publishes, from the latest position
     with topic.subscriber(
-        start="earliest", complete_on_empty=True, filter=_even, converter=_ids_only
+        start="latest", complete_on_empty=True, filter=_even, converter=_ids_only
     ) as subscriber:
+        _publish_batch(topic, [{"id": i} for i in range(200)])
         values = [value for batch in _drain(subscriber, 30) for value in batch.values]
     assert sorted(values) == list(range(0, 200, 2))
 
 
-def test_values_are_received_as_published_each_its_own_object(make_topic):
-    topic = make_topic(channels=1)
+def test_values_are_received_as_published_each_its_own_object(shared_one):
+    topic = shared_one  # shared: it reads only what it publishes, from the latest position
+    subscriber = topic.subscriber(start="latest", complete_on_empty=True)
     shared = {"n": 1}
     values = [{"id": 0, "tags": ["a"]}, {"id": 1, "tags": ["b"]}, shared, shared]
     with topic.publisher() as publisher:
@@ -144,30 +153,31 @@ def test_values_are_received_as_published_each_its_own_object(make_topic):
         values[1]["id"] = 99
         shared["n"] = 2
         get(ref)
-    with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
+    with subscriber:
         received = [value for batch in _drain(subscriber, 10) for value in batch.values]
     assert received == [{"id": 0, "tags": ["a"]}, {"id": 1, "tags": ["b"]}, {"n": 1}, {"n": 1}]
     assert received[2] is not received[3]
 
 
-def test_an_unpicklable_value_fails_publish_batch_and_sends_nothing(unwritten_topic):
+def test_an_unpicklable_value_fails_publish_batch_and_sends_nothing(shared_three):
     import threading
 
-    topic = unwritten_topic  # shared: nothing is ever appended to it, so both sizes stay 0
+    topic = shared_three  # shared: it checks only that no channel's tail moves
+    base = next_sequences(topic)
     with (
         topic.publisher() as publisher,
         pytest.raises(rt.InvalidTypeError, match="cannot be pickled"),
     ):
         publisher.publish_batch([{"id": 1}, {"lock": threading.Lock()}, {"id": 2}])
-    assert [channel.size for channel in topic.describe().channels] == [0, 0]
+    assert next_sequences(topic) == base  # nothing appended to any channel
 
 
 @pytest.mark.parametrize(
     ("max_elements", "error"),
     [(0, rt.InvalidArgumentError), (-3, rt.InvalidArgumentError), ("5", rt.InvalidTypeError)],
 )
-def test_bad_max_elements_is_refused_at_the_call(unwritten_topic, max_elements, error):
-    topic = unwritten_topic  # shared: the calls are refused before anything is read
+def test_bad_max_elements_is_refused_at_the_call(shared_three, max_elements, error):
+    topic = shared_three  # shared: the calls are refused before anything is read
     with topic.subscriber() as subscriber:
         with pytest.raises(error, match="max_elements"):
             subscriber.iter_batches(max_elements)
@@ -175,10 +185,10 @@ def test_bad_max_elements_is_refused_at_the_call(unwritten_topic, max_elements, 
             subscriber.iter_batches(2.5)
 
 
-def test_elements_an_abandoned_batch_iteration_prefetched_come_first(make_topic):
-    topic = make_topic(channels=1)
-    publish_all(topic, list(range(50)))
-    with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
+def test_elements_an_abandoned_batch_iteration_prefetched_come_first(shared_one):
+    topic = shared_one  # shared: it reads only what it publishes, from the latest position
+    with topic.subscriber(start="latest", complete_on_empty=True) as subscriber:
+        publish_all(topic, list(range(50)))
         first = next(subscriber.iter_batches(10))
         assert first.values == list(range(10))
         rest = get(subscriber.receive_batch(100))
@@ -186,8 +196,8 @@ def test_elements_an_abandoned_batch_iteration_prefetched_come_first(make_topic)
         assert rest.values == list(range(10, 50))
 
 
-def test_closing_the_subscriber_ends_its_batch_iteration(unwritten_topic):
-    topic = unwritten_topic  # shared: a latest-start subscriber of it has nothing to read
+def test_closing_the_subscriber_ends_its_batch_iteration(shared_three):
+    topic = shared_three  # shared: a latest-start subscriber of it has nothing to read
     subscriber = topic.subscriber()
     batches = subscriber.iter_batches(10)
     subscriber.close()
@@ -199,13 +209,15 @@ def _commit_in_a_task(batch: rt.ElementBatch) -> list[str]:
     return [result.status.value for result in batch.commit().values()]
 
 
-def test_a_batch_pickles_and_commits_from_a_task(make_topic):
-    topic = make_topic(channels=1)
+def test_a_batch_pickles_and_commits_from_a_task(shared_one, unique_name):
+    topic, g = shared_one, unique_name("g")  # shared: a group of its own, counts from base
+    (base,) = next_sequences(topic).values()
+    topic.subscriber(group=g, start="latest").close()
     publish_all(topic, list(range(5)))
-    with topic.subscriber(group="g", complete_on_empty=True) as member:
+    with topic.subscriber(group=g, complete_on_empty=True) as member:
         batch = next(member.iter_batches(10))
         assert get(_commit_in_a_task.remote(batch)) == ["committed"]
-        assert member.last_committed() == {0: topic.position(0, 4)}
+        assert member.last_committed() == {0: topic.position(0, base + 4)}
 
 
 @pytest.mark.slow
@@ -227,8 +239,8 @@ def test_a_channel_restarted_mid_iteration_loses_nothing_stored(make_topic, tmp_
 class _BatchMember:
     """A group member in its own process, holding a batch it never commits."""
 
-    def __init__(self, topic: rt.Topic) -> None:
-        self._member = topic.subscriber(group="g", timeout=2.0)
+    def __init__(self, topic: rt.Topic, group: str) -> None:
+        self._member = topic.subscriber(group=group, timeout=2.0)
 
     def take_one_batch(self) -> tuple[int, list[int]]:
         batch = next(self._member.iter_batches(50))
@@ -236,15 +248,17 @@ class _BatchMember:
 
 
 @pytest.mark.slow
-def test_a_member_killed_holding_a_batch_has_it_redelivered(make_topic, wait_until):
-    topic = make_topic(channels=1)
-    topic.subscriber(group="g").close()
+def test_a_member_killed_holding_a_batch_has_it_redelivered(shared_one, unique_name, wait_until):
+    # Shared: a group of its own, made at latest; the process killed is its member's,
+    # not the topic's.
+    topic, g = shared_one, unique_name("g")
+    topic.subscriber(group=g, start="latest").close()
     publish_all(topic, list(range(120)))
-    victim = _BatchMember.remote(topic)
+    victim = _BatchMember.remote(topic, g)
     pid, held = get(victim.take_one_batch.remote())
     assert held == list(range(50))
     os.kill(pid, signal.SIGKILL)
-    with topic.subscriber(group="g", complete_on_empty=True, timeout=5.0) as survivor:
+    with topic.subscriber(group=g, complete_on_empty=True, timeout=5.0) as survivor:
         wait_until(lambda: survivor.heartbeat() or survivor.channels == (0,), timeout=10)
         received = [value for batch in _drain(survivor, 50) for value in batch.values]
     assert received == list(range(120))  # the uncommitted batch again, then the rest

@@ -15,7 +15,7 @@ import ray
 import raytopic as rt
 from raytopic.routing import channel_for_key
 
-from tests.topic_helpers import key_for, module_topic
+from tests.topic_helpers import key_for, module_topic, next_sequences
 
 NOT_YET = 0.3
 """Seconds a test gives a held publish to (wrongly) complete before it frees room."""
@@ -34,9 +34,13 @@ def _publish_interleaved(publisher: rt.Publisher, number: int, rounds: int) -> l
     return [(key, i, f.result().channel, f.result().position.sequence) for key, i, f in futures]
 
 
-# A 1-channel topic for tests that check only what they themselves publish (read
-# back from the latest position, or the tail before and after): shared to save actors.
+# Topics for tests that check only what they themselves publish (read back by a
+# subscriber started at the latest position before they publish, sequences counted
+# from next_sequences): shared to save actors. A new publisher's round robin starts at
+# channel 0 whatever the topic holds, and a key's channel depends only on the channel
+# count. Tests about capacity and overflow keep a topic of their own.
 shared_topic = module_topic(channels=1)
+shared_three = module_topic(channels=3)
 
 
 def _everything(topic: rt.Topic) -> list[rt.Element]:
@@ -51,12 +55,13 @@ def _tails(topic: rt.Topic) -> list[int]:
 # -- routing and ordering ------------------------------------------------------------------
 
 
-def test_same_key_same_channel_and_many_publishers_keep_per_key_order(make_topic) -> None:
-    topic = make_topic(channels=3, capacity=1000)
+def test_same_key_same_channel_and_many_publishers_keep_per_key_order(shared_three) -> None:
+    topic = shared_three  # shared: it reads only what it publishes, from the latest position
     rounds = 15
-    refs = [_publish_interleaved.remote(topic.publisher(), n, rounds) for n in range(4)]
-    reports = ray.get(refs, timeout=120)
-    elements = _everything(topic)
+    with topic.subscriber(start="latest", complete_on_empty=True) as subscriber:
+        refs = [_publish_interleaved.remote(topic.publisher(), n, rounds) for n in range(4)]
+        reports = ray.get(refs, timeout=120)
+        elements = list(subscriber)
     assert len(elements) == 4 * rounds * len(KEYS)
 
     by_position = {(e.channel, e.sequence): e.value for e in elements}
@@ -73,8 +78,9 @@ def test_same_key_same_channel_and_many_publishers_keep_per_key_order(make_topic
     assert arrived == {(p, k): list(range(rounds)) for p in range(4) for k in KEYS}
 
 
-def test_round_robin_and_statuses_match_what_the_subscriber_sees(make_topic) -> None:
-    topic = make_topic(channels=3, capacity=100)
+def test_round_robin_and_statuses_match_what_the_subscriber_sees(shared_three) -> None:
+    topic = shared_three  # shared: it reads from the latest position, counts from base
+    base = next_sequences(topic)
     with topic.subscriber(complete_on_empty=True) as subscriber:
         with topic.publisher() as publisher:
             futures = [publisher.publish(f"v{i}") for i in range(7)]
@@ -89,7 +95,7 @@ def test_round_robin_and_statuses_match_what_the_subscriber_sees(make_topic) -> 
     # No key: the channels in turn, value by value.
     channels = [f.result().channel for f in futures]
     assert channels == [(channels[0] + i) % 3 for i in range(7)]
-    assert sorted(_tails(topic)) == [1, 1, 2]
+    assert sorted(tail - base[c] for c, tail in enumerate(_tails(topic))) == [1, 1, 2]
     statuses = {f"v{i}": f.result() for i, f in enumerate(futures)}
     assert sorted(e.value for e in elements) == sorted(statuses)
     for element in elements:
@@ -112,17 +118,20 @@ def test_round_robin_and_statuses_match_what_the_subscriber_sees(make_topic) -> 
 # -- publish_batch --------------------------------------------------------------------------
 
 
-def test_publish_batch_returns_statuses_in_input_order(make_topic) -> None:
-    topic = make_topic(channels=2, capacity=100)
+def test_publish_batch_returns_statuses_in_input_order(shared_three) -> None:
+    topic = shared_three  # shared: it reads only what it publishes, counts from base
+    base = next_sequences(topic)
+    reader = topic.subscriber(start="latest", complete_on_empty=True)
     with topic.publisher() as publisher:
         earlier = publisher.publish("first", key="a")
         one_channel = ray.get(publisher.publish_batch(["x", "y", "z"], keys=["a", "a", "a"]))
-        channel_a = channel_for_key("a", 2)
-        assert earlier.result().position.sequence == 0  # published before: appended first
+        channel_a = channel_for_key("a", 3)
+        first = base[channel_a]
+        assert earlier.result().position.sequence == first  # published before: appended first
         assert [(s.channel, s.position.sequence) for s in one_channel] == [
-            (channel_a, 1),
-            (channel_a, 2),
-            (channel_a, 3),
+            (channel_a, first + 1),
+            (channel_a, first + 2),
+            (channel_a, first + 3),
         ]
         values = [f"m{i}" for i in range(7)]
         keys = ["a", "b", "c", "a", None, "d", "b"]
@@ -132,10 +141,11 @@ def test_publish_batch_returns_statuses_in_input_order(make_topic) -> None:
     assert len(many) == 7
     for key, status in zip(keys, many, strict=True):
         if key is not None:
-            assert status.channel == channel_for_key(key, 2)
+            assert status.channel == channel_for_key(key, 3)
     start = round_robin[0].channel
-    assert [s.channel for s in round_robin] == [start, 1 - start, start, 1 - start]
-    elements = {e.value: e for e in _everything(topic)}
+    assert [s.channel for s in round_robin] == [(start + i) % 3 for i in range(4)]
+    with reader:
+        elements = {e.value: e for e in reader}
     statuses = dict(zip(values, many, strict=True)) | dict(
         zip(["x", "y", "z"], one_channel, strict=True)
     )
@@ -153,13 +163,14 @@ def test_publish_batch_returns_statuses_in_input_order(make_topic) -> None:
 # -- flush and close ----------------------------------------------------------------------
 
 
-def test_flush_and_close(make_topic) -> None:
-    topic = make_topic(channels=1, capacity=1000)
+def test_flush_and_close(shared_topic) -> None:
+    topic = shared_topic  # shared: it checks only its own sequences, counted from base
+    (base,) = next_sequences(topic).values()
     publisher = topic.publisher(linger=30.0)  # nothing goes out on its own for 30 s
     futures = [publisher.publish(i) for i in range(50)]
     publisher.flush()
     assert all(f.done() for f in futures)
-    assert [f.result().position.sequence for f in futures] == list(range(50))
+    assert [f.result().position.sequence for f in futures] == list(range(base, base + 50))
     publisher.close()
     publisher.close()  # idempotent
     assert publisher.is_closed
@@ -172,8 +183,8 @@ def test_flush_and_close(make_topic) -> None:
     with topic.publisher(linger=30.0) as publisher:
         last = publisher.publish("in-context")
     assert publisher.is_closed
-    assert last.done() and last.result().position.sequence == 50
-    assert _tails(topic) == [50]
+    assert last.done() and last.result().position.sequence == base + 50
+    assert _tails(topic) == [base + 50]
 
 
 # -- overflow ----------------------------------------------------------------------------------
@@ -258,8 +269,11 @@ def test_overwrite_drops_the_oldest(make_topic) -> None:
 # -- refused values --------------------------------------------------------------------------
 
 
-def test_refused_values_raise_at_publish_and_append_nothing(make_topic) -> None:
-    topic = make_topic(channels=2, capacity=100)
+def test_refused_values_raise_at_publish_and_append_nothing(shared_three) -> None:
+    topic = shared_three  # shared: it reads only what it publishes, counts from base
+    base = next_sequences(topic)
+    # Opened before the refused calls: it would receive anything they appended.
+    reader = topic.subscriber(start="latest", complete_on_empty=True)
     with topic.publisher() as publisher:
         with pytest.raises(rt.InvalidTypeError):
             publisher.publish(threading.Lock())  # cannot be pickled
@@ -280,11 +294,13 @@ def test_refused_values_raise_at_publish_and_append_nothing(make_topic) -> None:
         with pytest.raises(rt.InvalidTypeError):
             publisher.publish_batch([1, 2], keys=["a", ("tuple", "key")])
         publisher.flush()
-        assert _tails(topic) == [-1, -1]
+        assert _tails(topic) == [base[c] - 1 for c in range(3)]
         # Values that merely look like refused ones are fine.
         fine = [publisher.publish(v, key="k") for v in ("ObjectRef", b"__main__", 0, "")]
-    assert [f.result().position.sequence for f in fine] == [0, 1, 2, 3]
-    assert [e.value for e in _everything(topic)] == ["ObjectRef", b"__main__", 0, ""]
+    first = base[channel_for_key("k", 3)]
+    assert [f.result().position.sequence for f in fine] == [first + i for i in range(4)]
+    with reader:
+        assert [e.value for e in reader] == ["ObjectRef", b"__main__", 0, ""]
 
 
 def test_fail_refuses_a_publish_batch_part_whole(make_topic) -> None:

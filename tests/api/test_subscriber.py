@@ -15,15 +15,18 @@ import ray
 import raytopic as rt
 from raytopic.core.naming import channel_actor_name
 
-from tests.topic_helpers import key_for, module_topic, publish_all
+from tests.topic_helpers import key_for, module_topic, next_sequences, publish_all
 
 NOT_YET = 0.3
 """Seconds a test gives a waiting receive to (wrongly) complete before it publishes."""
 
 
-# A 1-channel topic for tests that read only what they themselves publish, from
-# the latest position: shared to save actors.
-shared_topic = module_topic(channels=1, capacity=10)
+# Topics for tests that read only what they themselves publish, from the latest
+# position, and count sequences from next_sequences: shared to save actors. Tests about
+# where a subscriber starts, heads and tails, "earliest" reads, capacity, expiry or a
+# channel's death keep a topic of their own.
+shared_topic = module_topic(channels=1)
+shared_four = module_topic(channels=4)
 
 
 def _even(value: int) -> bool:
@@ -143,38 +146,39 @@ def test_a_received_ref_stays_readable_after_the_channel_actor_dies(make_topic, 
 # -- waiting and ordering ------------------------------------------------------------------
 
 
-def test_a_waiting_receive_completes_when_any_channel_gets_an_element(make_topic) -> None:
-    topic = make_topic(channels=2, capacity=100)
+def test_a_waiting_receive_completes_when_any_channel_gets_an_element(shared_four) -> None:
+    topic = shared_four  # shared: it reads from the latest position, counts from base
+    base = next_sequences(topic)
     with topic.subscriber() as subscriber:
         home = subscriber._receives.home_channel  # the channel actor serving its receives
-        other = 1 - home
+        other = (home + 1) % 4
         single, batch = subscriber.receive(), subscriber.receive_batch(5)
         ready, _ = ray.wait([single], timeout=NOT_YET)
         assert not ready  # without complete_on_empty a receive waits
-        publish_all(topic, ["there"], key=key_for(other, 2))
+        publish_all(topic, ["there"], key=key_for(other, 4))
         element = ray.get(single, timeout=30)
-        assert (element.value, element.channel, element.sequence) == ("there", other, 0)
-        _publish_at_once(topic, ["here", "too"], key=key_for(home, 2))
+        assert (element.value, element.channel, element.sequence) == ("there", other, base[other])
+        _publish_at_once(topic, ["here", "too"], key=key_for(home, 4))
         assert [e.value for e in ray.get(batch, timeout=30)] == ["here", "too"]
 
         # Pipelined receives complete in order, on a sibling channel of the home.
         refs = [subscriber.receive() for _ in range(10)]
-        statuses = publish_all(topic, [f"v{i}" for i in range(10)], key=key_for(other, 2))
+        statuses = publish_all(topic, [f"v{i}" for i in range(10)], key=key_for(other, 4))
         elements = ray.get(refs, timeout=30)
     assert [e.value for e in elements] == [f"v{i}" for i in range(10)]
-    assert [e.sequence for e in elements] == list(range(1, 11))
+    assert [e.sequence for e in elements] == list(range(base[other] + 1, base[other] + 11))
     assert [e.position for e in elements] == [s.position for s in statuses]
 
 
 # -- filters and converters -----------------------------------------------------------------
 
 
-def test_filter_and_converter_run_in_the_channel_actor(make_topic) -> None:
-    topic = make_topic(channels=2, capacity=100)
-    publish_all(topic, list(range(12)))
+def test_filter_and_converter_run_in_the_channel_actor(shared_four) -> None:
+    topic = shared_four  # shared: it reads only what it publishes, from the latest position
     subscriber = topic.subscriber(
-        start="earliest", filter=_even, converter=_with_pid, complete_on_empty=True
+        start="latest", filter=_even, converter=_with_pid, complete_on_empty=True
     )
+    publish_all(topic, list(range(12)))
     assert subscriber.remaining_messages() == 12  # counted before filters
     elements = _drain(subscriber)
     pids = [channel.pid for channel in topic.describe().channels]
@@ -425,13 +429,18 @@ def test_bad_arguments_raise_typed_errors_and_change_nothing(shared_topic) -> No
 # -- Arrow rows --------------------------------------------------------------------------
 
 
-def test_arrow_rows_appended_to_a_channel_actor_are_received_as_dicts(make_topic) -> None:
+def test_arrow_rows_appended_to_a_channel_actor_are_received_as_dicts(
+    shared_topic, unique_name
+) -> None:
     import pyarrow as pa
 
     from raytopic.actors.payloads import ArrowRows
     from raytopic.actors.requests import Append, pack_request
 
-    topic = make_topic(channels=1)
+    topic = shared_topic  # shared: it reads only what it publishes, counts from base
+    (base,) = next_sequences(topic).values()
+    p = lambda n: topic.position(0, base + n)  # noqa: E731
+    subscriber = topic.subscriber(start="latest", complete_on_empty=True)
     publish_all(topic, [{"id": -1, "user": "python"}])
     rows = pa.RecordBatch.from_pydict({"id": [0, 1, 2], "user": ["a", "b", "c"]})
     channel = ray.get_actor(channel_actor_name(topic.name, 0), namespace=topic.namespace)
@@ -439,35 +448,42 @@ def test_arrow_rows_appended_to_a_channel_actor_are_received_as_dicts(make_topic
     statuses = ray.get(
         channel.request.remote(
             pack_request(
-                Append(publisher_id="bulk", batch=0, overflow="block", timeout=10.0, statuses=True)
+                Append(
+                    # A channel answers a publisher's batch number it has seen with the
+                    # old ack: an id of this test's own, on the shared topic.
+                    publisher_id=unique_name("bulk"),
+                    batch=0,
+                    overflow="block",
+                    timeout=10.0,
+                    statuses=True,
+                )
             ),
             ArrowRows(rows),
         ),
         timeout=30,
     )
-    assert [s.position for s in statuses] == [topic.position(0, s) for s in (1, 2, 3)]
-    subscriber = topic.subscriber(start="earliest", complete_on_empty=True)
+    assert [s.position for s in statuses] == [p(n) for n in (1, 2, 3)]
     elements = list(subscriber)
     assert [(e.value, e.position) for e in elements] == [
-        ({"id": -1, "user": "python"}, topic.position(0, 0)),
-        ({"id": 0, "user": "a"}, topic.position(0, 1)),
-        ({"id": 1, "user": "b"}, topic.position(0, 2)),
-        ({"id": 2, "user": "c"}, topic.position(0, 3)),
+        ({"id": -1, "user": "python"}, p(0)),
+        ({"id": 0, "user": "a"}, p(1)),
+        ({"id": 1, "user": "b"}, p(2)),
+        ({"id": 2, "user": "c"}, p(3)),
     ]
     assert {e.timestamp for e in elements[1:]} == {statuses[0].timestamp}
-    assert topic.ringbuffer(0).read_one(2) == {"id": 1, "user": "b"}
+    assert topic.ringbuffer(0).read_one(base + 2) == {"id": 1, "user": "b"}
     subscriber.close()
 
 
 # -- mixed receive styles ------------------------------------------------------------------
 
 
-def test_mixed_receive_styles_keep_order_per_channel_and_lose_nothing(make_topic) -> None:
+def test_mixed_receive_styles_keep_order_per_channel_and_lose_nothing(shared_four) -> None:
     """Single receives (home), batch receives (each to a channel in turn) and
     iterations (every channel at once) of one subscriber, while values trickle
     in: every value arrives once, and each channel's in position order."""
-    topic = make_topic(channels=4, capacity=1000)
-    subscriber = topic.subscriber(start="earliest", complete_on_empty=True)
+    topic = shared_four  # shared: it reads only what it publishes, from the latest position
+    subscriber = topic.subscriber(start="latest", complete_on_empty=True)
     total = 240
 
     def trickle() -> None:
