@@ -89,12 +89,14 @@ def test_a_member_without_a_view_owns_nothing_and_asks_no_one_for_a_lease() -> N
 
 
 def test_a_reset_raises_the_receives_jump_counts_without_a_call(make_topic, wait_until) -> None:
-    topic = make_topic(channels=2)
+    # One channel: a reset moves every channel of the group alike, and what is checked
+    # is that the member's receives hear of it without a call.
+    topic = make_topic(channels=1)
     publish_all(topic, list(range(4)))
     member = topic.subscriber(group="g")
     jumps = member._receives.jumps
-    before = [jumps.count(c) for c in range(2)]
+    before = [jumps.count(c) for c in range(topic.channel_count)]
     topic.reset_group("g", "latest")
     # Nothing is called on the member: its waiting heartbeat came back with the reset.
-    wait_until(lambda: all(jumps.count(c) > before[c] for c in range(2)), timeout=10)
+    wait_until(lambda: all(jumps.count(c) > n for c, n in enumerate(before)), timeout=10)
     member.close()

@@ -68,7 +68,7 @@ def test_a_view_is_accepted_unless_older_and_a_rejoin_always() -> None:
 
 
 def test_a_member_hears_of_a_rebalance_without_calling_anything(make_topic, wait_until) -> None:
-    topic = make_topic(channels=4)
+    topic = make_topic(channels=2)  # two: b's joining takes one of a's channels
     heard: list[rt.OwnershipChange] = []
     a = topic.subscriber(group="g", on_ownership_change=heard.append)
     version = a._member.version
@@ -76,7 +76,7 @@ def test_a_member_hears_of_a_rebalance_without_calling_anything(make_topic, wait
     # Nothing is called on `a`: its waiting heartbeat came back with the new view.
     wait_until(lambda: a._member.version > version, timeout=5)
     assert len(heard) == 2 and heard[1].revoked == frozenset(b.channels)
-    assert set(a.channels) | set(b.channels) == {0, 1, 2, 3}
+    assert set(a.channels) | set(b.channels) == {0, 1}
     a.close()
     b.close()
 

@@ -11,6 +11,14 @@ import ray
 
 import raytopic as rt
 
+from tests.topic_helpers import module_topic
+
+# One 2-channel topic for the module (each topic starts an actor per channel and a
+# coordinator): no test kills anything, and each reads only what it publishes, through
+# anonymous subscribers made before it publishes (they start at the latest position).
+# Values are published without a key, so they spread over both channels.
+shared = module_topic(channels=2)
+
 
 def _publish_shuffled(topic: rt.Topic, orders: list[str], steps: int, seed: int) -> None:
     """Every order's steps, shuffled, published without a key: they spread over channels."""
@@ -21,12 +29,14 @@ def _publish_shuffled(topic: rt.Topic, orders: list[str], steps: int, seed: int)
             publisher.publish(value)
 
 
-def test_iteration_releases_each_order_in_step_order(make_topic) -> None:
-    topic = make_topic(channels=4)
+def test_iteration_releases_each_order_in_step_order(shared) -> None:
+    topic = shared
     option = rt.Resequence(
         seq=lambda v: v["step"], correlation=lambda v: v["order"], timeout_ms=60_000, start=0
     )
-    subscriber = topic.subscriber(start="earliest", resequence=option, complete_on_empty=True)
+    subscriber = topic.subscriber(start="latest", resequence=option, complete_on_empty=True)
+    # Made before the publishes too: it reads the same elements, not resequenced.
+    plain = topic.subscriber(start="latest", complete_on_empty=True)
     orders, steps = ["A", "B", "C"], 40
     _publish_shuffled(topic, orders, steps, seed=3)
 
@@ -38,7 +48,6 @@ def test_iteration_releases_each_order_in_step_order(make_topic) -> None:
     assert dict(per_order) == {order: list(range(steps)) for order in orders}
     # The channels really did scramble them: without resequencing the
     # arrival order differs from the step order.
-    plain = topic.subscriber(start="earliest", complete_on_empty=True)
     arrival = [e.value["step"] for e in plain if e.value["order"] == "A"]
     assert sorted(arrival) == list(range(steps))
     assert arrival != list(range(steps))
@@ -46,10 +55,10 @@ def test_iteration_releases_each_order_in_step_order(make_topic) -> None:
     plain.close()
 
 
-def test_a_missing_step_is_skipped_after_the_hold_window(make_topic) -> None:
-    topic = make_topic(channels=4)
+def test_a_missing_step_is_skipped_after_the_hold_window(shared) -> None:
+    topic = shared
     option = rt.Resequence(seq=lambda v: v["step"], timeout_ms=300, start=0)
-    subscriber = topic.subscriber(start="earliest", resequence=option)
+    subscriber = topic.subscriber(start="latest", resequence=option)
     with topic.publisher() as publisher:
         for step in (4, 1, 0, 3):  # 2 never comes
             publisher.publish({"step": step})
@@ -62,10 +71,10 @@ def test_a_missing_step_is_skipped_after_the_hold_window(make_topic) -> None:
     subscriber.close()
 
 
-def test_receive_batch_returns_released_elements_in_order(make_topic) -> None:
-    topic = make_topic(channels=3)
+def test_receive_batch_returns_released_elements_in_order(shared) -> None:
+    topic = shared
     option = rt.Resequence(seq=lambda v: v["n"], timeout_ms=60_000, start=0)
-    subscriber = topic.subscriber(start="earliest", resequence=option, complete_on_empty=True)
+    subscriber = topic.subscriber(start="latest", resequence=option, complete_on_empty=True)
     with topic.publisher() as publisher:
         for n in (2, 5, 0, 1, 4, 3):
             publisher.publish({"n": n})
@@ -82,16 +91,16 @@ def test_receive_batch_returns_released_elements_in_order(make_topic) -> None:
     subscriber.close()
 
 
-def test_resequence_must_be_a_resequence_option(make_topic) -> None:
-    topic = make_topic(channels=1)
+def test_resequence_must_be_a_resequence_option(shared) -> None:
+    topic = shared
     with pytest.raises(rt.InvalidTypeError, match="resequence"):
         topic.subscriber(resequence=lambda v: v)  # type: ignore[arg-type]
 
 
-def test_a_resequencing_receive_returns_its_ref_at_once(make_topic) -> None:
-    topic = make_topic(channels=2)
+def test_a_resequencing_receive_returns_its_ref_at_once(shared) -> None:
+    topic = shared
     option = rt.Resequence(seq=lambda v: v["n"], timeout_ms=60_000, start=0)
-    subscriber = topic.subscriber(start="earliest", resequence=option)
+    subscriber = topic.subscriber(start="latest", resequence=option)
     with topic.publisher() as publisher:
         publisher.publish({"n": 1})  # 0 is missing: nothing can be released yet
     start = time.monotonic()

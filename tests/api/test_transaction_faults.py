@@ -203,7 +203,10 @@ def test_a_pipeline_worker_killed_again_and_again_outputs_exactly_once(
     def kill_now_and_then() -> None:
         rng = random.Random(7)
         while not stop.wait(rng.uniform(0.4, 1.2)):
-            if kills["worker"] >= 3:
+            # Two worker kills: the second kills an incarnation that itself replaced a
+            # killed one, so fencing is exercised again after a restart (a third only
+            # repeated that and cost one more actor start).
+            if kills["worker"] >= 2:
                 if kills["sink"] == 0:
                     epoch = _kill_channel(sink, 1)
                     kills["sink"] += 1
@@ -228,7 +231,7 @@ def test_a_pipeline_worker_killed_again_and_again_outputs_exactly_once(
     finally:
         stop.set()
         killer.join(timeout=30)
-    assert kills == {"worker": 3, "sink": 1}
+    assert kills == {"worker": 2, "sink": 1}
     with sink.subscriber(start="earliest", complete_on_empty=True) as reader:
         for element in receive_until_empty(reader):
             checker.delivered("reader", element.channel, element.sequence, element.value)
