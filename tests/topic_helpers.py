@@ -118,10 +118,24 @@ def damage_a_middle_record(topic: rt.Topic, store: str) -> tuple[int, int]:
     return stats.damaged[0]
 
 
-def read_values(topic: rt.Topic) -> list[Any]:
-    """Every value a new anonymous subscriber reads from the earliest on."""
+def read_values(topic: rt.Topic, since: dict[int, int] | None = None) -> list[Any]:
+    """Every value a new anonymous subscriber reads from the earliest on; with
+    ``since`` (``next_sequences`` when a test on a shared topic began), only those
+    from there on: what the test's own reads of a fresh topic would be."""
     with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
-        return [element.value for element in receive_until_empty(reader)]
+        return [
+            element.value
+            for element in receive_until_empty(reader)
+            if since is None or element.sequence >= since[element.channel]
+        ]
+
+
+def group_at_latest(topic: rt.Topic, group: str | rt.SharedGroup, **options: Any) -> None:
+    """Create ``group`` at ``topic``'s latest position, by a member that joins and
+    leaves (``options``: the subscriber's, e.g. ``mode="shared"``): it gets only what
+    is published from now on. ``create_group`` starts a new group at the head, where a
+    shared topic holds other tests' elements."""
+    topic.subscriber(group=group, start="latest", **options).close()
 
 
 def receive_exactly(member: rt.Subscriber, count: int) -> rt.ElementBatch:

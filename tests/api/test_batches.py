@@ -12,7 +12,7 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, module_topic, next_sequences, publish_all
+from tests.topic_helpers import get, group_at_latest, module_topic, next_sequences, publish_all
 
 COMMITTED = rt.CommitStatus.COMMITTED
 
@@ -68,7 +68,7 @@ def test_a_group_member_commits_a_batch_in_one_call_and_the_next_resumes_after(
     shared_three, unique_name
 ):
     topic, g = shared_three, unique_name("g")  # shared: a group of its own, made at latest
-    topic.subscriber(group=g, start="latest").close()
+    group_at_latest(topic, g)
     _publish_batch(topic, [{"id": i} for i in range(600)])
     with topic.subscriber(group=g, complete_on_empty=True) as member:
         batch = next(member.iter_batches(250))
@@ -87,7 +87,7 @@ def test_a_group_member_commits_a_batch_in_one_call_and_the_next_resumes_after(
 
 def test_a_shared_member_acks_a_batch_in_one_call(shared_three, unique_name):
     topic, s = shared_three, unique_name("s")  # shared: a group of its own, made at latest
-    topic.subscriber(group=rt.SharedGroup(s), start="latest").close()
+    group_at_latest(topic, rt.SharedGroup(s))
     publish_all(topic, list(range(40)))
     with topic.subscriber(group=rt.SharedGroup(s), complete_on_empty=True) as member:
         batches = _drain(member, 15)
@@ -103,7 +103,7 @@ def test_a_shared_member_acks_a_batch_in_one_call(shared_three, unique_name):
 
 def test_a_shared_member_nacks_a_batch_and_gets_it_again(shared_one, unique_name):
     topic, s = shared_one, unique_name("s")  # shared: a group of its own, made at latest
-    topic.subscriber(group=rt.SharedGroup(s), start="latest").close()
+    group_at_latest(topic, rt.SharedGroup(s))
     publish_all(topic, list(range(5)))
     with topic.subscriber(group=rt.SharedGroup(s), complete_on_empty=True) as member:
         first = next(member.iter_batches(10))
@@ -116,7 +116,7 @@ def test_a_shared_member_nacks_a_batch_and_gets_it_again(shared_one, unique_name
 
 def test_a_window_bounds_what_batches_hold_uncommitted(shared_one, unique_name):
     topic, g = shared_one, unique_name("g")  # shared: a group of its own, made at latest
-    topic.subscriber(group=g, start="latest").close()
+    group_at_latest(topic, g)
     publish_all(topic, list(range(20)))
     with topic.subscriber(group=g, window=6) as member:
         batches = member.iter_batches(100)
@@ -212,7 +212,7 @@ def _commit_in_a_task(batch: rt.ElementBatch) -> list[str]:
 def test_a_batch_pickles_and_commits_from_a_task(shared_one, unique_name):
     topic, g = shared_one, unique_name("g")  # shared: a group of its own, counts from base
     (base,) = next_sequences(topic).values()
-    topic.subscriber(group=g, start="latest").close()
+    group_at_latest(topic, g)
     publish_all(topic, list(range(5)))
     with topic.subscriber(group=g, complete_on_empty=True) as member:
         batch = next(member.iter_batches(10))
@@ -252,7 +252,7 @@ def test_a_member_killed_holding_a_batch_has_it_redelivered(shared_one, unique_n
     # Shared: a group of its own, made at latest; the process killed is its member's,
     # not the topic's.
     topic, g = shared_one, unique_name("g")
-    topic.subscriber(group=g, start="latest").close()
+    group_at_latest(topic, g)
     publish_all(topic, list(range(120)))
     victim = _BatchMember.remote(topic, g)
     pid, held = get(victim.take_one_batch.remote())

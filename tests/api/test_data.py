@@ -19,7 +19,7 @@ import raytopic.data as rd
 from raytopic.bridge.bulk import BulkWriter
 from raytopic.routing import channel_for_key
 
-from tests.topic_helpers import drain_group, get, module_topic, next_sequences
+from tests.topic_helpers import drain_group, get, group_at_latest, module_topic, next_sequences
 
 # Under pytest -n (xdist), every test of this module runs in one worker, which makes
 # its module-scoped topics once.
@@ -58,7 +58,7 @@ def test_a_dataset_round_trips_through_a_topic_one_position_per_row(
 ) -> None:
     topic = shared_topic  # shared: it reads from where it began, and through a group made then
     group = unique_name("g")
-    topic.subscriber(group=group, start="latest").close()  # the group starts here
+    group_at_latest(topic, group)
     base = next_sequences(topic)
     summary = rd.write_topic(_orders(2000), topic, key="customer")
     assert summary.rows == 2000
@@ -131,7 +131,7 @@ def test_reads_take_channels_start_end_and_a_groups_uncommitted_rows(
     # Shared: its sequences count from where it began, its group is made then.
     topic = shared_topic
     group = unique_name("g")
-    topic.subscriber(group=group, start="latest").close()  # the group starts here
+    group_at_latest(topic, group)
     base = next_sequences(topic)
     rd.write_topic(ray.data.range(100).repartition(1), topic)  # 50 per channel
     assert rd.read_topic(topic, channels=[1], start=base).count() == 50

@@ -14,7 +14,14 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, module_topic, next_sequences, publish_all, receive_until_empty
+from tests.topic_helpers import (
+    get,
+    group_at_latest,
+    module_topic,
+    next_sequences,
+    publish_all,
+    receive_until_empty,
+)
 
 # Topics the tests share to save actors (no test here kills a channel or the
 # coordinator; the member processes and pauses are the tests' own): each test uses a
@@ -146,7 +153,7 @@ def test_paused_member_is_fenced_then_rejoins_with_a_new_generation(
     timeout = 1.0
     topic, g = two_channels, unique_name("g")
     base = next_sequences(topic)
-    topic.subscriber(group=g, start="latest").close()  # the group starts here
+    group_at_latest(topic, g)
     publish_all(topic, list(range(8)))  # four per channel
     heard: list[rt.OwnershipChange] = []
     # Until its deliberate pause, `paused` heartbeats well within its timeout.
@@ -206,7 +213,7 @@ def test_paused_member_is_fenced_then_rejoins_with_a_new_generation(
 def test_timed_out_member_rejoins_on_its_next_receive(one_channel, unique_name, wait_until):
     timeout = 1.0
     topic, g = one_channel, unique_name("g")
-    topic.subscriber(group=g, start="latest").close()  # the group starts here
+    group_at_latest(topic, g)
     publish_all(topic, ["a", "b"])
     paused = topic.subscriber(group=g, timeout=timeout, complete_on_empty=True)
     generation = _members(topic, g)[paused.subscriber_id].generation

@@ -16,7 +16,7 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, module_topic, publish_all
+from tests.topic_helpers import get, group_at_latest, module_topic, publish_all
 
 ACKED = rt.AckStatus.ACKED
 REJECTED = rt.AckStatus.REJECTED
@@ -130,10 +130,7 @@ def test_max_deliveries_sends_to_the_dead_letter_topic_with_the_reason(
 ):
     topic, g, dead_name = shared_one, unique_name("g"), unique_name("dead")
     # Shared: the group is the test's own, made at "latest" by a member that leaves.
-    with topic.subscriber(
-        group=rt.SharedGroup(g, max_deliveries=2, dead_letter=dead_name), start="latest"
-    ):
-        pass
+    group_at_latest(topic, rt.SharedGroup(g, max_deliveries=2, dead_letter=dead_name))
     try:
         # Created with the group; deleted here, the channel creates it again.
         rt.get_topic(dead_name, namespace=topic.namespace).destroy()
@@ -274,8 +271,7 @@ def test_bad_inputs_get_typed_errors_and_change_nothing(shared_one, unique_name)
     # leaves), so each sees only what the test publishes.
     topic = shared_one
     g, owned_group, picky_group = unique_name("g"), unique_name("owned"), unique_name("picky")
-    with topic.subscriber(group=rt.SharedGroup(picky_group, filter=_even), start="latest"):
-        pass
+    group_at_latest(topic, rt.SharedGroup(picky_group, filter=_even))
     a = topic.subscriber(group=g, mode="shared", start="latest")
     b = topic.subscriber(group=g, mode="shared")
     owned = topic.subscriber(group=owned_group, start="latest")
@@ -465,8 +461,7 @@ def test_iteration_receives_and_acks_everything(shared_two, unique_name):
     # Shared: the group is the test's own, made at "latest" (by a member that leaves)
     # before the test publishes, so it holds just the 300.
     topic, g = shared_two, unique_name("g")
-    with topic.subscriber(group=g, mode="shared", start="latest"):
-        pass
+    group_at_latest(topic, g, mode="shared")
     publish_all(topic, list(range(300)))
     with topic.subscriber(group=g, mode="shared", window=50, complete_on_empty=True) as member:
         seen = []

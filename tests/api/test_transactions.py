@@ -13,12 +13,12 @@ import raytopic as rt
 
 from tests.topic_helpers import (
     get,
+    group_at_latest,
     module_topic,
     next_sequences,
     publish_all,
     read_values,
     receive_exactly,
-    receive_until_empty,
 )
 
 # Topics for tests that read only what they publish after they begin (sinks from the
@@ -30,20 +30,6 @@ shared_sink = module_topic(channels=1)
 shared_two_channel_sink = module_topic(channels=2)
 
 
-def values_since(topic: rt.Topic, base: dict[int, int]) -> list:
-    """Every value ``topic`` holds from ``base`` (``next_sequences`` when the test
-    began) on: what ``read_values`` reads of a fresh topic."""
-    with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
-        return [e.value for e in receive_until_empty(reader) if e.sequence >= base[e.channel]]
-
-
-def group_from_tail(topic: rt.Topic, group: str) -> None:
-    """Create ``group`` at ``topic``'s tail: it receives only what is published from now
-    on (``create_group`` starts a new group at the head, at other tests' elements)."""
-    with topic.subscriber(group=group, start="latest"):
-        pass
-
-
 def test_outputs_are_invisible_until_commit_then_all_visible(
     shared_two_channel_sink, unique_name
 ) -> None:
@@ -53,13 +39,13 @@ def test_outputs_are_invisible_until_commit_then_all_visible(
     tx = txs.begin()
     tx.publish_batch(sink, list(range(10)))
     tx.publish(sink, 10, key="k")
-    assert values_since(sink, base) == []
+    assert read_values(sink, since=base) == []
     stats = sink.describe()
     staged = [t for channel in stats.channels for t in channel.transactions]
     assert sum(t["staged"] for t in staged) == 11
     assert {t["id"] for t in staged} == {txs.transactional_id}
     result = tx.commit()
-    assert sorted(values_since(sink, base)) == list(range(11))
+    assert sorted(read_values(sink, since=base)) == list(range(11))
     assert result.published_count == 11
     for positions in result.published[sink.name].values():
         assert positions == list(range(positions[0], positions[0] + len(positions)))
@@ -83,8 +69,8 @@ def test_outputs_to_two_topics_and_consumed_commits_take_effect_together(
             tx.publish_batch(left, [e.value for e in batch])
             tx.publish_batch(right, [-e.value for e in batch])
             tx.commit_consumed(batch)
-    assert sorted(values_since(left, left_base)) == list(range(20))
-    assert sorted(values_since(right, right_base)) == sorted(-v for v in range(20))
+    assert sorted(read_values(left, since=left_base)) == list(range(20))
+    assert sorted(read_values(right, since=right_base)) == sorted(-v for v in range(20))
     # The outputs are visible when commit() returns; the input commits follow at once.
     wait_until(lambda: source.describe().groups[group].lag == 0)
 
@@ -95,7 +81,7 @@ def test_an_exception_in_the_block_aborts_everything_and_inputs_come_again(
     source, sink = shared_source, shared_sink  # shared: a group of its own from the tail
     group = unique_name("g")
     base = next_sequences(sink)
-    group_from_tail(source, group)
+    group_at_latest(source, group)
     publish_all(source, list(range(5)))
     txs = rt.transactions(unique_name("tx"))
     with source.subscriber(group=group) as member:
@@ -104,7 +90,7 @@ def test_an_exception_in_the_block_aborts_everything_and_inputs_come_again(
             tx.publish_batch(sink, [e.value for e in batch])
             tx.commit_consumed(batch)
             raise RuntimeError("transform failed")
-    assert values_since(sink, base) == []
+    assert read_values(sink, since=base) == []
     with source.subscriber(group=group) as member:
         again = receive_exactly(member, 5)
     assert [e.value for e in again] == list(range(5))
@@ -118,7 +104,7 @@ def test_an_aborted_transactions_inputs_come_again_to_the_same_member(
     source, sink = shared_source, shared_sink  # shared: a group of its own from the tail
     group = unique_name("g")
     base = next_sequences(sink)
-    group_from_tail(source, group)
+    group_at_latest(source, group)
     publish_all(source, list(range(10)))
     txs = rt.transactions(unique_name("tx"))
     with source.subscriber(group=group) as member:
@@ -136,7 +122,7 @@ def test_an_aborted_transactions_inputs_come_again_to_the_same_member(
                 tx.publish_batch(sink, [e.value for e in batch])
                 tx.commit_consumed(batch)
     assert seen == list(range(10))
-    assert values_since(sink, base) == list(range(10))
+    assert read_values(sink, since=base) == list(range(10))
     txs.close()
 
 
@@ -170,7 +156,7 @@ def test_a_newer_incarnation_fences_the_older(shared_sink, unique_name) -> None:
     assert isinstance(rt.TransactionFencedError("x"), rt.TransactionAbortedError)
     with new.begin() as fresh:
         fresh.publish(sink, 9)
-    assert values_since(sink, base) == [9]
+    assert read_values(sink, since=base) == [9]
     assert not [t for c in sink.describe().channels for t in c.transactions]
     new.close()
 
@@ -181,7 +167,7 @@ def test_a_fenced_incarnation_that_was_committing_cannot_commit(
     source, sink = shared_source, shared_sink  # shared: a group of its own from the tail
     group = unique_name("g")
     base = next_sequences(sink)
-    group_from_tail(source, group)
+    group_at_latest(source, group)
     publish_all(source, [1])
     name = unique_name("tx")
     old = rt.transactions(name)
@@ -193,7 +179,7 @@ def test_a_fenced_incarnation_that_was_committing_cannot_commit(
         rt.transactions(name)
         with pytest.raises(rt.TransactionFencedError):
             tx.commit()
-    assert values_since(sink, base) == []
+    assert read_values(sink, since=base) == []
 
 
 def test_a_member_that_lost_its_channel_cannot_commit_through_a_transaction(
@@ -202,7 +188,7 @@ def test_a_member_that_lost_its_channel_cannot_commit_through_a_transaction(
     source, sink = shared_source, shared_sink  # shared: a group of its own from the tail
     group = unique_name("g")
     base, start = next_sequences(sink), next_sequences(source)
-    group_from_tail(source, group)
+    group_at_latest(source, group)
     publish_all(source, [1, 2, 3])
     txs = rt.transactions(unique_name("tx"))
     with source.subscriber(group=group) as member:
@@ -215,7 +201,7 @@ def test_a_member_that_lost_its_channel_cannot_commit_through_a_transaction(
         with pytest.raises(rt.TransactionAbortedError) as caught:
             tx.commit()
         assert "no longer owns" in caught.value.reason
-    assert values_since(sink, base) == []
+    assert read_values(sink, since=base) == []
     assert source.describe().groups[group].lag == 3
     txs.close()
 
@@ -235,7 +221,7 @@ def test_an_open_transaction_holds_no_reader_or_publisher_back(shared_sink, uniq
         assert element is not None and element.value == "plain"
         assert time.monotonic() - started < 5.0
     tx.commit()
-    assert values_since(sink, base) == ["plain", "staged"]
+    assert read_values(sink, since=base) == ["plain", "staged"]
     txs.close()
 
 
@@ -288,7 +274,7 @@ def test_bad_input_is_typed_and_changes_nothing(
         tx.commit_consumed([1])  # type: ignore[list-item]
     tx.publish(sink, "kept")
     assert tx.commit().published_count == 1
-    assert values_since(sink, base) == ["kept"]
+    assert read_values(sink, since=base) == ["kept"]
     txs.close()
     with pytest.raises(rt.ClosedError):
         txs.begin()
