@@ -485,6 +485,8 @@ def format_figure(figure: Figure) -> str:
     ratio = ""
     if figure.ratio is not None:
         ratio = f"{figure.ratio:6.2f}x {figure.baseline}"
+    elif figure.baseline is not None:  # a baseline measured as 0: no ratio to take
+        ratio = f"{'n/a':>6} x {figure.baseline} (it measured 0)"
     if figure.target is not None:
         ratio += f"  (target {figure.target}: {'met' if figure.met else 'short'})"
     return f"{figure.case:<{CASE_WIDTH}} {figure.value:>12,.2f} {figure.unit:<7} {ratio}".rstrip()

@@ -270,6 +270,9 @@ def test_a_target_is_met_on_its_side_of_the_bound_and_printed_with_its_verdict()
     assert no_baseline.met is False  # nothing shows it met
     assert format_figure(rate).endswith("0.90x queue  (target >= 0.9x: met)")
     assert format_figure(cost).endswith("1.30x bare actor  (target <= 1.2x: short)")
+    assert format_figure(no_baseline).endswith(
+        "n/a x bare actor (it measured 0)  (target <= 1.2x: short)"
+    )
     assert str(at_least(1.75)) == ">= 1.75x"
 
 
