@@ -47,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "JAVA_OPTIONS",
+    "JVM_OPTION_KEYS",
     "LOG4J_CONFIG",
     "JavaNotFoundError",
     "init_quiet_spark",
@@ -80,11 +81,13 @@ _OPENED_PACKAGES = (
 JAVA_OPTIONS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in _OPENED_PACKAGES)
 """The JVM flags Spark and RayDP need on Java 17."""
 
-_JAVA_OPTION_KEYS = (
+JVM_OPTION_KEYS = (
     "spark.ray.raydp_app_master.extraJavaOptions",
     "spark.driver.extraJavaOptions",
     "spark.executor.extraJavaOptions",
 )
+"""The settings holding the JVM flags of every JVM RayDP starts: its app master,
+Spark's driver and the executors (:data:`JAVA_OPTIONS` goes first in each)."""
 _EXECUTOR_CPU_KEY = "spark.ray.raydp_spark_executor.actor.resource.cpu"
 _MIN_JAVA = 17
 
@@ -230,7 +233,7 @@ def init_spark(
     python = _choose_python(settings)
     _choose_log4j(settings)
     settings.setdefault(_PROGRESS_KEY, "false")
-    for key in _JAVA_OPTION_KEYS:
+    for key in JVM_OPTION_KEYS:
         settings[key] = f"{JAVA_OPTIONS} {settings.get(key, '')}".strip()
     if _EXECUTOR_CPU_KEY not in settings:
         cpus = ray.cluster_resources().get("CPU", 1.0)

@@ -19,6 +19,7 @@ import raytopic.data as rd
 import raytopic.spark as rs
 from raytopic.routing import channel_for_key
 
+from tests.spark_settings import quick_jvm_configs
 from tests.topic_helpers import damage_a_middle_record, drain_group, get
 
 pyspark = pytest.importorskip("pyspark")
@@ -39,6 +40,7 @@ def spark(ray_session: None) -> Iterator[Any]:
         configs={
             "spark.ray.raydp_spark_executor.actor.resource.cpu": "0.5",
             "spark.sql.shuffle.partitions": "4",
+            **quick_jvm_configs(),  # short-lived JVMs: C1 only
         },
     )
     session.sparkContext.setLogLevel("ERROR")

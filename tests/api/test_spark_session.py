@@ -17,6 +17,8 @@ import pytest
 
 from raytopic.bridge.spark_session import LOG4J_CONFIG, _choose_log4j, _choose_python
 
+from tests.spark_settings import QUICK_JVM
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -131,6 +133,10 @@ def test_the_spark_demo_from_an_unactivated_venv_runs_and_prints_nothing_unasked
     env["PATH"] = os.pathsep.join(path)
     ray_dir = Path(tempfile.mkdtemp(prefix="rt-"))  # short: Ray's socket paths fit 107 bytes
     env["RAY_TMPDIR"] = str(ray_dir)  # and no pointer to another cluster is found there
+    # A user's JVM settings reach every JVM of the job (each prints "Picked up
+    # JAVA_TOOL_OPTIONS", which the user asked for). These keep the short-lived
+    # JVMs cheap: C1 only, as the Spark tests' session runs (tests/api/test_spark.py).
+    env["JAVA_TOOL_OPTIONS"] = QUICK_JVM
     try:
         done = subprocess.run(
             [str(RAYTOPIC), "demo", "--rows", "3000"],
