@@ -119,7 +119,9 @@ def _cpu_seconds(pid: int) -> float:
     """
     try:
         return time.clock_gettime_ns(_process_cpu_clock(pid)) / 1e9
-    except (OSError, AttributeError):  # not Linux (no CPU clocks of other processes)
+    # Not Linux (no CPU clocks of other processes), or the process is gone (psutil
+    # then raises NoSuchProcess, as it always did here).
+    except (OSError, AttributeError):
         times = psutil.Process(pid).cpu_times()
         return times.user + times.system
 
