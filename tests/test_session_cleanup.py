@@ -50,6 +50,11 @@ def _orphans_left(before: set[tuple[int, str]], grace: float) -> set[tuple[int, 
     return left
 
 
+def _bytecode_caches() -> set[Path]:
+    """The bytecode caches of test sessions in the temp dir (``tests/conftest.py``)."""
+    return set(Path(tempfile.gettempdir()).glob("raytopic-pyc-*"))
+
+
 @pytest.fixture
 def ray_tmpdir() -> Iterator[Path]:
     """A short temp dir for Ray's files (its socket paths must fit 107 bytes)."""
@@ -67,6 +72,10 @@ def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir:
         if key not in ("RAY_ADDRESS", "PYTEST_CURRENT_TEST")
     }
     env["RAY_TMPDIR"] = str(ray_tmpdir)
+    # As on CI: Python writes no bytecode, so the session keeps a cache of its own.
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    caches_before = _bytecode_caches()
     orphans_before = _orphaned_ray_processes()
     session = subprocess.run(
         [
@@ -87,6 +96,7 @@ def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir:
     )
     assert session.returncode == 0, session.stdout[-3000:] + session.stderr[-3000:]
     assert not (ray_tmpdir / "ray" / "ray_current_cluster").exists()
+    assert _bytecode_caches() == caches_before  # its bytecode cache is removed
     # No process of its head is left (the agents retitle themselves "ray::...": one
     # missed outlived the run by minutes, at a tenth of a core).
     assert _orphans_left(orphans_before, grace=10.0) == set()
