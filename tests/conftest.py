@@ -155,6 +155,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop(_SHARED_CLUSTER, None)
         cluster.stop()
     if _BYTECODE_CACHE is not None:
+        # Imports later in this process's exit would write the cache again.
+        sys.pycache_prefix, sys.dont_write_bytecode = None, True
         shutil.rmtree(_BYTECODE_CACHE, ignore_errors=True)
 
 
