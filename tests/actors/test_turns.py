@@ -142,18 +142,28 @@ def test_no_gap_is_skipped_while_a_turn_of_the_stream_is_running() -> None:
         turns = Turns(gap_timeout=GAP)
         log: list = []
         release = asyncio.Event()
-        long_turn = asyncio.create_task(take(turns, "s", 0, log, hold=release))
+        ending: list[float] = []
+
+        async def long_turn() -> None:
+            async with turns.turn("s", 0):
+                log.append(("start", "s", 0))
+                await release.wait()
+                # Read before the turn ends: a stall of this process (a busy
+                # machine) can then only lengthen the gap measured below.
+                ending.append(time.monotonic())
+                log.append(("end", "s", 0))
+
+        running = asyncio.create_task(long_turn())
         await asyncio.sleep(0)
         waiter = asyncio.create_task(take(turns, "s", 2, log))  # 1 never arrives
         await asyncio.sleep(GAP * 6)  # many gap timeouts pass while 0 runs
         assert log == [("start", "s", 0)]
         assert not waiter.done()
         release.set()
-        await long_turn
-        ended = time.monotonic()
+        await running
         await waiter
         # 1 is skipped only after a gap timeout with nothing running.
-        assert time.monotonic() - ended >= GAP * 0.9
+        assert time.monotonic() - ending[0] >= GAP * 0.9
         assert log == [("start", "s", 0), ("end", "s", 0), ("start", "s", 2), ("end", "s", 2)]
 
     run(main)
