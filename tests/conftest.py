@@ -2,10 +2,11 @@
 
 The run starts a real head node with ``ray start --head --block`` (on
 loopback) and connects to it, so a test can also attach a second driver
-process to the same cluster. Under xdist (``pytest -n 2 --dist loadgroup``, with
-pytest-xdist installed; not the default) the controller starts it and every
-worker is a driver of it; the modules marked ``xdist_group`` stay in one worker. With
-``RAY_ADDRESS`` set, the tests use that cluster instead.
+process to the same cluster. The run has two xdist workers (``-n 2 --dist
+loadgroup``, in pyproject's addopts): the controller starts the cluster and
+every worker is a driver of it; the modules marked ``xdist_group`` stay in one
+worker. ``-n 0`` runs serially, starting the cluster on the first test that
+needs it. With ``RAY_ADDRESS`` set, the tests use that cluster instead.
 """
 
 from __future__ import annotations
