@@ -17,14 +17,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,6 +31,7 @@ import ray
 
 from raytopic.core.records import PublishSummary
 from raytopic.tools.demo_actors import Consumer, Ledger
+from raytopic.tools.quiet_kills import worker_death_reports_off
 from raytopic.topic import Topic, create_topic
 
 __all__ = ["run_demo"]
@@ -140,7 +140,7 @@ def _kill_channel(topic: Topic, channel: int, say: Callable[[str], None]) -> Non
         f"killing channel {channel} on purpose (pid {before.pid}, epoch {before.epoch}) "
         "with SIGKILL, as a crash would: it must come back from its store"
     )
-    with _worker_death_reports_off():
+    with worker_death_reports_off():
         os.kill(before.pid, signal.SIGKILL)
         killed_at = time.perf_counter()
         say(f"killed channel {channel} (pid {before.pid}, epoch {before.epoch})")
@@ -156,27 +156,6 @@ def _kill_channel(topic: Topic, channel: int, say: Callable[[str], None]) -> Non
                 )
                 return
     say(f"channel {channel} did not come back within {_RECOVERY_TIMEOUT:.0f} s")
-
-
-@contextlib.contextmanager
-def _worker_death_reports_off() -> Iterator[None]:
-    """Keep Ray's report of the killed worker off the demo's console while the block runs.
-
-    The raylet reports a worker that died while it ran a task to the driver of
-    its job, which prints it (even with ``log_to_driver=False``): a ~1,000
-    character line naming the OOM killer among the likely causes, which reads
-    as a crash of the demo. The demo says what it kills in its own words
-    instead. Ray has no public switch for it; this is the one Ray's own
-    debugger (``ray.util.rpdb``) turns off while it holds the console. Only
-    this process's printing pauses: the raylet still logs the death.
-    """
-    worker = ray._private.worker
-    before = getattr(worker, "_worker_logs_enabled", True)
-    worker._worker_logs_enabled = False
-    try:
-        yield
-    finally:
-        worker._worker_logs_enabled = before
 
 
 def _verdict(
