@@ -250,9 +250,57 @@ def init_spark(
     # it to every Python function it ships (the setting alone is read only by
     # spark-submit); set for that moment only, the user's environment stays as it was.
     with _environment(PYSPARK_PYTHON=python):
-        return raydp.init_spark(
+        session = raydp.init_spark(
             app_name, num_executors, executor_cores, executor_memory, configs=settings
         )
+    _remove_ray_library_copies(session)
+    return session
+
+
+_RAY_LIBRARY_COPY = re.compile(r"\s(/tmp/ray/\d+)/libcore_worker_library_java\.so$", re.MULTILINE)
+"""Where Ray's Java driver copies Ray's native library, in a line of /proc/PID/maps."""
+
+
+def _remove_ray_library_copies(session: Any) -> None:
+    """Remove the copies of Ray's native library that Spark's JVMs made for themselves.
+
+    A JVM that joins Ray as a driver (RayDP runs two: Spark's driver, here, and
+    its app master, in the ``RayDPSparkMaster`` actor) copies Ray's native
+    library, about 40 MB, into ``/tmp/ray/<milliseconds>/`` and never removes
+    it: every Spark session left two behind. Once Spark runs on Ray both JVMs
+    have loaded it, and Linux keeps a loaded library mapped after its file is
+    removed. Where that cannot be done (no ``/proc``, another RayDP inside) the
+    copies stay, as before.
+    """
+    driver = getattr(getattr(session.sparkContext, "_gateway", None), "proc", None)
+    if driver is not None:
+        _remove_ray_library_copy(driver.pid)
+    import raydp.context
+
+    context = getattr(raydp.context, "_global_spark_context", None)
+    cluster = getattr(context, "_spark_cluster", None)
+    master = getattr(cluster, "_spark_master_handle", None)
+    if master is not None:  # the app master's JVM is the master actor's child
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(master.__ray_call__.remote(_remove_app_masters_copy), timeout=30)
+
+
+def _remove_app_masters_copy(master: Any) -> None:
+    """Run in RayDP's master actor: remove its JVM's copy of Ray's library."""
+    jvm = getattr(getattr(master, "_gateway", None), "proc", None)
+    if jvm is not None:
+        _remove_ray_library_copy(jvm.pid)
+
+
+def _remove_ray_library_copy(pid: int) -> None:
+    """Remove the copy of Ray's native library that the JVM ``pid`` loaded from
+    ``/tmp/ray/<milliseconds>/`` (nothing where ``/proc`` cannot tell)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return
+    for directory in {match.group(1) for match in _RAY_LIBRARY_COPY.finditer(maps)}:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _running_session() -> Any:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 
 import raytopic as rt
 import raytopic.data as rd
@@ -346,6 +347,26 @@ def test_the_spark_bench_reports_the_bridge_against_raydp(spark: Any) -> None:
     verdict = format_verdict(figures)
     assert verdict.startswith("verdict: ") and "of 3 targets met" in verdict
     assert spark.range(3).count() == 3  # the session it was given is still running
+
+
+def test_spark_on_ray_leaves_no_copy_of_rays_native_library(spark: Any) -> None:
+    # A JVM that joins Ray as a driver (Spark's driver here, RayDP's app master in
+    # its master actor) copies Ray's native library (~40 MB) into /tmp/ray/<ms>/
+    # and never removes it; init_spark removes both copies once they are loaded.
+    import raydp.context
+
+    master = raydp.context._global_spark_context._spark_cluster._spark_master_handle
+    app_master = ray.get(master.__ray_call__.remote(lambda actor: actor._gateway.proc.pid))
+    for jvm in (spark.sparkContext._gateway.proc.pid, app_master):
+        mapped = [
+            line.split(maxsplit=5)[5]
+            for line in Path(f"/proc/{jvm}/maps").read_text().splitlines()
+            if "libcore_worker_library_java.so" in line
+        ]
+        assert mapped, jvm  # the JVM runs Ray's library
+        for path in mapped:
+            assert path.endswith(" (deleted)"), path
+            assert not Path(path.removesuffix(" (deleted)")).parent.exists(), path
 
 
 def test_a_second_init_spark_returns_the_running_session(spark: Any) -> None:
