@@ -272,9 +272,7 @@ def _remove_ray_library_copies(session: Any) -> None:
     removed. Where that cannot be done (no ``/proc``, another RayDP inside) the
     copies stay, as before.
     """
-    driver = getattr(getattr(session.sparkContext, "_gateway", None), "proc", None)
-    if driver is not None:
-        _remove_ray_library_copy(driver.pid)
+    _remove_gateway_jvms_copy(session.sparkContext)  # Spark's driver JVM, our child
     import raydp.context
 
     context = getattr(raydp.context, "_global_spark_context", None)
@@ -282,21 +280,18 @@ def _remove_ray_library_copies(session: Any) -> None:
     master = getattr(cluster, "_spark_master_handle", None)
     if master is not None:  # the app master's JVM is the master actor's child
         with contextlib.suppress(ray.exceptions.RayError):
-            ray.get(master.__ray_call__.remote(_remove_app_masters_copy), timeout=30)
+            ray.get(master.__ray_call__.remote(_remove_gateway_jvms_copy), timeout=30)
 
 
-def _remove_app_masters_copy(master: Any) -> None:
-    """Run in RayDP's master actor: remove its JVM's copy of Ray's library."""
-    jvm = getattr(getattr(master, "_gateway", None), "proc", None)
-    if jvm is not None:
-        _remove_ray_library_copy(jvm.pid)
-
-
-def _remove_ray_library_copy(pid: int) -> None:
-    """Remove the copy of Ray's native library that the JVM ``pid`` loaded from
-    ``/tmp/ray/<milliseconds>/`` (nothing where ``/proc`` cannot tell)."""
+def _remove_gateway_jvms_copy(owner: Any) -> None:
+    """Remove the copy of Ray's native library that the JVM behind ``owner._gateway``
+    (a py4j gateway: Spark's context, or RayDP's master actor, run in its process)
+    loaded from ``/tmp/ray/<milliseconds>/``; nothing where ``/proc`` cannot tell."""
+    jvm = getattr(getattr(owner, "_gateway", None), "proc", None)
+    if jvm is None:
+        return
     try:
-        maps = Path(f"/proc/{pid}/maps").read_text()
+        maps = Path(f"/proc/{jvm.pid}/maps").read_text()
     except OSError:
         return
     for directory in {match.group(1) for match in _RAY_LIBRARY_COPY.finditer(maps)}:
