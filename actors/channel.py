@@ -49,6 +49,7 @@ from raytopic.actors.channel_parts import ChannelParts
 from raytopic.actors.cursors import Lease
 from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.payloads import Payload
+from raytopic.actors.poison import Poison
 from raytopic.actors.requests import TRANSACTION_REQUESTS, ChannelRequest, unpack_request
 from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
@@ -537,6 +538,20 @@ class ChannelActor:
     ) -> bool:
         """Undo a take nobody saw (see :meth:`Readers.give_back`)."""
         return self._readers.give_back(reader_id, fence, first, expected_next, jumps, entries)
+
+    async def report_poison(
+        self,
+        reader_id: str,
+        fence: Any,
+        jumps: int,
+        sequence: int,
+        cause_type: str,
+        cause_message: str,
+        skipped: bool = False,
+    ) -> bool:
+        """A reader could not decode an element (see :meth:`Readers.report_poison`)."""
+        poison = Poison(sequence, cause_type, cause_message)
+        return self._readers.report_poison(reader_id, fence, jumps, poison, skipped)
 
     async def watch(
         self, reader_id: str, fence: Any, known: CursorState | None, timeout: float

@@ -29,11 +29,14 @@ class CursorState:
     has_commit: bool = field(default=False, compare=False)
     unacked: int = field(default=0, compare=False)
     """Delivered but not committed (:attr:`Cursor.unacked`)."""
+    stopped: bool = False
+    """The cursor stops before a poison element the reader was told of
+    (``raytopic.actors.poison``): nothing is takeable until it skips it."""
 
     @property
     def available(self) -> bool:
         """Whether an element waits to be delivered."""
-        return self.tail >= self.next
+        return self.tail >= self.next and not self.stopped
 
 
 class ChannelLink:

@@ -47,6 +47,10 @@ _COUNTERS = {
     "commits": ("commits", "Commits that moved a position"),
     "transaction_commits": ("transaction_commits", "Transactions committed (by their lead)"),
     "transaction_aborts": ("transaction_aborts", "Transactions aborted (by their lead)"),
+    "poison_skipped": (
+        "poison_skipped",
+        "Poison elements (undecodable, or a filter or converter raised) a reader skipped",
+    ),
 }
 
 _LATENCY_BOUNDARIES = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
@@ -125,6 +129,10 @@ class ChannelMetrics:
     def committed(self) -> None:
         """A commit moved a position."""
         self._counts["commits"] += 1
+
+    def poison_skipped(self, count: int = 1) -> None:
+        """A reader made with ``on_poison="skip"`` passed over ``count`` poison elements."""
+        self._counts["poison_skipped"] += count
 
     def transaction_decided(self, committed: bool) -> None:
         """This channel, a transaction's lead, decided its outcome."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from raytopic.actors.poison import Poison, PoisonMark
 from raytopic.core.records import CommitStatus
 
 __all__ = ["Cursor", "Lease", "Lent", "clamp"]
@@ -81,6 +82,9 @@ class Cursor:
             not unacknowledged, so the window does not wait for their commit.
             Misses between two matches of one take count as delivered (the
             commit of the later match covers them).
+        poison: A poison element the cursor stops before (see
+            ``raytopic.actors.poison``); not kept by a store (a restarted
+            channel finds it again).
     """
 
     next: int
@@ -92,6 +96,7 @@ class Cursor:
     delivered_high: int = -1
     lent: Lent | None = None
     unread: list[tuple[int, int]] = field(default_factory=list)
+    poison: PoisonMark | None = None
 
     @classmethod
     def starting_at(cls, next_sequence: int) -> Cursor:
@@ -225,6 +230,31 @@ class Cursor:
         skipped from there on."""
         self.next = next_sequence
         self._forget_unread()
+
+    def poison_ahead(self) -> PoisonMark | None:
+        """The poison mark at or after the read position (None: none, or a jump
+        voided it, or the cursor is past it)."""
+        mark = self.poison
+        if mark is not None and (mark.jumps != self.jumps or mark.poison.sequence < self.next):
+            self.poison = mark = None
+        return mark
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the cursor stands at a poison element its reader was told of: it
+        holds nothing for the reader until a jump."""
+        mark = self.poison_ahead()
+        return mark is not None and mark.reported and mark.poison.sequence == self.next
+
+    def stop_at(self, poison: Poison, *, reported: bool) -> None:
+        """Stop before ``poison``: if the cursor is past it, read from it again (what
+        was taken after it is void: one jump more, so handles drop it); hold
+        there until a jump."""
+        if self.next > poison.sequence:
+            self.rewind(poison.sequence)
+            self.lent = None
+            self.jumps += 1
+        self.poison = PoisonMark(poison, self.jumps, reported)
 
     def to_state(self) -> dict[str, object]:
         """What a store keeps of the cursor (JSON-ready); see :meth:`from_state`."""

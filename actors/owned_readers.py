@@ -20,6 +20,7 @@ from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.cursors import Cursor, Lease, Lent
+from raytopic.actors.poison import Poison, poison_error
 from raytopic.actors.reader_parts import LossNotice, Reader, delivered_count, pick
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.wire import Chunk, Delivery
@@ -36,6 +37,9 @@ session is taken for gone (its elements never reached anyone): read them again."
 
 HELD_POLL = 0.2
 """Seconds between looks at a transaction's commit a take waits for."""
+
+_ALL = 1 << 62
+"""No bound on what a take may read (no poison element ahead)."""
 
 FILTERED_READ = 1000
 """Elements a filtered take looks at, at least: a filter that matches nothing
@@ -121,6 +125,7 @@ class OwnedReaders:
             cursor.jumps,
             cursor.has_commit,
             cursor.unacked,
+            cursor.stopped,
         )
 
     def state(self, reader: Reader, fence: Any, *, check: bool = True) -> CursorState:
@@ -131,6 +136,8 @@ class OwnedReaders:
         """Whether the reader has an element to read here now."""
         cursor = self.cursor_of(reader, fence)
         ring = self._log.ring
+        if cursor.stopped:
+            return False
         return cursor.next <= ring.tail or cursor.next < ring.head
 
     # -- taking -----------------------------------------------------------------------
@@ -159,16 +166,34 @@ class OwnedReaders:
             raise loss
         if cursor.next < head and not log.kept_below_head(cursor.next):
             self._skip_lost(cursor)
-        if max_count <= 0 or cursor.next > ring.tail:
+        mark = cursor.poison_ahead()
+        stopped = mark is not None and mark.poison.sequence == cursor.next
+        if mark is not None and stopped and (not mark.reported or reader.spec.complete_on_empty):
+            # Told once; a receive that would otherwise answer "empty" is told again.
+            mark.reported = True
+            raise poison_error(self._context.config.topic_id, self._context.channel, mark.poison)
+        # Never read past a poison element ahead (a take given back before it).
+        readable = _ALL if mark is None else mark.poison.sequence - cursor.next
+        poison = None
+        if stopped or readable <= 0 or cursor.next > ring.tail:
             chunks, next_sequence = [], cursor.next
         elif reader.filter is None and reader.converter is None:
-            runs = self._deliverable(cursor, log.read(cursor.next, max_count))
+            runs = self._deliverable(cursor, log.read(cursor.next, min(max_count, readable)))
             chunks = [Chunk(run.first, run.stamp, run.payload) for run in runs]
             next_sequence = runs[-1].last + 1 if runs else cursor.next
         else:
-            runs = self._deliverable(cursor, log.read(cursor.next, max(max_count, FILTERED_READ)))
-            chunks, next_sequence = pick(runs, reader.filter, reader.converter, max_count)
-            next_sequence = max(next_sequence, cursor.next)
+            looked = min(max(max_count, FILTERED_READ), readable)
+            runs = self._deliverable(cursor, log.read(cursor.next, looked))
+            picked = pick(
+                runs,
+                reader.filter,
+                reader.converter,
+                max_count,
+                skip_poison=reader.spec.skip_poison,
+            )
+            chunks, poison = picked.chunks, picked.poison
+            next_sequence = max(picked.next_sequence, cursor.next)
+            self._skipped(reader_id, picked.skipped)
         last_delivered = _last_sequence(chunks) if chunks else cursor.next - 1
         if chunks:
             self._context.metrics.delivered(*delivered_count(chunks), time.time() - chunks[0].stamp)
@@ -180,9 +205,28 @@ class OwnedReaders:
         # A filter's misses after the last match are read, not delivered.
         cursor.passed_over(last_delivered + 1, next_sequence - 1)
         self._touch(reader)
+        if poison is not None:
+            # What came before it is delivered now; the next take tells of it.
+            cursor.stop_at(poison, reported=not chunks)
+            logger.warning(
+                "channel %d: reader %s stops before poison element %d (%s: %s)",
+                self._context.channel,
+                reader_id,
+                poison.sequence,
+                poison.cause_type,
+                poison.cause_message,
+            )
+            if not chunks:
+                raise poison_error(self._context.config.topic_id, self._context.channel, poison)
         config = self._context.config
         origin = _Origin(
-            config.topic_id, config.name, config.namespace, reader_id, fence, cursor.jumps
+            config.topic_id,
+            config.name,
+            config.namespace,
+            reader_id,
+            fence,
+            cursor.jumps,
+            skip_poison=reader.spec.skip_poison,
         )
         return Delivery.pack(
             self._context.channel,
@@ -193,7 +237,50 @@ class OwnedReaders:
             cursor.committed,
             origin,
             cursor.unacked,
+            stopped,
         )
+
+    def _skipped(self, reader_id: str, skipped: tuple[Poison, ...]) -> None:
+        """A skipping reader passed over poison elements: logged and counted."""
+        for poison in skipped:
+            logger.warning(
+                "channel %d: reader %s skips poison element %d (%s: %s)",
+                self._context.channel,
+                reader_id,
+                poison.sequence,
+                poison.cause_type,
+                poison.cause_message,
+            )
+        if skipped:
+            self._context.metrics.poison_skipped(len(skipped))
+
+    def report_poison(
+        self, reader: Reader | None, fence: Any, jumps: int, poison: Poison, skipped: bool
+    ) -> bool:
+        """A receive's reply held a poison element its reader could not decode.
+
+        A skipping reader passed over it (counted here); any other stops before
+        it, told already (``reported``) or by its next take here. Refused (False)
+        when the cursor jumped since that take (a seek, reset, or new owner).
+        """
+        cursor = self._owned_cursor(reader, fence)
+        if cursor is None or cursor.jumps != jumps:
+            return False
+        if skipped:
+            self._skipped(reader.reader_id, (poison,))  # type: ignore[union-attr]
+            return True
+        cursor.stop_at(poison, reported=False)
+        logger.warning(
+            "channel %d: reader %s stops before poison element %d (%s: %s)",
+            self._context.channel,
+            reader.reader_id,  # type: ignore[union-attr]
+            poison.sequence,
+            poison.cause_type,
+            poison.cause_message,
+        )
+        self._touch(reader)  # type: ignore[arg-type]
+        self._context.notify()
+        return True
 
     def _deliverable(self, cursor: Cursor, runs: list[Run]) -> list[Run]:
         """What a cursor's take may deliver of ``runs`` (the log's one damage rule);

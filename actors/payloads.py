@@ -51,6 +51,8 @@ __all__ = [
     "Payload",
     "PickledList",
     "PickledValues",
+    "UNDECODABLE",
+    "decode_checked",
     "dumps_value",
     "encode_values",
     "fast_dumps",
@@ -133,6 +135,27 @@ def _holds_object_ref(value: Any) -> bool:
 
 # -- runs of values ------------------------------------------------------------------
 
+UNDECODABLE: Any = object()
+"""Stands for a value :func:`decode_checked` could not decode."""
+
+
+def decode_checked(payload: Payload) -> tuple[list[Any], dict[int, Exception]]:
+    """Every value of ``payload``, and the failures of those that cannot be decoded.
+
+    The common case costs what ``decode()`` costs. When a value cannot be
+    decoded here (its class is missing or changed: a consumer's version skew),
+    the payload is decoded value by value where its kind allows, so one such
+    value costs only itself.
+
+    Returns:
+        The values (``UNDECODABLE`` at each index that failed), and each failed
+        index's exception.
+    """
+    try:
+        return payload.decode(), {}
+    except Exception:
+        return payload.decode_each()
+
 
 class Payload:
     """The values of one append (or a slice of them): the interface of both kinds."""
@@ -164,6 +187,15 @@ class Payload:
     def decode(self) -> list[Any]:
         """Every value as a Python object."""
         raise NotImplementedError
+
+    def decode_each(self) -> tuple[list[Any], dict[int, Exception]]:
+        """Like ``decode``, a value's failure costing only itself where the kind
+        allows (see :func:`decode_checked`). By default the values are decoded
+        together, so a failure is every value's."""
+        try:
+            return self.decode(), {}
+        except Exception as error:
+            return [UNDECODABLE] * len(self), dict.fromkeys(range(len(self)), error)
 
     def owned(self) -> Payload:
         """The same values in memory of this process's own: a channel keeps what it
@@ -252,6 +284,21 @@ class PickledValues(Payload):
             append(loads(view[start:end]))
             start = end
         return values
+
+    def decode_each(self) -> tuple[list[Any], dict[int, Exception]]:
+        """Unpickle every value on its own: one that fails costs only itself."""
+        view = memoryview(self.buffer)
+        values: list[Any] = []
+        failures: dict[int, Exception] = {}
+        start = self.begin
+        for index, end in enumerate(self.ends.tolist()):
+            try:
+                values.append(pickle.loads(view[start:end]))
+            except Exception as error:
+                values.append(UNDECODABLE)
+                failures[index] = error
+            start = end
+        return values, failures
 
     def owned(self) -> PickledValues:
         """The same values in a buffer of this process's own (not a view into Ray's

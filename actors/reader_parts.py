@@ -14,19 +14,28 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
 from raytopic.actors.channel_link import CursorState
-from raytopic.actors.payloads import Payload, encode_values
+from raytopic.actors.payloads import Payload, decode_checked, encode_values
+from raytopic.actors.poison import Poison
 from raytopic.actors.receive_session import SessionSpec
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.wire import Chunk, Delivery, ReaderSpec
 from raytopic.core.errors import DataLossError, InvalidArgumentError
 
-__all__ = ["Fetches", "LossNotice", "Reader", "ReaderMode", "check_sequence", "pick"]
+__all__ = [
+    "Fetches",
+    "LossNotice",
+    "Picked",
+    "Reader",
+    "ReaderMode",
+    "check_sequence",
+    "pick",
+]
 
 STOPPED_TAKES_KEPT = 10_000
 """Stop requests remembered for fetches that have not arrived (yet, or ever); also
@@ -168,36 +177,71 @@ class Fetches:
             del self._stopped[next(iter(self._stopped))]
 
 
+class Picked(NamedTuple):
+    """What :func:`pick` took from a run of elements."""
+
+    chunks: list[Chunk]
+    next_sequence: int
+    """Where to read on: after the last element looked at, or AT a poison element."""
+    poison: Poison | None = None
+    """The poison element the pick stopped before (not skipping), if any."""
+    skipped: tuple[Poison, ...] = ()
+    """The poison elements passed over (skipping)."""
+
+
 def pick(
     runs: list[Run],
     keep: Callable[[Any], bool] | None,
     convert: Callable[[Any], Any] | None,
     max_count: int,
-) -> tuple[list[Chunk], int]:
+    *,
+    skip_poison: bool = False,
+) -> Picked:
     """Up to ``max_count`` elements of ``runs`` that ``keep`` accepts, converted.
 
-    Returns the chunks and the sequence to read on from (after the last
-    element looked at). The filter and converter see decoded values; what
-    is delivered keeps its payload kind unless a converter made new values.
+    The filter and converter see decoded values; what is delivered keeps its
+    payload kind unless a converter made new values. An element that cannot
+    be decoded here, or on which ``keep`` or ``convert`` raises, is poison
+    (``raytopic.actors.poison``): the pick stops before it, or passes over it
+    (``skip_poison``).
     """
     chunks: list[Chunk] = []
     sequence = runs[0].first if runs else 0
     found = 0
+    poison: Poison | None = None
+    skipped: list[Poison] = []
     for run in runs:
-        values = run.payload.decode() if keep is not None or convert is not None else None
+        values: list[Any] = []
+        failures: dict[int, Exception] = {}
+        if keep is not None or convert is not None:
+            values, failures = decode_checked(run.payload)
         picked: list[int] = []
+        converted: list[Any] = []
         for offset in range(len(run.payload)):
-            sequence = run.first + offset + 1
-            if keep is None or keep(values[offset]):  # type: ignore[index]
-                picked.append(offset)
-                found += 1
-                if found >= max_count:
+            try:
+                if offset in failures:
+                    raise failures[offset]
+                if keep is not None and not keep(values[offset]):
+                    sequence = run.first + offset + 1
+                    continue
+                if convert is not None:
+                    converted.append(convert(values[offset]))
+            except Exception as error:
+                if not skip_poison:
+                    poison = Poison.of(run.first + offset, error)
+                    sequence = poison.sequence
                     break
+                skipped.append(Poison.of(run.first + offset, error))
+                sequence = run.first + offset + 1
+                continue
+            sequence = run.first + offset + 1
+            picked.append(offset)
+            found += 1
+            if found >= max_count:
+                break
         if picked:
             if convert is not None:
-                payload: Payload = encode_values(
-                    [convert(values[offset]) for offset in picked]  # type: ignore[index]
-                )
+                payload: Payload = encode_values(converted)
             elif len(picked) == len(run.payload):
                 payload = run.payload
             else:
@@ -205,9 +249,9 @@ def pick(
             consecutive = picked[-1] - picked[0] + 1 == len(picked)
             sequences = None if consecutive else np.array(picked, dtype=np.int64) + run.first
             chunks.append(Chunk(run.first + picked[0], run.stamp, payload, sequences))
-        if found >= max_count:
+        if found >= max_count or poison is not None:
             break
-    return chunks, sequence
+    return Picked(chunks, sequence, poison, tuple(skipped))
 
 
 def delivered_count(chunks: list[Chunk]) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.owned_readers import OwnedReaders
+from raytopic.actors.poison import Poison
 from raytopic.actors.reader_parts import Fetches, LossNotice, Reader, ReaderMode
 from raytopic.actors.shared_groups import MemberViews, SharedGroups
 from raytopic.actors.wire import Delivery, ReaderSpec
@@ -198,6 +199,16 @@ class Readers:
         if reader is not None and reader.group in self.shared:
             return self.shared.give_back(reader, fence, first, expected_next, jumps, entries)
         return self.owned.give_back(reader, fence, first, expected_next, jumps, entries)
+
+    def report_poison(
+        self, reader_id: str, fence: Any, jumps: int, poison: Poison, skipped: bool
+    ) -> bool:
+        """A reader could not decode an element it was handed (see
+        :meth:`OwnedReaders.report_poison`; a shared group's member nacks it instead)."""
+        reader = self.by_id.get(reader_id)
+        if reader is None or reader.group in self.shared:
+            return False
+        return self.owned.report_poison(reader, fence, jumps, poison, skipped)
 
     def state(self, reader_id: str, fence: Any, *, check: bool = True) -> CursorState:
         """The reader's state here (raises as the mode does)."""

@@ -43,6 +43,7 @@ from raytopic.actors.turns import Turns
 from raytopic.actors.wire import Delivery, ReceivedBatch
 from raytopic.core.errors import (
     NotOwnerError,
+    PoisonElementError,
     StaleSequenceError,
     SubscriberClosedError,
     TopicError,
@@ -63,6 +64,11 @@ _SETTLE_GAP = 5.0
 """Seconds a seek waits for an earlier receive that has not reached the session."""
 
 _NOT_OWNED = object()
+
+_TOLD_ONCE = (StaleSequenceError, PoisonElementError)
+"""What a take raises to tell its reader once (skipped elements, a poison element),
+after which the channel serves the reader on: reported by the next receive when
+other channels' takes delivered meanwhile."""
 
 RESEQUENCE_PULL = 4000
 """Elements a resequencing session takes at once to feed its resequencer."""
@@ -414,13 +420,13 @@ class ReceiveSession:
             if len(group) == 1:  # the common case: no task, no extra loop turn
                 try:
                     outcomes: list[Any] = [await self._take(group[0], max_count)]
-                except StaleSequenceError as error:
+                except _TOLD_ONCE as error:
                     outcomes = [error]
             else:
                 outcomes = await self._take_several(group, max_count)
             deliveries = [o for o in outcomes if isinstance(o, Delivery) and o.count]
             errors = [o for o in outcomes if isinstance(o, BaseException)]
-            failures = [e for e in errors if not isinstance(e, StaleSequenceError)]
+            failures = [e for e in errors if not isinstance(e, _TOLD_ONCE)]
             if failures:
                 # Nobody will see what the other channels handed over: give it back.
                 await asyncio.gather(*(self._give_back(d) for d in deliveries))
@@ -480,7 +486,7 @@ class ReceiveSession:
             if self._owned.get(channel) == fence:
                 self._drop(channel)
             return None
-        except StaleSequenceError:
+        except _TOLD_ONCE:
             self._known.pop(channel, None)
             raise
         self._learn(delivery)
@@ -494,6 +500,7 @@ class ReceiveSession:
             delivery.tail,
             delivery.jumps,
             unacked=delivery.unacked,
+            stopped=delivery.stopped,
         )
 
     async def _take_remote(self, link: ChannelLink, fence: Any, max_count: int) -> Delivery:
@@ -615,7 +622,7 @@ class ReceiveSession:
         if isinstance(error, NotOwnerError | SubscriberClosedError):
             if self._owned.get(channel) == fence:
                 self._drop(channel)
-        elif isinstance(error, StaleSequenceError):
+        elif isinstance(error, _TOLD_ONCE):
             self._known.pop(channel, None)
             self._stale.append(error)  # the channel moved the cursor: report it once
         elif error is not None:

@@ -37,6 +37,7 @@ __all__ = [
     "GiveBack",
     "Nack",
     "Receive",
+    "ReportPoison",
     "SettleTake",
     "StopTake",
     "Take",
@@ -134,6 +135,21 @@ class GiveBack(NamedTuple):
     jumps: int
     entries: tuple[tuple[int, int], ...] = ()
     method = "give_back"
+
+
+class ReportPoison(NamedTuple):
+    """A receive's reply held an element its reader could not decode (see
+    ``raytopic.actors.poison``): stop before it, or (``skipped``) count it."""
+
+    reader_id: str
+    fence: Any
+    jumps: int
+    """The reader's cursor jump count at the take that delivered it."""
+    sequence: int
+    cause_type: str
+    cause_message: str
+    skipped: bool = False
+    method = "report_poison"
 
 
 class Ack(NamedTuple):
@@ -273,6 +289,7 @@ ChannelRequest = (
     | SettleTake
     | Watch
     | GiveBack
+    | ReportPoison
     | Ack
     | Nack
     | ExtendLease
@@ -288,6 +305,7 @@ REQUEST_TYPES = (
     SettleTake,
     Watch,
     GiveBack,
+    ReportPoison,
     Ack,
     Nack,
     ExtendLease,

@@ -15,6 +15,7 @@ import cloudpickle
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.payloads import Payload
+from raytopic.actors.poison import poison_error
 from raytopic.actors.reader_parts import check_sequence, pick
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.wire import Chunk, RawReadResult
@@ -79,6 +80,10 @@ class RingbufferApi:
                 return self._log.read_readable(sequence, 1)[0]
             await self._context.wait_change(POLL_INTERVAL)
 
+    @property
+    def _source(self) -> tuple[str, int]:
+        return self._context.config.topic_id, self._context.channel
+
     async def read_many(
         self, start: int, min_count: int, max_count: int, filter_bytes: bytes | None
     ) -> RawReadResult:
@@ -111,13 +116,20 @@ class RingbufferApi:
                     runs = self._log.read_readable(sequence, max_count - found)
                 except DataLossError:
                     if sequence > start:  # what was read before the damage first
-                        return RawReadResult(start, sequence - start, chunks)
+                        return RawReadResult(start, sequence - start, chunks, self._source)
                     raise
-                picked, sequence = pick(runs, predicate, None, max_count - found)
-                chunks.extend(picked)
-                found += sum(len(chunk.payload) for chunk in picked)
+                picked = pick(runs, predicate, None, max_count - found)
+                chunks.extend(picked.chunks)
+                found += sum(len(chunk.payload) for chunk in picked.chunks)
+                sequence = picked.next_sequence
+                if picked.poison is not None:
+                    # The filter raised on it, or it does not decode here: what
+                    # came before it, and a read from it raises.
+                    if sequence > start:
+                        return RawReadResult(start, sequence - start, chunks, self._source)
+                    raise poison_error(*self._source, picked.poison, ring=True)
             if found >= min_count:
-                return RawReadResult(start, sequence - start, chunks)
+                return RawReadResult(start, sequence - start, chunks, self._source)
             await self._context.wait_change(POLL_INTERVAL)
 
     def read_range(self, start: int, stop: int, max_count: int) -> tuple[Chunk, ...]:

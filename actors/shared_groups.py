@@ -225,6 +225,7 @@ class SharedGroups:
             convert=reader.converter,
             key_order=spec.ordering == "key",
             stop=None if lost is None else lost[0],
+            max_deliveries=spec.max_deliveries,
         )
         if chunks:
             self._context.metrics.delivered(*delivered_count(chunks), time.time() - chunks[0].stamp)

@@ -8,21 +8,28 @@ count.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from raytopic.actors.payloads import Payload, encode_values
+from raytopic.actors.payloads import decode_checked, encode_values
 from raytopic.actors.segment_ring import Run, SegmentRing
 from raytopic.actors.shared_cursor import Candidate, SharedCursor
 from raytopic.actors.wire import Chunk
 
-__all__ = ["SCAN_LIMIT", "take_shared"]
+__all__ = ["POISON_NACK_DELAY", "SCAN_LIMIT", "take_shared"]
+
+logger = logging.getLogger(__name__)
 
 SCAN_LIMIT = 1000
 """New elements one take looks at when a filter or key order may pass some over
 (a filter that matches nothing must not hold the actor for the whole ring)."""
+
+POISON_NACK_DELAY = 1.0
+"""Seconds before a poison element goes out again (a filter that raises on it
+should not be run again at once)."""
 
 
 def take_shared(
@@ -37,10 +44,16 @@ def take_shared(
     convert: Callable[[Any], Any] | None = None,
     key_order: bool = False,
     stop: int | None = None,
+    max_deliveries: int | None = None,
 ) -> list[Chunk]:
     """Deliver up to ``max_count`` elements to ``member`` (held under a lease of
     ``lease`` seconds from ``now``), as chunks in sequence order per source;
-    new elements only below ``stop`` (a damaged range begins there)."""
+    new elements only below ``stop`` (a damaged range begins there).
+
+    A poison element (it does not decode here, or ``keep`` or ``convert`` raises
+    on it: ``raytopic.actors.poison``) is not delivered: it counts as a delivery
+    negatively acknowledged at once (after ``max_deliveries``, a dead letter).
+    """
     if cursor.floor < ring.head - 1:
         cursor.drop_below(ring.head)  # removed (overwrite, TTL, purge) before settled
     if max_count <= 0:
@@ -51,19 +64,29 @@ def take_shared(
         # The common case, element by element below it: new elements in a row.
         taken = cursor.hold_new(member, max_count, tail, now, lease)
         runs = ring.read(cursor.next - taken, taken) if taken else []
-        return [Chunk(run.first, run.stamp, _converted(run.payload, convert)) for run in runs]
+        if convert is None:
+            return [Chunk(run.first, run.stamp, run.payload) for run in runs]
+        chosen = [(sequence, 1) for run in runs for sequence in range(run.first, run.last + 1)]
+        located = {
+            run.first + offset: (run, offset) for run in runs for offset in range(len(run.payload))
+        }
+        return _delivered(cursor, member, chosen, located, convert, now, max_deliveries)
     located: dict[int, tuple[Run, int]] = {}
-    decoded: dict[int, list[Any]] = {}  # id(run) -> its values, for the filter
+    decoded: dict[int, tuple[list[Any], dict[int, Exception]]] = {}  # id(run) -> values
+    raised: dict[int, Exception] = {}  # sequence -> what its filter raised
 
     def offer(run: Run, offset: int) -> Candidate:
         sequence = run.first + offset
         located[sequence] = (run, offset)
         matches = True
         if keep is not None:
-            values = decoded.get(id(run))
-            if values is None:
-                values = decoded[id(run)] = run.payload.decode()
-            matches = bool(keep(values[offset]))
+            values, failures = _values_of(run, decoded)
+            try:
+                if offset in failures:
+                    raise failures[offset]
+                matches = bool(keep(values[offset]))
+            except Exception as error:
+                raised[sequence] = error  # chosen, then negatively acknowledged
         key = None
         if key_order:
             keys = run.payload.keys
@@ -79,15 +102,79 @@ def take_shared(
                 yield offer(run, offset)
 
     chosen = cursor.choose(member, offered(), max_count, now, lease, key_order=key_order)
-    return _pack(chosen, located, convert)
+    for sequence, count in chosen:
+        if sequence in raised:
+            _nack_poison(cursor, member, sequence, count, raised[sequence], now, max_deliveries)
+    chosen = [(sequence, count) for sequence, count in chosen if sequence not in raised]
+    return _delivered(cursor, member, chosen, located, convert, now, max_deliveries)
+
+
+def _values_of(
+    run: Run, decoded: dict[int, tuple[list[Any], dict[int, Exception]]]
+) -> tuple[list[Any], dict[int, Exception]]:
+    """A run's values (decoded once per take), and those that did not decode."""
+    values = decoded.get(id(run))
+    if values is None:
+        values = decoded[id(run)] = decode_checked(run.payload)
+    return values
+
+
+def _delivered(
+    cursor: SharedCursor,
+    member: str,
+    chosen: list[tuple[int, int]],
+    located: dict[int, tuple[Run, int]],
+    convert: Callable[[Any], Any] | None,
+    now: float,
+    max_deliveries: int | None,
+) -> list[Chunk]:
+    """Chunks of the chosen elements (converted); one the converter raises on (or
+    that does not decode for it) is negatively acknowledged instead."""
+    if convert is None:
+        return _pack(chosen, located, None)
+    decoded: dict[int, tuple[list[Any], dict[int, Exception]]] = {}
+    converted: dict[int, Any] = {}
+    kept = []
+    for sequence, count in chosen:
+        run, offset = located[sequence]
+        values, failures = _values_of(run, decoded)
+        try:
+            if offset in failures:
+                raise failures[offset]
+            converted[sequence] = convert(values[offset])
+        except Exception as error:
+            _nack_poison(cursor, member, sequence, count, error, now, max_deliveries)
+            continue
+        kept.append((sequence, count))
+    return _pack(kept, located, converted)
+
+
+def _nack_poison(
+    cursor: SharedCursor,
+    member: str,
+    sequence: int,
+    count: int,
+    error: Exception,
+    now: float,
+    max_deliveries: int | None,
+) -> None:
+    logger.warning(
+        "poison element %d nacked for member %s (%s: %s)",
+        sequence,
+        member,
+        type(error).__name__,
+        error,
+    )
+    cursor.nack(sequence, member, count, now + POISON_NACK_DELAY, max_deliveries)
 
 
 def _pack(
     chosen: list[tuple[int, int]],
     located: dict[int, tuple[Run, int]],
-    convert: Callable[[Any], Any] | None,
+    converted: dict[int, Any] | None,
 ) -> list[Chunk]:
-    """Chunks of the chosen elements: consecutive ones of one run share a chunk."""
+    """Chunks of the chosen elements: consecutive ones of one run share a chunk
+    (with ``converted``: their converted values)."""
     chunks: list[Chunk] = []
     index = 0
     while index < len(chosen):
@@ -100,15 +187,11 @@ def _pack(
         ):
             stop += 1
         offset = start + (stop - index)
-        payload = _converted(run.payload.slice(start, offset), convert)
+        if converted is None:
+            payload = run.payload.slice(start, offset)
+        else:
+            payload = encode_values([converted[sequence] for sequence, _ in chosen[index:stop]])
         counts = np.fromiter((count for _, count in chosen[index:stop]), dtype=np.int32)
         chunks.append(Chunk(chosen[index][0], run.stamp, payload, None, counts))
         index = stop
     return chunks
-
-
-def _converted(payload: Payload, convert: Callable[[Any], Any] | None) -> Payload:
-    """The payload's values through the reader's converter (if it has one)."""
-    if convert is None:
-        return payload
-    return encode_values([convert(value) for value in payload.decode()])

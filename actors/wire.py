@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from itertools import repeat
+from dataclasses import dataclass, fields
+from itertools import repeat, zip_longest
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from raytopic.actors.payloads import decode_checked
+from raytopic.actors.poison import Poison, poison_error
+from raytopic.actors.requests import Nack, ReportPoison, pack_request
 from raytopic.core.element_batch import ElementBatch
+from raytopic.core.naming import channel_actor
 from raytopic.core.records import Element, ReadResultSet, _Origin, _unfrozen
 from raytopic.core.statuses import PublishStatuses
 
@@ -29,6 +34,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from raytopic.actors.payloads import Payload
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "AppendAck",
@@ -44,6 +51,7 @@ __all__ = [
 # -- records built in bulk ----------------------------------------------------------
 
 _new = object.__new__
+_MISSING = object()
 _Unfrozen = _unfrozen(Element)
 
 
@@ -126,6 +134,15 @@ class ReaderSpec:
     """Most received-but-uncommitted elements, or None."""
     resequence: bytes | None = None
     """cloudpickled ``raytopic.Resequence``: its home session releases in order."""
+    skip_poison: bool = False
+    """``on_poison="skip"``: poison elements are logged, counted and passed over
+    (else the reader stops before one and is told once: ``raytopic.actors.poison``)."""
+
+    def __setstate__(self, state: list[Any]) -> None:
+        # A spec kept by a store before a field was added has that field's default.
+        for spec_field, value in zip_longest(fields(self), state, fillvalue=_MISSING):
+            value = spec_field.default if value is _MISSING else value
+            object.__setattr__(self, spec_field.name, value)
 
 
 class Chunk(NamedTuple):
@@ -171,6 +188,8 @@ class Delivery:
     origin: _Origin
     unacked: int = 0
     """The reader's delivered-but-uncommitted count here afterwards."""
+    stopped: bool = False
+    """The cursor stops before a poison element (see ``CursorState.stopped``)."""
 
     @classmethod
     def pack(
@@ -183,6 +202,7 @@ class Delivery:
         committed: int,
         origin: _Origin,
         unacked: int = 0,
+        stopped: bool = False,
     ) -> Delivery:
         """Build a delivery from chunks."""
         count = sum(len(chunk.payload) for chunk in chunks)
@@ -198,6 +218,7 @@ class Delivery:
             committed,
             origin,
             unacked,
+            stopped,
         )
 
     def entries(self) -> tuple[tuple[int, int], ...]:
@@ -213,9 +234,11 @@ class Delivery:
         )
 
     def one_by_one(self) -> Iterator[tuple[Any, Delivery]]:
-        """Each element as (its decoded value, a delivery of it alone)."""
+        """Each element as (its decoded value, a delivery of it alone); the value of
+        one that does not decode here is ``UNDECODABLE`` (it still travels)."""
         for chunk in self.chunks:
-            for index, value in enumerate(chunk.payload.decode()):
+            values, _ = decode_checked(chunk.payload)
+            for index, value in enumerate(values):
                 yield value, self._with([_slice_chunk(chunk, index, index + 1)])
 
     def split(self, count: int) -> tuple[Delivery, Delivery]:
@@ -239,7 +262,7 @@ class Delivery:
     def _with(self, chunks: list[Chunk]) -> Delivery:
         """A delivery of ``chunks`` (part of this one's) with this one's cursor state."""
         fields = (self.jumps, self.next, self.tail, self.committed, self.origin, self.unacked)
-        return Delivery.pack(self.channel, chunks, *fields)
+        return Delivery.pack(self.channel, chunks, *fields, self.stopped)
 
 
 def _slice_chunk(chunk: Chunk, start: int, stop: int) -> Chunk:
@@ -273,9 +296,18 @@ class ReceivedBatch:
 def _build_elements(
     packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...],
     single: bool,
-) -> ElementBatch | Element | None:
+) -> ElementBatch | Element | Exception | None:
+    if _stopped_readers:
+        packed = _without_void(packed)
     with _no_collection():
-        elements = _decode_elements(packed)
+        try:
+            elements = _decode_elements(packed)
+        except Exception:
+            # An element this process cannot decode: it costs only itself.
+            decoded = _decode_poisoned(packed)
+            if not isinstance(decoded, ElementBatch):
+                return decoded  # ray.get raises it, as the typed error it carries
+            elements = decoded
     if single:
         return elements[0] if elements else None
     return elements
@@ -322,25 +354,195 @@ def _decode_elements(packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...])
     return elements
 
 
+# -- poison elements (see raytopic.actors.poison) ---------------------------------
+
+_stopped_readers: dict[tuple[str, str, int], tuple[int, int]] = {}
+"""(topic id, reader, channel) -> (sequence, jumps): readers this process found a
+poison element for. Elements of theirs at or after it, taken under that jump
+count or an earlier one (receives already out when the channel was told), are
+void: the reader's cursor went back to it."""
+
+
+def _without_void(
+    packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...],
+) -> tuple[tuple[int, tuple[Chunk, ...], _Origin], ...]:
+    """``packed`` without the elements a poison element made void."""
+    kept = []
+    for channel, chunks, origin in packed:
+        key = (origin.topic_id, origin.reader, channel)
+        stop = _stopped_readers.get(key)
+        if stop is not None and origin.jumps > stop[1]:
+            del _stopped_readers[key]  # taken after the channel was told: all valid
+            stop = None
+        if stop is not None:
+            chunks = tuple(_chunks_before(chunks, stop[0]))
+        kept.append((channel, chunks, origin))
+    return tuple(kept)
+
+
+def _chunks_before(chunks: tuple[Chunk, ...], sequence: int) -> Iterator[Chunk]:
+    for chunk in chunks:
+        sequences = chunk.sequence_list()
+        below = sum(1 for s in sequences if s < sequence)
+        if below == len(sequences):
+            yield chunk
+        elif below:
+            yield _slice_chunk(chunk, 0, below)
+
+
+def _decode_poisoned(
+    packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...],
+) -> ElementBatch | Exception:
+    """Decode a reply in which some element cannot be decoded here.
+
+    A channel-owned reader keeps what came before it in its channel and stops
+    there: its channel is told (its cursor goes back to the element), and its
+    next receive there raises the error; when nothing came before it in the
+    whole reply, the error is returned now (``ray.get`` raises it). A reader
+    made with ``on_poison="skip"`` passes over it (its channel counts it); a
+    shared group's member negatively acknowledges it.
+    """
+    elements = ElementBatch()
+    stopped: list[tuple[_Origin, int, Poison]] = []
+    for channel, chunks, origin in packed:
+        for chunk in chunks:
+            values, failures = decode_checked(chunk.payload)
+            counts = repeat(1) if chunk.counts is None else chunk.counts.tolist()
+            rows = zip(values, chunk.sequence_list(), counts, strict=False)
+            poison = None
+            for index, (value, sequence, count) in enumerate(rows):
+                if index in failures:
+                    poison = Poison.of(sequence, failures[index])
+                    if origin.shared:
+                        _nack_poison(origin, channel, poison, count)
+                    elif origin.skip_poison:
+                        _report_poison(origin, channel, poison, skipped=True)
+                    else:
+                        break
+                    poison = None
+                    continue
+                elements.append(_element(value, channel, sequence, chunk.stamp, origin, count))
+            if poison is not None:
+                stopped.append((origin, channel, poison))
+                break  # nothing after it in this channel is delivered
+    for origin, channel, poison in stopped:
+        key = (origin.topic_id, origin.reader, channel)
+        _stopped_readers[key] = (poison.sequence, origin.jumps)
+        _report_poison(origin, channel, poison, skipped=False)
+    if stopped and not elements:
+        origin, channel, poison = stopped[0]
+        return _raised(poison_error(origin.topic_id, channel, poison))
+    return elements
+
+
+def _element(
+    value: Any, channel: int, sequence: int, stamp: float, origin: _Origin, count: int
+) -> Element:
+    element = _new(_Unfrozen)
+    element.value = value
+    element.channel = channel
+    element.sequence = sequence
+    element.stamp = stamp
+    element._origin = origin
+    element.delivery_count = count
+    element.__class__ = Element  # type: ignore[assignment]
+    return element  # type: ignore[return-value]
+
+
+def _report_poison(origin: _Origin, channel: int, poison: Poison, *, skipped: bool) -> None:
+    """Tell the channel (fire and forget: a channel that restarted meanwhile finds the
+    element again when it is next delivered)."""
+    try:
+        actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
+        report = ReportPoison(
+            reader_id=origin.reader,
+            fence=origin.fence,
+            jumps=origin.jumps,
+            sequence=poison.sequence,
+            cause_type=poison.cause_type,
+            cause_message=poison.cause_message,
+            skipped=skipped,
+        )
+        actor.request.remote(pack_request(report))
+    except Exception as error:  # the topic is gone: nobody to tell
+        logger.warning("could not report poison element %s: %s", poison, error)
+
+
+POISON_NACK_DELAY = 1.0
+"""Seconds before a shared group delivers a poison element again (a member that
+cannot decode it should not get it back at once)."""
+
+
+def _nack_poison(origin: _Origin, channel: int, poison: Poison, count: int) -> None:
+    """A shared group's member cannot decode an element: give it back (the group's
+    ``max_deliveries`` sends it to the dead letters)."""
+    logger.warning(
+        "channel %d: poison element %d nacked (%s: %s)",
+        channel,
+        poison.sequence,
+        poison.cause_type,
+        poison.cause_message,
+    )
+    try:
+        actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
+        nack = Nack(
+            reader_id=origin.reader,
+            entries=((poison.sequence, count, origin.epoch),),
+            delay=POISON_NACK_DELAY,
+        )
+        actor.request.remote(pack_request(nack))
+    except Exception as error:
+        logger.warning("could not nack poison element %s: %s", poison, error)
+
+
+def _raised(error: Exception) -> Exception:
+    """``error`` as a reply's value that ``ray.get`` raises: a RayTaskError whose cause
+    it is (raised as an instance of both, as Ray raises an actor's errors)."""
+    from ray.exceptions import RayTaskError
+
+    return RayTaskError("receive", str(error), error)
+
+
 class RawReadResult:
     """How a channel sends a ring buffer's ReadResultSet: as chunks, decoded where
     the reply is read (the channel need not import the items' classes)."""
 
-    __slots__ = ("chunks", "read_count", "start")
+    __slots__ = ("chunks", "read_count", "source", "start")
 
-    def __init__(self, start: int, read_count: int, chunks: Sequence[Chunk]) -> None:
+    def __init__(
+        self,
+        start: int,
+        read_count: int,
+        chunks: Sequence[Chunk],
+        source: tuple[str, int] = ("", -1),
+    ) -> None:
         self.start = start
         self.read_count = read_count
         self.chunks = tuple(chunks)
+        self.source = source
+        """(topic id, channel): what a poison item's error names."""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_read_result_set, (self.start, self.read_count, self.chunks))
+        return (_read_result_set, (self.start, self.read_count, self.chunks, self.source))
 
 
-def _read_result_set(start: int, read_count: int, chunks: tuple[Chunk, ...]) -> Any:
+def _read_result_set(
+    start: int, read_count: int, chunks: tuple[Chunk, ...], source: tuple[str, int] = ("", -1)
+) -> Any:
     items: list[Any] = []
     sequences: list[int] = []
     for chunk in chunks:
-        items.extend(chunk.payload.decode())
+        values, failures = decode_checked(chunk.payload)
+        if failures:
+            # An item this process cannot decode: what came before it, and a
+            # read from it raises (as a filter that raises on it does).
+            index = min(failures)
+            items.extend(values[:index])
+            sequences.extend(chunk.sequence_list()[:index])
+            poison = Poison.of(chunk.sequence_list()[index], failures[index])
+            if not items:
+                return _raised(poison_error(*source, poison, ring=True))
+            return ReadResultSet(start, poison.sequence - start, items, sequences)
+        items.extend(values)
         sequences.extend(chunk.sequence_list())
     return ReadResultSet(start, read_count, items, sequences)

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 import ray
 
-from raytopic.actors.payloads import PickledValues
 from raytopic.core.config import Overflow, check_timeout
 from raytopic.core.errors import InvalidTypeError, unwrap_ray_error
+from raytopic.actors.payloads import PickledValues, decode_checked
+from raytopic.actors.poison import Poison, poison_error
 from raytopic.core.records import ReadResultSet
 
 if TYPE_CHECKING:
@@ -188,9 +189,13 @@ class Ringbuffer:
         Raises:
             StaleSequenceError: ``sequence`` is below the head.
             InvalidArgumentError: negative, or beyond ``tail + 1``.
+            PoisonElementError: the item cannot be decoded in this process.
         """
-        (value,) = self._get(self._actor.read_one.remote(sequence)).payload.decode()
-        return value
+        values, failures = decode_checked(self._get(self._actor.read_one.remote(sequence)).payload)
+        if failures:  # its class is missing or changed in this process
+            poison = Poison.of(sequence, failures[0])
+            raise poison_error(self._topic.topic_id, self._channel, poison, ring=True)
+        return values[0]
 
     def read_many(
         self,

@@ -27,7 +27,13 @@ import ray
 
 from raytopic.acknowledging import Acknowledging
 from raytopic.actors.wire import ReaderSpec
-from raytopic.core.config import Start, check_name, check_positive_int, check_timeout
+from raytopic.core.config import (
+    OnPoison,
+    Start,
+    check_name,
+    check_positive_int,
+    check_timeout,
+)
 from raytopic.core.errors import (
     GroupModeError,
     InvalidArgumentError,
@@ -111,12 +117,20 @@ class Subscriber(Acknowledging):
             (not in a shared group).
         mode: ``"owned"`` (the default) or ``"shared"`` (the default with a
             ``SharedGroup``).
+        on_poison: ``"raise"`` (the default): an element that cannot be decoded
+            where it is delivered, or on which the filter or converter raises,
+            stops the reader before it and raises ``PoisonElementError`` once
+            (what came before it is delivered; ``seek`` past it to go on);
+            ``"skip"``: such an element is logged, counted
+            (``raytopic_poison_skipped``) and passed over. A shared group's
+            member negatively acknowledges it either way.
 
     Raises:
         InvalidArgumentError: a bad value, or one the mode refuses.
         InvalidTypeError: an argument of the wrong type.
         GroupModeError: a ``SharedGroup`` joined with ``mode="owned"``, or a
             group joined in the other mode than it has.
+
     """
 
     def __init__(
@@ -133,6 +147,7 @@ class Subscriber(Acknowledging):
         on_ownership_change: Callable[[OwnershipChange], None] | None = None,
         resequence: Resequence | None = None,
         mode: str | None = None,
+        on_poison: str = "raise",
     ) -> None:
         definition = group if isinstance(group, SharedGroup) else None
         name = definition.name if definition is not None else group
@@ -151,6 +166,7 @@ class Subscriber(Acknowledging):
             window=window,
             resequence=resequence,
             timeout=timeout,
+            on_poison=on_poison,
         )
         self._assemble(
             topic,
@@ -723,6 +739,7 @@ def _checked_arguments(
     window: int | None,
     resequence: Resequence | None,
     timeout: float,
+    on_poison: str = "raise",
 ) -> tuple[ReaderSpec, float]:
     """A new subscriber's arguments, checked: the spec its reader registers with, and
     its timeout.
@@ -763,6 +780,7 @@ def _checked_arguments(
         complete_on_empty,
         window,
         cloudpickle.dumps(resequence) if resequence is not None else None,
+        skip_poison=OnPoison.parse(on_poison) is OnPoison.SKIP,
     )
     return spec, checked_timeout
 

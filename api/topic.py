@@ -259,6 +259,7 @@ class Topic:
         on_ownership_change: Callable[[Any], None] | None = None,
         resequence: Resequence | None = None,
         mode: str | None = None,
+        on_poison: str = "raise",
     ) -> Subscriber:
         """A Subscriber (see its docs): anonymous without ``group``, else a group member.
 
@@ -285,6 +286,9 @@ class Topic:
                 member's channels change.
             resequence: Release elements in a ``Resequence`` order of their own.
             mode: "owned" or "shared" (see above).
+            on_poison: "raise" or "skip": what happens to an element that cannot
+                be decoded, or on which the filter or converter raises (see
+                ``Subscriber`` and ``PoisonElementError``).
 
         Returns:
             The subscriber; close it (or use it as a context manager) when done.
@@ -307,6 +311,7 @@ class Topic:
             timeout=timeout,
             on_ownership_change=on_ownership_change,
             resequence=resequence,
+            on_poison=on_poison,
         )
 
     def ringbuffer(self, channel: int) -> Ringbuffer:

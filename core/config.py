@@ -72,6 +72,28 @@ class Start(enum.StrEnum):
             ) from None
 
 
+class OnPoison(enum.StrEnum):
+    """What a subscriber does with a poison element: one it cannot decode, or on
+    which its filter or converter raises (see ``rt.PoisonElementError``)."""
+
+    RAISE = "raise"
+    """Stop before it and raise PoisonElementError once; skip it with a ``seek``."""
+    SKIP = "skip"
+    """Pass over it: logged, and counted in ``raytopic_poison_skipped``."""
+
+    @classmethod
+    def parse(cls, value: object) -> OnPoison:
+        """Read an OnPoison from its name; raise InvalidArgumentError otherwise."""
+        if not isinstance(value, str):
+            raise InvalidTypeError(f"on_poison must be a str, got {type(value).__name__}")
+        try:
+            return cls(value)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"on_poison must be 'raise' or 'skip', got {value!r}"
+            ) from None
+
+
 def check_name(value: object, what: str) -> str:
     """Check a topic or group name: 1-128 of letters, digits, ``_ . -``, not starting with those."""
     if not isinstance(value, str):

@@ -28,6 +28,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTypeError",
     "NotOwnerError",
+    "PoisonElementError",
     "PositionMismatchError",
     "PublisherClosedError",
     "ResetInProgressError",
@@ -136,6 +137,41 @@ class DataLossError(StaleSequenceError):
         self.old_epoch = old_epoch
         self.new_epoch = new_epoch
         self.lost = lost
+
+
+class PoisonElementError(TopicError):
+    """An element could not be decoded where it was delivered, or a user function
+    (filter, converter) raised on it: the element is a *poison* element.
+
+    It costs only itself: the receive that met it delivered what came before
+    it, and the reader stays before it (it is not delivered, not committed,
+    still counted by ``remaining_messages`` and lag). The error is raised once
+    per element and reader; until the reader skips it (``seek(channel,
+    position)``: the next element is the first after it), that channel holds
+    nothing more for it. A subscriber made with ``on_poison="skip"`` skips such
+    elements itself (logged, and counted in ``raytopic_poison_skipped``); a
+    shared group negatively acknowledges them (dead letters after
+    ``max_deliveries``).
+
+    Attributes:
+        channel: The element's channel.
+        position: The element's position (a ``Position``).
+        cause_type: The name of the exception's class (``ModuleNotFoundError``, ...).
+        cause_message: The exception's message. (Not ``cause``: a ``RayTaskError``
+            that Ray raises as this error has a ``cause`` of its own.)
+    """
+
+    def __init__(
+        self, message: str, channel: int, position: object, cause_type: str, cause_message: str
+    ) -> None:
+        super().__init__(message, channel, position, cause_type, cause_message)
+        self.channel = channel
+        self.position = position
+        self.cause_type = cause_type
+        self.cause_message = cause_message
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class ChannelUnavailableError(TopicError):

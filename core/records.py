@@ -491,3 +491,4 @@ class _Origin:
     jumps: int  # the reader's cursor jump count at read time (bumped by seeks and resets)
     shared: bool = False  # read by a shared group's member: acknowledged element by element
     epoch: int = 0  # a shared delivery's channel incarnation: part of its delivery id
+    skip_poison: bool = False  # on_poison="skip": an undecodable element is passed over

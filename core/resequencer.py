@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from raytopic.core.errors import InvalidArgumentError, InvalidTypeError, TopicError
+from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["Resequence", "ResequencedStream", "Resequencer", "ResequencerStats"]
 
@@ -600,8 +600,15 @@ class ResequencedStream:
             try:
                 correlation = option.correlation(value) if option.correlation else None
                 self._resequencer.accept(option.seq(value), item, correlation)
-            except (TopicError, TypeError, KeyError, IndexError, AttributeError) as error:
-                logger.warning("no usable sequence number (%s); released unordered", error)
+            except Exception as error:
+                # The user's seq or correlation raised (any exception: one value
+                # must never cost the rest of a batch), or the value did not
+                # decode here: it costs only its order.
+                logger.warning(
+                    "no usable sequence number (%s: %s); released unordered",
+                    type(error).__name__,
+                    error,
+                )
                 self._release(-1, item, None)
 
     @property

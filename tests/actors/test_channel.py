@@ -20,7 +20,7 @@ from raytopic.actors.receive_session import ReceiveSession
 from raytopic.actors.requests import Append, ChannelRequest, pack_request
 from raytopic.actors.wire import ReaderSpec
 from raytopic.core.config import Overflow, TopicConfig
-from raytopic.core.errors import StaleSequenceError
+from raytopic.core.errors import ChannelFailedError, PoisonElementError, StaleSequenceError
 
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 1, 100_000, True, None, Overflow.BLOCK, ())
 TWO_CHANNELS = TopicConfig("t", "ns", "t0pic1d", 2, 1000, True, None, Overflow.BLOCK, ())
@@ -175,12 +175,32 @@ def _refuse_poison(value: Any) -> bool:
 
 def test_a_failing_take_gives_back_what_the_other_channels_handed_over() -> None:
     async def main() -> None:
-        home, sibling = await _anonymous_pair(keep=_refuse_poison)
+        home, sibling = await _anonymous_pair()
         await home.append("p", 0, "block", 1.0, False, _payloads(range(600)))
-        await sibling.append("p", 0, "block", 1.0, False, _payloads(["poison"]))
-        with pytest.raises(ValueError, match="fails on one value"):
+        await sibling.append("p", 0, "block", 1.0, False, _payloads(["x"]))
+
+        async def failed(request: ChannelRequest) -> Any:  # as a failed sibling's guard answers
+            raise ChannelFailedError("its store failed")
+
+        home._host.links[1] = ChannelLink(1, failed, local=False)
+        with pytest.raises(ChannelFailedError, match="its store failed"):
             await home.receive("a", "s", 0, 4000, False, True)  # an iteration's receive
         assert home.cursor_state("a").next == 0  # the 600 are back
+
+    asyncio.run(main())
+
+
+def test_a_poison_element_at_a_sibling_is_told_after_what_the_others_handed_over() -> None:
+    async def main() -> None:
+        home, sibling = await _anonymous_pair(keep=_refuse_poison)
+        await home.append("p", 0, "block", 1.0, False, _payloads(range(600)))
+        await sibling.append("p", 0, "block", 1.0, False, _payloads(["poison", "after"]))
+        taken = await home.receive("a", "s", 0, 4000, False, True)  # an iteration's receive
+        assert _values(taken) == [(0, 0, 600)]
+        with pytest.raises(PoisonElementError, match="fails on one value") as told:
+            await home.receive("a", "s", 1, 4000, False, True)
+        assert (told.value.channel, told.value.position.sequence) == (1, 0)
+        assert sibling.cursor_state("a").next == 0  # it stays before the poison
 
     asyncio.run(main())
 

@@ -56,3 +56,22 @@ def test_unkeyed_values_are_not_held_back_by_key_order():
     cursor = SharedCursor.starting_at(0)
     assert values(take_shared(cursor, ring, "a", 2, 0.0, 30.0, key_order=True)) == ["k", "u1"]
     assert values(take_shared(cursor, ring, "b", 5, 0.0, 30.0, key_order=True)) == ["u2", "u3"]
+
+
+def test_a_filter_or_converter_that_raises_nacks_its_element_and_takes_the_rest():
+    ring = ring_of(list(range(6)))
+    cursor = SharedCursor.starting_at(0)
+    chunks = take_shared(
+        cursor,
+        ring,
+        "a",
+        10,
+        0.0,
+        30.0,
+        keep=lambda v: 1 / (v - 2) != 0,
+        convert=lambda v: 10 // (v - 4),
+        max_deliveries=1,
+    )
+    assert values(chunks) == [-3, -4, -10, 10]  # 0, 1, 3, 5: 2 and 4 are poison
+    assert sorted(cursor.dead) == [2, 4]  # nacked at once: past max_deliveries, dead letters
+    assert cursor.holdings() == {"a": 4}

@@ -1,0 +1,85 @@
+"""Poison elements: elements a reader cannot be handed, and how a cursor stops before one. No Ray.
+
+An element is *poison* for a reader when it cannot be decoded where it is
+delivered (its class is missing or changed in the consumer's process), or
+when the reader's own filter or converter raises on it. It costs only
+itself:
+
+- The receive that meets it delivers what came before it; the reader's
+  cursor stays before it (it is not delivered: not committed, still counted
+  by ``remaining_messages`` and lag).
+- The reader is told once, by a :class:`~raytopic.core.errors.PoisonElementError`
+  naming the channel, the position and the cause; from then on its cursor
+  *stops* there (the channel holds nothing more for it: no error on every
+  later receive) until the reader skips it deliberately: a ``seek`` past it,
+  or a subscriber made with ``on_poison="skip"``, whose channel logs such an
+  element, counts it (``raytopic_poison_skipped``) and reads on.
+- A shared group's member negatively acknowledges it instead (the group's
+  dead letters take it after ``max_deliveries``).
+
+A channel finds the failures of the user's functions itself; a decoding
+failure is found where the reply is decoded (the subscriber's process, or a
+task the receive's ObjectRef was handed to), which reports it to the channel
+(``raytopic.actors.wire``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raytopic.core.errors import PoisonElementError
+from raytopic.core.records import Position
+
+__all__ = ["Poison", "PoisonMark", "poison_error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Poison:
+    """What made an element poison: the exception's class name and message."""
+
+    sequence: int
+    """The element's sequence."""
+    cause_type: str
+    """The name of the exception's class."""
+    cause_message: str
+    """The exception's message."""
+
+    @classmethod
+    def of(cls, sequence: int, error: BaseException) -> Poison:
+        """The poison that ``error`` made of the element at ``sequence``."""
+        return cls(sequence, type(error).__name__, str(error))
+
+
+@dataclass(slots=True)
+class PoisonMark:
+    """Where a cursor stops: a poison element, until the cursor jumps (a seek, a
+    reset, a new owner) or the element is skipped."""
+
+    poison: Poison
+    jumps: int
+    """The cursor's jump count when it was marked: any later jump voids the mark."""
+    reported: bool
+    """Whether the reader was told (a take raised it once)."""
+
+
+def poison_error(
+    topic_id: str, channel: int, poison: Poison, *, ring: bool = False
+) -> PoisonElementError:
+    """The error a reader gets for ``poison`` at ``channel`` (``ring``: a ring
+    buffer's read, which a read after it skips)."""
+    position = Position(topic_id, channel, poison.sequence)
+    if ring:
+        skip = f"read from {poison.sequence + 1} to skip it"
+    else:
+        skip = (
+            f"the reader stays before it: skip it with seek({channel}, error.position), "
+            "or subscribe with on_poison='skip'"
+        )
+    return PoisonElementError(
+        f"channel {channel}: the element at {position} cannot be delivered "
+        f"({poison.cause_type}: {poison.cause_message}); {skip}",
+        channel,
+        position,
+        poison.cause_type,
+        poison.cause_message,
+    )
