@@ -251,6 +251,8 @@ class GroupMember:
         """The channels owned now; first (``catch_up``) apply view news that came,
         which may call the listener: never with a receive's lock held."""
         if catch_up:
+            if self._heartbeats.failed and not self._stopped:
+                self._recover_heartbeats()
             self._heartbeats.catch_up()
         return self._membership.channels
 
@@ -412,6 +414,17 @@ class GroupMember:
             timed_out=lambda: membership.timed_out,
             rejoin=lambda: _call_if_alive(rejoin),
         )
+
+    def _recover_heartbeats(self) -> None:
+        """The heartbeat thread ended (it logged why): views made since never reached
+        this member. Read the view at the coordinator before anything uses it, then
+        poll again on a new thread.
+
+        Raises:
+            SubscriberClosedError: the group was destroyed.
+        """
+        self._refresh(touch=False)  # a read, not a sign of life
+        self._heartbeats.restart()
 
     def _activity(self) -> tuple[float, bool] | None:
         """(time of the last receive, whether a receive waits for data now); None

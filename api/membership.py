@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from raytopic.core.errors import GroupNotFoundError, TopicNotFoundError, unwrap_ray_error
 from raytopic.core.records import OwnershipChange
+from raytopic.core.waits import bounded_wait
 
 if TYPE_CHECKING:
     from raytopic.actors.cursors import Lease
@@ -105,6 +106,11 @@ class Heartbeats:
     receives nor waits is not reported, so the group times it out after its
     ``timeout``.
 
+    An error in a poll is logged and the thread polls again. Should the thread
+    end anyway (a listener raising ``SystemExit`` on it), :attr:`failed` says
+    so (and it is logged): the member's view may be stale from then on, so the
+    member reads it again before it uses it, and calls :meth:`restart`.
+
     Args:
         name: The thread's name.
         interval: Seconds a poll waits at the coordinator at most.
@@ -135,7 +141,7 @@ class Heartbeats:
         timed_out: Callable[[], bool],
         rejoin: Callable[[], None],
     ) -> None:
-        self._interval = interval
+        self._interval = bounded_wait(interval)  # a long poll of an hour at most
         self._poll = poll
         self._activity = activity
         self._timeout = timeout
@@ -150,6 +156,8 @@ class Heartbeats:
         self._lock = threading.RLock()
         self._pending: Future[Any] | None = None
         self._reported = 0.0
+        self._name = name
+        self._failure: BaseException | None = None  # what ended the thread, if not stop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -159,6 +167,21 @@ class Heartbeats:
         with self._lock:
             if self._thread.ident is None:
                 self._thread.start()
+
+    @property
+    def failed(self) -> bool:
+        """Whether the thread ended on an error (not by :meth:`stop`): views the
+        group made since have not reached the member."""
+        return self._failure is not None
+
+    def restart(self) -> None:
+        """Poll again on a new thread after the last one :attr:`failed` (else nothing)."""
+        with self._lock:
+            if self._failure is None or self._stop.is_set():
+                return
+            self._failure = None
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
 
     def stop(self) -> None:
         """Stop polling (the poll in flight is left to end on its own)."""
@@ -199,13 +222,23 @@ class Heartbeats:
             return True
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if not self._poll_once():
-                    self._stop.wait(self._interval)  # do not hammer a failing coordinator
-            except Exception:  # never let the member go deaf silently
-                logger.exception("heartbeat thread")
-                self._stop.wait(self._interval)
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not self._poll_once():
+                        self._stop.wait(self._interval)  # do not hammer a failing coordinator
+                except Exception:  # never let the member go deaf silently
+                    logger.exception("heartbeat thread")
+                    self._stop.wait(self._interval)
+        except BaseException as error:  # SystemExit from the listener: the thread ends
+            logger.error(
+                "heartbeat thread %s ended on %r; the member reads its view again "
+                "before it next uses it",
+                self._name,
+                error,
+                exc_info=error,
+            )
+            self._failure = error
 
     def _poll_once(self) -> bool:
         """One long poll; False when the thread should pause before the next."""

@@ -80,6 +80,10 @@ class PublishBatch:
         Args:
             ack: The channel's ack (None when the call failed).
             error: Why the call failed (None: it did not).
+
+        Raises:
+            BaseException: what a done-callback raised that is not an Exception
+                (``SystemExit``), once every future has called back.
         """
         with self.condition:
             self.ack = ack
@@ -97,8 +101,14 @@ class PublishBatch:
             self.condition.notify_all()
         self.payloads = []  # the channel has them now
         self.keys = None
+        interrupted: BaseException | None = None
         for future in watched:
-            future._invoke_callbacks()
+            try:
+                future._invoke_callbacks()  # logs what a callback raises, but for this:
+            except BaseException as error:  # SystemExit: the other futures still call back
+                interrupted = interrupted or error
+        if interrupted is not None:
+            raise interrupted
 
 
 class PublishFuture(Future):

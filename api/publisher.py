@@ -43,6 +43,7 @@ from raytopic.core.errors import (
     unwrap_ray_error,
 )
 from raytopic.core.statuses import PublishStatuses, gather_statuses
+from raytopic.core.waits import bounded_wait
 from raytopic.publish_futures import PublishBatch
 from raytopic.routing import key_hash, key_id
 
@@ -94,6 +95,14 @@ class Publisher:
     reason (TopicFullError, or the Ray error if the channel died).
     ``flush()`` waits for every earlier value.
 
+    **Background thread**: one thread per publisher settles the channels'
+    replies (and sends what ``linger`` held back). An error there is logged and
+    it goes on. Should it end anyway (a future's done-callback raising
+    ``SystemExit`` on it), the publisher closes itself: the values it had not
+    sent fail with PublisherClosedError (naming the cause), those in flight
+    still settle, ``flush`` and ``close`` return, and ``publish`` raises
+    PublisherClosedError.
+
     **Back-pressure**: with overflow "block" a full channel holds a batch
     until there is room, up to ``block_timeout`` seconds, then fails its
     values with TopicFullError. At most ``max_buffered`` values wait here;
@@ -144,6 +153,7 @@ class Publisher:
         self._worker: threading.Thread | None = None
         self._worker_lock = threading.Lock()
         self._closed = False
+        self._failure: BaseException | None = None  # what ended the worker thread
 
     def __reduce__(self) -> tuple[Any, ...]:
         settings = {
@@ -187,17 +197,20 @@ class Publisher:
         channel = None if hashed is None else hashed % len(self._pipes)
         with self._lock:
             if self._closed:
-                raise PublisherClosedError("the publisher is closed")
+                raise self._closed_error()
             if channel is None:
                 channel = self._next_channel
                 self._next_channel = (channel + 1) % len(self._pipes)
-            if self._unsettled >= self._max_buffered and not self._wait_for_room():
-                return _failed_future(
-                    TopicFullError(
-                        f"{self._unsettled} values still buffered after "
-                        f"{self._block_timeout} s: the topic does not keep up"
+            if self._unsettled >= self._max_buffered:
+                if not self._wait_for_room():
+                    return _failed_future(
+                        TopicFullError(
+                            f"{self._unsettled} values still buffered after "
+                            f"{self._block_timeout} s: the topic does not keep up"
+                        )
                     )
-                )
+                if self._closed:  # closed while it waited: nothing would send the value
+                    raise self._closed_error()
             pipe = self._pipes[channel]
             batch = pipe.open
             if not batch.payloads:
@@ -256,7 +269,7 @@ class Publisher:
         hashes = self._key_hashes(values, keys)
         with self._lock:
             if self._closed:
-                raise PublisherClosedError("the publisher is closed")
+                raise self._closed_error()
             layout = self._route_batch(len(values), hashes)
         # Pickled outside the lock (publish() on other threads goes on), and all
         # of it before anything is sent: a bad value sends nothing.
@@ -267,7 +280,7 @@ class Publisher:
         refs = {}
         with self._lock:
             if self._closed:
-                raise PublisherClosedError("the publisher is closed")
+                raise self._closed_error()
             for channel in parts:  # what was published before goes first
                 self._close_open(self._pipes[channel])
             calls = self._calls_to_make(force=True, only=set(parts))
@@ -381,10 +394,10 @@ class Publisher:
             )
         except Exception as error:  # could not even be submitted
             self._start_worker()
-            self._events.put(("done", call, None, error))
+            self._post(("done", call, None, error))
             return None
         self._start_worker()
-        ref.future().add_done_callback(lambda done: self._events.put(("done", call, done, None)))
+        ref.future().add_done_callback(lambda done: self._post(("done", call, done, None)))
         return ref
 
     # -- the worker thread -------------------------------------------------------
@@ -403,25 +416,105 @@ class Publisher:
                 self._worker = worker
 
     def _settle_calls(self) -> None:
-        """Background: settle returned calls, send what waited, honour linger."""
+        """Background: settle returned calls, send what waited, honour linger.
+
+        An error settling one call is logged and the loop goes on. A
+        BaseException (``SystemExit`` from a future's done-callback) ends the
+        thread, as Python means it to: the publisher then fails what would
+        have waited on it forever (see :meth:`_fail`).
+        """
+        try:
+            while True:
+                try:
+                    # In slices: linger is checked against each batch's age anyway.
+                    event = self._events.get(timeout=bounded_wait(self._linger or None))
+                except queue.Empty:
+                    event = ("tick",)
+                if event[0] == "stop":
+                    return
+                try:
+                    self._settle_event(event)
+                    with self._lock:
+                        calls = self._calls_to_make(force=False)
+                    self._make(calls)
+                except Exception:
+                    logger.exception("publisher %s: settling a call failed; going on", self._id[:8])
+        except BaseException as error:
+            self._fail(error)
+
+    def _settle_event(self, event: tuple[Any, ...]) -> None:
+        """Complete the futures of a returned call (a "done" event), and count it settled."""
+        if event[0] != "done":
+            return
+        _, call, done, error = event
+        try:
+            _settle(call, done, error)
+        finally:  # counted even if a done-callback raised: flush() must not wait for it
+            with self._lock:
+                self._in_flight -= 1
+                call.pipe.in_flight -= 1
+                self._unsettled -= call.count
+                self._settled.notify_all()
+
+    def _post(self, event: tuple[Any, ...]) -> None:
+        """Hand a call's outcome to the worker thread; settle it here once that is gone."""
+        self._events.put(event)
+        if self._failure is not None:  # set before the worker drains: no event is left
+            self._drain_events()
+
+    def _drain_events(self) -> None:
+        """With the worker thread gone: settle the calls it would have settled."""
         while True:
             try:
-                event = self._events.get(timeout=self._linger or None)
+                event = self._events.get_nowait()
             except queue.Empty:
-                event = ("tick",)
-            if event[0] == "stop":
                 return
-            if event[0] == "done":
-                _, call, done, error = event
-                _settle(call, done, error)
-                with self._lock:
-                    self._in_flight -= 1
-                    call.pipe.in_flight -= 1
-                    self._unsettled -= call.count
-                    self._settled.notify_all()
-            with self._lock:
-                calls = self._calls_to_make(force=False)
-            self._make(calls)
+            try:
+                self._settle_event(event)
+            except BaseException:  # a done-callback's SystemExit: the other calls still settle
+                logger.exception("publisher %s: settling a call failed", self._id[:8])
+
+    def _fail(self, cause: BaseException) -> None:
+        """The worker thread ends on ``cause``: close the publisher and fail what waits.
+
+        Values not sent yet fail with PublisherClosedError (nothing would send
+        them); calls in flight settle as their replies come (:meth:`_post`), so
+        ``flush()`` and ``close()`` return; ``publish()`` raises.
+        """
+        logger.error(
+            "publisher %s: its background thread ended on %r; the publisher is closed "
+            "and the values it had not sent fail",
+            self._id[:8],
+            cause,
+            exc_info=cause,
+        )
+        with self._lock:
+            self._failure = cause
+            self._closed = True
+            unsent: list[PublishBatch] = []
+            for pipe in self._pipes:
+                self._close_open(pipe)
+                unsent.extend(pipe.full)
+                pipe.full.clear()
+            self._unsettled -= sum(len(batch.payloads) for batch in unsent)
+            self._settled.notify_all()
+        error = self._closed_error()
+        for batch in unsent:
+            try:
+                batch.complete(None, error)
+            except BaseException:  # a done-callback again: every batch still completes
+                logger.exception("publisher %s: a done-callback raised", self._id[:8])
+        self._drain_events()
+
+    def _closed_error(self) -> PublisherClosedError:
+        """Why ``publish`` is refused: closed by ``close()``, or by a failure."""
+        if self._failure is None:
+            return PublisherClosedError("the publisher is closed")
+        error = PublisherClosedError(
+            f"the publisher closed itself: its background thread ended on {self._failure!r}"
+        )
+        error.__cause__ = self._failure
+        return error
 
     def _wait_for_room(self) -> bool:
         """With the lock held: wait until fewer than max_buffered values are unsettled."""
@@ -432,7 +525,7 @@ class Publisher:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            self._settled.wait(left)
+            self._settled.wait(bounded_wait(left))
         return True
 
     # -- flush and close -----------------------------------------------------------
@@ -458,10 +551,13 @@ class Publisher:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"{self._unsettled} values still unacknowledged")
-                self._settled.wait(left)
+                self._settled.wait(bounded_wait(left))
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop. Idempotent; ``publish`` afterwards raises PublisherClosedError.
+
+        A publisher that closed itself (its background thread ended) waits for
+        its calls in flight, as a flush does.
 
         Args:
             timeout: Seconds the flush may wait at most (None: no limit).
@@ -470,7 +566,7 @@ class Publisher:
             TimeoutError: values were still unacknowledged after ``timeout``
                 seconds (the publisher is then not closed).
         """
-        if self._closed:
+        if self._closed and self._failure is None:
             return
         self.flush(timeout)
         with self._lock:
@@ -496,16 +592,14 @@ def _settle(call: _Call, done: Future[Any] | None, error: BaseException | None) 
     """Complete a batch's futures from its call's outcome."""
     if call.batch is None:  # a publish_batch part: its caller holds the ObjectRef
         return
+    ack: AppendAck | None = None
     if error is None and done is not None:
         try:
             with unwrap_ray_error():
-                ack: AppendAck = done.result()
+                ack = done.result()
         except Exception as failure:
             error = failure
-        else:
-            call.batch.complete(ack)
-            return
-    call.batch.complete(None, error)
+    call.batch.complete(ack, error)
 
 
 def _failed_future(error: BaseException) -> Future[Any]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
+from raytopic.core.waits import bounded_wait
 
 __all__ = ["Resequence", "ResequencedStream", "Resequencer", "ResequencerStats"]
 
@@ -303,6 +304,11 @@ class Resequencer:
         once (so a ``stop()`` that races ahead of the thread is not lost);
         :meth:`accept` and :meth:`flush` keep working.
 
+        A sweep that fails (a callback raising past the guard, such as
+        ``SystemExit``) is logged and the sweeper goes on: nothing else would
+        release the heads whose hold window ends. Only on the main thread does a
+        ``KeyboardInterrupt`` or ``SystemExit`` end it, as the user asked.
+
         Raises:
             RuntimeError: The sweeper loop is already running.
         """
@@ -313,12 +319,26 @@ class Resequencer:
                 return
             self._running = True
         try:
-            # Event.wait wakes at once on stop(), not after a full interval.
-            while not self._stop_event.wait(self._reap_interval_s):
+            # Event.wait wakes at once on stop(), not after a full interval. (An
+            # interval past an hour is waited in hour-long slices: Python refuses
+            # a wait past its limit, and an early sweep releases only heads due.)
+            while not self._stop_event.wait(bounded_wait(self._reap_interval_s)):
                 if not self._paused:
-                    self._sweep()
+                    self._sweep_and_go_on()
         finally:
             self._running = False
+
+    def _sweep_and_go_on(self) -> None:
+        """One sweep; a failure is logged (the loop goes on), except an interruption
+        on the main thread, which ends the loop."""
+        try:
+            self._sweep()
+        except BaseException as error:
+            if not isinstance(error, Exception) and (
+                threading.current_thread() is threading.main_thread()
+            ):
+                raise
+            logger.exception("resequencer %r: a sweep failed; the sweeper goes on", self._name)
 
     def stop(self) -> None:
         """Make :meth:`start` return promptly; idempotent and final."""

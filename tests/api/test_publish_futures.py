@@ -232,6 +232,22 @@ def test_a_raising_callback_is_logged_and_the_others_still_run(
     assert futures[0].result() == status(0, 0)
 
 
+def test_a_callback_raising_system_exit_lets_the_other_futures_call_back_first() -> None:
+    batch, futures = batch_of(0, 3)
+    calls: list[int] = []
+
+    def leave(future: PublishFuture) -> None:
+        raise SystemExit(3)  # not an Exception: Future does not log it, it propagates
+
+    futures[0].add_done_callback(leave)
+    for index in (1, 2):
+        futures[index].add_done_callback(lambda f, index=index: calls.append(index))
+    with pytest.raises(SystemExit):
+        batch.complete(AppendAck(first=0, accepted=3, stamp=STAMP))
+    assert calls == [1, 2]  # no fix: [] (they never call back)
+    assert [future.result(timeout=0) for future in futures] == [status(0, i) for i in range(3)]
+
+
 def test_callbacks_racing_completion_run_exactly_once() -> None:
     for _ in range(200):
         batch, futures = batch_of(0, 4)
