@@ -71,6 +71,7 @@ from raytopic.core.errors import (
     StoreError,
     TopicError,
 )
+from raytopic.core.gather import Joined, join_replies
 from raytopic.core.naming import channel_actor_name, coordinator_actor_name
 from raytopic.core.records import AckStatus, CommitResult, CommitStatus
 from raytopic.core.shared_group import SharedGroup
@@ -300,12 +301,30 @@ class ChannelActor:
         }
 
     @_guarded
-    async def request(self, packed: bytes, payload: Payload | None = None) -> Any:
+    async def request(
+        self, packed: bytes, payload: Payload | None = None, joined: Joined | None = None
+    ) -> Any:
         """Serve a data-path request packed by :func:`pack_request` (append, receive,
         take, watch, ack, ...; see ``raytopic.actors.requests``): one argument
-        crosses Ray instead of six. An append's payload comes as its own argument."""
+        crosses Ray instead of six. An append's payload comes as its own argument.
+
+        ``joined``: this call is the lead of several channels' calls (a
+        ``publish_batch`` or a bulk acknowledgement over several channels): its
+        reply is every part's, joined in the input's order (``raytopic.core.gather``).
+        """
         request = unpack_request(packed)
         self._tend_transactions()  # e.g. one prepared before a restart
+        if joined is None:
+            return await self._serve(request, payload)
+        try:
+            own = await self._serve(request, payload)
+        except Exception as error:  # the others' replies are awaited all the same
+            own = error
+        if isinstance(own, StatusBatch):
+            own = own.statuses()
+        return await join_replies(own, joined)
+
+    async def _serve(self, request: ChannelRequest, payload: Payload | None) -> Any:
         if payload is None:
             return await self._local_call(request)
         return await getattr(self, request.method)(**request._asdict(), payload=payload)

@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,13 +37,15 @@ from raytopic.actors.requests import Append, pack_request
 from raytopic.actors.wire import AppendAck
 from raytopic.core.config import check_nonnegative_number, check_positive_int, check_timeout
 from raytopic.core.errors import (
+    ChannelUnavailableError,
     InvalidArgumentError,
     InvalidTypeError,
     PublisherClosedError,
     TopicFullError,
     unwrap_ray_error,
 )
-from raytopic.core.statuses import PublishStatuses, gather_statuses
+from raytopic.core.gather import Joined, JoinKind, send_joined
+from raytopic.core.statuses import PublishStatuses
 from raytopic.core.waits import bounded_wait
 from raytopic.publish_futures import PublishBatch
 from raytopic.routing import key_hash, key_id
@@ -277,7 +280,6 @@ class Publisher:
             channel: encode_part(values, hashes, indices)
             for channel, indices in parts_of(layout).items()
         }
-        refs = {}
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -291,17 +293,33 @@ class Publisher:
                 pipe.in_flight += 1
                 self._in_flight += 1
                 self._unsettled += len(payload)
+        own = [call for call in calls if call.batch is None]
         for call in calls:
-            ref = self._make_one(call, parts.get(call.pipe.channel) if call.batch is None else None)
-            if call.batch is None and ref is not None:
-                refs[call.pipe.channel] = ref
-        if not refs:
+            if call.batch is not None:
+                self._make_one(call, None)
+        if not own:
             return ray.put(PublishStatuses())
-        if len(refs) == 1:
-            return next(iter(refs.values()))
-        part_of = np.empty(len(self._pipes), dtype=np.int64)  # channel -> its ref's index
-        part_of[list(refs)] = np.arange(len(refs))
-        return gather_statuses.remote(part_of[layout], *refs.values())
+        # One call per channel, no task: the last part's channel joins the others'
+        # statuses into its reply (raytopic.core.gather).
+        part_of = np.empty(len(self._pipes), dtype=np.int64)  # channel -> its part's index
+        part_of[[call.pipe.channel for call in own]] = np.arange(len(own))
+        sends = [partial(self._make_part, call, parts[call.pipe.channel]) for call in own]
+        return send_joined(sends, part_of[layout], JoinKind.STATUSES)
+
+    def _make_part(self, call: _Call, part: Payload, joined: Joined | None) -> ray.ObjectRef[Any]:
+        """Submit one channel's part of a publish_batch (``joined``: as the lead).
+
+        Raises:
+            ChannelUnavailableError: the call could not even be submitted (the
+                parts sent before it may have gone in).
+        """
+        ref = self._make_one(call, part, joined)
+        if ref is None:
+            raise ChannelUnavailableError(
+                f"channel {call.pipe.channel} could not be called; the batch's parts "
+                "sent before it may have gone in"
+            )
+        return ref
 
     def _key_hashes(self, values: list[Any], keys: Sequence[Any] | None) -> list[int | None] | None:
         """Each value's key hash (None: no key), or None when no value can have a key."""
@@ -371,9 +389,10 @@ class Publisher:
         for call in calls:
             self._make_one(call, None)
 
-    def _make_one(self, call: _Call, part: Payload | None) -> Any:
+    def _make_one(self, call: _Call, part: Payload | None, joined: Joined | None = None) -> Any:
         """Submit one append call (outside the lock); its reply is settled by the worker.
-        ``part``: a publish_batch part's values."""
+        ``part``: a publish_batch part's values; ``joined``: the other parts' replies
+        this part's call joins (see ``raytopic.core.gather``)."""
         if call.batch is None:
             assert part is not None
             payload = part
@@ -391,6 +410,7 @@ class Publisher:
                     )
                 ),
                 payload,
+                *(() if joined is None else (joined,)),
             )
         except Exception as error:  # could not even be submitted
             self._start_worker()

@@ -11,14 +11,16 @@ they cover.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
+import numpy as np
 import ray
 
 from raytopic.actors.requests import Ack, ExtendLease, Nack, pack_request
 from raytopic.core.config import check_nonnegative_number, check_timeout
 from raytopic.core.errors import ForeignElementError, GroupModeError, InvalidTypeError
-from raytopic.core.gather import gather_in_order
+from raytopic.core.gather import Joined, JoinKind, send_joined
 from raytopic.core.naming import channel_actor
 from raytopic.core.records import Element
 
@@ -90,22 +92,27 @@ def send_one(element: Element, kind: AckRequest, **options: Any) -> ray.ObjectRe
 
 
 def send_many(elements: list[Element], kind: AckRequest, **options: Any) -> ray.ObjectRef[Any]:
-    """A ``kind`` request for many elements, one call per channel:
-    ``ObjectRef[list[AckStatus]]`` in the order of ``elements``."""
+    """A ``kind`` request for many elements, one call per channel and no other call
+    or task: ``ObjectRef[list[AckStatus]]`` in the order of ``elements`` (the last
+    channel's call joins the others' replies: ``raytopic.core.gather``)."""
     if not elements:
         return ray.put([])
     by_channel: dict[int, list[Element]] = {}
     for element in elements:
         by_channel.setdefault(element.channel, []).append(element)
-    refs = []
+    sends = []
     for channel, group in by_channel.items():
         origin = group[0]._origin
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
         entries = tuple((e.sequence, e.delivery_count, e._origin.epoch) for e in group)
-        request = kind(reader_id=origin.reader, entries=entries, **options)
-        refs.append(actor.request.remote(pack_request(request)))
-    if len(refs) == 1:
-        return refs[0]
-    channels = list(by_channel)
-    layout = [channels.index(element.channel) for element in elements]
-    return gather_in_order.remote(layout, *refs)
+        packed = pack_request(kind(reader_id=origin.reader, entries=entries, **options))
+        sends.append(partial(_send, actor, packed))
+    part_of = {channel: part for part, channel in enumerate(by_channel)}
+    layout = np.fromiter((part_of[e.channel] for e in elements), np.int64, len(elements))
+    return send_joined(sends, layout, JoinKind.LISTS)
+
+
+def _send(actor: Any, packed: bytes, joined: Joined | None) -> ray.ObjectRef[Any]:
+    if joined is None:
+        return actor.request.remote(packed)
+    return actor.request.remote(packed, None, joined)

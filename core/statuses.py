@@ -16,8 +16,6 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
-import ray
-
 from raytopic.core.errors import InvalidArgumentError
 from raytopic.core.records import Position, PublishStatus, _unfrozen, stamp_to_datetime
 
@@ -28,7 +26,7 @@ if TYPE_CHECKING:
 # (through the wire records) and never needs numpy, which was half its import time,
 # paid at every topic's start.
 
-__all__ = ["PublishStatuses", "StatusRuns", "combine_statuses", "gather_statuses"]
+__all__ = ["PublishStatuses", "StatusRuns", "combine_statuses"]
 
 
 class StatusRuns(NamedTuple):
@@ -331,9 +329,3 @@ def combine_statuses(layout: bytes | np.ndarray, *parts: PublishStatuses) -> Pub
         if part._layout is not None:  # a combined part: its own parts follow its offset
             combined[layout == index] += part._layout.astype(dtype)
     return PublishStatuses(runs, combined)
-
-
-gather_statuses = ray.remote(num_cpus=0)(combine_statuses)
-"""``combine_statuses`` as a task: ``gather_statuses.remote(layout, *refs)`` is one
-ObjectRef for the statuses several channels return (``refs`` resolve to
-PublishStatuses; one that raises, a refused part, fails the task with its error)."""

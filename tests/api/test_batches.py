@@ -101,6 +101,31 @@ def test_a_shared_member_acks_a_batch_in_one_call(shared_three, unique_name):
         assert _drain(member, 15) == []  # every element done for the group
 
 
+def _called_actor(ref: ray.ObjectRef) -> str:
+    """The id of the actor whose call made ``ref`` ('' for a task's: Ray's nil id)."""
+    actor = ref.task_id().actor_id()
+    return "" if actor.is_nil() else actor.hex()
+
+
+def test_a_batch_over_many_channels_is_one_call_per_channel_and_no_task(
+    shared_three, unique_name
+):
+    topic, s = shared_three, unique_name("s")
+    channels = {actor._actor_id.hex() for actor in topic._channel_actors}
+    group_at_latest(topic, rt.SharedGroup(s))
+    with topic.publisher() as publisher:
+        ref = publisher.publish_batch(list(range(30)))  # round robin: every channel
+        assert _called_actor(ref) in channels  # a channel's call joins the others'
+        statuses = get(ref)
+    assert [status.channel for status in statuses] == [n % 3 for n in range(30)]
+    with topic.subscriber(group=rt.SharedGroup(s), complete_on_empty=True) as member:
+        elements = rt.ElementBatch(e for batch in _drain(member, 100) for e in batch)
+        assert len({e.channel for e in elements}) == 3
+        acked = elements._send("Ack")  # what batch.ack() waits for
+        assert _called_actor(acked) in channels
+        assert get(acked) == [rt.AckStatus.ACKED] * 30
+
+
 def test_a_shared_member_nacks_a_batch_and_gets_it_again(shared_one, unique_name):
     topic, s = shared_one, unique_name("s")  # shared: a group of its own, made at latest
     group_at_latest(topic, rt.SharedGroup(s))

@@ -3,6 +3,7 @@ resolves to behaves as the eagerly built ``list[PublishStatus]`` it replaces."""
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 from datetime import UTC, datetime
 
@@ -14,13 +15,9 @@ from hypothesis import strategies as st
 
 import raytopic as rt
 from raytopic.actors.wire import AppendAck, StatusBatch
+from raytopic.core.gather import Joined, JoinKind, join_replies
 from raytopic.core.records import Position, PublishStatus
-from raytopic.core.statuses import (
-    PublishStatuses,
-    StatusRuns,
-    combine_statuses,
-    gather_statuses,
-)
+from raytopic.core.statuses import PublishStatuses, StatusRuns, combine_statuses
 
 from tests.topic_helpers import get
 
@@ -174,14 +171,16 @@ def _refused_part() -> None:
     raise rt.TopicFullError("channel 1 is full")
 
 
-def test_gather_statuses_combines_channel_replies_in_a_task(ray_session) -> None:
-    replies = [
-        ray.put(StatusBatch(TOPIC_ID, 0, AppendAck(first=4, accepted=2, stamp=1.0))),
-        ray.put(StatusBatch(TOPIC_ID, 1, AppendAck(first=0, accepted=1, stamp=2.0))),
-    ]
-    combined = get(gather_statuses.remote(np.asarray([1, 0, 0], dtype=np.uint8), *replies))
+def test_a_lead_channel_joins_the_other_channels_statuses_in_the_batch_order(
+    ray_session,
+) -> None:
+    own = StatusBatch(TOPIC_ID, 0, AppendAck(first=4, accepted=2, stamp=1.0)).statuses()
+    other = ray.put(StatusBatch(TOPIC_ID, 1, AppendAck(first=0, accepted=1, stamp=2.0)))
+    layout = np.asarray([1, 0, 0])
+    combined = asyncio.run(join_replies(own, Joined(JoinKind.STATUSES, layout, 0, (other,))))
     assert isinstance(combined, PublishStatuses)
     assert combined == [*_eager(1, [(0, 1, 2.0)]), *_eager(0, [(4, 2, 1.0)])]
     refused = _refused_part.remote()  # as a channel refuses: its call raises
-    with pytest.raises(rt.TopicFullError, match="channel 1 is full"):
-        get(gather_statuses.remote(bytes([0, 0, 1]), replies[0], refused))
+    with pytest.raises(rt.TopicFullError, match="channel 1 is full") as raised:
+        asyncio.run(join_replies(own, Joined(JoinKind.STATUSES, layout, 0, (refused,))))
+    assert not isinstance(raised.value, ray.exceptions.RayTaskError)  # the error itself
