@@ -57,6 +57,8 @@ class Acknowledging:
         Raises:
             ForeignElementError: an element this subscriber did not receive in its
                 shared group (nothing is acknowledged).
+            InvalidTypeError: ``elements`` is not an iterable of Elements (None, a
+                str, a dict, ...), or holds something else.
             GroupModeError: not a shared group's member (it commits instead).
             SubscriberClosedError: the subscriber is closed.
         """
@@ -83,13 +85,14 @@ class Acknowledging:
 
         Args:
             elements: Elements this subscriber received.
-            delay: Seconds before they may be delivered again (None: at once).
+            delay: Seconds before they may be delivered again (None: at once;
+                at most a year).
 
         Returns:
             Each element's status, in order: NACKED, or REJECTED as in ``ack``.
 
         Raises:
-            InvalidArgumentError: a negative delay.
+            InvalidArgumentError: a negative delay, or one over a year.
             ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
         """
         return self._call(self.nack_async(elements, delay))
@@ -101,7 +104,8 @@ class Acknowledging:
 
         Args:
             elements: Elements this subscriber received.
-            delay: Seconds before they may be delivered again (None: at once).
+            delay: Seconds before they may be delivered again (None: at once;
+                at most a year).
 
         Returns:
             An ObjectRef of each element's status, in order.
@@ -119,16 +123,17 @@ class Acknowledging:
 
         Args:
             elements: Elements this subscriber received.
-            seconds: When their ack leases end, from now (None: the group's
-                ``ack_timeout``).
+            seconds: When their ack leases end, from now (> 0 and at most a
+                year; None: the group's ``ack_timeout``).
 
         Returns:
             Each element's status, in order: EXTENDED, or REJECTED for one no
             longer held.
 
         Raises:
-            InvalidArgumentError: ``seconds`` is not above 0.
-            ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
+            InvalidArgumentError: ``seconds`` is not above 0, or is over a year.
+            ForeignElementError, InvalidTypeError, GroupModeError,
+                SubscriberClosedError: as ``ack``.
         """
         return self._call(send_many(self._own(elements), ExtendLease, seconds=check_lease(seconds)))
 

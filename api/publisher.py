@@ -35,7 +35,14 @@ import ray
 from raytopic.actors.payloads import Payload, PickledValues, encode_values, fast_dumps
 from raytopic.actors.requests import Append, pack_request
 from raytopic.actors.wire import AppendAck
-from raytopic.core.config import check_nonnegative_number, check_positive_int, check_timeout
+from raytopic.core.config import (
+    MAX_LINGER_SECONDS,
+    check_items,
+    check_nonnegative_number,
+    check_positive_int,
+    check_seconds,
+    check_timeout,
+)
 from raytopic.core.errors import (
     ChannelUnavailableError,
     InvalidArgumentError,
@@ -137,7 +144,7 @@ class Publisher:
         self._ordering = ordering
         self._block_timeout = check_timeout(block_timeout, "block_timeout")
         self._batch_size = check_positive_int(batch_size, "batch_size")
-        self._linger = check_nonnegative_number(linger, "linger")
+        self._linger = check_nonnegative_number(linger, "linger", maximum=MAX_LINGER_SECONDS)
         self._max_in_flight = check_positive_int(max_in_flight, "max_in_flight")
         self._max_buffered = check_positive_int(max_buffered, "max_buffered")
         self._id = uuid.uuid4().hex
@@ -262,11 +269,14 @@ class Publisher:
             equality with a list) whose items are built when read.
 
         Raises:
-            InvalidTypeError, InvalidArgumentError: a bad value or key, or
+            InvalidTypeError, InvalidArgumentError: a bad value or key, ``values``
+                or ``keys`` that is not a list of them (a str, a dict, None), or
                 ``keys`` of another length; nothing is sent.
             PublisherClosedError: the publisher was closed.
         """
-        values = list(values)
+        values = check_items(values, "values")
+        if keys is not None:
+            keys = check_items(keys, "keys")
         if keys is not None and len(keys) != len(values):
             raise InvalidArgumentError(f"keys has {len(keys)} entries for {len(values)} values")
         hashes = self._key_hashes(values, keys)
@@ -555,11 +565,13 @@ class Publisher:
         acknowledged or failed (failures surface on the values' futures, not here).
 
         Args:
-            timeout: Seconds to wait at most (None: no limit).
+            timeout: Seconds to wait at most (None: no limit; 0 to at most a year).
 
         Raises:
             TimeoutError: ``timeout`` seconds passed first.
+            InvalidArgumentError, InvalidTypeError: a bad ``timeout``.
         """
+        timeout = check_seconds(timeout, "timeout", allow_none=True, allow_zero=True)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             for pipe in self._pipes:
@@ -580,12 +592,15 @@ class Publisher:
         its calls in flight, as a flush does.
 
         Args:
-            timeout: Seconds the flush may wait at most (None: no limit).
+            timeout: Seconds the flush may wait at most (None: no limit; 0 to at
+                most a year).
 
         Raises:
             TimeoutError: values were still unacknowledged after ``timeout``
                 seconds (the publisher is then not closed).
+            InvalidArgumentError, InvalidTypeError: a bad ``timeout``.
         """
+        check_seconds(timeout, "timeout", allow_none=True, allow_zero=True)
         if self._closed and self._failure is None:
             return
         self.flush(timeout)

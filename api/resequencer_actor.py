@@ -61,9 +61,9 @@ class ResequencerActor:
             published to it. Exactly one of ``sink`` and ``on_release``.
         on_release: A picklable ``on_release(seq, payload, correlation_id)``
             run inside the actor for every release.
-        timeout_ms: Hold window in milliseconds (>= 0).
+        timeout_ms: Hold window in milliseconds (0 to a year).
         capacity: Per-stream buffer cap that forces the head out; 0 is unbounded.
-        reap_interval_ms: How often the sweeper runs (> 0).
+        reap_interval_ms: How often the sweeper runs (1 ms to a year).
         start: First expected sequence number of every stream, or None.
         max_gaps: How many recent gaps :meth:`gaps` keeps.
 
@@ -241,9 +241,9 @@ def make_resequencer_actor(
         sink: An object with ``publish(value)`` receiving each released payload.
         on_release: A picklable ``on_release(seq, payload, correlation_id)``
             run inside the actor. Exactly one of ``sink`` and ``on_release``.
-        timeout_ms: Hold window in milliseconds (>= 0).
+        timeout_ms: Hold window in milliseconds (0 to a year).
         capacity: Per-stream buffer cap that forces the head out; 0 is unbounded.
-        reap_interval_ms: How often the sweeper runs (> 0).
+        reap_interval_ms: How often the sweeper runs (1 ms to a year).
         start: First expected sequence number of every stream, or None.
         actor_options: Extra ``.options(...)`` for the actor; they override
             the defaults ``num_cpus=0`` and ``max_concurrency``.
@@ -253,7 +253,8 @@ def make_resequencer_actor(
 
     Raises:
         InvalidArgumentError: A bad value (the message names it).
-        InvalidTypeError: A bad type (the message names it).
+        InvalidTypeError: A bad type (the message names it), or a ``sink`` or
+            ``on_release`` that cannot be pickled (no actor is made).
 
     Example:
         ::

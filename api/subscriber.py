@@ -30,6 +30,8 @@ from raytopic.actors.wire import ReaderSpec
 from raytopic.core.config import (
     OnPoison,
     Start,
+    check_datetime,
+    check_int,
     check_name,
     check_positive_int,
     check_timeout,
@@ -111,7 +113,7 @@ class Subscriber(Acknowledging):
         window: Most received but uncommitted (shared: unacknowledged)
             elements; in a shared group None or negative means the group's.
         timeout: Seconds a member may go without a heartbeat before its group
-            drops it.
+            drops it (> 0, at most a year).
         on_ownership_change: Called with each change of the channels owned.
         resequence: Release elements in the order of a sequence they carry
             (not in a shared group).
@@ -152,7 +154,9 @@ class Subscriber(Acknowledging):
         definition = group if isinstance(group, SharedGroup) else None
         name = definition.name if definition is not None else group
         name = None if name is None else check_name(name, "group")
-        mode = check_mode(mode or ("shared" if definition is not None else "owned"))
+        if mode is None:
+            mode = "shared" if definition is not None else "owned"
+        mode = check_mode(mode)
         if definition is not None and mode != "shared":
             raise GroupModeError("a SharedGroup is joined with mode='shared'")
         spec, timeout = _checked_arguments(
@@ -302,9 +306,10 @@ class Subscriber(Acknowledging):
             True if ``channel`` is in :attr:`channels`.
 
         Raises:
+            InvalidTypeError: ``channel`` is not an int.
             SubscriberClosedError: the subscriber is closed, or its group was destroyed.
         """
-        return channel in self.channels
+        return check_int(channel, "channel") in self.channels
 
     @property
     def resequencer_stats(self) -> ResequencerStats | None:
@@ -424,6 +429,8 @@ class Subscriber(Acknowledging):
             NotOwnerError: the channel is not owned by this subscriber.
             PositionMismatchError: a Position of another topic or channel.
             InvalidTypeError: ``to`` is neither a Position nor a datetime.
+            InvalidArgumentError: a datetime out of range (a naive one is local
+                time: ``datetime(1, 1, 1)`` cannot be placed).
             GroupModeError: a shared group's member (it acknowledges instead).
             SubscriberClosedError: the subscriber is closed.
         """
@@ -512,7 +519,7 @@ class Subscriber(Acknowledging):
             to.check_belongs(self._topic.topic_id, channel)
             return self._seek_to(channel, to.sequence, commit)
         if isinstance(to, datetime):
-            return self._seek_to(channel, to.timestamp(), commit, by_time=True)
+            return self._seek_to(channel, check_datetime(to, "to"), commit, by_time=True)
         raise InvalidTypeError(f"to must be a Position or a datetime, got {type(to).__name__}")
 
     def _seek_to(

@@ -17,7 +17,13 @@ from raytopic.coordinator.launch import (
     launch_topic,
     wait_released,
 )
-from raytopic.core.config import DEFAULT_NAMESPACE, TopicConfig, check_name
+from raytopic.core.config import (
+    TopicConfig,
+    check_bool,
+    check_datetime,
+    check_name,
+    check_namespace,
+)
 from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -59,11 +65,11 @@ def create_topic(
 
     Args:
         name: Unique in its namespace: 1-128 letters, digits, ``_ . -``.
-        channels: Channel actors (>= 1); the unit of ordering and parallelism.
+        channels: Channel actors (1 to 10,000); the unit of ordering and parallelism.
         capacity: Elements each channel holds at most (>= 1).
         retain: Keep elements after every group committed them (until
             capacity or TTL removes them); False removes them once committed.
-        ttl: Seconds an element lives, or None.
+        ttl: Seconds an element lives (> 0, at most a century), or None.
         overflow: When a channel is full: "block" (publishers wait),
             "overwrite" (drop the oldest) or "fail" (TopicFullError).
         store: None (in memory: a channel that restarts starts empty and its
@@ -83,9 +89,10 @@ def create_topic(
         sync: With the embedded store, when a publish is acknowledged:
             "always" (after an fdatasync covering it; survives an OS crash),
             "write" (once written; survives a process kill), or seconds between
-            background syncs.
+            background syncs (> 0, at most an hour).
         store_retention: ``{"seconds": s, "bytes": n}`` (either or both): stored
-            elements below the ring's head stay on disk this long / this much
+            elements below the ring's head stay on disk this long (at most a
+            century) / this much
             (Kafka's retention.ms / retention.bytes); default: only what the
             ring holds.
         placement: "spread" (default) puts the channel actors on different nodes
@@ -106,6 +113,7 @@ def create_topic(
     Example:
         >>> topic = rt.create_topic("orders", channels=4, groups=["billing"])
     """
+    check_bool(exist_ok, "exist_ok")
     config = TopicConfig.create(
         name,
         channels=channels,
@@ -137,10 +145,11 @@ def get_topic(name: str, *, namespace: str | None = None) -> Topic:
 
     Raises:
         TopicNotFoundError: no such topic in the namespace, or its coordinator died.
-        InvalidArgumentError, InvalidTypeError: ``name`` is not a valid topic name.
+        InvalidArgumentError, InvalidTypeError: ``name`` or ``namespace`` is not a
+            valid name.
     """
     check_name(name, "topic name")
-    coordinator, info = find_topic(name, namespace or DEFAULT_NAMESPACE)
+    coordinator, info = find_topic(name, check_namespace(namespace))
     return Topic(coordinator, info)
 
 
@@ -152,8 +161,11 @@ def list_topics(*, namespace: str | None = None) -> list[str]:
 
     Returns:
         The topics' names, sorted.
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: ``namespace`` is not a valid name.
     """
-    namespace = namespace or DEFAULT_NAMESPACE
+    namespace = check_namespace(namespace)
     names = []
     for actor in ray.util.list_named_actors(all_namespaces=True):
         if actor.get("namespace") == namespace:
@@ -224,9 +236,11 @@ class Topic:
             ordering: None for round robin, or ``value -> key`` for values
                 published without a key.
             block_timeout: Seconds a value may wait for room in a full channel
-                (overflow "block") before it fails with TopicFullError.
+                (overflow "block") before it fails with TopicFullError (> 0, at
+                most a year).
             batch_size: Values one append call carries at most.
-            linger: Seconds a partial batch may wait for more values (0: none).
+            linger: Seconds a partial batch may wait for more values (0: none;
+                at most an hour).
             max_in_flight: Append calls of this publisher outstanding at most.
 
         Returns:
@@ -281,7 +295,7 @@ class Topic:
             complete_on_empty: End iteration once every channel is drained.
             window: Most elements in flight to this subscriber (see ``mode``).
             timeout: Seconds without a heartbeat after which a group member
-                loses its channels.
+                loses its channels (> 0, at most a year).
             on_ownership_change: Called with an ``OwnershipChange`` when a group
                 member's channels change.
             resequence: Release elements in a ``Resequence`` order of their own.
@@ -396,7 +410,8 @@ class Topic:
             name: The group.
             to: A map channel -> Position ("next received is the first after
                 it"; only those channels are reset), a datetime ("the first
-                published after it"), "earliest" or "latest" (every channel).
+                published after it"; a naive one is local time), "earliest" or
+                "latest" (every channel).
 
         Returns:
             Per reset channel, the Position set.
@@ -405,6 +420,8 @@ class Topic:
             GroupNotFoundError: no such group.
             ResetInProgressError: a reset of this group is running.
             PositionMismatchError: a Position of another topic or channel.
+            InvalidArgumentError, InvalidTypeError: a bad name or target (a
+                datetime out of range too); nothing is reset.
         """
         check_name(name, "group name")
         targets = self._reset_targets(to)
@@ -420,7 +437,7 @@ class Topic:
                 raise InvalidArgumentError(f"to must be 'earliest', 'latest', ... got {to!r}")
             return dict.fromkeys(every, to)
         if isinstance(to, datetime):
-            return dict.fromkeys(every, to.timestamp())
+            return dict.fromkeys(every, check_datetime(to, "to"))
         if isinstance(to, Mapping):
             if not to:
                 raise InvalidArgumentError("to is an empty map: nothing to reset")

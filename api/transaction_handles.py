@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -37,7 +36,7 @@ from raytopic.actors.requests import (
 from raytopic.actors.transaction_table import ABORT, COMMIT, FENCED, Address, ConsumedCommit
 from raytopic.actors.transactions import send
 from raytopic.coordinator.transaction_registry import registry_actor
-from raytopic.core.config import DEFAULT_NAMESPACE
+from raytopic.core.config import check_instance, check_items, check_namespace, check_timeout
 from raytopic.core.errors import (
     ClosedError,
     DataLossError,
@@ -79,22 +78,20 @@ def transactions(
         transactional_id: A name that stays the same across restarts of one
             logical worker (a pipeline stage and its partition, say).
         namespace: Ray namespace of the topics involved (default "raytopic").
-        timeout: Seconds a transaction may stay open; one whose holder is gone
-            is aborted that long after it began.
+        timeout: Seconds a transaction may stay open (> 0, at most a year); one
+            whose holder is gone is aborted that long after it began.
 
     Returns:
         The holder's Transactions.
 
     Raises:
-        InvalidArgumentError, InvalidTypeError: a bad id or timeout.
+        InvalidArgumentError, InvalidTypeError: a bad id, namespace or timeout
+            (nothing is fenced).
     """
     if not isinstance(transactional_id, str) or not transactional_id:
         raise InvalidTypeError("a transactional id must be a non-empty str")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise InvalidTypeError(f"timeout must be a number, got {type(timeout).__name__}")
-    if not (timeout > 0 and math.isfinite(timeout)):
-        raise InvalidArgumentError(f"timeout must be positive and finite, got {timeout}")
-    return Transactions(transactional_id, namespace or DEFAULT_NAMESPACE, float(timeout))
+    checked_timeout = check_timeout(timeout, "timeout", allow_none=False)
+    return Transactions(transactional_id, check_namespace(namespace), checked_timeout)
 
 
 class Transactions:
@@ -280,8 +277,9 @@ class Transaction:
             keys: One key per value (None entries: round robin), or None.
 
         Raises:
-            InvalidTypeError, InvalidArgumentError: a bad value, key or topic;
-                nothing is staged, and the transaction goes on.
+            InvalidTypeError, InvalidArgumentError: a bad value, key or topic, or
+                ``values`` or ``keys`` that is not a list of them (None, a str, a
+                dict); nothing is staged, and the transaction goes on.
             TopicNotFoundError: the topic was destroyed; nothing staged there.
             TopicFullError: a channel had no room (overflow "fail", or "block"
                 past 30 s); nothing staged there.
@@ -289,9 +287,10 @@ class Transaction:
             TransactionAbortedError: it was aborted (timed out) or cannot commit.
         """
         self._check_open()
-        if not isinstance(topic, Topic):
-            raise InvalidTypeError(f"expected a Topic, got {type(topic).__name__}")
-        values = list(values)
+        check_instance(topic, Topic, "topic")
+        values = check_items(values, "values")
+        if keys is not None:
+            keys = check_items(keys, "keys")
         if keys is not None and len(keys) != len(values):
             raise InvalidArgumentError(f"keys has {len(keys)} entries for {len(values)} values")
         if not values:
@@ -360,12 +359,15 @@ class Transaction:
                 ElementBatch, a list, or one Element).
 
         Raises:
-            InvalidTypeError: not Elements.
+            InvalidTypeError: not Elements (None, a str, a dict, ... too; nothing
+                recorded).
             GroupModeError: an anonymous subscriber's or a shared group's element
                 (nothing recorded).
         """
         self._check_open()
-        elements = [elements] if isinstance(elements, Element) else list(elements)
+        elements = (
+            [elements] if isinstance(elements, Element) else check_items(elements, "elements")
+        )
         latest: dict[Address, ConsumedCommit] = {}
         for element in elements:
             if not isinstance(element, Element):

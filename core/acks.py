@@ -18,7 +18,7 @@ import numpy as np
 import ray
 
 from raytopic.actors.requests import Ack, ExtendLease, Nack, pack_request
-from raytopic.core.config import check_nonnegative_number, check_timeout
+from raytopic.core.config import check_items, check_nonnegative_number, check_timeout
 from raytopic.core.errors import ForeignElementError, GroupModeError, InvalidTypeError
 from raytopic.core.gather import Joined, JoinKind, send_joined
 from raytopic.core.naming import channel_actor
@@ -49,11 +49,12 @@ def check_own(elements: Sequence[Element], reader_id: str, topic_id: str) -> lis
     """``elements`` if all were received by ``reader_id`` in a shared group of the topic.
 
     Raises:
-        InvalidTypeError: one is not an Element.
+        InvalidTypeError: ``elements`` is not an iterable of Elements (None, a
+            str, a dict, ...), or one is not an Element.
         ForeignElementError: one was received by another subscriber, from
             another topic, or in an owned group (nothing is sent).
     """
-    elements = list(elements)
+    elements = check_items(elements, "elements")
     for element in elements:
         if not isinstance(element, Element):
             raise InvalidTypeError(f"expected Elements, got {type(element).__name__}")
@@ -67,12 +68,13 @@ def check_own(elements: Sequence[Element], reader_id: str, topic_id: str) -> lis
 
 
 def check_delay(delay: object, what: str = "delay") -> float:
-    """Seconds >= 0 (None: 0)."""
+    """Seconds >= 0 and at most a year (None: 0)."""
     return 0.0 if delay is None else check_nonnegative_number(delay, what)
 
 
 def check_lease(seconds: object) -> float | None:
-    """Seconds > 0 for a lease extension (None: the group's ``ack_timeout``)."""
+    """Seconds > 0 and at most a year for a lease extension (None: the group's
+    ``ack_timeout``)."""
     return check_timeout(seconds, "seconds")
 
 

@@ -6,27 +6,63 @@ import enum
 import os
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "MAX_CHANNELS",
+    "MAX_LINGER_SECONDS",
+    "MAX_RETENTION_SECONDS",
+    "MAX_SECONDS",
     "Overflow",
     "Start",
     "TopicConfig",
+    "check_bool",
+    "check_datetime",
+    "check_instance",
+    "check_int",
+    "check_items",
     "check_name",
+    "check_namespace",
     "check_nonnegative_int",
     "check_nonnegative_number",
     "check_positive_int",
+    "check_seconds",
     "check_sync",
     "check_timeout",
+    "shown",
 ]
 
 DEFAULT_NAMESPACE = "raytopic"
 """The Ray namespace topics live in when none is given."""
+
+MAX_SECONDS = 365 * 24 * 3600.0
+"""The longest timeout, delay, lease or wait a setting takes: a year, in seconds.
+A longer wait is a mistake, and one Python cannot make (``float("inf")``, or past
+``threading.TIMEOUT_MAX``, about 292 years) kills the background thread that waits
+it out; so every duration is checked, against this or a bound of its own."""
+
+MAX_LINGER_SECONDS = 3600.0
+"""The longest a publisher's ``linger`` or a store's background ``sync`` interval
+may be: an hour (a batch or an unsynced append held back longer is a mistake)."""
+
+MAX_RETENTION_SECONDS = 100 * MAX_SECONDS
+"""The longest an element's ``ttl`` or a store's retention may be: a century
+(where the setting allows None, None means no limit)."""
+
+MAX_CHANNELS = 10_000
+"""The most channels a topic has: each is an actor process of its own."""
+
+_BOUND_NAMES = {
+    MAX_SECONDS: "a year",
+    MAX_LINGER_SECONDS: "an hour",
+    MAX_RETENTION_SECONDS: "a century",
+}
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
@@ -106,44 +142,168 @@ def check_name(value: object, what: str) -> str:
     return value
 
 
-def _check_int(value: object, what: str) -> int:
+def shown(value: object) -> str:
+    """``value`` as an error message shows it: its repr, cut short (a huge int by its size)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # a user's object whose repr raises
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_number(value: object) -> bool:
+    """An int or a float; a bool is not a number here (``timeout=True`` is a mistake)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_int(
+    value: object, what: str, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """Return ``value`` if it is an int (not a bool) within ``[minimum, maximum]``.
+
+    Raises:
+        InvalidTypeError: not an int, naming ``what``.
+        InvalidArgumentError: out of range, naming ``what`` and the bound.
+    """
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidTypeError(f"{what} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise InvalidArgumentError(f"{what} must be >= {minimum}, got {shown(value)}")
+    if maximum is not None and value > maximum:
+        raise InvalidArgumentError(f"{what} must be <= {maximum}, got {shown(value)}")
     return value
 
 
-def check_positive_int(value: object, what: str) -> int:
-    """Return ``value`` if it is an int >= 1, else raise naming ``what``."""
-    if _check_int(value, what) < 1:
-        raise InvalidArgumentError(f"{what} must be >= 1, got {value}")
-    return value  # type: ignore[return-value]
+def check_positive_int(value: object, what: str, *, maximum: int | None = None) -> int:
+    """Return ``value`` if it is an int >= 1 (and <= ``maximum``), else raise naming ``what``."""
+    return check_int(value, what, minimum=1, maximum=maximum)
 
 
-def check_nonnegative_int(value: object, what: str) -> int:
-    """Return ``value`` if it is an int >= 0, else raise naming ``what``."""
-    if _check_int(value, what) < 0:
-        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
-    return value  # type: ignore[return-value]
+def check_nonnegative_int(value: object, what: str, *, maximum: int | None = None) -> int:
+    """Return ``value`` if it is an int >= 0 (and <= ``maximum``), else raise naming ``what``."""
+    return check_int(value, what, minimum=0, maximum=maximum)
 
 
-def check_nonnegative_number(value: object, what: str) -> float:
-    """Return ``value`` as a float if it is a number >= 0, else raise naming ``what``."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise InvalidTypeError(f"{what} must be a number, got {type(value).__name__}")
-    if not value >= 0:
-        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
-    return float(value)
+def check_seconds(
+    value: object,
+    what: str,
+    *,
+    allow_none: bool = False,
+    allow_zero: bool = False,
+    maximum: float = MAX_SECONDS,
+) -> float | None:
+    """Return ``value`` as seconds: a finite number > 0 (>= 0 with ``allow_zero``) and
+    at most ``maximum`` (a year unless the setting documents another bound); None
+    where ``allow_none``.
 
-
-def check_timeout(value: object, what: str, *, allow_none: bool = True) -> float | None:
-    """Return ``value`` as seconds if it is None (when allowed) or a number > 0."""
+    Raises:
+        InvalidTypeError: not a number (a bool is not one), naming ``what``.
+        InvalidArgumentError: out of range (NaN and infinities too), naming ``what``
+            and the bound.
+    """
     if value is None and allow_none:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not _is_number(value):
         raise InvalidTypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
-    if not value > 0:
-        raise InvalidArgumentError(f"{what} must be > 0 seconds, got {value}")
+    in_range = value >= 0 if allow_zero else value > 0  # False for NaN
+    if not (in_range and value <= maximum):
+        lowest = ">= 0" if allow_zero else "> 0"
+        bound = _BOUND_NAMES.get(maximum, f"{maximum:g} s")
+        raise InvalidArgumentError(
+            f"{what} must be {lowest} seconds and at most {maximum:.0f} ({bound}), "
+            f"got {shown(value)}"
+        )
     return float(value)
+
+
+def check_nonnegative_number(value: object, what: str, *, maximum: float = MAX_SECONDS) -> float:
+    """Return ``value`` as seconds if it is a finite number >= 0 and <= ``maximum`` (a
+    year unless given), else raise naming ``what`` (see :func:`check_seconds`)."""
+    return check_seconds(value, what, allow_zero=True, maximum=maximum)  # type: ignore[return-value]
+
+
+def check_timeout(
+    value: object, what: str, *, allow_none: bool = True, maximum: float = MAX_SECONDS
+) -> float | None:
+    """Return ``value`` as seconds if it is None (when allowed) or a finite number > 0
+    and <= ``maximum`` (a year unless given); see :func:`check_seconds`."""
+    return check_seconds(value, what, allow_none=allow_none, maximum=maximum)
+
+
+def check_bool(value: object, what: str) -> bool:
+    """Return ``value`` if it is a bool (not merely truthy: ``exist_ok=1`` is refused).
+
+    Raises:
+        InvalidTypeError: not a bool, naming ``what``.
+    """
+    if not isinstance(value, bool):
+        raise InvalidTypeError(f"{what} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_namespace(value: object) -> str:
+    """The Ray namespace a call names: ``value``, or the default one for None.
+
+    Raises:
+        InvalidTypeError, InvalidArgumentError: not a valid name (as topic names).
+    """
+    return DEFAULT_NAMESPACE if value is None else check_name(value, "namespace")
+
+
+def check_items(value: object, what: str) -> list[Any]:
+    """``value``'s items as a list, for an argument that takes several (values, keys,
+    elements, items).
+
+    A str, bytes or a mapping is refused rather than iterated: its characters,
+    bytes or keys are never what was meant.
+
+    Raises:
+        InvalidTypeError: not an iterable of items, naming ``what``.
+    """
+    if isinstance(value, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(
+        value, Iterable
+    ):
+        raise InvalidTypeError(
+            f"{what} must be an iterable of items (a list, a tuple, ...), "
+            f"got {type(value).__name__}"
+        )
+    return list(value)
+
+
+def check_datetime(value: datetime, what: str) -> float:
+    """``value`` as a time stamp (seconds since the epoch); a naive datetime is local
+    time, as ``datetime.timestamp()`` reads it.
+
+    Raises:
+        InvalidTypeError: not a datetime, naming ``what``.
+        InvalidArgumentError: a time the platform cannot place (a naive
+            ``datetime(1, 1, 1)`` in a zone east of UTC, say), naming ``what``.
+    """
+    if not isinstance(value, datetime):
+        raise InvalidTypeError(f"{what} must be a datetime, got {type(value).__name__}")
+    try:
+        return value.timestamp()
+    except (ValueError, OverflowError, OSError) as error:
+        raise InvalidArgumentError(
+            f"{what} {value!r} is out of range: {error} (give an aware datetime)"
+        ) from None
+
+
+def check_instance(value: object, kind: type, what: str) -> Any:
+    """Return ``value`` if it is a ``kind`` (a handle the call needs: a Topic, ...).
+
+    Raises:
+        InvalidTypeError: it is something else (a topic's name where its Topic is
+            expected, say), naming ``what``.
+    """
+    if not isinstance(value, kind):
+        module = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
+        raise InvalidTypeError(
+            f"{what} must be a {module}{kind.__qualname__}, got {type(value).__name__}"
+        )
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,20 +367,15 @@ class TopicConfig:
     ) -> TopicConfig:
         """Validate ``create_topic``'s arguments; every error names the argument."""
         check_name(name, "topic name")
-        if namespace is None:
-            namespace = DEFAULT_NAMESPACE
-        check_name(namespace, "namespace")
-        check_positive_int(channels, "channels")
+        namespace = check_namespace(namespace)
+        check_positive_int(channels, "channels", maximum=MAX_CHANNELS)
         check_positive_int(capacity, "capacity")
-        if not isinstance(retain, bool):
-            raise InvalidTypeError(f"retain must be a bool, got {type(retain).__name__}")
-        if isinstance(groups, str) or not hasattr(groups, "__iter__"):
-            raise InvalidTypeError("groups must be a sequence of group names")
+        check_bool(retain, "retain")
         from raytopic.core.shared_group import SharedGroup  # (it validates with this module)
 
         groups = tuple(
             g if isinstance(g, SharedGroup) else check_name(g, "group name")
-            for g in groups  # type: ignore[union-attr]
+            for g in check_items(groups, "groups")
         )
         group_names = tuple(g if isinstance(g, str) else g.name for g in groups)
         retention_seconds, retention_bytes = _check_retention(store_retention, store)
@@ -234,7 +389,7 @@ class TopicConfig:
             channels=channels,  # type: ignore[arg-type]
             capacity=capacity,  # type: ignore[arg-type]
             retain=retain,
-            ttl=check_timeout(ttl, "ttl"),
+            ttl=check_timeout(ttl, "ttl", maximum=MAX_RETENTION_SECONDS),
             overflow=Overflow.parse(overflow),  # type: ignore[arg-type]
             groups=groups,
             store=_check_store(store),
@@ -266,19 +421,20 @@ def _check_store(store: object) -> Any:
 
 
 def _check_placement(placement: object) -> str:
-    if placement not in ("spread", "pack"):
-        raise InvalidArgumentError(f"placement must be 'spread' or 'pack', got {placement!r}")
+    if not isinstance(placement, str) or placement not in ("spread", "pack"):
+        raise InvalidArgumentError(f"placement must be 'spread' or 'pack', got {shown(placement)}")
     return placement  # type: ignore[return-value]
 
 
 def check_sync(sync: object) -> str | float:
-    """Check a ``sync`` setting ("always", "write" or seconds > 0); raise naming it."""
-    if sync in ("always", "write"):
-        return sync  # type: ignore[return-value]
-    if isinstance(sync, (int, float)) and not isinstance(sync, bool) and sync > 0:
-        return float(sync)
+    """Check a ``sync`` setting ("always", "write", or seconds between background
+    syncs: > 0 and at most an hour, ``MAX_LINGER_SECONDS``); raise naming it."""
+    if isinstance(sync, str) and sync in ("always", "write"):
+        return sync
+    if _is_number(sync):
+        return check_seconds(sync, "sync", maximum=MAX_LINGER_SECONDS)  # type: ignore[return-value]
     raise InvalidArgumentError(
-        f"sync must be 'always', 'write' or a number of seconds > 0, got {sync!r}"
+        f"sync must be 'always', 'write' or a number of seconds > 0, got {shown(sync)}"
     )
 
 
@@ -290,12 +446,14 @@ def _check_retention(retention: object, store: object) -> tuple[float | None, in
         raise InvalidArgumentError("store_retention needs a store")
     if not isinstance(retention, Mapping) or not set(retention) <= {"seconds", "bytes"}:
         raise InvalidArgumentError(
-            f'store_retention must be a dict with "seconds" and/or "bytes", got {retention!r}'
+            f'store_retention must be a dict with "seconds" and/or "bytes", got {shown(retention)}'
         )
     seconds = retention.get("seconds")
     size = retention.get("bytes")
     if seconds is not None:
-        seconds = check_nonnegative_number(seconds, 'store_retention["seconds"]')
+        seconds = check_nonnegative_number(
+            seconds, 'store_retention["seconds"]', maximum=MAX_RETENTION_SECONDS
+        )
     if size is not None:
         size = check_nonnegative_int(size, 'store_retention["bytes"]')
     return seconds, size

@@ -10,8 +10,10 @@ channel's last position, which commits every earlier one), ``ack()`` /
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from raytopic.core.config import check_items
 from raytopic.core.errors import GroupModeError, InvalidTypeError
 from raytopic.core.records import Element, _resolve
 
@@ -37,6 +39,17 @@ class ElementBatch(list[Element]):
     """
 
     __slots__ = ()
+
+    def __init__(self, elements: Iterable[Element] = ()) -> None:
+        """A batch of ``elements``, in order.
+
+        Raises:
+            InvalidTypeError: ``elements`` is not an iterable of them (None, a str,
+                a dict, ...).
+        """
+        if type(elements) not in (list, tuple, ElementBatch):  # what receives hand in
+            elements = check_items(elements, "elements")
+        super().__init__(elements)
 
     @property
     def values(self) -> list[Any]:
@@ -100,13 +113,14 @@ class ElementBatch(list[Element]):
         """Give every element back to its shared group, to be delivered again.
 
         Args:
-            delay: Seconds before they may be delivered again (None: at once).
+            delay: Seconds before they may be delivered again (None: at once;
+                at most a year).
 
         Returns:
             Each element's status, in order: NACKED, or REJECTED (see ``ack``).
 
         Raises:
-            InvalidArgumentError: a negative delay.
+            InvalidArgumentError: a negative delay, or one over a year.
             GroupModeError: an element was not received in a shared group.
         """
         from raytopic.core.acks import check_delay

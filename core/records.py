@@ -350,13 +350,14 @@ class Element:
         ``max_deliveries`` it goes to the dead-letter topic instead.
 
         Args:
-            delay: Seconds before it may be delivered again (None: at once).
+            delay: Seconds before it may be delivered again (None: at once;
+                at most a year).
 
         Returns:
             NACKED, or REJECTED (see ``ack``).
 
         Raises:
-            InvalidArgumentError: a negative delay.
+            InvalidArgumentError: a negative delay, or one over a year.
             GroupModeError: it was not received in a shared group.
         """
         return _resolve(self.nack_async(delay))
@@ -365,13 +366,14 @@ class Element:
         """``nack`` without waiting.
 
         Args:
-            delay: Seconds before it may be delivered again (None: at once).
+            delay: Seconds before it may be delivered again (None: at once;
+                at most a year).
 
         Returns:
             ``ObjectRef[AckStatus]``: NACKED or REJECTED (see ``ack``).
 
         Raises:
-            InvalidArgumentError: a negative delay.
+            InvalidArgumentError: a negative delay, or one over a year.
             GroupModeError: it was not received in a shared group.
         """
         from raytopic.core.acks import Nack, check_delay, send_one
@@ -383,13 +385,14 @@ class Element:
         (default: the group's ``ack_timeout``).
 
         Args:
-            seconds: The new lease, > 0 (None: the group's ``ack_timeout``).
+            seconds: The new lease, > 0 and at most a year (None: the group's
+                ``ack_timeout``).
 
         Returns:
             EXTENDED, or REJECTED (see ``ack``).
 
         Raises:
-            InvalidArgumentError: ``seconds`` is not > 0.
+            InvalidArgumentError: ``seconds`` is not > 0, or is over a year.
             GroupModeError: it was not received in a shared group.
         """
         from raytopic.core.acks import ExtendLease, check_lease, send_one

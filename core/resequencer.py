@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from raytopic.core.config import MAX_SECONDS, check_int
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
 from raytopic.core.waits import bounded_wait
 
@@ -26,6 +27,9 @@ __all__ = ["Resequence", "ResequencedStream", "Resequencer", "ResequencerStats"]
 logger = logging.getLogger(
     "raytopic.resequencer"
 )  # its name before the move: logging setups name it
+
+MAX_MILLISECONDS = int(MAX_SECONDS * 1000)
+"""The longest hold window or sweep interval: a year, in milliseconds."""
 
 ReleaseCallback = Callable[[int, Any, Hashable | None], None]
 GapCallback = Callable[[int, Hashable | None], None]
@@ -79,7 +83,8 @@ class Resequence:
     correlation: Callable[[Any], Hashable] | None = None
     """Extracts the stream key from a value; None: one stream for all values."""
     timeout_ms: int = 1000
-    """Hold window: how long the head of a stream waits for a missing predecessor."""
+    """Hold window: how long the head of a stream waits for a missing predecessor
+    (0 to a year)."""
     capacity: int = 0
     """Per-stream buffer cap that forces the head out past a gap; 0 is unbounded."""
     start: int | None = None
@@ -92,7 +97,7 @@ class Resequence:
             raise InvalidTypeError(
                 f"correlation must be callable or None, got {type(self.correlation).__name__}"
             )
-        _check_int("timeout_ms", self.timeout_ms, minimum=0)
+        _check_int("timeout_ms", self.timeout_ms, minimum=0, maximum=MAX_MILLISECONDS)
         _check_int("capacity", self.capacity, minimum=0)
         if self.start is not None:
             _check_int("start", self.start)
@@ -147,9 +152,10 @@ class Resequencer:
 
     Args:
         name: Name used in logs (and as the metrics tag of the actor form).
-        timeout_ms: Hold window in milliseconds (>= 0).
+        timeout_ms: Hold window in milliseconds (0 to a year: ``MAX_MILLISECONDS``).
         capacity: Per-stream buffer cap that forces the head out; 0 is unbounded.
-        reap_interval_ms: How often the sweeper looks for expired heads (> 0).
+        reap_interval_ms: How often the sweeper looks for expired heads (1 ms to
+            a year).
         on_release: Called as ``on_release(seq, payload, correlation_id)``
             for every released message, in order.
         on_gap: Called as ``on_gap(skipped_seq, correlation_id)``.
@@ -530,11 +536,10 @@ class _Late(NamedTuple):
 _Event = _Release | _Gap | _Late
 
 
-def _check_int(name: str, value: object, minimum: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
+def _check_int(
+    name: str, value: object, minimum: int | None = None, maximum: int | None = None
+) -> None:
+    check_int(value, name, minimum=minimum, maximum=maximum)
 
 
 def _check_settings(
@@ -545,9 +550,9 @@ def _check_settings(
         raise InvalidTypeError(f"name must be a str, got {type(name).__name__}")
     if not name:
         raise InvalidArgumentError("name must not be empty")
-    _check_int("timeout_ms", timeout_ms, minimum=0)
+    _check_int("timeout_ms", timeout_ms, minimum=0, maximum=MAX_MILLISECONDS)
     _check_int("capacity", capacity, minimum=0)
-    _check_int("reap_interval_ms", reap_interval_ms, minimum=1)
+    _check_int("reap_interval_ms", reap_interval_ms, minimum=1, maximum=MAX_MILLISECONDS)
     if start is not None:
         _check_int("start", start)
 

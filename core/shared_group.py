@@ -55,7 +55,8 @@ class SharedGroup:
             ``max_deliveries`` (created, with one retained channel, if missing).
             Required when ``max_deliveries`` is set.
         ack_timeout: Seconds a member holds an element before it is delivered
-            again (the holder may extend it: ``Subscriber.extend_lease``).
+            again (> 0, at most a year; the holder may extend it:
+            ``Subscriber.extend_lease``).
         window: Default most unacknowledged elements per member (members may
             ask for another); None: the topic's ``default_window``.
         ordering: None, or ``"key"``: elements of one publish key go to one

@@ -31,13 +31,13 @@ from ray.util.debug import reset_log_once
 
 from raytopic.bridge.arrow_tables import combine, empty_table
 from raytopic.bridge.bulk import BulkWriter, ChannelRange, plan_ranges, read_range
-from raytopic.core.errors import InvalidTypeError
+from raytopic.core.config import check_instance, check_timeout
+from raytopic.core.errors import InvalidArgumentError, unwrap_ray_error
 from raytopic.core.records import PublishSummary
+from raytopic.topic import Topic
 
 if TYPE_CHECKING:
     from ray.data._internal.execution.interfaces import TaskContext
-
-    from raytopic.topic import Topic
 
 __all__ = ["TopicDatasink", "TopicDatasource", "read_topic", "write_topic"]
 
@@ -57,22 +57,37 @@ def write_topic(
         dataset: Any Ray Dataset (its blocks are read as Arrow).
         topic: The topic.
         key: A column to route by (text, bytes, integer or boolean).
-        block_timeout: With overflow "block", seconds an append waits for room.
+        block_timeout: With overflow "block", seconds an append waits for room
+            (> 0, at most a year; None: no limit).
 
     Returns:
         What was appended.
 
     Raises:
-        InvalidTypeError: ``key`` names a column of a type that cannot be a key.
+        InvalidTypeError: ``key`` names a column of a type that cannot be a key;
+            ``dataset``, ``topic`` or ``key`` is not what it should be (checked
+            before any write task runs).
+        InvalidArgumentError: a bad ``block_timeout``, or ``key`` is not a
+            column (before any task runs when the dataset's columns are known
+            without running it).
         TopicFullError: a channel had no room (overflow "fail", or "block" too long).
     """
-    if not isinstance(dataset, Dataset):
-        raise InvalidTypeError(f"dataset must be a ray.data.Dataset, got {type(dataset).__name__}")
+    check_instance(dataset, Dataset, "dataset")
     sink = TopicDatasink(topic, key=key, block_timeout=block_timeout)
+    if key is not None:
+        _check_key_column(dataset, key)
     started = time.perf_counter()
-    with _quiet(dataset.context):
+    with _quiet(dataset.context), unwrap_ray_error():  # a write task's typed error as itself
         dataset.write_datasink(sink)
     return PublishSummary.total(sink.results, time.perf_counter() - started)
+
+
+def _check_key_column(dataset: Dataset, key: str) -> None:
+    """A ``key`` that is not a column fails here, before any write task runs, when
+    the dataset's columns are known without running it (else its tasks report it)."""
+    schema = dataset.schema(fetch_if_missing=False)
+    if schema is not None and key not in schema.names:
+        raise InvalidArgumentError(f"key {key!r} is not a column: {list(schema.names)}")
 
 
 _PROVOKED_WARNINGS = {
@@ -183,9 +198,18 @@ def read_topic(
 
 class TopicDatasink(Datasink[tuple[dict[int, int], int]]):
     """Appends each write task's blocks through one ``BulkWriter``; the task's
-    index names the writer, so a task run again appends nothing twice."""
+    index names the writer, so a task run again appends nothing twice.
+
+    Raises:
+        InvalidTypeError, InvalidArgumentError: a bad argument (a topic's name
+            where its Topic is expected, say), before any write task runs.
+    """
 
     def __init__(self, topic: Topic, *, key: str | None, block_timeout: float) -> None:
+        check_instance(topic, Topic, "topic")
+        if key is not None:
+            check_instance(key, str, "key (a column name)")
+        check_timeout(block_timeout, "block_timeout")
         self._topic = topic
         self._key = key
         self._block_timeout = block_timeout

@@ -43,6 +43,7 @@ from raytopic.bridge.spark_session import (
     prepare_java,
     stop_spark,
 )
+from raytopic.core.config import check_instance, check_timeout
 from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -50,11 +51,10 @@ from raytopic.core.errors import (
     TopicNotFoundError,
 )
 from raytopic.core.records import PublishSummary
+from raytopic.topic import Topic
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-
-    from raytopic.topic import Topic
 
 logger = logging.getLogger(__name__)
 
@@ -98,16 +98,20 @@ def publish_dataframe(
         topic: The topic.
         df: The rows.
         key: The column to route by (string, binary, integer or boolean).
-        block_timeout: With overflow "block", seconds an append waits for room.
+        block_timeout: With overflow "block", seconds an append waits for room
+            (> 0, at most a year; None: no limit).
 
     Returns:
         What was appended.
 
     Raises:
-        InvalidArgumentError: ``key`` is not a column.
-        InvalidTypeError: ``key``'s type cannot be a key (floats, decimals, ...).
+        InvalidArgumentError: ``key`` is not a column, or a bad ``block_timeout``.
+        InvalidTypeError: ``key``'s type cannot be a key (floats, decimals, ...),
+            or ``topic`` is not a Topic (checked before Spark runs anything).
         TopicFullError: a channel had no room (rows before it are appended).
     """
+    check_instance(topic, Topic, "topic")
+    check_timeout(block_timeout, "block_timeout")
     _check_dataframe(df)
     started = time.perf_counter()
     routed = df.withColumn(_CHANNEL, channel_column(df, key, topic.channel_count))
@@ -285,7 +289,12 @@ def sink(
         key: The column to route by (as in :func:`publish_dataframe`).
         query_id: Names the stream in the channels' records; default: Spark's
             query id, which a query restarted from its checkpoint keeps.
-        block_timeout: With overflow "block", seconds an append waits for room.
+        block_timeout: With overflow "block", seconds an append waits for room
+            (> 0, at most a year; None: no limit).
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: a bad argument (``topic`` not a
+            Topic, say), before any micro-batch runs.
     """
     return StreamingSink(topic, key=key, query_id=query_id, block_timeout=block_timeout)
 
@@ -307,6 +316,11 @@ class StreamingSink:
     def __init__(
         self, topic: Topic, *, key: str | None, query_id: str | None, block_timeout: float
     ) -> None:
+        check_instance(topic, Topic, "topic")
+        for value, what in ((key, "key"), (query_id, "query_id")):
+            if value is not None:
+                check_instance(value, str, what)
+        check_timeout(block_timeout, "block_timeout")
         self._address = _TopicAddress.of(topic)
         self._channel_count = topic.channel_count
         self._key = key
@@ -372,10 +386,14 @@ def read_topic(
             ``fail_on_data_loss=False`` (Spark's Kafka source option of that
             name) reads every intact element around it.
         GroupNotFoundError: no such group.
-        InvalidArgumentError, InvalidTypeError: a bad argument, or values whose
-            types cannot share a column.
+        InvalidArgumentError, InvalidTypeError: a bad argument (``spark`` not a
+            SparkSession, ``topic`` not a Topic, ...), or values whose types cannot
+            share a column.
     """
+    from pyspark.sql import SparkSession
     from pyspark.sql.pandas.types import from_arrow_schema
+
+    check_instance(spark, SparkSession, "spark")
 
     ranges = plan_ranges(
         topic,

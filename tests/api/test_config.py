@@ -6,19 +6,31 @@ import dataclasses
 import math
 import pickle
 import re
+from datetime import UTC, datetime
 
 import pytest
 
 from raytopic.core.config import (
     DEFAULT_NAMESPACE,
+    MAX_LINGER_SECONDS,
+    MAX_RETENTION_SECONDS,
+    MAX_SECONDS,
     Overflow,
     Start,
     TopicConfig,
+    check_bool,
+    check_datetime,
+    check_instance,
+    check_int,
+    check_items,
     check_name,
+    check_namespace,
     check_nonnegative_int,
     check_nonnegative_number,
     check_positive_int,
+    check_seconds,
     check_timeout,
+    shown,
 )
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError, TopicError
 
@@ -236,3 +248,98 @@ def test_check_timeout() -> None:
     for bad in ("1", True, [1]):
         with pytest.raises(InvalidTypeError, match=r"^block_timeout must be a number of seconds"):
             check_timeout(bad, "block_timeout")
+
+
+# -- bounds: no setting can hold a value a background thread cannot wait on ------
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, 10**400, 2**63, MAX_SECONDS + 1])
+def test_durations_are_finite_and_at_most_a_year(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"^timeout must be > 0 seconds and at most"):
+        check_timeout(bad, "timeout")
+    with pytest.raises(InvalidArgumentError, match=r"^delay must be >= 0 seconds and at most"):
+        check_nonnegative_number(bad, "delay")
+    assert check_seconds(MAX_SECONDS, "timeout") == MAX_SECONDS
+
+
+def test_a_bound_of_its_own_is_named_in_the_message() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"at most 3600 \(an hour\), got inf$"):
+        check_nonnegative_number(math.inf, "linger", maximum=MAX_LINGER_SECONDS)
+    assert check_timeout(MAX_RETENTION_SECONDS, "ttl", maximum=MAX_RETENTION_SECONDS)
+    with pytest.raises(InvalidArgumentError, match="a century"):
+        check_timeout(MAX_RETENTION_SECONDS * 2, "ttl", maximum=MAX_RETENTION_SECONDS)
+
+
+def test_check_seconds_zero_and_none_only_where_allowed() -> None:
+    assert check_seconds(0, "timeout", allow_zero=True) == 0.0
+    assert check_seconds(None, "timeout", allow_none=True) is None
+    with pytest.raises(InvalidArgumentError):
+        check_seconds(0, "timeout")
+    with pytest.raises(InvalidTypeError):
+        check_seconds(None, "timeout")
+    with pytest.raises(InvalidTypeError):
+        check_seconds(False, "timeout", allow_zero=True)  # a bool is not a number
+
+
+def test_create_bounds_every_duration() -> None:
+    for bad in (math.inf, 10**400):
+        with pytest.raises(InvalidArgumentError, match=r"^ttl"):
+            TopicConfig.create("t", ttl=bad)
+        with pytest.raises(InvalidArgumentError, match=r"^sync"):
+            TopicConfig.create("t", sync=bad)
+        with pytest.raises(InvalidArgumentError, match=r'^store_retention\["seconds"\]'):
+            TopicConfig.create("t", store="/tmp/s", store_retention={"seconds": bad})
+    with pytest.raises(InvalidArgumentError, match=r"^channels must be <= 10000"):
+        TopicConfig.create("t", channels=10**400)
+    with pytest.raises(InvalidTypeError, match=r"^groups must be an iterable"):
+        TopicConfig.create("t", groups={"billing": 1})
+
+
+def test_check_int_bounds_and_messages_of_huge_ints() -> None:
+    assert check_int(5, "n", minimum=0, maximum=5) == 5
+    with pytest.raises(InvalidArgumentError, match=r"^n must be <= 5, got 6$"):
+        check_int(6, "n", maximum=5)
+    with pytest.raises(InvalidArgumentError, match=r"^n must be >= 1, got an int of 1329 bits$"):
+        check_positive_int(-(10**400), "n")
+    assert shown(10**5000) == "an int of 16610 bits"  # str() of it would raise
+    assert shown("x" * 200).endswith("...") and len(shown("x" * 200)) == 80
+
+
+@pytest.mark.parametrize("bad", [None, 5, 1.5, "ab", b"ab", {"a": 1}, object()])
+def test_check_items_refuses_what_is_not_a_list_of_items(bad: object) -> None:
+    with pytest.raises(InvalidTypeError, match=r"^values must be an iterable of items"):
+        check_items(bad, "values")
+
+
+def test_check_items_takes_any_iterable() -> None:
+    assert check_items((1, 2), "values") == [1, 2]
+    assert check_items(iter([3]), "values") == [3]
+    assert check_items({4}, "values") == [4]
+
+
+def test_check_datetime() -> None:
+    assert check_datetime(datetime(2020, 1, 1, tzinfo=UTC), "to") == 1577836800.0
+    assert check_datetime(datetime.min.replace(tzinfo=UTC), "to") < 0
+    with pytest.raises(
+        InvalidArgumentError, match=r"^to datetime.datetime\(1, 1, 1, 0, 0\) is out"
+    ):
+        check_datetime(datetime(1, 1, 1), "to")  # naive: local time, before year 1 in UTC
+    with pytest.raises(InvalidTypeError, match=r"^to must be a datetime, got str$"):
+        check_datetime("2020-01-01", "to")  # type: ignore[arg-type]
+
+
+def test_check_bool_namespace_and_instance() -> None:
+    assert check_bool(False, "exist_ok") is False
+    with pytest.raises(InvalidTypeError, match=r"^exist_ok must be a bool, got int$"):
+        check_bool(1, "exist_ok")
+    assert check_namespace(None) == DEFAULT_NAMESPACE
+    assert check_namespace("team-a") == "team-a"
+    with pytest.raises(InvalidTypeError, match=r"^namespace must be a str, got int$"):
+        check_namespace(5)
+    assert check_instance("k", str, "key") == "k"
+    with pytest.raises(InvalidTypeError, match=r"^key must be a str, got int$"):
+        check_instance(5, str, "key")
+    with pytest.raises(
+        InvalidTypeError, match=r"^config must be a raytopic.core.config.TopicConfig"
+    ):
+        check_instance("orders", TopicConfig, "config")
