@@ -50,6 +50,7 @@ from raytopic.actors.cursors import Lease
 from raytopic.actors.incarnation import was_restarted
 from raytopic.actors.payloads import Payload
 from raytopic.actors.poison import Poison
+from raytopic.actors.readers import loaded_functions
 from raytopic.actors.requests import TRANSACTION_REQUESTS, ChannelRequest, unpack_request
 from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
@@ -623,10 +624,18 @@ class ChannelActor:
 
     @_guarded
     async def ensure_group(
-        self, group: str, start_latest: bool, shared: SharedGroup | None = None
+        self,
+        group: str,
+        start_latest: bool,
+        shared: SharedGroup | None = None,
+        reader: ReaderSpec | None = None,
     ) -> CursorState:
         """Create the group's cursor here if it does not exist yet (``shared``: a
-        shared group's, with its definition)."""
+        shared group's, with its definition). ``reader``: the spec of the member
+        the group is made for, checked first: a group is not made for a reader
+        that cannot open here (InvalidArgumentError)."""
+        if reader is not None:
+            loaded_functions(reader)
         state, created = self._readers.ensure_group(group, start_latest, shared)
         if shared is not None:
             self._start("shared", self._tend_shared_groups)

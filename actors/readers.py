@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
-
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
 from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
@@ -29,10 +27,11 @@ from raytopic.actors.shared_groups import MemberViews, SharedGroups
 from raytopic.actors.wire import Delivery, ReaderSpec
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
 from raytopic.core.shared_group import SharedGroup
+from raytopic.core.user_functions import load_pickled
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Readers"]
+__all__ = ["Readers", "loaded_functions"]
 
 
 class Readers:
@@ -107,6 +106,7 @@ class Readers:
 
         Raises:
             GroupNotFoundError: its group does not exist here.
+            InvalidArgumentError: its filter, converter or resequence cannot be loaded here.
         """
         reader = self.by_id.get(reader_id)
         created = reader is None
@@ -116,14 +116,7 @@ class Readers:
                 cursor = self.owned.new_cursor(spec.start_latest)
             elif spec.group not in self.owned.groups and spec.group not in self.shared:
                 raise GroupNotFoundError(f"group {spec.group!r} does not exist")
-            reader = Reader(
-                reader_id,
-                spec,
-                cursor,
-                cloudpickle.loads(spec.filter) if spec.filter else None,
-                cloudpickle.loads(spec.converter) if spec.converter else None,
-                cloudpickle.loads(spec.resequence) if spec.resequence else None,
-            )
+            reader = Reader(reader_id, spec, cursor, *loaded_functions(spec))
             self.by_id[reader_id] = reader
             self._state.touch("readers", reader_id)
         return self.mode(reader).state(reader, None, check=False), created
@@ -355,3 +348,16 @@ class Readers:
             reader = self.by_id[reader_id]
             if reader.cursor is not None and state.get("cursor"):
                 reader.cursor = Cursor.from_state(state["cursor"], group=False)
+
+
+def loaded_functions(spec: ReaderSpec) -> tuple[Any, Any, Any]:
+    """A reader's filter, converter and resequence order, loaded in this process.
+
+    Raises:
+        InvalidArgumentError: one of them cannot be loaded here (named in the message).
+    """
+    return (
+        load_pickled(spec.filter, "filter") if spec.filter else None,
+        load_pickled(spec.converter, "converter") if spec.converter else None,
+        load_pickled(spec.resequence, "resequence") if spec.resequence else None,
+    )

@@ -230,7 +230,10 @@ class GroupMember:
         return self._membership.version
 
     def prepare(self, spec: ReaderSpec) -> ReaderSpec:
-        self._call(self._topic._coordinator.ensure_group.remote(self.group, spec.start_latest))
+        """Make sure the group exists; a new one only if every channel can open
+        this member's reader (a refused subscriber leaves no group behind)."""
+        coordinator = self._topic._coordinator
+        self._call(coordinator.ensure_group.remote(self.group, spec.start_latest, reader=spec))
         return spec
 
     def start(self, jumps: JumpCounts, *, attached: bool) -> None:
@@ -481,15 +484,18 @@ class SharedGroupMember(GroupMember):
     def prepare(self, spec: ReaderSpec) -> ReaderSpec:
         """Join (or create) the shared group: its filter must be this member's, if it
         gives one (the group applies it, not this reader); the window defaults
-        to the group's, then the topic's."""
+        to the group's, then the topic's. A new group is made only if every
+        channel can load its filter and open this member's reader; its
+        dead-letter topic only once the group exists."""
+        reader = dataclasses.replace(spec, filter=None)
         definition: SharedGroup = self._call(
             self._topic._coordinator.ensure_group.remote(
-                self.group, spec.start_latest, "shared", self._definition, spec.filter
+                self.group, spec.start_latest, "shared", self._definition, spec.filter, reader
             )
         )
         ensure_dead_letter_topic(definition, self._topic.namespace)
         window = spec.window or definition.window or self._topic.config.default_window
-        return dataclasses.replace(spec, filter=None, window=window)
+        return dataclasses.replace(reader, window=window)
 
     def check_positions(self, what: str) -> None:
         raise GroupModeError(

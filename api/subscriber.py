@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
 import ray
 
 from raytopic.acknowledging import Acknowledging
@@ -47,6 +46,7 @@ from raytopic.core.errors import (
 from raytopic.core.records import CommitResult, Element, OwnershipChange, Position
 from raytopic.core.resequencer import Resequence
 from raytopic.core.shared_group import SharedGroup, check_mode
+from raytopic.core.user_functions import pickle_function
 from raytopic.group_member import membership_for
 from raytopic.receives import Receives
 
@@ -128,11 +128,16 @@ class Subscriber(Acknowledging):
             member negatively acknowledges it either way.
 
     Raises:
-        InvalidArgumentError: a bad value, or one the mode refuses.
-        InvalidTypeError: an argument of the wrong type.
+        InvalidArgumentError: a bad value, or one the mode refuses; or a filter,
+            converter or resequence that the channels cannot load (its module is
+            not importable there).
+        InvalidTypeError: an argument of the wrong type, or a function that
+            cannot be pickled.
         GroupModeError: a ``SharedGroup`` joined with ``mode="owned"``, or a
             group joined in the other mode than it has.
 
+    A subscriber that is refused changes nothing: a new group is made only once
+    every channel can open its reader.
     """
 
     def __init__(
@@ -753,7 +758,8 @@ def _checked_arguments(
 
     Raises:
         InvalidArgumentError: a bad value, or a combination the mode refuses.
-        InvalidTypeError: an argument of the wrong type.
+        InvalidTypeError: an argument of the wrong type, or a function that cannot
+            be pickled.
     """
     if mode == "shared":
         if group is None:
@@ -782,11 +788,11 @@ def _checked_arguments(
     spec = ReaderSpec(
         group,
         start_latest,
-        cloudpickle.dumps(filter) if filter is not None else None,
-        cloudpickle.dumps(converter) if converter is not None else None,
+        pickle_function(filter, "filter") if filter is not None else None,
+        pickle_function(converter, "converter") if converter is not None else None,
         complete_on_empty,
         window,
-        cloudpickle.dumps(resequence) if resequence is not None else None,
+        pickle_function(resequence, "resequence") if resequence is not None else None,
         skip_poison=OnPoison.parse(on_poison) is OnPoison.SKIP,
     )
     return spec, checked_timeout

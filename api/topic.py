@@ -367,11 +367,14 @@ class Topic:
 
         Raises:
             GroupModeError: it exists in the other mode.
-            InvalidArgumentError, InvalidTypeError: not a valid group name.
+            InvalidArgumentError, InvalidTypeError: not a valid group name, or a
+                shared group's filter that the channels cannot load (the group and
+                its dead-letter topic are not made).
         """
         if isinstance(group, SharedGroup):
-            ensure_dead_letter_topic(group, self.namespace)
-            self._call(self._coordinator.ensure_group, group.name, False, "shared", group)
+            # The dead-letter topic once the group is made: a refused group leaves none.
+            made = self._call(self._coordinator.ensure_group, group.name, False, "shared", group)
+            ensure_dead_letter_topic(made, self.namespace)
         else:
             check_name(group, "group name")
             self._call(self._coordinator.ensure_group, group, False)

@@ -259,11 +259,30 @@ class CoordinatorActor:
 
     async def open_reader(self, reader_id: str, spec: ReaderSpec) -> None:
         """Open a subscriber on every channel (and remember it: a channel that
-        restarts without a store gets its readers back from here)."""
+        restarts without a store gets its readers back from here). All or
+        nothing: if a channel refuses it, the others close it again.
+
+        Raises:
+            InvalidArgumentError: a channel cannot load its filter, converter or
+                resequence order.
+            GroupNotFoundError: its group does not exist.
+        """
         await self._up()
-        await asyncio.gather(
-            *(handle.open_reader.remote(reader_id, spec) for handle in self._channels)
+        outcomes = await asyncio.gather(
+            *(handle.open_reader.remote(reader_id, spec) for handle in self._channels),
+            return_exceptions=True,
         )
+        failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if failed:
+            await asyncio.gather(
+                *(
+                    handle.close_reader.remote(reader_id)
+                    for handle, outcome in zip(self._channels, outcomes, strict=True)
+                    if not isinstance(outcome, BaseException)
+                ),
+                return_exceptions=True,
+            )
+            raise _typed(failed[0])
         self._readers[reader_id] = spec
 
     async def close_reader(self, reader_id: str) -> None:
@@ -286,6 +305,7 @@ class CoordinatorActor:
         mode: str = "owned",
         spec: SharedGroup | None = None,
         member_filter: bytes | None = None,
+        reader: ReaderSpec | None = None,
     ) -> SharedGroup | None:
         """Create a durable group if it does not exist (it holds retention from now on).
 
@@ -297,6 +317,8 @@ class CoordinatorActor:
                 ``member_filter``).
             member_filter: The cloudpickled filter of the member about to join a
                 shared group: it must be the group's (or None).
+            reader: The spec of the member the group is made for: a new group is
+                made only if every channel can open that reader.
 
         Returns:
             The shared group's definition (None for an owned group).
@@ -304,6 +326,8 @@ class CoordinatorActor:
         Raises:
             GroupModeError: the group exists in the other mode.
             GroupFilterError: ``member_filter`` is not the shared group's filter.
+            InvalidArgumentError: a channel cannot load the group's filter or the
+                reader's functions; the group is not made.
         """
         await self._up()
         if spec is not None and member_filter not in (None, spec.filter):
@@ -312,7 +336,8 @@ class CoordinatorActor:
             )
         if mode == "shared" and spec is None:
             spec = SharedGroup(group, filter=member_filter)
-        state = await self._ensure_group(group, start_latest, spec if mode == "shared" else None)
+        shared = spec if mode == "shared" else None
+        state = await self._ensure_group(group, start_latest, shared, reader)
         if state.mode != mode:
             raise GroupModeError(f"group {group!r} is {state.mode}: it cannot be joined as {mode}")
         if state.shared is not None and member_filter not in (None, state.shared.filter):
@@ -323,9 +348,15 @@ class CoordinatorActor:
         return state.shared
 
     async def _ensure_group(
-        self, group: str, start_latest: bool, shared: SharedGroup | None = None
+        self,
+        group: str,
+        start_latest: bool,
+        shared: SharedGroup | None = None,
+        reader: ReaderSpec | None = None,
     ) -> Group:
-        """The group, created (owned, or ``shared`` by that definition) if missing."""
+        """The group, created (owned, or ``shared`` by that definition) if missing;
+        all or nothing: if a channel refuses it (its filter, or ``reader``'s
+        functions, cannot be loaded there), the others drop it again."""
         state = self._groups.get(group)
         if state is not None:
             return state
@@ -333,12 +364,25 @@ class CoordinatorActor:
             state = self._groups.get(group)
             if state is not None:
                 return state
-            await asyncio.gather(
+            outcomes = await asyncio.gather(
                 *(
-                    handle.ensure_group.remote(group, start_latest, shared)
+                    handle.ensure_group.remote(group, start_latest, shared, reader)
                     for handle in self._channels
-                )
+                ),
+                return_exceptions=True,
             )
+            failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+            if failed:
+                # Unknown here, so new on every channel that made it.
+                await asyncio.gather(
+                    *(
+                        handle.destroy_group.remote(group)
+                        for handle, outcome in zip(self._channels, outcomes, strict=True)
+                        if not isinstance(outcome, BaseException)
+                    ),
+                    return_exceptions=True,
+                )
+                raise _typed(failed[0])
             state = self._groups[group] = Group(group, self._config.channels, shared=shared)
             return state
 
@@ -721,6 +765,13 @@ class CoordinatorActor:
         if lock is None:
             lock = self._locks[group] = asyncio.Lock()
         return lock
+
+
+def _typed(error: BaseException) -> BaseException:
+    """A channel's error as this coordinator raises it: a raytopic error as itself
+    (not in Ray's wrapper, so the caller unwraps it once)."""
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, TopicError) else error
 
 
 async def _quietly(ref: Any) -> None:

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
+from raytopic.core.user_functions import PickledFunction
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -332,7 +333,8 @@ class TopicConfig:
     store: Any = None
     """None (in memory), a directory (the embedded segment log under
     ``<store>/<namespace>/<topic>/<channel>``), or a factory
-    ``(topic_name, channel) -> store`` (see ``RingbufferStore``)."""
+    ``(topic_name, channel) -> store`` (see ``RingbufferStore``), carried as a
+    ``PickledFunction``."""
     sync: str | float = "always"
     """When an append to the embedded store is acknowledged: "always" (after
     fdatasync), "write" (once written), or seconds between background syncs."""
@@ -402,9 +404,12 @@ class TopicConfig:
 
 
 def _check_store(store: object) -> Any:
-    """A directory (as an absolute path str), a factory, or None."""
-    if store is None or callable(store):
+    """A directory (as an absolute path str), a factory (pickled: only the channels,
+    which call it, load it), or None."""
+    if store is None:
         return store
+    if callable(store):
+        return PickledFunction.of(store, "store factory")
     if isinstance(store, (str, os.PathLike)):
         path = os.fspath(store)
         if not path:

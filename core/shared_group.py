@@ -13,10 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
-
 from raytopic.core.config import check_name, check_positive_int, check_timeout
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
+from raytopic.core.user_functions import load_pickled, pickle_function
 
 __all__ = ["GROUP_MODES", "SharedGroup", "check_mode"]
 
@@ -129,8 +128,13 @@ class SharedGroup:
 
         Returns:
             The unpickled filter, or None if the group has none.
+
+        Raises:
+            InvalidArgumentError: the filter cannot be loaded in this process.
         """
-        return None if self.filter is None else cloudpickle.loads(self.filter)
+        if self.filter is None:
+            return None
+        return load_pickled(self.filter, f"the filter of shared group {self.name!r}")
 
 
 def pickled_filter(filter: Callable[[Any], bool] | bytes | None) -> bytes | None:
@@ -139,7 +143,7 @@ def pickled_filter(filter: Callable[[Any], bool] | bytes | None) -> bytes | None
         return filter
     if not callable(filter):
         raise InvalidTypeError(f"filter must be callable, got {type(filter).__name__}")
-    return cloudpickle.dumps(filter)
+    return pickle_function(filter, "filter")
 
 
 def _rebuild(*fields: Any) -> SharedGroup:

@@ -9,6 +9,7 @@ from raytopic.actors.stores.base import REQUIRED_METHODS, ChannelStore, Ringbuff
 from raytopic.actors.stores.segment_log import SegmentLogStore
 from raytopic.core.config import TopicConfig
 from raytopic.core.errors import InvalidTypeError, StoreError
+from raytopic.core.user_functions import PickledFunction, name_of
 
 __all__ = ["open_store", "store_directory"]
 
@@ -28,6 +29,7 @@ def open_store(
     everything.
 
     Raises:
+        InvalidArgumentError: a factory that cannot be loaded in this process.
         InvalidTypeError: a factory returned something that is not a store.
         StoreError: the factory raised, or the embedded store could not be opened;
             either way the message names the store.
@@ -35,8 +37,10 @@ def open_store(
     store = config.store
     if store is None:
         return None
+    if isinstance(store, PickledFunction):
+        return ChannelStore(_made_by(store.load(), store.name, config, channel))
     if callable(store):
-        return ChannelStore(_made_by(store, config, channel))
+        return ChannelStore(_made_by(store, name_of(store), config, channel))
     try:
         return ChannelStore(
             SegmentLogStore(
@@ -55,9 +59,9 @@ def open_store(
         ) from error
 
 
-def _made_by(factory: Any, config: TopicConfig, channel: int) -> RingbufferStore:
-    """What ``factory`` makes for ``channel``, checked to be a store."""
-    name = _name_of(factory)
+def _made_by(factory: Any, name: str, config: TopicConfig, channel: int) -> RingbufferStore:
+    """What ``factory`` (called ``name`` in messages) makes for ``channel``, checked
+    to be a store."""
     try:
         made = factory(config.name, channel)
     except Exception as error:
@@ -74,9 +78,3 @@ def _made_by(factory: Any, config: TopicConfig, channel: int) -> RingbufferStore
             f"it lacks {', '.join(missing)} (a store has {', '.join(REQUIRED_METHODS)})"
         )
     return made
-
-
-def _name_of(factory: Any) -> str:
-    qualified = getattr(factory, "__qualname__", None) or type(factory).__qualname__
-    module = getattr(factory, "__module__", None)
-    return f"{module}.{qualified}" if module else qualified
