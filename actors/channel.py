@@ -834,7 +834,9 @@ class ChannelActor:
         )
 
     async def end_receives(self, reason: str) -> None:
-        """The topic is being destroyed: waiting receives here raise TopicNotFoundError."""
+        """The topic is being destroyed: waiting receives here raise TopicNotFoundError,
+        and so does every other wait (ring buffer reads, appends waiting for room)."""
+        self._context.end_waits(reason)
         await self._host.end_receives(reason)
 
     def ping(self) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.core.config import TopicConfig
+from raytopic.core.errors import TopicNotFoundError
 
 __all__ = ["POLL_INTERVAL", "ChannelContext", "fresh_start", "stamp_clock"]
 
@@ -34,6 +35,8 @@ class ChannelContext:
     """The channel's incarnation (with a store: one more than the stored one)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _listeners: list[Callable[[], None]] = field(default_factory=list)
+    _ended: str | None = None
+    """Why every wait here ends (the topic is being destroyed), or None."""
 
     @property
     def name(self) -> str:
@@ -57,11 +60,26 @@ class ChannelContext:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def end_waits(self, reason: str) -> None:
+        """The topic is being destroyed: every wait here (a ring buffer read for data,
+        an append for room, ...) raises TopicNotFoundError(``reason``) from now on,
+        so a call waiting when the actor is killed answers typed, not with Ray's
+        ActorDiedError."""
+        self._ended = reason
+        self.notify()
+
     async def wait_change(self, timeout: float | None) -> None:
-        """Return at the next :meth:`notify` or :meth:`wake`, or after ``timeout`` seconds."""
-        changed = self._changed
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), timeout)
+        """Return at the next :meth:`notify` or :meth:`wake`, or after ``timeout`` seconds.
+
+        Raises:
+            TopicNotFoundError: the topic is being destroyed (:meth:`end_waits`).
+        """
+        if self._ended is None:
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), timeout)
+        if self._ended is not None:
+            raise TopicNotFoundError(self._ended)
 
 
 def stamp_clock() -> float:

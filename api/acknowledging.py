@@ -38,8 +38,7 @@ class Acknowledging:
     def _check_open(self) -> None:
         raise NotImplementedError
 
-    @staticmethod
-    def _call(ref: ray.ObjectRef[Any]) -> Any:
+    def _call(self, ref: ray.ObjectRef[Any]) -> Any:
         raise NotImplementedError
 
     def ack(self, elements: Iterable[Element]) -> list[AckStatus]:

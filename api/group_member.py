@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import ray
 
 from raytopic.actors.wire import ReaderSpec
+from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import (
     GroupModeError,
     GroupNotFoundError,
     NotOwnerError,
     SubscriberClosedError,
-    unwrap_ray_error,
 )
 from raytopic.core.shared_group import SharedGroup
 from raytopic.membership import Heartbeats, Membership
@@ -447,9 +447,8 @@ class GroupMember:
                 self._outstanding.remove(ref)
         return self._last_active, bool(waiting)
 
-    @staticmethod
-    def _call(ref: ray.ObjectRef[Any]) -> Any:
-        with unwrap_ray_error():
+    def _call(self, ref: ray.ObjectRef[Any]) -> Any:
+        with topic_calls(self._topic.topic_id, self._topic.name):
             return ray.get(ref)
 
 

@@ -43,13 +43,13 @@ from raytopic.core.config import (
     check_seconds,
     check_timeout,
 )
+from raytopic.core.destroyed import check_topic, destroyed_error, is_destroyed, topic_calls
 from raytopic.core.errors import (
     ChannelUnavailableError,
     InvalidArgumentError,
     InvalidTypeError,
     PublisherClosedError,
     TopicFullError,
-    unwrap_ray_error,
 )
 from raytopic.core.gather import Joined, JoinKind, send_joined
 from raytopic.core.statuses import PublishStatuses
@@ -102,7 +102,7 @@ class Publisher:
 
     **Delivery**: each ``publish()`` returns a Future that resolves to the
     value's PublishStatus once the channel appended it, or fails with the
-    reason (TopicFullError, or the Ray error if the channel died).
+    reason (TopicFullError, or TopicNotFoundError if the topic was destroyed).
     ``flush()`` waits for every earlier value.
 
     **Background thread**: one thread per publisher settles the channels'
@@ -199,6 +199,7 @@ class Publisher:
             InvalidTypeError: the value is None, an ObjectRef, cannot be
                 pickled, or the key has an unsupported type (nothing is sent).
             PublisherClosedError: the publisher was closed.
+            TopicNotFoundError: the topic was destroyed.
         """
         payload = fast_dumps(value)  # the snapshot: later changes to value do not count
         if key is None and self._ordering is not None:
@@ -208,6 +209,8 @@ class Publisher:
         with self._lock:
             if self._closed:
                 raise self._closed_error()
+            if is_destroyed(self._topic_id):  # as this process knows (a set lookup)
+                raise destroyed_error(self._topic.name)
             if channel is None:
                 channel = self._next_channel
                 self._next_channel = (channel + 1) % len(self._pipes)
@@ -273,6 +276,7 @@ class Publisher:
                 or ``keys`` that is not a list of them (a str, a dict, None), or
                 ``keys`` of another length; nothing is sent.
             PublisherClosedError: the publisher was closed.
+            TopicNotFoundError: the topic was destroyed.
         """
         values = check_items(values, "values")
         if keys is not None:
@@ -290,6 +294,8 @@ class Publisher:
             channel: encode_part(values, hashes, indices)
             for channel, indices in parts_of(layout).items()
         }
+        # Before anything is sent: a dead channel's ref would raise Ray's ActorDiedError.
+        check_topic(self._topic_id, self._topic.name, *(self._pipes[c].actor for c in parts))
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -478,7 +484,7 @@ class Publisher:
             return
         _, call, done, error = event
         try:
-            _settle(call, done, error)
+            _settle(call, done, error, self._topic)
         finally:  # counted even if a done-callback raised: flush() must not wait for it
             with self._lock:
                 self._in_flight -= 1
@@ -623,14 +629,17 @@ class Publisher:
         self.close()
 
 
-def _settle(call: _Call, done: Future[Any] | None, error: BaseException | None) -> None:
-    """Complete a batch's futures from its call's outcome."""
+def _settle(
+    call: _Call, done: Future[Any] | None, error: BaseException | None, topic: Topic
+) -> None:
+    """Complete a batch's futures from its call's outcome (a dead channel's call fails
+    them with TopicNotFoundError: the topic was destroyed)."""
     if call.batch is None:  # a publish_batch part: its caller holds the ObjectRef
         return
     ack: AppendAck | None = None
     if error is None and done is not None:
         try:
-            with unwrap_ray_error():
+            with topic_calls(topic.topic_id, topic.name):
                 ack = done.result()
         except Exception as failure:
             error = failure

@@ -36,8 +36,9 @@ import ray
 
 from raytopic.actors.requests import Receive, pack_request
 from raytopic.actors.wire import ReaderSpec
+from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.element_batch import ElementBatch
-from raytopic.core.errors import SubscriberClosedError, unwrap_ray_error
+from raytopic.core.errors import SubscriberClosedError
 
 if TYPE_CHECKING:
     from raytopic.actors.cursors import Lease
@@ -234,7 +235,8 @@ class Receives:
             yield
             return
         actor = self._topic._channel_actors[at]
-        _get(actor.settle_receives.remote(self._reader, stream.stream, stream.next_number - 1))
+        last = stream.next_number - 1
+        _get(actor.settle_receives.remote(self._reader, stream.stream, last), self._topic)
         try:
             yield
         finally:
@@ -292,6 +294,8 @@ class Receives:
         view: tuple[int, dict[int, Lease]] | None,
     ) -> ray.ObjectRef[Any]:
         """With the lock held: submit the next receive of ``stream`` to ``channel``."""
+        actor = self._topic._channel_actors[channel]
+        check_topic(self._topic.topic_id, self._topic.name, actor)  # before Ray fails a ref
         number = stream.next_number
         stream.next_number += 1
         packed = pack_request(
@@ -306,7 +310,7 @@ class Receives:
                 view=view,
             )
         )
-        ref = self._topic._channel_actors[channel].request.remote(packed)
+        ref = actor.request.remote(packed)
         self._ownership.track(ref)
         return ref
 
@@ -327,6 +331,11 @@ class Receives:
     def iterate_batches(self, max_elements: int) -> Iterator[ElementBatch]:
         """Blocking iteration, a batch at a time (see ``Subscriber.iter_batches``)."""
         return _BatchIteration(self.iterate(), max_elements)
+
+    @property
+    def topic(self) -> Topic:
+        """The subscriber's topic."""
+        return self._topic
 
     @property
     def stopped(self) -> bool:
@@ -392,7 +401,7 @@ class Receives:
                 return []
         older = reads.older > 0  # sent before this iteration: its "empty" is old news
         reads.older -= older
-        elements = _get(ref)
+        elements = _get(ref, self._topic)
         if not elements and self._complete_on_empty and not older:
             reads.drained = True
         return elements
@@ -451,7 +460,7 @@ class Receives:
         first_error: BaseException | None = None
         for ref in self.interrupt():  # read every one: a later batch holds taken elements
             try:
-                self._buffer.extend(_get(ref) or ())
+                self._buffer.extend(_get(ref, self._topic) or ())
             except SubscriberClosedError:
                 pass
             except Exception as error:
@@ -541,7 +550,7 @@ class _DirectIteration(_Iteration):
         elements: list[Element] = []
         for ref in pending:
             with contextlib.suppress(SubscriberClosedError):
-                elements.extend(_get(ref) or ())
+                elements.extend(_get(ref, self._receives.topic) or ())
         return elements or None
 
 
@@ -556,7 +565,7 @@ class _HomeIteration(_Iteration):
         receives.prefetch_home()
         ref, older = receives.take_home()
         try:
-            elements = _get(ref)
+            elements = _get(ref, receives.topic)
         except SubscriberClosedError:
             return None
         if not elements and (receives.stopped or (receives.complete_on_empty and not older)):
@@ -564,6 +573,6 @@ class _HomeIteration(_Iteration):
         return elements
 
 
-def _get(ref: ray.ObjectRef[Any]) -> Any:
-    with unwrap_ray_error():
+def _get(ref: ray.ObjectRef[Any], topic: Topic) -> Any:
+    with topic_calls(topic.topic_id, topic.name):
         return ray.get(ref)

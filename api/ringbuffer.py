@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 import ray
 
-from raytopic.core.config import Overflow, check_timeout
-from raytopic.core.errors import InvalidTypeError, unwrap_ray_error
 from raytopic.actors.payloads import PickledValues, decode_checked
 from raytopic.actors.poison import Poison, poison_error
+from raytopic.core.config import Overflow, check_timeout
+from raytopic.core.destroyed import check_topic, topic_calls
+from raytopic.core.errors import InvalidTypeError
 from raytopic.core.records import ReadResultSet
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ class Ringbuffer:
     """One channel of a topic as a Hazelcast-style ring buffer.
 
     Writes here are plain appends to the channel (subscribers receive them
-    too). ``*_async`` methods return ObjectRefs.
+    too). ``*_async`` methods return ObjectRefs. Once the topic is destroyed,
+    every call raises ``TopicNotFoundError``.
     """
 
     def __init__(self, topic: Topic, channel: int) -> None:
@@ -50,8 +52,13 @@ class Ringbuffer:
         return self._channel
 
     def _get(self, ref: Any) -> Any:
-        with unwrap_ray_error():
+        with topic_calls(self._topic.topic_id, self._topic.name):
             return ray.get(ref)
+
+    def _check_topic(self) -> None:
+        """Before a call whose ref is handed back: Ray would fail a dead actor's ref
+        with its ActorDiedError."""
+        check_topic(self._topic.topic_id, self._topic.name, self._actor)
 
     # -- sizes -----------------------------------------------------------------
 
@@ -173,7 +180,9 @@ class Ringbuffer:
         """
         policy = Overflow.parse(overflow)
         check_timeout(timeout, "timeout", allow_none=False)
-        return self._actor.add_all.remote(PickledValues.from_values(items), policy.value, timeout)
+        payload = PickledValues.from_values(items)
+        self._check_topic()
+        return self._actor.add_all.remote(payload, policy.value, timeout)
 
     # -- reading -----------------------------------------------------------------
 
@@ -251,4 +260,5 @@ class Ringbuffer:
         if filter is not None and not callable(filter):
             raise InvalidTypeError("filter must be a callable item -> bool, or None")
         filter_bytes = cloudpickle.dumps(filter) if filter is not None else None
+        self._check_topic()
         return self._actor.read_many.remote(start_sequence, min_count, max_count, filter_bytes)

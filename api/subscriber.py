@@ -35,13 +35,14 @@ from raytopic.core.config import (
     check_positive_int,
     check_timeout,
 )
+from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import (
     GroupModeError,
     InvalidArgumentError,
     InvalidTypeError,
     NotOwnerError,
     SubscriberClosedError,
-    unwrap_ray_error,
+    TopicNotFoundError,
 )
 from raytopic.core.records import CommitResult, Element, OwnershipChange, Position
 from raytopic.core.resequencer import Resequence
@@ -99,6 +100,9 @@ class Subscriber(Acknowledging):
     (same cursor or membership, receiving in its own order); closing any
     copy closes it.
 
+    Once the topic is destroyed, every call (and every ref a call returns)
+    raises ``TopicNotFoundError``; ``close()`` still closes quietly.
+
     Args:
         topic: The topic to read.
         group: A group's name, or a ``SharedGroup`` (its definition is used if
@@ -135,6 +139,7 @@ class Subscriber(Acknowledging):
             cannot be pickled.
         GroupModeError: a ``SharedGroup`` joined with ``mode="owned"``, or a
             group joined in the other mode than it has.
+        TopicNotFoundError: the topic was destroyed.
 
     A subscriber that is refused changes nothing: a new group is made only once
     every channel can open its reader.
@@ -662,6 +667,7 @@ class Subscriber(Acknowledging):
         position.check_belongs(self._topic.topic_id, channel)
         actor = self._topic._channel_actors[channel]
         fence = self._member.lease(channel, refresh=True)
+        check_topic(self._topic.topic_id, self._topic.name, actor)  # Ray's ref would say ActorDied
         return actor.commit.remote(self._id, position.sequence, fence)
 
     # -- membership --------------------------------------------------------------------------
@@ -696,7 +702,7 @@ class Subscriber(Acknowledging):
         """Leave the group (if any), end the sessions, complete waiting receives with None.
 
         Idempotent; every on_close action runs even if one raises. Failing to
-        reach the coordinator is logged, not raised.
+        reach the coordinator is logged, not raised (a destroyed topic: not even logged).
         """
         with self._lock:
             if self._closed:
@@ -707,6 +713,8 @@ class Subscriber(Acknowledging):
         try:
             self._member.leave()
             self._call(self._topic._coordinator.close_reader.remote(self._id))
+        except TopicNotFoundError:
+            pass  # the topic was destroyed: there is nothing left to leave
         except Exception as error:
             logger.warning("closing subscriber %s: %s", self._id, error)
         for action in self._on_close:
@@ -733,9 +741,8 @@ class Subscriber(Acknowledging):
         if self._closed:
             raise SubscriberClosedError("the subscriber is closed")
 
-    @staticmethod
-    def _call(ref: ray.ObjectRef[Any]) -> Any:
-        with unwrap_ray_error():
+    def _call(self, ref: ray.ObjectRef[Any]) -> Any:
+        with topic_calls(self._topic.topic_id, self._topic.name):
             return ray.get(ref)
 
 

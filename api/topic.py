@@ -24,10 +24,11 @@ from raytopic.core.config import (
     check_name,
     check_namespace,
 )
+from raytopic.core.destroyed import check_topic, mark_destroyed, topic_calls
 from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
-    unwrap_ray_error,
+    TopicNotFoundError,
 )
 from raytopic.core.naming import topic_of_actor_name
 from raytopic.core.records import Position
@@ -184,7 +185,8 @@ class Topic:
     **Durability**: with a store, every acknowledged element and committed
     position survives a channel, coordinator or node dying; without one, a
     restarted channel's loss is reported (``DataLossError``). The topic lives
-    until ``destroy()``, independent of the driver that created it.
+    until ``destroy()``, independent of the driver that created it; from then on
+    every call on a handle of it raises ``TopicNotFoundError``.
     """
 
     def __init__(self, coordinator: Any, info: TopicInfo) -> None:
@@ -248,9 +250,11 @@ class Topic:
 
         Raises:
             InvalidArgumentError, InvalidTypeError: a bad setting (named in the message).
+            TopicNotFoundError: the topic was destroyed.
         """
         from raytopic.publisher import Publisher
 
+        check_topic(self.topic_id, self.name, *self._channel_actors)
         return Publisher(
             self,
             ordering=ordering,
@@ -340,10 +344,13 @@ class Topic:
         Raises:
             InvalidTypeError: ``channel`` is not an int.
             InvalidArgumentError: the topic has no such channel.
+            TopicNotFoundError: the topic was destroyed.
         """
         from raytopic.ringbuffer import Ringbuffer
 
-        return Ringbuffer(self, self._check_channel(channel))
+        channel = self._check_channel(channel)
+        check_topic(self.topic_id, self.name, self._channel_actors[channel])
+        return Ringbuffer(self, channel)
 
     # -- groups ----------------------------------------------------------------
 
@@ -471,9 +478,11 @@ class Topic:
         """Kill the topic's actors and free its name. Idempotent.
 
         Returns once the actors are dead (``ray.kill`` only asks), so from then
-        on ``get_topic`` and ``list_topics`` no longer see the topic.
+        on ``get_topic`` and ``list_topics`` no longer see the topic, and every
+        call on a handle of it raises TopicNotFoundError.
         """
-        with contextlib.suppress(ray.exceptions.RayActorError):
+        mark_destroyed(self.topic_id)  # this process's handles know it from now on
+        with contextlib.suppress(TopicNotFoundError, ray.exceptions.RayActorError):  # gone already
             self._call(self._coordinator.shutdown)
         actors = (*self._channel_actors, self._coordinator)
         for actor in actors:
@@ -508,7 +517,6 @@ class Topic:
             )
         return channel
 
-    @staticmethod
-    def _call(method: Any, *args: Any) -> Any:
-        with unwrap_ray_error():
+    def _call(self, method: Any, *args: Any) -> Any:
+        with topic_calls(self.topic_id, self.name):
             return ray.get(method.remote(*args))

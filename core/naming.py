@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from raytopic.core.destroyed import check_topic, mark_destroyed
+
 __all__ = [
     "channel_actor",
     "channel_actor_name",
@@ -50,6 +52,11 @@ def channel_actor(namespace: str, topic: str, topic_id: str, channel: int) -> An
     The lookup is by name; a topic made again under the same name answers
     for the old topic's readers as it would for strangers (they are not
     among its readers), never with a dead handle.
+
+    Raises:
+        TopicNotFoundError: the topic was destroyed (no actor has the name, or
+            Ray here knows the one found is dead: its refs would raise Ray's
+            ActorDiedError).
     """
     key = (topic_id, channel)
     handle = _channel_handles.get(key)
@@ -61,8 +68,10 @@ def channel_actor(namespace: str, topic: str, topic_id: str, channel: int) -> An
         try:
             handle = ray.get_actor(channel_actor_name(topic, channel), namespace=namespace)
         except ValueError:
+            mark_destroyed(topic_id)
             raise TopicNotFoundError(
                 f"topic {topic!r} no longer exists in namespace {namespace!r}"
             ) from None
         _channel_handles[key] = handle
+    check_topic(topic_id, topic, handle)
     return handle

@@ -39,12 +39,12 @@ from raytopic.bridge.arrow_tables import (
     to_utc,
 )
 from raytopic.core.config import check_timeout
+from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import (
     DataLossError,
     GroupNotFoundError,
     InvalidArgumentError,
     InvalidTypeError,
-    unwrap_ray_error,
 )
 from raytopic.core.records import Position
 
@@ -210,7 +210,7 @@ class BulkWriter:
 
     def _settle_oldest(self) -> None:
         channel, rows, nbytes, ref = self._in_flight.pop(0)
-        with unwrap_ray_error():
+        with topic_calls(self._topic.topic_id, self._topic.name):
             ack: AppendAck = ray.get(ref)
         if ack.error is not None:
             self._in_flight.clear()  # the rest are the channels' own business now
@@ -283,7 +283,7 @@ def plan_ranges(
             )
         if group not in topic.groups():
             raise GroupNotFoundError(f"topic {topic.name!r} has no group {group!r}")
-    with unwrap_ray_error():
+    with topic_calls(topic.topic_id, topic.name):
         sizes = ray.get([topic._channel_actors[c].sizes.remote() for c in picked])
         identities = ray.get([topic._channel_actors[c].identity.remote() for c in picked])
         cursors = (
@@ -388,7 +388,7 @@ def _bound(topic: Topic, channel: int, at: Any, head: int, tail: int, what: str)
         stamp = at.timestamp()
         if what == "start":
             stamp = np.nextafter(stamp, -np.inf)  # at or after: strictly after a hair before
-        with unwrap_ray_error():
+        with topic_calls(topic.topic_id, topic.name):
             return ray.get(topic._channel_actors[channel].first_after.remote(float(stamp)))
     if isinstance(at, Mapping):
         if channel not in at:
@@ -422,7 +422,7 @@ def read_range(topic: Topic, piece: ChannelRange) -> Iterator[pa.Table]:
     sequence = piece.first
     pending = actor.read_range.remote(sequence, piece.stop, READ_CALL_ROWS)
     while pending is not None:
-        with unwrap_ray_error():
+        with topic_calls(topic.topic_id, topic.name):
             chunks = ray.get(pending)
         pending = None
         if chunks:

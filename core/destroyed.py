@@ -1,0 +1,105 @@
+"""Destroyed topics: what this process knows of them, and the error that says so.
+
+A topic's actors restart after any crash (``max_restarts=-1``, their calls
+retried), so an actor of a topic that is dead for good was killed by
+``Topic.destroy()``. A call to it fails with Ray's ``ActorDiedError``; every
+handle says ``TopicNotFoundError`` instead, in one of two places:
+
+- **Before a call whose ObjectRef the handle hands back** (receives, commits,
+  ``publish_batch``, the ring buffer's ``*_async``): :func:`check_topic`. A ref
+  that Ray fails runs no raytopic code when the user calls ``ray.get`` on it,
+  so a dead actor's ref can only be typed by not making it. The check asks nobody:
+  this process's set of destroyed topic ids (a ``Topic.destroy()`` here, or a
+  call of this process that found a topic actor dead, adds to it), then Ray's
+  own view of the actor in this process (``ActorHandle._get_local_state``: a
+  read of the core worker's actor table, about half a microsecond; Ray sets it
+  when it hears of the death, a few milliseconds after it, in every process
+  that has called the actor).
+- **Where a handle waits for a result itself**: :func:`topic_calls` turns an
+  ``ActorDiedError`` into ``TopicNotFoundError`` (and remembers the topic).
+
+What stays Ray's: a ref handed out before this process could know, which the
+kill then failed: one returned while the actor still lived and that was not
+waiting at the channel (the channels' waits, for data or for room, answer
+``TopicNotFoundError`` before the kill: ``Topic.destroy()`` tells every channel
+to end them first), or one returned by this process's very first call to that
+actor (Ray here keeps no view of an actor it never called, so it learns of the
+death from that call). Ray fails such a ref itself, and resolving it runs no
+raytopic code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from raytopic.core.errors import TopicNotFoundError, unwrap_ray_error
+
+__all__ = ["check_topic", "destroyed_error", "is_destroyed", "mark_destroyed", "topic_calls"]
+
+_destroyed: set[str] = set()
+"""Ids of the topics this process knows are destroyed (a few bytes per topic)."""
+
+_DEAD = 4
+"""``ActorTableData.DEAD``: the state Ray gives an actor that will never run again."""
+
+
+def mark_destroyed(topic_id: str) -> None:
+    """Remember that the topic ``topic_id`` is destroyed (this process destroyed it,
+    or found one of its actors dead for good)."""
+    _destroyed.add(topic_id)
+
+
+def is_destroyed(topic_id: str) -> bool:
+    """Whether this process knows the topic ``topic_id`` is destroyed (a set lookup)."""
+    return topic_id in _destroyed
+
+
+def destroyed_error(name: str) -> TopicNotFoundError:
+    """The error a call on a handle of the destroyed topic ``name`` raises."""
+    return TopicNotFoundError(f"topic {name!r} was destroyed")
+
+
+def check_topic(topic_id: str, name: str, *actors: Any) -> None:
+    """Raise TopicNotFoundError if the topic is known destroyed here, or if Ray in this
+    process knows one of ``actors`` (the topic's, about to be called) is dead.
+
+    Asks nobody (no Ray call, no GCS lookup): cheap enough for every receive.
+
+    Raises:
+        TopicNotFoundError: the topic was destroyed.
+    """
+    if topic_id in _destroyed:
+        raise destroyed_error(name)
+    for actor in actors:
+        if _dead(actor):
+            _destroyed.add(topic_id)
+            raise destroyed_error(name)
+
+
+@contextlib.contextmanager
+def topic_calls(topic_id: str, name: str) -> Iterator[None]:
+    """Around waiting for a topic actor's reply: raytopic errors unwrapped (see
+    :func:`~raytopic.core.errors.unwrap_ray_error`), a dead actor as TopicNotFoundError.
+
+    Raises:
+        TopicNotFoundError: an actor of the topic is dead for good: it was destroyed.
+    """
+    import ray.exceptions
+
+    try:
+        with unwrap_ray_error():
+            yield
+    except ray.exceptions.ActorDiedError as error:
+        _destroyed.add(topic_id)
+        raise destroyed_error(name) from error
+
+
+def _dead(actor: Any) -> bool:
+    """Whether Ray in this process knows ``actor`` is dead for good (False when it does
+    not know: it has not called the actor yet, or Ray has no such view)."""
+    try:
+        return actor._get_local_state() == _DEAD
+    except Exception:  # not an actor handle of this Ray, or Ray is down here
+        return False
