@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import cloudpickle
-
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.payloads import Payload
@@ -21,6 +19,7 @@ from raytopic.actors.segment_ring import Run
 from raytopic.actors.wire import Chunk, RawReadResult
 from raytopic.core.config import Overflow
 from raytopic.core.errors import DataLossError, InvalidArgumentError, StoreError
+from raytopic.core.user_functions import load_pickled
 
 __all__ = ["MAX_READ_MANY", "RingbufferApi", "check_payload"]
 
@@ -106,7 +105,7 @@ class RingbufferApi:
             raise InvalidArgumentError(
                 f"start_sequence {start} is beyond the tail + 1 ({ring.tail + 1})"
             )
-        predicate = cloudpickle.loads(filter_bytes) if filter_bytes else None
+        predicate = load_pickled(filter_bytes, "filter") if filter_bytes else None
         chunks: list[Chunk] = []
         found = 0
         sequence = start

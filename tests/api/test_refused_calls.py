@@ -30,7 +30,7 @@ import ray
 import raytopic as rt
 from raytopic.core.user_functions import PickledFunction, load_pickled, pickle_function
 
-from tests.topic_helpers import get, module_topic, publish_all
+from tests.topic_helpers import get, key_for, module_topic, publish_all
 
 pytestmark = pytest.mark.xdist_group("test_refused_calls")  # one worker: one topic
 
@@ -263,6 +263,17 @@ def test_a_function_that_cannot_be_pickled_is_refused_before_anything(topic, opt
         with pytest.raises(rt.InvalidTypeError, match=r"^resequence could not be pickled.*lock"):
             topic.subscriber(**options, resequence=rt.Resequence(seq=lambda v, held=lock: v))
     assert _snapshot(topic) == before
+
+
+def test_a_ring_buffer_read_with_such_a_filter_is_refused(topic, driver_only):
+    (status,) = publish_all(topic, ["kept"], key=key_for(0, topic.channel_count))
+    ring, sequence = topic.ringbuffer(0), status.position.sequence
+    with pytest.raises(rt.InvalidArgumentError, match=f"^filter {NOT_LOADABLE}"):
+        ring.read_many(sequence, 0, 1, driver_only.keep)
+    with pytest.raises(rt.InvalidArgumentError, match=f"filter {NOT_LOADABLE}"):
+        get(ring.read_many_async(sequence, 0, 1, driver_only.keep))
+    assert list(ring.read_many(sequence, 1, 1)) == ["kept"]
+    _publishes_flow(topic)
 
 
 # -- groups made by the topic ------------------------------------------------------------
