@@ -216,8 +216,9 @@ def test_read_many_filter_runs_in_the_channel_and_read_count_counts_every_item(
     assert result.read_count == 8  # 5..12
     assert result.next_sequence_to_read_from == base + 13
     # A filter that raises reaches the caller as its own class and harms nothing.
-    with pytest.raises(ZeroDivisionError):
+    with pytest.raises(rt.PoisonElementError) as poison:  # typed, naming the filter's error
         ringbuffer.read_many(base, 1, 2, _explode)
+    assert poison.value.cause_type == "ZeroDivisionError"
     with pytest.raises(rt.InvalidTypeError):
         ringbuffer.read_many(base, 1, 2, "not callable")  # type: ignore[arg-type]
     assert list(ringbuffer.read_many(base + 11, 2, 2)) == [7, 101]
@@ -275,7 +276,7 @@ def test_refused_items_and_bad_calls_change_nothing_and_kill_nothing(shared_smal
         ringbuffer.add("x", "drop-newest")
     with pytest.raises(rt.InvalidArgumentError):
         ringbuffer.read_one(base + 5)
-    with pytest.raises(ZeroDivisionError):
+    with pytest.raises(rt.PoisonElementError, match="filter failed"):
         ringbuffer.read_many(base, 0, 1, _explode)
     assert _state(ringbuffer) == kept
     assert ringbuffer.add("after") == base + 1
