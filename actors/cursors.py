@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from raytopic.actors.poison import Poison, PoisonMark
 from raytopic.core.records import CommitStatus
 
-__all__ = ["Cursor", "Lease", "Lent", "clamp"]
+__all__ = ["Cursor", "Lease", "Lent", "Relay", "clamp"]
 
 _UNREAD_RANGES_KEPT = 32
 """Passed-over ranges a cursor tracks exactly (a reader that never commits
@@ -47,6 +47,16 @@ class Lent:
     """Sequence of the first element it took."""
     next: int
     """Where it left the cursor."""
+
+
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """The latest take made here for a receive session hosted by another channel."""
+
+    session: str
+    """The session (its takes' tokens, without their count: ``"<host>:<id>"``)."""
+    last: int
+    """Sequence of the last element it took."""
 
 
 def clamp(sequence: int, head: int, tail: int) -> int:
@@ -85,6 +95,9 @@ class Cursor:
         poison: A poison element the cursor stops before (see
             ``raytopic.actors.poison``); not kept by a store (a restarted
             channel finds it again).
+        relays: Per host channel (a token prefix, ``"<host>:"``), the latest
+            take its receive session made here (a group cursor's; see
+            :meth:`relayed_by`).
     """
 
     next: int
@@ -97,6 +110,7 @@ class Cursor:
     lent: Lent | None = None
     unread: list[tuple[int, int]] = field(default_factory=list)
     poison: PoisonMark | None = None
+    relays: dict[str, Relay] = field(default_factory=dict)
 
     @classmethod
     def starting_at(cls, next_sequence: int) -> Cursor:
@@ -203,10 +217,36 @@ class Cursor:
     def grant(self, lease: Lease | None) -> None:
         """Give the cursor a new owner: it resumes after the last commit."""
         self.owner = lease
+        self.redeliver()
+
+    def redeliver(self) -> None:
+        """Read again after the last commit (what was delivered since comes again: at
+        least once); takes and give-backs under way are void (one jump more)."""
         self.next = self.committed + 1
         self.unread = []
         self.lent = None
+        self.relays = {}
         self.jumps += 1
+
+    def relayed_by(self, host: str, session: str) -> None:
+        """A take for ``session``, a receive session hosted by channel ``host``, is
+        about to run. If an earlier session of that host took here, that one is
+        gone (the host restarted): what it took may have died with it, in a reply
+        never sent or held by its resequencer, so what is not committed is
+        delivered again."""
+        relay = self.relays.get(host)
+        if relay is not None and relay.session != session and relay.last > self.committed:
+            self.redeliver()
+
+    def host_restarted(self, host: str) -> bool:
+        """Channel ``host`` restarted: if its sessions took here above the commit,
+        deliver again what is not committed (see :meth:`relayed_by`). Returns
+        whether the cursor moved back."""
+        relay = self.relays.pop(host, None)
+        if relay is None or relay.last <= self.committed:
+            return False
+        self.redeliver()
+        return True
 
     def skip_to_head(self, head: int) -> int:
         """Move a cursor that fell below the head up to it; return how many it skipped."""

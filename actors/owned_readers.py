@@ -19,7 +19,7 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
-from raytopic.actors.cursors import Cursor, Lease, Lent
+from raytopic.actors.cursors import Cursor, Lease, Lent, Relay
 from raytopic.actors.poison import Poison, poison_error
 from raytopic.actors.reader_parts import LossNotice, Reader, delivered_count, pick
 from raytopic.actors.segment_ring import Run
@@ -157,6 +157,9 @@ class OwnedReaders:
         else:  # a stopped fetch takes nothing: it need not wait for another's
             reader = self._lookup(reader_id)
             cursor = self.cursor_of(reader, fence)
+        relay = _relay_of(token) if reader.cursor is None else None
+        if relay is not None:
+            cursor.relayed_by(*relay)
         log = self._log
         ring = log.ring
         head = ring.head
@@ -200,6 +203,8 @@ class OwnedReaders:
             cursor.delivered(last_delivered, next_sequence)
             if token is not None:
                 cursor.lent = Lent(token, chunks[0].first, next_sequence)
+            if relay is not None:
+                cursor.relays[relay[0]] = Relay(relay[1], last_delivered)
         else:
             cursor.next = next_sequence
         # A filter's misses after the last match are read, not delivered.
@@ -368,15 +373,22 @@ class OwnedReaders:
 
     def host_restarted(self, prefix: str, readers: Iterator[Reader]) -> int:
         """What the sessions of a restarted channel took (tokens starting with
-        ``prefix``) and never settled is read again now; returns how many."""
+        ``prefix``) and never settled is read again now, and a group whose
+        cursor they took from above its commit is delivered again what it has
+        not committed (they may have died with settled elements in a reply
+        never sent); returns how many cursors moved back."""
         cursors = [*self.groups.values(), *(reader.cursor for reader in readers)]
-        taken_back = 0
+        moved: set[int] = set()
         for cursor in cursors:
             lent = None if cursor is None else cursor.lent
             if lent is not None and lent.token.startswith(prefix):
                 cursor.settle_lent(lent.token, lent.first)
-                taken_back += 1
-        return taken_back
+                moved.add(id(cursor))
+        for group, cursor in self.groups.items():
+            if cursor.host_restarted(prefix):
+                self._state.touch("groups", group)
+                moved.add(id(cursor))
+        return len(moved)
 
     # -- commits and seeks ------------------------------------------------------------
 
@@ -498,6 +510,15 @@ class OwnedReaders:
         """Per group: (name, lag behind the tail, elements not yet delivered)."""
         for group, cursor in self.groups.items():
             yield group, max(0, tail - cursor.committed), max(0, tail - cursor.next + 1)
+
+
+def _relay_of(token: str | None) -> tuple[str, str] | None:
+    """(host, session) of a take's token: ``"<host>:<session id>-<count>"`` (see
+    ``raytopic.actors.receive_session``); None for a take of no session elsewhere."""
+    if token is None:
+        return None
+    session = token.rsplit("-", 1)[0]
+    return session.partition(":")[0] + ":", session
 
 
 def _last_sequence(chunks: list[Chunk]) -> int:

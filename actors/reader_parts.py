@@ -171,6 +171,16 @@ class Fetches:
                 self._remember(token)
             self._context.wake()
 
+    def stop_host(self, prefix: str) -> None:
+        """Stop the fetches waiting here whose tokens start with ``prefix``: their
+        host channel restarted, and what they took would be lent to a session
+        that is gone until LENT_TIMEOUT."""
+        tokens = [t for waiting in self._waiting.values() for t in waiting if t.startswith(prefix)]
+        for token in tokens:
+            self._remember(token)
+        if tokens:
+            self._context.wake()
+
     def _remember(self, token: str) -> None:
         self._stopped[token] = None
         while len(self._stopped) > STOPPED_TAKES_KEPT:

@@ -225,15 +225,16 @@ class Readers:
             await self._context.wait_change(min(left, POLL_INTERVAL) if polled else left)
 
     def host_restarted(self, host: int) -> int:
-        """Channel ``host`` restarted: what its sessions took here and never settled
-        is read again now. Returns how many loans were taken back."""
+        """Channel ``host`` restarted: its sessions' fetches still waiting here stop,
+        and what they took here and may not have delivered is read again now.
+        Returns how many cursors moved back."""
         prefix = f"{host}:"
+        self.fetches.stop_host(prefix)
         readers = iter(self.by_id.values())
         taken_back = self.owned.host_restarted(prefix, readers) + self.shared.host_restarted(prefix)
         if taken_back:
-            logger.info(
-                "channel %d: %d loans of restarted %d back", self._context.channel, taken_back, host
-            )
+            channel = self._context.channel
+            logger.info("channel %d: %d cursors back (%d restarted)", channel, taken_back, host)
             self._context.notify()
         return taken_back
 

@@ -126,9 +126,12 @@ class ReceiveSession:
         self._fetched: list[tuple[Delivery, str]] = []
         self._fetch_pause = 0.0  # loop time until which no fetch starts (a seek comes)
         self._seek_landed = asyncio.Event()  # set when the seek a pause waits for lands
-        # A token names its host channel: when the host restarts, the channels
-        # that lent to its sessions take their loans back at once.
-        self._tokens = (f"{home}:{uuid.uuid4().hex[:8]}-{n}" for n in itertools.count())
+        # A token names its host channel and this session: when the host restarts,
+        # the channels that lent to its sessions take their loans back at once,
+        # and those its last incarnation took from deliver again (see
+        # ``Cursor.relayed_by``).
+        session_id = uuid.uuid4().hex[:8]
+        self._tokens = (f"{home}:{session_id}-{n}" for n in itertools.count())
         self._resequenced: ResequencedStream | None = None
         if spec.resequence is not None:
             loop = asyncio.get_running_loop()

@@ -275,6 +275,59 @@ def test_a_restarted_host_s_loans_are_taken_back_and_others_kept() -> None:
     asyncio.run(main())
 
 
+def test_a_group_gets_again_what_a_restarted_host_s_sessions_took_and_settled() -> None:
+    # A session at channel 2 took 1..4 and settled them (used: in a reply on its way);
+    # channel 2 died before the reply went out. Nothing is lent any more, yet the
+    # group must get them again: its cursor goes back after its commit.
+    async def main() -> None:
+        parts = _Owned()
+        parts.append(range(8))
+        reader = parts.member("m")
+        group = parts.owned.groups["g"]
+        assert _values(await parts.owned.take("m", MEMBER, 1, "2:s1-0")) == [0]
+        parts.owned.settle(reader, MEMBER, "2:s1-0", None)
+        parts.owned.commit(reader, 0, MEMBER)
+        await parts.owned.take("m", MEMBER, 4, "2:s1-1")
+        assert parts.owned.settle(reader, MEMBER, "2:s1-1", None) and group.next == 5
+        jumps = group.jumps
+        assert parts.owned.host_restarted("1:", iter(parts.readers.values())) == 0
+        assert parts.owned.host_restarted("2:", iter(parts.readers.values())) == 1
+        assert (group.next, group.lent, group.jumps) == (1, None, jumps + 1)
+        assert _values(await parts.owned.take("m", MEMBER, 10, None)) == [1, 2, 3, 4, 5, 6, 7]
+        # Told again (the coordinator and the host both tell): nothing more moves.
+        assert parts.owned.host_restarted("2:", iter(parts.readers.values())) == 0
+
+    asyncio.run(main())
+
+
+def test_a_new_session_of_the_same_host_first_gets_what_the_gone_one_took() -> None:
+    # The restarted host's first take (a new session) comes before any word of the
+    # restart: it is served from after the commit, not after what the old one took.
+    async def main() -> None:
+        parts = _Owned()
+        parts.append(range(6))
+        reader = parts.member("m")
+        await parts.owned.take("m", MEMBER, 2, "2:old-0")
+        parts.owned.settle(reader, MEMBER, "2:old-0", None)
+        assert _values(await parts.owned.take("m", MEMBER, 2, "2:old-1")) == [2, 3]
+        parts.owned.settle(reader, MEMBER, "2:old-1", None)
+        parts.owned.commit(reader, 1, MEMBER)
+        assert _values(await parts.owned.take("m", MEMBER, 10, "2:new-0")) == [2, 3, 4, 5]
+        parts.owned.settle(reader, MEMBER, "2:new-0", None)
+        # The same session again, another host's, or a direct take: read on.
+        assert _values(await parts.owned.take("m", MEMBER, 10, "2:new-1")) == []
+        parts.owned.commit(reader, 5, MEMBER)
+        parts.append(range(6, 9))
+        assert _values(await parts.owned.take("m", MEMBER, 1, "3:other-0")) == [6]
+        parts.owned.settle(reader, MEMBER, "3:other-0", None)
+        assert _values(await parts.owned.take("m", MEMBER, 1, None)) == [7]
+        # A host whose takes are all committed changes nothing when it restarts.
+        parts.owned.commit(reader, 7, MEMBER)
+        assert _values(await parts.owned.take("m", MEMBER, 1, "3:again-0")) == [8]
+
+    asyncio.run(main())
+
+
 # -- seeks and the coordinator's calls -------------------------------------------------------------
 
 

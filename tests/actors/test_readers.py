@@ -212,6 +212,26 @@ def test_a_direct_take_stops_the_reader_s_waiting_fetches() -> None:
     asyncio.run(main())
 
 
+def test_a_restarted_host_s_waiting_fetches_stop_and_take_nothing() -> None:
+    # Fetches of the dead incarnation's sessions would take what comes next (or what
+    # the restart hands back) for nobody, holding it lent until LENT_TIMEOUT.
+    async def main() -> None:
+        channel = _Channel()
+        channel.open_all()
+        readers = channel.readers
+        gone = asyncio.ensure_future(readers.take("m", MEMBER, 5, 5.0, "2:old-0"))
+        other = asyncio.ensure_future(readers.take("a", None, 5, 5.0, "1:s-0"))
+        await asyncio.sleep(0.05)
+        readers.host_restarted(2)
+        assert (await asyncio.wait_for(gone, 0.5)).count == 0
+        assert not other.done()
+        channel.append(["x"])
+        assert (await asyncio.wait_for(other, 0.5)).count == 1
+        assert _values(await readers.take("m", MEMBER, 5, 0.0, None)) == ["x"]
+
+    asyncio.run(main())
+
+
 def test_watch_returns_when_the_state_changes_or_at_its_timeout() -> None:
     async def main() -> None:
         channel = _Channel()

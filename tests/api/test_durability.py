@@ -272,6 +272,41 @@ def test_a_channel_that_restarts_while_its_coordinator_is_down_gets_its_groups_b
     assert sorted(values) == [0, 1, 2, 3] and told == 1
 
 
+def _step(value: dict[str, int]) -> int:
+    return value["step"]
+
+
+def test_what_a_killed_home_took_from_a_sibling_and_held_is_delivered_again(
+    make_topic, tmp_path: Path, wait_until
+):
+    # A resequencing member's receive session, at its home channel, takes from the
+    # sibling and holds what it took there (step 0 is missing): the sibling's cursor
+    # is past those elements, and no loan is left to take back. The home dies with
+    # them: the sibling delivers them again, and nothing is lost.
+    topic = make_topic(channels=2, store=str(tmp_path), groups=["g"])
+    order = rt.Resequence(seq=_step, start=0, timeout_ms=600_000)
+    member = topic.subscriber(group="g", resequence=order)
+    home = member._receives.home_channel  # the channel actor hosting its session
+    sibling = 1 - home
+    waiting = member.receive_batch(10)
+    with topic.publisher() as publisher:
+        for step in range(1, 6):
+            publisher.publish({"step": step}, key=key_for(sibling, 2))
+    wait_until(lambda: member.resequencer_stats.held == 5)
+    assert topic.describe().groups["g"].channels[sibling].depth == 0
+
+    old_epoch = _kill_channel(topic, home)
+    _serving_again(topic, home, old_epoch)
+    with topic.publisher() as publisher:
+        publisher.publish({"step": 0}, key=key_for(home, 2)).result(timeout=TIMEOUT)
+    steps = [e.value["step"] for e in get(waiting)]  # the receive, retried at the new home
+    while len(steps) < 6:
+        more = get(member.receive_batch(10))  # released later: hangs (fails) if lost
+        steps += [e.value["step"] for e in more]
+    assert steps == list(range(6))
+    member.close()
+
+
 def _member_that_committed(topic: rt.Topic, count: int) -> rt.Subscriber:
     """A member of group "g" that received and committed values 0..count-1."""
     member = topic.subscriber(group="g", complete_on_empty=True)
