@@ -26,11 +26,21 @@ it, this one the rest):
                 ``publish_batch()`` with lists of 1000 (a few calls in flight)
                 -> a consumer task calling ``receive_batch(1000)`` (against
                 Queue), and -> a consumer task iterating ``iter_batches(1000)``
-                (against the floor) (``raytopic.tools.bench_throughput``).
-    cpu         for each throughput case (and the store's), CPU microseconds
-                per message in the producer's process, the actors' (channels,
-                Queue's actor, the floor's actor) and the consumer's, and
-                their total, each against the floor's figure of the same role
+                (against the floor), the latter on 8 channels as well
+                (``raytopic.tools.bench_throughput``).
+    scale       K producers -> a topic of K channels -> a group of K members
+                (one channel each, iterating ``iter_batches(1000)``), with
+                ``publish()`` and with ``publish_batch(1000)``, at K = 1 and
+                K = 8, against K Queues and K floor pairs side by side; one
+                publisher's ``publish_batch(1000)`` over K channels (8 calls in
+                flight, acknowledgements only); each K = 8 figure as a ratio to
+                K = 1, and the CPU of each (``raytopic.tools.bench_scale``;
+                ``raytopic bench --scale`` runs it alone).
+    cpu         for each throughput case (and the store's and the scale
+                case's), CPU microseconds per message in the producer's
+                process, the actors' (channels, Queue's actor, the floor's
+                actor) and the consumer's, and their total, each against the
+                floor's figure of the same role
                 (measured by ``raytopic.tools.bench_cpu``, made figures by
                 ``raytopic.tools.bench_throughput``).
     latency     one value in flight: publish -> an already waiting receive.
@@ -94,11 +104,13 @@ from raytopic.tools.bench_common import (
 from raytopic.tools.bench_cpu import Throughput, median_throughput
 from raytopic.tools.bench_groups import GROUP_TARGET, group_throughput, reassignment_time
 from raytopic.tools.bench_idle import SETTLE, run_idle_benchmarks
+from raytopic.tools.bench_scale import run_scale_benchmarks
 from raytopic.tools.bench_shared import run_shared_benchmarks
 from raytopic.tools.bench_throughput import (
     FLOOR_ONE_CHANNEL_TARGET,
     FLOOR_ROLES,
     ITER_BATCHES_TARGET,
+    ONE_CHANNEL_CPU_TARGET,
     ONE_CHANNEL_TARGET,
     SCALING_TARGET,
     _publish_batches,
@@ -281,6 +293,7 @@ def run_benchmarks(
     idle_seconds: float = DEFAULT.idle_seconds,
     commit_publishers: int | None = None,
     idle_settle: float = SETTLE,
+    scale: bool = True,
     report: Callable[[Figure], None] = lambda figure: None,
 ) -> list[Figure]:
     """Run every case; ``report`` hears of each figure as it is measured.
@@ -299,6 +312,7 @@ def run_benchmarks(
             (None: the case's own count, 3,000).
         idle_settle: seconds the idle case lets its members settle before its
             window (at most ``idle_seconds``).
+        scale: whether to run the scale case (``raytopic.tools.bench_scale``).
         report: called with each figure as soon as it is measured.
 
     Returns:
@@ -347,7 +361,14 @@ def run_benchmarks(
                 target=ONE_CHANNEL_TARGET if count == 1 else None,
             )
         )
-        add_all(cpu_figures(f"publish() -> iterate, {count} ch", runs[count], floor))
+        add_all(
+            cpu_figures(
+                f"publish() -> iterate, {count} ch",
+                runs[count],
+                floor,
+                total_target=ONE_CHANNEL_CPU_TARGET if count == 1 else None,
+            )
+        )
     rates = {count: run.rate for count, run in runs.items()}
     add(
         Figure(
@@ -383,18 +404,26 @@ def run_benchmarks(
         )
     )
     add_all(cpu_figures(f"publish_batch -> receive_batch({BATCH}), 1 ch", batch, floor))
-    iterated = median_throughput(repeat, lambda: iter_batches_throughput(messages))
-    add(
-        Figure(
-            f"topic: publish_batch -> iter_batches({BATCH}), 1 channel",
-            iterated.rate,
-            "msgs/s",
-            "ray floor",
-            floor.rate,
-            target=ITER_BATCHES_TARGET,
+    for count in sorted({1, channels}):
+        iterated = median_throughput(
+            repeat, lambda count=count: iter_batches_throughput(messages, count)
         )
-    )
-    add_all(cpu_figures(f"publish_batch -> iter_batches({BATCH}), 1 ch", iterated, floor))
+        add(
+            Figure(
+                f"topic: publish_batch -> iter_batches({BATCH}), "
+                + ("1 channel" if count == 1 else f"{count} channels"),
+                iterated.rate,
+                "msgs/s",
+                "ray floor",
+                floor.rate,
+                target=ITER_BATCHES_TARGET,
+            )
+        )
+        add_all(cpu_figures(f"publish_batch -> iter_batches({BATCH}), {count} ch", iterated, floor))
+    if scale:
+        figures += run_scale_benchmarks(
+            messages=messages, channels=channels, repeat=repeat, report=report
+        )
 
     queue_p50, queue_p99 = queue_latency(latency_samples)
     add(Figure("queue: put -> waiting get, p50", queue_p50 * 1e3, "ms"))

@@ -8,6 +8,9 @@ actors to a consumer task. Its CPU is counted in those processes, by role:
                topic's channels, Queue's actor, the floor's plain actor
     consumer   the worker process of the task that iterates (or takes)
 
+A case of K producers and K consumers (``raytopic.tools.bench_scale``) sums
+each role over its K processes.
+
 Each is the process's user + system time over the run, every thread included
 (a publisher's flush thread, a subscriber's receive loop, Ray's own threads in
 that process), read inside the process with ``time.process_time()``: a task
@@ -100,32 +103,40 @@ def channel_actors(topic: Topic) -> list[Any]:
 def measure_run(
     count: int,
     actors: Sequence[Any],
-    consumer: Callable[[], ray.ObjectRef[tuple[Any, float]]],
-    producer: Callable[[], ray.ObjectRef[tuple[Any, float]]],
-) -> tuple[Throughput, Any]:
-    """Start a consumer task, then a producer task, and wait for both.
+    consumers: Callable[[], Sequence[ray.ObjectRef[tuple[Any, float]]]],
+    producers: Callable[[], Sequence[ray.ObjectRef[tuple[Any, float]]]],
+    produced: Callable[[], None] = lambda: None,
+) -> tuple[Throughput, list[Any]]:
+    """Start the consumers, then the producers, and wait for all of them.
 
     Args:
-        count: The messages the run moves.
+        count: The messages the run moves (all producers' together).
         actors: The actors the messages pass through.
-        consumer: Starts the consumer task; the task returns (its result, the
-            ``cpu_seconds()`` it used).
-        producer: Starts the producer task, returning as the consumer does.
+        consumers: Starts the consumers (tasks or actor calls; none in a case
+            without any) and returns their refs once they can take messages;
+            each returns (its result, the ``cpu_seconds()`` it used). The
+            clock starts after.
+        producers: Starts the producers, returning as the consumers do.
+        produced: Called once every producer returned, before the consumers
+            are waited for: a check that raises if they could not finish.
 
     Returns:
-        The rate and the CPU per message, and the consumer's result.
+        The rate and the CPU per message (each role's processes summed), and
+        the consumers' results in the order started.
     """
+    # The consumers first, so that they are waiting when the first message comes.
+    consuming = list(consumers())
     before = actors_cpu_seconds(actors)
     start = time.perf_counter()
-    # The consumer first, so that it is waiting when the first message comes.
-    consuming = consumer()
-    producing = producer()
-    (_produced, producer_cpu), (result, consumer_cpu) = ray.get([producing, consuming])
+    producer_cpu = sum(cpu for _produced, cpu in ray.get(list(producers())))
+    produced()
+    results = ray.get(consuming)
     elapsed = time.perf_counter() - start
     actors_cpu = actors_cpu_seconds(actors) - before
+    consumer_cpu = sum(cpu for _result, cpu in results)
     per_message = 1e6 / max(count, 1)
     cpu = CpuSplit(producer_cpu * per_message, actors_cpu * per_message, consumer_cpu * per_message)
-    return Throughput(count / elapsed, cpu), result
+    return Throughput(count / elapsed, cpu), [result for result, _cpu in results]
 
 
 def median_throughput(runs: int, measure: Callable[[], Throughput]) -> Throughput:

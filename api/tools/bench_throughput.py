@@ -9,7 +9,8 @@ Cases (each returns a ``Throughput``: the rate and the CPU per message by role):
     batch API    a producer task calling ``publish_batch()`` with lists of
                  BATCH (a few calls in flight) -> a consumer task calling
                  ``receive_batch(BATCH)`` (``batch_throughput``) or iterating
-                 ``iter_batches(BATCH)`` (``iter_batches_throughput``).
+                 ``iter_batches(BATCH)`` (``iter_batches_throughput``, on 1
+                 channel or N).
     queue        a producer task ``put_nowait_batch(BATCH)`` -> a consumer task
                  ``get_nowait_batch(BATCH)`` (``queue_throughput``).
     ray floor    lists of BATCH through one plain actor holding a deque, put
@@ -30,7 +31,16 @@ from typing import Any
 
 import ray
 
-from raytopic.tools.bench_common import BATCH, Figure, _check_ids, _message, _name, at_least
+from raytopic.tools.bench_common import (
+    BATCH,
+    Figure,
+    Target,
+    _check_ids,
+    _message,
+    _name,
+    at_least,
+    at_most,
+)
 from raytopic.tools.bench_cpu import (
     Throughput,
     channel_actors,
@@ -43,6 +53,7 @@ __all__ = [
     "FLOOR_ONE_CHANNEL_TARGET",
     "FLOOR_ROLES",
     "ITER_BATCHES_TARGET",
+    "ONE_CHANNEL_CPU_TARGET",
     "ONE_CHANNEL_TARGET",
     "SCALING_TARGET",
     "TOPIC_ROLES",
@@ -69,9 +80,13 @@ SCALING_TARGET = at_least(0.9)
 """N channels against 1: channels exist to scale out; on one machine they should
 at least cost little."""
 ITER_BATCHES_TARGET = at_least(0.8)
-"""``publish_batch`` -> ``iter_batches`` on 1 channel, against Ray's floor: with
-the user batching on both sides, a channel should cost little more than a
+"""``publish_batch`` -> ``iter_batches`` on 1 channel and on N, against Ray's floor:
+with the user batching on both sides, channels should cost little more than a
 plain actor holding the batches."""
+ONE_CHANNEL_CPU_TARGET = at_most(2.0)
+"""The CPU per message of every process of ``publish()`` -> iteration on 1 channel,
+against the floor's: a message at a time, batched by the library, should cost at
+most twice what Ray spends moving the user's batches."""
 
 FLOOR_ROLES = ("producer", "actor", "consumer")
 """The CPU figures' names of the roles (``CpuSplit``) in the floor and Queue cases."""
@@ -79,14 +94,16 @@ TOPIC_ROLES = ("publisher", "channels", "consumer")
 """The same in a topic's cases."""
 
 
-def _batches(count: int) -> Iterator[list[dict[str, Any]]]:
-    """``count`` messages in lists of BATCH, each built when asked for."""
-    for start in range(0, count, BATCH):
-        yield [_message(i) for i in range(start, min(count, start + BATCH))]
+def _batches(count: int, first: int = 0) -> Iterator[list[dict[str, Any]]]:
+    """``count`` messages (ids from ``first`` on) in lists of BATCH, each built when
+    asked for."""
+    stop = first + count
+    for start in range(first, stop, BATCH):
+        yield [_message(i) for i in range(start, min(stop, start + BATCH))]
 
 
-def _pipelined(calls: Iterator[ray.ObjectRef[Any]]) -> None:
-    """Make the calls one by one, waiting for the call from BATCHES_IN_FLIGHT ago
+def _pipelined(calls: Iterator[ray.ObjectRef[Any]], in_flight: int = BATCHES_IN_FLIGHT) -> None:
+    """Make the calls one by one, waiting for the call from ``in_flight`` ago
     before the next, then wait for the rest.
 
     Waiting for an older call, not the last one, the producer pipelines like a
@@ -96,19 +113,27 @@ def _pipelined(calls: Iterator[ray.ObjectRef[Any]]) -> None:
     pending: deque[ray.ObjectRef[Any]] = deque()
     for call in calls:
         pending.append(call)
-        if len(pending) > BATCHES_IN_FLIGHT:
+        if len(pending) > in_flight:
             ray.get(pending.popleft())
     ray.get(list(pending))
 
 
-@ray.remote(num_cpus=0)
-def _publish_loop(topic: Topic, count: int) -> tuple[None, float]:
-    """``publish()`` ``count`` messages; return the CPU seconds the task used."""
+# Each producer and consumer below is a plain function run as a task (the
+# remote twin named beside it); the scale case runs the same functions in
+# processes it keeps (raytopic.tools.bench_scale).
+
+
+def _publish_each(topic: Topic, count: int, first: int = 0) -> tuple[None, float]:
+    """``publish()`` ``count`` messages (ids from ``first`` on); return the CPU
+    seconds the process used meanwhile."""
     cpu = cpu_seconds()
     with topic.publisher(max_in_flight=4) as publisher:
-        for index in range(count):
+        for index in range(first, first + count):
             publisher.publish(_message(index))
     return None, cpu_seconds() - cpu
+
+
+_publish_loop = ray.remote(num_cpus=0)(_publish_each)
 
 
 @ray.remote(num_cpus=0)
@@ -134,13 +159,13 @@ def _topic_run(topic: Topic, count: int, producer: Any, consumer: Any, what: str
     try:
         # Warm the worker processes so the figure is the steady state.
         ray.get([producer.remote(topic, 0), consumer.remote(topic, 0)])
-        result, id_sum = measure_run(
+        result, id_sums = measure_run(
             count,
             channel_actors(topic),
-            lambda: consumer.remote(topic, count),
-            lambda: producer.remote(topic, count),
+            lambda: [consumer.remote(topic, count)],
+            lambda: [producer.remote(topic, count)],
         )
-        _check_ids(what, count, id_sum)
+        _check_ids(what, count, sum(id_sums))
         return result
     finally:
         topic.destroy()
@@ -157,13 +182,20 @@ def topic_throughput(count: int, channels: int, sync: str | None = None) -> Thro
         return _topic_run(topic, count, _publish_loop, _consume_loop, what)
 
 
-@ray.remote(num_cpus=0)
-def _publish_batches(topic: Topic, count: int) -> tuple[None, float]:
-    """``publish_batch()`` lists of BATCH, a few calls in flight; return the CPU seconds used."""
+def _publish_in_batches(
+    topic: Topic, count: int, first: int = 0, in_flight: int = BATCHES_IN_FLIGHT
+) -> tuple[None, float]:
+    """``publish_batch()`` ``count`` messages (ids from ``first`` on) in lists of
+    BATCH, ``in_flight`` calls outstanding; return the CPU seconds used."""
     cpu = cpu_seconds()
     with topic.publisher() as publisher:
-        _pipelined(publisher.publish_batch(values) for values in _batches(count))
+        _pipelined(
+            (publisher.publish_batch(values) for values in _batches(count, first)), in_flight
+        )
     return None, cpu_seconds() - cpu
+
+
+_publish_batches = ray.remote(num_cpus=0)(_publish_in_batches)
 
 
 @ray.remote(num_cpus=0)
@@ -205,24 +237,23 @@ def batch_throughput(count: int) -> Throughput:
     )
 
 
-def iter_batches_throughput(count: int) -> Throughput:
-    """``publish_batch(1000)`` -> ``iter_batches(1000)``, 1 channel."""
-    topic = create_topic(_name("itb"), channels=1, capacity=max(count, 1))
+def iter_batches_throughput(count: int, channels: int = 1) -> Throughput:
+    """``publish_batch(1000)`` -> ``iter_batches(1000)`` (one publisher, one anonymous
+    subscriber) on ``channels`` channels."""
+    topic = create_topic(_name("itb"), channels=channels, capacity=max(count, 1))
     return _topic_run(
         topic, count, _publish_batches, _iterate_batches, "publish_batch -> iter_batches"
     )
 
 
-@ray.remote(num_cpus=0)
-def _queue_produce(queue: Any, count: int) -> tuple[None, float]:
+def _queue_put(queue: Any, count: int, first: int = 0) -> tuple[None, float]:
     cpu = cpu_seconds()
-    for values in _batches(count):
+    for values in _batches(count, first):
         queue.put_nowait_batch(values)
     return None, cpu_seconds() - cpu
 
 
-@ray.remote(num_cpus=0)
-def _queue_consume(queue: Any, count: int) -> tuple[int, float]:
+def _queue_get(queue: Any, count: int) -> tuple[int, float]:
     from ray.util.queue import Empty
 
     cpu = cpu_seconds()
@@ -238,6 +269,10 @@ def _queue_consume(queue: Any, count: int) -> tuple[int, float]:
     return id_sum, cpu_seconds() - cpu
 
 
+_queue_produce = ray.remote(num_cpus=0)(_queue_put)
+_queue_consume = ray.remote(num_cpus=0)(_queue_get)
+
+
 def queue_throughput(count: int) -> Throughput:
     """``ray.util.queue.Queue`` in batch mode: a producer task ``put_nowait_batch(1000)``
     -> a consumer task ``get_nowait_batch(1000)``."""
@@ -246,13 +281,13 @@ def queue_throughput(count: int) -> Throughput:
     queue = Queue(actor_options={"num_cpus": 0})
     try:
         ray.get([_queue_produce.remote(queue, BATCH), _queue_consume.remote(queue, BATCH)])
-        result, id_sum = measure_run(
+        result, id_sums = measure_run(
             count,
             [queue.actor],
-            lambda: _queue_consume.remote(queue, count),
-            lambda: _queue_produce.remote(queue, count),
+            lambda: [_queue_consume.remote(queue, count)],
+            lambda: [_queue_produce.remote(queue, count)],
         )
-        _check_ids("queue batch", count, id_sum)
+        _check_ids("queue batch", count, sum(id_sums))
         return result
     finally:
         queue.shutdown()
@@ -288,15 +323,13 @@ class _FloorActor:
             return self._batches.popleft() if self._batches else []
 
 
-@ray.remote(num_cpus=0)
-def _floor_produce(actor: Any, count: int) -> tuple[None, float]:
+def _floor_put(actor: Any, count: int, first: int = 0) -> tuple[None, float]:
     cpu = cpu_seconds()
-    _pipelined(actor.put.remote(values) for values in _batches(count))
+    _pipelined(actor.put.remote(values) for values in _batches(count, first))
     return None, cpu_seconds() - cpu
 
 
-@ray.remote(num_cpus=0)
-def _floor_consume(actor: Any, count: int) -> tuple[int, float]:
+def _floor_take(actor: Any, count: int) -> tuple[int, float]:
     cpu = cpu_seconds()
     seen = id_sum = 0
     while seen < count:
@@ -306,6 +339,10 @@ def _floor_consume(actor: Any, count: int) -> tuple[int, float]:
     return id_sum, cpu_seconds() - cpu
 
 
+_floor_produce = ray.remote(num_cpus=0)(_floor_put)
+_floor_consume = ray.remote(num_cpus=0)(_floor_take)
+
+
 def floor_throughput(count: int) -> Throughput:
     """Ray's floor: the batches of the batch API (BATCH small dicts each) through one
     plain actor, put pipelined (BATCHES_IN_FLIGHT) by a producer task and taken one
@@ -313,13 +350,13 @@ def floor_throughput(count: int) -> Throughput:
     actor = _FloorActor.remote()
     try:
         ray.get([_floor_produce.remote(actor, BATCH), _floor_consume.remote(actor, BATCH)])
-        result, id_sum = measure_run(
+        result, id_sums = measure_run(
             count,
             [actor],
-            lambda: _floor_consume.remote(actor, count),
-            lambda: _floor_produce.remote(actor, count),
+            lambda: [_floor_consume.remote(actor, count)],
+            lambda: [_floor_produce.remote(actor, count)],
         )
-        _check_ids("ray floor", count, id_sum)
+        _check_ids("ray floor", count, sum(id_sums))
         return result
     finally:
         ray.kill(actor)
@@ -330,6 +367,7 @@ def cpu_figures(
     run: Throughput,
     floor: Throughput | None,
     roles: tuple[str, str, str] = TOPIC_ROLES,
+    total_target: Target | None = None,
 ) -> list[Figure]:
     """A throughput case's CPU per message: the total, then each role's.
 
@@ -339,12 +377,14 @@ def cpu_figures(
         floor: The floor's run, each figure's baseline (its figure of the same
             role); None for the floor itself.
         roles: The names of the producer, actors and consumer.
+        total_target: The bound on the total's ratio to the floor's, if any.
 
     Returns:
         Four figures in microseconds per message.
     """
     names = ("total", *roles)
     bases = (None,) * 4 if floor is None else floor.cpu.parts()
+    targets = (total_target, None, None, None)
     return [
         Figure(
             f"cpu: {label}: {name}",
@@ -352,8 +392,9 @@ def cpu_figures(
             "us/msg",
             None if floor is None else f"floor {floor_role}",
             base,
+            target=target,
         )
-        for name, floor_role, value, base in zip(
-            names, ("total", *FLOOR_ROLES), run.cpu.parts(), bases, strict=True
+        for name, floor_role, value, base, target in zip(
+            names, ("total", *FLOOR_ROLES), run.cpu.parts(), bases, targets, strict=True
         )
     ]

@@ -128,6 +128,12 @@ def _parser() -> argparse.ArgumentParser:
         help="only the shared-group cases (4 shared members vs 2 owned, 2 channels)",
     )
     bench.add_argument(
+        "--scale",
+        action="store_true",
+        help="only the scale case (K producers -> K channels -> K members, K = 1 and --channels,"
+        " against K Queues and K floor pairs)",
+    )
+    bench.add_argument(
         "--transactions",
         action="store_true",
         help="only the transactions case (a transaction per batch of 100 vs publish + commit)",
@@ -374,6 +380,15 @@ def _bench(args: argparse.Namespace) -> int:
         from raytopic.tools.bench_shared import run_shared_benchmarks
 
         run_shared_benchmarks(messages=settings.messages, repeat=settings.repeat, report=report)
+    elif args.scale:
+        from raytopic.tools.bench_scale import run_scale_benchmarks
+
+        run_scale_benchmarks(
+            messages=settings.messages,
+            channels=settings.channels,
+            repeat=settings.repeat,
+            report=report,
+        )
     elif args.transactions:
         from raytopic.tools.bench_transactions import run_transaction_benchmarks
 

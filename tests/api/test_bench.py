@@ -9,6 +9,8 @@ by running ``raytopic bench``, never by timed assertions in tests.
 from __future__ import annotations
 
 import math
+import os
+import re
 from dataclasses import replace
 
 import pytest
@@ -17,6 +19,7 @@ from raytopic.tools.bench import (
     DEFAULT,
     QUICK,
     Figure,
+    Target,
     at_least,
     at_most,
     format_figure,
@@ -26,6 +29,7 @@ from raytopic.tools.bench import (
 from raytopic.tools.bench_commit import COMMIT_TARGET
 from raytopic.tools.bench_cpu import CpuSplit, Throughput, median_throughput
 from raytopic.tools.bench_idle import CHANNEL_TARGET, COORDINATOR_TARGET, CREATION_TARGET
+from raytopic.tools.bench_scale import ScaleTargets, scale_targets
 from raytopic.tools.bench_shared import TASK_TARGET
 from raytopic.tools.bench_throughput import cpu_figures
 from raytopic.tools.bench_transactions import TRANSACTION_TARGET
@@ -56,6 +60,7 @@ CPU_CASES = {
     **cpu_cases("publish() -> iterate, 1 ch"),
     **cpu_cases("publish_batch -> receive_batch(1000), 1 ch"),
     **cpu_cases("publish_batch -> iter_batches(1000), 1 ch"),
+    **cpu_cases("publish_batch -> iter_batches(1000), 2 ch"),
     **cpu_cases('store sync="always", 2 ch'),
     **cpu_cases('store sync="write", 2 ch'),
 }
@@ -69,6 +74,7 @@ EXPECTED = {
     "topic: 2 channels / 1 channel, publish() -> iterate": "1 channel",
     "topic: publish_batch -> receive_batch(1000), 1 channel": "queue batch",
     "topic: publish_batch -> iter_batches(1000), 1 channel": "ray floor",
+    "topic: publish_batch -> iter_batches(1000), 2 channels": "ray floor",
     "queue: put -> waiting get, p50": None,
     "queue: put -> waiting get, p99": None,
     "topic: publish -> waiting receive, 1 channel(s), p50": "queue p50",
@@ -102,6 +108,8 @@ TARGETS = {
     "topic: publish() -> iterate, 1 channel(s)": at_least(2.0),
     "topic: publish() -> iterate, 1 channel / ray floor": at_least(0.5),
     "topic: publish_batch -> iter_batches(1000), 1 channel": at_least(0.8),
+    "topic: publish_batch -> iter_batches(1000), 2 channels": at_least(0.8),
+    "cpu: publish() -> iterate, 1 ch: total": at_most(2.0),
     "topic: 2 channels / 1 channel, publish() -> iterate": at_least(0.9),
     "topic: publish -> waiting receive, 1 channel(s), p50": at_most(1.0),
     "topic: publish -> waiting receive, 2 channel(s), p50": at_most(1.5),
@@ -121,7 +129,8 @@ TARGETS = {
 # waits 2 s for quiet, the idle case 2 s to measure (an idle Ray actor uses about
 # 10 ms of CPU in 2 s, more than the 10 ms a process's CPU time is counted in);
 # those fixed costs do not shrink with the counts. The idle case's settling time
-# (2 s) only keeps the joins' work out of its figures: here it need not.
+# (2 s) only keeps the joins' work out of its figures: here it need not. The
+# scale case runs in a test of its own (below).
 @pytest.mark.slow
 def test_every_case_reports_a_positive_figure_and_its_ratio(
     ray_session: None, capfd: pytest.CaptureFixture[str]
@@ -139,6 +148,7 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(
         idle_seconds=2.0,
         commit_publishers=20,
         idle_settle=0.0,
+        scale=False,
         report=reported.append,
     )
 
@@ -172,9 +182,9 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(
     one_channel = by_case["topic: publish() -> iterate, 1 channel / ray floor"]
     assert one_channel.value == by_case["topic: publish() -> iterate, 1 channel(s)"].value
     assert one_channel.baseline_value == floor_rate
-    assert by_case["topic: publish_batch -> iter_batches(1000), 1 channel"].baseline_value == (
-        floor_rate
-    )
+    for channels in ("1 channel", "2 channels"):
+        iterated = by_case[f"topic: publish_batch -> iter_batches(1000), {channels}"]
+        assert iterated.baseline_value == floor_rate, channels
     for case, baseline in CPU_CASES.items():
         assert by_case[case].unit == "us/msg", case
         if baseline is not None:
@@ -232,6 +242,79 @@ def test_bench_transactions_quick_prints_both_rates_their_ratio_and_verdict(
     assert printed[TRANSACTION_BATCH][3:] == ["plain", "p50"]
     verdicts = [line for line in lines if line.startswith("verdict: ")]
     assert len(verdicts) == 1 and "of 1 targets met" in verdicts[0]
+
+
+# The scale case's cases: their figures' name -> their CPU figures' label, and roles.
+SCALE_CASES = {
+    "K floor pairs (batches of 1000)": ("K floor pairs", FLOOR_ROLES),
+    "K queues, batch put/get (1000)": ("K queues", FLOOR_ROLES),
+    "K x publish() -> K ch -> K members": ("K x publish()", TOPIC_ROLES),
+    "K x publish_batch -> K ch -> K members": ("K x publish_batch", TOPIC_ROLES),
+    "1 publisher, publish_batch x8 in flight, acks, K ch": ("1 publisher", TOPIC_ROLES),
+}
+SCALE_GROUPS = ("K x publish() -> K ch -> K members", "K x publish_batch -> K ch -> K members")
+
+
+def scale_expected(targets: ScaleTargets) -> dict[str, tuple[str | None, Target | None]]:
+    """The scale case's figures at K = 1 and 2: case -> (baseline, target)."""
+    expected: dict[str, tuple[str | None, Target | None]] = {}
+    for name, (label, roles) in SCALE_CASES.items():
+        grouped = name in SCALE_GROUPS
+        expected[f"scale: {name}, K=1"] = ("1 floor pair" if grouped else None, None)
+        judged = targets.group if grouped else targets.publisher if "publisher" in name else None
+        expected[f"scale: {name}, K=2"] = ("K=1", judged)
+        if grouped:
+            expected[f"scale: {name}, K=2 / 2 queues"] = ("2 queues", targets.queues)
+        for size in (1, 2):
+            for role, floor_role in zip(roles, FLOOR_ROLES, strict=True):
+                floor = None if label == "K floor pairs" else f"floor {floor_role}"
+                expected[f"cpu: scale {label}, K={size}: {role}"] = (floor, None)
+    return expected
+
+
+# Tiny counts, yet seconds: the case makes 6 topics (each case's at K = 1 and 2)
+# and keeps 8 processes of its own, which do not shrink with the counts.
+@pytest.mark.slow
+def test_bench_scale_prints_every_case_at_both_sizes_with_its_ratios_and_verdict(
+    ray_session: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The scale case alone, as `raytopic bench --scale` runs it (in this process,
+    # on the session's cluster), on K = 2 and 4,000 messages.
+    args = _parse(["bench", "--scale", "--messages", "4000", "--channels", "2", "--repeat", "1"])
+    assert args.run(args) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    expected = scale_expected(scale_targets(os.cpu_count() or 1))
+    # Each line: the case, the value, the unit, then its ratio to the baseline.
+    printed = [line for line in lines if line.startswith(("scale: ", "cpu: scale "))]
+    assert len(printed) == len(expected)
+    for case, (baseline, target) in expected.items():
+        form = rf"{re.escape(case)} +(?P<value>[\d,.]+) (?P<unit>\S+) *(?P<ratio>.*)"
+        (line,) = [line for line in printed if re.fullmatch(form, line)]
+        value, unit, ratio = re.fullmatch(form, line).group("value", "unit", "ratio")
+        # Only the one publisher has no consumer: its consumer's CPU is 0.
+        idle = case.startswith("cpu: scale 1 publisher") and case.endswith("consumer")
+        assert (float(value.replace(",", "")) == 0) is idle, line
+        assert unit == ("us/msg" if case.startswith("cpu: ") else "msgs/s"), line
+        if baseline is None:
+            assert ratio == "", line
+            continue
+        factor, named = ratio.split("x ", 1)
+        assert idle or float(factor) > 0, line
+        if target is None:
+            assert named == baseline, line
+        else:
+            verdict = "met" if target.met(float(factor)) else "short"
+            assert named == f"{baseline}  (target {target}: {verdict})", line
+    judged = sum(target is not None for _, target in expected.values())
+    verdicts = [line for line in lines if line.startswith("verdict: ")]
+    assert len(verdicts) == 1 and f"of {judged} targets met" in verdicts[0]
+
+
+def test_the_scale_targets_ask_for_speedup_only_where_the_cores_allow_it() -> None:
+    assert scale_targets(2) == ScaleTargets(at_least(0.8), at_least(0.8), None)
+    assert scale_targets(15) == scale_targets(2)
+    assert scale_targets(16) == ScaleTargets(at_least(5.0), at_least(0.8), at_least(1.0))
 
 
 def test_cpu_figures_name_each_role_against_the_floors_of_the_same_role() -> None:
@@ -310,6 +393,7 @@ def test_bench_help_lists_quick(capsys: pytest.CaptureFixture[str]) -> None:
         (["bench", "--quick"], QUICK),
         (["bench", "--quick", "--repeat", "2"], replace(QUICK, repeat=2)),
         (["bench", "--quick", "--transactions"], QUICK),
+        (["bench", "--scale", "--channels", "4"], replace(DEFAULT, channels=4)),
         (["bench", "--messages", "5000"], replace(DEFAULT, messages=5000)),
         (["bench", "--idle", "--idle-seconds", "3"], replace(DEFAULT, idle_seconds=3.0)),
         (["bench", "--quick", "--idle-topics", "2"], replace(QUICK, idle_topics=2)),
