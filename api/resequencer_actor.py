@@ -27,6 +27,7 @@ from raytopic.core.resequencer import (
     _check_seq,
     _check_settings,
 )
+from raytopic.core.user_functions import pickle_function
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -266,6 +267,11 @@ def make_resequencer_actor(
     """
     _check_settings(name, timeout_ms, capacity, reap_interval_ms, start)
     _check_target(sink, on_release)
+    # Checked here: Ray would refuse it with a TypeError of its own.
+    if sink is not None:
+        pickle_function(sink, "sink")
+    else:
+        pickle_function(on_release, "on_release")
     if actor_options is not None and not isinstance(actor_options, dict):
         raise InvalidTypeError(
             f"actor_options must be a dict or None, got {type(actor_options).__name__}"

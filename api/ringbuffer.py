@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
 import ray
 
 from raytopic.actors.payloads import PickledValues, decode_checked
 from raytopic.actors.poison import Poison, poison_error
-from raytopic.core.config import Overflow, check_timeout
+from raytopic.core.config import Overflow, check_items, check_nonnegative_int, check_timeout
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import InvalidTypeError
 from raytopic.core.records import ReadResultSet
+from raytopic.core.user_functions import pickle_function
 
 if TYPE_CHECKING:
     from raytopic.topic import Topic
@@ -111,7 +111,7 @@ class Ringbuffer:
             item: Any picklable value except None and ObjectRefs.
             overflow: "overwrite" (drop the oldest), "fail" (refuse) or "block"
                 (wait for room up to ``timeout``).
-            timeout: Seconds "block" waits for room.
+            timeout: Seconds "block" waits for room (> 0, at most a year).
 
         Returns:
             The item's sequence, or -1 if it found no room.
@@ -148,7 +148,7 @@ class Ringbuffer:
         Args:
             items: Picklable values except None and ObjectRefs.
             overflow: As ``add``; "fail" refuses the whole batch, never part of it.
-            timeout: Seconds "block" waits for room.
+            timeout: Seconds "block" waits for room (> 0, at most a year).
 
         Returns:
             The LAST item's sequence (the tail if ``items`` is empty), or -1 if the
@@ -176,8 +176,10 @@ class Ringbuffer:
             the batch (never part of it).
 
         Raises:
-            InvalidTypeError, InvalidArgumentError: as ``add`` (nothing is sent).
+            InvalidTypeError, InvalidArgumentError: as ``add``, or ``items`` is not
+                an iterable of items (None, a str, a dict); nothing is sent.
         """
+        items = check_items(items, "items")
         policy = Overflow.parse(overflow)
         check_timeout(timeout, "timeout", allow_none=False)
         payload = PickledValues.from_values(items)
@@ -198,8 +200,10 @@ class Ringbuffer:
         Raises:
             StaleSequenceError: ``sequence`` is below the head.
             InvalidArgumentError: negative, or beyond ``tail + 1``.
+            InvalidTypeError: ``sequence`` is not an int.
             PoisonElementError: the item cannot be decoded in this process.
         """
+        check_nonnegative_int(sequence, "sequence")
         values, failures = decode_checked(self._get(self._actor.read_one.remote(sequence)).payload)
         if failures:  # its class is missing or changed in this process
             poison = Poison.of(sequence, failures[0])
@@ -228,7 +232,8 @@ class Ringbuffer:
             StaleSequenceError: ``start_sequence`` is below the head.
             InvalidArgumentError: negative or beyond ``tail + 1``, or
                 ``min_count > max_count``, or ``max_count > 1000``.
-            InvalidTypeError: ``filter`` is not callable.
+            InvalidTypeError: ``filter`` is not callable or cannot be pickled, or
+                a count or sequence is not an int.
         """
         return self._get(self.read_many_async(start_sequence, min_count, max_count, filter))
 
@@ -255,10 +260,18 @@ class Ringbuffer:
             ``ObjectRef[ReadResultSet]``; it raises what ``read_many`` raises.
 
         Raises:
-            InvalidTypeError: ``filter`` is not callable (nothing is sent).
+            InvalidTypeError: ``filter`` is not callable or cannot be pickled, or
+                a count or sequence is not an int (nothing is sent).
+            InvalidArgumentError: a negative count or sequence (nothing is sent).
         """
+        for value, what in (
+            (start_sequence, "start_sequence"),
+            (min_count, "min_count"),
+            (max_count, "max_count"),
+        ):
+            check_nonnegative_int(value, what)
         if filter is not None and not callable(filter):
             raise InvalidTypeError("filter must be a callable item -> bool, or None")
-        filter_bytes = cloudpickle.dumps(filter) if filter is not None else None
+        filter_bytes = pickle_function(filter, "filter") if filter is not None else None
         self._check_topic()
         return self._actor.read_many.remote(start_sequence, min_count, max_count, filter_bytes)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +38,7 @@ from raytopic.bridge.arrow_tables import (
     split_by_channel,
     to_utc,
 )
-from raytopic.core.config import check_timeout
+from raytopic.core.config import check_bool, check_instance, check_name, check_timeout
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import (
     DataLossError,
@@ -47,9 +47,7 @@ from raytopic.core.errors import (
     InvalidTypeError,
 )
 from raytopic.core.records import Position
-
-if TYPE_CHECKING:
-    from raytopic.topic import Topic
+from raytopic.topic import Topic
 
 logger = logging.getLogger(__name__)
 
@@ -273,8 +271,13 @@ def plan_ranges(
             any others, in the message; ``lost`` and ``head_sequence`` are the
             first one's).
         GroupNotFoundError: no such group.
-        InvalidArgumentError, InvalidTypeError: a bad argument.
+        InvalidArgumentError, InvalidTypeError: a bad argument (a topic's name
+            where its Topic is expected, say).
     """
+    check_instance(topic, Topic, "topic")
+    check_bool(fail_on_data_loss, "fail_on_data_loss")
+    if group is not None:
+        check_name(group, "group")
     picked = _channels(topic, channels)
     if group is not None:
         if start != "earliest":

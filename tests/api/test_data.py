@@ -170,8 +170,9 @@ def test_a_writer_run_again_with_its_id_appends_nothing_twice(
 def test_bad_inputs_get_typed_errors_and_change_nothing(empty_topic: rt.Topic) -> None:
     topic = empty_topic
     floats = ray.data.from_arrow(pa.table({"k": [1.5, 2.5]}))
-    with pytest.raises(rt.InvalidTypeError, match="key column"):
-        rd.write_topic(floats, topic, key="k")
+    with pytest.raises(rt.InvalidTypeError, match="key column") as refused:
+        rd.write_topic(floats, topic, key="k")  # found by the write tasks
+    assert type(refused.value) is rt.InvalidTypeError  # raytopic's own, not a RayTaskError
     with pytest.raises(rt.InvalidArgumentError, match="not a column"):
         rd.write_topic(_orders(3), topic, key="nope")
     with pytest.raises(rt.InvalidTypeError):
