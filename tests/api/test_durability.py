@@ -21,6 +21,7 @@ import ray
 import raytopic as rt
 from raytopic.actors.stores.base import RingbufferStore
 from raytopic.actors.stores.segment_log import SegmentLogStore
+from raytopic.core.config import DEFAULT_NAMESPACE
 
 from tests.loss_checker import LossChecker, publish_outcome
 from tests.topic_helpers import (
@@ -656,7 +657,7 @@ with topic.publisher() as publisher:
 
 def test_a_topic_outlives_the_driver_that_fed_it(ray_cluster, ray_session, unique_name):
     name = unique_name("outlives")
-    namespace = rt.get_topic.__globals__["DEFAULT_NAMESPACE"]
+    namespace = DEFAULT_NAMESPACE
     fed = subprocess.run(
         [sys.executable, "-c", DRIVER, ray_cluster, name, namespace],
         capture_output=True,

@@ -20,6 +20,7 @@ from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     NotOwnerError,
+    PoisonElementError,
     PositionMismatchError,
     PublisherClosedError,
     ResetInProgressError,
@@ -34,6 +35,7 @@ from raytopic.core.errors import (
     TransactionFencedError,
     unwrap_ray_error,
 )
+from raytopic.core.records import Position
 
 SIMPLE = [
     TopicNotFoundError,
@@ -78,12 +80,22 @@ def test_a_data_loss_error_pickles_with_its_epochs_and_is_a_stale_sequence_error
     assert issubclass(ChannelFailedError, ChannelUnavailableError)
 
 
+def test_a_poison_element_error_pickles_with_its_position_and_cause() -> None:
+    position = Position("t0pic1d", 2, 17)
+    error = PoisonElementError("poison", 2, position, "ModuleNotFoundError", "No module 'x'")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.channel, copy.position) == (2, position)
+    assert (copy.cause_type, copy.cause_message) == ("ModuleNotFoundError", "No module 'x'")
+    assert str(copy) == "poison" and isinstance(copy, TopicError)
+
+
 def test_every_exported_error_is_a_topic_error() -> None:
     exported = [getattr(errors, name) for name in errors.__all__ if name.endswith("Error")]
     assert set(exported) == {
         *SIMPLE,
         StaleSequenceError,
         DataLossError,
+        PoisonElementError,
         TopicError,
         TransactionAbortedError,
         TransactionFencedError,
