@@ -316,25 +316,42 @@ class Publisher:
         if not own:
             return ray.put(PublishStatuses())
         # One call per channel, no task: the last part's channel joins the others'
-        # statuses into its reply (raytopic.core.gather).
+        # statuses into its reply (raytopic.core.gather). It answers once every part
+        # has, so its reply alone settles them all: one callback a batch, not one a part.
         part_of = np.empty(len(self._pipes), dtype=np.int64)  # channel -> its part's index
         part_of[[call.pipe.channel for call in own]] = np.arange(len(own))
-        sends = [partial(self._make_part, call, parts[call.pipe.channel]) for call in own]
-        return send_joined(sends, part_of[layout], JoinKind.STATUSES)
+        sent: list[_Call] = []
+        sends = [
+            partial(self._make_part, call, parts[call.pipe.channel], own, sent) for call in own
+        ]
+        try:
+            return send_joined(sends, part_of[layout], JoinKind.STATUSES)
+        except Exception:
+            # The lead never went, so nothing will settle the parts: those sent and
+            # those never sent are settled now (the failed one was, where it failed).
+            failed = own[len(sent)]
+            for call in own:
+                if call is not failed:
+                    self._post(("done", call, None, ChannelUnavailableError("not settled")))
+            raise
 
-    def _make_part(self, call: _Call, part: Payload, joined: Joined | None) -> ray.ObjectRef[Any]:
-        """Submit one channel's part of a publish_batch (``joined``: as the lead).
+    def _make_part(
+        self, call: _Call, part: Payload, own: list[_Call], sent: list[_Call], joined: Joined | None
+    ) -> ray.ObjectRef[Any]:
+        """Submit one channel's part of a publish_batch (``joined``: as the lead, whose
+        reply settles every part of ``own``); ``sent`` gains it once submitted.
 
         Raises:
             ChannelUnavailableError: the call could not even be submitted (the
                 parts sent before it may have gone in).
         """
-        ref = self._make_one(call, part, joined)
+        ref = self._make_one(call, part, joined, own if call is own[-1] else [])
         if ref is None:
             raise ChannelUnavailableError(
                 f"channel {call.pipe.channel} could not be called; the batch's parts "
                 "sent before it may have gone in"
             )
+        sent.append(call)
         return ref
 
     def _key_hashes(self, values: list[Any], keys: Sequence[Any] | None) -> list[int | None] | None:
@@ -405,10 +422,17 @@ class Publisher:
         for call in calls:
             self._make_one(call, None)
 
-    def _make_one(self, call: _Call, part: Payload | None, joined: Joined | None = None) -> Any:
+    def _make_one(
+        self,
+        call: _Call,
+        part: Payload | None,
+        joined: Joined | None = None,
+        settles: list[_Call] | None = None,
+    ) -> Any:
         """Submit one append call (outside the lock); its reply is settled by the worker.
         ``part``: a publish_batch part's values; ``joined``: the other parts' replies
-        this part's call joins (see ``raytopic.core.gather``)."""
+        this part's call joins (see ``raytopic.core.gather``); ``settles``: the calls
+        its reply settles (default: itself; a publish_batch's lead settles every part)."""
         if call.batch is None:
             assert part is not None
             payload = part
@@ -433,7 +457,11 @@ class Publisher:
             self._post(("done", call, None, error))
             return None
         self._start_worker()
-        ref.future().add_done_callback(lambda done: self._post(("done", call, done, None)))
+        settled = [call] if settles is None else settles
+        if settled:
+            ref.future().add_done_callback(
+                lambda done: [self._post(("done", each, done, None)) for each in settled]
+            )
         return ref
 
     # -- the worker thread -------------------------------------------------------
