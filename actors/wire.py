@@ -22,6 +22,8 @@ from dataclasses import dataclass, fields
 from itertools import repeat, zip_longest
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
+
 from raytopic.actors.payloads import decode_checked
 from raytopic.actors.poison import Poison, poison_error
 from raytopic.actors.requests import Nack, ReportPoison, pack_request
@@ -31,8 +33,6 @@ from raytopic.core.records import Element, ReadResultSet, _Origin, _unfrozen
 from raytopic.core.statuses import PublishStatuses
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from raytopic.actors.payloads import Payload
 
 logger = logging.getLogger(__name__)
@@ -334,24 +334,29 @@ def _no_collection() -> Iterator[None]:
 
 def _decode_elements(packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...]) -> ElementBatch:
     elements = ElementBatch()
-    append = elements.append
     for channel, chunks, origin in packed:
         for chunk in chunks:
-            stamp = chunk.stamp
-            counts = repeat(1) if chunk.counts is None else chunk.counts.tolist()
-            for value, sequence, count in zip(
-                chunk.payload.decode(), chunk.sequence_list(), counts, strict=False
-            ):
-                element = _new(_Unfrozen)
-                element.value = value
-                element.channel = channel
-                element.sequence = sequence
-                element.stamp = stamp
-                element._origin = origin
-                element.delivery_count = count
-                element.__class__ = Element  # type: ignore[assignment]
-                append(element)  # type: ignore[arg-type]
+            _add_elements(elements, chunk.payload.decode(), chunk, channel, origin)
     return elements
+
+
+def _add_elements(
+    elements: ElementBatch, values: list[Any], chunk: Chunk, channel: int, origin: _Origin
+) -> None:
+    """Append an Element per value of ``chunk`` (built in bulk: see ``_unfrozen``)."""
+    append = elements.append
+    stamp = chunk.stamp
+    counts = repeat(1) if chunk.counts is None else chunk.counts.tolist()
+    for value, sequence, count in zip(values, chunk.sequence_list(), counts, strict=False):
+        element = _new(_Unfrozen)
+        element.value = value
+        element.channel = channel
+        element.sequence = sequence
+        element.stamp = stamp
+        element._origin = origin
+        element.delivery_count = count
+        element.__class__ = Element  # type: ignore[assignment]
+        append(element)  # type: ignore[arg-type]
 
 
 # -- poison elements (see raytopic.actors.poison) ---------------------------------
@@ -407,24 +412,25 @@ def _decode_poisoned(
     for channel, chunks, origin in packed:
         for chunk in chunks:
             values, failures = decode_checked(chunk.payload)
-            counts = repeat(1) if chunk.counts is None else chunk.counts.tolist()
-            rows = zip(values, chunk.sequence_list(), counts, strict=False)
+            kept = list(range(len(values)))
             poison = None
-            for index, (value, sequence, count) in enumerate(rows):
-                if index in failures:
-                    poison = Poison.of(sequence, failures[index])
-                    if origin.shared:
-                        _nack_poison(origin, channel, poison, count)
-                    elif origin.skip_poison:
-                        _report_poison(origin, channel, poison, skipped=True)
-                    else:
-                        break
-                    poison = None
-                    continue
-                elements.append(_element(value, channel, sequence, chunk.stamp, origin, count))
+            counts = [1] * len(values) if chunk.counts is None else chunk.counts.tolist()
+            for index in sorted(failures):
+                poison = Poison.of(chunk.sequence_list()[index], failures[index])
+                if origin.shared:
+                    _nack_poison(origin, channel, poison, counts[index])
+                elif origin.skip_poison:
+                    _report_poison(origin, channel, poison, skipped=True)
+                else:
+                    kept = kept[:index]  # nothing after it in this channel is delivered
+                    break
+                kept.remove(index)
+                poison = None
+            part = chunk if len(kept) == len(values) else _chunk_of(chunk, kept)
+            _add_elements(elements, [values[index] for index in kept], part, channel, origin)
             if poison is not None:
                 stopped.append((origin, channel, poison))
-                break  # nothing after it in this channel is delivered
+                break
     for origin, channel, poison in stopped:
         key = (origin.topic_id, origin.reader, channel)
         _stopped_readers[key] = (poison.sequence, origin.jumps)
@@ -435,18 +441,14 @@ def _decode_poisoned(
     return elements
 
 
-def _element(
-    value: Any, channel: int, sequence: int, stamp: float, origin: _Origin, count: int
-) -> Element:
-    element = _new(_Unfrozen)
-    element.value = value
-    element.channel = channel
-    element.sequence = sequence
-    element.stamp = stamp
-    element._origin = origin
-    element.delivery_count = count
-    element.__class__ = Element  # type: ignore[assignment]
-    return element  # type: ignore[return-value]
+def _chunk_of(chunk: Chunk, kept: list[int]) -> Chunk:
+    """``chunk`` narrowed to the elements at ``kept`` (their sequences and counts; the
+    payload is left whole: only sequences and counts are read from it here)."""
+    sequences = chunk.sequence_list()
+    counts = None if chunk.counts is None else chunk.counts[kept]
+    picked = np.asarray([sequences[index] for index in kept], dtype=np.int64)
+    first = int(picked[0]) if len(kept) else chunk.first
+    return Chunk(first, chunk.stamp, chunk.payload, picked, counts)
 
 
 def _report_poison(origin: _Origin, channel: int, poison: Poison, *, skipped: bool) -> None:

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,21 +269,11 @@ class CoordinatorActor:
             GroupNotFoundError: its group does not exist.
         """
         await self._up()
-        outcomes = await asyncio.gather(
-            *(handle.open_reader.remote(reader_id, spec) for handle in self._channels),
-            return_exceptions=True,
+        await _on_every_channel(
+            self._channels,
+            lambda handle: handle.open_reader.remote(reader_id, spec),
+            lambda handle: handle.close_reader.remote(reader_id),
         )
-        failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
-        if failed:
-            await asyncio.gather(
-                *(
-                    handle.close_reader.remote(reader_id)
-                    for handle, outcome in zip(self._channels, outcomes, strict=True)
-                    if not isinstance(outcome, BaseException)
-                ),
-                return_exceptions=True,
-            )
-            raise _typed(failed[0])
         self._readers[reader_id] = spec
 
     async def close_reader(self, reader_id: str) -> None:
@@ -364,25 +355,12 @@ class CoordinatorActor:
             state = self._groups.get(group)
             if state is not None:
                 return state
-            outcomes = await asyncio.gather(
-                *(
-                    handle.ensure_group.remote(group, start_latest, shared, reader)
-                    for handle in self._channels
-                ),
-                return_exceptions=True,
-            )
-            failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
-            if failed:
+            await _on_every_channel(
+                self._channels,
+                lambda handle: handle.ensure_group.remote(group, start_latest, shared, reader),
                 # Unknown here, so new on every channel that made it.
-                await asyncio.gather(
-                    *(
-                        handle.destroy_group.remote(group)
-                        for handle, outcome in zip(self._channels, outcomes, strict=True)
-                        if not isinstance(outcome, BaseException)
-                    ),
-                    return_exceptions=True,
-                )
-                raise _typed(failed[0])
+                lambda handle: handle.destroy_group.remote(group),
+            )
             state = self._groups[group] = Group(group, self._config.channels, shared=shared)
             return state
 
@@ -765,6 +743,23 @@ class CoordinatorActor:
         if lock is None:
             lock = self._locks[group] = asyncio.Lock()
         return lock
+
+
+async def _on_every_channel(
+    channels: list[Any], call: Callable[[Any], Any], undo: Callable[[Any], Any]
+) -> None:
+    """``call`` on every channel, all or nothing: if one refuses, ``undo`` on those
+    that did; the first refusal is raised as its own typed error."""
+    outcomes = await asyncio.gather(*map(call, channels), return_exceptions=True)
+    failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+    if failed:
+        done = [
+            handle
+            for handle, outcome in zip(channels, outcomes, strict=True)
+            if not isinstance(outcome, BaseException)
+        ]
+        await asyncio.gather(*map(undo, done), return_exceptions=True)
+        raise _typed(failed[0])
 
 
 def _typed(error: BaseException) -> BaseException:
