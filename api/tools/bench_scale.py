@@ -68,6 +68,7 @@ from raytopic.tools.bench_throughput import (
     _queue_get,
     _queue_put,
     cpu_figures,
+    sum_batches,
 )
 from raytopic.topic import Topic, create_topic
 
@@ -232,14 +233,8 @@ def _member_batches(topic: Topic, count: int) -> tuple[int, float]:
     the last batch. The member stays in the group until ``_leave``."""
     subscriber = topic.subscriber(group=GROUP)
     _MEMBERS.append(subscriber)
-    seen = id_sum = 0
     cpu = cpu_seconds()
-    for batch in subscriber.iter_batches(BATCH):
-        for element in batch:
-            id_sum += element.value["id"]
-        seen += len(batch)
-        if seen >= count:
-            break
+    id_sum = sum_batches(subscriber, count)
     return id_sum, cpu_seconds() - cpu
 
 

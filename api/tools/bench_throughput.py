@@ -217,16 +217,23 @@ def _iterate_batches(topic: Topic, count: int) -> tuple[int, float]:
     """``iter_batches(1000)`` until ``count`` elements arrived; return the sum of their
     ids and the CPU seconds the task used."""
     cpu = cpu_seconds()
-    seen = id_sum = 0
     with topic.subscriber(start="earliest") as subscriber:
-        if count:
-            for batch in subscriber.iter_batches(BATCH):
-                for element in batch:
-                    id_sum += element.value["id"]
-                seen += len(batch)
-                if seen >= count:
-                    break
+        id_sum = sum_batches(subscriber, count)
     return id_sum, cpu_seconds() - cpu
+
+
+def sum_batches(subscriber: Any, count: int) -> int:
+    """Iterate ``iter_batches(BATCH)`` until ``count`` elements arrived, reading each
+    element's value as a consumer would; return the sum of their ids."""
+    seen = id_sum = 0
+    if count:
+        for batch in subscriber.iter_batches(BATCH):
+            for element in batch:
+                id_sum += element.value["id"]
+            seen += len(batch)
+            if seen >= count:
+                break
+    return id_sum
 
 
 def batch_throughput(count: int) -> Throughput:
