@@ -42,29 +42,14 @@ from typing import Any
 import ray
 
 from raytopic.actors.channel_context import ChannelContext
-from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
-from raytopic.actors.cursors import Lease
-from raytopic.actors.incarnation import was_restarted
-from raytopic.actors.payloads import Payload
-from raytopic.actors.poison import Poison
 from raytopic.actors.readers import loaded_functions
-from raytopic.actors.requests import TRANSACTION_REQUESTS, ChannelRequest, unpack_request
 from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.session_host import remote_caller
 from raytopic.actors.stores.opening import open_store
-from raytopic.actors.wire import (
-    AppendAck,
-    Chunk,
-    Delivery,
-    RawReadResult,
-    ReaderSpec,
-    ReceivedBatch,
-    StatusBatch,
-)
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     ChannelFailedError,
@@ -73,7 +58,25 @@ from raytopic.core.errors import (
     TopicError,
 )
 from raytopic.core.gather import Joined, join_replies
+from raytopic.core.incarnation import was_restarted
 from raytopic.core.naming import channel_actor_name, coordinator_actor_name
+from raytopic.core.payloads import Payload
+from raytopic.core.protocol import (
+    CHANNEL_REQUESTS,
+    TRANSACTION_REQUESTS,
+    AppendAck,
+    ChannelRequest,
+    Chunk,
+    CursorState,
+    Delivery,
+    Lease,
+    Poison,
+    RawReadResult,
+    ReaderSpec,
+    ReceivedBatch,
+    StatusBatch,
+    unpack_request,
+)
 from raytopic.core.records import AckStatus, CommitResult, CommitStatus
 from raytopic.core.shared_group import SharedGroup
 
@@ -306,14 +309,14 @@ class ChannelActor:
         self, packed: bytes, payload: Payload | None = None, joined: Joined | None = None
     ) -> Any:
         """Serve a data-path request packed by :func:`pack_request` (append, receive,
-        take, watch, ack, ...; see ``raytopic.actors.requests``): one argument
+        take, watch, ack, ...; see ``raytopic.core.protocol.channel``): one argument
         crosses Ray instead of six. An append's payload comes as its own argument.
 
         ``joined``: this call is the lead of several channels' calls (a
         ``publish_batch`` or a bulk acknowledgement over several channels): its
         reply is every part's, joined in the input's order (``raytopic.core.gather``).
         """
-        request = unpack_request(packed)
+        request = unpack_request(packed, CHANNEL_REQUESTS)
         self._tend_transactions()  # e.g. one prepared before a restart
         if joined is None:
             return await self._serve(request, payload)

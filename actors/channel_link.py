@@ -1,42 +1,28 @@
-"""How a receive session reaches a channel: the cursor state a channel reports, and
-the link that calls a channel's reader methods, in-process for the session's
-host channel and by actor call for a sibling. No Ray (the caller is given).
+"""How a receive session reaches a channel: the link that calls a channel's reader
+methods, in-process for the session's host channel and by actor call for a
+sibling. No Ray (the caller is given).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from raytopic.actors.requests import ChannelRequest, GiveBack, SettleTake, StopTake, Take, Watch
-from raytopic.actors.wire import Delivery
+from raytopic.core.protocol import (
+    ChannelRequest,
+    CursorState,
+    Delivery,
+    GiveBack,
+    SettleTake,
+    StopTake,
+    Take,
+    Watch,
+)
 
-__all__ = ["WATCH_TIMEOUT", "ChannelLink", "CursorState"]
+__all__ = ["WATCH_TIMEOUT", "ChannelLink"]
 
 WATCH_TIMEOUT = 10.0
 """Seconds a watch or fetch waits at a channel before it reports back."""
-
-
-@dataclass(frozen=True, slots=True)
-class CursorState:
-    """What a channel reports about a reader's cursor."""
-
-    next: int
-    committed: int
-    tail: int
-    jumps: int
-    has_commit: bool = field(default=False, compare=False)
-    unacked: int = field(default=0, compare=False)
-    """Delivered but not committed (:attr:`Cursor.unacked`)."""
-    stopped: bool = False
-    """The cursor stops before a poison element the reader was told of
-    (``raytopic.actors.poison``): nothing is takeable until it skips it."""
-
-    @property
-    def available(self) -> bool:
-        """Whether an element waits to be delivered."""
-        return self.tail >= self.next and not self.stopped
 
 
 class ChannelLink:

@@ -20,11 +20,9 @@ from dataclasses import dataclass
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext, stamp_clock
 from raytopic.actors.damage import DamageMap
-from raytopic.actors.payloads import DamagedElements, Payload
 from raytopic.actors.segment_ring import Run, SegmentRing
 from raytopic.actors.stores.base import ChannelStore, StoredBatch
 from raytopic.actors.stores.group_sync import GroupSync
-from raytopic.actors.wire import AppendAck
 from raytopic.core.config import Overflow
 from raytopic.core.errors import (
     ChannelFailedError,
@@ -34,6 +32,8 @@ from raytopic.core.errors import (
     TopicError,
     TopicFullError,
 )
+from raytopic.core.payloads import DamagedElements, Payload
+from raytopic.core.protocol import AppendAck
 
 logger = logging.getLogger(__name__)
 

@@ -15,21 +15,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext, fresh_start
-from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
-from raytopic.actors.cursors import Cursor, Lease
+from raytopic.actors.cursors import Cursor
 from raytopic.actors.dead_letters import DeadLetters
 from raytopic.actors.publisher_table import PublisherTable
 from raytopic.actors.readers import Readers
-from raytopic.actors.requests import ChannelRequest
 from raytopic.actors.ring_api import RingbufferApi
 from raytopic.actors.session_host import SessionHost
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.stores.base import ChannelStore, StoredBatch
 from raytopic.actors.transactions import TransactionParticipant
-from raytopic.actors.wire import ReaderSpec
 from raytopic.core.errors import DataLossError
+from raytopic.core.protocol import ChannelRequest, CursorState, Lease, ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)

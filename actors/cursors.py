@@ -12,29 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raytopic.actors.poison import Poison, PoisonMark
+from raytopic.actors.poison import PoisonMark
+from raytopic.core.protocol import Lease, Poison
 from raytopic.core.records import CommitStatus
 
-__all__ = ["Cursor", "Lease", "Lent", "Relay", "clamp"]
+__all__ = ["Cursor", "Lent", "Relay", "clamp"]
 
 _UNREAD_RANGES_KEPT = 32
 """Passed-over ranges a cursor tracks exactly (a reader that never commits
 would otherwise grow the list with every seek or filtered take)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """Who may read and commit a group's channel: a member under a generation.
-
-    The coordinator grants a new lease each time a channel changes owner (or
-    its owner rejoins), so a member that lost a channel can never use it again
-    with the lease it had.
-    """
-
-    member_id: str
-    """The member's id."""
-    generation: int
-    """The group generation at which the channel was granted."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 A stored record whose checksum fails costs its own elements only (DESIGN 5.6).
 A recovered channel keeps their positions in its ring as a run of
-:class:`~raytopic.actors.payloads.DamagedElements` (or, below the ring's head,
+:class:`~raytopic.core.payloads.DamagedElements` (or, below the ring's head,
 as a gap in the store that this map names), so every intact record before and
 after stays readable at its positions. A read that reaches a damaged range:
 
@@ -20,9 +20,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from raytopic.actors.payloads import DamagedElements
 from raytopic.actors.segment_ring import Run
 from raytopic.core.errors import DataLossError
+from raytopic.core.payloads import DamagedElements
 
 __all__ = ["DamageMap"]
 

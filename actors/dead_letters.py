@@ -18,11 +18,11 @@ import ray
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
-from raytopic.actors.payloads import PickledValues
 from raytopic.actors.publisher_table import ONCE_WRITER_PREFIX
-from raytopic.actors.requests import AppendOnce, pack_request
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.core.naming import coordinator_actor_name
+from raytopic.core.payloads import PickledValues
+from raytopic.core.protocol import AppendOnce, pack_request
 from raytopic.core.records import Position
 from raytopic.core.shared_group import SharedGroup
 

@@ -16,15 +16,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
-from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
-from raytopic.actors.cursors import Cursor, Lease, Lent, Relay
-from raytopic.actors.poison import Poison, poison_error
+from raytopic.actors.cursors import Cursor, Lent, Relay
 from raytopic.actors.reader_parts import LossNotice, Reader, delivered_count, pick
 from raytopic.actors.segment_ring import Run
-from raytopic.actors.wire import Chunk, Delivery
 from raytopic.core.errors import GroupNotFoundError, NotOwnerError, StaleSequenceError
+from raytopic.core.protocol import Chunk, CursorState, Delivery, Lease, Poison, poison_error
 from raytopic.core.records import CommitResult, CommitStatus, Position, _Origin
 
 logger = logging.getLogger(__name__)

@@ -20,34 +20,17 @@ itself:
 A channel finds the failures of the user's functions itself; a decoding
 failure is found where the reply is decoded (the subscriber's process, or a
 task the receive's ObjectRef was handed to), which reports it to the channel
-(``raytopic.actors.wire``).
+(``raytopic.core.protocol.replies``); what makes an element poison travels
+as a :class:`~raytopic.core.protocol.Poison`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raytopic.core.errors import PoisonElementError
-from raytopic.core.records import Position
+from raytopic.core.protocol import Poison
 
-__all__ = ["Poison", "PoisonMark", "poison_error"]
-
-
-@dataclass(frozen=True, slots=True)
-class Poison:
-    """What made an element poison: the exception's class name and message."""
-
-    sequence: int
-    """The element's sequence."""
-    cause_type: str
-    """The name of the exception's class."""
-    cause_message: str
-    """The exception's message."""
-
-    @classmethod
-    def of(cls, sequence: int, error: BaseException) -> Poison:
-        """The poison that ``error`` made of the element at ``sequence``."""
-        return cls(sequence, type(error).__name__, str(error))
+__all__ = ["PoisonMark"]
 
 
 @dataclass(slots=True)
@@ -60,26 +43,3 @@ class PoisonMark:
     """The cursor's jump count when it was marked: any later jump voids the mark."""
     reported: bool
     """Whether the reader was told (a take raised it once)."""
-
-
-def poison_error(
-    topic_id: str, channel: int, poison: Poison, *, ring: bool = False
-) -> PoisonElementError:
-    """The error a reader gets for ``poison`` at ``channel`` (``ring``: a ring
-    buffer's read, which a read after it skips)."""
-    position = Position(topic_id, channel, poison.sequence)
-    if ring:
-        skip = f"read from {poison.sequence + 1} to skip it"
-    else:
-        skip = (
-            f"the reader stays before it: skip it with seek({channel}, error.position), "
-            "or subscribe with on_poison='skip'"
-        )
-    return PoisonElementError(
-        f"channel {channel}: the element at {position} cannot be delivered "
-        f"({poison.cause_type}: {poison.cause_message}); {skip}",
-        channel,
-        position,
-        poison.cause_type,
-        poison.cause_message,
-    )

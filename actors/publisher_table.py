@@ -18,8 +18,8 @@ from typing import Any
 from raytopic.actors.publisher_tracks import ACKS_KEPT, PublisherTrack
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.turns import DuplicateTurnError, Turns
-from raytopic.actors.wire import AppendAck
 from raytopic.core.errors import InvalidArgumentError, TopicFullError
+from raytopic.core.protocol import AppendAck
 
 __all__ = [
     "ONCE_WRITER_PREFIX",

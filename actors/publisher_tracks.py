@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytopic.actors.wire import AppendAck
+from raytopic.core.protocol import AppendAck
 
 __all__ = ["ACKS_KEPT", "PublisherTrack"]
 

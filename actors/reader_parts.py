@@ -19,13 +19,11 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
-from raytopic.actors.channel_link import CursorState
-from raytopic.actors.payloads import Payload, decode_checked, encode_values
-from raytopic.actors.poison import Poison
 from raytopic.actors.receive_session import SessionSpec
 from raytopic.actors.segment_ring import Run
-from raytopic.actors.wire import Chunk, Delivery, ReaderSpec
 from raytopic.core.errors import DataLossError, InvalidArgumentError
+from raytopic.core.payloads import Payload, decode_checked, encode_values
+from raytopic.core.protocol import Chunk, CursorState, Delivery, Poison, ReaderSpec
 
 __all__ = [
     "Fetches",

@@ -16,16 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
-from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.owned_readers import OwnedReaders
-from raytopic.actors.poison import Poison
 from raytopic.actors.reader_parts import Fetches, LossNotice, Reader, ReaderMode
 from raytopic.actors.shared_groups import MemberViews, SharedGroups
-from raytopic.actors.wire import Delivery, ReaderSpec
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
+from raytopic.core.payloads import loads_kept
+from raytopic.core.protocol import CursorState, Delivery, Poison, ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.user_functions import load_pickled
 
@@ -127,7 +126,7 @@ class Readers:
         longer loads, its group is gone) is logged and skipped, blocking nothing."""
         try:
             if isinstance(spec, str):
-                spec = pickle.loads(base64.b64decode(spec))
+                spec = loads_kept(base64.b64decode(spec))
             self.open(reader_id, spec)  # type: ignore[arg-type]
         except Exception as error:
             logger.warning(

@@ -38,9 +38,8 @@ from typing import Any
 
 import ray
 
-from raytopic.actors.channel_link import ChannelLink, CursorState
+from raytopic.actors.channel_link import ChannelLink
 from raytopic.actors.turns import Turns
-from raytopic.actors.wire import Delivery, ReceivedBatch
 from raytopic.core.errors import (
     NotOwnerError,
     PoisonElementError,
@@ -48,6 +47,7 @@ from raytopic.core.errors import (
     SubscriberClosedError,
     TopicError,
 )
+from raytopic.core.protocol import CursorState, Delivery, ReceivedBatch
 from raytopic.core.resequencer import Resequence, ResequencedStream, ResequencerStats
 
 logger = logging.getLogger(__name__)

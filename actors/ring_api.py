@@ -12,13 +12,12 @@ from typing import Any
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
 from raytopic.actors.channel_log import ChannelLog
-from raytopic.actors.payloads import Payload
-from raytopic.actors.poison import poison_error
 from raytopic.actors.reader_parts import check_sequence, pick
 from raytopic.actors.segment_ring import Run
-from raytopic.actors.wire import Chunk, RawReadResult
 from raytopic.core.config import Overflow
 from raytopic.core.errors import DataLossError, InvalidArgumentError, StoreError
+from raytopic.core.payloads import Payload
+from raytopic.core.protocol import Chunk, RawReadResult, poison_error
 from raytopic.core.user_functions import load_pickled
 
 __all__ = ["MAX_READ_MANY", "RingbufferApi", "check_payload"]

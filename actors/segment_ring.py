@@ -1,7 +1,7 @@
 """The ring of one channel: Hazelcast Ringbuffer semantics over segments, no Ray.
 
 Storage is a run of *segments*, one per append: a segment keeps the batch as
-it arrived (a :class:`raytopic.actors.payloads.Payload`: pickled values in
+it arrived (a :class:`raytopic.core.payloads.Payload`: pickled values in
 one buffer, or an Arrow record batch) and one time stamp for the whole
 batch. That keeps a million small elements cheap in memory (a thousand
 buffers, no per-element object) and makes reading a range a matter of
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from raytopic.actors.payloads import Payload
+from raytopic.core.payloads import Payload
 
 __all__ = ["Run", "SegmentRing"]
 

@@ -16,13 +16,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
-from raytopic.actors.channel_link import ChannelLink, CursorState
-from raytopic.actors.cursors import Lease
+from raytopic.actors.channel_link import ChannelLink
 from raytopic.actors.reader_parts import Reader
 from raytopic.actors.receive_session import ReceiveSession
-from raytopic.actors.requests import ChannelRequest, pack_request
-from raytopic.actors.wire import ReceivedBatch
 from raytopic.core.errors import TopicNotFoundError
+from raytopic.core.protocol import ChannelRequest, CursorState, Lease, ReceivedBatch, pack_request
 
 __all__ = ["SessionHost", "remote_caller"]
 

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
-from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
-from raytopic.actors.cursors import Lease, clamp
+from raytopic.actors.cursors import clamp
 from raytopic.actors.reader_parts import (
     STOPPED_TAKES_KEPT,
     LossNotice,
@@ -35,13 +34,13 @@ from raytopic.actors.reader_parts import (
 )
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.shared_take import take_shared
-from raytopic.actors.wire import Delivery
 from raytopic.core.errors import (
     GroupModeError,
     InvalidArgumentError,
     NotOwnerError,
     SubscriberClosedError,
 )
+from raytopic.core.protocol import CursorState, Delivery, Lease
 from raytopic.core.records import AckStatus, _Origin
 from raytopic.core.shared_group import SharedGroup
 

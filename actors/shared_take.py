@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from raytopic.actors.payloads import decode_checked, encode_values
 from raytopic.actors.segment_ring import Run, SegmentRing
 from raytopic.actors.shared_cursor import Candidate, SharedCursor
-from raytopic.actors.wire import Chunk
+from raytopic.core.payloads import decode_checked, encode_values
+from raytopic.core.protocol import Chunk
 
 __all__ = ["POISON_NACK_DELAY", "SCAN_LIMIT", "take_shared"]
 

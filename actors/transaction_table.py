@@ -27,20 +27,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytopic.actors.cursors import Lease
-from raytopic.actors.payloads import Payload, encode_values
 from raytopic.core.errors import (
     InvalidArgumentError,
     TransactionAbortedError,
     TransactionFencedError,
 )
+from raytopic.core.payloads import Payload, encode_values, loads_kept
+from raytopic.core.protocol import FENCED, Address, ConsumedCommit, Outcome
 
 __all__ = [
-    "ABORT",
-    "COMMIT",
-    "FENCED",
-    "Address",
-    "ConsumedCommit",
     "TransactionEntry",
     "TransactionTable",
     "aborted_error",
@@ -48,40 +43,9 @@ __all__ = [
     "transactional_id_of",
 ]
 
-COMMIT = "commit"
-ABORT = "abort"
-FENCED = "fenced"
-"""The reason of an abort caused by a newer incarnation of the transactional id."""
-
 KEEP_DONE = 10_000
 """Finished transactions a channel remembers (the oldest are forgotten first); a
 holder forgets each one as soon as every participant finished it."""
-
-Address = tuple[str, str, str, int]
-"""A channel anywhere: (namespace, topic name, topic id, channel)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumedCommit:
-    """A group member's commit made by a transaction: the group's position moves
-    to ``sequence`` if ``fence`` still owns the channel at ``jumps`` (no seek,
-    reset or change of owner since the elements were read). The holder names
-    the member's reader; the channel fills in its group."""
-
-    reader_id: str
-    sequence: int
-    fence: Lease
-    jumps: int
-    group: str = ""
-
-    def to_state(self) -> list[Any]:
-        fence = [self.fence.member_id, self.fence.generation]
-        return [self.reader_id, self.sequence, fence, self.jumps, self.group]
-
-    @classmethod
-    def from_state(cls, state: list[Any]) -> ConsumedCommit:
-        reader_id, sequence, fence, jumps, group = state
-        return cls(reader_id, int(sequence), Lease(fence[0], int(fence[1])), int(jumps), group)
 
 
 @dataclass(slots=True, eq=False)
@@ -99,7 +63,7 @@ class TransactionEntry:
     phase: str = "staged"
     lead: Address | None = None
     commits: tuple[ConsumedCommit, ...] = ()
-    outcome: str | None = None
+    outcome: Outcome | None = None
     reason: str = ""
     runs: tuple[tuple[int, int], ...] = ()
     """(first, count) of the elements appended here, once committed."""
@@ -150,15 +114,15 @@ class TransactionEntry:
         entry = cls(key, state["id"], float(state["deadline"]), float(state["began"]))
         entry.phase = state["phase"]
         if entry.done:
-            entry.outcome, entry.reason = state["outcome"], state.get("reason", "")
+            entry.outcome, entry.reason = Outcome(state["outcome"]), state.get("reason", "")
             entry.runs = tuple((int(first), int(count)) for first, count in state["runs"])
             return entry
         payload = state.get("payload")
         if payload is not None:
-            entry.payloads = [pickle.loads(base64.b64decode(payload))]
+            entry.payloads = [loads_kept(base64.b64decode(payload))]
         entry.staged = int(state["staged"])
         lead = state.get("lead")
-        entry.lead = None if lead is None else (lead[0], lead[1], lead[2], int(lead[3]))
+        entry.lead = None if lead is None else Address(lead[0], lead[1], lead[2], int(lead[3]))
         entry.commits = tuple(ConsumedCommit.from_state(c) for c in state["commits"])
         return entry
 
@@ -223,10 +187,10 @@ class TransactionTable:
         entry = self.entries.get(key)
         if entry is None and epoch_of(key) < self.fenced.get(transactional_id, 0):
             entry = self._add(TransactionEntry(key, transactional_id, deadline, now))
-            self.finish(entry, ABORT, FENCED)
+            self.finish(entry, Outcome.ABORT, FENCED)
         if entry is None:
             return self._add(TransactionEntry(key, transactional_id, deadline, now))
-        if entry.outcome == ABORT:
+        if entry.outcome == Outcome.ABORT:
             raise aborted_error(entry, channel)
         if entry.phase != "staged":
             raise InvalidArgumentError(
@@ -251,7 +215,7 @@ class TransactionTable:
     def finish(
         self,
         entry: TransactionEntry,
-        outcome: str,
+        outcome: Outcome,
         reason: str = "",
         runs: tuple[tuple[int, int], ...] = (),
     ) -> None:

@@ -38,26 +38,9 @@ import ray
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
-from raytopic.actors.payloads import Payload
 from raytopic.actors.readers import Readers
-from raytopic.actors.requests import (
-    DecideTransaction,
-    FenceTransactions,
-    FinishTransaction,
-    ForgetTransaction,
-    PrepareTransaction,
-    ResolveTransaction,
-    StageTransaction,
-    TransactionRequest,
-    pack_request,
-)
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.transaction_table import (
-    ABORT,
-    COMMIT,
-    FENCED,
-    Address,
-    ConsumedCommit,
     TransactionEntry,
     TransactionTable,
     aborted_error,
@@ -71,6 +54,22 @@ from raytopic.core.errors import (
     TransactionAbortedError,
 )
 from raytopic.core.naming import channel_actor
+from raytopic.core.payloads import Payload
+from raytopic.core.protocol import (
+    FENCED,
+    Address,
+    ConsumedCommit,
+    DecideTransaction,
+    FenceTransactions,
+    FinishTransaction,
+    ForgetTransaction,
+    Outcome,
+    PrepareTransaction,
+    ResolveTransaction,
+    StageTransaction,
+    TransactionRequest,
+    pack_request,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +173,7 @@ class TransactionParticipant:
             request.key, request.transactional_id, request.deadline, time.time()
         )
         if entry.done:
-            if entry.outcome == ABORT:
+            if entry.outcome == Outcome.ABORT:
                 raise aborted_error(entry, self._context.channel)
             return
         commits = self._check(entry, request.staged, tuple(request.commits))
@@ -194,7 +193,7 @@ class TransactionParticipant:
             request.key, request.transactional_id, request.deadline, time.time()
         )
         if not entry.done:
-            if request.outcome != COMMIT:
+            if request.outcome != Outcome.COMMIT:
                 self._abort(entry, request.reason)
             else:
                 try:
@@ -212,12 +211,12 @@ class TransactionParticipant:
                         await self._state.save()
                     entry.commits = commits
                     await self._apply(entry)
-            self._context.metrics.transaction_decided(entry.outcome == COMMIT)
+            self._context.metrics.transaction_decided(entry.outcome == Outcome.COMMIT)
         for key in request.forget:
             if self.table.forget(key):
                 self._state.touch("transactions", key)
         await self._state.save()
-        return entry.outcome or ABORT, entry.reason, entry.runs
+        return entry.outcome or Outcome.ABORT, entry.reason, entry.runs
 
     async def finish(self, request: FinishTransaction, _: Any = None) -> tuple[Any, ...]:
         """The lead decided: apply the outcome here; returns the runs appended.
@@ -228,7 +227,7 @@ class TransactionParticipant:
         """
         entry = self.table.get(request.key)
         if entry is None:
-            if request.outcome == COMMIT:
+            if request.outcome == Outcome.COMMIT:
                 raise DataLossError(
                     f"channel {self._context.channel} of {self._context.name!r} lost "
                     f"transaction {request.key} after it prepared (it restarted without "
@@ -242,7 +241,7 @@ class TransactionParticipant:
                 request.key, request.transactional_id, request.deadline, time.time()
             )
         if not entry.done:
-            if request.outcome == COMMIT:
+            if request.outcome == Outcome.COMMIT:
                 await self._apply(entry)
             else:
                 self._abort(entry, request.reason)
@@ -262,7 +261,7 @@ class TransactionParticipant:
         self._abort(entry, "it timed out before it committed")
         self._context.metrics.transaction_decided(False)
         await self._state.save()
-        return ABORT
+        return Outcome.ABORT
 
     async def fence(self, request: FenceTransactions, _: Any = None) -> None:
         """Abort the staged transactions of older incarnations of the id."""
@@ -353,7 +352,7 @@ class TransactionParticipant:
             pieces = ack.runs or ((ack.first, ack.accepted, ack.stamp),)
             runs = tuple((first, count) for first, count, _ in pieces)
         self._commit_consumed(entry.commits)
-        self.table.finish(entry, COMMIT, runs=runs)
+        self.table.finish(entry, Outcome.COMMIT, runs=runs)
         self._reserve()
         self._state.touch("transactions", entry.key)
         await self._log.durable(change)
@@ -380,7 +379,7 @@ class TransactionParticipant:
     def _abort(self, entry: TransactionEntry, reason: str) -> None:
         if entry.done:
             return
-        self.table.finish(entry, ABORT, reason)
+        self.table.finish(entry, Outcome.ABORT, reason)
         self._reserve()
         self._state.touch("transactions", entry.key)
         self._context.notify()
@@ -389,7 +388,7 @@ class TransactionParticipant:
     def _address(self) -> Address:
         """This channel, as transactions name their participants."""
         config = self._context.config
-        return (config.namespace, config.name, config.topic_id, self._context.channel)
+        return Address(config.namespace, config.name, config.topic_id, self._context.channel)
 
     def _reserve(self) -> None:
         self._log.reserved = self.table.reserved
@@ -436,14 +435,14 @@ class TransactionParticipant:
                 "channel %d: transaction %s lost its lead (topic %r destroyed): aborted here",
                 self._context.channel,
                 entry.key,
-                lead[1],
+                lead.topic,
             )
-            outcome = ABORT
+            outcome = Outcome.ABORT
         except Exception:
             return False  # the lead is restarting: ask again
         if entry.done or outcome is None:
             return False
-        if outcome == COMMIT:
+        if outcome == Outcome.COMMIT:
             await self._apply(entry)
         else:
             self._abort(entry, "its lead aborted it")
@@ -474,12 +473,12 @@ class TransactionParticipant:
             runs = self._stored.pop(entry.key, None)
             if runs is not None:
                 self._commit_consumed(entry.commits)
-                self.table.finish(entry, COMMIT, runs=runs)
+                self.table.finish(entry, Outcome.COMMIT, runs=runs)
         now = time.time()
         for key, runs in self._stored.items():
             if self.table.get(key) is None:
                 entry = self.table.record(key, transactional_id_of(key), now, now)
-                self.table.finish(entry, COMMIT, runs=runs)
+                self.table.finish(entry, Outcome.COMMIT, runs=runs)
         self._stored.clear()
         self._reserve()
         self.needs_tending = self.table.has_open

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 
-from raytopic.actors.wire import ReaderSpec
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import (
     GroupModeError,
@@ -35,6 +34,7 @@ from raytopic.core.errors import (
     NotOwnerError,
     SubscriberClosedError,
 )
+from raytopic.core.protocol import ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 from raytopic.membership import Heartbeats, Membership
 from raytopic.receives import JumpCounts, Ownership
@@ -43,8 +43,8 @@ from raytopic.topic import ensure_dead_letter_topic
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from raytopic.actors.cursors import Lease
     from raytopic.coordinator.groups import MemberView
+    from raytopic.core.protocol import Lease
     from raytopic.core.records import OwnershipChange
     from raytopic.topic import Topic
 

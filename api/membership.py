@@ -29,8 +29,8 @@ from raytopic.core.records import OwnershipChange
 from raytopic.core.waits import bounded_wait
 
 if TYPE_CHECKING:
-    from raytopic.actors.cursors import Lease
     from raytopic.coordinator.groups import MemberView
+    from raytopic.core.protocol import Lease
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from concurrent.futures import Future
 from concurrent.futures._base import FINISHED, RUNNING
 from typing import Any
 
-from raytopic.actors.wire import AppendAck
 from raytopic.core.errors import TopicFullError
+from raytopic.core.protocol import AppendAck
 from raytopic.core.records import Position, PublishStatus, stamp_to_datetime
 
 __all__ = ["PublishBatch", "PublishFuture"]

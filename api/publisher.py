@@ -32,9 +32,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
-from raytopic.actors.payloads import Payload, PickledValues, encode_values, fast_dumps
-from raytopic.actors.requests import Append, pack_request
-from raytopic.actors.wire import AppendAck
 from raytopic.core.config import (
     MAX_LINGER_SECONDS,
     check_items,
@@ -52,6 +49,8 @@ from raytopic.core.errors import (
     TopicFullError,
 )
 from raytopic.core.gather import Joined, JoinKind, send_joined
+from raytopic.core.payloads import Payload, PickledValues, encode_values, fast_dumps
+from raytopic.core.protocol import Append, AppendAck, pack_request
 from raytopic.core.statuses import PublishStatuses
 from raytopic.core.waits import bounded_wait
 from raytopic.publish_futures import PublishBatch

@@ -34,14 +34,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 
-from raytopic.actors.requests import Receive, pack_request
-from raytopic.actors.wire import ReaderSpec
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.element_batch import ElementBatch
 from raytopic.core.errors import SubscriberClosedError
+from raytopic.core.protocol import ReaderSpec, Receive, pack_request
 
 if TYPE_CHECKING:
-    from raytopic.actors.cursors import Lease
+    from raytopic.core.protocol import Lease
     from raytopic.core.records import Element
     from raytopic.topic import Topic
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.actors.payloads import PickledValues, decode_checked
-from raytopic.actors.poison import Poison, poison_error
 from raytopic.core.config import Overflow, check_items, check_nonnegative_int, check_timeout
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import InvalidTypeError
+from raytopic.core.payloads import PickledValues, decode_checked
+from raytopic.core.protocol import Poison, poison_error
 from raytopic.core.records import ReadResultSet
 from raytopic.core.user_functions import pickle_function
 

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytopic.acknowledging import Acknowledging
-from raytopic.actors.wire import ReaderSpec
 from raytopic.core.config import (
     OnPoison,
     Start,
@@ -44,6 +43,7 @@ from raytopic.core.errors import (
     SubscriberClosedError,
     TopicNotFoundError,
 )
+from raytopic.core.protocol import ReaderSpec
 from raytopic.core.records import CommitResult, Element, OwnershipChange, Position
 from raytopic.core.resequencer import Resequence
 from raytopic.core.shared_group import SharedGroup, check_mode
@@ -52,8 +52,8 @@ from raytopic.group_member import membership_for
 from raytopic.receives import Receives
 
 if TYPE_CHECKING:
-    from raytopic.actors.channel_link import CursorState
     from raytopic.core.element_batch import ElementBatch
+    from raytopic.core.protocol import CursorState
     from raytopic.core.resequencer import ResequencerStats
     from raytopic.topic import Topic
 

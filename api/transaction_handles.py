@@ -26,14 +26,6 @@ from typing import Any
 import numpy as np
 import ray
 
-from raytopic.actors.requests import (
-    DecideTransaction,
-    FinishTransaction,
-    ForgetTransaction,
-    PrepareTransaction,
-    StageTransaction,
-)
-from raytopic.actors.transaction_table import ABORT, COMMIT, FENCED, Address, ConsumedCommit
 from raytopic.actors.transactions import send
 from raytopic.coordinator.transaction_registry import registry_actor
 from raytopic.core.config import check_instance, check_items, check_namespace, check_timeout
@@ -48,6 +40,17 @@ from raytopic.core.errors import (
     TransactionAbortedError,
     TransactionFencedError,
     unwrap_ray_error,
+)
+from raytopic.core.protocol import (
+    FENCED,
+    Address,
+    ConsumedCommit,
+    DecideTransaction,
+    FinishTransaction,
+    ForgetTransaction,
+    Outcome,
+    PrepareTransaction,
+    StageTransaction,
 )
 from raytopic.core.records import (
     CommitResult,
@@ -306,7 +309,7 @@ class Transaction:
         stage = StageTransaction(self.key, holder.transactional_id, self.deadline, timeout)
         refs, joins = {}, []
         for channel, payload in parts.items():
-            at: Address = (topic.namespace, topic.name, topic.topic_id, channel)
+            at = Address(topic.namespace, topic.name, topic.topic_id, channel)
             if at not in holder._joined:
                 joins.append(
                     holder._registry.join.remote(holder.transactional_id, holder.epoch, at)
@@ -328,7 +331,7 @@ class Transaction:
                 self._holder._fenced = True
                 first_error = first_error or error
         if first_error is not None:  # staged after the registry aborted the rest: drop it
-            self._finish_everywhere(list(refs), ABORT, FENCED)
+            self._finish_everywhere(list(refs), Outcome.ABORT, FENCED)
         self._holder._joined.update(refs)
         for at, ref in refs.items():
             try:
@@ -341,7 +344,7 @@ class Transaction:
             except TopicError as error:
                 first_error = first_error or error
             except ray.exceptions.RayActorError as error:  # staged there or not: unknown
-                self._doomed = f"channel {at[3]} of {at[1]!r} failed while staging"
+                self._doomed = f"channel {at.channel} of {at.topic!r} failed while staging"
                 first_error = first_error or TransactionAbortedError(
                     f"transaction {self.key}: {self._doomed}: {error}", self._doomed
                 )
@@ -383,7 +386,7 @@ class Transaction:
                     f"element {element.position} was received by an anonymous subscriber: "
                     "only a group member's positions commit"
                 )
-            at: Address = (origin.namespace, origin.topic, origin.topic_id, element.channel)
+            at = Address(origin.namespace, origin.topic, origin.topic_id, element.channel)
             held = latest.get(at) or self._commits.get(at)
             if held is None or element.sequence >= held.sequence:
                 latest[at] = ConsumedCommit(
@@ -449,7 +452,7 @@ class Transaction:
             self.key,
             holder.transactional_id,
             self.deadline,
-            COMMIT,
+            Outcome.COMMIT,
             "",
             self._staged.get(lead, 0),
             self._commits_at(lead),
@@ -465,8 +468,8 @@ class Transaction:
                 "participants settle it with the lead (if undecided, aborted at its deadline)",
                 "the lead channel failed",
             ) from error
-        if outcome != COMMIT:
-            self._finish_everywhere(others, ABORT, reason)
+        if outcome != Outcome.COMMIT:
+            self._finish_everywhere(others, Outcome.ABORT, reason)
             self._aborted()
             error_class = TransactionFencedError if reason == FENCED else TransactionAbortedError
             raise error_class(f"transaction {self.key} was aborted: {reason}", reason)
@@ -474,9 +477,9 @@ class Transaction:
         # participant's finish is not: its group waits for it, nothing else does.
         # The lead forgets the outcome only once every finish succeeded: a
         # participant whose finish failed asks the lead, which must still know.
-        finishes = self._send_finish(others, COMMIT, "")
+        finishes = self._send_finish(others, Outcome.COMMIT, "")
         outputs = {at: ref for at, ref in finishes.items() if at in self._staged}
-        runs, lost = self._collect_finishes(outputs, COMMIT)
+        runs, lost = self._collect_finishes(outputs, Outcome.COMMIT)
         runs[lead] = lead_runs
         holder._forgets.append((lead, self.key, list(finishes.values())))
         self._state = "committed"
@@ -489,7 +492,7 @@ class Transaction:
         if self._state != "open":
             return
         self._state = "aborting"
-        self._finish_everywhere(sorted(self._staged), ABORT, "aborted by its holder")
+        self._finish_everywhere(sorted(self._staged), Outcome.ABORT, "aborted by its holder")
         self._aborted()
 
     def __enter__(self) -> Transaction:
@@ -543,21 +546,21 @@ class Transaction:
         """Decide "abort" at the lead, then tell the others (best effort: a channel not
         told asks the lead later)."""
         decide = DecideTransaction(
-            self.key, self._holder.transactional_id, self.deadline, ABORT, reason, 0, ()
+            self.key, self._holder.transactional_id, self.deadline, Outcome.ABORT, reason, 0, ()
         )
         with contextlib.suppress(TopicError, ray.exceptions.RayActorError):
             _get(send(lead, decide))
-        self._finish_everywhere(others, ABORT, reason)
+        self._finish_everywhere(others, Outcome.ABORT, reason)
         self._aborted()
 
     def _finish_everywhere(
-        self, participants: list[Address], outcome: str, reason: str
+        self, participants: list[Address], outcome: Outcome, reason: str
     ) -> tuple[dict[Address, Any], list[DataLossError]]:
         """Tell each participant the outcome; returns each one's runs and the losses."""
         return self._collect_finishes(self._send_finish(participants, outcome, reason), outcome)
 
     def _send_finish(
-        self, participants: list[Address], outcome: str, reason: str
+        self, participants: list[Address], outcome: Outcome, reason: str
     ) -> dict[Address, Any]:
         """Send each participant the outcome; returns each one's reply (an ObjectRef)."""
         finish = FinishTransaction(
@@ -566,7 +569,7 @@ class Transaction:
         return {at: send(at, finish) for at in participants}
 
     def _collect_finishes(
-        self, refs: dict[Address, Any], outcome: str
+        self, refs: dict[Address, Any], outcome: Outcome
     ) -> tuple[dict[Address, Any], list[DataLossError]]:
         """Each participant's runs, and the losses, from its reply to a finish."""
         runs: dict[Address, Any] = {}
@@ -577,7 +580,7 @@ class Transaction:
             except DataLossError as error:
                 lost.append(error)
             except (TopicError, ray.exceptions.RayActorError):
-                if outcome == COMMIT:  # it asks the lead: the commit completes there
+                if outcome == Outcome.COMMIT:  # it asks the lead: the commit completes there
                     continue
         return runs, lost
 
@@ -602,12 +605,16 @@ class Transaction:
 
     def _result(self, runs: dict[Address, Any]) -> TransactionResult:
         published: dict[str, dict[int, list[int]]] = {}
-        for (_, name, _, channel), channel_runs in sorted(runs.items()):
+        for at, channel_runs in sorted(runs.items()):
             positions = [s for first, count in channel_runs for s in range(first, first + count)]
             if positions:
-                published.setdefault(name, {})[channel] = positions
+                published.setdefault(at.topic, {})[at.channel] = positions
         committed = [
-            CommitResult(at[3], Position(at[2], at[3], commit.sequence), CommitStatus.COMMITTED)
+            CommitResult(
+                at.channel,
+                Position(at.topic_id, at.channel, commit.sequence),
+                CommitStatus.COMMITTED,
+            )
             for at, commit in sorted(self._commits.items())
         ]
         return TransactionResult(published, committed)

@@ -36,8 +36,6 @@ from typing import Any
 
 import ray
 
-from raytopic.actors.incarnation import was_restarted
-from raytopic.actors.wire import ReaderSpec
 from raytopic.coordinator.groups import Group, MemberView, Rebalance, recovered_groups
 from raytopic.coordinator.view_polls import ViewPolls
 from raytopic.core.config import TopicConfig
@@ -50,7 +48,9 @@ from raytopic.core.errors import (
     TopicError,
     TopicNotFoundError,
 )
+from raytopic.core.incarnation import was_restarted
 from raytopic.core.naming import channel_actor_name
+from raytopic.core.protocol import ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from raytopic.actors.cursors import Lease
 from raytopic.coordinator.assignment import assign
+from raytopic.core.protocol import Lease
 
 if TYPE_CHECKING:
     from raytopic.core.shared_group import SharedGroup

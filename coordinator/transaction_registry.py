@@ -27,11 +27,17 @@ from typing import Any
 
 import ray
 
-from raytopic.actors.requests import DecideTransaction, FenceTransactions, FinishTransaction
-from raytopic.actors.transaction_table import ABORT, FENCED, Address
 from raytopic.actors.transactions import send
 from raytopic.core.errors import ClosedError, TransactionFencedError
 from raytopic.core.naming import transaction_registry_name
+from raytopic.core.protocol import (
+    FENCED,
+    Address,
+    DecideTransaction,
+    FenceTransactions,
+    FinishTransaction,
+    Outcome,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +172,7 @@ async def _fence(transactional_id: str, held: _Incarnation, epoch: int) -> None:
     committing = held.committing
     if committing is not None:
         decide = DecideTransaction(
-            committing.key, transactional_id, committing.deadline, ABORT, FENCED, 0, ()
+            committing.key, transactional_id, committing.deadline, Outcome.ABORT, FENCED, 0, ()
         )
         try:
             outcome, reason, _ = await asyncio.wait_for(

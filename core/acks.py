@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import ray
 
-from raytopic.actors.requests import Ack, ExtendLease, Nack, pack_request
 from raytopic.core.config import check_items, check_nonnegative_number, check_timeout
 from raytopic.core.errors import ForeignElementError, GroupModeError, InvalidTypeError
 from raytopic.core.gather import Joined, JoinKind, send_joined
 from raytopic.core.naming import channel_actor
+from raytopic.core.protocol import Ack, ExtendLease, Nack, pack_request
 from raytopic.core.records import Element
 
 __all__ = [

@@ -35,13 +35,13 @@ def test_actors_and_coordinator_import_no_handle_module() -> None:
     assert wrong == []
 
 
-def test_core_imports_only_core_and_the_channel_requests() -> None:
+def test_core_imports_only_core() -> None:
     wrong = []
     for path in sorted((ROOT / "core").rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
         wrong += [
             f"{relative}: {name}"
             for name in sorted(_imports(path))
-            if not name.startswith("raytopic.core") and name != "raytopic.actors.requests"
+            if not name.startswith("raytopic.core")
         ]
     assert wrong == []

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from raytopic.actors.payloads import Payload, PickledValues
+from raytopic.core.payloads import Payload, PickledValues
 
 if TYPE_CHECKING:
     from raytopic.actors.stores.state_log import StateChange

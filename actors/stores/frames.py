@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import google_crc32c
 import numpy as np
 
-from raytopic.actors.payloads import ArrowRows, Payload, PickledList, PickledValues
 from raytopic.actors.stores.base import StoredBatch
+from raytopic.core.payloads import ArrowRows, Payload, PickledList, PickledValues
 
 __all__ = [
     "MAGIC",

@@ -260,7 +260,7 @@ class SegmentLogStore(RingbufferStore):
 
     def store(self, sequence: int, item: Any) -> None:
         """Keep one value (a batch of one)."""
-        from raytopic.actors.payloads import PickledValues
+        from raytopic.core.payloads import PickledValues
 
         self.store_batch(StoredBatch(sequence, time.time(), PickledValues.from_values([item])))
 

@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raytopic.actors.payloads import ArrowRows, Payload
 from raytopic.core.errors import InvalidTypeError
+from raytopic.core.payloads import ArrowRows, Payload
 
 __all__ = [
     "METADATA_COLUMNS",

@@ -27,9 +27,6 @@ import pyarrow as pa
 import ray
 
 from raytopic.actors.damage import DamageMap
-from raytopic.actors.payloads import ArrowRows
-from raytopic.actors.requests import Append, AppendOnce, pack_request
-from raytopic.actors.wire import AppendAck
 from raytopic.bridge.arrow_tables import (
     as_batch,
     key_channels,
@@ -46,6 +43,8 @@ from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
 )
+from raytopic.core.payloads import ArrowRows
+from raytopic.core.protocol import Append, AppendAck, AppendOnce, pack_request
 from raytopic.core.records import Position
 from raytopic.topic import Topic
 

@@ -14,13 +14,11 @@ import pytest
 
 from raytopic.actors.channel import ChannelActor
 from raytopic.actors.channel_link import ChannelLink
-from raytopic.actors.cursors import Lease
-from raytopic.actors.payloads import ArrowRows, PickledValues
 from raytopic.actors.receive_session import ReceiveSession
-from raytopic.actors.requests import Append, ChannelRequest, pack_request
-from raytopic.actors.wire import ReaderSpec
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import ChannelFailedError, PoisonElementError, StaleSequenceError
+from raytopic.core.payloads import ArrowRows, PickledValues
+from raytopic.core.protocol import Append, ChannelRequest, Lease, ReaderSpec, pack_request
 
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 1, 100_000, True, None, Overflow.BLOCK, ())
 TWO_CHANNELS = TopicConfig("t", "ns", "t0pic1d", 2, 1000, True, None, Overflow.BLOCK, ())

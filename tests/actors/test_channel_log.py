@@ -13,7 +13,6 @@ import pytest
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
-from raytopic.actors.payloads import DamagedElements, PickledValues
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.stores.base import ChannelStore
 from raytopic.core.config import Overflow, TopicConfig
@@ -24,6 +23,7 @@ from raytopic.core.errors import (
     StoreError,
     TopicFullError,
 )
+from raytopic.core.payloads import DamagedElements, PickledValues
 
 from tests.seed_store import SeedStore
 

@@ -14,23 +14,26 @@ from typing import Any
 import pytest
 
 from raytopic.actors.channel_context import ChannelContext, fresh_start
-from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
-from raytopic.actors.cursors import Lease
-from raytopic.actors.payloads import PickledValues
-from raytopic.actors.requests import (
+from raytopic.actors.stores.base import ChannelStore, StoredBatch
+from raytopic.core.config import Overflow, TopicConfig
+from raytopic.core.errors import DataLossError
+from raytopic.core.payloads import PickledValues
+from raytopic.core.protocol import (
+    Address,
+    AppendAck,
+    ConsumedCommit,
+    CursorState,
     DecideTransaction,
     FinishTransaction,
+    Lease,
+    Outcome,
     PrepareTransaction,
+    ReaderSpec,
     ResolveTransaction,
     StageTransaction,
 )
-from raytopic.actors.stores.base import ChannelStore, StoredBatch
-from raytopic.actors.transaction_table import COMMIT, ConsumedCommit
-from raytopic.actors.wire import AppendAck, ReaderSpec
-from raytopic.core.config import Overflow, TopicConfig
-from raytopic.core.errors import DataLossError
 from raytopic.core.shared_group import SharedGroup
 
 from tests.seed_store import SeedStore
@@ -47,7 +50,7 @@ WORK_READER = "a2592d145ab94df28b43ab66ba908d6b"
 ANONYMOUS = "550d96a56b11430780df92d8ee004962"
 BILLING = Lease(BILLING_READER, 1)
 MEMBER, OTHER = Lease("m", 1), Lease("o", 2)
-LEAD = ("ns", "other", "0therid", 0)
+LEAD = Address("ns", "other", "0therid", 0)
 FAR = time.time() + 3600.0
 """A deadline no test reaches."""
 
@@ -122,7 +125,7 @@ def test_a_prepared_consumed_commit_holds_its_group_until_the_outcome() -> None:
         taking = asyncio.ensure_future(readers.take("o", OTHER, 10, 0, None))
         await asyncio.sleep(0.2)
         assert not taking.done()  # it would read 0 and 1 again
-        await parts.transactions.finish(FinishTransaction("t@1.0", "t", FAR, COMMIT, ""))
+        await parts.transactions.finish(FinishTransaction("t@1.0", "t", FAR, Outcome.COMMIT, ""))
         delivery = await asyncio.wait_for(taking, 2.0)
         assert [v for chunk in delivery.chunks for v in chunk.payload.decode()] == [2]
 
@@ -336,7 +339,7 @@ def test_a_participant_that_appended_its_part_before_a_crash_knows_it_committed(
             await parts.transactions.prepare(request)
         # The lead's word for t@1.0 comes; the channel dies before its state says so.
         monkeypatch.setattr(parts.state, "save", _crash)
-        finish = FinishTransaction("t@1.0", "t", FAR, COMMIT, "")
+        finish = FinishTransaction("t@1.0", "t", FAR, Outcome.COMMIT, "")
         with pytest.raises(_Crash):
             await parts.transactions.finish(finish)
         parts.log.store.close()
@@ -344,7 +347,7 @@ def test_a_participant_that_appended_its_part_before_a_crash_knows_it_committed(
         again = _build(restarted=True)
         assert again.recover(ChannelStore(opened(must_exist=True)), restarted=True)
         table = again.transactions.table
-        assert (table.get("t@1.0").outcome, table.get("t@1.0").runs) == (COMMIT, ((0, 2),))
+        assert (table.get("t@1.0").outcome, table.get("t@1.0").runs) == (Outcome.COMMIT, ((0, 2),))
         assert _visible(again) == ["a", "b"]  # once
         assert await again.transactions.finish(finish) == ((0, 2),)  # the retry appends nothing
         assert _visible(again) == ["a", "b"]
@@ -366,7 +369,7 @@ def test_a_lead_that_appended_its_part_before_a_crash_answers_as_readers_see(
             StageTransaction("t@1.0", "t", deadline, None), _values("a", "b")
         )
         monkeypatch.setattr(parts.state, "save", _crash)
-        decide = DecideTransaction("t@1.0", "t", deadline, COMMIT, "", 2, ())
+        decide = DecideTransaction("t@1.0", "t", deadline, Outcome.COMMIT, "", 2, ())
         with pytest.raises(_Crash):
             await parts.transactions.decide(decide)
         parts.log.store.close()
@@ -377,10 +380,10 @@ def test_a_lead_that_appended_its_part_before_a_crash_answers_as_readers_see(
         outcome = await again.transactions.resolve(ResolveTransaction("t@1.0", "t", deadline))
         # Its record is the decision: what it answers the other participants is
         # what its readers see.
-        assert outcome == COMMIT and _visible(again) == ["a", "b"]
+        assert outcome == Outcome.COMMIT and _visible(again) == ["a", "b"]
         # Ray retries the interrupted decide on the restarted channel: the same
         # answer, nothing appended twice.
-        assert await again.transactions.decide(decide) == (COMMIT, "", ((0, 2),))
+        assert await again.transactions.decide(decide) == (Outcome.COMMIT, "", ((0, 2),))
         assert _visible(again) == ["a", "b"]
 
     asyncio.run(main())
@@ -415,7 +418,7 @@ def test_a_lead_whose_part_also_commits_consumed_positions_finishes_them_after_a
             await save()
 
         monkeypatch.setattr(parts.state, "save", crash_after_the_first_save)
-        decide = DecideTransaction("t@1.0", "t", FAR, COMMIT, "", 1, (commit,))
+        decide = DecideTransaction("t@1.0", "t", FAR, Outcome.COMMIT, "", 1, (commit,))
         with pytest.raises(_Crash):  # after the part's record, before the state says so
             await parts.transactions.decide(decide)
         assert _visible(parts) == [0, 1, 2, "out"]
@@ -425,7 +428,7 @@ def test_a_lead_whose_part_also_commits_consumed_positions_finishes_them_after_a
         again.recover(ChannelStore(opened(must_exist=True)), restarted=True)
         assert _visible(again) == [0, 1, 2, "out"]
         entry = again.transactions.table.get("t@1.0")
-        assert (entry.outcome, entry.runs) == (COMMIT, ((3, 1),))
+        assert (entry.outcome, entry.runs) == (Outcome.COMMIT, ((3, 1),))
         assert again.readers.owned.groups["g"].committed == 1  # its inputs stay consumed
 
     asyncio.run(main())

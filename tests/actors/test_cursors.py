@@ -7,7 +7,8 @@ import pickle
 
 import pytest
 
-from raytopic.actors.cursors import Cursor, Lease, Lent, clamp
+from raytopic.actors.cursors import Cursor, Lent, clamp
+from raytopic.core.protocol import Lease
 from raytopic.core.records import CommitStatus
 
 COMMITTED = CommitStatus.COMMITTED

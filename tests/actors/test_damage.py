@@ -9,10 +9,10 @@ import pytest
 
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.damage import DamageMap
-from raytopic.actors.payloads import DamagedElements, PickledValues
 from raytopic.actors.segment_ring import Run, SegmentRing
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.core.errors import DataLossError
+from raytopic.core.payloads import DamagedElements, PickledValues
 
 
 def _run(first: int, values: list[int]) -> Run:

@@ -14,9 +14,9 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.dead_letters import BATCH, DeadLetters
-from raytopic.actors.payloads import PickledValues
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.core.config import Overflow, TopicConfig
+from raytopic.core.payloads import PickledValues
 from raytopic.core.records import Position
 from raytopic.core.shared_group import SharedGroup
 

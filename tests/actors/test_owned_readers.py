@@ -15,12 +15,10 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_state import ChannelState
-from raytopic.actors.cursors import Cursor, Lease
+from raytopic.actors.cursors import Cursor
 from raytopic.actors.owned_readers import OwnedReaders
-from raytopic.actors.payloads import DamagedElements, PickledValues
 from raytopic.actors.reader_parts import LossNotice, Reader
 from raytopic.actors.stores.base import ChannelStore
-from raytopic.actors.wire import Delivery, ReaderSpec
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     DataLossError,
@@ -29,6 +27,8 @@ from raytopic.core.errors import (
     StaleSequenceError,
     SubscriberClosedError,
 )
+from raytopic.core.payloads import DamagedElements, PickledValues
+from raytopic.core.protocol import Delivery, Lease, ReaderSpec
 from raytopic.core.records import CommitStatus
 
 from tests.seed_store import SeedStore

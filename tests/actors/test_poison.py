@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from raytopic.actors.cursors import Cursor, Lease
-from raytopic.actors.payloads import UNDECODABLE, PickledList, PickledValues, decode_checked
-from raytopic.actors.poison import Poison
+from raytopic.actors.cursors import Cursor
 from raytopic.actors.reader_parts import pick
 from raytopic.actors.segment_ring import SegmentRing
 from raytopic.core.errors import PoisonElementError
+from raytopic.core.payloads import UNDECODABLE, PickledList, PickledValues, decode_checked
+from raytopic.core.protocol import Lease, Poison
 
 from tests.actors.test_owned_readers import MEMBER, _Owned, _values
 

@@ -7,7 +7,6 @@ import asyncio
 
 import pytest
 
-from raytopic.actors.payloads import PickledValues
 from raytopic.actors.publisher_table import (
     PUBLISHER_IDLE_S,
     PUBLISHER_SWEEP_S,
@@ -16,8 +15,9 @@ from raytopic.actors.publisher_table import (
 )
 from raytopic.actors.publisher_tracks import ACKS_KEPT
 from raytopic.actors.stores.base import StoredBatch
-from raytopic.actors.wire import AppendAck
 from raytopic.core.errors import InvalidArgumentError, TopicFullError
+from raytopic.core.payloads import PickledValues
+from raytopic.core.protocol import AppendAck
 
 
 def _appended(table: PublisherTable, publisher_id: str, batch: int, first: int = 0) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from raytopic.actors.publisher_tracks import ACKS_KEPT, PublisherTrack
-from raytopic.actors.wire import AppendAck
+from raytopic.core.protocol import AppendAck
 
 
 def test_the_last_acks_are_kept_for_retries_and_older_ones_go() -> None:

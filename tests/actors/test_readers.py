@@ -16,13 +16,12 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_state import ChannelState
-from raytopic.actors.cursors import Lease
-from raytopic.actors.payloads import PickledValues
 from raytopic.actors.reader_parts import Reader
 from raytopic.actors.readers import Readers
-from raytopic.actors.wire import Delivery, ReaderSpec
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
+from raytopic.core.payloads import PickledValues
+from raytopic.core.protocol import Delivery, Lease, ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 
 MEMBER = Lease("m", 1)

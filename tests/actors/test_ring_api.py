@@ -15,11 +15,9 @@ import pytest
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
-from raytopic.actors.payloads import PickledValues
 from raytopic.actors.ring_api import MAX_READ_MANY, RingbufferApi
 from raytopic.actors.stores.base import ChannelStore, StoredBatch
 from raytopic.actors.stores.segment_log import SegmentLogStore
-from raytopic.actors.wire import Chunk, RawReadResult
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     DataLossError,
@@ -27,6 +25,8 @@ from raytopic.core.errors import (
     StaleSequenceError,
     StoreError,
 )
+from raytopic.core.payloads import PickledValues
+from raytopic.core.protocol import Chunk, RawReadResult
 
 
 def _config(capacity: int = 8) -> TopicConfig:

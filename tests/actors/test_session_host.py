@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 
 from raytopic.actors.channel_context import ChannelContext
-from raytopic.actors.channel_link import CursorState
 from raytopic.actors.channel_metrics import ChannelMetrics
-from raytopic.actors.cursors import Cursor, Lease
+from raytopic.actors.cursors import Cursor
 from raytopic.actors.reader_parts import Reader
 from raytopic.actors.session_host import END_RECEIVES_TIMEOUT, SessionHost
-from raytopic.actors.wire import ReaderSpec
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import SubscriberClosedError, TopicNotFoundError
+from raytopic.core.protocol import CursorState, Lease, ReaderSpec
 
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 3, 100, True, None, Overflow.BLOCK, ())
 OLD, NEW = Lease("m", 1), Lease("m", 2)

@@ -15,11 +15,8 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_state import ChannelState
-from raytopic.actors.cursors import Lease
-from raytopic.actors.payloads import DamagedElements, PickledValues
 from raytopic.actors.reader_parts import LossNotice, Reader
 from raytopic.actors.shared_groups import SharedGroups
-from raytopic.actors.wire import Delivery, ReaderSpec
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     DataLossError,
@@ -28,6 +25,8 @@ from raytopic.core.errors import (
     NotOwnerError,
     SubscriberClosedError,
 )
+from raytopic.core.payloads import DamagedElements, PickledValues
+from raytopic.core.protocol import Delivery, Lease, ReaderSpec
 from raytopic.core.records import AckStatus
 from raytopic.core.shared_group import SharedGroup
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pickle
 
-from raytopic.actors.payloads import PickledValues
 from raytopic.actors.segment_ring import SegmentRing
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.shared_take import take_shared
+from raytopic.core.payloads import PickledValues
 
 
 def ring_of(values: list[object], keys: list[int] | None = None) -> SegmentRing:

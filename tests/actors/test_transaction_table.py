@@ -7,24 +7,16 @@ import json
 
 import pytest
 
-from raytopic.actors.cursors import Lease
-from raytopic.actors.payloads import encode_values
-from raytopic.actors.transaction_table import (
-    ABORT,
-    COMMIT,
-    FENCED,
-    KEEP_DONE,
-    ConsumedCommit,
-    TransactionTable,
-    aborted_error,
-)
+from raytopic.actors.transaction_table import KEEP_DONE, TransactionTable, aborted_error
 from raytopic.core.errors import (
     InvalidArgumentError,
     TransactionAbortedError,
     TransactionFencedError,
 )
+from raytopic.core.payloads import encode_values
+from raytopic.core.protocol import FENCED, Address, ConsumedCommit, Lease, Outcome
 
-LEAD = ("ns", "source", "id1", 0)
+LEAD = Address("ns", "source", "id1", 0)
 
 
 def _staged(table: TransactionTable, key: str = "t@1.0", *values: object) -> object:
@@ -39,9 +31,9 @@ def test_staged_elements_hold_room_until_finished() -> None:
     table.stage(entry, encode_values([4]))
     assert (entry.staged, table.reserved) == (4, 4)
     assert [e.key for e in table.open_entries()] == ["t@1.0"]
-    table.finish(entry, ABORT, "aborted by its holder")
+    table.finish(entry, Outcome.ABORT, "aborted by its holder")
     assert table.reserved == 0 and not table.has_open
-    assert entry.payloads == [] and entry.outcome == ABORT
+    assert entry.payloads == [] and entry.outcome == Outcome.ABORT
 
 
 def test_several_stagings_become_one_payload_in_order_with_their_keys() -> None:
@@ -57,11 +49,11 @@ def test_several_stagings_become_one_payload_in_order_with_their_keys() -> None:
 def test_an_aborted_transaction_refuses_more_staging_and_says_why() -> None:
     table = TransactionTable()
     entry = _staged(table)
-    table.finish(entry, ABORT, FENCED)
+    table.finish(entry, Outcome.ABORT, FENCED)
     with pytest.raises(TransactionFencedError):
         table.for_staging("t@1.0", "t", 100.0, 2.0, 0)
     other = _staged(table, "t@1.1")
-    table.finish(other, ABORT, "it timed out")
+    table.finish(other, Outcome.ABORT, "it timed out")
     with pytest.raises(TransactionAbortedError) as caught:
         table.for_staging("t@1.1", "t", 100.0, 2.0, 0)
     assert not isinstance(caught.value, TransactionFencedError)
@@ -83,7 +75,7 @@ def test_prepared_and_finished_entries_round_trip_through_json() -> None:
     commit = ConsumedCommit("reader-1", 41, Lease("member-1", 3), 5, group="g")
     table.prepare(entry, LEAD, (commit,))
     done = _staged(table, "t@1.1")
-    table.finish(done, COMMIT, runs=((10, 3),))
+    table.finish(done, Outcome.COMMIT, runs=((10, 3),))
     staged_only = _staged(table, "t@1.2")
     saved = {key: json.loads(json.dumps(table.state_of(key))) for key in table.durable_keys()}
     assert set(saved) == {"t@1.0", "t@1.1"}  # staged-only elements are not durable
@@ -96,7 +88,7 @@ def test_prepared_and_finished_entries_round_trip_through_json() -> None:
     assert prepared.payload().decode() == [{"v": 1}, {"v": 2}]
     assert back.reserved == 2
     finished = back.get("t@1.1")
-    assert (finished.outcome, finished.runs) == (COMMIT, ((10, 3),))
+    assert (finished.outcome, finished.runs) == (Outcome.COMMIT, ((10, 3),))
 
 
 def test_a_prepared_commit_holds_its_group_for_every_other_member() -> None:
@@ -107,7 +99,7 @@ def test_a_prepared_commit_holds_its_group_for_every_other_member() -> None:
     assert not table.held("g", owner)
     assert table.held("g", Lease("member-2", 4))
     assert not table.held("other", Lease("member-2", 4))
-    table.finish(entry, COMMIT)
+    table.finish(entry, Outcome.COMMIT)
     assert not table.held("g", Lease("member-2", 4))
 
 
@@ -126,7 +118,7 @@ def test_finished_transactions_are_kept_up_to_a_bound_and_forgotten() -> None:
     table = TransactionTable()
     for number in range(KEEP_DONE + 5):
         entry = table.record(f"t@1.{number}", "t", 100.0, 1.0)
-        table.finish(entry, ABORT, "x")
+        table.finish(entry, Outcome.ABORT, "x")
     assert len(table.entries) == KEEP_DONE
     assert table.get("t@1.0") is None and table.get(f"t@1.{KEEP_DONE + 4}") is not None
     assert table.forget(f"t@1.{KEEP_DONE + 4}")
@@ -139,7 +131,7 @@ def test_describe_lists_the_open_ones() -> None:
     table = TransactionTable()
     _staged(table, "t@1.0", 1, 2)
     done = _staged(table, "t@1.1")
-    table.finish(done, COMMIT)
+    table.finish(done, Outcome.COMMIT)
     assert table.describe(now=3.5) == [
         {"id": "t", "key": "t@1.0", "phase": "staged", "age": 2.5, "staged": 2}
     ]

@@ -20,28 +20,10 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_state import ChannelState
-from raytopic.actors.cursors import Lease
-from raytopic.actors.payloads import PickledValues
 from raytopic.actors.readers import Readers
-from raytopic.actors.requests import (
-    DecideTransaction,
-    FenceTransactions,
-    FinishTransaction,
-    ForgetTransaction,
-    PrepareTransaction,
-    ResolveTransaction,
-    StageTransaction,
-)
 from raytopic.actors.stores.base import ChannelStore, StoredBatch
-from raytopic.actors.transaction_table import (
-    ABORT,
-    COMMIT,
-    FENCED,
-    ConsumedCommit,
-    TransactionTable,
-)
+from raytopic.actors.transaction_table import TransactionTable
 from raytopic.actors.transactions import PUBLISHER_PREFIX, TransactionParticipant
-from raytopic.actors.wire import ReaderSpec
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     DataLossError,
@@ -51,10 +33,26 @@ from raytopic.core.errors import (
     TransactionAbortedError,
     TransactionFencedError,
 )
+from raytopic.core.payloads import PickledValues
+from raytopic.core.protocol import (
+    FENCED,
+    Address,
+    ConsumedCommit,
+    DecideTransaction,
+    FenceTransactions,
+    FinishTransaction,
+    ForgetTransaction,
+    Lease,
+    Outcome,
+    PrepareTransaction,
+    ReaderSpec,
+    ResolveTransaction,
+    StageTransaction,
+)
 
 from tests.seed_store import SeedStore
 
-LEAD = ("ns", "other", "0therid", 0)
+LEAD = Address("ns", "other", "0therid", 0)
 MEMBER, OTHER = Lease("m", 1), Lease("o", 2)
 FAR = time.time() + 3600.0
 """A deadline no test reaches."""
@@ -94,7 +92,7 @@ class _Channel:
         self,
         key: str,
         staged: int,
-        outcome: str = COMMIT,
+        outcome: str = Outcome.COMMIT,
         commits: tuple[ConsumedCommit, ...] = (),
         forget: tuple[str, ...] = (),
     ) -> tuple[str, str, Any]:
@@ -108,7 +106,7 @@ class _Channel:
     ) -> None:
         await self.tx.prepare(PrepareTransaction(key, "t", FAR, LEAD, staged, commits))
 
-    async def finish(self, key: str, outcome: str = COMMIT) -> Any:
+    async def finish(self, key: str, outcome: str = Outcome.COMMIT) -> Any:
         return await self.tx.finish(FinishTransaction(key, "t", FAR, outcome, "its lead aborted"))
 
     def visible(self) -> list[Any]:
@@ -169,7 +167,7 @@ def test_a_blocked_stage_waits_for_the_room_an_abort_frees() -> None:
         staging = asyncio.ensure_future(channel.stage("u@1.0", ["a", "b"], timeout=5.0))
         await asyncio.sleep(0.05)
         assert not staging.done()
-        await channel.decide("t@1.0", 3, ABORT)
+        await channel.decide("t@1.0", 3, Outcome.ABORT)
         assert await asyncio.wait_for(staging, 2.0) == 2
         assert channel.log.reserved == 2
 
@@ -194,7 +192,7 @@ def test_a_stage_blocked_while_its_id_is_fenced_is_refused_when_room_comes() -> 
         staging = asyncio.ensure_future(channel.stage("t@1.0", ["c"], timeout=5.0))
         await asyncio.sleep(0.05)
         await channel.tx.fence(FenceTransactions("t", 2))
-        await channel.decide("u@1.0", 2, ABORT)  # room again
+        await channel.decide("u@1.0", 2, Outcome.ABORT)  # room again
         with pytest.raises(TransactionFencedError):
             await asyncio.wait_for(staging, 2.0)
         assert channel.log.reserved == 0
@@ -225,15 +223,15 @@ def test_the_lead_s_commit_appends_the_staged_values_as_one_record_in_publish_or
         await channel.stage("t@1.0", ["c"])
         assert channel.visible() == ["p0", "p1", "x"]
         outcome, reason, runs = await channel.decide("t@1.0", 3)
-        assert (outcome, reason, runs) == (COMMIT, "", ((3, 3),))
+        assert (outcome, reason, runs) == (Outcome.COMMIT, "", ((3, 3),))
         assert channel.visible() == ["p0", "p1", "x", "a", "b", "c"]
         (record,) = channel.log.ring.read(3, 10)  # one record: consecutive, one stamp
         assert (record.first, record.payload.decode()) == (3, ["a", "b", "c"])
         assert (channel.log.reserved, channel.log.room()) == (0, 4)
-        assert channel.tx.table.get("t@1.0").outcome == COMMIT
+        assert channel.tx.table.get("t@1.0").outcome == Outcome.COMMIT
         assert channel.counts() == (1, 0)
         # A retried decide answers the same and appends nothing more.
-        assert await channel.decide("t@1.0", 3) == (COMMIT, "", ((3, 3),))
+        assert await channel.decide("t@1.0", 3) == (Outcome.COMMIT, "", ((3, 3),))
         assert channel.log.ring.tail == 5 and channel.counts() == (1, 0)
 
     asyncio.run(main())
@@ -261,7 +259,7 @@ def test_a_commit_of_a_transaction_the_channel_never_held_is_a_data_loss() -> No
     async def main() -> None:
         channel = _Channel()
         with pytest.raises(DataLossError, match=r"lost transaction t@1\.0") as lost:
-            await channel.finish("t@1.0", COMMIT)
+            await channel.finish("t@1.0", Outcome.COMMIT)
         assert lost.value.channel == 0 and lost.value.head_sequence == 0
 
     asyncio.run(main())
@@ -270,9 +268,9 @@ def test_a_commit_of_a_transaction_the_channel_never_held_is_a_data_loss() -> No
 def test_an_abort_of_a_transaction_the_channel_never_held_is_recorded() -> None:
     async def main() -> None:
         channel = _Channel()
-        assert await channel.finish("t@1.1", ABORT) == ()
+        assert await channel.finish("t@1.1", Outcome.ABORT) == ()
         entry = channel.tx.table.get("t@1.1")
-        assert (entry.outcome, entry.reason) == (ABORT, "its lead aborted")
+        assert (entry.outcome, entry.reason) == (Outcome.ABORT, "its lead aborted")
         with pytest.raises(TransactionAbortedError, match="its lead aborted"):
             await channel.stage("t@1.1", ["late"])
 
@@ -285,7 +283,7 @@ def test_with_overwrite_a_commit_drops_the_oldest_values() -> None:
         await channel.publish(["p0", "p1", "p2"])
         assert await channel.stage("t@1.0", ["a", "b", "c", "d", "e", "f"]) == 6
         outcome, _, runs = await channel.decide("t@1.0", 6)
-        assert (outcome, runs) == (COMMIT, ((3, 6),))
+        assert (outcome, runs) == (Outcome.COMMIT, ((3, 6),))
         assert channel.visible() == ["c", "d", "e", "f"]
 
     asyncio.run(main())
@@ -300,7 +298,7 @@ def test_a_lead_s_commit_moves_the_consumed_group_position() -> None:
         await channel.stage("t@1.0", ["out"])
         commit = ConsumedCommit("m", 2, MEMBER, cursor.jumps)
         outcome, _, runs = await channel.decide("t@1.0", 1, commits=(commit,))
-        assert (outcome, runs) == (COMMIT, ((5, 1),))
+        assert (outcome, runs) == (Outcome.COMMIT, ((5, 1),))
         assert (cursor.committed, cursor.next) == (2, 3)
         assert channel.context.metrics._counts["commits"] == 1
 
@@ -350,7 +348,7 @@ def test_a_consumed_commit_that_no_longer_holds_aborts_the_part(
         with pytest.raises(TransactionAbortedError, match=reason):
             await channel.prepare("t@1.0", 1, (commit,))
         entry = channel.tx.table.get("t@1.0")
-        assert entry.outcome == ABORT and reason in entry.reason
+        assert entry.outcome == Outcome.ABORT and reason in entry.reason
         assert channel.log.reserved == 0 and channel.visible() == [0, 1, 2]
         assert cursor.committed == -1
 
@@ -367,7 +365,7 @@ def test_a_part_missing_staged_values_aborts_at_prepare_and_at_the_lead() -> Non
             await channel.prepare("t@1.0", 2)
         await channel.stage("t@1.1", ["b"])
         outcome, reason, runs = await channel.decide("t@1.1", 3)
-        assert (outcome, runs) == (ABORT, ()) and "holds 1 of the 3" in reason
+        assert (outcome, runs) == (Outcome.ABORT, ()) and "holds 1 of the 3" in reason
         assert channel.visible() == [] and channel.log.reserved == 0
         assert channel.counts() == (0, 1)  # only the lead's decision counts
 
@@ -414,11 +412,11 @@ def test_an_abort_drops_the_staged_values_and_frees_their_room() -> None:
         await channel.stage("t@1.0", range(4))
         with pytest.raises(TopicFullError):
             await channel.stage("u@1.0", ["a", "b"])
-        outcome, reason, runs = await channel.decide("t@1.0", 4, ABORT)
-        assert (outcome, reason, runs) == (ABORT, "aborted by its holder", ())
+        outcome, reason, runs = await channel.decide("t@1.0", 4, Outcome.ABORT)
+        assert (outcome, reason, runs) == (Outcome.ABORT, "aborted by its holder", ())
         assert channel.visible() == [] and channel.log.room() == 5
         assert await channel.stage("u@1.0", ["a", "b"]) == 2
-        assert await channel.finish("u@1.0", ABORT) == ()  # at a participant
+        assert await channel.finish("u@1.0", Outcome.ABORT) == ()  # at a participant
         assert channel.log.reserved == 0 and channel.visible() == []
         with pytest.raises(TransactionAbortedError, match="aborted by its holder"):
             await channel.stage("t@1.0", ["late"])
@@ -435,7 +433,7 @@ def test_decide_forgets_the_earlier_transactions_it_names() -> None:
         await channel.stage("t@1.1", ["b"])
         await channel.decide("t@1.1", 1, forget=("t@1.0",))
         assert channel.tx.table.get("t@1.0") is None
-        assert channel.tx.table.get("t@1.1").outcome == COMMIT
+        assert channel.tx.table.get("t@1.1").outcome == Outcome.COMMIT
 
     asyncio.run(main())
 
@@ -453,7 +451,7 @@ def test_a_newer_epoch_fences_the_older_staged_transactions_of_its_id() -> None:
         await channel.stage("t@2.0", ["e"])  # the new incarnation
         await channel.tx.fence(FenceTransactions("t", 2))
         fenced = channel.tx.table.get("t@1.0")
-        assert (fenced.outcome, fenced.reason) == (ABORT, FENCED)
+        assert (fenced.outcome, fenced.reason) == (Outcome.ABORT, FENCED)
         assert channel.tx.table.get("t@1.1").phase == "prepared"
         assert channel.tx.table.get("u@1.0").phase == "staged"
         assert channel.tx.table.get("t@2.0").phase == "staged"
@@ -483,12 +481,12 @@ def test_tend_aborts_a_staged_transaction_past_its_deadline(monkeypatch) -> None
             if expired.done:
                 break
             await asyncio.sleep(0.01)
-        assert expired.outcome == ABORT and "timed out" in expired.reason
+        assert expired.outcome == Outcome.ABORT and "timed out" in expired.reason
         assert channel.log.reserved == 1 and channel.counts() == (0, 1)
         with pytest.raises(TransactionAbortedError, match="timed out"):
             await channel.stage("t@1.0", ["late"])
         assert channel.tx.table.get("u@1.0").phase == "staged" and not tending.done()
-        await channel.decide("u@1.0", 1, ABORT)  # nothing open: tend ends by itself
+        await channel.decide("u@1.0", 1, Outcome.ABORT)  # nothing open: tend ends by itself
         await asyncio.wait_for(tending, 1.0)
         assert not channel.tx.needs_tending
 
@@ -502,14 +500,14 @@ def test_the_lead_resolves_undecided_transactions_only_past_their_deadline() -> 
         assert await channel.tx.resolve(ResolveTransaction("t@1.0", "t", FAR)) is None
         assert await channel.tx.resolve(ResolveTransaction("t@1.1", "t", FAR)) is None
         past = time.time() - 1.0
-        assert await channel.tx.resolve(ResolveTransaction("t@1.0", "t", past)) == ABORT
+        assert await channel.tx.resolve(ResolveTransaction("t@1.0", "t", past)) == Outcome.ABORT
         assert channel.log.reserved == 0 and channel.counts() == (0, 1)
         # First come, first served: the holder's late decide finds it aborted.
         outcome, reason, _ = await channel.decide("t@1.0", 1)
-        assert outcome == ABORT and "timed out" in reason and channel.visible() == []
+        assert outcome == Outcome.ABORT and "timed out" in reason and channel.visible() == []
         await channel.stage("t@1.2", ["b"])
         await channel.decide("t@1.2", 1)
-        assert await channel.tx.resolve(ResolveTransaction("t@1.2", "t", past)) == COMMIT
+        assert await channel.tx.resolve(ResolveTransaction("t@1.2", "t", past)) == Outcome.COMMIT
 
     asyncio.run(main())
 
@@ -555,7 +553,11 @@ def test_a_prepared_part_is_in_the_stored_state_before_prepare_returns() -> None
         assert saved["payload"] is not None
         await channel.finish("t@1.0")
         saved = store.load_state()["transactions"]["t@1.0"]
-        assert (saved["phase"], saved["outcome"], saved["runs"]) == ("done", COMMIT, [[0, 2]])
+        assert (saved["phase"], saved["outcome"], saved["runs"]) == (
+            "done",
+            Outcome.COMMIT,
+            [[0, 2]],
+        )
 
     asyncio.run(main())
 
@@ -569,7 +571,7 @@ def test_recovery_finishes_a_prepared_part_whose_record_the_store_has() -> None:
             kept.stage(entry, PickledValues.from_values(values))
             commits = (ConsumedCommit("m", 1, MEMBER, 0, group="g"),) if key == "t@1.0" else ()
             kept.prepare(entry, LEAD, commits)
-        kept.finish(kept.record("t@1.3", "t", FAR, 1.0), ABORT, "x")
+        kept.finish(kept.record("t@1.3", "t", FAR, 1.0), Outcome.ABORT, "x")
         saved = {key: kept.state_of(key) for key in kept.durable_keys()}
 
         # The records the store loaded into the ring: a publisher's, then two of them.
@@ -589,12 +591,12 @@ def test_recovery_finishes_a_prepared_part_whose_record_the_store_has() -> None:
         channel.tx.recover(saved)
 
         table = channel.tx.table
-        assert (table.get("t@1.0").outcome, table.get("t@1.0").runs) == (COMMIT, ((3, 2),))
-        assert (table.get("t@1.1").outcome, table.get("t@1.1").runs) == (COMMIT, ((5, 1),))
+        assert (table.get("t@1.0").outcome, table.get("t@1.0").runs) == (Outcome.COMMIT, ((3, 2),))
+        assert (table.get("t@1.1").outcome, table.get("t@1.1").runs) == (Outcome.COMMIT, ((5, 1),))
         assert channel.readers.owned.groups["g"].committed == 1  # its commit applied
         waiting = table.get("t@1.2")
         assert waiting.phase == "prepared" and waiting.payload().decode() == ["d", "e", "f"]
-        assert table.get("t@1.3").outcome == ABORT
+        assert table.get("t@1.3").outcome == Outcome.ABORT
         assert channel.log.reserved == 3 and channel.tx.needs_tending
         # Its lead's word comes: the kept payload is appended.
         assert await channel.finish("t@1.2") == ((6, 3),)

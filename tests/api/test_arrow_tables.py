@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytopic.actors.payloads import ArrowRows, PickledValues
 from raytopic.bridge.arrow_tables import (
     conform,
     key_channels,
@@ -21,6 +20,7 @@ from raytopic.bridge.arrow_tables import (
     unify,
 )
 from raytopic.core.errors import InvalidTypeError
+from raytopic.core.payloads import ArrowRows, PickledValues
 from raytopic.routing import channel_for_key
 
 

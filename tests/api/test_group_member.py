@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import raytopic as rt
-from raytopic.actors.wire import ReaderSpec
+from raytopic.core.protocol import ReaderSpec
 from raytopic.group_member import (
     GroupMember,
     Member,

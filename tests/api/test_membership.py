@@ -6,8 +6,8 @@ from __future__ import annotations
 import ray
 
 import raytopic as rt
-from raytopic.actors.cursors import Lease
 from raytopic.coordinator.groups import MemberView
+from raytopic.core.protocol import Lease
 from raytopic.membership import Membership
 
 from tests.topic_helpers import get, publish_all

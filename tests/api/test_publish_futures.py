@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from raytopic.actors.wire import AppendAck
 from raytopic.core.errors import TopicFullError
+from raytopic.core.protocol import AppendAck
 from raytopic.core.records import Position, PublishStatus
 from raytopic.publish_futures import PublishBatch, PublishFuture
 

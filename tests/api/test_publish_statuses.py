@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raytopic as rt
-from raytopic.actors.wire import AppendAck, StatusBatch
 from raytopic.core.gather import Joined, JoinKind, join_replies
+from raytopic.core.protocol import AppendAck, StatusBatch
 from raytopic.core.records import Position, PublishStatus
 from raytopic.core.statuses import PublishStatuses, StatusRuns, combine_statuses
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import raytopic as rt
-from raytopic.actors.wire import ReaderSpec
+from raytopic.core.protocol import ReaderSpec
 from raytopic.core.records import _Origin
 from raytopic.receives import ChannelChoice, JumpCounts, Receives
 

@@ -434,8 +434,8 @@ def test_arrow_rows_appended_to_a_channel_actor_are_received_as_dicts(
 ) -> None:
     import pyarrow as pa
 
-    from raytopic.actors.payloads import ArrowRows
-    from raytopic.actors.requests import Append, pack_request
+    from raytopic.core.payloads import ArrowRows
+    from raytopic.core.protocol import Append, pack_request
 
     topic = shared_topic  # shared: it reads only what it publishes, counts from base
     (base,) = next_sequences(topic).values()

@@ -16,10 +16,9 @@ import pytest
 import ray
 
 import raytopic as rt
-from raytopic.actors.requests import DecideTransaction, PrepareTransaction
-from raytopic.actors.transaction_table import COMMIT
 from raytopic.actors.transactions import send
 from raytopic.coordinator.transaction_registry import registry_actor
+from raytopic.core.protocol import DecideTransaction, Outcome, PrepareTransaction
 
 from tests.loss_checker import LossChecker
 from tests.topic_helpers import (
@@ -143,10 +142,10 @@ def test_a_participant_killed_after_the_decision_completes_the_commit(
         make_topic, unique_name, tmp_path, timeout=60.0
     )
     decide = DecideTransaction(
-        tx.key, txs.transactional_id, tx.deadline, COMMIT, "", 0, tx._commits_at(lead)
+        tx.key, txs.transactional_id, tx.deadline, Outcome.COMMIT, "", 0, tx._commits_at(lead)
     )
     outcome, _, _ = get(send(lead, decide))
-    assert outcome == COMMIT
+    assert outcome == Outcome.COMMIT
     # The holder never says "finish" to the sink; the sink is killed while prepared.
     epoch = _kill_channel(sink)
     _kill_registry()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raytopic.actors.cursors import Lease
 from raytopic.coordinator.groups import Group, MemberView, Rebalance
+from raytopic.core.protocol import Lease
 
 
 def owners(group: Group) -> dict[int, str | None]:

@@ -9,7 +9,6 @@ import google_crc32c
 import pyarrow as pa
 import pytest
 
-from raytopic.actors.payloads import ArrowRows, PickledValues
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.stores.frames import (
     MAGIC,
@@ -21,6 +20,7 @@ from raytopic.actors.stores.frames import (
     peek_range,
     read_frame,
 )
+from raytopic.core.payloads import ArrowRows, PickledValues
 
 HEADER_SIZE = struct.calcsize("<QQIdqBH")
 KIND_OFFSET = struct.calcsize("<QQIdq")

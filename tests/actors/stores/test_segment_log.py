@@ -12,12 +12,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from raytopic.actors.payloads import ArrowRows, PickledValues
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.stores.frames import PREFIX, encode_record
 from raytopic.actors.stores.segment_log import SegmentLogStore
 from raytopic.core.config import check_sync
 from raytopic.core.errors import InvalidArgumentError, StoreError
+from raytopic.core.payloads import ArrowRows, PickledValues
 
 from tests.segment_stores import reopen
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from raytopic.actors.payloads import PickledValues
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.stores.frames import PREFIX, encode_frame, encode_record
 from raytopic.actors.stores.state_log import (
@@ -17,6 +16,7 @@ from raytopic.actors.stores.state_log import (
     with_changes,
 )
 from raytopic.core.errors import StoreError
+from raytopic.core.payloads import PickledValues
 
 CURSOR = {"next": 5, "committed": 4, "owner": ["m", 1], "reset_floor": None}
 

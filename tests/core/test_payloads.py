@@ -12,14 +12,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from raytopic.actors.payloads import (
+from raytopic.core.errors import InvalidTypeError
+from raytopic.core.payloads import (
     OUT_OF_BAND_MIN,
     ArrowRows,
     PickledValues,
     dumps_value,
     fast_dumps,
 )
-from raytopic.core.errors import InvalidTypeError
 
 
 def _loads(data: bytes) -> object:
@@ -86,7 +86,7 @@ def test_values_of_main_are_pickled_by_value_for_other_processes() -> None:
     # consumer: it must travel by value (cloudpickle) and load anywhere.
     script = (
         "import sys\n"
-        "from raytopic.actors.payloads import dumps_value\n"
+        "from raytopic.core.payloads import dumps_value\n"
         "class Point:\n"
         "    def __init__(self, x, y):\n"
         "        self.x, self.y = x, y\n"

@@ -3,36 +3,25 @@
 Ray serializes each argument of an actor call on its own, at tens of
 microseconds each way; the data-path calls carry five to eight small
 arguments, so they travel as one record (about a quarter of a millisecond
-less per call here), pickled by :func:`pack_request` and served by
-``ChannelActor.request``. A record is a NamedTuple: it pickles as its class
-and a tuple (no per-field names on the wire), and is built by keyword, so a
-call site reads ``Take(reader_id=..., wait=...)`` instead of a row of
-positional flags. Bulk data (an append's payload) is NOT in the record: it
-travels as the call's second argument, so Ray's pickle protocol 5 moves its
-buffer out of band. The records hold no ObjectRefs.
+less per call here), pickled by :func:`~raytopic.core.protocol.codec.pack_request`
+and served by ``ChannelActor.request``. A record is a NamedTuple: it pickles
+as its class and a tuple (no per-field names on the wire), and is built by
+keyword, so a call site reads ``Take(reader_id=..., wait=...)`` instead of a
+row of positional flags. Bulk data (an append's payload) is NOT in the
+record: it travels as the call's second argument, so Ray's pickle protocol 5
+moves its buffer out of band. The records hold no ObjectRefs.
 """
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, NamedTuple
-
-from raytopic.core.errors import InvalidArgumentError
 
 __all__ = [
     "Ack",
-    "TRANSACTION_REQUESTS",
     "Append",
     "AppendOnce",
+    "CHANNEL_REQUESTS",
     "ChannelRequest",
-    "DecideTransaction",
-    "FenceTransactions",
-    "FinishTransaction",
-    "ForgetTransaction",
-    "PrepareTransaction",
-    "ResolveTransaction",
-    "StageTransaction",
-    "TransactionRequest",
     "ExtendLease",
     "GiveBack",
     "Nack",
@@ -42,8 +31,6 @@ __all__ = [
     "StopTake",
     "Take",
     "Watch",
-    "pack_request",
-    "unpack_request",
 ]
 
 Entries = tuple[tuple[int, int, int], ...]
@@ -182,104 +169,6 @@ class ExtendLease(NamedTuple):
     method = "extend_lease"
 
 
-class StageTransaction(NamedTuple):
-    """Keep elements published in a transaction apart from the ring (its payload is
-    the call's second argument)."""
-
-    key: str
-    transactional_id: str
-    deadline: float
-    timeout: float | None
-    method = "stage"
-
-
-class PrepareTransaction(NamedTuple):
-    """Check and keep durably what a transaction does here, before its decision."""
-
-    key: str
-    transactional_id: str
-    deadline: float
-    lead: tuple[str, str, str, int]
-    staged: int
-    """How many elements the holder staged here (fewer: the channel lost some)."""
-    commits: tuple[Any, ...]
-    """ConsumedCommits made here."""
-    method = "prepare"
-
-
-class DecideTransaction(NamedTuple):
-    """At the transaction's lead: record its outcome and finish it here, in one step."""
-
-    key: str
-    transactional_id: str
-    deadline: float
-    outcome: str
-    reason: str
-    staged: int
-    commits: tuple[Any, ...]
-    forget: tuple[str, ...] = ()
-    """Earlier transactions it led whose participants all finished."""
-    method = "decide"
-
-
-class FinishTransaction(NamedTuple):
-    """At a participant other than the lead: the decided outcome."""
-
-    key: str
-    transactional_id: str
-    deadline: float
-    outcome: str
-    reason: str
-    method = "finish"
-
-
-class ResolveTransaction(NamedTuple):
-    """At the lead: the outcome of a transaction (None: undecided); past its
-    deadline an undecided one is aborted."""
-
-    key: str
-    transactional_id: str
-    deadline: float
-    method = "resolve"
-
-
-class ForgetTransaction(NamedTuple):
-    """Every participant finished the transaction: its outcome is no longer needed."""
-
-    key: str
-    method = "forget"
-
-
-class FenceTransactions(NamedTuple):
-    """Incarnations of ``transactional_id`` older than ``epoch`` are fenced: their
-    staged transactions here are aborted, their stagings refused."""
-
-    transactional_id: str
-    epoch: int
-    method = "fence"
-
-
-TransactionRequest = (
-    StageTransaction
-    | PrepareTransaction
-    | DecideTransaction
-    | FinishTransaction
-    | ResolveTransaction
-    | ForgetTransaction
-    | FenceTransactions
-)
-"""A transaction's request, served by ``ChannelActor.transact``."""
-
-TRANSACTION_REQUESTS = (
-    StageTransaction,
-    PrepareTransaction,
-    DecideTransaction,
-    FinishTransaction,
-    ResolveTransaction,
-    ForgetTransaction,
-    FenceTransactions,
-)
-
 ChannelRequest = (
     Append
     | AppendOnce
@@ -296,7 +185,7 @@ ChannelRequest = (
 )
 """Any data-path request."""
 
-REQUEST_TYPES = (
+CHANNEL_REQUESTS = (
     Append,
     AppendOnce,
     Receive,
@@ -311,23 +200,3 @@ REQUEST_TYPES = (
     ExtendLease,
 )
 """The request records a channel serves through ``request``."""
-
-
-def pack_request(request: ChannelRequest | TransactionRequest) -> bytes:
-    """One request as the single bytes argument of ``ChannelActor.request``."""
-    return pickle.dumps(request, protocol=5)
-
-
-def unpack_request(packed: bytes, kinds: tuple[type, ...] = REQUEST_TYPES) -> Any:
-    """The request packed by :func:`pack_request`, one of ``kinds``.
-
-    Raises:
-        InvalidArgumentError: not a packed request of a data-path call.
-    """
-    try:
-        request = pickle.loads(packed)
-    except Exception as error:
-        raise InvalidArgumentError(f"not a packed channel request: {error}") from None
-    if not isinstance(request, kinds):
-        raise InvalidArgumentError(f"{type(request).__name__} is not a channel request")
-    return request

@@ -1,4 +1,5 @@
-"""What crosses the wire between handles and channel actors.
+"""The replies that carry values: appends' acks, deliveries, and the replies that
+rebuild into the user's records where they are read.
 
 Messages are small frozen dataclasses. The replies that carry elements or
 publish statuses in bulk (:class:`ReceivedBatch`, :class:`RawReadResult`,
@@ -7,7 +8,7 @@ user's records (``list[Element]``, a ``ReadResultSet``, a ``PublishStatuses``)
 wherever the ObjectRef is resolved: in the subscriber's driver, or in a Ray
 task it was handed to.
 
-Values travel as payloads (:mod:`raytopic.actors.payloads`) from publisher
+Values travel as payloads (:mod:`raytopic.core.payloads`) from publisher
 to subscriber: the channel never needs to import the user's classes unless a
 filter or converter runs.
 """
@@ -18,22 +19,23 @@ import contextlib
 import gc
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
-from itertools import repeat, zip_longest
+from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from raytopic.actors.payloads import decode_checked
-from raytopic.actors.poison import Poison, poison_error
-from raytopic.actors.requests import Nack, ReportPoison, pack_request
 from raytopic.core.element_batch import ElementBatch
 from raytopic.core.naming import channel_actor
+from raytopic.core.payloads import decode_checked
+from raytopic.core.protocol.channel import Nack, ReportPoison
+from raytopic.core.protocol.codec import pack_request
+from raytopic.core.protocol.records import Poison, poison_error
 from raytopic.core.records import Element, ReadResultSet, _Origin, _unfrozen
 from raytopic.core.statuses import PublishStatuses
 
 if TYPE_CHECKING:
-    from raytopic.actors.payloads import Payload
+    from raytopic.core.payloads import Payload
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,6 @@ __all__ = [
     "Chunk",
     "Delivery",
     "RawReadResult",
-    "ReaderSpec",
     "ReceivedBatch",
     "StatusBatch",
 ]
@@ -51,7 +52,6 @@ __all__ = [
 # -- records built in bulk ----------------------------------------------------------
 
 _new = object.__new__
-_MISSING = object()
 _Unfrozen = _unfrozen(Element)
 
 
@@ -114,35 +114,6 @@ def _build_statuses(topic_id: str, channel: int, ack: AppendAck) -> PublishStatu
 
 
 # -- receiving -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ReaderSpec:
-    """How a subscriber reads: registered on every channel when it subscribes."""
-
-    group: str | None
-    """The group, or None for an anonymous subscriber."""
-    start_latest: bool
-    """Anonymous cursors (and new groups) start at the tail, else at the head."""
-    filter: bytes | None = None
-    """cloudpickled ``value -> bool``, run in the channel."""
-    converter: bytes | None = None
-    """cloudpickled ``value -> value``, run in the channel."""
-    complete_on_empty: bool = False
-    """A receive with nothing to deliver completes with None / [] at once."""
-    window: int | None = None
-    """Most received-but-uncommitted elements, or None."""
-    resequence: bytes | None = None
-    """cloudpickled ``raytopic.Resequence``: its home session releases in order."""
-    skip_poison: bool = False
-    """``on_poison="skip"``: poison elements are logged, counted and passed over
-    (else the reader stops before one and is told once: ``raytopic.actors.poison``)."""
-
-    def __setstate__(self, state: list[Any]) -> None:
-        # A spec kept by a store before a field was added has that field's default.
-        for spec_field, value in zip_longest(fields(self), state, fillvalue=_MISSING):
-            value = spec_field.default if value is _MISSING else value
-            object.__setattr__(self, spec_field.name, value)
 
 
 class Chunk(NamedTuple):

@@ -7,8 +7,9 @@ import pickle
 
 import pytest
 
-from raytopic.actors.requests import (
-    REQUEST_TYPES,
+from raytopic.core.errors import InvalidArgumentError
+from raytopic.core.protocol import (
+    CHANNEL_REQUESTS,
     Append,
     Nack,
     Receive,
@@ -16,14 +17,13 @@ from raytopic.actors.requests import (
     pack_request,
     unpack_request,
 )
-from raytopic.core.errors import InvalidArgumentError
 
 
 def test_a_packed_request_round_trips_with_its_type_and_method() -> None:
     request = Append(publisher_id="publisher-1", batch=3, overflow="block", timeout=60.0)
     packed = pack_request(request)
     assert isinstance(packed, bytes)
-    unpacked = unpack_request(packed)
+    unpacked = unpack_request(packed, CHANNEL_REQUESTS)
     assert unpacked == request and type(unpacked) is Append
     assert unpacked.method == "append" and unpacked.statuses is False
     assert unpacked._asdict() == {
@@ -41,8 +41,8 @@ def test_defaults_leave_the_flags_off_and_each_request_names_its_channel_method(
     receive = Receive(reader_id="r", stream="s", number=0, max_count=1, single=True)
     assert (receive.spread, receive.here_only, receive.view) == (False, False, None)
     assert Nack(reader_id="r", entries=()).delay == 0.0
-    methods = {kind.method for kind in REQUEST_TYPES}
-    assert len(methods) == len(REQUEST_TYPES)  # one method per request type
+    methods = {kind.method for kind in CHANNEL_REQUESTS}
+    assert len(methods) == len(CHANNEL_REQUESTS)  # one method per request type
     assert "method" not in Take._fields  # a class attribute, not on the wire
 
 
@@ -59,4 +59,4 @@ def test_defaults_leave_the_flags_off_and_each_request_names_its_channel_method(
 )
 def test_anything_but_a_packed_data_path_request_is_refused(packed: object) -> None:
     with pytest.raises(InvalidArgumentError):
-        unpack_request(packed)  # type: ignore[arg-type]
+        unpack_request(packed, CHANNEL_REQUESTS)  # type: ignore[arg-type]

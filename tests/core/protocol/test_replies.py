@@ -10,8 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from raytopic.actors.payloads import ArrowRows, PickledValues
-from raytopic.actors.wire import (
+from raytopic.core.errors import TopicFullError
+from raytopic.core.payloads import ArrowRows, PickledValues
+from raytopic.core.protocol import (
     AppendAck,
     Chunk,
     Delivery,
@@ -20,7 +21,6 @@ from raytopic.actors.wire import (
     ReceivedBatch,
     StatusBatch,
 )
-from raytopic.core.errors import TopicFullError
 from raytopic.core.records import Element, Position, PublishStatus, _Origin
 
 ORIGIN = _Origin(

@@ -8,14 +8,10 @@ import pickle
 import numpy as np
 import pytest
 
-from raytopic.actors.payloads import (
-    PickledList,
-    PickledValues,
-    encode_values,
-)
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.stores.frames import decode_record, encode_record, read_frame
 from raytopic.core.errors import InvalidTypeError
+from raytopic.core.payloads import PickledList, PickledValues, encode_values
 
 
 def _records(count: int) -> list[dict[str, object]]:

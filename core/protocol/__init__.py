@@ -1,0 +1,110 @@
+"""The wire in one place: every request to a channel, the replies, and the records
+they carry. Handles, channels and coordinators import this package, not each other.
+
+- :mod:`~raytopic.core.protocol.records`: leases, addresses, reader specs, cursor
+  states, poison elements;
+- :mod:`~raytopic.core.protocol.channel`: the channel's data-path requests;
+- :mod:`~raytopic.core.protocol.transactions`: a transaction's requests, outcomes
+  and consumed commits;
+- :mod:`~raytopic.core.protocol.replies`: acks, deliveries, and the replies that
+  rebuild into the user's records where they are read;
+- :mod:`~raytopic.core.protocol.codec`: one record as one bytes argument.
+"""
+
+from __future__ import annotations
+
+from raytopic.core.protocol.channel import (
+    CHANNEL_REQUESTS,
+    Ack,
+    Append,
+    AppendOnce,
+    ChannelRequest,
+    ExtendLease,
+    GiveBack,
+    Nack,
+    Receive,
+    ReportPoison,
+    SettleTake,
+    StopTake,
+    Take,
+    Watch,
+)
+from raytopic.core.protocol.codec import pack_request, unpack_request
+from raytopic.core.protocol.records import (
+    Address,
+    CursorState,
+    Lease,
+    Poison,
+    ReaderSpec,
+    poison_error,
+)
+from raytopic.core.protocol.replies import (
+    AppendAck,
+    Chunk,
+    Delivery,
+    RawReadResult,
+    ReceivedBatch,
+    StatusBatch,
+)
+from raytopic.core.protocol.transactions import (
+    FENCED,
+    TRANSACTION_REQUESTS,
+    ConsumedCommit,
+    DecideTransaction,
+    FenceTransactions,
+    FinishTransaction,
+    ForgetTransaction,
+    Outcome,
+    PrepareTransaction,
+    ResolveTransaction,
+    StageTransaction,
+    TransactionRequest,
+)
+
+__all__ = [
+    # records
+    "Address",
+    "CursorState",
+    "Lease",
+    "Poison",
+    "ReaderSpec",
+    "poison_error",
+    # channel requests
+    "CHANNEL_REQUESTS",
+    "Ack",
+    "Append",
+    "AppendOnce",
+    "ChannelRequest",
+    "ExtendLease",
+    "GiveBack",
+    "Nack",
+    "Receive",
+    "ReportPoison",
+    "SettleTake",
+    "StopTake",
+    "Take",
+    "Watch",
+    # transactions
+    "FENCED",
+    "TRANSACTION_REQUESTS",
+    "ConsumedCommit",
+    "DecideTransaction",
+    "FenceTransactions",
+    "FinishTransaction",
+    "ForgetTransaction",
+    "Outcome",
+    "PrepareTransaction",
+    "ResolveTransaction",
+    "StageTransaction",
+    "TransactionRequest",
+    # replies
+    "AppendAck",
+    "Chunk",
+    "Delivery",
+    "RawReadResult",
+    "ReceivedBatch",
+    "StatusBatch",
+    # codec
+    "pack_request",
+    "unpack_request",
+]

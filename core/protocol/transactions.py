@@ -1,0 +1,162 @@
+"""A transaction's requests to a channel (see ``raytopic.actors.transactions``), typed
+as the data path's are (``raytopic.core.protocol.channel``), and what they name:
+the outcome of a transaction and a consumed commit.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from raytopic.core.protocol.records import Address, Lease
+
+__all__ = [
+    "FENCED",
+    "TRANSACTION_REQUESTS",
+    "ConsumedCommit",
+    "Outcome",
+    "DecideTransaction",
+    "FenceTransactions",
+    "FinishTransaction",
+    "ForgetTransaction",
+    "PrepareTransaction",
+    "ResolveTransaction",
+    "StageTransaction",
+    "TransactionRequest",
+]
+
+
+class Outcome(enum.StrEnum):
+    """How a transaction ended (kept by its lead: its decision)."""
+
+    COMMIT = "commit"
+    """Its outputs appended and its consumed commits applied, everywhere."""
+    ABORT = "abort"
+    """Nothing of it took effect."""
+
+
+FENCED = "fenced"
+"""The reason of an abort caused by a newer incarnation of the transactional id."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedCommit:
+    """A group member's commit made by a transaction: the group's position moves
+    to ``sequence`` if ``fence`` still owns the channel at ``jumps`` (no seek,
+    reset or change of owner since the elements were read). The holder names
+    the member's reader; the channel fills in its group."""
+
+    reader_id: str
+    sequence: int
+    fence: Lease
+    jumps: int
+    group: str = ""
+
+    def to_state(self) -> list[Any]:
+        fence = [self.fence.member_id, self.fence.generation]
+        return [self.reader_id, self.sequence, fence, self.jumps, self.group]
+
+    @classmethod
+    def from_state(cls, state: list[Any]) -> ConsumedCommit:
+        reader_id, sequence, fence, jumps, group = state
+        return cls(reader_id, int(sequence), Lease(fence[0], int(fence[1])), int(jumps), group)
+
+
+class StageTransaction(NamedTuple):
+    """Keep elements published in a transaction apart from the ring (its payload is
+    the call's second argument)."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    timeout: float | None
+    method = "stage"
+
+
+class PrepareTransaction(NamedTuple):
+    """Check and keep durably what a transaction does here, before its decision."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    lead: Address
+    staged: int
+    """How many elements the holder staged here (fewer: the channel lost some)."""
+    commits: tuple[ConsumedCommit, ...]
+    """The consumed commits made here."""
+    method = "prepare"
+
+
+class DecideTransaction(NamedTuple):
+    """At the transaction's lead: record its outcome and finish it here, in one step."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    outcome: Outcome
+    reason: str
+    staged: int
+    commits: tuple[ConsumedCommit, ...]
+    forget: tuple[str, ...] = ()
+    """Earlier transactions it led whose participants all finished."""
+    method = "decide"
+
+
+class FinishTransaction(NamedTuple):
+    """At a participant other than the lead: the decided outcome."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    outcome: Outcome
+    reason: str
+    method = "finish"
+
+
+class ResolveTransaction(NamedTuple):
+    """At the lead: the outcome of a transaction (None: undecided); past its
+    deadline an undecided one is aborted."""
+
+    key: str
+    transactional_id: str
+    deadline: float
+    method = "resolve"
+
+
+class ForgetTransaction(NamedTuple):
+    """Every participant finished the transaction: its outcome is no longer needed."""
+
+    key: str
+    method = "forget"
+
+
+class FenceTransactions(NamedTuple):
+    """Incarnations of ``transactional_id`` older than ``epoch`` are fenced: their
+    staged transactions here are aborted, their stagings refused."""
+
+    transactional_id: str
+    epoch: int
+    method = "fence"
+
+
+TransactionRequest = (
+    StageTransaction
+    | PrepareTransaction
+    | DecideTransaction
+    | FinishTransaction
+    | ResolveTransaction
+    | ForgetTransaction
+    | FenceTransactions
+)
+"""A transaction's request, served by ``ChannelActor.transact``."""
+
+TRANSACTION_REQUESTS = (
+    StageTransaction,
+    PrepareTransaction,
+    DecideTransaction,
+    FinishTransaction,
+    ResolveTransaction,
+    ForgetTransaction,
+    FenceTransactions,
+)
