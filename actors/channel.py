@@ -54,6 +54,8 @@ from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     ChannelFailedError,
     ChannelUnavailableError,
+    GroupModeError,
+    GroupNotFoundError,
     StoreError,
     TopicError,
 )
@@ -79,6 +81,14 @@ from raytopic.core.protocol import (
 )
 from raytopic.core.records import AckStatus, CommitResult, CommitStatus
 from raytopic.core.shared_group import SharedGroup
+from raytopic.core.stream_log import (
+    ClaimStream,
+    CommitBatch,
+    ReadStreamLog,
+    RecordBatch,
+    StreamLogState,
+    StreamRequest,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -652,6 +662,8 @@ class ChannelActor:
         self._readers.destroy_group(group)
         self._host.forget_group(group)
         self._state.touch("marks", group)
+        if self._parts.streams.forget(group):
+            self._state.touch("streams", group)
         await self._state.save()
 
     @_guarded
@@ -675,6 +687,42 @@ class ChannelActor:
         """Undo a reset (a reset of several channels is all or nothing)."""
         if self._readers.restore_group(group, previous):
             await self._state.save()
+
+    @_guarded
+    async def stream_log(self, request: StreamRequest) -> StreamLogState | None:
+        """Serve a stream's request on its group's offset log here (see
+        ``raytopic.core.stream_log``): read or claim it, record a batch, or commit
+        one (the group's commit moves to the batch's end here). A change is
+        answered once it is durable, in the same state write as the cursor.
+
+        Raises:
+            GroupNotFoundError: no such group.
+            GroupModeError: a shared group (its members acknowledge element by element).
+            NotOwnerError: a newer stream holds the group (a claim, record or commit
+                of an older one).
+        """
+        group, owned, streams = request.group, self._readers.owned, self._parts.streams
+        if group not in owned.groups:
+            if group in self._readers.shared:
+                raise GroupModeError(f"group {group!r} is shared: a stream reads an owned group")
+            raise GroupNotFoundError(f"group {group!r} does not exist")
+        match request:
+            case ReadStreamLog():
+                return StreamLogState(streams.record_of(group), owned.groups[group].committed)
+            case ClaimStream():
+                streams.claim(request)
+            case RecordBatch():
+                streams.record(request)
+            case CommitBatch():
+                through = streams.commit(request)
+                if through is not None:
+                    owned.advance(group, through)
+                    self._readers.commits_moved()
+        self._state.touch("streams", group)
+        await self._state.save()
+        if isinstance(request, ClaimStream):
+            return StreamLogState(streams.record_of(group), owned.groups[group].committed)
+        return None
 
     def group_cursors(self) -> dict[str, dict[str, Any]]:
         """Every group's cursor here, for ``describe`` (and a restarted coordinator)."""

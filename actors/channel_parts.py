@@ -25,6 +25,7 @@ from raytopic.actors.ring_api import RingbufferApi
 from raytopic.actors.session_host import SessionHost
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.stores.base import ChannelStore, StoredBatch
+from raytopic.actors.stream_logs import StreamLogs
 from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.errors import DataLossError
 from raytopic.core.protocol import ChannelRequest, CursorState, Lease, ReaderSpec
@@ -48,6 +49,7 @@ class ChannelParts:
     dead_letters: DeadLetters
     ring_api: RingbufferApi
     transactions: TransactionParticipant
+    streams: StreamLogs
 
     @classmethod
     def build(
@@ -90,6 +92,8 @@ class ChannelParts:
         table = transactions.table
         state.provide("transactions", table.state_of, table.durable_keys)
         readers.owned.held = table.held
+        streams = StreamLogs(context.channel)
+        state.provide("streams", streams.state_of, streams.records.keys)
         return cls(
             context,
             log,
@@ -100,6 +104,7 @@ class ChannelParts:
             DeadLetters(context, log, state.save),
             RingbufferApi(context, log),
             transactions,
+            streams,
         )
 
     def recover(self, store: ChannelStore, *, restarted: bool) -> bool:
@@ -128,6 +133,7 @@ class ChannelParts:
         )
         readers.restore_state(saved.get("readers", {}))
         self.transactions.recover(saved.get("transactions", {}))
+        self.streams.restore(saved.get("streams", {}))
         self.state.write_snapshot()
         log.release()
         self._log_recovered(restarted)

@@ -12,6 +12,7 @@ The state is a dict of sections, as the store keeps it (JSON-ready)::
     publishers     publisher -> its track (last batches and their acks)
     readers        reader -> its spec and, if anonymous, its cursor
     transactions   transaction -> its prepared part here, or its outcome
+    streams        group -> its stream's offset log here (``raytopic.core.stream_log``)
 
 A write carries only what changed (:meth:`ChannelState.touch`), so its cost
 follows what a call changed, not the channel's history: a commit writes one
@@ -38,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SECTIONS", "ChannelState"]
 
-SECTIONS = ("groups", "shared", "marks", "publishers", "readers", "transactions")
+SECTIONS = ("groups", "shared", "marks", "publishers", "readers", "transactions", "streams")
 """The keyed sections of the state, in the order a snapshot lists them."""
 
 

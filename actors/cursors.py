@@ -164,6 +164,18 @@ class Cursor:
         self._forget_unread()
         return CommitStatus.COMMITTED
 
+    def advance(self, sequence: int) -> bool:
+        """A stream's commit (``raytopic.core.stream_log``): read and commit positions
+        move up to ``sequence``, never back (the stream read the range itself, not
+        through takes). Returns whether the commit moved."""
+        if sequence <= self.committed and self.has_commit:
+            return False
+        self.committed = max(self.committed, sequence)
+        self.has_commit = True
+        self.next = max(self.next, self.committed + 1)
+        self._forget_unread()
+        return True
+
     def seek(self, position: int, head: int, tail: int, *, commit: bool) -> int:
         """Move so the next delivery is the first after ``position``; return it clamped.
 

@@ -402,6 +402,19 @@ class OwnedReaders:
             self._touch(reader)  # type: ignore[arg-type]
         return CommitResult(self._context.channel, position, status)
 
+    def advance(self, group: str, sequence: int) -> None:
+        """A stream's commit of ``group`` through ``sequence`` (see ``Cursor.advance``).
+
+        Raises:
+            GroupNotFoundError: no such group here.
+        """
+        cursor = self.groups.get(group)
+        if cursor is None:
+            raise GroupNotFoundError(f"group {group!r} does not exist")
+        if cursor.advance(sequence):
+            self._context.metrics.committed()
+            self._state.touch("groups", group)
+
     def seek(
         self, reader: Reader, fence: Any, target: int | float, by_time: bool, commit: bool
     ) -> tuple[int, int]:

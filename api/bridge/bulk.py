@@ -54,6 +54,7 @@ __all__ = [
     "APPEND_ROWS",
     "BulkWriter",
     "ChannelRange",
+    "cut_ranges",
     "plan_ranges",
     "read_range",
     "route",
@@ -293,7 +294,7 @@ def plan_ranges(
             if group is not None
             else None
         )
-    spans: list[ChannelRange] = []
+    wholes: list[ChannelRange] = []
     for index, channel in enumerate(picked):
         head, tail, _ = sizes[index]
         if cursors is not None:
@@ -302,8 +303,40 @@ def plan_ranges(
         else:
             first = _bound(topic, channel, start, head, tail, "start")
         stop = min(_bound(topic, channel, end, head, tail, "end"), tail + 1)
-        damage = DamageMap(tuple(r) for r in identities[index]["damaged"])
-        spans.extend(_around_damage(ChannelRange(channel, first, stop), damage, identities[index]))
+        wholes.append(ChannelRange(channel, first, stop))
+    return cut_ranges(
+        wholes,
+        dict(zip(picked, identities, strict=True)),
+        task_rows=task_rows,
+        fail_on_data_loss=fail_on_data_loss,
+    )
+
+
+def cut_ranges(
+    wholes: Iterable[ChannelRange],
+    identities: Mapping[int, Mapping[str, Any]],
+    *,
+    task_rows: int = READ_TASK_ROWS,
+    fail_on_data_loss: bool = True,
+) -> list[ChannelRange]:
+    """Whole channel ranges cut into the pieces a read runs (at most ``task_rows``
+    positions each), around the damaged stored records the channels reported.
+
+    Args:
+        wholes: The ranges to read, at most one per channel.
+        identities: Each channel's identity (its ``damaged`` ranges, its epoch).
+        task_rows: Positions of one piece at most.
+        fail_on_data_loss: Raise when a range crosses a damaged record (else the
+            pieces go around it, logged).
+
+    Raises:
+        DataLossError: a range crosses a damaged record (see :func:`plan_ranges`).
+    """
+    spans: list[_Span] = []
+    for whole in wholes:
+        identity = identities[whole.channel]
+        damage = DamageMap(tuple(r) for r in identity["damaged"])
+        spans.extend(_around_damage(whole, damage, identity))
     crossed = [span for span in spans if span.damaged]
     if crossed and fail_on_data_loss:
         raise _crossed_damage(crossed)

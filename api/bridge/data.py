@@ -31,6 +31,7 @@ from ray.util.debug import reset_log_once
 
 from raytopic.bridge.arrow_tables import combine, empty_table
 from raytopic.bridge.bulk import BulkWriter, ChannelRange, plan_ranges, read_range
+from raytopic.bridge.streams import AVAILABLE_NOW, MicroBatch, Stream, open_stream
 from raytopic.core.config import check_instance, check_timeout
 from raytopic.core.errors import InvalidArgumentError, unwrap_ray_error
 from raytopic.core.records import PublishSummary
@@ -39,7 +40,15 @@ from raytopic.topic import Topic
 if TYPE_CHECKING:
     from ray.data._internal.execution.interfaces import TaskContext
 
-__all__ = ["TopicDatasink", "TopicDatasource", "read_topic", "write_topic"]
+__all__ = [
+    "MicroBatch",
+    "Stream",
+    "TopicDatasink",
+    "TopicDatasource",
+    "read_topic",
+    "stream",
+    "write_topic",
+]
 
 
 def write_topic(
@@ -189,11 +198,78 @@ def read_topic(
         group=group,
         fail_on_data_loss=fail_on_data_loss,
     )
+    return ranges_dataset(topic, ranges)
+
+
+def ranges_dataset(topic: Topic, ranges: list[ChannelRange]) -> Dataset:
+    """The elements of planned ``ranges`` as a Dataset, one read task per range (see
+    :func:`read_topic`, which plans them; a stream's micro-batch has its own)."""
     if not ranges:
         return ray.data.from_arrow(empty_table())
     # One block per planned range: Ray Data would otherwise split a small read
     # into ~200 blocks (and a write of them back into as many tasks).
     return ray.data.read_datasource(TopicDatasource(topic, ranges), override_num_blocks=len(ranges))
+
+
+def stream(
+    topic: Topic,
+    *,
+    group: str,
+    trigger: str | float = AVAILABLE_NOW,
+    max_rows_per_batch: int = 100_000,
+    start: str = "earliest",
+    fail_on_data_loss: bool = True,
+) -> Stream:
+    """A group of ``topic`` as an unbounded source of micro-batches, each a Ray Dataset
+    over fixed position ranges (DESIGN 5.8): Spark Structured Streaming's
+    guarantees for Ray Data.
+
+    Example:
+        >>> with raytopic.data.stream(topic, group="etl", trigger=1.0) as batches:
+        ...     for mb in batches:  # MicroBatch(batch_id, ranges, rows, dataset)
+        ...         mb.dataset.write_parquet(f"{out}/batch={mb.batch_id}")
+        ...         # advancing the iterator commits the batch
+
+    Before a batch is handed out, its id and ranges are recorded with the group at
+    every channel (durably with a store); a batch is committed when the iterator
+    advances past it (reaching the end of an ``"available_now"`` stream counts)
+    or by ``MicroBatch.commit()``. Leaving the loop by ``break`` or an exception
+    commits nothing: the next stream on the group hands that batch out first,
+    with the same id, ranges and rows. The stream is its group's only consumer
+    and reads every channel; a newer stream on the group fences it (its next
+    commit raises NotOwnerError and ends its iteration).
+
+    Args:
+        topic: The topic.
+        group: The group (made if new, at ``start``); an owned group without members.
+        trigger: ``"available_now"``: what the channels hold when the stream opens,
+            in batches, then the end; or seconds > 0: a batch every that many
+            seconds (at once when the last one took longer) until ``stop()``.
+            Empty intervals make no batch.
+        max_rows_per_batch: Positions of one batch at most, over all channels.
+        start: Where a new group starts: "earliest" or "latest".
+        fail_on_data_loss: Raise DataLossError when a batch crosses lost elements
+            (a damaged stored record, a channel restarted without a store), else
+            read around them (logged), as ``read_topic`` does.
+
+    Returns:
+        The stream (iterate it; a context manager too).
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: a bad argument (nothing is made
+            or consumed).
+        GroupModeError: the group is shared, or has members.
+        NotOwnerError: a newer stream opened on the group at the same time.
+    """
+    return open_stream(
+        topic,
+        group,
+        trigger=trigger,
+        max_rows_per_batch=max_rows_per_batch,
+        start=start,
+        fail_on_data_loss=fail_on_data_loss,
+        reader=lambda pieces: (ranges_dataset(topic, pieces), None),
+    )
 
 
 class TopicDatasink(Datasink[tuple[dict[int, int], int]]):

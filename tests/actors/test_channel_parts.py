@@ -35,6 +35,14 @@ from raytopic.core.protocol import (
     StageTransaction,
 )
 from raytopic.core.shared_group import SharedGroup
+from raytopic.core.stream_log import (
+    BatchRecord,
+    ClaimStream,
+    CommitBatch,
+    RecordBatch,
+    StreamClaim,
+    StreamRecord,
+)
 
 from tests.seed_store import SeedStore
 
@@ -147,7 +155,15 @@ def test_a_new_channel_s_store_gets_its_first_epoch_before_anything_is_served(
         "next_sequence": 0,
         **{
             section: {}
-            for section in ("groups", "shared", "marks", "publishers", "readers", "transactions")
+            for section in (
+                "groups",
+                "shared",
+                "marks",
+                "publishers",
+                "readers",
+                "transactions",
+                "streams",
+            )
         },
     }
 
@@ -179,6 +195,36 @@ def test_a_channel_comes_back_from_its_own_store_under_the_next_epoch(opened) ->
         assert (cursor.committed, cursor.next, cursor.owner) == (0, 1, MEMBER)
         assert again.readers.specs() == {"m": ReaderSpec("g", False)}
         assert again.publishers.earlier_ack("p", 0, 2).first == 0  # a retry is not appended
+
+    asyncio.run(main())
+
+
+def test_a_streams_offset_log_comes_back_with_the_groups_commit(opened) -> None:
+    claim = StreamClaim(1, "s")
+    done, in_flight = BatchRecord(0, ((0, 0, 2),)), BatchRecord(1, ((0, 2, 3),))
+
+    async def main() -> None:
+        parts = _build(_config())
+        store = opened()
+        parts.recover(ChannelStore(store), restarted=False)
+        await parts.log.append(
+            _values("a", "b", "c"), Overflow.FAIL, None, whole=True, publisher_id="p", batch=0
+        )
+        parts.readers.ensure_group("g", False, None)
+        # As the channel serves a stream: claim, record, commit (moving the group's
+        # cursor in the same write), record the next batch.
+        parts.streams.claim(ClaimStream("g", claim))
+        parts.streams.record(RecordBatch("g", claim, done))
+        parts.readers.owned.advance("g", parts.streams.commit(CommitBatch("g", claim, done)))
+        parts.streams.record(RecordBatch("g", claim, in_flight))
+        parts.state.touch("streams", "g")
+        await parts.state.save()
+        store.close()
+
+        again = _build(_config(), restarted=True)
+        assert again.recover(ChannelStore(opened(must_exist=True)), restarted=True)
+        assert again.streams.record_of("g") == StreamRecord(claim, in_flight, 0)
+        assert again.readers.owned.groups["g"].committed == 1
 
     asyncio.run(main())
 

@@ -426,3 +426,13 @@ def test_a_seek_reset_or_grant_voids_what_is_lent() -> None:
         before = cursor.next
         assert cursor.settle_lent("t", 0) is False
         assert cursor.next == before
+
+
+def test_a_streams_commit_moves_read_and_commit_forward_only() -> None:
+    cursor = Cursor.starting_at(5)  # a fresh group: before 5, no commit of its own
+    assert cursor.advance(3) and state(cursor) == (5, 4, True, 0)  # below: only marked
+    assert not cursor.advance(4)
+    assert cursor.advance(9) and state(cursor) == (10, 9, True, 0)
+    cursor.next = 20  # a read position ahead stays where it is
+    assert cursor.advance(12) and state(cursor) == (20, 12, True, 0)
+    assert not cursor.advance(11) and cursor.committed == 12  # never back

@@ -1,0 +1,491 @@
+"""Streams: a group of a topic as an unbounded source of micro-batches (DESIGN 5.8),
+for Ray Data (``raytopic.data.stream``) and Spark (``raytopic.spark.stream``).
+
+One batch, step by step:
+
+1. **Plan** (the driver, in ``next()``): each channel's range starts where its
+   last one ended and takes what the channel holds now (up to the tails seen
+   when the stream opened, for ``"available_now"``), ``max_rows_per_batch``
+   positions at most over all channels, shared fairly among them
+   (:func:`split_rows`). Damaged stored records in the ranges follow
+   ``fail_on_data_loss`` as in ``read_topic``.
+2. **Record**: the batch (its id and every channel's range) goes into the offset
+   log that each channel keeps beside the group's cursor
+   (``raytopic.core.stream_log``), durably with a store, before it is handed out.
+3. **Read**: ``MicroBatch.dataset`` is a Ray Dataset of the ranges read by Ray
+   Data tasks straight from the channel actors (``read_topic``'s datasource);
+   ``MicroBatch.dataframe`` (the Spark form) a DataFrame read by Spark tasks.
+4. **Commit**: when the iterator advances (or on ``MicroBatch.commit()``), every
+   channel marks the batch committed and moves the group's commit to the end of
+   its range, in one durable write.
+
+A stream that opens claims its group at every channel, which fences any older
+stream of the group, and reads the channels' offset logs: a batch recorded but
+committed nowhere is handed out first, as it was; a batch committed at some
+channels only is committed at the others (``raytopic.core.stream_log.recover``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from raytopic.bridge.bulk import ChannelRange, cut_ranges
+from raytopic.core.config import (
+    check_bool,
+    check_instance,
+    check_name,
+    check_positive_int,
+    check_seconds,
+)
+from raytopic.core.destroyed import topic_calls
+from raytopic.core.errors import (
+    DataLossError,
+    GroupModeError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    NotOwnerError,
+)
+from raytopic.core.stream_log import (
+    BatchRecord,
+    ClaimStream,
+    CommitBatch,
+    ReadStreamLog,
+    RecordBatch,
+    StreamRequest,
+    next_claim,
+    recover,
+)
+from raytopic.topic import Topic
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AVAILABLE_NOW", "BatchReader", "MicroBatch", "Stream", "split_rows"]
+
+AVAILABLE_NOW = "available_now"
+"""The trigger that reads what is there when the stream opens, then ends."""
+
+BatchReader = Callable[[list[ChannelRange]], tuple["Dataset", Any]]
+"""Makes a batch's ``(dataset, dataframe)`` from the pieces its ranges are read in
+(the dataframe None in the Ray Data form)."""
+
+
+def split_rows(backlog: Mapping[int, int], max_rows: int) -> dict[int, int]:
+    """How many positions each channel gives a batch of at most ``max_rows``.
+
+    All of every backlog if they fit; else each channel an equal share, a channel
+    with less than its share giving all it has and the rest of its share going
+    to the others (water filling), so no channel waits behind a busier one. What
+    an equal split leaves over goes one each to the lowest channels.
+
+    Args:
+        backlog: Per channel, the positions waiting.
+        max_rows: The batch's bound (>= 1).
+
+    Returns:
+        Per channel (every one in ``backlog``), the positions taken.
+    """
+    taken = dict.fromkeys(backlog, 0)
+    waiting = sorted((rows, channel) for channel, rows in backlog.items() if rows > 0)
+    left = max_rows
+    while waiting and left > 0:
+        share = left // len(waiting)
+        rows, channel = waiting[0]
+        if share and rows <= share:  # the smallest fits in its share: all of it
+            taken[channel] = rows
+            left -= rows
+            waiting.pop(0)
+            continue
+        channels = sorted(channel for _, channel in waiting)
+        for channel in channels:
+            taken[channel] = share
+        for channel in channels[: left - share * len(channels)]:
+            taken[channel] += 1
+        break
+    return taken
+
+
+class MicroBatch:
+    """One micro-batch of a stream: a fixed position range of every channel, and
+    its elements.
+
+    Attributes:
+        batch_id: The batch's number in its group: 0, 1, 2, ... (a replayed batch
+            keeps its number: an idempotent sink overwrites by it).
+        ranges: Per channel of the topic, ``(start, end)``, end excluded
+            (``start == end``: nothing from that channel). A channel's ranges in
+            successive batches follow each other with no gap and no overlap.
+        rows: The elements of the ranges (fewer than the positions only where
+            ``fail_on_data_loss=False`` read around lost ones).
+        dataset: The elements as a Ray Dataset, read by Ray Data tasks straight
+            from the channels when it runs, with ``read_topic``'s columns (the
+            row's fields or ``value``, then ``channel``, ``position``,
+            ``timestamp``).
+        dataframe: The Spark form's DataFrame of the same rows (None in the Ray
+            Data form).
+    """
+
+    __slots__ = ("_record", "_stream", "batch_id", "dataframe", "dataset", "ranges", "rows")
+
+    def __init__(
+        self,
+        stream: Stream,
+        record: BatchRecord,
+        rows: int,
+        dataset: Dataset,
+        dataframe: Any = None,
+    ) -> None:
+        self._stream = stream
+        self._record = record
+        self.batch_id = record.batch_id
+        self.ranges: dict[int, tuple[int, int]] = {
+            channel: (start, end) for channel, start, end in record.ranges
+        }
+        self.rows = rows
+        self.dataset = dataset
+        self.dataframe = dataframe
+
+    def commit(self) -> None:
+        """Commit the batch now (advancing the iterator does it too): the group's
+        positions move to the ends of its ranges, durably with a store. Committing
+        again changes nothing.
+
+        Raises:
+            NotOwnerError: a newer stream on the group fenced this one.
+        """
+        self._stream._commit(self._record)
+
+    def __repr__(self) -> str:
+        return f"MicroBatch(batch_id={self.batch_id}, ranges={self.ranges}, rows={self.rows})"
+
+
+class Stream:
+    """A group of a topic as a sequence of micro-batches (see
+    ``raytopic.data.stream``). Iterate it; ``stop()`` ends it; also a context
+    manager (leaving the block stops it).
+
+    **Ordering**: batches come in id order; each channel's ranges follow each
+    other with no gap and no overlap.
+    **Delivery**: a batch is committed when the iterator advances past it (or by
+    ``MicroBatch.commit()``); one handed out and not committed is handed out
+    again, same id, same ranges, same rows, by the next stream on the group.
+    With an idempotent sink (one that overwrites by batch id) the output is
+    exactly once.
+    **Durability**: with a store, the offset log and the commits survive
+    channel, coordinator and driver SIGKILLs.
+    """
+
+    def __init__(
+        self,
+        topic: Topic,
+        group: str,
+        *,
+        trigger: float | None,
+        max_rows_per_batch: int,
+        start_latest: bool,
+        fail_on_data_loss: bool,
+        reader: BatchReader,
+    ) -> None:
+        self._topic = topic
+        self._group = group
+        self._trigger = trigger  # None: "available_now"
+        self._max_rows = max_rows_per_batch
+        self._fail_on_data_loss = fail_on_data_loss
+        self._reader = reader
+        self._channels = range(topic.channel_count)
+        self._stop = threading.Event()
+        self._ended = False
+        self._handed: BatchRecord | None = None  # handed out, not committed yet
+        self._due = 0.0  # monotonic time of the next planned batch (a timed trigger)
+        self._open(start_latest)
+
+    # -- opening ------------------------------------------------------------------------
+
+    def _open(self, start_latest: bool) -> None:
+        """Claim the group at every channel (fencing older streams) and find where its
+        stream stopped (see ``raytopic.core.stream_log.recover``)."""
+        topic, group = self._topic, self._group
+        topic._call(topic._coordinator.ensure_group, group, start_latest)
+        members = topic._call(topic._coordinator.describe)["groups"][group]["members"]
+        if members:
+            raise GroupModeError(
+                f"group {group!r} has members ({', '.join(sorted(members))}): a stream must "
+                "be its group's only consumer; close them first"
+            )
+        found = self._ask(ReadStreamLog(group))
+        self._claim = next_claim([state.record for state in found], uuid.uuid4().hex)
+        states = self._ask(ClaimStream(group, self._claim))
+        if any(state.record.claim != self._claim for state in states):
+            raise NotOwnerError(f"a newer stream opened on group {group!r} meanwhile")
+        recovery = recover([state.record for state in states])
+        if recovery.finish is not None:
+            self._ask(CommitBatch(group, self._claim, recovery.finish))
+        self._replay = recovery.replay
+        self._next_id = recovery.next_batch_id
+        replay = recovery.replay
+        self._committed = (self._next_id if replay is None else replay.batch_id) - 1
+        # Each channel goes on from the group's commit there, or from the end of the
+        # batch in flight (replayed, or just committed).
+        self._starts = {channel: states[channel].committed + 1 for channel in self._channels}
+        pending = recovery.replay or recovery.finish
+        if pending is not None:
+            for channel, _, end in pending.ranges:
+                self._starts[channel] = max(self._starts[channel], end)
+        self._until: dict[int, int] | None = None
+        if self._trigger is None:
+            self._until = {channel: view[1] + 1 for channel, view in self._views().items()}
+        logger.info(
+            "stream %s on group %s of %s: next batch %d%s",
+            self._claim.stream_id,
+            group,
+            topic.name,
+            self._next_id,
+            "" if self._replay is None else f" (batch {self._replay.batch_id} first, again)",
+        )
+
+    # -- iterating ----------------------------------------------------------------------
+
+    def __iter__(self) -> Stream:
+        return self
+
+    def __next__(self) -> MicroBatch:
+        """Commit the batch handed out last, then the next batch: the uncommitted one
+        of an earlier stream first, then new ones (waiting for the trigger).
+
+        Raises:
+            StopIteration: ``"available_now"`` read everything, or ``stop()``.
+            NotOwnerError: a newer stream on the group fenced this one (the
+                iteration ends with it).
+            DataLossError: the next batch crosses lost elements and
+                ``fail_on_data_loss`` (nothing of it is recorded or committed).
+        """
+        if self._ended:
+            raise StopIteration
+        try:
+            if self._handed is not None:
+                self._commit(self._handed)
+            batch = self._next_batch()
+        except BaseException:
+            self._ended = True
+            raise
+        if batch is None:
+            self._ended = True
+            raise StopIteration
+        return batch
+
+    def _next_batch(self) -> MicroBatch | None:
+        if self._stop.is_set():
+            return None
+        if self._replay is not None:
+            record, self._replay = self._replay, None
+            return self._hand_out(record, self._views())
+        while True:
+            if self._trigger is not None:
+                if self._stop.wait(max(0.0, self._due - time.monotonic())):
+                    return None
+                # The next one is due a trigger from now, or at once if this batch
+                # takes longer than that.
+                self._due = time.monotonic() + self._trigger
+            views = self._views()
+            record = self._plan(views)
+            if record is not None:
+                return self._hand_out(record, views)
+            if self._trigger is None:
+                return None  # "available_now": everything it saw is read
+
+    def _plan(self, views: dict[int, tuple[int, int, dict[str, Any]]]) -> BatchRecord | None:
+        """The next batch over what the channels hold (None: nothing new)."""
+        backlog = {}
+        for channel in self._channels:
+            end = views[channel][1] + 1
+            if self._until is not None:
+                end = min(end, self._until[channel])
+            backlog[channel] = max(0, end - self._starts[channel])
+        taken = split_rows(backlog, self._max_rows)
+        if not any(taken.values()):
+            return None
+        return BatchRecord(
+            self._next_id,
+            tuple(
+                (channel, self._starts[channel], self._starts[channel] + taken[channel])
+                for channel in self._channels
+            ),
+        )
+
+    def _hand_out(
+        self, record: BatchRecord, views: dict[int, tuple[int, int, dict[str, Any]]]
+    ) -> MicroBatch:
+        """Record the batch in the offset log (durably), then hand it out."""
+        pieces = self._pieces(record, views)
+        self._ask(RecordBatch(self._group, self._claim, record))
+        self._handed = record
+        self._next_id = record.batch_id + 1
+        for channel, _, end in record.ranges:
+            self._starts[channel] = max(self._starts[channel], end)
+        dataset, dataframe = self._reader(pieces)
+        rows = sum(piece.rows for piece in pieces)
+        return MicroBatch(self, record, rows, dataset, dataframe)
+
+    def _pieces(
+        self, record: BatchRecord, views: dict[int, tuple[int, int, dict[str, Any]]]
+    ) -> list[ChannelRange]:
+        """The pieces the batch's ranges are read in: around damaged stored records,
+        and above elements a channel without a store no longer holds, as
+        ``fail_on_data_loss`` says (raised before anything is recorded)."""
+        wholes, lost = [], []
+        for channel, start, end in record.ranges:
+            head, _, identity = views[channel]
+            if start < head and not identity["durable"] and start < end:
+                lost.append((channel, start, min(end, head) - 1, identity["epoch"]))
+                start = min(head, end)
+            wholes.append(ChannelRange(channel, start, end))
+        if lost and self._fail_on_data_loss:
+            channel, first, last, epoch = lost[0]
+            named = ", ".join(f"channel {c}: {f}..{la}" for c, f, la, _ in lost)
+            raise DataLossError(
+                f"batch {record.batch_id} of group {self._group!r} covers elements that are "
+                f"gone (their channel restarted without a store, or they were overwritten "
+                f"or expired): {named}; read on without them with fail_on_data_loss=False",
+                head_sequence=last + 1,
+                channel=channel,
+                old_epoch=epoch,
+                new_epoch=epoch,
+                lost=(first, last),
+            )
+        for channel, first, last, _ in lost:
+            logger.warning(
+                "batch %d of group %s: channel %d no longer holds %d..%d: read without them",
+                record.batch_id,
+                self._group,
+                channel,
+                first,
+                last,
+            )
+        identities = {channel: view[2] for channel, view in views.items()}
+        return cut_ranges(wholes, identities, fail_on_data_loss=self._fail_on_data_loss)
+
+    def _commit(self, record: BatchRecord) -> None:
+        if record.batch_id <= self._committed:
+            return
+        self._ask(CommitBatch(self._group, self._claim, record))
+        self._committed = record.batch_id
+        if self._handed == record:
+            self._handed = None
+
+    # -- the channels ---------------------------------------------------------------------
+
+    def _ask(self, request: StreamRequest) -> list[Any]:
+        """``request`` at every channel, at once; their answers in channel order."""
+        topic = self._topic
+        refs = [actor.stream_log.remote(request) for actor in topic._channel_actors]
+        answers, refused = [], None
+        for ref in refs:  # every answer read: a refusal of one leaves none unread (logged by Ray)
+            try:
+                with topic_calls(topic.topic_id, topic.name):
+                    answers.append(ray.get(ref))
+            except Exception as error:
+                refused = refused or error
+        if refused is not None:
+            raise refused
+        return answers
+
+    def _views(self) -> dict[int, tuple[int, int, dict[str, Any]]]:
+        """Per channel: (head, tail, identity), asked of every channel at once."""
+        topic = self._topic
+        actors = topic._channel_actors
+        with topic_calls(topic.topic_id, topic.name):
+            answers = ray.get(
+                [actor.sizes.remote() for actor in actors]
+                + [actor.identity.remote() for actor in actors]
+            )
+        count = len(actors)
+        return {
+            channel: (answers[channel][0], answers[channel][1], answers[count + channel])
+            for channel in self._channels
+        }
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        """The group the stream reads."""
+        return self._group
+
+    @property
+    def topic(self) -> Topic:
+        """The topic the stream reads."""
+        return self._topic
+
+    def stop(self) -> None:
+        """End the stream: a wait for the trigger ends at once, and the iteration ends
+        (a ``next()`` still commits the batch the loop is done with; nothing else
+        is committed). Idempotent; may be called from another thread."""
+        self._stop.set()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return (
+            f"Stream(topic={self._topic.name!r}, group={self._group!r}, next_batch={self._next_id})"
+        )
+
+
+def open_stream(
+    topic: Topic,
+    group: str,
+    *,
+    trigger: Any,
+    max_rows_per_batch: int,
+    start: str,
+    fail_on_data_loss: bool,
+    reader: BatchReader,
+) -> Stream:
+    """A stream on ``group`` of ``topic`` whose batches ``reader`` reads, its arguments
+    checked before anything is asked of the cluster (see ``raytopic.data.stream``).
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: a bad argument.
+        GroupModeError: the group is shared, or has members.
+    """
+    check_instance(topic, Topic, "topic")
+    check_name(group, "group")
+    every = _check_trigger(trigger)
+    check_positive_int(max_rows_per_batch, "max_rows_per_batch")
+    if not isinstance(start, str):
+        raise InvalidTypeError(f"start must be a str, got {type(start).__name__}")
+    if start not in ("earliest", "latest"):
+        raise InvalidArgumentError(f"start must be 'earliest' or 'latest', got {start!r}")
+    check_bool(fail_on_data_loss, "fail_on_data_loss")
+    return Stream(
+        topic,
+        group,
+        trigger=every,
+        max_rows_per_batch=max_rows_per_batch,
+        start_latest=start == "latest",
+        fail_on_data_loss=fail_on_data_loss,
+        reader=reader,
+    )
+
+
+def _check_trigger(trigger: Any) -> float | None:
+    """Seconds between batches, or None for ``"available_now"``."""
+    if isinstance(trigger, str):
+        if trigger != AVAILABLE_NOW:
+            raise InvalidArgumentError(
+                f"trigger must be {AVAILABLE_NOW!r} or seconds > 0, got {trigger!r}"
+            )
+        return None
+    return check_seconds(trigger, "trigger")
