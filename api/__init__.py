@@ -19,6 +19,7 @@ from raytopic.cluster import enable_token_for_ray_address as _enable_token_for_r
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
     from raytopic.actors.stores.base import RingbufferStore, StoredBatch
+    from raytopic.autoscaler import Autoscaler
     from raytopic.core.config import Overflow, Start
     from raytopic.core.element_batch import ElementBatch
     from raytopic.core.errors import (
@@ -60,6 +61,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
         TransactionResult,
     )
     from raytopic.core.resequencer import Resequence, Resequencer, ResequencerStats
+    from raytopic.core.scaling import AutoscalerStats, ScaledMember, ScaleEvent
     from raytopic.core.shared_group import SharedGroup
     from raytopic.publisher import Publisher
     from raytopic.ringbuffer import Ringbuffer
@@ -78,6 +80,7 @@ __all__ = [
     "list_topics",
     "transactions",
     # handles
+    "Autoscaler",
     "Publisher",
     "Ringbuffer",
     "Subscriber",
@@ -89,6 +92,7 @@ __all__ = [
     "StoredBatch",
     # records and options
     "AckStatus",
+    "AutoscalerStats",
     "ChannelStats",
     "CommitResult",
     "CommitStatus",
@@ -103,6 +107,8 @@ __all__ = [
     "PublishStatus",
     "PublishSummary",
     "ReadResultSet",
+    "ScaleEvent",
+    "ScaledMember",
     "SharedGroup",
     "Start",
     "TopicStats",
@@ -142,6 +148,10 @@ _EXPORTS = {
     "create_topic": "raytopic.topic",
     "get_topic": "raytopic.topic",
     "list_topics": "raytopic.topic",
+    "Autoscaler": "raytopic.autoscaler",
+    "AutoscalerStats": "raytopic.core.scaling",
+    "ScaleEvent": "raytopic.core.scaling",
+    "ScaledMember": "raytopic.core.scaling",
     "Publisher": "raytopic.publisher",
     "Ringbuffer": "raytopic.ringbuffer",
     "Subscriber": "raytopic.subscriber",

@@ -89,6 +89,14 @@ class Member(Ownership, Protocol):
         """Report alive; rejoin after a timeout."""
         ...
 
+    def revoking(self) -> tuple[int, ...]:
+        """Owned channels the group is moving away (a cooperative member's to release)."""
+        ...
+
+    def release(self, channels: tuple[int, ...]) -> None:
+        """Give back ``channels`` the group is moving away (their new owners get them now)."""
+        ...
+
     def check_positions(self, what: str) -> None:
         """Raise GroupModeError if this member cannot ``what`` (commit, seek) positions."""
         ...
@@ -115,6 +123,7 @@ def membership_for(
     timeout: float,
     listener: Callable[[OwnershipChange], None] | None = None,
     definition: SharedGroup | None = None,
+    cooperative: bool = False,
 ) -> Member:
     """The membership a subscriber holds: none, in an owned group, or in a shared one.
 
@@ -126,6 +135,8 @@ def membership_for(
         timeout: Seconds without a heartbeat before the group drops the member.
         listener: Called with each change of the channels owned.
         definition: A shared group's definition, if the subscriber gave one.
+        cooperative: An owned group's member releases channels itself before they
+            move (see :meth:`GroupMember.release`).
 
     Returns:
         A :class:`NoMembership`, :class:`GroupMember` or :class:`SharedGroupMember`.
@@ -134,7 +145,7 @@ def membership_for(
         return NoMembership(topic.channel_count)
     if mode == "shared":
         return SharedGroupMember(topic, group, member_id, timeout, listener, definition)
-    return GroupMember(topic, group, member_id, timeout, listener)
+    return GroupMember(topic, group, member_id, timeout, listener, cooperative=cooperative)
 
 
 class NoMembership:
@@ -171,6 +182,12 @@ class NoMembership:
     def heartbeat(self) -> None:
         pass
 
+    def revoking(self) -> tuple[int, ...]:
+        return ()  # nothing is ever moved away from an anonymous subscriber
+
+    def release(self, channels: tuple[int, ...]) -> None:
+        pass
+
     def check_positions(self, what: str) -> None:
         pass
 
@@ -196,6 +213,9 @@ class GroupMember:
         member_id: The subscriber's id.
         timeout: Seconds without a heartbeat before the group drops the member.
         listener: Called with each change of the channels owned.
+        cooperative: The member keeps a channel its group moves away until it
+            calls :meth:`release` (after committing what it handed out), or its
+            timeout passes: no element goes to two members' hands.
     """
 
     mode = "owned"
@@ -207,11 +227,14 @@ class GroupMember:
         member_id: str,
         timeout: float,
         listener: Callable[[OwnershipChange], None] | None,
+        *,
+        cooperative: bool = False,
     ) -> None:
         self._topic = topic
         self.group = group
         self._id = member_id
         self._timeout = timeout
+        self._cooperative = cooperative
         self._listener = listener
         self._membership = Membership()
         self._jumps: JumpCounts  # set by start(): the receives' counts
@@ -245,7 +268,8 @@ class GroupMember:
             return
         # Synchronous: the assignment is in force when this returns.
         coordinator = self._topic._coordinator
-        self._apply_view(self._call(coordinator.join.remote(self.group, self._id, self._timeout)))
+        joined = coordinator.join.remote(self.group, self._id, self._timeout, self._cooperative)
+        self._apply_view(self._call(joined))
         self._heartbeats.start()
 
     # -- ownership -----------------------------------------------------------------
@@ -317,6 +341,28 @@ class GroupMember:
     def leave(self) -> None:
         self._call(self._topic._coordinator.leave.remote(self.group, self._id))
 
+    # -- cooperative hand-over ---------------------------------------------------------
+
+    def revoking(self) -> tuple[int, ...]:
+        """Owned channels the group is moving away (news that came is applied first)."""
+        owned = self.owned()
+        return tuple(channel for channel in owned if channel in self._membership.revoking)
+
+    def release(self, channels: tuple[int, ...]) -> None:
+        """Give back ``channels`` the group is moving away: they go to their new owners
+        at once (call it after committing what was handed out from them). Others
+        are ignored.
+
+        Raises:
+            SubscriberClosedError: the group was destroyed.
+        """
+        coordinator = self._topic._coordinator
+        try:
+            view = self._call(coordinator.release.remote(self.group, self._id, list(channels)))
+        except GroupNotFoundError as error:
+            raise SubscriberClosedError(f"group {self.group!r} was destroyed") from error
+        self._apply_view(view)
+
     def _refresh(self, touch: bool) -> None:
         """Read this member's view at the coordinator now (``touch``: report it alive).
 
@@ -342,7 +388,9 @@ class GroupMember:
             if not membership.timed_out:
                 return
             try:
-                view = self._call(coordinator.join.remote(self.group, self._id, self._timeout))
+                view = self._call(
+                    coordinator.join.remote(self.group, self._id, self._timeout, self._cooperative)
+                )
             except GroupNotFoundError as error:
                 raise SubscriberClosedError(f"group {self.group!r} was destroyed") from error
             self._adopt_view(view, rejoined=True)
@@ -397,8 +445,12 @@ class GroupMember:
         membership = self._membership
         coordinator, group, member = self._topic._coordinator, self.group, self._id
 
+        cooperative = self._cooperative
+
         def poll(version: int, touch: bool, idle: float, wait: float) -> Any:
-            return coordinator.heartbeat.remote(group, member, version, touch, idle, wait)
+            return coordinator.heartbeat.remote(
+                group, member, version, touch, idle, wait, cooperative
+            )
 
         # Weak: a subscriber dropped without close() (a copy a task was handed)
         # ends its thread instead of being kept alive by it.

@@ -52,6 +52,9 @@ class Membership:
     """This member's generation in the group."""
     timed_out: bool = False
     """The group dropped this member (it stopped heartbeating); it rejoins next."""
+    revoking: frozenset[int] = frozenset()
+    """Owned channels the group is moving away: a cooperative member releases them
+    once it committed what it handed out."""
 
     @property
     def channels(self) -> tuple[int, ...]:
@@ -78,6 +81,7 @@ class Membership:
         first = self.version < 0
         old, new = set(self.leases), set(view.leases)
         self.leases = dict(view.leases)
+        self.revoking = view.revoking
         self.version = view.version
         self.generation = view.generation
         self.timed_out = False
@@ -91,6 +95,7 @@ class Membership:
     def lose(self) -> OwnershipChange | None:
         """The group timed this member out: it owns nothing until it rejoins."""
         self.timed_out = True
+        self.revoking = frozenset()
         lost = frozenset(self.leases)
         if not lost:
             return None  # told already, or it owned nothing

@@ -28,6 +28,7 @@ from raytopic.acknowledging import Acknowledging
 from raytopic.core.config import (
     OnPoison,
     Start,
+    check_bool,
     check_datetime,
     check_int,
     check_name,
@@ -130,6 +131,12 @@ class Subscriber(Acknowledging):
             ``"skip"``: such an element is logged, counted
             (``raytopic_poison_skipped``) and passed over. A shared group's
             member negatively acknowledges it either way.
+        cooperative: An owned group's member keeps a channel its group moves to
+            another member (a join) until it calls :meth:`release` (after
+            committing what it handed out; :attr:`revoking` names such channels)
+            or its ``timeout`` passes since: the new owner starts after those
+            commits, so no element reaches two members' hands (Kafka's
+            cooperative rebalancing with a commit on revoke).
 
     Raises:
         InvalidArgumentError: a bad value, or one the mode refuses; or a filter,
@@ -160,7 +167,9 @@ class Subscriber(Acknowledging):
         resequence: Resequence | None = None,
         mode: str | None = None,
         on_poison: str = "raise",
+        cooperative: bool = False,
     ) -> None:
+        check_bool(cooperative, "cooperative")
         definition = group if isinstance(group, SharedGroup) else None
         name = definition.name if definition is not None else group
         name = None if name is None else check_name(name, "group")
@@ -192,6 +201,7 @@ class Subscriber(Acknowledging):
             listener=on_ownership_change,
             definition=definition,
             attached=False,
+            cooperative=cooperative,
         )
 
     def _assemble(
@@ -206,6 +216,7 @@ class Subscriber(Acknowledging):
         listener: Callable[[OwnershipChange], None] | None = None,
         definition: SharedGroup | None = None,
         attached: bool,
+        cooperative: bool = False,
     ) -> None:
         """Build the parts; a new subscriber (not ``attached``: a copy of one
         unpickled) registers its reader and joins its group first."""
@@ -223,7 +234,9 @@ class Subscriber(Acknowledging):
             timeout=timeout,
             listener=listener,
             definition=definition,
+            cooperative=cooperative,
         )
+        self._cooperative = cooperative
         if not attached:
             spec = self._member.prepare(spec)
             self._call(topic._coordinator.open_reader.remote(reader_id, spec))
@@ -238,6 +251,7 @@ class Subscriber(Acknowledging):
             "timeout": self._timeout,
             "spec": self._spec,
             "mode": self._member.mode,
+            "cooperative": self._cooperative,
         }
         return (_attached_subscriber, (self._topic, self._member.group, state))
 
@@ -672,6 +686,40 @@ class Subscriber(Acknowledging):
 
     # -- membership --------------------------------------------------------------------------
 
+    @property
+    def revoking(self) -> tuple[int, ...]:
+        """Owned channels the group is moving to another member.
+
+        A ``cooperative`` member still owns them (and may commit there) until it
+        calls :meth:`release`; others lose such channels at once, so this is
+        always ``()`` for them.
+
+        Returns:
+            The channels, in ascending order.
+
+        Raises:
+            SubscriberClosedError: the subscriber is closed, or its group was destroyed.
+        """
+        self._check_open()
+        return self._member.revoking()
+
+    def release(self, *channels: int) -> None:
+        """Give back channels the group is moving away (a ``cooperative`` member): their
+        new owners read them from now on, after this member's commits. Call it once
+        every element handed out from them is committed; channels not being moved
+        are ignored.
+
+        Args:
+            *channels: Channels of :attr:`revoking` (none: all of them).
+
+        Raises:
+            InvalidTypeError: a channel is not an int.
+            SubscriberClosedError: the subscriber is closed, or its group was destroyed.
+        """
+        self._check_open()
+        picked = tuple(check_int(channel, "channel") for channel in channels)
+        self._member.release(picked or self._member.revoking())
+
     def heartbeat(self) -> None:
         """Tell the group this member is alive (a no-op for anonymous subscribers).
 
@@ -822,5 +870,6 @@ def _attached_subscriber(topic: Topic, group: str | None, state: dict[str, Any])
         state["timeout"],
         state["spec"],
         attached=True,
+        cooperative=state.get("cooperative", False),
     )
     return subscriber

@@ -36,6 +36,7 @@ from raytopic.core.shared_group import SharedGroup
 from raytopic.stats import TopicStats, topic_stats
 
 if TYPE_CHECKING:
+    from raytopic.autoscaler import Autoscaler
     from raytopic.core.resequencer import Resequence
     from raytopic.publisher import Publisher
     from raytopic.ringbuffer import Ringbuffer
@@ -278,6 +279,7 @@ class Topic:
         resequence: Resequence | None = None,
         mode: str | None = None,
         on_poison: str = "raise",
+        cooperative: bool = False,
     ) -> Subscriber:
         """A Subscriber (see its docs): anonymous without ``group``, else a group member.
 
@@ -307,6 +309,8 @@ class Topic:
             on_poison: "raise" or "skip": what happens to an element that cannot
                 be decoded, or on which the filter or converter raises (see
                 ``Subscriber`` and ``PoisonElementError``).
+            cooperative: A member keeps a channel its group moves away until it
+                ``release()``s it after committing (see ``Subscriber``).
 
         Returns:
             The subscriber; close it (or use it as a context manager) when done.
@@ -330,6 +334,7 @@ class Topic:
             on_ownership_change=on_ownership_change,
             resequence=resequence,
             on_poison=on_poison,
+            cooperative=cooperative,
         )
 
     def ringbuffer(self, channel: int) -> Ringbuffer:
@@ -463,6 +468,104 @@ class Topic:
             return targets
         raise InvalidTypeError("to must be a map of Positions, a datetime, 'earliest' or 'latest'")
 
+    # -- elastic consumers ---------------------------------------------------------------
+
+    def autoscale(
+        self,
+        group: str | SharedGroup,
+        handler: Callable[[list[Any]], Any],
+        *,
+        min_members: int = 0,
+        max_members: int = 8,
+        target_lag_per_member: int = 1000,
+        activation_lag: int = 1,
+        poll_s: float = 1.0,
+        scale_down_after_s: float = 30.0,
+        batch_size: int = 100,
+        member_options: Mapping[str, Any] | None = None,
+    ) -> Autoscaler:
+        """Consume ``group`` with member actors, as many as its lag asks for (DESIGN 5.9).
+
+        A detached autoscaler actor (it outlives this driver; ``autoscaler(group)``
+        finds it from any job) reads the group's lag every ``poll_s`` seconds and
+        keeps ``ceil(lag / target_lag_per_member)`` members, within
+        ``[min_members, max_members]``: from 0 only once the lag reaches
+        ``activation_lag``; fewer only after fewer were wanted for
+        ``scale_down_after_s``. An owned group gets no more members than channels
+        with lag; a shared group may get more members than channels.
+
+        Each member receives up to ``batch_size`` values, calls ``handler(values)``,
+        then commits (owned) or acknowledges (shared) them. A handler that raises
+        is logged; a shared group nacks the batch (delivered again; dead letters as
+        the group says), an owned member goes back to its last commit and tries
+        again after a pause.
+
+        **Delivery**: scaling hands no element to two handlers: a channel moves to
+        a new member only after its old one committed what it handed out, and a
+        leaving member commits first. A member that dies is replaced; only its
+        uncommitted batch is handled again.
+
+        Args:
+            group: A group name (an existing group in its mode; a new one is
+                owned), or a ``SharedGroup`` (made if missing).
+            handler: ``handler(values: list)``, run in the member actors.
+            min_members: Members kept even without lag (>= 0).
+            max_members: Most members (>= 1, >= ``min_members``).
+            target_lag_per_member: Lag each member is meant to carry (>= 1).
+            activation_lag: Lag that wakes a group at 0 members (>= 1).
+            poll_s: Seconds between looks at the lag (> 0, at most an hour).
+            scale_down_after_s: Seconds fewer members must be wanted before
+                members stop (>= 0).
+            batch_size: Most values per handler call (1 to 100,000).
+            member_options: Ray actor options for the members (``num_gpus``,
+                ``resources``, ``runtime_env``, ...); not those the autoscaler
+                sets itself (name, lifetime, restarts, concurrency).
+
+        Returns:
+            The autoscaler's handle (``members``, ``describe()``, ``stop()``).
+
+        Raises:
+            InvalidArgumentError, InvalidTypeError: a bad argument (nothing is started),
+                or the group is autoscaled already.
+            GroupModeError: a ``SharedGroup`` named like an owned group.
+            TopicNotFoundError: the topic was destroyed.
+
+        Example:
+            >>> scaler = topic.autoscale("work", handle, max_members=8,
+            ...                          member_options={"num_gpus": 1})
+        """
+        from raytopic.autoscaler import start_autoscaler
+
+        return start_autoscaler(
+            self,
+            group,
+            handler,
+            member_options=member_options,
+            min_members=min_members,
+            max_members=max_members,
+            target_lag_per_member=target_lag_per_member,
+            activation_lag=activation_lag,
+            poll_s=poll_s,
+            scale_down_after_s=scale_down_after_s,
+            batch_size=batch_size,
+        )
+
+    def autoscaler(self, group: str) -> Autoscaler | None:
+        """The autoscaler of ``group`` (started by any job), or None.
+
+        Args:
+            group: The group's name.
+
+        Returns:
+            Its handle, or None when the group is not autoscaled.
+
+        Raises:
+            InvalidArgumentError, InvalidTypeError: not a valid group name.
+        """
+        from raytopic.autoscaler import find_autoscaler
+
+        return find_autoscaler(self, group)
+
     # -- observing and deleting ---------------------------------------------------
 
     def describe(self) -> TopicStats:
@@ -475,13 +578,17 @@ class Topic:
         return topic_stats(self._call(self._coordinator.describe))
 
     def destroy(self) -> None:
-        """Kill the topic's actors and free its name. Idempotent.
+        """Kill the topic's actors (its autoscalers and their members too) and free its
+        name. Idempotent.
 
         Returns once the actors are dead (``ray.kill`` only asks), so from then
         on ``get_topic`` and ``list_topics`` no longer see the topic, and every
         call on a handle of it raises TopicNotFoundError.
         """
+        from raytopic.autoscaler import stop_autoscalers
+
         mark_destroyed(self.topic_id)  # this process's handles know it from now on
+        stop_autoscalers(self)  # first: a scaler would start members again
         with contextlib.suppress(TopicNotFoundError, ray.exceptions.RayActorError):  # gone already
             self._call(self._coordinator.shutdown)
         actors = (*self._channel_actors, self._coordinator)

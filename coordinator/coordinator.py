@@ -379,12 +379,16 @@ class CoordinatorActor:
             self._polls.forget(group)
             self._granted.pop(group, None)
 
-    async def join(self, group: str, member_id: str, timeout: float) -> MemberView:
-        """Add a member (or rejoin one); returns once its assignment is in force."""
+    async def join(
+        self, group: str, member_id: str, timeout: float, cooperative: bool = False
+    ) -> MemberView:
+        """Add a member (or rejoin one); returns once its assignment is in force.
+        A ``cooperative`` member releases channels itself before they move
+        (:meth:`release`)."""
         await self._up()
         async with self._lock(group):
             state = self._group(group)
-            change = state.join(member_id, timeout, time.monotonic())
+            change = state.join(member_id, timeout, time.monotonic(), cooperative=cooperative)
             await self._apply(state, change)
             view = state.view(member_id)
         self._ensure_expiry_task()
@@ -398,10 +402,22 @@ class CoordinatorActor:
             state = self._groups.get(group)
             if state is None:
                 return
-            change = state.leave(member_id)
+            change = state.leave(member_id, time.monotonic())
             if change is not None:
                 await self._apply(state, change)
             self._polls.forget(group, member_id)
+
+    async def release(self, group: str, member_id: str, channels: list[int]) -> MemberView | None:
+        """A cooperative member committed what it handed out from ``channels`` that
+        its group is moving: grant them to their new owners now. Returns its view
+        (None: it is no longer a member)."""
+        await self._up()
+        async with self._lock(group):
+            state = self._group(group)
+            change = state.release(member_id, channels, time.monotonic())
+            if change is not None:
+                await self._apply(state, change)
+            return state.view(member_id)
 
     async def heartbeat(
         self,
@@ -411,6 +427,7 @@ class CoordinatorActor:
         touch: bool = True,
         idle: float = 0.0,
         wait: float = 0.0,
+        cooperative: bool = False,
     ) -> MemberView | None:
         """Keep a member alive; return its view.
 
@@ -419,13 +436,17 @@ class CoordinatorActor:
         sign of life). ``idle``: seconds since the member's last receive, when
         its handle reports that from a background thread. ``wait``: if the
         view is still ``known_version``, wait up to that many seconds for it
-        to change before answering (the member's long poll).
+        to change before answering (the member's long poll). ``cooperative``: the
+        member releases channels itself (a restarted coordinator learns it here).
         """
         await self._up()
         state = self._group(group)
         now = time.monotonic() - max(0.0, idle)
         self._check_not_destroyed()
-        alive = state.touch(member_id, now) if touch else member_id in state.members
+        if touch:
+            alive = state.touch(member_id, now, cooperative=cooperative)
+        else:
+            alive = member_id in state.members
         if alive and wait > 0:
             await self._polls.wait(group, member_id, known_version, state.version, wait)
         await self._grants_landed(group)
@@ -506,14 +527,15 @@ class CoordinatorActor:
             self._expiry_task = asyncio.ensure_future(self._expire_members())
 
     async def _expire_members(self) -> None:
-        """Background: remove members that stopped heartbeating, and rebalance. It
-        sleeps until the first moment a member could time out (a heartbeat only
-        moves that moment later), or until a member joins."""
+        """Background: remove members that stopped heartbeating (and move channels
+        whose hand-over ran out), and rebalance. It sleeps until the first moment
+        a member could time out (a heartbeat only moves that moment later), or
+        until a member joins."""
         while True:
             due = [
-                member.last_seen + member.timeout
+                deadline
                 for group in self._groups.values()
-                for member in group.members.values()
+                if (deadline := group.deadline()) is not None
             ]
             delay = max(0.0, min(due) - time.monotonic()) + _EXPIRY_SLACK if due else None
             self._joined.clear()
@@ -527,7 +549,7 @@ class CoordinatorActor:
                     if change is None:
                         continue
                     logger.info(
-                        "group %s of %s: members timed out: %s",
+                        "group %s of %s: members timed out: %s (or a hand-over ran out)",
                         state.name,
                         self._config.name,
                         expired,

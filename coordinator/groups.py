@@ -9,10 +9,20 @@ new :class:`Lease` under that generation, so a member that lost a channel
 cannot use it again with the lease it had. Every change a member should hear
 of (its channels, a reset of its channels) bumps the group's *version*;
 members compare versions on their heartbeats.
+
+**Cooperative hand-over** (Kafka's incremental rebalancing with commit on
+revoke): a member that joined ``cooperative`` keeps a channel a rebalance
+takes from it until it *releases* the channel, after committing what it
+handed out; only then is the channel granted to its new owner (or once the
+member's timeout has passed since the hand-over began: a member stuck in its
+work must not hold a channel forever). Its view names such channels in
+``revoking``. Any other member's channels move at once, as before.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -37,6 +47,8 @@ class Member:
     generation: int
     timeout: float
     last_seen: float
+    cooperative: bool = False
+    """It releases channels itself (after committing) before they move."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +65,9 @@ class MemberView:
     """The channels it owns and the lease of each."""
     jumps: dict[int, int]
     """Per channel, the cursor jump count after the group's latest reset there."""
+    revoking: frozenset[int] = frozenset()
+    """Channels it still owns that the group is moving to another member: a
+    cooperative member commits what it handed out, then releases them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +94,9 @@ class Group:
     resetting: bool = False
     shared: SharedGroup | None = None
     """A shared group's definition (None: an owned group)."""
+    handovers: dict[int, float] = field(default_factory=dict)
+    """Channels a cooperative owner is to release, with the (monotonic) time at
+    which they move without it."""
 
     @property
     def mode(self) -> str:
@@ -110,16 +128,21 @@ class Group:
         member = self.members.get(member_id)
         if member is None:
             return None
+        channels = self.channels_of(member_id)
         return MemberView(
             member_id,
             member.generation,
             self.version,
-            self.channels_of(member_id),
+            channels,
             dict(self.jumps),
+            frozenset(channel for channel in self.handovers if channel in channels),
         )
 
-    def join(self, member_id: str, timeout: float, now: float) -> Rebalance:
-        """Add a member (a member already present rejoins with a new generation)."""
+    def join(
+        self, member_id: str, timeout: float, now: float, *, cooperative: bool = False
+    ) -> Rebalance:
+        """Add a member (a member already present rejoins with a new generation);
+        a ``cooperative`` one releases channels itself before they move."""
         self.members.pop(member_id, None)
         if any(lease and lease.member_id == member_id for lease in self.leases.values()):
             # A rejoin: its old leases must not survive under the new generation.
@@ -128,37 +151,68 @@ class Group:
                 for channel, lease in self.leases.items()
             }
         self.generation += 1
-        self.members[member_id] = Member(member_id, self.generation, timeout, now)
-        return self._rebalance(extra_changed=(member_id,))
+        self.members[member_id] = Member(member_id, self.generation, timeout, now, cooperative)
+        return self._rebalance(extra_changed=(member_id,), now=now)
 
-    def leave(self, member_id: str) -> Rebalance | None:
+    def leave(self, member_id: str, now: float | None = None) -> Rebalance | None:
         """Remove a member that closed; None if it was not a member."""
         if self.members.pop(member_id, None) is None:
             return None
         self.generation += 1
-        return self._rebalance(extra_changed=(member_id,))
+        return self._rebalance(extra_changed=(member_id,), now=now)
 
-    def touch(self, member_id: str, now: float) -> bool:
-        """Record a heartbeat; False if ``member_id`` is not a member (timed out or closed)."""
+    def touch(self, member_id: str, now: float, *, cooperative: bool = False) -> bool:
+        """Record a heartbeat; False if ``member_id`` is not a member (timed out or closed).
+        ``cooperative``: the member says so again (a restarted coordinator learns it here)."""
         member = self.members.get(member_id)
         if member is None:
             return False
         member.last_seen = max(member.last_seen, now)
+        member.cooperative = member.cooperative or cooperative
         return True
 
+    def release(self, member_id: str, channels: Iterable[int], now: float) -> Rebalance | None:
+        """A cooperative member committed what it handed out from ``channels`` it is
+        handing over: they go to their new owners now. None if none of them was
+        being handed over by it."""
+        released = [
+            channel
+            for channel in channels
+            if channel in self.handovers and self.owner(channel) == member_id
+        ]
+        if not released:
+            return None
+        for channel in released:
+            del self.handovers[channel]
+            self.leases[channel] = None  # free: the rebalance grants it to its new owner
+        self.generation += 1
+        return self._rebalance(extra_changed=(member_id,), now=now)
+
+    def deadline(self) -> float | None:
+        """The first moment a member could time out or a hand-over could run out
+        (None: no member, no hand-over)."""
+        due = [member.last_seen + member.timeout for member in self.members.values()]
+        due.extend(self.handovers.values())
+        return min(due) if due else None
+
     def expire(self, now: float) -> tuple[list[str], Rebalance | None]:
-        """Remove members silent for longer than their timeout."""
+        """Remove members silent for longer than their timeout, and move the channels
+        whose hand-over ran out (their owner did not release them in time)."""
         expired = [
             member.member_id
             for member in self.members.values()
             if now - member.last_seen > member.timeout
         ]
-        if not expired:
+        overdue = [channel for channel, due in self.handovers.items() if now >= due]
+        if not expired and not overdue:
             return [], None
         for member_id in expired:
             del self.members[member_id]
+        for channel in overdue:
+            del self.handovers[channel]
+            self.leases[channel] = None  # moves without its owner's release
         self.generation += 1
-        return expired, self._rebalance(extra_changed=tuple(expired))
+        return expired, self._rebalance(extra_changed=tuple(expired), now=now)
 
     def assign_unowned(self) -> Rebalance | None:
         """Give members the channels nobody owns (a channel that lost its cursor
@@ -170,17 +224,27 @@ class Group:
         self.generation += 1
         return self._rebalance(extra_changed=())
 
-    def _rebalance(self, extra_changed: tuple[str, ...]) -> Rebalance:
+    def _rebalance(self, extra_changed: tuple[str, ...], now: float | None = None) -> Rebalance:
         if self.shared is not None:  # nothing to assign: only the members hear of it
             self.version += 1
             return Rebalance({}, tuple(sorted(extra_changed)))
+        now = time.monotonic() if now is None else now  # when a hand-over begins
         current = {channel: self.owner(channel) for channel in range(self.channel_count)}
         target = assign(self.channel_count, current, self.members)
         grants: dict[int, Lease | None] = {}
         changed = set(extra_changed)
         for channel, owner in target.items():
-            if owner == current.get(channel) and (owner is None or self.leases.get(channel)):
+            previous = current.get(channel)
+            if owner == previous and (owner is None or self.leases.get(channel)):
+                self.handovers.pop(channel, None)  # it stays: nothing to hand over
                 continue
+            holder = self.members.get(previous) if previous is not None else None
+            if holder is not None and holder.cooperative:
+                # Its owner releases it once it committed what it handed out.
+                self.handovers.setdefault(channel, now + holder.timeout)
+                changed.add(holder.member_id)
+                continue
+            self.handovers.pop(channel, None)
             lease = Lease(owner, self.generation) if owner is not None else None
             grants[channel] = lease
             self.leases[channel] = lease

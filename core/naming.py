@@ -13,6 +13,10 @@ __all__ = [
     "channel_actor",
     "channel_actor_name",
     "coordinator_actor_name",
+    "scaled_member_name",
+    "scaled_member_prefix",
+    "scaler_actor_name",
+    "scaler_prefix",
     "topic_of_actor_name",
     "transaction_registry_name",
 ]
@@ -31,6 +35,28 @@ def coordinator_actor_name(topic: str) -> str:
 def channel_actor_name(topic: str, channel: int) -> str:
     """The Ray actor name of one channel of a topic."""
     return f"{_PREFIX}channel:{topic}:{channel}"
+
+
+def scaler_prefix(topic: str) -> str:
+    """What the actor names of a topic's autoscalers start with."""
+    return f"{_PREFIX}scaler:{topic}:"
+
+
+def scaler_actor_name(topic: str, group: str) -> str:
+    """The Ray actor name of the autoscaler of one group of a topic."""
+    return f"{scaler_prefix(topic)}{group}"
+
+
+def scaled_member_prefix(topic: str, group: str | None = None) -> str:
+    """What the actor names of a topic's autoscaled members start with (of one
+    group's, with ``group``)."""
+    base = f"{_PREFIX}member:{topic}:"
+    return base if group is None else f"{base}{group}:"
+
+
+def scaled_member_name(topic: str, group: str, member: str) -> str:
+    """The Ray actor name of one autoscaled member (``member``: its id in the scaler)."""
+    return f"{scaled_member_prefix(topic, group)}{member}"
 
 
 def transaction_registry_name() -> str:

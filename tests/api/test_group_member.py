@@ -17,7 +17,7 @@ from raytopic.group_member import (
     membership_for,
 )
 
-from tests.topic_helpers import publish_all
+from tests.topic_helpers import get, key_for, publish_all
 
 _TOPIC = SimpleNamespace(channel_count=3, _coordinator=None)
 """Enough of a topic for what these members do without calling the coordinator."""
@@ -100,3 +100,38 @@ def test_a_reset_raises_the_receives_jump_counts_without_a_call(make_topic, wait
     # Nothing is called on the member: its waiting heartbeat came back with the reset.
     wait_until(lambda: all(jumps.count(c) > n for c, n in enumerate(before)), timeout=10)
     member.close()
+
+
+def test_a_cooperative_member_hands_a_channel_over_only_after_its_commit(
+    make_topic, wait_until
+) -> None:
+    # a holds both channels and has the first element of channel 1 in hand when b
+    # joins: channel 1 must not reach b before a committed that element.
+    topic = make_topic(channels=2)
+    publish_all(topic, ["first", "second", "third"], key=key_for(1, 2))
+    a = topic.subscriber(group="g", cooperative=True, complete_on_empty=True)
+    (in_hand,) = get(a.receive_batch(1))
+    assert (in_hand.channel, in_hand.value) == (1, "first")
+    b = topic.subscriber(group="g", complete_on_empty=True)
+    assert a.channels == (0, 1)
+    assert b.channels == ()  # nothing moved yet: a holds channel 1 until it releases it
+    wait_until(lambda: a.revoking == (1,))
+    assert in_hand.commit().status is rt.CommitStatus.COMMITTED
+    a.release()
+    assert (a.channels, a.revoking) == ((0,), ())
+    wait_until(lambda: b.channels == (1,))
+    # b starts right after a's commit: what a had in hand never reaches b.
+    assert [element.value for element in b] == ["second", "third"]
+    a.close()
+    b.close()
+
+
+def test_a_member_that_is_not_cooperative_loses_a_moving_channel_at_once(make_topic) -> None:
+    topic = make_topic(channels=2)
+    a = topic.subscriber(group="g", complete_on_empty=True)
+    b = topic.subscriber(group="g", complete_on_empty=True)
+    assert (a.channels, b.channels, a.revoking) == ((0,), (1,), ())
+    with pytest.raises(rt.InvalidTypeError, match="cooperative"):
+        topic.subscriber(group="g", cooperative=1)
+    a.close()
+    b.close()

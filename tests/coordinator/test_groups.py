@@ -302,3 +302,63 @@ def test_recovered_channels_that_lost_their_cursors_go_to_members() -> None:
     assert g.assign_unowned() is None  # every channel is owned now
     empty = Group("e", 2)
     assert empty.assign_unowned() is None  # nobody to give them to
+
+
+# -- cooperative hand-over -------------------------------------------------------
+
+
+def test_a_cooperative_owner_keeps_a_moving_channel_until_it_releases_it() -> None:
+    group = Group("g", 4)
+    group.join("a", 10.0, 0.0, cooperative=True)
+    rebalance = group.join("b", 10.0, 1.0)
+    assert rebalance.grants == {}  # nothing moves yet: a still owns all four
+    assert rebalance.members == ("a", "b")
+    assert owners(group) == dict.fromkeys(range(4), "a")
+    assert group.view("a").revoking == {2, 3}
+    assert group.view("b").leases == {}
+    # a committed what it handed out from 2 and 3: they go to b now.
+    released = group.release("a", [2, 3], 2.0)
+    assert released.grants == {2: Lease("b", 3), 3: Lease("b", 3)}
+    assert group.view("a").revoking == frozenset()
+    assert set(group.channels_of("b")) == {2, 3}
+    assert group.handovers == {}
+
+
+def test_a_release_of_channels_not_being_handed_over_changes_nothing() -> None:
+    group = Group("g", 2)
+    group.join("a", 10.0, 0.0, cooperative=True)
+    version = group.version
+    assert group.release("a", [0, 1], 1.0) is None
+    assert group.release("b", [0], 1.0) is None
+    assert group.version == version
+
+
+def test_a_hand_over_runs_out_after_the_owners_timeout() -> None:
+    group = Group("g", 2)
+    group.join("a", 10.0, 0.0, cooperative=True)
+    group.join("b", 10.0, 1.0)
+    group.touch("a", 10.5)
+    group.touch("b", 10.5)
+    assert group.deadline() == 11.0  # the hand-over began at 1.0, a's timeout is 10
+    assert group.expire(10.9) == ([], None)
+    expired, rebalance = group.expire(11.0)
+    assert expired == []  # both alive: only the channel moves, without a's release
+    assert rebalance.grants == {1: Lease("b", 3)}
+    assert group.handovers == {}
+
+
+def test_a_leaving_cooperative_member_hands_over_at_once() -> None:
+    group = Group("g", 2)
+    group.join("a", 10.0, 0.0, cooperative=True)
+    group.join("b", 10.0, 1.0)
+    rebalance = group.leave("a", 2.0)
+    assert rebalance.grants == {0: Lease("b", 3), 1: Lease("b", 3)}
+    assert group.handovers == {}
+
+
+def test_a_heartbeat_marks_a_recovered_member_cooperative_again() -> None:
+    group = Group("g", 2)
+    group.join("a", 10.0, 0.0)
+    group.touch("a", 1.0, cooperative=True)
+    group.join("b", 10.0, 2.0)
+    assert group.view("a").revoking == {1}

@@ -1,0 +1,332 @@
+"""The autoscaler of one group: a detached actor that starts and stops member actors
+by the group's lag (``Topic.autoscale``; DESIGN 5.9).
+
+**What it reads**: every ``poll_s`` seconds, or as soon as a member starts,
+ends or dies, the group's lag per channel (``Topic.describe``: elements not
+yet committed or acknowledged).
+
+**When it decides**: :class:`~raytopic.core.scaling.ScaleRule` turns the lag
+into a desired count (up at once; down only after the scale-down delay). It
+starts the missing members (all at once; their loops start together once
+they have joined, so they do not hand channels to each other one after the
+other), or stops the newest ones (each settles its batch, then leaves).
+
+**How a channel moves without a duplicate**: members of an owned group are
+*cooperative* (``raytopic.scaled_member``): a join does not take a channel
+from a member with a batch in hand; that member commits the batch, then
+releases the channel, and only then is it granted to its new owner, which
+reads after that commit. A member leaving commits (acknowledges) first. A
+member that dies is told to the group at once (its channels move to the
+others from its last commit: its uncommitted batch is handled again) and
+replaced at the next decision.
+
+**Restarts**: the actor is detached and restartable; Ray runs ``__init__``
+again with the same settings, and it adopts the member actors still alive
+(they are detached and named after the group), so members and settings
+survive its death.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from raytopic.core.naming import scaled_member_name, scaled_member_prefix
+from raytopic.core.scaling import (
+    EVENTS_KEPT,
+    AutoscalerStats,
+    ScaledMember,
+    ScaleEvent,
+    ScaleRule,
+    ScaleSettings,
+)
+from raytopic.scaled_member import ScaledMemberActor
+from raytopic.stats import topic_stats
+
+if TYPE_CHECKING:
+    from raytopic.core.shared_group import SharedGroup
+    from raytopic.topic import Topic
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ScalerActor"]
+
+STARTUP_GRACE = 2.0
+"""Seconds members started together wait for the slowest of them before the ready
+ones begin (a member may wait longer for resources: Ray's autoscaler adding a node)."""
+
+CALL_TIMEOUT = 10.0
+"""Seconds a call of the scaler's may take (a coordinator restarting answers later)."""
+
+STOP_TIMEOUT = 120.0
+"""Seconds a stopping member has to settle its batch and leave."""
+
+
+@dataclass(slots=True)
+class _Member:
+    """A member actor as the scaler tracks it."""
+
+    uid: str
+    handle: Any
+    ready: Any  # ObjectRef of its identity (member id, pid, node)
+    since: float
+    identity: ScaledMember | None = None
+    ended: Any = None  # ObjectRef of its wait_stopped(): done when it ends or dies
+    started: bool = field(default=False)
+
+
+class ScalerActor:
+    """The autoscaler of one group (a threaded actor: its control loop is a thread).
+
+    Args:
+        topic: The topic.
+        group: The group's name, or its ``SharedGroup`` definition.
+        mode: ``"owned"`` or ``"shared"``.
+        handler: The cloudpickled ``handler(values)``.
+        settings: The checked settings.
+        member_options: Ray actor options for the members (resources, ...).
+    """
+
+    def __init__(
+        self,
+        topic: Topic,
+        group: str | SharedGroup,
+        mode: str,
+        handler: bytes,
+        settings: ScaleSettings,
+        member_options: dict[str, Any],
+    ) -> None:
+        self._topic = topic
+        self._group = group
+        self._name = group if isinstance(group, str) else group.name
+        self._mode = mode
+        self._handler = handler
+        self._settings = settings
+        self._member_options = member_options
+        self._rule = ScaleRule(settings, owned=mode == "owned", channel_count=topic.channel_count)
+        self._lock = threading.RLock()  # the members, events and figures
+        self._members: dict[str, _Member] = {}
+        self._events: deque[ScaleEvent] = deque(maxlen=EVENTS_KEPT)
+        self._lags: dict[int, int] = {}
+        self._desired = 0
+        self._stopping = threading.Event()
+        self._gauge = _desired_gauge(topic.name, self._name)
+        self._adopt_members()  # after a restart: the members still alive (else none)
+        self._thread = threading.Thread(target=self._run, name="raytopic-scaler", daemon=True)
+        self._thread.start()
+
+    # -- calls -------------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """Answered once the actor is up."""
+        return True
+
+    def member_count(self) -> int:
+        """Members now (started, starting)."""
+        with self._lock:
+            return len(self._members)
+
+    def describe(self) -> AutoscalerStats:
+        """The members, the desired count, the lag and the events."""
+        with self._lock:
+            members = tuple(m.identity for m in self._members.values() if m.identity is not None)
+            return AutoscalerStats(
+                members, self._desired, sum(self._lags.values()), tuple(self._events)
+            )
+
+    def stop(self) -> None:
+        """Stop deciding, and stop every member after its batch (idempotent)."""
+        self._stopping.set()
+        self._thread.join()
+        with self._lock:
+            count = len(self._members)
+            self._remove(list(self._members.values()))
+            if count:
+                self._event(count, 0, "stop()")
+            self._desired = 0
+        self._gauge.set(0)
+
+    # -- the control loop --------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._wait_for_news()
+                if self._stopping.is_set():
+                    return
+                with self._lock:
+                    self._tend_members()
+                    self._decide()
+            except Exception:  # never let the scaler go deaf silently
+                logger.exception("autoscaler of %s/%s", self._topic.name, self._name)
+                self._stopping.wait(self._settings.poll_s)
+
+    def _wait_for_news(self) -> None:
+        """Wait ``poll_s``, or less when a member joins, ends or dies (and only a
+        little while members are starting: they begin together)."""
+        with self._lock:
+            ended = [m.ended for m in self._members.values() if m.started]
+            joining = [m.ready for m in self._members.values() if not m.started]
+        timeout = self._settings.poll_s if not joining else min(self._settings.poll_s, 0.1)
+        if joining:
+            _, joining = ray.wait(joining, num_returns=len(joining), timeout=0)
+        refs = ended + joining
+        if refs:
+            ray.wait(refs, num_returns=1, timeout=timeout)
+        else:
+            self._stopping.wait(timeout)
+
+    def _decide(self) -> None:
+        lags = self._read_lags()
+        current = len(self._members)
+        decision = self._rule.decide(lags, current, time.monotonic())
+        self._desired = decision.desired
+        self._gauge.set(decision.desired)
+        if decision.desired > current:
+            self._add(decision.desired - current)
+        elif decision.desired < current:
+            newest = sorted(self._members.values(), key=lambda m: (m.started, -m.since))
+            self._remove(newest[: current - decision.desired])
+        if decision.desired != current:
+            self._event(current, decision.desired, decision.reason)
+
+    def _read_lags(self) -> dict[int, int]:
+        """The group's lag per channel (the last known while the topic does not answer)."""
+        try:
+            raw = ray.get(self._topic._coordinator.describe.remote(), timeout=CALL_TIMEOUT)
+        except Exception as error:
+            logger.warning("autoscaler of %s: no lag (%s); using the last", self._name, error)
+            return self._lags
+        group = topic_stats(raw).groups.get(self._name)
+        if group is not None:
+            self._lags = {channel.channel: channel.lag for channel in group.channels}
+        return self._lags
+
+    # -- members -----------------------------------------------------------------------
+
+    def _add(self, count: int) -> None:
+        topic = self._topic
+        member_class = ray.remote(ScaledMemberActor)
+        for _ in range(count):
+            uid = uuid.uuid4().hex[:12]
+            handle = member_class.options(
+                name=scaled_member_name(topic.name, self._name, uid),
+                namespace=topic.namespace,
+                lifetime="detached",
+                max_restarts=0,
+                max_concurrency=8,
+                **self._member_options,
+            ).remote(topic, self._group, self._mode, self._handler, self._settings.batch_size)
+            self._members[uid] = _Member(uid, handle, handle.identity.remote(), time.monotonic())
+
+    def _tend_members(self) -> None:
+        """Start the members that joined (together, see ``STARTUP_GRACE``); forget the
+        ones that ended, telling the group at once of those that died."""
+        members = list(self._members.values())
+        starting = [m for m in members if not m.started]
+        if starting:
+            done, _ = ray.wait([m.ready for m in starting], num_returns=len(starting), timeout=0)
+            ready = [m for m in starting if m.ready in done]
+            waited = time.monotonic() - min(m.since for m in starting)
+            if len(ready) == len(starting) or waited > STARTUP_GRACE:
+                for member in ready:
+                    self._begin(member)
+        running = [m for m in members if m.started]
+        if running:
+            done, _ = ray.wait([m.ended for m in running], num_returns=len(running), timeout=0)
+            for member in (m for m in running if m.ended in done):
+                self._ended(member)
+
+    def _begin(self, member: _Member) -> None:
+        try:
+            member_id, pid, node = ray.get(member.ready)
+        except Exception as error:  # its handler cannot load there, say
+            logger.error("autoscaled member of %s could not start: %s", self._name, error)
+            del self._members[member.uid]
+            self._event(len(self._members) + 1, len(self._members), f"member failed: {error}")
+            return
+        member.identity = ScaledMember(member_id, pid, node)
+        member.handle.start.remote()
+        member.ended = member.handle.wait_stopped.remote()
+        member.started = True
+
+    def _ended(self, member: _Member) -> None:
+        del self._members[member.uid]
+        try:
+            ray.get(member.ended)
+            reason = "member ended (its group or topic is gone)"
+        except Exception:
+            reason = f"member {member.identity.member_id[:8]} died"  # type: ignore[union-attr]
+            self._evict(member)
+        self._event(len(self._members) + 1, len(self._members), reason)
+
+    def _evict(self, member: _Member) -> None:
+        """A dead member leaves its group now (not after its timeout): its channels go
+        to the others from its last commit, and what it held is delivered again."""
+        assert member.identity is not None
+        coordinator, member_id = self._topic._coordinator, member.identity.member_id
+        with contextlib.suppress(Exception):  # the coordinator restarting: its timeout
+            ray.get(
+                [
+                    coordinator.leave.remote(self._name, member_id),
+                    coordinator.close_reader.remote(member_id),
+                ],
+                timeout=CALL_TIMEOUT,
+            )
+
+    def _remove(self, members: list[_Member]) -> None:
+        """Stop ``members``: each settles its batch and leaves, then its actor goes."""
+        stops = [m.handle.stop.remote() for m in members if m.started]
+        with contextlib.suppress(Exception):  # one that died meanwhile is gone anyway
+            ray.get(stops, timeout=STOP_TIMEOUT)
+        for member in members:
+            self._members.pop(member.uid, None)
+            ray.kill(member.handle, no_restart=True)
+
+    def _adopt_members(self) -> None:
+        """After a restart: take back the member actors still alive."""
+        prefix = scaled_member_prefix(self._topic.name, self._name)
+        namespace = self._topic.namespace
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor.get("namespace") != namespace or not actor["name"].startswith(prefix):
+                continue
+            try:
+                handle = ray.get_actor(actor["name"], namespace=namespace)
+                member = _Member(actor["name"][len(prefix) :], handle, None, time.monotonic())
+                member.ready = handle.identity.remote()
+                ray.get(member.ready, timeout=CALL_TIMEOUT)
+            except Exception as error:  # gone meanwhile
+                logger.warning("autoscaler of %s: not adopting %s: %s", self._name, actor, error)
+                continue
+            self._members[member.uid] = member
+            self._begin(member)  # start() again changes nothing for a running member
+        if self._members:
+            self._event(0, len(self._members), "autoscaler restarted: members adopted")
+
+    def _event(self, before: int, after: int, reason: str) -> None:
+        lag = sum(self._lags.values())
+        self._events.append(ScaleEvent(datetime.now(UTC), before, after, lag, reason))
+        logger.info("autoscaler of %s: %d -> %d members (%s)", self._name, before, after, reason)
+
+
+def _desired_gauge(topic: str, group: str) -> Any:
+    """``raytopic_group_desired_members`` (a Ray metric tagged topic and group): what
+    the rule asks for, for autoscalers outside Ray (KEDA, a cluster's own)."""
+    from ray.util.metrics import Gauge
+
+    gauge = Gauge(
+        "raytopic_group_desired_members",
+        description="Members an autoscaled group's rule asks for",
+        tag_keys=("topic", "group"),
+    )
+    gauge.set_default_tags({"topic": topic, "group": group})
+    return gauge
