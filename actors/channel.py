@@ -83,9 +83,9 @@ from raytopic.core.records import AckStatus, CommitResult, CommitStatus
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.stream_log import (
     ClaimStream,
-    CommitBatch,
+    CommitMicroBatch,
     ReadStreamLog,
-    RecordBatch,
+    RecordMicroBatch,
     StreamLogState,
     StreamRequest,
 )
@@ -711,9 +711,9 @@ class ChannelActor:
                 return StreamLogState(streams.record_of(group), owned.groups[group].committed)
             case ClaimStream():
                 streams.claim(request)
-            case RecordBatch():
+            case RecordMicroBatch():
                 streams.record(request)
-            case CommitBatch():
+            case CommitMicroBatch():
                 through = streams.commit(request)
                 if through is not None:
                     owned.advance(group, through)

@@ -13,10 +13,10 @@ from typing import Any
 
 from raytopic.core.errors import InvalidArgumentError, NotOwnerError
 from raytopic.core.stream_log import (
-    BatchRecord,
     ClaimStream,
-    CommitBatch,
-    RecordBatch,
+    CommitMicroBatch,
+    MicroBatchRecord,
+    RecordMicroBatch,
     StreamClaim,
     StreamRecord,
 )
@@ -54,7 +54,7 @@ class StreamLogs:
         self.records[request.group] = record
         return record
 
-    def record(self, request: RecordBatch) -> None:
+    def record(self, request: RecordMicroBatch) -> None:
         """Keep ``request``'s batch as the group's batch in flight.
 
         Raises:
@@ -71,7 +71,7 @@ class StreamLogs:
             raise InvalidArgumentError(f"{where} was recorded with other ranges")
         self.records[request.group] = StreamRecord(record.claim, batch, record.committed)
 
-    def commit(self, request: CommitBatch) -> int | None:
+    def commit(self, request: CommitMicroBatch) -> int | None:
         """Mark ``request``'s batch committed; returns the last position of this
         channel's range (the group's commit moves there), None when there is nothing
         to move (the batch was committed before, or its range here is empty).
@@ -80,7 +80,7 @@ class StreamLogs:
             NotOwnerError: the stream no longer holds the group here.
         """
         record = self._held(request.group, request.claim)
-        batch: BatchRecord = request.batch
+        batch: MicroBatchRecord = request.batch
         if batch.batch_id <= record.committed:
             return None
         # The batch itself becomes the last recorded (a channel that lost its record,
@@ -95,6 +95,12 @@ class StreamLogs:
 
     def _held(self, group: str, claim: StreamClaim) -> StreamRecord:
         record = self.record_of(group)
+        if record.claim is None:
+            # Never adopted here: an older stream would take the group back.
+            raise NotOwnerError(
+                f"channel {self._channel} keeps no stream of group {group!r} (it restarted "
+                "without a store, losing its elements and the offset log): open a stream again"
+            )
         if record.claim != claim:
             raise NotOwnerError(
                 f"channel {self._channel}: group {group!r} is held by another stream "

@@ -17,6 +17,7 @@ from raytopic.bridge.spark import (
     read_topic,
     sink,
     stop_spark,
+    stream,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "read_topic",
     "sink",
     "stop_spark",
+    "stream",
 ]

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 __all__ = [
-    "BatchRecord",
+    "MicroBatchRecord",
     "ClaimStream",
-    "CommitBatch",
+    "CommitMicroBatch",
     "ReadStreamLog",
-    "RecordBatch",
+    "RecordMicroBatch",
     "Recovery",
     "StreamClaim",
     "StreamLogState",
@@ -56,7 +56,7 @@ class StreamClaim(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class BatchRecord:
+class MicroBatchRecord:
     """One micro-batch as the offset log keeps it."""
 
     batch_id: int
@@ -82,7 +82,7 @@ class BatchRecord:
         return {"id": self.batch_id, "ranges": [list(entry) for entry in self.ranges]}
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> BatchRecord:
+    def from_state(cls, state: Mapping[str, Any]) -> MicroBatchRecord:
         """The record :meth:`to_state` wrote."""
         return cls(
             int(state["id"]),
@@ -96,7 +96,7 @@ class StreamRecord:
 
     claim: StreamClaim | None = None
     """The newest stream that claimed the group here (None: none ever did)."""
-    batch: BatchRecord | None = None
+    batch: MicroBatchRecord | None = None
     """The last batch recorded here."""
     committed: int = -1
     """The id of the last batch committed here (-1: none)."""
@@ -115,7 +115,7 @@ class StreamRecord:
         claim, batch = state.get("claim"), state.get("batch")
         return cls(
             None if claim is None else StreamClaim(int(claim[0]), str(claim[1])),
-            None if batch is None else BatchRecord.from_state(batch),
+            None if batch is None else MicroBatchRecord.from_state(batch),
             int(state.get("committed", -1)),
         )
 
@@ -141,28 +141,28 @@ class ClaimStream:
 
 
 @dataclass(frozen=True, slots=True)
-class RecordBatch:
+class RecordMicroBatch:
     """Record ``batch`` as ``group``'s batch in flight, durably (answered with None).
 
     Refused (NotOwnerError) unless ``claim`` holds the group here."""
 
     group: str
     claim: StreamClaim
-    batch: BatchRecord
+    batch: MicroBatchRecord
 
 
 @dataclass(frozen=True, slots=True)
-class CommitBatch:
+class CommitMicroBatch:
     """Commit ``batch``: the group's positions move to its end here, and it is the
     last batch committed (answered with None; a batch committed before changes
     nothing). Refused (NotOwnerError) unless ``claim`` holds the group here."""
 
     group: str
     claim: StreamClaim
-    batch: BatchRecord
+    batch: MicroBatchRecord
 
 
-StreamRequest = ReadStreamLog | ClaimStream | RecordBatch | CommitBatch
+StreamRequest = ReadStreamLog | ClaimStream | RecordMicroBatch | CommitMicroBatch
 """What a stream asks a channel."""
 
 
@@ -189,9 +189,9 @@ def next_claim(records: Sequence[StreamRecord], stream_id: str) -> StreamClaim:
 class Recovery:
     """Where a stream that opens on a group starts (see :func:`recover`)."""
 
-    replay: BatchRecord | None
+    replay: MicroBatchRecord | None
     """A batch recorded and committed nowhere: handed out first, as it was."""
-    finish: BatchRecord | None
+    finish: MicroBatchRecord | None
     """A batch committed at some channels only: committed at the others first."""
     next_batch_id: int
     """The id of the first batch to plan."""

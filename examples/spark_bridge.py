@@ -1,5 +1,6 @@
 """A Spark DataFrame into a topic as Arrow, read back as a DataFrame and a Ray Dataset,
-copied to another topic by Ray Data, and a stream published exactly once per
+copied to another topic by Ray Data, streamed out of a group as micro-batches of
+DataFrames into a third topic, and a Spark stream published exactly once per
 micro-batch. (The README's "Spark and Ray Data" block is this script.)
 
 Run: pip install -e ".[spark]" && python examples/spark_bridge.py
@@ -17,6 +18,7 @@ spark = raytopic.spark.init_spark("orders", num_executors=1, executor_cores=2)
 name = f"orders-{uuid.uuid4().hex[:8]}"
 topic = rt.create_topic(name, channels=2, groups=["billing"])
 other_topic = rt.create_topic(f"{name}-copy", channels=2)
+totals = rt.create_topic(f"{name}-totals", channels=2)
 try:
     orders_df = spark.range(1000).selectExpr(
         "id AS order", "id % 100 AS customer", "id * 0.5 AS amount"
@@ -29,6 +31,13 @@ try:
     ds = raytopic.data.read_topic(topic, group="billing")  # a Ray Dataset
     copied = raytopic.data.write_topic(ds, other_topic, key="customer")
     print("copied", copied.rows, "rows through Ray Data")
+
+    # The group "totals" as micro-batches of DataFrames; the sink publishes each batch
+    # id once, so a batch handed out again after a crash is not published twice.
+    publish = raytopic.spark.sink(totals, key="customer", query_id="totals")
+    for batch in raytopic.spark.stream(spark, topic, group="totals", max_rows_per_batch=400):
+        publish(batch.dataframe.withColumn("total", batch.dataframe.amount * 2), batch.batch_id)
+    print("totals:", raytopic.data.read_topic(totals).count(), "rows from the stream")
 
     with tempfile.TemporaryDirectory() as path:  # the stream's input and checkpoint
         orders_df.write.parquet(f"{path}/in")
@@ -46,3 +55,4 @@ finally:
     raytopic.spark.stop_spark()
     topic.destroy()
     other_topic.destroy()
+    totals.destroy()

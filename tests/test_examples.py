@@ -19,6 +19,7 @@ EXPECTED = {
     "resequencer.py": "['B0', 'A0', 'A1', 'A2', 'B1']",
     "shared_workers.py": "dead letter: {'job': 13} after 3 deliveries",
     "exactly_once_pipeline.py": "every input appears in the sink exactly once",
+    "streams.py": "every click written exactly once: 1000 rows",
     "elastic_consumers.py": "handled 1000, distinct 1000: each order once",
 }
 """A line each script prints when it did what it shows."""

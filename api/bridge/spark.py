@@ -9,6 +9,9 @@
   from the channel actors, one task per channel range.
 - :func:`sink`: ``df.writeStream.foreachBatch(sink(topic))`` publishes each
   micro-batch exactly once.
+- :func:`stream`: a group of a topic as micro-batches, each a DataFrame over
+  fixed ranges (``raytopic.data.stream``'s stream): with :func:`sink`, a topic
+  -> Spark -> topic pipeline is exactly once end to end.
 
 Spark's Python workers are not Ray workers: the functions Spark runs join the
 driver's Ray cluster themselves (once per worker process).
@@ -43,6 +46,7 @@ from raytopic.bridge.spark_session import (
     prepare_java,
     stop_spark,
 )
+from raytopic.bridge.streams import AVAILABLE_NOW, Stream, open_stream
 from raytopic.core.config import check_instance, check_timeout
 from raytopic.core.errors import (
     InvalidArgumentError,
@@ -68,6 +72,7 @@ __all__ = [
     "read_topic",
     "sink",
     "stop_spark",
+    "stream",
 ]
 
 _CHANNEL = "__raytopic_channel"
@@ -390,11 +395,7 @@ def read_topic(
             SparkSession, ``topic`` not a Topic, ...), or values whose types cannot
             share a column.
     """
-    from pyspark.sql import SparkSession
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    check_instance(spark, SparkSession, "spark")
-
+    _check_session(spark)
     ranges = plan_ranges(
         topic,
         channels=channels,
@@ -403,6 +404,24 @@ def read_topic(
         group=group,
         fail_on_data_loss=fail_on_data_loss,
     )
+    return ranges_dataframe(spark, topic, ranges)
+
+
+def _check_session(spark: Any) -> None:
+    from pyspark.sql import SparkSession
+
+    check_instance(spark, SparkSession, "spark")
+
+
+def ranges_dataframe(spark: SparkSession, topic: Topic, ranges: list[ChannelRange]) -> DataFrame:
+    """The elements of planned ``ranges`` as a DataFrame read by Spark tasks (see
+    :func:`read_topic`, which plans them; a stream's micro-batch has its own).
+
+    Raises:
+        InvalidTypeError: values whose types cannot share a column.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     schema = _sample_schema(topic, ranges)
     spark_schema = from_arrow_schema(schema)
     if not ranges:
@@ -451,3 +470,54 @@ class _ReadRanges:
             for channel, first, stop in zip(*plan.to_pydict().values(), strict=True):
                 for table in read_range(topic, ChannelRange(channel, first, stop)):
                     yield from conform(table, schema).to_batches()
+
+
+# -- streaming out of a topic ----------------------------------------------------------------
+
+
+def stream(
+    spark: SparkSession,
+    topic: Topic,
+    *,
+    group: str,
+    trigger: str | float = AVAILABLE_NOW,
+    max_rows_per_batch: int = 100_000,
+    start: str = "earliest",
+    fail_on_data_loss: bool = True,
+) -> Stream:
+    """A group of ``topic`` as micro-batches whose ``dataframe`` is a Spark DataFrame of
+    the batch's ranges, read by Spark tasks as :func:`read_topic` reads (its
+    ``dataset`` is the same rows as a Ray Dataset). The stream, its offset log,
+    triggers, commits and replays are ``raytopic.data.stream``'s (see it for the
+    arguments). PySpark 3.5 has no Python streaming source: this is the loop a
+    ``foreachBatch`` would run, with the topic as a replayable source.
+
+    Example:
+        >>> publish = raytopic.spark.sink(out_topic, query_id="enrich")
+        >>> for mb in raytopic.spark.stream(spark, topic, group="enrich"):
+        ...     publish(mb.dataframe.withColumn("total", F.col("amount") * 2), mb.batch_id)
+
+    With :func:`sink` (``query_id`` fixed, so a restarted driver keeps it) a
+    replayed batch is appended by no channel twice: exactly once end to end.
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: a bad argument (``spark`` not a
+            SparkSession, ...); nothing is made or consumed.
+        GroupModeError: the group is shared, or has members.
+    """
+    # Here, not at the top: Spark's Python workers import this module, and need no Ray Data.
+    from raytopic.bridge.data import ranges_dataset
+
+    _check_session(spark)
+    return open_stream(
+        topic,
+        group,
+        trigger=trigger,
+        max_rows_per_batch=max_rows_per_batch,
+        start=start,
+        fail_on_data_loss=fail_on_data_loss,
+        reader=lambda pieces: (
+            ranges_dataset(topic, pieces),
+            ranges_dataframe(spark, topic, pieces),
+        ),
+    )

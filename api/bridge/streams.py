@@ -53,11 +53,11 @@ from raytopic.core.errors import (
     NotOwnerError,
 )
 from raytopic.core.stream_log import (
-    BatchRecord,
     ClaimStream,
-    CommitBatch,
+    CommitMicroBatch,
+    MicroBatchRecord,
     ReadStreamLog,
-    RecordBatch,
+    RecordMicroBatch,
     StreamRequest,
     next_claim,
     recover,
@@ -139,7 +139,7 @@ class MicroBatch:
     def __init__(
         self,
         stream: Stream,
-        record: BatchRecord,
+        record: MicroBatchRecord,
         rows: int,
         dataset: Dataset,
         dataframe: Any = None,
@@ -204,7 +204,7 @@ class Stream:
         self._channels = range(topic.channel_count)
         self._stop = threading.Event()
         self._ended = False
-        self._handed: BatchRecord | None = None  # handed out, not committed yet
+        self._handed: MicroBatchRecord | None = None  # handed out, not committed yet
         self._due = 0.0  # monotonic time of the next planned batch (a timed trigger)
         self._open(start_latest)
 
@@ -228,7 +228,7 @@ class Stream:
             raise NotOwnerError(f"a newer stream opened on group {group!r} meanwhile")
         recovery = recover([state.record for state in states])
         if recovery.finish is not None:
-            self._ask(CommitBatch(group, self._claim, recovery.finish))
+            self._ask(CommitMicroBatch(group, self._claim, recovery.finish))
         self._replay = recovery.replay
         self._next_id = recovery.next_batch_id
         replay = recovery.replay
@@ -302,7 +302,7 @@ class Stream:
             if self._trigger is None:
                 return None  # "available_now": everything it saw is read
 
-    def _plan(self, views: dict[int, tuple[int, int, dict[str, Any]]]) -> BatchRecord | None:
+    def _plan(self, views: dict[int, tuple[int, int, dict[str, Any]]]) -> MicroBatchRecord | None:
         """The next batch over what the channels hold (None: nothing new)."""
         backlog = {}
         for channel in self._channels:
@@ -313,7 +313,7 @@ class Stream:
         taken = split_rows(backlog, self._max_rows)
         if not any(taken.values()):
             return None
-        return BatchRecord(
+        return MicroBatchRecord(
             self._next_id,
             tuple(
                 (channel, self._starts[channel], self._starts[channel] + taken[channel])
@@ -322,11 +322,11 @@ class Stream:
         )
 
     def _hand_out(
-        self, record: BatchRecord, views: dict[int, tuple[int, int, dict[str, Any]]]
+        self, record: MicroBatchRecord, views: dict[int, tuple[int, int, dict[str, Any]]]
     ) -> MicroBatch:
         """Record the batch in the offset log (durably), then hand it out."""
         pieces = self._pieces(record, views)
-        self._ask(RecordBatch(self._group, self._claim, record))
+        self._ask(RecordMicroBatch(self._group, self._claim, record))
         self._handed = record
         self._next_id = record.batch_id + 1
         for channel, _, end in record.ranges:
@@ -336,7 +336,7 @@ class Stream:
         return MicroBatch(self, record, rows, dataset, dataframe)
 
     def _pieces(
-        self, record: BatchRecord, views: dict[int, tuple[int, int, dict[str, Any]]]
+        self, record: MicroBatchRecord, views: dict[int, tuple[int, int, dict[str, Any]]]
     ) -> list[ChannelRange]:
         """The pieces the batch's ranges are read in: around damaged stored records,
         and above elements a channel without a store no longer holds, as
@@ -373,10 +373,10 @@ class Stream:
         identities = {channel: view[2] for channel, view in views.items()}
         return cut_ranges(wholes, identities, fail_on_data_loss=self._fail_on_data_loss)
 
-    def _commit(self, record: BatchRecord) -> None:
+    def _commit(self, record: MicroBatchRecord) -> None:
         if record.batch_id <= self._committed:
             return
-        self._ask(CommitBatch(self._group, self._claim, record))
+        self._ask(CommitMicroBatch(self._group, self._claim, record))
         self._committed = record.batch_id
         if self._handed == record:
             self._handed = None

@@ -36,10 +36,10 @@ from raytopic.core.protocol import (
 )
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.stream_log import (
-    BatchRecord,
     ClaimStream,
-    CommitBatch,
-    RecordBatch,
+    CommitMicroBatch,
+    MicroBatchRecord,
+    RecordMicroBatch,
     StreamClaim,
     StreamRecord,
 )
@@ -201,7 +201,7 @@ def test_a_channel_comes_back_from_its_own_store_under_the_next_epoch(opened) ->
 
 def test_a_streams_offset_log_comes_back_with_the_groups_commit(opened) -> None:
     claim = StreamClaim(1, "s")
-    done, in_flight = BatchRecord(0, ((0, 0, 2),)), BatchRecord(1, ((0, 2, 3),))
+    done, in_flight = MicroBatchRecord(0, ((0, 0, 2),)), MicroBatchRecord(1, ((0, 2, 3),))
 
     async def main() -> None:
         parts = _build(_config())
@@ -214,9 +214,9 @@ def test_a_streams_offset_log_comes_back_with_the_groups_commit(opened) -> None:
         # As the channel serves a stream: claim, record, commit (moving the group's
         # cursor in the same write), record the next batch.
         parts.streams.claim(ClaimStream("g", claim))
-        parts.streams.record(RecordBatch("g", claim, done))
-        parts.readers.owned.advance("g", parts.streams.commit(CommitBatch("g", claim, done)))
-        parts.streams.record(RecordBatch("g", claim, in_flight))
+        parts.streams.record(RecordMicroBatch("g", claim, done))
+        parts.readers.owned.advance("g", parts.streams.commit(CommitMicroBatch("g", claim, done)))
+        parts.streams.record(RecordMicroBatch("g", claim, in_flight))
         parts.state.touch("streams", "g")
         await parts.state.save()
         store.close()

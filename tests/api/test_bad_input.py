@@ -644,6 +644,29 @@ def test_data_read_topic(topic: rt.Topic) -> None:
     refuses(lambda flag: raytopic.data.read_topic(topic, fail_on_data_loss=flag), NOT_BOOL)
 
 
+def test_data_stream(topic: rt.Topic, state: Any) -> None:
+    # A group that does not exist: a stream let through would make it (the state says).
+    def stream(**arguments: Any) -> Any:
+        return raytopic.data.stream(topic, **{"group": "never-made", **arguments})
+
+    refuses(lambda target: raytopic.data.stream(target, group="owned"), NOT_A_TOPIC, state)
+    refuses(lambda group: stream(group=group), bad_name(), state)
+    refuses(
+        lambda trigger: stream(trigger=trigger),
+        st.one_of(bad_seconds(), st.sampled_from(["available", "once", "1.0"])),
+        state,
+    )
+    refuses(lambda rows: stream(max_rows_per_batch=rows), bad_int(1), state)
+    refuses(
+        lambda start: stream(start=start),
+        st.one_of(JUNK, st.sampled_from([{0: 1}, datetime(2020, 1, 1)])).filter(
+            lambda v: v not in ("earliest", "latest")
+        ),
+        state,
+    )
+    refuses(lambda flag: stream(fail_on_data_loss=flag), NOT_BOOL, state)
+
+
 def test_data_write_topic(topic: rt.Topic, state: Any) -> None:
     dataset = ray.data.range(3)
     refuses(
@@ -676,3 +699,4 @@ def test_spark_calls_check_their_topic_before_spark_runs(topic: rt.Topic) -> Non
     refuses(lambda target: spark_bridge.sink(target), NOT_A_TOPIC)
     refuses(lambda timeout: spark_bridge.sink(topic, block_timeout=timeout), bad_seconds(none=True))
     refuses(lambda session: spark_bridge.read_topic(session, topic), NOT_ITEMS)
+    refuses(lambda session: spark_bridge.stream(session, topic, group="never-made"), NOT_ITEMS)

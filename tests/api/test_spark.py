@@ -324,6 +324,33 @@ def test_a_replayed_batch_id_is_skipped_across_a_channel_restart_with_a_store(
         again(batch, -1)
 
 
+def test_a_spark_stream_hands_out_dataframes_of_its_ranges_and_with_sink_is_exactly_once(
+    spark: Any, make_topic: Callable[..., rt.Topic], unique_name: Callable[[str], str]
+) -> None:
+    source, out = make_topic(channels=2), make_topic(channels=2)
+    rows = spark.range(300, numPartitions=2).select(F.col("id"), (F.col("id") * 0.5).alias("x"))
+    rs.publish_dataframe(source, rows, key="id")
+    sink = rs.sink(out, key="id", query_id=unique_name("q"))  # a topic -> Spark -> topic pipeline
+
+    def publish(batch: Any) -> int:
+        sink(batch.dataframe.withColumn("y", F.col("x") * 2), batch.batch_id)
+        return sink.last_summary.rows
+
+    first = next(rs.stream(spark, source, group="g", max_rows_per_batch=120))
+    assert first.dataframe.columns == rs.read_topic(spark, source).columns
+    assert first.dataframe.count() == first.rows == first.dataset.count() == 120
+    assert publish(first) == 120
+    # The driver dies here (nothing committed): the next stream hands batch 0 out again,
+    # and the sink's channels skip what they have.
+    stream = rs.stream(spark, source, group="g", max_rows_per_batch=120)
+    again = next(stream)
+    assert (again.batch_id, again.ranges, again.rows) == (0, first.ranges, 120)
+    assert publish(again) == 0
+    assert [publish(batch) for batch in stream] == [120, 60]
+    ids = rd.read_topic(out).to_pandas()["id"]
+    assert sorted(ids) == list(range(300))
+
+
 def test_the_spark_bench_reports_the_bridge_against_raydp(spark: Any) -> None:
     from raytopic.tools.bench import format_figure, format_verdict
     from raytopic.tools.bench_spark import run_spark_benchmarks
@@ -385,5 +412,10 @@ def test_the_spark_example_runs_in_the_running_session(
 
     runpy.run_path(str(EXAMPLE), run_name="__main__")  # its init_spark gets this session
     out = capsys.readouterr().out
-    for line in ("published 1000 rows", "copied 1000 rows through Ray Data", "streamed 1000 rows"):
+    for line in (
+        "published 1000 rows",
+        "copied 1000 rows through Ray Data",
+        "totals: 1000 rows from the stream",
+        "streamed 1000 rows",
+    ):
         assert line in out, out

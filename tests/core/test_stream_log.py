@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from raytopic.core.stream_log import (
-    BatchRecord,
+    MicroBatchRecord,
     Recovery,
     StreamClaim,
     StreamRecord,
@@ -14,8 +14,8 @@ from raytopic.core.stream_log import (
     recover,
 )
 
-BATCH_3 = BatchRecord(3, ((0, 10, 20), (1, 5, 5), (2, 7, 9)))
-BATCH_4 = BatchRecord(4, ((0, 20, 25), (1, 5, 8), (2, 9, 9)))
+BATCH_3 = MicroBatchRecord(3, ((0, 10, 20), (1, 5, 5), (2, 7, 9)))
+BATCH_4 = MicroBatchRecord(4, ((0, 20, 25), (1, 5, 8), (2, 9, 9)))
 OLD = StreamClaim(1, "a")
 
 
@@ -34,7 +34,7 @@ def test_records_survive_a_store_round_trip_as_json() -> None:
     ):
         kept = json.loads(json.dumps(record.to_state()))
         assert StreamRecord.from_state(kept) == record
-    assert BatchRecord.from_state(json.loads(json.dumps(BATCH_4.to_state()))) == BATCH_4
+    assert MicroBatchRecord.from_state(json.loads(json.dumps(BATCH_4.to_state()))) == BATCH_4
 
 
 def test_claims_order_by_number_then_by_stream() -> None:
