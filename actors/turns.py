@@ -83,7 +83,10 @@ class Turns:
                 try:
                     await asyncio.wait_for(changed.wait(), wait)
                 except TimeoutError:
-                    if not stream.running and stream.next < number == min(stream.waiting):
+                    # A timeout that fires as a turn ends (changed is set) has not
+                    # waited out a gap with nothing running: wait a whole gap again.
+                    quiet = not stream.running and not changed.is_set()
+                    if quiet and stream.next < number == min(stream.waiting):
                         # The calls before this one never arrived: skip them (but
                         # never a lower number that is queued: it runs first).
                         stream.next = number

@@ -36,7 +36,10 @@ from tests.topic_helpers import get, module_topic, receive_exactly
 
 CHANNELS = 2
 
+# A namespace of its own: the snapshot lists the namespace's topics, and tests in the
+# other xdist worker make topics in the shared test namespace meanwhile.
 topic = module_topic(
+    namespace="bad-input",
     channels=CHANNELS,
     groups=["owned", rt.SharedGroup("shared", ack_timeout=3600.0)],
     retain=True,
