@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -339,9 +340,11 @@ def enable_token_for_ray_address() -> None:
     ``import raytopic`` calls this. It costs nothing unless RAY_ADDRESS is a
     ``HOST:PORT``, a token exists and RAY_AUTH_MODE is unset; then one probe of
     a second at most. It never raises: a cluster that does not answer, or
-    refuses the token, is left for ``ray.init`` to report.
+    refuses the token, is left for ``ray.init`` to report. In a Ray worker
+    process (a topic's channels and coordinator import ``raytopic`` too) it does
+    nothing: that process is in the cluster already, with the cluster's settings.
     """
-    if AUTH_MODE in os.environ or token_source() is None:
+    if _in_ray_worker() or AUTH_MODE in os.environ or token_source() is None:
         return
     try:
         address = parse_address(os.environ.get("RAY_ADDRESS", ""), source="RAY_ADDRESS")
@@ -353,3 +356,14 @@ def enable_token_for_ray_address() -> None:
         logger.warning("raytopic: %s", error)
     except ClusterUnreachableError as error:
         logger.debug("%s", error)
+
+
+def _in_ray_worker() -> bool:
+    """Whether this process is a Ray worker (it runs tasks and actors), not a driver.
+
+    A worker imports Ray and connects (``ray._private.worker.connect`` sets its
+    mode) before it imports any code it runs; a process that has not imported Ray
+    is no worker, and asking costs it nothing.
+    """
+    worker = sys.modules.get("ray._private.worker")
+    return worker is not None and worker.global_worker.mode == worker.WORKER_MODE

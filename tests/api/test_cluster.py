@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import ray
 
 import raytopic as rt
 from raytopic.cluster import (
@@ -33,6 +34,7 @@ from raytopic.cluster import (
     ClusterAuthError,
     ClusterUnreachableError,
     GcsReply,
+    enable_token_for_ray_address,
     parse_address,
     probe_gcs,
     resolve_address,
@@ -168,6 +170,57 @@ def test_a_host_that_never_answers_is_silent_after_the_timeout() -> None:
         reply = probe_gcs(f"127.0.0.1:{silent.getsockname()[1]}", timeout=0.5)
     assert reply.answer is Answer.SILENT
     assert 0.4 < time.monotonic() - started < 3
+
+
+def _probes_made(silent: socket.socket) -> int:
+    """Connections the listening socket has taken since the last look."""
+    silent.setblocking(False)
+    made = 0
+    with suppress(BlockingIOError):
+        while True:
+            silent.accept()[0].close()
+            made += 1
+    return made
+
+
+@ray.remote(num_cpus=0)
+def _enable_token_in_a_worker(address: str) -> str | None:
+    """``import raytopic``'s token step in a Ray worker, with RAY_ADDRESS naming
+    ``address`` and RAY_AUTH_MODE unset (what a driver needs to probe); the
+    worker's own settings are restored afterwards."""
+    saved = {name: os.environ.get(name) for name in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    os.environ["RAY_ADDRESS"] = address
+    os.environ.pop("RAY_AUTH_MODE", None)
+    try:
+        assert token_source() is not None  # the worker has the session's token
+        enable_token_for_ray_address()
+        return os.environ.get("RAY_AUTH_MODE")
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def test_import_raytopic_in_a_ray_worker_leaves_rays_settings_and_the_network_alone(
+    ray_session: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The channels and the coordinator are Ray workers that import raytopic: its
+    # token step must neither probe RAY_ADDRESS from there nor switch Ray's mode.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        assert ray.get(_enable_token_in_a_worker.remote(address)) is None
+        assert _probes_made(silent) == 0
+        # A driver (this process) with the same settings probes (and the silent
+        # cluster is left for ray.init to report).
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        monkeypatch.delenv("RAY_AUTH_MODE")
+        enable_token_for_ray_address()
+        assert _probes_made(silent) >= 1
+        assert "RAY_AUTH_MODE" not in os.environ
 
 
 # -- real clusters started with `ray start --head` ------------------------------
