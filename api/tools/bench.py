@@ -3,8 +3,8 @@
 Machines here are shared and noisy, so every figure is reported next to the
 baseline measured minutes apart in the same process: ``ray.util.queue.Queue``
 in batch mode and Ray's floor (a plain actor, see the cases) for throughput,
-and Queue's put -> get for latency. Each throughput case runs ``repeat`` times
-and reports the median.
+and Queue's put -> a waiting get for latency. Each throughput case (and the
+latency case) runs ``repeat`` times and reports the median.
 Every consumer reads each element's ``value``, so the figures include
 decoding, as a real consumer pays it.
 
@@ -43,8 +43,11 @@ it, this one the rest):
                 floor's figure of the same role
                 (measured by ``raytopic.tools.bench_cpu``, made figures by
                 ``raytopic.tools.bench_throughput``).
-    latency     one value in flight: publish -> an already waiting receive.
-                Queue: put -> an already waiting get (here).
+    latency     one value in flight: publish -> a receive already waiting (a
+                member of a group owning every channel), on 1 channel and on 8;
+                Queue: put -> a get already waiting; in interleaved rounds, the
+                median of ``repeat`` runs (``raytopic.tools.bench_latency``;
+                ``raytopic bench --latency`` runs it alone).
     memory      RSS of one channel actor holding 1,000,000 small elements (here).
     group       two members of one group, a commit per received batch; and
                 the time from a member's close to the full reassignment
@@ -97,13 +100,13 @@ from raytopic.tools.bench_common import (
     _median,
     _message,
     _name,
-    _percentile,
     at_least,
     at_most,
 )
 from raytopic.tools.bench_cpu import Throughput, median_throughput
 from raytopic.tools.bench_groups import GROUP_TARGET, group_throughput, reassignment_time
 from raytopic.tools.bench_idle import SETTLE, run_idle_benchmarks
+from raytopic.tools.bench_latency import run_latency_benchmarks
 from raytopic.tools.bench_scale import run_scale_benchmarks
 from raytopic.tools.bench_shared import run_shared_benchmarks
 from raytopic.tools.bench_throughput import (
@@ -147,7 +150,7 @@ class BenchSettings:
     channels: int = 8
     """Channels of the multi-channel cases (the 1-channel cases run as well)."""
     latency_samples: int = 300
-    """Measured round trips per latency case (after 10 for warming up)."""
+    """Values each side of the latency case times per run (after 10 for warming up)."""
     repeat: int = 3
     """Runs per throughput case; the median is reported."""
     memory_elements: int = 1_000_000
@@ -173,55 +176,6 @@ QUICK = BenchSettings(
     idle_seconds=5.0,
 )
 """The same cases with smaller counts, for a quicker check."""
-
-
-# -- latency -----------------------------------------------------------------------
-
-LATENCY_TARGET = at_most(1.0)
-"""p50 publish -> waiting receive on 1 channel, against Queue's put -> waiting get."""
-MANY_CHANNELS_LATENCY_TARGET = at_most(1.5)
-"""The same p50 on N channels (a waiting receive spans them all)."""
-
-
-def topic_latency(samples: int, channels: int) -> tuple[float, float]:
-    """(p50, p99) seconds from ``publish()`` to an already waiting receive."""
-    topic = create_topic(_name("lat"), channels=channels)
-    try:
-        subscriber, publisher = topic.subscriber(), topic.publisher()
-        waits = []
-        for index in range(samples + 10):
-            waiting = subscriber.receive()
-            time.sleep(0.001)  # the receive reaches its home and waits
-            start = time.perf_counter()
-            publisher.publish(_message(index))
-            ray.get(waiting)
-            if index >= 10:
-                waits.append(time.perf_counter() - start)
-        subscriber.close()
-        publisher.close()
-        return _percentile(waits, 50), _percentile(waits, 99)
-    finally:
-        topic.destroy()
-
-
-def queue_latency(samples: int) -> tuple[float, float]:
-    """(p50, p99) seconds from ``Queue.put`` to an already waiting get."""
-    from ray.util.queue import Queue
-
-    queue = Queue(actor_options={"num_cpus": 0})
-    try:
-        waits = []
-        for index in range(samples + 10):
-            waiting = queue.actor.get.remote(None)
-            time.sleep(0.001)
-            start = time.perf_counter()
-            queue.put(_message(index))
-            ray.get(waiting)
-            if index >= 10:
-                waits.append(time.perf_counter() - start)
-        return _percentile(waits, 50), _percentile(waits, 99)
-    finally:
-        queue.shutdown()
 
 
 # -- memory ------------------------------------------------------------------------
@@ -301,7 +255,8 @@ def run_benchmarks(
     Args:
         messages: messages per throughput and group run.
         channels: channels of the multi-channel cases.
-        latency_samples: measured round trips per latency case.
+        latency_samples: values each side of the latency case times per run
+            (``repeat`` runs, the median reported).
         repeat: runs per throughput case (the median is reported).
         memory_elements: elements for the memory case; 0 skips it.
         restart_elements: elements on disk in the restart case; 0 skips the
@@ -425,30 +380,9 @@ def run_benchmarks(
             messages=messages, channels=channels, repeat=repeat, report=report
         )
 
-    queue_p50, queue_p99 = queue_latency(latency_samples)
-    add(Figure("queue: put -> waiting get, p50", queue_p50 * 1e3, "ms"))
-    add(Figure("queue: put -> waiting get, p99", queue_p99 * 1e3, "ms"))
-    for count in sorted({1, channels}):
-        p50, p99 = topic_latency(latency_samples, count)
-        add(
-            Figure(
-                f"topic: publish -> waiting receive, {count} channel(s), p50",
-                p50 * 1e3,
-                "ms",
-                "queue p50",
-                queue_p50 * 1e3,
-                target=LATENCY_TARGET if count == 1 else MANY_CHANNELS_LATENCY_TARGET,
-            )
-        )
-        add(
-            Figure(
-                f"topic: publish -> waiting receive, {count} channel(s), p99",
-                p99 * 1e3,
-                "ms",
-                "queue p99",
-                queue_p99 * 1e3,
-            )
-        )
+    figures += run_latency_benchmarks(
+        samples=latency_samples, channels=channels, repeat=repeat, report=report
+    )
 
     if memory_elements:
         before, after = channel_memory(memory_elements)

@@ -134,6 +134,12 @@ def _parser() -> argparse.ArgumentParser:
         " against K Queues and K floor pairs)",
     )
     bench.add_argument(
+        "--latency",
+        action="store_true",
+        help="only the latency case (publish -> a waiting receive on 1 channel and --channels,"
+        " against Queue's put -> a waiting get, interleaved; the median of --repeat runs)",
+    )
+    bench.add_argument(
         "--transactions",
         action="store_true",
         help="only the transactions case (a transaction per batch of 100 vs publish + commit)",
@@ -385,6 +391,15 @@ def _bench(args: argparse.Namespace) -> int:
 
         run_scale_benchmarks(
             messages=settings.messages,
+            channels=settings.channels,
+            repeat=settings.repeat,
+            report=report,
+        )
+    elif args.latency:
+        from raytopic.tools.bench_latency import run_latency_benchmarks
+
+        run_latency_benchmarks(
+            samples=settings.latency_samples,
             channels=settings.channels,
             repeat=settings.repeat,
             report=report,

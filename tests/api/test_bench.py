@@ -29,6 +29,11 @@ from raytopic.tools.bench import (
 from raytopic.tools.bench_commit import COMMIT_TARGET
 from raytopic.tools.bench_cpu import CpuSplit, Throughput, median_throughput
 from raytopic.tools.bench_idle import CHANNEL_TARGET, COORDINATOR_TARGET, CREATION_TARGET
+from raytopic.tools.bench_latency import (
+    LATENCY_TARGET,
+    MANY_CHANNELS_LATENCY_TARGET,
+    interleaved_rounds,
+)
 from raytopic.tools.bench_scale import ScaleTargets, scale_targets
 from raytopic.tools.bench_shared import TASK_TARGET
 from raytopic.tools.bench_throughput import cpu_figures
@@ -412,3 +417,58 @@ def test_quick_is_smaller_in_every_count() -> None:
     assert QUICK.idle_topics < DEFAULT.idle_topics
     assert QUICK.idle_seconds < DEFAULT.idle_seconds
     assert QUICK.channels == DEFAULT.channels  # the same cases
+
+
+# -- the latency case (raytopic.tools.bench_latency) -----------------------------------
+
+LATENCY_CASES = {
+    "queue: put -> waiting get, p50": (None, None),
+    "queue: put -> waiting get, p99": (None, None),
+    "topic: publish -> waiting receive, 1 channel(s), p50": ("queue p50", LATENCY_TARGET),
+    "topic: publish -> waiting receive, 1 channel(s), p99": ("queue p99", None),
+    "topic: publish -> waiting receive, 2 channel(s), p50": (
+        "queue p50",
+        MANY_CHANNELS_LATENCY_TARGET,
+    ),
+    "topic: publish -> waiting receive, 2 channel(s), p99": ("queue p99", None),
+}
+
+
+def test_latency_rounds_take_the_sides_in_turn_each_its_count() -> None:
+    rounds = interleaved_rounds(3, 25, 10)
+    assert [side for side, _ in rounds] == [0, 1, 2] * 3
+    for side in range(3):
+        assert [count for s, count in rounds if s == side] == [10, 10, 5]
+    assert interleaved_rounds(2, 0) == []
+
+
+def test_bench_latency_prints_queue_and_topic_p50_p99_with_ratios_and_verdicts(
+    ray_session: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The latency case alone, as `raytopic bench --latency` runs it (in this
+    # process, on the session's cluster): 3 values a side, 2 runs (the median).
+    args = _parse(
+        ["bench", "--latency", "--latency-samples", "3", "--repeat", "2", "--channels", "2"]
+    )
+    assert args.run(args) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    printed = {
+        case: next(line for line in lines if line.startswith(case))[len(case) :].split()
+        for case in LATENCY_CASES
+    }
+    for case, (baseline, target) in LATENCY_CASES.items():
+        value, unit, *rest = printed[case]
+        assert float(value) > 0 and unit == "ms", case
+        if baseline is None:
+            assert rest == [], case
+            continue
+        ratio, *named = rest
+        assert float(ratio.removesuffix("x")) > 0, case
+        if target is None:
+            assert named == baseline.split(), case
+        else:
+            assert named[:2] == baseline.split(), case
+            assert " ".join(named[2:]) in (f"(target {target}: met)", f"(target {target}: short)")
+    verdicts = [line for line in lines if line.startswith("verdict: ")]
+    assert len(verdicts) == 1 and "of 2 targets met" in verdicts[0]
