@@ -201,14 +201,18 @@ def read_topic(
     return ranges_dataset(topic, ranges)
 
 
-def ranges_dataset(topic: Topic, ranges: list[ChannelRange]) -> Dataset:
-    """The elements of planned ``ranges`` as a Dataset, one read task per range (see
-    :func:`read_topic`, which plans them; a stream's micro-batch has its own)."""
+def ranges_dataset(
+    topic: Topic, ranges: list[ChannelRange], *, task_rows: int | None = None
+) -> Dataset:
+    """The elements of planned ``ranges`` as a Dataset (see :func:`read_topic`, which
+    plans them; a stream's micro-batch has its own), one read task per range or
+    per ``task_rows`` (see :class:`TopicDatasource`)."""
     if not ranges:
         return ray.data.from_arrow(empty_table())
-    # One block per planned range: Ray Data would otherwise split a small read
-    # into ~200 blocks (and a write of them back into as many tasks).
-    return ray.data.read_datasource(TopicDatasource(topic, ranges), override_num_blocks=len(ranges))
+    source = TopicDatasource(topic, ranges, task_rows=task_rows)
+    # One block per read task: Ray Data would otherwise split a small read into
+    # ~200 blocks (and a write of them back into as many tasks).
+    return ray.data.read_datasource(source, override_num_blocks=source.task_count)
 
 
 def stream(
@@ -268,8 +272,13 @@ def stream(
         max_rows_per_batch=max_rows_per_batch,
         start=start,
         fail_on_data_loss=fail_on_data_loss,
-        reader=lambda pieces: (ranges_dataset(topic, pieces), None),
+        reader=lambda pieces: (ranges_dataset(topic, pieces, task_rows=STREAM_TASK_ROWS), None),
     )
+
+
+STREAM_TASK_ROWS = 50_000
+"""Rows a micro-batch's read task reads at most (a task per channel would cost
+more than a small batch's rows): a batch of 100,000 is read by two tasks."""
 
 
 class TopicDatasink(Datasink[tuple[dict[int, int], int]]):
@@ -314,12 +323,25 @@ class TopicDatasink(Datasink[tuple[dict[int, int], int]]):
 
 
 class TopicDatasource(Datasource):
-    """One read task per planned channel range; Arrow blocks out."""
+    """Read tasks over planned channel ranges; Arrow blocks out.
 
-    def __init__(self, topic: Topic, ranges: list[ChannelRange]) -> None:
+    Args:
+        topic: The topic.
+        ranges: The planned ranges.
+        task_rows: None: one read task per range (a bounded read, whose plan cut
+            long channels into pieces). Else ranges are packed, in order, into
+            as few tasks as reading ``task_rows`` each needs (a micro-batch: a
+            Ray Data task per channel would cost more than its rows).
+    """
+
+    def __init__(
+        self, topic: Topic, ranges: list[ChannelRange], *, task_rows: int | None = None
+    ) -> None:
         super().__init__()
         self._topic = topic
-        self._ranges = ranges
+        self._tasks = (
+            [[piece] for piece in ranges] if task_rows is None else pack(ranges, task_rows)
+        )
 
     def estimate_inmemory_data_size(self) -> int | None:
         """Unknown until read (values differ in size)."""
@@ -328,25 +350,55 @@ class TopicDatasource(Datasource):
     def get_read_tasks(
         self, parallelism: int, per_task_row_limit: int | None = None, **_: Any
     ) -> list[ReadTask]:
-        """One task per range (the plan already cut long channels into pieces)."""
+        """The tasks fixed when the source was made."""
         topic = self._topic
         tasks = []
-        for piece in self._ranges:
+        for pieces in self._tasks:
             metadata = BlockMetadata(
-                num_rows=piece.rows, size_bytes=None, input_files=None, exec_stats=None
+                num_rows=sum(piece.rows for piece in pieces),
+                size_bytes=None,
+                input_files=None,
+                exec_stats=None,
             )
             tasks.append(
-                ReadTask(_reader(topic, piece), metadata, per_task_row_limit=per_task_row_limit)
+                ReadTask(_reader(topic, pieces), metadata, per_task_row_limit=per_task_row_limit)
             )
         return tasks
+
+    @property
+    def task_count(self) -> int:
+        """How many read tasks it makes."""
+        return len(self._tasks)
 
     def get_name(self) -> str:
         """The read tasks' name in Ray Data's progress and stats."""
         return f"ReadTopic({self._topic.name})"
 
 
-def _reader(topic: Topic, piece: ChannelRange) -> Any:
+def pack(ranges: list[ChannelRange], task_rows: int) -> list[list[ChannelRange]]:
+    """``ranges``, in order, as the groups read tasks read: at most ``ceil(rows /
+    task_rows)`` groups of about equal rows (a range longer than ``task_rows`` is
+    cut into pieces of at most ``task_rows``; a group ends once it holds its share)."""
+    pieces = [
+        ChannelRange(whole.channel, first, min(first + task_rows, whole.stop))
+        for whole in ranges
+        for first in range(whole.first, whole.stop, task_rows)
+    ]
+    total = sum(piece.rows for piece in pieces)
+    share = -(-total // max(1, -(-total // task_rows)))  # rows per task, rounded up
+    groups: list[list[ChannelRange]] = []
+    rows = 0
+    for piece in pieces:
+        if not groups or rows >= share:
+            groups.append([])
+            rows = 0
+        groups[-1].append(piece)
+        rows += piece.rows
+    return groups
+
+
+def _reader(topic: Topic, pieces: list[ChannelRange]) -> Any:
     def read() -> Iterator[pa.Table]:
-        yield from combine(read_range(topic, piece))
+        yield from combine(table for piece in pieces for table in read_range(topic, piece))
 
     return read

@@ -68,6 +68,12 @@ it, this one the rest):
                 from SIGKILL to serving again (here); and a durable commit's
                 p50 on a channel that has seen 3,000 publishers against one
                 that has seen 1 (``raytopic.tools.bench_commit``).
+    streams     a stream's catch-up over 1,000,000 rows in batches of 100,000, each
+                written with ``write_parquet``, against one bounded ``read_topic``
+                of the same rows written alike; publish -> batch in hand at 5,000
+                rows/s with ``trigger=1.0``, beside a plain ``iter_batches`` member
+                (``raytopic.tools.bench_streams``; ``raytopic bench --streams``
+                runs it alone).
     idle        CPU of idle channels and coordinators (3 topics, one member
                 each, 20 s) and the time to create a topic, against bare Ray
                 actors (``raytopic.tools.bench_idle``).
@@ -109,6 +115,7 @@ from raytopic.tools.bench_idle import SETTLE, run_idle_benchmarks
 from raytopic.tools.bench_latency import run_latency_benchmarks
 from raytopic.tools.bench_scale import run_scale_benchmarks
 from raytopic.tools.bench_shared import run_shared_benchmarks
+from raytopic.tools.bench_streams import StreamSettings, run_stream_benchmarks
 from raytopic.tools.bench_throughput import (
     FLOOR_ONE_CHANNEL_TARGET,
     FLOOR_ROLES,
@@ -248,6 +255,7 @@ def run_benchmarks(
     commit_publishers: int | None = None,
     idle_settle: float = SETTLE,
     scale: bool = True,
+    streams: StreamSettings | None = StreamSettings(),  # noqa: B008 (frozen)
     report: Callable[[Figure], None] = lambda figure: None,
 ) -> list[Figure]:
     """Run every case; ``report`` hears of each figure as it is measured.
@@ -268,6 +276,8 @@ def run_benchmarks(
         idle_settle: seconds the idle case lets its members settle before its
             window (at most ``idle_seconds``).
         scale: whether to run the scale case (``raytopic.tools.bench_scale``).
+        streams: the counts of the streams case (``raytopic.tools.bench_streams``);
+            None skips it.
         report: called with each figure as soon as it is measured.
 
     Returns:
@@ -426,6 +436,9 @@ def run_benchmarks(
 
         publishers = {} if commit_publishers is None else {"publishers": commit_publishers}
         figures += run_commit_benchmarks(commits=latency_samples, report=report, **publishers)
+
+    if streams is not None:
+        figures += run_stream_benchmarks(streams, repeat=repeat, report=report)
 
     if idle_topics:
         figures += run_idle_benchmarks(

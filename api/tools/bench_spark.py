@@ -13,6 +13,10 @@ Cases (``rows`` rows x 3 columns: id, customer, amount; cached in Spark first):
     read       ``read_topic`` back to Spark, against
                ``ray.data.from_arrow(blocks).to_spark(spark)`` of the same rows;
                each timed to a Spark aggregate over every column.
+    stream     the streams case's catch-up through ``raytopic.spark.stream`` (ten
+               batches, each DataFrame written with ``write.parquet``) against
+               ``read_topic(spark, topic).write.parquet`` of the same rows
+               (``raytopic.tools.bench_streams.spark_stream_figures``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import psutil
 import ray
 
 from raytopic.tools.bench_common import Figure, at_least
+from raytopic.tools.bench_streams import spark_stream_figures
 from raytopic.topic import Topic, create_topic
 
 __all__ = ["run_spark_benchmarks"]
@@ -53,10 +58,13 @@ def _orders(spark: Any, rows: int) -> Any:
     return orders
 
 
-def _topic(rows: int, channels: int) -> Topic:
+def _topic(rows: int, channels: int, *, retain: bool = False) -> Topic:
     per_channel = rows // channels + 1
     return create_topic(
-        f"bench-spark-{uuid.uuid4().hex[:6]}", channels=channels, capacity=2 * per_channel
+        f"bench-spark-{uuid.uuid4().hex[:6]}",
+        channels=channels,
+        capacity=2 * per_channel,
+        retain=retain,
     )
 
 
@@ -157,6 +165,21 @@ def read_times(spark: Any, orders: Any, rows: int, channels: int = CHANNELS) -> 
     return ours, theirs
 
 
+def stream_figures(
+    spark: Any, orders: Any, rows: int, channels: int, batch_rows: int, repeat: int
+) -> list[Figure]:
+    """The streams case's catch-up through Spark, on a topic holding ``orders``
+    (retained: each stream reads it through a group of its own)."""
+    from raytopic.bridge.spark import publish_dataframe
+
+    topic = _topic(rows, channels, retain=True)
+    try:
+        publish_dataframe(topic, orders, key="customer")
+        return spark_stream_figures(spark, topic, rows, batch_rows=batch_rows, repeat=repeat)
+    finally:
+        topic.destroy()
+
+
 def run_spark_benchmarks(
     *,
     rows: int = 1_000_000,
@@ -165,6 +188,7 @@ def run_spark_benchmarks(
     spark: Any = None,
     channels: int = CHANNELS,
     warm_up: bool = True,
+    stream_batch_rows: int | None = None,
 ) -> list[Figure]:
     """Run every case; ``report`` hears each figure.
 
@@ -177,6 +201,8 @@ def run_spark_benchmarks(
         channels: Channels of each topic a case publishes into (a new topic per run).
         warm_up: Run RayDP's conversion and a publish once, untimed, before the
             timed runs; False leaves first-run costs in the first figures.
+        stream_batch_rows: ``max_rows_per_batch`` of the stream case (None: a
+            tenth of ``rows``, as the streams case's 1,000,000 in batches of 100,000).
     """
     from raytopic.bridge.spark_session import init_quiet_spark, stop_spark
 
@@ -218,6 +244,9 @@ def run_spark_benchmarks(
                 target=READ_TARGET,
             )
         )
+        batch_rows = stream_batch_rows or -(-rows // 10)
+        for figure in stream_figures(spark, orders, rows, channels, batch_rows, repeat):
+            add(figure)
         orders.unpersist()
     finally:
         if owned:

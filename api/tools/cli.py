@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from raytopic.tools.bench import BenchSettings
+    from raytopic.tools.bench_streams import StreamSettings
 
 _LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -120,7 +121,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--spark",
         action="store_true",
-        help="the Spark bridge cases instead (RayDP's conversions as baselines; --messages rows)",
+        help="the Spark bridge cases instead (RayDP's conversions as baselines; --messages rows),"
+        " and rt.spark.stream's catch-up vs read_topic(spark)",
     )
     bench.add_argument(
         "--shared",
@@ -138,6 +140,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only the latency case (publish -> a waiting receive on 1 channel and --channels,"
         " against Queue's put -> a waiting get, interleaved; the median of --repeat runs)",
+    )
+    bench.add_argument(
+        "--streams",
+        action="store_true",
+        help="only the streams case (a stream's catch-up in batches vs one bounded read_topic,"
+        " and publish -> batch in hand at 5,000 rows/s vs a plain member)",
     )
     bench.add_argument(
         "--transactions",
@@ -358,6 +366,13 @@ def _bench_settings(args: argparse.Namespace) -> BenchSettings:
     return replace(QUICK if args.quick else DEFAULT, **chosen)
 
 
+def _stream_settings(args: argparse.Namespace) -> StreamSettings:
+    """The streams case's counts: smaller with ``--quick``."""
+    from raytopic.tools.bench_streams import QUICK_STREAMS, StreamSettings
+
+    return QUICK_STREAMS if args.quick else StreamSettings()
+
+
 def _bench(args: argparse.Namespace) -> int:
     settings = _bench_settings(args)
     if args.spark:
@@ -404,6 +419,10 @@ def _bench(args: argparse.Namespace) -> int:
             repeat=settings.repeat,
             report=report,
         )
+    elif args.streams:
+        from raytopic.tools.bench_streams import run_stream_benchmarks
+
+        run_stream_benchmarks(_stream_settings(args), repeat=settings.repeat, report=report)
     elif args.transactions:
         from raytopic.tools.bench_transactions import run_transaction_benchmarks
 
@@ -420,7 +439,7 @@ def _bench(args: argparse.Namespace) -> int:
             report=report,
         )
     else:
-        run_benchmarks(**asdict(settings), report=report)
+        run_benchmarks(**asdict(settings), streams=_stream_settings(args), report=report)
     print(format_verdict(figures))
     return 0
 

@@ -36,9 +36,15 @@ from raytopic.tools.bench_latency import (
 )
 from raytopic.tools.bench_scale import ScaleTargets, scale_targets
 from raytopic.tools.bench_shared import TASK_TARGET
+from raytopic.tools.bench_streams import (
+    CATCH_UP_TARGET,
+    QUICK_STREAMS,
+    StreamSettings,
+    run_stream_benchmarks,
+)
 from raytopic.tools.bench_throughput import cpu_figures
 from raytopic.tools.bench_transactions import TRANSACTION_TARGET
-from raytopic.tools.cli import _bench_settings, _parse, _parser
+from raytopic.tools.cli import _bench_settings, _parse, _parser, _stream_settings
 
 FLOOR = "ray floor: one plain actor, put pipelined / take sequential (1000)"
 TRANSACTIONS = "transactions: group -> x2 -> topic, 1 ch, a transaction per 100"
@@ -154,6 +160,7 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(
         commit_publishers=20,
         idle_settle=0.0,
         scale=False,
+        streams=None,  # its own test, below
         report=reported.append,
     )
 
@@ -417,6 +424,54 @@ def test_quick_is_smaller_in_every_count() -> None:
     assert QUICK.idle_topics < DEFAULT.idle_topics
     assert QUICK.idle_seconds < DEFAULT.idle_seconds
     assert QUICK.channels == DEFAULT.channels  # the same cases
+
+
+# -- the streams case (raytopic.tools.bench_streams) -----------------------------------
+
+# Tiny counts, yet about 10 s: the fixed costs (3 topics, a Ray Data job per batch,
+# the live case's tasks) do not shrink with them.
+TINY_STREAMS = StreamSettings(
+    rows=2000, batch_rows=1000, channels=2, rate=200, seconds=1.0, trigger=0.5
+)
+
+
+def test_bench_streams_reports_the_catch_up_and_live_latencies_with_their_baselines(
+    ray_session: None,
+) -> None:
+    reported: list[Figure] = []
+
+    figures = run_stream_benchmarks(TINY_STREAMS, repeat=1, report=reported.append)
+
+    assert reported == figures
+    by_case = {figure.case: figure for figure in figures}
+    bounded = "read_topic -> write_parquet, 2,000 rows x 3 columns, 2 ch"
+    catch_up = "stream catch-up: batches of 1,000 -> write_parquet each"
+    plain = "plain iter_batches(1000) member, same rows: publish -> received, p50"
+    live = "stream live: 200 rows/s, trigger=0.5 s: publish -> batch in hand"
+    assert list(by_case) == [bounded, catch_up, plain, f"{live}, p50", f"{live}, p99"]
+    for figure in figures:
+        assert math.isfinite(figure.value) and figure.value > 0, figure
+    for unjudged in (bounded, plain):
+        assert by_case[unjudged].baseline is None and by_case[unjudged].target is None
+    assert by_case[catch_up].baseline == "read_topic"
+    assert by_case[catch_up].baseline_value == by_case[bounded].value
+    assert by_case[catch_up].target == CATCH_UP_TARGET == at_least(0.6)
+    for percent, slack in (("p50", 2.0), ("p99", 5.0)):
+        latency = by_case[f"{live}, {percent}"]
+        assert latency.unit == "s" and latency.baseline == f"trigger + {slack:g} s"
+        assert latency.baseline_value == pytest.approx(0.5 + slack)
+        assert latency.target == at_most(1.0)
+    assert "of 3 targets met" in format_verdict(figures)
+
+
+def test_bench_streams_runs_alone_and_quick_makes_it_smaller() -> None:
+    quick = _parser().parse_args(["bench", "--streams", "--quick"])
+    assert quick.streams and _stream_settings(quick) == QUICK_STREAMS
+    assert _stream_settings(_parser().parse_args(["bench"])) == StreamSettings()
+    full = StreamSettings()
+    assert (full.rows, full.batch_rows, full.rate, full.trigger) == (1_000_000, 100_000, 5000, 1.0)
+    assert QUICK_STREAMS.rows < full.rows and QUICK_STREAMS.seconds < full.seconds
+    assert QUICK_STREAMS.rows // QUICK_STREAMS.batch_rows == full.rows // full.batch_rows
 
 
 # -- the latency case (raytopic.tools.bench_latency) -----------------------------------

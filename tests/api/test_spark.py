@@ -355,10 +355,17 @@ def test_the_spark_bench_reports_the_bridge_against_raydp(spark: Any) -> None:
     from raytopic.tools.bench import format_figure, format_verdict
     from raytopic.tools.bench_spark import run_spark_benchmarks
 
-    # Every case once, untimed warm-up left out, one channel per topic: the report's
-    # shape is what is checked here (the figures are the benchmark's own business).
+    # Every case once, untimed warm-up left out, one channel per topic, a stream of
+    # two batches: the report's shape is what is checked here (the figures are the
+    # benchmark's own business).
     figures = run_spark_benchmarks(
-        rows=2000, repeat=1, spark=spark, report=lambda _: None, channels=1, warm_up=False
+        rows=2000,
+        repeat=1,
+        spark=spark,
+        report=lambda _: None,
+        channels=1,
+        warm_up=False,
+        stream_batch_rows=1000,
     )
     lines = [format_figure(figure) for figure in figures]
     for case, baseline in (
@@ -366,13 +373,15 @@ def test_the_spark_bench_reports_the_bridge_against_raydp(spark: Any) -> None:
         ("publish via RayDP blocks + Ray Data write_topic", "x RayDP from_spark"),
         ("read_topic(spark) -> aggregate", "x from_arrow.to_spark"),
         ("driver RSS growth over publish_dataframe", ""),
+        ("read_topic(spark) -> write.parquet, 2,000 rows", ""),
+        ("spark stream catch-up: batches of 1,000 -> write.parquet each", "x read_topic(spark)"),
     ):
         line = next((line for line in lines if line.startswith(case)), None)
         assert line is not None, case
         assert baseline in line
     assert all(figure.value > 0 for figure in figures if "RSS" not in figure.case)
     verdict = format_verdict(figures)
-    assert verdict.startswith("verdict: ") and "of 3 targets met" in verdict
+    assert verdict.startswith("verdict: ") and "of 4 targets met" in verdict
     assert spark.range(3).count() == 3  # the session it was given is still running
 
 

@@ -13,6 +13,8 @@ import pytest
 
 import raytopic as rt
 import raytopic.data as rd
+from raytopic.bridge.bulk import ChannelRange
+from raytopic.bridge.data import pack, ranges_dataset
 from raytopic.bridge.streams import split_rows
 
 from tests.topic_helpers import group_at_latest, module_topic, next_sequences, publish_all
@@ -64,6 +66,53 @@ def test_a_batch_shares_its_rows_fairly_among_the_channels(
     assert split_rows(backlog, max_rows) == expected
 
 
+def _range(channel: int, first: int, stop: int) -> ChannelRange:
+    return ChannelRange(channel, first, stop)
+
+
+@pytest.mark.parametrize(
+    ("ranges", "task_rows", "expected"),
+    [
+        ([_range(0, 0, 10), _range(1, 5, 15)], 100, [[_range(0, 0, 10), _range(1, 5, 15)]]),
+        (  # a batch of 100 on 4 channels, 50 rows a task: two tasks of two ranges
+            [_range(c, 0, 25) for c in range(4)],
+            50,
+            [[_range(0, 0, 25), _range(1, 0, 25)], [_range(2, 0, 25), _range(3, 0, 25)]],
+        ),
+        (  # uneven ranges: about equal tasks, in order
+            [_range(0, 0, 30), _range(1, 0, 30), _range(2, 0, 30), _range(3, 0, 10)],
+            50,
+            [[_range(0, 0, 30), _range(1, 0, 30)], [_range(2, 0, 30), _range(3, 0, 10)]],
+        ),
+        (  # a range longer than a task is cut
+            [_range(1, 10, 130)],
+            50,
+            [[_range(1, 10, 60)], [_range(1, 60, 110)], [_range(1, 110, 130)]],
+        ),
+        ([], 50, []),
+    ],
+)
+def test_a_batch_packs_its_ranges_into_few_read_tasks_in_order(
+    ranges: list[ChannelRange], task_rows: int, expected: list[list[ChannelRange]]
+) -> None:
+    assert pack(ranges, task_rows) == expected
+
+
+@pytest.mark.parametrize("task_rows", [1, 7, 26, 50, 1000])
+def test_packed_tasks_read_each_position_once_in_at_most_a_task_per_task_rows(
+    task_rows: int,
+) -> None:
+    ranges = [_range(0, 3, 29), _range(1, 0, 26), _range(2, 100, 101), _range(3, 7, 33)]
+    total = sum(r.rows for r in ranges)
+
+    tasks = pack(ranges, task_rows)
+
+    read = [(p.channel, n) for task in tasks for p in task for n in range(p.first, p.stop)]
+    assert read == [(r.channel, n) for r in ranges for n in range(r.first, r.stop)]
+    assert all(task for task in tasks) and len(tasks) <= -(-total // task_rows)
+    assert all(p.rows <= task_rows for task in tasks for p in task)
+
+
 # -- batches ------------------------------------------------------------------------------
 
 
@@ -95,6 +144,29 @@ def test_batches_cover_exactly_the_published_elements_in_gapless_ranges(
     # Reaching the end of an "available_now" stream committed the last batch.
     assert _committed(topic, group) == {c: ends[c] - 1 for c in range(2)}
     assert list(rd.stream(topic, group=group)) == []  # nothing new: no batch
+
+
+def test_packed_read_tasks_read_exactly_the_ranges_elements(
+    topic: rt.Topic, unique_name: Callable[[str], str]
+) -> None:
+    group = unique_name("g")
+    starts = _published(topic, group, 100)
+    ends = next_sequences(topic)
+    ranges = [_range(c, starts[c], ends[c]) for c in range(2)]  # 50 each
+
+    packed = ranges_dataset(topic, ranges, task_rows=30).materialize()  # 30 | 20 + 30 | 20
+
+    assert packed.num_blocks() == 3
+    rows = packed.take_all()
+    assert sorted(row["n"] for row in rows) == list(range(100))
+    assert sorted((row["channel"], row["position"]) for row in rows) == [
+        (c, n) for c in range(2) for n in range(starts[c], ends[c])
+    ]
+    # A stream's micro-batch of 100 rows on 2 channels is read by one task.
+    with rd.stream(topic, group=group, max_rows_per_batch=100) as stream:
+        batch = next(stream)
+        assert len(batch.ranges) == 2 and batch.dataset.materialize().num_blocks() == 1
+        assert sorted(row["n"] for row in _rows(batch)) == list(range(100))
 
 
 def test_a_batch_left_uncommitted_is_handed_out_again_first_and_fences_the_old_stream(
