@@ -1,5 +1,7 @@
 """Dead letters: a shared group's elements past ``max_deliveries`` go to its
-dead-letter topic. The only part of a channel that calls another topic.
+dead-letter topic. The only part of a channel that calls another topic; it only
+appends to it: the topic is made by the group's coordinator (the control plane),
+which a channel asks to make it again if it is gone.
 
 Exactly once: the batch and its version are on disk before the append (see
 ``SharedCursor.sending``), and the append is an ``append_once`` of that
@@ -9,7 +11,6 @@ same version and the dead-letter channel keeps one copy.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,6 +21,7 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.publisher_table import ONCE_WRITER_PREFIX
 from raytopic.actors.shared_cursor import SharedCursor
+from raytopic.core.errors import TopicNotFoundError
 from raytopic.core.naming import coordinator_actor_name
 from raytopic.core.payloads import PickledValues
 from raytopic.core.protocol import AppendOnce, pack_request
@@ -78,14 +80,14 @@ class DeadLetters:
             )
             values = PickledValues.from_values(letters)
             try:
-                target = await self._channel(spec)
+                target = await self._channel(group, spec)
                 ack = await target.request.remote(request, values)
             except ray.exceptions.ActorDiedError:
                 # The dead-letter topic was destroyed (maybe made again under its
                 # name): find or make it anew, and send the same batch under the
                 # same version.
                 self._channels.pop(spec.dead_letter, None)
-                target = await self._channel(spec)
+                target = await self._channel(group, spec)
                 ack = await target.request.remote(request, values)
             if ack.error is not None:
                 cursor.dead_letter_failed()
@@ -124,20 +126,37 @@ class DeadLetters:
             )
         return letters
 
-    async def _channel(self, spec: SharedGroup) -> Any:
-        """The channel of the group's dead-letter topic this channel appends to; the
-        topic is created if it is missing (deleted since the group was made)."""
+    async def _channel(self, group: str, spec: SharedGroup) -> Any:
+        """The channel of the group's dead-letter topic this channel appends to. A
+        topic missing (destroyed since the group was made) is made again by this
+        channel's coordinator.
+
+        Raises:
+            TopicNotFoundError: it is still missing (tried again later).
+        """
         topic = spec.dead_letter
         assert topic is not None
         handle = self._channels.get(topic)
         if handle is None:
-            from raytopic.coordinator.launch import ensure_dead_letter_topic
-
-            namespace = self._context.config.namespace
-            # Creating a topic blocks on Ray calls: off this event loop.
-            await asyncio.to_thread(ensure_dead_letter_topic, spec, namespace)
-            coordinator = ray.get_actor(coordinator_actor_name(topic), namespace=namespace)
-            info = await coordinator.ready.remote()
-            handle = info.channels[self._context.channel % len(info.channels)]
-            self._channels[topic] = handle
+            channels = await self._channels_of(topic)
+            if channels is None:
+                config = self._context.config
+                own = ray.get_actor(coordinator_actor_name(config.name), namespace=config.namespace)
+                await own.ensure_dead_letter_topic.remote(group)
+                channels = await self._channels_of(topic)
+            if channels is None:
+                raise TopicNotFoundError(f"dead-letter topic {topic!r} is missing")
+            handle = self._channels[topic] = channels[self._context.channel % len(channels)]
         return handle
+
+    async def _channels_of(self, topic: str) -> tuple[Any, ...] | None:
+        """The channel actors of a topic in this channel's namespace (None: none such,
+        or it is being destroyed)."""
+        try:
+            coordinator = ray.get_actor(
+                coordinator_actor_name(topic), namespace=self._context.config.namespace
+            )
+            info = await coordinator.ready.remote()
+        except (ValueError, ray.exceptions.RayActorError):
+            return None
+        return tuple(info.channels)

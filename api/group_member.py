@@ -38,7 +38,6 @@ from raytopic.core.protocol import ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 from raytopic.membership import Heartbeats, Membership
 from raytopic.receives import JumpCounts, Ownership
-from raytopic.topic import ensure_dead_letter_topic
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -537,14 +536,13 @@ class SharedGroupMember(GroupMember):
         gives one (the group applies it, not this reader); the window defaults
         to the group's, then the topic's. A new group is made only if every
         channel can load its filter and open this member's reader; its
-        dead-letter topic only once the group exists."""
+        dead-letter topic (made by the coordinator) only once the group exists."""
         reader = dataclasses.replace(spec, filter=None)
         definition: SharedGroup = self._call(
             self._topic._coordinator.ensure_group.remote(
                 self.group, spec.start_latest, "shared", self._definition, spec.filter, reader
             )
         )
-        ensure_dead_letter_topic(definition, self._topic.namespace)
         window = spec.window or definition.window or self._topic.config.default_window
         return dataclasses.replace(reader, window=window)
 

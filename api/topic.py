@@ -12,7 +12,6 @@ import ray
 from raytopic.coordinator.coordinator import TopicInfo
 from raytopic.coordinator.launch import (
     actor_names,
-    ensure_dead_letter_topic,
     find_topic,
     launch_topic,
     wait_released,
@@ -384,9 +383,8 @@ class Topic:
                 its dead-letter topic are not made).
         """
         if isinstance(group, SharedGroup):
-            # The dead-letter topic once the group is made: a refused group leaves none.
-            made = self._call(self._coordinator.ensure_group, group.name, False, "shared", group)
-            ensure_dead_letter_topic(made, self.namespace)
+            # The coordinator makes the dead-letter topic once the group is made.
+            self._call(self._coordinator.ensure_group, group.name, False, "shared", group)
         else:
             check_name(group, "group name")
             self._call(self._coordinator.ensure_group, group, False)

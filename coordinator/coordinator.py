@@ -30,13 +30,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from raytopic.coordinator.groups import Group, MemberView, Rebalance, recovered_groups
+from raytopic.coordinator.launch import ensure_dead_letter_topic
 from raytopic.coordinator.view_polls import ViewPolls
 from raytopic.core.config import TopicConfig
 from raytopic.core.errors import (
@@ -137,6 +138,8 @@ class CoordinatorActor:
             self._started.set()
             raise
         self._started.set()
+        # Once it serves: a dead-letter topic's making waits for nothing of this one.
+        await self._ensure_dead_letter_topics(list(self._groups.values()))
         return self.info()
 
     async def _start_channels(self, handles: list[Any]) -> None:
@@ -182,6 +185,10 @@ class CoordinatorActor:
                 self._starting = False  # the next call tries again
                 raise
             self._started.set()
+            try:
+                await self._ensure_dead_letter_topics(list(self._groups.values()))
+            except Exception as error:  # the channels ask again when they send
+                logger.warning("dead-letter topics of %s not made: %s", self._config.name, error)
         await self._started.wait()
         if self._start_error is not None:
             raise self._start_error
@@ -328,6 +335,7 @@ class CoordinatorActor:
         if mode == "shared" and spec is None:
             spec = SharedGroup(group, filter=member_filter)
         shared = spec if mode == "shared" else None
+        created = group not in self._groups
         state = await self._ensure_group(group, start_latest, shared, reader)
         if state.mode != mode:
             raise GroupModeError(f"group {group!r} is {state.mode}: it cannot be joined as {mode}")
@@ -336,7 +344,32 @@ class CoordinatorActor:
                 f"shared group {group!r} has another filter: a shared group's filter is "
                 "part of its definition (give the same one, or none)"
             )
+        if created:  # a refused group made none
+            await self._ensure_dead_letter_topics([state])
         return state.shared
+
+    async def ensure_dead_letter_topic(self, group: str) -> None:
+        """Make a shared group's dead-letter topic again (a channel about to send it
+        dead letters found it missing: destroyed since the group was made).
+
+        Raises:
+            GroupNotFoundError: no such group.
+        """
+        await self._up()
+        await self._ensure_dead_letter_topics([self._group(group)])
+
+    async def _ensure_dead_letter_topics(self, groups: Iterable[Group]) -> None:
+        """Make the missing dead-letter topics of these groups (those shared with
+        one). The control plane's one place where they are made: at the topic's
+        start, a group's making, a restart, and a channel's call."""
+        for state in groups:
+            spec = state.shared
+            if spec is None or spec.dead_letter in (None, self._config.name):
+                continue  # this topic itself exists
+            # Making a topic blocks on Ray calls: off this event loop.
+            await asyncio.to_thread(
+                ensure_dead_letter_topic, spec.dead_letter, self._config.namespace
+            )
 
     async def _ensure_group(
         self,

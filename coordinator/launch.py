@@ -6,7 +6,7 @@ longer to make).
 All are named and detached in the topic's namespace, so any job finds them and
 they outlive the driver that made them. The coordinator's ``start`` then
 introduces the channels to each other. A shared group's dead-letter topic is made
-here too, from the handles and from a channel alike (no handle module involved).
+with ``ensure_dead_letter_topic``, by the group's coordinator alone.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.actors.channel import ChannelActor
-from raytopic.coordinator.coordinator import CoordinatorActor, TopicInfo
 from raytopic.core.config import TopicConfig
 from raytopic.core.errors import TopicExistsError, TopicNotFoundError, unwrap_ray_error
 from raytopic.core.naming import channel_actor_name, coordinator_actor_name
-from raytopic.core.shared_group import SharedGroup
+
+if TYPE_CHECKING:
+    from raytopic.coordinator.coordinator import TopicInfo
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +46,22 @@ class NameTakenError(Exception):
     """The coordinator's name belongs to a live topic."""
 
 
+# The actor classes are imported when a topic is first made here: the coordinator
+# imports this module to make dead-letter topics (so this one cannot import it
+# first), and a coordinator that never makes one never loads the channel's code.
+
+
 @functools.cache
 def _coordinator_class() -> Any:
+    from raytopic.coordinator.coordinator import CoordinatorActor
+
     return ray.remote(CoordinatorActor)
 
 
 @functools.cache
 def _channel_class() -> Any:
+    from raytopic.actors.channel import ChannelActor
+
     return ray.remote(ChannelActor)
 
 
@@ -139,8 +148,8 @@ def _being_destroyed(config: TopicConfig) -> bool:
 
 
 def launch_topic(config: TopicConfig, *, exist_ok: bool) -> tuple[Any, TopicInfo]:
-    """Create and start ``config``'s topic (``create_topic`` without the handle), and
-    the dead-letter topics of its shared groups.
+    """Create and start ``config``'s topic (``create_topic`` without the handle); its
+    coordinator makes the dead-letter topics of its shared groups as it starts.
 
     Args:
         config: The validated configuration.
@@ -162,7 +171,6 @@ def launch_topic(config: TopicConfig, *, exist_ok: bool) -> tuple[Any, TopicInfo
             pass
         else:
             _warn_if_different(info.config, config)
-            _ensure_dead_letter_topics(config)
             return coordinator, info
     try:
         coordinator, channels = create_topic_actors(config)
@@ -182,7 +190,6 @@ def launch_topic(config: TopicConfig, *, exist_ok: bool) -> tuple[Any, TopicInfo
         for actor_name in actor_names(config.name, config.channels):
             wait_released(actor_name, config.namespace)
         raise
-    _ensure_dead_letter_topics(config)
     return coordinator, info
 
 
@@ -204,23 +211,17 @@ def find_topic(name: str, namespace: str) -> tuple[Any, TopicInfo]:
     return coordinator, info
 
 
-def ensure_dead_letter_topic(group: SharedGroup, namespace: str) -> None:
-    """Create a shared group's dead-letter topic if it has one and it is missing: one
-    channel, elements retained until someone reads them.
+def ensure_dead_letter_topic(name: str, namespace: str) -> None:
+    """Create a dead-letter topic if it is missing: one channel, elements retained
+    until someone reads them. Blocks on Ray calls (the coordinator calls it off its
+    event loop).
 
     Args:
-        group: The shared group's definition (nothing happens without ``dead_letter``).
+        name: The topic's name (a shared group's ``dead_letter``).
         namespace: The Ray namespace of the group's topic (and so of its dead letters).
     """
-    if group.dead_letter is not None:
-        config = TopicConfig.create(group.dead_letter, channels=1, retain=True, namespace=namespace)
-        launch_topic(config, exist_ok=True)
-
-
-def _ensure_dead_letter_topics(config: TopicConfig) -> None:
-    for group in config.groups:
-        if isinstance(group, SharedGroup):
-            ensure_dead_letter_topic(group, config.namespace)
+    config = TopicConfig.create(name, channels=1, retain=True, namespace=namespace)
+    launch_topic(config, exist_ok=True)
 
 
 def actor_names(topic: str, channels: int) -> list[str]:
