@@ -604,9 +604,13 @@ class Transaction:
                     member.seek_to_committed(channel)
 
     def _result(self, runs: dict[Address, Any]) -> TransactionResult:
-        published: dict[str, dict[int, list[int]]] = {}
+        published: dict[str, dict[int, list[Position]]] = {}
         for at, channel_runs in sorted(runs.items()):
-            positions = [s for first, count in channel_runs for s in range(first, first + count)]
+            positions = [
+                Position(at.topic_id, at.channel, sequence)
+                for first, count in channel_runs
+                for sequence in range(first, first + count)
+            ]
             if positions:
                 published.setdefault(at.topic, {})[at.channel] = positions
         committed = [

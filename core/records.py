@@ -225,9 +225,9 @@ class CommitResult:
 class TransactionResult:
     """What a committed transaction did (``Transaction.commit()``)."""
 
-    published: dict[str, dict[int, list[int]]]
-    """Topic name -> channel -> the positions (sequences) its elements took there,
-    in publish order (consecutive within a channel)."""
+    published: dict[str, dict[int, list[Position]]]
+    """Topic name -> channel -> the positions its elements took there, in publish
+    order (consecutive sequences within a channel)."""
     committed: list[CommitResult]
     """The consumed positions committed with it, one per (topic, channel)."""
 

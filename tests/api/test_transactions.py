@@ -47,8 +47,10 @@ def test_outputs_are_invisible_until_commit_then_all_visible(
     result = tx.commit()
     assert sorted(read_values(sink, since=base)) == list(range(11))
     assert result.published_count == 11
-    for positions in result.published[sink.name].values():
-        assert positions == list(range(positions[0], positions[0] + len(positions)))
+    for channel, positions in result.published[sink.name].items():
+        assert {(p.topic_id, p.channel) for p in positions} == {(sink.topic_id, channel)}
+        sequences = [p.sequence for p in positions]  # Positions, consecutive
+        assert sequences == list(range(base[channel], base[channel] + len(positions)))
     assert not [t for channel in sink.describe().channels for t in channel.transactions]
     txs.close()
 
