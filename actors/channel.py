@@ -31,12 +31,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import functools
 import inspect
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ray
@@ -50,12 +51,14 @@ from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.session_host import remote_caller
 from raytopic.actors.stores.opening import open_store
+from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     ChannelFailedError,
     ChannelUnavailableError,
     GroupModeError,
     GroupNotFoundError,
+    InvalidArgumentError,
     StoreError,
     TopicError,
 )
@@ -65,18 +68,68 @@ from raytopic.core.naming import channel_actor_name, coordinator_actor_name
 from raytopic.core.payloads import Payload
 from raytopic.core.protocol import (
     CHANNEL_REQUESTS,
+    CONTROL_REQUESTS,
     TRANSACTION_REQUESTS,
+    Ack,
+    AddAll,
+    Append,
     AppendAck,
+    AppendOnce,
     ChannelRequest,
     Chunk,
+    CloseReader,
+    Commit,
+    ControlRequest,
     CursorState,
+    DecideTransaction,
     Delivery,
+    DestroyGroup,
+    EndReceives,
+    EnsureGroup,
+    ExtendLease,
+    FenceTransactions,
+    FinishTransaction,
+    FirstAfter,
+    ForgetTransaction,
+    GiveBack,
+    Grant,
+    HostRestarted,
+    InterruptReceives,
     Lease,
+    Nack,
+    OpenReader,
     Poison,
+    PrepareTransaction,
+    Purge,
     RawReadResult,
+    ReadCursor,
     ReaderSpec,
+    ReadGroupCursors,
+    ReadGroupMarks,
+    ReadMany,
+    ReadOne,
+    ReadOpeningError,
+    ReadRange,
+    ReadReaderSpecs,
+    ReadResequencerStats,
+    ReadRingFigures,
+    Receive,
     ReceivedBatch,
+    ReportPoison,
+    ResetGroup,
+    ResolveTransaction,
+    RestoreGroup,
+    ResumeReceives,
+    RingFigures,
+    Seek,
+    SettleReceives,
+    SettleTake,
+    StageTransaction,
     StatusBatch,
+    StopTake,
+    Take,
+    UpdateViews,
+    Watch,
     unpack_request,
 )
 from raytopic.core.records import AckStatus, CommitResult, CommitStatus
@@ -101,32 +154,66 @@ _SEED_TIMEOUT = 30.0
 epoch and groups (then ChannelUnavailableError)."""
 
 
-def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A public method of the channel that a failed channel refuses (typed), and that
-    waits, on a channel restarted without a store, until the coordinator seeded it."""
-    if inspect.iscoroutinefunction(method):
+class _Admit(enum.Enum):
+    """When a call is admitted: the guard every Ray-callable entry of the channel has.
 
-        @functools.wraps(method)
-        async def guarded_async(self: ChannelActor, *args: Any, **kwargs: Any) -> Any:
-            if self._failure is not None:
-                raise ChannelFailedError(self._failure)
-            if not self._seeded.is_set():
-                await self._wait_seeded()
-            return await method(self, *args, **kwargs)
+    A failed channel (fenced: its store broke, or it could not recover it) refuses
+    typed (ChannelFailedError); a channel restarted without a store is "recovering"
+    until its coordinator seeds it (its groups and epoch).
+    """
 
-        return guarded_async
+    SEEDED = enum.auto()
+    """Refused by a failed channel; on a recovering one, waits until it is seeded."""
+    NOW = enum.auto()
+    """Refused by a failed channel; a recovering one refuses at once ("try again"):
+    a read that would only report a state still to come."""
+    ALWAYS = enum.auto()
+    """Answered in any state: the life cycle (seeding is what ends recovering), and
+    what a coordinator rebuilding itself or destroying the topic asks."""
+    BY_REQUEST = enum.auto()
+    """An entry serving typed requests: each request type's own (see :func:`_serves`)."""
 
-    @functools.wraps(method)
-    def guarded(self: ChannelActor, *args: Any, **kwargs: Any) -> Any:
-        if self._failure is not None:
-            raise ChannelFailedError(self._failure)
-        if not self._seeded.is_set():
-            raise ChannelUnavailableError(
-                f"channel {self._channel} restarted and is getting its groups back: try again"
-            )
-        return method(self, *args, **kwargs)
 
-    return guarded
+_Handler = Callable[..., Awaitable[Any]]
+
+_SERVED: dict[type, tuple[_Handler, _Admit]] = {}
+"""Request type -> (the channel's handler, when it is admitted): the dispatch table of
+``request`` and ``control``."""
+
+
+def _serves(kind: type, admit: _Admit = _Admit.SEEDED) -> Callable[[_Handler], _Handler]:
+    """Make a private method of the channel the handler of requests of type ``kind``
+    (called with the record, and an append's payload), admitted as ``admit`` says."""
+
+    def register(handler: _Handler) -> _Handler:
+        if kind in _SERVED:
+            raise TypeError(f"two handlers of {kind.__name__}")
+        _SERVED[kind] = (handler, admit)
+        return handler
+
+    return register
+
+
+def _entry(admit: _Admit) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A Ray-callable entry of the channel, behind the guard (see :class:`_Admit`)."""
+
+    def guard(method: Callable[..., Any]) -> Callable[..., Any]:
+        if admit in (_Admit.SEEDED, _Admit.NOW):
+            if not inspect.iscoroutinefunction(method):
+                raise TypeError(f"{method.__name__}: a guarded entry is async")
+
+            @functools.wraps(method)
+            async def guarded(self: ChannelActor, *args: Any, **kwargs: Any) -> Any:
+                if self._failure is not None or not self._seeded.is_set():
+                    await self._admit(admit)
+                return await method(self, *args, **kwargs)
+
+        else:  # ALWAYS: nothing to check; BY_REQUEST: checked per request
+            guarded = method
+        guarded.__admits__ = admit  # type: ignore[attr-defined]
+        return guarded
+
+    return guard
 
 
 class ChannelActor:
@@ -157,7 +244,7 @@ class ChannelActor:
         self._announced = 0.0  # when the coordinator was last told of a restart
         self._tasks: dict[str, asyncio.Task[None]] = {}  # background tasks by job
         self._parts = parts = ChannelParts.build(
-            context, self._fail, self._local_call, self.cursor_state, restarted=self._restarted
+            context, self._fail, self._local_call, self._cursor_state, restarted=self._restarted
         )
         self._log, self._state, self._readers = parts.log, parts.state, parts.readers
         self._publishers, self._host = parts.publishers, parts.host
@@ -229,6 +316,23 @@ class ChannelActor:
                 f"and its coordinator has not restored its groups within {_SEED_TIMEOUT:.0f} s"
             ) from None
 
+    async def _admit(self, admit: _Admit) -> None:
+        """The guard, for a channel failed or recovering (see :class:`_Admit`)."""
+        if admit is _Admit.ALWAYS:
+            return
+        if self._failure is not None:
+            raise ChannelFailedError(self._failure)
+        if self._seeded.is_set():
+            return
+        if admit is _Admit.NOW:
+            raise ChannelUnavailableError(
+                f"channel {self._channel} restarted and is getting its groups back: try again"
+            )
+        await self._wait_seeded()
+
+    # -- the entries: every Ray-callable method ----------------------------------
+
+    @_entry(_Admit.ALWAYS)
     async def seed(
         self,
         old_epoch: int,
@@ -264,37 +368,13 @@ class ChannelActor:
             await self._state.save()
         return self.identity()
 
-    def reader_specs(self) -> dict[str, ReaderSpec]:
-        """Every open reader's spec (a restarted coordinator asks)."""
-        return self._readers.specs()
-
-    # -- life cycle ------------------------------------------------------------
-
+    @_entry(_Admit.ALWAYS)
     def attach(self, siblings: list[Any]) -> dict[str, Any]:
         """Learn every channel actor of the topic (index = channel); return who we are."""
         self._host.link(list(siblings), remote_caller)
         return self.identity()
 
-    def _ensure_siblings(self) -> None:
-        """A restarted channel finds its siblings by name (``attach`` ran in an earlier
-        incarnation)."""
-        config = self._config
-        if not self._host.linked:
-            self.attach(
-                [
-                    ray.get_actor(channel_actor_name(config.name, c), namespace=config.namespace)
-                    for c in range(config.channels)
-                ]
-            )
-
-    def opening_error(self) -> TopicError | None:
-        """Why this channel's store could not be opened (a typed error naming the
-        store), or None. A topic being created fails with it (see the coordinator's
-        ``start``)."""
-        if self._opening_error is None and self._failure is not None:
-            return StoreError(self._failure)
-        return self._opening_error
-
+    @_entry(_Admit.ALWAYS)
     def identity(self) -> dict[str, Any]:
         """Where this channel runs: epoch, node id, process id, and its state
         ("serving", "recovering": restarted without a store, waiting for its
@@ -314,381 +394,82 @@ class ChannelActor:
             "damaged": self._log.damage.ranges,
         }
 
-    @_guarded
+    @_entry(_Admit.ALWAYS)
+    def describe(self) -> dict[str, Any]:
+        """Channel figures and group cursors in one call (a failed channel answers
+        too: its state says so)."""
+        ring = self._log.ring
+        return {
+            **self.identity(),
+            "head": ring.head,
+            "tail": ring.tail,
+            "size": ring.tail - ring.head + 1,
+            "capacity": ring.capacity,
+            "groups": self._readers.describe_groups(),
+            "transactions": self._parts.transactions.table.describe(time.time()),
+        }
+
+    @_entry(_Admit.ALWAYS)
+    def ping(self) -> int:
+        """Cheap liveness probe; returns the channel number."""
+        return self._channel
+
+    @_entry(_Admit.BY_REQUEST)
     async def request(
         self, packed: bytes, payload: Payload | None = None, joined: Joined | None = None
     ) -> Any:
-        """Serve a data-path request packed by :func:`pack_request` (append, receive,
-        take, watch, ack, ...; see ``raytopic.core.protocol.channel``): one argument
-        crosses Ray instead of six. An append's payload comes as its own argument.
+        """Serve a data-path request (a handle's or a sibling channel's; see
+        ``raytopic.core.protocol.channel``: appends, receives, takes, commits, acks,
+        ring buffer reads, ...) packed by :func:`pack_request`: one argument crosses
+        Ray instead of six. An append's payload comes as its own argument.
 
         ``joined``: this call is the lead of several channels' calls (a
         ``publish_batch`` or a bulk acknowledgement over several channels): its
         reply is every part's, joined in the input's order (``raytopic.core.gather``).
         """
         request = unpack_request(packed, CHANNEL_REQUESTS)
+        handler, admit = _SERVED[type(request)]
+        if self._failure is not None or not self._seeded.is_set():
+            await self._admit(admit)
         self._tend_transactions()  # e.g. one prepared before a restart
         if joined is None:
-            return await self._serve(request, payload)
+            return await _call(handler, self, request, payload)
         try:
-            own = await self._serve(request, payload)
+            own = await _call(handler, self, request, payload)
         except Exception as error:  # the others' replies are awaited all the same
             own = error
         if isinstance(own, StatusBatch):
             own = own.statuses()
         return await join_replies(own, joined)
 
-    async def _serve(self, request: ChannelRequest, payload: Payload | None) -> Any:
-        if payload is None:
-            return await self._local_call(request)
-        return await getattr(self, request.method)(**request._asdict(), payload=payload)
+    @_entry(_Admit.BY_REQUEST)
+    async def control(self, request: ControlRequest) -> Any:
+        """Serve a coordinator's request (see ``raytopic.core.protocol.control``):
+        readers, groups, grants, resets, views, restarts, purges, and what a
+        coordinator reads back to rebuild itself.
 
-    @_guarded
+        Raises:
+            InvalidArgumentError: not a control request.
+        """
+        if not isinstance(request, CONTROL_REQUESTS):
+            raise InvalidArgumentError(f"{type(request).__name__} is not a control request")
+        handler, admit = _SERVED[type(request)]
+        if self._failure is not None or not self._seeded.is_set():
+            await self._admit(admit)
+        return await handler(self, request)
+
+    @_entry(_Admit.SEEDED)
     async def transact(self, packed: bytes, payload: Payload | None = None) -> Any:
         """Serve a transaction's request (see ``raytopic.actors.transactions``)."""
         request = unpack_request(packed, TRANSACTION_REQUESTS)
         self._start("metrics", self._report_metrics)  # a lead counts its decisions
-        transactions = self._parts.transactions
+        step = _TRANSACTION_STEPS[type(request)]
         try:
-            return await getattr(transactions, request.method)(request, payload)
+            return await step(self._parts.transactions, request, payload)
         finally:
             self._tend_transactions()
 
-    async def _local_call(self, request: ChannelRequest) -> Any:
-        """Serve ``request`` in this process (a session's call to its home channel)."""
-        return await getattr(self, request.method)(**request._asdict())
-
-    def _tend_transactions(self) -> None:
-        if self._parts.transactions.needs_tending:
-            self._start("transactions", self._parts.transactions.tend)
-
-    def _start(self, job: str, work: Callable[[], Any]) -> None:
-        """Run background ``job`` (once at a time; it ends with the actor)."""
-        task = self._tasks.get(job)
-        if task is None or task.done():
-            self._tasks[job] = asyncio.ensure_future(work())
-
-    async def _report_metrics(self) -> None:
-        """Background (from the first publish): hand Ray the counts and group gauges."""
-        readers = self._readers
-        while True:
-            tail = self._log.ring.tail
-            self._context.metrics.report([*readers.owned.lag(tail), *readers.shared.lag(tail)])
-            await asyncio.sleep(METRICS_REFRESH_INTERVAL)
-
-    async def _tend_shared_groups(self) -> None:
-        """Background (while shared groups exist): see :meth:`SharedGroups.tend`."""
-        await self._readers.shared.tend(
-            self._parts.dead_letters.send, lambda: self._failure is None
-        )
-
-    # -- ring buffer (the Hazelcast API) --------------------------------------------
-
-    @_guarded
-    def head_sequence(self) -> int:
-        """Sequence of the oldest stored element."""
-        return self._log.ring.head
-
-    @_guarded
-    def tail_sequence(self) -> int:
-        """Sequence of the newest element (head - 1 when empty)."""
-        return self._log.ring.tail
-
-    @_guarded
-    def size(self) -> int:
-        """Elements stored now."""
-        return self._log.ring.size
-
-    @_guarded
-    def capacity(self) -> int:
-        """Most elements held at once."""
-        return self._log.ring.capacity
-
-    @_guarded
-    def remaining_capacity(self) -> int:
-        """``capacity - size``."""
-        return self._log.ring.room()
-
-    @_guarded
-    def sizes(self) -> tuple[int, int, int]:
-        """(head, tail, size) read together."""
-        ring = self._log.ring
-        return ring.head, ring.tail, ring.tail - ring.head + 1
-
-    @_guarded
-    def first_after(self, stamp: float) -> int:
-        """Sequence of the first element stamped strictly after ``stamp`` (tail + 1 if none)."""
-        return self._log.ring.first_after(stamp)
-
-    @_guarded
-    async def add_all(self, payload: Payload, overflow: str, timeout: float | None = None) -> int:
-        """Append items; return the LAST sequence, or -1 (see :meth:`RingbufferApi.add_all`)."""
-        return await self._parts.ring_api.add_all(payload, overflow, timeout)
-
-    @_guarded
-    async def read_one(self, sequence: int) -> Run:
-        """The element at ``sequence`` (see :meth:`RingbufferApi.read_one`)."""
-        return await self._parts.ring_api.read_one(sequence)
-
-    @_guarded
-    async def read_many(
-        self, start: int, min_count: int, max_count: int, filter_bytes: bytes | None
-    ) -> RawReadResult:
-        """Hazelcast ``readManyAsync`` (see :meth:`RingbufferApi.read_many`)."""
-        return await self._parts.ring_api.read_many(start, min_count, max_count, filter_bytes)
-
-    @_guarded
-    def read_range(self, start: int, stop: int, max_count: int) -> tuple[Chunk, ...]:
-        """Bulk read for ``raytopic.data`` and ``raytopic.spark`` (see
-        :meth:`RingbufferApi.read_range`)."""
-        return self._parts.ring_api.read_range(start, stop, max_count)
-
-    # -- publishing ------------------------------------------------------------
-
-    async def append(
-        self,
-        publisher_id: str,
-        batch: int,
-        overflow: str,
-        timeout: float | None,
-        statuses: bool,
-        payload: Payload,
-    ) -> AppendAck | StatusBatch:
-        """Append one publisher batch, in the publisher's batch order.
-
-        A batch number seen before returns the ack it got then (a retry after
-        a lost reply appends nothing twice).
-
-        Args:
-            publisher_id: The publisher's id.
-            batch: Its batch number on this channel (0, 1, 2, ...).
-            overflow: The topic's overflow policy.
-            timeout: For "block": seconds to wait for room.
-            statuses: Reply with a StatusBatch (``publish_batch``) instead of an ack.
-            payload: The values: pickled values, or Arrow rows.
-
-        Returns:
-            The ack, or with ``statuses`` the batch's statuses.
-
-        Raises:
-            InvalidArgumentError: a stale or duplicate batch number, or not a payload.
-            TopicError: with ``statuses``, why the batch was not appended.
-        """
-        arrived = time.perf_counter()
-        payload = check_payload(payload)
-        publishers = self._publishers
-        ack = publishers.earlier_ack(publisher_id, batch, len(payload))
-        if ack is not None:  # a retry (a lost reply, or a restart in between)
-            return self._ack_reply(ack, statuses)
-        async with publishers.turn(publisher_id, batch):
-            ack, change = await self._log.append(
-                payload,
-                Overflow.parse(overflow),
-                timeout,
-                whole=statuses,
-                publisher_id=publisher_id,
-                batch=batch,
-            )
-        # Outside the turn: the publisher's next batch is written meanwhile, and
-        # one fdatasync covers both.
-        await self._log.durable(change)
-        self._context.metrics.appended(time.perf_counter() - arrived)
-        self._start("metrics", self._report_metrics)
-        publishers.remember(publisher_id, batch, ack)
-        return self._ack_reply(ack, statuses)
-
-    async def append_once(
-        self, writer_id: str, version: int, overflow: str, timeout: float | None, payload: Payload
-    ) -> AppendAck:
-        """Append a writer's ``version`` unless this channel has it already: exactly once
-        across re-runs of a Spark micro-batch and across restarts with a store (the
-        pair is in the record). Answers an empty ack for a version it has."""
-        if self._publishers.has_version(writer_id, version):
-            return AppendAck(-1, 0, 0.0)
-        return await self.append(writer_id, version, overflow, timeout, False, payload)
-
-    def _ack_reply(self, ack: AppendAck, statuses: bool) -> AppendAck | StatusBatch:
-        if statuses:
-            if ack.error is not None:
-                # Raised here, not in the caller's deserialization, so the
-                # ObjectRef fails with the typed error itself.
-                raise ack.error
-            return StatusBatch(self._config.topic_id, self._channel, ack)
-        return ack
-
-    # -- readers ----------------------------------------------------------------
-
-    @_guarded
-    async def open_reader(self, reader_id: str, spec: ReaderSpec) -> CursorState:
-        """Register a subscriber on this channel (its cursor, if anonymous)."""
-        state, created = self._readers.open(reader_id, spec)
-        if created:
-            await self._state.save()
-        return state
-
-    @_guarded
-    async def close_reader(self, reader_id: str) -> None:
-        """Forget a subscriber; its session here (if any) ends."""
-        if self._readers.close(reader_id):
-            await self._state.save()
-
-    async def take(
-        self,
-        reader_id: str,
-        fence: Any,
-        max_count: int,
-        wait: float = 0.0,
-        token: str | None = None,
-    ) -> Delivery:
-        """Deliver up to ``max_count`` elements (``wait``: a fetch); see :meth:`Readers.take`."""
-        if self._readers.in_shared(reader_id):
-            self._start("shared", self._tend_shared_groups)  # (after a restart: the first take)
-        return await self._readers.take(reader_id, fence, max_count, wait, token)
-
-    async def stop_take(self, token: str) -> None:
-        """End the wait of fetch ``token``: it takes nothing (it may not have arrived yet)."""
-        self._readers.fetches.stop(token)
-
-    async def settle_take(
-        self, reader_id: str, fence: Any, token: str, give_back_from: int | None
-    ) -> bool:
-        """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
-        return self._readers.settle(reader_id, fence, token, give_back_from)
-
-    @_guarded
-    def host_restarted(self, host: int) -> int:
-        """Channel ``host`` restarted: what its sessions took here is read again now."""
-        return self._readers.host_restarted(host)
-
-    async def give_back(
-        self,
-        reader_id: str,
-        fence: Any,
-        first: int,
-        expected_next: int,
-        jumps: int,
-        entries: tuple[tuple[int, int], ...] = (),
-    ) -> bool:
-        """Undo a take nobody saw (see :meth:`Readers.give_back`)."""
-        return self._readers.give_back(reader_id, fence, first, expected_next, jumps, entries)
-
-    async def report_poison(
-        self,
-        reader_id: str,
-        fence: Any,
-        jumps: int,
-        sequence: int,
-        cause_type: str,
-        cause_message: str,
-        skipped: bool = False,
-    ) -> bool:
-        """A reader could not decode an element (see :meth:`Readers.report_poison`)."""
-        poison = Poison(sequence, cause_type, cause_message)
-        return self._readers.report_poison(reader_id, fence, jumps, poison, skipped)
-
-    async def watch(
-        self, reader_id: str, fence: Any, known: CursorState | None, timeout: float
-    ) -> CursorState:
-        """The reader's cursor state once it differs from ``known`` (or after ``timeout``)."""
-        return await self._readers.watch(reader_id, fence, known, timeout)
-
-    @_guarded
-    def cursor_state(self, reader_id: str, fence: Any = None) -> CursorState:
-        """The reader's cursor (for heads, tails, remaining messages, last commits).
-
-        A cursor left below the head (its next elements were overwritten or
-        expired) reports the head as its next: that is what it reads next, and
-        what was removed is not "remaining".
-        """
-        state = self._readers.state(reader_id, fence, check=fence is not None)
-        head = self._log.ring.head
-        if state.next < head and not self._readers.in_shared(reader_id):
-            state = dataclasses.replace(state, next=head)
-        return state
-
-    @_guarded
-    async def commit(self, reader_id: str, sequence: int, fence: Any) -> CommitResult:
-        """Commit ``sequence`` (and every earlier one) for the reader or its group;
-        with a store, answered once the commit is on disk."""
-        self._readers.refuse_shared(reader_id, "commit")
-        result = self._readers.owned.commit(self._readers.by_id.get(reader_id), sequence, fence)
-        if result.status is CommitStatus.COMMITTED:
-            self._readers.commits_moved()
-            await self._state.save()
-        return result
-
-    @_guarded
-    async def seek(
-        self, reader_id: str, fence: Any, target: int | float, by_time: bool, commit: bool
-    ) -> tuple[int, int]:
-        """Move the reader's cursor; return (position set, new jump count).
-
-        ``target`` is a sequence ("next is the first after it") or, with
-        ``by_time``, a time stamp ("next is the first published after it").
-        """
-        self._readers.refuse_shared(reader_id, "seek")
-        reader = self._readers.get(reader_id)
-        moved = self._readers.owned.seek(reader, fence, target, by_time, commit)
-        self._readers.commits_moved()
-        await self._state.save()
-        return moved
-
-    # -- groups (called by the coordinator) ---------------------------------------
-
-    @_guarded
-    async def ensure_group(
-        self,
-        group: str,
-        start_latest: bool,
-        shared: SharedGroup | None = None,
-        reader: ReaderSpec | None = None,
-    ) -> CursorState:
-        """Create the group's cursor here if it does not exist yet (``shared``: a
-        shared group's, with its definition). ``reader``: the spec of the member
-        the group is made for, checked first: a group is not made for a reader
-        that cannot open here (InvalidArgumentError)."""
-        if reader is not None:
-            loaded_functions(reader)
-        state, created = self._readers.ensure_group(group, start_latest, shared)
-        if shared is not None:
-            self._start("shared", self._tend_shared_groups)
-        if created:
-            await self._state.save()
-        return state
-
-    @_guarded
-    async def destroy_group(self, group: str) -> None:
-        """Forget a group: its positions and the retention it held."""
-        self._readers.destroy_group(group)
-        self._host.forget_group(group)
-        self._state.touch("marks", group)
-        if self._parts.streams.forget(group):
-            self._state.touch("streams", group)
-        await self._state.save()
-
-    @_guarded
-    async def grant(self, group: str, lease: Lease | None) -> None:
-        """Give the group's channel to a member (None: to nobody); it resumes after the commit."""
-        if self._readers.owned.grant(group, lease):
-            await self._state.save()
-
-    @_guarded
-    async def reset_group(
-        self, group: str, target: int | float | str
-    ) -> tuple[int, dict[str, Any]]:
-        """Move the group's read and commit positions; return (position, previous state)
-        (see :meth:`Readers.reset_group`)."""
-        reset = self._readers.reset_group(group, target)
-        await self._state.save()
-        return reset
-
-    @_guarded
-    async def restore_group(self, group: str, previous: dict[str, Any]) -> None:
-        """Undo a reset (a reset of several channels is all or nothing)."""
-        if self._readers.restore_group(group, previous):
-            await self._state.save()
-
-    @_guarded
+    @_entry(_Admit.SEEDED)
     async def stream_log(self, request: StreamRequest) -> StreamLogState | None:
         """Serve a stream's request on its group's offset log here (see
         ``raytopic.core.stream_log``): read or claim it, record a batch, or commit
@@ -724,62 +505,366 @@ class ChannelActor:
             return StreamLogState(streams.record_of(group), owned.groups[group].committed)
         return None
 
-    def group_cursors(self) -> dict[str, dict[str, Any]]:
-        """Every group's cursor here, for ``describe`` (and a restarted coordinator)."""
+    # -- in-process service ------------------------------------------------------
+
+    async def _local_call(self, request: ChannelRequest) -> Any:
+        """Serve ``request`` in this process (a session's call to its home channel,
+        already inside an admitted call)."""
+        handler, _ = _SERVED[type(request)]
+        return await handler(self, request)
+
+    def _cursor_state(self, reader_id: str, fence: Any = None) -> CursorState:
+        """The reader's cursor here, read in-process (a session's home link), with the
+        guard of a cursor read."""
+        if self._failure is not None:
+            raise ChannelFailedError(self._failure)
+        if not self._seeded.is_set():
+            raise ChannelUnavailableError(
+                f"channel {self._channel} restarted and is getting its groups back: try again"
+            )
+        return self._cursor(reader_id, fence)
+
+    def _cursor(self, reader_id: str, fence: Any) -> CursorState:
+        """The reader's cursor (for heads, tails, remaining messages, last commits).
+
+        A cursor left below the head (its next elements were overwritten or
+        expired) reports the head as its next: that is what it reads next, and
+        what was removed is not "remaining".
+        """
+        state = self._readers.state(reader_id, fence, check=fence is not None)
+        head = self._log.ring.head
+        if state.next < head and not self._readers.in_shared(reader_id):
+            state = dataclasses.replace(state, next=head)
+        return state
+
+    def _ensure_siblings(self) -> None:
+        """A restarted channel finds its siblings by name (``attach`` ran in an earlier
+        incarnation)."""
+        config = self._config
+        if not self._host.linked:
+            self.attach(
+                [
+                    ray.get_actor(channel_actor_name(config.name, c), namespace=config.namespace)
+                    for c in range(config.channels)
+                ]
+            )
+
+    def _tend_transactions(self) -> None:
+        if self._parts.transactions.needs_tending:
+            self._start("transactions", self._parts.transactions.tend)
+
+    def _start(self, job: str, work: Callable[[], Any]) -> None:
+        """Run background ``job`` (once at a time; it ends with the actor)."""
+        task = self._tasks.get(job)
+        if task is None or task.done():
+            self._tasks[job] = asyncio.ensure_future(work())
+
+    async def _report_metrics(self) -> None:
+        """Background (from the first publish): hand Ray the counts and group gauges."""
+        readers = self._readers
+        while True:
+            tail = self._log.ring.tail
+            self._context.metrics.report([*readers.owned.lag(tail), *readers.shared.lag(tail)])
+            await asyncio.sleep(METRICS_REFRESH_INTERVAL)
+
+    async def _tend_shared_groups(self) -> None:
+        """Background (while shared groups exist): see :meth:`SharedGroups.tend`."""
+        await self._readers.shared.tend(
+            self._parts.dead_letters.send, lambda: self._failure is None
+        )
+
+    # -- ring buffer (the Hazelcast API) --------------------------------------------
+
+    @_serves(ReadRingFigures, _Admit.NOW)
+    async def _ring_figures(self, _: ReadRingFigures) -> RingFigures:
+        ring = self._log.ring
+        head = ring.head
+        size = ring.tail - head + 1
+        return RingFigures(head, ring.tail, size, ring.capacity, ring.capacity - size)
+
+    @_serves(FirstAfter, _Admit.NOW)
+    async def _first_after(self, request: FirstAfter) -> int:
+        """Sequence of the first element stamped strictly after ``stamp`` (tail + 1 if none)."""
+        return self._log.ring.first_after(request.stamp)
+
+    @_serves(AddAll)
+    async def _add_all(self, request: AddAll, payload: Payload) -> int:
+        """Append items; return the LAST sequence, or -1 (see :meth:`RingbufferApi.add_all`)."""
+        return await self._parts.ring_api.add_all(payload, request.overflow, request.timeout)
+
+    @_serves(ReadOne)
+    async def _read_one(self, request: ReadOne) -> Run:
+        """The element at ``sequence`` (see :meth:`RingbufferApi.read_one`)."""
+        return await self._parts.ring_api.read_one(request.sequence)
+
+    @_serves(ReadMany)
+    async def _read_many(self, request: ReadMany) -> RawReadResult:
+        """Hazelcast ``readManyAsync`` (see :meth:`RingbufferApi.read_many`)."""
+        return await self._parts.ring_api.read_many(
+            request.start, request.min_count, request.max_count, request.filter_bytes
+        )
+
+    @_serves(ReadRange, _Admit.NOW)
+    async def _read_range(self, request: ReadRange) -> tuple[Chunk, ...]:
+        """Bulk read for ``raytopic.data`` and ``raytopic.spark`` (see
+        :meth:`RingbufferApi.read_range`)."""
+        return self._parts.ring_api.read_range(request.start, request.stop, request.max_count)
+
+    # -- publishing ------------------------------------------------------------
+
+    @_serves(Append)
+    async def _append(self, request: Append, payload: Payload) -> AppendAck | StatusBatch:
+        """Append one publisher batch, in the publisher's batch order.
+
+        A batch number seen before returns the ack it got then (a retry after
+        a lost reply appends nothing twice). With ``statuses``, the reply is the
+        batch's statuses (``publish_batch``) instead of an ack.
+
+        Raises:
+            InvalidArgumentError: a stale or duplicate batch number, or not a payload.
+            TopicError: with ``statuses``, why the batch was not appended.
+        """
+        arrived = time.perf_counter()
+        payload = check_payload(payload)
+        publisher_id, batch, statuses = request.publisher_id, request.batch, request.statuses
+        publishers = self._publishers
+        ack = publishers.earlier_ack(publisher_id, batch, len(payload))
+        if ack is not None:  # a retry (a lost reply, or a restart in between)
+            return self._ack_reply(ack, statuses)
+        async with publishers.turn(publisher_id, batch):
+            ack, change = await self._log.append(
+                payload,
+                Overflow.parse(request.overflow),
+                request.timeout,
+                whole=statuses,
+                publisher_id=publisher_id,
+                batch=batch,
+            )
+        # Outside the turn: the publisher's next batch is written meanwhile, and
+        # one fdatasync covers both.
+        await self._log.durable(change)
+        self._context.metrics.appended(time.perf_counter() - arrived)
+        self._start("metrics", self._report_metrics)
+        publishers.remember(publisher_id, batch, ack)
+        return self._ack_reply(ack, statuses)
+
+    @_serves(AppendOnce)
+    async def _append_once(self, request: AppendOnce, payload: Payload) -> AppendAck:
+        """Append a writer's ``version`` unless this channel has it already: exactly once
+        across re-runs of a Spark micro-batch and across restarts with a store (the
+        pair is in the record). Answers an empty ack for a version it has."""
+        if self._publishers.has_version(request.writer_id, request.version):
+            return AppendAck(-1, 0, 0.0)
+        append = Append(
+            publisher_id=request.writer_id,
+            batch=request.version,
+            overflow=request.overflow,
+            timeout=request.timeout,
+        )
+        return await self._append(append, payload)
+
+    def _ack_reply(self, ack: AppendAck, statuses: bool) -> AppendAck | StatusBatch:
+        if statuses:
+            if ack.error is not None:
+                # Raised here, not in the caller's deserialization, so the
+                # ObjectRef fails with the typed error itself.
+                raise ack.error
+            return StatusBatch(self._config.topic_id, self._channel, ack)
+        return ack
+
+    # -- readers ----------------------------------------------------------------
+
+    @_serves(OpenReader)
+    async def _open_reader(self, request: OpenReader) -> CursorState:
+        """Register a subscriber on this channel (its cursor, if anonymous)."""
+        state, created = self._readers.open(request.reader_id, request.spec)
+        if created:
+            await self._state.save()
+        return state
+
+    @_serves(CloseReader)
+    async def _close_reader(self, request: CloseReader) -> None:
+        """Forget a subscriber; its session here (if any) ends."""
+        if self._readers.close(request.reader_id):
+            await self._state.save()
+
+    @_serves(ReadReaderSpecs, _Admit.ALWAYS)
+    async def _reader_specs(self, _: ReadReaderSpecs) -> dict[str, ReaderSpec]:
+        """Every open reader's spec (a restarted coordinator asks)."""
+        return self._readers.specs()
+
+    @_serves(Take)
+    async def _take(self, request: Take) -> Delivery:
+        """Deliver up to ``max_count`` elements (``wait``: a fetch); see :meth:`Readers.take`."""
+        reader_id = request.reader_id
+        if self._readers.in_shared(reader_id):
+            self._start("shared", self._tend_shared_groups)  # (after a restart: the first take)
+        return await self._readers.take(
+            reader_id, request.fence, request.max_count, request.wait, request.token
+        )
+
+    @_serves(StopTake)
+    async def _stop_take(self, request: StopTake) -> None:
+        """End the wait of fetch ``token``: it takes nothing (it may not have arrived yet)."""
+        self._readers.fetches.stop(request.token)
+
+    @_serves(SettleTake)
+    async def _settle_take(self, request: SettleTake) -> bool:
+        """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
+        return self._readers.settle(
+            request.reader_id, request.fence, request.token, request.give_back_from
+        )
+
+    @_serves(HostRestarted, _Admit.NOW)
+    async def _host_restarted(self, request: HostRestarted) -> int:
+        """Channel ``host`` restarted: what its sessions took here is read again now."""
+        return self._readers.host_restarted(request.host)
+
+    @_serves(GiveBack)
+    async def _give_back(self, request: GiveBack) -> bool:
+        """Undo a take nobody saw (see :meth:`Readers.give_back`)."""
+        return self._readers.give_back(
+            request.reader_id,
+            request.fence,
+            request.first,
+            request.expected_next,
+            request.jumps,
+            request.entries,
+        )
+
+    @_serves(ReportPoison)
+    async def _report_poison(self, request: ReportPoison) -> bool:
+        """A reader could not decode an element (see :meth:`Readers.report_poison`)."""
+        poison = Poison(request.sequence, request.cause_type, request.cause_message)
+        return self._readers.report_poison(
+            request.reader_id, request.fence, request.jumps, poison, request.skipped
+        )
+
+    @_serves(Watch)
+    async def _watch(self, request: Watch) -> CursorState:
+        """The reader's cursor state once it differs from ``known`` (or after ``timeout``)."""
+        return await self._readers.watch(
+            request.reader_id, request.fence, request.known, request.timeout
+        )
+
+    @_serves(ReadCursor, _Admit.NOW)
+    async def _read_cursor(self, request: ReadCursor) -> CursorState:
+        """The reader's cursor (see :meth:`_cursor`)."""
+        return self._cursor(request.reader_id, request.fence)
+
+    @_serves(Commit)
+    async def _commit(self, request: Commit) -> CommitResult:
+        """Commit ``sequence`` (and every earlier one) for the reader or its group;
+        with a store, answered once the commit is on disk."""
+        reader_id = request.reader_id
+        self._readers.refuse_shared(reader_id, "commit")
+        reader = self._readers.by_id.get(reader_id)
+        result = self._readers.owned.commit(reader, request.sequence, request.fence)
+        if result.status is CommitStatus.COMMITTED:
+            self._readers.commits_moved()
+            await self._state.save()
+        return result
+
+    @_serves(Seek)
+    async def _seek(self, request: Seek) -> tuple[int, int]:
+        """Move the reader's cursor; return (position set, new jump count)."""
+        self._readers.refuse_shared(request.reader_id, "seek")
+        reader = self._readers.get(request.reader_id)
+        moved = self._readers.owned.seek(
+            reader, request.fence, request.target, request.by_time, request.commit
+        )
+        self._readers.commits_moved()
+        await self._state.save()
+        return moved
+
+    # -- groups (the coordinator's) -------------------------------------------------
+
+    @_serves(EnsureGroup)
+    async def _ensure_group(self, request: EnsureGroup) -> CursorState:
+        """Create the group's cursor here if it does not exist yet (``shared``: a
+        shared group's, with its definition). ``reader``: the spec of the member
+        the group is made for, checked first: a group is not made for a reader
+        that cannot open here (InvalidArgumentError)."""
+        if request.reader is not None:
+            loaded_functions(request.reader)
+        state, created = self._readers.ensure_group(
+            request.group, request.start_latest, request.shared
+        )
+        if request.shared is not None:
+            self._start("shared", self._tend_shared_groups)
+        if created:
+            await self._state.save()
+        return state
+
+    @_serves(DestroyGroup)
+    async def _destroy_group(self, request: DestroyGroup) -> None:
+        """Forget a group: its positions and the retention it held."""
+        group = request.group
+        self._readers.destroy_group(group)
+        self._host.forget_group(group)
+        self._state.touch("marks", group)
+        if self._parts.streams.forget(group):
+            self._state.touch("streams", group)
+        await self._state.save()
+
+    @_serves(Grant)
+    async def _grant(self, request: Grant) -> None:
+        """Give the group's channel to a member (None: to nobody); it resumes after the commit."""
+        if self._readers.owned.grant(request.group, request.lease):
+            await self._state.save()
+
+    @_serves(ResetGroup)
+    async def _reset_group(self, request: ResetGroup) -> tuple[int, dict[str, Any]]:
+        """Move the group's read and commit positions; return (position, previous state)
+        (see :meth:`Readers.reset_group`)."""
+        reset = self._readers.reset_group(request.group, request.target)
+        await self._state.save()
+        return reset
+
+    @_serves(RestoreGroup)
+    async def _restore_group(self, request: RestoreGroup) -> None:
+        """Undo a reset (a reset of several channels is all or nothing)."""
+        if self._readers.restore_group(request.group, request.previous):
+            await self._state.save()
+
+    @_serves(ReadGroupCursors, _Admit.ALWAYS)
+    async def _group_cursors(self, _: ReadGroupCursors) -> dict[str, dict[str, Any]]:
+        """Every group's cursor here (a restarted coordinator, and bulk reads, ask)."""
         return self._readers.describe_groups()
 
-    def describe(self) -> dict[str, Any]:
-        """Channel figures and group cursors in one call (a failed channel answers
-        too: its state says so)."""
-        ring = self._log.ring
-        return {
-            **self.identity(),
-            "head": ring.head,
-            "tail": ring.tail,
-            "size": ring.tail - ring.head + 1,
-            "capacity": ring.capacity,
-            "groups": self.group_cursors(),
-            "transactions": self._parts.transactions.table.describe(time.time()),
-        }
+    @_serves(ReadOpeningError, _Admit.ALWAYS)
+    async def _opening_error(self, _: ReadOpeningError) -> TopicError | None:
+        """Why this channel's store could not be opened (a typed error naming the
+        store), or None. A topic being created fails with it (see the coordinator's
+        ``start``)."""
+        if self._opening_error is None and self._failure is not None:
+            return StoreError(self._failure)
+        return self._opening_error
 
     # -- shared groups (per-element acknowledgement) --------------------------------
 
-    @_guarded
-    async def ack(
-        self, reader_id: str, entries: tuple[tuple[int, int, int], ...], single: bool = False
-    ) -> AckStatus | list[AckStatus]:
+    @_serves(Ack)
+    async def _ack(self, request: Ack) -> AckStatus | list[AckStatus]:
         """Acknowledge elements a shared group's member holds, each named by its
         delivery id (sequence, delivery count, channel epoch); with a store,
         answered once on disk."""
-        statuses = self._readers.shared.ack(reader_id, entries)
-        return await self._acknowledged(statuses, AckStatus.ACKED, single)
+        statuses = self._readers.shared.ack(request.reader_id, request.entries)
+        return await self._acknowledged(statuses, AckStatus.ACKED, request.single)
 
-    @_guarded
-    async def nack(
-        self,
-        reader_id: str,
-        entries: tuple[tuple[int, int, int], ...],
-        delay: float = 0.0,
-        single: bool = False,
-    ) -> AckStatus | list[AckStatus]:
+    @_serves(Nack)
+    async def _nack(self, request: Nack) -> AckStatus | list[AckStatus]:
         """Give elements back to their shared group, to be delivered again after
         ``delay`` seconds (past ``max_deliveries``: to the dead-letter topic)."""
-        statuses = self._readers.shared.nack(reader_id, entries, delay)
-        return await self._acknowledged(statuses, AckStatus.NACKED, single)
+        statuses = self._readers.shared.nack(request.reader_id, request.entries, request.delay)
+        return await self._acknowledged(statuses, AckStatus.NACKED, request.single)
 
-    @_guarded
-    async def extend_lease(
-        self,
-        reader_id: str,
-        entries: tuple[tuple[int, int, int], ...],
-        seconds: float | None = None,
-        single: bool = False,
-    ) -> AckStatus | list[AckStatus]:
+    @_serves(ExtendLease)
+    async def _extend_lease(self, request: ExtendLease) -> AckStatus | list[AckStatus]:
         """Move the ack deadlines of elements the member holds: they end ``seconds``
         from now (None: the group's ``ack_timeout`` from now). Not written to the
         store: a restart delivers what was held again anyway."""
-        statuses = self._readers.shared.extend(reader_id, entries, seconds)
-        return statuses[0] if single else statuses
+        statuses = self._readers.shared.extend(request.reader_id, request.entries, request.seconds)
+        return statuses[0] if request.single else statuses
 
     async def _acknowledged(
         self, statuses: list[AckStatus], success: AckStatus, single: bool
@@ -790,8 +875,8 @@ class ChannelActor:
             await self._state.save()
         return statuses[0] if single else statuses
 
-    @_guarded
-    async def purge(self) -> int:
+    @_serves(Purge)
+    async def _purge(self, _: Purge) -> int:
         """Remove every element (an operator's ``Topic.purge``); groups and readers
         continue after them, and shared groups forget what they held or waited
         for. Returns how many elements were removed."""
@@ -805,20 +890,15 @@ class ChannelActor:
 
     # -- receive sessions (the receives sent to this channel) ---------------------
 
-    @_guarded
-    async def update_views(
-        self,
-        group: str,
-        version: int,
-        views: dict[str, dict[int, Lease] | None],
-        generation: int = 0,
-    ) -> None:
+    @_serves(UpdateViews)
+    async def _update_views(self, request: UpdateViews) -> None:
         """Members' channels changed: sessions here read these from now on. A member
         that left or timed out (None) owns nothing: its session here ends (a
         member that comes back opens a new one on its next receive).
 
         The group's version and generation are kept (with a store, durably): a
         restarted coordinator continues above them."""
+        group = request.group
         shared, readers = self._readers.shared, self._readers.by_id
 
         def left(member: str) -> None:
@@ -826,38 +906,44 @@ class ChannelActor:
                 shared.member_left(group, member)
 
         if self._host.update_views(
-            group, version, generation, views, left, lambda m: shared.member_back(group, m)
+            group,
+            request.version,
+            request.generation,
+            request.views,
+            left,
+            lambda m: shared.member_back(group, m),
         ):
             self._state.touch("marks", group)
             self._state.save_later()
 
-    def group_marks(self) -> dict[str, tuple[int, int]]:
+    @_serves(ReadGroupMarks, _Admit.ALWAYS)
+    async def _group_marks(self, _: ReadGroupMarks) -> dict[str, tuple[int, int]]:
         """Per group, the highest (view version, generation) pushed here."""
         return dict(self._host.marks)
 
-    @_guarded
-    def resequencer_stats(self, reader_id: str) -> Any:
+    @_serves(ReadResequencerStats, _Admit.NOW)
+    async def _resequencer_stats(self, request: ReadResequencerStats) -> Any:
         """The resequencer counts of the reader's session here (None: none)."""
-        session = self._host.sessions.get(reader_id)
+        session = self._host.sessions.get(request.reader_id)
         return None if session is None else session.resequencer_stats
 
-    @_guarded
-    def interrupt_receives(self, reader_id: str, stream: str, upto: int) -> None:
+    @_serves(InterruptReceives, _Admit.NOW)
+    async def _interrupt_receives(self, request: InterruptReceives) -> None:
         """A handle abandons its receives of ``stream`` up to ``upto`` (see ReceiveSession)."""
-        if reader_id in self._readers.by_id:
-            self._session(reader_id, None).interrupt(stream, upto)
+        if request.reader_id in self._readers.by_id:
+            self._session(request.reader_id, None).interrupt(request.stream, request.upto)
 
-    @_guarded
-    async def settle_receives(self, reader_id: str, stream: str, upto: int) -> None:
+    @_serves(SettleReceives)
+    async def _settle_receives(self, request: SettleReceives) -> None:
         """Wait until a handle's receives up to ``upto`` finished (a seek goes after them)."""
-        session = self._host.sessions.get(reader_id)
+        session = self._host.sessions.get(request.reader_id)
         if session is not None:
-            await session.settle(stream, upto)
+            await session.settle(request.stream, request.upto)
 
-    @_guarded
-    def resume_receives(self, reader_id: str) -> None:
-        """The seek announced by ``settle_receives`` landed: waits may take again."""
-        session = self._host.sessions.get(reader_id)
+    @_serves(ResumeReceives, _Admit.NOW)
+    async def _resume_receives(self, request: ResumeReceives) -> None:
+        """The seek announced by ``SettleReceives`` landed: waits may take again."""
+        session = self._host.sessions.get(request.reader_id)
         if session is not None:
             session.resume_fetches()
 
@@ -867,29 +953,44 @@ class ChannelActor:
             self._ensure_siblings()
         return self._host.session(reader_id, view)
 
-    async def receive(
-        self,
-        reader_id: str,
-        stream: str,
-        number: int,
-        max_count: int,
-        single: bool,
-        spread: bool = False,
-        here_only: bool = False,
-        view: tuple[int, dict[int, Any]] | None = None,
-    ) -> ReceivedBatch:
+    @_serves(Receive)
+    async def _receive(self, request: Receive) -> ReceivedBatch:
         """Serve a subscriber's receive at its session here (see ReceiveSession)."""
+        reader_id, view = request.reader_id, request.view
         self._session(reader_id, view)
         return await self._host.receive(
-            reader_id, stream, number, max_count, single, spread, here_only, view
+            reader_id,
+            request.stream,
+            request.number,
+            request.max_count,
+            request.single,
+            request.spread,
+            request.here_only,
+            view,
         )
 
-    async def end_receives(self, reason: str) -> None:
+    @_serves(EndReceives, _Admit.ALWAYS)
+    async def _end_receives(self, request: EndReceives) -> None:
         """The topic is being destroyed: waiting receives here raise TopicNotFoundError,
         and so does every other wait (ring buffer reads, appends waiting for room)."""
-        self._context.end_waits(reason)
-        await self._host.end_receives(reason)
+        self._context.end_waits(request.reason)
+        await self._host.end_receives(request.reason)
 
-    def ping(self) -> int:
-        """Cheap liveness probe; returns the channel number."""
-        return self._channel
+
+def _call(handler: _Handler, channel: ChannelActor, request: Any, payload: Any) -> Awaitable[Any]:
+    """Call a data-path handler; only the requests that carry values (appends) get a payload."""
+    if payload is None:
+        return handler(channel, request)
+    return handler(channel, request, payload)
+
+
+_TRANSACTION_STEPS: dict[type, Callable[..., Awaitable[Any]]] = {
+    StageTransaction: TransactionParticipant.stage,
+    PrepareTransaction: TransactionParticipant.prepare,
+    DecideTransaction: TransactionParticipant.decide,
+    FinishTransaction: TransactionParticipant.finish,
+    ResolveTransaction: TransactionParticipant.resolve,
+    ForgetTransaction: TransactionParticipant.forget,
+    FenceTransactions: TransactionParticipant.fence,
+}
+"""A transaction's request type -> the participant's step serving it."""

@@ -37,7 +37,14 @@ import ray
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.element_batch import ElementBatch
 from raytopic.core.errors import SubscriberClosedError
-from raytopic.core.protocol import ReaderSpec, Receive, pack_request
+from raytopic.core.protocol import (
+    InterruptReceives,
+    ReaderSpec,
+    Receive,
+    ResumeReceives,
+    SettleReceives,
+    pack_request,
+)
 
 if TYPE_CHECKING:
     from raytopic.core.protocol import Lease
@@ -235,11 +242,12 @@ class Receives:
             return
         actor = self._topic._channel_actors[at]
         last = stream.next_number - 1
-        _get(actor.settle_receives.remote(self._reader, stream.stream, last), self._topic)
+        settle = SettleReceives(reader_id=self._reader, stream=stream.stream, upto=last)
+        _get(actor.request.remote(pack_request(settle)), self._topic)
         try:
             yield
         finally:
-            actor.resume_receives.remote(self._reader)
+            actor.request.remote(pack_request(ResumeReceives(reader_id=self._reader)))
 
     def stop(self) -> None:
         """No receive is sent from now on (the subscriber closed)."""
@@ -430,9 +438,10 @@ class Receives:
         with self._lock:  # an iteration on another thread may be prefetching
             for channel, reads in self._reads.items():
                 if reads.refs:
-                    actors[channel].interrupt_receives.remote(
-                        self._reader, reads.stream, reads.next_number - 1
+                    interrupt = InterruptReceives(
+                        reader_id=self._reader, stream=reads.stream, upto=reads.next_number - 1
                     )
+                    actors[channel].request.remote(pack_request(interrupt))
                     pending.extend(reads.refs)
                     reads.refs.clear()
                     reads.older = 0
@@ -441,9 +450,10 @@ class Receives:
                 target = self._target
                 assert target is not None  # a receive through the home went there
                 stream = self._user_streams[target]
-            actors[target].interrupt_receives.remote(
-                self._reader, stream.stream, stream.next_number - 1
+            interrupt = InterruptReceives(
+                reader_id=self._reader, stream=stream.stream, upto=stream.next_number - 1
             )
+            actors[target].request.remote(pack_request(interrupt))
             pending.extend(self._home_refs)
             self._home_refs.clear()
             self._home_older = 0

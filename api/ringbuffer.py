@@ -20,7 +20,16 @@ from raytopic.core.config import Overflow, check_items, check_nonnegative_int, c
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import InvalidTypeError
 from raytopic.core.payloads import PickledValues, decode_checked
-from raytopic.core.protocol import Poison, poison_error
+from raytopic.core.protocol import (
+    AddAll,
+    Poison,
+    ReadMany,
+    ReadOne,
+    ReadRingFigures,
+    RingFigures,
+    pack_request,
+    poison_error,
+)
 from raytopic.core.records import ReadResultSet
 from raytopic.core.user_functions import pickle_function
 
@@ -55,6 +64,13 @@ class Ringbuffer:
         with topic_calls(self._topic.topic_id, self._topic.name):
             return ray.get(ref)
 
+    def _ask(self, request: Any, payload: Any = None) -> Any:
+        """The channel's reply to a data-path request, as an ObjectRef."""
+        return self._actor.request.remote(pack_request(request), payload)
+
+    def _figures(self) -> RingFigures:
+        return self._get(self._ask(ReadRingFigures()))
+
     def _check_topic(self) -> None:
         """Before a call whose ref is handed back: Ray would fail a dead actor's ref
         with its ActorDiedError."""
@@ -68,7 +84,7 @@ class Ringbuffer:
         Returns:
             The head sequence (``tail + 1`` when empty).
         """
-        return self._get(self._actor.head_sequence.remote())
+        return self._figures().head
 
     def tail_sequence(self) -> int:
         """The sequence of the newest item.
@@ -76,7 +92,7 @@ class Ringbuffer:
         Returns:
             The tail sequence (-1 when nothing was ever added).
         """
-        return self._get(self._actor.tail_sequence.remote())
+        return self._figures().tail
 
     def capacity(self) -> int:
         """How many items the ring buffer holds at most.
@@ -84,7 +100,7 @@ class Ringbuffer:
         Returns:
             The channel's capacity.
         """
-        return self._get(self._actor.capacity.remote())
+        return self._figures().capacity
 
     def size(self) -> int:
         """How many items the ring buffer holds now.
@@ -92,7 +108,7 @@ class Ringbuffer:
         Returns:
             ``tail - head + 1``.
         """
-        return self._get(self._actor.size.remote())
+        return self._figures().size
 
     def remaining_capacity(self) -> int:
         """Room left for items.
@@ -100,7 +116,7 @@ class Ringbuffer:
         Returns:
             ``capacity() - size()`` (with or without a TTL).
         """
-        return self._get(self._actor.remaining_capacity.remote())
+        return self._figures().remaining
 
     # -- adding ------------------------------------------------------------------
 
@@ -184,7 +200,7 @@ class Ringbuffer:
         check_timeout(timeout, "timeout", allow_none=False)
         payload = PickledValues.from_values(items)
         self._check_topic()
-        return self._actor.add_all.remote(payload, policy.value, timeout)
+        return self._ask(AddAll(overflow=policy.value, timeout=timeout), payload)
 
     # -- reading -----------------------------------------------------------------
 
@@ -204,7 +220,7 @@ class Ringbuffer:
             PoisonElementError: the item cannot be decoded in this process.
         """
         check_nonnegative_int(sequence, "sequence")
-        values, failures = decode_checked(self._get(self._actor.read_one.remote(sequence)).payload)
+        values, failures = decode_checked(self._get(self._ask(ReadOne(sequence=sequence))).payload)
         if failures:  # its class is missing or changed in this process
             poison = Poison.of(sequence, failures[0])
             raise poison_error(self._topic.topic_id, self._channel, poison, ring=True)
@@ -274,4 +290,4 @@ class Ringbuffer:
             raise InvalidTypeError("filter must be a callable item -> bool, or None")
         filter_bytes = pickle_function(filter, "filter") if filter is not None else None
         self._check_topic()
-        return self._actor.read_many.remote(start_sequence, min_count, max_count, filter_bytes)
+        return self._ask(ReadMany(start_sequence, min_count, max_count, filter_bytes=filter_bytes))

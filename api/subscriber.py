@@ -44,7 +44,14 @@ from raytopic.core.errors import (
     SubscriberClosedError,
     TopicNotFoundError,
 )
-from raytopic.core.protocol import ReaderSpec
+from raytopic.core.protocol import (
+    Commit,
+    ReadCursor,
+    ReaderSpec,
+    ReadResequencerStats,
+    Seek,
+    pack_request,
+)
 from raytopic.core.records import CommitResult, Element, OwnershipChange, Position
 from raytopic.core.resequencer import Resequence
 from raytopic.core.shared_group import SharedGroup, check_mode
@@ -347,7 +354,8 @@ class Subscriber(Acknowledging):
         if self._spec.resequence is None:
             return None
         home = self._topic._channel_actors[self._receives.home_channel]
-        return self._call(home.resequencer_stats.remote(self._id))
+        stats = pack_request(ReadResequencerStats(reader_id=self._id))
+        return self._call(home.request.remote(stats))
 
     @property
     def is_active(self) -> bool:
@@ -553,9 +561,10 @@ class Subscriber(Acknowledging):
         fence = self._member.lease(channel, required=True)
         actor = self._topic._channel_actors[channel]
         with self._receives.settled():
-            position, jumps = self._call(
-                actor.seek.remote(self._id, fence, target, by_time, commit)
+            seek = Seek(
+                reader_id=self._id, fence=fence, target=target, by_time=by_time, commit=commit
             )
+            position, jumps = self._call(actor.request.remote(pack_request(seek)))
         # What an iteration prefetched before the seek carries a lower count: dropped.
         self._receives.jumps.raise_to(channel, jumps)
         return self._topic.position(channel, position)
@@ -628,7 +637,12 @@ class Subscriber(Acknowledging):
         self._check_open()
         actors = self._topic._channel_actors
         owned = self._member.owned()
-        refs = [actors[c].cursor_state.remote(self._id, self._member.lease(c)) for c in owned]
+        refs = [
+            actors[c].request.remote(
+                pack_request(ReadCursor(reader_id=self._id, fence=self._member.lease(c)))
+            )
+            for c in owned
+        ]
         states = {}
         for channel, ref in zip(owned, refs, strict=True):
             try:
@@ -682,7 +696,8 @@ class Subscriber(Acknowledging):
         actor = self._topic._channel_actors[channel]
         fence = self._member.lease(channel, refresh=True)
         check_topic(self._topic.topic_id, self._topic.name, actor)  # Ray's ref would say ActorDied
-        return actor.commit.remote(self._id, position.sequence, fence)
+        commit = Commit(reader_id=self._id, sequence=position.sequence, fence=fence)
+        return actor.request.remote(pack_request(commit))
 
     # -- membership --------------------------------------------------------------------------
 

@@ -51,7 +51,25 @@ from raytopic.core.errors import (
 )
 from raytopic.core.incarnation import was_restarted
 from raytopic.core.naming import channel_actor_name
-from raytopic.core.protocol import ReaderSpec
+from raytopic.core.protocol import (
+    CloseReader,
+    ControlRequest,
+    DestroyGroup,
+    EndReceives,
+    EnsureGroup,
+    Grant,
+    HostRestarted,
+    OpenReader,
+    Purge,
+    ReaderSpec,
+    ReadGroupCursors,
+    ReadGroupMarks,
+    ReadOpeningError,
+    ReadReaderSpecs,
+    ResetGroup,
+    RestoreGroup,
+    UpdateViews,
+)
 from raytopic.core.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)
@@ -170,8 +188,12 @@ class CoordinatorActor:
         ]
         if not failed:
             return
-        error = await failed[0].opening_error.remote()
+        error = await failed[0].control.remote(ReadOpeningError())
         raise error if isinstance(error, TopicError) else TopicError(str(error))
+
+    async def _on_each_channel(self, request: ControlRequest) -> list[Any]:
+        """Every channel's reply to a control request, in channel order."""
+        return await asyncio.gather(*(handle.control.remote(request) for handle in self._channels))
 
     async def _up(self) -> None:
         """Wait until the coordinator serves; a restarted one first recovers (once)."""
@@ -205,9 +227,7 @@ class CoordinatorActor:
             await asyncio.gather(*(handle.identity.remote() for handle in self._channels))
         )
         await self._adopt_groups()
-        for specs in await asyncio.gather(
-            *(handle.reader_specs.remote() for handle in self._channels)
-        ):
+        for specs in await self._on_each_channel(ReadReaderSpecs()):
             self._readers.update(specs)
         for channel, identity in enumerate(self._identities):
             if identity["state"] == "recovering":  # it restarted while this one was down
@@ -221,8 +241,7 @@ class CoordinatorActor:
     async def _adopt_groups(self) -> None:
         """Learn the groups the channels keep (after a restart, or over an old store)."""
         cursors, marks = await asyncio.gather(
-            asyncio.gather(*(handle.group_cursors.remote() for handle in self._channels)),
-            asyncio.gather(*(handle.group_marks.remote() for handle in self._channels)),
+            self._on_each_channel(ReadGroupCursors()), self._on_each_channel(ReadGroupMarks())
         )
         found = recovered_groups(self._config.channels, cursors, marks, time.monotonic())
         for name, group in found.items():
@@ -240,7 +259,7 @@ class CoordinatorActor:
     async def purge(self) -> int:
         """Remove every element of every channel (``Topic.purge``); returns how many."""
         await self._up()
-        removed = await asyncio.gather(*(handle.purge.remote() for handle in self._channels))
+        removed = await self._on_each_channel(Purge())
         logger.info("topic %s purged: %d elements removed", self._config.name, sum(removed))
         return sum(removed)
 
@@ -255,7 +274,7 @@ class CoordinatorActor:
         for group in self._groups:
             self._polls.changed(group)
         ended = [
-            handle.end_receives.remote(f"topic {self._config.name!r} was destroyed")
+            handle.control.remote(EndReceives(f"topic {self._config.name!r} was destroyed"))
             for handle in self._channels
         ]
         await asyncio.wait([asyncio.ensure_future(_quietly(ref)) for ref in ended], timeout=2.0)
@@ -278,8 +297,8 @@ class CoordinatorActor:
         await self._up()
         await _on_every_channel(
             self._channels,
-            lambda handle: handle.open_reader.remote(reader_id, spec),
-            lambda handle: handle.close_reader.remote(reader_id),
+            lambda handle: handle.control.remote(OpenReader(reader_id, spec)),
+            lambda handle: handle.control.remote(CloseReader(reader_id)),
         )
         self._readers[reader_id] = spec
 
@@ -287,7 +306,7 @@ class CoordinatorActor:
         """Close a subscriber on every channel."""
         await self._up()
         self._readers.pop(reader_id, None)
-        await asyncio.gather(*(handle.close_reader.remote(reader_id) for handle in self._channels))
+        await self._on_each_channel(CloseReader(reader_id))
 
     # -- groups ------------------------------------------------------------------
 
@@ -390,9 +409,11 @@ class CoordinatorActor:
                 return state
             await _on_every_channel(
                 self._channels,
-                lambda handle: handle.ensure_group.remote(group, start_latest, shared, reader),
+                lambda handle: handle.control.remote(
+                    EnsureGroup(group, start_latest, shared, reader)
+                ),
                 # Unknown here, so new on every channel that made it.
-                lambda handle: handle.destroy_group.remote(group),
+                lambda handle: handle.control.remote(DestroyGroup(group)),
             )
             state = self._groups[group] = Group(group, self._config.channels, shared=shared)
             return state
@@ -403,7 +424,7 @@ class CoordinatorActor:
         async with self._lock(group):
             if self._groups.pop(group, None) is None:
                 raise GroupNotFoundError(f"group {group!r} does not exist")
-            await asyncio.gather(*(handle.destroy_group.remote(group) for handle in self._channels))
+            await self._on_each_channel(DestroyGroup(group))
             for reader_id, spec in list(self._readers.items()):
                 if spec.group == group:
                     del self._readers[reader_id]
@@ -506,7 +527,7 @@ class CoordinatorActor:
             try:
                 await asyncio.gather(
                     *(
-                        self._channels[channel].grant.remote(state.name, lease)
+                        self._channels[channel].control.remote(Grant(state.name, lease))
                         for channel, lease in change.grants.items()
                     )
                 )
@@ -536,7 +557,9 @@ class CoordinatorActor:
         if views:
             results = await asyncio.gather(
                 *(
-                    handle.update_views.remote(state.name, state.version, views, state.generation)
+                    handle.control.remote(
+                        UpdateViews(state.name, state.version, views, state.generation)
+                    )
                     for handle in self._channels
                 ),
                 return_exceptions=True,
@@ -625,7 +648,7 @@ class CoordinatorActor:
 
     async def _reset(self, state: Group, targets: dict[int, int | float | str]) -> dict[int, int]:
         calls = {
-            channel: self._channels[channel].reset_group.remote(state.name, target)
+            channel: self._channels[channel].control.remote(ResetGroup(state.name, target))
             for channel, target in targets.items()
         }
         outcomes = await asyncio.gather(*calls.values(), return_exceptions=True)
@@ -634,7 +657,7 @@ class CoordinatorActor:
         if failed:
             await asyncio.gather(
                 *(
-                    self._channels[channel].restore_group.remote(state.name, outcome[1])
+                    self._channels[channel].control.remote(RestoreGroup(state.name, outcome[1]))
                     for channel, outcome in done.items()
                     if not isinstance(outcome, BaseException)
                 ),
@@ -646,7 +669,7 @@ class CoordinatorActor:
             raise TopicError(f"reset of group {state.name!r} failed; nothing changed: {error}")
         positions = {channel: outcome[0] for channel, outcome in done.items()}
         cursors = await asyncio.gather(
-            *(self._channels[channel].group_cursors.remote() for channel in positions)
+            *(self._channels[channel].control.remote(ReadGroupCursors()) for channel in positions)
         )
         for channel, cursor in zip(positions, cursors, strict=True):
             state.jumps[channel] = cursor[state.name]["jumps"]
@@ -752,7 +775,7 @@ class CoordinatorActor:
         others = [handle for c, handle in enumerate(self._channels) if c != host]
         results = await asyncio.gather(
             *(
-                asyncio.wait_for(handle.host_restarted.remote(host), _IDENTITY_TIMEOUT)
+                asyncio.wait_for(handle.control.remote(HostRestarted(host)), _IDENTITY_TIMEOUT)
                 for handle in others
             ),
             return_exceptions=True,

@@ -312,8 +312,11 @@ class Element:
             raise GroupModeError(
                 f"element {self.position} was received in a shared group: ack it instead"
             )
+        from raytopic.core.protocol import Commit, pack_request  # (the protocol imports this)
+
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, self.channel)
-        return actor.commit.remote(origin.reader, self.sequence, origin.fence)
+        commit = Commit(reader_id=origin.reader, sequence=self.sequence, fence=origin.fence)
+        return actor.request.remote(pack_request(commit))
 
     # -- shared groups: acknowledgement element by element --------------------------
 

@@ -44,7 +44,18 @@ from raytopic.core.errors import (
     InvalidTypeError,
 )
 from raytopic.core.payloads import ArrowRows
-from raytopic.core.protocol import Append, AppendAck, AppendOnce, pack_request
+from raytopic.core.protocol import (
+    Append,
+    AppendAck,
+    AppendOnce,
+    Chunk,
+    FirstAfter,
+    ReadGroupCursors,
+    ReadRange,
+    ReadRingFigures,
+    RingFigures,
+    pack_request,
+)
 from raytopic.core.records import Position
 from raytopic.topic import Topic
 
@@ -287,16 +298,16 @@ def plan_ranges(
         if group not in topic.groups():
             raise GroupNotFoundError(f"topic {topic.name!r} has no group {group!r}")
     with topic_calls(topic.topic_id, topic.name):
-        sizes = ray.get([topic._channel_actors[c].sizes.remote() for c in picked])
+        figures = ray.get([ring_figures(topic._channel_actors[c]) for c in picked])
         identities = ray.get([topic._channel_actors[c].identity.remote() for c in picked])
         cursors = (
-            ray.get([topic._channel_actors[c].group_cursors.remote() for c in picked])
+            ray.get([topic._channel_actors[c].control.remote(ReadGroupCursors()) for c in picked])
             if group is not None
             else None
         )
     wholes: list[ChannelRange] = []
     for index, channel in enumerate(picked):
-        head, tail, _ = sizes[index]
+        head, tail = figures[index].head, figures[index].tail
         if cursors is not None:
             cursor = cursors[index].get(group)
             first = head if cursor is None else max(head, cursor["committed"] + 1)
@@ -424,7 +435,8 @@ def _bound(topic: Topic, channel: int, at: Any, head: int, tail: int, what: str)
         if what == "start":
             stamp = np.nextafter(stamp, -np.inf)  # at or after: strictly after a hair before
         with topic_calls(topic.topic_id, topic.name):
-            return ray.get(topic._channel_actors[channel].first_after.remote(float(stamp)))
+            first_after = pack_request(FirstAfter(stamp=float(stamp)))
+            return ray.get(topic._channel_actors[channel].request.remote(first_after))
     if isinstance(at, Mapping):
         if channel not in at:
             return head if what == "start" else tail + 1
@@ -455,7 +467,7 @@ def read_range(topic: Topic, piece: ChannelRange) -> Iterator[pa.Table]:
     """
     actor = topic._channel_actors[piece.channel]
     sequence = piece.first
-    pending = actor.read_range.remote(sequence, piece.stop, READ_CALL_ROWS)
+    pending = _read_range(actor, sequence, piece.stop)
     while pending is not None:
         with topic_calls(topic.topic_id, topic.name):
             chunks = ray.get(pending)
@@ -463,6 +475,17 @@ def read_range(topic: Topic, piece: ChannelRange) -> Iterator[pa.Table]:
         if chunks:
             sequence = chunks[-1].first + len(chunks[-1].payload)
             if sequence < piece.stop:
-                pending = actor.read_range.remote(sequence, piece.stop, READ_CALL_ROWS)
+                pending = _read_range(actor, sequence, piece.stop)
         for chunk in chunks:
             yield payload_table(piece.channel, chunk.first, chunk.stamp, chunk.payload)
+
+
+def _read_range(actor: Any, start: int, stop: int) -> ray.ObjectRef[tuple[Chunk, ...]]:
+    """One bulk read call: up to ``READ_CALL_ROWS`` elements of ``[start, stop)``."""
+    read = ReadRange(start=start, stop=stop, max_count=READ_CALL_ROWS)
+    return actor.request.remote(pack_request(read))
+
+
+def ring_figures(actor: Any) -> ray.ObjectRef[RingFigures]:
+    """A channel's ring buffer figures (head, tail, size, ...), asked in one call."""
+    return actor.request.remote(pack_request(ReadRingFigures()))

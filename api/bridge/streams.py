@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.bridge.bulk import ChannelRange, cut_ranges
+from raytopic.bridge.bulk import ChannelRange, cut_ranges, ring_figures
 from raytopic.core.config import (
     check_bool,
     check_instance,
@@ -404,12 +404,12 @@ class Stream:
         actors = topic._channel_actors
         with topic_calls(topic.topic_id, topic.name):
             answers = ray.get(
-                [actor.sizes.remote() for actor in actors]
+                [ring_figures(actor) for actor in actors]
                 + [actor.identity.remote() for actor in actors]
             )
         count = len(actors)
         return {
-            channel: (answers[channel][0], answers[channel][1], answers[count + channel])
+            channel: (answers[channel].head, answers[channel].tail, answers[count + channel])
             for channel in self._channels
         }
 

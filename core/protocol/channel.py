@@ -4,7 +4,8 @@ Ray serializes each argument of an actor call on its own, at tens of
 microseconds each way; the data-path calls carry five to eight small
 arguments, so they travel as one record (about a quarter of a millisecond
 less per call here), pickled by :func:`~raytopic.core.protocol.codec.pack_request`
-and served by ``ChannelActor.request``. A record is a NamedTuple: it pickles
+and served by ``ChannelActor.request``, which
+dispatches on the record's type. A record is a NamedTuple: it pickles
 as its class and a tuple (no per-field names on the wire), and is built by
 keyword, so a call site reads ``Take(reader_id=..., wait=...)`` instead of a
 row of positional flags. Bulk data (an append's payload) is NOT in the
@@ -18,15 +19,28 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "Ack",
+    "AddAll",
     "Append",
     "AppendOnce",
     "CHANNEL_REQUESTS",
     "ChannelRequest",
+    "Commit",
     "ExtendLease",
+    "FirstAfter",
     "GiveBack",
+    "InterruptReceives",
     "Nack",
+    "ReadCursor",
+    "ReadMany",
+    "ReadOne",
+    "ReadRange",
+    "ReadResequencerStats",
+    "ReadRingFigures",
     "Receive",
     "ReportPoison",
+    "ResumeReceives",
+    "Seek",
+    "SettleReceives",
     "SettleTake",
     "StopTake",
     "Take",
@@ -47,7 +61,6 @@ class Append(NamedTuple):
     timeout: float | None
     statuses: bool = False
     """Reply with the batch's statuses (``publish_batch``) instead of an ack."""
-    method = "append"
 
 
 class AppendOnce(NamedTuple):
@@ -57,7 +70,6 @@ class AppendOnce(NamedTuple):
     version: int
     overflow: str
     timeout: float | None
-    method = "append_once"
 
 
 class Receive(NamedTuple):
@@ -71,7 +83,6 @@ class Receive(NamedTuple):
     spread: bool = False
     here_only: bool = False
     view: tuple[int, dict[int, Any]] | None = None
-    method = "receive"
 
 
 class Take(NamedTuple):
@@ -82,14 +93,12 @@ class Take(NamedTuple):
     max_count: int
     wait: float = 0.0
     token: str | None = None
-    method = "take"
 
 
 class StopTake(NamedTuple):
     """End the wait of fetch ``token``."""
 
     token: str
-    method = "stop_take"
 
 
 class SettleTake(NamedTuple):
@@ -99,7 +108,6 @@ class SettleTake(NamedTuple):
     fence: Any
     token: str
     give_back_from: int | None
-    method = "settle_take"
 
 
 class Watch(NamedTuple):
@@ -109,7 +117,6 @@ class Watch(NamedTuple):
     fence: Any
     known: Any
     timeout: float
-    method = "watch"
 
 
 class GiveBack(NamedTuple):
@@ -121,7 +128,6 @@ class GiveBack(NamedTuple):
     expected_next: int
     jumps: int
     entries: tuple[tuple[int, int], ...] = ()
-    method = "give_back"
 
 
 class ReportPoison(NamedTuple):
@@ -136,7 +142,6 @@ class ReportPoison(NamedTuple):
     cause_type: str
     cause_message: str
     skipped: bool = False
-    method = "report_poison"
 
 
 class Ack(NamedTuple):
@@ -146,7 +151,6 @@ class Ack(NamedTuple):
     entries: Entries
     single: bool = False
     """Answer one status (the call named one element), not a list."""
-    method = "ack"
 
 
 class Nack(NamedTuple):
@@ -156,7 +160,6 @@ class Nack(NamedTuple):
     entries: Entries
     delay: float = 0.0
     single: bool = False
-    method = "nack"
 
 
 class ExtendLease(NamedTuple):
@@ -166,7 +169,103 @@ class ExtendLease(NamedTuple):
     entries: Entries
     seconds: float | None = None
     single: bool = False
-    method = "extend_lease"
+
+
+class Commit(NamedTuple):
+    """Commit ``sequence`` (and every earlier one) for the reader or its group."""
+
+    reader_id: str
+    sequence: int
+    fence: Any
+
+
+class Seek(NamedTuple):
+    """Move the reader's cursor: ``target`` is a sequence ("next is the first after
+    it") or, with ``by_time``, a time stamp ("next is the first published after it")."""
+
+    reader_id: str
+    fence: Any
+    target: int | float
+    by_time: bool
+    commit: bool
+
+
+class ReadCursor(NamedTuple):
+    """The reader's cursor state (checked against ``fence`` unless None)."""
+
+    reader_id: str
+    fence: Any = None
+
+
+class ReadRingFigures(NamedTuple):
+    """The ring buffer's head, tail, size, capacity and room, read together."""
+
+
+class FirstAfter(NamedTuple):
+    """The sequence of the first element stamped strictly after ``stamp``."""
+
+    stamp: float
+
+
+class AddAll(NamedTuple):
+    """Append items through the ring buffer API (the payload is the call's second
+    argument)."""
+
+    overflow: str
+    timeout: float | None = None
+
+
+class ReadOne(NamedTuple):
+    """The element at ``sequence``."""
+
+    sequence: int
+
+
+class ReadMany(NamedTuple):
+    """Hazelcast's ``readManyAsync``: from ``start``, at least ``min_count`` elements
+    (waiting for them), at most ``max_count``, kept by the pickled filter."""
+
+    start: int
+    min_count: int
+    max_count: int
+    filter_bytes: bytes | None
+
+
+class ReadRange(NamedTuple):
+    """A bulk read of ``[start, stop)``, at most ``max_count`` elements."""
+
+    start: int
+    stop: int
+    max_count: int
+
+
+class ReadResequencerStats(NamedTuple):
+    """The resequencer counts of the reader's receive session here."""
+
+    reader_id: str
+
+
+class InterruptReceives(NamedTuple):
+    """A handle abandons its receives of ``stream`` up to ``upto``."""
+
+    reader_id: str
+    stream: str
+    upto: int
+
+
+class SettleReceives(NamedTuple):
+    """Answered once a handle's receives of ``stream`` up to ``upto`` finished (a seek
+    goes after them)."""
+
+    reader_id: str
+    stream: str
+    upto: int
+
+
+class ResumeReceives(NamedTuple):
+    """The seek announced by ``SettleReceives`` landed: waits may take again."""
+
+    reader_id: str
 
 
 ChannelRequest = (
@@ -182,8 +281,21 @@ ChannelRequest = (
     | Ack
     | Nack
     | ExtendLease
+    | Commit
+    | Seek
+    | ReadCursor
+    | ReadRingFigures
+    | FirstAfter
+    | AddAll
+    | ReadOne
+    | ReadMany
+    | ReadRange
+    | ReadResequencerStats
+    | InterruptReceives
+    | SettleReceives
+    | ResumeReceives
 )
-"""Any data-path request."""
+"""Any data-path request (a handle's or a sibling channel's)."""
 
 CHANNEL_REQUESTS = (
     Append,
@@ -198,5 +310,18 @@ CHANNEL_REQUESTS = (
     Ack,
     Nack,
     ExtendLease,
+    Commit,
+    Seek,
+    ReadCursor,
+    ReadRingFigures,
+    FirstAfter,
+    AddAll,
+    ReadOne,
+    ReadMany,
+    ReadRange,
+    ReadResequencerStats,
+    InterruptReceives,
+    SettleReceives,
+    ResumeReceives,
 )
-"""The request records a channel serves through ``request``."""
+"""The request records a channel serves through ``ChannelActor.request``."""

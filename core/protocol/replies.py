@@ -45,6 +45,7 @@ __all__ = [
     "Delivery",
     "RawReadResult",
     "ReceivedBatch",
+    "RingFigures",
     "StatusBatch",
 ]
 
@@ -519,3 +520,21 @@ def _read_result_set(
         items.extend(values)
         sequences.extend(chunk.sequence_list())
     return ReadResultSet(start, read_count, items, sequences)
+
+
+# -- the ring buffer's figures -----------------------------------------------------------
+
+
+class RingFigures(NamedTuple):
+    """A channel's ring buffer figures, read together (``ReadRingFigures``)."""
+
+    head: int
+    """Sequence of the oldest element held (``tail + 1`` when empty)."""
+    tail: int
+    """Sequence of the newest element (``head - 1`` when empty)."""
+    size: int
+    """Elements held now."""
+    capacity: int
+    """Most elements held at once."""
+    remaining: int
+    """``capacity - size``."""

@@ -71,7 +71,6 @@ class StageTransaction(NamedTuple):
     transactional_id: str
     deadline: float
     timeout: float | None
-    method = "stage"
 
 
 class PrepareTransaction(NamedTuple):
@@ -85,7 +84,6 @@ class PrepareTransaction(NamedTuple):
     """How many elements the holder staged here (fewer: the channel lost some)."""
     commits: tuple[ConsumedCommit, ...]
     """The consumed commits made here."""
-    method = "prepare"
 
 
 class DecideTransaction(NamedTuple):
@@ -100,7 +98,6 @@ class DecideTransaction(NamedTuple):
     commits: tuple[ConsumedCommit, ...]
     forget: tuple[str, ...] = ()
     """Earlier transactions it led whose participants all finished."""
-    method = "decide"
 
 
 class FinishTransaction(NamedTuple):
@@ -111,7 +108,6 @@ class FinishTransaction(NamedTuple):
     deadline: float
     outcome: Outcome
     reason: str
-    method = "finish"
 
 
 class ResolveTransaction(NamedTuple):
@@ -121,14 +117,12 @@ class ResolveTransaction(NamedTuple):
     key: str
     transactional_id: str
     deadline: float
-    method = "resolve"
 
 
 class ForgetTransaction(NamedTuple):
     """Every participant finished the transaction: its outcome is no longer needed."""
 
     key: str
-    method = "forget"
 
 
 class FenceTransactions(NamedTuple):
@@ -137,7 +131,6 @@ class FenceTransactions(NamedTuple):
 
     transactional_id: str
     epoch: int
-    method = "fence"
 
 
 TransactionRequest = (

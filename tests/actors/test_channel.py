@@ -4,7 +4,10 @@ against a real actor could not see."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import pickle
+import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,17 +15,54 @@ import cloudpickle
 import pyarrow as pa
 import pytest
 
-from raytopic.actors.channel import ChannelActor
+from raytopic.actors.channel import _SERVED, ChannelActor, _Admit
 from raytopic.actors.channel_link import ChannelLink
 from raytopic.actors.receive_session import ReceiveSession
 from raytopic.core.config import Overflow, TopicConfig
-from raytopic.core.errors import ChannelFailedError, PoisonElementError, StaleSequenceError
+from raytopic.core.errors import (
+    ChannelFailedError,
+    ChannelUnavailableError,
+    InvalidArgumentError,
+    PoisonElementError,
+    StaleSequenceError,
+    StoreError,
+)
 from raytopic.core.payloads import ArrowRows, PickledValues
-from raytopic.core.protocol import Append, ChannelRequest, Lease, ReaderSpec, pack_request
+from raytopic.core.protocol import (
+    CHANNEL_REQUESTS,
+    CONTROL_REQUESTS,
+    Append,
+    AppendOnce,
+    ChannelRequest,
+    EnsureGroup,
+    Grant,
+    Lease,
+    OpenReader,
+    ReadCursor,
+    ReaderSpec,
+    ReadGroupCursors,
+    ReadMany,
+    ReadOpeningError,
+    ReadRange,
+    ReadReaderSpecs,
+    ReadRingFigures,
+    Receive,
+    Seek,
+    SettleReceives,
+    SettleTake,
+    Take,
+    UpdateViews,
+    pack_request,
+)
 
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 1, 100_000, True, None, Overflow.BLOCK, ())
 TWO_CHANNELS = TopicConfig("t", "ns", "t0pic1d", 2, 1000, True, None, Overflow.BLOCK, ())
 MEMBER = Lease("m", 1)
+
+
+async def _ask(channel: ChannelActor, request: ChannelRequest, payload: Any = None) -> Any:
+    """A handle's data-path call, through the channel's entry (as Ray would make it)."""
+    return await channel.request(pack_request(request), payload)
 
 
 def _in_process(actor: ChannelActor, reply_delay: float = 0.0) -> Callable[..., Any]:
@@ -41,7 +81,7 @@ def _wired(config: TopicConfig, reply_delay: float = 0.0) -> list[ChannelActor]:
     """Every channel of ``config`` in-process; channel 0 is the home, linked to the rest."""
     channels = [ChannelActor(config, c) for c in range(config.channels)]
     home = channels[0]
-    home._host.links = {0: ChannelLink(0, home._local_call, local=True, state=home.cursor_state)}
+    home._host.links = {0: ChannelLink(0, home._local_call, local=True, state=home._cursor_state)}
     for sibling in channels[1:]:
         call = _in_process(sibling, reply_delay)
         home._host.links[sibling._channel] = ChannelLink(sibling._channel, call, local=False)
@@ -53,10 +93,10 @@ async def _group_member(
 ) -> None:
     """Member "m" of group "g" on every channel, holding the lease on ``granted``."""
     for channel in channels:
-        await channel.ensure_group("g", False)
-        await channel.open_reader("m", ReaderSpec("g", False, window=window))
+        await channel.control(EnsureGroup("g", False))
+        await channel.control(OpenReader("m", ReaderSpec("g", False, window=window)))
         if channel in granted:
-            await channel.grant("g", MEMBER)
+            await channel.control(Grant("g", MEMBER))
 
 
 async def _anonymous_pair(
@@ -71,7 +111,7 @@ async def _anonymous_pair(
         complete_on_empty=True,
     )
     for channel in (home, sibling):
-        await channel.open_reader("a", spec)
+        await channel.control(OpenReader("a", spec))
     return home, sibling
 
 
@@ -90,8 +130,8 @@ async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, Re
     await _group_member([home, sibling], [home, sibling] if home_owned else [sibling], window=3)
     owned = {0: MEMBER, 1: MEMBER} if home_owned else {1: MEMBER}
     home._session("m", (1, owned))
-    await sibling.append("publisher", 0, "block", 1.0, False, _payloads(range(3)))
-    received = await home.receive("m", "s", 0, 3, False)
+    await _ask(sibling, Append("publisher", 0, "block", 1.0, False), _payloads(range(3)))
+    received = await _ask(home, Receive("m", "s", 0, 3, False))
     assert sum(d.count for d in received.deliveries) == 3
     return home, home._host.sessions["m"]
 
@@ -112,13 +152,13 @@ def _fail_on_spinning(session: ReceiveSession) -> None:
 
 
 async def _home_goes_to_another_member(home: ChannelActor) -> None:
-    await home.grant("g", Lease("other", 2))  # the coordinator grants the new owner first
+    await home.control(Grant("g", Lease("other", 2)))  # the coordinator grants the new owner first
 
 
 async def _home_is_newly_assigned(home: ChannelActor) -> None:
     lease = Lease("m", 2)
-    await home.grant("g", lease)
-    await home.update_views("g", 5, {"m": {0: lease, 1: MEMBER}})
+    await home.control(Grant("g", lease))
+    await home.control(UpdateViews("g", 5, {"m": {0: lease, 1: MEMBER}}))
 
 
 @pytest.mark.parametrize(
@@ -131,7 +171,7 @@ def test_a_full_window_waits_while_the_home_channel_changes_owner(
     async def main() -> None:
         home, session = await _member_with_a_full_window(home_owned)
         _fail_on_spinning(session)
-        waiting = asyncio.ensure_future(home.receive("m", "s", 1, 1, True))
+        waiting = asyncio.ensure_future(_ask(home, Receive("m", "s", 1, 1, True)))
         await asyncio.sleep(0.05)
         await move(home)
         await asyncio.sleep(0.05)
@@ -147,17 +187,16 @@ def test_a_filtered_reader_with_a_window_is_not_held_by_the_misses() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         keep = cloudpickle.dumps(lambda value: value >= 100)
-        await channel.open_reader(
-            "r", ReaderSpec(None, False, filter=keep, complete_on_empty=True, window=5)
-        )
-        await channel.append("publisher", 0, "block", 1.0, False, _payloads(range(20)))
-        nothing = await channel.receive("r", "s", 0, 1, True)
+        spec = ReaderSpec(None, False, filter=keep, complete_on_empty=True, window=5)
+        await channel.control(OpenReader("r", spec))
+        await _ask(channel, Append("publisher", 0, "block", 1.0, False), _payloads(range(20)))
+        nothing = await _ask(channel, Receive("r", "s", 0, 1, True))
         assert [d.count for d in nothing.deliveries] == []
-        assert channel.cursor_state("r").unacked == 0
-        await channel.append("publisher", 1, "block", 1.0, False, _payloads([500]))
-        match = await asyncio.wait_for(channel.receive("r", "s", 1, 1, True), 2.0)
+        assert (await _ask(channel, ReadCursor("r"))).unacked == 0
+        await _ask(channel, Append("publisher", 1, "block", 1.0, False), _payloads([500]))
+        match = await asyncio.wait_for(_ask(channel, Receive("r", "s", 1, 1, True)), 2.0)
         assert [d.count for d in match.deliveries] == [1]
-        assert channel.cursor_state("r").unacked == 1
+        assert (await _ask(channel, ReadCursor("r"))).unacked == 1
 
     asyncio.run(main())
 
@@ -174,16 +213,16 @@ def _refuse_poison(value: Any) -> bool:
 def test_a_failing_take_gives_back_what_the_other_channels_handed_over() -> None:
     async def main() -> None:
         home, sibling = await _anonymous_pair()
-        await home.append("p", 0, "block", 1.0, False, _payloads(range(600)))
-        await sibling.append("p", 0, "block", 1.0, False, _payloads(["x"]))
+        await _ask(home, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
+        await _ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
 
         async def failed(request: ChannelRequest) -> Any:  # as a failed sibling's guard answers
             raise ChannelFailedError("its store failed")
 
         home._host.links[1] = ChannelLink(1, failed, local=False)
         with pytest.raises(ChannelFailedError, match="its store failed"):
-            await home.receive("a", "s", 0, 4000, False, True)  # an iteration's receive
-        assert home.cursor_state("a").next == 0  # the 600 are back
+            await _ask(home, Receive("a", "s", 0, 4000, False, True))  # an iteration's receive
+        assert (await _ask(home, ReadCursor("a"))).next == 0  # the 600 are back
 
     asyncio.run(main())
 
@@ -191,14 +230,14 @@ def test_a_failing_take_gives_back_what_the_other_channels_handed_over() -> None
 def test_a_poison_element_at_a_sibling_is_told_after_what_the_others_handed_over() -> None:
     async def main() -> None:
         home, sibling = await _anonymous_pair(keep=_refuse_poison)
-        await home.append("p", 0, "block", 1.0, False, _payloads(range(600)))
-        await sibling.append("p", 0, "block", 1.0, False, _payloads(["poison", "after"]))
-        taken = await home.receive("a", "s", 0, 4000, False, True)  # an iteration's receive
+        await _ask(home, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
+        await _ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(["poison", "after"]))
+        taken = await _ask(home, Receive("a", "s", 0, 4000, False, True))  # an iteration's receive
         assert _values(taken) == [(0, 0, 600)]
         with pytest.raises(PoisonElementError, match="fails on one value") as told:
-            await home.receive("a", "s", 1, 4000, False, True)
+            await _ask(home, Receive("a", "s", 1, 4000, False, True))
         assert (told.value.channel, told.value.position.sequence) == (1, 0)
-        assert sibling.cursor_state("a").next == 0  # it stays before the poison
+        assert (await _ask(sibling, ReadCursor("a"))).next == 0  # it stays before the poison
 
     asyncio.run(main())
 
@@ -208,13 +247,13 @@ def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> No
         home, sibling = _wired(TWO_CHANNELS)
         await _group_member([home, sibling], granted=[home, sibling])
         for channel in (home, sibling):
-            await channel.append("p", 0, "block", 1.0, False, _payloads(range(600)))
+            await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
         home._session("m", (1, {0: MEMBER, 1: MEMBER}))
-        await sibling.grant("g", Lease("other", 2))  # the rebalance, then the view ...
-        receiving = asyncio.ensure_future(home.receive("m", "s", 0, 4000, False, True))
+        await sibling.control(Grant("g", Lease("other", 2)))  # the rebalance, then the view ...
+        receiving = asyncio.ensure_future(_ask(home, Receive("m", "s", 0, 4000, False, True)))
         view = {"m": {0: MEMBER}}
         asyncio.get_running_loop().call_soon(
-            lambda: asyncio.ensure_future(home.update_views("g", 5, view))
+            lambda: asyncio.ensure_future(home.control(UpdateViews("g", 5, view)))
         )
         assert _values(await receiving) == [(0, 0, 600)]  # ... lands mid-receive
 
@@ -224,13 +263,13 @@ def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> No
 def test_a_cancelled_receive_gives_back_before_the_next_receive_takes() -> None:
     async def main() -> None:
         home, sibling = await _anonymous_pair(reply_delay=0.02)
-        await sibling.append("p", 0, "block", 1.0, False, _payloads(range(20)))
-        first = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
-        second = asyncio.ensure_future(home.receive("a", "s", 1, 10, False))
+        await _ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(range(20)))
+        first = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, False)))
+        second = asyncio.ensure_future(_ask(home, Receive("a", "s", 1, 10, False)))
         await asyncio.sleep(0.005)  # the first take ran at the sibling; its reply is on the way
         first.cancel()  # what ray.cancel does to an async actor call
         assert _values(await second) == [(1, 0, 10)]  # 0..9 again, not 10..19
-        third = await home.receive("a", "s", 2, 10, False)
+        third = await _ask(home, Receive("a", "s", 2, 10, False))
         assert _values(third) == [(1, 10, 10)]
 
     asyncio.run(main())
@@ -239,17 +278,17 @@ def test_a_cancelled_receive_gives_back_before_the_next_receive_takes() -> None:
 def test_a_give_back_after_a_seek_does_not_undo_the_seek() -> None:
     async def main() -> None:
         home, sibling = await _anonymous_pair(reply_delay=0.02)
-        await sibling.append("p", 0, "block", 1.0, False, _payloads(range(10)))
-        taking = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
+        await _ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(range(10)))
+        taking = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, False)))
         await asyncio.sleep(0.005)  # 0..9 taken at the sibling; the reply is on the way
         taking.cancel()
         await asyncio.sleep(0)
-        await home.settle_receives("a", "s", 0)
-        await sibling.seek("a", None, 1 << 62, False, False)  # seek_to_tail: next stays 10
+        await _ask(home, SettleReceives("a", "s", 0))
+        await _ask(sibling, Seek("a", None, 1 << 62, False, False))  # seek_to_tail: next stays 10
         await asyncio.sleep(0.1)  # the give-back arrives, and is refused
-        assert sibling.cursor_state("a").next == 10
-        await sibling.append("p", 1, "block", 1.0, False, _payloads(["after"]))
-        after = await asyncio.wait_for(home.receive("a", "s", 1, 10, False), 2.0)
+        assert (await _ask(sibling, ReadCursor("a"))).next == 10
+        await _ask(sibling, Append("p", 1, "block", 1.0, False), _payloads(["after"]))
+        after = await asyncio.wait_for(_ask(home, Receive("a", "s", 1, 10, False)), 2.0)
         assert _values(after) == [(1, 10, 1)]
 
     asyncio.run(main())
@@ -260,11 +299,11 @@ def test_every_channel_that_skipped_overwritten_elements_is_reported() -> None:
         small = TopicConfig("t", "ns", "t0pic1d", 2, 300, True, None, Overflow.OVERWRITE, ())
         home, sibling = await _anonymous_pair(small)
         for channel in (home, sibling):
-            await channel.append("p", 0, "overwrite", None, False, _payloads(range(1000)))
+            await _ask(channel, Append("p", 0, "overwrite", None, False), _payloads(range(1000)))
         reported, delivered = [], []
         for number in range(4):
             try:
-                delivered += _values(await home.receive("a", "s", number, 4000, False, True))
+                delivered += _values(await _ask(home, Receive("a", "s", number, 4000, False, True)))
             except StaleSequenceError as error:
                 reported.append(error.skipped)
         assert reported == [700, 700]
@@ -279,9 +318,9 @@ def test_an_iteration_receive_never_takes_more_than_asked() -> None:
         channels = _wired(four)
         home = channels[0]
         for channel in channels:
-            await channel.open_reader("a", ReaderSpec(None, False))
-            await channel.append("p", 0, "block", 1.0, False, _payloads(range(1000)))
-        batch = await home.receive("a", "s", 0, 1001, False, True)
+            await channel.control(OpenReader("a", ReaderSpec(None, False)))
+            await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(1000)))
+        batch = await _ask(home, Receive("a", "s", 0, 1001, False, True))
         assert sum(count for _, _, count in _values(batch)) == 1001
 
     asyncio.run(main())
@@ -299,14 +338,14 @@ def _rows(ids: range) -> ArrowRows:
 def test_arrow_rows_append_through_the_publish_path_and_read_back_one_position_per_row() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        await channel.open_reader("a", ReaderSpec(None, False, complete_on_empty=True))
-        await channel.append("p", 0, "block", 1.0, False, _payloads(["before"]))
+        await channel.control(OpenReader("a", ReaderSpec(None, False, complete_on_empty=True)))
+        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["before"]))
         packed = pack_request(
             Append(publisher_id="spark", batch=0, overflow="block", timeout=1.0, statuses=True)
         )
         status = await channel.request(packed, _rows(range(5)))
         assert [s.position.sequence for s in status.statuses()] == [1, 2, 3, 4, 5]
-        batch = await channel.receive("a", "s", 0, 100, False)
+        batch = await _ask(channel, Receive("a", "s", 0, 100, False))
         elements = pickle.loads(pickle.dumps(batch))
         assert [(e.value, e.sequence) for e in elements[:2]] == [
             ("before", 0),
@@ -317,7 +356,7 @@ def test_arrow_rows_append_through_the_publish_path_and_read_back_one_position_p
         assert {e.stamp for e in rows} == {status.statuses()[0].timestamp.timestamp()}
         assert [e.value["id"] for e in rows] == [0, 1, 2, 3, 4]
         # A ring buffer read of the same rows: dicts, with their sequences.
-        result = pickle.loads(pickle.dumps(await channel.read_many(2, 1, 3, None)))
+        result = pickle.loads(pickle.dumps(await _ask(channel, ReadMany(2, 1, 3, None))))
         assert list(result) == [
             {"id": 1, "user": "u1"},
             {"id": 2, "user": "u2"},
@@ -333,27 +372,31 @@ def test_a_filter_and_a_converter_see_arrow_rows_as_dicts() -> None:
         (channel,) = _wired(CONFIG)
         keep = cloudpickle.dumps(lambda row: row["user"] == "u1")
         convert = cloudpickle.dumps(lambda row: f"{row['user']}#{row['id']}")
-        await channel.open_reader(
-            "kept", ReaderSpec(None, False, filter=keep, complete_on_empty=True)
-        )
-        await channel.open_reader(
-            "both", ReaderSpec(None, False, keep, convert, complete_on_empty=True)
-        )
-        await channel.append("p", 0, "block", 1.0, False, _rows(range(10)))
-        kept = pickle.loads(pickle.dumps(await channel.receive("kept", "s", 0, 100, False)))
+        kept_spec = ReaderSpec(None, False, filter=keep, complete_on_empty=True)
+        await channel.control(OpenReader("kept", kept_spec))
+        both_spec = ReaderSpec(None, False, keep, convert, complete_on_empty=True)
+        await channel.control(OpenReader("both", both_spec))
+        await _ask(channel, Append("p", 0, "block", 1.0, False), _rows(range(10)))
+        kept = pickle.loads(pickle.dumps(await _ask(channel, Receive("kept", "s", 0, 100, False))))
         assert [(e.value, e.sequence) for e in kept] == [
             ({"id": 1, "user": "u1"}, 1),
             ({"id": 4, "user": "u1"}, 4),
             ({"id": 7, "user": "u1"}, 7),
         ]
-        both = pickle.loads(pickle.dumps(await channel.receive("both", "s", 0, 2, False)))
+        both = pickle.loads(pickle.dumps(await _ask(channel, Receive("both", "s", 0, 2, False))))
         assert [(e.value, e.sequence) for e in both] == [("u1#1", 1), ("u1#4", 4)]
-        assert channel.cursor_state("both").next == 5  # read up to the last match taken
+        both_cursor = await _ask(channel, ReadCursor("both"))
+        assert both_cursor.next == 5  # read up to the last match taken
 
     asyncio.run(main())
 
 
 # -- where reads go ---------------------------------------------------------------------
+
+
+def _snake(name: str) -> str:
+    """``SettleTake`` -> ``settle_take``: a request type named as its call."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 def _counting(channels: list[ChannelActor]) -> dict[int, list[str]]:
@@ -364,12 +407,12 @@ def _counting(channels: list[ChannelActor]) -> dict[int, list[str]]:
         for other in channels:
             if other is channel:
                 links[other._channel] = ChannelLink(
-                    other._channel, channel._local_call, local=True, state=channel.cursor_state
+                    other._channel, channel._local_call, local=True, state=channel._cursor_state
                 )
                 continue
 
             async def call(request: ChannelRequest, _to: ChannelActor = other) -> Any:
-                calls[_to._channel].append(request.method)
+                calls[_to._channel].append(_snake(type(request).__name__))
                 return await _to._local_call(request)
 
             links[other._channel] = ChannelLink(other._channel, call, local=False)
@@ -383,13 +426,13 @@ def test_bulk_reads_on_eight_channels_take_where_the_data_is_with_no_relay() -> 
         channels = [ChannelActor(eight, c) for c in range(8)]
         calls = _counting(channels)
         for channel in channels:
-            await channel.open_reader("a", ReaderSpec(None, False, complete_on_empty=True))
-            await channel.append("p", 0, "block", 1.0, False, _payloads(range(600)))
+            await channel.control(OpenReader("a", ReaderSpec(None, False, complete_on_empty=True)))
+            await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
         # An iteration's receives: one per channel, each scoped to its channel.
-        taken = [await c.receive("a", "i", 0, 500, False, False, True) for c in channels]
+        taken = [await _ask(c, Receive("a", "i", 0, 500, False, False, True)) for c in channels]
         assert [_values(batch) for batch in taken] == [[(c, 0, 500)] for c in range(8)]
         # A batch receive sent to a channel that has data takes it there.
-        batch = await channels[3].receive("a", "b", 0, 1000, False)
+        batch = await _ask(channels[3], Receive("a", "b", 0, 1000, False))
         assert _values(batch) == [(3, 500, 100)]
         assert calls == {c: [] for c in range(8)}  # no channel called another
 
@@ -401,18 +444,18 @@ def test_a_waiting_receive_gets_a_siblings_element_in_one_fetch() -> None:
         home, sibling = _wired(TWO_CHANNELS)
         calls = _counting([home, sibling])
         for channel in (home, sibling):
-            await channel.open_reader("a", ReaderSpec(None, False))
-        waiting = asyncio.ensure_future(home.receive("a", "s", 0, 10, False))
+            await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        waiting = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, False)))
         await asyncio.sleep(0.05)
         # A look (empty), then a fetch that waits at the sibling.
         assert not waiting.done() and calls[1] == ["take", "take"]
-        await sibling.append("p", 0, "block", 1.0, False, _payloads(["x", "y"]))
+        await _ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(["x", "y"]))
         batch = await asyncio.wait_for(waiting, 2.0)
         assert _values(batch) == [(1, 0, 2)]
         await asyncio.sleep(0.05)
         # The fetch brought the elements; the one call after it settles them.
         assert calls[1] == ["take", "take", "settle_take"]
-        assert sibling.cursor_state("a").next == 2  # used: not given back
+        assert (await _ask(sibling, ReadCursor("a"))).next == 2  # used: not given back
         home._host.sessions["a"].close()
 
     asyncio.run(main())
@@ -424,19 +467,19 @@ def test_a_waiting_receive_gets_a_siblings_element_in_one_fetch() -> None:
 def test_what_a_fetch_took_is_lent_until_its_session_settles_it() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        await channel.open_reader("a", ReaderSpec(None, False))
-        await channel.append("p", 0, "block", 1.0, False, _payloads(range(5)))
-        fetched = await channel.take("a", None, 2, 1.0, "fetch-1")  # takes 0 and 1
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
+        fetched = await _ask(channel, Take("a", None, 2, 1.0, "fetch-1"))  # takes 0 and 1
         assert (fetched.first, fetched.count) == (0, 2)
         # Another session's take of the same reader waits for the settle ...
-        direct = asyncio.ensure_future(channel.take("a", None, 10))
+        direct = asyncio.ensure_future(_ask(channel, Take("a", None, 10)))
         await asyncio.sleep(0.05)
         assert not direct.done()
         # ... which used element 0 and gives element 1 back: read again, in order.
-        assert await channel.settle_take("a", None, "fetch-1", 1) is True
+        assert await _ask(channel, SettleTake("a", None, "fetch-1", 1)) is True
         after = await asyncio.wait_for(direct, 2.0)
         assert (after.first, after.count) == (1, 4)
-        assert await channel.settle_take("a", None, "fetch-1", None) is False  # settled
+        assert await _ask(channel, SettleTake("a", None, "fetch-1", None)) is False  # settled
 
     asyncio.run(main())
 
@@ -444,14 +487,14 @@ def test_what_a_fetch_took_is_lent_until_its_session_settles_it() -> None:
 def test_a_direct_take_stops_a_waiting_fetch_of_the_same_reader() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        await channel.open_reader("a", ReaderSpec(None, False))
-        waiting = asyncio.ensure_future(channel.take("a", None, 10, 5.0, "fetch-2"))
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        waiting = asyncio.ensure_future(_ask(channel, Take("a", None, 10, 5.0, "fetch-2")))
         await asyncio.sleep(0.05)
-        assert (await channel.take("a", None, 10)).count == 0  # the direct take goes first
-        await channel.append("p", 0, "block", 1.0, False, _payloads(["x"]))
+        assert (await _ask(channel, Take("a", None, 10))).count == 0  # the direct take goes first
+        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
         stopped = await asyncio.wait_for(waiting, 2.0)
         assert stopped.count == 0  # it took nothing
-        assert (await channel.take("a", None, 10)).count == 1  # "x" is still there
+        assert (await _ask(channel, Take("a", None, 10))).count == 1  # "x" is still there
 
     asyncio.run(main())
 
@@ -459,13 +502,13 @@ def test_a_direct_take_stops_a_waiting_fetch_of_the_same_reader() -> None:
 def test_a_seek_voids_what_a_fetch_took_and_a_settle_after_it_changes_nothing() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        await channel.open_reader("a", ReaderSpec(None, False))
-        await channel.append("p", 0, "block", 1.0, False, _payloads(range(5)))
-        await channel.take("a", None, 2, 1.0, "fetch-3")
-        await channel.seek("a", None, 3, False, False)  # next is 4
-        assert await channel.settle_take("a", None, "fetch-3", 0) is False
-        assert channel.cursor_state("a").next == 4
-        assert (await asyncio.wait_for(channel.take("a", None, 10), 2.0)).first == 4
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
+        await _ask(channel, Take("a", None, 2, 1.0, "fetch-3"))
+        await _ask(channel, Seek("a", None, 3, False, False))  # next is 4
+        assert await _ask(channel, SettleTake("a", None, "fetch-3", 0)) is False
+        assert (await _ask(channel, ReadCursor("a"))).next == 4
+        assert (await asyncio.wait_for(_ask(channel, Take("a", None, 10)), 2.0)).first == 4
 
     asyncio.run(main())
 
@@ -476,15 +519,15 @@ def test_a_seek_voids_what_a_fetch_took_and_a_settle_after_it_changes_nothing() 
 def test_read_range_returns_held_payloads_up_to_stop_and_never_waits() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        await channel.append("p", 0, "block", 1.0, False, _payloads(["a", "b"]))
-        await channel.append("spark", 0, "block", 1.0, False, _rows(range(4)))
-        chunks = channel.read_range(1, 5, 100)
+        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["a", "b"]))
+        await _ask(channel, Append("spark", 0, "block", 1.0, False), _rows(range(4)))
+        chunks = await _ask(channel, ReadRange(1, 5, 100))
         assert [(c.first, len(c.payload)) for c in chunks] == [(1, 1), (2, 3)]
         assert isinstance(chunks[1].payload, ArrowRows)  # Arrow stays Arrow
-        assert [c.first for c in channel.read_range(0, 100, 2)] == [0]  # max_count
-        assert sum(len(c.payload) for c in channel.read_range(0, 100, 2)) == 2
-        assert channel.read_range(6, 10, 100) == ()  # past the tail: empty, no wait
-        assert channel.read_range(3, 3, 100) == ()
+        assert [c.first for c in (await _ask(channel, ReadRange(0, 100, 2)))] == [0]  # max_count
+        assert sum(len(c.payload) for c in (await _ask(channel, ReadRange(0, 100, 2)))) == 2
+        assert (await _ask(channel, ReadRange(6, 10, 100))) == ()  # past the tail: empty, no wait
+        assert (await _ask(channel, ReadRange(3, 3, 100))) == ()
 
     asyncio.run(main())
 
@@ -493,9 +536,9 @@ def test_read_range_below_the_head_without_a_store_is_a_stale_sequence() -> None
     async def main() -> None:
         small = TopicConfig("t", "ns", "t0pic1d", 1, 3, True, None, Overflow.OVERWRITE, ())
         (channel,) = _wired(small)
-        await channel.append("p", 0, "overwrite", 1.0, False, _payloads(list("abcde")))
+        await _ask(channel, Append("p", 0, "overwrite", 1.0, False), _payloads(list("abcde")))
         with pytest.raises(StaleSequenceError) as caught:
-            channel.read_range(0, 5, 10)
+            (await _ask(channel, ReadRange(0, 5, 10)))
         assert caught.value.head_sequence == 2
 
     asyncio.run(main())
@@ -504,22 +547,88 @@ def test_read_range_below_the_head_without_a_store_is_a_stale_sequence() -> None
 def test_append_once_appends_each_version_of_a_writer_once_with_gaps_allowed() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        first = await channel.append_once("once:q", 3, "block", 1.0, _rows(range(2)))
+        first = await _ask(channel, AppendOnce("once:q", 3, "block", 1.0), _rows(range(2)))
         assert (first.first, first.accepted) == (0, 2)
-        again = await channel.append_once("once:q", 3, "block", 1.0, _rows(range(2)))
+        again = await _ask(channel, AppendOnce("once:q", 3, "block", 1.0), _rows(range(2)))
         assert again.accepted == 0  # nothing appended twice
-        older = await channel.append_once("once:q", 1, "block", 1.0, _rows(range(9)))
+        older = await _ask(channel, AppendOnce("once:q", 1, "block", 1.0), _rows(range(9)))
         assert older.accepted == 0
         # A later version after a gap goes in at once (no wait for 4..6).
         later = await asyncio.wait_for(
-            channel.append_once("once:q", 7, "block", 1.0, _rows(range(3))), 1.0
+            _ask(channel, AppendOnce("once:q", 7, "block", 1.0), _rows(range(3))), 1.0
         )
         assert (later.first, later.accepted) == (2, 3)
-        assert channel.tail_sequence() == 4
+        assert (await _ask(channel, ReadRingFigures())).tail == 4
         # Far older than the kept acks: still nothing appended.
         for version in range(8, 8 + 20):
-            await channel.append_once("once:q", version, "block", 1.0, _rows(range(1)))
-        assert (await channel.append_once("once:q", 7, "block", 1.0, _rows(range(3)))).accepted == 0
-        assert channel.tail_sequence() == 24
+            await _ask(channel, AppendOnce("once:q", version, "block", 1.0), _rows(range(1)))
+        seven = await _ask(channel, AppendOnce("once:q", 7, "block", 1.0), _rows(range(3)))
+        assert seven.accepted == 0
+        assert (await _ask(channel, ReadRingFigures())).tail == 24
+
+    asyncio.run(main())
+
+
+# -- the entries: Ray's view of the channel -----------------------------------------
+
+
+def test_ray_sees_a_few_entries_each_behind_the_guard() -> None:
+    entries = {
+        name
+        for name, member in inspect.getmembers(ChannelActor, inspect.isfunction)
+        if not name.startswith("_")
+    }
+    assert len(entries) <= 15, sorted(entries)
+    unguarded = {name for name in entries if not hasattr(getattr(ChannelActor, name), "__admits__")}
+    assert not unguarded
+    # The typed entries serve every request type, each with its own admission.
+    assert set(_SERVED) == set(CHANNEL_REQUESTS) | set(CONTROL_REQUESTS)
+    assert all(admit is not _Admit.BY_REQUEST for _, admit in _SERVED.values())
+
+
+def test_a_failed_channel_refuses_data_path_and_control_requests_typed() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        channel._fail("its disk broke")
+        with pytest.raises(ChannelFailedError, match="its disk broke"):
+            await _ask(channel, Take("a", None, 1))
+        with pytest.raises(ChannelFailedError):
+            await _ask(channel, ReadCursor("a"))
+        with pytest.raises(ChannelFailedError):
+            await channel.control(Grant("g", None))
+        # What a coordinator asks to rebuild itself or report the failure is answered.
+        assert isinstance(await channel.control(ReadOpeningError()), StoreError)
+        assert sorted(await channel.control(ReadReaderSpecs())) == ["a"]
+
+    asyncio.run(main())
+
+
+def test_a_recovering_channel_holds_data_path_requests_and_refuses_reads_at_once() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
+        channel._seeded.clear()  # as if restarted without a store, not yet seeded
+        channel._announced = time.monotonic()  # (it told its coordinator just now)
+        with pytest.raises(ChannelUnavailableError, match="try again"):
+            await _ask(channel, ReadCursor("a"))
+        taking = asyncio.ensure_future(_ask(channel, Take("a", None, 1)))
+        await asyncio.sleep(0.05)
+        assert not taking.done()  # it waits for the coordinator's seed
+        channel._seeded.set()
+        assert (await asyncio.wait_for(taking, 2.0)).count == 1
+
+    asyncio.run(main())
+
+
+def test_each_entry_serves_only_its_own_requests() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        with pytest.raises(InvalidArgumentError):
+            await channel.control(Take("a", None, 1))  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError):
+            await channel.request(pack_request(Grant("g", None)))
+        assert await channel.control(ReadGroupCursors()) == {}  # nothing was changed
 
     asyncio.run(main())

@@ -28,6 +28,7 @@ import pytest
 import ray
 
 import raytopic as rt
+from raytopic.core.protocol import ReadGroupCursors, ReadReaderSpecs
 from raytopic.core.user_functions import PickledFunction, load_pickled, pickle_function
 
 from tests.topic_helpers import get, key_for, module_topic, publish_all
@@ -105,8 +106,8 @@ def _snapshot(topic: rt.Topic) -> dict[str, Any]:
             for name, group in stats.groups.items()
         },
         "channels": [(c.head, c.tail, c.size, c.epoch) for c in stats.channels],
-        "group cursors": [sorted(get(c.group_cursors.remote())) for c in channels],
-        "readers": [sorted(get(c.reader_specs.remote())) for c in channels],
+        "group cursors": [sorted(get(c.control.remote(ReadGroupCursors()))) for c in channels],
+        "readers": [sorted(get(c.control.remote(ReadReaderSpecs()))) for c in channels],
     }
 
 

@@ -15,6 +15,7 @@ import pytest
 import ray
 
 import raytopic as rt
+from raytopic.core.protocol import ReadGroupMarks
 
 from tests.topic_helpers import get, group_at_latest, module_topic, publish_all
 
@@ -365,7 +366,7 @@ class _Copy:
 
 def _view_versions(topic: rt.Topic, group: str) -> list[int]:
     """The latest view version of ``group`` each channel was told of."""
-    marks = get([actor.group_marks.remote() for actor in topic._channel_actors])
+    marks = get([actor.control.remote(ReadGroupMarks()) for actor in topic._channel_actors])
     return [channel_marks[group][0] for channel_marks in marks]
 
 

@@ -1,0 +1,165 @@
+"""The channel's control requests, typed: what a coordinator asks of a channel (readers,
+groups, grants, resets, views, restarts, purges, and what it reads back to rebuild
+itself), served by ``ChannelActor.control``, which dispatches on the record's type.
+
+Control calls are few and not on the data path, so a record travels as the call's
+one argument as it is (Ray pickles it), not packed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from raytopic.core.protocol.records import Lease, ReaderSpec
+from raytopic.core.shared_group import SharedGroup
+
+__all__ = [
+    "CONTROL_REQUESTS",
+    "CloseReader",
+    "ControlRequest",
+    "DestroyGroup",
+    "EndReceives",
+    "EnsureGroup",
+    "Grant",
+    "HostRestarted",
+    "OpenReader",
+    "Purge",
+    "ReadGroupCursors",
+    "ReadGroupMarks",
+    "ReadOpeningError",
+    "ReadReaderSpecs",
+    "ResetGroup",
+    "RestoreGroup",
+    "UpdateViews",
+]
+
+
+class OpenReader(NamedTuple):
+    """Register a subscriber on the channel (its cursor, if anonymous)."""
+
+    reader_id: str
+    spec: ReaderSpec
+
+
+class CloseReader(NamedTuple):
+    """Forget a subscriber; its receive session at the channel ends."""
+
+    reader_id: str
+
+
+class EnsureGroup(NamedTuple):
+    """Create the group's cursor unless it exists (``shared``: a shared group's, with its
+    definition); ``reader``: the spec of the member it is made for, checked first."""
+
+    group: str
+    start_latest: bool
+    shared: SharedGroup | None = None
+    reader: ReaderSpec | None = None
+
+
+class DestroyGroup(NamedTuple):
+    """Forget a group: its positions and the retention it held."""
+
+    group: str
+
+
+class Grant(NamedTuple):
+    """Give the group's channel to a member (None: to nobody)."""
+
+    group: str
+    lease: Lease | None
+
+
+class ResetGroup(NamedTuple):
+    """Move the group's read and commit positions to ``target`` (a sequence, a time
+    stamp, or "earliest"/"latest")."""
+
+    group: str
+    target: int | float | str
+
+
+class RestoreGroup(NamedTuple):
+    """Undo a reset (``previous``: the state the reset answered)."""
+
+    group: str
+    previous: dict[str, Any]
+
+
+class UpdateViews(NamedTuple):
+    """Members' channels changed (a member None: it left or timed out)."""
+
+    group: str
+    version: int
+    views: dict[str, dict[int, Lease] | None]
+    generation: int = 0
+
+
+class HostRestarted(NamedTuple):
+    """Channel ``host`` restarted: what its sessions took here is read again."""
+
+    host: int
+
+
+class Purge(NamedTuple):
+    """Remove every element (an operator's ``Topic.purge``)."""
+
+
+class EndReceives(NamedTuple):
+    """The topic is being destroyed: every wait at the channel ends (``reason``)."""
+
+    reason: str
+
+
+class ReadReaderSpecs(NamedTuple):
+    """Every open reader's spec (a restarted coordinator asks)."""
+
+
+class ReadGroupCursors(NamedTuple):
+    """Every group's cursor at the channel."""
+
+
+class ReadGroupMarks(NamedTuple):
+    """Per group, the highest (view version, generation) pushed to the channel."""
+
+
+class ReadOpeningError(NamedTuple):
+    """Why the channel's store could not be opened (a typed error), or None."""
+
+
+ControlRequest = (
+    OpenReader
+    | CloseReader
+    | EnsureGroup
+    | DestroyGroup
+    | Grant
+    | ResetGroup
+    | RestoreGroup
+    | UpdateViews
+    | HostRestarted
+    | Purge
+    | EndReceives
+    | ReadReaderSpecs
+    | ReadGroupCursors
+    | ReadGroupMarks
+    | ReadOpeningError
+)
+"""Any control request."""
+
+CONTROL_REQUESTS = (
+    OpenReader,
+    CloseReader,
+    EnsureGroup,
+    DestroyGroup,
+    Grant,
+    ResetGroup,
+    RestoreGroup,
+    UpdateViews,
+    HostRestarted,
+    Purge,
+    EndReceives,
+    ReadReaderSpecs,
+    ReadGroupCursors,
+    ReadGroupMarks,
+    ReadOpeningError,
+)
+"""The request records a channel serves through ``ChannelActor.control``."""
