@@ -212,9 +212,10 @@ _EXPORTS = {
 actor's process imports only the modules it runs, not the whole package (a
 topic's actors start that much faster)."""
 
-_BRIDGES = ("spark", "data")
-"""Modules reached as ``rt.spark`` and ``rt.data`` without importing them first:
-imported on first use (``raytopic.spark`` needs the ``spark`` extra)."""
+_BRIDGES = ("spark", "data", "serve")
+"""Modules reached as ``rt.spark``, ``rt.data`` and ``rt.serve`` without importing them
+first: imported on first use (``raytopic.spark`` needs the ``spark`` extra,
+``raytopic.serve`` the ``serve`` one)."""
 
 
 def __getattr__(name: str) -> object:

@@ -24,10 +24,13 @@ EXPECTED = {
 }
 """A line each script prints when it did what it shows."""
 
-RUN_ELSEWHERE = {"spark_bridge.py": "tests/api/test_spark.py"}
+RUN_ELSEWHERE = {
+    "spark_bridge.py": "tests/api/test_spark.py",
+    "serve_tasks.py": "tests/api/test_serve.py",
+}
 """Scripts another test runs: the Spark example runs in the Spark tests' session
 (its ``init_spark`` gets the running one), not in a Spark of its own (tens of
-seconds to start)."""
+seconds to start); the Serve example on the Serve the Serve test started."""
 
 
 def test_every_example_is_checked_here() -> None:

@@ -1,0 +1,448 @@
+"""TopicTaskAdapter: Ray Serve's ``TaskProcessorAdapter`` with topics as the task,
+failed-task and unprocessable-task queues (the package's docs say how)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.serve.schema import TaskProcessorAdapter, TaskProcessorConfig, TaskResult
+
+from raytopic.core.config import (
+    check_name,
+    check_nonnegative_int,
+    check_positive_int,
+    check_seconds,
+)
+from raytopic.core.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    PoisonElementError,
+    TopicError,
+)
+from raytopic.core.shared_group import SharedGroup
+from raytopic.serve.board import FAILURE, PENDING, REJECTED, RETRY, REVOKED, SUCCESS, TaskBoard
+from raytopic.serve.records import (
+    UnreadableTask,
+    check_task,
+    load_arguments,
+    make_task,
+    queue_entry,
+    stray_entry,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CONSUMER_GROUP", "TopicAdapterConfig", "TopicTaskAdapter", "board_name"]
+
+CONSUMER_GROUP = "serve-consumers"
+"""The shared group the replicas of a queue read it as."""
+
+BACKOFF_MOST = 60.0
+"""Longest pause before a retry (seconds), as Celery's retry_backoff_max."""
+
+
+def board_name(queue: str) -> str:
+    """The Ray actor name of a queue's task board (in the queue topic's namespace)."""
+    return f"raytopic:tasks:{queue}"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAdapterConfig:
+    """How :class:`TopicTaskAdapter` makes its topics (``adapter_config`` of the
+    ``TaskProcessorConfig``; None: these defaults).
+
+    Args:
+        channels: Channels of the task queue's topic (its parallelism).
+        namespace: Ray namespace of the topics and the task board (None: raytopic's).
+        store: The topics' store (a directory, see ``create_topic``); None: memory.
+        retry_backoff_s: Seconds before the first retry (doubling, at most a minute).
+        ack_timeout: Seconds a replica that stopped answering holds its tasks before
+            they are delivered again (a live replica extends its hold while a task
+            runs, so a task may run longer).
+        results_kept: Finished tasks whose status and result are kept (oldest go first).
+    """
+
+    channels: int = 4
+    namespace: str | None = None
+    store: Any = None
+    retry_backoff_s: float = 1.0
+    ack_timeout: float = 60.0
+    results_kept: int = 100_000
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.channels, "channels", maximum=10_000)
+        if self.namespace is not None:
+            check_name(self.namespace, "namespace")
+        check_seconds(self.retry_backoff_s, "retry_backoff_s", allow_zero=True)
+        check_seconds(self.ack_timeout, "ack_timeout")
+        check_positive_int(self.results_kept, "results_kept")
+
+
+class TopicTaskAdapter(TaskProcessorAdapter):
+    """Ray Serve's task processor on topics (see the package's docs).
+
+    **Delivery**: at least once: a task whose replica dies before it is
+    acknowledged runs again, unless its outcome was recorded already; a
+    finished task's status does not change. **Ordering**: tasks enqueued with
+    one ``key`` run one at a time, in enqueue order.
+
+    Args:
+        config: Serve's ``TaskProcessorConfig``; its ``adapter_config`` is a
+            :class:`TopicAdapterConfig` or None; ``max_retries`` None retries
+            without limit.
+
+    Raises:
+        InvalidTypeError: ``adapter_config`` is something else; a queue name or
+            ``max_retries`` of the wrong type.
+        InvalidArgumentError: a queue name that is not a valid topic name; a
+            negative ``max_retries``.
+    """
+
+    def __init__(self, config: TaskProcessorConfig, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings = config.adapter_config
+        if settings is None:
+            settings = TopicAdapterConfig()
+        if not isinstance(settings, TopicAdapterConfig):
+            raise InvalidTypeError(
+                "adapter_config must be a raytopic.serve.TopicAdapterConfig (or None), "
+                f"got {type(settings).__name__}"
+            )
+        check_name(config.queue_name, "queue name")
+        for name in (config.failed_task_queue_name, config.unprocessable_task_queue_name):
+            if name is not None:
+                check_name(name, "queue name")
+        if config.max_retries is not None:
+            check_nonnegative_int(config.max_retries, "max_retries")
+        self._config = config
+        self._settings = settings
+        self._max_retries = config.max_retries
+        self._queue_name = config.queue_name
+        self._handlers: dict[str, Callable[..., Any]] = {}
+        self._concurrency = 1
+        self._topic: Any = None
+        self._outlets: dict[str, Any] = {}  # the failed and unprocessable queues' topics
+        self._board: Any = None
+        self._publisher: Any = None
+        self._publish_lock = threading.Lock()
+        self._consumer: threading.Thread | None = None
+        self._subscriber: Any = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- set-up ------------------------------------------------------------------------
+
+    def initialize(self, consumer_concurrency: int = 1) -> None:
+        """Make (or find) the queue's topics and its task board."""
+        from raytopic.topic import create_topic
+
+        config, settings = self._config, self._settings
+        self._concurrency = max(1, int(consumer_concurrency))
+        for name in (config.failed_task_queue_name, config.unprocessable_task_queue_name):
+            if name is not None:
+                self._outlets[name] = create_topic(
+                    name,
+                    channels=1,
+                    retain=True,
+                    namespace=settings.namespace,
+                    store=settings.store,
+                    exist_ok=True,
+                )
+        group = SharedGroup(CONSUMER_GROUP, ordering="key", ack_timeout=settings.ack_timeout)
+        self._topic = create_topic(
+            config.queue_name,
+            channels=settings.channels,
+            namespace=settings.namespace,
+            store=settings.store,
+            groups=[group],
+            exist_ok=True,
+        )
+        self._board = (
+            ray.remote(TaskBoard)
+            .options(
+                name=board_name(config.queue_name),
+                namespace=self._topic.namespace,
+                lifetime="detached",
+                get_if_exists=True,
+                max_restarts=-1,
+                num_cpus=0,
+            )
+            .remote(settings.results_kept)
+        )
+
+    def register_task_handle(self, func: Callable[..., Any], name: str | None = None) -> None:
+        """Run ``func(*args, **kwargs)`` (or await it) for tasks named ``name``
+        (default: its name)."""
+        if not callable(func):
+            raise InvalidTypeError(f"a task handler must be callable, got {type(func).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise InvalidTypeError(f"a task name must be a str, got {type(name).__name__}")
+        self._handlers[name or func.__name__] = func
+
+    # -- producing ---------------------------------------------------------------------
+
+    def enqueue_task_sync(
+        self, task_name: str, args: Any = None, kwargs: Any = None, **options: Any
+    ) -> TaskResult:
+        """Publish a task; returns once the queue acknowledged it.
+
+        Options: ``key`` (tasks of one key run one at a time, in order),
+        ``task_id`` (default: a new uuid).
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: bad arguments (nothing enqueued).
+        """
+        task = make_task(task_name, args, kwargs, options)
+        self._queue_publisher().publish(task, key=task["key"]).result()  # in the queue
+        return TaskResult(id=task["id"], status=PENDING, created_at=task["created_at"], result=None)
+
+    async def enqueue_task_async(
+        self, task_name: str, args: Any = None, kwargs: Any = None, **options: Any
+    ) -> TaskResult:
+        return await asyncio.to_thread(self.enqueue_task_sync, task_name, args, kwargs, **options)
+
+    def get_task_status_sync(self, task_id: str) -> TaskResult:
+        """The task's status and result (``PENDING`` while no replica has started it)."""
+        _check_task_id(task_id)
+        status, result, created = ray.get(self._task_board().get.remote(task_id))
+        return TaskResult(id=task_id, status=status, created_at=created, result=result)
+
+    async def get_task_status_async(self, task_id: str) -> TaskResult:
+        _check_task_id(task_id)
+        status, result, created = await self._task_board().get.remote(task_id)
+        return TaskResult(id=task_id, status=status, created_at=created, result=result)
+
+    def cancel_task_sync(self, task_id: str) -> bool:
+        """Cancel a task that has not started: no replica runs it (``REVOKED``).
+
+        Returns:
+            False if it has started or finished (it runs on).
+        """
+        _check_task_id(task_id)
+        return ray.get(self._task_board().cancel.remote(task_id))
+
+    async def cancel_task_async(self, task_id: str) -> bool:
+        _check_task_id(task_id)
+        return await self._task_board().cancel.remote(task_id)
+
+    def _queue_publisher(self) -> Any:
+        with self._publish_lock:
+            if self._publisher is None:
+                self._publisher = self._queue().publisher()
+            return self._publisher
+
+    def _queue(self) -> Any:
+        if self._topic is None:
+            raise InvalidArgumentError(
+                "the adapter is not initialized: call initialize() first "
+                "(instantiate_adapter_from_config does)"
+            )
+        return self._topic
+
+    def _task_board(self) -> Any:
+        self._queue()
+        return self._board
+
+    # -- consuming ---------------------------------------------------------------------
+
+    def start_consumer(self, **kwargs: Any) -> None:
+        """Join the queue's group and run its tasks on a thread of this replica."""
+        if self._consumer is not None and self._consumer.is_alive():
+            return
+        self._subscriber = self._queue().subscriber(
+            group=CONSUMER_GROUP, mode="shared", window=4 * self._concurrency
+        )
+        self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="raytopic-task")
+        self._consumer = threading.Thread(target=self._consume, name="raytopic-tasks", daemon=True)
+        self._consumer.start()
+
+    def stop_consumer(self, timeout: float = 10.0) -> None:
+        """Leave the group (what this replica holds goes to the others); wait for the
+        thread up to ``timeout`` seconds."""
+        subscriber, consumer = self._subscriber, self._consumer
+        if subscriber is not None:
+            subscriber.close()  # a waiting receive completes empty: the loop ends
+        if consumer is not None:
+            consumer.join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+        with self._publish_lock:
+            if self._publisher is not None:
+                self._publisher.close()
+                self._publisher = None
+
+    def _consume(self) -> None:
+        subscriber = self._subscriber
+        while subscriber.is_active:
+            try:
+                batch = ray.get(subscriber.receive_batch(4 * self._concurrency))
+            except PoisonElementError as error:  # the group gives it back; logged once
+                logger.warning("task queue %s: %s", self._config.queue_name, error)
+                continue
+            except TopicError as error:
+                if not subscriber.is_active:
+                    return
+                logger.warning("task queue %s: receive failed: %s", self._config.queue_name, error)
+                time.sleep(0.5)
+                continue
+            if batch:
+                try:
+                    self._run_batch(list(batch))
+                except Exception:  # never let the consumer die quietly
+                    logger.exception("task queue %s", self._config.queue_name)
+
+    def _run_batch(self, batch: list[Any]) -> None:
+        """Run a batch's tasks (those of one key in order, one after the other), holding
+        them while they run; then settle each."""
+        outcomes, runnable = [], []
+        for element in batch:
+            try:
+                runnable.append((element, check_task(element.value)))
+            except UnreadableTask as error:
+                outcomes.append((element, None, REJECTED, error))
+        skip = set(
+            ray.get(self._board.start.remote([(t["id"], t["created_at"]) for _, t in runnable]))
+        )
+        by_key: dict[Any, list[tuple[Any, dict]]] = {}
+        for element, task in runnable:
+            if task["id"] in skip:  # finished already, or cancelled: not run again
+                outcomes.append((element, task, REVOKED, None))
+                continue
+            # Tasks of one key run one after the other, in order; unkeyed ones alone.
+            key = task["key"] if task["key"] is not None else object()
+            by_key.setdefault(key, []).append((element, task))
+        assert self._pool is not None
+        runs = [self._pool.submit(self._run_in_order, tasks) for tasks in by_key.values()]
+        self._hold_while_running(batch, runs)
+        outcomes += [outcome for run in runs for outcome in run.result()]
+        self._settle(outcomes, skip)
+
+    def _hold_while_running(self, batch: list[Any], runs: list[concurrent.futures.Future]) -> None:
+        """Wait for the runs, extending the batch's leases every third of the
+        ack_timeout (so only a replica that stopped answering loses its tasks)."""
+        every = self._settings.ack_timeout / 3
+        while runs:
+            _, running = concurrent.futures.wait(runs, timeout=every)
+            if not running:
+                return
+            try:
+                self._subscriber.extend_lease(batch)
+            except TopicError as error:
+                logger.warning("task queue %s: hold not extended: %s", self._queue_name, error)
+            runs = list(running)
+
+    def _run_in_order(self, tasks: list[tuple[Any, dict]]) -> list[tuple[Any, dict, str, Any]]:
+        """Run one key's tasks in order: (element, task, status, result or error)."""
+        return [(element, task, *self._run_one(element, task)) for element, task in tasks]
+
+    def _run_one(self, element: Any, task: dict) -> tuple[str, Any]:
+        handler = self._handlers.get(task["name"])
+        if handler is None:
+            return REJECTED, f"no handler for task {task['name']!r}"
+        try:
+            args, kwargs = load_arguments(task)
+        except UnreadableTask as error:
+            return REJECTED, error
+        attempts, most = element.delivery_count, self._max_retries
+        if most is not None and attempts > most + 1:
+            return FAILURE, f"delivered {attempts} times without an outcome (its replicas died)"
+        try:
+            result = handler(*args, **kwargs)
+            if asyncio.iscoroutine(result):
+                result = asyncio.run(result)
+        except Exception as error:
+            logger.warning("task %s (%s) failed: %r", task["id"], task["name"], error)
+            return (RETRY if most is None or attempts <= most else FAILURE), repr(error)
+        return SUCCESS, result
+
+    def _settle(self, outcomes: list[tuple[Any, Any, str, Any]], skip: set[str]) -> None:
+        """Move failed and unprocessable tasks to their queues, record the outcomes,
+        acknowledge what finished and nack the retries (after their backoff).
+
+        A moved task is recorded after its move: a replica that dies between the two
+        moves it again when the task comes back (at least once, never lost).
+        """
+        config = self._config
+        recorded, retries, done = [], [], []
+        for element, task, status, result in outcomes:
+            if status == RETRY:
+                retries.append(element)
+                recorded.append((task["id"], RETRY, None, task["created_at"]))
+                continue
+            done.append(element)
+            if task is not None and task["id"] in skip:
+                continue  # its outcome is on the board already
+            queue = {
+                FAILURE: config.failed_task_queue_name,
+                REJECTED: config.unprocessable_task_queue_name,
+            }.get(status)
+            if queue is not None:
+                attempts = element.delivery_count
+                entry = (
+                    queue_entry(task, result, attempts)
+                    if task is not None
+                    else stray_entry(element.value, result, attempts)
+                )
+                self._move(queue, entry)
+            if task is not None:
+                kept = result if status == SUCCESS else None if status == REVOKED else str(result)
+                recorded.append((task["id"], status, kept, task["created_at"]))
+        if recorded:
+            ray.get(self._board.finish.remote(recorded))
+        if done:
+            self._subscriber.ack(done)
+        for element in retries:
+            delay = self._settings.retry_backoff_s * 2 ** (element.delivery_count - 1)
+            self._subscriber.nack([element], delay=min(BACKOFF_MOST, delay))
+
+    def _move(self, queue: str, entry: dict[str, Any]) -> None:
+        with self._outlets[queue].publisher() as publisher:
+            publisher.publish(entry).result()
+
+    # -- observing ---------------------------------------------------------------------
+
+    def get_metrics_sync(self) -> dict[str, Any]:
+        """The queue's lag (tasks not yet acknowledged), tasks by status, and the
+        failed and unprocessable queues' sizes."""
+        stats = self._queue().describe().groups[CONSUMER_GROUP]
+        metrics = {
+            "queue": self._config.queue_name,
+            "lag": stats.lag,
+            "depth": stats.depth,
+            "redelivered": stats.redelivered,
+            "tasks": ray.get(self._board.counts.remote()),
+        }
+        for name, topic in self._outlets.items():
+            metrics[name] = sum(channel.size or 0 for channel in topic.describe().channels)
+        return metrics
+
+    async def get_metrics_async(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.get_metrics_sync)
+
+    def health_check_sync(self) -> list[dict[str, Any]]:
+        """``[{"raytopic@<queue>": {"ok": "pong"}}]`` while the consumer runs and the
+        queue answers (else the error)."""
+        name = f"raytopic@{self._config.queue_name}"
+        try:
+            self._queue().describe()
+        except Exception as error:
+            return [{name: {"error": repr(error)}}]
+        if self._consumer is not None and not self._consumer.is_alive():
+            return [{name: {"error": "the consumer thread ended"}}]
+        return [{name: {"ok": "pong"}}]
+
+    async def health_check_async(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.health_check_sync)
+
+
+def _check_task_id(task_id: object) -> None:
+    if not isinstance(task_id, str):
+        raise InvalidTypeError(f"task_id must be a str, got {type(task_id).__name__}")

@@ -1,0 +1,94 @@
+"""The task board: status and result of a queue's tasks by id (pure; the adapter runs it
+as a small detached Ray actor per queue)."""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from typing import Any
+
+__all__ = [
+    "FAILURE",
+    "FINISHED",
+    "PENDING",
+    "REJECTED",
+    "RETRY",
+    "REVOKED",
+    "STARTED",
+    "SUCCESS",
+    "TaskBoard",
+]
+
+# Celery's names, which Serve's TaskResult.status carries.
+PENDING, STARTED, RETRY = "PENDING", "STARTED", "RETRY"
+SUCCESS, FAILURE, REJECTED, REVOKED = "SUCCESS", "FAILURE", "REJECTED", "REVOKED"
+FINISHED = frozenset({SUCCESS, FAILURE, REJECTED, REVOKED})
+"""Statuses a task keeps: a replica that receives it again does not run it."""
+
+
+class TaskBoard:
+    """Status, result and creation time of a queue's tasks by id.
+
+    A replica tells the board which tasks it is about to run (``start``: it
+    learns which of them not to run, finished or cancelled already) and how they
+    ended (``finish``); producers read it (``get``) and cancel through it.
+
+    Args:
+        kept: Finished tasks kept at most (the oldest finished go first).
+    """
+
+    def __init__(self, kept: int) -> None:
+        self._kept = kept
+        self._tasks: OrderedDict[str, tuple[str, Any, float | None]] = OrderedDict()
+        self._finished = 0
+
+    def start(self, tasks: list[tuple[str, float | None]]) -> list[str]:
+        """Mark (id, created_at) tasks STARTED; return the ids not to run: those
+        finished already (a task delivered again after its replica died between
+        recording its outcome and acknowledging it) or cancelled."""
+        skip = []
+        for task_id, created in tasks:
+            known = self._tasks.get(task_id)
+            if known is not None and known[0] in FINISHED:
+                skip.append(task_id)
+            else:
+                self._tasks[task_id] = (STARTED, None, created)
+        return skip
+
+    def finish(self, outcomes: list[tuple[str, str, Any, float | None]]) -> None:
+        """Record (id, status, result, created_at) outcomes; a finished status stays."""
+        for task_id, status, result, created in outcomes:
+            known = self._tasks.get(task_id)
+            if known is not None and known[0] in FINISHED:
+                continue  # a task delivered again after a crash may report twice
+            self._finished += status in FINISHED
+            self._tasks[task_id] = (status, result, created)
+            self._tasks.move_to_end(task_id)
+        self._forget_oldest()
+
+    def cancel(self, task_id: str) -> bool:
+        """Cancel a task not yet started (no replica runs it: REVOKED); False if it
+        has started or finished."""
+        known = self._tasks.get(task_id)
+        if known is not None and (known[0] == STARTED or known[0] in FINISHED):
+            return False
+        self._tasks[task_id] = (REVOKED, None, known[2] if known else None)
+        self._tasks.move_to_end(task_id)
+        self._finished += 1
+        self._forget_oldest()
+        return True
+
+    def get(self, task_id: str) -> tuple[str, Any, float | None]:
+        """(status, result, created_at); PENDING for an id not seen (as Celery answers)."""
+        return self._tasks.get(task_id, (PENDING, None, None))
+
+    def counts(self) -> dict[str, int]:
+        """Tasks by status (those kept)."""
+        return dict(Counter(status for status, _, _ in self._tasks.values()))
+
+    def _forget_oldest(self) -> None:
+        for task_id in list(self._tasks):
+            if self._finished <= self._kept:
+                break
+            if self._tasks[task_id][0] in FINISHED:
+                del self._tasks[task_id]
+                self._finished -= 1
