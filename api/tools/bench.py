@@ -74,6 +74,11 @@ it, this one the rest):
                 rows/s with ``trigger=1.0``, beside a plain ``iter_batches`` member
                 (``raytopic.tools.bench_streams``; ``raytopic bench --streams``
                 runs it alone).
+    autoscale   idle -> a burst of 6,000 elements of 10 ms work -> idle, consumed by
+                ``Topic.autoscale`` from 0 (max 8) against fixed pools of 8 and
+                1; and Serve's ``@task_consumer`` on ``TopicTaskAdapter`` against
+                Celery on redis (``raytopic.tools.bench_autoscale``;
+                ``raytopic bench --autoscale`` runs it alone).
     idle        CPU of idle channels and coordinators (3 topics, one member
                 each, 20 s) and the time to create a topic, against bare Ray
                 actors (``raytopic.tools.bench_idle``).
@@ -98,6 +103,7 @@ from dataclasses import dataclass
 
 import ray
 
+from raytopic.tools.bench_autoscale import AutoscaleSettings, run_autoscale_benchmarks
 from raytopic.tools.bench_commit import run_commit_benchmarks
 from raytopic.tools.bench_common import (
     BATCH,
@@ -256,6 +262,7 @@ def run_benchmarks(
     idle_settle: float = SETTLE,
     scale: bool = True,
     streams: StreamSettings | None = StreamSettings(),  # noqa: B008 (frozen)
+    autoscale: AutoscaleSettings | None = AutoscaleSettings(),  # noqa: B008 (frozen)
     report: Callable[[Figure], None] = lambda figure: None,
 ) -> list[Figure]:
     """Run every case; ``report`` hears of each figure as it is measured.
@@ -278,6 +285,8 @@ def run_benchmarks(
         scale: whether to run the scale case (``raytopic.tools.bench_scale``).
         streams: the counts of the streams case (``raytopic.tools.bench_streams``);
             None skips it.
+        autoscale: the counts of the autoscale and Serve cases
+            (``raytopic.tools.bench_autoscale``); None skips them.
         report: called with each figure as soon as it is measured.
 
     Returns:
@@ -439,6 +448,9 @@ def run_benchmarks(
 
     if streams is not None:
         figures += run_stream_benchmarks(streams, repeat=repeat, report=report)
+
+    if autoscale is not None:
+        figures += run_autoscale_benchmarks(autoscale, report=report)
 
     if idle_topics:
         figures += run_idle_benchmarks(

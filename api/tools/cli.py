@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from raytopic.tools.bench import BenchSettings
+    from raytopic.tools.bench_autoscale import AutoscaleSettings
     from raytopic.tools.bench_streams import StreamSettings
 
 _LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -134,6 +135,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only the scale case (K producers -> K channels -> K members, K = 1 and --channels,"
         " against K Queues and K floor pairs)",
+    )
+    bench.add_argument(
+        "--autoscale",
+        action="store_true",
+        help="only the autoscale case (idle -> burst -> idle, autoscaled from 0 vs pools of 8"
+        " and 1) and Serve's task consumer on topics vs Celery on redis",
     )
     bench.add_argument(
         "--latency",
@@ -366,6 +373,13 @@ def _bench_settings(args: argparse.Namespace) -> BenchSettings:
     return replace(QUICK if args.quick else DEFAULT, **chosen)
 
 
+def _autoscale_settings(args: argparse.Namespace) -> AutoscaleSettings:
+    """The autoscale case's counts: smaller with ``--quick``."""
+    from raytopic.tools.bench_autoscale import QUICK_AUTOSCALE, AutoscaleSettings
+
+    return QUICK_AUTOSCALE if args.quick else AutoscaleSettings()
+
+
 def _stream_settings(args: argparse.Namespace) -> StreamSettings:
     """The streams case's counts: smaller with ``--quick``."""
     from raytopic.tools.bench_streams import QUICK_STREAMS, StreamSettings
@@ -410,6 +424,10 @@ def _bench(args: argparse.Namespace) -> int:
             repeat=settings.repeat,
             report=report,
         )
+    elif args.autoscale:
+        from raytopic.tools.bench_autoscale import run_autoscale_benchmarks
+
+        run_autoscale_benchmarks(_autoscale_settings(args), report=report)
     elif args.latency:
         from raytopic.tools.bench_latency import run_latency_benchmarks
 
@@ -439,7 +457,12 @@ def _bench(args: argparse.Namespace) -> int:
             report=report,
         )
     else:
-        run_benchmarks(**asdict(settings), streams=_stream_settings(args), report=report)
+        run_benchmarks(
+            **asdict(settings),
+            streams=_stream_settings(args),
+            autoscale=_autoscale_settings(args),
+            report=report,
+        )
     print(format_verdict(figures))
     return 0
 

@@ -26,6 +26,12 @@ from raytopic.tools.bench import (
     format_verdict,
     run_benchmarks,
 )
+from raytopic.tools.bench_autoscale import (
+    AutoscaleSettings,
+    celery_missing,
+    run_autoscale_benchmarks,
+    serve_figures,
+)
 from raytopic.tools.bench_commit import COMMIT_TARGET
 from raytopic.tools.bench_cpu import CpuSplit, Throughput, median_throughput
 from raytopic.tools.bench_idle import CHANNEL_TARGET, COORDINATOR_TARGET, CREATION_TARGET
@@ -161,6 +167,7 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(
         idle_settle=0.0,
         scale=False,
         streams=None,  # its own test, below
+        autoscale=None,  # its own test, below
         report=reported.append,
     )
 
@@ -472,6 +479,66 @@ def test_bench_streams_runs_alone_and_quick_makes_it_smaller() -> None:
     assert (full.rows, full.batch_rows, full.rate, full.trigger) == (1_000_000, 100_000, 5000, 1.0)
     assert QUICK_STREAMS.rows < full.rows and QUICK_STREAMS.seconds < full.seconds
     assert QUICK_STREAMS.rows // QUICK_STREAMS.batch_rows == full.rows // full.batch_rows
+
+
+# -- the autoscale case (raytopic.tools.bench_autoscale) -------------------------------
+
+TINY_AUTOSCALE = AutoscaleSettings(
+    elements=40, work_s=0.001, idle_s=0.2, poll_s=0.2, scale_down_after_s=0.2,
+    target_lag_per_member=10, batch_size=10, tasks=10, latency_tasks=3, max_members=2,
+    channels=2,
+)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_bench_autoscale_reports_the_drains_member_seconds_and_first_element(
+    ray_session: None,
+) -> None:
+    figures = run_autoscale_benchmarks(TINY_AUTOSCALE, serve=False)
+    by_case = {figure.case: figure for figure in figures}
+    work = "40 x 1 ms"
+    assert sorted(by_case) == sorted(
+        [
+            f"autoscale: drain {work}, from 0 (max 2)",
+            f"autoscale: drain {work}, pool of 2",
+            f"autoscale: drain {work}, pool of 1",
+            "autoscale: drain, autoscaled / pool of 2",
+            "autoscale: drain, autoscaled / pool of 1",
+            "autoscale: member-seconds over idle 0.2 s + burst + idle",
+            "autoscale: first element after idle handled",
+        ]
+    )
+    for figure in figures:
+        assert math.isfinite(figure.value) and figure.value > 0, figure
+    ratio = by_case["autoscale: drain, autoscaled / pool of 2"]
+    assert ratio.baseline_value == by_case[f"autoscale: drain {work}, pool of 2"].value
+    assert ratio.target == at_most(1.3)
+    assert by_case["autoscale: drain, autoscaled / pool of 1"].target == at_most(0.25)
+    seconds = by_case["autoscale: member-seconds over idle 0.2 s + burst + idle"]
+    assert seconds.target == at_most(0.5) and seconds.baseline == "pool of 2"
+    first = by_case["autoscale: first element after idle handled"]
+    assert first.baseline == "poll_s + 1 start" and first.baseline_value > 0.2
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("serve")  # one Serve per cluster: in test_serve's worker, not beside it
+def test_bench_serve_compares_with_celery_or_says_what_is_missing(ray_session: None) -> None:
+    from ray import serve
+
+    try:
+        figures = {figure.case: figure for figure in serve_figures(TINY_AUTOSCALE)}
+    finally:
+        serve.shutdown()  # its controller is a detached actor: none may outlive the test
+    assert figures["serve: 10 no-op tasks, TopicTaskAdapter"].value > 0
+    assert figures["serve: enqueue -> SUCCESS p50, TopicTaskAdapter"].value > 0
+    missing = celery_missing()
+    if missing:
+        assert f"serve: Celery on redis not measured (missing: {missing})" in figures
+    else:
+        rate = figures["serve: tasks/s, TopicTaskAdapter / Celery"]
+        assert rate.target == at_least(1.0) and rate.baseline == "celery"
+        p50 = figures["serve: enqueue -> SUCCESS p50, TopicTaskAdapter / Celery"]
+        assert p50.target == at_most(1.0) and p50.baseline_value > 0
 
 
 # -- the latency case (raytopic.tools.bench_latency) -----------------------------------
