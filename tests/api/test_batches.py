@@ -107,9 +107,7 @@ def _called_actor(ref: ray.ObjectRef) -> str:
     return "" if actor.is_nil() else actor.hex()
 
 
-def test_a_batch_over_many_channels_is_one_call_per_channel_and_no_task(
-    shared_three, unique_name
-):
+def test_a_batch_over_many_channels_is_one_call_per_channel_and_no_task(shared_three, unique_name):
     topic, s = shared_three, unique_name("s")
     channels = {actor._actor_id.hex() for actor in topic._channel_actors}
     group_at_latest(topic, rt.SharedGroup(s))

@@ -174,6 +174,7 @@ def test_a_shared_group_nacks_what_it_cannot_decode_to_its_dead_letters(
                 got.extend(numbers(batch))
                 batch.ack()
             assert sorted(got) == [0, 1, 2, 3, 4, 5]
+
             # Nacked on each delivery (it decodes to nothing here): after two, a dead letter.
             def dead_lettered() -> bool:
                 assert get(member.receive_batch(100)) == []
