@@ -5,6 +5,8 @@ also have on their path."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -177,3 +179,30 @@ def slow_filter(marker: str, seconds: float) -> Any:
         return True
 
     return block
+
+
+# -- faults ---------------------------------------------------------------------------
+
+
+def kill_channel(topic: rt.Topic, channel: int) -> int:
+    """SIGKILL a channel's process; return the epoch it had."""
+    stats = topic.describe().channels[channel]
+    os.kill(stats.pid, signal.SIGKILL)
+    return stats.epoch
+
+
+def serving_again(topic: rt.Topic, channel: int, old_epoch: int, bound: float) -> float:
+    """Seconds until the channel answers under a newer epoch; fails the test after
+    ``bound`` seconds."""
+    started = time.monotonic()
+    while True:
+        stats = topic.describe().channels[channel]
+        if stats.state == "serving" and stats.epoch > old_epoch:
+            return time.monotonic() - started
+        assert time.monotonic() - started < bound, f"channel {channel}: {stats}"
+        time.sleep(0.1)
+
+
+def kill_coordinator(topic: rt.Topic) -> None:
+    """SIGKILL the topic's coordinator's process."""
+    os.kill(get(topic._coordinator.__ray_call__.remote(lambda _: os.getpid())), signal.SIGKILL)

@@ -29,8 +29,10 @@ from tests.topic_helpers import (
     damage_a_middle_record,
     get,
     key_for,
+    kill_channel,
     module_topic,
     next_sequences,
+    serving_again,
 )
 
 RESTART_BOUND = 10.0
@@ -45,24 +47,6 @@ plain_ring_of_ten = module_topic(channels=1, capacity=10, overflow="overwrite")
 
 def _channel(topic: rt.Topic, channel: int) -> rt.ChannelStats:
     return topic.describe().channels[channel]
-
-
-def _kill_channel(topic: rt.Topic, channel: int) -> int:
-    """SIGKILL a channel's process; return the epoch it had."""
-    stats = _channel(topic, channel)
-    os.kill(stats.pid, signal.SIGKILL)
-    return stats.epoch
-
-
-def _serving_again(topic: rt.Topic, channel: int, old_epoch: int) -> float:
-    """Seconds until the channel answers under a newer epoch (bounded)."""
-    started = time.monotonic()
-    while True:
-        stats = _channel(topic, channel)
-        if stats.state == "serving" and stats.epoch > old_epoch:
-            return time.monotonic() - started
-        assert time.monotonic() - started < RESTART_BOUND, f"channel {channel}: {stats}"
-        time.sleep(0.1)
 
 
 def _drain(subscriber: rt.Subscriber, checker: LossChecker, member: str) -> list[rt.Element]:
@@ -98,8 +82,8 @@ def test_a_killed_channel_with_a_store_comes_back_with_its_elements_and_commits(
     before = _channel(topic, 0)
     assert before.durable and before.epoch == 1
 
-    old_epoch = _kill_channel(topic, 0)
-    took = _serving_again(topic, 0, old_epoch)
+    old_epoch = kill_channel(topic, 0)
+    took = serving_again(topic, 0, old_epoch, RESTART_BOUND)
     after = _channel(topic, 0)
     assert after.epoch == old_epoch + 1 and after.pid != before.pid
     assert (after.head, after.tail) == (before.head, before.tail)
@@ -175,8 +159,8 @@ def test_channels_killed_again_and_again_under_four_publishers_lose_nothing(
             floor = sum(sent) + 400
             wait_until(lambda floor=floor: sum(sent) >= floor, timeout=30)
             channel = kill % 2
-            old_epoch = _kill_channel(topic, channel)
-            restarts.append(_serving_again(topic, channel, old_epoch))
+            old_epoch = kill_channel(topic, channel)
+            restarts.append(serving_again(topic, channel, old_epoch, RESTART_BOUND))
     finally:
         stop.set()
         for thread in threads:
@@ -227,8 +211,8 @@ def test_without_a_store_a_restart_is_reported_once_and_no_position_is_reused(ma
     assert received[-1].commit().committed
     assert len(get(anonymous.receive_batch(3))) == 3
 
-    old_epoch = _kill_channel(topic, 0)
-    _serving_again(topic, 0, old_epoch)
+    old_epoch = kill_channel(topic, 0)
+    serving_again(topic, 0, old_epoch, RESTART_BOUND)
     for subscriber in (member, anonymous):
         with pytest.raises(rt.DataLossError) as lost:
             get(subscriber.receive_batch(10))
@@ -256,7 +240,7 @@ def test_a_channel_that_restarts_while_its_coordinator_is_down_gets_its_groups_b
     old_epoch = _channel(topic, 0).epoch
     os.kill(_channel(topic, 0).pid, signal.SIGKILL)
     os.kill(coordinator_pid, signal.SIGKILL)
-    _serving_again(topic, 0, old_epoch)
+    serving_again(topic, 0, old_epoch, RESTART_BOUND)
     with topic.publisher() as publisher:
         statuses = [publisher.publish(value).result(timeout=TIMEOUT) for value in range(4)]
     assert {status.channel for status in statuses} == {0, 1}
@@ -296,8 +280,8 @@ def test_what_a_killed_home_took_from_a_sibling_and_held_is_delivered_again(
     wait_until(lambda: member.resequencer_stats.held == 5)
     assert topic.describe().groups["g"].channels[sibling].depth == 0
 
-    old_epoch = _kill_channel(topic, home)
-    _serving_again(topic, home, old_epoch)
+    old_epoch = kill_channel(topic, home)
+    serving_again(topic, home, old_epoch, RESTART_BOUND)
     with topic.publisher() as publisher:
         publisher.publish({"step": 0}, key=key_for(home, 2)).result(timeout=TIMEOUT)
     steps = [e.value["step"] for e in get(waiting)]  # the receive, retried at the new home
@@ -597,7 +581,7 @@ def test_a_channel_that_cannot_reopen_its_store_after_a_restart_is_fenced(
     marker = tmp_path / "disk-gone"
     topic = make_topic(channels=1, store=_store_refused_after(str(marker)))
     marker.touch()
-    old_epoch = _kill_channel(topic, 0)
+    old_epoch = kill_channel(topic, 0)
     deadline = time.monotonic() + RESTART_BOUND
     while (stats := _channel(topic, 0)).state != "failed":
         assert time.monotonic() < deadline, stats
@@ -747,8 +731,8 @@ def test_without_a_store_every_restart_is_reported_once_to_every_subscriber(make
         with topic.publisher() as publisher:
             for value in range(20):
                 publisher.publish((round_, value))
-        old_epoch = _kill_channel(topic, 0)
-        _serving_again(topic, 0, old_epoch)
+        old_epoch = kill_channel(topic, 0)
+        serving_again(topic, 0, old_epoch, RESTART_BOUND)
         with topic.publisher() as publisher:
             publisher.publish((round_, "after"), key=key_for(0, 2)).result(timeout=TIMEOUT)
         for name, subscriber in subscribers.items():
@@ -850,8 +834,9 @@ def test_a_users_store_without_state_keeps_its_elements_and_gets_its_groups_back
     with topic.publisher() as publisher:
         for value in range(5):
             publisher.publish(value)
-    old_epoch = _kill_channel(topic, 0)
-    _serving_again(topic, 0, old_epoch)  # the coordinator gave it its groups and readers
+    old_epoch = kill_channel(topic, 0)
+    # Serving again: the coordinator gave it its groups and readers.
+    serving_again(topic, 0, old_epoch, RESTART_BOUND)
     stats = _channel(topic, 0)
     assert (stats.head, stats.tail, stats.durable) == (0, 4, True)
     # No commit was kept (the store keeps no state): the group reads from the head.

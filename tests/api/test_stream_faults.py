@@ -6,11 +6,9 @@ that the output is exactly the published set: nothing lost, nothing twice."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,14 @@ import pytest
 import raytopic as rt
 import raytopic.data as rd
 
-from tests.topic_helpers import TIMEOUT, damage_a_middle_record, get, publish_all
+from tests.topic_helpers import (
+    TIMEOUT,
+    damage_a_middle_record,
+    kill_channel,
+    kill_coordinator,
+    publish_all,
+    serving_again,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -91,22 +96,6 @@ def test_a_driver_killed_mid_batch_and_started_again_writes_exactly_the_publishe
     assert sorted(n for values in written.values() for n in values) == list(range(500))
 
 
-def _kill_channel(topic: rt.Topic, channel: int) -> int:
-    stats = topic.describe().channels[channel]
-    os.kill(stats.pid, signal.SIGKILL)
-    return stats.epoch
-
-
-def _serving_again(topic: rt.Topic, channel: int, old_epoch: int) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        stats = topic.describe().channels[channel]
-        if stats.state == "serving" and stats.epoch > old_epoch:
-            return
-        assert time.monotonic() < deadline, stats
-        time.sleep(0.1)
-
-
 def _values(batch: rd.MicroBatch) -> list[int]:
     return [row["n"] for row in batch.dataset.take_all()]
 
@@ -120,16 +109,16 @@ def test_channels_and_the_coordinator_killed_during_a_stream_lose_and_duplicate_
     stream = rd.stream(topic, group="g", max_rows_per_batch=100)
     for channel in (0, 1):  # a channel dies while a batch is in hand: the stream goes on
         batch = next(stream)
-        _kill_channel(topic, channel)
+        kill_channel(topic, channel)
         written[batch.batch_id] = _values(batch)  # read from the restarted channel
     in_hand = next(stream)  # commits batch 1 at a channel restarting meanwhile
     written[in_hand.batch_id] = _values(in_hand)
     # Now the coordinator and every channel die with batch 2 in hand, and so does the
     # driver (the stream is abandoned): the offset log is in the channels' stores.
-    epochs = [_kill_channel(topic, channel) for channel in (0, 1)]
-    os.kill(get(topic._coordinator.__ray_call__.remote(lambda _: os.getpid())), signal.SIGKILL)
+    epochs = [kill_channel(topic, channel) for channel in (0, 1)]
+    kill_coordinator(topic)
     for channel, epoch in enumerate(epochs):
-        _serving_again(topic, channel, epoch)
+        serving_again(topic, channel, epoch, TIMEOUT)
     resumed = rd.stream(topic, group="g", max_rows_per_batch=100)
     replayed = next(resumed)
     assert (replayed.batch_id, replayed.ranges, replayed.rows) == (2, in_hand.ranges, 100)

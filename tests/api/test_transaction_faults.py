@@ -23,35 +23,17 @@ from raytopic.core.protocol import DecideTransaction, Outcome, PrepareTransactio
 from tests.loss_checker import LossChecker
 from tests.topic_helpers import (
     get,
+    kill_channel,
+    kill_coordinator,
     publish_all,
     read_values,
     receive_exactly,
     receive_until_empty,
+    serving_again,
     source_and_sink,
 )
 
 RESTART_BOUND = 20.0
-
-
-def _kill_channel(topic: rt.Topic, channel: int = 0) -> int:
-    stats = topic.describe().channels[channel]
-    os.kill(stats.pid, signal.SIGKILL)
-    return stats.epoch
-
-
-def _serving_again(topic: rt.Topic, channel: int, old_epoch: int) -> None:
-    deadline = time.monotonic() + RESTART_BOUND
-    while True:
-        stats = topic.describe().channels[channel]
-        if stats.state == "serving" and stats.epoch > old_epoch:
-            return
-        assert time.monotonic() < deadline, stats
-        time.sleep(0.1)
-
-
-def _kill_coordinator(topic: rt.Topic) -> None:
-    pid = get(topic._coordinator.__ray_call__.remote(lambda _: os.getpid()))
-    os.kill(pid, signal.SIGKILL)
 
 
 def _kill_registry() -> None:
@@ -77,12 +59,12 @@ def test_a_committed_transaction_survives_its_channels_coordinator_registry_and_
             tx.publish_batch(sink, [10 * e.value for e in batch])
             tx.commit_consumed(batch)
     del txs  # the holder is gone too
-    epochs = (_kill_channel(source), _kill_channel(sink))
-    _kill_coordinator(source)
-    _kill_coordinator(sink)
+    epochs = (kill_channel(source, 0), kill_channel(sink, 0))
+    kill_coordinator(source)
+    kill_coordinator(sink)
     _kill_registry()
-    _serving_again(source, 0, epochs[0])
-    _serving_again(sink, 0, epochs[1])
+    serving_again(source, 0, epochs[0], RESTART_BOUND)
+    serving_again(sink, 0, epochs[1], RESTART_BOUND)
     assert read_values(sink) == [10 * v for v in range(10)]
     # An input commit in flight at the kill: it asks the lead.
     wait_until(lambda: _lag(source, group) == 0, timeout=30)
@@ -122,9 +104,9 @@ def test_a_lead_killed_between_prepare_and_decision_rolls_back_whole(
         make_topic, unique_name, tmp_path, timeout=2.0
     )
     assert sink.describe().channels[0].transactions[0]["phase"] == "prepared"
-    epoch = _kill_channel(source)  # the lead, before any decision
-    _kill_coordinator(source)
-    _serving_again(source, 0, epoch)
+    epoch = kill_channel(source, 0)  # the lead, before any decision
+    kill_coordinator(source)
+    serving_again(source, 0, epoch, RESTART_BOUND)
     # No decision ever comes: at its deadline the sink asks the lead, which aborts.
     wait_until(lambda: not sink.describe().channels[0].transactions, timeout=30)
     assert read_values(sink) == []
@@ -147,9 +129,9 @@ def test_a_participant_killed_after_the_decision_completes_the_commit(
     outcome, _, _ = get(send(lead, decide))
     assert outcome == Outcome.COMMIT
     # The holder never says "finish" to the sink; the sink is killed while prepared.
-    epoch = _kill_channel(sink)
+    epoch = kill_channel(sink, 0)
     _kill_registry()
-    _serving_again(sink, 0, epoch)
+    serving_again(sink, 0, epoch, RESTART_BOUND)
     wait_until(lambda: read_values(sink) == [-v for v in range(5)], timeout=30)
     assert not sink.describe().channels[0].transactions
     assert _lag(source, group) == 0
@@ -207,9 +189,9 @@ def test_a_pipeline_worker_killed_again_and_again_outputs_exactly_once(
             # repeated that and cost one more actor start).
             if kills["worker"] >= 2:
                 if kills["sink"] == 0:
-                    epoch = _kill_channel(sink, 1)
+                    epoch = kill_channel(sink, 1)
                     kills["sink"] += 1
-                    _serving_again(sink, 1, epoch)
+                    serving_again(sink, 1, epoch, RESTART_BOUND)
                 return
             try:
                 os.kill(get(worker.pid.remote()), signal.SIGKILL)
