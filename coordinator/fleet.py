@@ -1,0 +1,187 @@
+"""The coordinator's port to a topic's channels: every call it makes to them.
+
+``ChannelFleet`` holds the one timeout and error policy of those calls; a
+subclass says only how one request reaches one channel (``RayChannelFleet``:
+the channel actors' ``control`` entry; the coordinator's unit tests: an
+in-memory fake). The policy:
+
+- A channel's refusal is raised as its own typed error (a raytopic error as
+  itself, not in Ray's wrapper, so the coordinator's caller unwraps it once).
+- A call that must land (``ask``, ``ask_each``, ``ask_settled``,
+  ``all_or_nothing``) waits as long as its channel takes: a restarting
+  channel's calls wait for it (Ray retries them), and a group change must not
+  go on before its channels hold it.
+- A notice (``tell``) is best effort: a channel that refuses it is logged, and
+  one that does not answer within ``NOTICE_TIMEOUT`` is not waited for (the
+  call still reaches it). Views are a notice that waits as calls do
+  (``tell(..., bounded=False)``): members are woken only once the channels
+  that host their sessions have the view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import Any
+
+import ray
+
+from raytopic.core.errors import TopicError
+from raytopic.core.protocol import ControlRequest
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NOTICE_TIMEOUT", "ChannelFleet", "RayChannelFleet", "typed_error"]
+
+NOTICE_TIMEOUT = 2.0
+"""Seconds a notice (and a channel's ``describe``) is waited for."""
+
+_ATTACH_TIMEOUT = 30.0
+"""Seconds new channels have to meet each other when a topic is made."""
+
+
+class ChannelFleet:
+    """A topic's channels as the coordinator calls them (the policy; see the module).
+
+    Subclasses implement ``_send`` (one control request to one channel) and
+    the calls outside ``control``: ``attach``, ``identities``, ``seed``,
+    ``describe``, ``kill``.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    # -- what a subclass provides ---------------------------------------------------
+
+    def _send(self, channel: int, request: ControlRequest) -> Awaitable[Any]:
+        """Send ``request`` to ``channel``'s ``control`` entry; its reply."""
+        raise NotImplementedError
+
+    async def attach(self) -> list[dict[str, Any]]:
+        """Introduce new channels to each other; their identities."""
+        raise NotImplementedError
+
+    async def identities(self) -> list[dict[str, Any]]:
+        """Each channel's identity (epoch, state, pid, ...)."""
+        raise NotImplementedError
+
+    async def seed(self, channel: int, *state: Any) -> dict[str, Any]:
+        """Give a channel that restarted without a store its state; its identity."""
+        raise NotImplementedError
+
+    async def describe(self, channel: int) -> dict[str, Any]:
+        """A channel's figures (within ``NOTICE_TIMEOUT``, else it raises)."""
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """Kill the channels (the topic is destroyed, or was never made); the
+        fleet is empty from then on."""
+        raise NotImplementedError
+
+    # -- the policy -------------------------------------------------------------------
+
+    def channels(self, skip: int | None = None) -> list[int]:
+        """Every channel, except ``skip``."""
+        return [channel for channel in range(self.size) if channel != skip]
+
+    async def ask(self, channel: int, request: ControlRequest) -> Any:
+        """One channel's reply; its refusal raised typed."""
+        try:
+            return await self._send(channel, request)
+        except Exception as error:
+            raise typed_error(error) from None
+
+    async def ask_each(
+        self, request: ControlRequest, channels: Iterable[int] | None = None
+    ) -> list[Any]:
+        """Each channel's reply (every channel by default), in order; the first
+        refusal raised typed."""
+        targets = self.channels() if channels is None else list(channels)
+        return list(await asyncio.gather(*(self.ask(channel, request) for channel in targets)))
+
+    async def ask_settled(
+        self, requests: Mapping[int, ControlRequest]
+    ) -> dict[int, Any | BaseException]:
+        """Per channel, its reply to its own request or its typed refusal (all answer)."""
+        outcomes = await asyncio.gather(
+            *(self.ask(channel, request) for channel, request in requests.items()),
+            return_exceptions=True,
+        )
+        return dict(zip(requests, outcomes, strict=True))
+
+    async def all_or_nothing(self, request: ControlRequest, undo: ControlRequest) -> None:
+        """``request`` on every channel: if one refuses, ``undo`` on those that took
+        it, and the first refusal is raised."""
+        outcomes = await self.ask_settled(dict.fromkeys(self.channels(), request))
+        failed = [outcome for outcome in outcomes.values() if isinstance(outcome, BaseException)]
+        if failed:
+            took = [c for c, outcome in outcomes.items() if not isinstance(outcome, BaseException)]
+            await self.ask_settled(dict.fromkeys(took, undo))
+            raise failed[0]
+
+    async def tell(
+        self,
+        request: ControlRequest,
+        channels: Sequence[int] | None = None,
+        *,
+        bounded: bool = True,
+    ) -> None:
+        """A notice to each channel (every one by default): refusals are logged;
+        ``bounded``: one that does not answer within ``NOTICE_TIMEOUT`` is not
+        waited for."""
+        targets = self.channels() if channels is None else list(channels)
+        timeout = NOTICE_TIMEOUT if bounded else None
+        outcomes = await asyncio.gather(
+            *(asyncio.wait_for(self.ask(channel, request), timeout) for channel in targets),
+            return_exceptions=True,
+        )
+        for channel, outcome in zip(targets, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                logger.warning(
+                    "channel %d did not take %s: %s", channel, type(request).__name__, outcome
+                )
+
+
+def typed_error(error: BaseException) -> BaseException:
+    """A channel's error as the coordinator raises it: a raytopic error as itself
+    (not in Ray's wrapper, so the caller unwraps it once)."""
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, TopicError) else error
+
+
+class RayChannelFleet(ChannelFleet):
+    """The channel actors of a topic (the coordinator's only holder of their handles)."""
+
+    def __init__(self, handles: Sequence[Any]) -> None:
+        super().__init__(len(handles))
+        self.handles = tuple(handles)
+
+    def _send(self, channel: int, request: ControlRequest) -> Awaitable[Any]:
+        return self.handles[channel].control.remote(request)
+
+    async def attach(self) -> list[dict[str, Any]]:
+        handles = list(self.handles)
+        return list(
+            await asyncio.wait_for(
+                asyncio.gather(*(handle.attach.remote(handles) for handle in handles)),
+                _ATTACH_TIMEOUT,
+            )
+        )
+
+    async def identities(self) -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(handle.identity.remote() for handle in self.handles)))
+
+    async def seed(self, channel: int, *state: Any) -> dict[str, Any]:
+        return await self.handles[channel].seed.remote(*state)
+
+    async def describe(self, channel: int) -> dict[str, Any]:
+        return await asyncio.wait_for(self.handles[channel].describe.remote(), NOTICE_TIMEOUT)
+
+    def kill(self) -> None:
+        for handle in self.handles:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(handle, no_restart=True)
+        self.handles = ()
+        self.size = 0
