@@ -4,8 +4,9 @@ extra of the feature that needs it (``raytopic[spark]``: pyspark, raydp)."""
 
 from __future__ import annotations
 
-import ast
+import json
 import re
+import subprocess
 import sys
 import tomllib
 from importlib import metadata
@@ -23,24 +24,45 @@ def _name(distribution: str) -> str:
     return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
+_SCAN = """
+import ast, json, sys
+from pathlib import Path
+
+root, folders = Path(sys.argv[1]), sys.argv[2:]
+found = {}
+for folder in folders:
+    for path in sorted((root / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.partition(".")[0]
+                if top not in sys.stdlib_module_names and top not in ("raytopic", "__future__"):
+                    found.setdefault(top, path.relative_to(root).as_posix())
+print(json.dumps(found))
+"""
+
+
 def _imported_modules() -> dict[str, str]:
     """Each top-level module the package imports that is neither the standard
-    library's nor its own -> a file importing it."""
-    found: dict[str, str] = {}
-    for folder in PACKAGE_FOLDERS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names = [node.module]
-                else:
-                    continue
-                for name in names:
-                    top = name.partition(".")[0]
-                    if top not in sys.stdlib_module_names and top not in ("raytopic", "__future__"):
-                        found.setdefault(top, path.relative_to(ROOT).as_posix())
-    return found
+    library's nor its own -> a file importing it.
+
+    Parsed in a process of its own: this CPython's ast module keeps its recursion
+    depth in state its threads share (CPython issue 106905), and another thread of
+    the test session's process building ASTs meanwhile fails the parse
+    ("SystemError: AST constructor recursion depth mismatch", seen in a full run)."""
+    scan = subprocess.run(
+        [sys.executable, "-c", _SCAN, str(ROOT), *PACKAGE_FOLDERS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(scan.stdout)
 
 
 def _declared() -> set[str]:
