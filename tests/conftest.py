@@ -41,9 +41,19 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import hypothesis.strategies._internal.random  # imported early: see below
+import hypothesis.strategies._internal.regex
+import hypothesis.strategies._internal.types  # noqa: F401
 import pytest
 import ray
 from hypothesis import settings
+
+# Hypothesis imports the modules above lazily, and pytest rewrites Hypothesis's
+# modules as they are imported (ast.parse). Imported here, at collection, no thread
+# of Ray or of a test runs yet: this CPython's ast module keeps its recursion depth
+# in state its threads share (CPython issue 106905), and a background thread that
+# formats a traceback parses too (traceback's caret anchors); a lazy import during a
+# test failed it with "SystemError: AST constructor recursion depth mismatch".
 
 # A Python told to write no bytecode (PYTHONDONTWRITEBYTECODE, as on CI's machines)
 # compiles raytopic's modules again in every process, and a run starts hundreds
