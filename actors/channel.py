@@ -31,9 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import enum
-import functools
-import inspect
 import logging
 import os
 import time
@@ -43,6 +40,7 @@ from typing import Any
 import ray
 
 from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_dispatch import SERVED, Admit, call_handler, entry, serves
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
@@ -154,68 +152,6 @@ _SEED_TIMEOUT = 30.0
 epoch and groups (then ChannelUnavailableError)."""
 
 
-class _Admit(enum.Enum):
-    """When a call is admitted: the guard every Ray-callable entry of the channel has.
-
-    A failed channel (fenced: its store broke, or it could not recover it) refuses
-    typed (ChannelFailedError); a channel restarted without a store is "recovering"
-    until its coordinator seeds it (its groups and epoch).
-    """
-
-    SEEDED = enum.auto()
-    """Refused by a failed channel; on a recovering one, waits until it is seeded."""
-    NOW = enum.auto()
-    """Refused by a failed channel; a recovering one refuses at once ("try again"):
-    a read that would only report a state still to come."""
-    ALWAYS = enum.auto()
-    """Answered in any state: the life cycle (seeding is what ends recovering), and
-    what a coordinator rebuilding itself or destroying the topic asks."""
-    BY_REQUEST = enum.auto()
-    """An entry serving typed requests: each request type's own (see :func:`_serves`)."""
-
-
-_Handler = Callable[..., Awaitable[Any]]
-
-_SERVED: dict[type, tuple[_Handler, _Admit]] = {}
-"""Request type -> (the channel's handler, when it is admitted): the dispatch table of
-``request`` and ``control``."""
-
-
-def _serves(kind: type, admit: _Admit = _Admit.SEEDED) -> Callable[[_Handler], _Handler]:
-    """Make a private method of the channel the handler of requests of type ``kind``
-    (called with the record, and an append's payload), admitted as ``admit`` says."""
-
-    def register(handler: _Handler) -> _Handler:
-        if kind in _SERVED:
-            raise TypeError(f"two handlers of {kind.__name__}")
-        _SERVED[kind] = (handler, admit)
-        return handler
-
-    return register
-
-
-def _entry(admit: _Admit) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A Ray-callable entry of the channel, behind the guard (see :class:`_Admit`)."""
-
-    def guard(method: Callable[..., Any]) -> Callable[..., Any]:
-        if admit in (_Admit.SEEDED, _Admit.NOW):
-            if not inspect.iscoroutinefunction(method):
-                raise TypeError(f"{method.__name__}: a guarded entry is async")
-
-            @functools.wraps(method)
-            async def guarded(self: ChannelActor, *args: Any, **kwargs: Any) -> Any:
-                if self._failure is not None or not self._seeded.is_set():
-                    await self._admit(admit)
-                return await method(self, *args, **kwargs)
-
-        else:  # ALWAYS: nothing to check; BY_REQUEST: checked per request
-            guarded = method
-        guarded.__admits__ = admit  # type: ignore[attr-defined]
-        return guarded
-
-    return guard
-
-
 class ChannelActor:
     """One channel: ring buffer, cursors, group positions, receive sessions.
 
@@ -316,15 +252,15 @@ class ChannelActor:
                 f"and its coordinator has not restored its groups within {_SEED_TIMEOUT:.0f} s"
             ) from None
 
-    async def _admit(self, admit: _Admit) -> None:
-        """The guard, for a channel failed or recovering (see :class:`_Admit`)."""
-        if admit is _Admit.ALWAYS:
+    async def _admit(self, admit: Admit) -> None:
+        """The guard, for a channel failed or recovering (see :class:`Admit`)."""
+        if admit is Admit.ALWAYS:
             return
         if self._failure is not None:
             raise ChannelFailedError(self._failure)
         if self._seeded.is_set():
             return
-        if admit is _Admit.NOW:
+        if admit is Admit.NOW:
             raise ChannelUnavailableError(
                 f"channel {self._channel} restarted and is getting its groups back: try again"
             )
@@ -332,7 +268,7 @@ class ChannelActor:
 
     # -- the entries: every Ray-callable method ----------------------------------
 
-    @_entry(_Admit.ALWAYS)
+    @entry(Admit.ALWAYS)
     async def seed(
         self,
         old_epoch: int,
@@ -368,13 +304,13 @@ class ChannelActor:
             await self._state.save()
         return self.identity()
 
-    @_entry(_Admit.ALWAYS)
+    @entry(Admit.ALWAYS)
     def attach(self, siblings: list[Any]) -> dict[str, Any]:
         """Learn every channel actor of the topic (index = channel); return who we are."""
         self._host.link(list(siblings), remote_caller)
         return self.identity()
 
-    @_entry(_Admit.ALWAYS)
+    @entry(Admit.ALWAYS)
     def identity(self) -> dict[str, Any]:
         """Where this channel runs: epoch, node id, process id, and its state
         ("serving", "recovering": restarted without a store, waiting for its
@@ -394,7 +330,7 @@ class ChannelActor:
             "damaged": self._log.damage.ranges,
         }
 
-    @_entry(_Admit.ALWAYS)
+    @entry(Admit.ALWAYS)
     def describe(self) -> dict[str, Any]:
         """Channel figures and group cursors in one call (a failed channel answers
         too: its state says so)."""
@@ -409,12 +345,12 @@ class ChannelActor:
             "transactions": self._parts.transactions.table.describe(time.time()),
         }
 
-    @_entry(_Admit.ALWAYS)
+    @entry(Admit.ALWAYS)
     def ping(self) -> int:
         """Cheap liveness probe; returns the channel number."""
         return self._channel
 
-    @_entry(_Admit.BY_REQUEST)
+    @entry(Admit.BY_REQUEST)
     async def request(
         self, packed: bytes, payload: Payload | None = None, joined: Joined | None = None
     ) -> Any:
@@ -428,21 +364,21 @@ class ChannelActor:
         reply is every part's, joined in the input's order (``raytopic.core.gather``).
         """
         request = unpack_request(packed, CHANNEL_REQUESTS)
-        handler, admit = _SERVED[type(request)]
+        handler, admit = SERVED[type(request)]
         if self._failure is not None or not self._seeded.is_set():
             await self._admit(admit)
         self._tend_transactions()  # e.g. one prepared before a restart
         if joined is None:
-            return await _call(handler, self, request, payload)
+            return await call_handler(handler, self, request, payload)
         try:
-            own = await _call(handler, self, request, payload)
+            own = await call_handler(handler, self, request, payload)
         except Exception as error:  # the others' replies are awaited all the same
             own = error
         if isinstance(own, StatusBatch):
             own = own.statuses()
         return await join_replies(own, joined)
 
-    @_entry(_Admit.BY_REQUEST)
+    @entry(Admit.BY_REQUEST)
     async def control(self, request: ControlRequest) -> Any:
         """Serve a coordinator's request (see ``raytopic.core.protocol.control``):
         readers, groups, grants, resets, views, restarts, purges, and what a
@@ -453,12 +389,12 @@ class ChannelActor:
         """
         if not isinstance(request, CONTROL_REQUESTS):
             raise InvalidArgumentError(f"{type(request).__name__} is not a control request")
-        handler, admit = _SERVED[type(request)]
+        handler, admit = SERVED[type(request)]
         if self._failure is not None or not self._seeded.is_set():
             await self._admit(admit)
         return await handler(self, request)
 
-    @_entry(_Admit.SEEDED)
+    @entry(Admit.SEEDED)
     async def transact(self, packed: bytes, payload: Payload | None = None) -> Any:
         """Serve a transaction's request (see ``raytopic.actors.transactions``)."""
         request = unpack_request(packed, TRANSACTION_REQUESTS)
@@ -469,7 +405,7 @@ class ChannelActor:
         finally:
             self._tend_transactions()
 
-    @_entry(_Admit.SEEDED)
+    @entry(Admit.SEEDED)
     async def stream_log(self, request: StreamRequest) -> StreamLogState | None:
         """Serve a stream's request on its group's offset log here (see
         ``raytopic.core.stream_log``): read or claim it, record a batch, or commit
@@ -510,7 +446,7 @@ class ChannelActor:
     async def _local_call(self, request: ChannelRequest) -> Any:
         """Serve ``request`` in this process (a session's call to its home channel,
         already inside an admitted call)."""
-        handler, _ = _SERVED[type(request)]
+        handler, _ = SERVED[type(request)]
         return await handler(self, request)
 
     def _cursor_state(self, reader_id: str, fence: Any = None) -> CursorState:
@@ -575,36 +511,36 @@ class ChannelActor:
 
     # -- ring buffer (the Hazelcast API) --------------------------------------------
 
-    @_serves(ReadRingFigures, _Admit.NOW)
+    @serves(ReadRingFigures, Admit.NOW)
     async def _ring_figures(self, _: ReadRingFigures) -> RingFigures:
         ring = self._log.ring
         head = ring.head
         size = ring.tail - head + 1
         return RingFigures(head, ring.tail, size, ring.capacity, ring.capacity - size)
 
-    @_serves(FirstAfter, _Admit.NOW)
+    @serves(FirstAfter, Admit.NOW)
     async def _first_after(self, request: FirstAfter) -> int:
         """Sequence of the first element stamped strictly after ``stamp`` (tail + 1 if none)."""
         return self._log.ring.first_after(request.stamp)
 
-    @_serves(AddAll)
+    @serves(AddAll)
     async def _add_all(self, request: AddAll, payload: Payload) -> int:
         """Append items; return the LAST sequence, or -1 (see :meth:`RingbufferApi.add_all`)."""
         return await self._parts.ring_api.add_all(payload, request.overflow, request.timeout)
 
-    @_serves(ReadOne)
+    @serves(ReadOne)
     async def _read_one(self, request: ReadOne) -> Run:
         """The element at ``sequence`` (see :meth:`RingbufferApi.read_one`)."""
         return await self._parts.ring_api.read_one(request.sequence)
 
-    @_serves(ReadMany)
+    @serves(ReadMany)
     async def _read_many(self, request: ReadMany) -> RawReadResult:
         """Hazelcast ``readManyAsync`` (see :meth:`RingbufferApi.read_many`)."""
         return await self._parts.ring_api.read_many(
             request.start, request.min_count, request.max_count, request.filter_bytes
         )
 
-    @_serves(ReadRange, _Admit.NOW)
+    @serves(ReadRange, Admit.NOW)
     async def _read_range(self, request: ReadRange) -> tuple[Chunk, ...]:
         """Bulk read for ``raytopic.data`` and ``raytopic.spark`` (see
         :meth:`RingbufferApi.read_range`)."""
@@ -612,7 +548,7 @@ class ChannelActor:
 
     # -- publishing ------------------------------------------------------------
 
-    @_serves(Append)
+    @serves(Append)
     async def _append(self, request: Append, payload: Payload) -> AppendAck | StatusBatch:
         """Append one publisher batch, in the publisher's batch order.
 
@@ -648,7 +584,7 @@ class ChannelActor:
         publishers.remember(publisher_id, batch, ack)
         return self._ack_reply(ack, statuses)
 
-    @_serves(AppendOnce)
+    @serves(AppendOnce)
     async def _append_once(self, request: AppendOnce, payload: Payload) -> AppendAck:
         """Append a writer's ``version`` unless this channel has it already: exactly once
         across re-runs of a Spark micro-batch and across restarts with a store (the
@@ -674,7 +610,7 @@ class ChannelActor:
 
     # -- readers ----------------------------------------------------------------
 
-    @_serves(OpenReader)
+    @serves(OpenReader)
     async def _open_reader(self, request: OpenReader) -> CursorState:
         """Register a subscriber on this channel (its cursor, if anonymous)."""
         state, created = self._readers.open(request.reader_id, request.spec)
@@ -682,18 +618,18 @@ class ChannelActor:
             await self._state.save()
         return state
 
-    @_serves(CloseReader)
+    @serves(CloseReader)
     async def _close_reader(self, request: CloseReader) -> None:
         """Forget a subscriber; its session here (if any) ends."""
         if self._readers.close(request.reader_id):
             await self._state.save()
 
-    @_serves(ReadReaderSpecs, _Admit.ALWAYS)
+    @serves(ReadReaderSpecs, Admit.ALWAYS)
     async def _reader_specs(self, _: ReadReaderSpecs) -> dict[str, ReaderSpec]:
         """Every open reader's spec (a restarted coordinator asks)."""
         return self._readers.specs()
 
-    @_serves(Take)
+    @serves(Take)
     async def _take(self, request: Take) -> Delivery:
         """Deliver up to ``max_count`` elements (``wait``: a fetch); see :meth:`Readers.take`."""
         reader_id = request.reader_id
@@ -703,24 +639,24 @@ class ChannelActor:
             reader_id, request.fence, request.max_count, request.wait, request.token
         )
 
-    @_serves(StopTake)
+    @serves(StopTake)
     async def _stop_take(self, request: StopTake) -> None:
         """End the wait of fetch ``token``: it takes nothing (it may not have arrived yet)."""
         self._readers.fetches.stop(request.token)
 
-    @_serves(SettleTake)
+    @serves(SettleTake)
     async def _settle_take(self, request: SettleTake) -> bool:
         """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
         return self._readers.settle(
             request.reader_id, request.fence, request.token, request.give_back_from
         )
 
-    @_serves(HostRestarted, _Admit.NOW)
+    @serves(HostRestarted, Admit.NOW)
     async def _host_restarted(self, request: HostRestarted) -> int:
         """Channel ``host`` restarted: what its sessions took here is read again now."""
         return self._readers.host_restarted(request.host)
 
-    @_serves(GiveBack)
+    @serves(GiveBack)
     async def _give_back(self, request: GiveBack) -> bool:
         """Undo a take nobody saw (see :meth:`Readers.give_back`)."""
         return self._readers.give_back(
@@ -732,7 +668,7 @@ class ChannelActor:
             request.entries,
         )
 
-    @_serves(ReportPoison)
+    @serves(ReportPoison)
     async def _report_poison(self, request: ReportPoison) -> bool:
         """A reader could not decode an element (see :meth:`Readers.report_poison`)."""
         poison = Poison(request.sequence, request.cause_type, request.cause_message)
@@ -740,19 +676,19 @@ class ChannelActor:
             request.reader_id, request.fence, request.jumps, poison, request.skipped
         )
 
-    @_serves(Watch)
+    @serves(Watch)
     async def _watch(self, request: Watch) -> CursorState:
         """The reader's cursor state once it differs from ``known`` (or after ``timeout``)."""
         return await self._readers.watch(
             request.reader_id, request.fence, request.known, request.timeout
         )
 
-    @_serves(ReadCursor, _Admit.NOW)
+    @serves(ReadCursor, Admit.NOW)
     async def _read_cursor(self, request: ReadCursor) -> CursorState:
         """The reader's cursor (see :meth:`_cursor`)."""
         return self._cursor(request.reader_id, request.fence)
 
-    @_serves(Commit)
+    @serves(Commit)
     async def _commit(self, request: Commit) -> CommitResult:
         """Commit ``sequence`` (and every earlier one) for the reader or its group;
         with a store, answered once the commit is on disk."""
@@ -765,7 +701,7 @@ class ChannelActor:
             await self._state.save()
         return result
 
-    @_serves(Seek)
+    @serves(Seek)
     async def _seek(self, request: Seek) -> tuple[int, int]:
         """Move the reader's cursor; return (position set, new jump count)."""
         self._readers.refuse_shared(request.reader_id, "seek")
@@ -779,7 +715,7 @@ class ChannelActor:
 
     # -- groups (the coordinator's) -------------------------------------------------
 
-    @_serves(EnsureGroup)
+    @serves(EnsureGroup)
     async def _ensure_group(self, request: EnsureGroup) -> CursorState:
         """Create the group's cursor here if it does not exist yet (``shared``: a
         shared group's, with its definition). ``reader``: the spec of the member
@@ -796,7 +732,7 @@ class ChannelActor:
             await self._state.save()
         return state
 
-    @_serves(DestroyGroup)
+    @serves(DestroyGroup)
     async def _destroy_group(self, request: DestroyGroup) -> None:
         """Forget a group: its positions and the retention it held."""
         group = request.group
@@ -807,13 +743,13 @@ class ChannelActor:
             self._state.touch("streams", group)
         await self._state.save()
 
-    @_serves(Grant)
+    @serves(Grant)
     async def _grant(self, request: Grant) -> None:
         """Give the group's channel to a member (None: to nobody); it resumes after the commit."""
         if self._readers.owned.grant(request.group, request.lease):
             await self._state.save()
 
-    @_serves(ResetGroup)
+    @serves(ResetGroup)
     async def _reset_group(self, request: ResetGroup) -> tuple[int, dict[str, Any]]:
         """Move the group's read and commit positions; return (position, previous state)
         (see :meth:`Readers.reset_group`)."""
@@ -821,18 +757,18 @@ class ChannelActor:
         await self._state.save()
         return reset
 
-    @_serves(RestoreGroup)
+    @serves(RestoreGroup)
     async def _restore_group(self, request: RestoreGroup) -> None:
         """Undo a reset (a reset of several channels is all or nothing)."""
         if self._readers.restore_group(request.group, request.previous):
             await self._state.save()
 
-    @_serves(ReadGroupCursors, _Admit.ALWAYS)
+    @serves(ReadGroupCursors, Admit.ALWAYS)
     async def _group_cursors(self, _: ReadGroupCursors) -> dict[str, dict[str, Any]]:
         """Every group's cursor here (a restarted coordinator, and bulk reads, ask)."""
         return self._readers.describe_groups()
 
-    @_serves(ReadOpeningError, _Admit.ALWAYS)
+    @serves(ReadOpeningError, Admit.ALWAYS)
     async def _opening_error(self, _: ReadOpeningError) -> TopicError | None:
         """Why this channel's store could not be opened (a typed error naming the
         store), or None. A topic being created fails with it (see the coordinator's
@@ -843,7 +779,7 @@ class ChannelActor:
 
     # -- shared groups (per-element acknowledgement) --------------------------------
 
-    @_serves(Ack)
+    @serves(Ack)
     async def _ack(self, request: Ack) -> AckStatus | list[AckStatus]:
         """Acknowledge elements a shared group's member holds, each named by its
         delivery id (sequence, delivery count, channel epoch); with a store,
@@ -851,14 +787,14 @@ class ChannelActor:
         statuses = self._readers.shared.ack(request.reader_id, request.entries)
         return await self._acknowledged(statuses, AckStatus.ACKED, request.single)
 
-    @_serves(Nack)
+    @serves(Nack)
     async def _nack(self, request: Nack) -> AckStatus | list[AckStatus]:
         """Give elements back to their shared group, to be delivered again after
         ``delay`` seconds (past ``max_deliveries``: to the dead-letter topic)."""
         statuses = self._readers.shared.nack(request.reader_id, request.entries, request.delay)
         return await self._acknowledged(statuses, AckStatus.NACKED, request.single)
 
-    @_serves(ExtendLease)
+    @serves(ExtendLease)
     async def _extend_lease(self, request: ExtendLease) -> AckStatus | list[AckStatus]:
         """Move the ack deadlines of elements the member holds: they end ``seconds``
         from now (None: the group's ``ack_timeout`` from now). Not written to the
@@ -875,7 +811,7 @@ class ChannelActor:
             await self._state.save()
         return statuses[0] if single else statuses
 
-    @_serves(Purge)
+    @serves(Purge)
     async def _purge(self, _: Purge) -> int:
         """Remove every element (an operator's ``Topic.purge``); groups and readers
         continue after them, and shared groups forget what they held or waited
@@ -890,7 +826,7 @@ class ChannelActor:
 
     # -- receive sessions (the receives sent to this channel) ---------------------
 
-    @_serves(UpdateViews)
+    @serves(UpdateViews)
     async def _update_views(self, request: UpdateViews) -> None:
         """Members' channels changed: sessions here read these from now on. A member
         that left or timed out (None) owns nothing: its session here ends (a
@@ -916,31 +852,31 @@ class ChannelActor:
             self._state.touch("marks", group)
             self._state.save_later()
 
-    @_serves(ReadGroupMarks, _Admit.ALWAYS)
+    @serves(ReadGroupMarks, Admit.ALWAYS)
     async def _group_marks(self, _: ReadGroupMarks) -> dict[str, tuple[int, int]]:
         """Per group, the highest (view version, generation) pushed here."""
         return dict(self._host.marks)
 
-    @_serves(ReadResequencerStats, _Admit.NOW)
+    @serves(ReadResequencerStats, Admit.NOW)
     async def _resequencer_stats(self, request: ReadResequencerStats) -> Any:
         """The resequencer counts of the reader's session here (None: none)."""
         session = self._host.sessions.get(request.reader_id)
         return None if session is None else session.resequencer_stats
 
-    @_serves(InterruptReceives, _Admit.NOW)
+    @serves(InterruptReceives, Admit.NOW)
     async def _interrupt_receives(self, request: InterruptReceives) -> None:
         """A handle abandons its receives of ``stream`` up to ``upto`` (see ReceiveSession)."""
         if request.reader_id in self._readers.by_id:
             self._session(request.reader_id, None).interrupt(request.stream, request.upto)
 
-    @_serves(SettleReceives)
+    @serves(SettleReceives)
     async def _settle_receives(self, request: SettleReceives) -> None:
         """Wait until a handle's receives up to ``upto`` finished (a seek goes after them)."""
         session = self._host.sessions.get(request.reader_id)
         if session is not None:
             await session.settle(request.stream, request.upto)
 
-    @_serves(ResumeReceives, _Admit.NOW)
+    @serves(ResumeReceives, Admit.NOW)
     async def _resume_receives(self, request: ResumeReceives) -> None:
         """The seek announced by ``SettleReceives`` landed: waits may take again."""
         session = self._host.sessions.get(request.reader_id)
@@ -953,7 +889,7 @@ class ChannelActor:
             self._ensure_siblings()
         return self._host.session(reader_id, view)
 
-    @_serves(Receive)
+    @serves(Receive)
     async def _receive(self, request: Receive) -> ReceivedBatch:
         """Serve a subscriber's receive at its session here (see ReceiveSession)."""
         reader_id, view = request.reader_id, request.view
@@ -969,19 +905,12 @@ class ChannelActor:
             view,
         )
 
-    @_serves(EndReceives, _Admit.ALWAYS)
+    @serves(EndReceives, Admit.ALWAYS)
     async def _end_receives(self, request: EndReceives) -> None:
         """The topic is being destroyed: waiting receives here raise TopicNotFoundError,
         and so does every other wait (ring buffer reads, appends waiting for room)."""
         self._context.end_waits(request.reason)
         await self._host.end_receives(request.reason)
-
-
-def _call(handler: _Handler, channel: ChannelActor, request: Any, payload: Any) -> Awaitable[Any]:
-    """Call a data-path handler; only the requests that carry values (appends) get a payload."""
-    if payload is None:
-        return handler(channel, request)
-    return handler(channel, request, payload)
 
 
 _TRANSACTION_STEPS: dict[type, Callable[..., Awaitable[Any]]] = {

@@ -15,7 +15,8 @@ import cloudpickle
 import pyarrow as pa
 import pytest
 
-from raytopic.actors.channel import _SERVED, ChannelActor, _Admit
+from raytopic.actors.channel import ChannelActor
+from raytopic.actors.channel_dispatch import SERVED, Admit
 from raytopic.actors.channel_link import ChannelLink
 from raytopic.actors.receive_session import ReceiveSession
 from raytopic.core.config import Overflow, TopicConfig
@@ -582,8 +583,8 @@ def test_ray_sees_a_few_entries_each_behind_the_guard() -> None:
     unguarded = {name for name in entries if not hasattr(getattr(ChannelActor, name), "__admits__")}
     assert not unguarded
     # The typed entries serve every request type, each with its own admission.
-    assert set(_SERVED) == set(CHANNEL_REQUESTS) | set(CONTROL_REQUESTS)
-    assert all(admit is not _Admit.BY_REQUEST for _, admit in _SERVED.values())
+    assert set(SERVED) == set(CHANNEL_REQUESTS) | set(CONTROL_REQUESTS)
+    assert all(admit is not Admit.BY_REQUEST for _, admit in SERVED.values())
 
 
 def test_a_failed_channel_refuses_data_path_and_control_requests_typed() -> None:

@@ -1,0 +1,86 @@
+"""How a request reaches the channel's handler, and when it is admitted.
+
+The channel answers Ray through a few entries (``request``, ``control``, ...); each
+typed request is served by the private handler registered for its type, behind the
+guard its registration names. Pure: the guard reads the channel's ``_failure`` and
+``_seeded`` and awaits its ``_admit``.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["SERVED", "Admit", "Handler", "call_handler", "entry", "serves"]
+
+
+class Admit(enum.Enum):
+    """When a call is admitted: the guard every Ray-callable entry of the channel has.
+
+    A failed channel (fenced: its store broke, or it could not recover it) refuses
+    typed (ChannelFailedError); a channel restarted without a store is "recovering"
+    until its coordinator seeds it (its groups and epoch).
+    """
+
+    SEEDED = enum.auto()
+    """Refused by a failed channel; on a recovering one, waits until it is seeded."""
+    NOW = enum.auto()
+    """Refused by a failed channel; a recovering one refuses at once ("try again"):
+    a read that would only report a state still to come."""
+    ALWAYS = enum.auto()
+    """Answered in any state: the life cycle (seeding is what ends recovering), and
+    what a coordinator rebuilding itself or destroying the topic asks."""
+    BY_REQUEST = enum.auto()
+    """An entry serving typed requests: each request type's own (see :func:`serves`)."""
+
+
+Handler = Callable[..., Awaitable[Any]]
+
+SERVED: dict[type, tuple[Handler, Admit]] = {}
+"""Request type -> (the channel's handler, when it is admitted): the dispatch table of
+``request`` and ``control``."""
+
+
+def serves(kind: type, admit: Admit = Admit.SEEDED) -> Callable[[Handler], Handler]:
+    """Make a private method of the channel the handler of requests of type ``kind``
+    (called with the record, and an append's payload), admitted as ``admit`` says."""
+
+    def register(handler: Handler) -> Handler:
+        if kind in SERVED:
+            raise TypeError(f"two handlers of {kind.__name__}")
+        SERVED[kind] = (handler, admit)
+        return handler
+
+    return register
+
+
+def entry(admit: Admit) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A Ray-callable entry of the channel, behind the guard (see :class:`Admit`)."""
+
+    def guard(method: Callable[..., Any]) -> Callable[..., Any]:
+        if admit in (Admit.SEEDED, Admit.NOW):
+            if not inspect.iscoroutinefunction(method):
+                raise TypeError(f"{method.__name__}: a guarded entry is async")
+
+            @functools.wraps(method)
+            async def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if self._failure is not None or not self._seeded.is_set():
+                    await self._admit(admit)
+                return await method(self, *args, **kwargs)
+
+        else:  # ALWAYS: nothing to check; BY_REQUEST: checked per request
+            guarded = method
+        guarded.__admits__ = admit  # type: ignore[attr-defined]
+        return guarded
+
+    return guard
+
+
+def call_handler(handler: Handler, channel: Any, request: Any, payload: Any) -> Awaitable[Any]:
+    """Call a data-path handler; only the requests that carry values (appends) get a payload."""
+    if payload is None:
+        return handler(channel, request)
+    return handler(channel, request, payload)
