@@ -108,7 +108,10 @@ def test_a_burst_scales_up_from_zero_each_element_once_then_down(
     )
     assert scaler.members == 0  # no lag, min_members=0: nobody
     values = _values(mode, 400)
-    _publish(topic, values)
+    # One batch (a call per channel, sent together): the scaler's next poll sees
+    # the whole burst, not the first values a publisher's linger sent.
+    with topic.publisher() as publisher:
+        ray.get(publisher.publish_batch(values), timeout=TIMEOUT)
     wait_until(lambda: scaler.describe().members, timeout=TIMEOUT)
     stats = scaler.describe()
     assert stats.desired == 2  # 400 / 100 wanted, max_members 2
