@@ -39,6 +39,13 @@ from typing import Any
 import ray
 
 from raytopic.actors.channel_link import ChannelLink
+from raytopic.actors.receive.planner import (
+    TakePlanner,
+    in_scope,
+    shares,
+    take_groups,
+    window_room,
+)
 from raytopic.actors.turns import Turns
 from raytopic.core.errors import (
     NotOwnerError,
@@ -53,9 +60,6 @@ from raytopic.core.resequencer import Resequence, ResequencedStream, Resequencer
 logger = logging.getLogger(__name__)
 
 __all__ = ["ReceiveSession", "SessionSpec"]
-
-_PARALLEL_SHARE = 250
-"""Elements per channel below which a receive does not split over more channels."""
 
 _SETTLE_POLL = 0.002
 """Seconds between looks while a seek waits for earlier receives to finish."""
@@ -147,7 +151,7 @@ class ReceiveSession:
         # group timed it out): a stream's first number is taken after a short wait
         # for lower ones, not the 5 s a gap waits for a call that never came.
         self._turns = Turns(unknown_start=_MID_STREAM_TURN_WAIT if mid_stream else None)
-        self._next_channel = 0
+        self._planner = TakePlanner(home)
         self._stale: list[BaseException] = []  # StaleSequenceErrors still to report
         self._returning: list[asyncio.Future[Any]] = []  # give-backs on their way
         self._interrupted: dict[str, int] = {}  # stream -> receives up to it stop waiting
@@ -357,20 +361,12 @@ class ReceiveSession:
             await asyncio.sleep(_SETTLE_POLL)
 
     def _room(self) -> int:
-        window = self.spec.window
-        if window is None:
-            return 1 << 30
-        unacked = sum(
-            self._known[channel].unacked for channel in self._owned if channel in self._known
-        )
-        return window - unacked
+        known = self._known
+        return window_room(self.spec.window, (known[c].unacked for c in self._owned if c in known))
 
     def _scope(self, here_only: bool) -> list[int]:
         """The owned channels a receive may read: this one first."""
-        if here_only:
-            return [self.home] if self.home in self._owned else []
-        others = sorted(c for c in self._owned if c != self.home)
-        return [self.home, *others] if self.home in self._owned else others
+        return in_scope(self._owned, self.home, here_only)
 
     def _known_available(self, here_only: bool = False) -> bool:
         known = self._known
@@ -392,32 +388,23 @@ class ReceiveSession:
         more in total, so nothing is taken that this receive does not return):
         a relayed batch from one sibling does not hold up the others.
         """
-        scope = self._scope(here_only)
         known = self._known
-        # A channel with a fetch out is read by that fetch (it takes the channel's
-        # next elements whenever they come): a take beside it could overtake it.
-        candidates = [
-            c for c in scope if (c not in known or known[c].available) and c not in self._fetches
-        ]
+        candidates = self._planner.candidates(
+            self._scope(here_only),
+            lambda c: c not in known or known[c].available,
+            self._fetches,
+            local_first=local_first,
+        )
         if not candidates:
             return []
-        if not (local_first and candidates[0] == self.home):
-            channels = sorted(scope)
-            turn = self._next_channel % len(channels)
-            rotation = channels[turn:] + channels[:turn]
-            candidates = [c for c in rotation if c in candidates]
-            self._next_channel = channels.index(candidates[0]) + 1
         return await self._take_from(candidates, max_count, spread)
 
     async def _take_from(
         self, candidates: list[int], max_count: int, spread: bool
     ) -> list[Delivery]:
         """Take from the first of ``candidates`` with data, or from several at once."""
-        width = 1
-        if spread:
-            width = max(1, min(len(candidates), max_count // _PARALLEL_SHARE))
-        for start in range(0, len(candidates), width):
-            group = [c for c in candidates[start : start + width] if c in self._owned]
+        for planned in take_groups(candidates, max_count, spread):
+            group = [c for c in planned if c in self._owned]  # (revoked meanwhile)
             if not group:
                 continue
             if len(group) == 1:  # the common case: no task, no extra loop turn
@@ -451,11 +438,10 @@ class ReceiveSession:
         If this receive is cancelled meanwhile, what the takes still deliver is
         given back, so the next receive reads it.
         """
-        share, extra = divmod(max_count, len(group))
         returning = list(self._returning)  # now: a give-back made later may wait for these
         takes = [
-            asyncio.ensure_future(self._take(channel, share + (index < extra), returning))
-            for index, channel in enumerate(group)
+            asyncio.ensure_future(self._take(channel, share, returning))
+            for channel, share in zip(group, shares(max_count, len(group)), strict=True)
         ]
         try:
             await asyncio.wait(takes)
