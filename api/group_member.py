@@ -36,7 +36,7 @@ from raytopic.core.errors import (
 )
 from raytopic.core.protocol import ReaderSpec
 from raytopic.core.shared_group import SharedGroup
-from raytopic.membership import Heartbeats, Membership
+from raytopic.membership import Heartbeats, KnownView
 from raytopic.receives import JumpCounts, Ownership
 
 if TYPE_CHECKING:
@@ -45,16 +45,17 @@ if TYPE_CHECKING:
     from raytopic.coordinator.groups import MemberView
     from raytopic.core.protocol import Lease
     from raytopic.core.records import OwnershipChange
+    from raytopic.subscriber_options import SubscriberOptions
     from raytopic.topic import Topic
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GroupMember", "Member", "NoMembership", "SharedGroupMember", "membership_for"]
+__all__ = ["GroupMember", "Membership", "NoMembership", "SharedGroupMember", "membership_for"]
 
 _COMMIT_INSTEAD = "only a shared group's members acknowledge elements: commit"
 
 
-class Member(Ownership, Protocol):
+class Membership(Ownership, Protocol):
     """What a subscriber asks of its place in a group (anonymous ones included)."""
 
     @property
@@ -113,38 +114,32 @@ class Member(Ownership, Protocol):
         ...
 
 
-def membership_for(
-    topic: Topic,
-    group: str | None,
-    mode: str,
-    *,
-    member_id: str,
-    timeout: float,
-    listener: Callable[[OwnershipChange], None] | None = None,
-    definition: SharedGroup | None = None,
-    cooperative: bool = False,
-) -> Member:
+def membership_for(topic: Topic, options: SubscriberOptions, reader_id: str) -> Membership:
     """The membership a subscriber holds: none, in an owned group, or in a shared one.
 
     Args:
         topic: The subscriber's topic.
-        group: The group's name; None for an anonymous subscriber.
-        mode: ``"owned"`` or ``"shared"`` (checked by the caller).
-        member_id: The subscriber's id.
-        timeout: Seconds without a heartbeat before the group drops the member.
-        listener: Called with each change of the channels owned.
-        definition: A shared group's definition, if the subscriber gave one.
-        cooperative: An owned group's member releases channels itself before they
-            move (see :meth:`GroupMember.release`).
+        options: The subscriber's checked options (group, mode, timeout,
+            listener, a shared group's definition, cooperative).
+        reader_id: The subscriber's id.
 
     Returns:
         A :class:`NoMembership`, :class:`GroupMember` or :class:`SharedGroupMember`.
     """
-    if group is None:
+    if options.group is None:
         return NoMembership(topic.channel_count)
-    if mode == "shared":
-        return SharedGroupMember(topic, group, member_id, timeout, listener, definition)
-    return GroupMember(topic, group, member_id, timeout, listener, cooperative=cooperative)
+    if options.mode == "shared":
+        return SharedGroupMember(
+            topic, options.group, reader_id, options.timeout, options.listener, options.definition
+        )
+    return GroupMember(
+        topic,
+        options.group,
+        reader_id,
+        options.timeout,
+        options.listener,
+        cooperative=options.cooperative,
+    )
 
 
 class NoMembership:
@@ -209,7 +204,7 @@ class GroupMember:
     Args:
         topic: The subscriber's topic.
         group: The group's name.
-        member_id: The subscriber's id.
+        reader_id: The subscriber's id.
         timeout: Seconds without a heartbeat before the group drops the member.
         listener: Called with each change of the channels owned.
         cooperative: The member keeps a channel its group moves away until it
@@ -223,7 +218,7 @@ class GroupMember:
         self,
         topic: Topic,
         group: str,
-        member_id: str,
+        reader_id: str,
         timeout: float,
         listener: Callable[[OwnershipChange], None] | None,
         *,
@@ -231,11 +226,11 @@ class GroupMember:
     ) -> None:
         self._topic = topic
         self.group = group
-        self._id = member_id
+        self._id = reader_id
         self._timeout = timeout
         self._cooperative = cooperative
         self._listener = listener
-        self._membership = Membership()
+        self._view = KnownView()
         self._jumps: JumpCounts  # set by start(): the receives' counts
         self._stopped = False
         self._join_lock = threading.RLock()  # one rejoin at a time
@@ -249,7 +244,7 @@ class GroupMember:
     @property
     def version(self) -> int:
         """Version of the group view known now (-1: none yet)."""
-        return self._membership.version
+        return self._view.version
 
     def prepare(self, spec: ReaderSpec) -> ReaderSpec:
         """Make sure the group exists; a new one only if every channel can open
@@ -280,14 +275,14 @@ class GroupMember:
             if self._heartbeats.failed and not self._stopped:
                 self._recover_heartbeats()
             self._heartbeats.catch_up()
-        return self._membership.channels
+        return self._view.channels
 
     def current_channels(self) -> tuple[int, ...]:
         """The channels owned now. Answered from the view, which the heartbeats keep
         fresh; a member silent for longer than its timeout may have timed out a
         moment ago: that one asks the coordinator (no other read does)."""
         silent = time.monotonic() - self._last_active > self._timeout
-        if silent and not self._membership.timed_out:
+        if silent and not self._view.timed_out:
             self._refresh(touch=False)
         return self.owned()
 
@@ -300,10 +295,10 @@ class GroupMember:
             NotOwnerError: ``required``, and the channel is not this member's.
         """
         self.owned()  # applies news that has arrived
-        lease = self._membership.leases.get(channel)
+        lease = self._view.leases.get(channel)
         if lease is None and (required or refresh):
             self._refresh(touch=False)
-            lease = self._membership.leases.get(channel)
+            lease = self._view.leases.get(channel)
             if lease is None and required:
                 raise NotOwnerError(f"channel {channel} is not owned by this subscriber")
         return lease
@@ -322,7 +317,7 @@ class GroupMember:
         self._last_active = time.monotonic()
         self._heartbeats.start()
         self._rejoin_if_needed()
-        return self._membership.request_view()
+        return self._view.request_view()
 
     def track(self, ref: ray.ObjectRef[Any]) -> None:
         self._outstanding.append(ref)  # a waiting receive keeps its member alive
@@ -345,7 +340,7 @@ class GroupMember:
     def revoking(self) -> tuple[int, ...]:
         """Owned channels the group is moving away (news that came is applied first)."""
         owned = self.owned()
-        return tuple(channel for channel in owned if channel in self._membership.revoking)
+        return tuple(channel for channel in owned if channel in self._view.revoking)
 
     def release(self, channels: tuple[int, ...]) -> None:
         """Give back ``channels`` the group is moving away: they go to their new owners
@@ -369,7 +364,7 @@ class GroupMember:
             SubscriberClosedError: the group was destroyed.
         """
         coordinator = self._topic._coordinator
-        version = self._membership.version
+        version = self._view.version
         try:
             view = self._call(coordinator.heartbeat.remote(self.group, self._id, version, touch))
         except GroupNotFoundError as error:
@@ -378,13 +373,13 @@ class GroupMember:
 
     def _rejoin_if_needed(self) -> None:
         """Join again after a timeout (a new generation; it resumes after the commits)."""
-        membership = self._membership
+        known = self._view
         self.owned()  # applies news that has arrived
-        if not membership.timed_out:
+        if not known.timed_out:
             return
         coordinator = self._topic._coordinator
         with self._join_lock:
-            if not membership.timed_out:
+            if not known.timed_out:
                 return
             try:
                 view = self._call(
@@ -409,16 +404,16 @@ class GroupMember:
         Under the view's own lock, never a receive's: the heartbeat thread adopts
         while a receive (holding the receives' lock) may wait to read the view.
         """
-        membership = self._membership
+        known = self._view
         with self._view_lock:
             if self._stopped:
                 return  # a poll answered after close() (it left): nothing to tell
             if view is None:
-                change = membership.lose()
+                change = known.lose()
             else:
-                if membership.accepts(view, rejoined=rejoined):
+                if known.accepts(view, rejoined=rejoined):
                     self._jumps.raise_all(view.jumps)
-                change = membership.apply(view, rejoined=rejoined)
+                change = known.apply(view, rejoined=rejoined)
             if change is not None:
                 self._changes.append(change)
 
@@ -441,7 +436,7 @@ class GroupMember:
     # -- heartbeats ------------------------------------------------------------------
 
     def _make_heartbeats(self) -> Heartbeats:
-        membership = self._membership
+        known = self._view
         coordinator, group, member = self._topic._coordinator, self.group, self._id
 
         cooperative = self._cooperative
@@ -464,8 +459,8 @@ class GroupMember:
             timeout=self._timeout,
             apply=lambda view: _call_if_alive(adopt, view),
             notify=lambda: _call_if_alive(tell),
-            version=lambda: membership.version,
-            timed_out=lambda: membership.timed_out,
+            version=lambda: known.version,
+            timed_out=lambda: known.timed_out,
             rejoin=lambda: _call_if_alive(rejoin),
         )
 
@@ -510,7 +505,7 @@ class SharedGroupMember(GroupMember):
     Args:
         topic: The subscriber's topic.
         group: The group's name.
-        member_id: The subscriber's id.
+        reader_id: The subscriber's id.
         timeout: Seconds without a heartbeat before the group drops the member.
         listener: Called with each change of the channels owned.
         definition: The group's definition, if the subscriber gave one (used
@@ -523,12 +518,12 @@ class SharedGroupMember(GroupMember):
         self,
         topic: Topic,
         group: str,
-        member_id: str,
+        reader_id: str,
         timeout: float,
         listener: Callable[[OwnershipChange], None] | None,
         definition: SharedGroup | None = None,
     ) -> None:
-        super().__init__(topic, group, member_id, timeout, listener)
+        super().__init__(topic, group, reader_id, timeout, listener)
         self._definition = definition
 
     def prepare(self, spec: ReaderSpec) -> ReaderSpec:

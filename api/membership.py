@@ -1,6 +1,6 @@
 """A group member's knowledge of its group, and the thread that keeps it fresh.
 
-:class:`Membership` is pure (no Ray): the member's view (channels and their
+:class:`KnownView` is pure (no Ray): the member's view (channels and their
 leases, the view version, its generation) and the rule that turns one view
 into the next as an :class:`OwnershipChange`. (A view's reset jump counts
 are kept with the receives they stale: ``raytopic.receives.JumpCounts``.)
@@ -34,11 +34,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Heartbeats", "Membership"]
+__all__ = ["Heartbeats", "KnownView"]
 
 
 @dataclass(slots=True)
-class Membership:
+class KnownView:
     """What a member knows of its group's view. No Ray.
 
     **Ordering**: views apply in version order; an older one is ignored.

@@ -5,14 +5,14 @@ Reading goes straight to the channels:
 - ``receive_batch()`` and ``receive()`` are ONE actor call each, submitted
   from this process (so the ObjectRef belongs to this process and survives
   the channel actor), to the channel :class:`ChannelChoice` picks: the next
-  owned channel in turn for a batch, its *home* for a single element. That
+  owned channel in turn for a batch, its *host* for a single element. That
   channel's receive session takes from its own channel in-process, and only
   when that one is empty from the others (see ``raytopic.actors.
   receive_session``); receives sent while earlier ones are still out go to
   the same channel, so they complete in order.
 - Iteration keeps a few receives in flight at EVERY owned channel at once,
   each scoped to its channel: no element is relayed through another actor.
-  With a window or a resequencer it goes through the home's session instead,
+  With a window or a resequencer it goes through the host's session instead,
   which counts the window or holds the resequencer.
 
 A seek or a group reset bumps a channel's cursor *jump count*; elements read
@@ -128,21 +128,21 @@ class ChannelChoice:
     """Which channel a receive goes to when none of the user's is still out. No Ray.
 
     A single receive (or one a window or a resequencer counts) goes to the
-    *home*: an owned channel fixed by the reader's id while the view holds. A
-    resequencing reader's home never moves: its resequencer lives in the
-    home's session. Batches go to the owned channels in turn: bulk reads go
+    *host*: an owned channel fixed by the reader's id while the view holds. A
+    resequencing reader's host never moves: its resequencer lives in the
+    host's session. Batches go to the owned channels in turn: bulk reads go
     where the data is.
     """
 
-    def __init__(self, reader_id: str, channel_count: int, *, fixed_home: bool) -> None:
+    def __init__(self, reader_id: str, channel_count: int, *, fixed_host: bool) -> None:
         self._seed = zlib.crc32(reader_id.encode())
         self._turn = self._seed
         self._channel_count = channel_count
-        self._fixed_home = fixed_home
+        self._fixed_host = fixed_host
 
-    def home(self, owned: tuple[int, ...]) -> int:
-        """The home among ``owned`` (any channel when none is owned)."""
-        if self._fixed_home or not owned:
+    def host(self, owned: tuple[int, ...]) -> int:
+        """The host among ``owned`` (any channel when none is owned)."""
+        if self._fixed_host or not owned:
             return self._seed % self._channel_count
         return owned[self._seed % len(owned)]
 
@@ -185,10 +185,10 @@ class Receives:
         self._topic = topic
         self._reader = reader_id
         self._ownership = ownership
-        self._through_home = spec.window is not None or spec.resequence is not None
+        self._through_host = spec.window is not None or spec.resequence is not None
         self._complete_on_empty = spec.complete_on_empty
         self._choice = ChannelChoice(
-            reader_id, topic.channel_count, fixed_home=spec.resequence is not None
+            reader_id, topic.channel_count, fixed_host=spec.resequence is not None
         )
         self.jumps = JumpCounts()
         """The jump counts; views of the group raise them too."""
@@ -203,11 +203,11 @@ class Receives:
         self._target: int | None = None
         self._in_flight: deque[ray.ObjectRef[Any]] = deque()
         # An iteration's: a stream per channel (direct), or user-stream receives
-        # through the home (``_home_refs``, with a window or a resequencer), which
+        # through the host (``_host_refs``, with a window or a resequencer), which
         # take from every owned channel at once (``spread``).
         self._reads: dict[int, _ChannelReads] = {}
-        self._home_refs: deque[ray.ObjectRef[list[Element]]] = deque()
-        self._home_older = 0  # of those, sent before the current iteration began
+        self._host_refs: deque[ray.ObjectRef[list[Element]]] = deque()
+        self._host_older = 0  # of those, sent before the current iteration began
         self._buffer: deque[Element] = deque()  # elements an iteration left over
 
     # -- the user's receives -------------------------------------------------------------
@@ -225,12 +225,12 @@ class Receives:
         return self._send(count, single=single)
 
     @property
-    def home_channel(self) -> int:
+    def host_channel(self) -> int:
         """The channel a single receive goes to (while none of the user's is out)."""
-        return self._choice.home(self._ownership.owned(catch_up=False))
+        return self._choice.host(self._ownership.owned(catch_up=False))
 
     @contextlib.contextmanager
-    def settled(self) -> Iterator[None]:
+    def paused(self) -> Iterator[None]:
         """Receives sent before entering complete before the block runs (unless they
         wait for data: those see what the block did); the channel serving them
         resumes after it. A seek runs in this block."""
@@ -242,8 +242,8 @@ class Receives:
             return
         actor = self._topic._channel_actors[at]
         last = stream.next_number - 1
-        settle = SettleReceives(reader_id=self._reader, stream=stream.stream, upto=last)
-        _get(actor.request.remote(pack_request(settle)), self._topic)
+        pause = SettleReceives(reader_id=self._reader, stream=stream.stream, upto=last)
+        _get(actor.request.remote(pack_request(pause)), self._topic)
         try:
             yield
         finally:
@@ -260,12 +260,12 @@ class Receives:
             raise SubscriberClosedError("the subscriber is closed")
         view = self._ownership.before_receive()
         with self._lock:
-            channel, stream = self._route(home=single or spread or self._through_home)
+            channel, stream = self._route(host=single or spread or self._through_host)
             ref = self._send_receive(channel, stream, count, single, spread, False, view)
             self._in_flight.append(ref)
         return ref
 
-    def _route(self, *, home: bool) -> tuple[int, _ChannelReads]:
+    def _route(self, *, host: bool) -> tuple[int, _ChannelReads]:
         """With the lock held: the channel for the next user receive, and its stream.
 
         While an earlier receive is out, the same channel (so receives complete
@@ -278,7 +278,7 @@ class Receives:
             if waiting:
                 return self._target, self._user_streams[self._target]
         owned = self._ownership.owned(catch_up=False)
-        target = self._choice.home(owned) if home else self._choice.next_in_turn(owned)
+        target = self._choice.host(owned) if host else self._choice.next_in_turn(owned)
         self._target = target
         return target, self._stream_at(self._user_streams, target, "u")
 
@@ -330,9 +330,9 @@ class Receives:
             # before it (before a nack, a seek, a publish...) does not end it.
             reads.drained = False
             reads.older = len(reads.refs)
-        self._home_older = len(self._home_refs)
-        if self._through_home:
-            return _HomeIteration(self)
+        self._host_older = len(self._host_refs)
+        if self._through_host:
+            return _HostIteration(self)
         return _DirectIteration(self)
 
     def iterate_batches(self, max_elements: int) -> Iterator[ElementBatch]:
@@ -414,21 +414,21 @@ class Receives:
         return elements
 
     @property
-    def home_in_flight(self) -> bool:
-        """Whether receives through the home (window, resequencer) are in flight."""
-        return bool(self._home_refs)
+    def host_in_flight(self) -> bool:
+        """Whether receives through the host (window, resequencer) are in flight."""
+        return bool(self._host_refs)
 
-    def prefetch_home(self) -> None:
-        """Keep ITERATION_DEPTH receives in flight through the home's session."""
-        while not self._stopped and len(self._home_refs) < ITERATION_DEPTH:
-            self._home_refs.append(self._send(ITERATION_BATCH, single=False, spread=True))
+    def prefetch_host(self) -> None:
+        """Keep ITERATION_DEPTH receives in flight through the host's session."""
+        while not self._stopped and len(self._host_refs) < ITERATION_DEPTH:
+            self._host_refs.append(self._send(ITERATION_BATCH, single=False, spread=True))
 
-    def take_home(self) -> tuple[ray.ObjectRef[list[Element]], bool]:
-        """The oldest receive through the home's session (taken out of flight), and
+    def take_host(self) -> tuple[ray.ObjectRef[list[Element]], bool]:
+        """The oldest receive through the host's session (taken out of flight), and
         whether it was sent before the current iteration began."""
-        older = self._home_older > 0
-        self._home_older -= older
-        return self._home_refs.popleft(), older
+        older = self._host_older > 0
+        self._host_older -= older
+        return self._host_refs.popleft(), older
 
     def interrupt(self) -> list[ray.ObjectRef[list[Element]]]:
         """Tell every channel with iteration receives out to stop their waits; return
@@ -445,18 +445,18 @@ class Receives:
                     pending.extend(reads.refs)
                     reads.refs.clear()
                     reads.older = 0
-        if self._home_refs:
+        if self._host_refs:
             with self._lock:
                 target = self._target
-                assert target is not None  # a receive through the home went there
+                assert target is not None  # a receive through the host went there
                 stream = self._user_streams[target]
             interrupt = InterruptReceives(
                 reader_id=self._reader, stream=stream.stream, upto=stream.next_number - 1
             )
             actors[target].request.remote(pack_request(interrupt))
-            pending.extend(self._home_refs)
-            self._home_refs.clear()
-            self._home_older = 0
+            pending.extend(self._host_refs)
+            self._host_refs.clear()
+            self._host_older = 0
         return pending
 
     def _reclaim_iteration(self, count: int) -> ElementBatch:
@@ -563,16 +563,16 @@ class _DirectIteration(_Iteration):
         return elements or None
 
 
-class _HomeIteration(_Iteration):
-    """With a window or a resequencer: receives through the home's session, which
+class _HostIteration(_Iteration):
+    """With a window or a resequencer: receives through the host's session, which
     counts the window or holds the resequencer."""
 
     def _next_batch(self) -> list[Element] | None:
         receives = self._receives
-        if receives.stopped and not receives.home_in_flight:
+        if receives.stopped and not receives.host_in_flight:
             return None
-        receives.prefetch_home()
-        ref, older = receives.take_home()
+        receives.prefetch_host()
+        ref, older = receives.take_host()
         try:
             elements = _get(ref, receives.topic)
         except SubscriberClosedError:

@@ -2,14 +2,19 @@
 
 A subscriber registers itself as a *reader* on every channel (its filter and
 converter run there; an anonymous subscriber's cursor lives there). The
-handle checks arguments and hands the work to two parts:
+handle is a facade: it checks that it is open and hands each call to one of
+its parts, all built from one :class:`~raytopic.subscriber_options.SubscriberOptions`:
 
 - :class:`~raytopic.receives.Receives`: where each receive goes, iteration's
   receives in flight, what an abandoned iteration left over, and the jump
   counts that make reads from before a seek or reset stale.
-- a :class:`~raytopic.group_member.Member`: the subscriber's place in its
+- a :class:`~raytopic.group_member.Membership`: the subscriber's place in its
   group, kept fresh by its heartbeats (never by a call on the receive path);
   an anonymous subscriber holds a ``NoMembership``.
+- :class:`~raytopic.reader_cursors.ReaderCursors`: its cursors at the channels
+  (read, seek, commit).
+- :class:`~raytopic.acknowledging.Acknowledgements`: a shared group member's
+  ack, nack and ack-deadline extension.
 """
 
 from __future__ import annotations
@@ -18,51 +23,29 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.acknowledging import Acknowledging
-from raytopic.core.config import (
-    OnPoison,
-    Start,
-    check_bool,
-    check_datetime,
-    check_int,
-    check_name,
-    check_positive_int,
-    check_timeout,
-)
-from raytopic.core.destroyed import check_topic, topic_calls
-from raytopic.core.errors import (
-    GroupModeError,
-    InvalidArgumentError,
-    InvalidTypeError,
-    NotOwnerError,
-    SubscriberClosedError,
-    TopicNotFoundError,
-)
-from raytopic.core.protocol import (
-    Commit,
-    ReadCursor,
-    ReaderSpec,
-    ReadResequencerStats,
-    Seek,
-    pack_request,
-)
+from raytopic.acknowledging import Acknowledgements
+from raytopic.core.config import check_int, check_positive_int
+from raytopic.core.destroyed import topic_calls
+from raytopic.core.errors import InvalidTypeError, SubscriberClosedError, TopicNotFoundError
+from raytopic.core.protocol import ReadResequencerStats, pack_request
 from raytopic.core.records import CommitResult, Element, OwnershipChange, Position
-from raytopic.core.resequencer import Resequence
-from raytopic.core.shared_group import SharedGroup, check_mode
-from raytopic.core.user_functions import pickle_function
 from raytopic.group_member import membership_for
+from raytopic.reader_cursors import HEAD, TAIL, ReaderCursors
 from raytopic.receives import Receives
+from raytopic.subscriber_options import SubscriberOptions
 
 if TYPE_CHECKING:
     from raytopic.core.element_batch import ElementBatch
     from raytopic.core.protocol import CursorState
-    from raytopic.core.resequencer import ResequencerStats
+    from raytopic.core.records import AckStatus
+    from raytopic.core.resequencer import Resequence, ResequencerStats
+    from raytopic.core.shared_group import SharedGroup
     from raytopic.topic import Topic
 
 logger = logging.getLogger(__name__)
@@ -80,11 +63,7 @@ def live_subscriber(reader_id: str) -> Subscriber | None:
     return None if subscriber is None or not subscriber.is_active else subscriber
 
 
-_TAIL = 1 << 62
-"""A sequence past any tail: seeking there clamps to the tail."""
-
-
-class Subscriber(Acknowledging):
+class Subscriber:
     """Receives a topic's elements: all of them (anonymous) or its group's share.
 
     **Ordering**: elements of one channel arrive in position order, and the
@@ -176,91 +155,52 @@ class Subscriber(Acknowledging):
         on_poison: str = "raise",
         cooperative: bool = False,
     ) -> None:
-        check_bool(cooperative, "cooperative")
-        definition = group if isinstance(group, SharedGroup) else None
-        name = definition.name if definition is not None else group
-        name = None if name is None else check_name(name, "group")
-        if mode is None:
-            mode = "shared" if definition is not None else "owned"
-        mode = check_mode(mode)
-        if definition is not None and mode != "shared":
-            raise GroupModeError("a SharedGroup is joined with mode='shared'")
-        spec, timeout = _checked_arguments(
-            name,
-            mode,
+        options = SubscriberOptions.check(
+            group=group,
             start=start,
             filter=filter,
             converter=converter,
-            listener=on_ownership_change,
             complete_on_empty=complete_on_empty,
             window=window,
-            resequence=resequence,
             timeout=timeout,
+            on_ownership_change=on_ownership_change,
+            resequence=resequence,
+            mode=mode,
             on_poison=on_poison,
-        )
-        self._assemble(
-            topic,
-            name,
-            mode,
-            uuid.uuid4().hex,
-            timeout,
-            spec,
-            listener=on_ownership_change,
-            definition=definition,
-            attached=False,
             cooperative=cooperative,
         )
+        self._assemble(topic, options, uuid.uuid4().hex, attached=False)
+
+    @classmethod
+    def _with_options(cls, topic: Topic, options: SubscriberOptions) -> Subscriber:
+        """A new subscriber of ``topic`` with checked options (``Topic.subscriber``)."""
+        subscriber = cls.__new__(cls)
+        subscriber._assemble(topic, options, uuid.uuid4().hex, attached=False)
+        return subscriber
 
     def _assemble(
-        self,
-        topic: Topic,
-        group: str | None,
-        mode: str,
-        reader_id: str,
-        timeout: float,
-        spec: ReaderSpec,
-        *,
-        listener: Callable[[OwnershipChange], None] | None = None,
-        definition: SharedGroup | None = None,
-        attached: bool,
-        cooperative: bool = False,
+        self, topic: Topic, options: SubscriberOptions, reader_id: str, *, attached: bool
     ) -> None:
         """Build the parts; a new subscriber (not ``attached``: a copy of one
         unpickled) registers its reader and joins its group first."""
         self._topic = topic
         self._id = reader_id
-        self._timeout = timeout
         self._lock = threading.Lock()  # closing: once
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
-        self._member = membership_for(
-            topic,
-            group,
-            mode,
-            member_id=reader_id,
-            timeout=timeout,
-            listener=listener,
-            definition=definition,
-            cooperative=cooperative,
-        )
-        self._cooperative = cooperative
+        self._member = membership_for(topic, options, reader_id)
         if not attached:
-            spec = self._member.prepare(spec)
-            self._call(topic._coordinator.open_reader.remote(reader_id, spec))
-        self._spec = spec
-        self._receives = Receives(topic, reader_id, spec, self._member)
+            options = options.joined(self._member.prepare(options.spec))
+            self._call(topic._coordinator.open_reader.remote(reader_id, options.spec))
+        self._options = options
+        self._receives = Receives(topic, reader_id, options.spec, self._member)
+        self._cursors = ReaderCursors(topic, reader_id, self._member, self._receives)
+        self._acks = Acknowledgements(reader_id, topic.topic_id, self._member)
         self._member.start(self._receives.jumps, attached=attached)
         _live[reader_id] = self
 
     def __reduce__(self) -> tuple[Any, ...]:
-        state = {
-            "id": self._id,
-            "timeout": self._timeout,
-            "spec": self._spec,
-            "mode": self._member.mode,
-            "cooperative": self._cooperative,
-        }
-        return (_attached_subscriber, (self._topic, self._member.group, state))
+        return (_attached_subscriber, (self._topic, self._options.for_copy(), self._id))
 
     # -- properties ----------------------------------------------------------------------
 
@@ -348,14 +288,14 @@ class Subscriber(Acknowledging):
 
         Returns:
             How many elements were released, skipped as gaps, dropped as late,
-            and are held now (by the resequencer in its home channel's
+            and are held now (by the resequencer in its host channel's
             session); None without ``resequence``.
         """
-        if self._spec.resequence is None:
+        if self._options.spec.resequence is None:
             return None
-        home = self._topic._channel_actors[self._receives.home_channel]
+        host = self._topic._channel_actors[self._receives.host_channel]
         stats = pack_request(ReadResequencerStats(reader_id=self._id))
-        return self._call(home.request.remote(stats))
+        return self._call(host.request.remote(stats))
 
     @property
     def is_active(self) -> bool:
@@ -394,9 +334,9 @@ class Subscriber(Acknowledging):
             max_elements: The most elements to receive (>= 1).
 
         Returns:
-            An ObjectRef of the ElementBatch (a list of Elements, settled in one
-            call with ``commit()`` or ``ack()``; empty with ``complete_on_empty``
-            when there are none).
+            An ObjectRef of the ElementBatch (a list of Elements, committed or
+            acknowledged in one call with ``commit()`` or ``ack()``; empty with
+            ``complete_on_empty`` when there are none).
 
         Raises:
             InvalidArgumentError: ``max_elements`` is below 1.
@@ -424,8 +364,8 @@ class Subscriber(Acknowledging):
 
         Receives stay in flight at every owned channel, as for element
         iteration, and every rule of it holds (order per channel, window,
-        ownership, seeks); a batch is never empty. Settle a batch in one call
-        per channel with ``batch.commit()`` or ``batch.ack()``.
+        ownership, seeks); a batch is never empty. Commit or acknowledge a batch in
+        one call per channel with ``batch.commit()`` or ``batch.ack()``.
 
         Args:
             max_elements: The most elements per batch (>= 1).
@@ -466,7 +406,8 @@ class Subscriber(Acknowledging):
             GroupModeError: a shared group's member (it acknowledges instead).
             SubscriberClosedError: the subscriber is closed.
         """
-        return self._seek(channel, to, commit=False)
+        self._check_open()
+        return self._cursors.seek(channel, to, commit=False)
 
     def seek_and_commit(self, channel: int, to: Position | datetime) -> Position:
         """``seek``, and set the commit to the Position set.
@@ -482,7 +423,8 @@ class Subscriber(Acknowledging):
             NotOwnerError, PositionMismatchError, InvalidTypeError, GroupModeError,
             SubscriberClosedError: as ``seek``.
         """
-        return self._seek(channel, to, commit=True)
+        self._check_open()
+        return self._cursors.seek(channel, to, commit=True)
 
     def seek_to_head(self, *channels: int) -> dict[int, Position]:
         """Move channels to their heads; their commits reset too.
@@ -496,7 +438,7 @@ class Subscriber(Acknowledging):
         Raises:
             NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
         """
-        return {c: self._seek_to(c, -1, commit=False) for c in self._pick(channels)}
+        return self._seek_each(channels, lambda _: HEAD, commit=False)
 
     def seek_to_tail(self, *channels: int) -> dict[int, Position]:
         """Move channels to their tails: only new elements follow.
@@ -510,7 +452,7 @@ class Subscriber(Acknowledging):
         Raises:
             NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
         """
-        return {c: self._seek_to(c, _TAIL, commit=False) for c in self._pick(channels)}
+        return self._seek_each(channels, lambda _: TAIL, commit=False)
 
     def seek_to_committed(self, *channels: int) -> dict[int, Position]:
         """Move channels back to their last commit: what was received since is
@@ -526,9 +468,7 @@ class Subscriber(Acknowledging):
             NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
         """
         states = self._states()
-        return {
-            c: self._seek_to(c, states[c].committed, commit=False) for c in self._pick(channels)
-        }
+        return self._seek_each(channels, lambda c: states[c].committed, commit=False)
 
     def seek_to_tail_and_commit(self, *channels: int) -> dict[int, Position]:
         """``seek_to_tail``, and commit there.
@@ -542,38 +482,14 @@ class Subscriber(Acknowledging):
         Raises:
             NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
         """
-        return {c: self._seek_to(c, _TAIL, commit=True) for c in self._pick(channels)}
+        return self._seek_each(channels, lambda _: TAIL, commit=True)
 
-    def _seek(self, channel: int, to: Position | datetime, commit: bool) -> Position:
+    def _seek_each(
+        self, channels: tuple[int, ...], target: Callable[[int], int], commit: bool
+    ) -> dict[int, Position]:
         self._check_open()
-        channel = self._topic._check_channel(channel)
-        if isinstance(to, Position):
-            to.check_belongs(self._topic.topic_id, channel)
-            return self._seek_to(channel, to.sequence, commit)
-        if isinstance(to, datetime):
-            return self._seek_to(channel, check_datetime(to, "to"), commit, by_time=True)
-        raise InvalidTypeError(f"to must be a Position or a datetime, got {type(to).__name__}")
-
-    def _seek_to(
-        self, channel: int, target: int | float, commit: bool, by_time: bool = False
-    ) -> Position:
-        self._member.check_positions("seek")
-        fence = self._member.lease(channel, required=True)
-        actor = self._topic._channel_actors[channel]
-        with self._receives.settled():
-            seek = Seek(
-                reader_id=self._id, fence=fence, target=target, by_time=by_time, commit=commit
-            )
-            position, jumps = self._call(actor.request.remote(pack_request(seek)))
-        # What an iteration prefetched before the seek carries a lower count: dropped.
-        self._receives.jumps.raise_to(channel, jumps)
-        return self._topic.position(channel, position)
-
-    def _pick(self, channels: tuple[int, ...]) -> list[int]:
-        self._check_open()
-        if not channels:
-            return list(self.channels)
-        return [self._topic._check_channel(channel) for channel in channels]
+        picked = self._cursors.pick(channels)
+        return {c: self._cursors.seek_to(c, target(c), commit) for c in picked}
 
     def heads(self) -> dict[int, Position]:
         """Where this subscriber reads next.
@@ -633,23 +549,8 @@ class Subscriber(Acknowledging):
         return sum(max(0, s.tail - s.next + 1) for s in states.values())
 
     def _states(self) -> dict[int, CursorState]:
-        """The cursor of every owned channel, read at the channels (one call each)."""
         self._check_open()
-        actors = self._topic._channel_actors
-        owned = self._member.owned()
-        refs = [
-            actors[c].request.remote(
-                pack_request(ReadCursor(reader_id=self._id, fence=self._member.lease(c)))
-            )
-            for c in owned
-        ]
-        states = {}
-        for channel, ref in zip(owned, refs, strict=True):
-            try:
-                states[channel] = self._call(ref)
-            except NotOwnerError:
-                continue  # lost it a moment ago
-        return states
+        return self._cursors.states()
 
     # -- committing ------------------------------------------------------------------------
 
@@ -688,16 +589,107 @@ class Subscriber(Acknowledging):
             SubscriberClosedError: as ``commit``.
         """
         self._check_open()
-        self._member.check_positions("commit")
-        channel = self._topic._check_channel(channel)
-        if not isinstance(position, Position):
-            raise InvalidTypeError(f"position must be a Position, got {type(position).__name__}")
-        position.check_belongs(self._topic.topic_id, channel)
-        actor = self._topic._channel_actors[channel]
-        fence = self._member.lease(channel, refresh=True)
-        check_topic(self._topic.topic_id, self._topic.name, actor)  # Ray's ref would say ActorDied
-        commit = Commit(reader_id=self._id, sequence=position.sequence, fence=fence)
-        return actor.request.remote(pack_request(commit))
+        return self._cursors.commit(channel, position)
+
+    # -- acknowledging (a shared group's member) ---------------------------------------------
+
+    def ack(self, elements: Iterable[Element]) -> list[AckStatus]:
+        """Acknowledge elements this member received in its shared group.
+
+        One call per channel.
+
+        Args:
+            elements: Elements this subscriber received.
+
+        Returns:
+            Each element's status, in order: ACKED, or REJECTED when no longer
+            held by this member under that delivery (nothing changed for it).
+
+        Raises:
+            ForeignElementError: an element this subscriber did not receive in its
+                shared group (nothing is acknowledged).
+            InvalidTypeError: ``elements`` is not an iterable of Elements (None, a
+                str, a dict, ...), or holds something else.
+            GroupModeError: not a shared group's member (it commits instead).
+            SubscriberClosedError: the subscriber is closed.
+        """
+        return self._call(self.ack_async(elements))
+
+    def ack_async(self, elements: Iterable[Element]) -> ray.ObjectRef[list[AckStatus]]:
+        """``ack`` without waiting.
+
+        Args:
+            elements: Elements this subscriber received.
+
+        Returns:
+            An ObjectRef of each element's status, in order.
+
+        Raises:
+            ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
+        """
+        self._check_open()
+        return self._acks.ack(elements)
+
+    def nack(self, elements: Iterable[Element], delay: float | None = None) -> list[AckStatus]:
+        """Give elements back to the group, to be delivered again (to any member).
+
+        Past the group's ``max_deliveries`` they go to its dead-letter topic.
+
+        Args:
+            elements: Elements this subscriber received.
+            delay: Seconds before they may be delivered again (None: at once;
+                at most a year).
+
+        Returns:
+            Each element's status, in order: NACKED, or REJECTED as in ``ack``.
+
+        Raises:
+            InvalidArgumentError: a negative delay, or one over a year.
+            ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
+        """
+        return self._call(self.nack_async(elements, delay))
+
+    def nack_async(
+        self, elements: Iterable[Element], delay: float | None = None
+    ) -> ray.ObjectRef[list[AckStatus]]:
+        """``nack`` without waiting.
+
+        Args:
+            elements: Elements this subscriber received.
+            delay: Seconds before they may be delivered again (None: at once;
+                at most a year).
+
+        Returns:
+            An ObjectRef of each element's status, in order.
+
+        Raises:
+            InvalidArgumentError, ForeignElementError, GroupModeError,
+            SubscriberClosedError: as ``nack``.
+        """
+        self._check_open()
+        return self._acks.nack(elements, delay)
+
+    def extend_lease(
+        self, elements: Iterable[Element], seconds: float | None = None
+    ) -> list[AckStatus]:
+        """Keep holding elements a while longer: move their ack deadline.
+
+        Args:
+            elements: Elements this subscriber received.
+            seconds: When their ack deadlines pass, from now (> 0 and at most a
+                year; None: the group's ``ack_timeout``).
+
+        Returns:
+            Each element's status, in order: EXTENDED, or REJECTED for one no
+            longer held.
+
+        Raises:
+            InvalidArgumentError: ``seconds`` is not above 0, or is over a year.
+            ForeignElementError, InvalidTypeError, GroupModeError,
+                SubscriberClosedError: as ``ack``.
+        """
+        self._check_open()
+        return self._call(self._acks.extend_hold(elements, seconds))
 
     # -- membership --------------------------------------------------------------------------
 
@@ -809,82 +801,8 @@ class Subscriber(Acknowledging):
             return ray.get(ref)
 
 
-def _checked_arguments(
-    group: str | None,
-    mode: str,
-    *,
-    start: str | None,
-    filter: Callable[[Any], bool] | None,
-    converter: Callable[[Any], Any] | None,
-    listener: Callable[[OwnershipChange], None] | None,
-    complete_on_empty: bool,
-    window: int | None,
-    resequence: Resequence | None,
-    timeout: float,
-    on_poison: str = "raise",
-) -> tuple[ReaderSpec, float]:
-    """A new subscriber's arguments, checked: the spec its reader registers with, and
-    its timeout.
-
-    Raises:
-        InvalidArgumentError: a bad value, or a combination the mode refuses.
-        InvalidTypeError: an argument of the wrong type, or a function that cannot
-            be pickled.
-    """
-    if mode == "shared":
-        if group is None:
-            raise InvalidArgumentError("mode='shared' needs a group")
-        if resequence is not None:
-            raise InvalidArgumentError("a shared group's member cannot resequence")
-        if type(window) is int and window < 0:
-            window = None  # the group's (or the topic's) default
-    start_latest = _start_latest(start, group)
-    for name, function in (
-        ("filter", filter),
-        ("converter", converter),
-        ("on_ownership_change", listener),
-    ):
-        if function is not None and not callable(function):
-            raise InvalidTypeError(f"{name} must be callable, got {type(function).__name__}")
-    if window is not None:
-        check_positive_int(window, "window")
-    if resequence is not None and not isinstance(resequence, Resequence):
-        raise InvalidTypeError(
-            f"resequence must be a raytopic.Resequence, got {type(resequence).__name__}"
-        )
-    if not isinstance(complete_on_empty, bool):
-        raise InvalidTypeError("complete_on_empty must be a bool")
-    checked_timeout = check_timeout(timeout, "timeout", allow_none=False)
-    spec = ReaderSpec(
-        group,
-        start_latest,
-        pickle_function(filter, "filter") if filter is not None else None,
-        pickle_function(converter, "converter") if converter is not None else None,
-        complete_on_empty,
-        window,
-        pickle_function(resequence, "resequence") if resequence is not None else None,
-        skip_poison=OnPoison.parse(on_poison) is OnPoison.SKIP,
-    )
-    return spec, checked_timeout
-
-
-def _start_latest(start: str | None, group: str | None) -> bool:
-    if start is None:
-        return group is None  # anonymous: new messages; a new group: from the head
-    return Start.parse(start) is Start.LATEST
-
-
-def _attached_subscriber(topic: Topic, group: str | None, state: dict[str, Any]) -> Subscriber:
+def _attached_subscriber(topic: Topic, options: SubscriberOptions, reader_id: str) -> Subscriber:
     """The subscriber a pickled one stands for, in this process."""
     subscriber = Subscriber.__new__(Subscriber)
-    subscriber._assemble(
-        topic,
-        group,
-        state["mode"],
-        state["id"],
-        state["timeout"],
-        state["spec"],
-        attached=True,
-        cooperative=state.get("cooperative", False),
-    )
+    subscriber._assemble(topic, options, reader_id, attached=True)
     return subscriber

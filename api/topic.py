@@ -319,10 +319,9 @@ class Topic:
             GroupModeError: the group exists in the other mode.
         """
         from raytopic.subscriber import Subscriber
+        from raytopic.subscriber_options import SubscriberOptions
 
-        return Subscriber(
-            self,
-            mode=mode,
+        options = SubscriberOptions.check(
             group=group,
             start=start,
             filter=filter,
@@ -332,9 +331,11 @@ class Topic:
             timeout=timeout,
             on_ownership_change=on_ownership_change,
             resequence=resequence,
+            mode=mode,
             on_poison=on_poison,
             cooperative=cooperative,
         )
+        return Subscriber._with_options(self, options)
 
     def ringbuffer(self, channel: int) -> Ringbuffer:
         """One channel with Hazelcast Ringbuffer semantics.

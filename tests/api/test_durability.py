@@ -271,7 +271,7 @@ def test_what_a_killed_home_took_from_a_sibling_and_held_is_delivered_again(
     topic = make_topic(channels=2, store=str(tmp_path), groups=["g"])
     order = rt.Resequence(seq=_step, start=0, timeout_ms=600_000)
     member = topic.subscriber(group="g", resequence=order)
-    home = member._receives.home_channel  # the channel actor hosting its session
+    home = member._receives.host_channel  # the channel actor hosting its session
     sibling = 1 - home
     waiting = member.receive_batch(10)
     with topic.publisher() as publisher:

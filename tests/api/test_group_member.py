@@ -11,11 +11,12 @@ import raytopic as rt
 from raytopic.core.protocol import ReaderSpec
 from raytopic.group_member import (
     GroupMember,
-    Member,
+    Membership,
     NoMembership,
     SharedGroupMember,
     membership_for,
 )
+from raytopic.subscriber_options import SubscriberOptions
 
 from tests.topic_helpers import get, key_for, publish_all
 
@@ -23,8 +24,9 @@ _TOPIC = SimpleNamespace(channel_count=3, _coordinator=None)
 """Enough of a topic for what these members do without calling the coordinator."""
 
 
-def _member(group: str | None, mode: str = "owned") -> Member:
-    return membership_for(_TOPIC, group, mode, member_id="m" * 32, timeout=30.0)  # type: ignore[arg-type]
+def _member(group: str | None, mode: str = "owned") -> Membership:
+    options = SubscriberOptions.check(group=group, mode=mode)
+    return membership_for(_TOPIC, options, "m" * 32)  # type: ignore[arg-type]
 
 
 # -- the null object ---------------------------------------------------------------------------

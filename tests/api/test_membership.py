@@ -8,7 +8,7 @@ import ray
 import raytopic as rt
 from raytopic.coordinator.groups import MemberView
 from raytopic.core.protocol import Lease
-from raytopic.membership import Membership
+from raytopic.membership import KnownView
 
 from tests.topic_helpers import get, publish_all
 
@@ -22,7 +22,7 @@ def _view(version: int, *channels: int, generation: int = 1) -> MemberView:
 
 
 def test_the_first_view_is_told_even_when_it_assigns_nothing() -> None:
-    membership = Membership()
+    membership = KnownView()
     assert membership.apply(_view(1)) == rt.OwnershipChange(
         frozenset(), frozenset(), frozenset(), frozenset()
     )
@@ -30,7 +30,7 @@ def test_the_first_view_is_told_even_when_it_assigns_nothing() -> None:
 
 
 def test_views_tell_what_was_assigned_and_revoked_and_ignore_older_ones() -> None:
-    membership = Membership()
+    membership = KnownView()
     assert membership.apply(_view(1, 0, 1, 2)).assigned == frozenset({0, 1, 2})
     change = membership.apply(_view(3, 1, 2, 3))
     assert change == rt.OwnershipChange(
@@ -43,7 +43,7 @@ def test_views_tell_what_was_assigned_and_revoked_and_ignore_older_ones() -> Non
 
 
 def test_a_timeout_loses_every_channel_once_and_a_rejoin_assigns_again() -> None:
-    membership = Membership()
+    membership = KnownView()
     membership.apply(_view(1, 0, 1))
     assert membership.lose() == rt.OwnershipChange(
         frozenset(), frozenset(), frozenset({0, 1}), frozenset()
@@ -56,7 +56,7 @@ def test_a_timeout_loses_every_channel_once_and_a_rejoin_assigns_again() -> None
 
 
 def test_a_view_is_accepted_unless_older_and_a_rejoin_always() -> None:
-    membership = Membership()
+    membership = KnownView()
     assert membership.accepts(_view(0))
     membership.apply(_view(4, 0))
     assert membership.accepts(_view(4)) and membership.accepts(_view(5))

@@ -67,33 +67,33 @@ def test_an_element_read_before_its_channels_latest_jump_is_stale() -> None:
 # -- where a receive goes --------------------------------------------------------------------
 
 
-def test_the_home_is_an_owned_channel_fixed_by_the_id() -> None:
-    choice = ChannelChoice("reader", 8, fixed_home=False)
-    home = choice.home((1, 3, 5))
-    assert home in (1, 3, 5)
-    assert all(choice.home((1, 3, 5)) == home for _ in range(5))
-    assert choice.home(()) in range(8)  # owns nothing: any channel
+def test_the_host_is_an_owned_channel_fixed_by_the_id() -> None:
+    choice = ChannelChoice("reader", 8, fixed_host=False)
+    host = choice.host((1, 3, 5))
+    assert host in (1, 3, 5)
+    assert all(choice.host((1, 3, 5)) == host for _ in range(5))
+    assert choice.host(()) in range(8)  # owns nothing: any channel
 
 
-def test_a_resequencing_readers_home_never_moves() -> None:
-    choice = ChannelChoice("reader", 8, fixed_home=True)
-    home = choice.home(())
-    assert choice.home((0, 1)) == choice.home((6,)) == home
+def test_a_resequencing_readers_host_never_moves() -> None:
+    choice = ChannelChoice("reader", 8, fixed_host=True)
+    host = choice.host(())
+    assert choice.host((0, 1)) == choice.host((6,)) == host
 
 
 def test_batches_go_to_the_owned_channels_in_turn() -> None:
-    choice = ChannelChoice("reader", 8, fixed_home=False)
+    choice = ChannelChoice("reader", 8, fixed_host=False)
     picks = [choice.next_in_turn((2, 4, 6)) for _ in range(6)]
     assert sorted(picks[:3]) == [2, 4, 6] and picks[3:] == picks[:3]
     everywhere = {choice.next_in_turn(()) for _ in range(8)}
     assert everywhere == set(range(8))  # owns nothing: every channel in turn
 
 
-def test_the_home_channel_follows_what_is_owned() -> None:
+def test_the_host_channel_follows_what_is_owned() -> None:
     receives, ownership = _receives(1, 2)
-    assert receives.home_channel in (1, 2)
+    assert receives.host_channel in (1, 2)
     ownership.channels = (3,)
-    assert receives.home_channel == 3
+    assert receives.host_channel == 3
 
 
 # -- the buffer and iteration --------------------------------------------------------------
@@ -115,7 +115,7 @@ def test_an_iteration_that_owns_nothing_ends_with_complete_on_empty() -> None:
     assert ownership.before == 1  # it looked once, asked nothing of a channel
 
 
-@pytest.mark.parametrize("spec", [{}, {"window": 5}], ids=["direct", "through-the-home"])
+@pytest.mark.parametrize("spec", [{}, {"window": 5}], ids=["direct", "through-the-host"])
 def test_a_stopped_iteration_hands_out_what_is_buffered_then_ends(spec: dict[str, Any]) -> None:
     receives, ownership = _receives(0, **spec)
     receives.buffer([_element(0, 1), _element(0, 2)])
@@ -133,7 +133,7 @@ def test_a_stopped_receives_sends_nothing() -> None:
     assert ownership.before == 0
 
 
-def test_settling_with_no_receive_sent_calls_no_channel() -> None:
+def test_pausing_with_no_receive_sent_calls_no_channel() -> None:
     receives, _ = _receives(0)
-    with receives.settled():
+    with receives.paused():
         pass  # the topic has no channel actors: any call would fail

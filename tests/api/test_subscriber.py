@@ -150,7 +150,7 @@ def test_a_waiting_receive_completes_when_any_channel_gets_an_element(shared_fou
     topic = shared_four  # shared: it reads from the latest position, counts from base
     base = next_sequences(topic)
     with topic.subscriber() as subscriber:
-        home = subscriber._receives.home_channel  # the channel actor serving its receives
+        home = subscriber._receives.host_channel  # the channel actor serving its receives
         other = (home + 1) % 4
         single, batch = subscriber.receive(), subscriber.receive_batch(5)
         ready, _ = ray.wait([single], timeout=NOT_YET)
@@ -364,7 +364,7 @@ def test_an_overwritten_next_element_raises_stale_sequence_once(make_topic) -> N
     iterating = topic.subscriber(start="earliest", complete_on_empty=True)
     # On the channel that is NOT the receiving subscriber's home: the error
     # crosses two actors on its way.
-    channel = 1 - receiving._receives.home_channel
+    channel = 1 - receiving._receives.host_channel
     publish_all(topic, list(range(5)), key=key_for(channel, 2))  # 0 and 1 overwritten unread
     # What is left to read is what is still stored.
     assert receiving.remaining_messages() == 3
