@@ -49,6 +49,7 @@ from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.session_host import remote_caller
 from raytopic.actors.stores.opening import open_store
+from raytopic.actors.transaction_lead import RayPeers, TransactionLead
 from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
@@ -83,6 +84,7 @@ from raytopic.core.protocol import (
     Delivery,
     DestroyGroup,
     EndReceives,
+    EndTransaction,
     EnsureGroup,
     ExtendLease,
     FenceTransactions,
@@ -184,6 +186,7 @@ class ChannelActor:
         )
         self._log, self._state, self._readers = parts.log, parts.state, parts.readers
         self._publishers, self._host = parts.publishers, parts.host
+        self._lead = TransactionLead(parts.transactions, RayPeers(), parts.transactions.address)
         try:
             self._recover()
         except Exception as error:
@@ -399,8 +402,10 @@ class ChannelActor:
         """Serve a transaction's request (see ``raytopic.actors.transactions``)."""
         request = unpack_request(packed, TRANSACTION_REQUESTS)
         self._start("metrics", self._report_metrics)  # a lead counts its decisions
-        step = _TRANSACTION_STEPS[type(request)]
         try:
+            if isinstance(request, EndTransaction):  # this channel leads the transaction
+                return await self._lead.end(request)
+            step = _TRANSACTION_STEPS[type(request)]
             return await step(self._parts.transactions, request, payload)
         finally:
             self._tend_transactions()

@@ -1,24 +1,26 @@
 """A channel's part in transactions: staging, two-phase commit, orphans, recovery.
 
-The holder of a transaction (``raytopic.transaction_handles``) drives it:
+A transaction's holder (``raytopic.transaction_handles``) stages its publishes
+here, then asks its lead channel to end it (``raytopic.actors.transaction_lead``
+drives the commit there):
 
 1. ``stage``: each publish sends its elements to their channel, which keeps
    them apart from the ring (they hold room; no reader sees them).
-2. ``prepare`` at every participant but one, in parallel: the channel checks
-   it has every staged element (a restart loses staged elements) and that each
-   consumed commit's member still owns the channel, then keeps the elements
-   and the commits in its durable state.
-3. ``decide`` at the remaining participant, the *lead*: the same checks, then
-   in one step it appends its part, applies its commits and records the
-   outcome in its durable state. The transaction is committed (or aborted)
-   exactly when that state write is done.
+2. ``prepare`` at every participant but the lead, in parallel: the channel
+   checks it has every staged element (a restart loses staged elements) and
+   that each consumed commit's member still owns the channel, then keeps the
+   elements and the commits in its durable state.
+3. ``decide`` at the lead, in its own process: the same checks, then in one
+   step it appends its part, applies its commits and records the outcome in
+   its durable state. The transaction is committed (or aborted) exactly when
+   that state write is done.
 4. ``finish`` at the others: the outcome; a commit appends the elements as one
    record (consecutive positions) and applies the commits.
-5. ``forget`` everywhere, when all finished.
+5. ``forget`` at the lead, when all finished.
 
-A participant that restarts while prepared, or whose holder went quiet, asks
+A participant that restarts while prepared, or whose lead went quiet, asks
 the lead (``resolve``); an undecided transaction past its deadline is aborted
-there, first come first served with the holder's ``decide``. Until a prepared
+there, first come first served with the lead's own ``decide``. Until a prepared
 transaction's commit of a group's channel is resolved, only the member that
 made it reads that channel for the group (another would read again what the
 transaction may commit). Staged transactions past their deadline (a dead
@@ -31,6 +33,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+import weakref
 from typing import Any
 
 import ray
@@ -120,6 +123,9 @@ class TransactionParticipant:
         self.table = TransactionTable()
         self.needs_tending = False
         self._stored: dict[str, tuple[tuple[int, int], ...]] = {}  # found in the store
+        self._decisions: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )  # a lock lives while a decision holds or awaits it
 
     # -- the holder's calls ---------------------------------------------------------
 
@@ -189,6 +195,10 @@ class TransactionParticipant:
         Returns:
             (outcome, reason, the (first, count) runs appended here).
         """
+        async with self._deciding(request.key):
+            return await self._decide(request)
+
+    async def _decide(self, request: DecideTransaction) -> tuple[str, str, Any]:
         entry = self.table.record(
             request.key, request.transactional_id, request.deadline, time.time()
         )
@@ -206,7 +216,7 @@ class TransactionParticipant:
                         # the group positions it moves here are kept first, as a
                         # participant's are, so a restart between the two can
                         # finish them from the record (recover()).
-                        self.table.prepare(entry, self._address, commits)
+                        self.table.prepare(entry, self.address, commits)
                         self._state.touch("transactions", entry.key)
                         await self._state.save()
                     entry.commits = commits
@@ -255,13 +265,25 @@ class TransactionParticipant:
             return entry.outcome
         if time.time() < request.deadline:
             return None
-        entry = self.table.record(
-            request.key, request.transactional_id, request.deadline, time.time()
-        )
-        self._abort(entry, "it timed out before it committed")
-        self._context.metrics.transaction_decided(False)
-        await self._state.save()
-        return Outcome.ABORT
+        async with self._deciding(request.key):
+            entry = self.table.record(
+                request.key, request.transactional_id, request.deadline, time.time()
+            )
+            if entry.done:  # decided while this waited
+                return entry.outcome
+            self._abort(entry, "it timed out before it committed")
+            self._context.metrics.transaction_decided(False)
+            await self._state.save()
+            return Outcome.ABORT
+
+    def _deciding(self, key: str) -> asyncio.Lock:
+        """The lock one transaction's decision here is made under: a decision awaits
+        its state write and its append, and another (the registry's abort of a
+        fenced holder, a participant's resolve) must see it made, not half made."""
+        lock = self._decisions.get(key)
+        if lock is None:
+            lock = self._decisions[key] = asyncio.Lock()
+        return lock
 
     async def fence(self, request: FenceTransactions, _: Any = None) -> None:
         """Abort the staged transactions of older incarnations of the id."""
@@ -385,7 +407,7 @@ class TransactionParticipant:
         self._context.notify()
 
     @property
-    def _address(self) -> Address:
+    def address(self) -> Address:
         """This channel, as transactions name their participants."""
         config = self._context.config
         return Address(config.namespace, config.name, config.topic_id, self._context.channel)

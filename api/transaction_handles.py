@@ -2,9 +2,10 @@
 
 ``rt.transactions(id)`` starts an incarnation of a transactional id (fencing
 every older one); ``begin()`` opens a transaction, whose publishes are staged
-at their channels, apart from the ring, and whose ``commit()`` runs a
-two-phase commit over the channels it touched (see
-``raytopic.actors.transactions`` for the channel side and
+at their channels, apart from the ring, and whose ``commit()`` asks its lead
+channel, in one call, to run the two-phase commit over the channels it touched
+(see ``raytopic.actors.transaction_lead`` for the commit,
+``raytopic.actors.transactions`` for a channel's part and
 ``raytopic.coordinator.transaction_registry`` for fencing)::
 
     txs = rt.transactions("doubler")
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from raytopic.actors.transaction_lead import lead_of
 from raytopic.actors.transactions import send
 from raytopic.coordinator.transaction_registry import registry_actor
 from raytopic.core.config import check_instance, check_items, check_namespace, check_timeout
@@ -45,12 +47,11 @@ from raytopic.core.protocol import (
     FENCED,
     Address,
     ConsumedCommit,
-    DecideTransaction,
-    FinishTransaction,
-    ForgetTransaction,
+    EndTransaction,
     Outcome,
-    PrepareTransaction,
     StageTransaction,
+    TransactionEnded,
+    TransactionPart,
 )
 from raytopic.core.records import (
     CommitResult,
@@ -97,6 +98,61 @@ def transactions(
     return Transactions(transactional_id, check_namespace(namespace), checked_timeout)
 
 
+class Incarnation:
+    """What an incarnation of a transactional id knows and asks the registry (shared by
+    its ``Transactions`` and their ``Transaction``s).
+
+    Args:
+        transactional_id: The id.
+        namespace: The Ray namespace of its registry and topics.
+    """
+
+    def __init__(self, transactional_id: str, namespace: str) -> None:
+        self.transactional_id = transactional_id
+        self.namespace = namespace
+        self._registry = registry_actor(namespace)
+        with unwrap_ray_error():
+            self.epoch: int = ray.get(self._registry.open.remote(transactional_id))
+        self.fenced = False
+        """A call met a newer incarnation (every later call raises)."""
+        self.closed = False
+        self._joined: set[Address] = set()  # channels the registry knows we stage at
+        self._next_channel: dict[str, int] = {}  # topic id -> next round-robin channel
+
+    def check_usable(self) -> None:
+        """Raises TransactionFencedError or ClosedError if it is no longer usable."""
+        if self.fenced:
+            raise TransactionFencedError(
+                f"a newer holder of transactional id {self.transactional_id!r} exists", FENCED
+            )
+        if self.closed:
+            raise ClosedError(f"transactions of {self.transactional_id!r} were closed")
+
+    def route(self, topic: Topic, count: int, hashes: list[int | None] | None) -> np.ndarray:
+        """Each value's channel: by key, the rest in turn (as a publisher routes)."""
+        start = self._next_channel.get(topic.topic_id, 0)
+        layout, self._next_channel[topic.topic_id] = route(
+            count, hashes, topic.channel_count, start
+        )
+        return layout
+
+    def join(self, at: Address) -> Any:
+        """Tell the registry the incarnation stages at ``at``, once per channel;
+        returns the call's ObjectRef (None: told before)."""
+        if at in self._joined:
+            return None
+        return self._registry.join.remote(self.transactional_id, self.epoch, at)
+
+    def joined(self, channels: Iterable[Address]) -> None:
+        """The registry knows of these channels now."""
+        self._joined.update(channels)
+
+    def close(self) -> None:
+        """It starts no more transactions; the registry forgets it."""
+        self.closed = True
+        self._registry.close.remote(self.transactional_id, self.epoch)
+
+
 class Transactions:
     """One incarnation of a transactional id: opens its transactions, one at a time.
 
@@ -118,21 +174,22 @@ class Transactions:
     """
 
     def __init__(self, transactional_id: str, namespace: str, timeout: float) -> None:
-        self.transactional_id = transactional_id
-        self.namespace = namespace
+        self._incarnation = Incarnation(transactional_id, namespace)
         self.timeout = timeout
-        self._registry = registry_actor(namespace)
-        with unwrap_ray_error():
-            self.epoch: int = ray.get(self._registry.open.remote(transactional_id))
         self._numbers = itertools.count()
-        self._next_channel: dict[str, int] = {}  # topic id -> next round-robin channel
         self._open: Transaction | None = None
-        self._closed = False
-        self._fenced = False
-        self._joined: set[Address] = set()  # channels the registry knows we stage at
-        self._forgets: list[tuple[Address, str, list[Any]]] = []
-        """(lead, key, finishes in flight) of committed transactions: the lead forgets
-        the outcome once every participant finished."""
+
+    @property
+    def transactional_id(self) -> str:
+        return self._incarnation.transactional_id
+
+    @property
+    def namespace(self) -> str:
+        return self._incarnation.namespace
+
+    @property
+    def epoch(self) -> int:
+        return self._incarnation.epoch
 
     def begin(self) -> Transaction:
         """Open a transaction (the previous one must be committed or aborted).
@@ -146,55 +203,23 @@ class Transactions:
         Returns:
             The new transaction.
         """
-        self._check_usable()
+        self._incarnation.check_usable()
         if self._open is not None and self._open.is_open:
             raise InvalidArgumentError(
                 f"transaction {self._open.key} is still open: commit or abort it first"
             )
         key = f"{self.transactional_id}@{self.epoch}.{next(self._numbers)}"
-        self._open = Transaction(self, key, time.time() + self.timeout)
+        self._open = Transaction(self._incarnation, key, time.time() + self.timeout)
         return self._open
 
     def close(self) -> None:
         """Abort the open transaction, if any, and end this incarnation."""
-        if self._closed:
+        if self._incarnation.closed:
             return
         if self._open is not None and self._open.is_open:
             with contextlib.suppress(TopicError):  # else its channels abort it at its deadline
                 self._open.abort()
-        self._closed = True
-        self._registry.close.remote(self.transactional_id, self.epoch)
-        in_flight = [ref for *_, refs in self._forgets for ref in refs]
-        with contextlib.suppress(ray.exceptions.RayError):
-            ray.wait(in_flight, num_returns=len(in_flight), timeout=10.0)
-        self.forgets_ready(None)
-
-    def forgets_ready(self, lead: Address | None) -> tuple[str, ...]:
-        """Committed transactions whose participants all finished: a forget is sent to
-        every lead but ``lead``.
-
-        Args:
-            lead: The lead of the decision about to be sent (None: none).
-
-        Returns:
-            The keys ``lead`` led, for it to forget with that decision.
-        """
-        ready, pending = [], []
-        for held in self._forgets:
-            refs = held[2]
-            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else (refs, None)
-            if len(done) < len(refs):
-                pending.append(held)
-            elif _all_succeeded(refs):  # else a participant asks the lead: it must remember
-                ready.append(held)
-        self._forgets = pending
-        keys = []
-        for at, key, _ in ready:
-            if at == lead:
-                keys.append(key)
-            else:
-                send(at, ForgetTransaction(key))
-        return tuple(keys)
+        self._incarnation.close()
 
     def __enter__(self) -> Transactions:
         return self
@@ -207,22 +232,6 @@ class Transactions:
 
     def __repr__(self) -> str:
         return f"Transactions({self.transactional_id!r}, epoch={self.epoch})"
-
-    def _check_usable(self) -> None:
-        if self._fenced:
-            raise TransactionFencedError(
-                f"a newer holder of transactional id {self.transactional_id!r} exists", FENCED
-            )
-        if self._closed:
-            raise ClosedError(f"transactions of {self.transactional_id!r} were closed")
-
-    def _route(self, topic: Topic, count: int, hashes: list[int | None] | None) -> np.ndarray:
-        """Each value's channel: by key, the rest in turn (as a publisher routes)."""
-        start = self._next_channel.get(topic.topic_id, 0)
-        layout, self._next_channel[topic.topic_id] = route(
-            count, hashes, topic.channel_count, start
-        )
-        return layout
 
 
 class Transaction:
@@ -240,8 +249,8 @@ class Transaction:
     A context manager: commits on exit, aborts if the block raised.
     """
 
-    def __init__(self, holder: Transactions, key: str, deadline: float) -> None:
-        self._holder = holder
+    def __init__(self, incarnation: Incarnation, key: str, deadline: float) -> None:
+        self._incarnation = incarnation
         self.key = key
         self.deadline = deadline
         self._staged: dict[Address, int] = {}
@@ -299,46 +308,46 @@ class Transaction:
         if not values:
             return
         hashes = None if keys is None else [None if k is None else key_hash(k) for k in keys]
-        layout = self._holder._route(topic, len(values), hashes)
+        incarnation = self._incarnation
+        layout = incarnation.route(topic, len(values), hashes)
         parts = {
             channel: encode_part(values, hashes, indices)
             for channel, indices in parts_of(layout).items()
         }
-        holder = self._holder
         timeout = min(STAGE_TIMEOUT, max(0.0, self.deadline - time.time()))
-        stage = StageTransaction(self.key, holder.transactional_id, self.deadline, timeout)
+        stage = StageTransaction(self.key, incarnation.transactional_id, self.deadline, timeout)
         refs, joins = {}, []
         for channel, payload in parts.items():
             at = Address(topic.namespace, topic.name, topic.topic_id, channel)
-            if at not in holder._joined:
-                joins.append(
-                    holder._registry.join.remote(holder.transactional_id, holder.epoch, at)
-                )
+            join = incarnation.join(at)
+            if join is not None:
+                joins.append(join)
             try:
                 refs[at] = send(at, stage, payload)
             except TopicNotFoundError:
-                self._settle(refs, joins)
+                self._await_stagings(refs, joins)
                 raise
-        self._settle(refs, joins)
+        self._await_stagings(refs, joins)
 
-    def _settle(self, refs: dict[Address, Any], joins: list[Any]) -> None:
+    def _await_stagings(self, refs: dict[Address, Any], joins: list[Any]) -> None:
         """Wait for staging calls; the counts they report are what prepare checks."""
         first_error: Exception | None = None
         for ref in joins:
             try:
                 _get(ref)
             except TransactionFencedError as error:
-                self._holder._fenced = True
+                self._incarnation.fenced = True
                 first_error = first_error or error
         if first_error is not None:  # staged after the registry aborted the rest: drop it
-            self._finish_everywhere(list(refs), Outcome.ABORT, FENCED)
-        self._holder._joined.update(refs)
+            with contextlib.suppress(TopicError):
+                self._end(Outcome.ABORT, FENCED, [TransactionPart(at, 0, ()) for at in refs])
+        self._incarnation.joined(refs)
         for at, ref in refs.items():
             try:
                 self._staged[at] = _get(ref)
             except TransactionAbortedError as error:
                 if isinstance(error, TransactionFencedError):
-                    self._holder._fenced = True
+                    self._incarnation.fenced = True
                 self._doomed = error.reason
                 first_error = first_error or error
             except TopicError as error:
@@ -399,6 +408,9 @@ class Transaction:
     def commit(self) -> TransactionResult:
         """Commit: every output appears and every consumed position moves, or nothing.
 
+        One call: the transaction's lead channel runs the two-phase commit over
+        every channel it touched (``raytopic.actors.transaction_lead``).
+
         Returns:
             TransactionResult(published, committed).
 
@@ -406,7 +418,7 @@ class Transaction:
             TransactionFencedError: a newer incarnation of the id exists (aborted).
             TransactionAbortedError: it could not commit (a member lost a
                 consumed channel, a channel lost staged elements, it timed
-                out); nothing took effect.
+                out, its lead channel failed); nothing took effect.
             DataLossError: it committed, but a channel restarted without a
                 store after it prepared, losing its part (as any element
                 there was lost).
@@ -418,82 +430,48 @@ class Transaction:
                 f"transaction {self.key} aborted: {self._doomed}", self._doomed
             )
         self._state = "committing"
-        holder = self._holder
-        participants = sorted(set(self._staged) | set(self._commits))
-        if not participants:
+        parts = self._parts()
+        if not parts:
             self._state = "committed"
             return TransactionResult({}, [])
-        # The lead decides: a channel with outputs if there is one (its outputs are
-        # visible when it answers; the inputs' commits follow, pinned meanwhile).
-        lead = min(self._staged) if self._staged else min(self._commits)
-        others = [at for at in participants if at != lead]
-        committing = holder._registry.committing.remote(
-            holder.transactional_id, holder.epoch, self.key, self.deadline, lead, others
-        )
-        prepares = {
-            at: send(
-                at,
-                PrepareTransaction(
-                    self.key,
-                    holder.transactional_id,
-                    self.deadline,
-                    lead,
-                    self._staged.get(at, 0),
-                    self._commits_at(at),
-                ),
-            )
-            for at in others
-        }
-        failure = self._failure_of([committing, *prepares.values()])
-        if failure is not None:
-            self._abort_everywhere(lead, others, failure.reason)
-            raise failure
-        decide = DecideTransaction(
-            self.key,
-            holder.transactional_id,
-            self.deadline,
-            Outcome.COMMIT,
-            "",
-            self._staged.get(lead, 0),
-            self._commits_at(lead),
-            holder.forgets_ready(lead),
-        )
         try:
-            outcome, reason, lead_runs = _get(send(lead, decide))
-        except (TopicError, ray.exceptions.RayActorError) as error:
-            # Undecided or unknown: the participants ask the lead at the deadline.
+            ended = self._end(Outcome.COMMIT, "", parts)
+        except DataLossError:
+            self._state = "committed"
+            raise
+        except TopicError as error:
+            # Undecided or unknown: its participants resolve it with the lead.
             self._aborted()
             raise TransactionAbortedError(
                 f"transaction {self.key}: its lead channel failed ({error}); its "
-                "participants settle it with the lead (if undecided, aborted at its deadline)",
+                "participants resolve it with the lead (if undecided, aborted at its deadline)",
                 "the lead channel failed",
             ) from error
-        if outcome != Outcome.COMMIT:
-            self._finish_everywhere(others, Outcome.ABORT, reason)
+        if ended.outcome != Outcome.COMMIT:
             self._aborted()
-            error_class = TransactionFencedError if reason == FENCED else TransactionAbortedError
-            raise error_class(f"transaction {self.key} was aborted: {reason}", reason)
-        # Outputs are awaited (visible when commit() returns); a commit-only
-        # participant's finish is not: its group waits for it, nothing else does.
-        # The lead forgets the outcome only once every finish succeeded: a
-        # participant whose finish failed asks the lead, which must still know.
-        finishes = self._send_finish(others, Outcome.COMMIT, "")
-        outputs = {at: ref for at, ref in finishes.items() if at in self._staged}
-        runs, lost = self._collect_finishes(outputs, Outcome.COMMIT)
-        runs[lead] = lead_runs
-        holder._forgets.append((lead, self.key, list(finishes.values())))
+            if ended.reason == FENCED:
+                self._incarnation.fenced = True
+                raise TransactionFencedError(
+                    f"transaction {self.key} was aborted: {ended.reason}", FENCED
+                )
+            raise TransactionAbortedError(
+                f"transaction {self.key} was aborted: {ended.reason}", ended.reason
+            )
         self._state = "committed"
-        if lost:
-            raise lost[0]
-        return self._result(runs)
+        return self._result(dict(ended.runs))
 
     def abort(self) -> None:
         """Drop every staged output and commit nothing (a no-op once it ended)."""
         if self._state != "open":
             return
         self._state = "aborting"
-        self._finish_everywhere(sorted(self._staged), Outcome.ABORT, "aborted by its holder")
-        self._aborted()
+        parts = [TransactionPart(at, count, ()) for at, count in sorted(self._staged.items())]
+        try:
+            if parts:
+                with contextlib.suppress(TopicError):  # else its channels abort it at its deadline
+                    self._end(Outcome.ABORT, "aborted by its holder", parts)
+        finally:
+            self._aborted()
 
     def __enter__(self) -> Transaction:
         return self
@@ -515,7 +493,7 @@ class Transaction:
     # -- parts --------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        self._holder._check_usable()
+        self._incarnation.check_usable()
         if time.time() >= self.deadline and self._state == "open":
             self._doomed = "it timed out before it committed"
         if self._state != "open":
@@ -525,71 +503,41 @@ class Transaction:
         commit = self._commits.get(at)
         return () if commit is None else (commit,)
 
-    def _failure_of(self, refs: list[Any]) -> TransactionAbortedError | None:
-        """The first reason the calls give not to commit (None: commit)."""
-        failure = None
-        for ref in refs:
-            try:
-                _get(ref)
-            except TransactionAbortedError as error:
-                if isinstance(error, TransactionFencedError):
-                    self._holder._fenced = True
-                failure = failure or error
-            except (TopicError, ray.exceptions.RayActorError) as error:
-                failure = failure or TransactionAbortedError(
-                    f"transaction {self.key}: a participant failed to prepare: {error}",
-                    f"a participant failed to prepare: {error}",
-                )
-        return failure
+    def _parts(self) -> list[TransactionPart]:
+        """What it does at each channel it touched."""
+        return [
+            TransactionPart(at, self._staged.get(at, 0), self._commits_at(at))
+            for at in sorted(set(self._staged) | set(self._commits))
+        ]
 
-    def _abort_everywhere(self, lead: Address, others: list[Address], reason: str) -> None:
-        """Decide "abort" at the lead, then tell the others (best effort: a channel not
-        told asks the lead later)."""
-        decide = DecideTransaction(
-            self.key, self._holder.transactional_id, self.deadline, Outcome.ABORT, reason, 0, ()
+    def _end(self, outcome: Outcome, reason: str, parts: list[TransactionPart]) -> TransactionEnded:
+        """Ask the lead of ``parts`` to end the transaction with ``outcome``; returns
+        what it decided.
+
+        Raises:
+            DataLossError: it committed, losing a participant's part.
+            TopicError: the lead failed (a Ray failure included).
+        """
+        incarnation = self._incarnation
+        request = EndTransaction(
+            self.key,
+            incarnation.transactional_id,
+            incarnation.epoch,
+            incarnation.namespace,
+            self.deadline,
+            outcome,
+            reason,
+            tuple(parts),
         )
-        with contextlib.suppress(TopicError, ray.exceptions.RayActorError):
-            _get(send(lead, decide))
-        self._finish_everywhere(others, Outcome.ABORT, reason)
-        self._aborted()
-
-    def _finish_everywhere(
-        self, participants: list[Address], outcome: Outcome, reason: str
-    ) -> tuple[dict[Address, Any], list[DataLossError]]:
-        """Tell each participant the outcome; returns each one's runs and the losses."""
-        return self._collect_finishes(self._send_finish(participants, outcome, reason), outcome)
-
-    def _send_finish(
-        self, participants: list[Address], outcome: Outcome, reason: str
-    ) -> dict[Address, Any]:
-        """Send each participant the outcome; returns each one's reply (an ObjectRef)."""
-        finish = FinishTransaction(
-            self.key, self._holder.transactional_id, self.deadline, outcome, reason
-        )
-        return {at: send(at, finish) for at in participants}
-
-    def _collect_finishes(
-        self, refs: dict[Address, Any], outcome: Outcome
-    ) -> tuple[dict[Address, Any], list[DataLossError]]:
-        """Each participant's runs, and the losses, from its reply to a finish."""
-        runs: dict[Address, Any] = {}
-        lost: list[DataLossError] = []
-        for at, ref in refs.items():
-            try:
-                runs[at] = _get(ref)
-            except DataLossError as error:
-                lost.append(error)
-            except (TopicError, ray.exceptions.RayActorError):
-                if outcome == Outcome.COMMIT:  # it asks the lead: the commit completes there
-                    continue
-        return runs, lost
+        try:
+            return _get(send(lead_of(parts), request))
+        except ray.exceptions.RayError as error:
+            raise TopicError(f"the lead channel failed: {error}") from error
 
     def _aborted(self) -> None:
-        """It aborted: its inputs go back to their members; the registry forgets it."""
+        """It aborted: its inputs go back to their members."""
         self._state = "aborted"
         self._rewind_consumed()
-        holder = self._holder
-        holder._registry.ended.remote(holder.transactional_id, holder.epoch, self.key)
 
     def _rewind_consumed(self) -> None:
         """An aborted transaction's inputs are delivered again: each member of this
@@ -597,7 +545,7 @@ class Transaction:
         elsewhere, or one that lost the channel, reads again from there anyway)."""
         for (_, _, topic_id, channel), commit in self._commits.items():
             member = live_subscriber(commit.reader_id)
-            if member is None or member._topic.topic_id != topic_id:
+            if member is None or member.topic.topic_id != topic_id:
                 continue
             with contextlib.suppress(TopicError, ray.exceptions.RayActorError):
                 if member.is_owner(channel):
@@ -622,14 +570,6 @@ class Transaction:
             for at, commit in sorted(self._commits.items())
         ]
         return TransactionResult(published, committed)
-
-
-def _all_succeeded(refs: list[Any]) -> bool:
-    try:
-        ray.get(refs)
-    except Exception:
-        return False
-    return True
 
 
 def _get(ref: Any) -> Any:

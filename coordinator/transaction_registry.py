@@ -6,10 +6,11 @@ outcome is recorded by its lead channel (``raytopic.actors.transactions``).
 The registry keeps, per transactional id, the newest incarnation (its epoch),
 the channels it ever staged elements at (``join``, once per channel) and the
 transaction it is committing, with its lead and other participants
-(``committing``). A new incarnation (``open``) aborts the older one's open
-transaction: at its lead if it is committing (first come first served with
-the holder's own decision), and at every channel it staged at, which then
-refuses the older holder's stagings (``TransactionFencedError``).
+(``committing``, told by the lead before it prepares the others). A new
+incarnation (``open``) aborts the older one's open transaction: at its lead if
+it is committing (first come first served with the lead's own decision), and
+at every channel it staged at, which then refuses the older holder's stagings
+(``TransactionFencedError``).
 
 It keeps this in memory: a registry that restarted knows no incarnations and
 takes the first it hears of an id as the newest (an older holder that commits
@@ -120,7 +121,7 @@ class TransactionRegistry:
         )
 
     def ended(self, transactional_id: str, epoch: int, key: str) -> None:
-        """The transaction ``key`` aborted everywhere."""
+        """The transaction ``key`` aborted everywhere (told by its lead)."""
         incarnation = self._ids.get(transactional_id)
         if incarnation is None or incarnation.epoch != epoch:
             return

@@ -85,6 +85,7 @@ from raytopic.core.protocol.transactions import (
     TRANSACTION_REQUESTS,
     ConsumedCommit,
     DecideTransaction,
+    EndTransaction,
     FenceTransactions,
     FinishTransaction,
     ForgetTransaction,
@@ -92,6 +93,8 @@ from raytopic.core.protocol.transactions import (
     PrepareTransaction,
     ResolveTransaction,
     StageTransaction,
+    TransactionEnded,
+    TransactionPart,
     TransactionRequest,
 )
 
@@ -154,6 +157,7 @@ __all__ = [
     "TRANSACTION_REQUESTS",
     "ConsumedCommit",
     "DecideTransaction",
+    "EndTransaction",
     "FenceTransactions",
     "FinishTransaction",
     "ForgetTransaction",
@@ -161,6 +165,8 @@ __all__ = [
     "PrepareTransaction",
     "ResolveTransaction",
     "StageTransaction",
+    "TransactionEnded",
+    "TransactionPart",
     "TransactionRequest",
     # replies
     "AppendAck",

@@ -1,6 +1,12 @@
-"""A transaction's requests to a channel (see ``raytopic.actors.transactions``), typed
-as the data path's are (``raytopic.core.protocol.channel``), and what they name:
-the outcome of a transaction and a consumed commit.
+"""A transaction's requests to a channel (see ``raytopic.actors.transactions`` and
+``raytopic.actors.transaction_lead``), typed as the data path's are
+(``raytopic.core.protocol.channel``), and what they name: the outcome of a
+transaction, its parts and a consumed commit.
+
+The holder sends ``StageTransaction`` (its publishes) and one ``EndTransaction``
+(to the lead); the rest are the channels' own: the lead's prepares and
+finishes at the other participants, a participant's ``ResolveTransaction``
+to the lead, the registry's fences.
 """
 
 from __future__ import annotations
@@ -17,12 +23,15 @@ __all__ = [
     "ConsumedCommit",
     "Outcome",
     "DecideTransaction",
+    "EndTransaction",
     "FenceTransactions",
     "FinishTransaction",
     "ForgetTransaction",
     "PrepareTransaction",
     "ResolveTransaction",
     "StageTransaction",
+    "TransactionEnded",
+    "TransactionPart",
     "TransactionRequest",
 ]
 
@@ -71,6 +80,49 @@ class StageTransaction(NamedTuple):
     transactional_id: str
     deadline: float
     timeout: float | None
+
+
+class TransactionPart(NamedTuple):
+    """What a transaction does at one channel: the elements its holder staged there
+    and the consumed commits it makes there."""
+
+    at: Address
+    staged: int
+    """How many elements the holder staged here (fewer: the channel lost some)."""
+    commits: tuple[ConsumedCommit, ...]
+
+
+class EndTransaction(NamedTuple):
+    """At the transaction's lead (the channel of its parts that ``lead_of`` names):
+    end it, and answer with a ``TransactionEnded``.
+
+    With ``outcome`` "commit" the lead runs the two-phase commit over the parts
+    (the registry's word that the incarnation is current, the others' prepares,
+    its own decision, the others' finishes); with "abort" it records the abort
+    and tells the others.
+    """
+
+    key: str
+    transactional_id: str
+    epoch: int
+    """The holder's incarnation (the registry fences older ones)."""
+    namespace: str
+    """Where the holder's transaction registry is."""
+    deadline: float
+    outcome: Outcome
+    """What the holder asks for (the answer may still be "abort")."""
+    reason: str
+    """Why, when the holder asks for "abort"."""
+    parts: tuple[TransactionPart, ...]
+
+
+class TransactionEnded(NamedTuple):
+    """The lead's answer to an ``EndTransaction``: the decided outcome, why it aborted,
+    and the (first, count) runs each participant appended, if it committed."""
+
+    outcome: Outcome
+    reason: str
+    runs: tuple[tuple[Address, tuple[tuple[int, int], ...]], ...] = ()
 
 
 class PrepareTransaction(NamedTuple):
@@ -135,6 +187,7 @@ class FenceTransactions(NamedTuple):
 
 TransactionRequest = (
     StageTransaction
+    | EndTransaction
     | PrepareTransaction
     | DecideTransaction
     | FinishTransaction
@@ -146,6 +199,7 @@ TransactionRequest = (
 
 TRANSACTION_REQUESTS = (
     StageTransaction,
+    EndTransaction,
     PrepareTransaction,
     DecideTransaction,
     FinishTransaction,

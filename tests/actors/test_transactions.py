@@ -9,6 +9,7 @@ channel through Ray and is left to the Ray tests.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from raytopic.actors import transactions
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
-from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.channel_state import SECTIONS, ChannelState
 from raytopic.actors.readers import Readers
 from raytopic.actors.stores.base import ChannelStore, StoredBatch
 from raytopic.actors.transaction_table import TransactionTable
@@ -601,5 +602,43 @@ def test_recovery_finishes_a_prepared_part_whose_record_the_store_has() -> None:
         # Its lead's word comes: the kept payload is appended.
         assert await channel.finish("t@1.2") == ((6, 3),)
         assert channel.visible() == [0, 1, 2, "a", "b", "c", "d", "e", "f"]
+
+    asyncio.run(main())
+
+
+def test_a_decision_in_progress_is_seen_made_by_a_concurrent_abort() -> None:
+    # The registry's abort of a fenced holder may reach the lead while the lead's
+    # own "commit" awaits its state write: it must get "commit", never half of both.
+    async def main() -> None:
+        channel = _Channel()
+        store = ChannelStore(SeedStore())
+        gate = threading.Event()
+        write = store.append_state
+
+        def gated_write(*args: Any, **kwargs: Any) -> Any:
+            gate.wait(5.0)
+            return write(*args, **kwargs)
+
+        store.append_state = gated_write  # type: ignore[method-assign]
+        channel.state.open(store)
+        table = channel.tx.table
+        for section in SECTIONS:  # only the transactions are what this checks
+            channel.state.provide(section, lambda key: None, list)
+        channel.state.provide("transactions", table.state_of, table.durable_keys)
+        await channel.publish(range(3))
+        channel.member()
+        commit = ConsumedCommit("m", 1, MEMBER, channel.readers.owned.groups["g"].jumps)
+        await channel.stage("t@1.0", ["out"])
+        committing = asyncio.ensure_future(channel.decide("t@1.0", 1, commits=(commit,)))
+        await asyncio.sleep(0.05)  # the commit waits for its state write
+        fencing = asyncio.ensure_future(
+            channel.tx.decide(DecideTransaction("t@1.0", "t", FAR, Outcome.ABORT, FENCED, 0, ()))
+        )
+        await asyncio.sleep(0.05)
+        gate.set()
+        assert (await committing)[0] == Outcome.COMMIT
+        assert (await fencing)[0] == Outcome.COMMIT
+        assert channel.visible() == [0, 1, 2, "out"]
+        assert table.get("t@1.0").outcome == Outcome.COMMIT and channel.log.reserved == 0
 
     asyncio.run(main())

@@ -30,6 +30,7 @@ from tests.topic_helpers import (
     receive_exactly,
     receive_until_empty,
     serving_again,
+    slow_filter,
     source_and_sink,
 )
 
@@ -136,6 +137,59 @@ def test_a_participant_killed_after_the_decision_completes_the_commit(
     assert not sink.describe().channels[0].transactions
     assert _lag(source, group) == 0
     member.close()
+
+
+@pytest.mark.slow
+def test_a_lead_killed_while_it_drives_the_commit_ends_it_whole_with_a_typed_error(
+    make_topic, unique_name, tmp_path, wait_until
+) -> None:
+    group = unique_name("g")
+    source, sink = source_and_sink(
+        make_topic, group, list(range(5)), source_store=tmp_path / "s", sink_store=tmp_path / "k"
+    )
+    txs = rt.transactions(unique_name("tx"))
+    member = source.subscriber(group=group)
+    batch = receive_exactly(member, 5)
+    tx = txs.begin()
+    tx.publish_batch(sink, [-e.value for e in batch])  # the sink leads: it has the outputs
+    tx.commit_consumed(batch)
+    # The source (the other participant) is busy: the lead's prepare waits there.
+    marker = tmp_path / "source-is-busy"
+    busy = source.ringbuffer(0).read_many_async(0, 1, 1, slow_filter(str(marker), 3.0))
+    wait_until(marker.exists, timeout=10)
+    outcome: list[BaseException | object] = []
+    committing = threading.Thread(target=lambda: outcome.append(_commit(tx)))
+    committing.start()
+    registry = registry_actor("raytopic")
+    wait_until(
+        lambda: get(registry.describe.remote())[txs.transactional_id]["committing"] == tx.key,
+        timeout=10,
+    )
+    epoch = kill_channel(sink, 0)  # the lead, while it waits for the prepare
+    committing.join(timeout=60)
+    get(busy)
+    serving_again(sink, 0, epoch, RESTART_BOUND)
+    # Retried on the restarted lead: a typed outcome, and all or nothing. (The lead
+    # lost its staged part, so it aborts, unless a slow machine let it decide
+    # before the kill: then it answers the commit it recorded.)
+    (result,) = outcome
+    if isinstance(result, rt.TransactionResult):
+        assert read_values(sink) == [-v for v in range(5)]
+        wait_until(lambda: _lag(source, group) == 0, timeout=30)
+    else:
+        assert isinstance(result, rt.TransactionAbortedError), result
+        assert read_values(sink) == []
+        wait_until(lambda: not source.describe().channels[0].transactions, timeout=30)
+        assert _lag(source, group) == 5
+    member.close()
+    txs.close()
+
+
+def _commit(tx: rt.Transaction) -> BaseException | object:
+    try:
+        return tx.commit()
+    except BaseException as error:
+        return error
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
