@@ -16,23 +16,36 @@ A transaction touches a channel in up to three steps (see
 
 The lead of a transaction is one of its participants; its "done" entry IS the
 transaction's decision.
+
+What a store keeps of an entry (``TransactionEntry.to_state``) is a dict of
+builtins, JSON-ready, with a ``version``: a prepared entry's elements are one
+record in the store's own record format (``raytopic.actors.stores.frames``,
+checksummed), base64-encoded; nothing of raytopic's classes is pickled.
 """
 
 from __future__ import annotations
 
 import base64
-import pickle
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytopic.actors.stores.base import StoredBatch
+from raytopic.actors.stores.frames import (
+    CorruptRecord,
+    TornRecord,
+    decode_record,
+    encode_record,
+    read_frame,
+)
 from raytopic.core.errors import (
     InvalidArgumentError,
+    StoreError,
     TransactionAbortedError,
     TransactionFencedError,
 )
-from raytopic.core.payloads import Payload, encode_values, loads_kept
+from raytopic.core.payloads import Payload, encode_values
 from raytopic.core.protocol import FENCED, Address, ConsumedCommit, Outcome
 
 __all__ = [
@@ -42,6 +55,9 @@ __all__ = [
     "epoch_of",
     "transactional_id_of",
 ]
+
+STATE_VERSION = 1
+"""The version of what a store keeps of a transaction (``TransactionEntry.to_state``)."""
 
 KEEP_DONE = 10_000
 """Finished transactions a channel remembers (the oldest are forgotten first); a
@@ -90,6 +106,7 @@ class TransactionEntry:
     def to_state(self) -> dict[str, Any]:
         """What a store keeps of a prepared or finished transaction (JSON-ready)."""
         state: dict[str, Any] = {
+            "version": STATE_VERSION,
             "id": self.transactional_id,
             "deadline": self.deadline,
             "began": self.began,
@@ -105,12 +122,23 @@ class TransactionEntry:
             staged=self.staged,
             lead=None if self.lead is None else list(self.lead),
             commits=[commit.to_state() for commit in self.commits],
-            payload=None if payload is None else base64.b64encode(pickle.dumps(payload)).decode(),
+            payload=None if payload is None else _payload_state(payload),
         )
         return state
 
     @classmethod
     def from_state(cls, key: str, state: dict[str, Any]) -> TransactionEntry:
+        """The entry a store kept (``to_state``).
+
+        Raises:
+            StoreError: a version this raytopic does not read, or damaged elements.
+        """
+        version = state.get("version")
+        if version != STATE_VERSION:
+            raise StoreError(
+                f"transaction {key} was stored in version {version!r} of the format; "
+                f"this raytopic reads version {STATE_VERSION}"
+            )
         entry = cls(key, state["id"], float(state["deadline"]), float(state["began"]))
         entry.phase = state["phase"]
         if entry.done:
@@ -119,12 +147,33 @@ class TransactionEntry:
             return entry
         payload = state.get("payload")
         if payload is not None:
-            entry.payloads = [loads_kept(base64.b64decode(payload))]
+            entry.payloads = [_payload_of(key, payload)]
         entry.staged = int(state["staged"])
         lead = state.get("lead")
         entry.lead = None if lead is None else Address(lead[0], lead[1], lead[2], int(lead[3]))
         entry.commits = tuple(ConsumedCommit.from_state(c) for c in state["commits"])
         return entry
+
+
+def _payload_state(payload: Payload) -> str:
+    """The elements as one record of the store's format, base64-encoded."""
+    record = b"".join(bytes(part) for part in encode_record(StoredBatch(0, 0.0, payload)))
+    return base64.b64encode(record).decode()
+
+
+def _payload_of(key: str, text: str) -> Payload:
+    """The elements ``_payload_state`` wrote.
+
+    Raises:
+        StoreError: the record is damaged.
+    """
+    try:
+        frame = read_frame(memoryview(base64.b64decode(text)), 0)
+        return decode_record(frame.body).payload
+    except (ValueError, TornRecord, CorruptRecord) as error:
+        raise StoreError(
+            f"the stored elements of transaction {key} are damaged: {error}"
+        ) from error
 
 
 def epoch_of(key: str) -> int:

@@ -3,13 +3,20 @@ finish, what a store keeps and gets back, held groups, expiry, describe."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
 
-from raytopic.actors.transaction_table import KEEP_DONE, TransactionTable, aborted_error
+from raytopic.actors.transaction_table import (
+    KEEP_DONE,
+    STATE_VERSION,
+    TransactionTable,
+    aborted_error,
+)
 from raytopic.core.errors import (
     InvalidArgumentError,
+    StoreError,
     TransactionAbortedError,
     TransactionFencedError,
 )
@@ -135,3 +142,21 @@ def test_describe_lists_the_open_ones() -> None:
     assert table.describe(now=3.5) == [
         {"id": "t", "key": "t@1.0", "phase": "staged", "age": 2.5, "staged": 2}
     ]
+
+
+def test_the_stored_state_is_versioned_builtins_with_no_class_of_ours_pickled() -> None:
+    table = TransactionTable()
+    entry = _staged(table, "t@1.0", {"v": 1}, "two")
+    table.prepare(entry, LEAD, ())
+    state = table.state_of("t@1.0")
+    assert state["version"] == STATE_VERSION
+    assert b"raytopic" not in base64.b64decode(state["payload"])  # the values' pickles only
+    for version in (None, STATE_VERSION + 1):
+        with pytest.raises(StoreError, match="version"):
+            TransactionTable().restore({"t@1.0": {**state, "version": version}})
+    damaged = bytearray(base64.b64decode(state["payload"]))
+    damaged[-1] ^= 0xFF
+    with pytest.raises(StoreError, match="damaged"):
+        TransactionTable().restore(
+            {"t@1.0": {**state, "payload": base64.b64encode(bytes(damaged)).decode()}}
+        )
