@@ -92,7 +92,7 @@ class Autoscaler:
         return self._call(self._actor.describe.remote())
 
     def stop(self) -> None:
-        """Stop scaling: every member settles its batch and leaves, then the autoscaler
+        """Stop scaling: every member finishes its batch and leaves, then the autoscaler
         ends. Idempotent; the group and its positions stay."""
         name = scaler_actor_name(self._topic.name, self._group)
         with contextlib.suppress(Exception):  # stopped already, or the topic is gone

@@ -196,10 +196,10 @@ class Heartbeats:
         """Apply the answer of the poll in flight if it has come (cheap: no call)."""
         pending = self._pending
         if pending is not None and pending.done():
-            self._settle(pending)
+            self._adopt_answer(pending)
             self._notify()
 
-    def _settle(self, pending: Future[Any]) -> bool:
+    def _adopt_answer(self, pending: Future[Any]) -> bool:
         """Adopt a poll's answer (once, and only once it came); False if it failed."""
         import ray
         import ray.exceptions
@@ -270,8 +270,8 @@ class Heartbeats:
         pending: Future[Any] = self._poll(self._version(), touch, idle, self._interval).future()
         with self._lock:
             self._pending = pending
-        with contextlib.suppress(Exception):  # _settle reports it
+        with contextlib.suppress(Exception):  # _adopt_answer reports it
             pending.result(timeout=self._interval + 30.0)
-        settled = self._settle(pending)
+        adopted = self._adopt_answer(pending)
         self._notify()
-        return settled
+        return adopted

@@ -104,12 +104,12 @@ class Publisher:
     reason (TopicFullError, or TopicNotFoundError if the topic was destroyed).
     ``flush()`` waits for every earlier value.
 
-    **Background thread**: one thread per publisher settles the channels'
+    **Background thread**: one thread per publisher completes the channels'
     replies (and sends what ``linger`` held back). An error there is logged and
     it goes on. Should it end anyway (a future's done-callback raising
     ``SystemExit`` on it), the publisher closes itself: the values it had not
     sent fail with PublisherClosedError (naming the cause), those in flight
-    still settle, ``flush`` and ``close`` return, and ``publish`` raises
+    still complete, ``flush`` and ``close`` return, and ``publish`` raises
     PublisherClosedError.
 
     **Back-pressure**: with overflow "block" a full channel holds a batch
@@ -150,14 +150,14 @@ class Publisher:
         self._topic_id = topic.topic_id
         self._overflow = topic.config.overflow.value
         self._lock = threading.Lock()
-        self._settled = threading.Condition(self._lock)
+        self._completed = threading.Condition(self._lock)
         self._pipes = [
             _Pipe(channel, actor, PublishBatch(self._topic_id, channel))
             for channel, actor in enumerate(topic._channel_actors)
         ]
         self._next_channel = 0
         self._in_flight = 0
-        self._unsettled = 0  # values buffered or in flight
+        self._pending = 0  # values buffered or in flight
         self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._worker_lock = threading.Lock()
@@ -213,11 +213,11 @@ class Publisher:
             if channel is None:
                 channel = self._next_channel
                 self._next_channel = (channel + 1) % len(self._pipes)
-            if self._unsettled >= self._max_buffered:
+            if self._pending >= self._max_buffered:
                 if not self._wait_for_room():
                     return _failed_future(
                         TopicFullError(
-                            f"{self._unsettled} values still buffered after "
+                            f"{self._pending} values still buffered after "
                             f"{self._block_timeout} s: the topic does not keep up"
                         )
                     )
@@ -228,7 +228,7 @@ class Publisher:
             if not batch.payloads:
                 pipe.opened_at = time.monotonic()
             future = batch.add(payload, 0 if hashed is None else key_id(hashed))
-            self._unsettled += 1
+            self._pending += 1
             full = len(batch.payloads) >= self._batch_size
             if full:
                 self._close_open(pipe)
@@ -307,7 +307,7 @@ class Publisher:
                 pipe.next_batch += 1
                 pipe.in_flight += 1
                 self._in_flight += 1
-                self._unsettled += len(payload)
+                self._pending += len(payload)
         own = [call for call in calls if call.batch is None]
         for call in calls:
             if call.batch is not None:
@@ -316,7 +316,7 @@ class Publisher:
             return ray.put(PublishStatuses())
         # One call per channel, no task: the last part's channel joins the others'
         # statuses into its reply (raytopic.core.gather). It answers once every part
-        # has, so its reply alone settles them all: one callback a batch, not one a part.
+        # has, so its reply alone completes them all: one callback a batch, not one a part.
         part_of = np.empty(len(self._pipes), dtype=np.int64)  # channel -> its part's index
         part_of[[call.pipe.channel for call in own]] = np.arange(len(own))
         sent: list[_Call] = []
@@ -326,19 +326,19 @@ class Publisher:
         try:
             return send_joined(sends, part_of[layout], JoinKind.STATUSES)
         except Exception:
-            # The lead never went, so nothing will settle the parts: those sent and
-            # those never sent are settled now (the failed one was, where it failed).
+            # The lead never went, so nothing will complete the parts: those sent and
+            # those never sent are completed now (the failed one was, where it failed).
             failed = own[len(sent)]
             for call in own:
                 if call is not failed:
-                    self._post(("done", call, None, ChannelUnavailableError("not settled")))
+                    self._post(("done", call, None, ChannelUnavailableError("not completed")))
             raise
 
     def _make_part(
         self, call: _Call, part: Payload, own: list[_Call], sent: list[_Call], joined: Joined | None
     ) -> ray.ObjectRef[Any]:
         """Submit one channel's part of a publish_batch (``joined``: as the lead, whose
-        reply settles every part of ``own``); ``sent`` gains it once submitted.
+        reply completes every part of ``own``); ``sent`` gains it once submitted.
 
         Raises:
             ChannelUnavailableError: the call could not even be submitted (the
@@ -426,12 +426,12 @@ class Publisher:
         call: _Call,
         part: Payload | None,
         joined: Joined | None = None,
-        settles: list[_Call] | None = None,
+        completes: list[_Call] | None = None,
     ) -> Any:
-        """Submit one append call (outside the lock); its reply is settled by the worker.
+        """Submit one append call (outside the lock); its reply is completed by the worker.
         ``part``: a publish_batch part's values; ``joined``: the other parts' replies
-        this part's call joins (see ``raytopic.core.gather``); ``settles``: the calls
-        its reply settles (default: itself; a publish_batch's lead settles every part)."""
+        this part's call joins (see ``raytopic.core.gather``); ``completes``: the calls
+        its reply completes (default: itself; a publish_batch's lead completes every part)."""
         if call.batch is None:
             assert part is not None
             payload = part
@@ -456,10 +456,10 @@ class Publisher:
             self._post(("done", call, None, error))
             return None
         self._start_worker()
-        settled = [call] if settles is None else settles
-        if settled:
+        completed = [call] if completes is None else completes
+        if completed:
             ref.future().add_done_callback(
-                lambda done: [self._post(("done", each, done, None)) for each in settled]
+                lambda done: [self._post(("done", each, done, None)) for each in completed]
             )
         return ref
 
@@ -471,17 +471,17 @@ class Publisher:
         with self._worker_lock:
             if self._worker is None:
                 worker = threading.Thread(
-                    target=self._settle_calls,
+                    target=self._complete_calls,
                     name=f"raytopic-publisher-{self._id[:8]}",
                     daemon=True,
                 )
                 worker.start()
                 self._worker = worker
 
-    def _settle_calls(self) -> None:
-        """Background: settle returned calls, send what waited, honour linger.
+    def _complete_calls(self) -> None:
+        """Background: complete returned calls, send what waited, honour linger.
 
-        An error settling one call is logged and the loop goes on. A
+        An error completing one call is logged and the loop goes on. A
         BaseException (``SystemExit`` from a future's done-callback) ends the
         thread, as Python means it to: the publisher then fails what would
         have waited on it forever (see :meth:`_fail`).
@@ -496,52 +496,54 @@ class Publisher:
                 if event[0] == "stop":
                     return
                 try:
-                    self._settle_event(event)
+                    self._complete_event(event)
                     with self._lock:
                         calls = self._calls_to_make(force=False)
                     self._make(calls)
                 except Exception:
-                    logger.exception("publisher %s: settling a call failed; going on", self._id[:8])
+                    logger.exception(
+                        "publisher %s: completing a call failed; going on", self._id[:8]
+                    )
         except BaseException as error:
             self._fail(error)
 
-    def _settle_event(self, event: tuple[Any, ...]) -> None:
-        """Complete the futures of a returned call (a "done" event), and count it settled."""
+    def _complete_event(self, event: tuple[Any, ...]) -> None:
+        """Complete the futures of a returned call (a "done" event), and count it completed."""
         if event[0] != "done":
             return
         _, call, done, error = event
         try:
-            _settle(call, done, error, self._topic)
+            _complete_batch(call, done, error, self._topic)
         finally:  # counted even if a done-callback raised: flush() must not wait for it
             with self._lock:
                 self._in_flight -= 1
                 call.pipe.in_flight -= 1
-                self._unsettled -= call.count
-                self._settled.notify_all()
+                self._pending -= call.count
+                self._completed.notify_all()
 
     def _post(self, event: tuple[Any, ...]) -> None:
-        """Hand a call's outcome to the worker thread; settle it here once that is gone."""
+        """Hand a call's outcome to the worker thread; complete it here once that is gone."""
         self._events.put(event)
         if self._failure is not None:  # set before the worker drains: no event is left
             self._drain_events()
 
     def _drain_events(self) -> None:
-        """With the worker thread gone: settle the calls it would have settled."""
+        """With the worker thread gone: complete the calls it would have completed."""
         while True:
             try:
                 event = self._events.get_nowait()
             except queue.Empty:
                 return
             try:
-                self._settle_event(event)
-            except BaseException:  # a done-callback's SystemExit: the other calls still settle
-                logger.exception("publisher %s: settling a call failed", self._id[:8])
+                self._complete_event(event)
+            except BaseException:  # a done-callback's SystemExit: the other calls still complete
+                logger.exception("publisher %s: completing a call failed", self._id[:8])
 
     def _fail(self, cause: BaseException) -> None:
         """The worker thread ends on ``cause``: close the publisher and fail what waits.
 
         Values not sent yet fail with PublisherClosedError (nothing would send
-        them); calls in flight settle as their replies come (:meth:`_post`), so
+        them); calls in flight complete as their replies come (:meth:`_post`), so
         ``flush()`` and ``close()`` return; ``publish()`` raises.
         """
         logger.error(
@@ -559,8 +561,8 @@ class Publisher:
                 self._close_open(pipe)
                 unsent.extend(pipe.full)
                 pipe.full.clear()
-            self._unsettled -= sum(len(batch.payloads) for batch in unsent)
-            self._settled.notify_all()
+            self._pending -= sum(len(batch.payloads) for batch in unsent)
+            self._completed.notify_all()
         error = self._closed_error()
         for batch in unsent:
             try:
@@ -580,15 +582,15 @@ class Publisher:
         return error
 
     def _wait_for_room(self) -> bool:
-        """With the lock held: wait until fewer than max_buffered values are unsettled."""
+        """With the lock held: wait until fewer than max_buffered values are pending."""
         deadline = time.monotonic() + (self._block_timeout or 0)
         self._start_worker()
         self._events.put(("tick",))  # the worker sends what may go
-        while self._unsettled >= self._max_buffered:
+        while self._pending >= self._max_buffered:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            self._settled.wait(bounded_wait(left))
+            self._completed.wait(bounded_wait(left))
         return True
 
     # -- flush and close -----------------------------------------------------------
@@ -612,11 +614,11 @@ class Publisher:
             calls = self._calls_to_make(force=True)
         self._make(calls)
         with self._lock:
-            while self._unsettled:
+            while self._pending:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise TimeoutError(f"{self._unsettled} values still unacknowledged")
-                self._settled.wait(bounded_wait(left))
+                    raise TimeoutError(f"{self._pending} values still unacknowledged")
+                self._completed.wait(bounded_wait(left))
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop. Idempotent; ``publish`` afterwards raises PublisherClosedError.
@@ -656,7 +658,7 @@ class Publisher:
         self.close()
 
 
-def _settle(
+def _complete_batch(
     call: _Call, done: Future[Any] | None, error: BaseException | None, topic: Topic
 ) -> None:
     """Complete a batch's futures from its call's outcome (a dead channel's call fails

@@ -1,4 +1,4 @@
-"""A member actor of an autoscaled group: receive a batch, call the handler, settle.
+"""A member actor of an autoscaled group: receive a batch, call the handler, finish the batch.
 
 An autoscaler (``raytopic.scaler_actor``) starts and stops these. Each holds
 one group member (a :class:`~raytopic.Subscriber`) and runs one loop:
@@ -14,7 +14,7 @@ one group member (a :class:`~raytopic.Subscriber`) and runs one loop:
    again, dead letters as the group says); an owned group's member goes back
    to its last commit and tries again after a pause. Either way it is logged.
 
-``stop()`` ends the loop after the batch in hand is settled, then leaves the
+``stop()`` ends the loop after the batch in hand is finished, then leaves the
 group: its channels go to the other members, after its commits.
 """
 
@@ -109,7 +109,7 @@ class ScaledMemberActor:
         self._finished.wait()
 
     def stop(self) -> None:
-        """End the loop after the batch in hand is settled, then leave the group."""
+        """End the loop after the batch in hand is finished, then leave the group."""
         self._stopping.set()
         if self._loop.ident is not None:
             self._finished.wait()
@@ -162,8 +162,8 @@ class ScaledMemberActor:
                 batch.ack()
             else:
                 self._commit(batch)
-        except TopicError as error:  # handled, not settled: delivered again (at least once)
-            logger.warning("member %s: could not settle a batch: %s", self._member_id, error)
+        except TopicError as error:  # handled, not finished: delivered again (at least once)
+            logger.warning("member %s: could not finish a batch: %s", self._member_id, error)
 
     def _commit(self, batch: ElementBatch) -> None:
         for channel, result in batch.commit().items():

@@ -9,7 +9,7 @@ yet committed or acknowledged).
 into a desired count (up at once; down only after the scale-down delay). It
 starts the missing members (all at once; their loops start together once
 they have joined, so they do not hand channels to each other one after the
-other), or stops the newest ones (each settles its batch, then leaves).
+other), or stops the newest ones (each finishes its batch, then leaves).
 
 **How a channel moves without a duplicate**: members of an owned group are
 *cooperative* (``raytopic.scaled_member``): a join does not take a channel
@@ -68,7 +68,7 @@ CALL_TIMEOUT = 10.0
 """Seconds a call of the scaler's may take (a coordinator restarting answers later)."""
 
 STOP_TIMEOUT = 120.0
-"""Seconds a stopping member has to settle its batch and leave."""
+"""Seconds a stopping member has to finish its batch and leave."""
 
 
 @dataclass(slots=True)
@@ -284,7 +284,7 @@ class ScalerActor:
             )
 
     def _remove(self, members: list[_Member]) -> None:
-        """Stop ``members``: each settles its batch and leaves, then its actor goes."""
+        """Stop ``members``: each finishes its batch and leaves, then its actor goes."""
         stops = [m.handle.stop.remote() for m in members if m.started]
         with contextlib.suppress(Exception):  # one that died meanwhile is gone anyway
             ray.get(stops, timeout=STOP_TIMEOUT)

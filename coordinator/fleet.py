@@ -7,7 +7,7 @@ in-memory fake). The policy:
 
 - A channel's refusal is raised as its own typed error (a raytopic error as
   itself, not in Ray's wrapper, so the coordinator's caller unwraps it once).
-- A call that must land (``ask``, ``ask_each``, ``ask_settled``,
+- A call that must land (``ask``, ``ask_each``, ``ask_outcomes``,
   ``all_or_nothing``) waits as long as its channel takes: a restarting
   channel's calls wait for it (Ray retries them), and a group change must not
   go on before its channels hold it.
@@ -101,7 +101,7 @@ class ChannelFleet:
         targets = self.channels() if channels is None else list(channels)
         return list(await asyncio.gather(*(self.ask(channel, request) for channel in targets)))
 
-    async def ask_settled(
+    async def ask_outcomes(
         self, requests: Mapping[int, ControlRequest]
     ) -> dict[int, Any | BaseException]:
         """Per channel, its reply to its own request or its typed refusal (all answer)."""
@@ -114,11 +114,11 @@ class ChannelFleet:
     async def all_or_nothing(self, request: ControlRequest, undo: ControlRequest) -> None:
         """``request`` on every channel: if one refuses, ``undo`` on those that took
         it, and the first refusal is raised."""
-        outcomes = await self.ask_settled(dict.fromkeys(self.channels(), request))
+        outcomes = await self.ask_outcomes(dict.fromkeys(self.channels(), request))
         failed = [outcome for outcome in outcomes.values() if isinstance(outcome, BaseException)]
         if failed:
             took = [c for c, outcome in outcomes.items() if not isinstance(outcome, BaseException)]
-            await self.ask_settled(dict.fromkeys(took, undo))
+            await self.ask_outcomes(dict.fromkeys(took, undo))
             raise failed[0]
 
     async def tell(

@@ -182,7 +182,7 @@ class BulkWriter:
         for channel in list(self._pending):
             self._send(channel)
         while self._in_flight:
-            self._settle_oldest()
+            self._await_oldest()
         return dict(self._rows), self._bytes
 
     def _send(self, channel: int) -> None:
@@ -213,11 +213,11 @@ class BulkWriter:
                 )
             )
         while len(self._in_flight) >= IN_FLIGHT:
-            self._settle_oldest()
+            self._await_oldest()
         ref = actor.request.remote(request, ArrowRows(batch))
         self._in_flight.append((channel, batch.num_rows, batch.nbytes, ref))
 
-    def _settle_oldest(self) -> None:
+    def _await_oldest(self) -> None:
         channel, rows, nbytes, ref = self._in_flight.pop(0)
         with topic_calls(self._topic.topic_id, self._topic.name):
             ack: AppendAck = ray.get(ref)

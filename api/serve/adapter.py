@@ -301,7 +301,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
 
     def _run_batch(self, batch: list[Any]) -> None:
         """Run a batch's tasks (those of one key in order, one after the other), holding
-        them while they run; then settle each."""
+        them while they run; then finish each (record it, ack or nack it)."""
         outcomes, runnable = [], []
         for element in batch:
             try:
@@ -323,11 +323,11 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         runs = [self._pool.submit(self._run_in_order, tasks) for tasks in by_key.values()]
         self._hold_while_running(batch, runs)
         outcomes += [outcome for run in runs for outcome in run.result()]
-        self._settle(outcomes, skip)
+        self._finish(outcomes, skip)
 
     def _hold_while_running(self, batch: list[Any], runs: list[concurrent.futures.Future]) -> None:
-        """Wait for the runs, extending the batch's leases every third of the
-        ack_timeout (so only a replica that stopped answering loses its tasks)."""
+        """Wait for the runs, extending the batch's ack deadlines every third of
+        the ack_timeout (so only a replica that stopped answering loses its tasks)."""
         every = self._settings.ack_timeout / 3
         while runs:
             _, running = concurrent.futures.wait(runs, timeout=every)
@@ -363,7 +363,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             return (RETRY if most is None or attempts <= most else FAILURE), repr(error)
         return SUCCESS, result
 
-    def _settle(self, outcomes: list[tuple[Any, Any, str, Any]], skip: set[str]) -> None:
+    def _finish(self, outcomes: list[tuple[Any, Any, str, Any]], skip: set[str]) -> None:
         """Move failed and unprocessable tasks to their queues, record the outcomes,
         acknowledge what finished and nack the retries (after their backoff).
 

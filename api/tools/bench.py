@@ -117,7 +117,7 @@ from raytopic.tools.bench_common import (
 )
 from raytopic.tools.bench_cpu import Throughput, median_throughput
 from raytopic.tools.bench_groups import GROUP_TARGET, group_throughput, reassignment_time
-from raytopic.tools.bench_idle import SETTLE, run_idle_benchmarks
+from raytopic.tools.bench_idle import QUIET, run_idle_benchmarks
 from raytopic.tools.bench_latency import run_latency_benchmarks
 from raytopic.tools.bench_scale import run_scale_benchmarks
 from raytopic.tools.bench_shared import run_shared_benchmarks
@@ -259,7 +259,7 @@ def run_benchmarks(
     idle_topics: int = DEFAULT.idle_topics,
     idle_seconds: float = DEFAULT.idle_seconds,
     commit_publishers: int | None = None,
-    idle_settle: float = SETTLE,
+    idle_quiet: float = QUIET,
     scale: bool = True,
     streams: StreamSettings | None = StreamSettings(),  # noqa: B008 (frozen)
     autoscale: AutoscaleSettings | None = AutoscaleSettings(),  # noqa: B008 (frozen)
@@ -280,7 +280,7 @@ def run_benchmarks(
         idle_seconds: seconds the idle case measures CPU over.
         commit_publishers: publishers seen by the commit case's second channel
             (None: the case's own count, 3,000).
-        idle_settle: seconds the idle case lets its members settle before its
+        idle_quiet: seconds the idle case lets its members quiet down before its
             window (at most ``idle_seconds``).
         scale: whether to run the scale case (``raytopic.tools.bench_scale``).
         streams: the counts of the streams case (``raytopic.tools.bench_streams``);
@@ -458,7 +458,7 @@ def run_benchmarks(
             channels=channels,
             seconds=idle_seconds,
             report=report,
-            settle=idle_settle,
+            quiet=idle_quiet,
         )
     return figures
 

@@ -50,7 +50,7 @@ CREATION_TARGET = at_most(1.5)
 """``create_topic`` against creating as many bare actors as the topic has."""
 
 GROUP = "idle"
-SETTLE = 2.0
+QUIET = 2.0
 """Seconds between the last member joining and the window opening: a join's
 rebalance and view pushes are not idleness."""
 BARE_MAX_CONCURRENCY = 100_000
@@ -139,7 +139,7 @@ def run_idle_benchmarks(
     channels: int,
     seconds: float,
     report: Callable[[Figure], None],
-    settle: float = SETTLE,
+    quiet: float = QUIET,
 ) -> list[Figure]:
     """Create ``topics`` topics and as many sets of bare actors (timing each), join
     one member per topic, then measure every process over ``seconds``.
@@ -150,7 +150,7 @@ def run_idle_benchmarks(
         channels: channels per topic.
         seconds: the idle window.
         report: called with each figure as soon as it is measured.
-        settle: seconds between the last member joining and the window (at most
+        quiet: seconds between the last member joining and the window (at most
             ``seconds``); less lets the joins' work into the figures.
 
     Returns:
@@ -193,7 +193,7 @@ def run_idle_benchmarks(
         members = [topic.subscriber(group=GROUP) for topic in made]
         channel_pids = [stats.pid for topic in made for stats in topic.describe().channels]
         coordinator_pids = [coordinator_pid(topic) for topic in made]
-        time.sleep(min(settle, seconds))
+        time.sleep(min(quiet, seconds))
         cpu = cpu_percents([*bare_pids, *channel_pids, *coordinator_pids], seconds)
     finally:
         for member in members:

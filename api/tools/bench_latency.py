@@ -13,7 +13,7 @@ latency is the time from the send to the receiver's return:
                reach it through that channel's wait).
 
 Both receivers are threads of the driver that loop (wait, note the time, wait
-again); the driver pauses ``SETTLE`` seconds before each send so the next
+again); the driver pauses ``PAUSE`` seconds before each send so the next
 wait has reached its actor. Machines here are noisy, so the sides are measured
 in rounds of ``ROUND`` values each, interleaved (queue, topic on 1 channel,
 topic on ``channels``, queue, ...), not one side after the other; a run gives
@@ -54,7 +54,7 @@ ROUND = 10
 """Values each side sends in a round before the next side's round."""
 WARMUP = 10
 """Values each side sends before the measured ones (connections, first calls)."""
-SETTLE = 0.005
+PAUSE = 0.005
 """Seconds between a receiver's return and the next send: its next wait reaches
 its actor meanwhile, so every send finds a receiver waiting (2 ms was short on
 the 2-core machine under a load average of 40: the 8-channel p50 read 3.1x
@@ -99,7 +99,7 @@ class _Waiter:
 
     def time_to_return(self, send: Callable[[], Any]) -> float:
         """Seconds from calling ``send`` to the waiting receive's return."""
-        time.sleep(SETTLE)
+        time.sleep(PAUSE)
         start = time.perf_counter()
         send()
         returned = self._returns.get(timeout=RECEIVE_TIMEOUT)

@@ -99,7 +99,7 @@ QUEUES_TARGET = at_least(1.0)
 PUBLISHER_IN_FLIGHT = 8
 """``publish_batch`` calls the one-publisher case keeps outstanding."""
 GROUP = "scale"
-SETTLE_TIMEOUT = 60.0
+BALANCE_TIMEOUT = 60.0
 """Seconds the group's members may take to join and own one channel each."""
 
 
@@ -251,13 +251,13 @@ def _held(topic: Topic) -> list[int]:
     ]
 
 
-def _settle(topic: Topic, members: list[ray.ObjectRef[Any]]) -> None:
+def _wait_balanced(topic: Topic, members: list[ray.ObjectRef[Any]]) -> None:
     """Wait until the group has every member, each owning one channel.
 
     Raises:
-        RuntimeError: Not within SETTLE_TIMEOUT seconds.
+        RuntimeError: Not within BALANCE_TIMEOUT seconds.
     """
-    deadline = time.monotonic() + SETTLE_TIMEOUT
+    deadline = time.monotonic() + BALANCE_TIMEOUT
     while True:
         joined = topic.describe().groups[GROUP].members
         if len(joined) == len(members) and all(len(member.channels) == 1 for member in joined):
@@ -289,7 +289,7 @@ def _group_throughput(
             consumer.run.remote(_member_batches, topic, share)
             for consumer in runners.consumers[:members]
         ]
-        _settle(topic, joining)
+        _wait_balanced(topic, joining)
         ray.get([producer.run.remote(publish, topic, 0) for producer in producers])  # warm
         return joining
 

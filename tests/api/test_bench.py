@@ -164,7 +164,7 @@ def test_every_case_reports_a_positive_figure_and_its_ratio(
         idle_topics=1,
         idle_seconds=2.0,
         commit_publishers=20,
-        idle_settle=0.0,
+        idle_quiet=0.0,
         scale=False,
         streams=None,  # its own test, below
         autoscale=None,  # its own test, below
