@@ -326,30 +326,30 @@ class CoordinatorActor:
         await self._groups.destroy(group)
 
     async def join(
-        self, group: str, member_id: str, timeout: float, cooperative: bool = False
+        self, group: str, reader_id: str, timeout: float, cooperative: bool = False
     ) -> MemberView:
         """Add a member (or rejoin one); returns once its assignment is in force.
         A ``cooperative`` member releases channels itself before they move
         (:meth:`release`)."""
         await self._up()
-        return await self._groups.join(group, member_id, timeout, cooperative)
+        return await self._groups.join(group, reader_id, timeout, cooperative)
 
-    async def leave(self, group: str, member_id: str) -> None:
+    async def leave(self, group: str, reader_id: str) -> None:
         """A member closed: its channels go to the others."""
         await self._up()
-        await self._groups.leave(group, member_id)
+        await self._groups.leave(group, reader_id)
 
-    async def release(self, group: str, member_id: str, channels: list[int]) -> MemberView | None:
+    async def release(self, group: str, reader_id: str, channels: list[int]) -> MemberView | None:
         """A cooperative member committed what it handed out from ``channels`` that
         its group is moving: grant them to their new owners now. Returns its view
         (None: it is no longer a member)."""
         await self._up()
-        return await self._groups.release(group, member_id, channels)
+        return await self._groups.release(group, reader_id, channels)
 
     async def heartbeat(
         self,
         group: str,
-        member_id: str,
+        reader_id: str,
         known_version: int,
         touch: bool = True,
         idle: float = 0.0,
@@ -368,7 +368,7 @@ class CoordinatorActor:
         """
         await self._up()
         return await self._groups.heartbeat(
-            group, member_id, known_version, touch, idle, wait, cooperative
+            group, reader_id, known_version, touch, idle, wait, cooperative
         )
 
     # -- reset -------------------------------------------------------------------

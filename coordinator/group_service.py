@@ -196,7 +196,7 @@ class GroupService:
             self._polls.forget(group)
             self._granted.pop(group, None)
 
-    async def settled(self, group: str) -> None:
+    async def wait_changes_done(self, group: str) -> None:
         """Wait until a rebalance or reset of ``group`` in flight has finished."""
         async with self._lock(group):
             pass
@@ -204,42 +204,42 @@ class GroupService:
     # -- membership -----------------------------------------------------------------
 
     async def join(
-        self, group: str, member_id: str, timeout: float, cooperative: bool = False
+        self, group: str, reader_id: str, timeout: float, cooperative: bool = False
     ) -> MemberView:
         """Add a member (or rejoin one); returns once its assignment is in force."""
         async with self._lock(group):
             state = self.group(group)
-            change = state.join(member_id, timeout, self._clock(), cooperative=cooperative)
+            change = state.join(reader_id, timeout, self._clock(), cooperative=cooperative)
             await self._apply(state, change)
-            view = state.view(member_id)
+            view = state.view(reader_id)
         self.watch_expiry()
         assert view is not None
         return view
 
-    async def leave(self, group: str, member_id: str) -> None:
+    async def leave(self, group: str, reader_id: str) -> None:
         """A member closed: its channels go to the others."""
         async with self._lock(group):
             state = self.groups.get(group)
             if state is None:
                 return
-            change = state.leave(member_id, self._clock())
+            change = state.leave(reader_id, self._clock())
             if change is not None:
                 await self._apply(state, change)
-            self._polls.forget(group, member_id)
+            self._polls.forget(group, reader_id)
 
-    async def release(self, group: str, member_id: str, channels: list[int]) -> MemberView | None:
+    async def release(self, group: str, reader_id: str, channels: list[int]) -> MemberView | None:
         """A cooperative member released ``channels``: grant them to their new owners."""
         async with self._lock(group):
             state = self.group(group)
-            change = state.release(member_id, channels, self._clock())
+            change = state.release(reader_id, channels, self._clock())
             if change is not None:
                 await self._apply(state, change)
-            return state.view(member_id)
+            return state.view(reader_id)
 
     async def heartbeat(
         self,
         group: str,
-        member_id: str,
+        reader_id: str,
         known_version: int,
         touch: bool,
         idle: float,
@@ -252,15 +252,15 @@ class GroupService:
         now = self._clock() - max(0.0, idle)
         self._check_not_destroyed()
         if touch:
-            alive = state.touch(member_id, now, cooperative=cooperative)
+            alive = state.touch(reader_id, now, cooperative=cooperative)
         else:
-            alive = member_id in state.members
+            alive = reader_id in state.members
         if alive and wait > 0:
-            await self._polls.wait(group, member_id, known_version, state.version, wait)
+            await self._polls.wait(group, reader_id, known_version, state.version, wait)
         await self._grants_landed(group)
         self._check_not_destroyed()
         state = self.group(group)  # GroupNotFoundError if destroyed meanwhile
-        return state.view(member_id)
+        return state.view(reader_id)
 
     def end(self, reason: str) -> None:
         """The topic is destroyed: stop expiry; members' long polls answer ``reason``."""
@@ -325,8 +325,8 @@ class GroupService:
         receive session of theirs), then wake the members' long polls."""
         # None: the member left or timed out (a channel drops its sessions there).
         views = {
-            member_id: state.channels_of(member_id) if member_id in state.members else None
-            for member_id in members
+            reader_id: state.channels_of(reader_id) if reader_id in state.members else None
+            for reader_id in members
         }
         if views:
             await self._fleet.tell(
@@ -385,8 +385,8 @@ class GroupService:
                     await self._apply(state, change)
                 except Exception:
                     logger.exception("rebalance after a timeout failed")
-                for member_id in expired:
-                    self._polls.forget(state.name, member_id)
+                for reader_id in expired:
+                    self._polls.forget(state.name, reader_id)
 
     # -- reset ------------------------------------------------------------------------
 
@@ -416,13 +416,13 @@ class GroupService:
             state.resetting = False
 
     async def _reset(self, state: Group, targets: dict[int, int | float | str]) -> dict[int, int]:
-        done = await self._fleet.ask_settled(
+        done = await self._fleet.ask_outcomes(
             {channel: ResetGroup(state.name, target) for channel, target in targets.items()}
         )
         failed = [outcome for outcome in done.values() if isinstance(outcome, BaseException)]
         if failed:
             # Compensate: each channel that moved goes back to where it was.
-            await self._fleet.ask_settled(
+            await self._fleet.ask_outcomes(
                 {
                     channel: RestoreGroup(state.name, outcome[1])
                     for channel, outcome in done.items()
@@ -449,20 +449,20 @@ class GroupService:
         group still under way finishes first: what this shows, members heard)."""
         groups = {}
         for name, state in sorted(self.groups.items()):
-            await self.settled(name)
+            await self.wait_changes_done(name)
             now = self._clock()
             groups[name] = {
                 "mode": state.mode,
                 "spec": state.shared,
                 "generation": state.generation,
                 "members": {
-                    member_id: {
+                    reader_id: {
                         "generation": member.generation,
-                        "channels": sorted(state.channels_of(member_id)),
+                        "channels": sorted(state.channels_of(reader_id)),
                         "idle": now - member.last_seen,
                         "timeout": member.timeout,
                     }
-                    for member_id, member in sorted(state.members.items())
+                    for reader_id, member in sorted(state.members.items())
                 },
             }
         return groups

@@ -43,7 +43,7 @@ RECOVERED_TIMEOUT = 30.0
 class Member:
     """One live member of a group."""
 
-    member_id: str
+    reader_id: str
     generation: int
     timeout: float
     last_seen: float
@@ -55,7 +55,7 @@ class Member:
 class MemberView:
     """What a member learns from the coordinator about itself."""
 
-    member_id: str
+    reader_id: str
     """The member."""
     generation: int
     """Its generation (a rejoin gets a new, higher one)."""
@@ -108,29 +108,29 @@ class Group:
         lease = self.leases.get(channel)
         return lease.member_id if lease else None
 
-    def channels_of(self, member_id: str) -> dict[int, Lease]:
-        """The channels ``member_id`` owns, with their leases (a shared group's
+    def channels_of(self, reader_id: str) -> dict[int, Lease]:
+        """The channels ``reader_id`` owns, with their leases (a shared group's
         member: every channel, under its generation)."""
         if self.shared is not None:
-            member = self.members.get(member_id)
+            member = self.members.get(reader_id)
             if member is None:
                 return {}
-            lease = Lease(member_id, member.generation)
+            lease = Lease(reader_id, member.generation)
             return dict.fromkeys(range(self.channel_count), lease)
         return {
             channel: lease
             for channel, lease in sorted(self.leases.items())
-            if lease is not None and lease.member_id == member_id
+            if lease is not None and lease.member_id == reader_id
         }
 
-    def view(self, member_id: str) -> MemberView | None:
+    def view(self, reader_id: str) -> MemberView | None:
         """The view of a live member, or None if it is not (or no longer) a member."""
-        member = self.members.get(member_id)
+        member = self.members.get(reader_id)
         if member is None:
             return None
-        channels = self.channels_of(member_id)
+        channels = self.channels_of(reader_id)
         return MemberView(
-            member_id,
+            reader_id,
             member.generation,
             self.version,
             channels,
@@ -139,46 +139,46 @@ class Group:
         )
 
     def join(
-        self, member_id: str, timeout: float, now: float, *, cooperative: bool = False
+        self, reader_id: str, timeout: float, now: float, *, cooperative: bool = False
     ) -> Rebalance:
         """Add a member (a member already present rejoins with a new generation);
         a ``cooperative`` one releases channels itself before they move."""
-        self.members.pop(member_id, None)
-        if any(lease and lease.member_id == member_id for lease in self.leases.values()):
+        self.members.pop(reader_id, None)
+        if any(lease and lease.member_id == reader_id for lease in self.leases.values()):
             # A rejoin: its old leases must not survive under the new generation.
             self.leases = {
-                channel: (None if lease and lease.member_id == member_id else lease)
+                channel: (None if lease and lease.member_id == reader_id else lease)
                 for channel, lease in self.leases.items()
             }
         self.generation += 1
-        self.members[member_id] = Member(member_id, self.generation, timeout, now, cooperative)
-        return self._rebalance(extra_changed=(member_id,), now=now)
+        self.members[reader_id] = Member(reader_id, self.generation, timeout, now, cooperative)
+        return self._rebalance(extra_changed=(reader_id,), now=now)
 
-    def leave(self, member_id: str, now: float | None = None) -> Rebalance | None:
+    def leave(self, reader_id: str, now: float | None = None) -> Rebalance | None:
         """Remove a member that closed; None if it was not a member."""
-        if self.members.pop(member_id, None) is None:
+        if self.members.pop(reader_id, None) is None:
             return None
         self.generation += 1
-        return self._rebalance(extra_changed=(member_id,), now=now)
+        return self._rebalance(extra_changed=(reader_id,), now=now)
 
-    def touch(self, member_id: str, now: float, *, cooperative: bool = False) -> bool:
-        """Record a heartbeat; False if ``member_id`` is not a member (timed out or closed).
+    def touch(self, reader_id: str, now: float, *, cooperative: bool = False) -> bool:
+        """Record a heartbeat; False if ``reader_id`` is not a member (timed out or closed).
         ``cooperative``: the member says so again (a restarted coordinator learns it here)."""
-        member = self.members.get(member_id)
+        member = self.members.get(reader_id)
         if member is None:
             return False
         member.last_seen = max(member.last_seen, now)
         member.cooperative = member.cooperative or cooperative
         return True
 
-    def release(self, member_id: str, channels: Iterable[int], now: float) -> Rebalance | None:
+    def release(self, reader_id: str, channels: Iterable[int], now: float) -> Rebalance | None:
         """A cooperative member committed what it handed out from ``channels`` it is
         handing over: they go to their new owners now. None if none of them was
         being handed over by it."""
         released = [
             channel
             for channel in channels
-            if channel in self.handovers and self.owner(channel) == member_id
+            if channel in self.handovers and self.owner(channel) == reader_id
         ]
         if not released:
             return None
@@ -186,7 +186,7 @@ class Group:
             del self.handovers[channel]
             self.leases[channel] = None  # free: the rebalance grants it to its new owner
         self.generation += 1
-        return self._rebalance(extra_changed=(member_id,), now=now)
+        return self._rebalance(extra_changed=(reader_id,), now=now)
 
     def deadline(self) -> float | None:
         """The first moment a member could time out or a hand-over could run out
@@ -199,15 +199,15 @@ class Group:
         """Remove members silent for longer than their timeout, and move the channels
         whose hand-over ran out (their owner did not release them in time)."""
         expired = [
-            member.member_id
+            member.reader_id
             for member in self.members.values()
             if now - member.last_seen > member.timeout
         ]
         overdue = [channel for channel, due in self.handovers.items() if now >= due]
         if not expired and not overdue:
             return [], None
-        for member_id in expired:
-            del self.members[member_id]
+        for reader_id in expired:
+            del self.members[reader_id]
         for channel in overdue:
             del self.handovers[channel]
             self.leases[channel] = None  # moves without its owner's release
@@ -242,7 +242,7 @@ class Group:
             if holder is not None and holder.cooperative:
                 # Its owner releases it once it committed what it handed out.
                 self.handovers.setdefault(channel, now + holder.timeout)
-                changed.add(holder.member_id)
+                changed.add(holder.reader_id)
                 continue
             self.handovers.pop(channel, None)
             lease = Lease(owner, self.generation) if owner is not None else None

@@ -245,15 +245,15 @@ def test_membership_changes_keep_leases_fenced_and_balanced(
             assert max(held) - min(held) <= 1
         else:
             assert set(after_owners.values()) == {None}
-        for member_id, member in group.members.items():
-            view = group.view(member_id)
+        for reader_id, member in group.members.items():
+            view = group.view(reader_id)
             assert view is not None
-            assert (view.member_id, view.generation, view.version) == (
-                member_id,
+            assert (view.reader_id, view.generation, view.version) == (
+                reader_id,
                 member.generation,
                 group.version,
             )
-            assert view.leases == group.channels_of(member_id)
+            assert view.leases == group.channels_of(reader_id)
 
 
 # -- a restarted coordinator ----------------------------------------------------------
@@ -275,7 +275,7 @@ def test_recovered_groups_come_from_the_channels_leases_and_marks_and_only_grow(
     g = groups["g"]
     assert g.leases == {0: a, 1: b, 2: b}
     assert g.jumps == {0: 2, 1: 1, 2: 0}
-    assert {m.member_id: (m.generation, m.timeout, m.last_seen) for m in g.members.values()} == {
+    assert {m.reader_id: (m.generation, m.timeout, m.last_seen) for m in g.members.values()} == {
         "a": (3, RECOVERED_TIMEOUT, 100.0),
         "b": (5, RECOVERED_TIMEOUT, 100.0),
     }
