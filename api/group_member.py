@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from raytopic.coordinator.groups import MemberView
-    from raytopic.core.protocol import Lease
+    from raytopic.core.protocol import Lease, ReaderLease
     from raytopic.core.records import OwnershipChange
     from raytopic.subscriber_options import SubscriberOptions
     from raytopic.topic import Topic
@@ -81,7 +81,7 @@ class Membership(Ownership, Protocol):
         """The channels owned now, asking the coordinator if the view may be stale."""
         ...
 
-    def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> Lease | None:
+    def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> ReaderLease:
         """The lease on ``channel`` (None: none known, or anonymous)."""
         ...
 
@@ -286,7 +286,7 @@ class GroupMember:
             self._refresh(touch=False)
         return self.owned()
 
-    def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> Lease | None:
+    def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> ReaderLease:
         """This member's lease on ``channel``; not known here (with ``required`` or
         ``refresh``): ask the coordinator, as a channel may be ours before the
         heartbeats have told us.

@@ -22,7 +22,7 @@ from raytopic.core.records import CommitResult, Position
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from raytopic.core.protocol import CursorState, Lease
+    from raytopic.core.protocol import CursorState, ReaderLease
     from raytopic.receives import JumpCounts
     from raytopic.topic import Topic
 
@@ -46,7 +46,7 @@ class CursorRole(Protocol):
         """The channels owned now, asking the coordinator if the view may be stale."""
         ...
 
-    def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> Lease | None:
+    def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> ReaderLease:
         """The lease of ``channel`` (None: anonymous, or not owned unless ``required``)."""
         ...
 

@@ -32,7 +32,7 @@ class ChannelStats:
     """Process id of the actor (for operators and fault tests)."""
     state: str = "serving"
     """"serving"; "recovering" (restarted without a store, waiting for its groups);
-    "failed" (fenced: see ``failure``); "unreachable" (restarting, or gone: the
+    "failed" (its store broke: see ``failure``); "unreachable" (restarting, or gone: the
     figures are the last known or None)."""
     durable: bool = False
     """Whether it has a store."""
@@ -80,7 +80,7 @@ class MemberStats:
     """One live member of a group."""
 
     member_id: str
-    """The member's id."""
+    """The member's id (its reader id: ``Subscriber.subscriber_id``)."""
     generation: int
     """Its generation."""
     channels: tuple[int, ...]
@@ -208,14 +208,14 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
             )
         members = tuple(
             MemberStats(
-                member_id=member_id,
+                member_id=reader_id,
                 generation=member["generation"],
                 channels=tuple(member["channels"]),
                 idle=member["idle"],
                 timeout=member["timeout"],
-                unacked=sum(c.holdings.get(member_id, 0) for c in per_channel),
+                unacked=sum(c.holdings.get(reader_id, 0) for c in per_channel),
             )
-            for member_id, member in group["members"].items()
+            for reader_id, member in group["members"].items()
         )
         groups[name] = GroupStats(
             name, group["generation"], members, tuple(per_channel), group.get("mode", "owned")

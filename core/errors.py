@@ -180,7 +180,7 @@ class ChannelUnavailableError(TopicError):
 
 class ChannelFailedError(ChannelUnavailableError):
     """A channel could not recover its store, or its store failed (an fsync error):
-    it is fenced and answers every call with this error until an operator acts.
+    it has failed and answers every call with this error until an operator acts.
     Nothing it acknowledged is altered."""
 
 

@@ -26,6 +26,8 @@ from raytopic.core.naming import channel_actor
 if TYPE_CHECKING:
     import ray
 
+    from raytopic.core.protocol.records import ReaderLease
+
 __all__ = [
     "AckStatus",
     "CommitResult",
@@ -493,7 +495,7 @@ class _Origin:
     topic: str  # name and namespace: how commit() finds the channel actor
     namespace: str
     reader: Any  # the reader key the channel knows (group name or subscriber id)
-    fence: Any  # (member id, lease generation) for group members, else None
+    fence: ReaderLease  # a group member's lease of the channel, else None
     jumps: int  # the reader's cursor jump count at read time (bumped by seeks and resets)
     shared: bool = False  # read by a shared group's member: acknowledged element by element
     epoch: int = 0  # a shared delivery's channel incarnation: part of its delivery id

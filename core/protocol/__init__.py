@@ -68,6 +68,7 @@ from raytopic.core.protocol.records import (
     CursorState,
     Lease,
     Poison,
+    ReaderLease,
     ReaderSpec,
     poison_error,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "CursorState",
     "Lease",
     "Poison",
+    "ReaderLease",
     "ReaderSpec",
     "poison_error",
     # channel requests

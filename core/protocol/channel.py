@@ -15,7 +15,10 @@ moves its buffer out of band. The records hold no ObjectRefs.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from raytopic.core.protocol.records import ReaderLease
 
 __all__ = [
     "Ack",
@@ -89,7 +92,7 @@ class Take(NamedTuple):
     """Deliver up to ``max_count`` elements; with ``wait``, a fetch that waits first."""
 
     reader_id: str
-    fence: Any
+    fence: ReaderLease
     max_count: int
     wait: float = 0.0
     token: str | None = None
@@ -105,7 +108,7 @@ class SettleTake(NamedTuple):
     """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
 
     reader_id: str
-    fence: Any
+    fence: ReaderLease
     token: str
     give_back_from: int | None
 
@@ -114,7 +117,7 @@ class Watch(NamedTuple):
     """The reader's cursor state once it differs from ``known``."""
 
     reader_id: str
-    fence: Any
+    fence: ReaderLease
     known: Any
     timeout: float
 
@@ -123,7 +126,7 @@ class GiveBack(NamedTuple):
     """Undo a take nobody saw."""
 
     reader_id: str
-    fence: Any
+    fence: ReaderLease
     first: int
     expected_next: int
     jumps: int
@@ -135,7 +138,7 @@ class ReportPoison(NamedTuple):
     ``raytopic.actors.poison``): stop before it, or (``skipped``) count it."""
 
     reader_id: str
-    fence: Any
+    fence: ReaderLease
     jumps: int
     """The reader's cursor jump count at the take that delivered it."""
     sequence: int
@@ -176,7 +179,7 @@ class Commit(NamedTuple):
 
     reader_id: str
     sequence: int
-    fence: Any
+    fence: ReaderLease
 
 
 class Seek(NamedTuple):
@@ -184,7 +187,7 @@ class Seek(NamedTuple):
     it") or, with ``by_time``, a time stamp ("next is the first published after it")."""
 
     reader_id: str
-    fence: Any
+    fence: ReaderLease
     target: int | float
     by_time: bool
     commit: bool
@@ -194,7 +197,7 @@ class ReadCursor(NamedTuple):
     """The reader's cursor state (checked against ``fence`` unless None)."""
 
     reader_id: str
-    fence: Any = None
+    fence: ReaderLease = None
 
 
 class ReadRingFigures(NamedTuple):

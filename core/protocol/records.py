@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 from raytopic.core.errors import PoisonElementError
 from raytopic.core.records import Position
 
-__all__ = ["Address", "CursorState", "Lease", "Poison", "ReaderSpec", "poison_error"]
+__all__ = ["Address", "CursorState", "Lease", "Poison", "ReaderLease", "ReaderSpec", "poison_error"]
 
 _MISSING = object()
 
@@ -32,6 +32,11 @@ class Lease:
     """The member's id."""
     generation: int
     """The group generation at which the channel was granted."""
+
+
+ReaderLease: TypeAlias = Lease | None
+"""What a reader's call to a channel carries: a group member's lease of that channel,
+or None for an anonymous reader."""
 
 
 class Address(NamedTuple):
