@@ -28,17 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import itertools
 import logging
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 
-from raytopic.actors.channel_link import ChannelLink
+from raytopic.actors.receive.lending import LentTakes, log_failure
 from raytopic.actors.receive.planner import (
     TakePlanner,
     in_scope,
@@ -46,6 +43,7 @@ from raytopic.actors.receive.planner import (
     take_groups,
     window_room,
 )
+from raytopic.actors.receive.ports import ReaderPort
 from raytopic.actors.turns import Turns
 from raytopic.core.errors import (
     NotOwnerError,
@@ -111,7 +109,7 @@ class ReceiveSession:
     def __init__(
         self,
         spec: SessionSpec,
-        links: Mapping[int, ChannelLink],
+        ports: Mapping[int, ReaderPort],
         owned: Mapping[int, Any],
         home: int,
         *,
@@ -120,7 +118,7 @@ class ReceiveSession:
         self.spec = spec
         self.home = home
         self.mid_stream = mid_stream
-        self._links = links
+        self._ports = ports
         self._owned: dict[int, Any] = dict(owned)  # channel -> fence (None: anonymous)
         self._view_version = -1
         self._known: dict[int, CursorState] = {}
@@ -130,12 +128,9 @@ class ReceiveSession:
         self._fetched: list[tuple[Delivery, str]] = []
         self._fetch_pause = 0.0  # loop time until which no fetch starts (a seek comes)
         self._seek_landed = asyncio.Event()  # set when the seek a pause waits for lands
-        # A token names its host channel and this session: when the host restarts,
-        # the channels that lent to its sessions take their loans back at once,
-        # and those its last incarnation took from deliver again (see
-        # ``Cursor.relayed_by``).
-        session_id = uuid.uuid4().hex[:8]
-        self._tokens = (f"{home}:{session_id}-{n}" for n in itertools.count())
+        self._lent = LentTakes(
+            spec.reader_id, home, ports, lambda channel: self._owned.get(channel)
+        )
         self._resequenced: ResequencedStream | None = None
         if spec.resequence is not None:
             loop = asyncio.get_running_loop()
@@ -153,7 +148,6 @@ class ReceiveSession:
         self._turns = Turns(unknown_start=_MID_STREAM_TURN_WAIT if mid_stream else None)
         self._planner = TakePlanner(home)
         self._stale: list[BaseException] = []  # StaleSequenceErrors still to report
-        self._returning: list[asyncio.Future[Any]] = []  # give-backs on their way
         self._interrupted: dict[str, int] = {}  # stream -> receives up to it stop waiting
         self._waiting: dict[str, int] = {}  # stream -> its receive now waiting for a change
         self._started: dict[str, int] = {}  # stream -> the last receive that got its turn
@@ -180,24 +174,27 @@ class ReceiveSession:
         read in-process right away, so commits count for the window at once.
         """
         if channel is not None:
-            link = self._links.get(channel)
-            if link is not None and link.state is not None and channel in self._owned:
-                self._refresh_local(channel)
+            if channel in self._owned and channel in self._ports:
+                self._read_in_place(channel)
             else:
                 self._known.pop(channel, None)
         self._poke()
 
-    def _refresh_local(self, channel: int) -> CursorState | None:
-        """Read the home channel's cursor state in-process; drop the channel if it
-        is no longer ours (the coordinator grants the new owner before it tells us)."""
-        link = self._links[channel]
-        assert link.state is not None
+    def _read_in_place(self, channel: int) -> CursorState | None:
+        """Read a channel's cursor state without a call where its port can (the home
+        channel), else forget what is known of it; drop the channel if it is no
+        longer ours (the coordinator grants the new owner before it tells us)."""
         try:
-            state = link.state(self.spec.reader_id, self._owned.get(channel))
+            state = self._ports[channel].state_in_place(
+                self.spec.reader_id, self._owned.get(channel)
+            )
         except (NotOwnerError, SubscriberClosedError):
             self._drop(channel)
             return None
-        self._known[channel] = state
+        if state is None:
+            self._known.pop(channel, None)
+        else:
+            self._known[channel] = state
         return state
 
     def interrupt(self, stream: str, upto: int) -> None:
@@ -419,7 +416,7 @@ class ReceiveSession:
             failures = [e for e in errors if not isinstance(e, _TOLD_ONCE)]
             if failures:
                 # Nobody will see what the other channels handed over: give it back.
-                await asyncio.gather(*(self._give_back(d) for d in deliveries))
+                await asyncio.gather(*(self._lent.give_back(d) for d in deliveries))
                 raise failures[0]
             if errors:
                 if not deliveries:
@@ -438,7 +435,7 @@ class ReceiveSession:
         If this receive is cancelled meanwhile, what the takes still deliver is
         given back, so the next receive reads it.
         """
-        returning = list(self._returning)  # now: a give-back made later may wait for these
+        returning = list(self._lent.returning)  # now: a give-back made later may wait for these
         takes = [
             asyncio.ensure_future(self._take(channel, share, returning))
             for channel, share in zip(group, shares(max_count, len(group)), strict=True)
@@ -447,7 +444,7 @@ class ReceiveSession:
             await asyncio.wait(takes)
         except asyncio.CancelledError:
             for take in takes:
-                self._return_when_done(take)
+                self._lent.return_when_done(take)
             raise
         return [take.exception() or take.result() for take in takes]
 
@@ -456,18 +453,13 @@ class ReceiveSession:
     ) -> Delivery | None:
         """Take from one channel, after the give-backs still on their way (``returning``:
         those registered when the take was decided; default: now)."""
-        pending = self._returning if returning is None else returning
-        if pending:  # rare (a cancelled take): no copy on the common path
-            await asyncio.wait(list(pending))
-        link = self._links[channel]
+        await self._lent.after_give_backs(returning)
+        port = self._ports[channel]
         if channel not in self._owned:
             return None  # revoked since the candidates were chosen
         fence = self._owned[channel]
         try:
-            if link.local:
-                delivery = await link.take(self.spec.reader_id, fence, max_count)
-            else:
-                delivery = await self._take_remote(link, fence, max_count)
+            delivery = await port.take(self.spec.reader_id, fence, max_count, self._lent)
         except (NotOwnerError, SubscriberClosedError):
             # Lost the channel, or the reader is being closed there (close(),
             # destroy_group): the home's own close ends this receive with None.
@@ -492,55 +484,6 @@ class ReceiveSession:
             stopped=delivery.stopped,
         )
 
-    async def _take_remote(self, link: ChannelLink, fence: Any, max_count: int) -> Delivery:
-        """Take at a sibling. What it takes is lent there until settled, which is
-        done as soon as it is back here: if this channel dies in between (with
-        the elements in no reply), the sibling reads them again."""
-        token = next(self._tokens)
-        call = asyncio.ensure_future(link.take(self.spec.reader_id, fence, max_count, token))
-        try:
-            delivery = await asyncio.shield(call)
-        except asyncio.CancelledError:
-            # The sibling may still complete the take: hand its elements back.
-            call.add_done_callback(functools.partial(self._settle_taken, token))
-            self._return_when_done(call)
-            raise
-        self._settle_taken(token, call)
-        return delivery
-
-    def _settle_taken(self, token: str, call: asyncio.Future[Any]) -> None:
-        if not call.cancelled() and call.exception() is None and call.result().count:
-            self._settle(call.result(), token, None)
-
-    # -- giving back what nobody saw ------------------------------------------
-
-    def _return_when_done(self, take: asyncio.Future[Any]) -> None:
-        """Give back whatever ``take`` delivers. Takes decided from now on wait for
-        it: one that moved the cursor first would have the give-back refused."""
-
-        async def give_back_after() -> None:
-            try:
-                delivery = await take
-            except BaseException:
-                return  # nothing was taken
-            if isinstance(delivery, Delivery) and delivery.count:
-                await self._give_back(delivery)
-
-        returning = asyncio.ensure_future(give_back_after())
-        returning.add_done_callback(_log_failure)
-        self._returning.append(returning)
-        returning.add_done_callback(self._returning.remove)
-
-    async def _give_back(self, delivery: Delivery) -> None:
-        """Undo a take whose elements no receive returned (refused if the cursor
-        moved on since: a seek, a reset, a new owner)."""
-        channel = delivery.channel
-        link = self._links.get(channel)
-        fence = self._owned.get(channel)
-        if link is None or fence != delivery.origin.fence:
-            return  # no longer ours: the new owner resumes after the last commit
-        await link.give_back(self.spec.reader_id, fence, delivery)  # False if refused
-
     def _drop(self, channel: int) -> None:
         self._owned.pop(channel, None)
         self._known.pop(channel, None)
@@ -557,15 +500,22 @@ class ReceiveSession:
         self._wake.clear()  # before looking: a poke from here on is not lost
         window_full = room <= 0
         for channel in self._scope(here_only):
-            known = self._known.get(channel)
-            if self._links[channel].local:
-                # Read in place, never "look again" for it: with the window full
-                # no take would refresh it, and this loop would spin.
-                if known is None:
-                    known = self._refresh_local(channel)
-                if known is not None and known.available and not window_full:
+            try:
+                in_place = self._ports[channel].state_in_place(
+                    self.spec.reader_id, self._owned.get(channel)
+                )
+            except (NotOwnerError, SubscriberClosedError):
+                self._drop(channel)
+                continue
+            if in_place is not None:
+                # Read in place, never watched: the channel pokes this session on
+                # every change (and with the window full no take would refresh a
+                # watched state: this loop would spin).
+                self._known[channel] = in_place
+                if in_place.available and not window_full:
                     return  # takeable now: look again
-                continue  # the home channel pokes this session on every change
+                continue
+            known = self._known.get(channel)
             if known is not None and known.available and not window_full:
                 continue  # takeable now; no need to wait on it
             if window_full or self.spec.window is not None:
@@ -580,9 +530,9 @@ class ReceiveSession:
 
     def _start_fetch(self, channel: int, want: int) -> None:
         """Wait at a sibling for data and take it there ("take in watch")."""
-        token = next(self._tokens)
+        token = self._lent.token()
         fence = self._owned.get(channel)
-        returning = list(self._returning)
+        returning = list(self._lent.returning)
 
         async def fetch() -> Delivery:
             pause = self._fetch_pause - asyncio.get_running_loop().time()
@@ -591,7 +541,7 @@ class ReceiveSession:
                     await asyncio.wait_for(self._seek_landed.wait(), pause)
             if returning:  # a give-back still on its way must land before we take
                 await asyncio.wait(returning)
-            return await self._links[channel].fetch(self.spec.reader_id, fence, want, token)
+            return await self._ports[channel].fetch(self.spec.reader_id, fence, want, token)
 
         call = asyncio.ensure_future(fetch())
         self._fetches[channel] = (token, call)
@@ -625,7 +575,7 @@ class ReceiveSession:
                 if self._waiting and self._owned.get(channel) == fence:
                     self._fetched.append((delivery, token))
                 else:
-                    self._settle(delivery, token, delivery.first)
+                    self._lent.settle(delivery, token, delivery.first)
         self._poke()
 
     def _use_fetched(self, room: int) -> list[Delivery]:
@@ -635,25 +585,16 @@ class ReceiveSession:
         fetched, self._fetched = self._fetched, []
         for delivery, token in fetched:
             if room <= 0 or self._owned.get(delivery.channel) != delivery.origin.fence:
-                self._settle(delivery, token, delivery.first)
+                self._lent.settle(delivery, token, delivery.first)
                 continue
             if delivery.count > room:
                 delivery, rest = delivery.split(room)
-                self._settle(delivery, token, rest.first)
+                self._lent.settle(delivery, token, rest.first)
             else:
-                self._settle(delivery, token, None)
+                self._lent.settle(delivery, token, None)
             used.append(delivery)
             room -= delivery.count
         return used
-
-    def _settle(self, delivery: Delivery, token: str, give_back_from: int | None) -> None:
-        """Tell a fetch's channel what of its take was used (the rest is read again)."""
-        settled = asyncio.ensure_future(
-            self._links[delivery.channel].settle(
-                self.spec.reader_id, delivery.origin.fence, token, give_back_from
-            )
-        )
-        settled.add_done_callback(_log_failure)
 
     def _end_fetches(self) -> None:
         """Stop the fetches still waiting; what they (or the ones back but unused)
@@ -661,18 +602,13 @@ class ReceiveSession:
         for channel, (token, call) in list(self._fetches.items()):
             del self._fetches[channel]
             if not call.done():
-                stop = asyncio.ensure_future(self._links[channel].stop_take(token))
-                stop.add_done_callback(_log_failure)
-            call.add_done_callback(functools.partial(self._give_back_fetch, token))
+                stop = asyncio.ensure_future(self._ports[channel].stop_fetch(token))
+                stop.add_done_callback(log_failure)
+            call.add_done_callback(lambda done, token=token: self._lent.settle_unused(done, token))
         for delivery, token in self._fetched:
-            self._settle(delivery, token, delivery.first)
+            self._lent.settle(delivery, token, delivery.first)
         self._fetched = []
         self._poke()  # a receive still waiting looks again
-
-    def _give_back_fetch(self, token: str, call: asyncio.Future[Any]) -> None:
-        if not call.cancelled() and call.exception() is None and call.result().count:
-            delivery = call.result()
-            self._settle(delivery, token, delivery.first)
 
     def resume_fetches(self) -> None:
         """The seek a settle announced has landed: fetches may take again."""
@@ -683,7 +619,7 @@ class ReceiveSession:
     async def _watch(self, channel: int, known: CursorState | None) -> None:
         fence = self._owned.get(channel)
         try:
-            state = await self._links[channel].watch(self.spec.reader_id, fence, known)
+            state = await self._ports[channel].watch(self.spec.reader_id, fence, known)
         except asyncio.CancelledError:
             raise
         except NotOwnerError:
@@ -708,8 +644,3 @@ class ReceiveSession:
 
     def _poke(self) -> None:
         self._wake.set()
-
-
-def _log_failure(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning("could not hand back or stop a take: %s", task.exception())

@@ -1,23 +1,23 @@
-"""The receive sessions a channel hosts, the links they read through, and the group
-views they follow. No Ray (the links to sibling channels are given to it).
+"""The receive sessions a channel hosts, the ports they read through, and the group
+views they follow. No Ray (the callers of sibling channels are given to it).
 
 Any channel can host a subscriber's receive session (its *home*, see
 ``raytopic.actors.receive_session``): the session reads its own channel
-in-process and the siblings by actor call. The coordinator pushes each group's
-member views here; a session opened later starts from the latest one even if
-its handle lags behind.
+in process and the siblings by actor call, each through a ``ReaderPort``. The
+coordinator pushes each group's member views here; a session opened later
+starts from the latest one even if its handle lags behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
-from raytopic.actors.channel_link import ChannelLink
 from raytopic.actors.reader_parts import Reader
+from raytopic.actors.receive.ports import Caller, LocalPort, ReaderPort, RemotePort
 from raytopic.actors.receive_session import ReceiveSession
 from raytopic.core.errors import TopicNotFoundError
 from raytopic.core.protocol import ChannelRequest, CursorState, Lease, ReceivedBatch, pack_request
@@ -27,9 +27,6 @@ __all__ = ["SessionHost", "remote_caller"]
 END_RECEIVES_TIMEOUT = 1.0
 """Seconds a destroy waits for the receives it ended to answer."""
 
-Caller = Callable[[ChannelRequest], Awaitable[Any]]
-"""Serves a data-path request at a channel: ``await call(request)``."""
-
 
 class SessionHost:
     """The receive sessions hosted at one channel.
@@ -38,7 +35,7 @@ class SessionHost:
         context: The channel's identity and wake-up signal (sessions hear of
             their home channel's changes directly).
         lookup: The open reader of an id (raises SubscriberClosedError).
-        local_call: Calls this channel's own methods (the home link).
+        local_call: Serves a request with this channel's own handler (the home port).
         local_state: This channel's cursor state of a reader (read in-process).
         restarted: This channel's process restarted (sessions wait briefly for
             receive numbers under way).
@@ -58,7 +55,7 @@ class SessionHost:
         self._local_call = local_call
         self._local_state = local_state
         self._restarted = restarted
-        self.links: dict[int, ChannelLink] = {}
+        self.ports: dict[int, ReaderPort] = {}
         self.sessions: dict[str, ReceiveSession] = {}
         # Readers whose session here ended while they stay open (their group timed
         # them out): the next session meets their receive numbering mid-stream.
@@ -74,25 +71,22 @@ class SessionHost:
         for session in self.sessions.values():
             session.poke(self._context.channel)
 
-    # -- links --------------------------------------------------------------------------
+    # -- ports --------------------------------------------------------------------------
 
     def link(self, siblings: list[Any], remote_caller: Callable[[Any, set[Any]], Caller]) -> None:
-        """Link every channel of the topic (index = channel): this one in-process,
+        """A port to every channel of the topic (index = channel): this one in process,
         the others through ``remote_caller(handle, in_flight)``."""
         channel = self._context.channel
         for other, handle in enumerate(siblings):
             if other == channel:
-                self.links[other] = ChannelLink(
-                    other, self._local_call, local=True, state=self._local_state
-                )
+                self.ports[other] = LocalPort(other, self._local_call, self._local_state)
             else:
-                caller = remote_caller(handle, self.sibling_calls)
-                self.links[other] = ChannelLink(other, caller, local=False)
+                self.ports[other] = RemotePort(other, remote_caller(handle, self.sibling_calls))
 
     @property
     def linked(self) -> bool:
-        """Whether every channel of the topic is linked."""
-        return len(self.links) == self._context.config.channels
+        """Whether every channel of the topic has a port."""
+        return len(self.ports) == self._context.config.channels
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -111,7 +105,7 @@ class SessionHost:
             owned: dict[int, Any] = dict.fromkeys(range(channels)) if group is None else {}
             session = ReceiveSession(
                 reader.session_spec,
-                self.links,
+                self.ports,
                 owned,
                 self._context.channel,
                 mid_stream=self._restarted or reader_id in self._ended,

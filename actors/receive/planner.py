@@ -1,7 +1,7 @@
 """Take planning: which owned channels a receive reads, in which order, and how much
 each take asks for. Pure (no Ray, no asyncio); the session carries out the plan.
 
-A receive reads its home channel first when that may have data (a batch is sent
+A receive reads its host channel first when that may have data (a batch is sent
 where its handle expects data), otherwise the owned channels in turn, so no
 channel starves. A large spread receive takes from several channels at once,
 each up to its share, never more than the receive returns in total.
@@ -20,18 +20,18 @@ UNLIMITED = 1 << 30
 """Room of a session with no window."""
 
 
-def in_scope(owned: Collection[int], home: int, here_only: bool) -> list[int]:
-    """The owned channels a receive may read, the home channel first.
+def in_scope(owned: Collection[int], host: int, here_only: bool) -> list[int]:
+    """The owned channels a receive may read, the host channel first.
 
     Args:
         owned: The channels the reader owns now.
-        home: The session's home channel.
-        here_only: The receive reads the home channel alone.
+        host: The session's host channel.
+        here_only: The receive reads the host channel alone.
     """
     if here_only:
-        return [home] if home in owned else []
-    others = sorted(c for c in owned if c != home)
-    return [home, *others] if home in owned else others
+        return [host] if host in owned else []
+    others = sorted(c for c in owned if c != host)
+    return [host, *others] if host in owned else others
 
 
 def window_room(window: int | None, unacked: Iterable[int]) -> int:
@@ -62,13 +62,13 @@ class TakePlanner:
     """The order in which a receive tries its candidate channels (round robin).
 
     Args:
-        home: The session's home channel.
+        host: The session's host channel.
     """
 
-    __slots__ = ("_next", "home")
+    __slots__ = ("_next", "host")
 
-    def __init__(self, home: int) -> None:
-        self.home = home
+    def __init__(self, host: int) -> None:
+        self.host = host
         self._next = 0  # where the round robin goes on
 
     def candidates(
@@ -81,10 +81,10 @@ class TakePlanner:
     ) -> list[int]:
         """The channels of ``scope`` to try, in order: those that may have data and
         are not ``busy`` (a fetch reads them: a take beside it could overtake it);
-        the home channel first if ``local_first`` and it may have data, else the
+        the host channel first if ``local_first`` and it may have data, else the
         next in turn first (which moves the turn on)."""
         candidates = [c for c in scope if maybe_available(c) and c not in busy]
-        if not candidates or (local_first and candidates[0] == self.home):
+        if not candidates or (local_first and candidates[0] == self.host):
             return candidates
         channels = sorted(scope)
         turn = self._next % len(channels)

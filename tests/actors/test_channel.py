@@ -17,7 +17,7 @@ import pytest
 
 from raytopic.actors.channel import ChannelActor
 from raytopic.actors.channel_dispatch import SERVED, Admit
-from raytopic.actors.channel_link import ChannelLink
+from raytopic.actors.receive.ports import LocalPort, RemotePort
 from raytopic.actors.receive_session import ReceiveSession
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
@@ -82,10 +82,10 @@ def _wired(config: TopicConfig, reply_delay: float = 0.0) -> list[ChannelActor]:
     """Every channel of ``config`` in-process; channel 0 is the home, linked to the rest."""
     channels = [ChannelActor(config, c) for c in range(config.channels)]
     home = channels[0]
-    home._host.links = {0: ChannelLink(0, home._local_call, local=True, state=home._cursor_state)}
+    home._host.ports = {0: LocalPort(0, home._local_call, home._cursor_state)}
     for sibling in channels[1:]:
         call = _in_process(sibling, reply_delay)
-        home._host.links[sibling._channel] = ChannelLink(sibling._channel, call, local=False)
+        home._host.ports[sibling._channel] = RemotePort(sibling._channel, call)
     return channels
 
 
@@ -220,7 +220,7 @@ def test_a_failing_take_gives_back_what_the_other_channels_handed_over() -> None
         async def failed(request: ChannelRequest) -> Any:  # as a failed sibling's guard answers
             raise ChannelFailedError("its store failed")
 
-        home._host.links[1] = ChannelLink(1, failed, local=False)
+        home._host.ports[1] = RemotePort(1, failed)
         with pytest.raises(ChannelFailedError, match="its store failed"):
             await _ask(home, Receive("a", "s", 0, 4000, False, True))  # an iteration's receive
         assert (await _ask(home, ReadCursor("a"))).next == 0  # the 600 are back
@@ -401,14 +401,14 @@ def _snake(name: str) -> str:
 
 
 def _counting(channels: list[ChannelActor]) -> dict[int, list[str]]:
-    """Give every channel links to all the others that record each call made."""
+    """Give every channel ports to all the others that record each call made."""
     calls: dict[int, list[str]] = {c._channel: [] for c in channels}
     for channel in channels:
-        links = {}
+        ports: dict[int, Any] = {}
         for other in channels:
             if other is channel:
-                links[other._channel] = ChannelLink(
-                    other._channel, channel._local_call, local=True, state=channel._cursor_state
+                ports[other._channel] = LocalPort(
+                    other._channel, channel._local_call, channel._cursor_state
                 )
                 continue
 
@@ -416,8 +416,8 @@ def _counting(channels: list[ChannelActor]) -> dict[int, list[str]]:
                 calls[_to._channel].append(_snake(type(request).__name__))
                 return await _to._local_call(request)
 
-            links[other._channel] = ChannelLink(other._channel, call, local=False)
-        channel._host.links = links
+            ports[other._channel] = RemotePort(other._channel, call)
+        channel._host.ports = ports
     return calls
 
 

@@ -1,6 +1,6 @@
 """Unit tests of SessionHost (no Ray): the group views and marks it keeps (older versions
 ignored, marks only rise, a member set to None ends its session and is reported left),
-the sessions it opens, its links, and end_receives."""
+the sessions it opens, its ports, and end_receives."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.reader_parts import Reader
+from raytopic.actors.receive.ports import LocalPort, RemotePort
 from raytopic.actors.session_host import END_RECEIVES_TIMEOUT, SessionHost
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import SubscriberClosedError, TopicNotFoundError
@@ -219,7 +220,7 @@ def test_every_change_of_the_home_channel_pokes_its_sessions() -> None:
     assert session.pokes == [1]
 
 
-# -- links -----------------------------------------------------------------------------------------
+# -- ports -----------------------------------------------------------------------------------------
 
 
 def test_link_makes_this_channel_local_and_the_siblings_remote() -> None:
@@ -237,14 +238,16 @@ def test_link_makes_this_channel_local_and_the_siblings_remote() -> None:
 
         assert not host.host.linked
         host.host.link(["h0", "h1", "h2"], remote_caller)
-        links = host.host.links
-        assert host.host.linked and sorted(links) == [0, 1, 2]
+        ports = host.host.ports
+        assert host.host.linked and sorted(ports) == [0, 1, 2]
         assert [handle for handle, _ in made] == ["h0", "h2"]  # not this channel's own
         assert all(in_flight is host.host.sibling_calls for _, in_flight in made)
-        assert links[1].local and links[1].state is not None
-        assert not links[0].local and not links[2].local
-        assert await links[1].take("r", None, 1) == "served here"
-        assert await links[2].take("r", None, 1) == "served by h2"
+        assert isinstance(ports[1], LocalPort)
+        assert isinstance(ports[0], RemotePort) and isinstance(ports[2], RemotePort)
+        assert ports[1].state_in_place("r", None) is not None  # read in place
+        assert ports[0].state_in_place("r", None) is None  # a sibling is watched instead
+        assert await ports[1].watch("r", None, None) == "served here"
+        assert await ports[2].watch("r", None, None) == "served by h2"
 
     asyncio.run(main())
 

@@ -1,4 +1,4 @@
-"""Unit tests of take planning (no Ray): scope, home first, round robin, shares, the window."""
+"""Unit tests of take planning (no Ray): scope, host first, round robin, shares, the window."""
 
 from __future__ import annotations
 
@@ -22,17 +22,17 @@ def everywhere(channel: int) -> bool:
 # -- scope -------------------------------------------------------------------------
 
 
-def test_scope_puts_the_home_channel_first_and_the_others_in_order() -> None:
-    assert in_scope({5, 1, 3, 0}, home=3, here_only=False) == [3, 0, 1, 5]
+def test_scope_puts_the_host_channel_first_and_the_others_in_order() -> None:
+    assert in_scope({5, 1, 3, 0}, host=3, here_only=False) == [3, 0, 1, 5]
 
 
-def test_scope_without_the_home_channel_is_the_owned_channels_in_order() -> None:
-    assert in_scope({4, 2}, home=0, here_only=False) == [2, 4]
+def test_scope_without_the_host_channel_is_the_owned_channels_in_order() -> None:
+    assert in_scope({4, 2}, host=0, here_only=False) == [2, 4]
 
 
-def test_scope_here_only_is_the_home_channel_alone_or_nothing() -> None:
-    assert in_scope({0, 1, 2}, home=1, here_only=True) == [1]
-    assert in_scope({0, 2}, home=1, here_only=True) == []
+def test_scope_here_only_is_the_host_channel_alone_or_nothing() -> None:
+    assert in_scope({0, 1, 2}, host=1, here_only=True) == [1]
+    assert in_scope({0, 2}, host=1, here_only=True) == []
 
 
 # -- the window --------------------------------------------------------------------
@@ -47,43 +47,43 @@ def test_room_is_the_window_less_what_is_unacknowledged() -> None:
 # -- order -------------------------------------------------------------------------
 
 
-def test_a_batch_takes_from_home_first_while_it_may_have_data() -> None:
-    planner = TakePlanner(home=2)
+def test_a_batch_takes_from_host_first_while_it_may_have_data() -> None:
+    planner = TakePlanner(host=2)
     for _ in range(3):
         assert planner.candidates([2, 0, 1], everywhere, (), local_first=True) == [2, 0, 1]
 
 
 def test_single_receives_go_round_robin_so_no_channel_starves() -> None:
-    planner = TakePlanner(home=0)
+    planner = TakePlanner(host=0)
     firsts = [planner.candidates([0, 1, 2], everywhere, (), local_first=False)[0] for _ in range(6)]
     assert firsts == [0, 1, 2, 0, 1, 2]
 
 
 def test_round_robin_order_lists_every_candidate_once_from_the_turn_on() -> None:
-    planner = TakePlanner(home=0)
+    planner = TakePlanner(host=0)
     planner.candidates([0, 1, 2, 3], everywhere, (), local_first=False)  # turn -> 1
     assert planner.candidates([0, 1, 2, 3], everywhere, (), local_first=False) == [1, 2, 3, 0]
 
 
 def test_round_robin_skips_channels_known_empty_and_goes_on_after_the_one_chosen() -> None:
-    planner = TakePlanner(home=0)
+    planner = TakePlanner(host=0)
     has_data = {2, 3}.__contains__
     assert planner.candidates([0, 1, 2, 3], has_data, (), local_first=False) == [2, 3]
     assert planner.candidates([0, 1, 2, 3], has_data, (), local_first=False) == [3, 2]
 
 
-def test_home_without_data_goes_round_robin_even_for_a_batch() -> None:
-    planner = TakePlanner(home=0)
+def test_host_without_data_goes_round_robin_even_for_a_batch() -> None:
+    planner = TakePlanner(host=0)
     assert planner.candidates([0, 1, 2], {1, 2}.__contains__, (), local_first=True) == [1, 2]
 
 
 def test_a_channel_a_fetch_reads_is_no_candidate() -> None:
-    planner = TakePlanner(home=0)
+    planner = TakePlanner(host=0)
     assert planner.candidates([0, 1, 2], everywhere, {0, 1}, local_first=True) == [2]
 
 
 def test_nothing_to_try_leaves_the_turn_where_it_was() -> None:
-    planner = TakePlanner(home=0)
+    planner = TakePlanner(host=0)
     assert planner.candidates([0, 1, 2], lambda c: False, (), local_first=False) == []
     assert planner.candidates([0, 1, 2], everywhere, (), local_first=False)[0] == 0
 
