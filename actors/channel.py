@@ -879,14 +879,14 @@ class ChannelActor:
         """Wait until a handle's receives up to ``upto`` finished (a seek goes after them)."""
         session = self._host.sessions.get(request.reader_id)
         if session is not None:
-            await session.settle(request.stream, request.upto)
+            await session.pause(request.stream, request.upto)
 
     @serves(ResumeReceives, Admit.NOW)
     async def _resume_receives(self, request: ResumeReceives) -> None:
         """The seek announced by ``SettleReceives`` landed: waits may take again."""
         session = self._host.sessions.get(request.reader_id)
         if session is not None:
-            session.resume_fetches()
+            session.resume()
 
     def _session(self, reader_id: str, view: tuple[int, dict[int, Any]] | None) -> Any:
         """The reader's receive session here (a restarted channel links its siblings first)."""

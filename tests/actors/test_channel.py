@@ -139,7 +139,7 @@ async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, Re
 
 def _fail_on_spinning(session: ReceiveSession) -> None:
     """Make a receive loop that never yields fail instead of hanging the test."""
-    room = session._room
+    room = session.view.room
     calls = 0
 
     def counted() -> int:
@@ -149,7 +149,7 @@ def _fail_on_spinning(session: ReceiveSession) -> None:
             raise RuntimeError("the receive loop spins without waiting")
         return room()
 
-    session._room = counted  # type: ignore[method-assign]
+    session.view.room = counted  # type: ignore[method-assign]
 
 
 async def _home_goes_to_another_member(home: ChannelActor) -> None:
@@ -177,7 +177,7 @@ def test_a_full_window_waits_while_the_home_channel_changes_owner(
         await move(home)
         await asyncio.sleep(0.05)
         assert not waiting.done()  # still waiting for a commit, not spinning
-        assert (0 in session._owned) is owns_home_after
+        assert session.view.owns(0) is owns_home_after
         session.close()
         await asyncio.wait_for(waiting, 2.0)
 

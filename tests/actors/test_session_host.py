@@ -155,9 +155,9 @@ def test_a_pushed_view_reaches_the_member_s_open_session() -> None:
         host = _Host()
         host.member()
         session = host.host.session("m", None)
-        assert session._owned == {}
+        assert session.view.leases == {}
         host.push(1, {"m": {0: OLD, 1: OLD}})
-        assert session._owned == {0: OLD, 1: OLD}
+        assert session.view.leases == {0: OLD, 1: OLD}
 
     asyncio.run(main())
 
@@ -179,9 +179,9 @@ def test_a_session_opens_from_the_latest_pushed_view_unless_its_handle_s_is_newe
         host.member("n")
         host.push(3, {"m": {1: NEW}, "n": {1: NEW}})
         lagging = host.host.session("m", (2, {1: OLD}))  # its handle lags behind
-        assert lagging._owned == {1: NEW}
+        assert lagging.view.leases == {1: NEW}
         ahead = host.host.session("n", (4, {1: OLD, 2: OLD}))
-        assert ahead._owned == {1: OLD, 2: OLD}
+        assert ahead.view.leases == {1: OLD, 2: OLD}
         assert host.host.session("m", None) is lagging  # one session per reader
 
     asyncio.run(main())
@@ -192,7 +192,7 @@ def test_an_anonymous_reader_s_session_owns_every_channel() -> None:
         host = _Host()
         host.anonymous("a")
         session = host.host.session("a", None)
-        assert session._owned == {0: None, 1: None, 2: None}
+        assert session.view.leases == {0: None, 1: None, 2: None}
         with pytest.raises(SubscriberClosedError):
             host.host.session("closed", None)
 

@@ -1,0 +1,192 @@
+"""Unit tests of Takes and SiblingWaits over fake channels (no Ray): what a failed take
+beside others gives back, what is told once, lost channels, and what a fetch's
+elements become (used, split, or given back)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raytopic.actors.receive.lending import LentTakes
+from raytopic.actors.receive.pause import SeekPause
+from raytopic.actors.receive.planner import PARALLEL_SHARE
+from raytopic.actors.receive.ports import LocalPort, ReaderPort, RemotePort
+from raytopic.actors.receive.takes import Takes
+from raytopic.actors.receive.view import OwnedView
+from raytopic.actors.receive.waits import SiblingWaits
+from raytopic.core.errors import ChannelFailedError, NotOwnerError, StaleSequenceError
+from raytopic.core.protocol import GiveBack, SettleTake, StopTake, Take
+
+from tests.actors.receive.fake_channels import FakeChannel, run, turns
+
+
+class Session:
+    """The parts a session composes, over ``count`` fake channels (0 is the host)."""
+
+    def __init__(self, count: int = 3, available: int = 2) -> None:
+        self.channels = [FakeChannel(c, available) for c in range(count)]
+        self.ports: dict[int, ReaderPort] = {
+            0: LocalPort(0, self.channels[0], self.channels[0].state)
+        }
+        for channel in self.channels[1:]:
+            self.ports[channel.channel] = RemotePort(channel.channel, channel)
+        self.view = OwnedView(dict.fromkeys(range(count)), host=0, window=None)
+        self.lent = LentTakes("r", 0, self.ports, self.view.lease_of)
+        self.told: list[BaseException] = []
+        self.dropped: list[int] = []
+        self.pokes = 0
+        self.receiving = True
+        self.takes = Takes(
+            "r", self.ports, self.view, self.lent, drop=self.drop, tell_once=self.told.append
+        )
+        self.waits = SiblingWaits(
+            "r",
+            self.ports,
+            self.view,
+            self.lent,
+            SeekPause(),
+            drop=self.drop,
+            tell_once=self.told.append,
+            receiving=lambda: self.receiving,
+            poke=self.poke,
+        )
+
+    def drop(self, channel: int) -> None:
+        self.dropped.append(channel)
+        self.view.drop(channel)
+
+    def poke(self) -> None:
+        self.pokes += 1
+
+
+# -- takes -------------------------------------------------------------------------------
+
+
+def test_a_take_reads_the_first_candidate_with_data_and_learns_its_cursor() -> None:
+    async def main() -> None:
+        session = Session()
+        session.channels[1].available = 0
+        taken = await session.takes.take_from([1, 2, 0], 10, spread=False)
+        assert [(d.channel, d.count) for d in taken] == [(2, 2)]
+        assert session.view.known[1].next == 10 and session.view.known[2].next == 12
+
+    run(main)
+
+
+def test_a_spread_take_splits_over_channels_and_a_failure_gives_the_others_back() -> None:
+    async def main() -> None:
+        session = Session(available=1000)
+        session.channels[2].refuse = ChannelFailedError("its store failed")
+        with pytest.raises(ChannelFailedError):
+            await session.takes.take_from([0, 1, 2], 3 * PARALLEL_SHARE, spread=True)
+        await turns()
+        shares = [t.max_count for c in session.channels for t in c.sent(Take)]
+        assert shares == [PARALLEL_SHARE] * 3
+        assert [len(c.sent(GiveBack)) for c in session.channels[:2]] == [1, 1]
+
+    run(main)
+
+
+def test_a_stale_channel_is_told_once_after_the_elements_of_others_are_delivered() -> None:
+    async def main() -> None:
+        session = Session(available=1000)
+        stale = StaleSequenceError("skipped 3", 13, 3)
+        session.channels[1].refuse = stale
+        taken = await session.takes.take_from([0, 1], 2 * PARALLEL_SHARE, spread=True)
+        assert [d.channel for d in taken] == [0]
+        assert session.told == [stale] and 1 not in session.view.known
+
+    run(main)
+
+
+def test_a_channel_no_longer_ours_is_dropped_and_the_take_goes_on() -> None:
+    async def main() -> None:
+        session = Session()
+        session.channels[1].refuse = NotOwnerError("moved")
+        taken = await session.takes.take_from([1, 2], 10, spread=False)
+        assert [d.channel for d in taken] == [2] and session.dropped == [1]
+
+    run(main)
+
+
+# -- fetches -----------------------------------------------------------------------------
+
+
+def test_a_fetch_brings_its_elements_to_the_waiting_receive_settled_as_used() -> None:
+    async def main() -> None:
+        session = Session()
+        session.waits.fetch(1, 10)
+        assert 1 in session.waits.busy  # no take beside it
+        await turns()
+        assert session.waits.fetched and session.pokes == 1
+        used = session.waits.use(10)
+        await turns()
+        assert [(d.channel, d.count) for d in used] == [(1, 2)]
+        assert [s.give_back_from for s in session.channels[1].sent(SettleTake)] == [None]
+
+    run(main)
+
+
+def test_what_a_fetch_brings_past_the_room_is_given_back_from_there() -> None:
+    async def main() -> None:
+        session = Session(available=5)
+        session.waits.fetch(1, 10)
+        await turns()
+        used = session.waits.use(3)
+        await turns()
+        assert sum(d.count for d in used) == 3
+        assert [s.give_back_from for s in session.channels[1].sent(SettleTake)] == [13]
+
+    run(main)
+
+
+def test_a_fetch_that_lands_with_no_receive_waiting_is_given_back_at_once() -> None:
+    async def main() -> None:
+        session = Session()
+        session.receiving = False
+        session.waits.fetch(1, 10)
+        await turns()
+        assert not session.waits.fetched
+        assert [s.give_back_from for s in session.channels[1].sent(SettleTake)] == [10]
+
+    run(main)
+
+
+def test_ending_fetches_stops_the_waiting_ones_and_gives_back_what_they_took() -> None:
+    async def main() -> None:
+        session = Session()
+        session.channels[2].release.clear()
+        session.waits.fetch(2, 10)
+        await turns()
+        session.waits.end_fetches()
+        await turns()
+        (fetch,) = session.channels[2].sent(Take)
+        assert [s.token for s in session.channels[2].sent(StopTake)] == [fetch.token]
+        session.channels[2].release.set()  # it took before the stop arrived
+        await turns()
+        assert [s.give_back_from for s in session.channels[2].sent(SettleTake)] == [10]
+        assert not session.waits.busy
+
+    run(main)
+
+
+def test_a_watch_brings_the_cursor_state_and_pokes() -> None:
+    async def main() -> None:
+        session = Session()
+        session.waits.watch(1, None)
+        session.waits.watch(1, None)  # one at a time
+        await turns()
+        assert session.view.known[1].available and session.pokes == 1
+        assert len(session.channels[1].requests) == 1
+
+    run(main)
+
+
+def test_a_watch_of_a_channel_no_longer_ours_drops_it() -> None:
+    async def main() -> None:
+        session = Session()
+        session.channels[1].refuse = NotOwnerError("moved")
+        session.waits.watch(1, None)
+        await turns()
+        assert session.dropped == [1]
+
+    run(main)
