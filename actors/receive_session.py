@@ -55,7 +55,7 @@ from raytopic.core.protocol import CursorState, Delivery, ReceivedBatch
 from raytopic.core.resequencer import Resequence, ResequencedStream, ResequencerStats
 
 if TYPE_CHECKING:
-    from raytopic.core.protocol import Lease
+    from raytopic.core.protocol import ReaderLease
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class ReceiveSession:
         self,
         spec: SessionSpec,
         ports: Mapping[int, ReaderPort],
-        owned: Mapping[int, Lease | None],
+        owned: Mapping[int, ReaderLease],
         host: int,
         *,
         mid_stream: bool = False,
@@ -156,7 +156,7 @@ class ReceiveSession:
 
     # -- control -------------------------------------------------------------
 
-    def update_view(self, version: int, owned: Mapping[int, Lease | None]) -> None:
+    def update_view(self, version: int, owned: Mapping[int, ReaderLease]) -> None:
         """Adopt a newer set of owned channels (and their leases)."""
         if self.view.update(version, owned):
             # A new view may come with a reset: what fetches hold may be from before it.

@@ -186,19 +186,19 @@ class SessionHost:
         if rose:
             self.marks[group] = (max(version, mark[0]), max(generation, mark[1]))
         known = self.views.setdefault(group, {})
-        for member_id, leases in views.items():
-            if member_id in known and known[member_id][0] >= version:
+        for reader_id, leases in views.items():
+            if reader_id in known and known[reader_id][0] >= version:
                 continue
             if leases is None:
-                known.pop(member_id, None)
-                if member_id in self.sessions:
-                    self._ended.add(member_id)
-                self.end_session(member_id)
-                left(member_id)
+                known.pop(reader_id, None)
+                if reader_id in self.sessions:
+                    self._ended.add(reader_id)
+                self.end_session(reader_id)
+                left(reader_id)
                 continue
-            back(member_id)
-            known[member_id] = (version, leases)
-            session = self.sessions.get(member_id)
+            back(reader_id)
+            known[reader_id] = (version, leases)
+            session = self.sessions.get(reader_id)
             if session is not None:
                 session.update_view(version, leases)
         return rose

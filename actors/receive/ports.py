@@ -28,7 +28,7 @@ from raytopic.core.protocol import (
 
 if TYPE_CHECKING:
     from raytopic.actors.receive.lending import LentTakes
-    from raytopic.core.protocol import Lease
+    from raytopic.core.protocol import ReaderLease
 
 __all__ = ["WATCH_TIMEOUT", "Caller", "LocalPort", "ReaderPort", "RemotePort"]
 
@@ -44,7 +44,7 @@ class ReaderPort(Protocol):
 
     channel: int
 
-    def state_in_place(self, reader_id: str, lease: Lease | None) -> CursorState | None:
+    def state_in_place(self, reader_id: str, lease: ReaderLease) -> CursorState | None:
         """The reader's cursor state read without a call, or None where it takes one
         (a sibling: watch it instead).
 
@@ -55,14 +55,14 @@ class ReaderPort(Protocol):
         ...
 
     def take(
-        self, reader_id: str, lease: Lease | None, max_count: int, lent: LentTakes
+        self, reader_id: str, lease: ReaderLease, max_count: int, lent: LentTakes
     ) -> Awaitable[Delivery]:
         """Deliver up to ``max_count`` elements from the reader's cursor (may be none),
         settled: if the caller is cancelled meanwhile, what it took is given back."""
         ...
 
     def fetch(
-        self, reader_id: str, lease: Lease | None, max_count: int, token: str
+        self, reader_id: str, lease: ReaderLease, max_count: int, token: str
     ) -> Awaitable[Delivery]:
         """A take that first waits (up to WATCH_TIMEOUT) for data; what it takes is
         lent under ``token`` until settled; ``stop_fetch(token)`` ends the wait."""
@@ -73,20 +73,20 @@ class ReaderPort(Protocol):
         ...
 
     def settle(
-        self, reader_id: str, lease: Lease | None, token: str, give_back_from: int | None
+        self, reader_id: str, lease: ReaderLease, token: str, give_back_from: int | None
     ) -> Awaitable[bool]:
         """What of the take lent under ``token`` was used: the rest from ``give_back_from``
         (None: nothing) is read again."""
         ...
 
     def watch(
-        self, reader_id: str, lease: Lease | None, known: CursorState | None
+        self, reader_id: str, lease: ReaderLease, known: CursorState | None
     ) -> Awaitable[CursorState]:
         """The cursor state once it differs from ``known`` (data, commit, seek), or after
         WATCH_TIMEOUT."""
         ...
 
-    def give_back(self, reader_id: str, lease: Lease | None, delivery: Delivery) -> Awaitable[bool]:
+    def give_back(self, reader_id: str, lease: ReaderLease, delivery: Delivery) -> Awaitable[bool]:
         """Undo a take whose elements never reached the subscriber (refused, False, if
         the cursor moved on since)."""
         ...
@@ -102,7 +102,7 @@ class _Requests:
         self._call = call
 
     def fetch(
-        self, reader_id: str, lease: Lease | None, max_count: int, token: str
+        self, reader_id: str, lease: ReaderLease, max_count: int, token: str
     ) -> Awaitable[Delivery]:
         take = Take(
             reader_id=reader_id, fence=lease, max_count=max_count, wait=WATCH_TIMEOUT, token=token
@@ -113,20 +113,20 @@ class _Requests:
         return self._call(StopTake(token=token))
 
     def settle(
-        self, reader_id: str, lease: Lease | None, token: str, give_back_from: int | None
+        self, reader_id: str, lease: ReaderLease, token: str, give_back_from: int | None
     ) -> Awaitable[bool]:
         return self._call(
             SettleTake(reader_id=reader_id, fence=lease, token=token, give_back_from=give_back_from)
         )
 
     def watch(
-        self, reader_id: str, lease: Lease | None, known: CursorState | None
+        self, reader_id: str, lease: ReaderLease, known: CursorState | None
     ) -> Awaitable[CursorState]:
         return self._call(
             Watch(reader_id=reader_id, fence=lease, known=known, timeout=WATCH_TIMEOUT)
         )
 
-    def give_back(self, reader_id: str, lease: Lease | None, delivery: Delivery) -> Awaitable[bool]:
+    def give_back(self, reader_id: str, lease: ReaderLease, delivery: Delivery) -> Awaitable[bool]:
         # A shared group's member names each element it gives back.
         entries = delivery.entries() if delivery.origin.shared else ()
         return self._call(
@@ -158,11 +158,11 @@ class LocalPort(_Requests):
         super().__init__(channel, call)
         self._state = state
 
-    def state_in_place(self, reader_id: str, lease: Lease | None) -> CursorState:
+    def state_in_place(self, reader_id: str, lease: ReaderLease) -> CursorState:
         return self._state(reader_id, lease)
 
     def take(
-        self, reader_id: str, lease: Lease | None, max_count: int, lent: LentTakes
+        self, reader_id: str, lease: ReaderLease, max_count: int, lent: LentTakes
     ) -> Awaitable[Delivery]:
         # Served in this process: nothing is lent, and nothing is in a reply that
         # could be lost.
@@ -179,11 +179,11 @@ class RemotePort(_Requests):
 
     __slots__ = ()
 
-    def state_in_place(self, reader_id: str, lease: Lease | None) -> None:
+    def state_in_place(self, reader_id: str, lease: ReaderLease) -> None:
         return None
 
     async def take(
-        self, reader_id: str, lease: Lease | None, max_count: int, lent: LentTakes
+        self, reader_id: str, lease: ReaderLease, max_count: int, lent: LentTakes
     ) -> Delivery:
         # Lent until settled, which is done as soon as it is back here: if the host
         # dies in between (the elements in no reply), the sibling reads them again.

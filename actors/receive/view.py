@@ -16,7 +16,7 @@ from raytopic.actors.receive.planner import in_scope, window_room
 from raytopic.core.protocol import CursorState, Delivery
 
 if TYPE_CHECKING:
-    from raytopic.core.protocol import Lease
+    from raytopic.core.protocol import ReaderLease
 
 __all__ = ["OwnedView"]
 
@@ -32,8 +32,8 @@ class OwnedView:
         window: Most received-but-uncommitted elements, or None.
     """
 
-    def __init__(self, owned: Mapping[int, Lease | None], host: int, window: int | None) -> None:
-        self.leases: dict[int, Lease | None] = dict(owned)
+    def __init__(self, owned: Mapping[int, ReaderLease], host: int, window: int | None) -> None:
+        self.leases: dict[int, ReaderLease] = dict(owned)
         """channel -> the reader's lease there (None: anonymous)."""
         self.known: dict[int, CursorState] = {}
         """channel -> the cursor state last seen there."""
@@ -43,7 +43,7 @@ class OwnedView:
 
     # -- ownership ---------------------------------------------------------------------
 
-    def update(self, version: int, owned: Mapping[int, Lease | None]) -> bool:
+    def update(self, version: int, owned: Mapping[int, ReaderLease]) -> bool:
         """Adopt a newer view (older ones are ignored); returns whether it was adopted.
         What was known of a channel lost, or granted anew, is forgotten (its cursor moved)."""
         if version <= self._version:
@@ -58,11 +58,11 @@ class OwnedView:
     def owns(self, channel: int) -> bool:
         return channel in self.leases
 
-    def lease_of(self, channel: int) -> Lease | None:
+    def lease_of(self, channel: int) -> ReaderLease:
         """The reader's lease at ``channel`` (None: anonymous, or not owned)."""
         return self.leases.get(channel)
 
-    def holds(self, channel: int, lease: Lease | None) -> bool:
+    def holds(self, channel: int, lease: ReaderLease) -> bool:
         """Whether ``channel`` is still read under ``lease`` (a call made under an
         older lease reports on a cursor that has moved on)."""
         return self.leases.get(channel) == lease

@@ -27,7 +27,7 @@ from raytopic.core.errors import (
     SubscriberClosedError,
     TopicError,
 )
-from raytopic.core.protocol import CursorState, Delivery
+from raytopic.core.protocol import CursorState, Delivery, ReaderLease
 
 __all__ = ["TOLD_ONCE", "SiblingWaits"]
 
@@ -148,7 +148,7 @@ class SiblingWaits:
         self._fetches[channel] = (token, call)
         call.add_done_callback(lambda done: self._fetch_done(channel, lease, done))
 
-    def _fetch_done(self, channel: int, lease: Any, call: asyncio.Future[Any]) -> None:
+    def _fetch_done(self, channel: int, lease: ReaderLease, call: asyncio.Future[Any]) -> None:
         """A fetch came back: what it took goes to the receive waiting now, or is
         given back at once (the channel lends it until then)."""
         entry = self._fetches.get(channel)
