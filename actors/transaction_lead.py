@@ -27,7 +27,11 @@ lead (channels restart with ``max_task_retries=-1``), which runs it again: an
 outcome it recorded before the kill is its answer (and its finishes go out
 again: a finish is idempotent); one it did not record is decided now (a part it
 staged did not survive the restart, so that is "abort"). Participants prepared
-meanwhile ask the lead when their outcome is late, as ever.
+meanwhile ask the lead when their outcome is late, as ever. A lead without a
+store that decided "commit" and restarted before it answered learns it from a
+participant that already finished (its prepare answers "commit"): it records
+"commit" again and reports the loss of its own part (``DataLossError``), never
+an abort of what others already show.
 
 The calls to the other channels and the registry go through a ``Peers`` port
 (``RayPeers`` in the channel), so the driver runs in plain unit tests against
@@ -129,8 +133,9 @@ class TransactionLead:
         if own is None:  # a holder that named another lead: nothing of it is here
             own = TransactionPart(self._here, 0, ())
         others = [part for part in request.parts if part.at != self._here]
+        committed_before = False
         if request.outcome == Outcome.COMMIT:
-            reason = await self._prepared(request, others)  # "": every one prepared
+            reason, committed_before = await self._prepared(request, others)
         else:
             reason = request.reason or "aborted by its holder"
         earlier = self._finished.pop(request.transactional_id, None)
@@ -144,32 +149,46 @@ class TransactionLead:
             own.commits,
             () if earlier in (None, request.key) else (earlier,),
         )
-        outcome, reason, own_runs = await self._participant.decide(decide)
+        lost_here = None
+        if committed_before and not self._participant.decided(request.key):
+            # This lead decided "commit", then a restart without a store lost it.
+            lost_here = await self._participant.committed_elsewhere(decide)
+            outcome, reason, own_runs = Outcome.COMMIT, "", ()
+        else:
+            outcome, reason, own_runs = await self._participant.decide(decide)
         if outcome != Outcome.COMMIT:
             await self._finish(request, others, Outcome.ABORT, reason)
             self._peers.ended(request)
             return TransactionEnded(Outcome.ABORT, reason)
         runs, lost, all_finished = await self._finish(request, others, Outcome.COMMIT, "")
-        if all_finished:
+        if all_finished and lost_here is None:
             self._finished[request.transactional_id] = request.key
             while len(self._finished) > KEEP_FINISHED:
                 del self._finished[next(iter(self._finished))]
-        if lost:
-            raise lost[0]
+        if lost_here is not None or lost:
+            raise lost_here or lost[0]
         runs[self._here] = own_runs
         return TransactionEnded(
             Outcome.COMMIT, "", tuple((at, tuple(r)) for at, r in sorted(runs.items()) if r)
         )
 
-    async def _prepared(self, request: EndTransaction, others: list[TransactionPart]) -> str:
-        """Ask the registry, then prepare the others; returns why not to commit ("":
-        commit)."""
+    async def _prepared(
+        self, request: EndTransaction, others: list[TransactionPart]
+    ) -> tuple[str, bool]:
+        """Ask the registry, then prepare the others.
+
+        Returns:
+            Why not to commit ("": commit), and whether a participant had already
+            committed it. Only a decision of this lead commits a participant, so
+            then this lead had decided "commit" and lost that (it restarted
+            without a store): the outcome is "commit" whatever it holds now.
+        """
         try:
             await self._peers.committing(request, self._here)
         except TransactionFencedError:
-            return FENCED
+            return FENCED, False
         except TopicError as error:
-            return f"the transaction registry refused it: {error}"
+            return f"the transaction registry refused it: {error}", False
         prepares = [
             self._peers.call(
                 part.at,
@@ -185,14 +204,19 @@ class TransactionLead:
             for part in others
         ]
         reasons = []
+        committed = False
         for result in await asyncio.gather(*prepares, return_exceptions=True):
             if isinstance(result, TransactionAbortedError):
                 reasons.append(result.reason)
             elif isinstance(result, Exception):
                 reasons.append(f"a participant failed to prepare: {result}")
+            elif result == Outcome.COMMIT:
+                committed = True
+        if committed:
+            return "", True
         if FENCED in reasons:
-            return FENCED
-        return reasons[0] if reasons else ""
+            return FENCED, False
+        return (reasons[0] if reasons else ""), False
 
     async def _finish(
         self, request: EndTransaction, others: list[TransactionPart], outcome: Outcome, reason: str

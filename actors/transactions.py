@@ -169,8 +169,11 @@ class TransactionParticipant:
         self.needs_tending = True
         return entry.staged
 
-    async def prepare(self, request: PrepareTransaction, _: Any = None) -> None:
+    async def prepare(self, request: PrepareTransaction, _: Any = None) -> Outcome | None:
         """Check the transaction's part here and keep it durably.
+
+        Returns:
+            None; "commit" if it already committed here (its lead asks again).
 
         Raises:
             TransactionAbortedError: the part cannot commit (it is aborted here).
@@ -181,13 +184,14 @@ class TransactionParticipant:
         if entry.done:
             if entry.outcome == Outcome.ABORT:
                 raise aborted_error(entry, self._context.channel)
-            return
+            return entry.outcome
         commits = self._check(entry, request.staged, tuple(request.commits))
         self.table.prepare(entry, request.lead, commits)
         entry.began = time.time()
         self.needs_tending = True
         self._state.touch("transactions", entry.key)
         await self._state.save()
+        return None
 
     async def decide(self, request: DecideTransaction, _: Any = None) -> tuple[str, str, Any]:
         """At the lead: the transaction's outcome, decided here once and for all.
@@ -238,15 +242,7 @@ class TransactionParticipant:
         entry = self.table.get(request.key)
         if entry is None:
             if request.outcome == Outcome.COMMIT:
-                raise DataLossError(
-                    f"channel {self._context.channel} of {self._context.name!r} lost "
-                    f"transaction {request.key} after it prepared (it restarted without "
-                    "a store): its part of the committed transaction is lost",
-                    head_sequence=self._log.ring.head,
-                    channel=self._context.channel,
-                    old_epoch=0,  # which incarnation held it is not known here
-                    new_epoch=self._context.epoch,
-                )
+                raise self._lost(request.key)
             entry = self.table.record(
                 request.key, request.transactional_id, request.deadline, time.time()
             )
@@ -257,6 +253,47 @@ class TransactionParticipant:
                 self._abort(entry, request.reason)
             await self._state.save()
         return entry.runs
+
+    def decided(self, key: str) -> bool:
+        """Whether the transaction's outcome is recorded here."""
+        entry = self.table.get(key)
+        return entry is not None and entry.done
+
+    async def committed_elsewhere(self, request: DecideTransaction) -> DataLossError | None:
+        """At a lead that restarted without a store: a participant already finished
+        "commit", so this lead had decided it before it lost everything. Record the
+        decision again (participants that ask get "commit", not an abort at the
+        deadline); returns the loss of this lead's own part (None: it had none).
+        """
+        async with self._deciding(request.key):
+            entry = self.table.record(
+                request.key, request.transactional_id, request.deadline, time.time()
+            )
+            if not entry.done:
+                self.table.finish(entry, Outcome.COMMIT)
+                self._reserve()
+                self._state.touch("transactions", entry.key)
+                await self._state.save()
+            elif entry.outcome != Outcome.COMMIT:
+                logger.error(
+                    "channel %d: transaction %s committed at a participant but was "
+                    "aborted here after a restart without a store",
+                    self._context.channel,
+                    request.key,
+                )
+        return self._lost(request.key) if request.staged else None
+
+    def _lost(self, key: str) -> DataLossError:
+        """The error of a committed transaction whose part here a restart lost."""
+        return DataLossError(
+            f"channel {self._context.channel} of {self._context.name!r} lost "
+            f"transaction {key} after it prepared (it restarted without "
+            "a store): its part of the committed transaction is lost",
+            head_sequence=self._log.ring.head,
+            channel=self._context.channel,
+            old_epoch=0,  # which incarnation held it is not known here
+            new_epoch=self._context.epoch,
+        )
 
     async def resolve(self, request: ResolveTransaction, _: Any = None) -> str | None:
         """At the lead: the outcome (None while undecided and within its deadline)."""

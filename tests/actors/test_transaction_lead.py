@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
@@ -22,6 +24,7 @@ from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     ChannelUnavailableError,
+    DataLossError,
     TransactionFencedError,
 )
 from raytopic.core.payloads import PickledValues
@@ -281,3 +284,23 @@ def test_the_handles_send_no_prepare_decide_or_finish() -> None:
             elif isinstance(node, ast.ImportFrom):
                 used.update(alias.name for alias in node.names)
     assert used & steps == set()
+
+
+def test_a_lead_that_lost_its_commit_without_a_store_reports_the_loss_not_an_abort() -> None:
+    # The lead decided "commit" and finished the other participant, then restarted
+    # without a store before it answered; Ray retries the holder's call there.
+    async def main() -> None:
+        other = _Channel("other")
+        other_part = await other.stage(["b"])
+        sink_at = _Channel("sink").at
+        await other.tx.prepare(PrepareTransaction(KEY, "t", FAR, sink_at, 1, ()))
+        await other.tx.finish(FinishTransaction(KEY, "t", FAR, Outcome.COMMIT, ""))
+        restarted = _Channel("sink")  # holds nothing of the transaction any more
+        lead, _ = _lead_and_peers(restarted, other)
+        with pytest.raises(DataLossError, match="lost transaction"):
+            await lead.end(_end([TransactionPart(sink_at, 1, ()), other_part]))
+        assert other.visible() == ["b"] and other.tx.table.get(KEY).outcome == Outcome.COMMIT
+        # What it answers a participant that asks is "commit" too.
+        assert restarted.tx.table.get(KEY).outcome == Outcome.COMMIT
+
+    asyncio.run(main())
