@@ -8,8 +8,8 @@ is one, so its outputs are visible when it answers. The lead, here:
 1. asks the registry whether the holder's incarnation is still the newest
    (``committing``: from then on a newer incarnation aborts the transaction
    here, first come first served with this decision);
-2. prepares every other participant, in parallel (each checks and keeps its
-   part durably);
+2. prepares every other participant (each checks and keeps its part
+   durably), in parallel with 1;
 3. decides in its own ``TransactionParticipant``, in-process (never through
    Ray): its own part is appended and the outcome recorded durably in one step;
 4. finishes every other participant, in parallel, and answers the holder with
@@ -175,7 +175,8 @@ class TransactionLead:
     async def _prepared(
         self, request: EndTransaction, others: list[TransactionPart]
     ) -> tuple[str, bool]:
-        """Ask the registry, then prepare the others.
+        """Ask the registry and prepare the others, all at once (the registry's word
+        is what the decision waits for, not what the prepares wait for).
 
         Returns:
             Why not to commit ("": commit), and whether a participant had already
@@ -183,12 +184,6 @@ class TransactionLead:
             then this lead had decided "commit" and lost that (it restarted
             without a store): the outcome is "commit" whatever it holds now.
         """
-        try:
-            await self._peers.committing(request, self._here)
-        except TransactionFencedError:
-            return FENCED, False
-        except TopicError as error:
-            return f"the transaction registry refused it: {error}", False
         prepares = [
             self._peers.call(
                 part.at,
@@ -203,9 +198,16 @@ class TransactionLead:
             )
             for part in others
         ]
+        registry, *prepared = await asyncio.gather(
+            self._peers.committing(request, self._here), *prepares, return_exceptions=True
+        )
         reasons = []
+        if isinstance(registry, TransactionFencedError):
+            reasons.append(FENCED)
+        elif isinstance(registry, Exception):
+            reasons.append(f"the transaction registry refused it: {registry}")
         committed = False
-        for result in await asyncio.gather(*prepares, return_exceptions=True):
+        for result in prepared:
             if isinstance(result, TransactionAbortedError):
                 reasons.append(result.reason)
             elif isinstance(result, Exception):
