@@ -46,7 +46,7 @@ from raytopic.core.errors import (
     TransactionFencedError,
 )
 from raytopic.core.payloads import Payload, encode_values
-from raytopic.core.protocol import FENCED, Address, ConsumedCommit, Outcome
+from raytopic.core.protocol import FENCED, Address, ConsumedCommit, Outcome, ReaderLease
 
 __all__ = [
     "TransactionEntry",
@@ -316,14 +316,14 @@ class TransactionTable:
             and epoch_of(entry.key) < epoch
         ]
 
-    def held(self, group: str, fence: Any) -> bool:
+    def held(self, group: str, lease: ReaderLease) -> bool:
         """Whether ``group``'s cursor here waits for a prepared transaction's commit:
         only the member that made it reads on meanwhile (another would read again
         what the transaction may commit)."""
         for entry in self._open.values():
             if entry.phase == "prepared":
                 for commit in entry.commits:
-                    if commit.group == group and commit.fence != fence:
+                    if commit.group == group and commit.lease != lease:
                         return True
         return False
 

@@ -364,7 +364,7 @@ class TransactionParticipant:
             cursor = None if group is None else self._owned.groups.get(group)
             if cursor is None:
                 reason = f"the member that read channel {channel} of {name!r} left its group"
-            elif cursor.owner != commit.fence or cursor.jumps != commit.jumps:
+            elif cursor.owner != commit.lease or cursor.jumps != commit.jumps:
                 reason = (
                     f"the member no longer owns channel {channel} of {name!r} for group "
                     f"{group!r} (rebalanced, timed out, or reset since it read)"

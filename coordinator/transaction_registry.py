@@ -185,8 +185,8 @@ async def _fence(transactional_id: str, held: _Incarnation, epoch: int) -> None:
             calls += [send(at, finish) for at in committing.others]
         except Exception as error:  # its participants ask the lead at its deadline
             logger.warning("could not abort fenced transaction %s: %s", committing.key, error)
-    fence = FenceTransactions(transactional_id, epoch)
-    calls += [send(at, fence) for at in held.channels]
+    fencing = FenceTransactions(transactional_id, epoch)
+    calls += [send(at, fencing) for at in held.channels]
     results = await asyncio.gather(
         *(asyncio.wait_for(call, FENCE_CALL_TIMEOUT) for call in calls), return_exceptions=True
     )

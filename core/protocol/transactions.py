@@ -52,24 +52,24 @@ FENCED = "fenced"
 @dataclass(frozen=True, slots=True)
 class ConsumedCommit:
     """A group member's commit made by a transaction: the group's position moves
-    to ``sequence`` if ``fence`` still owns the channel at ``jumps`` (no seek,
+    to ``sequence`` if ``lease`` still owns the channel at ``jumps`` (no seek,
     reset or change of owner since the elements were read). The holder names
     the member's reader; the channel fills in its group."""
 
     reader_id: str
     sequence: int
-    fence: Lease
+    lease: Lease
     jumps: int
     group: str = ""
 
     def to_state(self) -> list[Any]:
-        fence = [self.fence.member_id, self.fence.generation]
-        return [self.reader_id, self.sequence, fence, self.jumps, self.group]
+        lease = [self.lease.member_id, self.lease.generation]
+        return [self.reader_id, self.sequence, lease, self.jumps, self.group]
 
     @classmethod
     def from_state(cls, state: list[Any]) -> ConsumedCommit:
-        reader_id, sequence, fence, jumps, group = state
-        return cls(reader_id, int(sequence), Lease(fence[0], int(fence[1])), int(jumps), group)
+        reader_id, sequence, lease, jumps, group = state
+        return cls(reader_id, int(sequence), Lease(lease[0], int(lease[1])), int(jumps), group)
 
 
 class StageTransaction(NamedTuple):
