@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -23,6 +23,25 @@ from tests.api.test_metrics import _eventually, _scrape
 from tests.topic_helpers import TIMEOUT, group_at_latest, module_topic
 
 topic = module_topic(channels=4)
+
+
+@pytest.fixture
+def stopped_after() -> Iterator[Callable[[rt.Autoscaler], rt.Autoscaler]]:
+    """``stopped_after(topic.autoscale(...))``: the autoscaler, stopped after the test
+    whatever its outcome (``stop`` is idempotent). A test that fails before its own
+    ``stop()`` would leave it scaling the module's shared topic, where the next tests
+    would find it (seen once: the bad-argument tests failed after such a test)."""
+    started: list[rt.Autoscaler] = []
+
+    def stop_later(scaler: rt.Autoscaler) -> rt.Autoscaler:
+        started.append(scaler)
+        return scaler
+
+    try:
+        yield stop_later
+    finally:
+        for scaler in started:
+            scaler.stop()
 
 
 @ray.remote
@@ -92,19 +111,21 @@ def _named(prefix: str, namespace: str) -> list[str]:
 
 @pytest.mark.parametrize("mode", ["owned", "shared"])
 def test_a_burst_scales_up_from_zero_each_element_once_then_down(
-    topic: rt.Topic, wait_until, mode: str
+    topic: rt.Topic, wait_until, stopped_after, mode: str
 ) -> None:
     group = f"work-{mode}"
     group_at_latest(topic, group if mode == "owned" else rt.SharedGroup(group))
     tally = Tally.remote()
-    scaler = topic.autoscale(
-        group,
-        Record(tally, seconds=0.002),
-        max_members=2,
-        target_lag_per_member=100,
-        poll_s=0.2,
-        scale_down_after_s=0.5,
-        batch_size=10,
+    scaler = stopped_after(
+        topic.autoscale(
+            group,
+            Record(tally, seconds=0.002),
+            max_members=2,
+            target_lag_per_member=100,
+            poll_s=0.2,
+            scale_down_after_s=0.5,
+            batch_size=10,
+        )
     )
     assert scaler.members == 0  # no lag, min_members=0: nobody
     values = _values(mode, 400)
@@ -134,7 +155,7 @@ def test_a_burst_scales_up_from_zero_each_element_once_then_down(
 
 
 def test_members_join_a_busy_owned_group_without_handling_anything_twice(
-    topic: rt.Topic, wait_until
+    topic: rt.Topic, wait_until, stopped_after
 ) -> None:
     # One member is busy when the others join: its channels move only after it
     # committed what it had in hand (without the hand-over some would run twice).
@@ -142,14 +163,16 @@ def test_members_join_a_busy_owned_group_without_handling_anything_twice(
     tally = Tally.remote()
     values = _values("handover", 600)
     _publish(topic, values[:100])  # wakes one member (target 100)...
-    scaler = topic.autoscale(
-        "handover",
-        Record(tally, seconds=0.01),
-        max_members=3,
-        target_lag_per_member=100,
-        poll_s=0.2,
-        scale_down_after_s=60.0,
-        batch_size=20,
+    scaler = stopped_after(
+        topic.autoscale(
+            "handover",
+            Record(tally, seconds=0.01),
+            max_members=3,
+            target_lag_per_member=100,
+            poll_s=0.2,
+            scale_down_after_s=60.0,
+            batch_size=20,
+        )
     )
     wait_until(lambda: scaler.describe().members, timeout=TIMEOUT)
     _publish(topic, values[100:])  # ...then two more join it while it works
@@ -162,7 +185,7 @@ def test_members_join_a_busy_owned_group_without_handling_anything_twice(
 
 
 def test_a_handler_that_raises_is_retried_owned_and_nacked_shared(
-    topic: rt.Topic, wait_until
+    topic: rt.Topic, wait_until, stopped_after
 ) -> None:
     group_at_latest(topic, "flaky")
     group_at_latest(topic, rt.SharedGroup("flaky-shared"))
@@ -170,8 +193,8 @@ def test_a_handler_that_raises_is_retried_owned_and_nacked_shared(
     values = _values("flaky", 40)
     bad = frozenset({values[5], values[17]})
     settings = dict(min_members=1, max_members=1, poll_s=0.2, batch_size=5)
-    owned = topic.autoscale("flaky", Record(tally, fail_on=bad), **settings)
-    shared = topic.autoscale("flaky-shared", Record(tally, fail_on=bad), **settings)
+    owned = stopped_after(topic.autoscale("flaky", Record(tally, fail_on=bad), **settings))
+    shared = stopped_after(topic.autoscale("flaky-shared", Record(tally, fail_on=bad), **settings))
     _publish(topic, values)
     # Each group handles every value: a failed batch comes back (owned: from the
     # last commit after a pause; shared: nacked) and succeeds the second time.
@@ -196,15 +219,17 @@ def _holding_a_lock() -> Callable[[list[Any]], None]:
     return handle
 
 
-def test_an_autoscaler_is_found_again_and_a_second_one_is_refused(topic: rt.Topic) -> None:
+def test_an_autoscaler_is_found_again_and_a_second_one_is_refused(
+    topic: rt.Topic, stopped_after
+) -> None:
     group_at_latest(topic, "found")  # no lag: no member starts
     tally = Tally.remote()
-    scaler = topic.autoscale("found", Record(tally), poll_s=0.5)
+    scaler = stopped_after(topic.autoscale("found", Record(tally), poll_s=0.5))
     found = topic.autoscaler("found")
     assert found is not None and found.group == "found"
     assert ray.get(ray.remote(lambda s: s.members).remote(scaler)) == 0  # pickles
     with pytest.raises(rt.InvalidArgumentError, match="autoscaled already"):
-        topic.autoscale("found", Record(tally))
+        stopped_after(topic.autoscale("found", Record(tally)))
     assert topic.autoscaler("nobody") is None
     scaler.stop()
     scaler.stop()  # idempotent
@@ -228,20 +253,26 @@ def test_an_autoscaler_is_found_again_and_a_second_one_is_refused(topic: rt.Topi
     ],
 )
 def test_bad_arguments_are_typed_errors_and_start_nothing(
-    topic: rt.Topic, arguments: dict[str, Any], error: type[Exception], named: str
+    topic: rt.Topic,
+    stopped_after,
+    arguments: dict[str, Any],
+    error: type[Exception],
+    named: str,
 ) -> None:
     group = f"bad-{uuid.uuid4().hex[:6]}"
     call = {"group": group, "handler": print, **arguments}
     with pytest.raises(error, match=named):
-        topic.autoscale(call.pop("group"), call.pop("handler"), **call)
+        stopped_after(topic.autoscale(call.pop("group"), call.pop("handler"), **call))
     assert _named(scaler_prefix(topic.name), topic.namespace) == []
     assert group not in topic.groups()
 
 
-def test_destroy_stops_the_autoscaler_and_its_members(make_topic, wait_until) -> None:
+def test_destroy_stops_the_autoscaler_and_its_members(
+    make_topic, wait_until, stopped_after
+) -> None:
     doomed = make_topic(channels=2)
     tally = Tally.remote()
-    scaler = doomed.autoscale("g", Record(tally), min_members=2, poll_s=0.2)
+    scaler = stopped_after(doomed.autoscale("g", Record(tally), min_members=2, poll_s=0.2))
     wait_until(lambda: len(scaler.describe().members) == 2, timeout=TIMEOUT)
     doomed.destroy()
     assert _named(scaler_prefix(doomed.name), doomed.namespace) == []
@@ -250,10 +281,10 @@ def test_destroy_stops_the_autoscaler_and_its_members(make_topic, wait_until) ->
         scaler.describe()
 
 
-def test_the_desired_count_is_a_metric(topic: rt.Topic, metrics_url: str) -> None:
+def test_the_desired_count_is_a_metric(topic: rt.Topic, metrics_url: str, stopped_after) -> None:
     group_at_latest(topic, "metered")
     tally = Tally.remote()
-    scaler = topic.autoscale("metered", Record(tally), min_members=1, poll_s=0.2)
+    scaler = stopped_after(topic.autoscale("metered", Record(tally), min_members=1, poll_s=0.2))
 
     def reported() -> None:
         samples = _scrape(metrics_url, topic.name)
@@ -269,22 +300,24 @@ def test_the_desired_count_is_a_metric(topic: rt.Topic, metrics_url: str) -> Non
 
 @pytest.mark.slow
 def test_member_coordinator_and_scaler_sigkills_during_a_burst_lose_nothing(
-    make_topic, wait_until
+    make_topic, wait_until, stopped_after
 ) -> None:
     """A member, the coordinator and the scaler are SIGKILLed in turn while a burst is
     handled: every element is handled (a killed member's batch may run twice), and
     the scaler comes back to the desired count with its settings."""
     victim = make_topic(channels=4)
     tally = Tally.remote()
-    scaler = victim.autoscale(
-        "g",
-        Record(tally, seconds=0.005),
-        min_members=2,
-        max_members=4,
-        target_lag_per_member=100,
-        poll_s=0.2,
-        scale_down_after_s=60.0,
-        batch_size=10,
+    scaler = stopped_after(
+        victim.autoscale(
+            "g",
+            Record(tally, seconds=0.005),
+            min_members=2,
+            max_members=4,
+            target_lag_per_member=100,
+            poll_s=0.2,
+            scale_down_after_s=60.0,
+            batch_size=10,
+        )
     )
     values = _values("burst", 1200)
     _publish(victim, values[:400])
