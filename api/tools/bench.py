@@ -259,6 +259,7 @@ def run_benchmarks(
     idle_topics: int = DEFAULT.idle_topics,
     idle_seconds: float = DEFAULT.idle_seconds,
     commit_publishers: int | None = None,
+    shared_task_elements: int | None = None,
     idle_quiet: float = QUIET,
     scale: bool = True,
     streams: StreamSettings | None = StreamSettings(),  # noqa: B008 (frozen)
@@ -280,6 +281,8 @@ def run_benchmarks(
         idle_seconds: seconds the idle case measures CPU over.
         commit_publishers: publishers seen by the commit case's second channel
             (None: the case's own count, 3,000).
+        shared_task_elements: elements of the shared group's 10 ms task case
+            (None: the case's own count, from ``messages``).
         idle_quiet: seconds the idle case lets its members quiet down before its
             window (at most ``idle_seconds``).
         scale: whether to run the scale case (``raytopic.tools.bench_scale``).
@@ -421,7 +424,9 @@ def run_benchmarks(
     )
     add(Figure("group: close -> full reassignment", reassignment_time(channels) * 1e3, "ms"))
 
-    figures += run_shared_benchmarks(messages=messages, repeat=repeat, report=report)
+    figures += run_shared_benchmarks(
+        messages=messages, repeat=repeat, report=report, task_elements=shared_task_elements
+    )
     figures += run_transaction_benchmarks(messages=messages, repeat=repeat, report=report)
 
     if restart_elements:

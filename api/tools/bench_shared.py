@@ -133,18 +133,20 @@ def group_rate(count: int, shared: bool, task: float) -> float:
 
 
 def run_shared_benchmarks(
-    *, messages: int, repeat: int, report: Callable[[Figure], None]
+    *,
+    messages: int,
+    repeat: int,
+    report: Callable[[Figure], None],
+    task_elements: int | None = None,
 ) -> list[Figure]:
-    """Both cases; the task case on ``messages // 250`` elements (200 to 4,000: 4,000
-    take the channel-owned group 20 s)."""
+    """Both cases; the task case on ``task_elements`` elements (None: ``messages // 250``,
+    200 to 4,000: 4,000 take the channel-owned group 20 s)."""
     figures: list[Figure] = []
+    if task_elements is None:
+        task_elements = max(200, min(4000, messages // 250))
     for label, count, task in (
         ("ack per element", messages, 0.0),
-        (
-            f"{TASK_SECONDS * 1e3:.0f} ms task per element",
-            max(200, min(4000, messages // 250)),
-            TASK_SECONDS,
-        ),
+        (f"{TASK_SECONDS * 1e3:.0f} ms task per element", task_elements, TASK_SECONDS),
     ):
         owned = _median(repeat, lambda count=count, task=task: group_rate(count, False, task))
         shared = _median(repeat, lambda count=count, task=task: group_rate(count, True, task))
