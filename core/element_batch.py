@@ -1,9 +1,9 @@
-"""ElementBatch: the elements one receive brought, settled as one.
+"""ElementBatch: the elements one receive brought, committed or acknowledged as one.
 
 ``receive_batch`` and ``iter_batches`` hand out an :class:`ElementBatch`: a
 ``list`` of Elements (so everything a list does still works: ``len``,
-indexing, slicing, ``+``, ``==``), plus the settling of the whole batch in
-one call per channel: ``commit()`` for a channel-owned group's member (each
+indexing, slicing, ``+``, ``==``), plus committing or acknowledging the whole batch
+in one call per channel: ``commit()`` for a channel-owned group's member (each
 channel's last position, which commits every earlier one), ``ack()`` /
 ``nack()`` for a shared group's. ``values`` is every value, in order.
 """
@@ -28,8 +28,8 @@ __all__ = ["ElementBatch"]
 class ElementBatch(list[Element]):
     """Elements received together, in the order received; a ``list`` of Elements.
 
-    Elements of one channel are in position order. Settle the batch in one
-    call per channel: ``commit()`` (a channel-owned group's member), or
+    Elements of one channel are in position order. Commit or acknowledge the
+    batch in one call per channel: ``commit()`` (a channel-owned group's member), or
     ``ack()`` / ``nack()`` (a shared group's member).
 
     Example:

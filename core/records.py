@@ -199,10 +199,10 @@ class AckStatus(enum.Enum):
     NACKED = "nacked"
     """The element went back to the group, to be delivered again."""
     EXTENDED = "extended"
-    """The element's ack lease was extended."""
+    """The element's ack deadline was extended."""
     REJECTED = "rejected"
-    """This member no longer holds the element under that delivery (its lease
-    expired, it was delivered again, it was settled already, or purged):
+    """This member no longer holds the element under that delivery (its ack
+    deadline passed, it was delivered again, it was acked already, or purged):
     nothing changed."""
 
 
@@ -328,7 +328,7 @@ class Element:
 
         Returns:
             ACKED, or REJECTED if this member no longer holds it under this
-            delivery (its lease expired or it was delivered again): then the
+            delivery (its ack deadline passed or it was delivered again): then the
             element is still the group's, and is not lost.
 
         Raises:
@@ -386,11 +386,11 @@ class Element:
         return send_one(self, Nack, delay=check_delay(delay))
 
     def extend_lease(self, seconds: float | None = None) -> AckStatus:
-        """Keep holding this element: its ack lease now ends ``seconds`` from now
+        """Keep holding this element: its ack deadline is now ``seconds`` from now
         (default: the group's ``ack_timeout``).
 
         Args:
-            seconds: The new lease, > 0 and at most a year (None: the group's
+            seconds: The new ack deadline, from now, > 0 and at most a year (None: the group's
                 ``ack_timeout``).
 
         Returns:

@@ -7,9 +7,9 @@ latency is the time from the send to the receiver's return:
                (a call waiting in Queue's actor), the driver's ``Queue.put()``.
     topic      a member of a group that owns every channel of the topic: a
                thread blocked in ``ray.get(subscriber.receive())`` (a receive
-               waiting at its home channel), the driver's ``publish()``; on 1
+               waiting at its host channel), the driver's ``publish()``; on 1
                channel and on ``channels`` (published round robin, so most
-               values land on a channel other than the receive's home and
+               values land on a channel other than the receive's host and
                reach it through that channel's wait).
 
 Both receivers are threads of the driver that loop (wait, note the time, wait
