@@ -16,16 +16,18 @@ from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext, fresh_start
 from raytopic.actors.channel_log import ChannelLog
-from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.channel_state import SECTIONS, ChannelState
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.dead_letters import DeadLetters
-from raytopic.actors.publisher_table import PublisherTable
-from raytopic.actors.readers import Readers
+from raytopic.actors.owned_readers import GROUPS_FORMAT
+from raytopic.actors.publisher_table import PUBLISHERS_FORMAT, PublisherTable
+from raytopic.actors.readers import READERS_FORMAT, Readers
 from raytopic.actors.ring_api import RingbufferApi
 from raytopic.actors.session_host import SessionHost
 from raytopic.actors.shared_cursor import SharedCursor
+from raytopic.actors.shared_groups import SHARED_FORMAT
 from raytopic.actors.stores.base import ChannelStore, StoredBatch
-from raytopic.actors.stream_logs import StreamLogs
+from raytopic.actors.stream_logs import STREAMS_FORMAT, StreamLogs
 from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.errors import DataLossError
 from raytopic.core.protocol import ChannelRequest, CursorState, Lease, ReaderSpec
@@ -82,18 +84,21 @@ class ChannelParts:
             restarted=restarted,
         )
         readers = Readers(context, log, state, host.views, host.reader_closed)
-        owned, shared = readers.owned.groups, readers.shared
-        state.provide("groups", lambda group: _cursor_state(owned.get(group)), owned.keys)
-        state.provide("shared", shared.state_of, shared.groups.keys)
-        state.provide("marks", lambda group: _listed(host.marks.get(group)), host.marks.keys)
-        state.provide("publishers", publishers.state_of, publishers.tracks.keys)
-        state.provide("readers", readers.state_of, readers.by_id.keys)
+        owned, shared = readers.owned, readers.shared
+        state.provide("groups", owned.state_of, owned.state_keys, version=GROUPS_FORMAT)
+        state.provide("shared", shared.state_of, shared.state_keys, version=SHARED_FORMAT)
+        marks = host.marks
+        state.provide("marks", lambda group: _listed(marks.get(group)), marks.keys)
+        state.provide(
+            "publishers", publishers.state_of, publishers.state_keys, version=PUBLISHERS_FORMAT
+        )
+        state.provide("readers", readers.state_of, readers.state_keys, version=READERS_FORMAT)
         transactions = TransactionParticipant(context, log, readers, state)
         table = transactions.table
         state.provide("transactions", table.state_of, table.durable_keys)
         readers.owned.held = table.held
         streams = StreamLogs(context.channel)
-        state.provide("streams", streams.state_of, streams.records.keys)
+        state.provide("streams", streams.state_of, streams.state_keys, version=STREAMS_FORMAT)
         return cls(
             context,
             log,
@@ -121,19 +126,19 @@ class ChannelParts:
             log.load(start, largest, self._learn)
             self.transactions.recover({})  # nothing prepared was kept
             return False
-        self.publishers.restore(saved.get("publishers", {}))
+        if not saved:  # a new channel's store
+            saved = {section: {} for section in SECTIONS}
+        self.publishers.restore_state(saved["publishers"])
         log.load(start, largest, self._learn)
         self.publishers.resume_turns()
-        for group, cursor in saved.get("groups", {}).items():
-            readers.owned.groups[group] = Cursor.from_state(cursor, group=True)
-        readers.shared.restore_state(saved.get("shared", {}))
+        readers.owned.restore_state(saved["groups"])
+        readers.shared.restore_state(saved["shared"])
         readers.commits_moved()
-        self.host.marks.update(
-            {group: (int(v), int(n)) for group, (v, n) in saved.get("marks", {}).items()}
-        )
-        readers.restore_state(saved.get("readers", {}))
-        self.transactions.recover(saved.get("transactions", {}))
-        self.streams.restore(saved.get("streams", {}))
+        marks = saved["marks"]
+        self.host.marks.update({group: (int(v), int(n)) for group, (v, n) in marks.items()})
+        readers.restore_state(saved["readers"])
+        self.transactions.recover(saved["transactions"])
+        self.streams.restore_state(saved["streams"])
         self.state.write_snapshot()
         log.release()
         self._log_recovered(restarted)
@@ -202,6 +207,7 @@ class ChannelParts:
             cursor.jumps = fresh_start()
         opened.loss.unaware = set(opened.by_id)
         if kept:
+            self.state.write_snapshot()  # the new epoch's whole state, versioned
             return
         opened.loss.error = DataLossError(
             f"channel {context.channel} of {context.name!r} restarted without a store "
@@ -213,11 +219,6 @@ class ChannelParts:
             new_epoch=context.epoch,
         )
         logger.warning("%s", opened.loss.error)
-
-
-def _cursor_state(cursor: Cursor | None) -> Any:
-    """A group cursor as the state file keeps it (None: gone)."""
-    return None if cursor is None else cursor.to_state()
 
 
 def _listed(mark: tuple[int, int] | None) -> list[int] | None:

@@ -1,8 +1,13 @@
 """A channel's durable state: what it is made of, and what changed since it was last
 written. No Ray.
 
-The state is a dict of sections, as the store keeps it (JSON-ready)::
+The state is a dict of sections, as the store keeps it: plain JSON (dicts, lists,
+strings, numbers), never a pickle of a class of ours, so moving or renaming a
+class never breaks a store. User functions (a reader's filter, a group's filter)
+are the exception: they are kept as the cloudpickles their users gave::
 
+    version        the layout of the whole state (STATE_VERSION)
+    sections       section -> the version of its values' format (each part's own)
     epoch          the channel's incarnation
     next_sequence  the position the next element gets (records cut off on disk
                    below it are reported, never reused)
@@ -20,6 +25,9 @@ cursor, not every publisher the channel has ever seen. The store appends the
 changes to its state log and compacts it now and then (see
 ``raytopic.actors.stores.state_log``); a store without a log of its own
 rewrites its whole state, as the store contract's default does.
+
+A state of another version (or of a section's format another version) is
+refused with a StoreError: there is no code that reads an older layout.
 """
 
 from __future__ import annotations
@@ -33,11 +41,14 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.stores.base import ChannelStore
 from raytopic.actors.stores.group_sync import GroupSync
 from raytopic.actors.stores.state_log import StateChange
-from raytopic.core.errors import ChannelFailedError
+from raytopic.core.errors import ChannelFailedError, StoreError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SECTIONS", "ChannelState"]
+__all__ = ["SECTIONS", "STATE_VERSION", "ChannelState"]
+
+STATE_VERSION = 1
+"""The layout of the state as a whole (its scalar and keyed sections)."""
 
 SECTIONS = ("groups", "shared", "marks", "publishers", "readers", "transactions", "streams")
 """The keyed sections of the state, in the order a snapshot lists them."""
@@ -47,7 +58,8 @@ class ChannelState:
     """What of a channel's state changed, and its writes to the store.
 
     Each keyed section has a provider (:meth:`provide`): the value of one key
-    now (None: the key is gone), and every key there is.
+    now (None: the key is gone), every key there is, and the version of the
+    values' format.
 
     Args:
         context: The channel's identity (its epoch is in the state).
@@ -70,15 +82,31 @@ class ChannelState:
         self._fail = fail
         self._saved = saved
         self._providers: dict[str, tuple[Callable[[str], Any], Callable[[], Iterable[str]]]] = {}
+        self._versions: dict[str, int] = {}
         self._store: ChannelStore | None = None
         self._sync: GroupSync | None = None
         self._dirty: dict[tuple[str, str], None] = {}  # (section, key), in change order
 
     def provide(
-        self, section: str, value_of: Callable[[str], Any], keys: Callable[[], Iterable[str]]
+        self,
+        section: str,
+        value_of: Callable[[str], Any],
+        keys: Callable[[], Iterable[str]],
+        *,
+        version: int = 1,
     ) -> None:
-        """Where ``section``'s values come from: ``value_of(key)`` (None: gone), ``keys()``."""
+        """Where ``section``'s values come from: ``value_of(key)`` (None: gone), ``keys()``.
+
+        Args:
+            section: One of :data:`SECTIONS`.
+            value_of: The value of a key as the store keeps it (JSON-ready), or
+                None: the key is gone.
+            keys: Every key the section has now.
+            version: The format of the values (the part's own: a part that changes
+                what it keeps raises it, and a state of another one is refused).
+        """
         self._providers[section] = (value_of, keys)
+        self._versions[section] = version
 
     @property
     def durable(self) -> bool:
@@ -86,10 +114,36 @@ class ChannelState:
         return self._sync is not None
 
     def open(self, store: ChannelStore) -> dict[str, Any]:
-        """Keep the state in ``store`` from now on; returns what it kept ({}: nothing)."""
+        """Keep the state in ``store`` from now on; returns what it kept ({}: nothing).
+
+        Raises:
+            StoreError: the store keeps a state of another version (or a section
+                of another format version) than this code writes.
+        """
         self._store = store
         self._sync = GroupSync(store.append_state, self._changes)
-        return store.load_state() or {}
+        saved = store.load_state() or {}
+        if saved:
+            self._check_versions(saved)
+        return saved
+
+    def _check_versions(self, saved: dict[str, Any]) -> None:
+        channel = f"channel {self._context.channel} of {self._context.name!r}"
+        version = saved.get("version")
+        if version != STATE_VERSION:
+            raise StoreError(
+                f"{channel}: the store keeps a state of version {version!r}; "
+                f"this raytopic reads version {STATE_VERSION}"
+            )
+        kept = saved.get("sections")
+        if not isinstance(kept, dict):
+            raise StoreError(f"{channel}: the stored state names no section versions")
+        for section, version in self._versions.items():
+            if section in kept and kept[section] != version:
+                raise StoreError(
+                    f"{channel}: the store keeps section {section!r} in format version "
+                    f"{kept[section]!r}; this raytopic reads version {version}"
+                )
 
     def touch(self, section: str, key: str | None) -> None:
         """``section[key]`` changed: the next write carries it."""
@@ -99,6 +153,8 @@ class ChannelState:
     def snapshot(self) -> dict[str, Any]:
         """The whole state, as a store keeps it."""
         state: dict[str, Any] = {
+            "version": STATE_VERSION,
+            "sections": dict(self._versions),
             "epoch": self._context.epoch,
             "next_sequence": self._next_sequence(),
         }

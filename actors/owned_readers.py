@@ -27,7 +27,10 @@ from raytopic.core.records import CommitResult, CommitStatus, Position, _Origin
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OwnedReaders"]
+__all__ = ["GROUPS_FORMAT", "OwnedReaders"]
+
+GROUPS_FORMAT = 1
+"""The format of the groups section (see :meth:`OwnedReaders.state_of`)."""
 
 LENT_TIMEOUT = 10.0
 """Seconds a take waits for a fetch's session to settle what it took; then the
@@ -521,6 +524,22 @@ class OwnedReaders:
         """Per group: (name, lag behind the tail, elements not yet delivered)."""
         for group, cursor in self.groups.items():
             yield group, max(0, tail - cursor.committed), max(0, tail - cursor.next + 1)
+
+    # -- durable state ------------------------------------------------------------------
+
+    def state_keys(self) -> Iterator[str]:
+        """The groups the state keeps (the section ``groups``)."""
+        return iter(self.groups)
+
+    def state_of(self, group: str) -> dict[str, object] | None:
+        """A group's cursor as the state keeps it (None: gone)."""
+        cursor = self.groups.get(group)
+        return None if cursor is None else cursor.to_state()
+
+    def restore_state(self, saved: dict[str, Any]) -> None:
+        """Bring back the group cursors a state kept (each after its commit)."""
+        for group, state in saved.items():
+            self.groups[group] = Cursor.from_state(state, group=True)
 
 
 def _relay_of(token: str | None) -> tuple[str, str] | None:

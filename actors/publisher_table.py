@@ -23,11 +23,15 @@ from raytopic.core.protocol import AppendAck
 
 __all__ = [
     "ONCE_WRITER_PREFIX",
+    "PUBLISHERS_FORMAT",
     "PUBLISHER_IDLE_S",
     "PUBLISHER_SWEEP_S",
     "PUBLISHERS_KEPT",
     "PublisherTable",
 ]
+
+PUBLISHERS_FORMAT = 1
+"""The format of the publishers section (see :meth:`PublisherTable.state_of`)."""
 
 PUBLISHERS_KEPT = 10_000
 """Publisher tracks a channel keeps before it looks for idle ones to forget."""
@@ -69,7 +73,7 @@ class PublisherTable:
 
     # -- recovery -----------------------------------------------------------------------
 
-    def restore(self, saved: dict[str, Any]) -> None:
+    def restore_state(self, saved: dict[str, Any]) -> None:
         """The tracks a state file kept (before the store's records fill in the rest)."""
         for publisher_id, state in saved.items():
             self.tracks[publisher_id] = PublisherTrack.from_state(state)
@@ -84,6 +88,10 @@ class PublisherTable:
         """After recovery: each publisher's next batch is the one after its last."""
         for publisher_id, track in self.tracks.items():
             self.turns.resume(publisher_id, track.last_batch + 1)
+
+    def state_keys(self) -> Iterator[str]:
+        """The publishers the state keeps (the section ``publishers``)."""
+        return iter(self.tracks)
 
     def state_of(self, publisher_id: str) -> list[Any] | None:
         """A publisher's track as the state file keeps it (None: forgotten)."""

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import base64
 import logging
-import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
@@ -23,14 +22,16 @@ from raytopic.actors.owned_readers import OwnedReaders
 from raytopic.actors.reader_parts import Fetches, LossNotice, Reader, ReaderMode
 from raytopic.actors.shared_groups import MemberViews, SharedGroups
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
-from raytopic.core.payloads import loads_kept
 from raytopic.core.protocol import CursorState, Delivery, Poison, ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.user_functions import load_pickled
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Readers", "loaded_functions"]
+__all__ = ["READERS_FORMAT", "Readers", "loaded_functions", "spec_from_state", "spec_state"]
+
+READERS_FORMAT = 1
+"""The format of the readers section (see :meth:`Readers.state_of`)."""
 
 
 class Readers:
@@ -120,14 +121,11 @@ class Readers:
             self._state.touch("readers", reader_id)
         return self.mode(reader).state(reader, None, check=False), created
 
-    def restore(self, reader_id: str, spec: ReaderSpec | str) -> bool:
-        """Open a reader a restart brings back (``spec`` as the state file keeps it,
-        or as the coordinator has it). One that cannot come back (its filter no
-        longer loads, its group is gone) is logged and skipped, blocking nothing."""
+    def restore(self, reader_id: str, spec: ReaderSpec) -> bool:
+        """Open a reader a restart brings back. One that cannot come back (its filter
+        no longer loads, its group is gone) is logged and skipped, blocking nothing."""
         try:
-            if isinstance(spec, str):
-                spec = loads_kept(base64.b64decode(spec))
-            self.open(reader_id, spec)  # type: ignore[arg-type]
+            self.open(reader_id, spec)
         except Exception as error:
             logger.warning(
                 "channel %d: reader %s not back: %s", self._context.channel, reader_id, error
@@ -329,13 +327,17 @@ class Readers:
         """Every open reader's spec (a restarted coordinator asks)."""
         return {reader_id: reader.spec for reader_id, reader in self.by_id.items()}
 
+    def state_keys(self) -> Iterator[str]:
+        """The readers the state keeps (the section ``readers``)."""
+        return iter(self.by_id)
+
     def state_of(self, reader_id: str) -> dict[str, Any] | None:
         """A reader as the state file keeps it (None: closed)."""
         reader = self.by_id.get(reader_id)
         if reader is None:
             return None
         return {
-            "spec": base64.b64encode(pickle.dumps(reader.spec)).decode(),
+            "spec": spec_state(reader.spec),
             "cursor": None if reader.cursor is None else reader.cursor.to_state(),
         }
 
@@ -343,7 +345,7 @@ class Readers:
         """Bring back the readers a state file kept, anonymous ones at their saved
         positions."""
         for reader_id, state in saved.items():
-            if not self.restore(reader_id, state["spec"]):
+            if not self.restore(reader_id, spec_from_state(state["spec"])):
                 continue
             reader = self.by_id[reader_id]
             if reader.cursor is not None and state.get("cursor"):
@@ -361,3 +363,40 @@ def loaded_functions(spec: ReaderSpec) -> tuple[Any, Any, Any]:
         load_pickled(spec.converter, "converter") if spec.converter else None,
         load_pickled(spec.resequence, "resequence") if spec.resequence else None,
     )
+
+
+def spec_state(spec: ReaderSpec) -> dict[str, Any]:
+    """A reader's spec as the state keeps it: its fields by name, its functions as
+    the cloudpickles the subscriber sent (base64)."""
+    return {
+        "group": spec.group,
+        "start_latest": spec.start_latest,
+        "filter": _text(spec.filter),
+        "converter": _text(spec.converter),
+        "complete_on_empty": spec.complete_on_empty,
+        "window": spec.window,
+        "resequence": _text(spec.resequence),
+        "skip_poison": spec.skip_poison,
+    }
+
+
+def spec_from_state(state: dict[str, Any]) -> ReaderSpec:
+    """The spec :func:`spec_state` kept."""
+    return ReaderSpec(
+        group=state["group"],
+        start_latest=bool(state["start_latest"]),
+        filter=_bytes(state["filter"]),
+        converter=_bytes(state["converter"]),
+        complete_on_empty=bool(state["complete_on_empty"]),
+        window=state["window"],
+        resequence=_bytes(state["resequence"]),
+        skip_poison=bool(state["skip_poison"]),
+    )
+
+
+def _text(pickled: bytes | None) -> str | None:
+    return None if pickled is None else base64.b64encode(pickled).decode()
+
+
+def _bytes(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)

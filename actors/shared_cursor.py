@@ -418,17 +418,17 @@ class SharedCursor:
     def from_state(cls, state: dict[str, Any]) -> SharedCursor:
         """A cursor as a restarted channel resumes it (see :meth:`to_state`)."""
         cursor = cls(floor=int(state["floor"]), next=int(state["next"]))
-        for first, last in state.get("settled", []):
+        for first, last in state["settled"]:
             cursor.settled.update(range(int(first), int(last) + 1))
-        for sequence, (count, key) in state.get("waiting", {}).items():
+        for sequence, (count, key) in state["waiting"].items():
             cursor.waiting[int(sequence)] = Waiting(int(count), 0.0, key)
-        for sequence, (count, reason) in state.get("dead", {}).items():
+        for sequence, (count, reason) in state["dead"].items():
             cursor.dead[int(sequence)] = (int(count), str(reason))
-        cursor.redelivered = int(state.get("redelivered", 0))
-        cursor.dead_lettered = int(state.get("dead_lettered", 0))
-        cursor.dead_serial = int(state.get("dead_serial", 0))
-        cursor.life = str(state.get("life", cursor.life))
-        sending = state.get("sending")
+        cursor.redelivered = int(state["redelivered"])
+        cursor.dead_lettered = int(state["dead_lettered"])
+        cursor.dead_serial = int(state["dead_serial"])
+        cursor.life = str(state["life"])
+        sending = state["sending"]
         if sending is not None:
             cursor.sending = (int(sending[0]), [int(s) for s in sending[1]])
         return cursor

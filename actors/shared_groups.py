@@ -15,7 +15,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import pickle
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -46,7 +45,10 @@ from raytopic.core.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SharedGroups"]
+__all__ = ["SHARED_FORMAT", "SharedGroups", "definition_from_state", "definition_state"]
+
+SHARED_FORMAT = 1
+"""The format of the shared section (see :meth:`SharedGroups.state_of`)."""
 
 Entries = tuple[tuple[int, int, int], ...]
 """Delivery ids: (sequence, delivery count, channel epoch)."""
@@ -529,22 +531,23 @@ class SharedGroups:
 
     # -- durable state ------------------------------------------------------------------
 
+    def state_keys(self) -> Iterator[str]:
+        """The shared groups the state keeps (the section ``shared``)."""
+        return iter(self.groups)
+
     def state_of(self, group: str) -> dict[str, Any] | None:
         """A group as the state file keeps it (None: gone)."""
         shared = self.groups.get(group)
         if shared is None:
             return None
-        return {
-            "spec": base64.b64encode(pickle.dumps(shared.spec)).decode(),
-            "cursor": shared.cursor.to_state(),
-        }
+        return {"spec": definition_state(shared.spec), "cursor": shared.cursor.to_state()}
 
     def restore_state(self, saved: dict[str, Any]) -> None:
         """Bring back the groups a state file kept: what was held comes back to
         deliver again (past the limit: dead), and deliveries of records damaged
         since are settled (nothing altered is delivered)."""
         for state in saved.values():
-            spec = pickle.loads(base64.b64decode(state["spec"]))
+            spec = definition_from_state(state["spec"])
             cursor = SharedCursor.from_state(state["cursor"])
             cursor.enforce_limit(spec.max_deliveries, "held when its channel restarted")
             self.add(spec, cursor)
@@ -565,6 +568,34 @@ class SharedGroups:
                     first,
                     last,
                 )
+
+
+def definition_state(spec: SharedGroup) -> dict[str, Any]:
+    """A shared group's definition as the state keeps it: its fields by name, its
+    filter as the cloudpickle its creator gave (base64)."""
+    return {
+        "name": spec.name,
+        "max_deliveries": spec.max_deliveries,
+        "dead_letter": spec.dead_letter,
+        "ack_timeout": spec.ack_timeout,
+        "window": spec.window,
+        "ordering": spec.ordering,
+        "filter": None if spec.filter is None else base64.b64encode(spec.filter).decode(),
+    }
+
+
+def definition_from_state(state: dict[str, Any]) -> SharedGroup:
+    """The definition :func:`definition_state` kept."""
+    kept_filter = state["filter"]
+    return SharedGroup(
+        state["name"],
+        max_deliveries=state["max_deliveries"],
+        dead_letter=state["dead_letter"],
+        ack_timeout=float(state["ack_timeout"]),
+        window=state["window"],
+        ordering=state["ordering"],
+        filter=None if kept_filter is None else base64.b64decode(kept_filter),
+    )
 
 
 def _delivery_ids(entries: object) -> list[tuple[int, int, int]]:

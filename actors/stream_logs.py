@@ -9,6 +9,7 @@ group's commits.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from raytopic.core.errors import InvalidArgumentError, NotOwnerError
@@ -21,7 +22,10 @@ from raytopic.core.stream_log import (
     StreamRecord,
 )
 
-__all__ = ["StreamLogs"]
+__all__ = ["STREAMS_FORMAT", "StreamLogs"]
+
+STREAMS_FORMAT = 1
+"""The format of the streams section (see :meth:`StreamLogs.state_of`)."""
 
 
 class StreamLogs:
@@ -108,12 +112,16 @@ class StreamLogs:
             )
         return record
 
+    def state_keys(self) -> Iterator[str]:
+        """The groups whose offset logs the state keeps (the section ``streams``)."""
+        return iter(self.records)
+
     def state_of(self, group: str) -> dict[str, Any] | None:
         """The group's record as the state keeps it (None: none)."""
         record = self.records.get(group)
         return None if record is None else record.to_state()
 
-    def restore(self, saved: dict[str, Any]) -> None:
+    def restore_state(self, saved: dict[str, Any]) -> None:
         """The records a restarted channel's state kept."""
         self.records.clear()  # in place: the channel's state lists its keys
         self.records.update(

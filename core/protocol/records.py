@@ -7,16 +7,13 @@ channels and coordinators agree on them without importing each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from itertools import zip_longest
-from typing import Any, NamedTuple, TypeAlias
+from dataclasses import dataclass, field
+from typing import NamedTuple, TypeAlias
 
 from raytopic.core.errors import PoisonElementError
 from raytopic.core.records import Position
 
 __all__ = ["Address", "CursorState", "Lease", "Poison", "ReaderLease", "ReaderSpec", "poison_error"]
-
-_MISSING = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +70,6 @@ class ReaderSpec:
     skip_poison: bool = False
     """``on_poison="skip"``: poison elements are logged, counted and passed over
     (else the reader stops before one and is told once: ``raytopic.actors.poison``)."""
-
-    def __setstate__(self, state: list[Any]) -> None:
-        # A spec kept by a store before a field was added has that field's default.
-        for spec_field, value in zip_longest(fields(self), state, fillvalue=_MISSING):
-            value = spec_field.default if value is _MISSING else value
-            object.__setattr__(self, spec_field.name, value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,21 +150,13 @@ def test_a_new_channel_s_store_gets_its_first_epoch_before_anything_is_served(
     store = opened()
     assert parts.recover(ChannelStore(store), restarted=False)
     assert parts.context.epoch == 1 and parts.log.ring.tail == -1
+    sections = ("groups", "shared", "marks", "publishers", "readers", "transactions", "streams")
     assert store.load_state() == {
+        "version": 1,
+        "sections": dict.fromkeys(sections, 1),
         "epoch": 1,
         "next_sequence": 0,
-        **{
-            section: {}
-            for section in (
-                "groups",
-                "shared",
-                "marks",
-                "publishers",
-                "readers",
-                "transactions",
-                "streams",
-            )
-        },
+        **{section: {} for section in sections},
     }
 
 

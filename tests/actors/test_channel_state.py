@@ -15,7 +15,7 @@ import pytest
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_metrics import ChannelMetrics
-from raytopic.actors.channel_state import SECTIONS, ChannelState
+from raytopic.actors.channel_state import SECTIONS, STATE_VERSION, ChannelState
 from raytopic.actors.stores.base import ChannelStore
 from raytopic.actors.stores.segment_log import SegmentLogStore
 from raytopic.actors.stores.state_log import StateChange
@@ -195,7 +195,9 @@ def test_the_snapshot_has_every_section_and_write_snapshot_replaces_the_stored_s
         channel.set("groups", "g", {"next": 1})
         channel.set("shared", "s", {"cursor": {}})
         snapshot = channel.state.snapshot()
-        assert set(snapshot) == {"epoch", "next_sequence", *SECTIONS}
+        assert set(snapshot) == {"version", "sections", "epoch", "next_sequence", *SECTIONS}
+        assert snapshot["version"] == STATE_VERSION
+        assert snapshot["sections"] == dict.fromkeys(SECTIONS, 1)
         assert snapshot["groups"] == {"g": {"next": 1}} and snapshot["readers"] == {}
         assert (snapshot["epoch"], snapshot["next_sequence"]) == (2, 4)
         channel.state.write_snapshot()
@@ -243,3 +245,32 @@ def test_a_segment_log_reopened_loads_the_state_saved(tmp_path: Path) -> None:
             reopened.close()
 
     asyncio.run(main())
+
+
+def test_a_state_of_another_version_is_refused_with_a_store_error() -> None:
+    channel = _Channel()
+    store = _LoggingStore()
+    channel.state.open(ChannelStore(store))
+    channel.state.write_snapshot()
+    written = copy.deepcopy(store.saved)
+    assert channel.state.open(ChannelStore(store))["version"] == STATE_VERSION  # its own: read
+    for version in (None, STATE_VERSION + 1, "1"):
+        store.saved = {**written, "version": version}
+        with pytest.raises(StoreError, match=f"version {version!r}"):
+            _Channel().state.open(ChannelStore(store))
+    store.saved = {key: value for key, value in written.items() if key != "version"}
+    with pytest.raises(StoreError, match="version None"):
+        _Channel().state.open(ChannelStore(store))
+
+
+def test_a_section_of_another_format_version_is_refused_with_a_store_error() -> None:
+    channel = _Channel()
+    store = _LoggingStore()
+    channel.state.open(ChannelStore(store))
+    channel.state.write_snapshot()
+    store.saved["sections"]["readers"] = 2
+    with pytest.raises(StoreError, match="section 'readers' in format version 2"):
+        _Channel().state.open(ChannelStore(store))
+    store.saved["sections"] = None
+    with pytest.raises(StoreError, match="no section versions"):
+        _Channel().state.open(ChannelStore(store))

@@ -121,7 +121,7 @@ def test_the_state_keeps_each_track_and_forgets_a_forgotten_one() -> None:
     _appended(table, "p", 0, first=4)
     saved = dict(table.states())
     restored = PublisherTable(0)
-    restored.restore(saved)
+    restored.restore_state(saved)
     restored.resume_turns()
     assert restored.earlier_ack("p", 0, 1) == AppendAck(4, 1, 1.0)
     assert restored.state_of("gone") is None

@@ -5,6 +5,7 @@ watches, loans taken back from a restarted host, and commits that release elemen
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.reader_parts import Reader
-from raytopic.actors.readers import Readers
+from raytopic.actors.readers import Readers, spec_from_state, spec_state
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
 from raytopic.core.payloads import PickledValues
@@ -324,3 +325,26 @@ def test_the_readers_state_brings_back_anonymous_positions_and_skips_what_cannot
         assert again.readers.specs() == {"a": ANONYMOUS}
 
     asyncio.run(main())
+
+
+def test_a_reader_spec_is_kept_as_named_plain_fields_its_functions_as_their_pickles() -> None:
+    spec = ReaderSpec(
+        "g",
+        True,
+        filter=cloudpickle.dumps(lambda v: v > 1),
+        converter=None,
+        complete_on_empty=True,
+        window=7,
+        resequence=b"\x00opaque",
+        skip_poison=True,
+    )
+    kept = spec_state(spec)
+    assert json.loads(json.dumps(kept)) == kept  # plain JSON: no class of ours pickled
+    assert (kept["group"], kept["start_latest"], kept["window"], kept["converter"]) == (
+        "g",
+        True,
+        7,
+        None,
+    )
+    assert spec_from_state(json.loads(json.dumps(kept))) == spec
+    assert spec_from_state(spec_state(ANONYMOUS)) == ANONYMOUS

@@ -6,6 +6,7 @@ expiry round, reset/restore, and the state kept across a restart."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.reader_parts import LossNotice, Reader
-from raytopic.actors.shared_groups import SharedGroups
+from raytopic.actors.shared_groups import SharedGroups, definition_from_state, definition_state
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     DataLossError,
@@ -395,3 +396,21 @@ def test_destroy_forgets_the_group_and_the_figures_follow_the_cursor() -> None:
         assert "s" not in parts.groups and parts.groups.lowest_floor() is None
 
     asyncio.run(main())
+
+
+def test_a_shared_group_s_definition_is_kept_as_named_plain_fields() -> None:
+    spec = SharedGroup(
+        "s",
+        max_deliveries=3,
+        dead_letter="dead",
+        ack_timeout=2.5,
+        window=4,
+        ordering="key",
+        filter=lambda v: v % 2 == 0,
+    )
+    kept = definition_state(spec)
+    assert json.loads(json.dumps(kept)) == kept  # plain JSON: no class of ours pickled
+    assert (kept["name"], kept["max_deliveries"], kept["dead_letter"]) == ("s", 3, "dead")
+    back = definition_from_state(json.loads(json.dumps(kept)))
+    assert back == spec and back.load_filter()(4) and not back.load_filter()(3)
+    assert definition_from_state(definition_state(SharedGroup("plain"))) == SharedGroup("plain")

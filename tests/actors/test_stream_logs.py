@@ -94,7 +94,7 @@ def test_records_are_kept_as_json_and_restored_in_place(logs: StreamLogs) -> Non
     assert logs.state_of("none") is None
     restarted = StreamLogs(channel=0)
     keys = restarted.records.keys  # the channel's state lists keys through this view
-    restarted.restore(saved)
+    restarted.restore_state(saved)
     assert list(keys()) == ["g"]
     assert restarted.record_of("g") == logs.record_of("g")
     assert restarted.forget("g") and not restarted.forget("g")
