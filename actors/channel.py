@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import os
@@ -44,6 +45,7 @@ from raytopic.actors.channel_dispatch import SERVED, Admit, call_handler, entry,
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
+from raytopic.actors.channel_state import Keep
 from raytopic.actors.readers import loaded_functions
 from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
@@ -299,12 +301,10 @@ class ChannelActor:
         """
         if self._seeded.is_set():
             return self.identity()
-        self._parts.seed(old_epoch, groups, views, readers, shared)
+        self._parts.seed(old_epoch, groups, views, readers, shared)  # with a store: written
         if self._readers.shared.groups:
             self._start("shared", self._tend_shared_groups)
         self._seeded.set()
-        if self._log.store is not None:
-            await self._state.save()
         return self.identity()
 
     @entry(Admit.ALWAYS)
@@ -372,9 +372,11 @@ class ChannelActor:
             await self._admit(admit)
         self._tend_transactions()  # e.g. one prepared before a restart
         if joined is None:
-            return await call_handler(handler, self, request, payload)
+            async with self._state.unit_of_work():
+                return await call_handler(handler, self, request, payload)
         try:
-            own = await call_handler(handler, self, request, payload)
+            async with self._state.unit_of_work():
+                own = await call_handler(handler, self, request, payload)
         except Exception as error:  # the others' replies are awaited all the same
             own = error
         if isinstance(own, StatusBatch):
@@ -395,7 +397,8 @@ class ChannelActor:
         handler, admit = SERVED[type(request)]
         if self._failure is not None or not self._seeded.is_set():
             await self._admit(admit)
-        return await handler(self, request)
+        async with self._state.unit_of_work():
+            return await handler(self, request)
 
     @entry(Admit.SEEDED)
     async def transact(self, packed: bytes, payload: Payload | None = None) -> Any:
@@ -428,20 +431,20 @@ class ChannelActor:
             if group in self._readers.shared:
                 raise GroupModeError(f"group {group!r} is shared: a stream reads an owned group")
             raise GroupNotFoundError(f"group {group!r} does not exist")
-        match request:
-            case ReadStreamLog():
-                return StreamLogState(streams.record_of(group), owned.groups[group].committed)
-            case ClaimStream():
-                streams.claim(request)
-            case RecordMicroBatch():
-                streams.record(request)
-            case CommitMicroBatch():
-                through = streams.commit(request)
-                if through is not None:
-                    owned.advance(group, through)
-                    self._readers.commits_moved()
-        self._state.touch("streams", group)
-        await self._state.save()
+        async with self._state.unit_of_work():
+            match request:
+                case ReadStreamLog():
+                    return StreamLogState(streams.record_of(group), owned.groups[group].committed)
+                case ClaimStream():
+                    streams.claim(request)
+                case RecordMicroBatch():
+                    streams.record(request)
+                case CommitMicroBatch():
+                    through = streams.commit(request)
+                    if through is not None:
+                        owned.advance(group, through)
+                        self._readers.commits_moved()
+            self._state.touch("streams", group)
         if isinstance(request, ClaimStream):
             return StreamLogState(streams.record_of(group), owned.groups[group].committed)
         return None
@@ -495,10 +498,13 @@ class ChannelActor:
             self._start("transactions", self._parts.transactions.tend)
 
     def _start(self, job: str, work: Callable[[], Any]) -> None:
-        """Run background ``job`` (once at a time; it ends with the actor)."""
+        """Run background ``job`` (once at a time; it ends with the actor). It starts
+        in a context of its own: it is no part of the request that started it
+        (that request's unit of work does not wait for what the job changes)."""
         task = self._tasks.get(job)
         if task is None or task.done():
-            self._tasks[job] = asyncio.ensure_future(work())
+            loop = asyncio.get_running_loop()
+            self._tasks[job] = loop.create_task(work(), context=contextvars.Context())
 
     async def _report_metrics(self) -> None:
         """Background (from the first publish): hand Ray the counts and group gauges."""
@@ -618,16 +624,13 @@ class ChannelActor:
     @serves(OpenReader)
     async def _open_reader(self, request: OpenReader) -> CursorState:
         """Register a subscriber on this channel (its cursor, if anonymous)."""
-        state, created = self._readers.open(request.reader_id, request.spec)
-        if created:
-            await self._state.save()
+        state, _ = self._readers.open(request.reader_id, request.spec)
         return state
 
     @serves(CloseReader)
     async def _close_reader(self, request: CloseReader) -> None:
         """Forget a subscriber; its session here (if any) ends."""
-        if self._readers.close(request.reader_id):
-            await self._state.save()
+        self._readers.close(request.reader_id)
 
     @serves(ReadReaderSpecs, Admit.ALWAYS)
     async def _reader_specs(self, _: ReadReaderSpecs) -> dict[str, ReaderSpec]:
@@ -703,7 +706,6 @@ class ChannelActor:
         result = self._readers.owned.commit(reader, request.sequence, request.fence)
         if result.status is CommitStatus.COMMITTED:
             self._readers.commits_moved()
-            await self._state.save()
         return result
 
     @serves(Seek)
@@ -715,7 +717,6 @@ class ChannelActor:
             reader, request.fence, request.target, request.by_time, request.commit
         )
         self._readers.commits_moved()
-        await self._state.save()
         return moved
 
     # -- groups (the coordinator's) -------------------------------------------------
@@ -728,13 +729,9 @@ class ChannelActor:
         that cannot open here (InvalidArgumentError)."""
         if request.reader is not None:
             loaded_functions(request.reader)
-        state, created = self._readers.ensure_group(
-            request.group, request.start_latest, request.shared
-        )
+        state, _ = self._readers.ensure_group(request.group, request.start_latest, request.shared)
         if request.shared is not None:
             self._start("shared", self._tend_shared_groups)
-        if created:
-            await self._state.save()
         return state
 
     @serves(DestroyGroup)
@@ -746,27 +743,22 @@ class ChannelActor:
         self._state.touch("marks", group)
         if self._parts.streams.forget(group):
             self._state.touch("streams", group)
-        await self._state.save()
 
     @serves(Grant)
     async def _grant(self, request: Grant) -> None:
         """Give the group's channel to a member (None: to nobody); it resumes after the commit."""
-        if self._readers.owned.grant(request.group, request.lease):
-            await self._state.save()
+        self._readers.owned.grant(request.group, request.lease)
 
     @serves(ResetGroup)
     async def _reset_group(self, request: ResetGroup) -> tuple[int, dict[str, Any]]:
         """Move the group's read and commit positions; return (position, previous state)
         (see :meth:`Readers.reset_group`)."""
-        reset = self._readers.reset_group(request.group, request.target)
-        await self._state.save()
-        return reset
+        return self._readers.reset_group(request.group, request.target)
 
     @serves(RestoreGroup)
     async def _restore_group(self, request: RestoreGroup) -> None:
         """Undo a reset (a reset of several channels is all or nothing)."""
-        if self._readers.restore_group(request.group, request.previous):
-            await self._state.save()
+        self._readers.restore_group(request.group, request.previous)
 
     @serves(ReadGroupCursors, Admit.ALWAYS)
     async def _group_cursors(self, _: ReadGroupCursors) -> dict[str, dict[str, Any]]:
@@ -813,7 +805,6 @@ class ChannelActor:
         """After acks or nacks: room may be free and dead letters due; durable first."""
         if success in statuses:
             self._readers.commits_moved()
-            await self._state.save()
         return statuses[0] if single else statuses
 
     @serves(Purge)
@@ -826,7 +817,6 @@ class ChannelActor:
         self._readers.skip_to_head()
         log.release()
         self._context.notify()
-        await self._state.save()
         return removed
 
     # -- receive sessions (the receives sent to this channel) ---------------------
@@ -854,8 +844,7 @@ class ChannelActor:
             left,
             lambda m: shared.member_back(group, m),
         ):
-            self._state.touch("marks", group)
-            self._state.save_later()
+            self._state.touch("marks", group, Keep.SOON)
 
     @serves(ReadGroupMarks, Admit.ALWAYS)
     async def _group_marks(self, _: ReadGroupMarks) -> dict[str, tuple[int, int]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext, fresh_start
 from raytopic.actors.channel_log import ChannelLog
-from raytopic.actors.channel_state import SECTIONS, ChannelState
+from raytopic.actors.channel_state import SECTIONS, ChannelState, Keep
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.dead_letters import DeadLetters
 from raytopic.actors.owned_readers import GROUPS_FORMAT
@@ -74,7 +74,9 @@ class ChannelParts:
         """
         log = ChannelLog(context, fail)
         state = ChannelState(context, lambda: log.next_sequence, fail, log.release)
-        publishers = PublisherTable(context.channel, lambda pid: state.touch("publishers", pid))
+        publishers = PublisherTable(
+            context.channel, lambda pid: state.touch("publishers", pid, Keep.WITH_NEXT_WRITE)
+        )
         readers: Readers
         host = SessionHost(
             context,

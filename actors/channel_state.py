@@ -19,6 +19,12 @@ are the exception: they are kept as the cloudpickles their users gave::
     transactions   transaction -> its prepared part here, or its outcome
     streams        group -> its stream's offset log here (``raytopic.core.stream_log``)
 
+Saving happens in one place: the channel serves each request as a unit of work
+(:meth:`ChannelState.unit_of_work`), and a request that changed something worth
+waiting for (:meth:`ChannelState.touch`, :attr:`Keep.BEFORE_REPLY`) is answered
+once a write covering it is done. Parts only say what changed, and how soon it
+must be durable (:class:`Keep`); none of them writes.
+
 A write carries only what changed (:meth:`ChannelState.touch`), so its cost
 follows what a call changed, not the channel's history: a commit writes one
 cursor, not every publisher the channel has ever seen. The store appends the
@@ -33,8 +39,12 @@ refused with a StoreError: there is no code that reads an older layout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import enum
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
@@ -45,13 +55,34 @@ from raytopic.core.errors import ChannelFailedError, StoreError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SECTIONS", "STATE_VERSION", "ChannelState"]
+__all__ = ["SECTIONS", "STATE_VERSION", "ChannelState", "Keep"]
 
 STATE_VERSION = 1
 """The layout of the state as a whole (its scalar and keyed sections)."""
 
 SECTIONS = ("groups", "shared", "marks", "publishers", "readers", "transactions", "streams")
 """The keyed sections of the state, in the order a snapshot lists them."""
+
+
+class Keep(enum.Enum):
+    """How soon a change must be durable (with a store)."""
+
+    BEFORE_REPLY = enum.auto()
+    """The request that made it is answered once it is written (a commit, a seek,
+    a group created): what the caller was told survives a crash."""
+    SOON = enum.auto()
+    """Written in the background, nobody waits (delivery counts, group marks):
+    losing it to a crash costs a redelivery, never a promise."""
+    WITH_NEXT_WRITE = enum.auto()
+    """Carried by the next write, whenever that is (a take's cursor move: a crash
+    delivers again what was not committed anyway)."""
+
+
+@dataclass(slots=True)
+class _Unit:
+    """One request's work: the latest change it must wait for (0: none)."""
+
+    change: int = 0
 
 
 class ChannelState:
@@ -86,6 +117,11 @@ class ChannelState:
         self._store: ChannelStore | None = None
         self._sync: GroupSync | None = None
         self._dirty: dict[tuple[str, str], None] = {}  # (section, key), in change order
+        # The unit of work of the request being served (each Ray call runs in a
+        # task of its own, so each has its own; background tasks start with none).
+        self._unit: contextvars.ContextVar[_Unit | None] = contextvars.ContextVar(
+            f"raytopic-state-unit-{id(self)}", default=None
+        )
 
     def provide(
         self,
@@ -145,10 +181,41 @@ class ChannelState:
                     f"{kept[section]!r}; this raytopic reads version {version}"
                 )
 
-    def touch(self, section: str, key: str | None) -> None:
-        """``section[key]`` changed: the next write carries it."""
-        if self._sync is not None and key is not None:
-            self._dirty[(section, key)] = None
+    def touch(self, section: str, key: str | None, keep: Keep = Keep.BEFORE_REPLY) -> None:
+        """``section[key]`` changed: the next write carries it, and ``keep`` says how
+        soon that must be (see :class:`Keep`)."""
+        sync = self._sync
+        if sync is None or key is None:
+            return
+        self._dirty[(section, key)] = None
+        if keep is Keep.SOON:
+            self.save_later()
+        elif keep is Keep.BEFORE_REPLY:
+            unit = self._unit.get()
+            if unit is not None:
+                unit.change = sync.mark()
+
+    @contextlib.asynccontextmanager
+    async def unit_of_work(self) -> AsyncIterator[None]:
+        """Serve one request: on its way out (unless it raised), wait until what it
+        changed with :attr:`Keep.BEFORE_REPLY` is durable. A unit inside a unit
+        (a request served in-process for another) is part of the outer one.
+
+        Raises:
+            ChannelFailedError: the write failed; the channel is fenced.
+        """
+        if self._unit.get() is not None:
+            yield
+            return
+        unit = _Unit()
+        token = self._unit.set(unit)
+        try:
+            yield
+        finally:
+            self._unit.reset(token)
+        sync = self._sync
+        if sync is not None and unit.change > sync.covered:
+            await self._write(unit.change)
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state, as a store keeps it."""
@@ -191,10 +258,15 @@ class ChannelState:
             ChannelFailedError: the write failed; the channel is fenced.
         """
         sync = self._sync
-        if sync is None:
-            return
+        if sync is not None:
+            await self._write(sync.mark())
+
+    async def _write(self, change: int) -> None:
+        """Wait for a write that covers ``change``; the store may release after it."""
+        sync = self._sync
+        assert sync is not None
         try:
-            await sync.wait(sync.mark())
+            await sync.wait(change)
         except Exception as error:
             failure = self._fail(f"its state could not be written: {error}")
             raise ChannelFailedError(failure) from error

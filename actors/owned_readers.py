@@ -17,7 +17,7 @@ from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
-from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.channel_state import ChannelState, Keep
 from raytopic.actors.cursors import Cursor, Lent, Relay
 from raytopic.actors.reader_parts import LossNotice, Reader, delivered_count, pick
 from raytopic.actors.segment_ring import Run
@@ -110,12 +110,12 @@ class OwnedReaders:
         except NotOwnerError:
             return None
 
-    def _touch(self, reader: Reader) -> None:
-        """The reader's cursor changed: the next state write keeps it."""
+    def _touch(self, reader: Reader, keep: Keep = Keep.BEFORE_REPLY) -> None:
+        """The reader's cursor changed: the state keeps it, as soon as ``keep`` says."""
         if reader.cursor is not None:
-            self._state.touch("readers", reader.reader_id)
+            self._state.touch("readers", reader.reader_id, keep)
         else:
-            self._state.touch("groups", reader.group)
+            self._state.touch("groups", reader.group, keep)
 
     def cursor_state(self, cursor: Cursor) -> CursorState:
         """A cursor as its readers see it."""
@@ -210,7 +210,7 @@ class OwnedReaders:
             cursor.next = next_sequence
         # A filter's misses after the last match are read, not delivered.
         cursor.passed_over(last_delivered + 1, next_sequence - 1)
-        self._touch(reader)
+        self._touch(reader, Keep.WITH_NEXT_WRITE)  # what is not committed is read again
         if poison is not None:
             # What came before it is delivered now; the next take tells of it.
             cursor.stop_at(poison, reported=not chunks)
@@ -284,7 +284,7 @@ class OwnedReaders:
             poison.cause_type,
             poison.cause_message,
         )
-        self._touch(reader)  # type: ignore[arg-type]
+        self._touch(reader, Keep.WITH_NEXT_WRITE)  # type: ignore[arg-type]
         self._context.notify()
         return True
 
@@ -387,7 +387,7 @@ class OwnedReaders:
                 moved.add(id(cursor))
         for group, cursor in self.groups.items():
             if cursor.host_restarted(prefix):
-                self._state.touch("groups", group)
+                self._state.touch("groups", group, Keep.WITH_NEXT_WRITE)
                 moved.add(id(cursor))
         return len(moved)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
-from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.channel_state import ChannelState, Keep
 from raytopic.actors.cursors import clamp
 from raytopic.actors.reader_parts import (
     STOPPED_TAKES_KEPT,
@@ -164,8 +164,7 @@ class SharedGroups:
                 reason,
             )
             self._context.notify()
-            self._state.touch("shared", group)
-            self._state.save_later()
+            self._state.touch("shared", group, Keep.SOON)
             if shared.cursor.dead:
                 self.wake.set()
 
@@ -233,8 +232,7 @@ class SharedGroups:
         if cursor.floor != floor:  # the filter passed over some: room for appends
             self._moved(group)
         elif chunks:
-            self._state.touch("shared", group)
-            self._state.save_later()  # delivery counts: kept in the background
+            self._state.touch("shared", group, Keep.SOON)  # delivery counts
         state = self.state(reader, fence, check=False)
         config = self._context.config
         origin = _Origin(
@@ -263,9 +261,8 @@ class SharedGroups:
 
     def _moved(self, group: str) -> None:
         """The group's floor moved: room for appends, kept in the background."""
-        self._state.touch("shared", group)
+        self._state.touch("shared", group, Keep.SOON)
         self._commits_moved()
-        self._state.save_later()
 
     def _lend(
         self, token: str, group: str, member: str, entries: tuple[tuple[int, int], ...]
@@ -360,6 +357,7 @@ class SharedGroups:
             lambda cursor, spec, sequence, count: cursor.extend(
                 sequence, reader_id, count, now + (seconds or spec.ack_timeout)
             ),
+            Keep.WITH_NEXT_WRITE,  # a restart delivers what was held again anyway
         )
 
     def acknowledge(
@@ -368,10 +366,12 @@ class SharedGroups:
         entries: Entries,
         success: AckStatus,
         apply: Callable[[SharedCursor, SharedGroup, int, int], bool],
+        keep: Keep = Keep.BEFORE_REPLY,
     ) -> list[AckStatus]:
         """Apply ``apply`` to each delivery; REJECTED where it does not hold, or the
         delivery was of an earlier incarnation of this channel (what it held came
-        back). A closed member's elements went back: all REJECTED.
+        back). A closed member's elements went back: all REJECTED. What changed is
+        kept as ``keep`` says.
 
         Raises:
             GroupModeError: the reader is not in a shared group.
@@ -389,7 +389,7 @@ class SharedGroups:
             )
             statuses.append(success if applied else AckStatus.REJECTED)
         if shared is not None and success in statuses:
-            self._state.touch("shared", shared.spec.name)
+            self._state.touch("shared", shared.spec.name, keep)
             if shared.cursor.dead:
                 self.wake.set()  # past max_deliveries: to the dead letters now
         return statuses

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_metrics import ChannelMetrics
-from raytopic.actors.channel_state import SECTIONS, STATE_VERSION, ChannelState
+from raytopic.actors.channel_state import SECTIONS, STATE_VERSION, ChannelState, Keep
 from raytopic.actors.stores.base import ChannelStore
 from raytopic.actors.stores.segment_log import SegmentLogStore
 from raytopic.actors.stores.state_log import StateChange
@@ -274,3 +275,90 @@ def test_a_section_of_another_format_version_is_refused_with_a_store_error() -> 
     store.saved["sections"] = None
     with pytest.raises(StoreError, match="no section versions"):
         _Channel().state.open(ChannelStore(store))
+
+
+def test_a_unit_of_work_is_answered_once_what_it_must_keep_is_written() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        store = _LoggingStore()
+        channel.state.open(ChannelStore(store))
+        async with channel.state.unit_of_work():
+            channel.set("groups", "g", {"next": 1})  # Keep.BEFORE_REPLY
+            assert store.appended == []
+        assert ("groups", "g") in _keys(store.appended[0])
+        async with channel.state.unit_of_work():  # nothing changed: nothing written
+            pass
+        async with channel.state.unit_of_work():  # carried by the next write only
+            channel.state.touch("readers", "r", Keep.WITH_NEXT_WRITE)
+        assert len(store.appended) == 1
+        async with channel.state.unit_of_work():
+            async with channel.state.unit_of_work():  # in-process: part of the outer one
+                channel.set("groups", "g", {"next": 2})
+            assert len(store.appended) == 1
+        assert _keys(store.appended[1])[-2:] == [("readers", "r"), ("groups", "g")]
+
+    asyncio.run(main())
+
+
+def test_a_unit_that_raises_waits_for_nothing() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        store = _LoggingStore()
+        channel.state.open(ChannelStore(store))
+        with pytest.raises(KeyError):
+            async with channel.state.unit_of_work():
+                channel.set("groups", "g", {"next": 1})
+                raise KeyError("refused")
+        assert store.appended == []  # the next write carries it
+        await channel.state.save()
+        assert ("groups", "g") in _keys(store.appended[0])
+
+    asyncio.run(main())
+
+
+def test_a_unit_waits_for_its_own_changes_not_for_a_concurrent_one_s() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        store = _LoggingStore()
+        release = threading.Event()
+        writes = store.append_state
+
+        def slow(changes: Sequence[StateChange]) -> None:
+            release.wait(10)
+            writes(changes)
+
+        store.append_state = slow  # type: ignore[method-assign]
+        channel.state.open(ChannelStore(store))
+
+        async def committing() -> None:
+            async with channel.state.unit_of_work():
+                channel.set("groups", "g", {"next": 1})
+
+        async def taking() -> None:
+            async with channel.state.unit_of_work():
+                channel.state.touch("readers", "r", Keep.WITH_NEXT_WRITE)
+
+        commit = asyncio.ensure_future(committing())
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(taking(), 1.0)  # not held up by the commit's write
+        assert not commit.done()
+        release.set()
+        await asyncio.wait_for(commit, 5.0)
+
+    asyncio.run(main())
+
+
+def test_a_change_kept_soon_is_written_in_the_background() -> None:
+    async def main() -> None:
+        channel = _Channel()
+        store = _LoggingStore()
+        channel.state.open(ChannelStore(store))
+        async with channel.state.unit_of_work():
+            channel.state.touch("marks", "g", Keep.SOON)
+        for _ in range(100):
+            if store.appended:
+                break
+            await asyncio.sleep(0.01)
+        assert ("marks", "g") in _keys(store.appended[0])
+
+    asyncio.run(main())
