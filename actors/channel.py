@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import dataclasses
 import logging
 import os
 import time
@@ -41,7 +40,7 @@ from typing import Any
 import ray
 
 from raytopic.actors.channel_context import ChannelContext
-from raytopic.actors.channel_dispatch import SERVED, Admit, call_handler, entry, serves
+from raytopic.actors.channel_dispatch import SERVED, Admit, InProcess, call_handler, entry, serves
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
@@ -55,7 +54,6 @@ from raytopic.actors.transaction_lead import RayPeers, TransactionLead
 from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
-    ChannelFailedError,
     ChannelUnavailableError,
     GroupModeError,
     GroupNotFoundError,
@@ -76,7 +74,6 @@ from raytopic.core.protocol import (
     Append,
     AppendAck,
     AppendOnce,
-    ChannelRequest,
     Chunk,
     CloseReader,
     Commit,
@@ -177,14 +174,12 @@ class ChannelActor:
         self._context = context = ChannelContext(
             config, channel, ChannelMetrics(config.name, channel)
         )
-        self._failure: str | None = None  # why the channel is fenced
         self._opening_error: TopicError | None = None  # its store could not be opened
-        self._seeded = asyncio.Event()
         self._restarted = was_restarted()
         self._announced = 0.0  # when the coordinator was last told of a restart
         self._tasks: dict[str, asyncio.Task[None]] = {}  # background tasks by job
         self._parts = parts = ChannelParts.build(
-            context, self._fail, self._local_call, self._cursor_state, restarted=self._restarted
+            context, InProcess(self), restarted=self._restarted
         )
         self._log, self._state, self._readers = parts.log, parts.state, parts.readers
         self._publishers, self._host = parts.publishers, parts.host
@@ -193,12 +188,12 @@ class ChannelActor:
             self._recover()
         except Exception as error:
             # Never raise out of __init__: Ray would mark the actor dead for good
-            # and free its name. Come up fenced instead, saying why.
+            # and free its name. Come up failed instead, saying why.
             if isinstance(error, TopicError):
                 self._opening_error = error
             if self._restarted:
                 logger.exception("channel %d of %s cannot recover", channel, config.name)
-            self._failure = (
+            context.failure = (
                 f"channel {channel} of topic {config.name!r} could not recover its store: {error}"
             )
         if self._restarted:
@@ -231,14 +226,15 @@ class ChannelActor:
         if self._parts.recover(store, restarted=self._restarted) or not self._restarted:
             self._seeded.set()
 
-    def _fail(self, reason: str) -> str:
-        """Fence the channel: from now on every call gets ChannelFailedError (this
-        failure, returned)."""
-        if self._failure is None:
-            logger.error("channel %d of %s failed: %s", self._channel, self._config.name, reason)
-            self._failure = f"channel {self._channel} of topic {self._config.name!r}: {reason}"
-        self._context.notify()
-        return self._failure
+    @property
+    def _failure(self) -> str | None:
+        """Why the channel has failed, or None (see :attr:`ChannelContext.failure`)."""
+        return self._context.failure
+
+    @property
+    def _seeded(self) -> asyncio.Event:
+        """Set once the channel serves (see :attr:`ChannelContext.seeded`)."""
+        return self._context.seeded
 
     async def _wait_seeded(self) -> None:
         deadline = time.monotonic() + _SEED_TIMEOUT
@@ -261,15 +257,11 @@ class ChannelActor:
         """The guard, for a channel failed or recovering (see :class:`Admit`)."""
         if admit is Admit.ALWAYS:
             return
-        if self._failure is not None:
-            raise ChannelFailedError(self._failure)
-        if self._seeded.is_set():
+        if admit is Admit.NOW or self._failure is not None:
+            self._context.check_serving()
             return
-        if admit is Admit.NOW:
-            raise ChannelUnavailableError(
-                f"channel {self._channel} restarted and is getting its groups back: try again"
-            )
-        await self._wait_seeded()
+        if not self._seeded.is_set():
+            await self._wait_seeded()
 
     # -- the entries: every Ray-callable method ----------------------------------
 
@@ -448,38 +440,6 @@ class ChannelActor:
         if isinstance(request, ClaimStream):
             return StreamLogState(streams.record_of(group), owned.groups[group].committed)
         return None
-
-    # -- in-process service ------------------------------------------------------
-
-    async def _local_call(self, request: ChannelRequest) -> Any:
-        """Serve ``request`` in this process (a session's call to its home channel,
-        already inside an admitted call)."""
-        handler, _ = SERVED[type(request)]
-        return await handler(self, request)
-
-    def _cursor_state(self, reader_id: str, fence: Any = None) -> CursorState:
-        """The reader's cursor here, read in-process (a session's home link), with the
-        guard of a cursor read."""
-        if self._failure is not None:
-            raise ChannelFailedError(self._failure)
-        if not self._seeded.is_set():
-            raise ChannelUnavailableError(
-                f"channel {self._channel} restarted and is getting its groups back: try again"
-            )
-        return self._cursor(reader_id, fence)
-
-    def _cursor(self, reader_id: str, fence: Any) -> CursorState:
-        """The reader's cursor (for heads, tails, remaining messages, last commits).
-
-        A cursor left below the head (its next elements were overwritten or
-        expired) reports the head as its next: that is what it reads next, and
-        what was removed is not "remaining".
-        """
-        state = self._readers.state(reader_id, fence, check=fence is not None)
-        head = self._log.ring.head
-        if state.next < head and not self._readers.in_shared(reader_id):
-            state = dataclasses.replace(state, next=head)
-        return state
 
     def _ensure_siblings(self) -> None:
         """A restarted channel finds its siblings by name (``attach`` ran in an earlier
@@ -693,8 +653,9 @@ class ChannelActor:
 
     @serves(ReadCursor, Admit.NOW)
     async def _read_cursor(self, request: ReadCursor) -> CursorState:
-        """The reader's cursor (see :meth:`_cursor`)."""
-        return self._cursor(request.reader_id, request.fence)
+        """The reader's cursor, as heads, tails, remaining messages and last commits
+        report it (see :meth:`Readers.reported`)."""
+        return self._readers.reported(request.reader_id, request.fence)
 
     @serves(Commit)
     async def _commit(self, request: Commit) -> CommitResult:

@@ -1,5 +1,6 @@
 """What every part of a channel shares: which channel it is, its incarnation, its
-clock, and the wake-up signal. No Ray.
+clock, the wake-up signal, and whether it serves (recovering, serving or failed).
+No Ray.
 
 The parts of a channel (its log, publisher table, readers, shared groups, dead
 letters, session host, state) are plain classes; they meet here instead of
@@ -10,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.core.config import TopicConfig
-from raytopic.core.errors import TopicNotFoundError
+from raytopic.core.errors import ChannelFailedError, ChannelUnavailableError, TopicNotFoundError
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["POLL_INTERVAL", "ChannelContext", "fresh_start", "stamp_clock"]
 
@@ -33,6 +37,12 @@ class ChannelContext:
     metrics: ChannelMetrics
     epoch: int = 1
     """The channel's incarnation (with a store: one more than the stored one)."""
+    failure: str | None = None
+    """Why the channel has failed (its store broke, or could not be recovered), or
+    None. A failed channel answers every call with ChannelFailedError."""
+    seeded: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the channel serves: at once, or for a channel restarted without a
+    store once its coordinator restored its groups (until then it is recovering)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _listeners: list[Callable[[], None]] = field(default_factory=list)
     _ended: str | None = None
@@ -42,6 +52,30 @@ class ChannelContext:
     def name(self) -> str:
         """The topic's name."""
         return self.config.name
+
+    def fail(self, reason: str) -> str:
+        """The channel has failed (a write to its store failed: nothing since can be
+        trusted): from now on every call gets ChannelFailedError. Returns the failure
+        as every call reports it (the first one, if it had failed already)."""
+        if self.failure is None:
+            logger.error("channel %d of %s failed: %s", self.channel, self.name, reason)
+            self.failure = f"channel {self.channel} of topic {self.name!r}: {reason}"
+        self.notify()
+        return self.failure
+
+    def check_serving(self) -> None:
+        """For a read that would only report a state still to come.
+
+        Raises:
+            ChannelFailedError: the channel has failed.
+            ChannelUnavailableError: it is recovering (try again).
+        """
+        if self.failure is not None:
+            raise ChannelFailedError(self.failure)
+        if not self.seeded.is_set():
+            raise ChannelUnavailableError(
+                f"channel {self.channel} restarted and is getting its groups back: try again"
+            )
 
     def listen(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` on every :meth:`notify` (sessions hosted here hear of

@@ -53,15 +53,13 @@ class ChannelLog:
     """The ring buffer and the store of one channel, read and appended as one log.
 
     Args:
-        context: The channel's identity and wake-up signal.
-        fail: Fences the channel (a failed fdatasync: nothing since can be trusted);
-            returns the failure as every call will report it.
+        context: The channel's identity and wake-up signal (a failed fdatasync
+            fails the channel there: nothing since can be trusted).
     """
 
-    def __init__(self, context: ChannelContext, fail: Callable[[str], str]) -> None:
+    def __init__(self, context: ChannelContext) -> None:
         config = context.config
         self._context = context
-        self._fail = fail
         self.ring = SegmentRing(config.capacity, config.ttl, clock=stamp_clock)
         self.store: ChannelStore | None = None
         self.damage = DamageMap()  # stored records found damaged
@@ -409,7 +407,7 @@ class ChannelLog:
         (with "always": an fdatasync covers them); readers see them from then on.
 
         Raises:
-            ChannelFailedError: the sync failed; the channel is fenced.
+            ChannelFailedError: the sync failed; the channel has failed.
         """
         sync = self._sync
         if change is None or sync is None or self._context.config.sync != "always":
@@ -417,7 +415,7 @@ class ChannelLog:
         try:
             await sync.wait(change)
         except Exception as error:
-            failure = self._fail(
+            failure = self._context.fail(
                 f"fdatasync failed: {error}; appends since the last sync are not acknowledged"
             )
             raise ChannelFailedError(failure) from error
@@ -431,7 +429,7 @@ class ChannelLog:
 
     async def _sync_periodically(self, interval: float) -> None:
         """Background (``sync`` in seconds): sync the log every ``interval``, until
-        a sync fails (the channel is fenced then)."""
+        a sync fails (the channel has failed then)."""
         sync = self._sync
         assert sync is not None
         while True:
@@ -439,7 +437,7 @@ class ChannelLog:
             try:
                 await sync.wait()
             except Exception as error:
-                self._fail(f"background fdatasync failed: {error}")
+                self._context.fail(f"background fdatasync failed: {error}")
                 return
 
     def _show_synced(self, covered: int) -> None:

@@ -57,23 +57,20 @@ class ChannelParts:
     def build(
         cls,
         context: ChannelContext,
-        fail: Callable[[str], str],
-        local_call: Callable[[ChannelRequest], Awaitable[Any]],
-        local_state: Callable[[str, Any], CursorState],
+        in_process: Callable[[ChannelRequest], Awaitable[Any]],
         *,
         restarted: bool,
     ) -> ChannelParts:
         """The parts of a new (or restarted) channel, empty until recovered or seeded.
 
         Args:
-            context: The channel's identity and wake-up signal.
-            fail: Fences the channel; returns the failure every call reports.
-            local_call: Serves a request at the channel itself (its sessions' home link).
-            local_state: The channel's cursor state of a reader.
+            context: The channel's identity, wake-up signal and health.
+            in_process: The channel's dispatch, served in this process (its sessions'
+                link to the channel they are hosted at).
             restarted: The channel's process restarted.
         """
-        log = ChannelLog(context, fail)
-        state = ChannelState(context, lambda: log.next_sequence, fail, log.release)
+        log = ChannelLog(context)
+        state = ChannelState(context, lambda: log.next_sequence, log.release)
         publishers = PublisherTable(
             context.channel, lambda pid: state.touch("publishers", pid, Keep.WITH_NEXT_WRITE)
         )
@@ -81,8 +78,8 @@ class ChannelParts:
         host = SessionHost(
             context,
             lambda reader_id: readers.get(reader_id),
-            local_call,
-            local_state,
+            in_process,
+            lambda reader_id, fence: _cursor_in_process(context, readers, reader_id, fence),
             restarted=restarted,
         )
         readers = Readers(context, log, state, host.views, host.reader_closed)
@@ -113,6 +110,16 @@ class ChannelParts:
             transactions,
             streams,
         )
+
+    def cursor_in_process(self, reader_id: str, fence: Any) -> CursorState:
+        """The reader's cursor as reported, read in this process (what the sessions
+        hosted here read of this channel), with the guard of a cursor read.
+
+        Raises:
+            ChannelFailedError: the channel has failed.
+            ChannelUnavailableError: it is recovering (try again).
+        """
+        return _cursor_in_process(self.context, self.readers, reader_id, fence)
 
     def recover(self, store: ChannelStore, *, restarted: bool) -> bool:
         """Load ``store`` (elements, groups, publishers, readers) under a new epoch, and
@@ -221,6 +228,13 @@ class ChannelParts:
             new_epoch=context.epoch,
         )
         logger.warning("%s", opened.loss.error)
+
+
+def _cursor_in_process(
+    context: ChannelContext, readers: Readers, reader_id: str, fence: Any
+) -> CursorState:
+    context.check_serving()
+    return readers.reported(reader_id, fence)
 
 
 def _listed(mark: tuple[int, int] | None) -> list[int] | None:

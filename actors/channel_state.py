@@ -95,8 +95,6 @@ class ChannelState:
     Args:
         context: The channel's identity (its epoch is in the state).
         next_sequence: The position the next element gets (read at each write).
-        fail: Fences the channel (a state write failed); returns the failure as
-            every call will report it.
         saved: Called after each write (the store may release what the
             written commits no longer need).
     """
@@ -105,12 +103,10 @@ class ChannelState:
         self,
         context: ChannelContext,
         next_sequence: Callable[[], int],
-        fail: Callable[[str], str],
         saved: Callable[[], None],
     ) -> None:
         self._context = context
         self._next_sequence = next_sequence
-        self._fail = fail
         self._saved = saved
         self._providers: dict[str, tuple[Callable[[str], Any], Callable[[], Iterable[str]]]] = {}
         self._versions: dict[str, int] = {}
@@ -202,7 +198,7 @@ class ChannelState:
         (a request served in-process for another) is part of the outer one.
 
         Raises:
-            ChannelFailedError: the write failed; the channel is fenced.
+            ChannelFailedError: the write failed; the channel has failed.
         """
         if self._unit.get() is not None:
             yield
@@ -255,7 +251,7 @@ class ChannelState:
         waiting meanwhile).
 
         Raises:
-            ChannelFailedError: the write failed; the channel is fenced.
+            ChannelFailedError: the write failed; the channel has failed.
         """
         sync = self._sync
         if sync is not None:
@@ -268,7 +264,7 @@ class ChannelState:
         try:
             await sync.wait(change)
         except Exception as error:
-            failure = self._fail(f"its state could not be written: {error}")
+            failure = self._context.fail(f"its state could not be written: {error}")
             raise ChannelFailedError(failure) from error
         # Only now may the store drop what the commits released: a crash before
         # this point recovers the older commits, whose elements must be on disk.

@@ -10,6 +10,7 @@ holds across sessions.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -116,6 +117,14 @@ class OwnedReaders:
             self._state.touch("readers", reader.reader_id, keep)
         else:
             self._state.touch("groups", reader.group, keep)
+
+    def reported(self, reader: Reader, fence: Any) -> CursorState:
+        """The reader's state as reported. A cursor left below the head (its next
+        elements were overwritten or expired) reports the head as its next: that is
+        what it reads next, and what was removed is not "remaining"."""
+        state = self.state(reader, fence, check=fence is not None)
+        head = self._log.ring.head
+        return dataclasses.replace(state, next=head) if state.next < head else state
 
     def cursor_state(self, cursor: Cursor) -> CursorState:
         """A cursor as its readers see it."""

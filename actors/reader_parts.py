@@ -75,6 +75,11 @@ class ReaderMode(Protocol):
         """The reader's position here, shaped as a cursor's."""
         ...
 
+    def reported(self, reader: Reader, fence: Any) -> CursorState:
+        """The reader's position as the handle reports it (heads, tails, remaining
+        messages, last commits), checked against ``fence`` if one is given."""
+        ...
+
     def has_data(self, reader: Reader, fence: Any) -> bool:
         """Whether the reader has an element to take here now."""
         ...

@@ -205,6 +205,13 @@ class Readers:
         reader = self.get(reader_id)
         return self.mode(reader).state(reader, fence, check=check)
 
+    def reported(self, reader_id: str, fence: Any) -> CursorState:
+        """The reader's cursor as heads, tails, remaining messages and last commits
+        report it (see :meth:`ReaderMode.reported`); checked against ``fence`` if one
+        is given."""
+        reader = self.get(reader_id)
+        return self.mode(reader).reported(reader, fence)
+
     async def watch(
         self, reader_id: str, fence: Any, known: CursorState | None, timeout: float
     ) -> CursorState:

@@ -185,6 +185,11 @@ class SharedGroups:
         work = shared.cursor.has_work(reader.reader_id, tail, time.monotonic(), key_order=key_order)
         return CursorState(tail if work else tail + 1, held, tail, 0, False, held)
 
+    def reported(self, reader: Reader, fence: Any) -> CursorState:
+        """The reader's state as reported (a shared group's next is never below the
+        head: what was removed is dropped from it)."""
+        return self.state(reader, fence, check=fence is not None)
+
     def has_data(self, reader: Reader, fence: Any) -> bool:
         """Whether the member has an element to take here now."""
         return self.state(reader, fence).available

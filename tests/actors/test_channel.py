@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from raytopic.actors.channel import ChannelActor
-from raytopic.actors.channel_dispatch import SERVED, Admit
+from raytopic.actors.channel_dispatch import SERVED, Admit, InProcess
 from raytopic.actors.receive.ports import LocalPort, RemotePort
 from raytopic.actors.receive_session import ReceiveSession
 from raytopic.core.config import Overflow, TopicConfig
@@ -70,7 +70,7 @@ def _in_process(actor: ChannelActor, reply_delay: float = 0.0) -> Callable[..., 
     """A sibling link: the call runs at the sibling at once; its reply takes a while."""
 
     async def call(request: ChannelRequest) -> Any:
-        result = await actor._local_call(request)
+        result = await InProcess(actor)(request)
         if reply_delay:
             await asyncio.sleep(reply_delay)
         return result
@@ -82,7 +82,7 @@ def _wired(config: TopicConfig, reply_delay: float = 0.0) -> list[ChannelActor]:
     """Every channel of ``config`` in-process; channel 0 is the home, linked to the rest."""
     channels = [ChannelActor(config, c) for c in range(config.channels)]
     home = channels[0]
-    home._host.ports = {0: LocalPort(0, home._local_call, home._cursor_state)}
+    home._host.ports = {0: LocalPort(0, InProcess(home), home._parts.cursor_in_process)}
     for sibling in channels[1:]:
         call = _in_process(sibling, reply_delay)
         home._host.ports[sibling._channel] = RemotePort(sibling._channel, call)
@@ -408,13 +408,13 @@ def _counting(channels: list[ChannelActor]) -> dict[int, list[str]]:
         for other in channels:
             if other is channel:
                 ports[other._channel] = LocalPort(
-                    other._channel, channel._local_call, channel._cursor_state
+                    other._channel, InProcess(channel), channel._parts.cursor_in_process
                 )
                 continue
 
             async def call(request: ChannelRequest, _to: ChannelActor = other) -> Any:
                 calls[_to._channel].append(_snake(type(request).__name__))
-                return await _to._local_call(request)
+                return await InProcess(_to)(request)
 
             ports[other._channel] = RemotePort(other._channel, call)
         channel._host.ports = ports
@@ -591,7 +591,7 @@ def test_a_failed_channel_refuses_data_path_and_control_requests_typed() -> None
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        channel._fail("its disk broke")
+        channel._context.fail("its disk broke")
         with pytest.raises(ChannelFailedError, match="its disk broke"):
             await _ask(channel, Take("a", None, 1))
         with pytest.raises(ChannelFailedError):

@@ -32,20 +32,11 @@ def _config(capacity: int = 4, ttl: float | None = None, **options: Any) -> Topi
     return TopicConfig("t", "ns", "t0pic1d", 1, capacity, True, ttl, Overflow.BLOCK, (), **options)
 
 
-class _Fences:
-    """The ``fail`` callback: records each reason, answers as the actor does."""
-
-    def __init__(self) -> None:
-        self.reasons: list[str] = []
-
-    def __call__(self, reason: str) -> str:
-        self.reasons.append(reason)
-        return f"fenced: {reason}"
-
-
-def _log(config: TopicConfig, store: Any = None, fences: _Fences | None = None) -> ChannelLog:
-    context = ChannelContext(config, 0, ChannelMetrics(config.name, 0))
-    log = ChannelLog(context, fences or _Fences())
+def _log(
+    config: TopicConfig, store: Any = None, context: ChannelContext | None = None
+) -> ChannelLog:
+    context = context or ChannelContext(config, 0, ChannelMetrics(config.name, 0))
+    log = ChannelLog(context)
     if store is not None:
         adapted = store if isinstance(store, ChannelStore) else ChannelStore(store)
         start, last = log.open(adapted, 0)
@@ -201,14 +192,15 @@ def test_with_sync_write_an_append_is_visible_at_once(opened) -> None:
     asyncio.run(main())
 
 
-def test_a_failed_sync_fences_the_channel_and_the_append_stays_invisible() -> None:
+def test_a_failed_sync_fails_the_channel_and_the_append_stays_invisible() -> None:
     async def main() -> None:
-        fences = _Fences()
-        log = _log(_config(sync="always"), _BrokenSyncStore(), fences)
+        config = _config(sync="always")
+        context = ChannelContext(config, 0, ChannelMetrics(config.name, 0))
+        log = _log(config, _BrokenSyncStore(), context)
         _, change = await log.append(_values(1), Overflow.FAIL, None, whole=True)
-        with pytest.raises(ChannelFailedError, match="fenced: fdatasync failed"):
+        with pytest.raises(ChannelFailedError, match="fdatasync failed"):
             await log.durable(change)
-        assert len(fences.reasons) == 1 and "I/O error" in fences.reasons[0]
+        assert context.failure is not None and "I/O error" in context.failure
         assert log.ring.tail == -1
 
     asyncio.run(main())

@@ -24,7 +24,6 @@ from raytopic.core.protocol import (
     Address,
     AppendAck,
     ConsumedCommit,
-    CursorState,
     DecideTransaction,
     FinishTransaction,
     Lease,
@@ -68,17 +67,12 @@ def _config(capacity: int = 10) -> TopicConfig:
 
 
 def _build(config: TopicConfig | None = None, *, restarted: bool = False) -> ChannelParts:
-    async def local_call(request: Any) -> Any:
+    async def in_process(request: Any) -> Any:
         return None
-
-    def local_state(reader_id: str, fence: Any) -> CursorState:
-        return CursorState(0, -1, -1, 0)
 
     config = config or _config()
     context = ChannelContext(config, 0, ChannelMetrics(config.name, 0))
-    return ChannelParts.build(
-        context, lambda reason: reason, local_call, local_state, restarted=restarted
-    )
+    return ChannelParts.build(context, in_process, restarted=restarted)
 
 
 def _visible(parts: ChannelParts) -> list[Any]:

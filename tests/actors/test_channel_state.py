@@ -1,6 +1,6 @@
 """Unit tests of ChannelState (no Ray): a write carries only the keys touched (plus the
 epoch and next sequence), a key gone is deleted, no store means no writes, a failed write
-fences the channel, and the snapshot and the stored state agree (a user's in-memory store
+fails the channel, and the snapshot and the stored state agree (a user's in-memory store
 through ChannelStore, and a real segment log)."""
 
 from __future__ import annotations
@@ -56,15 +56,10 @@ class _Channel:
         self.context = ChannelContext(CONFIG, 0, ChannelMetrics("t", 0))
         self.next_sequence = 0
         self.sections: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
-        self.fences: list[str] = []
         self.saves = 0
-        self.state = ChannelState(self.context, lambda: self.next_sequence, self._fail, self._saved)
+        self.state = ChannelState(self.context, lambda: self.next_sequence, self._saved)
         for section, values in self.sections.items():
             self.state.provide(section, values.get, values.keys)
-
-    def _fail(self, reason: str) -> str:
-        self.fences.append(reason)
-        return f"fenced: {reason}"
 
     def _saved(self) -> None:
         self.saves += 1
@@ -139,16 +134,17 @@ def test_without_a_store_nothing_is_written_and_saves_return_at_once() -> None:
     asyncio.run(main())
 
 
-def test_a_failed_write_fences_the_channel_and_every_later_save_fails() -> None:
+def test_a_failed_write_fails_the_channel_and_every_later_save_fails() -> None:
     async def main() -> None:
         channel = _Channel()
         store = _LoggingStore()
         channel.state.open(ChannelStore(store))
         store.fail = True
         channel.set("groups", "g", {"next": 1})
-        with pytest.raises(ChannelFailedError, match="fenced: its state could not be written"):
+        with pytest.raises(ChannelFailedError, match="its state could not be written: disk full"):
             await channel.state.save()
-        assert len(channel.fences) == 1 and "disk full" in channel.fences[0]
+        failure = channel.context.failure  # the channel has failed, saying why
+        assert failure is not None and "disk full" in failure
         assert channel.saves == 0  # the store must not release what the state still needs
         store.fail = False  # whether the failed write reached the disk is unknown
         with pytest.raises(ChannelFailedError):

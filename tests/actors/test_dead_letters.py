@@ -30,7 +30,7 @@ class _Parts:
     def __init__(self, capacity: int = 100) -> None:
         config = TopicConfig("orders", "ns", "t0pic1d", 4, capacity, True, None, Overflow.BLOCK, ())
         self.context = ChannelContext(config, CHANNEL, ChannelMetrics("orders", CHANNEL))
-        self.log = ChannelLog(self.context, lambda reason: reason)
+        self.log = ChannelLog(self.context)
         self.cursor = SharedCursor.starting_at(0)
         self.saved: list[tuple[int, list[int]] | None] = []
         self.letters = DeadLetters(self.context, self.log, self._save)

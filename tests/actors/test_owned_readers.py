@@ -43,8 +43,8 @@ class _Owned:
     def __init__(self, capacity: int = 10) -> None:
         config = TopicConfig("t", "ns", "t0pic1d", 1, capacity, True, None, Overflow.BLOCK, ())
         self.context = ChannelContext(config, 0, ChannelMetrics("t", 0))
-        self.log = ChannelLog(self.context, lambda reason: reason)
-        self.state = ChannelState(self.context, lambda: self.log.next_sequence, str, lambda: None)
+        self.log = ChannelLog(self.context)
+        self.state = ChannelState(self.context, lambda: self.log.next_sequence, lambda: None)
         self.loss = LossNotice()
         self.readers: dict[str, Reader] = {}
         self.owned = OwnedReaders(self.context, self.log, self.loss, self.state, self._lookup)

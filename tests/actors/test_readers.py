@@ -36,8 +36,8 @@ class _Channel:
     def __init__(self, *, retain: bool = True) -> None:
         config = TopicConfig("t", "ns", "t0pic1d", 1, 100, retain, None, Overflow.BLOCK, ())
         self.context = ChannelContext(config, 0, ChannelMetrics("t", 0))
-        self.log = ChannelLog(self.context, lambda reason: reason)
-        self.state = ChannelState(self.context, lambda: self.log.next_sequence, str, lambda: None)
+        self.log = ChannelLog(self.context)
+        self.state = ChannelState(self.context, lambda: self.log.next_sequence, lambda: None)
         self.views: dict[str, dict[str, tuple[int, dict[int, Lease]]]] = {}
         self.closed: list[str] = []
         self.readers = Readers(self.context, self.log, self.state, self.views, self._closed_reader)

@@ -36,7 +36,7 @@ def _config(capacity: int = 8) -> TopicConfig:
 def _api(capacity: int = 8, store: ChannelStore | None = None) -> RingbufferApi:
     config = _config(capacity)
     context = ChannelContext(config, 0, ChannelMetrics(config.name, 0))
-    log = ChannelLog(context, lambda reason: reason)
+    log = ChannelLog(context)
     if store is not None:
         start, last = log.open(store, 0)
         log.load(start, last, lambda batch: None)

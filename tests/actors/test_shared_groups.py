@@ -41,8 +41,8 @@ class _Shared:
 
     def __init__(self, spec: SharedGroup | None = None) -> None:
         self.context = ChannelContext(CONFIG, 1, ChannelMetrics("t", 1), epoch=EPOCH)
-        self.log = ChannelLog(self.context, lambda reason: reason)
-        self.state = ChannelState(self.context, lambda: self.log.next_sequence, str, lambda: None)
+        self.log = ChannelLog(self.context)
+        self.state = ChannelState(self.context, lambda: self.log.next_sequence, lambda: None)
         self.views: dict[str, dict[str, tuple[int, dict[int, Lease]]]] = {
             "s": {"a": (1, {1: A}), "b": (1, {1: B})}
         }

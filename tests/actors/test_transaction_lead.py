@@ -55,8 +55,8 @@ class _Channel:
         config = TopicConfig(name, "ns", name + "-id", 1, 10, True, None, Overflow.FAIL, ())
         self.at = Address("ns", name, name + "-id", 0)
         self.context = ChannelContext(config, 0, ChannelMetrics(name, 0))
-        self.log = ChannelLog(self.context, lambda reason: reason)
-        self.state = ChannelState(self.context, lambda: self.log.next_sequence, str, lambda: None)
+        self.log = ChannelLog(self.context)
+        self.state = ChannelState(self.context, lambda: self.log.next_sequence, lambda: None)
         self.readers = Readers(self.context, self.log, self.state, {}, lambda reader: None)
         self.tx = TransactionParticipant(self.context, self.log, self.readers, self.state)
 

@@ -65,8 +65,8 @@ class _Channel:
     def __init__(self, capacity: int = 10, overflow: Overflow = Overflow.BLOCK) -> None:
         config = TopicConfig("t", "ns", "t0pic1d", 1, capacity, True, None, overflow, ())
         self.context = ChannelContext(config, 0, ChannelMetrics("t", 0))
-        self.log = ChannelLog(self.context, lambda reason: reason)
-        self.state = ChannelState(self.context, lambda: self.log.next_sequence, str, lambda: None)
+        self.log = ChannelLog(self.context)
+        self.state = ChannelState(self.context, lambda: self.log.next_sequence, lambda: None)
         self.readers = Readers(self.context, self.log, self.state, {}, lambda reader: None)
         self.tx = TransactionParticipant(self.context, self.log, self.readers, self.state)
 
