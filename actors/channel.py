@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
 import time
@@ -41,6 +40,7 @@ import ray
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_dispatch import SERVED, Admit, InProcess, call_handler, entry, serves
+from raytopic.actors.channel_jobs import ChannelJobs
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
@@ -55,8 +55,6 @@ from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     ChannelUnavailableError,
-    GroupModeError,
-    GroupNotFoundError,
     InvalidArgumentError,
     StoreError,
     TopicError,
@@ -131,7 +129,7 @@ from raytopic.core.protocol import (
     Watch,
     unpack_request,
 )
-from raytopic.core.records import AckStatus, CommitResult, CommitStatus
+from raytopic.core.records import AckStatus, CommitResult
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.stream_log import (
     ClaimStream,
@@ -177,13 +175,16 @@ class ChannelActor:
         self._opening_error: TopicError | None = None  # its store could not be opened
         self._restarted = was_restarted()
         self._announced = 0.0  # when the coordinator was last told of a restart
-        self._tasks: dict[str, asyncio.Task[None]] = {}  # background tasks by job
+        self._jobs = ChannelJobs()
+        self._reporting = False  # metrics are reported from the first publish or transaction
         self._parts = parts = ChannelParts.build(
             context, InProcess(self), restarted=self._restarted
         )
         self._log, self._state, self._readers = parts.log, parts.state, parts.readers
         self._publishers, self._host = parts.publishers, parts.host
         self._lead = TransactionLead(parts.transactions, RayPeers(), parts.transactions.address)
+        self._streams, self._ring_api = parts.streams, parts.ring_api
+        self._dead_letters = parts.dead_letters
         try:
             self._recover()
         except Exception as error:
@@ -294,9 +295,8 @@ class ChannelActor:
         if self._seeded.is_set():
             return self.identity()
         self._parts.seed(old_epoch, groups, views, readers, shared)  # with a store: written
-        if self._readers.shared.groups:
-            self._start("shared", self._tend_shared_groups)
         self._seeded.set()
+        self._tend()
         return self.identity()
 
     @entry(Admit.ALWAYS)
@@ -322,20 +322,20 @@ class ChannelActor:
             "state": state,
             "durable": self._log.store is not None,
             "failure": self._failure,
-            "damaged": self._log.damage.ranges,
+            "damaged": self._log.damaged_ranges,
         }
 
     @entry(Admit.ALWAYS)
     def describe(self) -> dict[str, Any]:
         """Channel figures and group cursors in one call (a failed channel answers
         too: its state says so)."""
-        ring = self._log.ring
+        figures = self._log.figures()
         return {
             **self.identity(),
-            "head": ring.head,
-            "tail": ring.tail,
-            "size": ring.tail - ring.head + 1,
-            "capacity": ring.capacity,
+            "head": figures.head,
+            "tail": figures.tail,
+            "size": figures.size,
+            "capacity": figures.capacity,
             "groups": self._readers.describe_groups(),
             "transactions": self._parts.transactions.table.describe(time.time()),
         }
@@ -362,15 +362,20 @@ class ChannelActor:
         handler, admit = SERVED[type(request)]
         if self._failure is not None or not self._seeded.is_set():
             await self._admit(admit)
-        self._tend_transactions()  # e.g. one prepared before a restart
+        self._tend()  # e.g. a transaction prepared before a restart
         if joined is None:
-            async with self._state.unit_of_work():
-                return await call_handler(handler, self, request, payload)
+            try:
+                async with self._state.unit_of_work():
+                    return await call_handler(handler, self, request, payload)
+            finally:
+                self._tend()
         try:
             async with self._state.unit_of_work():
                 own = await call_handler(handler, self, request, payload)
         except Exception as error:  # the others' replies are awaited all the same
             own = error
+        finally:
+            self._tend()
         if isinstance(own, StatusBatch):
             own = own.statuses()
         return await join_replies(own, joined)
@@ -389,21 +394,24 @@ class ChannelActor:
         handler, admit = SERVED[type(request)]
         if self._failure is not None or not self._seeded.is_set():
             await self._admit(admit)
-        async with self._state.unit_of_work():
-            return await handler(self, request)
+        try:
+            async with self._state.unit_of_work():
+                return await handler(self, request)
+        finally:
+            self._tend()
 
     @entry(Admit.SEEDED)
     async def transact(self, packed: bytes, payload: Payload | None = None) -> Any:
         """Serve a transaction's request (see ``raytopic.actors.transactions``)."""
         request = unpack_request(packed, TRANSACTION_REQUESTS)
-        self._start("metrics", self._report_metrics)  # a lead counts its decisions
+        self._reporting = True  # a lead counts its decisions
         try:
             if isinstance(request, EndTransaction):  # this channel leads the transaction
                 return await self._lead.end(request)
             step = _TRANSACTION_STEPS[type(request)]
             return await step(self._parts.transactions, request, payload)
         finally:
-            self._tend_transactions()
+            self._tend()
 
     @entry(Admit.SEEDED)
     async def stream_log(self, request: StreamRequest) -> StreamLogState | None:
@@ -418,15 +426,12 @@ class ChannelActor:
             NotOwnerError: a newer stream holds the group (a claim, record or commit
                 of an older one).
         """
-        group, owned, streams = request.group, self._readers.owned, self._parts.streams
-        if group not in owned.groups:
-            if group in self._readers.shared:
-                raise GroupModeError(f"group {group!r} is shared: a stream reads an owned group")
-            raise GroupNotFoundError(f"group {group!r} does not exist")
+        group, streams = request.group, self._streams
+        cursor = self._readers.owned_group(group)
         async with self._state.unit_of_work():
             match request:
                 case ReadStreamLog():
-                    return StreamLogState(streams.record_of(group), owned.groups[group].committed)
+                    return StreamLogState(streams.record_of(group), cursor.committed)
                 case ClaimStream():
                     streams.claim(request)
                 case RecordMicroBatch():
@@ -434,11 +439,10 @@ class ChannelActor:
                 case CommitMicroBatch():
                     through = streams.commit(request)
                     if through is not None:
-                        owned.advance(group, through)
-                        self._readers.commits_moved()
+                        self._readers.advance(group, through)
             self._state.touch("streams", group)
         if isinstance(request, ClaimStream):
-            return StreamLogState(streams.record_of(group), owned.groups[group].committed)
+            return StreamLogState(streams.record_of(group), cursor.committed)
         return None
 
     def _ensure_siblings(self) -> None:
@@ -453,61 +457,63 @@ class ChannelActor:
                 ]
             )
 
-    def _tend_transactions(self) -> None:
-        if self._parts.transactions.needs_tending:
-            self._start("transactions", self._parts.transactions.tend)
+    # -- background jobs -----------------------------------------------------------
 
-    def _start(self, job: str, work: Callable[[], Any]) -> None:
-        """Run background ``job`` (once at a time; it ends with the actor). It starts
-        in a context of its own: it is no part of the request that started it
-        (that request's unit of work does not wait for what the job changes)."""
-        task = self._tasks.get(job)
-        if task is None or task.done():
-            loop = asyncio.get_running_loop()
-            self._tasks[job] = loop.create_task(work(), context=contextvars.Context())
+    def _tend(self) -> None:
+        """Start the background jobs the channel's state needs now (the one place
+        they start; each runs once at a time, and ``close`` stops them)."""
+        jobs = self._jobs
+        if self._readers.has_shared_groups:
+            jobs.start("shared", self._tend_shared_groups)
+        if self._parts.transactions.needs_tending:
+            jobs.start("transactions", self._parts.transactions.tend)
+        if self._reporting:
+            jobs.start("metrics", self._report_metrics)
+
+    @entry(Admit.ALWAYS)
+    async def close(self) -> None:
+        """Stop the channel's background work (its jobs and its log's periodic sync).
+        Idempotent; the actor answers calls afterwards, with no background work."""
+        await self._jobs.close()
+        await self._log.close()
 
     async def _report_metrics(self) -> None:
         """Background (from the first publish): hand Ray the counts and group gauges."""
-        readers = self._readers
         while True:
-            tail = self._log.ring.tail
-            self._context.metrics.report([*readers.owned.lag(tail), *readers.shared.lag(tail)])
+            self._context.metrics.report(self._readers.lag(self._log.figures().tail))
             await asyncio.sleep(METRICS_REFRESH_INTERVAL)
 
     async def _tend_shared_groups(self) -> None:
         """Background (while shared groups exist): see :meth:`SharedGroups.tend`."""
-        await self._readers.shared.tend(
-            self._parts.dead_letters.send, lambda: self._failure is None
+        await self._readers.tend_shared_groups(
+            self._dead_letters.send, lambda: self._failure is None
         )
 
     # -- ring buffer (the Hazelcast API) --------------------------------------------
 
     @serves(ReadRingFigures, Admit.NOW)
     async def _ring_figures(self, _: ReadRingFigures) -> RingFigures:
-        ring = self._log.ring
-        head = ring.head
-        size = ring.tail - head + 1
-        return RingFigures(head, ring.tail, size, ring.capacity, ring.capacity - size)
+        return self._log.figures()
 
     @serves(FirstAfter, Admit.NOW)
     async def _first_after(self, request: FirstAfter) -> int:
         """Sequence of the first element stamped strictly after ``stamp`` (tail + 1 if none)."""
-        return self._log.ring.first_after(request.stamp)
+        return self._log.first_after(request.stamp)
 
     @serves(AddAll)
     async def _add_all(self, request: AddAll, payload: Payload) -> int:
         """Append items; return the LAST sequence, or -1 (see :meth:`RingbufferApi.add_all`)."""
-        return await self._parts.ring_api.add_all(payload, request.overflow, request.timeout)
+        return await self._ring_api.add_all(payload, request.overflow, request.timeout)
 
     @serves(ReadOne)
     async def _read_one(self, request: ReadOne) -> Run:
         """The element at ``sequence`` (see :meth:`RingbufferApi.read_one`)."""
-        return await self._parts.ring_api.read_one(request.sequence)
+        return await self._ring_api.read_one(request.sequence)
 
     @serves(ReadMany)
     async def _read_many(self, request: ReadMany) -> RawReadResult:
         """Hazelcast ``readManyAsync`` (see :meth:`RingbufferApi.read_many`)."""
-        return await self._parts.ring_api.read_many(
+        return await self._ring_api.read_many(
             request.start, request.min_count, request.max_count, request.filter_bytes
         )
 
@@ -515,7 +521,7 @@ class ChannelActor:
     async def _read_range(self, request: ReadRange) -> tuple[Chunk, ...]:
         """Bulk read for ``raytopic.data`` and ``raytopic.spark`` (see
         :meth:`RingbufferApi.read_range`)."""
-        return self._parts.ring_api.read_range(request.start, request.stop, request.max_count)
+        return self._ring_api.read_range(request.start, request.stop, request.max_count)
 
     # -- publishing ------------------------------------------------------------
 
@@ -551,7 +557,7 @@ class ChannelActor:
         # one fdatasync covers both.
         await self._log.durable(change)
         self._context.metrics.appended(time.perf_counter() - arrived)
-        self._start("metrics", self._report_metrics)
+        self._reporting = True
         publishers.remember(publisher_id, batch, ack)
         return self._ack_reply(ack, statuses)
 
@@ -600,17 +606,14 @@ class ChannelActor:
     @serves(Take)
     async def _take(self, request: Take) -> Delivery:
         """Deliver up to ``max_count`` elements (``wait``: a fetch); see :meth:`Readers.take`."""
-        reader_id = request.reader_id
-        if self._readers.in_shared(reader_id):
-            self._start("shared", self._tend_shared_groups)  # (after a restart: the first take)
         return await self._readers.take(
-            reader_id, request.fence, request.max_count, request.wait, request.token
+            request.reader_id, request.fence, request.max_count, request.wait, request.token
         )
 
     @serves(StopTake)
     async def _stop_take(self, request: StopTake) -> None:
         """End the wait of fetch ``token``: it takes nothing (it may not have arrived yet)."""
-        self._readers.fetches.stop(request.token)
+        self._readers.stop_fetch(request.token)
 
     @serves(SettleTake)
     async def _settle_take(self, request: SettleTake) -> bool:
@@ -661,24 +664,14 @@ class ChannelActor:
     async def _commit(self, request: Commit) -> CommitResult:
         """Commit ``sequence`` (and every earlier one) for the reader or its group;
         with a store, answered once the commit is on disk."""
-        reader_id = request.reader_id
-        self._readers.refuse_shared(reader_id, "commit")
-        reader = self._readers.by_id.get(reader_id)
-        result = self._readers.owned.commit(reader, request.sequence, request.fence)
-        if result.status is CommitStatus.COMMITTED:
-            self._readers.commits_moved()
-        return result
+        return self._readers.commit(request.reader_id, request.sequence, request.fence)
 
     @serves(Seek)
     async def _seek(self, request: Seek) -> tuple[int, int]:
         """Move the reader's cursor; return (position set, new jump count)."""
-        self._readers.refuse_shared(request.reader_id, "seek")
-        reader = self._readers.get(request.reader_id)
-        moved = self._readers.owned.seek(
-            reader, request.fence, request.target, request.by_time, request.commit
+        return self._readers.seek(
+            request.reader_id, request.fence, request.target, request.by_time, request.commit
         )
-        self._readers.commits_moved()
-        return moved
 
     # -- groups (the coordinator's) -------------------------------------------------
 
@@ -691,8 +684,6 @@ class ChannelActor:
         if request.reader is not None:
             loaded_functions(request.reader)
         state, _ = self._readers.ensure_group(request.group, request.start_latest, request.shared)
-        if request.shared is not None:
-            self._start("shared", self._tend_shared_groups)
         return state
 
     @serves(DestroyGroup)
@@ -702,13 +693,13 @@ class ChannelActor:
         self._readers.destroy_group(group)
         self._host.forget_group(group)
         self._state.touch("marks", group)
-        if self._parts.streams.forget(group):
+        if self._streams.forget(group):
             self._state.touch("streams", group)
 
     @serves(Grant)
     async def _grant(self, request: Grant) -> None:
         """Give the group's channel to a member (None: to nobody); it resumes after the commit."""
-        self._readers.owned.grant(request.group, request.lease)
+        self._readers.grant(request.group, request.lease)
 
     @serves(ResetGroup)
     async def _reset_group(self, request: ResetGroup) -> tuple[int, dict[str, Any]]:
@@ -742,41 +733,32 @@ class ChannelActor:
         """Acknowledge elements a shared group's member holds, each named by its
         delivery id (sequence, delivery count, channel epoch); with a store,
         answered once on disk."""
-        statuses = self._readers.shared.ack(request.reader_id, request.entries)
-        return await self._acknowledged(statuses, AckStatus.ACKED, request.single)
+        statuses = self._readers.ack(request.reader_id, request.entries)
+        return statuses[0] if request.single else statuses
 
     @serves(Nack)
     async def _nack(self, request: Nack) -> AckStatus | list[AckStatus]:
         """Give elements back to their shared group, to be delivered again after
         ``delay`` seconds (past ``max_deliveries``: to the dead-letter topic)."""
-        statuses = self._readers.shared.nack(request.reader_id, request.entries, request.delay)
-        return await self._acknowledged(statuses, AckStatus.NACKED, request.single)
+        statuses = self._readers.nack(request.reader_id, request.entries, request.delay)
+        return statuses[0] if request.single else statuses
 
     @serves(ExtendLease)
     async def _extend_lease(self, request: ExtendLease) -> AckStatus | list[AckStatus]:
         """Move the ack deadlines of elements the member holds: they end ``seconds``
         from now (None: the group's ``ack_timeout`` from now). Not written to the
         store: a restart delivers what was held again anyway."""
-        statuses = self._readers.shared.extend(request.reader_id, request.entries, request.seconds)
+        statuses = self._readers.extend(request.reader_id, request.entries, request.seconds)
         return statuses[0] if request.single else statuses
-
-    async def _acknowledged(
-        self, statuses: list[AckStatus], success: AckStatus, single: bool
-    ) -> AckStatus | list[AckStatus]:
-        """After acks or nacks: room may be free and dead letters due; durable first."""
-        if success in statuses:
-            self._readers.commits_moved()
-        return statuses[0] if single else statuses
 
     @serves(Purge)
     async def _purge(self, _: Purge) -> int:
         """Remove every element (an operator's ``Topic.purge``); groups and readers
         continue after them, and shared groups forget what they held or waited
         for. Returns how many elements were removed."""
-        log = self._log
-        removed = log.evict_to(log.ring.tail + 1)
+        removed = self._log.evict_all()
         self._readers.skip_to_head()
-        log.release()
+        self._log.release()
         self._context.notify()
         return removed
 

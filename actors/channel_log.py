@@ -12,6 +12,7 @@ of DamagedElements, and every reader meets it through one rule
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -33,7 +34,7 @@ from raytopic.core.errors import (
     TopicFullError,
 )
 from raytopic.core.payloads import DamagedElements, Payload
-from raytopic.core.protocol import AppendAck
+from raytopic.core.protocol import AppendAck, RingFigures
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class ChannelLog:
         self._pending_stamp = 0.0
         self.reserved = 0  # room held by elements staged in open transactions
         self._sync_task: asyncio.Task[None] | None = None
+        self._closed = False  # the periodic sync stopped for good (close)
 
     # -- opening ----------------------------------------------------------------------
 
@@ -421,10 +423,22 @@ class ChannelLog:
             raise ChannelFailedError(failure) from error
         self._show_synced(sync.covered)
 
+    async def close(self) -> None:
+        """Stop the periodic sync (``sync`` in seconds), for good: called at the end
+        of the channel's life. Idempotent."""
+        self._closed = True
+        task, self._sync_task = self._sync_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     def _ensure_sync_task(self) -> None:
         """With ``sync`` a number of seconds: start the background sync (once)."""
         interval = self._context.config.sync
-        if isinstance(interval, float) and (self._sync_task is None or self._sync_task.done()):
+        if self._closed or not isinstance(interval, float):
+            return
+        if self._sync_task is None or self._sync_task.done():
             self._sync_task = asyncio.ensure_future(self._sync_periodically(interval))
 
     async def _sync_periodically(self, interval: float) -> None:
@@ -457,11 +471,33 @@ class ChannelLog:
                 self.release()
             self._context.notify()
 
+    # -- figures ----------------------------------------------------------------------
+
+    def figures(self) -> RingFigures:
+        """Head, tail, size, capacity and remaining room of the ring."""
+        ring = self.ring
+        size = ring.tail - ring.head + 1
+        return RingFigures(ring.head, ring.tail, size, ring.capacity, ring.capacity - size)
+
+    @property
+    def damaged_ranges(self) -> list[tuple[int, int]]:
+        """The (first, last) ranges of stored elements found damaged (lost)."""
+        return self.damage.ranges
+
+    def first_after(self, stamp: float) -> int:
+        """The sequence of the first element stamped strictly after ``stamp`` (tail + 1
+        if none)."""
+        return self.ring.first_after(stamp)
+
     # -- releasing --------------------------------------------------------------------
 
     def evict_to(self, sequence: int) -> int:
         """Drop every element below ``sequence`` from the ring; returns how many."""
         return self.ring.evict_to(sequence)
+
+    def evict_all(self) -> int:
+        """Drop every element from the ring (a purge); returns how many."""
+        return self.ring.evict_to(self.ring.tail + 1)
 
     def release(self) -> None:
         """The ring released elements: the store may drop what its retention allows.

@@ -118,6 +118,11 @@ class OwnedReaders:
         else:
             self._state.touch("groups", reader.group, keep)
 
+    @property
+    def polls_clock(self) -> bool:
+        """Only a TTL removes elements with the clock here."""
+        return self._context.config.ttl is not None
+
     def reported(self, reader: Reader, fence: Any) -> CursorState:
         """The reader's state as reported. A cursor left below the head (its next
         elements were overwritten or expired) reports the head as its next: that is

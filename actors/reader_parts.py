@@ -24,6 +24,7 @@ from raytopic.actors.segment_ring import Run
 from raytopic.core.errors import DataLossError, InvalidArgumentError
 from raytopic.core.payloads import Payload, decode_checked, encode_values
 from raytopic.core.protocol import Chunk, CursorState, Delivery, Poison, ReaderSpec
+from raytopic.core.records import CommitResult
 
 __all__ = [
     "Fetches",
@@ -71,6 +72,12 @@ class ReaderMode(Protocol):
     opening, a handle reading its own figures).
     """
 
+    @property
+    def polls_clock(self) -> bool:
+        """Whether what the reader may take changes with the clock (a TTL, a nack's
+        delay), so a wait for a change also looks again now and then."""
+        ...
+
     def state(self, reader: Reader, fence: Any, *, check: bool = True) -> CursorState:
         """The reader's position here, shaped as a cursor's."""
         ...
@@ -102,6 +109,30 @@ class ReaderMode(Protocol):
         entries: tuple[tuple[int, int], ...],
     ) -> bool:
         """Undo a take nobody saw."""
+        ...
+
+    def commit(self, reader: Reader | None, sequence: int, fence: Any) -> CommitResult:
+        """Commit ``sequence`` and every earlier one (None: a closed reader: not the owner).
+
+        Raises:
+            GroupModeError: the mode takes no commits (a shared group acks instead).
+        """
+        ...
+
+    def seek(
+        self, reader: Reader, fence: Any, target: int | float, by_time: bool, commit: bool
+    ) -> tuple[int, int]:
+        """Move the reader's cursor; return (position set, new jump count).
+
+        Raises:
+            GroupModeError: the mode has no cursor per reader to move (a shared group).
+        """
+        ...
+
+    def report_poison(
+        self, reader: Reader, fence: Any, jumps: int, poison: Poison, skipped: bool
+    ) -> bool:
+        """The reader could not decode an element it was handed; False if not taken."""
         ...
 
     def host_restarted(self, prefix: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
@@ -20,9 +20,11 @@ from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.owned_readers import OwnedReaders
 from raytopic.actors.reader_parts import Fetches, LossNotice, Reader, ReaderMode
-from raytopic.actors.shared_groups import MemberViews, SharedGroups
+from raytopic.actors.shared_cursor import SharedCursor
+from raytopic.actors.shared_groups import Entries, MemberViews, SharedGroups
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
-from raytopic.core.protocol import CursorState, Delivery, Poison, ReaderSpec
+from raytopic.core.protocol import CursorState, Delivery, Lease, Poison, ReaderSpec
+from raytopic.core.records import AckStatus, CommitResult, CommitStatus
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.user_functions import load_pickled
 
@@ -80,23 +82,16 @@ class Readers:
         """The mode that serves ``reader``: its group's kind."""
         return self.shared if reader.group in self.shared else self.owned
 
-    def in_shared(self, reader_id: str) -> bool:
-        """Whether ``reader_id`` is an open member of a shared group."""
+    def _open_mode(self, reader_id: str) -> tuple[Reader | None, ReaderMode]:
+        """The reader if open (None: closed), and the mode that answers for it (a
+        closed reader's calls get the owned mode's answer: not the owner)."""
         reader = self.by_id.get(reader_id)
-        return reader is not None and reader.group in self.shared
+        return reader, self.owned if reader is None else self.mode(reader)
 
-    def refuse_shared(self, reader_id: str, what: str) -> None:
-        """Members of shared groups cannot ``what`` (commit, seek).
-
-        Raises:
-            GroupModeError: the reader is a shared group's member.
-        """
-        if self.in_shared(reader_id):
-            group = self.by_id[reader_id].group
-            raise GroupModeError(
-                f"group {group!r} is shared: its members acknowledge elements "
-                f"one by one (ack, nack) and cannot {what}"
-            )
+    @property
+    def has_shared_groups(self) -> bool:
+        """Whether a shared group exists here (its holds need tending)."""
+        return bool(self.shared.groups)
 
     # -- opening and closing ------------------------------------------------------------
 
@@ -170,10 +165,8 @@ class Readers:
     def settle(self, reader_id: str, fence: Any, token: str, give_back_from: int | None) -> bool:
         """A fetch's session used what the fetch took, up to ``give_back_from``
         (None: all); the rest is read again. False if voided meanwhile."""
-        reader = self.by_id.get(reader_id)
-        if reader is not None and reader.group in self.shared:
-            return self.shared.settle(reader, fence, token, give_back_from)
-        return self.owned.settle(reader, fence, token, give_back_from)
+        reader, mode = self._open_mode(reader_id)
+        return mode.settle(reader, fence, token, give_back_from)  # type: ignore[arg-type]
 
     def give_back(
         self,
@@ -185,10 +178,8 @@ class Readers:
         entries: tuple[tuple[int, int], ...] = (),
     ) -> bool:
         """Undo a take nobody saw (see the modes' ``give_back``)."""
-        reader = self.by_id.get(reader_id)
-        if reader is not None and reader.group in self.shared:
-            return self.shared.give_back(reader, fence, first, expected_next, jumps, entries)
-        return self.owned.give_back(reader, fence, first, expected_next, jumps, entries)
+        reader, mode = self._open_mode(reader_id)
+        return mode.give_back(reader, fence, first, expected_next, jumps, entries)  # type: ignore[arg-type]
 
     def report_poison(
         self, reader_id: str, fence: Any, jumps: int, poison: Poison, skipped: bool
@@ -196,9 +187,91 @@ class Readers:
         """A reader could not decode an element it was handed (see
         :meth:`OwnedReaders.report_poison`; a shared group's member nacks it instead)."""
         reader = self.by_id.get(reader_id)
-        if reader is None or reader.group in self.shared:
+        if reader is None:
             return False
-        return self.owned.report_poison(reader, fence, jumps, poison, skipped)
+        return self.mode(reader).report_poison(reader, fence, jumps, poison, skipped)
+
+    def commit(self, reader_id: str, sequence: int, fence: Any) -> CommitResult:
+        """Commit ``sequence`` (and every earlier one) for the reader or its group.
+
+        Raises:
+            GroupModeError: the reader is a shared group's member (it acks instead).
+        """
+        reader, mode = self._open_mode(reader_id)
+        result = mode.commit(reader, sequence, fence)
+        if result.status is CommitStatus.COMMITTED:
+            self.commits_moved()
+        return result
+
+    def seek(
+        self, reader_id: str, fence: Any, target: int | float, by_time: bool, commit: bool
+    ) -> tuple[int, int]:
+        """Move the reader's cursor; return (position set, new jump count).
+
+        Raises:
+            SubscriberClosedError: the reader is not open here.
+            GroupModeError: the reader is a shared group's member.
+        """
+        reader = self.get(reader_id)
+        moved = self.mode(reader).seek(reader, fence, target, by_time, commit)
+        self.commits_moved()
+        return moved
+
+    def grant(self, group: str, lease: Lease | None) -> bool:
+        """Give an owned group's channel to a member (None: to nobody); True if it changed."""
+        return self.owned.grant(group, lease)
+
+    def ack(self, reader_id: str, entries: Entries) -> list[AckStatus]:
+        """Acknowledge elements a shared group's member holds (see :meth:`SharedGroups.ack`)."""
+        return self._acknowledged(self.shared.ack(reader_id, entries), AckStatus.ACKED)
+
+    def nack(self, reader_id: str, entries: Entries, delay: float) -> list[AckStatus]:
+        """Give held elements back (see :meth:`SharedGroups.nack`)."""
+        return self._acknowledged(self.shared.nack(reader_id, entries, delay), AckStatus.NACKED)
+
+    def extend(self, reader_id: str, entries: Entries, seconds: float | None) -> list[AckStatus]:
+        """Move the ack deadlines of held elements (see :meth:`SharedGroups.extend`)."""
+        return self.shared.extend(reader_id, entries, seconds)
+
+    def _acknowledged(self, statuses: list[AckStatus], success: AckStatus) -> list[AckStatus]:
+        if success in statuses:  # room may be free, and dead letters due
+            self.commits_moved()
+        return statuses
+
+    def stop_fetch(self, token: str) -> None:
+        """End the wait of fetch ``token``: it takes nothing (it may not have arrived yet)."""
+        self.fetches.stop(token)
+
+    def owned_group(self, group: str) -> Cursor:
+        """An owned group's cursor here (a stream reads owned groups).
+
+        Raises:
+            GroupModeError: the group is shared (its members acknowledge element by element).
+            GroupNotFoundError: no such group.
+        """
+        cursor = self.owned.groups.get(group)
+        if cursor is not None:
+            return cursor
+        if group in self.shared:
+            raise GroupModeError(f"group {group!r} is shared: a stream reads an owned group")
+        raise GroupNotFoundError(f"group {group!r} does not exist")
+
+    def advance(self, group: str, sequence: int) -> None:
+        """Move an owned group's commit up to ``sequence`` (a stream's micro-batch)."""
+        self.owned.advance(group, sequence)
+        self.commits_moved()
+
+    def lag(self, tail: int) -> list[tuple[str, int, int]]:
+        """Per group: (name, lag behind the tail, elements still to deliver)."""
+        return [*self.owned.lag(tail), *self.shared.lag(tail)]
+
+    async def tend_shared_groups(
+        self,
+        send_dead_letters: Callable[[str, SharedCursor, SharedGroup], Awaitable[None]],
+        serving: Callable[[], bool],
+    ) -> None:
+        """Tend the shared groups while there are any (see :meth:`SharedGroups.tend`)."""
+        await self.shared.tend(send_dead_letters, serving)
 
     def state(self, reader_id: str, fence: Any, *, check: bool = True) -> CursorState:
         """The reader's state here (raises as the mode does)."""
@@ -225,7 +298,7 @@ class Readers:
             if state != known or left <= 0:
                 return state
             # A shared group's nack delays end with the clock, as TTLs do.
-            polled = self._context.config.ttl or mode is self.shared
+            polled = mode.polls_clock
             await self._context.wait_change(min(left, POLL_INTERVAL) if polled else left)
 
     def host_restarted(self, host: int) -> int:

@@ -39,8 +39,8 @@ from raytopic.core.errors import (
     NotOwnerError,
     SubscriberClosedError,
 )
-from raytopic.core.protocol import CursorState, Delivery, Lease
-from raytopic.core.records import AckStatus, _Origin
+from raytopic.core.protocol import CursorState, Delivery, Lease, Poison
+from raytopic.core.records import AckStatus, CommitResult, _Origin
 from raytopic.core.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)
@@ -184,6 +184,27 @@ class SharedGroups:
         key_order = shared.spec.ordering == "key"
         work = shared.cursor.has_work(reader.reader_id, tail, time.monotonic(), key_order=key_order)
         return CursorState(tail if work else tail + 1, held, tail, 0, False, held)
+
+    @property
+    def polls_clock(self) -> bool:
+        """A nack's delay ends with the clock."""
+        return True
+
+    def commit(self, reader: Reader | None, sequence: int, fence: Any) -> CommitResult:
+        """Refused: a shared group's members acknowledge elements one by one."""
+        raise _refused(reader, "commit")
+
+    def seek(
+        self, reader: Reader, fence: Any, target: int | float, by_time: bool, commit: bool
+    ) -> tuple[int, int]:
+        """Refused: a shared group's cursor is the group's, not a member's."""
+        raise _refused(reader, "seek")
+
+    def report_poison(
+        self, reader: Reader, fence: Any, jumps: int, poison: Poison, skipped: bool
+    ) -> bool:
+        """Not taken: a shared group's member nacks an element it cannot decode."""
+        return False
 
     def reported(self, reader: Reader, fence: Any) -> CursorState:
         """The reader's state as reported (a shared group's next is never below the
@@ -573,6 +594,14 @@ class SharedGroups:
                     first,
                     last,
                 )
+
+
+def _refused(reader: Reader | None, what: str) -> GroupModeError:
+    group = None if reader is None else reader.group
+    return GroupModeError(
+        f"group {group!r} is shared: its members acknowledge elements "
+        f"one by one (ack, nack) and cannot {what}"
+    )
 
 
 def definition_state(spec: SharedGroup) -> dict[str, Any]:

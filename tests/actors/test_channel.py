@@ -55,6 +55,7 @@ from raytopic.core.protocol import (
     UpdateViews,
     pack_request,
 )
+from raytopic.core.shared_group import SharedGroup
 
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 1, 100_000, True, None, Overflow.BLOCK, ())
 TWO_CHANNELS = TopicConfig("t", "ns", "t0pic1d", 2, 1000, True, None, Overflow.BLOCK, ())
@@ -631,5 +632,20 @@ def test_each_entry_serves_only_its_own_requests() -> None:
         with pytest.raises(InvalidArgumentError):
             await channel.request(pack_request(Grant("g", None)))
         assert await channel.control(ReadGroupCursors()) == {}  # nothing was changed
+
+    asyncio.run(main())
+
+
+def test_background_jobs_start_where_the_state_needs_them_and_close_stops_them() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        assert not channel._jobs.running("shared")
+        await channel.control(EnsureGroup("s", False, SharedGroup("s")))
+        assert channel._jobs.running("shared")  # a shared group's holds are tended
+        await channel.close()
+        assert not channel._jobs.running("shared")
+        await channel.control(EnsureGroup("t", False, SharedGroup("t")))
+        assert not channel._jobs.running("shared")  # closed: nothing starts again
+        await channel.close()
 
     asyncio.run(main())

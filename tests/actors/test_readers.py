@@ -23,6 +23,7 @@ from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
 from raytopic.core.payloads import PickledValues
 from raytopic.core.protocol import Delivery, Lease, ReaderSpec
+from raytopic.core.records import CommitStatus
 from raytopic.core.shared_group import SharedGroup
 
 MEMBER = Lease("m", 1)
@@ -128,8 +129,7 @@ def test_the_mode_is_picked_by_the_kind_of_the_reader_s_group() -> None:
         assert readers.mode(readers.get("a")) is readers.owned
         assert readers.mode(readers.get("m")) is readers.owned
         assert readers.mode(readers.get("w")) is readers.shared
-        assert readers.in_shared("w") and not readers.in_shared("m")
-        assert not readers.in_shared("closed")
+        assert readers.has_shared_groups
         channel.append(range(4))
         member = await readers.take("m", MEMBER, 2, 0.0, None)
         worker = await readers.take("w", WORKER, 2, 0.0, None)
@@ -141,14 +141,20 @@ def test_the_mode_is_picked_by_the_kind_of_the_reader_s_group() -> None:
     asyncio.run(main())
 
 
-def test_refuse_shared_refuses_only_a_shared_group_s_members() -> None:
+def test_commit_and_seek_are_refused_only_to_a_shared_group_s_members() -> None:
     channel = _Channel()
     channel.open_all()
+    readers = channel.readers
+    channel.append(range(3))
     with pytest.raises(GroupModeError, match="cannot commit"):
-        channel.readers.refuse_shared("w", "commit")
-    channel.readers.refuse_shared("m", "commit")
-    channel.readers.refuse_shared("a", "seek")
-    channel.readers.refuse_shared("closed", "seek")
+        readers.commit("w", 0, WORKER)
+    with pytest.raises(GroupModeError, match="cannot seek"):
+        readers.seek("w", WORKER, 0, False, False)
+    assert readers.commit("m", 0, MEMBER).status is CommitStatus.COMMITTED
+    assert readers.commit("closed", 0, None).status is CommitStatus.NOT_OWNER
+    assert readers.seek("a", None, 1, False, False)[0] == 1
+    with pytest.raises(SubscriberClosedError):
+        readers.seek("closed", None, 0, False, False)
 
 
 def test_settle_and_give_back_reach_the_reader_s_mode() -> None:
