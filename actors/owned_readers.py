@@ -123,6 +123,15 @@ class OwnedReaders:
         """Only a TTL removes elements with the clock here."""
         return self._context.config.ttl is not None
 
+    @property
+    def one_take_at_a_time(self) -> bool:
+        """Yes: a direct take moves the cursor, so fetches waiting for the reader stop."""
+        return True
+
+    def reader_closed(self, reader: Reader) -> None:
+        """Nothing to give back: what an owned cursor delivered is read again after
+        its commit."""
+
     def reported(self, reader: Reader, fence: Any) -> CursorState:
         """The reader's state as reported. A cursor left below the head (its next
         elements were overwritten or expired) reports the head as its next: that is

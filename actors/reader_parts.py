@@ -78,6 +78,16 @@ class ReaderMode(Protocol):
         delay), so a wait for a change also looks again now and then."""
         ...
 
+    @property
+    def one_take_at_a_time(self) -> bool:
+        """Whether a direct take stops the reader's waiting fetches (they would read
+        from the cursor it moved)."""
+        ...
+
+    def reader_closed(self, reader: Reader) -> None:
+        """The reader closed: what it holds goes back."""
+        ...
+
     def state(self, reader: Reader, fence: Any, *, check: bool = True) -> CursorState:
         """The reader's position here, shaped as a cursor's."""
         ...
@@ -133,6 +143,19 @@ class ReaderMode(Protocol):
         self, reader: Reader, fence: Any, jumps: int, poison: Poison, skipped: bool
     ) -> bool:
         """The reader could not decode an element it was handed; False if not taken."""
+        ...
+
+    def reset(self, group: str, position: int) -> tuple[int, dict[str, Any]]:
+        """The group's positions move after ``position``; returns (position, previous
+        state for :meth:`restore`).
+
+        Raises:
+            GroupNotFoundError: no such group in this mode.
+        """
+        ...
+
+    def restore(self, group: str, previous: dict[str, Any]) -> bool:
+        """Undo a reset; False if the group is gone."""
         ...
 
     def host_restarted(self, prefix: str) -> int:

@@ -80,7 +80,15 @@ class Readers:
 
     def mode(self, reader: Reader) -> ReaderMode:
         """The mode that serves ``reader``: its group's kind."""
-        return self.shared if reader.group in self.shared else self.owned
+        return self.group_mode(reader.group)
+
+    def group_mode(self, group: str | None) -> ReaderMode:
+        """The mode of ``group`` (anonymous readers, and groups not here, are owned)."""
+        return self.shared if group in self.shared else self.owned
+
+    def has_group(self, group: str) -> bool:
+        """Whether ``group`` exists here, in either mode."""
+        return group in self.owned.groups or group in self.shared
 
     def _open_mode(self, reader_id: str) -> tuple[Reader | None, ReaderMode]:
         """The reader if open (None: closed), and the mode that answers for it (a
@@ -109,7 +117,7 @@ class Readers:
             cursor = None
             if spec.group is None:
                 cursor = self.owned.new_cursor(spec.start_latest)
-            elif spec.group not in self.owned.groups and spec.group not in self.shared:
+            elif not self.has_group(spec.group):
                 raise GroupNotFoundError(f"group {spec.group!r} does not exist")
             reader = Reader(reader_id, spec, cursor, *loaded_functions(spec))
             self.by_id[reader_id] = reader
@@ -133,8 +141,7 @@ class Readers:
         reader = self.by_id.pop(reader_id, None)
         if reader is not None:
             self._state.touch("readers", reader_id)
-            if reader.group in self.shared:
-                self.shared.member_closed(reader.group, reader_id)  # type: ignore[arg-type]
+            self.mode(reader).reader_closed(reader)
             self._closed(reader)
         self._context.notify()
         return reader is not None
@@ -158,7 +165,7 @@ class Readers:
             has_data = lambda: mode.has_data(self.get(reader_id), fence)  # noqa: E731
             if not await self.fetches.wait(reader_id, token, wait, has_data):  # type: ignore[arg-type]
                 max_count = 0
-        elif mode is self.owned:
+        elif mode.one_take_at_a_time:
             self.fetches.stop_all_of(reader_id)
         return await mode.take(reader_id, fence, max_count, token)
 
@@ -361,19 +368,13 @@ class Readers:
             position = ring.first_after(target) - 1
         else:
             position = int(target)
-        if group in self.shared:
-            reset = self.shared.reset(group, position)
-        else:
-            reset = self.owned.reset(group, position)
+        reset = self.group_mode(group).reset(group, position)
         self.commits_moved()
         return reset
 
     def restore_group(self, group: str, previous: dict[str, Any]) -> bool:
         """Undo a reset; False if the group is gone."""
-        if group in self.shared and "shared" in previous:
-            self.shared.restore(group, previous)
-            return True
-        return self.owned.restore(group, previous)
+        return self.group_mode(group).restore(group, previous)
 
     def describe_groups(self) -> dict[str, dict[str, Any]]:
         """Every group's cursor here (``describe``, a restarted coordinator)."""

@@ -190,6 +190,15 @@ class SharedGroups:
         """A nack's delay ends with the clock."""
         return True
 
+    @property
+    def one_take_at_a_time(self) -> bool:
+        """No: a member's fetches wait side by side (each takes what is free)."""
+        return False
+
+    def reader_closed(self, reader: Reader) -> None:
+        """What the member holds goes back to its group."""
+        self.member_closed(reader.group, reader.reader_id)  # type: ignore[arg-type]
+
     def commit(self, reader: Reader | None, sequence: int, fence: Any) -> CommitResult:
         """Refused: a shared group's members acknowledge elements one by one."""
         raise _refused(reader, "commit")
@@ -513,11 +522,16 @@ class SharedGroups:
         self._state.touch("shared", group)
         return position, saved
 
-    def restore(self, group: str, previous: dict[str, Any]) -> None:
-        """Undo a reset."""
-        self.groups[group].cursor = SharedCursor.from_state(previous["shared"])
+    def restore(self, group: str, previous: dict[str, Any]) -> bool:
+        """Undo a reset; False if the group is gone (or ``previous`` is not a shared
+        group's)."""
+        shared = self.groups.get(group)
+        if shared is None or "shared" not in previous:
+            return False
+        shared.cursor = SharedCursor.from_state(previous["shared"])
         self._state.touch("shared", group)
         self._context.notify()
+        return True
 
     def drop_below(self, head: int) -> None:
         """Forget what each group held or waited for below ``head`` (a purge)."""
