@@ -1,8 +1,15 @@
 """The channel actor: one per channel of a topic, a shell around plain parts.
 
-The actor holds the channel's configuration, epoch, failure state and
-background tasks, and answers Ray calls; each call is a few lines handed to
-the part whose job it is:
+The actor answers Ray calls; each call is a few lines handed to the part whose
+job it is. What the parts share (identity, epoch, wake-up signal, whether the
+channel serves or has failed) is the
+:class:`~raytopic.actors.channel_context.ChannelContext`. The shell does three
+things itself, each in one place: it serves every request as a unit of work
+(:meth:`ChannelState.unit_of_work`: the reply waits until what the request
+changed is durable), it starts the background jobs the state needs after each
+request (``_tend``, :class:`~raytopic.actors.channel_jobs.ChannelJobs`; ``close``
+stops them), and it guards calls while the channel recovers or has failed.
+The parts:
 
 - :class:`~raytopic.actors.channel_log.ChannelLog`: the ring buffer and the
   store as one log (appends, reads below and above the head, durability, room);
@@ -17,8 +24,8 @@ the part whose job it is:
   links to sibling channels, group views;
 - :class:`~raytopic.actors.transactions.TransactionParticipant`: staged
   elements and the two-phase commit of transactions;
-- :class:`~raytopic.actors.channel_state.ChannelState`: the durable state and
-  what changed in it.
+- :class:`~raytopic.actors.channel_state.ChannelState`: the durable state (each
+  part snapshots and restores its own section) and what changed in it.
 
 It is an async actor: appends, takes and commits are short synchronous steps
 between awaits, so each is atomic; waiting (for data, for room, for a turn) is
