@@ -18,7 +18,7 @@ from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
 from raytopic.actors.stores.base import ChannelStore, StoredBatch
 from raytopic.core.config import Overflow, TopicConfig
-from raytopic.core.errors import DataLossError
+from raytopic.core.errors import DataLossError, StoreError
 from raytopic.core.payloads import PickledValues
 from raytopic.core.protocol import (
     Address,
@@ -135,6 +135,15 @@ def test_a_prepared_consumed_commit_holds_its_group_until_the_outcome() -> None:
 
 
 # -- recovering from a store -----------------------------------------------------------------------
+
+
+def test_a_store_whose_state_has_another_version_is_refused_with_a_store_error(opened) -> None:
+    store = opened()
+    assert _build().recover(ChannelStore(store), restarted=False)
+    store.save_state({**store.load_state(), "version": 99})
+    store.close()
+    with pytest.raises(StoreError, match="version 99"):
+        _build(restarted=True).recover(ChannelStore(opened(must_exist=True)), restarted=True)
 
 
 def test_a_new_channel_s_store_gets_its_first_epoch_before_anything_is_served(
