@@ -56,7 +56,6 @@ __all__ = [
     "dumps_value",
     "encode_values",
     "fast_dumps",
-    "loads_kept",
 ]
 
 OUT_OF_BAND_MIN = 100 * 1024
@@ -598,23 +597,3 @@ class DamagedElements(Payload):
 
     def __repr__(self) -> str:
         return f"DamagedElements({self.count})"
-
-
-# -- pickles a store kept --------------------------------------------------------
-
-_MOVED_MODULES = {
-    "raytopic.actors.payloads": "raytopic.core.payloads",
-    "raytopic.actors.wire": "raytopic.core.protocol.records",
-}
-"""Modules whose classes moved since a store may have pickled them (their names did not)."""
-
-
-class _KeptUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        return super().find_class(_MOVED_MODULES.get(module, module), name)
-
-
-def loads_kept(data: bytes) -> Any:
-    """Unpickle what a store kept (a payload, a reader's spec), finding each class in
-    its current module: a store written before a class moved still opens."""
-    return _KeptUnpickler(io.BytesIO(data)).load()
