@@ -25,9 +25,8 @@ cut short at the end (a torn write) is truncated away, and a damaged record
 in the middle is skipped and reported (:meth:`damaged`); its payload is never
 decoded.
 
-The state: ``state.json`` is ``{"log_generation": g, "state": {...}}`` (a
-file without ``log_generation``, as stores wrote before the state log, is
-generation 0); each :meth:`SegmentLogStore.append_state` appends one record
+The state: ``state.json`` is ``{"log_generation": g, "state": {...}}``; each
+:meth:`SegmentLogStore.append_state` appends one record
 (:mod:`raytopic.actors.stores.state_log`) to generation g's log and syncs it,
 so a commit writes in proportion to what it changed. When the log outgrows
 the state file a new state file (generation g + 1) replaces both (see
@@ -504,14 +503,11 @@ class _StateFiles:
                 document = json.loads(data)
             except ValueError as error:
                 raise StoreError(f"{self._path} is unreadable: {error}") from error
-            if isinstance(document, dict) and "log_generation" in document:
-                try:
-                    self._generation = int(document["log_generation"])
-                    self._state = document["state"]
-                except (KeyError, TypeError, ValueError) as error:
-                    raise StoreError(f"{self._path} is not a state file: {error!r}") from error
-            else:
-                self._state = document  # written before the state log: generation 0
+            try:
+                self._generation = int(document["log_generation"])
+                self._state = document["state"]
+            except (KeyError, TypeError, ValueError) as error:
+                raise StoreError(f"{self._path} is not a state file: {error!r}") from error
             self._state_size = len(data)
         for path in self._directory.glob(_STATE_LOG_GLOB):
             if path != self._log_path:

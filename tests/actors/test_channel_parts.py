@@ -1,7 +1,7 @@
 """Unit tests of ChannelParts (no Ray): the parts built and wired to the state, recovery
-from a store (a new one, one kept by the channel, a state file written before the state
-log, a user's store that keeps no state), seeding from what a coordinator remembers,
-and transactions across a restart."""
+from a store (a new one, one kept by the channel, a state file with no state log yet, a
+state of another version, a user's store that keeps no state), seeding from what a
+coordinator remembers, and transactions across a restart."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ from raytopic.core.stream_log import (
 
 from tests.seed_store import SeedStore
 
-BEFORE_LOG = Path(__file__).parent / "stores" / "data" / "state_before_log.json"
-"""A state file written before the state log (see tests/actors/stores/test_segment_log_state.py):
+STATE_FILE = Path(__file__).parent / "stores" / "data" / "state_file.json"
+"""A state file with no state log yet (see tests/actors/stores/test_segment_log_state.py):
 next_sequence 6; group "billing" (committed 0, owned by BILLING); shared group "work"
 (element 1 delivered once, to deliver again); PUBLISHER's batches 0..4 at 0..4 and
 LATE's batch 0 at 5; readers BILLING_READER, WORK_READER and ANONYMOUS (next 6)."""
@@ -224,8 +224,8 @@ def test_a_streams_offset_log_comes_back_with_the_groups_commit(opened) -> None:
     asyncio.run(main())
 
 
-def _old_format_store(directory: Path, opened, *, with_records: bool) -> Any:
-    """``directory`` as the channel left it before the state log: its records (the six
+def _stored_channel(directory: Path, opened, *, with_records: bool) -> Any:
+    """``directory`` as a channel left it with its state file only: its records (the six
     the state file knew of and LATE's batch 1 after its last state write) and the
     state file; opened as a restarted channel opens it."""
     if with_records:
@@ -238,13 +238,13 @@ def _old_format_store(directory: Path, opened, *, with_records: bool) -> Any:
         store.store_batch(StoredBatch(6, 7.0, _values("late-1"), 1, LATE, 1))
         store.sync()
         store.close()
-    shutil.copy(BEFORE_LOG, directory / "state.json")
+    shutil.copy(STATE_FILE, directory / "state.json")
     return opened(must_exist=True)
 
 
-def test_a_state_file_from_before_the_state_log_recovers_every_part(opened, tmp_path: Path) -> None:
+def test_a_state_file_recovers_every_part(opened, tmp_path: Path) -> None:
     async def main() -> None:
-        store = _old_format_store(tmp_path, opened, with_records=True)
+        store = _stored_channel(tmp_path, opened, with_records=True)
         parts = _build(restarted=True)
         assert parts.recover(ChannelStore(store), restarted=True)
         assert parts.context.epoch == 2
@@ -285,7 +285,7 @@ def test_a_state_file_from_before_the_state_log_recovers_every_part(opened, tmp_
         assert parts.publishers.earlier_ack(LATE, 1, 1).first == 6
         assert parts.publishers.earlier_ack(LATE, 2, 1) is None  # not seen: to append
 
-        # The new epoch's state is written at once, in the new format.
+        # The new epoch's state is written at once, whole.
         saved = store.load_state()
         assert saved["epoch"] == 2 and saved["transactions"] == {}
         assert saved["groups"]["billing"]["committed"] == 0
@@ -295,11 +295,11 @@ def test_a_state_file_from_before_the_state_log_recovers_every_part(opened, tmp_
     asyncio.run(main())
 
 
-def test_positions_an_old_state_file_knew_of_are_damage_when_the_records_are_gone(
+def test_positions_a_state_file_knew_of_are_damage_when_the_records_are_gone(
     opened, tmp_path: Path
 ) -> None:
     async def main() -> None:
-        store = _old_format_store(tmp_path, opened, with_records=False)
+        store = _stored_channel(tmp_path, opened, with_records=False)
         parts = _build(restarted=True)
         assert parts.recover(ChannelStore(store), restarted=True)
         assert parts.log.damage.ranges == [(0, 5)]

@@ -17,9 +17,9 @@ from raytopic.core.errors import StoreError
 
 from tests.segment_stores import reopen
 
-BEFORE_LOG = Path(__file__).parent / "data" / "state_before_log.json"
-"""A state file as the channel wrote it before the state log (one group, one shared
-group, two publishers, three readers), taken from a real channel."""
+STATE_FILE = Path(__file__).parent / "data" / "state_file.json"
+"""A state file of generation 0 with no state log yet (one group, one shared group, two
+publishers, three readers), from a real channel."""
 
 START = {"epoch": 1, "next_sequence": 0, "groups": {}, "publishers": {}, "readers": {}}
 
@@ -233,9 +233,9 @@ def test_stale_logs_of_other_generations_are_deleted(opened, tmp_path) -> None:
     assert state_logs(tmp_path) == [f"state-{current:010d}.changes"]
 
 
-def test_a_state_file_from_before_the_log_loads(opened, tmp_path) -> None:
-    shutil.copy(BEFORE_LOG, tmp_path / "state.json")
-    written = json.loads(BEFORE_LOG.read_bytes())
+def test_a_state_file_without_its_log_loads_and_takes_changes(opened, tmp_path) -> None:
+    shutil.copy(STATE_FILE, tmp_path / "state.json")
+    written = json.loads(STATE_FILE.read_bytes())["state"]
     store = opened(must_exist=True)
     assert store.load_state() == written  # generation 0, no log
     billing = dict(written["groups"]["billing"], committed=3, next=4)
@@ -244,7 +244,7 @@ def test_a_state_file_from_before_the_log_loads(opened, tmp_path) -> None:
     written["groups"]["billing"] = billing
     store = reopen(store, opened, must_exist=True)
     assert store.load_state() == written
-    store.save_state(store.load_state())  # a new epoch: the state file in the new format
+    store.save_state(store.load_state())  # a new epoch: a new state file, no log
     assert generation(tmp_path) == 1
     assert state_logs(tmp_path) == []
     assert reopen(store, opened).load_state() == written
