@@ -28,6 +28,7 @@ from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.shared_groups import SHARED_FORMAT
 from raytopic.actors.stores.base import ChannelStore, StoredBatch
 from raytopic.actors.stream_logs import STREAMS_FORMAT, StreamLogs
+from raytopic.actors.transaction_table import TRANSACTIONS_FORMAT
 from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.errors import DataLossError
 from raytopic.core.protocol import ChannelRequest, CursorState, Lease, ReaderSpec
@@ -94,7 +95,9 @@ class ChannelParts:
         state.provide("readers", readers.state_of, readers.state_keys, version=READERS_FORMAT)
         transactions = TransactionParticipant(context, log, readers, state)
         table = transactions.table
-        state.provide("transactions", table.state_of, table.durable_keys)
+        state.provide(
+            "transactions", table.state_of, table.durable_keys, version=TRANSACTIONS_FORMAT
+        )
         readers.owned.held = table.held
         streams = StreamLogs(context.channel)
         state.provide("streams", streams.state_of, streams.state_keys, version=STREAMS_FORMAT)

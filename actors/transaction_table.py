@@ -18,9 +18,11 @@ The lead of a transaction is one of its participants; its "done" entry IS the
 transaction's decision.
 
 What a store keeps of an entry (``TransactionEntry.to_state``) is a dict of
-builtins, JSON-ready, with a ``version``: a prepared entry's elements are one
-record in the store's own record format (``raytopic.actors.stores.frames``,
-checksummed), base64-encoded; nothing of raytopic's classes is pickled.
+builtins, JSON-ready, in format ``TRANSACTIONS_FORMAT`` (the channel's state
+records each section's format and refuses another with ``StoreError``: see
+``raytopic.actors.channel_state``). A prepared entry's elements are one record
+in the store's own checksummed record format (``raytopic.actors.stores.frames``),
+base64-encoded: nothing of raytopic's classes is pickled.
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ __all__ = [
     "transactional_id_of",
 ]
 
-STATE_VERSION = 1
-"""The version of what a store keeps of a transaction (``TransactionEntry.to_state``)."""
+TRANSACTIONS_FORMAT = 1
+"""The format version of what a store keeps of a transaction (``TransactionEntry.to_state``:
+the channel state's ``transactions`` section)."""
 
 KEEP_DONE = 10_000
 """Finished transactions a channel remembers (the oldest are forgotten first); a
@@ -106,7 +109,6 @@ class TransactionEntry:
     def to_state(self) -> dict[str, Any]:
         """What a store keeps of a prepared or finished transaction (JSON-ready)."""
         state: dict[str, Any] = {
-            "version": STATE_VERSION,
             "id": self.transactional_id,
             "deadline": self.deadline,
             "began": self.began,
@@ -131,14 +133,8 @@ class TransactionEntry:
         """The entry a store kept (``to_state``).
 
         Raises:
-            StoreError: a version this raytopic does not read, or damaged elements.
+            StoreError: its elements are damaged.
         """
-        version = state.get("version")
-        if version != STATE_VERSION:
-            raise StoreError(
-                f"transaction {key} was stored in version {version!r} of the format; "
-                f"this raytopic reads version {STATE_VERSION}"
-            )
         entry = cls(key, state["id"], float(state["deadline"]), float(state["began"]))
         entry.phase = state["phase"]
         if entry.done:

@@ -1,5 +1,6 @@
 """The channel's table of transactions, without Ray: staging and room, prepare,
-finish, what a store keeps and gets back, held groups, expiry, describe."""
+finish, what a store keeps and gets back (and a format it does not read), held
+groups, expiry, describe."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ import json
 
 import pytest
 
+from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_metrics import ChannelMetrics
+from raytopic.actors.channel_parts import ChannelParts
+from raytopic.actors.stores.base import ChannelStore
 from raytopic.actors.transaction_table import (
     KEEP_DONE,
-    STATE_VERSION,
+    TRANSACTIONS_FORMAT,
     TransactionTable,
     aborted_error,
 )
+from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     InvalidArgumentError,
     StoreError,
@@ -144,19 +150,35 @@ def test_describe_lists_the_open_ones() -> None:
     ]
 
 
-def test_the_stored_state_is_versioned_builtins_with_no_class_of_ours_pickled() -> None:
+def test_the_stored_state_is_builtins_with_no_class_of_ours_pickled() -> None:
     table = TransactionTable()
     entry = _staged(table, "t@1.0", {"v": 1}, "two")
     table.prepare(entry, LEAD, ())
     state = table.state_of("t@1.0")
-    assert state["version"] == STATE_VERSION
     assert b"raytopic" not in base64.b64decode(state["payload"])  # the values' pickles only
-    for version in (None, STATE_VERSION + 1):
-        with pytest.raises(StoreError, match="version"):
-            TransactionTable().restore({"t@1.0": {**state, "version": version}})
     damaged = bytearray(base64.b64decode(state["payload"]))
     damaged[-1] ^= 0xFF
     with pytest.raises(StoreError, match="damaged"):
         TransactionTable().restore(
             {"t@1.0": {**state, "payload": base64.b64encode(bytes(damaged)).decode()}}
         )
+
+
+def test_a_store_with_another_format_of_transactions_is_refused(opened) -> None:
+    store = opened()
+    assert _channel_parts().recover(ChannelStore(store), restarted=False)
+    kept = store.load_state()
+    assert kept["sections"]["transactions"] == TRANSACTIONS_FORMAT
+    store.save_state({**kept, "sections": {**kept["sections"], "transactions": 99}})
+    store.close()
+    with pytest.raises(StoreError, match="'transactions' in format version 99"):
+        _channel_parts().recover(ChannelStore(opened(must_exist=True)), restarted=True)
+
+
+def _channel_parts() -> ChannelParts:
+    async def in_process(request: object) -> None:
+        return None
+
+    config = TopicConfig("t", "ns", "t0pic1d", 1, 10, True, None, Overflow.BLOCK, ())
+    context = ChannelContext(config, 0, ChannelMetrics("t", 0))
+    return ChannelParts.build(context, in_process, restarted=False)
