@@ -63,6 +63,13 @@ def ray_tmpdir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+# One xdist work unit with the other tests that start a Ray of their own
+# (test_multinode, test_spark_session's demo, test_session_cleanup): one such
+# cluster at a time, none stopping (its workers orphaned for a moment) while
+# test_session_cleanup counts orphaned Ray processes; and, as xdist hands out
+# groups first (the larger first), among the run's first units, not at its end,
+# where a long single test kept one worker busy while the other had nothing left.
+@pytest.mark.xdist_group("own_ray")
 @pytest.mark.slow
 def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir: Path) -> None:
     # A whole (one-test) session, in Ray's temp dir of its own.
@@ -77,6 +84,9 @@ def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     caches_before = _bytecode_caches()
     orphans_before = _orphaned_ray_processes()
+    # One xdist worker: the suite's own path (the controller starts the cluster and
+    # stops it at the end), without a second worker (a process importing Ray,
+    # Hypothesis and raytopic) that a run of one test leaves idle.
     session = subprocess.run(
         [
             sys.executable,
@@ -85,6 +95,8 @@ def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir:
             "-q",
             "-p",
             "no:cacheprovider",
+            "-n",
+            "1",
             "tests/api/test_topic.py::test_get_topic_of_unknown_name_raises_topic_not_found",
         ],
         cwd=ROOT,

@@ -16,6 +16,13 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
+# One xdist work unit with the other tests that start a Ray of their own
+# (test_multinode, test_spark_session's demo, test_session_cleanup): one such
+# cluster at a time, none stopping (its workers orphaned for a moment) while
+# test_session_cleanup counts orphaned Ray processes; and, as xdist hands out
+# groups first (the larger first), among the run's first units, not at its end,
+# where a long single test kept one worker busy while the other had nothing left.
+@pytest.mark.xdist_group("own_ray")
 @pytest.mark.slow
 def test_a_lost_node_restarts_its_channels_elsewhere_from_the_shared_store(tmp_path: Path):
     # Its own Ray: its own temp dir (no clobbering /tmp/ray/ray_current_cluster;

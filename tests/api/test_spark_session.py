@@ -113,6 +113,13 @@ def _without_java(folders: list[str], shadows: Path) -> list[str]:
     return kept
 
 
+# One xdist work unit with the other tests that start a Ray of their own
+# (test_multinode, test_spark_session's demo, test_session_cleanup): one such
+# cluster at a time, none stopping (its workers orphaned for a moment) while
+# test_session_cleanup counts orphaned Ray processes; and, as xdist hands out
+# groups first (the larger first), among the run's first units, not at its end,
+# where a long single test kept one worker busy while the other had nothing left.
+@pytest.mark.xdist_group("own_ray")
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_spark_demo_from_an_unactivated_venv_runs_and_prints_nothing_unasked(
