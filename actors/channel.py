@@ -613,6 +613,8 @@ class ChannelActor:
     @serves(Take)
     async def _take(self, request: Take) -> Delivery:
         """Deliver up to ``max_count`` elements (``wait``: a fetch); see :meth:`Readers.take`."""
+        if request.settles is not None:  # the settle of the take before, riding on this one
+            await self._settle_take(request.settles)
         return await self._readers.take(
             request.reader_id, request.fence, request.max_count, request.wait, request.token
         )

@@ -21,14 +21,18 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from raytopic.core.protocol import Delivery
+from raytopic.core.protocol import Delivery, SettleTake
 
 if TYPE_CHECKING:
     from raytopic.actors.receive.ports import ReaderPort
 
-__all__ = ["LentTakes", "log_failure"]
+__all__ = ["RIDE_WAIT", "LentTakes", "log_failure"]
 
 logger = logging.getLogger(__name__)
+
+RIDE_WAIT = 0.02
+"""Seconds a settle waits to ride on the session's next take at its channel before it
+goes in a call of its own (meanwhile the channel lends no other take of the reader)."""
 
 
 class LentTakes:
@@ -55,6 +59,8 @@ class LentTakes:
         self._tokens = (f"{host}:{session_id}-{n}" for n in itertools.count())
         self.returning: list[asyncio.Future[Any]] = []
         """Give-backs on their way: a take decided now waits for these first."""
+        # channel -> the settle waiting to ride on the next take there, and its timer
+        self._riding: dict[int, tuple[SettleTake, asyncio.TimerHandle]] = {}
 
     def token(self) -> str:
         """A new lent take's token."""
@@ -79,9 +85,41 @@ class LentTakes:
         settled.add_done_callback(log_failure)
 
     def settle_used(self, delivery: Delivery, token: str) -> None:
-        """All of what was lent under ``token`` was used (nothing taken: nothing to settle)."""
-        if delivery.count:
-            self.settle(delivery, token, None)
+        """All of what was lent under ``token`` was used (nothing taken: nothing to settle).
+
+        The settle rides on the session's next take at that channel (a receive that
+        keeps reading settles with no call of its own), or goes alone after
+        RIDE_WAIT."""
+        if not delivery.count:
+            return
+        channel = delivery.channel
+        self.send_riding(channel)  # at most one rides per channel
+        settle = SettleTake(
+            reader_id=self._reader_id, fence=delivery.origin.fence, token=token, give_back_from=None
+        )
+        timer = asyncio.get_running_loop().call_later(RIDE_WAIT, self.send_riding, channel)
+        self._riding[channel] = (settle, timer)
+
+    def riding(self, channel: int) -> SettleTake | None:
+        """The settle a take at ``channel`` carries now (None: none waits)."""
+        riding = self._riding.pop(channel, None)
+        if riding is None:
+            return None
+        riding[1].cancel()
+        return riding[0]
+
+    def send_riding(self, channel: int | None = None) -> None:
+        """Send the settle waiting to ride at ``channel`` (None: at every channel) in a
+        call of its own."""
+        for each in list(self._riding) if channel is None else [channel]:
+            settle = self.riding(each)
+            if settle is not None:
+                sent = asyncio.ensure_future(
+                    self._ports[each].settle(
+                        settle.reader_id, settle.fence, settle.token, settle.give_back_from
+                    )
+                )
+                sent.add_done_callback(log_failure)
 
     def settle_unused(self, call: asyncio.Future[Any], token: str) -> None:
         """Nothing of what the finished ``call`` took under ``token`` was used."""
@@ -96,8 +134,9 @@ class LentTakes:
         it is settled and what it took given back."""
 
         def settle(done: asyncio.Future[Any]) -> None:
-            if not done.cancelled() and done.exception() is None:
-                self.settle_used(done.result(), token)
+            # At once, not riding: the give-back that follows needs the loan settled.
+            if not done.cancelled() and done.exception() is None and done.result().count:
+                self.settle(done.result(), token, None)
 
         call.add_done_callback(settle)
         self.return_when_done(call)

@@ -62,10 +62,11 @@ class ReaderPort(Protocol):
         ...
 
     def fetch(
-        self, reader_id: str, lease: ReaderLease, max_count: int, token: str
+        self, reader_id: str, lease: ReaderLease, max_count: int, token: str, lent: LentTakes
     ) -> Awaitable[Delivery]:
         """A take that first waits (up to WATCH_TIMEOUT) for data; what it takes is
-        lent under ``token`` until settled; ``stop_fetch(token)`` ends the wait."""
+        lent under ``token`` until settled; ``stop_fetch(token)`` ends the wait. It
+        carries the settle of ``lent``'s take before it at this channel."""
         ...
 
     def stop_fetch(self, token: str) -> Awaitable[None]:
@@ -102,10 +103,15 @@ class _Requests:
         self._call = call
 
     def fetch(
-        self, reader_id: str, lease: ReaderLease, max_count: int, token: str
+        self, reader_id: str, lease: ReaderLease, max_count: int, token: str, lent: LentTakes
     ) -> Awaitable[Delivery]:
         take = Take(
-            reader_id=reader_id, fence=lease, max_count=max_count, wait=WATCH_TIMEOUT, token=token
+            reader_id=reader_id,
+            fence=lease,
+            max_count=max_count,
+            wait=WATCH_TIMEOUT,
+            token=token,
+            settles=lent.riding(self.channel),
         )
         return self._call(take)
 
@@ -188,7 +194,13 @@ class RemotePort(_Requests):
         # Lent until settled, which is done as soon as it is back here: if the host
         # dies in between (the elements in no reply), the sibling reads them again.
         token = lent.token()
-        take = Take(reader_id=reader_id, fence=lease, max_count=max_count, token=token)
+        take = Take(
+            reader_id=reader_id,
+            fence=lease,
+            max_count=max_count,
+            token=token,
+            settles=lent.riding(self.channel),
+        )
         call = asyncio.ensure_future(self._call(take))
         try:
             delivery = await asyncio.shield(call)

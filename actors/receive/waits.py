@@ -142,7 +142,7 @@ class SiblingWaits:
         async def fetch() -> Delivery:
             await self._pause.before_take()  # a seek on its way: take nothing before it lands
             await self._lent.after_give_backs(returning)  # they must land before we take
-            return await self._ports[channel].fetch(self._reader_id, lease, want, token)
+            return await self._ports[channel].fetch(self._reader_id, lease, want, token, self._lent)
 
         call = asyncio.ensure_future(fetch())
         self._fetches[channel] = (token, call)
@@ -193,14 +193,15 @@ class SiblingWaits:
                 delivery, rest = delivery.split(room)
                 self._lent.settle(delivery, token, rest.first)
             else:
-                self._lent.settle(delivery, token, None)
+                self._lent.settle_used(delivery, token)  # rides on the next take there
             used.append(delivery)
             room -= delivery.count
         return used
 
     def end_fetches(self) -> None:
         """Stop the fetches still waiting; what they (or the ones back but unused)
-        took is given back."""
+        took is given back; the settles waiting to ride go now."""
+        self._lent.send_riding()
         for channel, (token, call) in list(self._fetches.items()):
             del self._fetches[channel]
             if not call.done():

@@ -88,6 +88,15 @@ class Receive(NamedTuple):
     view: tuple[int, dict[int, Any]] | None = None
 
 
+class SettleTake(NamedTuple):
+    """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
+
+    reader_id: str
+    fence: ReaderLease
+    token: str
+    give_back_from: int | None
+
+
 class Take(NamedTuple):
     """Deliver up to ``max_count`` elements; with ``wait``, a fetch that waits first."""
 
@@ -96,21 +105,14 @@ class Take(NamedTuple):
     max_count: int
     wait: float = 0.0
     token: str | None = None
+    settles: SettleTake | None = None
+    """The settle of the reader's take before it at this channel, riding on this one."""
 
 
 class StopTake(NamedTuple):
     """End the wait of fetch ``token``."""
 
     token: str
-
-
-class SettleTake(NamedTuple):
-    """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
-
-    reader_id: str
-    fence: ReaderLease
-    token: str
-    give_back_from: int | None
 
 
 class Watch(NamedTuple):

@@ -463,6 +463,28 @@ def test_a_waiting_receive_gets_a_siblings_element_in_one_fetch() -> None:
     asyncio.run(main())
 
 
+def test_each_relayed_value_costs_one_call_between_channels_the_settle_rides_on_the_next() -> None:
+    async def main() -> None:
+        home, sibling = _wired(TWO_CHANNELS)
+        calls = _counting([home, sibling])
+        for channel in (home, sibling):
+            await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        for number in range(6):
+            waiting = asyncio.ensure_future(_ask(home, Receive("a", "s", number, 10, True)))
+            await asyncio.sleep(0.01)
+            await _ask(sibling, Append("p", number, "block", 1.0, False), _payloads([number]))
+            batch = await asyncio.wait_for(waiting, 2.0)
+            assert _values(batch) == [(1, number, 1)]
+        # A look (empty), then one fetch per value, each settling the one before.
+        assert calls[1] == ["take"] * 7
+        await asyncio.sleep(0.05)  # no take comes: the last settle goes alone
+        assert calls[1] == ["take"] * 7 + ["settle_take"]
+        assert (await _ask(sibling, ReadCursor("a"))).next == 6  # used: not given back
+        home._host.sessions["a"].close()
+
+    asyncio.run(main())
+
+
 # -- fetches: lent until settled -----------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raytopic.actors.receive.lending import LentTakes
+from raytopic.actors.receive.lending import RIDE_WAIT, LentTakes
 from raytopic.actors.receive.ports import LocalPort, ReaderPort, RemotePort
 from raytopic.core.protocol import (
     ChannelRequest,
@@ -106,7 +106,7 @@ def test_a_sibling_is_watched_not_read_in_place() -> None:
     run(main)
 
 
-def test_a_siblings_take_is_lent_under_a_token_and_settled_as_used_once_back() -> None:
+def test_a_siblings_take_is_lent_under_a_token_and_settled_alone_after_the_ride_wait() -> None:
     async def main() -> None:
         sibling = Channel(1)
         port = RemotePort(1, sibling)
@@ -115,10 +115,44 @@ def test_a_siblings_take_is_lent_under_a_token_and_settled_as_used_once_back() -
         assert taken.count == 2
         (take,) = sibling.sent(Take)
         assert take.token is not None and take.token.startswith("0:")  # names its host
+        assert take.settles is None and sibling.sent(SettleTake) == []  # waits to ride
+        await asyncio.sleep(2 * RIDE_WAIT)  # no take came: it goes alone
         assert [(s.token, s.give_back_from) for s in sibling.sent(SettleTake)] == [
             (take.token, None)
         ]
         assert sibling.sent(GiveBack) == []
+
+    run(main)
+
+
+def test_the_settle_of_a_take_rides_on_the_next_take_or_fetch_at_its_channel() -> None:
+    async def main() -> None:
+        sibling, other = Channel(1), Channel(2)
+        ports: dict[int, ReaderPort] = {1: RemotePort(1, sibling), 2: RemotePort(2, other)}
+        lent = lent_over(ports)
+        await ports[1].take("r", None, 5, lent)
+        await ports[2].take("r", None, 5, lent)  # another channel's take carries nothing of 1
+        await ports[1].fetch("r", None, 5, "tok", lent)
+        first, fetch = sibling.sent(Take)
+        assert fetch.settles is not None and fetch.settles.token == first.token
+        assert fetch.settles.give_back_from is None
+        assert other.sent(Take)[0].settles is None
+        await asyncio.sleep(2 * RIDE_WAIT)
+        assert sibling.sent(SettleTake) == []  # it rode: no call of its own
+        assert [s.token for s in other.sent(SettleTake)] == [other.sent(Take)[0].token]
+
+    run(main)
+
+
+def test_ending_a_session_sends_the_settles_waiting_to_ride() -> None:
+    async def main() -> None:
+        sibling = Channel(1)
+        port = RemotePort(1, sibling)
+        lent = lent_over({1: port})
+        await port.take("r", None, 5, lent)
+        lent.send_riding()
+        await settled()
+        assert len(sibling.sent(SettleTake)) == 1 and lent.riding(1) is None
 
     run(main)
 
@@ -173,7 +207,7 @@ def test_unused_fetched_elements_are_settled_from_their_first() -> None:
         sibling = Channel(1)
         port = RemotePort(1, sibling)
         lent = lent_over({1: port})
-        call = asyncio.ensure_future(port.fetch("r", None, 5, "tok"))
+        call = asyncio.ensure_future(port.fetch("r", None, 5, "tok", lent))
         await call
         lent.settle_unused(call, "tok")
         await settled()

@@ -121,7 +121,11 @@ def test_a_fetch_brings_its_elements_to_the_waiting_receive_settled_as_used() ->
         used = session.waits.use(10)
         await turns()
         assert [(d.channel, d.count) for d in used] == [(1, 2)]
-        assert [s.give_back_from for s in session.channels[1].sent(SettleTake)] == [None]
+        session.waits.fetch(1, 10)  # the next fetch there settles them
+        await turns()
+        (_, second) = session.channels[1].sent(Take)
+        assert second.settles is not None and second.settles.give_back_from is None
+        assert session.channels[1].sent(SettleTake) == []
 
     run(main)
 
