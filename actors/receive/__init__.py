@@ -1,11 +1,16 @@
 """A receive session's parts (see ``raytopic.actors.receive_session``, which composes them).
 
+- :mod:`.view`: the channels the reader owns (with its leases) and the cursor
+  state last seen at each (pure).
 - :mod:`.planner`: which channels a receive takes from, in which order, how much
   from each (pure).
+- :mod:`.takes`: carrying out that order: a take at one channel or several.
 - :mod:`.ports`: how a session reads a channel: :class:`~.ports.ReaderPort`, in
   process for its host channel and by actor call for a sibling.
-- :mod:`.lending`: what takes at siblings hold there until settled, and the
-  give-backs of takes no receive returned.
+- :mod:`.lending`: what takes at siblings hold there until settled (a settle of a
+  take used in full rides on the next take there), and the give-backs of takes
+  no receive returned.
+- :mod:`.waits`: watches and fetches at the siblings while a receive waits.
 - :mod:`.pause`: a seek pauses its subscriber's receives: it waits for those
   sent before it, and no fetch takes until the seek has landed.
 """
