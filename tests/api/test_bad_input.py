@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -36,10 +37,10 @@ from tests.topic_helpers import get, module_topic, receive_exactly
 
 CHANNELS = 2
 
-# A namespace of its own: the snapshot lists the namespace's topics, and tests in the
-# other xdist worker make topics in the shared test namespace meanwhile.
+# A namespace of its own, one per process: the snapshot lists the namespace's topics,
+# and the other xdist worker makes topics meanwhile (this module's own among them).
 topic = module_topic(
-    namespace="bad-input",
+    namespace=f"bad-input-{uuid.uuid4().hex[:8]}",
     channels=CHANNELS,
     groups=["owned", rt.SharedGroup("shared", ack_timeout=3600.0)],
     retain=True,
