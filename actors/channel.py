@@ -854,9 +854,11 @@ class ChannelActor:
     @serves(EndReceives, Admit.ALWAYS)
     async def _end_receives(self, request: EndReceives) -> None:
         """The topic is being destroyed: waiting receives here raise TopicNotFoundError,
-        and so does every other wait (ring buffer reads, appends waiting for room)."""
+        and so does every other wait (ring buffer reads, appends waiting for room); the
+        background work stops (``close``), as the actor is about to be killed."""
         self._context.end_waits(request.reason)
         await self._host.end_receives(request.reason)
+        await self.close()
 
 
 _TRANSACTION_STEPS: dict[type, Callable[..., Awaitable[Any]]] = {

@@ -35,6 +35,7 @@ from raytopic.core.protocol import (
     Append,
     AppendOnce,
     ChannelRequest,
+    EndReceives,
     EnsureGroup,
     Grant,
     Lease,
@@ -669,5 +670,16 @@ def test_background_jobs_start_where_the_state_needs_them_and_close_stops_them()
         await channel.control(EnsureGroup("t", False, SharedGroup("t")))
         assert not channel._jobs.running("shared")  # closed: nothing starts again
         await channel.close()
+
+    asyncio.run(main())
+
+
+def test_the_end_of_receives_a_destroyed_topic_sends_also_stops_the_background_jobs() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        await channel.control(EnsureGroup("s", False, SharedGroup("s")))
+        assert channel._jobs.running("shared")
+        await channel.control(EndReceives("topic destroyed"))
+        assert not channel._jobs.running("shared")  # the actor is killed next: no work left
 
     asyncio.run(main())
