@@ -90,7 +90,7 @@ from raytopic.core.protocol import (
     EndReceives,
     EndTransaction,
     EnsureGroup,
-    ExtendLease,
+    ExtendHold,
     FenceTransactions,
     FinishTransaction,
     FirstAfter,
@@ -102,6 +102,7 @@ from raytopic.core.protocol import (
     Lease,
     Nack,
     OpenReader,
+    PauseReceives,
     Poison,
     PrepareTransaction,
     Purge,
@@ -126,7 +127,6 @@ from raytopic.core.protocol import (
     ResumeReceives,
     RingFigures,
     Seek,
-    SettleReceives,
     SettleTake,
     StageTransaction,
     StatusBatch,
@@ -616,7 +616,7 @@ class ChannelActor:
         if request.settles is not None:  # the settle of the take before, riding on this one
             await self._settle_take(request.settles)
         return await self._readers.take(
-            request.reader_id, request.fence, request.max_count, request.wait, request.token
+            request.reader_id, request.lease, request.max_count, request.wait, request.token
         )
 
     @serves(StopTake)
@@ -628,7 +628,7 @@ class ChannelActor:
     async def _settle_take(self, request: SettleTake) -> bool:
         """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
         return self._readers.settle(
-            request.reader_id, request.fence, request.token, request.give_back_from
+            request.reader_id, request.lease, request.token, request.give_back_from
         )
 
     @serves(HostRestarted, Admit.NOW)
@@ -641,7 +641,7 @@ class ChannelActor:
         """Undo a take nobody saw (see :meth:`Readers.give_back`)."""
         return self._readers.give_back(
             request.reader_id,
-            request.fence,
+            request.lease,
             request.first,
             request.expected_next,
             request.jumps,
@@ -653,33 +653,33 @@ class ChannelActor:
         """A reader could not decode an element (see :meth:`Readers.report_poison`)."""
         poison = Poison(request.sequence, request.cause_type, request.cause_message)
         return self._readers.report_poison(
-            request.reader_id, request.fence, request.jumps, poison, request.skipped
+            request.reader_id, request.lease, request.jumps, poison, request.skipped
         )
 
     @serves(Watch)
     async def _watch(self, request: Watch) -> CursorState:
         """The reader's cursor state once it differs from ``known`` (or after ``timeout``)."""
         return await self._readers.watch(
-            request.reader_id, request.fence, request.known, request.timeout
+            request.reader_id, request.lease, request.known, request.timeout
         )
 
     @serves(ReadCursor, Admit.NOW)
     async def _read_cursor(self, request: ReadCursor) -> CursorState:
         """The reader's cursor, as heads, tails, remaining messages and last commits
         report it (see :meth:`Readers.reported`)."""
-        return self._readers.reported(request.reader_id, request.fence)
+        return self._readers.reported(request.reader_id, request.lease)
 
     @serves(Commit)
     async def _commit(self, request: Commit) -> CommitResult:
         """Commit ``sequence`` (and every earlier one) for the reader or its group;
         with a store, answered once the commit is on disk."""
-        return self._readers.commit(request.reader_id, request.sequence, request.fence)
+        return self._readers.commit(request.reader_id, request.sequence, request.lease)
 
     @serves(Seek)
     async def _seek(self, request: Seek) -> tuple[int, int]:
         """Move the reader's cursor; return (position set, new jump count)."""
         return self._readers.seek(
-            request.reader_id, request.fence, request.target, request.by_time, request.commit
+            request.reader_id, request.lease, request.target, request.by_time, request.commit
         )
 
     # -- groups (the coordinator's) -------------------------------------------------
@@ -752,8 +752,8 @@ class ChannelActor:
         statuses = self._readers.nack(request.reader_id, request.entries, request.delay)
         return statuses[0] if request.single else statuses
 
-    @serves(ExtendLease)
-    async def _extend_lease(self, request: ExtendLease) -> AckStatus | list[AckStatus]:
+    @serves(ExtendHold)
+    async def _extend_hold(self, request: ExtendHold) -> AckStatus | list[AckStatus]:
         """Move the ack deadlines of elements the member holds: they end ``seconds``
         from now (None: the group's ``ack_timeout`` from now). Not written to the
         store: a restart delivers what was held again anyway."""
@@ -815,8 +815,8 @@ class ChannelActor:
         if request.reader_id in self._readers.by_id:
             self._session(request.reader_id, None).interrupt(request.stream, request.upto)
 
-    @serves(SettleReceives)
-    async def _settle_receives(self, request: SettleReceives) -> None:
+    @serves(PauseReceives)
+    async def _pause_receives(self, request: PauseReceives) -> None:
         """Wait until a handle's receives up to ``upto`` finished (a seek goes after them)."""
         session = self._host.sessions.get(request.reader_id)
         if session is not None:
@@ -824,7 +824,7 @@ class ChannelActor:
 
     @serves(ResumeReceives, Admit.NOW)
     async def _resume_receives(self, request: ResumeReceives) -> None:
-        """The seek announced by ``SettleReceives`` landed: waits may take again."""
+        """The seek announced by ``PauseReceives`` landed: waits may take again."""
         session = self._host.sessions.get(request.reader_id)
         if session is not None:
             session.resume()

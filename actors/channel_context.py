@@ -79,7 +79,7 @@ class ChannelContext:
 
     def listen(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` on every :meth:`notify` (sessions hosted here hear of
-        their home channel directly: no watcher task between an append and a
+        their host channel directly: no watcher task between an append and a
         waiting receive)."""
         self._listeners.append(listener)
 

@@ -20,7 +20,7 @@ __all__ = ["SERVED", "Admit", "Handler", "InProcess", "call_handler", "entry", "
 class Admit(enum.Enum):
     """When a call is admitted: the guard every Ray-callable entry of the channel has.
 
-    A failed channel (fenced: its store broke, or it could not recover it) refuses
+    A failed channel (its store broke, or it could not recover it) refuses
     typed (ChannelFailedError); a channel restarted without a store is "recovering"
     until its coordinator seeds it (its groups and epoch).
     """

@@ -31,7 +31,7 @@ from raytopic.actors.stream_logs import STREAMS_FORMAT, StreamLogs
 from raytopic.actors.transaction_table import TRANSACTIONS_FORMAT
 from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.errors import DataLossError
-from raytopic.core.protocol import ChannelRequest, CursorState, Lease, ReaderSpec
+from raytopic.core.protocol import ChannelRequest, CursorState, Lease, ReaderLease, ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class ChannelParts:
             context,
             lambda reader_id: readers.get(reader_id),
             in_process,
-            lambda reader_id, fence: _cursor_in_process(context, readers, reader_id, fence),
+            lambda reader_id, lease: _cursor_in_process(context, readers, reader_id, lease),
             restarted=restarted,
         )
         readers = Readers(context, log, state, host.views, host.reader_closed)
@@ -98,7 +98,7 @@ class ChannelParts:
         state.provide(
             "transactions", table.state_of, table.durable_keys, version=TRANSACTIONS_FORMAT
         )
-        readers.owned.held = table.held
+        readers.owned.waits_for_commit = table.waits_for_commit
         streams = StreamLogs(context.channel)
         state.provide("streams", streams.state_of, streams.state_keys, version=STREAMS_FORMAT)
         return cls(
@@ -114,7 +114,7 @@ class ChannelParts:
             streams,
         )
 
-    def cursor_in_process(self, reader_id: str, fence: Any) -> CursorState:
+    def cursor_in_process(self, reader_id: str, lease: ReaderLease) -> CursorState:
         """The reader's cursor as reported, read in this process (what the sessions
         hosted here read of this channel), with the guard of a cursor read.
 
@@ -122,7 +122,7 @@ class ChannelParts:
             ChannelFailedError: the channel has failed.
             ChannelUnavailableError: it is recovering (try again).
         """
-        return _cursor_in_process(self.context, self.readers, reader_id, fence)
+        return _cursor_in_process(self.context, self.readers, reader_id, lease)
 
     def recover(self, store: ChannelStore, *, restarted: bool) -> bool:
         """Load ``store`` (elements, groups, publishers, readers) under a new epoch, and
@@ -234,10 +234,10 @@ class ChannelParts:
 
 
 def _cursor_in_process(
-    context: ChannelContext, readers: Readers, reader_id: str, fence: Any
+    context: ChannelContext, readers: Readers, reader_id: str, lease: ReaderLease
 ) -> CursorState:
     context.check_serving()
-    return readers.reported(reader_id, fence)
+    return readers.reported(reader_id, lease)
 
 
 def _listed(mark: tuple[int, int] | None) -> list[int] | None:

@@ -302,7 +302,7 @@ class Cursor:
             "committed": self.committed,
             "has_commit": self.has_commit,
             "jumps": self.jumps,
-            "owner": None if owner is None else [owner.member_id, owner.generation],
+            "owner": None if owner is None else [owner.reader_id, owner.generation],
             "reset_floor": self.reset_floor,
             "delivered_high": self.delivered_high,
         }

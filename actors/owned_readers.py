@@ -2,7 +2,7 @@
 
 An anonymous subscriber has its own cursor on every channel; a channel-owned
 group has one cursor per channel, leased to one member at a time (its
-``fence``). A take delivers from the cursor; a fetch's take stays *lent* until
+``lease``). A take delivers from the cursor; a fetch's take stays *lent* until
 its session settles it, and meanwhile the cursor serves no other take, so a
 give-back finds it where the fetch left it and the reader's order per channel
 holds across sessions.
@@ -23,7 +23,15 @@ from raytopic.actors.cursors import Cursor, Lent, Relay
 from raytopic.actors.reader_parts import LossNotice, Reader, delivered_count, pick
 from raytopic.actors.segment_ring import Run
 from raytopic.core.errors import GroupNotFoundError, NotOwnerError, StaleSequenceError
-from raytopic.core.protocol import Chunk, CursorState, Delivery, Lease, Poison, poison_error
+from raytopic.core.protocol import (
+    Chunk,
+    CursorState,
+    Delivery,
+    Lease,
+    Poison,
+    ReaderLease,
+    poison_error,
+)
 from raytopic.core.records import CommitResult, CommitStatus, Position, _Origin
 
 logger = logging.getLogger(__name__)
@@ -73,8 +81,8 @@ class OwnedReaders:
         self._state = state
         self._lookup = lookup
         self.groups: dict[str, Cursor] = {}
-        self.held: Callable[[str, Any], bool] = lambda group, fence: False
-        """Whether a group's takes by ``fence`` wait for a prepared transaction's
+        self.waits_for_commit: Callable[[str, Any], bool] = lambda group, lease: False
+        """Whether a group's takes by ``lease`` wait for a prepared transaction's
         commit here (see ``raytopic.actors.transactions``)."""
 
     # -- cursors ----------------------------------------------------------------------
@@ -84,11 +92,11 @@ class OwnedReaders:
         ring = self._log.ring
         return Cursor.starting_at(ring.tail + 1 if start_latest else ring.head)
 
-    def cursor_of(self, reader: Reader, fence: Any, *, check: bool = True) -> Cursor:
-        """The reader's cursor here: its own, or its group's if ``fence`` owns it.
+    def cursor_of(self, reader: Reader, lease: ReaderLease, *, check: bool = True) -> Cursor:
+        """The reader's cursor here: its own, or its group's if ``lease`` owns it.
 
         Raises:
-            NotOwnerError: the group is gone, or ``fence`` does not own its channel.
+            NotOwnerError: the group is gone, or ``lease`` does not own its channel.
         """
         if reader.cursor is not None:
             return reader.cursor
@@ -96,18 +104,18 @@ class OwnedReaders:
         cursor = self.groups.get(group)  # type: ignore[arg-type]
         if cursor is None:
             raise NotOwnerError(f"group {group!r} no longer exists")
-        if check and (cursor.owner is None or cursor.owner != fence):
+        if check and (cursor.owner is None or cursor.owner != lease):
             raise NotOwnerError(
-                f"channel {self._context.channel} of group {group!r} is not owned by {fence}"
+                f"channel {self._context.channel} of group {group!r} is not owned by {lease}"
             )
         return cursor
 
-    def _owned_cursor(self, reader: Reader | None, fence: Any) -> Cursor | None:
-        """The reader's cursor if it is open and ``fence`` owns it, else None."""
+    def _owned_cursor(self, reader: Reader | None, lease: ReaderLease) -> Cursor | None:
+        """The reader's cursor if it is open and ``lease`` owns it, else None."""
         if reader is None:
             return None
         try:
-            return self.cursor_of(reader, fence)
+            return self.cursor_of(reader, lease)
         except NotOwnerError:
             return None
 
@@ -132,11 +140,11 @@ class OwnedReaders:
         """Nothing to give back: what an owned cursor delivered is read again after
         its commit."""
 
-    def reported(self, reader: Reader, fence: Any) -> CursorState:
+    def reported(self, reader: Reader, lease: ReaderLease) -> CursorState:
         """The reader's state as reported. A cursor left below the head (its next
         elements were overwritten or expired) reports the head as its next: that is
         what it reads next, and what was removed is not "remaining"."""
-        state = self.state(reader, fence, check=fence is not None)
+        state = self.state(reader, lease, check=lease is not None)
         head = self._log.ring.head
         return dataclasses.replace(state, next=head) if state.next < head else state
 
@@ -152,13 +160,13 @@ class OwnedReaders:
             cursor.stopped,
         )
 
-    def state(self, reader: Reader, fence: Any, *, check: bool = True) -> CursorState:
+    def state(self, reader: Reader, lease: ReaderLease, *, check: bool = True) -> CursorState:
         """The reader's cursor state here."""
-        return self.cursor_state(self.cursor_of(reader, fence, check=check))
+        return self.cursor_state(self.cursor_of(reader, lease, check=check))
 
-    def has_data(self, reader: Reader, fence: Any) -> bool:
+    def has_data(self, reader: Reader, lease: ReaderLease) -> bool:
         """Whether the reader has an element to read here now."""
-        cursor = self.cursor_of(reader, fence)
+        cursor = self.cursor_of(reader, lease)
         ring = self._log.ring
         if cursor.stopped:
             return False
@@ -166,7 +174,9 @@ class OwnedReaders:
 
     # -- taking -----------------------------------------------------------------------
 
-    async def take(self, reader_id: str, fence: Any, max_count: int, token: str | None) -> Delivery:
+    async def take(
+        self, reader_id: str, lease: ReaderLease, max_count: int, token: str | None
+    ) -> Delivery:
         """Deliver up to ``max_count`` elements from the reader's cursor (``token``:
         a fetch's take, lent until its session settles it).
 
@@ -174,13 +184,13 @@ class OwnedReaders:
             DataLossError: the cursor reached a damaged range, or the channel
                 restarted without a store (each told once).
             StaleSequenceError: the cursor's next elements were removed.
-            NotOwnerError: ``fence`` does not own the group's channel.
+            NotOwnerError: ``lease`` does not own the group's channel.
         """
         if max_count > 0:
-            reader, cursor = await self._unlent(reader_id, fence, token)
+            reader, cursor = await self._unlent(reader_id, lease, token)
         else:  # a stopped fetch takes nothing: it need not wait for another's
             reader = self._lookup(reader_id)
-            cursor = self.cursor_of(reader, fence)
+            cursor = self.cursor_of(reader, lease)
         relay = _relay_of(token) if reader.cursor is None else None
         if relay is not None:
             cursor.relayed_by(*relay)
@@ -253,7 +263,7 @@ class OwnedReaders:
             config.name,
             config.namespace,
             reader_id,
-            fence,
+            lease,
             cursor.jumps,
             skip_poison=reader.spec.skip_poison,
         )
@@ -284,7 +294,7 @@ class OwnedReaders:
             self._context.metrics.poison_skipped(len(skipped))
 
     def report_poison(
-        self, reader: Reader | None, fence: Any, jumps: int, poison: Poison, skipped: bool
+        self, reader: Reader | None, lease: ReaderLease, jumps: int, poison: Poison, skipped: bool
     ) -> bool:
         """A receive's reply held a poison element its reader could not decode.
 
@@ -292,7 +302,7 @@ class OwnedReaders:
         it, told already (``reported``) or by its next take here. Refused (False)
         when the cursor jumped since that take (a seek, reset, or new owner).
         """
-        cursor = self._owned_cursor(reader, fence)
+        cursor = self._owned_cursor(reader, lease)
         if cursor is None or cursor.jumps != jumps:
             return False
         if skipped:
@@ -340,13 +350,15 @@ class OwnedReaders:
             skipped=skipped,
         )
 
-    async def _unlent(self, reader_id: str, fence: Any, token: str | None) -> tuple[Reader, Cursor]:
+    async def _unlent(
+        self, reader_id: str, lease: ReaderLease, token: str | None
+    ) -> tuple[Reader, Cursor]:
         """The reader and its cursor, once no other fetch's take on it is unsettled."""
         deadline = time.monotonic() + LENT_TIMEOUT
         while True:
             reader = self._lookup(reader_id)
-            cursor = self.cursor_of(reader, fence)
-            if reader.group is not None and self.held(reader.group, fence):
+            cursor = self.cursor_of(reader, lease)
+            if reader.group is not None and self.waits_for_commit(reader.group, lease):
                 await self._context.wait_change(HELD_POLL)
                 continue
             lent = cursor.lent
@@ -364,12 +376,12 @@ class OwnedReaders:
             await self._context.wait_change(left)
 
     def settle(
-        self, reader: Reader | None, fence: Any, token: str, give_back_from: int | None
+        self, reader: Reader | None, lease: ReaderLease, token: str, give_back_from: int | None
     ) -> bool:
         """A fetch's session used what the fetch took, up to ``give_back_from``
         (None: all); the rest is read again. False if a seek, reset or new owner
         voided it meanwhile."""
-        cursor = self._owned_cursor(reader, fence)
+        cursor = self._owned_cursor(reader, lease)
         if cursor is None:
             return False
         settled = cursor.settle_lent(token, give_back_from)
@@ -380,7 +392,7 @@ class OwnedReaders:
     def give_back(
         self,
         reader: Reader | None,
-        fence: Any,
+        lease: ReaderLease,
         first: int,
         expected_next: int,
         jumps: int,
@@ -388,7 +400,7 @@ class OwnedReaders:
     ) -> bool:
         """Move the cursor back to ``first`` if it still stands where that take left
         it, with the same jump count (no seek or reset since)."""
-        cursor = self._owned_cursor(reader, fence)
+        cursor = self._owned_cursor(reader, lease)
         if cursor is None or cursor.next != expected_next or cursor.jumps != jumps:
             return False
         cursor.rewind(max(first, self._log.ring.head))
@@ -416,10 +428,10 @@ class OwnedReaders:
 
     # -- commits and seeks ------------------------------------------------------------
 
-    def commit(self, reader: Reader | None, sequence: int, fence: Any) -> CommitResult:
+    def commit(self, reader: Reader | None, sequence: int, lease: ReaderLease) -> CommitResult:
         """Commit ``sequence`` (and every earlier one) for the reader or its group."""
         position = Position(self._context.config.topic_id, self._context.channel, sequence)
-        cursor = self._owned_cursor(reader, fence)
+        cursor = self._owned_cursor(reader, lease)
         if cursor is None:
             return CommitResult(self._context.channel, position, CommitStatus.NOT_OWNER)
         status = cursor.commit(sequence, self._log.ring.tail)
@@ -442,10 +454,10 @@ class OwnedReaders:
             self._state.touch("groups", group)
 
     def seek(
-        self, reader: Reader, fence: Any, target: int | float, by_time: bool, commit: bool
+        self, reader: Reader, lease: ReaderLease, target: int | float, by_time: bool, commit: bool
     ) -> tuple[int, int]:
         """Move the reader's cursor; return (position set, new jump count)."""
-        cursor = self.cursor_of(reader, fence)
+        cursor = self.cursor_of(reader, lease)
         ring = self._log.ring
         position = ring.first_after(target) - 1 if by_time else int(target)
         position = cursor.seek(position, ring.head, ring.tail, commit=commit)

@@ -23,7 +23,7 @@ from raytopic.actors.receive_session import SessionSpec
 from raytopic.actors.segment_ring import Run
 from raytopic.core.errors import DataLossError, InvalidArgumentError
 from raytopic.core.payloads import Payload, decode_checked, encode_values
-from raytopic.core.protocol import Chunk, CursorState, Delivery, Poison, ReaderSpec
+from raytopic.core.protocol import Chunk, CursorState, Delivery, Poison, ReaderLease, ReaderSpec
 from raytopic.core.records import CommitResult
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
 
 STOPPED_TAKES_KEPT = 10_000
 """Stop requests remembered for fetches that have not arrived (yet, or ever); also
-the most loans a shared group keeps for sessions that never settled."""
+the most lent takes a shared group keeps for sessions that never settled."""
 
 
 @dataclass(slots=True)
@@ -67,7 +67,7 @@ class Reader:
 class ReaderMode(Protocol):
     """What a reader does at a channel, by the kind of its group (owned or shared).
 
-    ``fence`` is the lease a member holds for this channel (None for an
+    ``lease`` is the lease a member holds for this channel (None for an
     anonymous reader); ``check=False`` skips the ownership check (a reader
     opening, a handle reading its own figures).
     """
@@ -88,31 +88,35 @@ class ReaderMode(Protocol):
         """The reader closed: what it holds goes back."""
         ...
 
-    def state(self, reader: Reader, fence: Any, *, check: bool = True) -> CursorState:
+    def state(self, reader: Reader, lease: ReaderLease, *, check: bool = True) -> CursorState:
         """The reader's position here, shaped as a cursor's."""
         ...
 
-    def reported(self, reader: Reader, fence: Any) -> CursorState:
+    def reported(self, reader: Reader, lease: ReaderLease) -> CursorState:
         """The reader's position as the handle reports it (heads, tails, remaining
-        messages, last commits), checked against ``fence`` if one is given."""
+        messages, last commits), checked against ``lease`` if one is given."""
         ...
 
-    def has_data(self, reader: Reader, fence: Any) -> bool:
+    def has_data(self, reader: Reader, lease: ReaderLease) -> bool:
         """Whether the reader has an element to take here now."""
         ...
 
-    async def take(self, reader_id: str, fence: Any, max_count: int, token: str | None) -> Delivery:
+    async def take(
+        self, reader_id: str, lease: ReaderLease, max_count: int, token: str | None
+    ) -> Delivery:
         """Deliver up to ``max_count`` elements (``token``: a fetch's, lent until settled)."""
         ...
 
-    def settle(self, reader: Reader, fence: Any, token: str, give_back_from: int | None) -> bool:
+    def settle(
+        self, reader: Reader, lease: ReaderLease, token: str, give_back_from: int | None
+    ) -> bool:
         """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
         ...
 
     def give_back(
         self,
         reader: Reader,
-        fence: Any,
+        lease: ReaderLease,
         first: int,
         expected_next: int,
         jumps: int,
@@ -121,7 +125,7 @@ class ReaderMode(Protocol):
         """Undo a take nobody saw."""
         ...
 
-    def commit(self, reader: Reader | None, sequence: int, fence: Any) -> CommitResult:
+    def commit(self, reader: Reader | None, sequence: int, lease: ReaderLease) -> CommitResult:
         """Commit ``sequence`` and every earlier one (None: a closed reader: not the owner).
 
         Raises:
@@ -130,7 +134,7 @@ class ReaderMode(Protocol):
         ...
 
     def seek(
-        self, reader: Reader, fence: Any, target: int | float, by_time: bool, commit: bool
+        self, reader: Reader, lease: ReaderLease, target: int | float, by_time: bool, commit: bool
     ) -> tuple[int, int]:
         """Move the reader's cursor; return (position set, new jump count).
 
@@ -140,7 +144,7 @@ class ReaderMode(Protocol):
         ...
 
     def report_poison(
-        self, reader: Reader, fence: Any, jumps: int, poison: Poison, skipped: bool
+        self, reader: Reader, lease: ReaderLease, jumps: int, poison: Poison, skipped: bool
     ) -> bool:
         """The reader could not decode an element it was handed; False if not taken."""
         ...
@@ -160,7 +164,7 @@ class ReaderMode(Protocol):
 
     def host_restarted(self, prefix: str) -> int:
         """Take back what the sessions of a restarted channel took (their tokens
-        start with ``prefix``); returns how many loans."""
+        start with ``prefix``); returns how many lent takes."""
         ...
 
 

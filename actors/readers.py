@@ -23,7 +23,7 @@ from raytopic.actors.reader_parts import Fetches, LossNotice, Reader, ReaderMode
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.shared_groups import Entries, MemberViews, SharedGroups
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
-from raytopic.core.protocol import CursorState, Delivery, Lease, Poison, ReaderSpec
+from raytopic.core.protocol import CursorState, Delivery, Lease, Poison, ReaderLease, ReaderSpec
 from raytopic.core.records import AckStatus, CommitResult, CommitStatus
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.user_functions import load_pickled
@@ -155,30 +155,32 @@ class Readers:
     # -- the reader calls ---------------------------------------------------------------
 
     async def take(
-        self, reader_id: str, fence: Any, max_count: int, wait: float, token: str | None
+        self, reader_id: str, lease: ReaderLease, max_count: int, wait: float, token: str | None
     ) -> Delivery:
         """Deliver up to ``max_count`` elements; with ``wait``, a fetch: first wait up
         to ``wait`` seconds for an element (stopped, it takes nothing)."""
         reader = self.get(reader_id)
         mode = self.mode(reader)
         if wait > 0:
-            has_data = lambda: mode.has_data(self.get(reader_id), fence)  # noqa: E731
+            has_data = lambda: mode.has_data(self.get(reader_id), lease)  # noqa: E731
             if not await self.fetches.wait(reader_id, token, wait, has_data):  # type: ignore[arg-type]
                 max_count = 0
         elif mode.one_take_at_a_time:
             self.fetches.stop_all_of(reader_id)
-        return await mode.take(reader_id, fence, max_count, token)
+        return await mode.take(reader_id, lease, max_count, token)
 
-    def settle(self, reader_id: str, fence: Any, token: str, give_back_from: int | None) -> bool:
+    def settle(
+        self, reader_id: str, lease: ReaderLease, token: str, give_back_from: int | None
+    ) -> bool:
         """A fetch's session used what the fetch took, up to ``give_back_from``
         (None: all); the rest is read again. False if voided meanwhile."""
         reader, mode = self._open_mode(reader_id)
-        return mode.settle(reader, fence, token, give_back_from)  # type: ignore[arg-type]
+        return mode.settle(reader, lease, token, give_back_from)  # type: ignore[arg-type]
 
     def give_back(
         self,
         reader_id: str,
-        fence: Any,
+        lease: ReaderLease,
         first: int,
         expected_next: int,
         jumps: int,
@@ -186,32 +188,32 @@ class Readers:
     ) -> bool:
         """Undo a take nobody saw (see the modes' ``give_back``)."""
         reader, mode = self._open_mode(reader_id)
-        return mode.give_back(reader, fence, first, expected_next, jumps, entries)  # type: ignore[arg-type]
+        return mode.give_back(reader, lease, first, expected_next, jumps, entries)  # type: ignore[arg-type]
 
     def report_poison(
-        self, reader_id: str, fence: Any, jumps: int, poison: Poison, skipped: bool
+        self, reader_id: str, lease: ReaderLease, jumps: int, poison: Poison, skipped: bool
     ) -> bool:
         """A reader could not decode an element it was handed (see
         :meth:`OwnedReaders.report_poison`; a shared group's member nacks it instead)."""
         reader = self.by_id.get(reader_id)
         if reader is None:
             return False
-        return self.mode(reader).report_poison(reader, fence, jumps, poison, skipped)
+        return self.mode(reader).report_poison(reader, lease, jumps, poison, skipped)
 
-    def commit(self, reader_id: str, sequence: int, fence: Any) -> CommitResult:
+    def commit(self, reader_id: str, sequence: int, lease: ReaderLease) -> CommitResult:
         """Commit ``sequence`` (and every earlier one) for the reader or its group.
 
         Raises:
             GroupModeError: the reader is a shared group's member (it acks instead).
         """
         reader, mode = self._open_mode(reader_id)
-        result = mode.commit(reader, sequence, fence)
+        result = mode.commit(reader, sequence, lease)
         if result.status is CommitStatus.COMMITTED:
             self.commits_moved()
         return result
 
     def seek(
-        self, reader_id: str, fence: Any, target: int | float, by_time: bool, commit: bool
+        self, reader_id: str, lease: ReaderLease, target: int | float, by_time: bool, commit: bool
     ) -> tuple[int, int]:
         """Move the reader's cursor; return (position set, new jump count).
 
@@ -220,7 +222,7 @@ class Readers:
             GroupModeError: the reader is a shared group's member.
         """
         reader = self.get(reader_id)
-        moved = self.mode(reader).seek(reader, fence, target, by_time, commit)
+        moved = self.mode(reader).seek(reader, lease, target, by_time, commit)
         self.commits_moved()
         return moved
 
@@ -280,27 +282,27 @@ class Readers:
         """Tend the shared groups while there are any (see :meth:`SharedGroups.tend`)."""
         await self.shared.tend(send_dead_letters, serving)
 
-    def state(self, reader_id: str, fence: Any, *, check: bool = True) -> CursorState:
+    def state(self, reader_id: str, lease: ReaderLease, *, check: bool = True) -> CursorState:
         """The reader's state here (raises as the mode does)."""
         reader = self.get(reader_id)
-        return self.mode(reader).state(reader, fence, check=check)
+        return self.mode(reader).state(reader, lease, check=check)
 
-    def reported(self, reader_id: str, fence: Any) -> CursorState:
+    def reported(self, reader_id: str, lease: ReaderLease) -> CursorState:
         """The reader's cursor as heads, tails, remaining messages and last commits
-        report it (see :meth:`ReaderMode.reported`); checked against ``fence`` if one
+        report it (see :meth:`ReaderMode.reported`); checked against ``lease`` if one
         is given."""
         reader = self.get(reader_id)
-        return self.mode(reader).reported(reader, fence)
+        return self.mode(reader).reported(reader, lease)
 
     async def watch(
-        self, reader_id: str, fence: Any, known: CursorState | None, timeout: float
+        self, reader_id: str, lease: ReaderLease, known: CursorState | None, timeout: float
     ) -> CursorState:
         """The reader's state once it differs from ``known`` (or after ``timeout``)."""
         deadline = time.monotonic() + timeout
         while True:
             reader = self.get(reader_id)
             mode = self.mode(reader)
-            state = mode.state(reader, fence)
+            state = mode.state(reader, lease)
             left = deadline - time.monotonic()
             if state != known or left <= 0:
                 return state

@@ -1,7 +1,7 @@
 """The receive sessions a channel hosts, the ports they read through, and the group
 views they follow. No Ray (the callers of sibling channels are given to it).
 
-Any channel can host a subscriber's receive session (its *home*, see
+Any channel can host a subscriber's receive session (its *host*, see
 ``raytopic.actors.receive_session``): the session reads its own channel
 in process and the siblings by actor call, each through a ``ReaderPort``. The
 coordinator pushes each group's member views here; a session opened later
@@ -33,9 +33,9 @@ class SessionHost:
 
     Args:
         context: The channel's identity and wake-up signal (sessions hear of
-            their home channel's changes directly).
+            their host channel's changes directly).
         lookup: The open reader of an id (raises SubscriberClosedError).
-        local_call: Serves a request with this channel's own handler (the home port).
+        local_call: Serves a request with this channel's own handler (the host port).
         local_state: This channel's cursor state of a reader (read in-process).
         restarted: This channel's process restarted (sessions wait briefly for
             receive numbers under way).

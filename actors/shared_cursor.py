@@ -4,18 +4,18 @@ Where a channel-owned group's cursor is one position (everything before it
 is committed), a shared group's cursor keeps each element's fate, because
 any member may take any element and acknowledges it alone:
 
-- ``floor``: every sequence at or below it is settled (acknowledged,
+- ``floor``: every sequence at or below it is done (acknowledged,
   dead-lettered, filtered out or removed). It is the group's low watermark
   for retention.
 - ``next``: the first sequence never looked at; everything from it to the
   tail is the group's untouched *depth*.
-- ``settled``: sequences between the two that are settled already (an ack
+- ``done``: sequences between the two that are done already (an ack
   that came before an earlier element's).
 - ``held``: elements delivered and not yet acknowledged, each with its
-  member, delivery count (the delivery's id: an ack names it) and lease
+  member, delivery count (the delivery's id: an ack names it) and ack deadline
   deadline.
 - ``waiting``: elements to deliver again (nacked, their holder gone, their
-  lease expired, or passed over for key order), each with its delivery
+  ack deadline passed, or passed over for key order), each with its delivery
   count so far and the time before which it is not redelivered.
 - ``dead``: elements past ``max_deliveries``, until the dead-letter topic
   has them.
@@ -44,7 +44,7 @@ class Held:
     count: int
     """Its delivery count (1 on first delivery): the id of this delivery."""
     deadline: float
-    """Monotonic time at which the lease ends and the element is delivered again."""
+    """Monotonic time at which the ack deadline passes and the element is delivered again."""
     key: Hashable | None = None
     """Its ordering key (with ``ordering="key"``)."""
 
@@ -68,7 +68,7 @@ class Candidate:
     key: Hashable | None = None
     """Its ordering key (None: none, or no key order)."""
     matches: bool = True
-    """Whether the group's filter takes it (False: it is settled, never delivered)."""
+    """Whether the group's filter takes it (False: it is done, never delivered)."""
 
 
 @dataclass(slots=True)
@@ -77,14 +77,14 @@ class SharedCursor:
 
     **Delivery**: an element is held by at most one member at a time; an ack or
     nack counts only from the member that holds it, for the delivery it
-    names (its delivery count), so a late ack never settles a redelivery.
+    names (its delivery count), so a late ack never finishes a redelivery.
     **Ordering**: with key order, an element is not delivered while an
     earlier element of its key is held by another member or waits.
     """
 
     floor: int
     next: int
-    settled: set[int] = field(default_factory=set)
+    done: set[int] = field(default_factory=set)
     held: dict[int, Held] = field(default_factory=dict)
     waiting: dict[int, Waiting] = field(default_factory=dict)
     dead: dict[int, tuple[int, str]] = field(default_factory=dict)
@@ -180,7 +180,7 @@ class SharedCursor:
         candidates: Iterable[Candidate],
         max_count: int,
         now: float,
-        lease: float,
+        ack_timeout: float,
         *,
         key_order: bool = False,
     ) -> list[tuple[int, int]]:
@@ -188,13 +188,13 @@ class SharedCursor:
 
         ``candidates`` are the ready waiting elements, then new ones from
         ``next`` on, each source in sequence order. New elements looked at are
-        passed (``next`` moves after them); the filter's misses are settled;
+        passed (``next`` moves after them); the filter's misses are done;
         with ``key_order``, an element whose key is held by another member, or
         comes after a waiting or skipped element of its key, waits its turn.
         """
         chosen: list[tuple[int, int]] = []
         blocked = self._blocked_keys(member, now) if key_order else set()
-        deadline = now + lease
+        deadline = now + ack_timeout
         for candidate in candidates:
             if len(chosen) >= max_count:
                 break
@@ -204,7 +204,7 @@ class SharedCursor:
                 self.next = sequence + 1
             if not candidate.matches:
                 self.waiting.pop(sequence, None)
-                self.settle(sequence)
+                self.mark_done(sequence)
                 continue
             key = candidate.key if key_order else None
             if key is not None and key in blocked:
@@ -219,7 +219,7 @@ class SharedCursor:
             chosen.append((sequence, count))
         return chosen
 
-    def hold_new(self, member: str, count: int, tail: int, now: float, lease: float) -> int:
+    def hold_new(self, member: str, count: int, tail: int, now: float, ack_timeout: float) -> int:
         """The common take (no filter, no key order, nothing to deliver again): hand
         ``member`` the next ``count`` new elements (at most to ``tail``), each on
         its first delivery. Returns how many."""
@@ -227,7 +227,7 @@ class SharedCursor:
         last = min(tail, first + count - 1)
         if last < first:
             return 0
-        deadline = now + lease
+        deadline = now + ack_timeout
         held = self.held
         for sequence in range(first, last + 1):
             held[sequence] = Held(member, 1, deadline)
@@ -235,15 +235,15 @@ class SharedCursor:
         self.next = last + 1
         return last - first + 1
 
-    # -- settling -------------------------------------------------------------------
+    # -- done -------------------------------------------------------------------
 
     def ack(self, sequence: int, member: str, count: int) -> bool:
         """Settle an element ``member`` holds under delivery ``count``; False if it
-        does not (its lease expired, it was delivered again, or it is acked)."""
+        does not (its ack deadline passed, it was delivered again, or it is acked)."""
         if not self._holds(sequence, member, count):
             return False
         self._unhold(sequence)
-        self.settle(sequence)
+        self.mark_done(sequence)
         return True
 
     def nack(
@@ -274,7 +274,7 @@ class SharedCursor:
         return True
 
     def extend(self, sequence: int, member: str, count: int, deadline: float) -> bool:
-        """Move the lease of an element ``member`` holds to ``deadline``."""
+        """Move the ack deadline of an element ``member`` holds to ``deadline``."""
         if not self._holds(sequence, member, count):
             return False
         held = self.held[sequence]
@@ -289,7 +289,7 @@ class SharedCursor:
         return released
 
     def expire(self, now: float, max_deliveries: int | None) -> list[int]:
-        """Elements whose lease ended go back to the group."""
+        """Elements whose ack deadline passed go back to the group."""
         expired = [s for s, h in self.held.items() if h.deadline <= now]
         for sequence in expired:
             self._return(
@@ -329,31 +329,31 @@ class SharedCursor:
         self.sending = None
 
     def dead_lettered_now(self, sequences: Iterable[int]) -> None:
-        """The dead-letter topic has these: they are settled."""
+        """The dead-letter topic has these: they are done."""
         self.sending = None
         for sequence in sequences:
             if self.dead.pop(sequence, None) is not None:
                 self.dead_lettered += 1
-                self.settle(sequence)
+                self.mark_done(sequence)
 
-    def settle(self, sequence: int) -> None:
+    def mark_done(self, sequence: int) -> None:
         """``sequence`` needs nothing more from this group."""
         if sequence <= self.floor:
             return
-        self.settled.add(sequence)
+        self.done.add(sequence)
         self._advance()
 
     def _advance(self) -> None:
-        """Move the floor over the settled elements just above it."""
-        settled = self.settled
+        """Move the floor over the done elements just above it."""
+        done = self.done
         floor = self.floor
-        while floor + 1 in settled:
+        while floor + 1 in done:
             floor += 1
-            settled.discard(floor)
+            done.discard(floor)
         self.floor = floor
 
     def forget(self, first: int, last: int) -> int:
-        """Elements ``first..last`` are lost (a damaged stored record): settle every
+        """Elements ``first..last`` are lost (a damaged stored record): mark every
         one of them, whatever its state, and read on after them. Returns how many
         had been delivered before (held, to deliver again, or dead)."""
         delivered = 0
@@ -367,13 +367,13 @@ class SharedCursor:
         if self.sending is not None:
             self.sending = (self.sending[0], [s for s in self.sending[1] if not first <= s <= last])
         self.next = max(self.next, last + 1)
-        self.settled.update(range(max(first, self.floor + 1), last + 1))
+        self.done.update(range(max(first, self.floor + 1), last + 1))
         self._advance()
         return delivered
 
     def drop_below(self, head: int) -> int:
         """Elements below ``head`` are gone (a purge, overwrite or TTL): forget them.
-        Returns how many the group had not settled."""
+        Returns how many the group was not done with."""
         if head - 1 <= self.floor:
             return 0
         lost = 0
@@ -385,7 +385,7 @@ class SharedCursor:
                 del table[sequence]
                 lost += 1
         lost += max(0, head - self.next)
-        self.settled = {s for s in self.settled if s >= head}
+        self.done = {s for s in self.done if s >= head}
         self.next = max(self.next, head)
         self.floor = head - 1
         self._advance()
@@ -404,7 +404,7 @@ class SharedCursor:
         return {
             "floor": self.floor,
             "next": self.next,
-            "settled": _ranges(self.settled),
+            "settled": _ranges(self.done),
             "waiting": waiting,
             "dead": {str(s): [n, reason] for s, (n, reason) in self.dead.items()},
             "redelivered": self.redelivered,
@@ -419,7 +419,7 @@ class SharedCursor:
         """A cursor as a restarted channel resumes it (see :meth:`to_state`)."""
         cursor = cls(floor=int(state["floor"]), next=int(state["next"]))
         for first, last in state["settled"]:
-            cursor.settled.update(range(int(first), int(last) + 1))
+            cursor.done.update(range(int(first), int(last) + 1))
         for sequence, (count, key) in state["waiting"].items():
             cursor.waiting[int(sequence)] = Waiting(int(count), 0.0, key)
         for sequence, (count, reason) in state["dead"].items():

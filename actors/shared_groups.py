@@ -3,9 +3,9 @@ No Ray.
 
 A shared group's members all read every channel. The group's cursor here
 (``raytopic.actors.shared_cursor``) hands each member elements to hold under an
-ack deadline (a *hold*); an ack settles them, a nack or a passed deadline delivers them
+ack deadline (a *hold*); an ack is the end of them, a nack or a passed deadline delivers them
 again, and past ``max_deliveries`` they go to the group's dead-letter topic
-(``raytopic.actors.dead_letters``). A member's ``fence`` is its lease for
+(``raytopic.actors.dead_letters``). A member's ``lease`` is its lease for
 this channel in the group's latest view.
 """
 
@@ -39,7 +39,7 @@ from raytopic.core.errors import (
     NotOwnerError,
     SubscriberClosedError,
 )
-from raytopic.core.protocol import CursorState, Delivery, Lease, Poison
+from raytopic.core.protocol import CursorState, Delivery, Lease, Poison, ReaderLease
 from raytopic.core.records import AckStatus, CommitResult, _Origin
 from raytopic.core.shared_group import SharedGroup
 
@@ -76,7 +76,7 @@ class SharedGroups:
         state: The channel's durable state (cursors are kept there).
         views: The members' latest views (owned by the session host).
         lookup: The open reader of an id (raises SubscriberClosedError).
-        commits_moved: Called when a group's settled position moved (the log
+        commits_moved: Called when a group's done position moved (the log
             may release room).
     """
 
@@ -100,7 +100,7 @@ class SharedGroups:
         self.groups: dict[str, _Shared] = {}
         # Fetch token -> (group, member, entries): what a sibling's session took
         # here, until it settles (taken back at once if that sibling restarts).
-        self._loans: dict[str, tuple[str, str, tuple[tuple[int, int], ...]]] = {}
+        self._lent: dict[str, tuple[str, str, tuple[tuple[int, int], ...]]] = {}
         self._departed: dict[str, set[str]] = {}  # group -> members told gone
         self.wake = asyncio.Event()  # dead letters to send now (see tend)
 
@@ -123,17 +123,17 @@ class SharedGroups:
 
     # -- members ----------------------------------------------------------------------
 
-    def check_member(self, group: str, member: str, fence: Any) -> None:
-        """``fence`` must be the member's lease for this channel, and the member must
+    def check_member(self, group: str, member: str, lease: ReaderLease) -> None:
+        """``lease`` must be the member's lease for this channel, and the member must
         not have been told gone (it rejoins first).
 
         Raises:
             NotOwnerError: it is not.
         """
-        if member in self._departed.get(group, ()) or fence is None:
+        if member in self._departed.get(group, ()) or lease is None:
             raise NotOwnerError(f"{member} is not a member of shared group {group!r}")
         known = self._views.get(group, {}).get(member)
-        if known is not None and known[1].get(self._context.channel) != fence:
+        if known is not None and known[1].get(self._context.channel) != lease:
             raise NotOwnerError(f"{member} holds a stale lease of shared group {group!r}")
 
     def member_left(self, group: str, member: str) -> None:
@@ -170,14 +170,14 @@ class SharedGroups:
 
     # -- the reader interface ------------------------------------------------------------
 
-    def state(self, reader: Reader, fence: Any, *, check: bool = True) -> CursorState:
+    def state(self, reader: Reader, lease: ReaderLease, *, check: bool = True) -> CursorState:
         """A member's state here, shaped as a cursor's: ``next`` is the tail when it
         has something to take (else tail + 1), ``committed`` and ``unacked`` are
         the elements it holds here (a watch sees its acks)."""
         group = reader.group
         assert group is not None
         if check:
-            self.check_member(group, reader.reader_id, fence)
+            self.check_member(group, reader.reader_id, lease)
         shared = self.groups[group]
         held = shared.cursor.held_by(reader.reader_id)
         tail = self._log.ring.tail
@@ -199,44 +199,46 @@ class SharedGroups:
         """What the member holds goes back to its group."""
         self.member_closed(reader.group, reader.reader_id)  # type: ignore[arg-type]
 
-    def commit(self, reader: Reader | None, sequence: int, fence: Any) -> CommitResult:
+    def commit(self, reader: Reader | None, sequence: int, lease: ReaderLease) -> CommitResult:
         """Refused: a shared group's members acknowledge elements one by one."""
         raise _refused(reader, "commit")
 
     def seek(
-        self, reader: Reader, fence: Any, target: int | float, by_time: bool, commit: bool
+        self, reader: Reader, lease: ReaderLease, target: int | float, by_time: bool, commit: bool
     ) -> tuple[int, int]:
         """Refused: a shared group's cursor is the group's, not a member's."""
         raise _refused(reader, "seek")
 
     def report_poison(
-        self, reader: Reader, fence: Any, jumps: int, poison: Poison, skipped: bool
+        self, reader: Reader, lease: ReaderLease, jumps: int, poison: Poison, skipped: bool
     ) -> bool:
         """Not taken: a shared group's member nacks an element it cannot decode."""
         return False
 
-    def reported(self, reader: Reader, fence: Any) -> CursorState:
+    def reported(self, reader: Reader, lease: ReaderLease) -> CursorState:
         """The reader's state as reported (a shared group's next is never below the
         head: what was removed is dropped from it)."""
-        return self.state(reader, fence, check=fence is not None)
+        return self.state(reader, lease, check=lease is not None)
 
-    def has_data(self, reader: Reader, fence: Any) -> bool:
+    def has_data(self, reader: Reader, lease: ReaderLease) -> bool:
         """Whether the member has an element to take here now."""
-        return self.state(reader, fence).available
+        return self.state(reader, lease).available
 
-    async def take(self, reader_id: str, fence: Any, max_count: int, token: str | None) -> Delivery:
+    async def take(
+        self, reader_id: str, lease: ReaderLease, max_count: int, token: str | None
+    ) -> Delivery:
         """Hand the member up to ``max_count`` elements: ones to deliver again first,
         then new ones; each is held until its ack deadline.
 
         Raises:
             DataLossError: the group reached a damaged range, or the channel
                 restarted without a store (each told once).
-            NotOwnerError: ``fence`` is not the member's lease here.
+            NotOwnerError: ``lease`` is not the member's lease here.
         """
         reader = self._lookup(reader_id)
         group = reader.group
         assert group is not None
-        self.check_member(group, reader_id, fence)
+        self.check_member(group, reader_id, lease)
         loss = self._loss.tell(reader_id)
         if loss is not None:
             raise loss
@@ -268,14 +270,14 @@ class SharedGroups:
             self._moved(group)
         elif chunks:
             self._state.touch("shared", group, Keep.SOON)  # delivery counts
-        state = self.state(reader, fence, check=False)
+        state = self.state(reader, lease, check=False)
         config = self._context.config
         origin = _Origin(
             config.topic_id,
             config.name,
             config.namespace,
             reader_id,
-            fence,
+            lease,
             0,
             True,
             self._context.epoch,
@@ -302,17 +304,19 @@ class SharedGroups:
     def _lend(
         self, token: str, group: str, member: str, entries: tuple[tuple[int, int], ...]
     ) -> None:
-        loans = self._loans
-        loans[token] = (group, member, entries)
-        while len(loans) > STOPPED_TAKES_KEPT:  # sessions that never settled (bounded)
-            del loans[next(iter(loans))]
+        lent = self._lent
+        lent[token] = (group, member, entries)
+        while len(lent) > STOPPED_TAKES_KEPT:  # sessions that never settled (bounded)
+            del lent[next(iter(lent))]
 
-    def settle(self, reader: Reader, fence: Any, token: str, give_back_from: int | None) -> bool:
+    def settle(
+        self, reader: Reader, lease: ReaderLease, token: str, give_back_from: int | None
+    ) -> bool:
         """The session has what its fetch took: its member's. A fetch's rest, given
         back, is delivered again without counting."""
-        loan = self._loans.pop(token, None)
-        if loan is not None and give_back_from is not None:
-            group, member, entries = loan
+        lent_take = self._lent.pop(token, None)
+        if lent_take is not None and give_back_from is not None:
+            group, member, entries = lent_take
             for sequence, count in entries:
                 if sequence >= give_back_from and group in self.groups:
                     self.groups[group].cursor.give_back(sequence, member, count)
@@ -322,7 +326,7 @@ class SharedGroups:
     def give_back(
         self,
         reader: Reader,
-        fence: Any,
+        lease: ReaderLease,
         first: int,
         expected_next: int,
         jumps: int,
@@ -338,8 +342,8 @@ class SharedGroups:
     def host_restarted(self, prefix: str) -> int:
         """What the sessions of a restarted channel were lent goes back now."""
         taken_back = 0
-        for token in [token for token in self._loans if token.startswith(prefix)]:
-            group, member, entries = self._loans.pop(token)
+        for token in [token for token in self._lent if token.startswith(prefix)]:
+            group, member, entries = self._lent.pop(token)
             if group in self.groups:
                 for sequence, count in entries:
                     self.groups[group].cursor.give_back(sequence, member, count)
@@ -540,7 +544,7 @@ class SharedGroups:
             self._state.touch("shared", group)
 
     def lowest_floor(self) -> int | None:
-        """The lowest settled position of the groups (None: no group)."""
+        """The lowest done position of the groups (None: no group)."""
         return min((shared.cursor.floor for shared in self.groups.values()), default=None)
 
     def describe(self) -> dict[str, dict[str, Any]]:

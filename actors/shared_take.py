@@ -38,7 +38,7 @@ def take_shared(
     member: str,
     max_count: int,
     now: float,
-    lease: float,
+    ack_timeout: float,
     *,
     keep: Callable[[Any], bool] | None = None,
     convert: Callable[[Any], Any] | None = None,
@@ -46,8 +46,8 @@ def take_shared(
     stop: int | None = None,
     max_deliveries: int | None = None,
 ) -> list[Chunk]:
-    """Deliver up to ``max_count`` elements to ``member`` (held under a lease of
-    ``lease`` seconds from ``now``), as chunks in sequence order per source;
+    """Deliver up to ``max_count`` elements to ``member`` (held until an ack deadline
+    ``ack_timeout`` seconds from ``now``), as chunks in sequence order per source;
     new elements only below ``stop`` (a damaged range begins there).
 
     A poison element (it does not decode here, or ``keep`` or ``convert`` raises
@@ -62,7 +62,7 @@ def take_shared(
     ready = cursor.ready(now)
     if keep is None and not key_order and not ready:
         # The common case, element by element below it: new elements in a row.
-        taken = cursor.hold_new(member, max_count, tail, now, lease)
+        taken = cursor.hold_new(member, max_count, tail, now, ack_timeout)
         runs = ring.read(cursor.next - taken, taken) if taken else []
         if convert is None:
             return [Chunk(run.first, run.stamp, run.payload) for run in runs]
@@ -101,7 +101,7 @@ def take_shared(
             for offset in range(len(run.payload)):
                 yield offer(run, offset)
 
-    chosen = cursor.choose(member, offered(), max_count, now, lease, key_order=key_order)
+    chosen = cursor.choose(member, offered(), max_count, now, ack_timeout, key_order=key_order)
     for sequence, count in chosen:
         if sequence in raised:
             _nack_poison(cursor, member, sequence, count, raised[sequence], now, max_deliveries)

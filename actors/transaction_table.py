@@ -312,7 +312,7 @@ class TransactionTable:
             and epoch_of(entry.key) < epoch
         ]
 
-    def held(self, group: str, lease: ReaderLease) -> bool:
+    def waits_for_commit(self, group: str, lease: ReaderLease) -> bool:
         """Whether ``group``'s cursor here waits for a prepared transaction's commit:
         only the member that made it reads on meanwhile (another would read again
         what the transaction may commit)."""

@@ -2,7 +2,7 @@
 
 Ray does not promise that an async actor starts calls in the order one caller
 submitted them, so every ordered stream (a publisher's batches to a channel,
-a subscriber's receives at its home channel) numbers its calls from 0 and the
+a subscriber's receives at its host channel) numbers its calls from 0 and the
 actor takes turns by number. A number that never arrives (the call was
 cancelled before it reached the actor) is skipped after ``gap_timeout``
 seconds, but only while no call of that stream is running: a long receive

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from raytopic.core.acks import (
     Ack,
-    ExtendLease,
+    ExtendHold,
     Nack,
     check_delay,
-    check_lease,
+    check_hold_seconds,
     check_own,
     send_many,
 )
@@ -65,7 +65,7 @@ class Acknowledgements:
 
     def extend_hold(self, elements: Iterable[Element], seconds: float | None) -> ray.ObjectRef[Any]:
         """Move the ack deadline of held ``elements`` to ``seconds`` from now."""
-        return send_many(self._own(elements), ExtendLease, seconds=check_lease(seconds))
+        return send_many(self._own(elements), ExtendHold, seconds=check_hold_seconds(seconds))
 
     def _own(self, elements: Iterable[Element]) -> list[Element]:
         self._role.check_acknowledging()

@@ -87,7 +87,7 @@ class ReaderCursors:
         owned = self._role.owned()
         refs = [
             actors[c].request.remote(
-                pack_request(ReadCursor(reader_id=self._reader_id, fence=self._role.lease(c)))
+                pack_request(ReadCursor(reader_id=self._reader_id, lease=self._role.lease(c)))
             )
             for c in owned
         ]
@@ -125,7 +125,7 @@ class ReaderCursors:
         with self._receives.paused():
             seek = Seek(
                 reader_id=self._reader_id,
-                fence=lease,
+                lease=lease,
                 target=target,
                 by_time=by_time,
                 commit=commit,
@@ -145,7 +145,7 @@ class ReaderCursors:
         actor = self._topic._channel_actors[channel]
         lease = self._role.lease(channel, refresh=True)
         check_topic(self._topic.topic_id, self._topic.name, actor)  # Ray's ref would say ActorDied
-        commit = Commit(reader_id=self._reader_id, sequence=position.sequence, fence=lease)
+        commit = Commit(reader_id=self._reader_id, sequence=position.sequence, lease=lease)
         return actor.request.remote(pack_request(commit))
 
     def _call(self, ref: ray.ObjectRef[Any]) -> Any:

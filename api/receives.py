@@ -39,10 +39,10 @@ from raytopic.core.element_batch import ElementBatch
 from raytopic.core.errors import SubscriberClosedError
 from raytopic.core.protocol import (
     InterruptReceives,
+    PauseReceives,
     ReaderSpec,
     Receive,
     ResumeReceives,
-    SettleReceives,
     pack_request,
 )
 
@@ -242,7 +242,7 @@ class Receives:
             return
         actor = self._topic._channel_actors[at]
         last = stream.next_number - 1
-        pause = SettleReceives(reader_id=self._reader, stream=stream.stream, upto=last)
+        pause = PauseReceives(reader_id=self._reader, stream=stream.stream, upto=last)
         _get(actor.request.remote(pack_request(pause)), self._topic)
         try:
             yield

@@ -194,7 +194,7 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
             per_channel.append(
                 GroupChannelStats(
                     channel=c["channel"],
-                    owner=owner.member_id if owner else None,
+                    owner=owner.reader_id if owner else None,
                     committed=Position(config.topic_id, c["channel"], committed),
                     has_commit=cursor["has_commit"],
                     next=next_sequence,

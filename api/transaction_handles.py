@@ -390,7 +390,7 @@ class Transaction:
                     f"element {element.position} was received in a shared group: "
                     "transactions commit channel-owned groups' positions (ack it instead)"
                 )
-            if origin.fence is None:
+            if origin.lease is None:
                 raise GroupModeError(
                     f"element {element.position} was received by an anonymous subscriber: "
                     "only a group member's positions commit"
@@ -399,7 +399,7 @@ class Transaction:
             held = latest.get(at) or self._commits.get(at)
             if held is None or element.sequence >= held.sequence:
                 latest[at] = ConsumedCommit(
-                    origin.reader, element.sequence, origin.fence, origin.jumps
+                    origin.reader, element.sequence, origin.lease, origin.jumps
                 )
         self._commits.update(latest)
 

@@ -314,7 +314,7 @@ class GroupService:
                 self._topic,
                 state.generation,
                 {
-                    channel: lease.member_id if lease else None
+                    channel: lease.reader_id if lease else None
                     for channel, lease in change.grants.items()
                 },
             )

@@ -106,7 +106,7 @@ class Group:
     def owner(self, channel: int) -> str | None:
         """The member owning ``channel``, if any."""
         lease = self.leases.get(channel)
-        return lease.member_id if lease else None
+        return lease.reader_id if lease else None
 
     def channels_of(self, reader_id: str) -> dict[int, Lease]:
         """The channels ``reader_id`` owns, with their leases (a shared group's
@@ -120,7 +120,7 @@ class Group:
         return {
             channel: lease
             for channel, lease in sorted(self.leases.items())
-            if lease is not None and lease.member_id == reader_id
+            if lease is not None and lease.reader_id == reader_id
         }
 
     def view(self, reader_id: str) -> MemberView | None:
@@ -144,10 +144,10 @@ class Group:
         """Add a member (a member already present rejoins with a new generation);
         a ``cooperative`` one releases channels itself before they move."""
         self.members.pop(reader_id, None)
-        if any(lease and lease.member_id == reader_id for lease in self.leases.values()):
+        if any(lease and lease.reader_id == reader_id for lease in self.leases.values()):
             # A rejoin: its old leases must not survive under the new generation.
             self.leases = {
-                channel: (None if lease and lease.member_id == reader_id else lease)
+                channel: (None if lease and lease.reader_id == reader_id else lease)
                 for channel, lease in self.leases.items()
             }
         self.generation += 1
@@ -283,10 +283,10 @@ def recovered_groups(
             group.jumps[channel] = int(cursor.get("jumps", 0))  # type: ignore[call-overload]
             if isinstance(lease, Lease):
                 group.generation = max(group.generation, lease.generation)
-                member = group.members.get(lease.member_id)
+                member = group.members.get(lease.reader_id)
                 if member is None or member.generation < lease.generation:
-                    group.members[lease.member_id] = Member(
-                        lease.member_id, lease.generation, RECOVERED_TIMEOUT, now
+                    group.members[lease.reader_id] = Member(
+                        lease.reader_id, lease.generation, RECOVERED_TIMEOUT, now
                     )
     for by_group in marks:
         for name, (version, generation) in by_group.items():

@@ -21,15 +21,15 @@ from raytopic.core.config import check_items, check_nonnegative_number, check_ti
 from raytopic.core.errors import ForeignElementError, GroupModeError, InvalidTypeError
 from raytopic.core.gather import Joined, JoinKind, send_joined
 from raytopic.core.naming import channel_actor
-from raytopic.core.protocol import Ack, ExtendLease, Nack, pack_request
+from raytopic.core.protocol import Ack, ExtendHold, Nack, pack_request
 from raytopic.core.records import Element
 
 __all__ = [
     "Ack",
-    "ExtendLease",
+    "ExtendHold",
     "Nack",
     "check_delay",
-    "check_lease",
+    "check_hold_seconds",
     "check_own",
     "check_shared",
     "send_many",
@@ -72,18 +72,18 @@ def check_delay(delay: object, what: str = "delay") -> float:
     return 0.0 if delay is None else check_nonnegative_number(delay, what)
 
 
-def check_lease(seconds: object) -> float | None:
-    """Seconds > 0 and at most a year for a lease extension (None: the group's
+def check_hold_seconds(seconds: object) -> float | None:
+    """Seconds > 0 and at most a year for an ack deadline extension (None: the group's
     ``ack_timeout``)."""
     return check_timeout(seconds, "seconds")
 
 
-AckRequest = type[Ack] | type[Nack] | type[ExtendLease]
+AckRequest = type[Ack] | type[Nack] | type[ExtendHold]
 """What an acknowledgement asks of the channels."""
 
 
 def send_one(element: Element, kind: AckRequest, **options: Any) -> ray.ObjectRef[Any]:
-    """An ``kind`` request (Ack, Nack, ExtendLease, with its ``options``) for one
+    """An ``kind`` request (Ack, Nack, ExtendHold, with its ``options``) for one
     element: ``ObjectRef[AckStatus]``."""
     check_shared(element)
     origin = element._origin

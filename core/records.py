@@ -317,7 +317,7 @@ class Element:
         from raytopic.core.protocol import Commit, pack_request  # (the protocol imports this)
 
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, self.channel)
-        commit = Commit(reader_id=origin.reader, sequence=self.sequence, fence=origin.fence)
+        commit = Commit(reader_id=origin.reader, sequence=self.sequence, lease=origin.lease)
         return actor.request.remote(pack_request(commit))
 
     # -- shared groups: acknowledgement element by element --------------------------
@@ -400,9 +400,9 @@ class Element:
             InvalidArgumentError: ``seconds`` is not > 0, or is over a year.
             GroupModeError: it was not received in a shared group.
         """
-        from raytopic.core.acks import ExtendLease, check_lease, send_one
+        from raytopic.core.acks import ExtendHold, check_hold_seconds, send_one
 
-        return _resolve(send_one(self, ExtendLease, seconds=check_lease(seconds)))
+        return _resolve(send_one(self, ExtendHold, seconds=check_hold_seconds(seconds)))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Element):
@@ -495,7 +495,7 @@ class _Origin:
     topic: str  # name and namespace: how commit() finds the channel actor
     namespace: str
     reader: Any  # the reader key the channel knows (group name or subscriber id)
-    fence: ReaderLease  # a group member's lease of the channel, else None
+    lease: ReaderLease  # a group member's lease of the channel, else None
     jumps: int  # the reader's cursor jump count at read time (bumped by seeks and resets)
     shared: bool = False  # read by a shared group's member: acknowledged element by element
     epoch: int = 0  # a shared delivery's channel incarnation: part of its delivery id

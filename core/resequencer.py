@@ -3,7 +3,7 @@
 :class:`Resequencer` is pure Python (no Ray): it is used standalone, inside
 :class:`raytopic.resequencer_actor.ResequencerActor` when many producers feed
 one stream, and (through :class:`ResequencedStream`) by the receive session
-of a subscriber given ``resequence=``:class:`Resequence`, inside its home
+of a subscriber given ``resequence=``:class:`Resequence`, inside its host
 channel actor.
 """
 

@@ -79,7 +79,7 @@ class LentTakes:
         from ``give_back_from`` (None: nothing) is read again."""
         settled = asyncio.ensure_future(
             self._ports[delivery.channel].settle(
-                self._reader_id, delivery.origin.fence, token, give_back_from
+                self._reader_id, delivery.origin.lease, token, give_back_from
             )
         )
         settled.add_done_callback(log_failure)
@@ -95,7 +95,7 @@ class LentTakes:
         channel = delivery.channel
         self.send_riding(channel)  # at most one rides per channel
         settle = SettleTake(
-            reader_id=self._reader_id, fence=delivery.origin.fence, token=token, give_back_from=None
+            reader_id=self._reader_id, lease=delivery.origin.lease, token=token, give_back_from=None
         )
         timer = asyncio.get_running_loop().call_later(RIDE_WAIT, self.send_riding, channel)
         self._riding[channel] = (settle, timer)
@@ -116,7 +116,7 @@ class LentTakes:
             if settle is not None:
                 sent = asyncio.ensure_future(
                     self._ports[each].settle(
-                        settle.reader_id, settle.fence, settle.token, settle.give_back_from
+                        settle.reader_id, settle.lease, settle.token, settle.give_back_from
                     )
                 )
                 sent.add_done_callback(log_failure)
@@ -164,7 +164,7 @@ class LentTakes:
         channel = delivery.channel
         port = self._ports.get(channel)
         lease = self._lease_of(channel)
-        if port is None or lease != delivery.origin.fence:
+        if port is None or lease != delivery.origin.lease:
             return  # no longer ours: the new owner resumes after the last commit
         await port.give_back(self._reader_id, lease, delivery)  # False if refused
 

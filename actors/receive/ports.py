@@ -107,7 +107,7 @@ class _Requests:
     ) -> Awaitable[Delivery]:
         take = Take(
             reader_id=reader_id,
-            fence=lease,
+            lease=lease,
             max_count=max_count,
             wait=WATCH_TIMEOUT,
             token=token,
@@ -122,14 +122,14 @@ class _Requests:
         self, reader_id: str, lease: ReaderLease, token: str, give_back_from: int | None
     ) -> Awaitable[bool]:
         return self._call(
-            SettleTake(reader_id=reader_id, fence=lease, token=token, give_back_from=give_back_from)
+            SettleTake(reader_id=reader_id, lease=lease, token=token, give_back_from=give_back_from)
         )
 
     def watch(
         self, reader_id: str, lease: ReaderLease, known: CursorState | None
     ) -> Awaitable[CursorState]:
         return self._call(
-            Watch(reader_id=reader_id, fence=lease, known=known, timeout=WATCH_TIMEOUT)
+            Watch(reader_id=reader_id, lease=lease, known=known, timeout=WATCH_TIMEOUT)
         )
 
     def give_back(self, reader_id: str, lease: ReaderLease, delivery: Delivery) -> Awaitable[bool]:
@@ -138,7 +138,7 @@ class _Requests:
         return self._call(
             GiveBack(
                 reader_id=reader_id,
-                fence=lease,
+                lease=lease,
                 first=delivery.first,
                 expected_next=delivery.next,
                 jumps=delivery.jumps,
@@ -172,7 +172,7 @@ class LocalPort(_Requests):
     ) -> Awaitable[Delivery]:
         # Served in this process: nothing is lent, and nothing is in a reply that
         # could be lost.
-        return self._call(Take(reader_id=reader_id, fence=lease, max_count=max_count))
+        return self._call(Take(reader_id=reader_id, lease=lease, max_count=max_count))
 
 
 class RemotePort(_Requests):
@@ -196,7 +196,7 @@ class RemotePort(_Requests):
         token = lent.token()
         take = Take(
             reader_id=reader_id,
-            fence=lease,
+            lease=lease,
             max_count=max_count,
             token=token,
             settles=lent.riding(self.channel),

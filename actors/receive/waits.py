@@ -186,7 +186,7 @@ class SiblingWaits:
         used: list[Delivery] = []
         fetched, self._fetched = self._fetched, []
         for delivery, token in fetched:
-            if room <= 0 or not self._view.holds(delivery.channel, delivery.origin.fence):
+            if room <= 0 or not self._view.holds(delivery.channel, delivery.origin.lease):
                 self._lent.settle(delivery, token, delivery.first)
                 continue
             if delivery.count > room:

@@ -28,7 +28,7 @@ __all__ = [
     "CHANNEL_REQUESTS",
     "ChannelRequest",
     "Commit",
-    "ExtendLease",
+    "ExtendHold",
     "FirstAfter",
     "GiveBack",
     "InterruptReceives",
@@ -43,7 +43,7 @@ __all__ = [
     "ReportPoison",
     "ResumeReceives",
     "Seek",
-    "SettleReceives",
+    "PauseReceives",
     "SettleTake",
     "StopTake",
     "Take",
@@ -92,7 +92,7 @@ class SettleTake(NamedTuple):
     """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
 
     reader_id: str
-    fence: ReaderLease
+    lease: ReaderLease
     token: str
     give_back_from: int | None
 
@@ -101,7 +101,7 @@ class Take(NamedTuple):
     """Deliver up to ``max_count`` elements; with ``wait``, a fetch that waits first."""
 
     reader_id: str
-    fence: ReaderLease
+    lease: ReaderLease
     max_count: int
     wait: float = 0.0
     token: str | None = None
@@ -119,7 +119,7 @@ class Watch(NamedTuple):
     """The reader's cursor state once it differs from ``known``."""
 
     reader_id: str
-    fence: ReaderLease
+    lease: ReaderLease
     known: Any
     timeout: float
 
@@ -128,7 +128,7 @@ class GiveBack(NamedTuple):
     """Undo a take nobody saw."""
 
     reader_id: str
-    fence: ReaderLease
+    lease: ReaderLease
     first: int
     expected_next: int
     jumps: int
@@ -140,7 +140,7 @@ class ReportPoison(NamedTuple):
     ``raytopic.actors.poison``): stop before it, or (``skipped``) count it."""
 
     reader_id: str
-    fence: ReaderLease
+    lease: ReaderLease
     jumps: int
     """The reader's cursor jump count at the take that delivered it."""
     sequence: int
@@ -167,7 +167,7 @@ class Nack(NamedTuple):
     single: bool = False
 
 
-class ExtendLease(NamedTuple):
+class ExtendHold(NamedTuple):
     """Move the ack deadlines of elements a member holds."""
 
     reader_id: str
@@ -181,7 +181,7 @@ class Commit(NamedTuple):
 
     reader_id: str
     sequence: int
-    fence: ReaderLease
+    lease: ReaderLease
 
 
 class Seek(NamedTuple):
@@ -189,17 +189,17 @@ class Seek(NamedTuple):
     it") or, with ``by_time``, a time stamp ("next is the first published after it")."""
 
     reader_id: str
-    fence: ReaderLease
+    lease: ReaderLease
     target: int | float
     by_time: bool
     commit: bool
 
 
 class ReadCursor(NamedTuple):
-    """The reader's cursor state (checked against ``fence`` unless None)."""
+    """The reader's cursor state (checked against ``lease`` unless None)."""
 
     reader_id: str
-    fence: ReaderLease = None
+    lease: ReaderLease = None
 
 
 class ReadRingFigures(NamedTuple):
@@ -258,7 +258,7 @@ class InterruptReceives(NamedTuple):
     upto: int
 
 
-class SettleReceives(NamedTuple):
+class PauseReceives(NamedTuple):
     """Answered once a handle's receives of ``stream`` up to ``upto`` finished (a seek
     goes after them)."""
 
@@ -268,7 +268,7 @@ class SettleReceives(NamedTuple):
 
 
 class ResumeReceives(NamedTuple):
-    """The seek announced by ``SettleReceives`` landed: waits may take again."""
+    """The seek announced by ``PauseReceives`` landed: waits may take again."""
 
     reader_id: str
 
@@ -285,7 +285,7 @@ ChannelRequest = (
     | ReportPoison
     | Ack
     | Nack
-    | ExtendLease
+    | ExtendHold
     | Commit
     | Seek
     | ReadCursor
@@ -297,7 +297,7 @@ ChannelRequest = (
     | ReadRange
     | ReadResequencerStats
     | InterruptReceives
-    | SettleReceives
+    | PauseReceives
     | ResumeReceives
 )
 """Any data-path request (a handle's or a sibling channel's)."""
@@ -314,7 +314,7 @@ CHANNEL_REQUESTS = (
     ReportPoison,
     Ack,
     Nack,
-    ExtendLease,
+    ExtendHold,
     Commit,
     Seek,
     ReadCursor,
@@ -326,7 +326,7 @@ CHANNEL_REQUESTS = (
     ReadRange,
     ReadResequencerStats,
     InterruptReceives,
-    SettleReceives,
+    PauseReceives,
     ResumeReceives,
 )
 """The request records a channel serves through ``ChannelActor.request``."""

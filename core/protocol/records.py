@@ -25,7 +25,7 @@ class Lease:
     with the lease it had.
     """
 
-    member_id: str
+    reader_id: str
     """The member's id."""
     generation: int
     """The group generation at which the channel was granted."""
@@ -66,7 +66,7 @@ class ReaderSpec:
     window: int | None = None
     """Most received-but-uncommitted elements, or None."""
     resequence: bytes | None = None
-    """cloudpickled ``raytopic.Resequence``: its home session releases in order."""
+    """cloudpickled ``raytopic.Resequence``: its host session releases in order."""
     skip_poison: bool = False
     """``on_poison="skip"``: poison elements are logged, counted and passed over
     (else the reader stops before one and is told once: ``raytopic.actors.poison``)."""

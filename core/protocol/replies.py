@@ -430,7 +430,7 @@ def _report_poison(origin: _Origin, channel: int, poison: Poison, *, skipped: bo
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
         report = ReportPoison(
             reader_id=origin.reader,
-            fence=origin.fence,
+            lease=origin.lease,
             jumps=origin.jumps,
             sequence=poison.sequence,
             cause_type=poison.cause_type,

@@ -63,7 +63,7 @@ class ConsumedCommit:
     group: str = ""
 
     def to_state(self) -> list[Any]:
-        lease = [self.lease.member_id, self.lease.generation]
+        lease = [self.lease.reader_id, self.lease.generation]
         return [self.reader_id, self.sequence, lease, self.jumps, self.group]
 
     @classmethod

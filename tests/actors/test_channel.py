@@ -40,6 +40,7 @@ from raytopic.core.protocol import (
     Grant,
     Lease,
     OpenReader,
+    PauseReceives,
     ReadCursor,
     ReaderSpec,
     ReadGroupCursors,
@@ -50,7 +51,6 @@ from raytopic.core.protocol import (
     ReadRingFigures,
     Receive,
     Seek,
-    SettleReceives,
     SettleTake,
     Take,
     UpdateViews,
@@ -286,7 +286,7 @@ def test_a_give_back_after_a_seek_does_not_undo_the_seek() -> None:
         await asyncio.sleep(0.005)  # 0..9 taken at the sibling; the reply is on the way
         taking.cancel()
         await asyncio.sleep(0)
-        await _ask(home, SettleReceives("a", "s", 0))
+        await _ask(home, PauseReceives("a", "s", 0))
         await _ask(sibling, Seek("a", None, 1 << 62, False, False))  # seek_to_tail: next stays 10
         await asyncio.sleep(0.1)  # the give-back arrives, and is refused
         assert (await _ask(sibling, ReadCursor("a"))).next == 10

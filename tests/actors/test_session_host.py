@@ -18,7 +18,7 @@ from raytopic.actors.receive.ports import LocalPort, RemotePort
 from raytopic.actors.session_host import END_RECEIVES_TIMEOUT, SessionHost
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import SubscriberClosedError, TopicNotFoundError
-from raytopic.core.protocol import CursorState, Lease, ReaderSpec
+from raytopic.core.protocol import CursorState, Lease, ReaderLease, ReaderSpec
 
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 3, 100, True, None, Overflow.BLOCK, ())
 OLD, NEW = Lease("m", 1), Lease("m", 2)
@@ -45,7 +45,7 @@ class _Host:
     async def _local_call(self, *request: Any) -> Any:
         return "served here"
 
-    def _local_state(self, reader_id: str, fence: Any) -> CursorState:
+    def _local_state(self, reader_id: str, lease: ReaderLease) -> CursorState:
         return CursorState(0, -1, -1, 0)
 
     def member(self, reader_id: str = "m", group: str = "g") -> Reader:

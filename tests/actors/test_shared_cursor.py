@@ -34,7 +34,7 @@ def test_members_take_disjoint_elements_and_acks_move_the_floor():
     assert cursor.ack(3, "b", 1) and cursor.ack(4, "b", 1)
     assert cursor.floor == -1  # 0..2 still held: nothing below them is released
     assert all(cursor.ack(s, "a", 1) for s in (0, 1, 2))
-    assert cursor.floor == 4 and cursor.settled == set()
+    assert cursor.floor == 4 and cursor.done == set()
 
 
 def test_ack_from_another_member_or_an_old_delivery_is_rejected():
@@ -140,7 +140,7 @@ def test_state_round_trip_keeps_acks_and_counts_and_returns_what_was_held():
     cursor.nack(1, "a", 1, 0.0, None)
     take(cursor, "b", 1, tail=5)  # 1 again, delivery 2
     back = SharedCursor.from_state(cursor.to_state())
-    assert back.floor == -1 and back.next == 4 and back.settled == {2}
+    assert back.floor == -1 and back.next == 4 and back.done == {2}
     assert not back.held  # a restarted channel delivers held elements again, counted
     assert {s: w.count for s, w in back.waiting.items()} == {0: 1, 1: 2, 3: 1}
     assert take(back, "c", 9, tail=5) == [(0, 2), (1, 3), (3, 2), (4, 1), (5, 1)]

@@ -69,8 +69,8 @@ class _Shared:
         self.log.ring.append(PickledValues.from_values(values), overwrite=True)
 
     async def take(self, member: str, count: int, token: str | None = None) -> Delivery:
-        fence = {"a": A, "b": B}.get(member)
-        return await self.groups.take(member, fence, count, token)
+        lease = {"a": A, "b": B}.get(member)
+        return await self.groups.take(member, lease, count, token)
 
     @property
     def cursor(self) -> Any:

@@ -109,11 +109,11 @@ def test_a_prepared_commit_holds_its_group_for_every_other_member() -> None:
     entry = _staged(table)
     owner = Lease("member-1", 3)
     table.prepare(entry, LEAD, (ConsumedCommit("r", 4, owner, 1, group="g"),))
-    assert not table.held("g", owner)
-    assert table.held("g", Lease("member-2", 4))
-    assert not table.held("other", Lease("member-2", 4))
+    assert not table.waits_for_commit("g", owner)
+    assert table.waits_for_commit("g", Lease("member-2", 4))
+    assert not table.waits_for_commit("other", Lease("member-2", 4))
     table.finish(entry, Outcome.COMMIT)
-    assert not table.held("g", Lease("member-2", 4))
+    assert not table.waits_for_commit("g", Lease("member-2", 4))
 
 
 def test_expired_and_in_doubt() -> None:

@@ -317,16 +317,16 @@ def test_a_participant_s_consumed_commit_holds_until_the_outcome() -> None:
         entry = channel.tx.table.get("t@1.0")
         assert entry.commits == (ConsumedCommit("m", 3, MEMBER, cursor.jumps, group="g"),)
         assert cursor.committed == -1  # not before the outcome
-        assert channel.tx.table.held("g", OTHER)
+        assert channel.tx.table.waits_for_commit("g", OTHER)
         assert await channel.finish("t@1.0") == ()
         assert (cursor.committed, cursor.next) == (3, 4)
-        assert not channel.tx.table.held("g", OTHER)
+        assert not channel.tx.table.waits_for_commit("g", OTHER)
 
     asyncio.run(main())
 
 
 @pytest.mark.parametrize(
-    ("reader_id", "sequence", "fence", "jumped", "reason"),
+    ("reader_id", "sequence", "lease", "jumped", "reason"),
     [
         ("gone", 1, MEMBER, 0, "left its group"),
         ("m", 1, OTHER, 0, "no longer owns"),
@@ -336,14 +336,14 @@ def test_a_participant_s_consumed_commit_holds_until_the_outcome() -> None:
     ids=["reader closed", "other owner", "jumped", "beyond the tail"],
 )
 def test_a_consumed_commit_that_no_longer_holds_aborts_the_part(
-    reader_id: str, sequence: int, fence: Lease, jumped: int, reason: str
+    reader_id: str, sequence: int, lease: Lease, jumped: int, reason: str
 ) -> None:
     async def main() -> None:
         channel = _Channel()
         await channel.publish(range(3))
         channel.member()
         cursor = channel.readers.owned.groups["g"]
-        commit = ConsumedCommit(reader_id, sequence, fence, cursor.jumps)
+        commit = ConsumedCommit(reader_id, sequence, lease, cursor.jumps)
         cursor.jumps += jumped
         await channel.stage("t@1.0", ["out"])
         with pytest.raises(TransactionAbortedError, match=reason):

@@ -229,7 +229,7 @@ def test_element_derives_position_and_timestamp() -> None:
 
 def test_elements_compare_by_topic_channel_sequence_and_value() -> None:
     element = Element("x", 3, 17, 1.0, ORIGIN)
-    other_reader = dataclasses.replace(ORIGIN, reader="sub-9", fence=None, jumps=4)
+    other_reader = dataclasses.replace(ORIGIN, reader="sub-9", lease=None, jumps=4)
     assert element == Element("x", 3, 17, 2.0, other_reader)
     assert hash(element) == hash(Element("x", 3, 17, 2.0, other_reader))
     assert element != Element("y", 3, 17, 1.0, ORIGIN)

@@ -180,7 +180,7 @@ def test_a_member_that_leaves_hands_its_channels_to_the_others() -> None:
         fleet.sent.clear()
         await groups.leave("g", "b")
         assert groups.group("g").members.keys() == {"a"}
-        assert {request.lease.member_id for _, request in fleet.of(Grant)} == {"a"}
+        assert {request.lease.reader_id for _, request in fleet.of(Grant)} == {"a"}
         assert {c for c in range(CHANNELS) if groups.group("g").owner(c) == "a"} == {0, 1, 2}
         assert fleet.of(UpdateViews)[0][1].views["b"] is None  # its sessions are dropped
 
@@ -248,7 +248,7 @@ def test_a_silent_member_expires_and_its_channels_move_to_the_live_one() -> None
         await groups.expire()
         assert groups.group("g").members.keys() == {"b"}
         assert {c: groups.group("g").owner(c) for c in range(CHANNELS)} == {0: "b", 1: "b", 2: "b"}
-        assert {request.lease.member_id for _, request in fleet.of(Grant)} == {"b"}
+        assert {request.lease.reader_id for _, request in fleet.of(Grant)} == {"b"}
         assert fleet.of(UpdateViews)[0][1].views["a"] is None
         # The expired member hears that it must rejoin.
         assert await groups.heartbeat("g", "a", 0, True, 0.0, 0.0, False) is None

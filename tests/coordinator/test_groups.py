@@ -14,7 +14,7 @@ def owners(group: Group) -> dict[int, str | None]:
 
 
 def held_by(leases: dict[int, Lease | None], member: str) -> dict[int, Lease]:
-    return {c: lease for c, lease in leases.items() if lease and lease.member_id == member}
+    return {c: lease for c, lease in leases.items() if lease and lease.reader_id == member}
 
 
 # -- examples ------------------------------------------------------------------
@@ -237,7 +237,7 @@ def test_membership_changes_keep_leases_fenced_and_balanced(
         # Owners are live members; a member never holds a lease older than its join.
         for lease in group.leases.values():
             if lease is not None:
-                member = group.members[lease.member_id]
+                member = group.members[lease.reader_id]
                 assert member.generation <= lease.generation <= group.generation
         if group.members:
             held = [len(group.channels_of(m)) for m in group.members]

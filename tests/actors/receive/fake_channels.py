@@ -9,7 +9,15 @@ from typing import Any
 
 from raytopic.core.errors import NotOwnerError
 from raytopic.core.payloads import encode_values
-from raytopic.core.protocol import ChannelRequest, Chunk, CursorState, Delivery, Take, Watch
+from raytopic.core.protocol import (
+    ChannelRequest,
+    Chunk,
+    CursorState,
+    Delivery,
+    ReaderLease,
+    Take,
+    Watch,
+)
 from raytopic.core.records import _Origin
 
 
@@ -28,7 +36,7 @@ async def turns(count: int = 5) -> None:
         await asyncio.sleep(0)
 
 
-def delivery(channel: int, first: int, count: int, lease: Any = None) -> Delivery:
+def delivery(channel: int, first: int, count: int, lease: ReaderLease = None) -> Delivery:
     """``count`` elements of ``channel`` from ``first`` (values: their sequences)."""
     origin = _Origin("t", "topic", "ns", "r", lease, 0)
     chunks = [Chunk(first, 0.0, encode_values(list(range(first, first + count))))] if count else []
@@ -48,7 +56,7 @@ class FakeChannel:
         self.release.set()
         self.refuse: BaseException | None = None
 
-    def state(self, reader_id: str, lease: Any = None) -> CursorState:
+    def state(self, reader_id: str, lease: ReaderLease = None) -> CursorState:
         if isinstance(self.refuse, NotOwnerError):
             raise self.refuse
         return CursorState(self.next, self.next - 1, self.next + self.available - 1, 0)
@@ -60,7 +68,7 @@ class FakeChannel:
         if isinstance(request, Take):
             await self.release.wait()
             count = min(request.max_count, self.available)
-            taken = delivery(self.channel, self.next, count, request.fence)
+            taken = delivery(self.channel, self.next, count, request.lease)
             self.next += count
             self.available -= count
             return taken

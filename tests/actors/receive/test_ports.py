@@ -15,6 +15,7 @@ from raytopic.core.protocol import (
     CursorState,
     Delivery,
     GiveBack,
+    ReaderLease,
     SettleTake,
     StopTake,
     Take,
@@ -32,7 +33,7 @@ def run(main: Callable[[], Awaitable[Any]]) -> Any:
     return asyncio.run(guarded())
 
 
-def delivery(channel: int, first: int, count: int, lease: Any = None) -> Delivery:
+def delivery(channel: int, first: int, count: int, lease: ReaderLease = None) -> Delivery:
     origin = _Origin("t", "topic", "ns", "r", lease, 0)
     return Delivery(channel, first, count, (), 0, first + count, first + count, -1, origin)
 
@@ -197,7 +198,7 @@ def test_a_give_back_goes_only_while_the_channel_is_ours_under_the_same_lease() 
         lent = lent_over({1: port}, leases={1: ("m", 2)})
         await lent.give_back(delivery(1, 10, 2, lease=("m", 1)))  # an older lease
         await lent.give_back(delivery(1, 10, 2, lease=("m", 2)))
-        assert [g.fence for g in sibling.sent(GiveBack)] == [("m", 2)]
+        assert [g.lease for g in sibling.sent(GiveBack)] == [("m", 2)]
 
     run(main)
 

@@ -36,7 +36,7 @@ def test_a_packed_request_round_trips_with_its_type() -> None:
 
 
 def test_defaults_leave_the_flags_off_and_a_request_is_known_by_its_type() -> None:
-    take = Take(reader_id="r", fence=None, max_count=5)
+    take = Take(reader_id="r", lease=None, max_count=5)
     assert (take.wait, take.token) == (0.0, None)
     receive = Receive(reader_id="r", stream="s", number=0, max_count=1, single=True)
     assert (receive.spread, receive.here_only, receive.view) == (False, False, None)

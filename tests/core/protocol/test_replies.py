@@ -28,7 +28,7 @@ ORIGIN = _Origin(
     topic="orders",
     namespace="ns",
     reader="group-a",
-    fence=("member-1", 3),
+    lease=("member-1", 3),
     jumps=2,
 )
 
@@ -71,7 +71,7 @@ def test_empty_delivery_starts_at_next_and_carries_nothing() -> None:
 
 
 def test_received_batch_rebuilds_into_elements_through_pickle() -> None:
-    other = dataclasses.replace(ORIGIN, reader="sub-2", fence=None, jumps=0)
+    other = dataclasses.replace(ORIGIN, reader="sub-2", lease=None, jumps=0)
     first = Delivery.pack(
         3,
         [_chunk(5, 100.0, "a", {"b": 2}), _chunk(7, 101.5, 3)],
