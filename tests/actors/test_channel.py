@@ -168,7 +168,7 @@ async def _home_is_newly_assigned(home: ChannelActor) -> None:
     ("home_owned", "move", "owns_home_after"),
     [(True, _home_goes_to_another_member, False), (False, _home_is_newly_assigned, True)],
 )
-def test_a_full_window_waits_while_the_home_channel_changes_owner(
+def test_a_full_window_waits_while_the_host_channel_changes_owner(
     home_owned: bool, move: Callable[[ChannelActor], None], owns_home_after: bool
 ) -> None:
     async def main() -> None:

@@ -258,7 +258,7 @@ def test_a_give_back_rewinds_only_a_cursor_that_stands_where_the_take_left_it() 
     asyncio.run(main())
 
 
-def test_a_restarted_host_s_loans_are_taken_back_and_others_kept() -> None:
+def test_a_restarted_hosts_lent_takes_are_taken_back_and_others_kept() -> None:
     async def main() -> None:
         parts = _Owned()
         parts.append(range(6))

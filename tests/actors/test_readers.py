@@ -258,7 +258,7 @@ def test_watch_returns_when_the_state_changes_or_at_its_timeout() -> None:
     asyncio.run(main())
 
 
-def test_a_restarted_host_s_loans_are_taken_back_in_both_modes() -> None:
+def test_a_restarted_hosts_lent_takes_are_taken_back_in_both_modes() -> None:
     async def main() -> None:
         channel = _Channel()
         channel.open_all()

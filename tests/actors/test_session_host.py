@@ -212,7 +212,7 @@ def test_a_closed_reader_loses_its_session_and_pushed_view() -> None:
     asyncio.run(main())
 
 
-def test_every_change_of_the_home_channel_pokes_its_sessions() -> None:
+def test_every_change_of_the_host_channel_pokes_its_sessions() -> None:
     host = _Host()
     session = host.host.sessions["x"] = _RecordingSession()  # type: ignore[assignment]
     host.context.notify()

@@ -186,7 +186,7 @@ def test_a_give_back_holds_only_for_the_member_s_own_deliveries() -> None:
     asyncio.run(main())
 
 
-def test_a_restarted_host_s_loans_go_back_and_the_others_stay_lent() -> None:
+def test_a_restarted_hosts_lent_takes_go_back_and_the_others_stay_lent() -> None:
     async def main() -> None:
         parts = _Shared()
         parts.append(range(4))
