@@ -13,7 +13,11 @@ is one, so its outputs are visible when it answers. The lead, here:
 3. decides in its own ``TransactionParticipant``, in-process (never through
    Ray): its own part is appended and the outcome recorded durably in one step;
 4. finishes every other participant, in parallel, and answers the holder with
-   the outcome and the runs each one appended;
+   the outcome and the runs each one appended once the outputs' finishes are
+   done (they are visible when ``commit()`` returns); a participant with only
+   consumed positions is finished after the answer (its group waits for it,
+   since its positions stay pinned until then; nothing else does), which keeps
+   a round trip off every commit;
 5. forgets the outcome once every participant finished and the holder has its
    answer: with the decision of the incarnation's next transaction here (the
    holder ends one at a time, so it has the answer then). Until then a
@@ -117,8 +121,10 @@ class TransactionLead:
         self._participant = participant
         self._peers = peers
         self._here = here
-        self._finished: dict[str, str] = {}
-        """Transactional id -> its last transaction committed everywhere, to forget."""
+        self._finished: dict[str, list[str]] = {}
+        """Transactional id -> its transactions committed everywhere, to forget."""
+        self._finishing: set[asyncio.Task[None]] = set()
+        """The commit-only participants' finishes the answer did not wait for."""
 
     async def end(self, request: EndTransaction, _: Any = None) -> TransactionEnded:
         """Commit or abort the transaction everywhere; returns the outcome.
@@ -138,7 +144,7 @@ class TransactionLead:
             reason, committed_before = await self._prepared(request, others)
         else:
             reason = request.reason or "aborted by its holder"
-        earlier = self._finished.pop(request.transactional_id, None)
+        earlier = self._finished.pop(request.transactional_id, [])
         decide = DecideTransaction(
             request.key,
             request.transactional_id,
@@ -147,7 +153,7 @@ class TransactionLead:
             reason,
             own.staged,
             own.commits,
-            () if earlier in (None, request.key) else (earlier,),
+            tuple(key for key in earlier if key != request.key),
         )
         lost_here = None
         if committed_before and not self._participant.decided(request.key):
@@ -160,17 +166,50 @@ class TransactionLead:
             await self._finish(request, others, Outcome.ABORT, reason)
             self._peers.ended(request)
             return TransactionEnded(Outcome.ABORT, reason)
-        runs, lost, all_finished = await self._finish(request, others, Outcome.COMMIT, "")
-        if all_finished and lost_here is None:
-            self._finished[request.transactional_id] = request.key
-            while len(self._finished) > KEEP_FINISHED:
-                del self._finished[next(iter(self._finished))]
+        # The answer waits for the outputs' finishes (they are visible when commit()
+        # returns), not for a commit-only participant's: its group waits for it (the
+        # consumed positions are pinned until it finishes), nothing else does, and
+        # waiting would add a round trip to every commit.
+        outputs = [part for part in others if part.staged]
+        commit_only = [part for part in others if not part.staged]
+        runs, lost, all_finished = await self._finish(request, outputs, Outcome.COMMIT, "")
+        forgettable = all_finished and lost_here is None
+        if commit_only:
+            task = asyncio.create_task(self._finish_commits(request, commit_only, forgettable))
+            self._finishing.add(task)
+            task.add_done_callback(self._finishing.discard)
+        elif forgettable:
+            self._forget_later(request)
         if lost_here is not None or lost:
             raise lost_here or lost[0]
         runs[self._here] = own_runs
         return TransactionEnded(
             Outcome.COMMIT, "", tuple((at, tuple(r)) for at, r in sorted(runs.items()) if r)
         )
+
+    async def finishes_sent(self) -> None:
+        """Wait until the commit-only finishes the answers did not wait for are done."""
+        while self._finishing:
+            await asyncio.gather(*self._finishing, return_exceptions=True)
+
+    async def _finish_commits(
+        self, request: EndTransaction, commit_only: list[TransactionPart], forgettable: bool
+    ) -> None:
+        """Finish the commit-only participants (after the answer went); the outcome
+        becomes forgettable once every participant finished."""
+        _, lost, all_finished = await self._finish(request, commit_only, Outcome.COMMIT, "")
+        for error in lost:
+            logger.warning("transaction %s: %s", request.key, error)
+        if forgettable and all_finished:
+            self._forget_later(request)
+
+    def _forget_later(self, request: EndTransaction) -> None:
+        """Forget this outcome with the transactional id's next decision here: every
+        participant finished, and a holder that began another transaction has its
+        answer (a request Ray retries before that still gets it)."""
+        self._finished.setdefault(request.transactional_id, []).append(request.key)
+        while len(self._finished) > KEEP_FINISHED:
+            del self._finished[next(iter(self._finished))]
 
     async def _prepared(
         self, request: EndTransaction, others: list[TransactionPart]

@@ -145,6 +145,10 @@ def test_a_commit_appends_every_output_moves_the_input_and_the_lead_forgets_it_l
         assert ended.outcome == Outcome.COMMIT and ended.reason == ""
         assert dict(ended.runs) == {sink.at: ((0, 2),), other.at: ((0, 1),)}
         assert sink.visible() == ["a", "b"] and other.visible() == ["c"]
+        # The answer does not wait for the commit-only participant's finish (its group
+        # waits for it, nothing else does): it follows.
+        assert source.readers.owned.groups["g"].committed == -1
+        await lead.finishes_sent()
         assert source.readers.owned.groups["g"].committed == 4
         assert peers.committing_at == [sink.at]
         # The lead never calls itself; each other participant is prepared, then finished.
