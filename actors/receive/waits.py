@@ -26,6 +26,7 @@ from raytopic.core.errors import (
     StaleSequenceError,
     SubscriberClosedError,
     TopicError,
+    TopicNotFoundError,
 )
 from raytopic.core.protocol import CursorState, Delivery, ReaderLease
 
@@ -166,6 +167,10 @@ class SiblingWaits:
         elif isinstance(error, TOLD_ONCE):
             view.forget(channel)
             self._tell_once(error)  # the channel moved the cursor: report it once
+        elif isinstance(error, TopicNotFoundError):
+            # The topic is being destroyed (the sibling heard it first): no failure;
+            # this channel's own end of receives tells the waiting receive.
+            view.forget(channel)
         elif error is not None:
             logger.warning("fetch from channel %d failed: %s", channel, error)
             view.forget(channel)

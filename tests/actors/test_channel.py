@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import pickle
 import re
 import time
@@ -27,6 +28,7 @@ from raytopic.core.errors import (
     PoisonElementError,
     StaleSequenceError,
     StoreError,
+    TopicNotFoundError,
 )
 from raytopic.core.payloads import ArrowRows, PickledValues
 from raytopic.core.protocol import (
@@ -672,6 +674,26 @@ def test_background_jobs_start_where_the_state_needs_them_and_close_stops_them()
         await channel.close()
 
     asyncio.run(main())
+
+
+def test_a_fetch_the_destroyed_topic_ends_at_a_sibling_is_no_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> None:
+        home, sibling = _wired(TWO_CHANNELS)
+        for channel in (home, sibling):
+            await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        waiting = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, False, True)))
+        await asyncio.sleep(0.2)  # the receive waits, with a fetch waiting at the sibling
+        await sibling.control(EndReceives("topic 't' was destroyed"))  # it hears it first
+        await asyncio.sleep(0.1)
+        await home.control(EndReceives("topic 't' was destroyed"))
+        with pytest.raises(TopicNotFoundError, match="destroyed"):
+            await waiting
+
+    with caplog.at_level(logging.INFO):
+        asyncio.run(main())
+    assert "failed" not in caplog.text
 
 
 def test_the_end_of_receives_a_destroyed_topic_sends_also_stops_the_background_jobs() -> None:
