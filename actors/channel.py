@@ -21,7 +21,7 @@ The parts:
 - :class:`~raytopic.actors.dead_letters.DeadLetters`: the only code that calls
   another topic;
 - :class:`~raytopic.actors.session_host.SessionHost`: receive sessions, the
-  links to sibling channels, group views;
+  ports to sibling channels, group views;
 - :class:`~raytopic.actors.transactions.TransactionParticipant`: staged
   elements and the two-phase commit of transactions;
 - :class:`~raytopic.actors.channel_state.ChannelState`: the durable state (each

@@ -113,7 +113,8 @@ class SiblingWaits:
         except NotOwnerError:
             if view.holds(channel, lease):
                 self._drop(channel)
-        except ray.exceptions.TaskCancelledError:
+        except (ray.exceptions.TaskCancelledError, TopicNotFoundError):
+            # Stopped, or the topic is being destroyed (as for a fetch: no failure).
             view.forget(channel)
         except TopicError as error:
             logger.warning("watch of channel %d failed: %s", channel, error)

@@ -676,13 +676,14 @@ def test_background_jobs_start_where_the_state_needs_them_and_close_stops_them()
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("window", [None, 5])  # a windowed session watches instead
 def test_a_fetch_the_destroyed_topic_ends_at_a_sibling_is_no_failure(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, window: int | None
 ) -> None:
     async def main() -> None:
         home, sibling = _wired(TWO_CHANNELS)
         for channel in (home, sibling):
-            await channel.control(OpenReader("a", ReaderSpec(None, False)))
+            await channel.control(OpenReader("a", ReaderSpec(None, False, window=window)))
         waiting = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, False, True)))
         await asyncio.sleep(0.2)  # the receive waits, with a fetch waiting at the sibling
         await sibling.control(EndReceives("topic 't' was destroyed"))  # it hears it first
