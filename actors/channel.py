@@ -557,6 +557,7 @@ class ChannelActor:
                 Overflow.parse(request.overflow),
                 request.timeout,
                 whole=statuses,
+                each=request.each,
                 publisher_id=publisher_id,
                 batch=batch,
             )

@@ -303,12 +303,29 @@ class ChannelLog:
         timeout: float | None,
         *,
         whole: bool,
+        each: bool = False,
         publisher_id: str = "",
         batch: int = -1,
     ) -> tuple[AppendAck, int | None]:
         """The one place where elements enter the channel (publishes, ring buffer adds,
         Arrow batches): room, then the store write (or the ring). Returns the ack
-        and the change to make durable (:meth:`durable`) before answering."""
+        and the change to make durable (:meth:`durable`) before answering.
+
+        Args:
+            payload: The elements.
+            policy: What a full channel does.
+            timeout: Seconds "block" waits for room (None: no limit).
+            whole: "fail" takes all of the batch or none of it (a ``publish_batch``
+                part, a ring buffer ``add_all``); else what fits.
+            each: The values were published one by one (``Publisher.publish`` only
+                batches them for the wire): "block" appends what fits at once and
+                waits only for the rest, and refuses a value only after ``timeout``
+                with no room at all; errors name no count of the batch. Else
+                "block" waits for room for all of it (pieces only beyond the
+                capacity), up to ``timeout`` in all.
+            publisher_id: Whose batch it is (kept in the store record).
+            batch: The publisher's number of the batch.
+        """
         ring = self.ring
         count = len(payload)
         if not count:
@@ -321,9 +338,10 @@ class ChannelLog:
             return AppendAck(first, count, stamp), change
         # "fail" takes what fits now, or with ``whole`` (a publish_batch, whose
         # caller sees one error for all its values) nothing unless all fit.
-        # "block" waits until the whole batch fits (so its positions are
-        # contiguous and share one stamp); only a batch larger than the
-        # capacity goes in several pieces.
+        # "block" with ``each`` appends what fits and waits for room for the rest;
+        # without, it waits until the whole batch fits (so its positions are
+        # contiguous and share one stamp): only a batch larger than the capacity
+        # goes in several pieces.
         deadline = None if timeout is None else time.monotonic() + timeout
         runs: list[tuple[int, int, float]] = []
         accepted = 0
@@ -337,11 +355,13 @@ class ChannelLog:
         change = None
         while accepted < count:
             wanted = min(count - accepted, ring.capacity)
-            if policy is Overflow.BLOCK and self.room() < wanted:
+            if policy is Overflow.BLOCK and self.room() < (1 if each else wanted):
                 # The pieces stored so far hold room until a sync shows them to
                 # readers, who free it: make them durable first (sync="always").
                 await self.durable(change)
-                if not await self.wait_room(wanted, deadline):
+                if each and timeout is not None:  # refused only after timeout with no room
+                    deadline = time.monotonic() + timeout
+                if not await self.wait_room(1 if each else wanted, deadline):
                     break
             size = max(0, min(wanted, self.room()))
             if not size:
@@ -357,15 +377,24 @@ class ChannelLog:
             if policy is Overflow.FAIL:
                 break
         if accepted < count and error is None:
-            error = TopicFullError(
-                f"channel {self._channel} is full ({ring.capacity} elements): "
-                f"{count - accepted} of {count} values not appended"
-            )
+            error = self._full(policy, timeout, None if each else (count - accepted, count))
         if not runs:
             return AppendAck(-1, 0, 0.0, error), None
         first, _, stamp = runs[0]
         pieces = tuple(runs) if len(runs) > 1 else ()
         return AppendAck(first, accepted, stamp, error, pieces), change
+
+    def _full(
+        self, policy: Overflow, timeout: float | None, refused: tuple[int, int] | None
+    ) -> TopicFullError:
+        """Why values were not appended: counted as ``(refused, of)`` for a batch that
+        is its caller's unit; for values published one by one, about any one of them."""
+        reason = f"channel {self._channel} is full ({self.ring.capacity} elements)"
+        if refused is not None:
+            return TopicFullError(f"{reason}: {refused[0]} of {refused[1]} values not appended")
+        if policy is Overflow.BLOCK and timeout is not None:
+            return TopicFullError(f"{reason}: no room within {timeout:g} s")
+        return TopicFullError(reason)
 
     def _put(
         self, payload: Payload, overwrite: bool, publisher_id: str, batch: int

@@ -155,9 +155,7 @@ class PublishFuture(Future):
         ack = batch.ack
         if ack is not None and self._index >= ack.accepted:
             # Never a silent success for a value the channel did not append.
-            return ack.error or TopicFullError(
-                f"channel {batch.channel}: value not appended ({ack.accepted} of the batch were)"
-            )
+            return ack.error or TopicFullError(f"channel {batch.channel}: value not appended")
         return None
 
     @_exception.setter

@@ -112,10 +112,12 @@ class Publisher:
     still complete, ``flush`` and ``close`` return, and ``publish`` raises
     PublisherClosedError.
 
-    **Back-pressure**: with overflow "block" a full channel holds a batch
-    until there is room, up to ``block_timeout`` seconds, then fails its
-    values with TopicFullError. At most ``max_buffered`` values wait here;
-    beyond that ``publish()`` itself waits (up to ``block_timeout``).
+    **Back-pressure**: with overflow "block" a full channel appends what fits
+    and holds the rest until there is room; a value fails with TopicFullError
+    once it waited ``block_timeout`` seconds with no room at all (the values
+    after it wait behind it: per-key order holds). At most ``max_buffered``
+    values wait here; beyond that ``publish()`` itself waits (up to
+    ``block_timeout``).
 
     A Publisher pickles: the copy in another process is a new publisher
     (own id, own buffers) with the same settings.
@@ -256,9 +258,13 @@ class Publisher:
         here, and a part shared between two values of one call (one list in
         two dicts) stays shared for readers, as with ``ray.put`` of the list.
 
-        With overflow "fail", each channel's part goes in whole or not at all:
-        the ObjectRef raises TopicFullError, and the channels it names
-        appended nothing of this batch (other channels' parts may have gone in).
+        Each channel's part goes in whole (consecutive positions, one time
+        stamp) or not at all: with overflow "block" it waits up to
+        ``block_timeout`` for room for all of it (a part larger than the
+        capacity goes in pieces as room frees); with "fail" it is refused at
+        once. A part refused makes the ObjectRef raise TopicFullError naming
+        its channel, which appended nothing of it (other channels' parts may
+        have gone in).
 
         Args:
             values: Picklable values except None and ObjectRefs.
@@ -446,6 +452,7 @@ class Publisher:
                         overflow=self._overflow,
                         timeout=self._block_timeout,
                         statuses=call.batch is None,
+                        each=call.batch is not None,
                     )
                 ),
                 payload,

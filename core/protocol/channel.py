@@ -64,6 +64,10 @@ class Append(NamedTuple):
     timeout: float | None
     statuses: bool = False
     """Reply with the batch's statuses (``publish_batch``) instead of an ack."""
+    each: bool = False
+    """The values were published one by one (``Publisher.publish``): under "block"
+    what fits goes in at once and only the rest waits for room (see
+    ``ChannelLog.append``)."""
 
 
 class AppendOnce(NamedTuple):

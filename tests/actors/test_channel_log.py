@@ -145,6 +145,53 @@ def test_block_gives_up_at_its_timeout_with_nothing_appended() -> None:
     asyncio.run(main())
 
 
+def test_block_with_values_published_one_by_one_appends_what_fits_and_waits_for_the_rest() -> None:
+    """A publisher's batch of values published one by one (``each``) is not a unit:
+    what fits goes in at once, and only the rest waits for room."""
+
+    async def main() -> None:
+        log = _log(_config(capacity=4))
+        await log.append(_values(3), Overflow.BLOCK, None, whole=False, each=True)
+        appending = asyncio.ensure_future(
+            log.append(_values(3, 10), Overflow.BLOCK, 5.0, whole=False, each=True)
+        )
+        await asyncio.sleep(0.05)
+        assert not appending.done() and log.ring.tail == 3  # 10 is in; 11 and 12 wait
+        log.evict_to(2)  # readers released two: room for the rest
+        log._context.notify()
+        ack, _ = await asyncio.wait_for(appending, 2.0)
+        assert (ack.first, ack.accepted, ack.error) == (3, 3, None)
+        assert [(first, count) for first, count, _ in ack.runs] == [(3, 1), (4, 2)]
+        assert _decoded(log.read(2, 10)) == [2, 10, 11, 12]
+
+    asyncio.run(main())
+
+
+def test_block_with_values_published_one_by_one_refuses_only_what_found_no_room() -> None:
+    async def main() -> None:
+        log = _log(_config(capacity=4))
+        await log.append(_values(2), Overflow.BLOCK, None, whole=False, each=True)
+        ack, _ = await log.append(_values(5, 10), Overflow.BLOCK, 0.05, whole=False, each=True)
+        assert (ack.first, ack.accepted) == (2, 2)
+        assert isinstance(ack.error, TopicFullError)
+        # Each refused value's future shows this error: it counts no batch of the wire.
+        assert str(ack.error) == "channel 0 is full (4 elements): no room within 0.05 s"
+        assert _decoded(log.read(0, 10)) == [0, 1, 10, 11]
+
+    asyncio.run(main())
+
+
+def test_fail_with_values_published_one_by_one_names_no_batch_count() -> None:
+    async def main() -> None:
+        log = _log(_config(capacity=4))
+        await log.append(_values(3), Overflow.FAIL, None, whole=False, each=True)
+        ack, _ = await log.append(_values(3, 10), Overflow.FAIL, None, whole=False, each=True)
+        assert (ack.first, ack.accepted) == (3, 1)
+        assert str(ack.error) == "channel 0 is full (4 elements)"
+
+    asyncio.run(main())
+
+
 def test_an_empty_append_changes_nothing_and_acks_the_tail() -> None:
     async def main() -> None:
         log = _log(_config())

@@ -4,6 +4,7 @@ close, overflow policies and refused values."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -242,6 +243,57 @@ def test_a_held_batch_goes_in_whole_and_reports_the_positions_it_got(make_topic)
     assert all(read[s.position.sequence].timestamp == s.timestamp for s in statuses)
     member.close()
     waiting.close()
+
+
+def test_block_appends_what_fits_and_fails_only_the_rest_after_block_timeout(make_topic) -> None:
+    """No reader: of 150 values published one by one into a capacity of 100, the first
+    100 go in at once (however the publisher batched them on the wire), and only the
+    50 that never found room fail, each with an error about its own value."""
+    topic = make_topic(channels=1, capacity=100, overflow="block")
+    with topic.publisher(block_timeout=1.0) as publisher:
+        futures = [publisher.publish(i) for i in range(150)]
+        publisher.flush()
+    appended = [f.result().position.sequence for f in futures[:100]]
+    assert appended == list(range(100))
+    for future in futures[100:]:
+        error = future.exception()
+        assert type(error) is rt.TopicFullError
+        assert str(error) == "channel 0 is full (100 elements): no room within 1 s"
+    assert [e.value for e in _everything(topic)] == list(range(100))
+
+
+@pytest.mark.slow
+def test_block_with_a_slow_consumer_draining_appends_every_value_in_key_order(
+    make_topic,
+) -> None:
+    """A member frees 6 places every 0.3 s; the publisher's values wait for room a
+    little at a time, never block_timeout (1.5 s) without any, so none is refused
+    (a batch that waited for room for all of it, up to the capacity, needed 3 s).
+    Each key's values arrive in publish order."""
+    topic = make_topic(channels=1, capacity=60, overflow="block", groups=["g"], retain=False)
+    keys = ["a", "b", "c"]
+    received: list[tuple[str, int]] = []
+    draining = threading.Event()
+
+    def drain() -> None:
+        with topic.subscriber(group="g") as member:
+            draining.set()
+            while len(received) < 150:
+                batch = ray.get(member.receive_batch(6), timeout=30)
+                received.extend(e.value for e in batch)
+                batch[-1].commit()
+                time.sleep(0.3)
+
+    consumer = threading.Thread(target=drain)
+    consumer.start()
+    assert draining.wait(30)
+    with topic.publisher(block_timeout=1.5) as publisher:
+        futures = [publisher.publish((keys[i % 3], i), key=keys[i % 3]) for i in range(150)]
+        publisher.flush()
+    consumer.join(60)
+    assert [f.exception() for f in futures] == [None] * 150
+    for key in keys:
+        assert [i for k, i in received if k == key] == list(range(keys.index(key), 150, 3))
 
 
 def test_fail_fails_the_values_that_do_not_fit(make_topic) -> None:
