@@ -315,10 +315,7 @@ class CoordinatorActor:
             spec = state.shared
             if spec is None or spec.dead_letter in (None, self._config.name):
                 continue  # this topic itself exists
-            # Making a topic blocks on Ray calls: off this event loop.
-            await asyncio.to_thread(
-                ensure_dead_letter_topic, spec.dead_letter, self._config.namespace
-            )
+            await ensure_dead_letter_topic(spec.dead_letter, self._config.namespace)
 
     async def destroy_group(self, group: str) -> None:
         """Forget a group: its positions, members and the retention it held."""

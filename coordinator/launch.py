@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -21,6 +22,7 @@ import ray
 from raytopic.core.config import TopicConfig
 from raytopic.core.errors import TopicExistsError, TopicNotFoundError, unwrap_ray_error
 from raytopic.core.naming import channel_actor_name, coordinator_actor_name
+from raytopic.core.steps import Get, Sleep, Steps, run_awaiting, run_blocking
 
 if TYPE_CHECKING:
     from raytopic.coordinator.coordinator import TopicInfo
@@ -34,7 +36,10 @@ __all__ = [
     "create_topic_actors",
     "ensure_dead_letter_topic",
     "find_topic",
+    "finding",
     "launch_topic",
+    "launching",
+    "released",
     "wait_released",
 ]
 
@@ -65,14 +70,14 @@ def _channel_class() -> Any:
     return ray.remote(ChannelActor)
 
 
-def create_topic_actors(config: TopicConfig) -> tuple[Any, list[Any]]:
+def create_topic_actors(config: TopicConfig) -> Steps[tuple[Any, list[Any]]]:
     """Create the coordinator and the channel actors of ``config``'s topic, without
     waiting for them to start.
 
     Raises:
         NameTakenError: a live topic of that name exists.
     """
-    coordinator = _named(
+    coordinator = yield from _named(
         lambda: (
             _coordinator_class()
             .options(
@@ -87,10 +92,11 @@ def create_topic_actors(config: TopicConfig) -> tuple[Any, list[Any]]:
             )
             .remote(config)
         ),
-        lambda: _being_destroyed(config),
+        config,
     )
-    channels = [
-        _named(
+    channels = []
+    for channel in range(config.channels):
+        made = yield from _named(
             lambda channel=channel: (
                 _channel_class()
                 .options(
@@ -110,16 +116,17 @@ def create_topic_actors(config: TopicConfig) -> tuple[Any, list[Any]]:
                 )
                 .remote(config, channel)
             ),
-            lambda: True,  # the coordinator's name was free: a predecessor is going
+            None,  # the coordinator's name was free: a predecessor is going
         )
-        for channel in range(config.channels)
-    ]
+        channels.append(made)
     return coordinator, channels
 
 
-def _named(create: Any, predecessor_going: Any) -> Any:
+def _named(create: Callable[[], Any], coordinator_of: TopicConfig | None) -> Steps[Any]:
     """``create()`` a named actor, again while a destroyed predecessor still holds its
-    name (``ray.kill`` frees it a moment later).
+    name (``ray.kill`` frees it a moment later). ``coordinator_of``: the actor is
+    that topic's coordinator (its predecessor is asked whether it is going; the
+    channels' predecessors are, once the coordinator's name was free).
 
     Raises:
         NameTakenError: the name is held, and not by an actor on its way out.
@@ -129,27 +136,29 @@ def _named(create: Any, predecessor_going: Any) -> Any:
         try:
             return create()
         except ValueError as error:
-            if not predecessor_going() or time.monotonic() > deadline:
+            going = coordinator_of is None or (yield from _being_destroyed(coordinator_of))
+            if not going or time.monotonic() > deadline:
                 raise NameTakenError(str(error)) from error
-            time.sleep(0.05)
+            yield Sleep(0.05)
 
 
-def _being_destroyed(config: TopicConfig) -> bool:
+def _being_destroyed(config: TopicConfig) -> Steps[bool]:
     """Whether the coordinator holding the topic's name is on its way out."""
     try:
         coordinator = ray.get_actor(coordinator_actor_name(config.name), namespace=config.namespace)
     except ValueError:
         return True
     try:
-        ray.get(coordinator.info.remote(), timeout=5)
+        yield Get(coordinator.info.remote(), timeout=5)
     except Exception:
         return True
     return False
 
 
-def launch_topic(config: TopicConfig, *, exist_ok: bool) -> tuple[Any, TopicInfo]:
+def launching(config: TopicConfig, *, exist_ok: bool) -> Steps[tuple[Any, TopicInfo]]:
     """Create and start ``config``'s topic (``create_topic`` without the handle); its
     coordinator makes the dead-letter topics of its shared groups as it starts.
+    Run by :func:`launch_topic` (a driver) or awaited (the coordinator).
 
     Args:
         config: The validated configuration.
@@ -166,34 +175,39 @@ def launch_topic(config: TopicConfig, *, exist_ok: bool) -> tuple[Any, TopicInfo
     """
     if exist_ok:
         try:
-            coordinator, info = find_topic(config.name, config.namespace)
+            coordinator, info = yield from finding(config.name, config.namespace)
         except TopicNotFoundError:
             pass
         else:
             _warn_if_different(info.config, config)
             return coordinator, info
     try:
-        coordinator, channels = create_topic_actors(config)
+        coordinator, channels = yield from create_topic_actors(config)
     except NameTakenError as error:
         if exist_ok:  # made by another process a moment ago
-            return find_topic(config.name, config.namespace)
+            return (yield from finding(config.name, config.namespace))
         raise TopicExistsError(
             f"topic {config.name!r} already exists in namespace {config.namespace!r}"
         ) from error
     try:
         with unwrap_ray_error():
-            info: TopicInfo = ray.get(coordinator.start.remote(channels))
+            info: TopicInfo = yield Get(coordinator.start.remote(channels))
     except Exception:
         # Not made (a store that cannot be opened): leave no actor and no name behind.
         for actor in (*channels, coordinator):
             ray.kill(actor, no_restart=True)
         for actor_name in actor_names(config.name, config.channels):
-            wait_released(actor_name, config.namespace)
+            yield from released(actor_name, config.namespace)
         raise
     return coordinator, info
 
 
-def find_topic(name: str, namespace: str) -> tuple[Any, TopicInfo]:
+def launch_topic(config: TopicConfig, *, exist_ok: bool) -> tuple[Any, TopicInfo]:
+    """:func:`launching`, blocking (a driver's ``create_topic``)."""
+    return run_blocking(launching(config, exist_ok=exist_ok))
+
+
+def finding(name: str, namespace: str) -> Steps[tuple[Any, TopicInfo]]:
     """The coordinator actor of a topic and what it reports, once it has started.
 
     Raises:
@@ -205,23 +219,28 @@ def find_topic(name: str, namespace: str) -> tuple[Any, TopicInfo]:
         raise TopicNotFoundError(f"no topic {name!r} in namespace {namespace!r}") from None
     try:
         with unwrap_ray_error():
-            info: TopicInfo = ray.get(coordinator.ready.remote())
+            info: TopicInfo = yield Get(coordinator.ready.remote())
     except ray.exceptions.RayActorError as error:
         raise TopicNotFoundError(f"topic {name!r} is gone (its coordinator died)") from error
     return coordinator, info
 
 
-def ensure_dead_letter_topic(name: str, namespace: str) -> None:
+def find_topic(name: str, namespace: str) -> tuple[Any, TopicInfo]:
+    """:func:`finding`, blocking (a driver's ``get_topic``)."""
+    return run_blocking(finding(name, namespace))
+
+
+async def ensure_dead_letter_topic(name: str, namespace: str) -> None:
     """Create a dead-letter topic if it is missing: one channel, elements retained
-    until someone reads them. Blocks on Ray calls (the coordinator calls it off its
-    event loop).
+    until someone reads them. Awaits the topic's actors: the coordinator calls it on
+    its event loop.
 
     Args:
         name: The topic's name (a shared group's ``dead_letter``).
         namespace: The Ray namespace of the group's topic (and so of its dead letters).
     """
     config = TopicConfig.create(name, channels=1, retain=True, namespace=namespace)
-    launch_topic(config, exist_ok=True)
+    await run_awaiting(launching(config, exist_ok=True))
 
 
 def actor_names(topic: str, channels: int) -> list[str]:
@@ -229,7 +248,7 @@ def actor_names(topic: str, channels: int) -> list[str]:
     return [*(channel_actor_name(topic, c) for c in range(channels)), coordinator_actor_name(topic)]
 
 
-def wait_released(name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEOUT) -> None:
+def released(name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEOUT) -> Steps[None]:
     """Wait until a killed actor's name is free, which it is once the actor is dead
     (bounded: a kill is not synchronous). Asked of the GCS by name: a call to the
     actor itself would make Ray log that it retries the call."""
@@ -239,8 +258,13 @@ def wait_released(name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEO
             ray.get_actor(name, namespace=namespace)
         except ValueError:
             return
-        time.sleep(0.01)
+        yield Sleep(0.01)
     logger.warning("actor %s still alive %.0f s after ray.kill", name, timeout)
+
+
+def wait_released(name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEOUT) -> None:
+    """:func:`released`, blocking (a driver's ``destroy``)."""
+    run_blocking(released(name, namespace, timeout))
 
 
 def _warn_if_different(existing: TopicConfig, asked: TopicConfig) -> None:
