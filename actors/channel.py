@@ -674,7 +674,9 @@ class ChannelActor:
     async def _commit(self, request: Commit) -> CommitResult:
         """Commit ``sequence`` (and every earlier one) for the reader or its group;
         with a store, answered once the commit is on disk."""
-        return self._readers.commit(request.reader_id, request.sequence, request.lease)
+        return self._readers.commit(
+            request.reader_id, request.sequence, request.lease, request.jumps
+        )
 
     @serves(Seek)
     async def _seek(self, request: Seek) -> tuple[int, int]:

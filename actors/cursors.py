@@ -69,6 +69,10 @@ class Cursor:
             commits below it were received before the reset (REJECTED).
         delivered_high: Highest sequence delivered since the last reset; a
             commit above it was received before the reset or never (REJECTED).
+        reset_jumps: The jump count the last reset left (0: none). An
+            element's commit carries the count it was read at: one read under
+            a lower count was received before the reset (REJECTED), whatever
+            was delivered since (the position rule above is for bare positions).
         lent: What a fetch took and its session has not settled yet (used or
             given back): until then the cursor serves no other take, so a
             give-back always finds the cursor where the fetch left it.
@@ -93,6 +97,7 @@ class Cursor:
     owner: Lease | None = None
     reset_floor: int | None = None
     delivered_high: int = -1
+    reset_jumps: int = 0
     lent: Lent | None = None
     unread: list[tuple[int, int]] = field(default_factory=list)
     poison: PoisonMark | None = None
@@ -144,9 +149,10 @@ class Cursor:
         if last > self.delivered_high:
             self.delivered_high = last
 
-    def commit(self, sequence: int, tail: int) -> CommitStatus:
-        """Apply a commit of ``sequence`` (ownership already checked)."""
-        if sequence > tail:
+    def commit(self, sequence: int, tail: int, jumps: int | None = None) -> CommitStatus:
+        """Apply a commit of ``sequence`` (ownership already checked); ``jumps``: the
+        count of the element's read (None: a bare position)."""
+        if sequence > tail or (jumps is not None and jumps < self.reset_jumps):
             return CommitStatus.REJECTED
         if self.reset_floor is not None and not (
             self.reset_floor <= sequence <= self.delivered_high
@@ -210,6 +216,7 @@ class Cursor:
         self.delivered_high = position
         self.lent = None
         self.jumps += 1
+        self.reset_jumps = self.jumps
         return position
 
     def grant(self, lease: Lease | None) -> None:
@@ -305,6 +312,7 @@ class Cursor:
             "owner": None if owner is None else [owner.reader_id, owner.generation],
             "reset_floor": self.reset_floor,
             "delivered_high": self.delivered_high,
+            "reset_jumps": self.reset_jumps,
         }
 
     @classmethod
@@ -325,6 +333,7 @@ class Cursor:
             owner=None if owner is None else Lease(*owner),  # type: ignore[misc]
             reset_floor=state["reset_floor"],  # type: ignore[arg-type]
             delivered_high=int(state["delivered_high"]),  # type: ignore[call-overload]
+            reset_jumps=int(state.get("reset_jumps", 0)),  # type: ignore[call-overload]
         )
         if group:
             cursor.next = cursor.committed + 1

@@ -428,13 +428,16 @@ class OwnedReaders:
 
     # -- commits and seeks ------------------------------------------------------------
 
-    def commit(self, reader: Reader | None, sequence: int, lease: ReaderLease) -> CommitResult:
-        """Commit ``sequence`` (and every earlier one) for the reader or its group."""
+    def commit(
+        self, reader: Reader | None, sequence: int, lease: ReaderLease, jumps: int | None = None
+    ) -> CommitResult:
+        """Commit ``sequence`` (and every earlier one) for the reader or its group;
+        ``jumps``: the count an element's commit read it at (None: a bare position)."""
         position = Position(self._context.config.topic_id, self._context.channel, sequence)
         cursor = self._owned_cursor(reader, lease)
         if cursor is None:
             return CommitResult(self._context.channel, position, CommitStatus.NOT_OWNER)
-        status = cursor.commit(sequence, self._log.ring.tail)
+        status = cursor.commit(sequence, self._log.ring.tail, jumps)
         if status is CommitStatus.COMMITTED:
             self._context.metrics.committed()
             self._touch(reader)  # type: ignore[arg-type]
@@ -522,6 +525,7 @@ class OwnedReaders:
             "has_commit": cursor.has_commit,
             "reset_floor": cursor.reset_floor,
             "delivered_high": cursor.delivered_high,
+            "reset_jumps": cursor.reset_jumps,
             "unread": list(cursor.unread),
         }
         ring = self._log.ring

@@ -125,8 +125,11 @@ class ReaderMode(Protocol):
         """Undo a take nobody saw."""
         ...
 
-    def commit(self, reader: Reader | None, sequence: int, lease: ReaderLease) -> CommitResult:
-        """Commit ``sequence`` and every earlier one (None: a closed reader: not the owner).
+    def commit(
+        self, reader: Reader | None, sequence: int, lease: ReaderLease, jumps: int | None
+    ) -> CommitResult:
+        """Commit ``sequence`` and every earlier one (None: a closed reader: not the owner);
+        ``jumps``: the count an element's commit read it at (None: a bare position).
 
         Raises:
             GroupModeError: the mode takes no commits (a shared group acks instead).

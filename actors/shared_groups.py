@@ -199,7 +199,9 @@ class SharedGroups:
         """What the member holds goes back to its group."""
         self.member_closed(reader.group, reader.reader_id)  # type: ignore[arg-type]
 
-    def commit(self, reader: Reader | None, sequence: int, lease: ReaderLease) -> CommitResult:
+    def commit(
+        self, reader: Reader | None, sequence: int, lease: ReaderLease, jumps: int | None
+    ) -> CommitResult:
         """Refused: a shared group's members acknowledge elements one by one."""
         raise _refused(reader, "commit")
 

@@ -317,7 +317,9 @@ class Element:
         from raytopic.core.protocol import Commit, pack_request  # (the protocol imports this)
 
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, self.channel)
-        commit = Commit(reader_id=origin.reader, sequence=self.sequence, lease=origin.lease)
+        commit = Commit(
+            reader_id=origin.reader, sequence=self.sequence, lease=origin.lease, jumps=origin.jumps
+        )
         return actor.request.remote(pack_request(commit))
 
     # -- shared groups: acknowledgement element by element --------------------------

@@ -186,6 +186,9 @@ class Commit(NamedTuple):
     reader_id: str
     sequence: int
     lease: ReaderLease
+    jumps: int | None = None
+    """The jump count an element's commit read it at (None: a bare position); one
+    read before the cursor's last reset is REJECTED."""
 
 
 class Seek(NamedTuple):

@@ -188,6 +188,35 @@ def test_second_reset_fences_deliveries_made_between_the_resets() -> None:
     assert cursor.commit(11, tail=30) is REJECTED
 
 
+def test_an_element_read_before_a_reset_commits_rejected_whatever_was_delivered_since() -> None:
+    # An iterating member's receives in flight take again from the reset point at
+    # once: the position alone no longer tells an old delivery from a new one.
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=19, next_sequence=20)  # read at jump count 0
+    cursor.reset(-1, head=0, tail=30)
+    cursor.delivered(last=19, next_sequence=20)  # read again at jump count 1
+    assert cursor.commit(15, tail=30, jumps=0) is REJECTED
+    assert cursor.commit(15, tail=30, jumps=1) is COMMITTED
+    assert cursor.commit(16, tail=30) is COMMITTED  # a bare position: the position rule
+    cursor.seek(18, head=0, tail=30, commit=False)  # a seek is no reset: jump count 2
+    assert cursor.commit(17, tail=30, jumps=1) is COMMITTED
+    assert cursor.commit(17, tail=30, jumps=0) is REJECTED
+    assert state(cursor) == (19, 17, True, 2)
+
+
+def test_the_jump_count_of_the_last_reset_is_kept_by_the_state() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=9, next_sequence=10)
+    cursor.reset(-1, head=0, tail=30)
+    cursor.delivered(last=9, next_sequence=10)
+    restored = Cursor.from_state(cursor.to_state(), group=True)
+    assert restored.reset_jumps == cursor.reset_jumps == 1
+    assert restored.commit(5, tail=30, jumps=0) is REJECTED
+    # A state kept before the field existed reads as "no reset".
+    old = {key: value for key, value in cursor.to_state().items() if key != "reset_jumps"}
+    assert Cursor.from_state(old, group=True).reset_jumps == 0
+
+
 # -- seek --------------------------------------------------------------------
 
 
