@@ -675,7 +675,7 @@ class ChannelActor:
         """Commit ``sequence`` (and every earlier one) for the reader or its group;
         with a store, answered once the commit is on disk."""
         return self._readers.commit(
-            request.reader_id, request.sequence, request.lease, request.jumps
+            request.reader_id, request.sequence, request.lease, request.jumps, request.bound
         )
 
     @serves(Seek)

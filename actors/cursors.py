@@ -16,7 +16,7 @@ from raytopic.actors.poison import PoisonMark
 from raytopic.core.protocol import Lease, Poison
 from raytopic.core.records import CommitStatus
 
-__all__ = ["Cursor", "Lent", "Relay", "clamp"]
+__all__ = ["Cursor", "Lent", "Relay", "bounded", "clamp"]
 
 _UNREAD_RANGES_KEPT = 32
 """Passed-over ranges a cursor tracks exactly (a reader that never commits
@@ -43,6 +43,11 @@ class Relay:
     """The session (its takes' tokens, without their count: ``"<host>:<id>"``)."""
     last: int
     """Sequence of the last element it took."""
+
+
+def bounded(sequence: int, bound: int | None) -> int:
+    """The sequence a commit of ``sequence`` reaches under ``bound`` (None: no bound)."""
+    return sequence if bound is None or bound >= sequence else bound
 
 
 def clamp(sequence: int, head: int, tail: int) -> int:
@@ -149,15 +154,21 @@ class Cursor:
         if last > self.delivered_high:
             self.delivered_high = last
 
-    def commit(self, sequence: int, tail: int, jumps: int | None = None) -> CommitStatus:
+    def commit(
+        self, sequence: int, tail: int, jumps: int | None = None, bound: int | None = None
+    ) -> CommitStatus:
         """Apply a commit of ``sequence`` (ownership already checked); ``jumps``: the
-        count of the element's read (None: a bare position)."""
+        count of the element's read (None: a bare position). It goes no further than
+        ``bound``: a resequencing reader's hand-over mark, below which every element
+        was handed to its user (the commit of an element handed over before an
+        earlier one of its channel stops short of that one: see :func:`bounded`)."""
         if sequence > tail or (jumps is not None and jumps < self.reset_jumps):
             return CommitStatus.REJECTED
         if self.reset_floor is not None and not (
             self.reset_floor <= sequence <= self.delivered_high
         ):
             return CommitStatus.REJECTED
+        sequence = bounded(sequence, bound)
         if sequence <= self.committed and self.has_commit:
             return CommitStatus.ALREADY_COMMITTED
         if sequence <= self.committed:

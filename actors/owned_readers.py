@@ -19,7 +19,7 @@ from typing import Any
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState, Keep
-from raytopic.actors.cursors import Cursor, Lent, Relay
+from raytopic.actors.cursors import Cursor, Lent, Relay, bounded
 from raytopic.actors.reader_parts import LossNotice, Reader, delivered_count, pick
 from raytopic.actors.segment_ring import Run
 from raytopic.core.errors import GroupNotFoundError, NotOwnerError, StaleSequenceError
@@ -429,15 +429,26 @@ class OwnedReaders:
     # -- commits and seeks ------------------------------------------------------------
 
     def commit(
-        self, reader: Reader | None, sequence: int, lease: ReaderLease, jumps: int | None = None
+        self,
+        reader: Reader | None,
+        sequence: int,
+        lease: ReaderLease,
+        jumps: int | None = None,
+        bound: int | None = None,
     ) -> CommitResult:
         """Commit ``sequence`` (and every earlier one) for the reader or its group;
-        ``jumps``: the count an element's commit read it at (None: a bare position)."""
-        position = Position(self._context.config.topic_id, self._context.channel, sequence)
+        ``jumps``: the count an element's commit read it at (None: a bare position);
+        no further than ``bound`` (see ``Cursor.commit``). The result names the
+        position committed."""
         cursor = self._owned_cursor(reader, lease)
-        if cursor is None:
-            return CommitResult(self._context.channel, position, CommitStatus.NOT_OWNER)
-        status = cursor.commit(sequence, self._log.ring.tail, jumps)
+        status = (
+            CommitStatus.NOT_OWNER
+            if cursor is None
+            else cursor.commit(sequence, self._log.ring.tail, jumps, bound)
+        )
+        if status in (CommitStatus.COMMITTED, CommitStatus.ALREADY_COMMITTED):
+            sequence = bounded(sequence, bound)
+        position = Position(self._context.config.topic_id, self._context.channel, sequence)
         if status is CommitStatus.COMMITTED:
             self._context.metrics.committed()
             self._touch(reader)  # type: ignore[arg-type]

@@ -126,10 +126,16 @@ class ReaderMode(Protocol):
         ...
 
     def commit(
-        self, reader: Reader | None, sequence: int, lease: ReaderLease, jumps: int | None
+        self,
+        reader: Reader | None,
+        sequence: int,
+        lease: ReaderLease,
+        jumps: int | None,
+        bound: int | None,
     ) -> CommitResult:
         """Commit ``sequence`` and every earlier one (None: a closed reader: not the owner);
-        ``jumps``: the count an element's commit read it at (None: a bare position).
+        ``jumps``: the count an element's commit read it at (None: a bare position);
+        no further than ``bound`` (None: no bound).
 
         Raises:
             GroupModeError: the mode takes no commits (a shared group acks instead).

@@ -201,16 +201,22 @@ class Readers:
         return self.mode(reader).report_poison(reader, lease, jumps, poison, skipped)
 
     def commit(
-        self, reader_id: str, sequence: int, lease: ReaderLease, jumps: int | None = None
+        self,
+        reader_id: str,
+        sequence: int,
+        lease: ReaderLease,
+        jumps: int | None = None,
+        bound: int | None = None,
     ) -> CommitResult:
         """Commit ``sequence`` (and every earlier one) for the reader or its group;
-        ``jumps``: the count an element's commit read it at (None: a bare position).
+        ``jumps``: the count an element's commit read it at (None: a bare position);
+        no further than ``bound`` (a resequenced element's hand-over mark).
 
         Raises:
             GroupModeError: the reader is a shared group's member (it acks instead).
         """
         reader, mode = self._open_mode(reader_id)
-        result = mode.commit(reader, sequence, lease, jumps)
+        result = mode.commit(reader, sequence, lease, jumps, bound)
         if result.status is CommitStatus.COMMITTED:
             self.commits_moved()
         return result

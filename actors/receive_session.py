@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from raytopic.actors.receive.handover import HandOver
 from raytopic.actors.receive.lending import LentTakes
 from raytopic.actors.receive.pause import SeekPause
 from raytopic.actors.receive.planner import TakePlanner
@@ -134,12 +136,14 @@ class ReceiveSession:
             poke=self._poke,
         )
         self._resequenced: ResequencedStream | None = None
+        self._handover = HandOver()
         if spec.resequence is not None:
             loop = asyncio.get_running_loop()
             self._resequenced = ResequencedStream(
                 spec.resequence,
                 spec.reader_id[:8],
                 on_ready=lambda: loop.call_soon_threadsafe(self._poke),
+                on_late=lambda item: self._handover.dropped(item.channel, item.first),
             )
         self._wake = asyncio.Event()
         self._end_error: TopicError | None = None  # what receives raise once closed
@@ -252,23 +256,25 @@ class ReceiveSession:
         resequencer, and returns once something is released: at once when
         elements come in order, after the hold window past a gap. With
         ``complete_on_empty`` it returns empty once the channels are empty
-        and nothing is held.
+        and nothing is held. Each element goes out stamped with its hand-over
+        mark (see ``raytopic.actors.receive.handover``).
         """
         resequenced = self._resequenced
         assert resequenced is not None
         while not self.closed:
             released = resequenced.take(1 if single else max_count)
             if released:
-                return ReceivedBatch(released, single)
+                return ReceivedBatch([self._hand_over(item) for item in released], single)
             if number <= self._interrupted.get(stream, -1):
                 break
             pulled = await self._receive(
                 stream, number, RESEQUENCE_PULL, False, True, False, until=lambda: resequenced.ready
             )
             if pulled.deliveries:
-                resequenced.feed(
-                    pair for delivery in pulled.deliveries for pair in delivery.one_by_one()
-                )
+                pairs = [pair for delivery in pulled.deliveries for pair in delivery.one_by_one()]
+                for _, item in pairs:
+                    self._handover.taken(item.channel, item.first)
+                resequenced.feed(pairs)
             elif self.spec.complete_on_empty and not resequenced.ready:
                 if not resequenced.held:
                     break
@@ -277,6 +283,11 @@ class ReceiveSession:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), resequenced.poll_interval)
         return ReceivedBatch((), single)
+
+    def _hand_over(self, item: Delivery) -> Delivery:
+        """``item`` (one released element) stamped with its hand-over mark."""
+        mark = self._handover.handed(item.channel, item.first)
+        return dataclasses.replace(item, origin=dataclasses.replace(item.origin, handed_upto=mark))
 
     async def _receive(
         self,

@@ -200,7 +200,12 @@ class SharedGroups:
         self.member_closed(reader.group, reader.reader_id)  # type: ignore[arg-type]
 
     def commit(
-        self, reader: Reader | None, sequence: int, lease: ReaderLease, jumps: int | None
+        self,
+        reader: Reader | None,
+        sequence: int,
+        lease: ReaderLease,
+        jumps: int | None,
+        bound: int | None,
     ) -> CommitResult:
         """Refused: a shared group's members acknowledge elements one by one."""
         raise _refused(reader, "commit")

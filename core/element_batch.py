@@ -95,7 +95,21 @@ class ElementBatch(list[Element]):
                 raise GroupModeError(
                     f"element {element.position} was received in a shared group: ack it instead"
                 )
-        return {channel: element.commit_async() for channel, element in last.items()}
+        marks = self._handed_upto()
+        return {
+            channel: element._send_commit(marks.get(channel)) for channel, element in last.items()
+        }
+
+    def _handed_upto(self) -> dict[int, int]:
+        """Per channel, how far a commit may go for the whole batch: the highest
+        hand-over mark of its elements there (marks grow in the order elements are
+        handed over); only resequenced elements have one (see ``Element.commit``)."""
+        marks: dict[int, int] = {}
+        for element in self:
+            mark = element._origin.handed_upto
+            if mark is not None and mark > marks.get(element.channel, mark - 1):
+                marks[element.channel] = mark
+        return marks
 
     def ack(self) -> list[AckStatus]:
         """Acknowledge every element (received in a shared group), one call per channel.

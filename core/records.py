@@ -182,7 +182,8 @@ class CommitStatus(enum.Enum):
     """How a commit request ended."""
 
     COMMITTED = "committed"
-    """The commit moved forward to the given position."""
+    """The commit moved forward to the result's position (for a resequencing member,
+    maybe below the one asked: see ``Element.commit``)."""
     ALREADY_COMMITTED = "already_committed"
     """The position is at or below the current commit; nothing moved."""
     NOT_OWNER = "not_owner"
@@ -213,7 +214,8 @@ class CommitResult:
     channel: int
     """The channel the commit was for."""
     position: Position
-    """The position asked to commit."""
+    """The position committed: the one asked, or the highest below it that a
+    resequencing member's commit may reach (see ``Element.commit``)."""
     status: CommitStatus
     """What happened."""
 
@@ -291,8 +293,15 @@ class Element:
     def commit(self) -> CommitResult:
         """Commit this element's position (and every earlier one of its channel).
 
+        A resequencing member hands elements over out of position order: its
+        commit goes no further than the highest position of the channel below
+        which every element was handed over before this one (the rest is
+        delivered again after a restart, never skipped).
+
         Returns:
-            The CommitResult; ``status`` is NOT_OWNER if the member lost the channel.
+            The CommitResult, whose ``position`` is the one committed (below this
+            element's when the resequencer still held an earlier one); ``status``
+            is NOT_OWNER if the member lost the channel.
 
         Raises:
             GroupModeError: it was received in a shared group (ack it instead).
@@ -314,11 +323,21 @@ class Element:
             raise GroupModeError(
                 f"element {self.position} was received in a shared group: ack it instead"
             )
+        return self._send_commit(origin.handed_upto)
+
+    def _send_commit(self, bound: int | None) -> ray.ObjectRef[CommitResult]:
+        """Commit this element's position, no further than ``bound`` (a resequenced
+        batch's hand-over mark; see ``_Origin.handed_upto``)."""
         from raytopic.core.protocol import Commit, pack_request  # (the protocol imports this)
 
+        origin = self._origin
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, self.channel)
         commit = Commit(
-            reader_id=origin.reader, sequence=self.sequence, lease=origin.lease, jumps=origin.jumps
+            reader_id=origin.reader,
+            sequence=self.sequence,
+            lease=origin.lease,
+            jumps=origin.jumps,
+            bound=bound,
         )
         return actor.request.remote(pack_request(commit))
 
@@ -502,3 +521,5 @@ class _Origin:
     shared: bool = False  # read by a shared group's member: acknowledged element by element
     epoch: int = 0  # a shared delivery's channel incarnation: part of its delivery id
     skip_poison: bool = False  # on_poison="skip": an undecodable element is passed over
+    handed_upto: int | None = None  # a resequenced element's hand-over mark: its commits go
+    # no further (every element of its channel up to it was handed over before it)

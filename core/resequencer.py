@@ -577,13 +577,20 @@ class ResequencedStream:
     Items go in with the value they carry (``feed``), come out in sequence
     order per correlation id (``take``). Timeout releases come from a sweeper
     thread, started here and stopped by :meth:`close`; ``on_ready`` is called
-    (from any thread) whenever something was released.
+    (from any thread) whenever something was released, ``on_late`` with an item
+    dropped as late (on the thread that fed it).
 
     **Delivery**: a value without a usable sequence number cannot be ordered;
     it is released as it came rather than lost.
     """
 
-    def __init__(self, option: Resequence, name: str, on_ready: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        option: Resequence,
+        name: str,
+        on_ready: Callable[[], None],
+        on_late: Callable[[Any], None] | None = None,
+    ) -> None:
         if not isinstance(option, Resequence):
             raise InvalidTypeError(
                 f"resequence must be a raytopic.Resequence, got {type(option).__name__}"
@@ -601,6 +608,7 @@ class ResequencedStream:
             reap_interval_ms=max(1, int(self.poll_interval * 1000)),
             start=option.start,
             on_release=self._release,
+            on_late=None if on_late is None else lambda seq, item, correlation: on_late(item),
         )
         self._sweeper = threading.Thread(
             target=self._resequencer.start, name=f"raytopic-resequencer-{name}", daemon=True

@@ -189,6 +189,8 @@ class Commit(NamedTuple):
     jumps: int | None = None
     """The jump count an element's commit read it at (None: a bare position); one
     read before the cursor's last reset is REJECTED."""
+    bound: int | None = None
+    """Commit no further than this: a resequenced element's hand-over mark."""
 
 
 class Seek(NamedTuple):

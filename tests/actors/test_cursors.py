@@ -120,6 +120,18 @@ def test_commit_at_the_start_point_of_a_fresh_cursor_records_a_commit() -> None:
     assert state(other) == (5, 4, True, 0)  # nothing moved back
 
 
+def test_a_commit_goes_no_further_than_its_bound() -> None:
+    # A resequencing reader's element carries its hand-over mark as the bound.
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=9, next_sequence=10)
+    assert cursor.commit(8, tail=9, bound=4) is COMMITTED
+    assert state(cursor) == (10, 4, True, 0)
+    assert cursor.commit(6, tail=9, bound=3) is ALREADY
+    assert cursor.commit(6, tail=9, bound=9) is COMMITTED
+    assert cursor.committed == 6
+    assert cursor.commit(12, tail=9, bound=4) is REJECTED  # the position asked is checked
+
+
 def test_commit_does_not_need_a_prior_delivery_without_a_reset() -> None:
     # The owner check happens in the channel; the cursor only guards the tail.
     cursor = Cursor.starting_at(0)

@@ -1,0 +1,79 @@
+"""What a resequencing session took and has not handed over yet, per channel. No Ray.
+
+A resequencing session hands elements over in their sequence numbers' order, not in
+position order: an element may be handed over while an earlier one of its channel
+still waits in the resequencer. A commit must not pass that one (it would be lost
+if the member stopped there). So each element handed over is stamped with its
+channel's *hand-over mark*: the highest position below which every element the
+session took there was handed over (or dropped as late) before it. Its commits
+go no further (``Cursor.commit`` clamps them).
+
+Why a stamp rather than state at the channel: an element's mark is a fact about
+what came before it, true whatever happens to the session afterwards. A host
+channel that restarts loses its resequencer (what it held was never committed and
+is delivered again), and the elements handed over before still commit safely. An
+iteration that buffers elements hands them to its user in the session's order, so
+what was handed over before an element was seen before it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from dataclasses import dataclass, field
+
+__all__ = ["HandOver"]
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """One channel's taken positions not handed over yet."""
+
+    counts: Counter[int] = field(default_factory=Counter)
+    """Position -> copies waiting (a position read again after a jump may wait twice)."""
+    heap: list[int] = field(default_factory=list)
+    """The same positions, lowest first (stale entries are skipped lazily)."""
+    highest: int = -1
+    """The highest position taken here."""
+
+    def lowest(self) -> int | None:
+        heap = self.heap
+        while heap and heap[0] not in self.counts:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+
+class HandOver:
+    """The positions one resequencing session took and has not handed over."""
+
+    def __init__(self) -> None:
+        self._channels: dict[int, _Waiting] = {}
+
+    def taken(self, channel: int, sequence: int) -> None:
+        """The session took ``sequence`` of ``channel`` (it goes into the resequencer)."""
+        waiting = self._channels.get(channel)
+        if waiting is None:
+            waiting = self._channels[channel] = _Waiting()
+        if not waiting.counts[sequence]:
+            heapq.heappush(waiting.heap, sequence)
+        waiting.counts[sequence] += 1
+        waiting.highest = max(waiting.highest, sequence)
+
+    def dropped(self, channel: int, sequence: int) -> None:
+        """``sequence`` will never be handed over (the resequencer dropped it as late):
+        it holds no commit back."""
+        waiting = self._channels.get(channel)
+        if waiting is None or not waiting.counts[sequence]:
+            return
+        waiting.counts[sequence] -= 1
+        if not waiting.counts[sequence]:
+            del waiting.counts[sequence]
+
+    def handed(self, channel: int, sequence: int) -> int:
+        """``sequence`` of ``channel`` is handed over now; returns its hand-over mark."""
+        self.dropped(channel, sequence)
+        waiting = self._channels.get(channel)
+        if waiting is None:  # never taken here: no more is known than its own position
+            return sequence
+        lowest = waiting.lowest()
+        return waiting.highest if lowest is None else lowest - 1

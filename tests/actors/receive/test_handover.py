@@ -1,0 +1,61 @@
+"""Unit tests of HandOver (no Ray): the hand-over mark a resequencing session stamps
+on each element it hands over, whatever order it hands them over in."""
+
+from __future__ import annotations
+
+from raytopic.actors.receive.handover import HandOver
+
+
+def test_in_position_order_each_mark_is_the_element_itself_or_later() -> None:
+    handover = HandOver()
+    for sequence in range(5):
+        handover.taken(0, sequence)
+    assert [handover.handed(0, sequence) for sequence in range(4)] == [0, 1, 2, 3]
+    assert handover.handed(0, 4) == 4  # nothing waits: everything taken was handed over
+
+
+def test_an_element_handed_over_before_an_earlier_one_is_marked_below_it() -> None:
+    handover = HandOver()
+    for sequence in range(10, 16):
+        handover.taken(0, sequence)
+    assert handover.handed(0, 13) == 9  # 10, 11, 12 still wait
+    assert handover.handed(0, 10) == 10
+    assert handover.handed(0, 12) == 10  # 11 waits
+    assert handover.handed(0, 11) == 13  # 14 waits; 13 went before
+    assert handover.handed(0, 15) == 13
+    assert handover.handed(0, 14) == 15
+
+
+def test_channels_are_marked_apart() -> None:
+    handover = HandOver()
+    handover.taken(0, 0)
+    handover.taken(1, 0)
+    handover.taken(1, 1)
+    assert handover.handed(1, 1) == -1  # channel 1's 0 waits, channel 0's does not count
+    assert handover.handed(0, 0) == 0
+
+
+def test_an_element_dropped_as_late_holds_nothing_back() -> None:
+    handover = HandOver()
+    for sequence in range(3):
+        handover.taken(0, sequence)
+    handover.dropped(0, 0)
+    assert handover.handed(0, 2) == 0  # 1 waits
+    handover.dropped(0, 1)
+    handover.dropped(0, 1)  # (twice: nothing more)
+    handover.taken(0, 3)
+    assert handover.handed(0, 3) == 3
+
+
+def test_a_position_taken_again_waits_until_each_copy_is_handed_over() -> None:
+    handover = HandOver()
+    handover.taken(0, 0)
+    handover.taken(0, 1)
+    handover.taken(0, 0)  # read again after a jump, the first copy still held
+    assert handover.handed(0, 1) == -1
+    assert handover.handed(0, 0) == -1  # the other copy of 0 still waits
+    assert handover.handed(0, 0) == 1
+
+
+def test_an_element_never_taken_is_marked_at_itself() -> None:
+    assert HandOver().handed(3, 7) == 7

@@ -1,0 +1,136 @@
+"""A resequencing group member's commits, through closes, kills and a host channel's
+restart (real Ray, real processes; DESIGN 5.6 "What users do without reading twice").
+
+A resequencer hands elements over out of position order, so a commit of an element
+must not pass an earlier element of its channel still held back: each test has a
+member commit every element it handles, stop part-way (closed, killed, or its host
+channel killed under it), and a successor read the rest. Every value must reach one
+of them (duplicates are allowed: what was never committed is delivered again).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+
+import pytest
+import ray
+
+import raytopic as rt
+
+from tests.topic_helpers import get, kill_channel, serving_again
+
+VALUES = 100
+HANDLED = 40
+
+
+def _publish_scrambled(topic: rt.Topic) -> None:
+    """``{"n": 0..99}``, shuffled within blocks of ten (35-44 straddles the 40th),
+    round robin over the channels: each channel holds its numbers out of order, so
+    the resequencer hands some of a channel's elements over before earlier ones."""
+    numbers: list[int] = []
+    for block in range(-5, VALUES, 10):
+        chunk = list(range(max(block, 0), min(block + 10, VALUES)))
+        random.Random(block).shuffle(chunk)
+        numbers.extend(chunk)
+    with topic.publisher() as publisher:
+        for n in numbers:
+            publisher.publish({"n": n})
+
+
+def _in_order() -> rt.Resequence:
+    return rt.Resequence(seq=lambda v: v["n"], timeout_ms=60_000, start=0)
+
+
+def _successor_reads(topic: rt.Topic, group: str) -> list[int]:
+    """What a new member (not resequencing) of ``group`` receives until empty."""
+    with topic.subscriber(group=group, complete_on_empty=True) as successor:
+        got = []
+        while batch := get(successor.receive_batch(1000)):
+            got.extend(element.value["n"] for element in batch)
+            batch.commit()
+    return got
+
+
+def _handle_and_commit(member: rt.Subscriber, count: int) -> tuple[list[int], int]:
+    """Iterate ``member``, committing each element; stop after ``count``. Returns the
+    numbers handled and how many commits stopped short of their element."""
+    handled, short = [], 0
+    for element in member:
+        handled.append(element.value["n"])
+        result = element.commit()
+        short += result.position != element.position
+        if len(handled) == count:
+            break
+    return handled, short
+
+
+def test_a_closed_member_commits_nothing_it_did_not_hand_over(make_topic) -> None:
+    topic = make_topic(channels=2, groups=["g"])
+    _publish_scrambled(topic)
+    member = topic.subscriber(group="g", resequence=_in_order(), complete_on_empty=True)
+    handled, short = _handle_and_commit(member, HANDLED)
+    member.close()
+
+    rest = _successor_reads(topic, "g")
+
+    assert handled == list(range(HANDLED))  # in order, as the resequencer promises
+    assert set(handled) | set(rest) == set(range(VALUES))
+    assert short  # some commits stopped short: an earlier element was still held
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class _ResequencingMember:
+    """A resequencing member in its own worker process."""
+
+    def __init__(self, topic: rt.Topic, group: str) -> None:
+        self._member = topic.subscriber(
+            group=group, resequence=_in_order(), timeout=2.0, complete_on_empty=True
+        )
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def handle(self, count: int) -> list[int]:
+        return _handle_and_commit(self._member, count)[0]
+
+
+@pytest.mark.slow
+def test_a_killed_member_commits_nothing_it_did_not_hand_over(make_topic, wait_until) -> None:
+    topic = make_topic(channels=2, groups=["g"])
+    _publish_scrambled(topic)
+    victim = _ResequencingMember.remote(topic, "g")
+    handled = get(victim.handle.remote(HANDLED))
+    os.kill(get(victim.pid.remote()), signal.SIGKILL)
+    wait_until(lambda: not topic.describe().groups["g"].members, timeout=30)
+
+    rest = _successor_reads(topic, "g")
+
+    assert handled == list(range(HANDLED))
+    assert set(handled) | set(rest) == set(range(VALUES))
+
+
+@pytest.mark.slow
+def test_commits_after_the_host_channel_restarts_skip_nothing(make_topic, tmp_path) -> None:
+    # The host's resequencer dies with it; the elements handed over before commit after.
+    topic = make_topic(channels=2, groups=["g"], store=str(tmp_path))
+    _publish_scrambled(topic)
+    member = topic.subscriber(group="g", resequence=_in_order(), complete_on_empty=True)
+    handed: list[rt.Element] = []
+    while len(handed) < HANDLED:
+        handed.extend(get(member.receive_batch(HANDLED - len(handed))))
+    host = member._receives.host_channel
+    epoch = kill_channel(topic, host)
+    serving_again(topic, host, epoch, bound=30)
+
+    for element in handed:
+        assert element.commit().status in (
+            rt.CommitStatus.COMMITTED,
+            rt.CommitStatus.ALREADY_COMMITTED,
+        )
+    member.close()
+    rest = _successor_reads(topic, "g")
+
+    assert [e.value["n"] for e in handed] == list(range(HANDLED))
+    assert {e.value["n"] for e in handed} | set(rest) == set(range(VALUES))
