@@ -25,13 +25,14 @@ def test_a_packed_request_round_trips_with_its_type() -> None:
     assert isinstance(packed, bytes)
     unpacked = unpack_request(packed, CHANNEL_REQUESTS)
     assert unpacked == request and type(unpacked) is Append
-    assert unpacked.statuses is False
+    assert unpacked.statuses is False and unpacked.each is False
     assert unpacked._asdict() == {
         "publisher_id": "publisher-1",
         "batch": 3,
         "overflow": "block",
         "timeout": 60.0,
         "statuses": False,
+        "each": False,
     }
 
 
