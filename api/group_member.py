@@ -37,7 +37,7 @@ from raytopic.core.errors import (
 from raytopic.core.protocol import ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 from raytopic.membership import Heartbeats, KnownView
-from raytopic.receives import JumpCounts, Ownership
+from raytopic.receives import Ownership, StaleReads
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,9 +72,9 @@ class Membership(Ownership, Protocol):
         """Make sure the group exists; return the spec the reader registers with."""
         ...
 
-    def start(self, jumps: JumpCounts, *, attached: bool) -> None:
+    def start(self, stale: StaleReads, *, attached: bool) -> None:
         """Join (``attached``: a copy of a member learns its view); the group's reset
-        jump counts go to ``jumps`` from now on."""
+        jump counts and the leases it takes away go to ``stale`` from now on."""
         ...
 
     def current_channels(self) -> tuple[int, ...]:
@@ -155,8 +155,8 @@ class NoMembership:
     def prepare(self, spec: ReaderSpec) -> ReaderSpec:
         return spec
 
-    def start(self, jumps: JumpCounts, *, attached: bool) -> None:
-        pass  # no group: no view, no reset
+    def start(self, stale: StaleReads, *, attached: bool) -> None:
+        pass  # no group: no view, no reset, no lease
 
     def owned(self, *, catch_up: bool = True) -> tuple[int, ...]:
         return self._channels
@@ -231,7 +231,7 @@ class GroupMember:
         self._cooperative = cooperative
         self._listener = listener
         self._view = KnownView()
-        self._jumps: JumpCounts  # set by start(): the receives' counts
+        self._stale: StaleReads  # set by start(): what makes the receives' reads stale
         self._stopped = False
         self._join_lock = threading.RLock()  # one rejoin at a time
         self._view_lock = threading.RLock()  # the membership's view
@@ -253,8 +253,8 @@ class GroupMember:
         self._call(coordinator.ensure_group.remote(self.group, spec.start_latest, reader=spec))
         return spec
 
-    def start(self, jumps: JumpCounts, *, attached: bool) -> None:
-        self._jumps = jumps
+    def start(self, stale: StaleReads, *, attached: bool) -> None:
+        self._stale = stale
         if attached:
             # The same member: learn its view; its heartbeats start on its first
             # receive (a copy handed to a task may never receive).
@@ -408,12 +408,18 @@ class GroupMember:
         with self._view_lock:
             if self._stopped:
                 return  # a poll answered after close() (it left): nothing to tell
+            held = dict(known.leases)
             if view is None:
                 change = known.lose()
             else:
                 if known.accepts(view, rejoined=rejoined):
-                    self._jumps.raise_all(view.jumps)
+                    self._stale.raise_all(view.jumps)
                 change = known.apply(view, rejoined=rejoined)
+            # A lease gone from the view went to another member (or to none) at its
+            # channel first: what was read under it is that owner's after the commit.
+            for channel, lease in held.items():
+                if known.leases.get(channel) != lease:
+                    self._stale.lose(channel, lease)
             if change is not None:
                 self._changes.append(change)
 

@@ -3,7 +3,8 @@
 :class:`KnownView` is pure (no Ray): the member's view (channels and their
 leases, the view version, its generation) and the rule that turns one view
 into the next as an :class:`OwnershipChange`. (A view's reset jump counts
-are kept with the receives they stale: ``raytopic.receives.JumpCounts``.)
+and the leases it takes away are kept with the receives they stale:
+``raytopic.receives.StaleReads``.)
 
 :class:`Heartbeats` is its thin shell: one background thread that keeps a
 ``heartbeat`` call waiting at the coordinator (a long poll). The call reports

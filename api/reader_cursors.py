@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from raytopic.core.protocol import CursorState, ReaderLease
-    from raytopic.receives import JumpCounts
+    from raytopic.receives import StaleReads
     from raytopic.topic import Topic
 
 __all__ = ["CursorRole", "ReaderCursors", "SeekPause"]
@@ -58,7 +58,7 @@ class CursorRole(Protocol):
 class SeekPause(Protocol):
     """What a seek asks of the subscriber's receives."""
 
-    jumps: JumpCounts
+    stale: StaleReads
 
     def paused(self) -> AbstractContextManager[None]:
         """Receives sent before entering complete first; the host resumes after."""
@@ -132,7 +132,7 @@ class ReaderCursors:
             )
             position, jumps = self._call(actor.request.remote(pack_request(seek)))
         # What an iteration prefetched before the seek carries a lower count: dropped.
-        self._receives.jumps.raise_to(channel, jumps)
+        self._receives.stale.raise_to(channel, jumps)
         return self._topic.position(channel, position)
 
     def commit(self, channel: int, position: Position) -> ray.ObjectRef[CommitResult]:

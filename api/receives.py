@@ -17,7 +17,8 @@ Reading goes straight to the channels:
 
 A seek or a group reset bumps a channel's cursor *jump count*; elements read
 before it (in a buffer, or in a receive that was in flight) carry a lower
-count and are dropped: :class:`JumpCounts` is where the counts live.
+count and are dropped, as are those read under a lease the member lost (a
+rebalance moved the channel away): :class:`StaleReads` keeps both.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from raytopic.core.records import Element
     from raytopic.topic import Topic
 
-__all__ = ["ChannelChoice", "JumpCounts", "Ownership", "Receives"]
+__all__ = ["ChannelChoice", "Ownership", "Receives", "StaleReads"]
 
 ITERATION_BATCH = 4000
 """Elements an iteration asks for per round, over all the channels it reads."""
@@ -86,42 +87,73 @@ class Ownership(Protocol):
         ...
 
 
-class JumpCounts:
-    """Per channel, the cursor jump count after the latest seek or group reset. No Ray.
+class StaleReads:
+    """Per channel, what makes an element read there before *stale*: not handed out,
+    and its commit refused at the channel. No Ray.
 
-    A channel stamps each element with its reader's jump count at read time,
-    so an element read before a jump carries a lower count: it is *stale*
-    and is not handed out. Seeks (the user's thread) and group views (the
-    heartbeat thread) raise the counts; they never fall.
+    - the cursor's *jump count* after the latest seek, group reset or seek to the
+      commit: a channel stamps each element with its reader's count at read time,
+      so one read before a jump carries a lower count (seeks raise it on the user's
+      thread, group views on the heartbeat thread);
+    - the *leases* the member lost there: a group moved the channel to another
+      member (or to none: the member timed out), so what was read under them goes
+      to the new owner after the commit, never to this member's hands.
+
+    Both only rise.
     """
 
     def __init__(self) -> None:
         self._counts: dict[int, int] = {}
+        self._lost: dict[int, int] = {}  # channel -> the highest generation lost there
         self._lock = threading.Lock()  # a seek and a view may raise one channel at once
 
     def raise_to(self, channel: int, count: int) -> None:
-        """Raise ``channel``'s count to ``count`` (a lower one changes nothing)."""
+        """Raise ``channel``'s jump count to ``count`` (a lower one changes nothing)."""
         with self._lock:
             if count > self._counts.get(channel, 0):
                 self._counts[channel] = count
 
     def raise_all(self, counts: Mapping[int, int]) -> None:
-        """Raise every channel's count to the one given for it."""
+        """Raise every channel's jump count to the one given for it."""
         for channel, count in counts.items():
             self.raise_to(channel, count)
 
+    def lose(self, channel: int, lease: Lease) -> None:
+        """The member no longer holds ``lease`` at ``channel``: what it read there under
+        that lease (or an earlier one of its own) is stale. (A lease it gets there
+        later has a higher generation.)"""
+        with self._lock:
+            if lease.generation > self._lost.get(channel, -1):
+                self._lost[channel] = lease.generation
+
     def count(self, channel: int) -> int:
-        """``channel``'s count (0 before any jump)."""
+        """``channel``'s jump count (0 before any jump)."""
         return self._counts.get(channel, 0)
 
     def any_stale(self, elements: Iterable[Element]) -> bool:
-        """Whether any of ``elements`` is stale (no jump yet: none, at no cost)."""
-        return bool(self._counts) and any(map(self.is_stale, elements))
+        """Whether any of ``elements`` is stale (none before a jump or a loss, at no
+        cost; elements of one delivery share their origin: looked at once)."""
+        if not (self._counts or self._lost):
+            return False
+        seen, channel = None, -1
+        for element in elements:
+            if element._origin is seen and element.channel == channel:
+                continue
+            if self.is_stale(element):
+                return True
+            seen, channel = element._origin, element.channel
+        return False
 
     def is_stale(self, element: Element) -> bool:
-        """Whether ``element`` was read before its channel's latest jump."""
-        counts = self._counts
-        return bool(counts) and element._origin.jumps < counts.get(element.channel, 0)
+        """Whether ``element`` was read before its channel's latest jump, or under a
+        lease the member lost."""
+        origin = element._origin
+        if origin.jumps < self._counts.get(element.channel, 0):
+            return True
+        lost = self._lost
+        return bool(lost) and (
+            origin.lease is not None and origin.lease.generation <= lost.get(element.channel, -1)
+        )
 
 
 class ChannelChoice:
@@ -190,8 +222,8 @@ class Receives:
         self._choice = ChannelChoice(
             reader_id, topic.channel_count, fixed_host=spec.resequence is not None
         )
-        self.jumps = JumpCounts()
-        """The jump counts; views of the group raise them too."""
+        self.stale = StaleReads()
+        """What makes earlier reads stale; views of the group raise it too."""
         # Held while streams are numbered and sent: receives on several threads
         # (a user's, an iteration's) must reach each channel in their numbers' order.
         self._lock = threading.RLock()
@@ -359,7 +391,7 @@ class Receives:
         buffer = self._buffer
         while buffer:
             element = buffer.popleft()
-            if not self.jumps.is_stale(element):
+            if not self.stale.is_stale(element):
                 return element
         return None
 
@@ -368,7 +400,7 @@ class Receives:
         buffer = self._buffer
         if not buffer:
             return ElementBatch()
-        if len(buffer) <= count and not self.jumps.any_stale(buffer):
+        if len(buffer) <= count and not self.stale.any_stale(buffer):
             taken = ElementBatch(buffer)
             buffer.clear()
             return taken
@@ -527,7 +559,7 @@ class _BatchIteration:
                 raise StopIteration
             if not elements:
                 continue  # nothing came in time: look again
-            if len(elements) <= self._max and not receives.jumps.any_stale(elements):
+            if len(elements) <= self._max and not receives.stale.any_stale(elements):
                 # The common case: a received batch handed out as it came.
                 return elements if type(elements) is ElementBatch else ElementBatch(elements)
             receives.buffer(elements)

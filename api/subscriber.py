@@ -6,8 +6,8 @@ handle is a facade: it checks that it is open and hands each call to one of
 its parts, all built from one :class:`~raytopic.subscriber_options.SubscriberOptions`:
 
 - :class:`~raytopic.receives.Receives`: where each receive goes, iteration's
-  receives in flight, what an abandoned iteration left over, and the jump
-  counts that make reads from before a seek or reset stale.
+  receives in flight, what an abandoned iteration left over, and what makes
+  earlier reads stale (a seek, a reset, a lease lost).
 - a :class:`~raytopic.group_member.Membership`: the subscriber's place in its
   group, kept fresh by its heartbeats (never by a call on the receive path);
   an anonymous subscriber holds a ``NoMembership``.
@@ -196,7 +196,7 @@ class Subscriber:
         self._receives = Receives(topic, reader_id, options.spec, self._member)
         self._cursors = ReaderCursors(topic, reader_id, self._member, self._receives)
         self._acks = Acknowledgements(reader_id, topic.topic_id, self._member)
-        self._member.start(self._receives.jumps, attached=attached)
+        self._member.start(self._receives.stale, attached=attached)
         _live[reader_id] = self
 
     def __reduce__(self) -> tuple[Any, ...]:

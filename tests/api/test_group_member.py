@@ -96,7 +96,7 @@ def test_a_reset_raises_the_receives_jump_counts_without_a_call(make_topic, wait
     topic = make_topic(channels=1)
     publish_all(topic, list(range(4)))
     member = topic.subscriber(group="g")
-    jumps = member._receives.jumps
+    jumps = member._receives.stale
     before = [jumps.count(c) for c in range(topic.channel_count)]
     topic.reset_group("g", "latest")
     # Nothing is called on the member: its waiting heartbeat came back with the reset.

@@ -1,5 +1,6 @@
-"""A subscriber's receives without Ray: the jump counts that make earlier reads stale,
-the choice of channel for a receive, the buffer and how iteration ends."""
+"""A subscriber's receives: without Ray, what makes earlier reads stale (jump counts,
+leases lost), the choice of channel for a receive, the buffer and how iteration
+ends; with a real Ray, iteration fenced as ``receive()`` is after a rebalance."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from typing import Any
 import pytest
 
 import raytopic as rt
-from raytopic.core.protocol import ReaderSpec
+from raytopic.core.protocol import Lease, ReaderSpec
 from raytopic.core.records import _Origin
-from raytopic.receives import ChannelChoice, JumpCounts, Receives
+from raytopic.receives import ChannelChoice, Receives, StaleReads
+
+from tests.topic_helpers import key_for, publish_all
 
 
-def _element(channel: int, sequence: int, jumps: int = 0) -> rt.Element:
-    origin = _Origin("topic-id", "t", "ns", "reader", None, jumps)
+def _element(channel: int, sequence: int, jumps: int = 0, lease: Lease | None = None) -> rt.Element:
+    origin = _Origin("topic-id", "t", "ns", "reader", lease, jumps)
     return rt.Element(f"v{sequence}", channel, sequence, 0.0, origin)
 
 
@@ -43,11 +46,11 @@ def _receives(*owned: int, channel_count: int = 4, **spec: Any) -> tuple[Receive
     return Receives(topic, "reader", reader_spec, ownership), ownership  # type: ignore[arg-type]
 
 
-# -- jump counts -----------------------------------------------------------------------------
+# -- stale reads -----------------------------------------------------------------------------
 
 
 def test_jump_counts_only_rise() -> None:
-    jumps = JumpCounts()
+    jumps = StaleReads()
     jumps.raise_all({0: 3, 1: 1})
     jumps.raise_all({0: 2, 1: 4})
     jumps.raise_to(2, 5)
@@ -56,12 +59,36 @@ def test_jump_counts_only_rise() -> None:
 
 
 def test_an_element_read_before_its_channels_latest_jump_is_stale() -> None:
-    jumps = JumpCounts()
+    jumps = StaleReads()
     assert not jumps.is_stale(_element(0, 1, jumps=0))
     jumps.raise_to(0, 2)
     assert jumps.is_stale(_element(0, 1, jumps=1))
     assert not jumps.is_stale(_element(0, 1, jumps=2))
     assert not jumps.is_stale(_element(1, 1, jumps=0))  # another channel did not jump
+
+
+def test_an_element_read_under_a_lease_the_member_lost_is_stale() -> None:
+    stale = StaleReads()
+    first, second = Lease("reader", 3), Lease("reader", 7)
+    assert not stale.any_stale([_element(1, 1, lease=first)])
+    stale.lose(1, first)
+    assert stale.is_stale(_element(1, 1, lease=first))
+    assert stale.is_stale(_element(1, 1, lease=Lease("reader", 2)))  # an earlier one too
+    assert not stale.is_stale(_element(1, 1, lease=second))  # the channel came back since
+    assert not stale.is_stale(_element(0, 1, lease=first))  # kept at another channel
+    assert not stale.is_stale(_element(1, 1))  # anonymous reads hold no lease
+    stale.lose(1, Lease("reader", 1))  # an older loss heard late changes nothing
+    assert not stale.is_stale(_element(1, 1, lease=Lease("reader", 4)))
+
+
+def test_a_batch_is_stale_when_any_of_its_deliveries_is() -> None:
+    stale = StaleReads()
+    kept, lost = Lease("reader", 5), Lease("reader", 4)
+    batch = [_element(0, 1, lease=kept), _element(0, 2, lease=kept), _element(1, 1, lease=lost)]
+    assert not stale.any_stale(batch)
+    stale.lose(1, lost)
+    assert stale.any_stale(batch)
+    assert not stale.any_stale(batch[:2])
 
 
 # -- where a receive goes --------------------------------------------------------------------
@@ -102,7 +129,7 @@ def test_the_host_channel_follows_what_is_owned() -> None:
 def test_buffered_elements_come_in_order_without_the_stale_ones() -> None:
     receives, _ = _receives(0, 1)
     receives.buffer([_element(0, 1), _element(1, 1), _element(0, 2, jumps=1)])
-    receives.jumps.raise_to(0, 1)
+    receives.stale.raise_to(0, 1)
     assert receives.next_buffered() == _element(1, 1)
     assert receives.next_buffered() == _element(0, 2)
     assert receives.next_buffered() is None
@@ -137,3 +164,55 @@ def test_pausing_with_no_receive_sent_calls_no_channel() -> None:
     receives, _ = _receives(0)
     with receives.paused():
         pass  # the topic has no channel actors: any call would fail
+
+
+# -- iteration fenced as receive() is (real Ray) --------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [None, 5], ids=["elements", "batches"])
+def test_an_iterating_member_never_hands_out_a_channel_a_join_took(make_topic, batch) -> None:
+    # a iterates and commits what it handed out; b joins and takes channel 1 (the
+    # assignment is sticky and deterministic: a keeps channel 0). What a had fetched
+    # of channel 1 is dropped: it goes to b, after a's commit, never to a's hands
+    # (a kept yielding it: 49 elements, or 45 by batches, read by both).
+    topic = make_topic(channels=2)
+    publish_all(topic, list(range(50)), key=key_for(1, 2))
+    a = topic.subscriber(group="g", complete_on_empty=True)
+    batches = iter(a) if batch is None else a.iter_batches(batch)
+    first = next(batches)
+    assert first.commit() in (
+        rt.CommitResult(1, topic.position(1, 0), rt.CommitStatus.COMMITTED),
+        {1: rt.CommitResult(1, topic.position(1, 4), rt.CommitStatus.COMMITTED)},
+    )
+    handed = 1 if batch is None else batch
+    b = topic.subscriber(group="g", complete_on_empty=True)
+    assert (a.channels, b.channels) == ((0,), (1,))  # a has heard: a join returns once it has
+    assert list(batches) == []
+    assert [element.value for element in b] == list(range(handed, 50))
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("batch", [None, 500], ids=["elements", "batches"])
+def test_an_iterating_member_that_timed_out_hands_out_nothing_it_had_fetched(
+    make_topic, wait_until, batch
+) -> None:
+    # a fetched everything (no receive of its waits, so nothing keeps it alive) and
+    # stalls past its timeout: the channel goes to b. What a had fetched is b's now.
+    topic = make_topic(channels=1)
+    publish_all(topic, list(range(9000)))
+    changes: list[rt.OwnershipChange] = []
+    a = topic.subscriber(
+        group="g", timeout=1.0, complete_on_empty=True, on_ownership_change=changes.append
+    )
+    b = topic.subscriber(group="g", complete_on_empty=True)
+    batches = iter(a) if batch is None else a.iter_batches(batch)
+    first = next(batches)
+    (first if batch is None else first[-1]).commit()
+    handed = 1 if batch is None else batch
+    wait_until(lambda: b.channels == (0,), timeout=30)
+    wait_until(lambda: any(change.lost for change in changes), timeout=30)
+    assert list(batches) == []  # a rejoins on its next receive, and owns nothing
+    assert [element.value for element in b] == list(range(handed, 9000))
+    a.close()
+    b.close()
