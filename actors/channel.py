@@ -742,10 +742,13 @@ class ChannelActor:
 
     @serves(Ack)
     async def _ack(self, request: Ack) -> AckStatus | list[AckStatus]:
-        """Acknowledge elements a shared group's member holds, each named by its
-        delivery id (sequence, delivery count, channel epoch); with a store,
-        answered once on disk."""
-        statuses = self._readers.ack(request.reader_id, request.entries)
+        """Acknowledge elements: a shared group's member's holds, each named by its
+        delivery id (sequence, delivery count, channel epoch), or an owned reader's
+        elements done one by one (under its lease); with a store, answered once on
+        disk."""
+        statuses = self._readers.ack(
+            request.reader_id, request.entries, request.lease, request.jumps
+        )
         return statuses[0] if request.single else statuses
 
     @serves(Nack)

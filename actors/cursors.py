@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from raytopic.actors.done_ranges import DoneRanges
 from raytopic.actors.poison import PoisonMark
 from raytopic.core.protocol import Lease, Poison
 from raytopic.core.records import CommitStatus
@@ -85,8 +86,13 @@ class Cursor:
             over without being delivered (a seek forward, a filter's misses
             after the last match of a take): behind the read position but
             not unacknowledged, so the window does not wait for their commit.
-            Misses between two matches of one take count as delivered (the
-            commit of the later match covers them).
+            (A filter's misses are done instead: see ``done``.)
+        done: Positions above the commit that need no commit (see
+            ``raytopic.actors.done_ranges``): acknowledged one by one
+            (:meth:`ack`), a filter's misses, a damaged record's. The commit
+            advances over those right after it; they are not unacknowledged,
+            and not delivered again. A seek's range is not done: the commit
+            does not pass it by itself.
         poison: A poison element the cursor stops before (see
             ``raytopic.actors.poison``); not kept by a store (a restarted
             channel finds it again).
@@ -105,6 +111,7 @@ class Cursor:
     reset_jumps: int = 0
     lent: Lent | None = None
     unread: list[tuple[int, int]] = field(default_factory=list)
+    done: DoneRanges = field(default_factory=DoneRanges)
     poison: PoisonMark | None = None
     relays: dict[str, Relay] = field(default_factory=dict)
 
@@ -121,6 +128,8 @@ class Cursor:
             for first, last in self.unread
             if last > self.committed and first < self.next
         )
+        if self.done:
+            skipped += self.done.count(self.committed + 1, self.next - 1)
         return max(0, self.next - 1 - self.committed - skipped)
 
     def passed_over(self, first: int, last: int) -> None:
@@ -138,6 +147,10 @@ class Cursor:
             # never waits for elements nobody received.
             (oldest_first, _), (_, next_last) = unread[0], unread[1]
             unread[0:2] = [(oldest_first, next_last)]
+
+    def missed(self, first: int, last: int) -> None:
+        """``first..last`` were read and not delivered (a filter's misses): done."""
+        self.done.add(first, last)
 
     def _forget_unread(self) -> None:
         """Keep only the unread ranges between the commit and the read position."""
@@ -178,8 +191,45 @@ class Cursor:
             return CommitStatus.ALREADY_COMMITTED
         self.committed = sequence
         self.has_commit = True
-        self._forget_unread()
+        self._moved()
         return CommitStatus.COMMITTED
+
+    def ack(self, sequence: int, tail: int, jumps: int | None = None) -> CommitStatus:
+        """Mark ``sequence`` done alone (its reader's ``Element.ack``): the commit
+        advances over it once every earlier position is committed or done.
+        Refused (REJECTED) as :meth:`commit` refuses; ALREADY_COMMITTED at or below
+        the commit; else COMMITTED (done, whether the commit moved or not)."""
+        if sequence > tail or (jumps is not None and jumps < self.reset_jumps):
+            return CommitStatus.REJECTED
+        if self.reset_floor is not None and not (
+            self.reset_floor <= sequence <= self.delivered_high
+        ):
+            return CommitStatus.REJECTED
+        if sequence <= self.committed:
+            return CommitStatus.ALREADY_COMMITTED
+        self.done.add(sequence, sequence)
+        if self.done and self.done.ranges[0][0] == self.committed + 1:
+            self.has_commit = True
+            self._moved()
+        return CommitStatus.COMMITTED
+
+    def _moved(self) -> None:
+        """The commit moved: on over the done positions right after it."""
+        if self.done:
+            self.committed = self.done.advance(self.committed)
+        self._forget_unread()
+
+    def skip_done(self) -> int | None:
+        """Move the read position past done positions it stands at (never delivered
+        again); return how many may be read before the next done ones (None: no
+        bound)."""
+        if not self.done:
+            return None
+        ahead = self.done.range_at(self.next)
+        if ahead is not None and ahead[0] <= self.next:
+            self.next = ahead[1] + 1
+            ahead = self.done.range_at(self.next)
+        return None if ahead is None else ahead[0] - self.next
 
     def advance(self, sequence: int) -> bool:
         """A stream's commit (``raytopic.core.stream_log``): read and commit positions
@@ -189,8 +239,8 @@ class Cursor:
             return False
         self.committed = max(self.committed, sequence)
         self.has_commit = True
+        self._moved()
         self.next = max(self.next, self.committed + 1)
-        self._forget_unread()
         return True
 
     def seek(self, position: int, head: int, tail: int, *, commit: bool) -> int:
@@ -201,6 +251,7 @@ class Cursor:
         """
         position = clamp(position, head, tail)
         self.passed_over(self.next, position)
+        self.done.forget_above(position)  # read again from there
         self.next = position + 1
         if commit or position < self.committed:
             self.committed = position
@@ -223,6 +274,7 @@ class Cursor:
         self.committed = position
         self.has_commit = True
         self.unread = []
+        self.done = DoneRanges()
         self.reset_floor = position
         self.delivered_high = position
         self.lent = None
@@ -272,13 +324,14 @@ class Cursor:
         self.next = head
         if self.committed < head - 1:
             self.committed = head - 1
-        self._forget_unread()
+        self._moved()
         return skipped
 
     def pass_lost(self, first: int, last: int) -> None:
         """Read on after ``first..last``, whose elements are lost (a damaged stored
-        record): passed over, never delivered, the commit where it was."""
-        self.passed_over(max(first, self.next), last)
+        record): done, never delivered (the commit moves over them with the next
+        commit or ack)."""
+        self.missed(max(first, self.next), last)
         self.next = max(self.next, last + 1)
 
     def rewind(self, next_sequence: int) -> None:
@@ -324,6 +377,7 @@ class Cursor:
             "reset_floor": self.reset_floor,
             "delivered_high": self.delivered_high,
             "reset_jumps": self.reset_jumps,
+            "done": self.done.to_state(),
         }
 
     @classmethod
@@ -345,6 +399,7 @@ class Cursor:
             reset_floor=state["reset_floor"],  # type: ignore[arg-type]
             delivered_high=int(state["delivered_high"]),  # type: ignore[call-overload]
             reset_jumps=int(state.get("reset_jumps", 0)),  # type: ignore[call-overload]
+            done=DoneRanges.from_state(state.get("done")),  # type: ignore[arg-type]
         )
         if group:
             cursor.next = cursor.committed + 1

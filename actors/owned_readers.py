@@ -14,7 +14,10 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
+from itertools import repeat
 from typing import Any
+
+import numpy as np
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
@@ -32,7 +35,8 @@ from raytopic.core.protocol import (
     ReaderLease,
     poison_error,
 )
-from raytopic.core.records import CommitResult, CommitStatus, Position, _Origin
+from raytopic.core.protocol.channel import Entries
+from raytopic.core.records import AckStatus, CommitResult, CommitStatus, Position, _Origin
 
 logger = logging.getLogger(__name__)
 
@@ -203,6 +207,7 @@ class OwnedReaders:
             raise loss
         if cursor.next < head and not log.kept_below_head(cursor.next):
             self._skip_lost(cursor)
+        before_done = cursor.skip_done()  # done positions are not delivered again
         mark = cursor.poison_ahead()
         stopped = mark is not None and mark.poison.sequence == cursor.next
         if mark is not None and stopped and (not mark.reported or reader.spec.complete_on_empty):
@@ -211,6 +216,8 @@ class OwnedReaders:
             raise poison_error(self._context.config.topic_id, self._context.channel, mark.poison)
         # Never read past a poison element ahead (a take given back before it).
         readable = _ALL if mark is None else mark.poison.sequence - cursor.next
+        if before_done is not None:
+            readable = min(readable, before_done)
         poison = None
         if stopped or readable <= 0 or cursor.next > ring.tail:
             chunks, next_sequence = [], cursor.next
@@ -232,6 +239,9 @@ class OwnedReaders:
             next_sequence = max(picked.next_sequence, cursor.next)
             self._skipped(reader_id, picked.skipped)
         last_delivered = _last_sequence(chunks) if chunks else cursor.next - 1
+        # A filter's misses are read, not delivered: done.
+        for first, last in _misses(cursor.next, next_sequence, chunks):
+            cursor.missed(first, last)
         if chunks:
             self._context.metrics.delivered(*delivered_count(chunks), time.time() - chunks[0].stamp)
             cursor.delivered(last_delivered, next_sequence)
@@ -241,8 +251,6 @@ class OwnedReaders:
                 cursor.relays[relay[0]] = Relay(relay[1], last_delivered)
         else:
             cursor.next = next_sequence
-        # A filter's misses after the last match are read, not delivered.
-        cursor.passed_over(last_delivered + 1, next_sequence - 1)
         self._touch(reader, Keep.WITH_NEXT_WRITE)  # what is not committed is read again
         if poison is not None:
             # What came before it is delivered now; the next take tells of it.
@@ -454,6 +462,35 @@ class OwnedReaders:
             self._touch(reader)  # type: ignore[arg-type]
         return CommitResult(self._context.channel, position, status)
 
+    def ack(
+        self,
+        reader: Reader | None,
+        lease: ReaderLease,
+        entries: Entries,
+        jumps: tuple[int, ...] = (),
+    ) -> list[AckStatus]:
+        """Mark elements done one by one (``Element.ack``; ``jumps``: the count each
+        was read at): the commit advances over the done positions right after it
+        (see ``Cursor.ack``). NOT_OWNER for each when ``lease`` does not own the
+        channel; REJECTED for one a commit of it would be refused; else ACKED.
+        With a store, answered once the done positions are on disk."""
+        cursor = self._owned_cursor(reader, lease)
+        if cursor is None:
+            return [AckStatus.NOT_OWNER] * len(entries)
+        tail = self._log.ring.tail
+        committed = cursor.committed
+        statuses, changed = [], False
+        for (sequence, _, _), read_at in zip(entries, jumps or repeat(None), strict=False):
+            status = cursor.ack(sequence, tail, read_at)
+            changed |= status is CommitStatus.COMMITTED
+            refused = status is CommitStatus.REJECTED
+            statuses.append(AckStatus.REJECTED if refused else AckStatus.ACKED)
+        if changed:
+            self._touch(reader)  # type: ignore[arg-type]
+        if cursor.committed != committed:
+            self._context.metrics.committed()
+        return statuses
+
     def advance(self, group: str, sequence: int) -> None:
         """A stream's commit of ``group`` through ``sequence`` (see ``Cursor.advance``).
 
@@ -538,6 +575,7 @@ class OwnedReaders:
             "delivered_high": cursor.delivered_high,
             "reset_jumps": cursor.reset_jumps,
             "unread": list(cursor.unread),
+            "done": cursor.done,
         }
         ring = self._log.ring
         position = cursor.reset(target, ring.head, ring.tail)
@@ -566,6 +604,7 @@ class OwnedReaders:
                 "unacked": cursor.unacked,
                 "owner": cursor.owner,
                 "jumps": cursor.jumps,
+                "done": cursor.done.count(cursor.committed + 1, self._log.ring.tail),
             }
             for group, cursor in self.groups.items()
         }
@@ -573,7 +612,8 @@ class OwnedReaders:
     def lag(self, tail: int) -> Iterator[tuple[str, int, int]]:
         """Per group: (name, lag behind the tail, elements not yet delivered)."""
         for group, cursor in self.groups.items():
-            yield group, max(0, tail - cursor.committed), max(0, tail - cursor.next + 1)
+            done = cursor.done.count(cursor.committed + 1, tail) if cursor.done else 0
+            yield group, max(0, tail - cursor.committed - done), max(0, tail - cursor.next + 1)
 
     # -- durable state ------------------------------------------------------------------
 
@@ -599,6 +639,26 @@ def _relay_of(token: str | None) -> tuple[str, str] | None:
         return None
     session = token.rsplit("-", 1)[0]
     return session.partition(":")[0] + ":", session
+
+
+def _misses(start: int, next_sequence: int, chunks: list[Chunk]) -> Iterator[tuple[int, int]]:
+    """The ranges a take read from ``start`` up to ``next_sequence`` and did not
+    deliver in ``chunks`` (a filter's misses)."""
+    expected = start
+    for chunk in chunks:
+        sequences = chunk.sequences
+        if sequences is None:
+            if chunk.first > expected:
+                yield expected, chunk.first - 1
+            expected = chunk.first + len(chunk.payload)
+            continue
+        if sequences[0] > expected:
+            yield expected, int(sequences[0]) - 1
+        for gap in np.flatnonzero(np.diff(sequences) > 1):
+            yield int(sequences[gap]) + 1, int(sequences[gap + 1]) - 1
+        expected = int(sequences[-1]) + 1
+    if next_sequence > expected:
+        yield expected, next_sequence - 1
 
 
 def _last_sequence(chunks: list[Chunk]) -> int:

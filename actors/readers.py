@@ -239,9 +239,22 @@ class Readers:
         """Give an owned group's channel to a member (None: to nobody); True if it changed."""
         return self.owned.grant(group, lease)
 
-    def ack(self, reader_id: str, entries: Entries) -> list[AckStatus]:
-        """Acknowledge elements a shared group's member holds (see :meth:`SharedGroups.ack`)."""
-        return self._acknowledged(self.shared.ack(reader_id, entries), AckStatus.ACKED)
+    def ack(
+        self,
+        reader_id: str,
+        entries: Entries,
+        lease: ReaderLease = None,
+        jumps: tuple[int, ...] = (),
+    ) -> list[AckStatus]:
+        """Acknowledge elements: a shared group's member's holds (see
+        :meth:`SharedGroups.ack`), or an owned reader's elements done one by one
+        (see :meth:`OwnedReaders.ack`: ``lease`` and the ``jumps`` each was read at)."""
+        reader, mode = self._open_mode(reader_id)
+        if mode is self.shared:
+            statuses = self.shared.ack(reader_id, entries)
+        else:
+            statuses = self.owned.ack(reader, lease, entries, jumps)
+        return self._acknowledged(statuses, AckStatus.ACKED)
 
     def nack(self, reader_id: str, entries: Entries, delay: float) -> list[AckStatus]:
         """Give held elements back (see :meth:`SharedGroups.nack`)."""

@@ -64,9 +64,11 @@ class GroupChannelStats:
     depth: int
     """Elements not yet received."""
     unacked: int
-    """Elements received but not committed (not those a seek or a filter passed over)."""
+    """Elements received but not committed (not those a seek or a filter passed over,
+    nor those acknowledged one by one: ``Element.ack``)."""
     lag: int
-    """Elements after the commit: depth + unacked + those passed over unreceived."""
+    """Elements after the commit that are not done (acknowledged one by one, or a
+    filter's misses): depth + unacked + those a seek passed over unreceived."""
     redelivered: int = 0
     """Shared groups: deliveries beyond an element's first, so far."""
     dead_lettered: int = 0
@@ -200,7 +202,7 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
                     next=next_sequence,
                     depth=depth,
                     unacked=cursor["unacked"],
-                    lag=max(0, tail - committed),
+                    lag=max(0, tail - committed - cursor.get("done", 0)),
                     redelivered=cursor.get("redelivered", 0),
                     dead_lettered=cursor.get("dead_lettered", 0),
                     holdings=dict(cursor.get("holdings", {})),

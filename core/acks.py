@@ -85,12 +85,35 @@ AckRequest = type[Ack] | type[Nack] | type[ExtendHold]
 def send_one(element: Element, kind: AckRequest, **options: Any) -> ray.ObjectRef[Any]:
     """An ``kind`` request (Ack, Nack, ExtendHold, with its ``options``) for one
     element: ``ObjectRef[AckStatus]``."""
-    check_shared(element)
     origin = element._origin
     actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, element.channel)
-    entries = ((element.sequence, element.delivery_count, origin.epoch),)
-    request = kind(reader_id=origin.reader, entries=entries, single=True, **options)
-    return actor.request.remote(pack_request(request))
+    return actor.request.remote(pack_request(_request(kind, [element], single=True, **options)))
+
+
+def _request(kind: AckRequest, elements: list[Element], **options: Any) -> Any:
+    """The ``kind`` request for ``elements`` of one channel: a shared group's holds
+    by delivery id; an owned reader's elements (an Ack only: done one by one) under
+    its lease, with the jump count each was read at.
+
+    Raises:
+        GroupModeError: a Nack or ExtendHold of an element not received in a shared
+            group, or elements of both kinds at once.
+    """
+    origin = elements[0]._origin
+    if origin.shared or kind is not Ack:
+        for element in elements:
+            check_shared(element)
+        entries = tuple((e.sequence, e.delivery_count, e._origin.epoch) for e in elements)
+        return kind(reader_id=origin.reader, entries=entries, **options)
+    if any(element._origin.shared for element in elements):
+        raise GroupModeError("elements of a shared group and of an owned one in one ack")
+    return Ack(
+        reader_id=origin.reader,
+        entries=tuple((element.sequence, 1, 0) for element in elements),
+        lease=origin.lease,
+        jumps=tuple(element._origin.jumps for element in elements),
+        **options,
+    )
 
 
 def send_many(elements: list[Element], kind: AckRequest, **options: Any) -> ray.ObjectRef[Any]:
@@ -106,9 +129,7 @@ def send_many(elements: list[Element], kind: AckRequest, **options: Any) -> ray.
     for channel, group in by_channel.items():
         origin = group[0]._origin
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
-        entries = tuple((e.sequence, e.delivery_count, e._origin.epoch) for e in group)
-        packed = pack_request(kind(reader_id=origin.reader, entries=entries, **options))
-        sends.append(partial(_send, actor, packed))
+        sends.append(partial(_send, actor, pack_request(_request(kind, group, **options))))
     part_of = {channel: part for part, channel in enumerate(by_channel)}
     layout = np.fromiter((part_of[e.channel] for e in elements), np.int64, len(elements))
     return send_joined(sends, layout, JoinKind.LISTS)

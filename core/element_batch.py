@@ -112,14 +112,15 @@ class ElementBatch(list[Element]):
         return marks
 
     def ack(self) -> list[AckStatus]:
-        """Acknowledge every element (received in a shared group), one call per channel.
+        """Acknowledge every element alone (see ``Element.ack``), one call per channel.
 
         Returns:
             Each element's status, in order: ACKED, or REJECTED for one this
-            member no longer holds under that delivery (it stays the group's).
+            member no longer holds under that delivery (it stays the group's),
+            NOT_OWNER for one of a channel the member lost.
 
         Raises:
-            GroupModeError: an element was not received in a shared group.
+            GroupModeError: elements of a shared group and of an owned one at once.
         """
         return _resolve(self._send("Ack"))
 
@@ -149,5 +150,4 @@ class ElementBatch(list[Element]):
         for element in elements:
             if not isinstance(element, Element):
                 raise InvalidTypeError(f"expected Elements, got {type(element).__name__}")
-            acks.check_shared(element)
         return acks.send_many(elements, getattr(acks, kind), **options)

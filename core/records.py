@@ -203,8 +203,12 @@ class AckStatus(enum.Enum):
     """The element's ack deadline was extended."""
     REJECTED = "rejected"
     """This member no longer holds the element under that delivery (its ack
-    deadline passed, it was delivered again, it was acked already, or purged):
+    deadline passed, it was delivered again, it was acked already, or purged), or
+    (an owned group's element) it was received before a reset of its channel:
     nothing changed."""
+    NOT_OWNER = "not_owner"
+    """An owned group's element whose channel the member no longer owns (or owns
+    under a newer generation): nothing changed; the channel's owner gets it again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,16 +348,23 @@ class Element:
     # -- shared groups: acknowledgement element by element --------------------------
 
     def ack(self) -> AckStatus:
-        """Acknowledge this element (received in a shared group): it is done for the
-        group and never delivered to it again.
+        """Acknowledge this element alone: it is done.
+
+        In a shared group, the member holding it is done with it: it is never
+        delivered to the group again. In an owned group (and for an anonymous
+        subscriber), its position is done: the group's commit advances over it
+        once every earlier position of the channel is committed or done, so
+        elements finished out of order (fanned out to tasks) never commit past
+        one that is not finished; that one is delivered again after a restart
+        or rebalance, and done ones are not. With a store, done positions are
+        as durable as commits.
 
         Returns:
             ACKED, or REJECTED if this member no longer holds it under this
-            delivery (its ack deadline passed or it was delivered again): then the
-            element is still the group's, and is not lost.
-
-        Raises:
-            GroupModeError: it was not received in a shared group.
+            delivery (a shared group: its ack deadline passed or it was
+            delivered again) or it was received before a reset of its channel;
+            NOT_OWNER if the member lost the element's channel (an owned group).
+            Then the element is still the group's, and is not lost.
         """
         return _resolve(self.ack_async())
 
@@ -361,10 +372,7 @@ class Element:
         """``ack`` without waiting.
 
         Returns:
-            ``ObjectRef[AckStatus]``: ACKED or REJECTED (see ``ack``).
-
-        Raises:
-            GroupModeError: it was not received in a shared group.
+            ``ObjectRef[AckStatus]``: ACKED, REJECTED or NOT_OWNER (see ``ack``).
         """
         from raytopic.core.acks import Ack, send_one
 

@@ -154,12 +154,17 @@ class ReportPoison(NamedTuple):
 
 
 class Ack(NamedTuple):
-    """Acknowledge elements a shared group's member holds."""
+    """Acknowledge elements: a shared group's member's holds, or an owned reader's
+    elements done one by one."""
 
     reader_id: str
     entries: Entries
     single: bool = False
     """Answer one status (the call named one element), not a list."""
+    lease: ReaderLease = None
+    """An owned group member's lease of the channel (None: anonymous, or shared)."""
+    jumps: tuple[int, ...] = ()
+    """An owned reader's: the jump count each element was read at (see ``Commit``)."""
 
 
 class Nack(NamedTuple):

@@ -477,3 +477,54 @@ def test_a_streams_commit_moves_read_and_commit_forward_only() -> None:
     cursor.next = 20  # a read position ahead stays where it is
     assert cursor.advance(12) and state(cursor) == (20, 12, True, 0)
     assert not cursor.advance(11) and cursor.committed == 12  # never back
+
+
+# -- acks: positions done one by one --------------------------------------------------
+
+
+def test_acks_out_of_order_commit_only_the_contiguous_prefix() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=5, next_sequence=6)
+    assert cursor.ack(2, tail=9) is COMMITTED  # done; the commit waits for 0 and 1
+    assert cursor.ack(1, tail=9) is COMMITTED
+    assert cursor.committed == -1 and cursor.unacked == 4
+    assert cursor.ack(0, tail=9) is COMMITTED
+    assert (cursor.committed, cursor.has_commit) == (2, True)
+    assert cursor.ack(4, tail=9) is COMMITTED and cursor.ack(5, tail=9) is COMMITTED
+    assert cursor.committed == 2 and cursor.unacked == 1  # 3 failed: nothing passes it
+    assert cursor.ack(1, tail=9) is ALREADY
+    assert cursor.ack(12, tail=9) is REJECTED
+    assert cursor.commit(3, tail=9) is COMMITTED  # a commit goes on over the done ones
+    assert cursor.committed == 5 and not cursor.done
+
+
+def test_done_positions_are_not_delivered_again_after_a_new_owner() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=5, next_sequence=6)
+    for sequence in (0, 2, 4, 5):
+        cursor.ack(sequence, tail=9)
+    cursor.grant(Lease("m", 2))  # resumes after the commit: 1
+    assert cursor.next == 1 and cursor.skip_done() == 1  # 1 is read, then 2 is done
+    cursor.delivered(last=1, next_sequence=2)
+    assert cursor.skip_done() == 1 and cursor.next == 3  # 3, then 4..5 are done
+    cursor.delivered(last=3, next_sequence=4)
+    assert cursor.skip_done() is None and cursor.next == 6
+
+
+def test_acks_read_before_a_reset_are_rejected_and_a_reset_forgets_done() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=5, next_sequence=6)
+    read_at = cursor.jumps
+    cursor.ack(3, tail=9)
+    cursor.reset(1, head=0, tail=9)
+    assert not cursor.done
+    assert cursor.ack(4, tail=9, jumps=read_at) is REJECTED
+
+
+def test_done_positions_are_kept_by_the_state() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=5, next_sequence=6)
+    cursor.ack(3, tail=9)
+    cursor.ack(5, tail=9)
+    restored = Cursor.from_state(cursor.to_state(), group=True)
+    assert restored.done == [(3, 3), (5, 5)]

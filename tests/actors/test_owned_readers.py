@@ -138,7 +138,7 @@ def test_only_the_lease_holder_takes_and_commits_a_group_s_channel() -> None:
     asyncio.run(main())
 
 
-def test_a_filtered_take_skips_misses_and_does_not_count_them_unacknowledged() -> None:
+def test_a_filtered_take_marks_its_misses_done_and_does_not_count_them_unacknowledged() -> None:
     async def main() -> None:
         parts = _Owned()
         parts.append(range(8))
@@ -149,7 +149,8 @@ def test_a_filtered_take_skips_misses_and_does_not_count_them_unacknowledged() -
         assert _values(delivery) == [10, 30]
         assert [chunk.sequence_list() for chunk in delivery.chunks] == [[1, 3]]
         assert delivery.next == 8  # 4..7 were read: misses
-        assert reader.cursor.unacked == 4  # 0..3: the misses after the last match do not count
+        assert reader.cursor.done == [(0, 0), (2, 2), (4, 7)]  # every miss, between matches too
+        assert reader.cursor.unacked == 2  # 1 and 3
 
     asyncio.run(main())
 

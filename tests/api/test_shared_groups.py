@@ -284,7 +284,7 @@ def test_bad_inputs_get_typed_errors_and_change_nothing(shared_one, unique_name)
     with pytest.raises(rt.ForeignElementError):
         a.ack([owned_element])
     with pytest.raises(rt.GroupModeError):
-        owned_element.ack()
+        owned_element.nack()
     with pytest.raises(rt.GroupModeError):
         mine.commit()
     with pytest.raises(rt.GroupModeError):

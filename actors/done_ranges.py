@@ -1,0 +1,103 @@
+"""The positions above an owned cursor's commit that need no commit any more. No Ray.
+
+A position is *done* when its reader acknowledged it alone (``Element.ack``: a task
+fanned out of a member finished it, in any order), or when it was passed over
+without being delivered (a filter's misses, a seek forward, a damaged record). The
+commit advances over the done positions just above it, so it covers a contiguous
+prefix of finished work, as Pulsar's individual acknowledgement and Confluent's
+parallel consumer keep it: an element whose task failed is never passed over, and
+is delivered again after a restart. Done positions are not delivered again.
+
+The ranges are bounded (:data:`DONE_RANGES_KEPT`): past the bound the highest ones
+are forgotten. What they held counts as not done: delivered again after a restart
+(at least once), never skipped.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+__all__ = ["DONE_RANGES_KEPT", "DoneRanges"]
+
+DONE_RANGES_KEPT = 1024
+"""Disjoint ranges a cursor keeps (a reader that acks out of order, or filters,
+without its commit advancing would otherwise grow them without end)."""
+
+
+class DoneRanges:
+    """Sorted, disjoint, non-adjacent ``(first, last)`` ranges of done positions."""
+
+    __slots__ = ("ranges",)
+
+    def __init__(self, ranges: list[tuple[int, int]] | None = None) -> None:
+        self.ranges: list[tuple[int, int]] = ranges or []
+
+    def __bool__(self) -> bool:
+        return bool(self.ranges)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DoneRanges):
+            return self.ranges == other.ranges
+        return self.ranges == other
+
+    def __repr__(self) -> str:
+        return f"DoneRanges({self.ranges})"
+
+    def add(self, first: int, last: int) -> None:
+        """Mark ``first..last`` done (nothing when ``first > last``)."""
+        if first > last:
+            return
+        ranges = self.ranges
+        if ranges and ranges[-1][1] + 1 < first:  # the common case: above every range
+            ranges.append((first, last))
+        else:
+            # The ranges that touch or overlap first..last merge with it.
+            start = bisect.bisect_left(ranges, first - 1, key=lambda r: r[1])
+            stop = bisect.bisect_right(ranges, last + 1, key=lambda r: r[0])
+            if start < stop:
+                first = min(first, ranges[start][0])
+                last = max(last, ranges[stop - 1][1])
+            ranges[start:stop] = [(first, last)]
+        if len(ranges) > DONE_RANGES_KEPT:
+            del ranges[DONE_RANGES_KEPT:]
+
+    def advance(self, committed: int) -> int:
+        """The commit moved over the done range right after ``committed`` (if any);
+        ranges at or below it are dropped. Returns the new commit."""
+        ranges = self.ranges
+        while ranges and ranges[0][0] <= committed + 1:
+            committed = max(committed, ranges[0][1])
+            del ranges[0]
+        return committed
+
+    def forget_above(self, sequence: int) -> None:
+        """Forget what is done above ``sequence`` (a seek back reads it again)."""
+        ranges = self.ranges
+        while ranges and ranges[-1][1] > sequence:
+            first, _ = ranges.pop()
+            if first <= sequence:
+                ranges.append((first, sequence))
+                break
+
+    def count(self, first: int, last: int) -> int:
+        """How many positions in ``first..last`` are done."""
+        return sum(
+            min(end, last) - max(start, first) + 1
+            for start, end in self.ranges
+            if end >= first and start <= last
+        )
+
+    def range_at(self, sequence: int) -> tuple[int, int] | None:
+        """The done range holding ``sequence``, or else the first above it (None: none)."""
+        ranges = self.ranges
+        index = bisect.bisect_left(ranges, sequence, key=lambda r: r[1])
+        return ranges[index] if index < len(ranges) else None
+
+    def to_state(self) -> list[list[int]]:
+        """JSON-ready ranges."""
+        return [[first, last] for first, last in self.ranges]
+
+    @classmethod
+    def from_state(cls, state: list[list[int]] | None) -> DoneRanges:
+        """The ranges a store kept (None: a cursor saved before done positions)."""
+        return cls([(int(first), int(last)) for first, last in state or ()])
