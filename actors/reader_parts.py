@@ -321,7 +321,10 @@ def pick(
                 break
         if picked:
             if convert is not None:
-                payload: Payload = encode_values(converted)
+                keys = run.payload.keys  # a converted value keeps its key
+                payload: Payload = encode_values(
+                    converted, None if keys is None else [keys[offset] for offset in picked]
+                )
             elif len(picked) == len(run.payload):
                 payload = run.payload
             else:

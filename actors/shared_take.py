@@ -75,7 +75,7 @@ def take_shared(
     decoded: dict[int, tuple[list[Any], dict[int, Exception]]] = {}  # id(run) -> values
     raised: dict[int, Exception] = {}  # sequence -> what its filter raised
 
-    def offer(run: Run, offset: int) -> Candidate:
+    def offer(run: Run, offset: int, keys: list[Any] | None) -> Candidate:
         sequence = run.first + offset
         located[sequence] = (run, offset)
         matches = True
@@ -87,19 +87,18 @@ def take_shared(
                 matches = bool(keep(values[offset]))
             except Exception as error:
                 raised[sequence] = error  # chosen, then negatively acknowledged
-        key = None
-        if key_order:
-            keys = run.payload.keys
-            key = None if keys is None or not keys[offset] else int(keys[offset])  # 0: no key
+        key = None if keys is None else keys[offset]
         return Candidate(sequence, key, matches)
 
     def offered() -> Iterator[Candidate]:
         for sequence in ready:
-            yield offer(ring.get(sequence), 0)
+            run = ring.get(sequence)
+            yield offer(run, 0, run.payload.keys if key_order else None)
         limit = max_count if keep is None and not key_order else max(max_count, SCAN_LIMIT)
         for run in ring.read(cursor.next, min(limit, tail - cursor.next + 1)):
+            keys = run.payload.keys if key_order else None  # once per run: a list's slice
             for offset in range(len(run.payload)):
-                yield offer(run, offset)
+                yield offer(run, offset, keys)
 
     chosen = cursor.choose(member, offered(), max_count, now, ack_timeout, key_order=key_order)
     for sequence, count in chosen:
@@ -190,7 +189,8 @@ def _pack(
         if converted is None:
             payload = run.payload.slice(start, offset)
         else:
-            payload = encode_values([converted[sequence] for sequence, _ in chosen[index:stop]])
+            values = [converted[sequence] for sequence, _ in chosen[index:stop]]
+            payload = encode_values(values, run.payload.slice(start, offset).keys)
         counts = np.fromiter((count for _, count in chosen[index:stop]), dtype=np.int32)
         chunks.append(Chunk(chosen[index][0], run.stamp, payload, None, counts))
         index = stop

@@ -99,12 +99,13 @@ class TransactionEntry:
         if len(payloads) == 1:
             return payloads[0]
         values: list[Any] = []
-        keys: list[int] = []
+        keys: list[Any] = []
         for part in payloads:
             values.extend(part.decode())
             part_keys = part.keys
-            keys.extend([0] * len(part) if part_keys is None else part_keys.tolist())
-        return encode_values(values, keys if any(keys) else None)
+            keys.extend([None] * len(part) if part_keys is None else part_keys)
+        keyed = any(key is not None for key in keys)
+        return encode_values(values, keys if keyed else None)
 
     def to_state(self) -> dict[str, Any]:
         """What a store keeps of a prepared or finished transaction (JSON-ready)."""
@@ -165,7 +166,7 @@ def _payload_of(key: str, text: str) -> Payload:
     """
     try:
         frame = read_frame(memoryview(base64.b64decode(text)), 0)
-        return decode_record(frame.body).payload
+        return decode_record(frame).payload
     except (ValueError, TornRecord, CorruptRecord) as error:
         raise StoreError(
             f"the stored elements of transaction {key} are damaged: {error}"

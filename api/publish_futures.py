@@ -48,27 +48,27 @@ class PublishBatch:
         self.topic_id = topic_id
         self.channel = channel
         self.payloads: list[bytes] = []
-        self.keys: list[int] | None = None  # the values' key ids, once one has a key
+        self.keys: list[Any] | None = None  # the values' keys, once one has a key
         self.condition = threading.Condition()
         self.state = RUNNING
         self.ack: AppendAck | None = None
         self.error: BaseException | None = None
         self.watched: list[PublishFuture] = []  # futures someone waits on or called back
 
-    def add(self, payload: bytes, key: int = 0) -> PublishFuture:
+    def add(self, payload: bytes, key: Any = None) -> PublishFuture:
         """Take one more value.
 
         Args:
             payload: The value, pickled.
-            key: Its key id (0: no key).
+            key: Its key (``raytopic.routing.stored_key``), or None.
 
         Returns:
             The value's future, resolved when the batch completes.
         """
         payloads = self.payloads
         future = PublishFuture(self, len(payloads))
-        if key and self.keys is None:
-            self.keys = [0] * len(payloads)
+        if key is not None and self.keys is None:
+            self.keys = [None] * len(payloads)
         if self.keys is not None:
             self.keys.append(key)
         payloads.append(payload)

@@ -54,7 +54,7 @@ from raytopic.core.protocol import Append, AppendAck, pack_request
 from raytopic.core.statuses import PublishStatuses
 from raytopic.core.waits import bounded_wait
 from raytopic.publish_futures import PublishBatch
-from raytopic.routing import key_hash, key_id
+from raytopic.routing import key_hash, stored_key
 
 if TYPE_CHECKING:
     from raytopic.core.records import PublishStatus
@@ -205,8 +205,13 @@ class Publisher:
         payload = fast_dumps(value)  # the snapshot: later changes to value do not count
         if key is None and self._ordering is not None:
             key = self._ordering(value)
-        hashed = None if key is None else key_hash(key)
-        channel = None if hashed is None else hashed % len(self._pipes)
+        if key is None:
+            hashed = channel = None
+        else:
+            hashed = key_hash(key)
+            channel = hashed % len(self._pipes)
+            if type(key) is not str:
+                key = stored_key(key)
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -229,7 +234,7 @@ class Publisher:
             batch = pipe.open
             if not batch.payloads:
                 pipe.opened_at = time.monotonic()
-            future = batch.add(payload, 0 if hashed is None else key_id(hashed))
+            future = batch.add(payload, key)
             self._pending += 1
             full = len(batch.payloads) >= self._batch_size
             if full:
@@ -288,7 +293,7 @@ class Publisher:
             keys = check_items(keys, "keys")
         if keys is not None and len(keys) != len(values):
             raise InvalidArgumentError(f"keys has {len(keys)} entries for {len(values)} values")
-        hashes = self._key_hashes(values, keys)
+        keys, hashes = self._keys_of(values, keys)
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -296,7 +301,7 @@ class Publisher:
         # Pickled outside the lock (publish() on other threads goes on), and all
         # of it before anything is sent: a bad value sends nothing.
         parts = {
-            channel: encode_part(values, hashes, indices)
+            channel: encode_part(values, keys, indices)
             for channel, indices in parts_of(layout).items()
         }
         # Before anything is sent: a dead channel's ref would raise Ray's ActorDiedError.
@@ -359,17 +364,19 @@ class Publisher:
         sent.append(call)
         return ref
 
-    def _key_hashes(self, values: list[Any], keys: Sequence[Any] | None) -> list[int | None] | None:
-        """Each value's key hash (None: no key), or None when no value can have a key."""
+    def _keys_of(
+        self, values: list[Any], keys: Sequence[Any] | None
+    ) -> tuple[list[Any] | None, list[int | None] | None]:
+        """Each value's key (``keys``, else ``ordering(value)``) and its hash (None: no
+        key); (None, None) when no value can have a key."""
         if keys is None and self._ordering is None:
-            return None
-        hashes: list[int | None] = []
-        for index, value in enumerate(values):
-            key = keys[index] if keys is not None else None
-            if key is None and self._ordering is not None:
-                key = self._ordering(value)
-            hashes.append(None if key is None else key_hash(key))
-        return hashes
+            return None, None
+        if self._ordering is not None:
+            keys = [
+                self._ordering(value) if keys is None or keys[index] is None else keys[index]
+                for index, value in enumerate(values)
+            ]
+        return routed_keys(keys)
 
     def _route_batch(self, count: int, hashes: list[int | None] | None) -> np.ndarray:
         """With the lock held: each value's channel (keyed values by key, the rest in turn)."""
@@ -717,11 +724,28 @@ def parts_of(layout: np.ndarray) -> dict[int, np.ndarray]:
     }
 
 
-def encode_part(values: list[Any], hashes: list[int | None] | None, indices: np.ndarray) -> Payload:
-    """The values at ``indices`` (and their key ids, if any value has a key), encoded."""
+def routed_keys(
+    keys: Sequence[Any] | None,
+) -> tuple[list[Any] | None, list[int | None] | None]:
+    """Each key as an element keeps it (``raytopic.routing.stored_key``) and its hash
+    (None for a None key); (None, None) for no keys.
+
+    Raises:
+        InvalidTypeError: a key of a type that cannot be a key.
+    """
+    if keys is None:
+        return None, None
+    stored = [None if key is None else stored_key(key) for key in keys]
+    return stored, [None if key is None else key_hash(key) for key in stored]
+
+
+def encode_part(values: list[Any], keys: list[Any] | None, indices: np.ndarray) -> Payload:
+    """The values at ``indices`` (and their keys, if any of them has one), encoded."""
     chosen = indices.tolist()
-    part = values if len(chosen) == len(values) else [values[index] for index in chosen]
-    key_ids = None
-    if hashes is not None and any(hashes[index] is not None for index in chosen):
-        key_ids = [0 if hashes[index] is None else key_id(hashes[index]) for index in chosen]
-    return encode_values(part, key_ids)
+    whole = len(chosen) == len(values)
+    part = values if whole else [values[index] for index in chosen]
+    if keys is not None and not whole:
+        keys = [keys[index] for index in chosen]
+    if keys is not None and all(key is None for key in keys):
+        keys = None
+    return encode_values(part, keys)

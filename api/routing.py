@@ -15,6 +15,11 @@ Spark's text on both sides. Floating-point keys are refused: Python and Spark
 (Java's ``Double.toString``) write many doubles differently (``1e+20`` and
 ``1.0E20``), so a float key could not land where the same row from a
 DataFrame does. Round or format it first (``str(x)``, ``int(x)``).
+
+An element keeps its key (``Element.key``) as :func:`stored_key` gives it: a
+``str``, ``bytes``, ``int`` or ``bool`` (a ``bytearray`` as ``bytes``, a numpy
+integer as ``int``), so what a reader gets back pickles anywhere and compares
+as the publisher's key did.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 
 from raytopic.core.errors import InvalidTypeError
 
-__all__ = ["channel_for_key", "key_bytes", "key_hash", "key_id"]
+__all__ = ["channel_for_key", "key_bytes", "key_hash", "stored_key"]
 
 
 def key_bytes(key: Any) -> bytes:
@@ -77,11 +82,25 @@ def key_hash(key: Any) -> int:
     return zlib.crc32(key_bytes(key))
 
 
-def key_id(hashed: int) -> int:
-    """The id a value published under a key of hash ``hashed`` carries to the channel
-    (0 means "no key"): a shared group with key order delivers values of one id
-    to one member at a time (distinct keys that share an id are ordered together)."""
-    return hashed + 1
+def stored_key(key: Any) -> str | bytes | int | bool:
+    """``key`` as an element keeps it: a ``str``, ``bytes``, ``int`` or ``bool``.
+
+    Raises:
+        InvalidTypeError: the key's type is not accepted (see :func:`key_bytes`).
+    """
+    kind = type(key)
+    if kind is str or kind is int or kind is bytes or kind is bool:
+        return key
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    if isinstance(key, str):
+        return str(key)
+    if isinstance(key, bool) or _is_numpy_bool(key):
+        return bool(key)
+    if isinstance(key, numbers.Integral):
+        return int(key)
+    key_bytes(key)  # raises, naming what is refused
+    raise InvalidTypeError(f"a key must be a str, bytes, int or bool, got {kind.__name__}")
 
 
 def _is_numpy_bool(key: Any) -> bool:

@@ -60,8 +60,7 @@ from raytopic.core.records import (
     Position,
     TransactionResult,
 )
-from raytopic.publisher import encode_part, parts_of, route
-from raytopic.routing import key_hash
+from raytopic.publisher import encode_part, parts_of, route, routed_keys
 from raytopic.subscriber import live_subscriber
 from raytopic.topic import Topic
 
@@ -307,11 +306,11 @@ class Transaction:
             raise InvalidArgumentError(f"keys has {len(keys)} entries for {len(values)} values")
         if not values:
             return
-        hashes = None if keys is None else [None if k is None else key_hash(k) for k in keys]
+        keys, hashes = routed_keys(keys)
         incarnation = self._incarnation
         layout = incarnation.route(topic, len(values), hashes)
         parts = {
-            channel: encode_part(values, hashes, indices)
+            channel: encode_part(values, keys, indices)
             for channel, indices in parts_of(layout).items()
         }
         timeout = min(STAGE_TIMEOUT, max(0.0, self.deadline - time.time()))

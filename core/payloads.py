@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "KEY_COLUMN",
     "ArrowRows",
     "DamagedElements",
     "Payload",
@@ -166,9 +167,9 @@ class Payload:
         raise NotImplementedError
 
     @property
-    def keys(self) -> np.ndarray | None:
-        """Each value's publish key id (see ``raytopic.routing.key_id``; 0: no key),
-        or None when no value has a key."""
+    def keys(self) -> list[Any] | None:
+        """Each value's key, as published (None for one published without), or None
+        when no value has a key."""
         return None
 
     @property
@@ -208,8 +209,7 @@ class PickledValues(Payload):
 
     Value ``i`` is ``buffer[begin:ends[0]]`` for ``i == 0``, else
     ``buffer[ends[i - 1]:ends[i]]``. A slice shares the buffer. Values
-    published with a key carry its id in ``keys`` (a shared group's key order
-    reads it).
+    published with a key keep it in ``keys``.
     """
 
     __slots__ = ("_keys", "begin", "buffer", "ends")
@@ -219,7 +219,7 @@ class PickledValues(Payload):
         buffer: bytes | memoryview,
         ends: np.ndarray,
         begin: int = 0,
-        keys: np.ndarray | None = None,
+        keys: list[Any] | None = None,
     ) -> None:
         self.buffer = buffer
         self.ends = ends
@@ -227,18 +227,16 @@ class PickledValues(Payload):
         self._keys = keys
 
     @property
-    def keys(self) -> np.ndarray | None:
-        """Each value's publish key id (0: none), or None when no value has a key."""
+    def keys(self) -> list[Any] | None:
+        """Each value's key (None: published without), or None when no value has one."""
         return self._keys
 
     @classmethod
-    def from_pickles(
-        cls, pickles: Sequence[bytes], keys: Sequence[int] | None = None
-    ) -> PickledValues:
-        """Join values pickled one by one (by :func:`dumps_value`), with their key
-        ids if any has a key."""
+    def from_pickles(cls, pickles: Sequence[bytes], keys: list[Any] | None = None) -> PickledValues:
+        """Join values pickled one by one (by :func:`dumps_value`), with their keys
+        if any has a key."""
         ends = np.fromiter(map(len, pickles), dtype=np.int64, count=len(pickles)).cumsum()
-        return cls(b"".join(pickles), ends, 0, _key_array(keys))
+        return cls(b"".join(pickles), ends, 0, keys)
 
     @classmethod
     def from_values(cls, values: Iterable[Any]) -> PickledValues:
@@ -270,7 +268,7 @@ class PickledValues(Payload):
                 bytes(view[self.begin if i == 0 else int(ends[i - 1]) : int(ends[i])])
                 for i in indices
             ],
-            None if self._keys is None else self._keys[list(indices)].tolist(),
+            None if self._keys is None else [self._keys[i] for i in indices],
         )
 
     def decode(self) -> list[Any]:
@@ -305,15 +303,14 @@ class PickledValues(Payload):
         object store, which a long-lived reference would keep pinned)."""
         if type(self.buffer) is bytes:
             return self
-        keys = None if self._keys is None else np.array(self._keys)
-        return PickledValues(bytes(self.buffer), np.array(self.ends), self.begin, keys)
+        return PickledValues(bytes(self.buffer), np.array(self.ends), self.begin, self._keys)
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         # Only this slice's bytes travel, re-based to start at 0.
         end = int(self.ends[-1]) if len(self.ends) else self.begin
         data = memoryview(self.buffer)[self.begin : end]
         ends = self.ends - self.begin if self.begin else self.ends
-        keys = None if self._keys is None else self._keys.tobytes()
+        keys = self._keys
         if isinstance(protocol, int) and protocol >= 5 and len(data) >= OUT_OF_BAND_MIN:
             return (_pickled_values, (pickle.PickleBuffer(data), ends.tobytes(), keys))
         return (_pickled_values, (bytes(data), ends.tobytes(), keys))
@@ -322,16 +319,15 @@ class PickledValues(Payload):
         return f"PickledValues({len(self)} values, {self.nbytes} bytes)"
 
 
-def _pickled_values(buffer: Any, ends: bytes, keys: bytes | None = None) -> PickledValues:
-    key_ids = None if keys is None else np.frombuffer(keys, dtype=np.int64)
-    return PickledValues(buffer, np.frombuffer(ends, dtype=np.int64), 0, key_ids)
+def _pickled_values(buffer: Any, ends: bytes, keys: list[Any] | None = None) -> PickledValues:
+    return PickledValues(buffer, np.frombuffer(ends, dtype=np.int64), 0, keys)
 
 
 _ATOMS = frozenset({str, int, float, bool, bytes, complex})
 """Immutable types whose sharing between values nobody can see."""
 
 
-def encode_values(values: list[Any], keys: Sequence[int] | None = None) -> Payload:
+def encode_values(values: list[Any], keys: list[Any] | None = None) -> Payload:
     """Pickle the values of one append, once as a list where that preserves what a
     reader sees, else one by one; refusing what :func:`dumps_value` refuses.
 
@@ -343,7 +339,7 @@ def encode_values(values: list[Any], keys: Sequence[int] | None = None) -> Paylo
 
     Args:
         values: The values, in order.
-        keys: Each value's key id (``raytopic.routing.key_id``; 0: no key), or None.
+        keys: Each value's key (None: none), or None when no value has one.
 
     Raises:
         InvalidTypeError: a value is None, an ObjectRef (or holds one), or
@@ -359,12 +355,8 @@ def encode_values(values: list[Any], keys: Sequence[int] | None = None) -> Paylo
             except Exception:
                 data = None  # dumps_value says why, value by value
             if data is not None and _MAIN_MARKER not in data and _REF_MARKER not in data:
-                return PickledList(data, len(values), keys=_key_array(keys))
+                return PickledList(data, len(values), keys=keys)
     return PickledValues.from_pickles([dumps_value(value) for value in values], keys)
-
-
-def _key_array(keys: Sequence[int] | None) -> np.ndarray | None:
-    return None if keys is None else np.fromiter(keys, dtype=np.int64, count=len(keys))
 
 
 class PickledList(Payload):
@@ -385,14 +377,14 @@ class PickledList(Payload):
         total: int,
         start: int = 0,
         stop: int | None = None,
-        keys: np.ndarray | None = None,
+        keys: list[Any] | None = None,
     ) -> None:
         self.buffer = buffer
         self.total = total
         self.start = start
         self.stop = total if stop is None else stop
         self._keys = keys
-        """Key ids of the WHOLE list (``keys`` slices them)."""
+        """Keys of the WHOLE list (``keys`` slices them)."""
 
     @property
     def whole(self) -> bool:
@@ -400,8 +392,8 @@ class PickledList(Payload):
         return self.start == 0 and self.stop == self.total
 
     @property
-    def keys(self) -> np.ndarray | None:
-        """Each value's publish key id (0: none), or None when no value has a key."""
+    def keys(self) -> list[Any] | None:
+        """Each value's key (None: published without), or None when no value has one."""
         if self._keys is None or self.whole:
             return self._keys
         return self._keys[self.start : self.stop]
@@ -428,7 +420,7 @@ class PickledList(Payload):
         """The values at ``indices``, re-encoded as a list of their own."""
         values = _decoded_run(self)
         chosen = [values[self.start + index] for index in indices]
-        keys = None if self._keys is None else self._keys[self.start + np.asarray(indices, int)]
+        keys = None if self._keys is None else [self._keys[self.start + i] for i in indices]
         return PickledList(pickle.dumps(chosen, 5), len(chosen), keys=keys)
 
     def decode(self) -> list[Any]:
@@ -447,12 +439,11 @@ class PickledList(Payload):
         """The same values in a buffer of this process's own (see ``PickledValues.owned``)."""
         if type(self.buffer) is bytes:
             return self
-        keys = None if self._keys is None else np.array(self._keys)
-        return PickledList(bytes(self.buffer), self.total, self.start, self.stop, keys)
+        return PickledList(bytes(self.buffer), self.total, self.start, self.stop, self._keys)
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         whole = self.compact()
-        keys = None if whole._keys is None else whole._keys.tobytes()
+        keys = whole._keys
         data = whole.buffer
         if isinstance(protocol, int) and protocol >= 5 and len(data) >= OUT_OF_BAND_MIN:
             data = pickle.PickleBuffer(data)
@@ -464,9 +455,8 @@ class PickledList(Payload):
         return f"PickledList({len(self)} of {self.total} values, {self.nbytes} bytes)"
 
 
-def _pickled_list(buffer: Any, total: int, keys: bytes | None) -> PickledList:
-    key_ids = None if keys is None else np.frombuffer(keys, dtype=np.int64)
-    return PickledList(buffer, total, keys=key_ids)
+def _pickled_list(buffer: Any, total: int, keys: list[Any] | None) -> PickledList:
+    return PickledList(buffer, total, keys=keys)
 
 
 _last_run: tuple[Any, list[Any]] | None = None
@@ -492,8 +482,15 @@ def _decoded_run(payload: PickledList) -> list[Any]:
     return values
 
 
+KEY_COLUMN = b"raytopic.key"
+"""The schema metadata entry of Arrow rows appended with a key column: its name
+(the rows' keys are that column's values; it travels and is stored with the
+schema, so the rows need nothing else)."""
+
+
 class ArrowRows(Payload):
-    """An Arrow record batch: each row is a value, decoded as a ``dict``."""
+    """An Arrow record batch: each row is a value, decoded as a ``dict``; rows
+    appended with a key column (:meth:`keyed`) have its values as their keys."""
 
     __slots__ = ("batch", "borrowed")
 
@@ -502,6 +499,28 @@ class ArrowRows(Payload):
         self.borrowed = borrowed
         """Whether the batch's buffers are a view into a buffer not of this
         process's own (Ray's object store, after an out-of-band transfer)."""
+
+    @classmethod
+    def keyed(cls, batch: pa.RecordBatch, key: str | None) -> ArrowRows:
+        """Rows whose keys are the values of column ``key`` (None: rows without keys)."""
+        if key is not None:
+            metadata = dict(batch.schema.metadata or {})
+            metadata[KEY_COLUMN] = key.encode()
+            batch = batch.replace_schema_metadata(metadata)
+        return cls(batch)
+
+    @property
+    def key_column(self) -> str | None:
+        """The name of the column whose values are the rows' keys, or None."""
+        metadata = self.batch.schema.metadata
+        name = None if metadata is None else metadata.get(KEY_COLUMN)
+        return None if name is None else name.decode()
+
+    @property
+    def keys(self) -> list[Any] | None:
+        """The key column's values (None for a null), or None without a key column."""
+        name = self.key_column
+        return None if name is None else self.batch.column(name).to_pylist()
 
     @classmethod
     def from_ipc(cls, data: Any) -> ArrowRows:

@@ -283,6 +283,8 @@ class Element:
     delivery_count: int = 1
     """How many times the element was delivered to its group, this time included
     (1 on first delivery; a shared group counts redeliveries)."""
+    key: Any = None
+    """The key it was published with (a str, bytes, int or bool), or None."""
 
     @property
     def position(self) -> Position:

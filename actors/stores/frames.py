@@ -1,19 +1,35 @@
 """The record format of the embedded store: one framed, checksummed record per append. No I/O.
 
-::
+Version 2 (written)::
 
-    magic    4 bytes  b"RTB1"
-    length   u32      bytes after the checksum (header + publisher id + payload)
+    magic    4 bytes  b"RTB2"
+    length   u32      bytes after the checksum (header, publisher id, keys, payload)
     crc32c   u32      CRC32C of those bytes
-    header   epoch u64, first u64, count u32, stamp f64, batch i64, kind u8, id length u16
+    header   epoch u64, first u64, span u64, count u32, stamp f64, batch i64,
+             kind u8, flags u8, id length u16, keys length u32
     publisher id (UTF-8)
+    placed   (flag GAPPED only) count i64 sequences, then count f64 time stamps
+    keys     keys length bytes: each element's key (str, bytes, int, bool, or
+             None for one without), as ONE pickle (protocol 5) of a list of
+             them; empty when no element has a key
     payload  kind 0, pickled values: count int64 end offsets, then the pickles
-             kind 2, pickled values with keys: count int64 end offsets, count
-             int64 key ids (``raytopic.routing.key_id``), then the pickles
              kind 1, Arrow rows: one Arrow IPC stream (Arrow IPC has no checksum
-             of its own; the record's CRC covers it)
+             of its own; the record's CRC covers it; the key column, if any, is
+             named in its schema's metadata: ``raytopic.core.payloads.KEY_COLUMN``)
              kind 3, values pickled as one list: the list's pickle
-             kind 4, the same with keys: count int64 key ids, then the pickle
+
+A record *covers* positions ``first`` to ``first + span - 1``. A record as
+appended holds an element at each of them (``span == count``, one time stamp
+for all). With the flag GAPPED (a record written by compaction) it holds
+``count`` elements at the positions listed, each with its own time stamp; the
+other positions it covers were compacted away.
+
+Version 1 (read: stores written before elements kept their keys), magic
+b"RTB1", header epoch u64, first u64, count u32, stamp f64, batch i64, kind u8,
+id length u16, then the publisher id and the payload: kinds 0, 1 and 3 as
+above; kind 2 as 0 with count int64 key hashes between the end offsets and
+the pickles; kind 4 as 3 with count int64 key hashes before the pickle. Its
+elements have no key (``keys`` None); the hashes are skipped.
 
 Little-endian throughout. A record whose checksum does not match is never
 decoded: its payload may be altered.
@@ -26,8 +42,10 @@ ever taken for the other (:func:`encode_frame`, and ``magic=`` of
 
 from __future__ import annotations
 
+import pickle
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import google_crc32c
 import numpy as np
@@ -38,8 +56,10 @@ from raytopic.core.payloads import ArrowRows, Payload, PickledList, PickledValue
 __all__ = [
     "MAGIC",
     "PREFIX",
+    "RECORD_MAGICS",
     "CorruptRecord",
     "Frame",
+    "RecordRange",
     "TornRecord",
     "decode_record",
     "encode_frame",
@@ -49,10 +69,20 @@ __all__ = [
     "read_frame",
 ]
 
-MAGIC = b"RTB1"
+MAGIC = b"RTB2"
+"""The magic of the records written (version 2)."""
+MAGIC_V1 = b"RTB1"
+"""The magic of version 1 records (read, never written)."""
+RECORD_MAGICS = (MAGIC, MAGIC_V1)
+"""Every segment record magic a store reads."""
 PREFIX = struct.Struct("<4sII")  # magic, length, crc32c
-_HEADER = struct.Struct("<QQIdqBH")  # epoch, first, count, stamp, batch, kind, id length
-_PICKLED, _ARROW, _PICKLED_KEYED, _LISTED, _LISTED_KEYED = 0, 1, 2, 3, 4
+_HEADER = struct.Struct("<QQQIdqBBHI")
+# epoch, first, span, count, stamp, batch, kind, flags, id length, keys length
+_HEADER_V1 = struct.Struct("<QQIdqBH")  # epoch, first, count, stamp, batch, kind, id length
+_PICKLED, _ARROW, _LISTED = 0, 1, 3
+_PICKLED_HASHED_V1, _LISTED_HASHED_V1 = 2, 4
+GAPPED = 1
+"""Flag: the record lists each element's position and time stamp (compaction wrote it)."""
 _MAX_LENGTH = 1 << 31
 """Largest record accepted when reading back (a larger length field is damage)."""
 
@@ -73,6 +103,19 @@ class Frame:
     size: int
     body: memoryview
     """The checked bytes after the prefix (header, id, payload)."""
+    magic: bytes = MAGIC
+    """Its magic: which record kind (and version) the body is."""
+
+
+class RecordRange(NamedTuple):
+    """The positions a record covers and its time stamp, read from its header alone."""
+
+    first: int
+    """The first position it covers."""
+    span: int
+    """Positions it covers (its elements' count, unless compaction removed some)."""
+    stamp: float
+    """Its (first element's) time stamp."""
 
 
 def encode_record(batch: StoredBatch) -> list[bytes | memoryview]:
@@ -80,35 +123,48 @@ def encode_record(batch: StoredBatch) -> list[bytes | memoryview]:
     payload = batch.payload
     publisher = batch.publisher_id.encode()
     if isinstance(payload, PickledValues):
-        kind = _PICKLED if payload.keys is None else _PICKLED_KEYED
+        kind = _PICKLED
         begin = payload.begin
         end = int(payload.ends[-1]) if len(payload.ends) else begin
         ends = payload.ends - begin if begin else payload.ends
         buffer = payload.buffer
         whole = type(buffer) is bytes and begin == 0 and end == len(buffer)
-        parts: list[bytes | memoryview] = [ends.astype("<i8", copy=False).tobytes()]
-        if payload.keys is not None:
-            parts.append(payload.keys.astype("<i8", copy=False).tobytes())
-        parts.append(buffer if whole else memoryview(buffer)[begin:end])
+        parts: list[bytes | memoryview] = [
+            ends.astype("<i8", copy=False).tobytes(),
+            buffer if whole else memoryview(buffer)[begin:end],
+        ]
     elif isinstance(payload, PickledList):
         payload = payload.compact()  # a slice is stored as a list of its own
-        kind = _LISTED if payload.keys is None else _LISTED_KEYED
-        parts = [] if payload.keys is None else [payload.keys.astype("<i8", copy=False).tobytes()]
-        parts.append(payload.buffer)
+        kind = _LISTED
+        parts = [payload.buffer]
     elif isinstance(payload, ArrowRows):
         kind = _ARROW
         parts = [payload.to_ipc().to_pybytes()]
     else:
         raise TypeError(f"cannot store a {type(payload).__name__}")
+    keys = payload.keys
+    # An Arrow batch's key column travels in its schema: no key list of its own.
+    encoded_keys = b"" if keys is None or kind == _ARROW else pickle.dumps(keys, 5)
+    count = len(payload)
     header = _HEADER.pack(
-        batch.epoch, batch.first, len(payload), batch.stamp, batch.batch, kind, len(publisher)
+        batch.epoch,
+        batch.first,
+        count,
+        count,
+        batch.stamp,
+        batch.batch,
+        kind,
+        0,
+        len(publisher),
+        len(encoded_keys),
     )
-    crc = _extend(_extend(0, header), publisher)
-    length = len(header) + len(publisher)
+    parts = [header, publisher, encoded_keys, *parts]
+    crc = 0
+    length = 0
     for part in parts:
         crc = _extend(crc, part)
         length += len(part)
-    return [PREFIX.pack(MAGIC, length, crc), header, publisher, *parts]
+    return [PREFIX.pack(MAGIC, length, crc), *parts]
 
 
 def encode_frame(body: bytes, *, magic: bytes) -> bytes:
@@ -117,16 +173,21 @@ def encode_frame(body: bytes, *, magic: bytes) -> bytes:
 
 
 def read_frame(
-    data: memoryview, offset: int, *, magic: bytes = MAGIC, min_length: int = _HEADER.size
+    data: memoryview,
+    offset: int,
+    *,
+    magic: bytes | tuple[bytes, ...] = RECORD_MAGICS,
+    min_length: int | None = None,
 ) -> Frame:
     """The record at ``offset`` of ``data``, checksum checked.
 
     Args:
         data: The bytes of a file.
         offset: Where the record starts.
-        magic: The magic of the records expected (default: a segment's).
+        magic: The magic (or magics) of the records expected (default: a
+            segment's, of either version).
         min_length: The shortest body such a record has (default: a segment
-            record's header).
+            record's header, of the version its magic names).
 
     Raises:
         TornRecord: ``data`` ends before the record does.
@@ -135,7 +196,10 @@ def read_frame(
     if offset + PREFIX.size > len(data):
         raise TornRecord(f"{len(data) - offset} bytes at {offset}: less than a record prefix")
     found, length, crc = PREFIX.unpack_from(data, offset)
-    if found != magic or length < min_length or length > _MAX_LENGTH:
+    expected = found == magic if isinstance(magic, bytes) else found in magic
+    if min_length is None:
+        min_length = _HEADER_V1.size if found == MAGIC_V1 else _HEADER.size
+    if not expected or length < min_length or length > _MAX_LENGTH:
         raise CorruptRecord(f"no record at offset {offset}")
     start = offset + PREFIX.size
     if start + length > len(data):
@@ -143,20 +207,26 @@ def read_frame(
     body = data[start : start + length]
     if _extend(0, body) != crc:
         raise CorruptRecord(f"checksum mismatch in the record at offset {offset}")
-    return Frame(offset, PREFIX.size + length, body)
+    return Frame(offset, PREFIX.size + length, body, found)
 
 
 def find_frame(
-    data: memoryview, start: int, *, magic: bytes = MAGIC, min_length: int = _HEADER.size
+    data: memoryview,
+    start: int,
+    *,
+    magic: bytes | tuple[bytes, ...] = RECORD_MAGICS,
+    min_length: int | None = None,
 ) -> int | None:
     """Offset of the next whole, checksum-valid record at or after ``start``, or None
     (``magic`` and ``min_length`` as for :func:`read_frame`)."""
     raw = data.obj if isinstance(data.obj, bytes) and len(data) == len(data.obj) else bytes(data)
+    magics = (magic,) if isinstance(magic, bytes) else magic
     at = start
     while True:
-        at = raw.find(magic, at)
-        if at < 0:
+        found = [hit for hit in (raw.find(each, at) for each in magics) if hit >= 0]
+        if not found:
             return None
+        at = min(found)
         try:
             read_frame(data, at, magic=magic, min_length=min_length)
             return at
@@ -172,26 +242,41 @@ def _extend(crc: int, data: bytes | memoryview) -> int:
     return google_crc32c.extend(crc, data)
 
 
-def decode_record(body: memoryview) -> StoredBatch:
-    """The batch in a checked record body (zero-copy over ``body``)."""
-    epoch, first, count, stamp, batch, kind, id_length = _HEADER.unpack_from(body, 0)
+def decode_record(frame: Frame) -> StoredBatch:
+    """The batch in a checked record (zero-copy over its body), of either version.
+
+    Raises:
+        CorruptRecord: the body is not a record of its version (it cannot be
+            decoded although its checksum matched).
+    """
+    try:
+        if frame.magic == MAGIC_V1:
+            return _decode_v1(frame.body)
+        return _decode_v2(frame.body)
+    except (struct.error, ValueError, pickle.UnpicklingError) as error:
+        raise CorruptRecord(f"a record that cannot be decoded: {error}") from error
+
+
+def _decode_v2(body: memoryview) -> StoredBatch:
+    epoch, first, _span, count, stamp, batch, kind, flags, id_length, keys_length = (
+        _HEADER.unpack_from(body, 0)
+    )
+    if flags:
+        raise CorruptRecord(f"unknown record flags {flags}")
     at = _HEADER.size
     publisher = bytes(body[at : at + id_length]).decode()
     at += id_length
+    keys = None
+    if keys_length:
+        keys = pickle.loads(body[at : at + keys_length])
+        if type(keys) is not list or len(keys) != count:
+            raise CorruptRecord("the record's keys do not match its elements")
+        at += keys_length
     payload: Payload
-    if kind in (_PICKLED, _PICKLED_KEYED):
+    if kind == _PICKLED:
         ends = np.frombuffer(body, dtype="<i8", count=count, offset=at).astype(np.int64, copy=False)
-        at += 8 * count
-        keys = None
-        if kind == _PICKLED_KEYED:
-            keys = np.frombuffer(body, dtype="<i8", count=count, offset=at).astype(np.int64)
-            at += 8 * count
-        payload = PickledValues(body[at:], ends, 0, keys)
-    elif kind in (_LISTED, _LISTED_KEYED):
-        keys = None
-        if kind == _LISTED_KEYED:
-            keys = np.frombuffer(body, dtype="<i8", count=count, offset=at).astype(np.int64)
-            at += 8 * count
+        payload = PickledValues(body[at + 8 * count :], ends, 0, keys)
+    elif kind == _LISTED:
         payload = PickledList(body[at:], count, keys=keys)
     elif kind == _ARROW:
         payload = ArrowRows.from_ipc(body[at:])
@@ -200,7 +285,34 @@ def decode_record(body: memoryview) -> StoredBatch:
     return StoredBatch(first, stamp, payload, epoch, publisher, batch)
 
 
-def peek_range(body: memoryview) -> tuple[int, int, float]:
-    """(first sequence, count, stamp) of a checked record body, without decoding it."""
-    _, first, count, stamp, *_ = _HEADER.unpack_from(body, 0)
-    return first, count, stamp
+def _decode_v1(body: memoryview) -> StoredBatch:
+    """A version 1 record: no keys (its key hashes are skipped)."""
+    epoch, first, count, stamp, batch, kind, id_length = _HEADER_V1.unpack_from(body, 0)
+    at = _HEADER_V1.size
+    publisher = bytes(body[at : at + id_length]).decode()
+    at += id_length
+    payload: Payload
+    if kind in (_PICKLED, _PICKLED_HASHED_V1):
+        ends = np.frombuffer(body, dtype="<i8", count=count, offset=at).astype(np.int64, copy=False)
+        at += 8 * count
+        if kind == _PICKLED_HASHED_V1:
+            at += 8 * count
+        payload = PickledValues(body[at:], ends)
+    elif kind in (_LISTED, _LISTED_HASHED_V1):
+        if kind == _LISTED_HASHED_V1:
+            at += 8 * count
+        payload = PickledList(body[at:], count)
+    elif kind == _ARROW:
+        payload = ArrowRows.from_ipc(body[at:])
+    else:
+        raise CorruptRecord(f"unknown payload kind {kind}")
+    return StoredBatch(first, stamp, payload, epoch, publisher, batch)
+
+
+def peek_range(frame: Frame) -> RecordRange:
+    """The positions a checked record covers and its stamp, without decoding it."""
+    if frame.magic == MAGIC_V1:
+        _, first, count, stamp, *_ = _HEADER_V1.unpack_from(frame.body, 0)
+        return RecordRange(first, count, stamp)
+    _, first, span, _, stamp, *_ = _HEADER.unpack_from(frame.body, 0)
+    return RecordRange(first, span, stamp)

@@ -83,7 +83,7 @@ _SUFFIX = ".log"
 @dataclass(slots=True)
 class _Record:
     first: int
-    count: int
+    span: int  # positions it covers (see raytopic.actors.stores.frames)
     stamp: float
     segment: int  # first sequence of its segment (the file name)
     offset: int
@@ -197,17 +197,17 @@ class SegmentLogStore(RingbufferStore):
                     return offset if last else len(data)
                 offset = self._damage(segment, data, offset, resume)
                 continue
-            first, count, stamp = peek_range(frame.body)
-            self._add_record(_Record(first, count, stamp, segment, offset, frame.size))
+            first, span, stamp = peek_range(frame)
+            self._add_record(_Record(first, span, stamp, segment, offset, frame.size))
             offset += frame.size
         return offset
 
     def _damage(self, segment: int, data: memoryview, start: int, end: int) -> int:
         """Record the sequences between the good records around ``[start, end)`` as damaged."""
-        before = self._records[-1].first + self._records[-1].count if self._records else segment
+        before = self._records[-1].first + self._records[-1].span if self._records else segment
         after = None
         if end < len(data):
-            after, _, _ = peek_range(read_frame(data, end).body)
+            after = peek_range(read_frame(data, end)).first
         last = (after - 1) if after is not None else max(before, self._next_after(segment)) - 1
         if last >= before:
             self._damaged.append((before, last))
@@ -313,10 +313,10 @@ class SegmentLogStore(RingbufferStore):
         next starts (so sequences are never reused after a truncation)."""
         if self._records and self._records[-1].segment == self._segments[-1].first:
             record = self._records[-1]
-            return record.first + record.count - 1
+            return record.first + record.span - 1
         newest = self._segments[-1].first - 1
         if self._records:
-            newest = max(newest, self._records[-1].first + self._records[-1].count - 1)
+            newest = max(newest, self._records[-1].first + self._records[-1].span - 1)
         return max(newest, self._damaged[-1][1] if self._damaged else -1)
 
     def first_sequence(self) -> int:
@@ -331,7 +331,7 @@ class SegmentLogStore(RingbufferStore):
         if index < 0:
             return None
         record = self._records[index]
-        if not record.first <= sequence < record.first + record.count:
+        if not record.first <= sequence < record.first + record.span:
             return None
         batch = self._read(record)
         return batch.payload.slice(sequence - record.first, sequence - record.first + 1).decode()[0]
@@ -342,7 +342,7 @@ class SegmentLogStore(RingbufferStore):
         records = self._records
         while index < len(records):
             record = records[index]
-            if record.first + record.count > start:
+            if record.first + record.span > start:
                 yield self._read(record)
             index += 1
 
@@ -356,7 +356,7 @@ class SegmentLogStore(RingbufferStore):
             frame = read_frame(chunk, 0)
         else:
             frame = read_frame(data, record.offset)
-        return decode_record(frame.body)
+        return decode_record(frame)
 
     def damaged(self) -> list[tuple[int, int]]:
         """Sequence ranges found damaged when the store was opened."""

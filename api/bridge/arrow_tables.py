@@ -9,9 +9,11 @@ the same columns whichever path asks:
 - rows published as Arrow rows or as dicts: their own fields as columns,
 - any other value: one ``value`` column (values that no one Arrow type holds,
   such as ``1`` and ``"a"`` in one read, as their ``str``),
-- plus ``channel`` (int32), ``position`` (int64, the sequence in the channel,
-  as Kafka's ``offset``) and ``timestamp`` (UTC). A row field with one of these
-  names keeps it; the metadata column then takes a leading underscore.
+- plus ``key`` (the key each element was published with, null for none;
+  as Kafka's ``key``), ``channel`` (int32), ``position`` (int64, the sequence
+  in the channel, as Kafka's ``offset``) and ``timestamp`` (UTC). A row field
+  with one of these names keeps it; the metadata column then takes a leading
+  underscore.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ __all__ = [
     "unify",
 ]
 
-METADATA_COLUMNS = ("channel", "position", "timestamp")
+METADATA_COLUMNS = ("key", "channel", "position", "timestamp")
 """What a bulk read adds to every row, after the row's own fields."""
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -145,7 +147,7 @@ def to_utc(table: pa.Table) -> pa.Table:
 # -- reading ---------------------------------------------------------------------------
 
 
-def metadata_names(fields: Sequence[str]) -> tuple[str, str, str]:
+def metadata_names(fields: Sequence[str]) -> tuple[str, str, str, str]:
     """The names of the metadata columns beside ``fields`` (underscored while taken)."""
     taken = set(fields)
     names = []
@@ -153,19 +155,23 @@ def metadata_names(fields: Sequence[str]) -> tuple[str, str, str]:
         while name in taken:
             name = "_" + name
         names.append(name)
-    return names[0], names[1], names[2]
+    return names[0], names[1], names[2], names[3]
 
 
 def payload_table(channel: int, first: int, stamp: float, payload: Payload) -> pa.Table:
-    """One read chunk as a table: the values' columns, then channel, position and
-    timestamp."""
+    """One read chunk as a table: the values' columns, then key, channel, position
+    and timestamp."""
     if isinstance(payload, ArrowRows):
-        values = pa.Table.from_batches([payload.batch])
+        values = pa.Table.from_batches([payload.batch]).replace_schema_metadata(None)
+        key_column = payload.key_column
+        keys = None if key_column is None else values.column(key_column).combine_chunks()
     else:
         values = _values_table(payload.decode())
+        keys = None
     rows = values.num_rows
-    channel_name, position_name, timestamp_name = metadata_names(values.column_names)
+    key_name, channel_name, position_name, timestamp_name = metadata_names(values.column_names)
     metadata = {
+        key_name: _keys_column(payload.keys, rows) if keys is None else keys,
         channel_name: pa.array(np.full(rows, channel, dtype=np.int32)),
         position_name: pa.array(np.arange(first, first + rows, dtype=np.int64)),
         timestamp_name: pa.array(np.full(rows, int(stamp * 1_000_000), dtype=np.int64)).cast(
@@ -175,6 +181,17 @@ def payload_table(channel: int, first: int, stamp: float, payload: Payload) -> p
     for name, column in metadata.items():
         values = values.append_column(name, column)
     return values
+
+
+def _keys_column(keys: list[Any] | None, rows: int) -> pa.Array:
+    """The elements' keys as a column: null without keys; keys no one Arrow type
+    holds together (1 and "a") as their text, as values are."""
+    if keys is None:
+        return pa.nulls(rows)
+    try:
+        return pa.array(keys)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([None if key is None else str(key) for key in keys])
 
 
 def _values_table(decoded: list[Any]) -> pa.Table:
@@ -217,7 +234,12 @@ def empty_table(schema: pa.Schema | None = None) -> pa.Table:
     """No rows: of ``schema``, else with just the metadata columns."""
     if schema is None:
         schema = pa.schema(
-            [("channel", pa.int32()), ("position", pa.int64()), ("timestamp", _TIMESTAMP)]
+            [
+                ("key", pa.null()),
+                ("channel", pa.int32()),
+                ("position", pa.int64()),
+                ("timestamp", _TIMESTAMP),
+            ]
         )
     return schema.empty_table()
 

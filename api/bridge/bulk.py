@@ -126,6 +126,7 @@ class BulkWriter:
         topic: Topic,
         writer_id: str,
         *,
+        key: str | None = None,
         version: int | None = None,
         block_timeout: float | None = 60.0,
         append_rows: int = APPEND_ROWS,
@@ -133,6 +134,7 @@ class BulkWriter:
         """Args:
         topic: Where the rows go.
         writer_id: The writer's id (the channels' dedup key).
+        key: The column whose values are the rows' keys (and route them), or None.
         version: For ``append_once``: the version these rows are (a micro-batch id).
         block_timeout: With overflow "block", seconds an append waits for room.
         append_rows: Rows gathered per channel before an append.
@@ -141,6 +143,7 @@ class BulkWriter:
         self._topic = topic
         self._actors = topic._channel_actors
         self._writer_id = writer_id
+        self._key = key
         self._version = version
         self._overflow = topic.config.overflow
         self._block_timeout = block_timeout
@@ -153,15 +156,21 @@ class BulkWriter:
         self._bytes = 0
         self._round_robin = 0
 
-    def write(self, table: pa.Table, key: str | None = None) -> None:
-        """Route ``table``'s rows (by the ``key`` column, or round robin) and queue them."""
+    def write(self, table: pa.Table) -> None:
+        """Route ``table``'s rows (by the writer's key column, or round robin) and queue them.
+
+        Raises:
+            InvalidArgumentError: the key is not a column of ``table``.
+            InvalidTypeError: the key column's type cannot be a key.
+        """
         channels, self._round_robin = route(
-            table, key, self._topic.channel_count, self._round_robin
+            table, self._key, self._topic.channel_count, self._round_robin
         )
         self.write_routed(table, channels)
 
     def write_routed(self, table: pa.Table, channels: np.ndarray) -> None:
-        """Queue ``table``'s rows for the given channels (one per row)."""
+        """Queue ``table``'s rows for the given channels (one per row, routed by the
+        writer's key column where it has one)."""
         if not table.num_rows:
             return
         for channel, rows in split_by_channel(to_utc(table), channels).items():
@@ -214,7 +223,7 @@ class BulkWriter:
             )
         while len(self._in_flight) >= IN_FLIGHT:
             self._await_oldest()
-        ref = actor.request.remote(request, ArrowRows(batch))
+        ref = actor.request.remote(request, ArrowRows.keyed(batch, self._key))
         self._in_flight.append((channel, batch.num_rows, batch.nbytes, ref))
 
     def _await_oldest(self) -> None:

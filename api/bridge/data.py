@@ -307,10 +307,11 @@ class TopicDatasink(Datasink[tuple[dict[int, int], int]]):
         writer = BulkWriter(
             self._topic,
             f"data:{self._run}:{ctx.task_idx}",
+            key=self._key,
             block_timeout=self._block_timeout,
         )
         for block in blocks:
-            writer.write(BlockAccessor.for_block(block).to_arrow(), self._key)
+            writer.write(BlockAccessor.for_block(block).to_arrow())
         return writer.close()
 
     def on_write_complete(self, write_result: Any) -> None:

@@ -120,7 +120,7 @@ def publish_dataframe(
     _check_dataframe(df)
     started = time.perf_counter()
     routed = df.withColumn(_CHANNEL, channel_column(df, key, topic.channel_count))
-    job = _AppendPartition(_TopicAddress.of(topic), uuid.uuid4().hex, None, block_timeout)
+    job = _AppendPartition(_TopicAddress.of(topic), uuid.uuid4().hex, key, None, block_timeout)
     rows = routed.mapInArrow(job, _SUMMARY_SCHEMA).collect()
     return _summary(rows, time.perf_counter() - started)
 
@@ -224,10 +224,16 @@ class _AppendPartition:
     as ``append_once`` (the streaming sink)."""
 
     def __init__(
-        self, address: _TopicAddress, writer: str, version: int | None, block_timeout: float
+        self,
+        address: _TopicAddress,
+        writer: str,
+        key: str | None,
+        version: int | None,
+        block_timeout: float,
     ) -> None:
         self._address = address
         self._writer = writer
+        self._key = key
         self._version = version
         self._block_timeout = block_timeout
 
@@ -244,6 +250,7 @@ class _AppendPartition:
             writer = BulkWriter(
                 self._address.topic(),
                 writer_id,
+                key=self._key,
                 version=self._version,
                 block_timeout=self._block_timeout,
             )
@@ -350,7 +357,9 @@ class StreamingSink:
         routed = batch.withColumn(_CHANNEL, channel_column(batch, self._key, self._channel_count))
         # All of a channel's rows in one partition: one append per channel.
         routed = routed.repartition(self._channel_count, _CHANNEL)
-        job = _AppendPartition(self._address, f"once:{query_id}", batch_id, self._block_timeout)
+        job = _AppendPartition(
+            self._address, f"once:{query_id}", self._key, batch_id, self._block_timeout
+        )
         rows = routed.mapInArrow(job, _SUMMARY_SCHEMA).collect()
         summary = self.last_summary = _summary(rows, time.perf_counter() - started)
         logger.info(

@@ -35,11 +35,12 @@ def _plain(value: Any) -> Any:
 
 def element_line(element: Element, *, full: bool) -> str:
     """One line of ``tail``: the value as JSON, or (``full``) an object with the
-    channel, position and time stamp too."""
+    key, channel, position and time stamp too."""
     if not full:
         return to_json(element.value)
     return to_json(
         {
+            "key": element.key,
             "channel": element.channel,
             "position": element.position.sequence,
             "timestamp": element.timestamp,

@@ -313,13 +313,24 @@ def _decode_elements(packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...])
 
 
 def _add_elements(
-    elements: ElementBatch, values: list[Any], chunk: Chunk, channel: int, origin: _Origin
+    elements: ElementBatch,
+    values: list[Any],
+    chunk: Chunk,
+    channel: int,
+    origin: _Origin,
+    keys: list[Any] | None = None,
 ) -> None:
-    """Append an Element per value of ``chunk`` (built in bulk: see ``_unfrozen``)."""
+    """Append an Element per value of ``chunk`` (built in bulk: see ``_unfrozen``), keyed
+    by ``keys`` (default: the chunk's payload's)."""
     append = elements.append
     stamp = chunk.stamp
     counts = repeat(1) if chunk.counts is None else chunk.counts.tolist()
-    for value, sequence, count in zip(values, chunk.sequence_list(), counts, strict=False):
+    if keys is None:
+        keys = chunk.payload.keys
+    keyed = repeat(None) if keys is None else keys
+    for value, sequence, count, key in zip(
+        values, chunk.sequence_list(), counts, keyed, strict=False
+    ):
         element = _new(_Unfrozen)
         element.value = value
         element.channel = channel
@@ -327,6 +338,7 @@ def _add_elements(
         element.stamp = stamp
         element._origin = origin
         element.delivery_count = count
+        element.key = key
         element.__class__ = Element  # type: ignore[assignment]
         append(element)  # type: ignore[arg-type]
 
@@ -399,7 +411,15 @@ def _decode_poisoned(
                 kept.remove(index)
                 poison = None
             part = chunk if len(kept) == len(values) else _chunk_of(chunk, kept)
-            _add_elements(elements, [values[index] for index in kept], part, channel, origin)
+            keys = chunk.payload.keys
+            _add_elements(
+                elements,
+                [values[index] for index in kept],
+                part,
+                channel,
+                origin,
+                None if keys is None else [keys[index] for index in kept],
+            )
             if poison is not None:
                 stopped.append((origin, channel, poison))
                 break

@@ -11,7 +11,7 @@ from raytopic.actors.shared_take import take_shared
 from raytopic.core.payloads import PickledValues
 
 
-def ring_of(values: list[object], keys: list[int] | None = None) -> SegmentRing:
+def ring_of(values: list[object], keys: list[object] | None = None) -> SegmentRing:
     ring = SegmentRing(100)
     ring.append(PickledValues.from_pickles([pickle.dumps(v) for v in values], keys), False)
     return ring
@@ -52,10 +52,18 @@ def test_the_filter_settles_what_it_does_not_take_and_the_converter_runs():
 
 
 def test_unkeyed_values_are_not_held_back_by_key_order():
-    ring = ring_of(["k", "u1", "u2", "u3"], keys=[5, 0, 0, 0])
+    ring = ring_of(["k", "u1", "u2", "u3"], keys=["k", None, None, None])
     cursor = SharedCursor.starting_at(0)
     assert values(take_shared(cursor, ring, "a", 2, 0.0, 30.0, key_order=True)) == ["k", "u1"]
     assert values(take_shared(cursor, ring, "b", 5, 0.0, 30.0, key_order=True)) == ["u2", "u3"]
+
+
+def test_converted_values_keep_their_keys():
+    ring = ring_of([1, 2, 3], keys=["a", None, "c"])
+    cursor = SharedCursor.starting_at(0)
+    chunks = take_shared(cursor, ring, "a", 3, 0.0, 30.0, convert=lambda v: v * 10)
+    assert values(chunks) == [10, 20, 30]
+    assert [key for chunk in chunks for key in chunk.payload.keys] == ["a", None, "c"]
 
 
 def test_a_filter_or_converter_that_raises_nacks_its_element_and_takes_the_rest():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from datetime import UTC, datetime
 
 import numpy as np
@@ -100,10 +101,11 @@ def test_to_utc_moves_zoned_timestamps_to_utc_and_leaves_naive_ones() -> None:
     assert moved.schema.field("naive").type.tz is None
 
 
-def test_payload_tables_put_fields_first_then_channel_position_and_timestamp() -> None:
+def test_payload_tables_put_fields_first_then_key_channel_position_and_timestamp() -> None:
     rows = ArrowRows(pa.record_batch({"id": [1, 2], "name": ["a", "b"]}))
     table = payload_table(3, 10, 1_700_000_000.5, rows)
-    assert table.column_names == ["id", "name", "channel", "position", "timestamp"]
+    assert table.column_names == ["id", "name", "key", "channel", "position", "timestamp"]
+    assert table.column("key").to_pylist() == [None, None]
     assert table.column("channel").to_pylist() == [3, 3]
     assert table.column("position").to_pylist() == [10, 11]
     assert table.column("timestamp")[0].as_py() == datetime.fromtimestamp(1_700_000_000.5, UTC)
@@ -116,9 +118,17 @@ def test_payload_tables_put_fields_first_then_channel_position_and_timestamp() -
 
 
 def test_a_field_named_like_a_metadata_column_keeps_its_name() -> None:
-    rows = ArrowRows(pa.record_batch({"channel": ["tv"], "position": ["left"]}))
+    rows = ArrowRows(pa.record_batch({"channel": ["tv"], "position": ["left"], "key": [1]}))
     table = payload_table(1, 0, 1.0, rows)
-    assert table.column_names == ["channel", "position", "_channel", "_position", "timestamp"]
+    assert table.column_names == [
+        "channel",
+        "position",
+        "key",
+        "_key",
+        "_channel",
+        "_position",
+        "timestamp",
+    ]
     assert table.column("channel").to_pylist() == ["tv"]
     assert table.column("_channel").to_pylist() == [1]
 
@@ -141,3 +151,15 @@ def test_values_no_arrow_type_holds_together_are_read_as_text() -> None:
     assert mixed.column("value").to_pylist() == ["1", "a", "{'k': 1}"]
     clashing = payload_table(0, 0, 1.0, PickledValues.from_values([{"k": 1}, {"k": "x"}]))
     assert clashing.column("value").to_pylist() == ["{'k': 1}", "{'k': 'x'}"]
+
+
+def test_the_key_column_holds_each_elements_key() -> None:
+    keyed = PickledValues.from_pickles([pickle.dumps(v) for v in (1, 2, 3)], ["a", None, "c"])
+    assert payload_table(0, 0, 1.0, keyed).column("key").to_pylist() == ["a", None, "c"]
+    mixed = PickledValues.from_pickles([pickle.dumps(v) for v in (1, 2)], [7, "x"])
+    assert payload_table(0, 0, 1.0, mixed).column("key").to_pylist() == ["7", "x"]
+    rows = ArrowRows.keyed(pa.record_batch({"sku": ["a1", None], "eur": [1.5, 2.0]}), "sku")
+    table = payload_table(0, 0, 1.0, rows)
+    assert table.column("key").to_pylist() == ["a1", None]
+    assert table.column("sku").to_pylist() == ["a1", None]  # the row keeps its column
+    assert table.schema.metadata is None  # the key column's name is the store's business

@@ -207,7 +207,8 @@ def test_create_tail_groups_reset_and_delete_a_topic(
         everything = _in_process(capsys, "tail", name, "--json", "--address", ray_cluster)
         records = [json.loads(line) for line in everything.stdout.splitlines()]
         assert sorted(r["value"]["i"] for r in records) == list(range(10))
-        assert {"channel", "position", "timestamp", "value"} == set(records[0])
+        assert {"key", "channel", "position", "timestamp", "value"} == set(records[0])
+        assert all(r["key"] == str(r["value"]["i"]) for r in records)
 
         with topic.subscriber(group="a") as member:  # group a commits 3 on channel 0
             got: list[rt.Element] = []

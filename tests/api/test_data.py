@@ -66,14 +66,23 @@ def test_a_dataset_round_trips_through_a_topic_one_position_per_row(
     assert summary.bytes > 0 and summary.seconds > 0
 
     back = _table(rd.read_topic(topic, start=base))
-    assert back.column_names == ["id", "customer", "amount", "channel", "position", "timestamp"]
+    assert back.column_names == [
+        "id",
+        "customer",
+        "amount",
+        "key",
+        "channel",
+        "position",
+        "timestamp",
+    ]
     assert back.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
     rows = sorted(back.to_pylist(), key=lambda row: row["id"])
     assert [(r["id"], r["customer"], r["amount"]) for r in rows] == [
         (i, f"c{i % 7}", i * 0.25) for i in range(2000)
     ]
-    for row in rows:  # routed as publish(row, key=row["customer"]) routes
+    for row in rows:  # routed as publish(row, key=row["customer"]) routes, and keyed so
         assert row["channel"] == channel_for_key(row["customer"], topic.channel_count)
+        assert row["key"] == row["customer"]
     for channel, count in summary.rows_per_channel.items():
         positions = sorted(r["position"] for r in rows if r["channel"] == channel)
         assert positions == list(range(base[channel], base[channel] + count))  # consecutive
@@ -81,6 +90,7 @@ def test_a_dataset_round_trips_through_a_topic_one_position_per_row(
     elements = drain_group(topic, group, 2000)  # ordinary subscribers get dicts
     assert len(elements) == 2000
     assert elements[0].value.keys() == {"id", "customer", "amount"}
+    assert all(element.key == element.value["customer"] for element in elements)
 
 
 def test_rows_without_a_key_go_round_robin_row_by_row(shared_topic: rt.Topic) -> None:
@@ -121,7 +131,7 @@ def test_an_empty_topic_reads_as_an_empty_dataset(empty_topic: rt.Topic) -> None
     topic = empty_topic
     empty = rd.read_topic(topic)
     assert empty.count() == 0
-    assert empty.schema().names == ["channel", "position", "timestamp"]
+    assert empty.schema().names == ["key", "channel", "position", "timestamp"]
     assert rd.write_topic(ray.data.from_items([]), topic).rows == 0
 
 
@@ -161,8 +171,8 @@ def test_a_writer_run_again_with_its_id_appends_nothing_twice(
     table = pa.table({"id": list(range(10)), "k": [str(i) for i in range(10)]})
     writer_id = f"data:{unique_name('run')}:0"  # no other writer of this topic has it
     for _ in range(2):  # as a retried task would
-        writer = BulkWriter(topic, writer_id)
-        writer.write(table, "k")
+        writer = BulkWriter(topic, writer_id, key="k")
+        writer.write(table)
         writer.close()
     assert rd.read_topic(topic, start=base).count() == 10
 

@@ -107,7 +107,7 @@ def test_null_keys_go_round_robin_row_by_row(
 def test_nested_null_and_timestamp_columns_round_trip_to_subscribers_and_back(
     spark: Any, make_topic: Callable[..., rt.Topic]
 ) -> None:
-    topic = make_topic(channels=2, groups=["g"])
+    topic = make_topic(channels=2, groups=["g", "k"])
     schema = T.StructType(
         [
             T.StructField("id", T.LongType()),
@@ -128,11 +128,19 @@ def test_nested_null_and_timestamp_columns_round_trip_to_subscribers_and_back(
     assert values[5]["tags"] == ["t5", "t5"]
     assert values[4]["at"].utcoffset().total_seconds() == 0  # aware, UTC
 
+    assert {e.key for e in drain_group(topic, "k", 50)} == set(range(50))  # the "id" column
+
     back = rs.read_topic(spark, topic)
-    assert back.columns == ["id", "point", "tags", "at", "note", "channel", "position", "timestamp"]
+    assert back.columns == [
+        *("id", "point", "tags", "at", "note"),
+        *("key", "channel", "position", "timestamp"),
+    ]
     assert dict(back.dtypes)["timestamp"] == "timestamp"
+    assert back.filter(F.col("key") != F.col("id")).count() == 0
     original = sorted(df.collect(), key=lambda row: row.id)
-    read = sorted(back.drop("channel", "position", "timestamp").collect(), key=lambda r: r.id)
+    read = sorted(
+        back.drop("key", "channel", "position", "timestamp").collect(), key=lambda r: r.id
+    )
     assert read == original
 
 
@@ -167,7 +175,7 @@ def test_empty_dataframes_and_topics(spark: Any, make_topic: Callable[..., rt.To
     assert (summary.rows, summary.rows_per_channel) == (0, {})
     back = rs.read_topic(spark, topic)
     assert back.count() == 0
-    assert back.columns == ["channel", "position", "timestamp"]
+    assert back.columns == ["key", "channel", "position", "timestamp"]
 
 
 def test_reads_take_channels_start_end_and_a_group(

@@ -129,7 +129,7 @@ def test_batches_cover_exactly_the_published_elements_in_gapless_ranges(
             rows = _rows(batch)
             assert len(rows) == batch.rows <= 100
             for row in rows:  # read_topic's columns; every row inside the batch's ranges
-                assert list(row) == ["n", "channel", "position", "timestamp"]
+                assert list(row) == ["n", "key", "channel", "position", "timestamp"]
                 first, end = batch.ranges[row["channel"]]
                 assert first <= row["position"] < end
             seen += [row["n"] for row in rows]

@@ -217,9 +217,10 @@ def test_an_arrow_slice_travels_as_ipc_of_its_rows_only() -> None:
 
 
 def test_publish_keys_follow_slices_takes_copies_and_the_wire() -> None:
-    payload = PickledValues.from_pickles([pickle.dumps(i) for i in range(5)], keys=[1, 2, 3, 4, 5])
-    assert payload.slice(1, 4).keys.tolist() == [2, 3, 4]
-    assert payload.take([0, 4]).keys.tolist() == [1, 5]
-    assert payload.owned().keys.tolist() == [1, 2, 3, 4, 5]
-    assert pickle.loads(pickle.dumps(payload.slice(2, 5), protocol=5)).keys.tolist() == [3, 4, 5]
+    keys = ["a", b"b", 3, None, True]
+    payload = PickledValues.from_pickles([pickle.dumps(i) for i in range(5)], keys=keys)
+    assert payload.slice(1, 4).keys == [b"b", 3, None]
+    assert payload.take([0, 4]).keys == ["a", True]
+    assert payload.owned().keys == keys
+    assert pickle.loads(pickle.dumps(payload.slice(2, 5), protocol=5)).keys == [3, None, True]
     assert PickledValues.from_values([1, 2]).keys is None
