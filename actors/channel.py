@@ -111,6 +111,7 @@ from raytopic.core.protocol import (
     ReaderSpec,
     ReadGroupCursors,
     ReadGroupMarks,
+    ReadHandOverMark,
     ReadMany,
     ReadOne,
     ReadOpeningError,
@@ -808,6 +809,15 @@ class ChannelActor:
     async def _group_marks(self, _: ReadGroupMarks) -> dict[str, tuple[int, int]]:
         """Per group, the highest (view version, generation) pushed here."""
         return dict(self._host.marks)
+
+    @serves(ReadHandOverMark, Admit.NOW)
+    async def _hand_over_mark(self, request: ReadHandOverMark) -> int | None:
+        """The hand-over mark of a resequenced element the reader's session here
+        handed over (None: no session, or it does not know the element)."""
+        session = self._host.sessions.get(request.reader_id)
+        return (
+            None if session is None else session.hand_over_mark(request.channel, request.sequence)
+        )
 
     @serves(ReadResequencerStats, Admit.NOW)
     async def _resequencer_stats(self, request: ReadResequencerStats) -> Any:

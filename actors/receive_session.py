@@ -222,6 +222,11 @@ class ReceiveSession:
             self._resequenced.close()
         self._poke()
 
+    def hand_over_mark(self, channel: int, sequence: int) -> int | None:
+        """The mark stamped on the element at ``sequence`` of ``channel`` when this
+        session handed it over (None: not among those it remembers)."""
+        return self._handover.mark_of(channel, sequence)
+
     @property
     def resequencer_stats(self) -> ResequencerStats | None:
         """With ``resequence``: released, gaps, late and held counts; else None."""

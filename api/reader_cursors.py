@@ -17,7 +17,7 @@ from raytopic.core.config import check_datetime
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import InvalidTypeError, NotOwnerError
 from raytopic.core.protocol import Commit, ReadCursor, Seek, pack_request
-from raytopic.core.records import CommitResult, Position
+from raytopic.core.records import CommitResult, CommitStatus, Position
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -56,12 +56,17 @@ class CursorRole(Protocol):
 
 
 class SeekPause(Protocol):
-    """What a seek asks of the subscriber's receives."""
+    """What a seek (and a resequencing member's commit) asks of the subscriber's receives."""
 
     stale: StaleReads
+    resequencing: bool
 
     def paused(self) -> AbstractContextManager[None]:
         """Receives sent before entering complete first; the host resumes after."""
+        ...
+
+    def hand_over_mark(self, channel: int, sequence: int) -> int | None:
+        """The mark the host's resequencer stamped on that element (None: unknown)."""
         ...
 
 
@@ -145,7 +150,16 @@ class ReaderCursors:
         actor = self._topic._channel_actors[channel]
         lease = self._role.lease(channel, refresh=True)
         check_topic(self._topic.topic_id, self._topic.name, actor)  # Ray's ref would say ActorDied
-        commit = Commit(reader_id=self._reader_id, sequence=position.sequence, lease=lease)
+        bound = None
+        if self._receives.resequencing:
+            # Its commit goes no further than the element's hand-over mark (see
+            # Element.commit), which the host's session remembers: one call first.
+            bound = self._receives.hand_over_mark(channel, position.sequence)
+            if bound is None:  # not an element the session handed over (lately)
+                return ray.put(CommitResult(channel, position, CommitStatus.REJECTED))
+        commit = Commit(
+            reader_id=self._reader_id, sequence=position.sequence, lease=lease, bound=bound
+        )
         return actor.request.remote(pack_request(commit))
 
     def _call(self, ref: ray.ObjectRef[Any]) -> Any:

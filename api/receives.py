@@ -42,6 +42,7 @@ from raytopic.core.protocol import (
     InterruptReceives,
     PauseReceives,
     ReaderSpec,
+    ReadHandOverMark,
     Receive,
     ResumeReceives,
     pack_request,
@@ -218,6 +219,7 @@ class Receives:
         self._reader = reader_id
         self._ownership = ownership
         self._through_host = spec.window is not None or spec.resequence is not None
+        self._resequencing = spec.resequence is not None
         self._complete_on_empty = spec.complete_on_empty
         self._choice = ChannelChoice(
             reader_id, topic.channel_count, fixed_host=spec.resequence is not None
@@ -255,6 +257,18 @@ class Receives:
         if leftover:
             return ray.put(leftover[0] if single else leftover)
         return self._send(count, single=single)
+
+    @property
+    def resequencing(self) -> bool:
+        """Whether a resequencer in the host's session hands the elements over."""
+        return self._resequencing
+
+    def hand_over_mark(self, channel: int, sequence: int) -> int | None:
+        """The hand-over mark the host's resequencing session stamped on the element
+        at ``sequence`` of ``channel`` (None: it does not know that element). One call."""
+        host = self._topic._channel_actors[self.host_channel]
+        request = ReadHandOverMark(reader_id=self._reader, channel=channel, sequence=sequence)
+        return _get(host.request.remote(pack_request(request)), self._topic)
 
     @property
     def host_channel(self) -> int:

@@ -557,14 +557,21 @@ class Subscriber:
     def commit(self, channel: int, position: Position) -> CommitResult:
         """Commit ``position`` and every earlier one of ``channel``.
 
-        Never raises for ownership: the status says so.
+        Never raises for ownership: the status says so. A resequencing member's
+        commit goes no further than the hand-over mark of the element at
+        ``position`` (see ``Element.commit``), which its host channel's session
+        remembers for the latest 16,384 elements it handed over (one call more);
+        for an element it does not know (handed over before the host restarted,
+        or long ago) the commit is REJECTED and nothing moves: commit the
+        Element itself (``element.commit()``, ``batch.commit()``) instead.
 
         Args:
             channel: The position's channel.
             position: The last position to commit.
 
         Returns:
-            The result: COMMITTED, ALREADY_COMMITTED, NOT_OWNER or REJECTED.
+            The result: COMMITTED, ALREADY_COMMITTED, NOT_OWNER or REJECTED; its
+            ``position`` is the one committed (a resequencing member's may be lower).
 
         Raises:
             PositionMismatchError: a Position of another topic or channel.
@@ -575,7 +582,7 @@ class Subscriber:
         return self._call(self.commit_async(channel, position))
 
     def commit_async(self, channel: int, position: Position) -> ray.ObjectRef[CommitResult]:
-        """``commit`` without waiting.
+        """``commit`` without waiting (a resequencing member's waits for its mark).
 
         Args:
             channel: The position's channel.

@@ -19,6 +19,7 @@ channel, in one call, to run the two-phase commit over the channels it touched
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import time
 from collections.abc import Iterable, Sequence
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from raytopic.actors.cursors import bounded
 from raytopic.actors.transaction_lead import lead_of
 from raytopic.actors.transactions import send
 from raytopic.coordinator.transaction_registry import registry_actor
@@ -380,6 +382,7 @@ class Transaction:
             [elements] if isinstance(elements, Element) else check_items(elements, "elements")
         )
         latest: dict[Address, ConsumedCommit] = {}
+        marks: dict[Address, int] = {}
         for element in elements:
             if not isinstance(element, Element):
                 raise InvalidTypeError(f"expected Elements, got {type(element).__name__}")
@@ -395,12 +398,21 @@ class Transaction:
                     "only a group member's positions commit"
                 )
             at = Address(origin.namespace, origin.topic, origin.topic_id, element.channel)
-            held = latest.get(at) or self._commits.get(at)
+            mark = origin.handed_upto
+            if mark is not None and (at not in marks or mark > marks[at]):
+                marks[at] = mark
+            held = latest.get(at)
             if held is None or element.sequence >= held.sequence:
                 latest[at] = ConsumedCommit(
                     origin.reader, element.sequence, origin.lease, origin.jumps
                 )
-        self._commits.update(latest)
+        for at, commit in latest.items():
+            # A resequencing member's commit goes no further than its hand-over mark
+            # (see Element.commit): the highest of these elements' is the batch's.
+            commit = dataclasses.replace(commit, sequence=bounded(commit.sequence, marks.get(at)))
+            held = self._commits.get(at)
+            if held is None or commit.sequence >= held.sequence:
+                self._commits[at] = commit
 
     # -- the end ------------------------------------------------------------------
 

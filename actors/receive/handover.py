@@ -19,10 +19,14 @@ what was handed over before an element was seen before it.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
-__all__ = ["HandOver"]
+__all__ = ["MARKS_KEPT", "HandOver"]
+
+MARKS_KEPT = 16_384
+"""Marks of the latest elements handed over that a session remembers, for a commit
+of a bare position (``Subscriber.commit``): twice what an iteration keeps in flight."""
 
 
 @dataclass(slots=True)
@@ -48,6 +52,7 @@ class HandOver:
 
     def __init__(self) -> None:
         self._channels: dict[int, _Waiting] = {}
+        self._marks: OrderedDict[tuple[int, int], int] = OrderedDict()
 
     def taken(self, channel: int, sequence: int) -> None:
         """The session took ``sequence`` of ``channel`` (it goes into the resequencer)."""
@@ -74,6 +79,18 @@ class HandOver:
         self.dropped(channel, sequence)
         waiting = self._channels.get(channel)
         if waiting is None:  # never taken here: no more is known than its own position
-            return sequence
-        lowest = waiting.lowest()
-        return waiting.highest if lowest is None else lowest - 1
+            mark = sequence
+        else:
+            lowest = waiting.lowest()
+            mark = waiting.highest if lowest is None else lowest - 1
+        marks = self._marks
+        marks[channel, sequence] = mark
+        marks.move_to_end((channel, sequence))
+        if len(marks) > MARKS_KEPT:
+            marks.popitem(last=False)
+        return mark
+
+    def mark_of(self, channel: int, sequence: int) -> int | None:
+        """The mark ``sequence`` of ``channel`` got when it was handed over, if it is
+        among the latest :data:`MARKS_KEPT` (None: not known)."""
+        return self._marks.get((channel, sequence))

@@ -37,6 +37,7 @@ __all__ = [
     "ReadMany",
     "ReadOne",
     "ReadRange",
+    "ReadHandOverMark",
     "ReadResequencerStats",
     "ReadRingFigures",
     "Receive",
@@ -264,6 +265,15 @@ class ReadResequencerStats(NamedTuple):
     reader_id: str
 
 
+class ReadHandOverMark(NamedTuple):
+    """The hand-over mark the reader's resequencing session here stamped on the
+    element at ``sequence`` of ``channel`` (None: it does not know that element)."""
+
+    reader_id: str
+    channel: int
+    sequence: int
+
+
 class InterruptReceives(NamedTuple):
     """A handle abandons its receives of ``stream`` up to ``upto``."""
 
@@ -310,6 +320,7 @@ ChannelRequest = (
     | ReadMany
     | ReadRange
     | ReadResequencerStats
+    | ReadHandOverMark
     | InterruptReceives
     | PauseReceives
     | ResumeReceives
@@ -339,6 +350,7 @@ CHANNEL_REQUESTS = (
     ReadMany,
     ReadRange,
     ReadResequencerStats,
+    ReadHandOverMark,
     InterruptReceives,
     PauseReceives,
     ResumeReceives,

@@ -134,3 +134,48 @@ def test_commits_after_the_host_channel_restarts_skip_nothing(make_topic, tmp_pa
 
     assert [e.value["n"] for e in handed] == list(range(HANDLED))
     assert {e.value["n"] for e in handed} | set(rest) == set(range(VALUES))
+
+
+def test_a_transaction_commits_what_a_resequencing_member_consumed_up_to_its_marks(
+    make_topic, unique_name
+) -> None:
+    # An exactly-once pipeline over a resequencing member: its consumed commits stop
+    # where the resequencer still held an earlier element, as the member's own do.
+    source = make_topic(channels=2, groups=["g"])
+    sink = make_topic(channels=1)
+    _publish_scrambled(source)
+    member = source.subscriber(group="g", resequence=_in_order(), complete_on_empty=True)
+    txs = rt.transactions(unique_name("reseq"))
+    handled: list[int] = []
+    while len(handled) < HANDLED:
+        batch = get(member.receive_batch(min(10, HANDLED - len(handled))))
+        with txs.begin() as tx:
+            tx.publish_batch(sink, [e.value["n"] for e in batch])
+            tx.commit_consumed(batch)
+        handled.extend(e.value["n"] for e in batch)
+    txs.close()
+    member.close()
+    rest = _successor_reads(source, "g")
+
+    assert handled == list(range(HANDLED))
+    assert set(handled) | set(rest) == set(range(VALUES))
+
+
+def test_a_commit_of_a_bare_position_goes_no_further_than_its_element(make_topic) -> None:
+    topic = make_topic(channels=2, groups=["g"])
+    _publish_scrambled(topic)
+    member = topic.subscriber(group="g", resequence=_in_order(), complete_on_empty=True)
+    unknown = member.commit(0, topic.position(0, 0))  # nothing handed over yet: nothing moves
+    handled, short = [], 0
+    for element in member:
+        handled.append(element.value["n"])
+        result = member.commit(element.channel, element.position)
+        short += result.position != element.position
+        if len(handled) == HANDLED:
+            break
+    member.close()
+    rest = _successor_reads(topic, "g")
+
+    assert unknown.status is rt.CommitStatus.REJECTED
+    assert set(handled) | set(rest) == set(range(VALUES))
+    assert short

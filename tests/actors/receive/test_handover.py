@@ -59,3 +59,13 @@ def test_a_position_taken_again_waits_until_each_copy_is_handed_over() -> None:
 
 def test_an_element_never_taken_is_marked_at_itself() -> None:
     assert HandOver().handed(3, 7) == 7
+
+
+def test_the_marks_of_the_latest_elements_handed_over_are_remembered() -> None:
+    handover = HandOver()
+    for sequence in range(3):
+        handover.taken(0, sequence)
+    handover.handed(0, 2)
+    handover.handed(0, 0)
+    assert handover.mark_of(0, 2) == -1 and handover.mark_of(0, 0) == 0
+    assert handover.mark_of(0, 1) is None  # not handed over
