@@ -1,4 +1,5 @@
-"""A shared group member's acknowledgements, a part the Subscriber holds.
+"""A reader's acknowledgements (a shared group member's above all), a part the
+Subscriber holds.
 
 :class:`Acknowledgements` sends ``ack``, ``nack`` and the ack-deadline
 extension (the public ``extend_lease``) for the elements a subscriber
@@ -56,8 +57,11 @@ class Acknowledgements:
         self._role = role
 
     def ack(self, elements: Iterable[Element]) -> ray.ObjectRef[Any]:
-        """Acknowledge ``elements``: ACKED, or REJECTED for one no longer held."""
-        return send_many(self._own(elements), Ack)
+        """Acknowledge ``elements``: ACKED, or REJECTED for one no longer held (or,
+        an owned group's, received before a reset), NOT_OWNER for one of a channel
+        an owned group's member lost. Any reader acks its own elements (an owned
+        one marks each done: see ``Element.ack``)."""
+        return send_many(check_own(elements, self._reader_id, self._topic_id, shared=False), Ack)
 
     def nack(self, elements: Iterable[Element], delay: float | None) -> ray.ObjectRef[Any]:
         """Give ``elements`` back to the group, to be delivered again after ``delay``."""

@@ -601,7 +601,9 @@ class Subscriber:
     # -- acknowledging (a shared group's member) ---------------------------------------------
 
     def ack(self, elements: Iterable[Element]) -> list[AckStatus]:
-        """Acknowledge elements this member received in its shared group.
+        """Acknowledge elements this subscriber received, each alone (see
+        ``Element.ack``: in an owned group each is marked done, and the commit
+        advances over the done prefix).
 
         One call per channel.
 
@@ -610,14 +612,15 @@ class Subscriber:
 
         Returns:
             Each element's status, in order: ACKED, or REJECTED when no longer
-            held by this member under that delivery (nothing changed for it).
+            held by this member under that delivery, or received before a reset
+            (nothing changed for it), NOT_OWNER for one of a channel an owned
+            group's member lost.
 
         Raises:
-            ForeignElementError: an element this subscriber did not receive in its
-                shared group (nothing is acknowledged).
+            ForeignElementError: an element this subscriber did not receive
+                (nothing is acknowledged).
             InvalidTypeError: ``elements`` is not an iterable of Elements (None, a
                 str, a dict, ...), or holds something else.
-            GroupModeError: not a shared group's member (it commits instead).
             SubscriberClosedError: the subscriber is closed.
         """
         return self._call(self.ack_async(elements))
@@ -632,7 +635,7 @@ class Subscriber:
             An ObjectRef of each element's status, in order.
 
         Raises:
-            ForeignElementError, GroupModeError, SubscriberClosedError: as ``ack``.
+            ForeignElementError, InvalidTypeError, SubscriberClosedError: as ``ack``.
         """
         self._check_open()
         return self._acks.ack(elements)

@@ -45,24 +45,31 @@ def check_shared(element: Element) -> None:
         )
 
 
-def check_own(elements: Sequence[Element], reader_id: str, topic_id: str) -> list[Element]:
-    """``elements`` if all were received by ``reader_id`` in a shared group of the topic.
+def check_own(
+    elements: Sequence[Element], reader_id: str, topic_id: str, *, shared: bool = True
+) -> list[Element]:
+    """``elements`` if all were received by ``reader_id`` from the topic (``shared``:
+    in a shared group).
 
     Raises:
         InvalidTypeError: ``elements`` is not an iterable of Elements (None, a
             str, a dict, ...), or one is not an Element.
         ForeignElementError: one was received by another subscriber, from
-            another topic, or in an owned group (nothing is sent).
+            another topic, or (``shared``) in an owned group (nothing is sent).
     """
     elements = check_items(elements, "elements")
     for element in elements:
         if not isinstance(element, Element):
             raise InvalidTypeError(f"expected Elements, got {type(element).__name__}")
         origin = element._origin
-        if origin.topic_id != topic_id or origin.reader != reader_id or not origin.shared:
+        if (
+            origin.topic_id != topic_id
+            or origin.reader != reader_id
+            or (shared and not origin.shared)
+        ):
             raise ForeignElementError(
-                f"element {element.position} was not received by this subscriber "
-                "in its shared group"
+                f"element {element.position} was not received by this subscriber"
+                + (" in its shared group" if shared else "")
             )
     return elements
 

@@ -1,4 +1,4 @@
-"""A shared member's acknowledgements as a part: its small interface (no Ray call is
+"""A reader's acknowledgements as a part: its small interface (no Ray call is
 made when the checks refuse)."""
 
 from __future__ import annotations
@@ -22,13 +22,23 @@ class _Role:
             raise rt.GroupModeError("only a shared group's members acknowledge elements")
 
 
-def test_an_owned_member_is_refused_before_its_elements_are_looked_at() -> None:
+def test_an_owned_member_is_refused_nacks_before_its_elements_are_looked_at() -> None:
     role = _Role(shared=False)
     acks = Acknowledgements("reader", "topic-id", role)
-    for send in (acks.ack, lambda e: acks.nack(e, None), lambda e: acks.extend_hold(e, None)):
+    for send in (lambda e: acks.nack(e, None), lambda e: acks.extend_hold(e, None)):
         with pytest.raises(rt.GroupModeError):
             send(None)  # type: ignore[arg-type]
-    assert role.asked == 3
+    assert role.asked == 2
+
+
+def test_any_reader_acks_only_its_own_elements() -> None:
+    # An owned group's member acks too (its elements are marked done): the elements
+    # are checked, the membership is not asked.
+    role = _Role(shared=False)
+    acks = Acknowledgements("reader", "topic-id", role)
+    with pytest.raises(rt.InvalidTypeError):
+        acks.ack(None)  # type: ignore[arg-type]
+    assert role.asked == 0
 
 
 def test_what_is_not_a_list_of_elements_is_a_type_error() -> None:

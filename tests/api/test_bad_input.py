@@ -456,7 +456,9 @@ def test_element_and_batch(received: Any, state: Any) -> None:
     with pytest.raises(rt.GroupModeError):
         shared.commit()
     with pytest.raises(rt.GroupModeError):
-        owned.ack()
+        owned.nack()
+    with pytest.raises(rt.GroupModeError):
+        owned.extend_lease()
     with pytest.raises(rt.InvalidTypeError):
         rt.ElementBatch([1, 2]).commit()
     with pytest.raises(rt.InvalidTypeError):

@@ -85,6 +85,22 @@ def test_done_elements_survive_a_killed_channel_with_a_store(make_topic, tmp_pat
     assert _drain(topic, "g") == [2, 7]
 
 
+def test_a_member_acks_its_own_elements_and_only_them(make_topic) -> None:
+    topic = make_topic(channels=1, groups=["g"])
+    publish_all(topic, [{"n": n} for n in range(4)])
+    member = topic.subscriber(group="g")
+    other = topic.subscriber(start="earliest")
+    elements = get(member.receive_batch(4))
+    with pytest.raises(rt.ForeignElementError):
+        other.ack(elements)  # nothing acknowledged
+    assert member.ack([elements[3], elements[0]]) == [rt.AckStatus.ACKED] * 2
+    assert member.last_committed()[0].sequence == 0  # 1 and 2 are not done
+    assert member.ack(elements[1:3]) == [rt.AckStatus.ACKED] * 2
+    assert member.last_committed()[0].sequence == 3
+    other.close()
+    member.close()
+
+
 def test_an_ack_after_the_channel_moved_is_not_owner_and_loses_nothing(make_topic) -> None:
     topic = make_topic(channels=1, groups=["g"])
     publish_all(topic, [{"n": n} for n in range(3)])
