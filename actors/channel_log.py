@@ -28,6 +28,7 @@ from raytopic.core.config import Overflow
 from raytopic.core.errors import (
     ChannelFailedError,
     DataLossError,
+    InvalidArgumentError,
     StaleSequenceError,
     StoreError,
     TopicError,
@@ -330,6 +331,9 @@ class ChannelLog:
         count = len(payload)
         if not count:
             return AppendAck(ring.tail, 0, ring.stamp_of_last_append()), None
+        refused = self.unkeyed(payload)
+        if refused is not None:
+            return AppendAck(-1, 0, 0.0, refused), None
         if policy is Overflow.OVERWRITE:
             try:
                 first, stamp, change = self._put(payload, True, publisher_id, batch)
@@ -395,6 +399,19 @@ class ChannelLog:
         if policy is Overflow.BLOCK and timeout is not None:
             return TopicFullError(f"{reason}: no room within {timeout:g} s")
         return TopicFullError(reason)
+
+    def unkeyed(self, payload: Payload) -> InvalidArgumentError | None:
+        """Why a compacted channel refuses ``payload`` (an element without a key: there
+        is no latest value of nothing), or None."""
+        if self._context.config.compaction is None:
+            return None
+        keys = payload.keys
+        if keys is not None and None not in keys:
+            return None
+        return InvalidArgumentError(
+            f"channel {self._channel} of compacted topic {self._context.config.name!r}: "
+            "every element needs a key; nothing appended"
+        )
 
     def _put(
         self, payload: Payload, overwrite: bool, publisher_id: str, batch: int

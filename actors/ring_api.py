@@ -55,8 +55,8 @@ class RingbufferApi:
             )
         ack, change = await self._log.append(payload, policy, timeout, whole=True)
         await self._log.durable(change)
-        if isinstance(ack.error, StoreError):
-            raise ack.error
+        if isinstance(ack.error, (StoreError, InvalidArgumentError)):
+            raise ack.error  # not a full ring: -1 would say it is
         return ack.first + ack.accepted - 1 if ack.accepted == len(payload) else -1
 
     async def read_one(self, sequence: int) -> Run:

@@ -135,6 +135,7 @@ class TransactionParticipant:
         Raises:
             TransactionAbortedError: the transaction was aborted here (fenced, timed out).
             TopicFullError: no room for the elements (within the timeout, with "block").
+            InvalidArgumentError: an element without a key for a compacted channel.
         """
         now = time.time()
         channel = self._context.channel
@@ -143,6 +144,9 @@ class TransactionParticipant:
         )
         if payload is None or not len(payload):
             return entry.staged
+        refused = self._log.unkeyed(payload)
+        if refused is not None:
+            raise refused
         count = len(payload)
         policy = self._context.config.overflow
         if policy is not Overflow.OVERWRITE:

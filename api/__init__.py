@@ -20,6 +20,7 @@ from raytopic.cluster import enable_token_for_ray_address as _enable_token_for_r
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
     from raytopic.actors.stores.base import RingbufferStore, StoredBatch
     from raytopic.autoscaler import Autoscaler
+    from raytopic.core.compaction import Compaction
     from raytopic.core.config import Overflow, Start
     from raytopic.core.element_batch import ElementBatch
     from raytopic.core.errors import (
@@ -96,6 +97,7 @@ __all__ = [
     "ChannelStats",
     "CommitResult",
     "CommitStatus",
+    "Compaction",
     "Element",
     "ElementBatch",
     "GroupChannelStats",
@@ -162,6 +164,7 @@ _EXPORTS = {
     "ChannelStats": "raytopic.stats",
     "CommitResult": "raytopic.core.records",
     "CommitStatus": "raytopic.core.records",
+    "Compaction": "raytopic.core.compaction",
     "Element": "raytopic.core.records",
     "ElementBatch": "raytopic.core.element_batch",
     "GroupChannelStats": "raytopic.stats",

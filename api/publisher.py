@@ -49,7 +49,7 @@ from raytopic.core.errors import (
     TopicFullError,
 )
 from raytopic.core.gather import Joined, JoinKind, send_joined
-from raytopic.core.payloads import Payload, PickledValues, encode_values, fast_dumps
+from raytopic.core.payloads import TOMBSTONE, Payload, PickledValues, encode_values, fast_dumps
 from raytopic.core.protocol import Append, AppendAck, pack_request
 from raytopic.core.statuses import PublishStatuses
 from raytopic.core.waits import bounded_wait
@@ -151,6 +151,7 @@ class Publisher:
         self._id = uuid.uuid4().hex
         self._topic_id = topic.topic_id
         self._overflow = topic.config.overflow.value
+        self._compacted = topic.config.compaction is not None
         self._lock = threading.Lock()
         self._completed = threading.Condition(self._lock)
         self._pipes = [
@@ -199,12 +200,49 @@ class Publisher:
         Raises:
             InvalidTypeError: the value is None, an ObjectRef, cannot be
                 pickled, or the key has an unsupported type (nothing is sent).
+            InvalidArgumentError: the topic is compacted and the value has no key
+                (nothing is sent).
             PublisherClosedError: the publisher was closed.
             TopicNotFoundError: the topic was destroyed.
         """
         payload = fast_dumps(value)  # the snapshot: later changes to value do not count
-        if key is None and self._ordering is not None:
-            key = self._ordering(value)
+        if key is None:
+            if self._ordering is not None:
+                key = self._ordering(value)
+            if key is None and self._compacted:
+                raise _no_key_error(self._topic.name)
+        return self._enqueue(payload, key)
+
+    def delete(self, key: Any) -> Future[PublishStatus]:
+        """Delete ``key`` from a compacted topic: append a tombstone, an element of
+        that key whose value is None (a table view drops the key; compaction
+        removes the key's earlier elements, and the tombstone itself
+        ``tombstone_retention_s`` after it became eligible).
+
+        Args:
+            key: The key to delete (a str, bytes, int or bool).
+
+        Returns:
+            A Future of the tombstone's PublishStatus (as ``publish``'s).
+
+        Raises:
+            InvalidArgumentError: the topic is not compacted (a None value would
+                surprise its readers), or ``key`` is None; nothing is sent.
+            InvalidTypeError: the key has an unsupported type (nothing is sent).
+            PublisherClosedError: the publisher was closed.
+            TopicNotFoundError: the topic was destroyed.
+        """
+        if not self._compacted:
+            raise InvalidArgumentError(
+                f"topic {self._topic.name!r} is not compacted: delete(key) appends a None "
+                "value, which only a compacted topic's readers expect"
+            )
+        if key is None:
+            raise InvalidArgumentError("delete needs the key to delete, got None")
+        return self._enqueue(TOMBSTONE, key)
+
+    def _enqueue(self, payload: bytes, key: Any) -> Future[PublishStatus]:
+        """Add one pickled value, with its key (None: round robin), to its channel's batch."""
         if key is None:
             hashed = channel = None
         else:
@@ -283,8 +321,9 @@ class Publisher:
 
         Raises:
             InvalidTypeError, InvalidArgumentError: a bad value or key, ``values``
-                or ``keys`` that is not a list of them (a str, a dict, None), or
-                ``keys`` of another length; nothing is sent.
+                or ``keys`` that is not a list of them (a str, a dict, None),
+                ``keys`` of another length, or a value without a key for a
+                compacted topic; nothing is sent.
             PublisherClosedError: the publisher was closed.
             TopicNotFoundError: the topic was destroyed.
         """
@@ -294,6 +333,8 @@ class Publisher:
         if keys is not None and len(keys) != len(values):
             raise InvalidArgumentError(f"keys has {len(keys)} entries for {len(values)} values")
         keys, hashes = self._keys_of(values, keys)
+        if self._compacted:
+            check_keyed(self._topic.name, keys, len(values))
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -722,6 +763,27 @@ def parts_of(layout: np.ndarray) -> dict[int, np.ndarray]:
     return {
         int(channel): np.flatnonzero(layout == channel) for channel in channels[np.argsort(firsts)]
     }
+
+
+def _no_key_error(topic: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"topic {topic!r} is compacted: every value needs a key (publish(value, key=...))"
+    )
+
+
+def check_keyed(topic: str, keys: list[Any] | None, count: int) -> None:
+    """Every one of ``count`` values has a key (a compacted topic's rule).
+
+    Raises:
+        InvalidArgumentError: one has none (naming the first).
+    """
+    if count and keys is None:
+        raise _no_key_error(topic)
+    if keys is not None and None in keys:
+        raise InvalidArgumentError(
+            f"topic {topic!r} is compacted: every value needs a key, and value "
+            f"{keys.index(None)} has none"
+        )
 
 
 def routed_keys(

@@ -36,6 +36,7 @@ from raytopic.stats import TopicStats, topic_stats
 
 if TYPE_CHECKING:
     from raytopic.autoscaler import Autoscaler
+    from raytopic.core.compaction import Compaction
     from raytopic.core.resequencer import Resequence
     from raytopic.publisher import Publisher
     from raytopic.ringbuffer import Ringbuffer
@@ -49,7 +50,7 @@ def create_topic(
     *,
     channels: int = 8,
     capacity: int = 1_000_000,
-    retain: bool = False,
+    retain: bool | None = None,
     ttl: float | None = None,
     overflow: str = "block",
     store: Any = None,
@@ -60,6 +61,7 @@ def create_topic(
     store_retention: Mapping[str, float] | None = None,
     placement: str = "spread",
     default_window: int = 1000,
+    compaction: Compaction | None = None,
 ) -> Topic:
     """Create a topic: a coordinator actor and ``channels`` channel actors, all named
     and detached, so the topic outlives this driver until ``destroy()``.
@@ -69,7 +71,8 @@ def create_topic(
         channels: Channel actors (1 to 10,000); the unit of ordering and parallelism.
         capacity: Elements each channel holds at most (>= 1).
         retain: Keep elements after every group committed them (until
-            capacity or TTL removes them); False removes them once committed.
+            capacity or TTL removes them); False (the default, but for a
+            compacted topic) removes them once committed.
         ttl: Seconds an element lives (> 0, at most a century), or None.
         overflow: When a channel is full: "block" (publishers wait),
             "overwrite" (drop the oldest) or "fail" (TopicFullError).
@@ -100,6 +103,12 @@ def create_topic(
             where it can (Ray's SPREAD strategy); "pack" leaves it to Ray.
         default_window: Most unacknowledged elements per shared-group member
             when neither the member nor its group gives a window.
+        compaction: None, or ``rt.Compaction(...)``: a compacted topic (DESIGN
+            5.10). Every value needs a key; ``Publisher.delete(key)`` appends a
+            delete; older elements of each key are removed in the background,
+            leaving gaps that every reader steps over. It keeps its elements
+            (``retain`` is True; ``retain=False`` is refused), and ``capacity``
+            and ``overflow`` count the elements that remain.
 
     Returns:
         A handle to the new topic (or, with ``exist_ok``, to the existing one).
@@ -129,6 +138,7 @@ def create_topic(
         store_retention=store_retention,
         placement=placement,
         default_window=default_window,
+        compaction=compaction,
     )
     coordinator, info = launch_topic(config, exist_ok=exist_ok)
     return Topic(coordinator, info)

@@ -62,7 +62,7 @@ from raytopic.core.records import (
     Position,
     TransactionResult,
 )
-from raytopic.publisher import encode_part, parts_of, route, routed_keys
+from raytopic.publisher import check_keyed, encode_part, parts_of, route, routed_keys
 from raytopic.subscriber import live_subscriber
 from raytopic.topic import Topic
 
@@ -290,9 +290,10 @@ class Transaction:
             keys: One key per value (None entries: round robin), or None.
 
         Raises:
-            InvalidTypeError, InvalidArgumentError: a bad value, key or topic, or
-                ``values`` or ``keys`` that is not a list of them (None, a str, a
-                dict); nothing is staged, and the transaction goes on.
+            InvalidTypeError, InvalidArgumentError: a bad value, key or topic, a
+                value without a key for a compacted topic, or ``values`` or
+                ``keys`` that is not a list of them (None, a str, a dict); nothing
+                is staged, and the transaction goes on.
             TopicNotFoundError: the topic was destroyed; nothing staged there.
             TopicFullError: a channel had no room (overflow "fail", or "block"
                 past 30 s); nothing staged there.
@@ -309,6 +310,8 @@ class Transaction:
         if not values:
             return
         keys, hashes = routed_keys(keys)
+        if topic.config.compaction is not None:
+            check_keyed(topic.name, keys, len(values))
         incarnation = self._incarnation
         layout = incarnation.route(topic, len(values), hashes)
         parts = {

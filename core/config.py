@@ -322,7 +322,8 @@ class TopicConfig:
     capacity: int
     """Elements each channel holds at most."""
     retain: bool
-    """Keep elements after every group committed them (until capacity/TTL)."""
+    """Keep elements after every group committed them (until capacity/TTL; always, on a
+    compacted topic)."""
     ttl: float | None
     """Seconds an element lives, or None."""
     overflow: Overflow
@@ -348,6 +349,9 @@ class TopicConfig:
     default_window: int = 1000
     """Most unacknowledged elements per shared group member when neither the
     member nor its group says (Universal Messaging's "ClientQueueWindow")."""
+    compaction: Any = None
+    """None, or the ``Compaction`` of a compacted topic: every element has a key,
+    and older elements of a key are compacted away (DESIGN 5.10)."""
 
     @classmethod
     def create(
@@ -356,7 +360,7 @@ class TopicConfig:
         *,
         channels: object = 8,
         capacity: object = 1_000_000,
-        retain: object = False,
+        retain: object = None,
         ttl: object = None,
         overflow: object = "block",
         groups: object = (),
@@ -366,13 +370,31 @@ class TopicConfig:
         store_retention: object = None,
         placement: object = "spread",
         default_window: object = 1000,
+        compaction: object = None,
     ) -> TopicConfig:
-        """Validate ``create_topic``'s arguments; every error names the argument."""
+        """Validate ``create_topic``'s arguments; every error names the argument.
+
+        ``retain`` None is the default: False, and True for a compacted topic
+        (which refuses ``retain=False``: compaction is what removes its elements).
+        """
         check_name(name, "topic name")
         namespace = check_namespace(namespace)
         check_positive_int(channels, "channels", maximum=MAX_CHANNELS)
         check_positive_int(capacity, "capacity")
+        from raytopic.core.compaction import Compaction  # (it validates with this module)
+
+        if compaction is not None and not isinstance(compaction, Compaction):
+            raise InvalidTypeError(
+                f"compaction must be None or a raytopic.Compaction, got {type(compaction).__name__}"
+            )
+        if retain is None:
+            retain = compaction is not None
         check_bool(retain, "retain")
+        if compaction is not None and not retain:
+            raise InvalidArgumentError(
+                "retain=False cannot go with compaction: a compacted topic keeps its elements "
+                "until compaction removes them (leave retain out)"
+            )
         from raytopic.core.shared_group import SharedGroup  # (it validates with this module)
 
         groups = tuple(
@@ -400,6 +422,7 @@ class TopicConfig:
             retention_bytes=retention_bytes,
             placement=_check_placement(placement),
             default_window=default_window,  # type: ignore[arg-type]
+            compaction=compaction,
         )
 
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KEY_COLUMN",
+    "TOMBSTONE",
     "ArrowRows",
     "DamagedElements",
     "Payload",
@@ -64,6 +65,10 @@ OUT_OF_BAND_MIN = 100 * 1024
 inlines smaller objects into its messages, where an out-of-band buffer only
 adds work (about 0.3 ms per reply here); larger ones go to the object store,
 where out of band means zero-copy."""
+
+TOMBSTONE = pickle.dumps(None, 5)
+"""The pickle of a delete's value (``Publisher.delete``: a compacted topic's
+tombstone). ``None`` is refused as a published value everywhere else."""
 
 _REF_MARKER = b"ObjectRef"
 _MAIN_MARKER = b"__main__"

@@ -65,6 +65,7 @@ __all__ = [
     "APPEND_ROWS",
     "BulkWriter",
     "ChannelRange",
+    "check_key_column",
     "cut_ranges",
     "plan_ranges",
     "read_range",
@@ -108,6 +109,19 @@ def route(
             raise InvalidArgumentError(f"key {key!r} is not a column: {table.column_names}")
         channels = key_channels(table.column(key), channel_count)
     return round_robin(channels, start, channel_count)
+
+
+def check_key_column(topic: Topic, key: str | None) -> None:
+    """A compacted topic's rows need a key column (before anything is sent).
+
+    Raises:
+        InvalidArgumentError: ``topic`` is compacted and ``key`` is None.
+    """
+    if key is None and topic.config.compaction is not None:
+        raise InvalidArgumentError(
+            f"topic {topic.name!r} is compacted: every row needs a key; name the key column "
+            "(key=...)"
+        )
 
 
 class BulkWriter:
@@ -170,9 +184,21 @@ class BulkWriter:
 
     def write_routed(self, table: pa.Table, channels: np.ndarray) -> None:
         """Queue ``table``'s rows for the given channels (one per row, routed by the
-        writer's key column where it has one)."""
+        writer's key column where it has one).
+
+        Raises:
+            InvalidArgumentError: the topic is compacted and a row's key is null
+                (nothing of ``table`` is queued).
+        """
         if not table.num_rows:
             return
+        if self._topic.config.compaction is not None:
+            check_key_column(self._topic, self._key)
+            if table.column(self._key).null_count:
+                raise InvalidArgumentError(
+                    f"topic {self._topic.name!r} is compacted: every row needs a key, and "
+                    f"{table.column(self._key).null_count} rows have a null {self._key!r}"
+                )
         for channel, rows in split_by_channel(to_utc(table), channels).items():
             self._pending.setdefault(channel, []).append(rows)
             self._pending_rows[channel] = self._pending_rows.get(channel, 0) + rows.num_rows

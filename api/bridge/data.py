@@ -30,7 +30,13 @@ from ray.data.datasource import Datasink, Datasource, ReadTask
 from ray.util.debug import reset_log_once
 
 from raytopic.bridge.arrow_tables import combine, empty_table
-from raytopic.bridge.bulk import BulkWriter, ChannelRange, plan_ranges, read_range
+from raytopic.bridge.bulk import (
+    BulkWriter,
+    ChannelRange,
+    check_key_column,
+    plan_ranges,
+    read_range,
+)
 from raytopic.bridge.streams import AVAILABLE_NOW, MicroBatch, Stream, open_stream
 from raytopic.core.config import check_instance, check_timeout
 from raytopic.core.errors import InvalidArgumentError, unwrap_ray_error
@@ -78,11 +84,14 @@ def write_topic(
             before any write task runs).
         InvalidArgumentError: a bad ``block_timeout``, or ``key`` is not a
             column (before any task runs when the dataset's columns are known
-            without running it).
+            without running it); the topic is compacted and ``key`` is None
+            (before any task runs), or a row's key is null (its block is not
+            appended; blocks before it may be).
         TopicFullError: a channel had no room (overflow "fail", or "block" too long).
     """
     check_instance(dataset, Dataset, "dataset")
     sink = TopicDatasink(topic, key=key, block_timeout=block_timeout)
+    check_key_column(topic, key)
     if key is not None:
         _check_key_column(dataset, key)
     started = time.perf_counter()

@@ -38,7 +38,13 @@ import pyarrow as pa
 import ray
 
 from raytopic.bridge.arrow_tables import conform, empty_table, unify
-from raytopic.bridge.bulk import BulkWriter, ChannelRange, plan_ranges, read_range
+from raytopic.bridge.bulk import (
+    BulkWriter,
+    ChannelRange,
+    check_key_column,
+    plan_ranges,
+    read_range,
+)
 from raytopic.bridge.spark_session import (
     JAVA_OPTIONS,
     JavaNotFoundError,
@@ -110,7 +116,10 @@ def publish_dataframe(
         What was appended.
 
     Raises:
-        InvalidArgumentError: ``key`` is not a column, or a bad ``block_timeout``.
+        InvalidArgumentError: ``key`` is not a column, or a bad ``block_timeout``;
+            the topic is compacted and ``key`` is None (before Spark runs
+            anything), or a row's key is null (its partition's rows from that
+            Arrow batch on are not appended).
         InvalidTypeError: ``key``'s type cannot be a key (floats, decimals, ...),
             or ``topic`` is not a Topic (checked before Spark runs anything).
         TopicFullError: a channel had no room (rows before it are appended).
@@ -118,6 +127,7 @@ def publish_dataframe(
     check_instance(topic, Topic, "topic")
     check_timeout(block_timeout, "block_timeout")
     _check_dataframe(df)
+    check_key_column(topic, key)
     started = time.perf_counter()
     routed = df.withColumn(_CHANNEL, channel_column(df, key, topic.channel_count))
     job = _AppendPartition(_TopicAddress.of(topic), uuid.uuid4().hex, key, None, block_timeout)
@@ -333,6 +343,7 @@ class StreamingSink:
             if value is not None:
                 check_instance(value, str, what)
         check_timeout(block_timeout, "block_timeout")
+        check_key_column(topic, key)
         self._address = _TopicAddress.of(topic)
         self._channel_count = topic.channel_count
         self._key = key

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import ray
 from hypothesis import HealthCheck, given, settings
@@ -207,6 +208,24 @@ def state(topic: rt.Topic) -> Callable[[], Any]:
 
 
 @pytest.fixture(scope="module")
+def compacted(topic: rt.Topic) -> Any:
+    """A compacted topic beside the module's (in its namespace), which nothing enters."""
+    made = rt.create_topic(
+        f"bad-input-compacted-{uuid.uuid4().hex[:8]}",
+        namespace=topic.namespace,
+        channels=1,
+        compaction=rt.Compaction(),
+    )
+    yield made
+    made.destroy()
+
+
+@pytest.fixture(scope="module")
+def compacted_state(compacted: rt.Topic) -> Callable[[], Any]:
+    return lambda: snapshot(compacted)
+
+
+@pytest.fixture(scope="module")
 def publisher(topic: rt.Topic) -> Any:
     with topic.publisher() as publisher:
         yield publisher
@@ -242,7 +261,7 @@ CREATE_TOPIC = {
     "name": bad_name(),
     "channels": bad_int(1, MAX_CHANNELS),
     "capacity": bad_int(1),
-    "retain": NOT_BOOL,
+    "retain": NOT_BOOL.filter(lambda value: value is not None),  # None: the default
     "ttl": bad_seconds(MAX_RETENTION_SECONDS, none=True),
     "overflow": JUNK.filter(lambda v: v not in ("block", "overwrite", "fail")),
     "store": st.one_of(
@@ -257,6 +276,7 @@ CREATE_TOPIC = {
     "store_retention": st.sampled_from([{"seconds": 10**400}, {"seconds": -1}, {"bytes": 1.5}]),
     "placement": JUNK.filter(lambda v: v not in ("spread", "pack")),
     "default_window": bad_int(1),
+    "compaction": JUNK.filter(lambda value: value is not None),
 }
 
 
@@ -267,6 +287,36 @@ def test_create_topic(topic: rt.Topic, state: Any, argument: str) -> None:
         good["store"] = "/nonexistent/raytopic-bad-input"
     refuses(
         lambda value: rt.create_topic(**{**good, argument: value}), CREATE_TOPIC[argument], state
+    )
+
+
+def test_a_compacted_topic_refuses_retain_false(topic: rt.Topic, state: Any) -> None:
+    good: dict[str, Any] = {"name": "bad-input-new", "namespace": topic.namespace}
+    compaction = rt.Compaction()
+    refuses(
+        lambda retain: rt.create_topic(**good, compaction=compaction, retain=retain),
+        st.just(False),
+        state,
+        examples=1,
+    )
+
+
+COMPACTION = {
+    "min_lag_s": bad_seconds(MAX_RETENTION_SECONDS, zero=True),
+    "max_lag_s": bad_seconds(MAX_RETENTION_SECONDS),
+    "tombstone_retention_s": bad_seconds(MAX_RETENTION_SECONDS, zero=True),
+}
+
+
+@pytest.mark.parametrize("argument", list(COMPACTION))
+def test_compaction(argument: str) -> None:
+    refuses(lambda value: rt.Compaction(**{argument: value}), COMPACTION[argument])
+
+
+def test_compaction_refuses_a_min_lag_over_its_max_lag() -> None:
+    refuses(
+        lambda lags: rt.Compaction(min_lag_s=lags[0], max_lag_s=lags[1]),
+        st.tuples(st.floats(1.0, 100.0), st.floats(0.001, 0.999)),
     )
 
 
@@ -365,6 +415,53 @@ def test_publisher_publish_batch(publisher: Any, state: Any) -> None:
     )
     refuses(publisher.publish_batch, values, flushed)
     refuses(lambda keys: publisher.publish_batch([1, 2], keys=keys), keys, flushed)
+
+
+def test_delete_is_refused_on_a_plain_topic(publisher: Any, state: Any) -> None:
+    def flushed() -> Any:
+        publisher.flush()
+        return state()
+
+    refuses(publisher.delete, st.one_of(st.none(), st.text(max_size=4)), flushed)
+
+
+def test_a_compacted_topic_refuses_a_value_without_a_key(
+    compacted: rt.Topic, compacted_state: Any
+) -> None:
+    with compacted.publisher() as publisher:
+
+        def flushed() -> Any:
+            publisher.flush()
+            return compacted_state()
+
+        refuses(publisher.publish, st.integers(), flushed, examples=5)
+        refuses(
+            lambda keys: publisher.publish_batch([1, 2], keys=keys),
+            st.sampled_from([None, [None, None], ["a", None]]),
+            flushed,
+        )
+        refuses(publisher.delete, st.none(), flushed, examples=1)
+        keys = JUNK.filter(lambda k: not isinstance(k, (type(None), str, bytes, int)))
+        refuses(publisher.delete, keys, flushed)
+    ring = compacted.ringbuffer(0)  # a ring buffer add carries no key: the channel refuses it
+    refuses(ring.add, st.integers(), compacted_state, examples=3)
+    refuses(lambda items: ring.add_all(items), st.sampled_from([[1], [1, 2]]), compacted_state)
+    with rt.transactions("bad-input-compacted", namespace=compacted.namespace) as holder:
+        tx = holder.begin()
+        refuses(lambda value: tx.publish(compacted, value), st.integers(), compacted_state)
+        refuses(
+            lambda keys: tx.publish_batch(compacted, [1, 2], keys=keys),
+            st.sampled_from([None, ["a", None]]),
+            compacted_state,
+        )
+        assert tx.commit() == rt.TransactionResult({}, [])  # nothing was staged
+    rows = ray.data.from_arrow(pa.table({"k": ["a", None], "v": [1, 2]}))  # one block
+    refuses(
+        lambda key: raytopic.data.write_topic(rows, compacted, key=key),
+        st.sampled_from([None, "k"]),  # no key column; a null key (its block: nothing sent)
+        compacted_state,
+        examples=2,
+    )
 
 
 def test_publisher_flush_and_close(topic: rt.Topic, publisher: Any) -> None:

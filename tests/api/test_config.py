@@ -115,7 +115,7 @@ def test_config_is_frozen_and_picklable() -> None:
         ({"overflow": 1}, InvalidArgumentError, "overflow"),
         ({"retain": 1}, InvalidTypeError, "retain"),
         ({"retain": "yes"}, InvalidTypeError, "retain"),
-        ({"retain": None}, InvalidTypeError, "retain"),
+        ({"compaction": {"max_lag_s": 1}}, InvalidTypeError, "compaction"),
         ({"groups": "g1"}, InvalidTypeError, "groups"),
         ({"groups": 5}, InvalidTypeError, "groups"),
         ({"groups": ["g", "g"]}, InvalidArgumentError, "groups"),
