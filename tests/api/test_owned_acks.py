@@ -23,13 +23,13 @@ FAILING = {3, 11}
 
 
 @ray.remote(max_retries=0)
-def _process(element: rt.Element) -> str:
+def _process(element: rt.Element) -> tuple[int, str]:
     """A task that finishes out of order, fails for the FAILING numbers, and acks."""
     n = element.value["n"]
     time.sleep(0.02 * (n % 5))
     if n in FAILING:
         raise ValueError(f"cannot process {n}")
-    return element.ack().name
+    return n, element.ack().name
 
 
 def _drain(topic: rt.Topic, group: str) -> list[int]:
@@ -48,7 +48,7 @@ def test_a_fan_out_delivers_again_only_what_its_failed_tasks_had(make_topic) -> 
     outcomes = []
     for result in results:
         try:
-            outcomes.append(get(result))
+            outcomes.append(get(result)[1])
         except ray.exceptions.RayTaskError:
             outcomes.append("failed")
 
@@ -114,3 +114,59 @@ def test_an_ack_after_the_channel_moved_is_not_owner_and_loses_nothing(make_topi
         assert [e.value["n"] for e in again] == [1, 2]
         assert [e.ack() for e in again] == [rt.AckStatus.ACKED] * 2
     assert topic.describe().groups["g"].lag == 0
+
+
+def test_acks_free_the_window(make_topic) -> None:
+    topic = make_topic(channels=1, groups=["g"])
+    publish_all(topic, [{"n": n} for n in range(6)])
+    member = topic.subscriber(group="g", window=3, complete_on_empty=True)
+    first = get(member.receive_batch(10))
+    waiting = member.receive_batch(10)  # the window is full: it waits
+    assert len(first) == 3 and not ray.wait([waiting], timeout=0.5)[0]
+    assert first[2].ack() is rt.AckStatus.ACKED  # done, though 0 and 1 are not
+    assert [e.value["n"] for e in get(waiting)] == [3]
+    member.close()
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class _FanningMember:
+    """A member in its own process that fans what it receives out to tasks."""
+
+    def __init__(self, topic: rt.Topic) -> None:
+        self._member = topic.subscriber(group="g", timeout=2.0)
+
+    def fan_out(self, count: int) -> list[ray.ObjectRef]:
+        return [_process.remote(self._member.receive()) for _ in range(count)]
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+@pytest.mark.slow
+def test_a_fan_out_whose_member_dies_loses_nothing(make_topic, wait_until) -> None:
+    import os
+    import signal
+
+    topic = make_topic(channels=2, groups=["g"])
+    publish_all(topic, [{"n": n} for n in range(20)])
+    member = _FanningMember.remote(topic)
+    tasks = get(member.fan_out.remote(20))
+    acked = set()
+    for task in tasks:
+        try:
+            n, status = get(task)
+        except ray.exceptions.RayTaskError:
+            continue
+        if status == "ACKED":
+            acked.add(n)  # else NOT_OWNER: the member had timed out meanwhile
+    os.kill(get(member.pid.remote()), signal.SIGKILL)
+    wait_until(lambda: not topic.describe().groups["g"].members, timeout=30)
+
+    again = _drain(topic, "g")
+
+    # What a task acked before the member lost its channels is done for good; every
+    # other element (the failed tasks', and acks refused NOT_OWNER) comes again.
+    assert set(again) >= FAILING
+    assert set(again) == set(range(20)) - acked
