@@ -13,4 +13,7 @@
 - :mod:`.waits`: watches and fetches at the siblings while a receive waits.
 - :mod:`.pause`: a seek pauses its subscriber's receives: it waits for those
   sent before it, and no fetch takes until the seek has landed.
+- :mod:`.handover`: with a resequencer, what the session took and has not handed
+  over yet; each element handed over is stamped with its hand-over mark, past
+  which its commits do not go (pure).
 """
