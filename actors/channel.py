@@ -128,6 +128,7 @@ from raytopic.core.protocol import (
     ResumeReceives,
     RingFigures,
     Seek,
+    SeekToCommitted,
     SettleTake,
     StageTransaction,
     StatusBatch,
@@ -685,6 +686,12 @@ class ChannelActor:
         return self._readers.seek(
             request.reader_id, request.lease, request.target, request.by_time, request.commit
         )
+
+    @serves(SeekToCommitted)
+    async def _seek_to_committed(self, request: SeekToCommitted) -> tuple[int, int]:
+        """Move the reader's cursor back to its commit; return (the commit, new jump
+        count)."""
+        return await self._readers.seek_to_committed(request.reader_id, request.lease)
 
     # -- groups (the coordinator's) -------------------------------------------------
 

@@ -270,9 +270,22 @@ class Cursor:
     def reset(self, position: int, head: int, tail: int) -> int:
         """A group reset: read and commit both move to ``position`` (clamped)."""
         position = clamp(position, head, tail)
-        self.next = position + 1
         self.committed = position
         self.has_commit = True
+        self._read_again_after(position)
+        return position
+
+    def reset_to_commit(self) -> int:
+        """A reader's own reset to its commit (an aborted transaction's inputs): what was
+        delivered since is delivered again, and a commit of it is REJECTED until then,
+        as after a group reset. Returns the commit (which stays)."""
+        self._read_again_after(self.committed)
+        return self.committed
+
+    def _read_again_after(self, position: int) -> None:
+        """Read again after ``position``: what was delivered before is stale (its commits
+        REJECTED, its takes void)."""
+        self.next = position + 1
         self.unread = []
         self.done = DoneRanges()
         self.reset_floor = position
@@ -280,7 +293,6 @@ class Cursor:
         self.lent = None
         self.jumps += 1
         self.reset_jumps = self.jumps
-        return position
 
     def grant(self, lease: Lease | None) -> None:
         """Give the cursor a new owner: it resumes after the last commit."""

@@ -515,6 +515,24 @@ class OwnedReaders:
         self._touch(reader)
         return position, cursor.jumps
 
+    async def seek_to_committed(self, reader: Reader, lease: ReaderLease) -> tuple[int, int]:
+        """Move the reader's cursor back to its commit (see ``Cursor.reset_to_commit``);
+        return (the commit, new jump count). A prepared transaction's commit of the
+        group here (the member's last one, whose finish may come after its holder
+        had the answer) lands first: the cursor goes back to the commit it makes.
+
+        Raises:
+            NotOwnerError: ``lease`` does not own the group's channel.
+        """
+        # Any member's prepared commit (no lease is the member's own here).
+        while reader.group is not None and self.waits_for_commit(reader.group, None):
+            await self._context.wait_change(HELD_POLL)
+        cursor = self.cursor_of(reader, lease)
+        position = cursor.reset_to_commit()
+        self._touch(reader)
+        self._context.notify()
+        return position, cursor.jumps
+
     def skip_to_head(self, readers: Iterator[Reader]) -> None:
         """Every cursor continues at the head (the elements before it were purged)."""
         head = self._log.ring.head

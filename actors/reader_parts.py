@@ -152,6 +152,14 @@ class ReaderMode(Protocol):
         """
         ...
 
+    async def seek_to_committed(self, reader: Reader, lease: ReaderLease) -> tuple[int, int]:
+        """Move the reader's cursor back to its commit; return (the commit, new jump count).
+
+        Raises:
+            GroupModeError: the mode has no cursor per reader to move (a shared group).
+        """
+        ...
+
     def report_poison(
         self, reader: Reader, lease: ReaderLease, jumps: int, poison: Poison, skipped: bool
     ) -> bool:

@@ -235,6 +235,18 @@ class Readers:
         self.commits_moved()
         return moved
 
+    async def seek_to_committed(self, reader_id: str, lease: ReaderLease) -> tuple[int, int]:
+        """Move the reader's cursor back to its commit; return (the commit, new jump count).
+
+        Raises:
+            SubscriberClosedError: the reader is not open here.
+            GroupModeError: the reader is a shared group's member.
+        """
+        reader = self.get(reader_id)
+        moved = await self.mode(reader).seek_to_committed(reader, lease)
+        self.commits_moved()
+        return moved
+
     def grant(self, group: str, lease: Lease | None) -> bool:
         """Give an owned group's channel to a member (None: to nobody); True if it changed."""
         return self.owned.grant(group, lease)

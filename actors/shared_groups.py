@@ -216,6 +216,10 @@ class SharedGroups:
         """Refused: a shared group's cursor is the group's, not a member's."""
         raise _refused(reader, "seek")
 
+    async def seek_to_committed(self, reader: Reader, lease: ReaderLease) -> tuple[int, int]:
+        """Refused: a shared group's cursor is the group's, not a member's."""
+        raise _refused(reader, "seek")
+
     def report_poison(
         self, reader: Reader, lease: ReaderLease, jumps: int, poison: Poison, skipped: bool
     ) -> bool:

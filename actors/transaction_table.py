@@ -316,7 +316,8 @@ class TransactionTable:
     def waits_for_commit(self, group: str, lease: ReaderLease) -> bool:
         """Whether ``group``'s cursor here waits for a prepared transaction's commit:
         only the member that made it reads on meanwhile (another would read again
-        what the transaction may commit)."""
+        what the transaction may commit). ``lease`` None: whether any member's commit
+        is prepared (a seek to the commit waits for it)."""
         for entry in self._open.values():
             if entry.phase == "prepared":
                 for commit in entry.commits:

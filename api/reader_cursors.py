@@ -16,7 +16,7 @@ import ray
 from raytopic.core.config import check_datetime
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import InvalidTypeError, NotOwnerError
-from raytopic.core.protocol import Commit, ReadCursor, Seek, pack_request
+from raytopic.core.protocol import Commit, ReadCursor, Seek, SeekToCommitted, pack_request
 from raytopic.core.records import CommitResult, CommitStatus, Position
 
 if TYPE_CHECKING:
@@ -126,16 +126,24 @@ class ReaderCursors:
         """Move ``channel`` to a sequence (clamped), or to a time (``by_time``)."""
         self._role.check_positions("seek")
         lease = self._role.lease(channel, required=True)
+        seek = Seek(
+            reader_id=self._reader_id, lease=lease, target=target, by_time=by_time, commit=commit
+        )
+        return self._jump(channel, seek)
+
+    def seek_to_committed(self, channel: int) -> Position:
+        """Move ``channel`` back to its commit: what was received since comes again, and
+        a commit of it is REJECTED (see ``Cursor.reset_to_commit``)."""
+        self._role.check_positions("seek")
+        channel = self._topic._check_channel(channel)
+        lease = self._role.lease(channel, required=True)
+        return self._jump(channel, SeekToCommitted(reader_id=self._reader_id, lease=lease))
+
+    def _jump(self, channel: int, request: Seek | SeekToCommitted) -> Position:
+        """Send a seek once the receives sent before it completed; return the Position set."""
         actor = self._topic._channel_actors[channel]
         with self._receives.paused():
-            seek = Seek(
-                reader_id=self._reader_id,
-                lease=lease,
-                target=target,
-                by_time=by_time,
-                commit=commit,
-            )
-            position, jumps = self._call(actor.request.remote(pack_request(seek)))
+            position, jumps = self._call(actor.request.remote(pack_request(request)))
         # What an iteration prefetched before the seek carries a lower count: dropped.
         self._receives.stale.raise_to(channel, jumps)
         return self._topic.position(channel, position)

@@ -107,12 +107,16 @@ class StaleReads:
         self._counts: dict[int, int] = {}
         self._lost: dict[int, int] = {}  # channel -> the highest generation lost there
         self._lock = threading.Lock()  # a seek and a view may raise one channel at once
+        self.changes = 0
+        """How many times a count rose or a lease was lost (an "empty" answered to a
+        receive sent before a change is old news: see ``Receives``)."""
 
     def raise_to(self, channel: int, count: int) -> None:
         """Raise ``channel``'s jump count to ``count`` (a lower one changes nothing)."""
         with self._lock:
             if count > self._counts.get(channel, 0):
                 self._counts[channel] = count
+                self.changes += 1
 
     def raise_all(self, counts: Mapping[int, int]) -> None:
         """Raise every channel's jump count to the one given for it."""
@@ -126,6 +130,7 @@ class StaleReads:
         with self._lock:
             if lease.generation > self._lost.get(channel, -1):
                 self._lost[channel] = lease.generation
+                self.changes += 1
 
     def count(self, channel: int) -> int:
         """``channel``'s jump count (0 before any jump)."""
@@ -186,16 +191,21 @@ class ChannelChoice:
         return channels[self._turn % len(channels)]
 
 
+_Era = tuple[int, int]
+"""When an iteration's receive was sent: (the iteration, the stale reads' changes). An
+"empty" answered to a receive of an earlier era (before a nack, a seek, a publish, a
+reset, a seek to the commit...) does not end an iteration."""
+
+
 @dataclass(slots=True)
 class _ChannelReads:
     """One stream of receives at one channel: its numbering, and (an iteration's)
-    the receives in flight."""
+    the receives in flight, each with its era."""
 
     stream: str
     next_number: int = 0
-    refs: deque[ray.ObjectRef[list[Element]]] = field(default_factory=deque)
-    drained: bool = False  # with complete_on_empty: the channel answered "empty"
-    older: int = 0  # receives in flight sent before the current iteration began
+    refs: deque[tuple[ray.ObjectRef[list[Element]], _Era]] = field(default_factory=deque)
+    drained: _Era | None = None  # with complete_on_empty: when the channel answered "empty"
 
 
 class Receives:
@@ -240,8 +250,8 @@ class Receives:
         # through the host (``_host_refs``, with a window or a resequencer), which
         # take from every owned channel at once (``spread``).
         self._reads: dict[int, _ChannelReads] = {}
-        self._host_refs: deque[ray.ObjectRef[list[Element]]] = deque()
-        self._host_older = 0  # of those, sent before the current iteration began
+        self._host_refs: deque[tuple[ray.ObjectRef[list[Element]], _Era]] = deque()
+        self._iterations = 0  # iterations begun (part of an era)
         self._buffer: deque[Element] = deque()  # elements an iteration left over
 
     # -- the user's receives -------------------------------------------------------------
@@ -371,12 +381,7 @@ class Receives:
 
     def iterate(self) -> Iterator[Element]:
         """Blocking iteration, element by element (see ``Subscriber.__iter__``)."""
-        for reads in self._reads.values():
-            # A new iteration looks again: an "empty" answered to a receive sent
-            # before it (before a nack, a seek, a publish...) does not end it.
-            reads.drained = False
-            reads.older = len(reads.refs)
-        self._host_older = len(self._host_refs)
+        self._iterations += 1  # a new era: it looks again at every channel
         if self._through_host:
             return _HostIteration(self)
         return _DirectIteration(self)
@@ -433,31 +438,36 @@ class Receives:
         owned = self._ownership.owned()
         view = self._ownership.before_receive()
         share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
+        era = self._era
         with self._lock:  # a receive on another thread may reclaim them meanwhile
             for channel in owned:
                 reads = self._stream_at(self._reads, channel, "i")
-                while not self._stopped and not reads.drained and len(reads.refs) < ITERATION_DEPTH:
-                    reads.refs.append(
-                        self._send_receive(channel, reads, share, False, False, True, view)
-                    )
-            return [reads.refs[0] for reads in self._reads.values() if reads.refs]
+                if reads.drained == era:
+                    continue  # it answered "empty" in this era
+                while not self._stopped and len(reads.refs) < ITERATION_DEPTH:
+                    ref = self._send_receive(channel, reads, share, False, False, True, view)
+                    reads.refs.append((ref, era))
+            return [reads.refs[0][0] for reads in self._reads.values() if reads.refs]
 
     def take_direct(self, ref: ray.ObjectRef[list[Element]]) -> list[Element]:
         """The elements of a direct receive (the oldest of its channel); [] if a receive
         on another thread reclaimed it meanwhile (its elements wait in the buffer)."""
         with self._lock:
             for reads in self._reads.values():
-                if reads.refs and reads.refs[0] == ref:
-                    reads.refs.popleft()
+                if reads.refs and reads.refs[0][0] == ref:
+                    _, sent = reads.refs.popleft()
                     break
             else:
                 return []
-        older = reads.older > 0  # sent before this iteration: its "empty" is old news
-        reads.older -= older
         elements = _get(ref, self._topic)
-        if not elements and self._complete_on_empty and not older:
-            reads.drained = True
+        if not elements and self._complete_on_empty and sent == self._era:
+            reads.drained = sent  # (of an earlier era, its "empty" is old news)
         return elements
+
+    @property
+    def _era(self) -> _Era:
+        """The era a receive sent now belongs to."""
+        return self._iterations, self.stale.changes
 
     @property
     def host_in_flight(self) -> bool:
@@ -467,14 +477,14 @@ class Receives:
     def prefetch_host(self) -> None:
         """Keep ITERATION_DEPTH receives in flight through the host's session."""
         while not self._stopped and len(self._host_refs) < ITERATION_DEPTH:
-            self._host_refs.append(self._send(ITERATION_BATCH, single=False, spread=True))
+            era = self._era
+            self._host_refs.append((self._send(ITERATION_BATCH, single=False, spread=True), era))
 
     def take_host(self) -> tuple[ray.ObjectRef[list[Element]], bool]:
         """The oldest receive through the host's session (taken out of flight), and
-        whether it was sent before the current iteration began."""
-        older = self._host_older > 0
-        self._host_older -= older
-        return self._host_refs.popleft(), older
+        whether it was sent in an earlier era (its "empty" is old news)."""
+        ref, sent = self._host_refs.popleft()
+        return ref, sent != self._era
 
     def interrupt(self) -> list[ray.ObjectRef[list[Element]]]:
         """Tell every channel with iteration receives out to stop their waits; return
@@ -488,9 +498,8 @@ class Receives:
                         reader_id=self._reader, stream=reads.stream, upto=reads.next_number - 1
                     )
                     actors[channel].request.remote(pack_request(interrupt))
-                    pending.extend(reads.refs)
+                    pending.extend(ref for ref, _ in reads.refs)
                     reads.refs.clear()
-                    reads.older = 0
         if self._host_refs:
             with self._lock:
                 target = self._target
@@ -500,9 +509,8 @@ class Receives:
                 reader_id=self._reader, stream=stream.stream, upto=stream.next_number - 1
             )
             actors[target].request.remote(pack_request(interrupt))
-            pending.extend(self._host_refs)
+            pending.extend(ref for ref, _ in self._host_refs)
             self._host_refs.clear()
-            self._host_older = 0
         return pending
 
     def _reclaim_iteration(self, count: int) -> ElementBatch:

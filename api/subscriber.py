@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -39,6 +38,7 @@ from raytopic.group_member import membership_for
 from raytopic.reader_cursors import HEAD, TAIL, ReaderCursors
 from raytopic.receives import Receives
 from raytopic.subscriber_options import SubscriberOptions
+from raytopic.transaction_inputs import opened, received
 
 if TYPE_CHECKING:
     from raytopic.core.element_batch import ElementBatch
@@ -50,17 +50,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Subscriber", "live_subscriber"]
-
-_live: weakref.WeakValueDictionary[str, Subscriber] = weakref.WeakValueDictionary()
-"""The open subscribers of this process by reader id: a transaction that aborts
-rewinds the members whose elements it consumed."""
-
-
-def live_subscriber(reader_id: str) -> Subscriber | None:
-    """The subscriber of this process reading as ``reader_id``, if it is open here."""
-    subscriber = _live.get(reader_id)
-    return None if subscriber is None or not subscriber.is_active else subscriber
+__all__ = ["Subscriber"]
 
 
 class Subscriber:
@@ -197,7 +187,7 @@ class Subscriber:
         self._cursors = ReaderCursors(topic, reader_id, self._member, self._receives)
         self._acks = Acknowledgements(reader_id, topic.topic_id, self._member)
         self._member.start(self._receives.stale, attached=attached)
-        _live[reader_id] = self
+        opened(self)  # an aborted transaction may send it back to its commit
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_attached_subscriber, (self._topic, self._options.for_copy(), self._id))
@@ -322,6 +312,7 @@ class Subscriber:
             SubscriberClosedError: the subscriber is closed.
         """
         self._check_open()
+        received(self)
         return self._receives.receive(1, single=True)
 
     def receive_batch(self, max_elements: int) -> ray.ObjectRef[ElementBatch]:
@@ -345,6 +336,7 @@ class Subscriber:
         """
         check_positive_int(max_elements, "max_elements")
         self._check_open()
+        received(self)
         return self._receives.receive(max_elements, single=False)
 
     def __iter__(self) -> Iterator[Element]:
@@ -357,6 +349,7 @@ class Subscriber:
         Returns:
             An iterator of Elements.
         """
+        received(self)
         return self._receives.iterate()
 
     def iter_batches(self, max_elements: int = 1000) -> Iterator[ElementBatch]:
@@ -379,6 +372,7 @@ class Subscriber:
             InvalidTypeError: ``max_elements`` is not an int.
         """
         check_positive_int(max_elements, "max_elements")
+        received(self)
         return self._receives.iterate_batches(max_elements)
 
     # -- positions -------------------------------------------------------------------------
@@ -456,7 +450,10 @@ class Subscriber:
 
     def seek_to_committed(self, *channels: int) -> dict[int, Position]:
         """Move channels back to their last commit: what was received since is
-        delivered again (an aborted transaction's inputs, say).
+        delivered again (what an aborted transaction had consumed: an abort does
+        this itself), and until then a commit of an element received before is
+        ``REJECTED``, so none passes over what was given back. A commit that a
+        transaction is still making there lands first.
 
         Args:
             *channels: Owned channels (none: every owned channel).
@@ -467,8 +464,9 @@ class Subscriber:
         Raises:
             NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
         """
-        states = self._states()
-        return self._seek_each(channels, lambda c: states[c].committed, commit=False)
+        self._check_open()
+        picked = self._cursors.pick(channels)
+        return {c: self._cursors.seek_to_committed(c) for c in picked}
 
     def seek_to_tail_and_commit(self, *channels: int) -> dict[int, Position]:
         """``seek_to_tail``, and commit there.

@@ -63,8 +63,8 @@ from raytopic.core.records import (
     TransactionResult,
 )
 from raytopic.publisher import check_keyed, encode_part, parts_of, route, routed_keys
-from raytopic.subscriber import live_subscriber
 from raytopic.topic import Topic
+from raytopic.transaction_inputs import give_back
 
 __all__ = ["Transaction", "Transactions", "transactions"]
 
@@ -119,6 +119,9 @@ class Incarnation:
         self.closed = False
         self._joined: set[Address] = set()  # channels the registry knows we stage at
         self._next_channel: dict[str, int] = {}  # topic id -> next round-robin channel
+        self.consumed_from: set[str] = set()
+        """Reader ids whose elements its transactions consumed: an abort of any of them
+        sends these members back to their commits (``raytopic.transaction_inputs``)."""
 
     def check_usable(self) -> None:
         """Raises TransactionFencedError or ClosedError if it is no longer usable."""
@@ -248,6 +251,13 @@ class Transaction:
     knows; hand elements or values to other processes instead.
 
     A context manager: commits on exit, aborts if the block raised.
+
+    **Aborts lose nothing** (an exception in the block, ``abort()``, a failed
+    commit): the group members it may have consumed from go back to their last
+    commit, ``commit_consumed`` called or not: every owned group's member that
+    received on the thread that ends it, and every member whose elements its
+    holder consumed (see ``raytopic.transaction_inputs``). Each receives again
+    what it received since; a commit of an element received before is REJECTED.
     """
 
     def __init__(self, incarnation: Incarnation, key: str, deadline: float) -> None:
@@ -401,6 +411,7 @@ class Transaction:
                     "only a group member's positions commit"
                 )
             at = Address(origin.namespace, origin.topic, origin.topic_id, element.channel)
+            self._incarnation.consumed_from.add(origin.reader)
             mark = origin.handed_upto
             if mark is not None and (at not in marks or mark > marks[at]):
                 marks[at] = mark
@@ -475,7 +486,8 @@ class Transaction:
         return self._result(dict(ended.runs))
 
     def abort(self) -> None:
-        """Drop every staged output and commit nothing (a no-op once it ended)."""
+        """Drop every staged output and commit nothing (a no-op once it ended); the
+        members it may have consumed from go back to their last commit (see Aborts)."""
         if self._state != "open":
             return
         self._state = "aborting"
@@ -549,21 +561,10 @@ class Transaction:
             raise TopicError(f"the lead channel failed: {error}") from error
 
     def _aborted(self) -> None:
-        """It aborted: its inputs go back to their members."""
+        """It aborted: its inputs go back to their members, whatever it was told of them
+        (see ``raytopic.transaction_inputs``)."""
         self._state = "aborted"
-        self._rewind_consumed()
-
-    def _rewind_consumed(self) -> None:
-        """An aborted transaction's inputs are delivered again: each member of this
-        process whose elements it consumed goes back to its last commit (a member
-        elsewhere, or one that lost the channel, reads again from there anyway)."""
-        for (_, _, topic_id, channel), commit in self._commits.items():
-            member = live_subscriber(commit.reader_id)
-            if member is None or member.topic.topic_id != topic_id:
-                continue
-            with contextlib.suppress(TopicError, ray.exceptions.RayActorError):
-                if member.is_owner(channel):
-                    member.seek_to_committed(channel)
+        give_back(self._incarnation.consumed_from, self._commits)
 
     def _result(self, runs: dict[Address, Any]) -> TransactionResult:
         published: dict[str, dict[int, list[Position]]] = {}

@@ -44,6 +44,7 @@ __all__ = [
     "ReportPoison",
     "ResumeReceives",
     "Seek",
+    "SeekToCommitted",
     "PauseReceives",
     "SettleTake",
     "StopTake",
@@ -210,6 +211,16 @@ class Seek(NamedTuple):
     commit: bool
 
 
+class SeekToCommitted(NamedTuple):
+    """Move the reader's cursor back to its commit: what was delivered since comes
+    again, and a commit of it is REJECTED (a reader's own reset to its commit: an
+    aborted transaction's inputs). A commit a prepared transaction may still make
+    there is waited for first."""
+
+    reader_id: str
+    lease: ReaderLease
+
+
 class ReadCursor(NamedTuple):
     """The reader's cursor state (checked against ``lease`` unless None)."""
 
@@ -312,6 +323,7 @@ ChannelRequest = (
     | ExtendHold
     | Commit
     | Seek
+    | SeekToCommitted
     | ReadCursor
     | ReadRingFigures
     | FirstAfter
@@ -342,6 +354,7 @@ CHANNEL_REQUESTS = (
     ExtendHold,
     Commit,
     Seek,
+    SeekToCommitted,
     ReadCursor,
     ReadRingFigures,
     FirstAfter,

@@ -229,6 +229,30 @@ def test_the_jump_count_of_the_last_reset_is_kept_by_the_state() -> None:
     assert Cursor.from_state(old, group=True).reset_jumps == 0
 
 
+def test_a_reset_to_the_commit_delivers_again_what_came_since_and_keeps_the_commit() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=19, next_sequence=20)
+    cursor.commit(9, tail=30)
+    cursor.lent = Lent("fetch", 10, 20)
+    assert cursor.reset_to_commit() == 9
+    assert state(cursor) == (10, 9, True, 1)
+    assert (cursor.lent, cursor.reset_floor, cursor.delivered_high) == (None, 9, 9)
+    # What was delivered before it commits REJECTED, element or bare position, until
+    # delivered again: a later cumulative commit never passes over what it gave back.
+    assert cursor.commit(15, tail=30, jumps=0) is REJECTED
+    assert cursor.commit(15, tail=30) is REJECTED
+    cursor.delivered(last=12, next_sequence=13)
+    assert cursor.commit(15, tail=30, jumps=1) is REJECTED  # 13..15 not delivered again yet
+    assert cursor.commit(12, tail=30, jumps=1) is COMMITTED
+
+
+def test_a_reset_to_the_commit_of_a_fresh_cursor_makes_no_commit() -> None:
+    cursor = Cursor.starting_at(5)
+    cursor.delivered(last=7, next_sequence=8)
+    assert cursor.reset_to_commit() == 4
+    assert state(cursor) == (5, 4, False, 1)
+
+
 # -- seek --------------------------------------------------------------------
 
 

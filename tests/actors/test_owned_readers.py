@@ -349,6 +349,32 @@ def test_seek_by_position_and_by_time_moves_the_cursor_and_counts_a_jump() -> No
     asyncio.run(main())
 
 
+def test_a_seek_to_the_commit_waits_for_a_prepared_commit_of_the_group_here() -> None:
+    # The member's last transaction committed (its holder had the answer), but this
+    # channel only had its consumed commit to make: that finish may come later. A seek
+    # to the commit made before it would go back to the older commit and deliver the
+    # committed elements again (their outputs twice).
+    async def main() -> None:
+        parts = _Owned()
+        parts.append(range(6))
+        reader = parts.member("m")
+        await parts.owned.take("m", MEMBER, 6, None)
+        prepared = {"g": True}
+        parts.owned.waits_for_commit = lambda group, lease: prepared.get(group, False)
+        seek = asyncio.ensure_future(parts.owned.seek_to_committed(reader, MEMBER))
+        await asyncio.sleep(0.05)
+        assert not seek.done()
+        parts.owned.groups["g"].commit(2, tail=5)  # the finish lands
+        prepared["g"] = False
+        parts.context.notify()
+        assert await asyncio.wait_for(seek, 1.0) == (2, 2)  # (a grant was jump 1)
+        assert _values(await parts.owned.take("m", MEMBER, 10, None)) == [3, 4, 5]
+        with pytest.raises(NotOwnerError):
+            await parts.owned.seek_to_committed(reader, OTHER)
+
+    asyncio.run(main())
+
+
 def test_a_group_reset_can_be_restored_and_unknown_groups_are_refused() -> None:
     async def main() -> None:
         parts = _Owned()

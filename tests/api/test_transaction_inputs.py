@@ -1,0 +1,217 @@
+"""An abort loses nothing, whatever the order of the calls (DESIGN 5.7), against a real
+Ray: the README's consume-transform-produce loop in each way of receiving (iter_batches,
+receive_batch, receive), with each way a transaction aborts (an exception before or
+after ``commit_consumed``, ``tx.abort()``, a failed commit), in one thread and in two
+members' threads; commits of what an abort gave back; a member in another process."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+import ray
+
+import raytopic as rt
+
+from tests.topic_helpers import (
+    get,
+    group_at_latest,
+    module_topic,
+    next_sequences,
+    publish_all,
+    read_values,
+    receive_exactly,
+)
+
+STYLES = ("iter_batches", "receive_batch", "receive")
+FAILURES = ("raise_before_consumed", "raise_after_consumed", "abort", "failed_commit")
+
+# Shared to save actors: each test reads its source through a group of its own from the
+# tail, and its sink from the sequences it recorded when it began.
+shared_source = module_topic(channels=1)
+shared_sink = module_topic(channels=1)
+
+
+class TransformFailed(Exception):
+    """What a failing block raises."""
+
+
+def batches(member: rt.Subscriber, style: str, size: int) -> Iterator[rt.ElementBatch]:
+    """The member's elements in batches of up to ``size``, received as ``style`` says,
+    until it has none (its subscriber completes on empty)."""
+    if style == "iter_batches":
+        yield from member.iter_batches(size)
+    elif style == "receive_batch":
+        while batch := get(member.receive_batch(size)):
+            yield batch
+    else:
+        while True:
+            batch = rt.ElementBatch()
+            while len(batch) < size and (element := get(member.receive())) is not None:
+                batch.append(element)
+            if not batch:
+                return
+            yield batch
+
+
+def run_pipeline(
+    member: rt.Subscriber,
+    sink: rt.Topic,
+    transactional_id: str,
+    style: str,
+    failure: str,
+    failing: set[int],
+    size: int = 10,
+) -> int:
+    """The README's loop: each batch doubled into ``sink`` in a transaction that commits
+    the batch; the blocks numbered in ``failing`` (from 1) fail as ``failure`` says.
+    Returns how many blocks ran."""
+    txs = rt.transactions(transactional_id)
+    block = 0
+    for batch in batches(member, style, size):
+        block += 1
+        fail = block in failing
+        try:
+            with txs.begin() as tx:
+                tx.publish_batch(sink, [2 * element.value for element in batch])
+                if fail and failure == "raise_before_consumed":
+                    raise TransformFailed(block)  # the natural place: before commit_consumed
+                if fail and failure == "abort":
+                    tx.abort()  # commit_consumed never called
+                    continue
+                tx.commit_consumed(batch)
+                if fail and failure == "raise_after_consumed":
+                    raise TransformFailed(block)
+                if fail and failure == "failed_commit":
+                    newer = rt.transactions(transactional_id)  # fences this holder
+        except TransformFailed:
+            assert fail
+        except rt.TransactionFencedError:
+            assert fail and failure == "failed_commit"
+            txs = newer  # the worker goes on as the newer holder
+    txs.close()
+    return block
+
+
+def halves(sink: rt.Topic, since: dict[int, int]) -> Counter[int]:
+    """How many times each input value reached ``sink`` (doubled) since ``since``."""
+    return Counter(value // 2 for value in read_values(sink, since=since))
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+@pytest.mark.parametrize("style", STYLES)
+def test_the_readme_loop_with_a_block_that_fails_loses_nothing(
+    shared_source, shared_sink, unique_name, style, failure
+) -> None:
+    # 50 values in blocks of 10: the first block fails (nothing was consumed yet: only
+    # its thread tells which member to send back), a middle one, and the last one (an
+    # iteration that had heard "empty" goes on). Before, a block that failed before
+    # commit_consumed was lost: the next block's cumulative commit passed over it (the
+    # sink held 40 of 50, the lag read 0, no error).
+    source, sink, group = shared_source, shared_sink, unique_name("g")
+    group_at_latest(source, group)
+    since = next_sequences(sink)
+    publish_all(source, list(range(50)))
+    with source.subscriber(group=group, complete_on_empty=True) as member:
+        blocks = run_pipeline(member, sink, unique_name("tx"), style, failure, {1, 3, 7})
+    assert blocks >= 8  # (blocks of ten: five that committed, and the three that failed)
+    assert halves(sink, since) == Counter(range(50))
+    assert source.describe().groups[group].lag == 0
+
+
+@pytest.mark.parametrize("style", ["iter_batches", "receive_batch"])
+def test_two_members_in_threads_each_with_failing_blocks_lose_nothing(
+    make_topic, unique_name, style
+) -> None:
+    # Two pipelines in one process, a member and a holder each, over four channels:
+    # an abort sends back the members its own thread received from (and those it
+    # consumed from), so each pipeline's failures are given back to its own member.
+    source, sink = make_topic(channels=4), make_topic(channels=2)
+    source.create_group("etl")
+    publish_all(source, list(range(400)))
+    members = [source.subscriber(group="etl", complete_on_empty=True) for _ in range(2)]
+    assert sorted(len(member.channels) for member in members) == [2, 2]
+    failures: list[BaseException] = []
+
+    def worker(member: rt.Subscriber, failure: str) -> None:
+        try:
+            run_pipeline(member, sink, unique_name("tx"), style, failure, {1, 4, 9})
+        except BaseException as error:  # the test thread reports it
+            failures.append(error)
+
+    threads = [
+        threading.Thread(target=worker, args=(member, failure))
+        for member, failure in zip(members, ("raise_before_consumed", "abort"), strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not failures
+    assert halves(sink, {0: 0, 1: 0}) == Counter(range(400))
+    assert source.describe().groups["etl"].lag == 0
+    for member in members:
+        member.close()
+
+
+def test_what_an_abort_gave_back_cannot_be_committed_until_received_again(
+    shared_source, shared_sink, unique_name
+) -> None:
+    source, sink, group = shared_source, shared_sink, unique_name("g")
+    group_at_latest(source, group)
+    publish_all(source, list(range(10)))
+    txs = rt.transactions(unique_name("tx"))
+    with source.subscriber(group=group) as member:
+        batch = receive_exactly(member, 10)
+        with pytest.raises(TransformFailed), txs.begin() as tx:
+            tx.publish_batch(sink, batch.values)
+            raise TransformFailed  # before commit_consumed
+        # A cumulative commit of an element received before the abort never passes
+        # over what the abort gave back: not by itself, nor in a transaction.
+        assert batch[4].commit().status is rt.CommitStatus.REJECTED
+        assert batch.commit()[0].status is rt.CommitStatus.REJECTED
+        with pytest.raises(rt.TransactionAbortedError), txs.begin() as tx:
+            tx.publish_batch(sink, batch.values)
+            tx.commit_consumed(batch)
+        again = receive_exactly(member, 10)
+        assert again.values == list(range(10))
+        assert again[4].commit().status is rt.CommitStatus.COMMITTED
+        assert member.last_committed() == {0: again[4].position}
+    txs.close()
+
+
+@ray.remote
+class _Reader:
+    """A group member in its own process, handing its batches out."""
+
+    def __init__(self, source: rt.Topic, group: str) -> None:
+        self.member = source.subscriber(group=group, complete_on_empty=True)
+
+    def take(self, count: int) -> rt.ElementBatch:
+        return receive_exactly(self.member, count)
+
+    def close(self) -> None:
+        self.member.close()
+
+
+def test_elements_of_a_member_in_another_process_come_again_after_an_abort(
+    shared_source, shared_sink, unique_name
+) -> None:
+    # The holder cannot reach that member's handle: it sends its channel back to the
+    # commit directly (the member reads again from there; its commits of what it
+    # had received before are REJECTED).
+    source, sink, group = shared_source, shared_sink, unique_name("g")
+    group_at_latest(source, group)
+    publish_all(source, list(range(20)))
+    reader = _Reader.remote(source, group)
+    txs = rt.transactions(unique_name("tx"))
+    batch = get(reader.take.remote(10))
+    with pytest.raises(TransformFailed), txs.begin() as tx:
+        tx.publish_batch(sink, batch.values)
+        tx.commit_consumed(batch)
+        raise TransformFailed
+    assert get(reader.take.remote(10)).values == list(range(10))
+    txs.close()
+    get(reader.close.remote())
