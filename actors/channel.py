@@ -56,7 +56,7 @@ from raytopic.actors.readers import loaded_functions
 from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.session_host import remote_caller
-from raytopic.actors.stores.opening import open_store
+from raytopic.actors.stored_topic import StoredTopic
 from raytopic.actors.transaction_lead import RayPeers, TransactionLead
 from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.config import Overflow, TopicConfig
@@ -100,8 +100,10 @@ from raytopic.core.protocol import (
     HostRestarted,
     InterruptReceives,
     Lease,
+    MarkDestroyed,
     Nack,
     OpenReader,
+    OpenStore,
     PauseReceives,
     Poison,
     PrepareTransaction,
@@ -119,8 +121,10 @@ from raytopic.core.protocol import (
     ReadReaderSpecs,
     ReadResequencerStats,
     ReadRingFigures,
+    ReadStoredTopic,
     Receive,
     ReceivedBatch,
+    RemoveStore,
     ReportPoison,
     ResetGroup,
     ResolveTransaction,
@@ -148,6 +152,7 @@ from raytopic.core.stream_log import (
     StreamLogState,
     StreamRequest,
 )
+from raytopic.core.topic_record import TopicRecord
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +181,6 @@ class ChannelActor:
     """
 
     def __init__(self, config: TopicConfig, channel: int) -> None:
-        self._config = config
         self._channel = channel
         self._context = context = ChannelContext(
             config, channel, ChannelMetrics(config.name, channel)
@@ -191,11 +195,12 @@ class ChannelActor:
         )
         self._log, self._state, self._readers = parts.log, parts.state, parts.readers
         self._publishers, self._host = parts.publishers, parts.host
-        self._lead = TransactionLead(parts.transactions, RayPeers(), parts.transactions.address)
         self._streams, self._ring_api = parts.streams, parts.ring_api
         self._dead_letters = parts.dead_letters
+        self._stored = StoredTopic(context, parts, restarted=self._restarted)
         try:
-            self._recover()
+            if self._stored.open():
+                self._seeded.set()
         except Exception as error:
             # Never raise out of __init__: Ray would mark the actor dead for good
             # and free its name. Come up failed instead, saying why.
@@ -206,8 +211,19 @@ class ChannelActor:
             context.failure = (
                 f"channel {channel} of topic {config.name!r} could not recover its store: {error}"
             )
+        # Once the store named the topic's id (the lead names this channel by it).
+        self._lead = self._new_lead()
         if self._restarted:
             self._announce_restart()
+
+    @property
+    def _config(self) -> TopicConfig:
+        """The topic's configuration (its id: the one the store holds, if it holds one)."""
+        return self._context.config
+
+    def _new_lead(self) -> TransactionLead:
+        parts = self._parts
+        return TransactionLead(parts.transactions, RayPeers(), parts.transactions.address)
 
     def _announce_restart(self) -> None:
         """Tell the coordinator this channel came back (it is not polled): it restores
@@ -224,17 +240,6 @@ class ChannelActor:
             logger.warning("channel %d: could not tell its coordinator: %s", self._channel, error)
 
     # -- recovery -----------------------------------------------------------------
-
-    def _recover(self) -> None:
-        """Open the store and load it (elements, groups, publishers, readers), under a
-        new epoch. Without a store, a restarted channel waits for ``seed``."""
-        store = open_store(self._config, self._channel, restarted=self._restarted)
-        if store is None:
-            if not self._restarted:
-                self._seeded.set()
-            return
-        if self._parts.recover(store, restarted=self._restarted) or not self._restarted:
-            self._seeded.set()
 
     @property
     def _failure(self) -> str | None:
@@ -255,7 +260,7 @@ class ChannelActor:
                     raise TimeoutError
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._seeded.wait(), min(left, _ANNOUNCE_AGAIN))
-                if time.monotonic() - self._announced >= _ANNOUNCE_AGAIN:
+                if self._restarted and time.monotonic() - self._announced >= _ANNOUNCE_AGAIN:
                     self._announce_restart()  # the first word may have been lost
         except TimeoutError:
             raise ChannelUnavailableError(
@@ -316,15 +321,19 @@ class ChannelActor:
 
     @entry(Admit.ALWAYS)
     def identity(self) -> dict[str, Any]:
-        """Where this channel runs: epoch, node id, process id, and its state
-        ("serving", "recovering": restarted without a store, waiting for its
-        coordinator, or "failed")."""
+        """Where this channel runs: its topic's id, epoch, node id, process id, and its
+        state ("serving"; "opening": new, waiting for its coordinator to open its
+        store; "recovering": restarted without a store, waiting for its coordinator;
+        or "failed")."""
         context = ray.get_runtime_context()
-        state = "serving" if self._seeded.is_set() else "recovering"
+        state = "serving" if self._seeded.is_set() else "opening"
+        if self._restarted and not self._seeded.is_set():
+            state = "recovering"
         if self._failure is not None:
             state = "failed"
         return {
             "channel": self._channel,
+            "topic_id": self._config.topic_id,
             "epoch": self._context.epoch,
             "node_id": context.get_node_id(),
             "pid": os.getpid(),
@@ -745,6 +754,35 @@ class ChannelActor:
         if self._opening_error is None and self._failure is not None:
             return StoreError(self._failure)
         return self._opening_error
+
+    # -- the store through the topic's life ------------------------------------------
+
+    @serves(ReadStoredTopic, Admit.ALWAYS)
+    async def _stored_topic(self, _: ReadStoredTopic) -> TopicRecord | None:
+        """What this channel's store held when it opened (the coordinator of a new
+        topic compares every channel's)."""
+        return self._stored.record
+
+    @serves(OpenStore, Admit.ALWAYS)
+    async def _open_store(self, request: OpenStore) -> dict[str, Any]:
+        """Begin over the store (see :meth:`StoredTopic.begin`); returns the identity."""
+        await self._stored.begin(request.topic_id, request.wipe)
+        self._lead = self._new_lead()
+        self._tend()
+        return self.identity()
+
+    @serves(MarkDestroyed, Admit.ALWAYS)
+    async def _mark_destroyed(self, _: MarkDestroyed) -> None:
+        """The topic is being destroyed: say so in the store before any channel
+        removes its data."""
+        await self._stored.mark_destroyed()
+
+    @serves(RemoveStore, Admit.ALWAYS)
+    async def _remove_store(self, _: RemoveStore) -> None:
+        """Remove the store's data; the background work stops (the actor is about to
+        be killed)."""
+        await self.close()
+        await self._stored.remove()
 
     # -- shared groups (per-element acknowledgement) --------------------------------
 

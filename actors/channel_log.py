@@ -93,6 +93,14 @@ class ChannelLog:
         self.restart_at(start)
         return start, largest
 
+    def open_after(self, store: ChannelStore) -> None:
+        """Take ``store`` as this log's, starting after what it holds: that is not this
+        topic's (a destroyed topic's, which the store could not remove)."""
+        self.open(store, 0)
+        self.damage = DamageMap()
+        self.restart_at(store.largest_sequence() + 1)
+        store.release_cache()
+
     def restart_at(self, first: int) -> None:
         """An empty ring whose next element is ``first`` (a channel starting over)."""
         config = self._context.config

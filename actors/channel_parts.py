@@ -124,14 +124,20 @@ class ChannelParts:
         """
         return _cursor_in_process(self.context, self.readers, reader_id, lease)
 
-    def recover(self, store: ChannelStore, *, restarted: bool) -> bool:
+    def recover(self, store: ChannelStore, *, restarted: bool, fresh: bool = False) -> bool:
         """Load ``store`` (elements, groups, publishers, readers) under a new epoch, and
         write the new epoch before anything is served. Returns whether the channel
         serves now: False for a restarted channel whose store keeps no state (a
         user's, with the defaults): its elements are back, and its coordinator
-        restores its groups and readers (:meth:`seed`)."""
+        restores its groups and readers (:meth:`seed`). ``fresh``: nothing the store
+        holds is this topic's (a destroyed topic's it could not remove): the
+        channel starts empty, after it."""
         context, log, readers = self.context, self.log, self.readers
         saved = self.state.open(store)
+        if fresh:
+            log.open_after(store)
+            self.state.write_snapshot()
+            return True
         context.epoch = int(saved.get("epoch", 0)) + 1
         start, largest = log.open(store, int(saved.get("next_sequence", 0)))
         if restarted and not saved:

@@ -8,6 +8,8 @@ are the exception: they are kept as the cloudpickles their users gave::
 
     version        the layout of the whole state (STATE_VERSION)
     sections       section -> the version of its values' format (each part's own)
+    topic          the topic the store holds: its id, its fixed settings, and
+                   whether it was destroyed (``raytopic.core.topic_record``)
     epoch          the channel's incarnation
     next_sequence  the position the next element gets (records cut off on disk
                    below it are reported, never reused)
@@ -41,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import enum
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -52,6 +55,7 @@ from raytopic.actors.stores.base import ChannelStore
 from raytopic.actors.stores.group_sync import GroupSync
 from raytopic.actors.stores.state_log import StateChange
 from raytopic.core.errors import ChannelFailedError, StoreError
+from raytopic.core.topic_record import TopicRecord
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +116,8 @@ class ChannelState:
         self._versions: dict[str, int] = {}
         self._store: ChannelStore | None = None
         self._sync: GroupSync | None = None
+        self._destroyed = False  # the topic was destroyed: its record says so
+        self._record_changed = False  # the record goes with the next write
         self._dirty: dict[tuple[str, str], None] = {}  # (section, key), in change order
         # The unit of work of the request being served (each Ray call runs in a
         # task of its own, so each has its own; background tasks start with none).
@@ -218,6 +224,7 @@ class ChannelState:
         state: dict[str, Any] = {
             "version": STATE_VERSION,
             "sections": dict(self._versions),
+            "topic": self._record(),
             "epoch": self._context.epoch,
             "next_sequence": self._next_sequence(),
         }
@@ -240,6 +247,9 @@ class ChannelState:
             StateChange("epoch", None, self._context.epoch),
             StateChange("next_sequence", None, self._next_sequence()),
         ]
+        if self._record_changed:
+            changes.append(StateChange("topic", None, self._record()))
+            self._record_changed = False
         for section, key in self._dirty:
             value = self._providers[section][0](key)
             changes.append(StateChange(section, key, value, deleted=value is None))
@@ -269,6 +279,25 @@ class ChannelState:
         # Only now may the store drop what the commits released: a crash before
         # this point recovers the older commits, whose elements must be on disk.
         self._saved()
+
+    def _record(self) -> dict[str, Any]:
+        record = TopicRecord.of(self._context.config)
+        return dataclasses.replace(record, destroyed=self._destroyed).state()
+
+    async def mark_destroyed(self) -> None:
+        """Record in the store, durably, that the topic was destroyed (before any
+        channel removes its data: see ``raytopic.core.topic_record``).
+
+        Raises:
+            ChannelFailedError: the write failed; the channel has failed.
+        """
+        self._destroyed = self._record_changed = True
+        await self.save()
+
+    async def close(self) -> None:
+        """Write what changed, then nothing more (the store is about to be removed)."""
+        await self.save()
+        self._store = self._sync = None
 
     def save_later(self) -> None:
         """A change worth keeping but not worth waiting for: written in the background."""

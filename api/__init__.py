@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
         TopicExistsError,
         TopicFullError,
         TopicNotFoundError,
+        TopicSettingsError,
         TransactionAbortedError,
         TransactionFencedError,
     )
@@ -142,6 +143,7 @@ __all__ = [
     "TopicExistsError",
     "TopicFullError",
     "TopicNotFoundError",
+    "TopicSettingsError",
     "TransactionAbortedError",
     "TransactionFencedError",
 ]
@@ -204,6 +206,7 @@ _EXPORTS = {
     "TopicExistsError": "raytopic.core.errors",
     "TopicFullError": "raytopic.core.errors",
     "TopicNotFoundError": "raytopic.core.errors",
+    "TopicSettingsError": "raytopic.core.errors",
     "TransactionAbortedError": "raytopic.core.errors",
     "TransactionFencedError": "raytopic.core.errors",
     "transactions": "raytopic.transaction_handles",

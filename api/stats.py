@@ -31,9 +31,10 @@ class ChannelStats:
     pid: int
     """Process id of the actor (for operators and fault tests)."""
     state: str = "serving"
-    """"serving"; "recovering" (restarted without a store, waiting for its groups);
-    "failed" (its store broke: see ``failure``); "unreachable" (restarting, or gone: the
-    figures are the last known or None)."""
+    """"serving"; "opening" (new, while its topic is made: its coordinator compares
+    what the channels' stores hold); "recovering" (restarted without a store, waiting
+    for its groups); "failed" (its store broke: see ``failure``); "unreachable"
+    (restarting, or gone: the figures are the last known or None)."""
     durable: bool = False
     """Whether it has a store."""
     failure: str | None = None

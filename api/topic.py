@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -27,9 +26,10 @@ from raytopic.core.destroyed import check_topic, mark_destroyed, topic_calls
 from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
+    StoreError,
     TopicNotFoundError,
 )
-from raytopic.core.naming import topic_of_actor_name
+from raytopic.core.naming import topic_found_alive, topic_of_actor_name
 from raytopic.core.records import Position
 from raytopic.core.shared_group import SharedGroup
 from raytopic.stats import TopicStats, topic_stats
@@ -83,7 +83,10 @@ def create_topic(
             ``(topic_name, channel) -> store`` for a store of your own (any object
             with the four methods of ``rt.RingbufferStore``; a factory that
             raises or makes something else fails ``create_topic``).
-            A channel over an existing store continues after it.
+            A store that holds this topic (its actors gone: a whole-cluster
+            restart) reopens it, with its elements, groups, commits and id, if
+            the settings fixed at creation (channels, capacity, retain, ttl,
+            overflow) are the ones it was made with.
         groups: Durable subscriber groups that exist from the start, so they
             miss nothing published: names (channel-owned groups) and
             ``SharedGroup`` definitions (shared groups; their dead-letter
@@ -119,6 +122,9 @@ def create_topic(
             or a store factory that made something that is not a store.
         StoreError: a channel's store could not be opened (its factory raised);
             the topic is not made.
+        TopicSettingsError: the store holds this topic, made with other fixed
+            settings (each named, in ``differences``); nothing is created or
+            written.
 
     Example:
         >>> topic = rt.create_topic("orders", channels=4, groups=["billing"])
@@ -141,6 +147,7 @@ def create_topic(
         compaction=compaction,
     )
     coordinator, info = launch_topic(config, exist_ok=exist_ok)
+    topic_found_alive(info.config.topic_id)  # reopened from its store: the same id
     return Topic(coordinator, info)
 
 
@@ -161,6 +168,7 @@ def get_topic(name: str, *, namespace: str | None = None) -> Topic:
     """
     check_name(name, "topic name")
     coordinator, info = find_topic(name, check_namespace(namespace))
+    topic_found_alive(info.config.topic_id)
     return Topic(coordinator, info)
 
 
@@ -587,24 +595,38 @@ class Topic:
         return topic_stats(self._call(self._coordinator.describe))
 
     def destroy(self) -> None:
-        """Kill the topic's actors (its autoscalers and their members too) and free its
-        name. Idempotent.
+        """Remove the topic's stored data, kill its actors (its autoscalers and their
+        members too) and free its name. Idempotent.
 
         Returns once the actors are dead (``ray.kill`` only asks), so from then
         on ``get_topic`` and ``list_topics`` no longer see the topic, and every
-        call on a handle of it raises TopicNotFoundError.
+        call on a handle of it raises TopicNotFoundError. A topic made again of
+        that name over the same store starts empty, with no groups.
+
+        Raises:
+            StoreError: the topic is destroyed (its actors are gone), but its store
+                could not be removed; the message says what was left (a store
+                marked destroyed is removed by the next topic made over it; one
+                left as it was is reopened by it).
         """
         from raytopic.autoscaler import stop_autoscalers
 
         mark_destroyed(self.topic_id)  # this process's handles know it from now on
         stop_autoscalers(self)  # first: a scaler would start members again
-        with contextlib.suppress(TopicNotFoundError, ray.exceptions.RayActorError):  # gone already
+        left: StoreError | None = None
+        try:
             self._call(self._coordinator.shutdown)
+        except (TopicNotFoundError, ray.exceptions.RayActorError):
+            pass  # gone already
+        except StoreError as error:
+            left = error  # raised once the actors are gone
         actors = (*self._channel_actors, self._coordinator)
         for actor in actors:
             ray.kill(actor, no_restart=True)
         for name in actor_names(self.name, self.channel_count):
             wait_released(name, self.namespace)
+        if left is not None:
+            raise left
 
     # -- helpers -------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ a Ray handle); here they are wired, and Ray is answered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable
@@ -47,11 +49,21 @@ from raytopic.coordinator.group_service import GroupService
 from raytopic.coordinator.groups import Group, MemberView
 from raytopic.coordinator.launch import ensure_dead_letter_topic
 from raytopic.core.config import TopicConfig
-from raytopic.core.errors import GroupFilterError, GroupModeError, TopicError
+from raytopic.core.errors import GroupFilterError, GroupModeError, StoreError, TopicError
 from raytopic.core.incarnation import was_restarted
 from raytopic.core.naming import channel_actor_name
-from raytopic.core.protocol import EndReceives, Purge, ReaderSpec, ReadOpeningError
+from raytopic.core.protocol import (
+    EndReceives,
+    MarkDestroyed,
+    OpenStore,
+    Purge,
+    ReaderSpec,
+    ReadOpeningError,
+    ReadStoredTopic,
+    RemoveStore,
+)
 from raytopic.core.shared_group import SharedGroup
+from raytopic.core.topic_record import opening
 
 logger = logging.getLogger(__name__)
 
@@ -129,11 +141,13 @@ class CoordinatorActor:
         return self.info()
 
     async def _start_channels(self, handles: list[Any]) -> None:
-        """Introduce the channels to each other and make the configured groups."""
+        """Introduce the channels to each other, open their stores and make the
+        configured groups."""
         self._wire(RayChannelFleet(handles), [])
         self._restarts.identities[:] = await self._fleet.attach()
         await self._refuse_failed_channels()
-        await self._groups.adopt()  # a store of an earlier topic of this name has some
+        await self._open_stores()
+        await self._groups.adopt()  # a reopened topic's, from its stores
         for group in self._config.groups:
             if isinstance(group, SharedGroup):
                 await self._groups.ensure(group.name, False, group)
@@ -152,6 +166,20 @@ class CoordinatorActor:
             return
         error = await self._fleet.ask(failed[0], ReadOpeningError())
         raise error if isinstance(error, TopicError) else TopicError(str(error))
+
+    async def _open_stores(self) -> None:
+        """New channels with a store begin once every one's store was read (see
+        ``raytopic.core.topic_record``): the topic in them is reopened under its id,
+        wiped first if it was destroyed, or refused with TopicSettingsError (nothing
+        written) if it was made with other fixed settings."""
+        if not any(identity["state"] == "opening" for identity in self._restarts.identities):
+            return
+        records = await self._fleet.ask_each(ReadStoredTopic())
+        plan = opening(self._config, records)
+        self._config = dataclasses.replace(self._config, topic_id=plan.topic_id)
+        self._restarts.identities[:] = await self._fleet.ask_each(
+            OpenStore(plan.topic_id, plan.wipe)
+        )
 
     async def _up(self) -> None:
         """Wait until the coordinator serves; a restarted one first recovers (once)."""
@@ -184,6 +212,10 @@ class CoordinatorActor:
             ]
         )
         self._wire(fleet, await fleet.identities())
+        # The topic's id is its stores' (a reopened topic's), as its channels say.
+        topic_id = self._restarts.identities[0].get("topic_id", config.topic_id)
+        self._config = dataclasses.replace(config, topic_id=topic_id)
+        await self._open_stores()  # it died while the topic was being made
         await self._groups.adopt()
         await self._groups.adopt_readers()
         await self._restarts.recover()
@@ -210,13 +242,67 @@ class CoordinatorActor:
         return removed
 
     async def shutdown(self) -> None:
-        """Stop background work and kill the channel actors (``Topic.destroy``)."""
+        """Stop background work, remove the stored data and kill the channel actors
+        (``Topic.destroy``). A retry (after this coordinator restarted) does it again.
+
+        Every channel's store first records that the topic was destroyed; only then
+        does any remove its data, so a destroy stopped midway (every actor gone)
+        never leaves half a topic to be reopened: a topic made over those stores
+        finishes it (see ``raytopic.core.topic_record``).
+
+        Raises:
+            StoreError: a store could not be marked or removed (the actors are gone
+                all the same; the message says what is left).
+        """
         reason = f"topic {self._config.name!r} was destroyed"
+        if not self._fleet.size:  # restarted: it has not recovered, nor does it need to
+            self._fleet = RayChannelFleet(self._channels_by_name())
         # Members' long polls and receives waiting for data answer "destroyed"
         # rather than dying with the actors (then the kill).
         self._groups.end(reason)
         await self._fleet.tell(EndReceives(reason))
-        self._fleet.kill()
+        try:
+            if self._config.store is not None:
+                await self._remove_stores()
+        finally:
+            self._fleet.kill()
+
+    async def _remove_stores(self) -> None:
+        name = self._config.name
+        if self._fleet.size < self._config.channels:  # one is gone: its store cannot be marked
+            raise StoreError(
+                f"topic {name!r} is destroyed, but its stores were left as they were (a "
+                "channel actor is gone); a topic made of that name over them reopens it"
+            )
+        try:
+            await self._fleet.ask_each(MarkDestroyed())
+        except Exception as error:
+            raise StoreError(
+                f"topic {name!r} is destroyed, but its stores were left as they were "
+                f"(a channel could not mark its store: {error}); a topic made of that "
+                "name over them reopens it"
+            ) from error
+        try:
+            await self._fleet.ask_each(RemoveStore())
+        except Exception as error:
+            raise StoreError(
+                f"topic {name!r} is destroyed, but a channel's store could not be removed "
+                f"({error}); it is marked destroyed: a topic made of that name over it "
+                "removes it first"
+            ) from error
+
+    def _channels_by_name(self) -> list[Any]:
+        """The channel actors still alive, found by name."""
+        config = self._config
+        found = []
+        for channel in range(config.channels):
+            with contextlib.suppress(ValueError):  # gone
+                found.append(
+                    ray.get_actor(
+                        channel_actor_name(config.name, channel), namespace=config.namespace
+                    )
+                )
+        return found
 
     # -- readers ---------------------------------------------------------------------
 

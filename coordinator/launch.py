@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.core.config import TopicConfig
+from raytopic.core.config import TopicConfig, fixed_settings, settings_differences
 from raytopic.core.errors import TopicExistsError, TopicNotFoundError, unwrap_ray_error
 from raytopic.core.naming import channel_actor_name, coordinator_actor_name
 from raytopic.core.steps import Get, Sleep, Steps, run_awaiting, run_blocking
@@ -268,11 +268,10 @@ def wait_released(name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEO
 
 
 def _warn_if_different(existing: TopicConfig, asked: TopicConfig) -> None:
-    fields = ("channels", "capacity", "retain", "ttl", "overflow")
-    different = [f for f in fields if getattr(existing, f) != getattr(asked, f)]
+    different = settings_differences(fixed_settings(existing), asked)
     if different:
         logger.warning(
             "topic %r exists with other settings (%s); using the existing topic",
             existing.name,
-            ", ".join(f"{f}={getattr(existing, f)!r}" for f in different),
+            ", ".join(f"{name}={kept!r}" for name, (kept, _) in different.items()),
         )

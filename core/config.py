@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import json
 import os
 import re
 import uuid
@@ -16,6 +18,7 @@ from raytopic.core.user_functions import PickledFunction
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "FIXED_SETTINGS",
     "MAX_CHANNELS",
     "MAX_LINGER_SECONDS",
     "MAX_RETENTION_SECONDS",
@@ -36,6 +39,8 @@ __all__ = [
     "check_seconds",
     "check_sync",
     "check_timeout",
+    "fixed_settings",
+    "settings_differences",
     "shown",
 ]
 
@@ -424,6 +429,57 @@ class TopicConfig:
             default_window=default_window,  # type: ignore[arg-type]
             compaction=compaction,
         )
+
+
+FIXED_SETTINGS = ("channels", "capacity", "retain", "ttl", "overflow")
+"""The settings a topic keeps for its life, fixed when it is made: each channel's
+store records them (with the topic's id), and ``create_topic`` over a store that
+holds the topic (reopening it after its actors were gone) must ask the same ones,
+else it is refused (``TopicSettingsError``, naming them). ``exist_ok`` warns about
+the same list. The others (``sync``, ``store_retention``, ``placement``,
+``default_window``, ``groups``) are how one run of the topic works and may change
+at a reopen.
+
+A new setting of what a topic stores or how it is read (``compaction``, ...) is
+added here and nowhere else: its value must be JSON as :func:`fixed_settings`
+gives it (an enum is kept as its value), and a store recorded before it existed
+counts as holding its ``TopicConfig`` field's default."""
+
+
+def fixed_settings(config: TopicConfig) -> dict[str, Any]:
+    """``config``'s :data:`FIXED_SETTINGS` as a store records them (JSON values)."""
+    return {name: _as_json(getattr(config, name)) for name in FIXED_SETTINGS}
+
+
+def settings_differences(
+    recorded: Mapping[str, Any], config: TopicConfig
+) -> dict[str, tuple[Any, Any]]:
+    """The fixed settings ``recorded`` (as :func:`fixed_settings` gave them, maybe by
+    an earlier raytopic) holds otherwise than ``config``: name -> (recorded, asked)."""
+    defaults = {
+        field.name: field.default
+        for field in dataclasses.fields(TopicConfig)
+        if field.default is not dataclasses.MISSING
+    }
+    asked = fixed_settings(config)
+    differences = {}
+    for name, value in asked.items():
+        if name in recorded:
+            kept = recorded[name]
+        elif name in defaults:
+            kept = _as_json(defaults[name])
+        else:
+            continue  # recorded before the setting existed, and it has no default
+        if kept != value:
+            differences[name] = (kept, value)
+    return differences
+
+
+def _as_json(value: Any) -> Any:
+    """A setting's value as JSON gives it back (an enum as its value, tuples as lists)."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    return json.loads(json.dumps(value))
 
 
 def _check_store(store: object) -> Any:

@@ -36,7 +36,14 @@ from typing import Any
 
 from raytopic.core.errors import TopicNotFoundError, unwrap_ray_error
 
-__all__ = ["check_topic", "destroyed_error", "is_destroyed", "mark_destroyed", "topic_calls"]
+__all__ = [
+    "check_topic",
+    "destroyed_error",
+    "is_destroyed",
+    "mark_destroyed",
+    "mark_alive",
+    "topic_calls",
+]
 
 _destroyed: set[str] = set()
 """Ids of the topics this process knows are destroyed (a few bytes per topic)."""
@@ -49,6 +56,13 @@ def mark_destroyed(topic_id: str) -> None:
     """Remember that the topic ``topic_id`` is destroyed (this process destroyed it,
     or found one of its actors dead for good)."""
     _destroyed.add(topic_id)
+
+
+def mark_alive(topic_id: str) -> None:
+    """The topic ``topic_id`` has live actors (found by ``create_topic`` or
+    ``get_topic``): a topic reopened from its store after its actors were gone
+    keeps its id, and is no longer known destroyed here."""
+    _destroyed.discard(topic_id)
 
 
 def is_destroyed(topic_id: str) -> bool:

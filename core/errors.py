@@ -39,6 +39,7 @@ __all__ = [
     "TopicExistsError",
     "TopicFullError",
     "TopicNotFoundError",
+    "TopicSettingsError",
     "TransactionAbortedError",
     "TransactionFencedError",
     "unwrap_ray_error",
@@ -199,6 +200,24 @@ class PositionMismatchError(InvalidArgumentError):
 
 class InvalidTypeError(TopicError, TypeError):
     """An argument or a published value has a type raytopic cannot take."""
+
+
+class TopicSettingsError(InvalidArgumentError):
+    """``create_topic`` over a store that holds the topic (reopening it) asked other
+    settings than it was made with: the settings fixed at creation (channel count,
+    capacity, retain, ttl, overflow, ...) must be the same. Nothing was created or
+    written.
+
+    Attributes:
+        differences: Per setting that differs, (what the store holds, what was asked).
+    """
+
+    def __init__(self, message: str, differences: dict[str, tuple[object, object]]) -> None:
+        super().__init__(message, differences)
+        self.differences = differences
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class GroupModeError(InvalidArgumentError):

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from raytopic.core.destroyed import check_topic, mark_destroyed
+from raytopic.core.destroyed import check_topic, mark_alive, mark_destroyed
 
 __all__ = [
     "channel_actor",
+    "topic_found_alive",
     "channel_actor_name",
     "coordinator_actor_name",
     "scaled_member_name",
@@ -68,6 +69,15 @@ def topic_of_actor_name(name: str) -> str | None:
     """The topic a coordinator's actor name belongs to, or None for other actors."""
     prefix = f"{_PREFIX}topic:"
     return name[len(prefix) :] if name.startswith(prefix) else None
+
+
+def topic_found_alive(topic_id: str) -> None:
+    """The topic ``topic_id`` has live actors (``create_topic``, ``get_topic``): a
+    topic reopened from its store keeps its id, so the handles of its earlier actors
+    kept here are dropped, and it is not known destroyed any more."""
+    mark_alive(topic_id)
+    for key in [key for key in _channel_handles if key[0] == topic_id]:
+        del _channel_handles[key]
 
 
 def channel_actor(namespace: str, topic: str, topic_id: str, channel: int) -> Any:

@@ -87,6 +87,18 @@ def key_for(channel: int, channels: int) -> str:
     return next(f"k{i}" for i in range(1000) if channel_for_key(f"k{i}", channels) == channel)
 
 
+def stop_every_actor(topic: rt.Topic) -> None:
+    """What a whole-cluster restart does to a topic: every actor of it gone for good
+    (killed, not restarted), its store left as it is. ``create_topic(name,
+    store=...)`` with its settings reopens it."""
+    from raytopic.coordinator.launch import actor_names, wait_released
+
+    for actor in (*topic._channel_actors, topic._coordinator):
+        ray.kill(actor, no_restart=True)
+    for name in actor_names(topic.name, topic.channel_count):
+        wait_released(name, topic.namespace)
+
+
 def damage_a_middle_record(topic: rt.Topic, store: str) -> tuple[int, int]:
     """Publish 0..99 to channel 0 of a 1-channel ``topic`` stored under ``store`` in
     ten records, flip one byte in the middle of its segment file, SIGKILL the

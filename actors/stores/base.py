@@ -87,6 +87,17 @@ class RingbufferStore(Protocol):
     them and rewrites the whole state now and then), as long as
     ``load_state()`` returns the last state saved with every change appended
     since applied, and a change is durable when ``append_state`` returns.
+
+    ``destroy()`` (optional) removes everything the store keeps, when its topic
+    is destroyed (``Topic.destroy``): the store is empty afterwards and a topic
+    made again of that name starts on it. The channel first saves a state that
+    marks the topic destroyed, on every channel, and only then calls
+    ``destroy``; a topic made over stores of which one still holds that mark
+    has them all destroyed first, so a destroy stopped midway is finished, never
+    half undone. Without ``destroy`` the store's elements stay: a topic made
+    again over it starts after them, and none of them is delivered (without
+    ``save_state`` either, nothing marks them, and such a topic takes them as
+    its own).
     """
 
     def store(self, sequence: int, item: Any) -> None:
@@ -122,6 +133,7 @@ OPTIONAL_METHODS = (
     "damaged",
     "release_cache",
     "close",
+    "destroy",
 )
 """Batch-level methods a store may have; :class:`ChannelStore` supplies the rest."""
 
@@ -152,6 +164,8 @@ class ChannelStore:
             # The default append_state applies changes to the state saved last:
             # a whole new state saved must go through this adapter to reach it.
             own.pop("save_state", None)
+        # Its own destroy is called through this adapter, which forgets its copies.
+        own.pop("destroy", None)
         # The store's own methods win: bound once here, so a call costs what a
         # direct call does.
         for name, method in own.items():
@@ -252,3 +266,13 @@ class ChannelStore:
 
     def close(self) -> None:
         """Release files and threads (the channel is going away)."""
+
+    def destroy(self) -> None:
+        """Remove everything the store keeps: its topic was destroyed (the store's own
+        ``destroy``; the store is empty afterwards). Called off the event loop; it may
+        block. Default: nothing can be removed (the elements stay; the state the
+        channel saved last, marking the topic destroyed, stays too)."""
+        remove = getattr(self.inner, "destroy", None)
+        if callable(remove):
+            remove()
+            self._state = self._mirror = None

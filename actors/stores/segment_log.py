@@ -42,6 +42,7 @@ import copy
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -102,7 +103,7 @@ class SegmentLogStore(RingbufferStore):
     """Append-only segment log of one channel.
 
     Args:
-        directory: The channel's own directory (created if missing).
+        directory: The channel's own directory (made by the first write if missing).
         retention_bytes: Keep up to this many bytes of segments below the ring's
             head readable through ``load`` (Kafka's retention.bytes); None: 0.
         retention_seconds: Keep segments below the ring's head this long after
@@ -145,13 +146,15 @@ class SegmentLogStore(RingbufferStore):
             raise StoreError(
                 f"{self.directory} holds no store: is the shared directory mounted here?"
             )
-        self.directory.mkdir(parents=True, exist_ok=True)
         self._state = _StateFiles(self.directory, state_log_bytes)
         self._open()
 
     # -- opening and recovery ----------------------------------------------------------
 
     def _open(self) -> None:
+        """Index what the directory holds. Opening writes nothing but the repairs of a
+        crash (a torn tail cut off): a directory is made, and a segment started, by
+        the first write."""
         paths = sorted(self.directory.glob("*" + _SUFFIX))
         for index, path in enumerate(paths):
             first = int(path.stem)
@@ -172,9 +175,7 @@ class SegmentLogStore(RingbufferStore):
             )
             self._segments.append(_Segment(first, path, end, stamp))
             self._cache[first] = data
-        if not self._segments:
-            self._new_segment(0)
-        else:
+        if self._segments:
             active = self._segments[-1]
             self._fd = os.open(active.path, os.O_WRONLY | os.O_APPEND)
 
@@ -235,8 +236,8 @@ class SegmentLogStore(RingbufferStore):
         """Append one record (the file is cut back if the write fails)."""
         if self._closed:
             raise StoreError("the store is closed")
-        if self._fd < 0:
-            raise StoreError("the store has no open segment")
+        if not self._segments:  # the first write: the directory and its first segment
+            self._new_segment(batch.first)
         active = self._segments[-1]
         if active.size >= self._segment_bytes:
             self._roll(batch.first)
@@ -272,6 +273,7 @@ class SegmentLogStore(RingbufferStore):
         old one, if any, is synced and closed by the next ``sync``)."""
         path = self.directory / f"{first:020d}{_SUFFIX}"
         try:
+            self.directory.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as error:
             raise StoreError(f"cannot start segment {path}: {error}") from error
@@ -311,6 +313,8 @@ class SegmentLogStore(RingbufferStore):
     def largest_sequence(self) -> int:
         """The newest stored sequence; an empty active segment's name says where the
         next starts (so sequences are never reused after a truncation)."""
+        if not self._segments:  # nothing ever written
+            return self._damaged[-1][1] if self._damaged else -1
         if self._records and self._records[-1].segment == self._segments[-1].first:
             record = self._records[-1]
             return record.first + record.span - 1
@@ -407,6 +411,8 @@ class SegmentLogStore(RingbufferStore):
             StoreError: the state could not be written (if the failure came after
                 the new file was in place, every later state call fails too).
         """
+        if self._closed:
+            raise StoreError("the store is closed")
         self._state.save(state)
 
     def append_state(self, changes: Sequence[StateChange]) -> None:
@@ -438,6 +444,30 @@ class SegmentLogStore(RingbufferStore):
                 os.close(self._fd)
             self._fd = -1
         self._state.close()
+
+    def destroy(self) -> None:
+        """Remove the directory and everything in it (its topic was destroyed); the
+        store is closed for good (a new topic of the name opens a new one). All or
+        nothing for a crash: the directory is first renamed aside (one atomic step),
+        then deleted; what a crash left aside is deleted by the next ``destroy``. The
+        topic's directory goes too once its last channel's has.
+
+        Raises:
+            StoreError: the directory could not be renamed or deleted.
+        """
+        self.close()
+        aside = self.directory.with_name(f".{self.directory.name}.destroyed")
+        try:
+            if self.directory.exists():
+                shutil.rmtree(aside, ignore_errors=True)
+                os.replace(self.directory, aside)
+                _sync_directory(self.directory.parent)
+            if aside.exists():
+                shutil.rmtree(aside)
+        except OSError as error:
+            raise StoreError(f"{self.directory} could not be removed: {error}") from error
+        with contextlib.suppress(OSError):  # not empty: another channel's is still there
+            self.directory.parent.rmdir()
 
 
 class _StateFiles:
@@ -588,6 +618,7 @@ class _StateFiles:
     def _open_log(self) -> int:
         if self._log_fd < 0:
             try:
+                self._directory.mkdir(parents=True, exist_ok=True)
                 self._log_fd = os.open(
                     self._log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
                 )
@@ -621,6 +652,7 @@ class _StateFiles:
         data = f'{{"log_generation":{generation},"state":{body}}}'.encode()
         temporary = self._directory / _STATE_TEMPORARY
         try:
+            self._directory.mkdir(parents=True, exist_ok=True)
             with open(temporary, "wb") as file:
                 file.write(data)
                 file.flush()

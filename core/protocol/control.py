@@ -22,12 +22,16 @@ __all__ = [
     "EnsureGroup",
     "Grant",
     "HostRestarted",
+    "MarkDestroyed",
     "OpenReader",
+    "OpenStore",
     "Purge",
     "ReadGroupCursors",
     "ReadGroupMarks",
     "ReadOpeningError",
     "ReadReaderSpecs",
+    "ReadStoredTopic",
+    "RemoveStore",
     "ResetGroup",
     "RestoreGroup",
     "UpdateViews",
@@ -126,6 +130,29 @@ class ReadOpeningError(NamedTuple):
     """Why the channel's store could not be opened (a typed error), or None."""
 
 
+class ReadStoredTopic(NamedTuple):
+    """What the channel's store holds: its ``TopicRecord`` (None: nothing recorded)."""
+
+
+class OpenStore(NamedTuple):
+    """A new channel with a store begins, once its coordinator compared what every
+    channel's store holds (``raytopic.core.topic_record.opening``): it loads its store
+    (``wipe``: first removes what it holds, a destroyed topic's) under ``topic_id``."""
+
+    topic_id: str
+    wipe: bool
+
+
+class MarkDestroyed(NamedTuple):
+    """The topic is being destroyed: record it in the channel's store, durably, before
+    any channel removes its data."""
+
+
+class RemoveStore(NamedTuple):
+    """Remove what the channel's store holds (every channel's store marks the topic
+    destroyed by now); the channel writes nothing more."""
+
+
 ControlRequest = (
     OpenReader
     | CloseReader
@@ -142,6 +169,10 @@ ControlRequest = (
     | ReadGroupCursors
     | ReadGroupMarks
     | ReadOpeningError
+    | ReadStoredTopic
+    | OpenStore
+    | MarkDestroyed
+    | RemoveStore
 )
 """Any control request."""
 
@@ -161,5 +192,9 @@ CONTROL_REQUESTS = (
     ReadGroupCursors,
     ReadGroupMarks,
     ReadOpeningError,
+    ReadStoredTopic,
+    OpenStore,
+    MarkDestroyed,
+    RemoveStore,
 )
 """The request records a channel serves through ``ChannelActor.control``."""

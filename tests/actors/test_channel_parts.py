@@ -17,7 +17,7 @@ from raytopic.actors.channel_context import ChannelContext, fresh_start
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
 from raytopic.actors.stores.base import ChannelStore, StoredBatch
-from raytopic.core.config import Overflow, TopicConfig
+from raytopic.core.config import Overflow, TopicConfig, fixed_settings
 from raytopic.core.errors import DataLossError, StoreError
 from raytopic.core.payloads import PickledValues
 from raytopic.core.protocol import (
@@ -157,6 +157,11 @@ def test_a_new_channel_s_store_gets_its_first_epoch_before_anything_is_served(
     assert store.load_state() == {
         "version": 1,
         "sections": dict.fromkeys(sections, 1),
+        "topic": {
+            "id": parts.context.config.topic_id,
+            "settings": fixed_settings(parts.context.config),
+            "destroyed": False,
+        },
         "epoch": 1,
         "next_sequence": 0,
         **{section: {} for section in sections},

@@ -22,6 +22,7 @@ from raytopic.actors.stores.segment_log import SegmentLogStore
 from raytopic.actors.stores.state_log import StateChange
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import ChannelFailedError, StoreError
+from raytopic.core.topic_record import TopicRecord
 
 from tests.seed_store import SeedStore
 
@@ -192,7 +193,15 @@ def test_the_snapshot_has_every_section_and_write_snapshot_replaces_the_stored_s
         channel.set("groups", "g", {"next": 1})
         channel.set("shared", "s", {"cursor": {}})
         snapshot = channel.state.snapshot()
-        assert set(snapshot) == {"version", "sections", "epoch", "next_sequence", *SECTIONS}
+        assert set(snapshot) == {
+            "version",
+            "sections",
+            "topic",
+            "epoch",
+            "next_sequence",
+            *SECTIONS,
+        }
+        assert snapshot["topic"] == TopicRecord.of(channel.context.config).state()
         assert snapshot["version"] == STATE_VERSION
         assert snapshot["sections"] == dict.fromkeys(SECTIONS, 1)
         assert snapshot["groups"] == {"g": {"next": 1}} and snapshot["readers"] == {}

@@ -33,6 +33,7 @@ from tests.topic_helpers import (
     module_topic,
     next_sequences,
     serving_again,
+    stop_every_actor,
 )
 
 RESTART_BOUND = 10.0
@@ -386,7 +387,7 @@ def test_a_torn_tail_and_a_flipped_bit_are_found_and_nothing_altered_is_delivere
     ring = topic.ringbuffer(0)
     for first in range(0, 50, 10):  # five appends: five records of ten
         get(ring.add_all_async(list(range(first, first + 10)), "fail"))
-    topic.destroy()
+    stop_every_actor(topic)
     segment = _records(tmp_path / topic.namespace / name / "0")[0]
     data = bytearray(segment.read_bytes())
     size = len(data) // 5

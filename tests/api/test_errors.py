@@ -31,6 +31,7 @@ from raytopic.core.errors import (
     TopicExistsError,
     TopicFullError,
     TopicNotFoundError,
+    TopicSettingsError,
     TransactionAbortedError,
     TransactionFencedError,
     unwrap_ray_error,
@@ -80,6 +81,14 @@ def test_a_data_loss_error_pickles_with_its_epochs_and_is_a_stale_sequence_error
     assert issubclass(ChannelFailedError, ChannelUnavailableError)
 
 
+def test_a_topic_settings_error_pickles_with_its_differences_and_is_a_value_error() -> None:
+    error = TopicSettingsError("made with channels=2", {"channels": (2, 3)})
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is TopicSettingsError and copy.differences == {"channels": (2, 3)}
+    assert str(copy) == "made with channels=2"
+    assert isinstance(copy, InvalidArgumentError) and isinstance(copy, ValueError)
+
+
 def test_a_poison_element_error_pickles_with_its_position_and_cause() -> None:
     position = Position("t0pic1d", 2, 17)
     error = PoisonElementError("poison", 2, position, "ModuleNotFoundError", "No module 'x'")
@@ -97,6 +106,7 @@ def test_every_exported_error_is_a_topic_error() -> None:
         DataLossError,
         PoisonElementError,
         TopicError,
+        TopicSettingsError,
         TransactionAbortedError,
         TransactionFencedError,
     }

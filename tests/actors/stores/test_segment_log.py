@@ -58,9 +58,11 @@ def test_an_empty_store(opened, tmp_path: Path) -> None:
     assert store.load(0) is None
     assert list(store.load_batches(0)) == []
     assert store.damaged() == []
-    assert segments(tmp_path) == ["00000000000000000000.log"]
+    assert segments(tmp_path) == []  # opening writes nothing: the first write starts one
     store = reopen(store, opened)
     assert (store.largest_sequence(), store.first_sequence()) == (-1, 0)
+    store.store_batch(batch(0))
+    assert segments(tmp_path) == ["00000000000000000000.log"]
 
 
 def test_stored_batches_load_by_sequence_and_as_batches(opened) -> None:
@@ -500,3 +502,50 @@ def test_a_short_write_is_cut_back(opened, tmp_path: Path) -> None:
     store = reopen(store, opened)
     assert store.damaged() == []
     assert loaded(store, 0, 3) == values(0, 4)
+
+
+# -- opening writes nothing; destroy --------------------------------------------------------
+
+
+def test_opening_a_missing_directory_writes_nothing_until_the_first_write(tmp_path: Path) -> None:
+    directory = tmp_path / "ns" / "topic" / "0"
+    store = SegmentLogStore(directory)
+    assert (store.largest_sequence(), store.load_state()) == (-1, None)
+    store.sync()
+    store.close()
+    assert not (tmp_path / "ns").exists()  # a refused reopen leaves no trace
+    store = SegmentLogStore(directory)
+    store.save_state({"epoch": 1})
+    store.store_batch(batch(0))
+    store.close()
+    assert SegmentLogStore(directory).load_state() == {"epoch": 1}
+    assert segments(directory) == ["00000000000000000000.log"]
+
+
+def test_destroy_removes_the_channel_and_then_the_topic_directory(tmp_path: Path) -> None:
+    topic = tmp_path / "ns" / "topic"
+    stores = [SegmentLogStore(topic / str(channel)) for channel in range(2)]
+    for store in stores:
+        store.save_state({"epoch": 1})
+        store.store_batch(batch(0))
+    stores[0].destroy()
+    assert sorted(path.name for path in topic.iterdir()) == ["1"]  # the other channel's stays
+    with pytest.raises(StoreError, match="closed"):
+        stores[0].store_batch(batch(2))  # nothing written after: the directory stays gone
+    with pytest.raises(StoreError, match="closed"):
+        stores[0].save_state({"epoch": 2})
+    stores[1].destroy()
+    assert not topic.exists() and (tmp_path / "ns").exists()  # the namespace's is shared
+    stores[1].destroy()  # again: nothing left, no error
+
+
+def test_destroy_finishes_what_a_crash_left_aside(tmp_path: Path) -> None:
+    directory = tmp_path / "topic" / "0"
+    store = SegmentLogStore(directory)
+    store.store_batch(batch(0))
+    store.close()
+    # A crash after the rename, before the deletion.
+    aside = directory.with_name(".0.destroyed")
+    directory.rename(aside)
+    SegmentLogStore(directory).destroy()
+    assert not aside.exists() and not (tmp_path / "topic").exists()
