@@ -86,7 +86,7 @@ def create_topic(
             A store that holds this topic (its actors gone: a whole-cluster
             restart) reopens it, with its elements, groups, commits and id, if
             the settings fixed at creation (channels, capacity, retain, ttl,
-            overflow) are the ones it was made with.
+            overflow, compaction) are the ones it was made with.
         groups: Durable subscriber groups that exist from the start, so they
             miss nothing published: names (channel-owned groups) and
             ``SharedGroup`` definitions (shared groups; their dead-letter

@@ -431,7 +431,7 @@ class TopicConfig:
         )
 
 
-FIXED_SETTINGS = ("channels", "capacity", "retain", "ttl", "overflow")
+FIXED_SETTINGS = ("channels", "capacity", "retain", "ttl", "overflow", "compaction")
 """The settings a topic keeps for its life, fixed when it is made: each channel's
 store records them (with the topic's id), and ``create_topic`` over a store that
 holds the topic (reopening it after its actors were gone) must ask the same ones,
@@ -440,10 +440,11 @@ the same list. The others (``sync``, ``store_retention``, ``placement``,
 ``default_window``, ``groups``) are how one run of the topic works and may change
 at a reopen.
 
-A new setting of what a topic stores or how it is read (``compaction``, ...) is
-added here and nowhere else: its value must be JSON as :func:`fixed_settings`
-gives it (an enum is kept as its value), and a store recorded before it existed
-counts as holding its ``TopicConfig`` field's default."""
+A new setting of what a topic stores or how it is read is added here and
+nowhere else: its value must be JSON as :func:`fixed_settings` gives it (an enum
+is kept as its value, an object with ``to_state()`` as what that returns, as
+``Compaction``), and a store recorded before it existed counts as holding its
+``TopicConfig`` field's default."""
 
 
 def fixed_settings(config: TopicConfig) -> dict[str, Any]:
@@ -476,9 +477,12 @@ def settings_differences(
 
 
 def _as_json(value: Any) -> Any:
-    """A setting's value as JSON gives it back (an enum as its value, tuples as lists)."""
+    """A setting's value as JSON gives it back (an enum as its value, an object with
+    ``to_state()`` as its state, tuples as lists)."""
     if isinstance(value, enum.Enum):
         value = value.value
+    elif callable(getattr(value, "to_state", None)):
+        value = value.to_state()
     return json.loads(json.dumps(value))
 
 

@@ -205,7 +205,7 @@ class InvalidTypeError(TopicError, TypeError):
 class TopicSettingsError(InvalidArgumentError):
     """``create_topic`` over a store that holds the topic (reopening it) asked other
     settings than it was made with: the settings fixed at creation (channel count,
-    capacity, retain, ttl, overflow, ...) must be the same. Nothing was created or
+    capacity, retain, ttl, overflow, compaction) must be the same. Nothing was created or
     written.
 
     Attributes:

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from raytopic.core.compaction import Compaction
 from raytopic.core.config import FIXED_SETTINGS, TopicConfig, fixed_settings
 from raytopic.core.errors import InvalidArgumentError, TopicSettingsError
 from raytopic.core.topic_record import Opening, TopicRecord, opening
@@ -97,3 +98,22 @@ def test_a_record_round_trips_through_a_state() -> None:
     record = dataclasses.replace(TopicRecord.of(STORED), destroyed=True)
     assert TopicRecord.from_state({"topic": record.state()}) == record
     assert TopicRecord.from_state({}) is None  # a state written before records were kept
+
+
+def test_a_compacted_topic_reopens_only_with_the_same_compaction() -> None:
+    compaction = Compaction(max_lag_s=30)
+    made = TopicConfig.create("prices", channels=2, store="/tmp/unused", compaction=compaction)
+    record = TopicRecord.of(dataclasses.replace(made, topic_id="0ld1d"))
+    assert opening(made, [record, record]) == Opening("0ld1d", wipe=False)
+    for other in (None, Compaction(max_lag_s=60)):
+        asked = TopicConfig.create("prices", channels=2, store="/tmp/unused", compaction=other)
+        with pytest.raises(TopicSettingsError) as refused:
+            opening(asked, [record, record])
+        assert refused.value.differences["compaction"][0] == compaction.to_state()
+    # A record made before compaction existed holds its default: none.
+    plain = TopicConfig.create("prices", channels=2, store="/tmp/unused")
+    settings = {k: v for k, v in TopicRecord.of(plain).settings.items() if k != "compaction"}
+    older = TopicRecord("0ld1d", settings)
+    assert opening(plain, [older, older]) == Opening("0ld1d", wipe=False)
+    with pytest.raises(TopicSettingsError, match="compaction=None"):
+        opening(made, [older, older])
