@@ -95,9 +95,9 @@ class RingbufferStore(Protocol):
     ``destroy``; a topic made over stores of which one still holds that mark
     has them all destroyed first, so a destroy stopped midway is finished, never
     half undone. Without ``destroy`` the store's elements stay: a topic made
-    again over it starts after them, and none of them is delivered (without
-    ``save_state`` either, nothing marks them, and such a topic takes them as
-    its own).
+    again over it starts after them, with its readers at its first position
+    (without ``save_state`` either, nothing marks them, and such a topic takes
+    them as its own).
     """
 
     def store(self, sequence: int, item: Any) -> None:

@@ -191,7 +191,7 @@ def test_a_users_store_is_destroyed_with_its_topic_if_it_can_be(
 ) -> None:
     """With ``destroy`` the store is emptied. Without it, its elements stay and its
     state says the topic was destroyed: a topic made again over it starts after them,
-    with no groups, and no reader is handed one of them."""
+    with no groups, and a reader from the earliest gets only the new topic's."""
     root = str(tmp_path)
     name = unique_name("users")
     topic = rt.create_topic(name, channels=1, store=_factory(root, removable), groups=["g"])
