@@ -4,6 +4,8 @@ ends; with a real Ray, iteration fenced as ``receive()`` is after a rebalance.""
 
 from __future__ import annotations
 
+import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,6 +16,7 @@ from raytopic.core.protocol import Lease, ReaderSpec
 from raytopic.core.records import _Origin
 from raytopic.receives import ChannelChoice, Receives, StaleReads
 
+from tests.loss_checker import LossChecker
 from tests.topic_helpers import key_for, publish_all
 
 
@@ -218,3 +221,69 @@ def test_an_iterating_member_that_timed_out_hands_out_nothing_it_had_fetched(
     assert [element.value for element in b] == list(range(handed, 9000))
     a.close()
     b.close()
+
+
+def test_members_iterating_through_a_join_and_a_reset_lose_nothing_and_undo_nothing(
+    make_topic, wait_until
+) -> None:
+    # As users run it: members iterate in threads (one element by element, one by
+    # batches) and commit what they handled; a member joins mid-run, and the group is
+    # reset to the earliest while they hold elements. Nothing is lost, the replay
+    # reaches every element, and no commit of an element received before the reset
+    # is accepted after it (it would undo the reset).
+    topic = make_topic(channels=2, retain=True)
+    values = list(range(600))
+    checker = LossChecker()
+    publish_all(topic, values)
+    for value in values:
+        checker.published(value, "acknowledged")
+    reset = {"called": float("inf"), "returned": float("inf")}
+    replayed: set[int] = set()
+    handled = [0]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def consume(name: str, member: rt.Subscriber, batch: int | None) -> None:
+        try:
+            batches = ([e] for e in member) if batch is None else member.iter_batches(batch)
+            for elements in batches:
+                received = time.monotonic()
+                for element in elements:
+                    checker.delivered(name, element.channel, element.sequence, element.value)
+                    time.sleep(0.001)
+                    status = element.commit().status
+                    if status is rt.CommitStatus.COMMITTED:
+                        stale = received < reset["called"] and time.monotonic() > reset["returned"]
+                        checker.commit_accepted(
+                            name, element.channel, element.sequence, stale=stale
+                        )
+                    if received > reset["called"]:  # (the replay reaches the values
+                        replayed.add(element.value)  # below where the member was)
+                    handled[0] += 1
+                if stop.is_set():
+                    return
+        except BaseException as error:  # reported by the test's thread
+            errors.append(error)
+
+    a = topic.subscriber(group="g", on_ownership_change=lambda _: checker.ownership_changed("a"))
+    threads = [threading.Thread(target=consume, args=("a", a, None))]
+    threads[0].start()
+    wait_until(lambda: handled[0] >= 100, timeout=60)
+    b = topic.subscriber(group="g", on_ownership_change=lambda _: checker.ownership_changed("b"))
+    threads.append(threading.Thread(target=consume, args=("b", b, 10)))
+    threads[1].start()
+    wait_until(lambda: handled[0] >= 300, timeout=60)
+    reset["called"] = time.monotonic()
+    topic.reset_group("g", "earliest")
+    reset["returned"] = time.monotonic()
+    for member in (a, b):
+        checker.ownership_changed("a" if member is a else "b")
+    wait_until(lambda: replayed == set(values) or errors, timeout=120)
+    stop.set()
+    a.close()
+    b.close()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    checker.report(expect_all=True).assert_safe()
+    assert topic.describe().groups["g"].lag == 0

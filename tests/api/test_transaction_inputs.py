@@ -156,6 +156,40 @@ def test_two_members_in_threads_each_with_failing_blocks_lose_nothing(
         member.close()
 
 
+def test_a_member_joining_a_running_pipeline_with_aborts_duplicates_and_loses_nothing(
+    make_topic, unique_name, wait_until
+) -> None:
+    # A rebalance under a running pipeline: the first member's open transaction may
+    # consume a channel it just lost (its commit fails: an abort, which sends it back
+    # on what it keeps), and what it had fetched of the lost channels goes to the
+    # newcomer after the last commit there.
+    source, sink = make_topic(channels=4), make_topic(channels=2)
+    source.create_group("etl")
+    publish_all(source, list(range(400)))
+    failures: list[BaseException] = []
+
+    def worker(member: rt.Subscriber, style: str, failing: set[int]) -> None:
+        try:
+            run_pipeline(member, sink, unique_name("tx"), style, "raise_before_consumed", failing)
+        except BaseException as error:  # the test thread reports it
+            failures.append(error)
+
+    first = source.subscriber(group="etl", complete_on_empty=True)
+    threads = [threading.Thread(target=worker, args=(first, "iter_batches", {1, 4, 9, 14}))]
+    threads[0].start()
+    wait_until(lambda: sum(c.tail + 1 for c in sink.describe().channels) >= 60, timeout=60)
+    second = source.subscriber(group="etl", complete_on_empty=True)
+    threads.append(threading.Thread(target=worker, args=(second, "receive_batch", {1, 5})))
+    threads[1].start()
+    for thread in threads:
+        thread.join(120)
+    assert not failures
+    assert halves(sink, {0: 0, 1: 0}) == Counter(range(400))
+    assert source.describe().groups["etl"].lag == 0
+    first.close()
+    second.close()
+
+
 def test_what_an_abort_gave_back_cannot_be_committed_until_received_again(
     shared_source, shared_sink, unique_name
 ) -> None:
