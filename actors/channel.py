@@ -24,6 +24,8 @@ The parts:
   ports to sibling channels, group views;
 - :class:`~raytopic.actors.transactions.TransactionParticipant`: staged
   elements and the two-phase commit of transactions;
+- :class:`~raytopic.actors.stream_steps.StreamSteps`: a stream's offset log here,
+  and the steps this channel leads;
 - :class:`~raytopic.actors.channel_state.ChannelState`: the durable state (each
   part snapshots and restores its own section) and what changed in it.
 
@@ -57,6 +59,7 @@ from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.session_host import remote_caller
 from raytopic.actors.stored_topic import StoredTopic
+from raytopic.actors.stream_steps import RayStreamPeers, StreamSteps
 from raytopic.actors.transaction_lead import RayPeers, TransactionLead
 from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.config import Overflow, TopicConfig
@@ -97,6 +100,7 @@ from raytopic.core.protocol import (
     ForgetTransaction,
     GiveBack,
     Grant,
+    GrantStream,
     HostRestarted,
     InterruptReceives,
     Lease,
@@ -137,6 +141,8 @@ from raytopic.core.protocol import (
     StageTransaction,
     StatusBatch,
     StopTake,
+    StreamLogState,
+    StreamRequest,
     Take,
     UpdateViews,
     Watch,
@@ -144,14 +150,6 @@ from raytopic.core.protocol import (
 )
 from raytopic.core.records import AckStatus, CommitResult
 from raytopic.core.shared_group import SharedGroup
-from raytopic.core.stream_log import (
-    ClaimStream,
-    CommitMicroBatch,
-    ReadStreamLog,
-    RecordMicroBatch,
-    StreamLogState,
-    StreamRequest,
-)
 from raytopic.core.topic_record import TopicRecord
 
 logger = logging.getLogger(__name__)
@@ -196,6 +194,14 @@ class ChannelActor:
         self._log, self._state, self._readers = parts.log, parts.state, parts.readers
         self._publishers, self._host = parts.publishers, parts.host
         self._streams, self._ring_api = parts.streams, parts.ring_api
+        self._stream_steps = StreamSteps(
+            channel,
+            config.channels,
+            parts.streams,
+            parts.readers,
+            parts.state,
+            RayStreamPeers(config),
+        )
         self._dead_letters = parts.dead_letters
         self._stored = StoredTopic(context, parts, restarted=self._restarted)
         try:
@@ -432,36 +438,27 @@ class ChannelActor:
             self._tend()
 
     @entry(Admit.SEEDED)
-    async def stream_log(self, request: StreamRequest) -> StreamLogState | None:
-        """Serve a stream's request on its group's offset log here (see
-        ``raytopic.core.stream_log``): read or claim it, record a batch, or commit
-        one (the group's commit moves to the batch's end here). A change is
-        answered once it is durable, in the same state write as the cursor.
+    async def stream(self, request: StreamRequest) -> None:
+        """Lead a stream's step (see ``raytopic.actors.stream_steps``): record a
+        micro-batch, or commit it, at every channel; answered once every channel's
+        part is durable.
 
         Raises:
-            GroupNotFoundError: no such group.
-            GroupModeError: a shared group (its members acknowledge element by element).
-            NotOwnerError: a newer stream holds the group (a claim, record or commit
-                of an older one).
+            NotOwnerError: the stream no longer holds the group (a newer stream took
+                it, or its claim ended).
+            GroupNotFoundError, GroupModeError: no such owned group.
         """
-        group, streams = request.group, self._streams
-        cursor = self._readers.owned_group(group)
-        async with self._state.unit_of_work():
-            match request:
-                case ReadStreamLog():
-                    return StreamLogState(streams.record_of(group), cursor.committed)
-                case ClaimStream():
-                    streams.claim(request)
-                case RecordMicroBatch():
-                    streams.record(request)
-                case CommitMicroBatch():
-                    through = streams.commit(request)
-                    if through is not None:
-                        self._readers.advance(group, through)
-            self._state.touch("streams", group)
-        if isinstance(request, ClaimStream):
-            return StreamLogState(streams.record_of(group), cursor.committed)
-        return None
+        await self._stream_steps.lead(request, self.stream_part)
+
+    @entry(Admit.SEEDED)
+    async def stream_part(self, request: StreamRequest) -> None:
+        """This channel's part of a stream's step (its lead asks), in one state write
+        with the group's cursor."""
+        try:
+            async with self._state.unit_of_work():
+                self._stream_steps.serve(request)
+        finally:
+            self._tend()
 
     def _ensure_siblings(self) -> None:
         """A restarted channel finds its siblings by name (``attach`` ran in an earlier
@@ -730,6 +727,11 @@ class ChannelActor:
         """Give the group's channel to a member (None: to nobody); it resumes after the commit."""
         self._readers.grant(request.group, request.lease)
 
+    @serves(GrantStream)
+    async def _grant_stream(self, request: GrantStream) -> StreamLogState:
+        """Give the group's channel to a stream; where its offset log stands here."""
+        return self._stream_steps.grant(request)
+
     @serves(ResetGroup)
     async def _reset_group(self, request: ResetGroup) -> tuple[int, dict[str, Any]]:
         """Move the group's read and commit positions; return (position, previous state)
@@ -743,8 +745,9 @@ class ChannelActor:
 
     @serves(ReadGroupCursors, Admit.ALWAYS)
     async def _group_cursors(self, _: ReadGroupCursors) -> dict[str, dict[str, Any]]:
-        """Every group's cursor here (a restarted coordinator, and bulk reads, ask)."""
-        return self._readers.describe_groups()
+        """Every group's cursor here, saying which is a stream's (a restarted
+        coordinator, and bulk reads, ask)."""
+        return self._stream_steps.mark_streams(self._readers.describe_groups())
 
     @serves(ReadOpeningError, Admit.ALWAYS)
     async def _opening_error(self, _: ReadOpeningError) -> TopicError | None:

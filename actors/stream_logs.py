@@ -1,8 +1,10 @@
 """The offset logs of the streams that read a channel: one record per group. No Ray.
 
 A part of the channel actor (see ``raytopic.core.stream_log`` for what a record
-holds and why). It checks each request's claim and keeps the records; the
-channel moves the group's cursor when a commit says so and writes the record
+holds and why). It keeps the records and checks each step against the group's
+owner here: a stream's record or commit is served only while its lease owns the
+group's channel (the coordinator granted it, and no newer stream or member since).
+The channel moves the group's cursor when a commit says so and writes the record
 with the cursor in one state write, so a record is exactly as durable as the
 group's commits.
 """
@@ -13,12 +15,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from raytopic.core.errors import InvalidArgumentError, NotOwnerError
-from raytopic.core.stream_log import (
-    ClaimStream,
+from raytopic.core.protocol import (
     CommitMicroBatch,
+    Lease,
     MicroBatchRecord,
     RecordMicroBatch,
-    StreamClaim,
     StreamRecord,
 )
 
@@ -43,53 +44,59 @@ class StreamLogs:
         """The group's record here (an empty one if no stream ever read it)."""
         return self.records.get(group) or StreamRecord()
 
-    def claim(self, request: ClaimStream) -> StreamRecord:
-        """Hold the group for ``request``'s stream; returns the record.
-
-        Raises:
-            NotOwnerError: a newer stream claimed the group here.
-        """
-        record = self.record_of(request.group)
-        if record.claim is not None and record.claim > request.claim:
-            raise NotOwnerError(
-                f"channel {self._channel}: group {request.group!r} is held by a newer stream"
-            )
-        record = StreamRecord(request.claim, record.batch, record.committed)
-        self.records[request.group] = record
+    def grant(self, group: str, lease: Lease) -> StreamRecord:
+        """The coordinator gave the group to the stream of ``lease``; returns the record."""
+        record = self.record_of(group)
+        record = StreamRecord(lease, record.batch, record.committed)
+        self.records[group] = record
         return record
 
-    def record(self, request: RecordMicroBatch) -> None:
+    def stream_of(self, group: str, owner: Lease | None) -> Lease | None:
+        """The stream consuming ``group`` here: its lease if the group's owner here
+        (``owner``) is the stream last granted, else None (a member, or nobody)."""
+        holder = self.record_of(group).holder
+        return holder if holder is not None and holder == owner else None
+
+    def record(self, request: RecordMicroBatch, owner: Lease | None) -> None:
         """Keep ``request``'s batch as the group's batch in flight.
 
+        Args:
+            request: The stream's request.
+            owner: The lease that owns the group's channel here now.
+
         Raises:
-            NotOwnerError: the stream no longer holds the group here.
+            NotOwnerError: ``request``'s lease does not own the group here.
             InvalidArgumentError: the batch is older than the last one recorded or
                 committed here, or its id was recorded with other ranges.
         """
-        record = self._held(request.group, request.claim)
+        record = self._held(request.group, request.lease, owner)
         batch, last = request.batch, record.batch
         where = f"channel {self._channel}: batch {batch.batch_id} of group {request.group!r}"
         if batch.batch_id <= record.committed or (last and batch.batch_id < last.batch_id):
             raise InvalidArgumentError(f"{where} is older than the last one recorded here")
         if last and last.batch_id == batch.batch_id and last != batch:
             raise InvalidArgumentError(f"{where} was recorded with other ranges")
-        self.records[request.group] = StreamRecord(record.claim, batch, record.committed)
+        self.records[request.group] = StreamRecord(record.holder, batch, record.committed)
 
-    def commit(self, request: CommitMicroBatch) -> int | None:
+    def commit(self, request: CommitMicroBatch, owner: Lease | None) -> int | None:
         """Mark ``request``'s batch committed; returns the last position of this
         channel's range (the group's commit moves there), None when there is nothing
         to move (the batch was committed before, or its range here is empty).
 
+        Args:
+            request: The stream's request.
+            owner: The lease that owns the group's channel here now.
+
         Raises:
-            NotOwnerError: the stream no longer holds the group here.
+            NotOwnerError: ``request``'s lease does not own the group here.
         """
-        record = self._held(request.group, request.claim)
+        record = self._held(request.group, request.lease, owner)
         batch: MicroBatchRecord = request.batch
         if batch.batch_id <= record.committed:
             return None
         # The batch itself becomes the last recorded (a channel that lost its record,
         # restarted without a store, learns it here).
-        self.records[request.group] = StreamRecord(record.claim, batch, batch.batch_id)
+        self.records[request.group] = StreamRecord(record.holder, batch, batch.batch_id)
         start, end = batch.range_of(self._channel)
         return end - 1 if end > start else None
 
@@ -97,20 +104,17 @@ class StreamLogs:
         """The group is gone: so is its record. Returns whether there was one."""
         return self.records.pop(group, None) is not None
 
-    def _held(self, group: str, claim: StreamClaim) -> StreamRecord:
+    def _held(self, group: str, lease: Lease, owner: Lease | None) -> StreamRecord:
+        if lease != owner:
+            raise NotOwnerError(
+                f"channel {self._channel}: group {group!r} is no longer this stream's "
+                "(a newer stream opened on it, or its claim ended: stopped, or silent "
+                "past its timeout)"
+            )
         record = self.record_of(group)
-        if record.claim is None:
-            # Never adopted here: an older stream would take the group back.
-            raise NotOwnerError(
-                f"channel {self._channel} keeps no stream of group {group!r} (it restarted "
-                "without a store, losing its elements and the offset log): open a stream again"
-            )
-        if record.claim != claim:
-            raise NotOwnerError(
-                f"channel {self._channel}: group {group!r} is held by another stream "
-                "(a newer stream on the group fenced this one)"
-            )
-        return record
+        # A channel restarted without a store had the lease seeded by its coordinator,
+        # and learns the holder of its (lost) record here.
+        return StreamRecord(lease, record.batch, record.committed)
 
     def state_keys(self) -> Iterator[str]:
         """The groups whose offset logs the state keeps (the section ``streams``)."""

@@ -112,6 +112,9 @@ class GroupStats:
     """"owned" (channels owned by members, cumulative commits) or "shared"
     (per-element acknowledgement; ``committed`` is then the low watermark:
     every element up to it is acknowledged)."""
+    stream: str | None = None
+    """The id of the stream consuming the group (it owns every channel; then the
+    group has no members), or None."""
 
     @property
     def redelivered(self) -> int:
@@ -221,6 +224,11 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
             for reader_id, member in group["members"].items()
         )
         groups[name] = GroupStats(
-            name, group["generation"], members, tuple(per_channel), group.get("mode", "owned")
+            name,
+            group["generation"],
+            members,
+            tuple(per_channel),
+            group.get("mode", "owned"),
+            group.get("stream"),
         )
     return TopicStats(config.name, config.topic_id, channels, groups)

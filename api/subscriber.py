@@ -19,6 +19,7 @@ its parts, all built from one :class:`~raytopic.subscriber_options.SubscriberOpt
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
@@ -186,7 +187,13 @@ class Subscriber:
         self._receives = Receives(topic, reader_id, options.spec, self._member)
         self._cursors = ReaderCursors(topic, reader_id, self._member, self._receives)
         self._acks = Acknowledgements(reader_id, topic.topic_id, self._member)
-        self._member.start(self._receives.stale, attached=attached)
+        try:
+            self._member.start(self._receives.stale, attached=attached)
+        except BaseException:
+            if not attached:  # refused (a stream consumes the group, say): no reader left
+                with contextlib.suppress(Exception):
+                    self._call(topic._coordinator.close_reader.remote(reader_id))
+            raise
         opened(self)  # an aborted transaction may send it back to its commit
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -2,7 +2,8 @@
 
 It introduces the topic's channel actors to each other (they are created
 with it: ``raytopic.coordinator.launch``), keeps the topic's configuration, and
-runs its subscriber groups: membership
+runs its subscriber groups, deciding who consumes each (members, or one stream
+that holds the whole group: ``claim_stream``): membership
 (join, leave, heartbeats, timeouts on a monotonic clock), sticky channel
 assignment with leases pushed to the channels before a join returns, group
 resets (fenced, all or nothing), and ``describe``.
@@ -20,8 +21,8 @@ so itself (``channel_restarted``), and one without a store gets its groups
 back then.
 
 **Restarts**: the coordinator keeps nothing the channels do not: a restarted
-coordinator rebuilds its groups, leases, members, versions and generations
-from the channels (``recovered_groups``) before it answers any call.
+coordinator rebuilds its groups, leases, members, streams, versions and
+generations from the channels (``recovered_groups``) before it answers any call.
 
 The actor is a shell: every call to the channels goes through its
 ``ChannelFleet`` (``raytopic.coordinator.fleet``: one timeout and error
@@ -54,6 +55,7 @@ from raytopic.core.incarnation import was_restarted
 from raytopic.core.naming import channel_actor_name
 from raytopic.core.protocol import (
     EndReceives,
+    Lease,
     MarkDestroyed,
     OpenStore,
     Purge,
@@ -61,6 +63,7 @@ from raytopic.core.protocol import (
     ReadOpeningError,
     ReadStoredTopic,
     RemoveStore,
+    StreamLogState,
 )
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.topic_record import opening
@@ -219,7 +222,7 @@ class CoordinatorActor:
         await self._groups.adopt()
         await self._groups.adopt_readers()
         await self._restarts.recover()
-        if any(group.members for group in self._groups.groups.values()):
+        if any(group.members or group.stream for group in self._groups.groups.values()):
             self._groups.watch_expiry()
         logger.info(
             "coordinator of %s recovered: groups %s", config.name, sorted(self._groups.groups)
@@ -453,6 +456,46 @@ class CoordinatorActor:
         return await self._groups.heartbeat(
             group, reader_id, known_version, touch, idle, wait, cooperative
         )
+
+    # -- streams -----------------------------------------------------------------
+
+    async def claim_stream(
+        self, group: str, stream_id: str, timeout: float, start_latest: bool
+    ) -> tuple[Lease, list[StreamLogState]]:
+        """Give the group to a stream: the only consumer of every channel until it
+        ends (:meth:`end_stream`) or stays silent past ``timeout`` (it heartbeats:
+        :meth:`stream_heartbeat`); a newer stream takes it from an older one. The
+        group is made if new (at the tail with ``start_latest``, else the head).
+
+        Returns:
+            The stream's lease (its steps carry it; the channels refuse any other)
+            and every channel's offset log of the group, once every channel holds
+            the lease.
+
+        Raises:
+            GroupModeError: the group is shared.
+            GroupBusyError: the group has members.
+        """
+        await self._up()
+        await self._groups.ensure(group, start_latest)
+        return await self._groups.claim_stream(group, stream_id, timeout)
+
+    async def stream_heartbeat(self, group: str, stream_id: str, timeout: float) -> bool:
+        """The stream is alive (``timeout``: its own; a restarted coordinator learns
+        it here). False: it no longer holds the group (a newer stream took it, or it
+        timed out).
+
+        Raises:
+            GroupNotFoundError: the group was destroyed.
+        """
+        await self._up()
+        return self._groups.stream_heartbeat(group, stream_id, timeout)
+
+    async def end_stream(self, group: str, stream_id: str) -> None:
+        """The stream ended (or stopped): the group is free (nothing if it no longer
+        held it)."""
+        await self._up()
+        await self._groups.end_stream(group, stream_id)
 
     # -- reset -------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """A topic's subscriber groups as the coordinator runs them, over a ``ChannelFleet``.
 
-Membership (join, leave, release, heartbeats with their long polls),
+Membership (join, leave, release, heartbeats with their long polls), the
+streams that consume a whole group (claim, heartbeat, end),
 rebalances (leases granted to the channels before anyone hears of them,
 then the views pushed), expiry (members that stopped heartbeating, on an
 injected monotonic clock), resets (all or nothing: channels that took a
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from raytopic.coordinator.groups import Group, MemberView, Rebalance, recovered_groups
 from raytopic.coordinator.view_polls import ViewPolls
 from raytopic.core.errors import (
+    GroupModeError,
     GroupNotFoundError,
     InvalidArgumentError,
     ResetInProgressError,
@@ -31,6 +33,8 @@ from raytopic.core.protocol import (
     DestroyGroup,
     EnsureGroup,
     Grant,
+    GrantStream,
+    Lease,
     OpenReader,
     ReaderSpec,
     ReadGroupCursors,
@@ -38,6 +42,7 @@ from raytopic.core.protocol import (
     ReadReaderSpecs,
     ResetGroup,
     RestoreGroup,
+    StreamLogState,
     UpdateViews,
 )
 
@@ -282,6 +287,58 @@ class GroupService:
         if self._destroyed is not None:
             raise TopicNotFoundError(self._destroyed)
 
+    # -- streams ----------------------------------------------------------------------
+
+    async def claim_stream(
+        self, group: str, stream_id: str, timeout: float
+    ) -> tuple[Lease, list[StreamLogState]]:
+        """Give the group to a stream (a newer stream fences an older one); returns
+        its lease and every channel's offset log, once every channel holds the lease.
+
+        Raises:
+            GroupNotFoundError: no such group.
+            GroupModeError: a shared group (its members acknowledge element by element).
+            GroupBusyError: the group has members.
+        """
+        async with self._lock(group):
+            state = self.group(group)
+            if state.shared is not None:
+                raise GroupModeError(
+                    f"group {group!r} is shared: a stream reads an owned group (its "
+                    "positions are committed per channel)"
+                )
+            change = state.claim_stream(stream_id, timeout, self._clock())
+            lease = change.grants[0]
+            try:
+                answers = await self._apply(state, change)
+            except BaseException:
+                # Not granted everywhere: no stream holds the group (the channels that
+                # took the lease are given to nobody again).
+                undone = state.end_stream(stream_id)
+                if undone is not None:
+                    with contextlib.suppress(Exception):
+                        await self._apply(state, undone)
+                raise
+        self.watch_expiry()
+        assert lease is not None
+        logger.info("group %s of %s: consumed by stream %s", group, self._topic, stream_id)
+        return lease, [answers[channel] for channel in range(self._channels)]
+
+    def stream_heartbeat(self, group: str, stream_id: str, timeout: float) -> bool:
+        """The stream is alive; False if it no longer holds the group (a newer stream
+        took it, or it timed out)."""
+        self._check_not_destroyed()
+        return self.group(group).touch_stream(stream_id, self._clock(), timeout)
+
+    async def end_stream(self, group: str, stream_id: str) -> None:
+        """The stream ended: its group's channels go to nobody (a member may join)."""
+        async with self._lock(group):
+            state = self.groups.get(group)
+            change = None if state is None else state.end_stream(stream_id)
+            if change is not None:
+                await self._apply(state, change)  # type: ignore[arg-type]
+                logger.info("group %s of %s: stream %s ended", group, self._topic, stream_id)
+
     # -- rebalances -------------------------------------------------------------------
 
     async def assign_unowned(self) -> None:
@@ -293,20 +350,22 @@ class GroupService:
                 if change is not None:
                     await self._apply(state, change)
 
-    async def _apply(self, state: Group, change: Rebalance) -> None:
+    async def _apply(self, state: Group, change: Rebalance) -> dict[int, Any]:
         """Push new leases to the channels, then the new views (to every channel
-        and to the members' long polls)."""
+        and to the members' long polls). Returns each granted channel's answer."""
+        answers: dict[int, Any] = {}
         if change.grants:
             granted = self._granted[state.name] = asyncio.Event()
             try:
-                await asyncio.gather(
+                replies = await asyncio.gather(
                     *(
-                        self._fleet.ask(channel, Grant(state.name, lease))
+                        self._fleet.ask(channel, _grant(state.name, lease, change.stream))
                         for channel, lease in change.grants.items()
                     )
                 )
             finally:
                 granted.set()
+            answers = dict(zip(change.grants, replies, strict=True))
             self._on_rebalance(state.name)
             logger.info(
                 "group %s of %s: generation %d, channels moved: %s",
@@ -318,17 +377,22 @@ class GroupService:
                     for channel, lease in change.grants.items()
                 },
             )
-        await self._push_views(state, change.members)
+        await self._push_views(state, change.members, marks=change.stream is not None)
+        return answers
 
-    async def _push_views(self, state: Group, members: tuple[str, ...]) -> None:
+    async def _push_views(
+        self, state: Group, members: tuple[str, ...], *, marks: bool = False
+    ) -> None:
         """Tell every channel the new views of ``members`` (any channel may host a
-        receive session of theirs), then wake the members' long polls."""
+        receive session of theirs), then wake the members' long polls. ``marks``:
+        tell the channels the group's version and generation even when no view
+        changed (a stream came or went: a restarted coordinator continues above)."""
         # None: the member left or timed out (a channel drops its sessions there).
         views = {
             reader_id: state.channels_of(reader_id) if reader_id in state.members else None
             for reader_id in members
         }
-        if views:
+        if views or marks:
             await self._fleet.tell(
                 UpdateViews(state.name, state.version, views, state.generation), bounded=False
             )
@@ -369,14 +433,15 @@ class GroupService:
         """Remove members that stopped heartbeating (and move channels whose
         hand-over ran out), and rebalance."""
         for state in list(self.groups.values()):
-            if not state.members:
+            if not state.members and state.stream is None:
                 continue
             async with self._lock(state.name):
                 expired, change = state.expire(self._clock())
                 if change is None:
                     continue
                 logger.info(
-                    "group %s of %s: members timed out: %s (or a hand-over ran out)",
+                    "group %s of %s: members (or its stream) timed out: %s (or a hand-over "
+                    "ran out)",
                     state.name,
                     self._topic,
                     expired,
@@ -451,10 +516,12 @@ class GroupService:
         for name, state in sorted(self.groups.items()):
             await self.wait_changes_done(name)
             now = self._clock()
+            stream = state.stream
             groups[name] = {
                 "mode": state.mode,
                 "spec": state.shared,
                 "generation": state.generation,
+                "stream": None if stream is None else stream.reader_id,
                 "members": {
                     reader_id: {
                         "generation": member.generation,
@@ -472,3 +539,11 @@ class GroupService:
         if lock is None:
             lock = self._locks[group] = asyncio.Lock()
         return lock
+
+
+def _grant(group: str, lease: Lease | None, stream: str | None) -> Grant | GrantStream:
+    """The request that gives a channel of ``group`` to ``lease`` (None: nobody): a
+    stream's grant when the lease is the stream's."""
+    if lease is not None and lease.reader_id == stream:
+        return GrantStream(group, lease)
+    return Grant(group, lease)

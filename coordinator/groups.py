@@ -10,6 +10,13 @@ cannot use it again with the lease it had. Every change a member should hear
 of (its channels, a reset of its channels) bumps the group's *version*;
 members compare versions on their heartbeats.
 
+**Streams** (``raytopic.data.stream``): a stream consumes the whole group. The
+coordinator gives it every channel under one lease (``claim_stream``), refuses
+members while it holds the group and refuses a stream while the group has
+members (``GroupBusyError``); a newer stream takes the group from an older one
+(whose lease then owns nothing). The claim ends when the stream ends
+(``end_stream``) or stays silent past its timeout, as a member's does.
+
 **Cooperative hand-over** (Kafka's incremental rebalancing with commit on
 revoke): a member that joined ``cooperative`` keeps a channel a rebalance
 takes from it until it *releases* the channel, after committing what it
@@ -27,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from raytopic.coordinator.assignment import assign
+from raytopic.core.errors import GroupBusyError
 from raytopic.core.protocol import Lease
 
 if TYPE_CHECKING:
@@ -41,7 +49,7 @@ RECOVERED_TIMEOUT = 30.0
 
 @dataclass(slots=True)
 class Member:
-    """One live member of a group."""
+    """One live member of a group, or the stream consuming it."""
 
     reader_id: str
     generation: int
@@ -78,6 +86,9 @@ class Rebalance:
     """Channels whose owner changed, with the new lease (None: nobody)."""
     members: tuple[str, ...]
     """Members whose set of channels changed (their receive sessions must hear of it)."""
+    stream: str | None = None
+    """The stream the change gives the group to (its grants are a stream's), or takes
+    it from (its grants are to nobody)."""
 
 
 @dataclass(slots=True)
@@ -97,6 +108,8 @@ class Group:
     handovers: dict[int, float] = field(default_factory=dict)
     """Channels a cooperative owner is to release, with the (monotonic) time at
     which they move without it."""
+    stream: Member | None = None
+    """The stream consuming the group (it owns every channel; then no member exists)."""
 
     @property
     def mode(self) -> str:
@@ -142,7 +155,16 @@ class Group:
         self, reader_id: str, timeout: float, now: float, *, cooperative: bool = False
     ) -> Rebalance:
         """Add a member (a member already present rejoins with a new generation);
-        a ``cooperative`` one releases channels itself before they move."""
+        a ``cooperative`` one releases channels itself before they move.
+
+        Raises:
+            GroupBusyError: a stream consumes the group.
+        """
+        if self.stream is not None:
+            raise GroupBusyError(
+                f"group {self.name!r} is consumed by stream {self.stream.reader_id}: a member "
+                "can join once it ends (stopped, or silent past its timeout)"
+            )
         self.members.pop(reader_id, None)
         if any(lease and lease.reader_id == reader_id for lease in self.leases.values()):
             # A rejoin: its old leases must not survive under the new generation.
@@ -188,16 +210,68 @@ class Group:
         self.generation += 1
         return self._rebalance(extra_changed=(reader_id,), now=now)
 
+    # -- a stream -----------------------------------------------------------------------
+
+    def claim_stream(self, stream_id: str, timeout: float, now: float) -> Rebalance:
+        """Give every channel to the stream ``stream_id`` under a new lease (a stream
+        holding the group loses it: the newer one fences it).
+
+        Raises:
+            GroupBusyError: the group has members.
+        """
+        if self.members:
+            raise GroupBusyError(
+                f"group {self.name!r} has members ({', '.join(sorted(self.members))}): a "
+                "stream must be its group's only consumer; it can open once they leave"
+            )
+        self.generation += 1
+        self.stream = Member(stream_id, self.generation, timeout, now)
+        return self._give_every_channel(Lease(stream_id, self.generation), stream_id)
+
+    def touch_stream(self, stream_id: str, now: float, timeout: float) -> bool:
+        """The stream is alive (``timeout``: its own, which a restarted coordinator
+        learns here); False if it no longer holds the group."""
+        stream = self.stream
+        if stream is None or stream.reader_id != stream_id:
+            return False
+        stream.last_seen = max(stream.last_seen, now)
+        stream.timeout = timeout
+        return True
+
+    def end_stream(self, stream_id: str) -> Rebalance | None:
+        """The stream ended: no one owns the group's channels (None: it did not hold
+        the group)."""
+        if self.stream is None or self.stream.reader_id != stream_id:
+            return None
+        self.stream = None
+        self.generation += 1
+        return self._give_every_channel(None, stream_id)
+
+    def _give_every_channel(self, lease: Lease | None, stream_id: str) -> Rebalance:
+        grants = dict.fromkeys(range(self.channel_count), lease)
+        self.leases = dict(grants)
+        self.handovers.clear()
+        self.version += 1
+        return Rebalance(grants, (), stream_id)
+
+    # -- timeouts -------------------------------------------------------------------------
+
     def deadline(self) -> float | None:
-        """The first moment a member could time out or a hand-over could run out
-        (None: no member, no hand-over)."""
+        """The first moment a member or the stream could time out, or a hand-over
+        could run out (None: no member, no stream, no hand-over)."""
         due = [member.last_seen + member.timeout for member in self.members.values()]
+        if self.stream is not None:
+            due.append(self.stream.last_seen + self.stream.timeout)
         due.extend(self.handovers.values())
         return min(due) if due else None
 
     def expire(self, now: float) -> tuple[list[str], Rebalance | None]:
-        """Remove members silent for longer than their timeout, and move the channels
-        whose hand-over ran out (their owner did not release them in time)."""
+        """Remove members (or end the stream) silent for longer than their timeout,
+        and move the channels whose hand-over ran out (their owner did not release
+        them in time)."""
+        stream = self.stream
+        if stream is not None and now - stream.last_seen > stream.timeout:
+            return [stream.reader_id], self.end_stream(stream.reader_id)
         expired = [
             member.reader_id
             for member in self.members.values()
@@ -215,8 +289,17 @@ class Group:
         return expired, self._rebalance(extra_changed=tuple(expired), now=now)
 
     def assign_unowned(self) -> Rebalance | None:
-        """Give members the channels nobody owns (a channel that lost its cursor
-        while the coordinator was down comes back unowned); None if there are none."""
+        """Give members (or the stream) the channels nobody owns (a channel that lost
+        its cursor while the coordinator was down comes back unowned); None if there
+        are none."""
+        if self.stream is not None:
+            lease = Lease(self.stream.reader_id, self.stream.generation)
+            unowned = [c for c in range(self.channel_count) if self.leases.get(c) is None]
+            if not unowned:
+                return None
+            grants = dict.fromkeys(unowned, lease)
+            self.leases.update(grants)
+            return Rebalance(grants, (), self.stream.reader_id)
         if self.shared is not None or not self.members:
             return None
         if all(self.leases.get(channel) for channel in range(self.channel_count)):
@@ -261,10 +344,12 @@ def recovered_groups(
 ) -> dict[str, Group]:
     """The groups a restarted coordinator rebuilds from what its channels keep.
 
-    Each channel has every group's cursor (with the lease of its owner) and
-    the highest (view version, generation) pushed to it. Members are the
-    lease holders, alive as of ``now``; versions and generations continue
-    above every one a channel saw, so they only grow.
+    Each channel has every group's cursor (with the lease of its owner, and
+    whether that lease is the group's stream's) and the highest (view version,
+    generation) pushed to it. Members are the lease holders, alive as of
+    ``now``, except a stream's lease (named so by any channel): its holder is
+    the group's stream; versions and generations continue above every one a
+    channel saw, so they only grow.
 
     Args:
         channel_count: The topic's channels.
@@ -273,6 +358,12 @@ def recovered_groups(
         now: The coordinator's monotonic clock.
     """
     groups: dict[str, Group] = {}
+    streams = {
+        (name, cursor["owner"])
+        for by_group in cursors
+        for name, cursor in by_group.items()
+        if cursor.get("stream")
+    }
     for channel, by_group in enumerate(cursors):
         for name, cursor in by_group.items():
             group = groups.setdefault(name, Group(name, channel_count))
@@ -283,6 +374,13 @@ def recovered_groups(
             group.jumps[channel] = int(cursor.get("jumps", 0))  # type: ignore[call-overload]
             if isinstance(lease, Lease):
                 group.generation = max(group.generation, lease.generation)
+                if (name, lease) in streams:
+                    stream = group.stream
+                    if stream is None or stream.generation < lease.generation:
+                        group.stream = Member(
+                            lease.reader_id, lease.generation, RECOVERED_TIMEOUT, now
+                        )
+                    continue
                 member = group.members.get(lease.reader_id)
                 if member is None or member.generation < lease.generation:
                     group.members[lease.reader_id] = Member(

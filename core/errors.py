@@ -22,6 +22,7 @@ __all__ = [
     "ClosedError",
     "DataLossError",
     "ForeignElementError",
+    "GroupBusyError",
     "GroupFilterError",
     "GroupModeError",
     "GroupNotFoundError",
@@ -64,6 +65,13 @@ class GroupNotFoundError(TopicError, LookupError):
 
 class NotOwnerError(TopicError):
     """The member does not own the channel, or owns it under a stale generation."""
+
+
+class GroupBusyError(TopicError):
+    """The group is consumed by someone else, and a group has one kind of consumer
+    at a time (its coordinator decides): a member cannot join a group that a stream
+    consumes (the message names the stream), and a stream cannot open on a group
+    that has members (until they leave)."""
 
 
 class ClosedError(TopicError):

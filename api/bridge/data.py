@@ -232,6 +232,7 @@ def stream(
     max_rows_per_batch: int = 100_000,
     start: str = "earliest",
     fail_on_data_loss: bool = True,
+    timeout: float = 30.0,
 ) -> Stream:
     """A group of ``topic`` as an unbounded source of micro-batches, each a Ray Dataset
     over fixed position ranges (DESIGN 5.8): Spark Structured Streaming's
@@ -249,8 +250,11 @@ def stream(
     or by ``MicroBatch.commit()``. Leaving the loop by ``break`` or an exception
     commits nothing: the next stream on the group hands that batch out first,
     with the same id, ranges and rows. The stream is its group's only consumer
-    and reads every channel; a newer stream on the group fences it (its next
-    commit raises NotOwnerError and ends its iteration).
+    and reads every channel, as the topic's coordinator decides: a member joining
+    the group meanwhile is refused (``GroupBusyError``) until the stream ends, is
+    stopped, or its process stops heartbeating for ``timeout``; a newer stream on
+    the group takes it over and fences this one (its next commit raises
+    NotOwnerError and ends its iteration).
 
     Args:
         topic: The topic.
@@ -264,6 +268,8 @@ def stream(
         fail_on_data_loss: Raise DataLossError when a batch crosses lost elements
             (a damaged stored record, a channel restarted without a store), else
             read around them (logged), as ``read_topic`` does.
+        timeout: Seconds the stream's claim on its group outlives its process's
+            last heartbeat (it heartbeats from a thread while it lives).
 
     Returns:
         The stream (iterate it; a context manager too).
@@ -271,8 +277,8 @@ def stream(
     Raises:
         InvalidArgumentError, InvalidTypeError: a bad argument (nothing is made
             or consumed).
-        GroupModeError: the group is shared, or has members.
-        NotOwnerError: a newer stream opened on the group at the same time.
+        GroupModeError: the group is shared.
+        GroupBusyError: the group has members (until they leave).
     """
     return open_stream(
         topic,
@@ -282,6 +288,7 @@ def stream(
         start=start,
         fail_on_data_loss=fail_on_data_loss,
         reader=lambda pieces: (ranges_dataset(topic, pieces, task_rows=STREAM_TASK_ROWS), None),
+        timeout=timeout,
     )
 
 

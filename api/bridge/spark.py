@@ -504,6 +504,7 @@ def stream(
     max_rows_per_batch: int = 100_000,
     start: str = "earliest",
     fail_on_data_loss: bool = True,
+    timeout: float = 30.0,
 ) -> Stream:
     """A group of ``topic`` as micro-batches whose ``dataframe`` is a Spark DataFrame of
     the batch's ranges, read by Spark tasks as :func:`read_topic` reads (its
@@ -523,7 +524,8 @@ def stream(
     Raises:
         InvalidArgumentError, InvalidTypeError: a bad argument (``spark`` not a
             SparkSession, ...); nothing is made or consumed.
-        GroupModeError: the group is shared, or has members.
+        GroupModeError: the group is shared.
+        GroupBusyError: the group has members.
     """
     # Here, not at the top: Spark's Python workers import this module, and need no Ray Data.
     from raytopic.bridge.data import ranges_dataset
@@ -540,4 +542,5 @@ def stream(
             ranges_dataset(topic, pieces),
             ranges_dataframe(spark, topic, pieces),
         ),
+        timeout=timeout,
     )

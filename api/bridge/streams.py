@@ -11,18 +11,25 @@ One batch, step by step:
    ``fail_on_data_loss`` as in ``read_topic``.
 2. **Record**: the batch (its id and every channel's range) goes into the offset
    log that each channel keeps beside the group's cursor
-   (``raytopic.core.stream_log``), durably with a store, before it is handed out.
+   (``raytopic.core.stream_log``), durably with a store, before it is handed out:
+   one call to a lead channel, which records it at every channel
+   (``raytopic.actors.stream_steps``).
 3. **Read**: ``MicroBatch.dataset`` is a Ray Dataset of the ranges read by Ray
    Data tasks straight from the channel actors (``read_topic``'s datasource);
    ``MicroBatch.dataframe`` (the Spark form) a DataFrame read by Spark tasks.
 4. **Commit**: when the iterator advances (or on ``MicroBatch.commit()``), every
    channel marks the batch committed and moves the group's commit to the end of
-   its range, in one durable write.
+   its range, in one durable write: again one call to a lead channel.
 
-A stream that opens claims its group at every channel, which fences any older
-stream of the group, and reads the channels' offset logs: a batch recorded but
-committed nowhere is handed out first, as it was; a batch committed at some
-channels only is committed at the others (``raytopic.core.stream_log.recover``).
+A stream that opens asks the coordinator for its group
+(``raytopic.bridge.stream_claim``): the coordinator, which decides who consumes
+every group, grants it a lease owning every channel (fencing any older stream of
+the group; refused while the group has members), and answers with the channels'
+offset logs: a batch recorded but committed nowhere is handed out first, as it
+was; a batch committed at some channels only is committed at the others
+(``raytopic.core.stream_log.recover``). The stream holds the group until it ends
+(the iteration ends, or ``stop()``), or its process stops heartbeating for
+longer than its ``timeout``.
 """
 
 from __future__ import annotations
@@ -30,38 +37,34 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import ray
 
 from raytopic.bridge.bulk import ChannelRange, cut_ranges, ring_figures
+from raytopic.bridge.stream_claim import StreamClaim
 from raytopic.core.config import (
     check_bool,
     check_instance,
     check_name,
     check_positive_int,
     check_seconds,
+    check_timeout,
 )
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import (
     DataLossError,
-    GroupModeError,
     InvalidArgumentError,
     InvalidTypeError,
-    NotOwnerError,
 )
-from raytopic.core.stream_log import (
-    ClaimStream,
+from raytopic.core.protocol import (
     CommitMicroBatch,
     MicroBatchRecord,
-    ReadStreamLog,
     RecordMicroBatch,
     StreamRequest,
-    next_claim,
-    recover,
 )
+from raytopic.core.stream_log import recover
 from raytopic.topic import Topic
 
 if TYPE_CHECKING:
@@ -160,7 +163,8 @@ class MicroBatch:
         again changes nothing.
 
         Raises:
-            NotOwnerError: a newer stream on the group fenced this one.
+            NotOwnerError: the stream no longer holds its group (a newer stream on
+                the group fenced this one, or its claim ended).
         """
         self._stream._commit(self._record)
 
@@ -182,6 +186,9 @@ class Stream:
     exactly once.
     **Durability**: with a store, the offset log and the commits survive
     channel, coordinator and driver SIGKILLs.
+    **Ownership**: the stream is its group's only consumer, as its coordinator
+    decides: members are refused (``GroupBusyError``) until the stream ends, is
+    stopped, or its process stops heartbeating for longer than ``timeout``.
     """
 
     def __init__(
@@ -194,6 +201,7 @@ class Stream:
         start_latest: bool,
         fail_on_data_loss: bool,
         reader: BatchReader,
+        timeout: float = 30.0,
     ) -> None:
         self._topic = topic
         self._group = group
@@ -204,31 +212,39 @@ class Stream:
         self._channels = range(topic.channel_count)
         self._stop = threading.Event()
         self._ended = False
+        self._stepping = False  # a next() runs: it gives the group back when it ends
+        self._steps = threading.Lock()  # guards _stepping and the claim's end
         self._handed: MicroBatchRecord | None = None  # handed out, not committed yet
         self._due = 0.0  # monotonic time of the next planned batch (a timed trigger)
-        self._open(start_latest)
+        self._open(start_latest, timeout)
 
     # -- opening ------------------------------------------------------------------------
 
-    def _open(self, start_latest: bool) -> None:
-        """Claim the group at every channel (fencing older streams) and find where its
-        stream stopped (see ``raytopic.core.stream_log.recover``)."""
+    def _open(self, start_latest: bool, timeout: float) -> None:
+        """Claim the group at its coordinator (fencing older streams) and find where
+        its stream stopped (see ``raytopic.core.stream_log.recover``)."""
         topic, group = self._topic, self._group
-        topic._call(topic._coordinator.ensure_group, group, start_latest)
-        members = topic._call(topic._coordinator.describe)["groups"][group]["members"]
-        if members:
-            raise GroupModeError(
-                f"group {group!r} has members ({', '.join(sorted(members))}): a stream must "
-                "be its group's only consumer; close them first"
-            )
-        found = self._ask(ReadStreamLog(group))
-        self._claim = next_claim([state.record for state in found], uuid.uuid4().hex)
-        states = self._ask(ClaimStream(group, self._claim))
-        if any(state.record.claim != self._claim for state in states):
-            raise NotOwnerError(f"a newer stream opened on group {group!r} meanwhile")
+        self._claim = claim = StreamClaim(topic, group, timeout, start_latest)
+        try:
+            self._resume(claim)
+        except BaseException:
+            claim.end()  # not opened: the group is free again
+            raise
+        logger.info(
+            "stream %s on group %s of %s: next batch %d%s",
+            claim.stream_id,
+            group,
+            topic.name,
+            self._next_id,
+            "" if self._replay is None else f" (batch {self._replay.batch_id} first, again)",
+        )
+
+    def _resume(self, claim: StreamClaim) -> None:
+        """Where the group's stream stopped, from the offset logs the claim found."""
+        states = claim.states
         recovery = recover([state.record for state in states])
         if recovery.finish is not None:
-            self._ask(CommitMicroBatch(group, self._claim, recovery.finish))
+            self._step(CommitMicroBatch(self._group, claim.lease, recovery.finish))
         self._replay = recovery.replay
         self._next_id = recovery.next_batch_id
         replay = recovery.replay
@@ -243,14 +259,6 @@ class Stream:
         self._until: dict[int, int] | None = None
         if self._trigger is None:
             self._until = {channel: view[1] + 1 for channel, view in self._views().items()}
-        logger.info(
-            "stream %s on group %s of %s: next batch %d%s",
-            self._claim.stream_id,
-            group,
-            topic.name,
-            self._next_id,
-            "" if self._replay is None else f" (batch {self._replay.batch_id} first, again)",
-        )
 
     # -- iterating ----------------------------------------------------------------------
 
@@ -270,15 +278,21 @@ class Stream:
         """
         if self._ended:
             raise StopIteration
+        with self._steps:
+            self._stepping = True
+        batch = None
         try:
             if self._handed is not None:
                 self._commit(self._handed)
             batch = self._next_batch()
-        except BaseException:
-            self._ended = True
-            raise
+        finally:
+            if batch is None:
+                self._ended = True  # the end, or an error: the group is given back
+            with self._steps:
+                self._stepping = False
+                if self._ended:
+                    self._claim.end()
         if batch is None:
-            self._ended = True
             raise StopIteration
         return batch
 
@@ -326,7 +340,7 @@ class Stream:
     ) -> MicroBatch:
         """Record the batch in the offset log (durably), then hand it out."""
         pieces = self._pieces(record, views)
-        self._ask(RecordMicroBatch(self._group, self._claim, record))
+        self._step(RecordMicroBatch(self._group, self._claim.lease, record))
         self._handed = record
         self._next_id = record.batch_id + 1
         for channel, _, end in record.ranges:
@@ -376,27 +390,20 @@ class Stream:
     def _commit(self, record: MicroBatchRecord) -> None:
         if record.batch_id <= self._committed:
             return
-        self._ask(CommitMicroBatch(self._group, self._claim, record))
+        self._step(CommitMicroBatch(self._group, self._claim.lease, record))
         self._committed = record.batch_id
         if self._handed == record:
             self._handed = None
 
     # -- the channels ---------------------------------------------------------------------
 
-    def _ask(self, request: StreamRequest) -> list[Any]:
-        """``request`` at every channel, at once; their answers in channel order."""
+    def _step(self, request: StreamRequest) -> None:
+        """``request`` at every channel, in one call: to a lead channel, which serves
+        every channel's part (the lead changes with the batch, spreading the work)."""
         topic = self._topic
-        refs = [actor.stream_log.remote(request) for actor in topic._channel_actors]
-        answers, refused = [], None
-        for ref in refs:  # every answer read: a refusal of one leaves none unread (logged by Ray)
-            try:
-                with topic_calls(topic.topic_id, topic.name):
-                    answers.append(ray.get(ref))
-            except Exception as error:
-                refused = refused or error
-        if refused is not None:
-            raise refused
-        return answers
+        lead = topic._channel_actors[request.batch.batch_id % topic.channel_count]
+        with topic_calls(topic.topic_id, topic.name):
+            ray.get(lead.stream.remote(request))
 
     def _views(self) -> dict[int, tuple[int, int, dict[str, Any]]]:
         """Per channel: (head, tail, identity), asked of every channel at once."""
@@ -427,15 +434,29 @@ class Stream:
 
     def stop(self) -> None:
         """End the stream: a wait for the trigger ends at once, and the iteration ends
-        (a ``next()`` still commits the batch the loop is done with; nothing else
-        is committed). Idempotent; may be called from another thread."""
+        (the next ``next()`` still commits the batch the loop is done with; nothing
+        else is committed), and the group is given back (a member may join) once no
+        batch is in hand. Idempotent; may be called from another thread."""
         self._stop.set()
+        with self._steps:
+            if not self._stepping and self._handed is None:
+                self._end()
+
+    def _end(self) -> None:
+        """The iteration is over: give the group back (called holding ``_steps``)."""
+        self._ended = True
+        self._claim.end()
 
     def __enter__(self) -> Stream:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        """The loop is left: the stream stops, and gives its group back (a batch in
+        hand stays uncommitted: the next stream hands it out again)."""
+        self._stop.set()
+        with self._steps:
+            if not self._stepping:
+                self._end()
 
     def __repr__(self) -> str:
         return (
@@ -452,13 +473,15 @@ def open_stream(
     start: str,
     fail_on_data_loss: bool,
     reader: BatchReader,
+    timeout: float = 30.0,
 ) -> Stream:
     """A stream on ``group`` of ``topic`` whose batches ``reader`` reads, its arguments
     checked before anything is asked of the cluster (see ``raytopic.data.stream``).
 
     Raises:
         InvalidArgumentError, InvalidTypeError: a bad argument.
-        GroupModeError: the group is shared, or has members.
+        GroupModeError: the group is shared.
+        GroupBusyError: the group has members.
     """
     check_instance(topic, Topic, "topic")
     check_name(group, "group")
@@ -469,6 +492,7 @@ def open_stream(
     if start not in ("earliest", "latest"):
         raise InvalidArgumentError(f"start must be 'earliest' or 'latest', got {start!r}")
     check_bool(fail_on_data_loss, "fail_on_data_loss")
+    check_timeout(timeout, "timeout", allow_none=False)
     return Stream(
         topic,
         group,
@@ -477,6 +501,7 @@ def open_stream(
         start_latest=start == "latest",
         fail_on_data_loss=fail_on_data_loss,
         reader=reader,
+        timeout=timeout,
     )
 
 

@@ -7,6 +7,8 @@ they carry. Handles, channels and coordinators import this package, not each oth
 - :mod:`~raytopic.core.protocol.control`: what a coordinator asks of a channel;
 - :mod:`~raytopic.core.protocol.transactions`: a transaction's requests, outcomes
   and consumed commits;
+- :mod:`~raytopic.core.protocol.streams`: a stream's offset log and the steps of
+  its micro-batches;
 - :mod:`~raytopic.core.protocol.replies`: acks, deliveries, and the replies that
   rebuild into the user's records where they are read;
 - :mod:`~raytopic.core.protocol.codec`: one record as one bytes argument.
@@ -54,6 +56,7 @@ from raytopic.core.protocol.control import (
     EndReceives,
     EnsureGroup,
     Grant,
+    GrantStream,
     HostRestarted,
     MarkDestroyed,
     OpenReader,
@@ -86,6 +89,15 @@ from raytopic.core.protocol.replies import (
     ReceivedBatch,
     RingFigures,
     StatusBatch,
+)
+from raytopic.core.protocol.streams import (
+    STREAM_REQUESTS,
+    CommitMicroBatch,
+    MicroBatchRecord,
+    RecordMicroBatch,
+    StreamLogState,
+    StreamRecord,
+    StreamRequest,
 )
 from raytopic.core.protocol.transactions import (
     FENCED,
@@ -152,6 +164,7 @@ __all__ = [
     "EndReceives",
     "EnsureGroup",
     "Grant",
+    "GrantStream",
     "HostRestarted",
     "MarkDestroyed",
     "OpenReader",
@@ -166,6 +179,14 @@ __all__ = [
     "ResetGroup",
     "RestoreGroup",
     "UpdateViews",
+    # streams
+    "STREAM_REQUESTS",
+    "CommitMicroBatch",
+    "MicroBatchRecord",
+    "RecordMicroBatch",
+    "StreamLogState",
+    "StreamRecord",
+    "StreamRequest",
     # transactions
     "FENCED",
     "TRANSACTION_REQUESTS",

@@ -1,6 +1,7 @@
 """The channel's control requests, typed: what a coordinator asks of a channel (readers,
-groups, grants, resets, views, restarts, purges, and what it reads back to rebuild
-itself), served by ``ChannelActor.control``, which dispatches on the record's type.
+groups, grants to members and streams, resets, views, restarts, purges, and what it
+reads back to rebuild itself), served by ``ChannelActor.control``, which dispatches on
+the record's type.
 
 Control calls are few and not on the data path, so a record travels as the call's
 one argument as it is (Ray pickles it), not packed.
@@ -21,6 +22,7 @@ __all__ = [
     "EndReceives",
     "EnsureGroup",
     "Grant",
+    "GrantStream",
     "HostRestarted",
     "MarkDestroyed",
     "OpenReader",
@@ -72,6 +74,15 @@ class Grant(NamedTuple):
 
     group: str
     lease: Lease | None
+
+
+class GrantStream(NamedTuple):
+    """Give the group's channel to a stream: ``lease`` owns it, and the group's offset
+    log here names it as its stream's (answered with the log's ``StreamLogState``).
+    A stream ends as a member leaves: by a ``Grant`` to nobody (or to a member)."""
+
+    group: str
+    lease: Lease
 
 
 class ResetGroup(NamedTuple):
@@ -159,6 +170,7 @@ ControlRequest = (
     | EnsureGroup
     | DestroyGroup
     | Grant
+    | GrantStream
     | ResetGroup
     | RestoreGroup
     | UpdateViews
@@ -182,6 +194,7 @@ CONTROL_REQUESTS = (
     EnsureGroup,
     DestroyGroup,
     Grant,
+    GrantStream,
     ResetGroup,
     RestoreGroup,
     UpdateViews,

@@ -23,25 +23,21 @@ from raytopic.core.payloads import PickledValues
 from raytopic.core.protocol import (
     Address,
     AppendAck,
+    CommitMicroBatch,
     ConsumedCommit,
     DecideTransaction,
     FinishTransaction,
     Lease,
+    MicroBatchRecord,
     Outcome,
     PrepareTransaction,
     ReaderSpec,
+    RecordMicroBatch,
     ResolveTransaction,
     StageTransaction,
-)
-from raytopic.core.shared_group import SharedGroup
-from raytopic.core.stream_log import (
-    ClaimStream,
-    CommitMicroBatch,
-    MicroBatchRecord,
-    RecordMicroBatch,
-    StreamClaim,
     StreamRecord,
 )
+from raytopic.core.shared_group import SharedGroup
 
 from tests.seed_store import SeedStore
 
@@ -200,7 +196,7 @@ def test_a_channel_comes_back_from_its_own_store_under_the_next_epoch(opened) ->
 
 
 def test_a_streams_offset_log_comes_back_with_the_groups_commit(opened) -> None:
-    claim = StreamClaim(1, "s")
+    claim = Lease("stream:s", 1)
     done, in_flight = MicroBatchRecord(0, ((0, 0, 2),)), MicroBatchRecord(1, ((0, 2, 3),))
 
     async def main() -> None:
@@ -211,12 +207,14 @@ def test_a_streams_offset_log_comes_back_with_the_groups_commit(opened) -> None:
             _values("a", "b", "c"), Overflow.FAIL, None, whole=True, publisher_id="p", batch=0
         )
         parts.readers.ensure_group("g", False, None)
-        # As the channel serves a stream: claim, record, commit (moving the group's
+        # As the channel serves a stream: grant, record, commit (moving the group's
         # cursor in the same write), record the next batch.
-        parts.streams.claim(ClaimStream("g", claim))
-        parts.streams.record(RecordMicroBatch("g", claim, done))
-        parts.readers.owned.advance("g", parts.streams.commit(CommitMicroBatch("g", claim, done)))
-        parts.streams.record(RecordMicroBatch("g", claim, in_flight))
+        parts.readers.grant("g", claim)
+        parts.streams.grant("g", claim)
+        parts.streams.record(RecordMicroBatch("g", claim, done), claim)
+        through = parts.streams.commit(CommitMicroBatch("g", claim, done), claim)
+        parts.readers.owned.advance("g", through)
+        parts.streams.record(RecordMicroBatch("g", claim, in_flight), claim)
         parts.state.touch("streams", "g")
         await parts.state.save()
         store.close()

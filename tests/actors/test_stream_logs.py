@@ -9,16 +9,16 @@ import pytest
 
 from raytopic.actors.stream_logs import StreamLogs
 from raytopic.core.errors import InvalidArgumentError, NotOwnerError
-from raytopic.core.stream_log import (
-    ClaimStream,
+from raytopic.core.protocol import (
     CommitMicroBatch,
+    Lease,
     MicroBatchRecord,
     RecordMicroBatch,
-    StreamClaim,
     StreamRecord,
 )
 
-FIRST, SECOND = StreamClaim(1, "first"), StreamClaim(2, "second")
+FIRST, SECOND = Lease("stream:first", 1), Lease("stream:second", 2)
+MEMBER = Lease("member", 3)
 BATCH_0 = MicroBatchRecord(0, ((0, 0, 10), (1, 0, 4)))
 BATCH_1 = MicroBatchRecord(1, ((0, 10, 10), (1, 4, 9)))
 
@@ -26,70 +26,69 @@ BATCH_1 = MicroBatchRecord(1, ((0, 10, 10), (1, 4, 9)))
 @pytest.fixture
 def logs() -> StreamLogs:
     logs = StreamLogs(channel=0)
-    logs.claim(ClaimStream("g", FIRST))
+    logs.grant("g", FIRST)
     return logs
 
 
-def test_a_claim_holds_the_group_and_a_newer_claim_takes_it(logs: StreamLogs) -> None:
+def test_a_grant_names_the_groups_stream_while_its_lease_owns_the_channel(
+    logs: StreamLogs,
+) -> None:
     assert logs.record_of("g") == StreamRecord(FIRST)
     assert logs.record_of("other") == StreamRecord()
-    assert logs.claim(ClaimStream("g", FIRST)) == StreamRecord(FIRST)  # again: the same
-    logs.record(RecordMicroBatch("g", FIRST, BATCH_0))
-    assert logs.claim(ClaimStream("g", SECOND)) == StreamRecord(SECOND, BATCH_0)
-    with pytest.raises(NotOwnerError, match="newer stream"):
-        logs.claim(ClaimStream("g", FIRST))
-    assert logs.record_of("g").claim == SECOND
+    assert logs.stream_of("g", FIRST) == FIRST
+    assert logs.stream_of("g", MEMBER) is None  # a member owns the channel now
+    assert logs.stream_of("g", None) is None  # the stream ended: nobody owns it
+    assert logs.stream_of("other", FIRST) is None
+    logs.record(RecordMicroBatch("g", FIRST, BATCH_0), FIRST)
+    assert logs.grant("g", SECOND) == StreamRecord(SECOND, BATCH_0)  # the log stays
 
 
-def test_an_older_stream_can_neither_record_nor_commit(logs: StreamLogs) -> None:
-    logs.record(RecordMicroBatch("g", FIRST, BATCH_0))
-    logs.claim(ClaimStream("g", SECOND))
-    with pytest.raises(NotOwnerError, match="fenced"):
-        logs.commit(CommitMicroBatch("g", FIRST, BATCH_0))
-    with pytest.raises(NotOwnerError):
-        logs.record(RecordMicroBatch("g", FIRST, BATCH_1))
+def test_a_step_under_a_lease_that_does_not_own_the_channel_is_refused(
+    logs: StreamLogs,
+) -> None:
+    logs.record(RecordMicroBatch("g", FIRST, BATCH_0), FIRST)
+    logs.grant("g", SECOND)
+    for owner in (SECOND, None, MEMBER):  # a newer stream, nobody, a member
+        with pytest.raises(NotOwnerError, match="no longer this stream's"):
+            logs.commit(CommitMicroBatch("g", FIRST, BATCH_0), owner)
+        with pytest.raises(NotOwnerError):
+            logs.record(RecordMicroBatch("g", FIRST, BATCH_1), owner)
     assert logs.record_of("g") == StreamRecord(SECOND, BATCH_0, -1)
 
 
 def test_a_commit_moves_this_channels_range_end_once(logs: StreamLogs) -> None:
-    logs.record(RecordMicroBatch("g", FIRST, BATCH_0))
-    assert logs.commit(CommitMicroBatch("g", FIRST, BATCH_0)) == 9  # channel 0: 0..9
+    logs.record(RecordMicroBatch("g", FIRST, BATCH_0), FIRST)
+    assert logs.commit(CommitMicroBatch("g", FIRST, BATCH_0), FIRST) == 9  # channel 0: 0..9
     assert logs.record_of("g") == StreamRecord(FIRST, BATCH_0, 0)
-    assert logs.commit(CommitMicroBatch("g", FIRST, BATCH_0)) is None  # committed before
-    logs.record(RecordMicroBatch("g", FIRST, BATCH_1))
-    assert logs.commit(CommitMicroBatch("g", FIRST, BATCH_1)) is None  # nothing of channel 0
+    assert logs.commit(CommitMicroBatch("g", FIRST, BATCH_0), FIRST) is None  # committed before
+    logs.record(RecordMicroBatch("g", FIRST, BATCH_1), FIRST)
+    assert logs.commit(CommitMicroBatch("g", FIRST, BATCH_1), FIRST) is None  # nothing of 0
     assert logs.record_of("g") == StreamRecord(FIRST, BATCH_1, 1)
 
 
-def test_a_channel_that_lost_every_record_holds_no_stream(logs: StreamLogs) -> None:
-    # A channel restarted without a store: no claim is adopted, not even the one in
-    # hand (an older stream's would take the group back from a newer one).
+def test_a_channel_that_lost_its_record_learns_it_under_the_seeded_lease() -> None:
+    # A channel restarted without a store: its coordinator seeded the stream's lease
+    # (the owner); the record, and its holder, come with the next step.
     restarted = StreamLogs(channel=0)
-    with pytest.raises(NotOwnerError, match="restarted without a store"):
-        restarted.commit(CommitMicroBatch("g", FIRST, BATCH_0))
-    with pytest.raises(NotOwnerError, match="restarted without a store"):
-        restarted.record(RecordMicroBatch("g", FIRST, BATCH_0))
-    assert restarted.record_of("g") == StreamRecord()
-
-
-def test_a_commit_teaches_a_channel_that_lost_the_record(logs: StreamLogs) -> None:
-    assert logs.commit(CommitMicroBatch("g", FIRST, BATCH_0)) == 9
-    assert logs.record_of("g") == StreamRecord(FIRST, BATCH_0, 0)
+    assert restarted.commit(CommitMicroBatch("g", FIRST, BATCH_0), FIRST) == 9
+    assert restarted.record_of("g") == StreamRecord(FIRST, BATCH_0, 0)
+    assert restarted.stream_of("g", FIRST) == FIRST
 
 
 def test_a_batch_is_recorded_again_only_as_it_was(logs: StreamLogs) -> None:
-    logs.record(RecordMicroBatch("g", FIRST, BATCH_0))
-    logs.record(RecordMicroBatch("g", FIRST, BATCH_0))  # a replay: the same
+    logs.record(RecordMicroBatch("g", FIRST, BATCH_0), FIRST)
+    logs.record(RecordMicroBatch("g", FIRST, BATCH_0), FIRST)  # a replay: the same
     with pytest.raises(InvalidArgumentError, match="other ranges"):
-        logs.record(RecordMicroBatch("g", FIRST, MicroBatchRecord(0, ((0, 0, 11), (1, 0, 4)))))
-    logs.commit(CommitMicroBatch("g", FIRST, BATCH_0))
+        other = MicroBatchRecord(0, ((0, 0, 11), (1, 0, 4)))
+        logs.record(RecordMicroBatch("g", FIRST, other), FIRST)
+    logs.commit(CommitMicroBatch("g", FIRST, BATCH_0), FIRST)
     with pytest.raises(InvalidArgumentError, match="older"):
-        logs.record(RecordMicroBatch("g", FIRST, BATCH_0))
+        logs.record(RecordMicroBatch("g", FIRST, BATCH_0), FIRST)
     assert logs.record_of("g") == StreamRecord(FIRST, BATCH_0, 0)
 
 
 def test_records_are_kept_as_json_and_restored_in_place(logs: StreamLogs) -> None:
-    logs.record(RecordMicroBatch("g", FIRST, BATCH_0))
+    logs.record(RecordMicroBatch("g", FIRST, BATCH_0), FIRST)
     saved = {"g": json.loads(json.dumps(logs.state_of("g")))}
     assert logs.state_of("none") is None
     restarted = StreamLogs(channel=0)
@@ -98,3 +97,9 @@ def test_records_are_kept_as_json_and_restored_in_place(logs: StreamLogs) -> Non
     assert list(keys()) == ["g"]
     assert restarted.record_of("g") == logs.record_of("g")
     assert restarted.forget("g") and not restarted.forget("g")
+
+
+def test_a_record_kept_by_streams_that_claimed_their_groups_themselves_names_no_holder() -> None:
+    # Before the coordinator granted streams their groups, a record kept a claim.
+    kept = {"claim": [3, "old"], "batch": BATCH_0.to_state(), "committed": 0}
+    assert StreamRecord.from_state(kept) == StreamRecord(None, BATCH_0, 0)

@@ -768,6 +768,7 @@ def test_data_stream(topic: rt.Topic, state: Any) -> None:
         state,
     )
     refuses(lambda flag: stream(fail_on_data_loss=flag), NOT_BOOL, state)
+    refuses(lambda timeout: stream(timeout=timeout), bad_seconds(), state)
 
 
 def test_data_write_topic(topic: rt.Topic, state: Any) -> None:

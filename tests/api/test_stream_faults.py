@@ -1,14 +1,20 @@
-"""Streams under real faults (DESIGN 5.8): a driver SIGKILLed mid-batch and started
-again, channels and the coordinator SIGKILLed during a stream on a stored topic,
-and a damaged stored record. Each checks, with a sink that overwrites by batch id,
-that the output is exactly the published set: nothing lost, nothing twice."""
+"""Streams under real faults (DESIGN 5.8, 5.11): a driver SIGKILLed mid-batch and
+started again, channels and the coordinator SIGKILLed during a stream on a stored
+topic, a lead channel SIGKILLed as it commits a batch, and a damaged stored record.
+Each checks, with a sink that overwrites by batch id, that the output is exactly the
+published set: nothing lost, nothing twice. And who consumes the group: a stream's
+claim survives its coordinator's SIGKILL, and ends after its timeout when its
+driver is SIGKILLed."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,9 +28,11 @@ import raytopic.data as rd
 from tests.topic_helpers import (
     TIMEOUT,
     damage_a_middle_record,
+    get,
     kill_channel,
     kill_coordinator,
     publish_all,
+    receive_until_empty,
     serving_again,
 )
 
@@ -155,3 +163,127 @@ def test_a_damaged_record_fails_the_stream_or_is_read_around_as_fail_on_data_los
     assert sorted(values) == [n for n in range(100) if not first <= n <= last]
     assert sum(b.rows for b in [*good, *around]) == len(values) == 100 - (last - first + 1)
     assert topic.describe().groups["g"].channels[0].committed.sequence == 99
+
+
+# -- who consumes the group: the coordinator's claim (DESIGN 5.11) -------------------------
+
+
+def test_a_coordinator_killed_while_a_stream_holds_its_group_still_refuses_members(
+    make_topic: Callable[..., rt.Topic], tmp_path: Path, wait_until: Any
+) -> None:
+    topic = make_topic(channels=2, store=str(tmp_path))
+    publish_all(topic, [{"n": n} for n in range(300)])
+    stream = rd.stream(topic, group="g", max_rows_per_batch=100, timeout=2.0)
+    values = _values(next(stream))
+    holder = topic.describe().groups["g"].stream
+    kill_coordinator(topic)
+    # The restarted coordinator rebuilt the claim from the channels (a member's call
+    # waits for it): the member is refused, naming the stream.
+    with pytest.raises(rt.GroupBusyError, match=f"consumed by stream {holder}"):
+        topic.subscriber(group="g")
+    assert topic.describe().groups["g"].stream == holder
+    # Past the stream's own timeout, its heartbeats still hold the group.
+    started = time.monotonic()
+    wait_until(lambda: time.monotonic() - started > 3.0, timeout=10)
+    with pytest.raises(rt.GroupBusyError):
+        topic.subscriber(group="g")
+    for batch in stream:  # it goes on, committing at the channels under its lease
+        values += _values(batch)
+    assert sorted(values) == list(range(300))
+    assert topic.describe().groups["g"].stream is None  # it ended: the group is free
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        assert get(member.receive()) is None  # everything was committed
+
+
+# A driver that opens a stream with a short timeout, hands out its first batch, says
+# which stream it is, and waits to be SIGKILLed.
+HOLDER = """
+import json, os, sys, time
+import ray
+import raytopic as rt
+import raytopic.data
+address, namespace, name, marker = sys.argv[1:5]
+ray.init(address=address, namespace=namespace, logging_level="ERROR", log_to_driver=False)
+topic = rt.get_topic(name, namespace=namespace)
+stream = raytopic.data.stream(topic, group="g", max_rows_per_batch=100, timeout=3.0)
+batch = next(stream)
+print(json.dumps([batch.batch_id, sorted(batch.ranges.items())]), flush=True)
+open(marker, "w").close()
+time.sleep(600)
+"""
+
+
+def test_a_streams_claim_ends_after_its_timeout_when_its_driver_is_killed(
+    ray_cluster: str, make_topic: Callable[..., rt.Topic], tmp_path: Path, wait_until: Any
+) -> None:
+    topic = make_topic(channels=2)
+    publish_all(topic, [{"n": n} for n in range(300)])
+    marker = tmp_path / "holding"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, ray_cluster, topic.namespace, topic.name, str(marker)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: marker.exists() or driver.poll() is not None, timeout=120)
+        assert driver.poll() is None, driver.stderr.read()[-3000:] if driver.stderr else ""
+        holder = topic.describe().groups["g"].stream
+        assert holder is not None and f":{driver.pid}:" in holder
+    finally:
+        driver.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    driver.communicate(timeout=TIMEOUT)
+    # Dead, but not yet silent for its timeout: the claim holds.
+    with pytest.raises(rt.GroupBusyError, match=f"consumed by stream {holder}"):
+        topic.subscriber(group="g")
+    joined: list[rt.Subscriber] = []
+
+    def join() -> bool:
+        try:
+            joined.append(topic.subscriber(group="g", complete_on_empty=True))
+        except rt.GroupBusyError:
+            return False
+        return True
+
+    wait_until(join, timeout=30)
+    assert time.monotonic() - killed > 2.0  # the timeout (3 s) ran, give or take a beat
+    assert topic.describe().groups["g"].stream is None
+    with joined[0] as member:  # it reads from the last commit: the batch in hand again
+        values = [element.value["n"] for element in receive_until_empty(member)]
+    assert sorted(values) == list(range(300))
+
+
+def test_a_lead_channel_killed_during_a_micro_batchs_step_loses_and_repeats_nothing(
+    make_topic: Callable[..., rt.Topic], tmp_path: Path
+) -> None:
+    topic = make_topic(channels=2, store=str(tmp_path))
+    publish_all(topic, [{"n": n} for n in range(600)])
+    written: dict[int, list[int]] = {}  # the sink: per batch id, overwritten
+    ranges: dict[int, dict[int, tuple[int, int]]] = {}
+    stream = rd.stream(topic, group="g", max_rows_per_batch=100)
+    batch = next(stream)
+    crossed = 0  # commits that ran across their lead's restart
+    while batch is not None:
+        written[batch.batch_id] = _values(batch)
+        ranges[batch.batch_id] = batch.ranges
+        lead = batch.batch_id % 2  # the channel that leads this batch's commit
+        pid = topic.describe().channels[lead].pid
+        delay = (0.0, 0.005, 0.02)[batch.batch_id % 3]
+        killer = threading.Timer(delay, os.kill, (pid, signal.SIGKILL))
+        started = time.monotonic()
+        killer.start()
+        batch.commit()  # one call, to the lead: its SIGKILL lands before, in or after it
+        crossed += time.monotonic() - started > 1.0
+        killer.join()
+        batch = next(stream, None)
+    assert crossed  # at least one commit waited for its lead to come back
+    assert sorted(written) == [0, 1, 2, 3, 4, 5]
+    assert sorted(n for values in written.values() for n in values) == list(range(600))
+    for channel in (0, 1):  # every channel's ranges follow each other: none twice
+        spans = [ranges[b][channel] for b in sorted(ranges)]
+        assert all(spans[i][1] == spans[i + 1][0] for i in range(len(spans) - 1))
+    group = topic.describe().groups["g"]
+    assert group.lag == 0 and group.stream is None
+    committed = {c: p.sequence for c, p in group.committed.items()}
+    assert committed == {c: ranges[5][c][1] - 1 for c in (0, 1)}

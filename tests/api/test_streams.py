@@ -17,7 +17,13 @@ from raytopic.bridge.bulk import ChannelRange
 from raytopic.bridge.data import pack, ranges_dataset
 from raytopic.bridge.streams import split_rows
 
-from tests.topic_helpers import group_at_latest, module_topic, next_sequences, publish_all
+from tests.topic_helpers import (
+    group_at_latest,
+    module_topic,
+    next_sequences,
+    publish_all,
+    receive_until_empty,
+)
 
 # Under pytest -n (xdist), the module's tests run in one worker: its topic is made once.
 pytestmark = pytest.mark.xdist_group("test_streams")
@@ -263,7 +269,60 @@ def test_a_shared_group_or_a_group_with_members_is_refused_and_nothing_changes(
     group_at_latest(topic, group)
     publish_all(topic, [{"n": 0}])
     before = _committed(topic, group)
-    with topic.subscriber(group=group), pytest.raises(rt.GroupModeError, match="members"):
-        rd.stream(topic, group=group)
+    with topic.subscriber(group=group) as member:
+        with pytest.raises(rt.GroupBusyError, match=f"has members \\({member.subscriber_id}\\)"):
+            rd.stream(topic, group=group)
+        assert topic.describe().groups[group].stream is None
     assert _committed(topic, group) == before
     assert [b.rows for b in rd.stream(topic, group=group)] == [1]  # once the member left
+
+
+def test_a_member_is_refused_while_a_stream_consumes_its_group_and_joins_once_it_ends(
+    make_topic: Callable[..., rt.Topic],
+) -> None:
+    # Issue 47's run: a stream with its first batch of 500 in hand; a member joining
+    # was accepted, received all 2,000 (the stream's 500 among them) and committed,
+    # and the stream's next batch failed with DataLossError (retain=False).
+    topic = make_topic(channels=2, retain=False)
+    publish_all(topic, [{"n": n} for n in range(2000)])
+    stream = rd.stream(topic, group="etl", max_rows_per_batch=500)
+    first = next(stream)
+    holder = topic.describe().groups["etl"]
+    assert holder.stream is not None and holder.members == ()
+    assert set(holder.ownership.values()) == {holder.stream}
+    with pytest.raises(rt.GroupBusyError, match=f"consumed by stream {holder.stream}"):
+        topic.subscriber(group="etl")
+    values = [row["n"] for row in _rows(first)]
+    ids = []
+    for batch in stream:  # the stream goes on: nothing of its group was taken
+        ids.append(batch.batch_id)
+        values += [row["n"] for row in _rows(batch)]  # read before it is committed
+    assert ids == [1, 2, 3]
+    assert sorted(values) == list(range(2000))
+    # The iteration ended: the group is free, and a member reads on after the stream.
+    assert topic.describe().groups["etl"].stream is None
+    publish_all(topic, [{"n": 2000}])
+    with topic.subscriber(group="etl", complete_on_empty=True) as member:
+        assert [e.value["n"] for e in receive_until_empty(member)] == [2000]
+
+
+def test_stop_and_leaving_the_block_free_the_group_and_a_batch_in_hand_is_not_committed(
+    topic: rt.Topic, unique_name: Callable[[str], str]
+) -> None:
+    group = unique_name("g")
+    _published(topic, group, 4)
+    stream = rd.stream(topic, group=group, max_rows_per_batch=2)
+    stream.stop()  # nothing in hand: the group is given back at once
+    assert topic.describe().groups[group].stream is None
+    with topic.subscriber(group=group):
+        pass
+    before = _committed(topic, group)
+    with rd.stream(topic, group=group, max_rows_per_batch=2) as held:
+        in_hand = next(held)
+        assert topic.describe().groups[group].stream is not None
+    assert topic.describe().groups[group].stream is None  # left the block
+    assert _committed(topic, group) == before
+    with pytest.raises(rt.NotOwnerError, match="no longer this stream's"):
+        in_hand.commit()
+    again = rd.stream(topic, group=group, max_rows_per_batch=2)
+    assert next(again).ranges == in_hand.ranges  # handed out again, same ranges

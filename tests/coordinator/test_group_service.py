@@ -18,6 +18,8 @@ from raytopic.coordinator.channel_restarts import ChannelRestarts
 from raytopic.coordinator.fleet import ChannelFleet
 from raytopic.coordinator.group_service import GroupService
 from raytopic.core.errors import (
+    GroupBusyError,
+    GroupModeError,
     GroupNotFoundError,
     InvalidArgumentError,
     ResetInProgressError,
@@ -29,6 +31,7 @@ from raytopic.core.protocol import (
     DestroyGroup,
     EnsureGroup,
     Grant,
+    GrantStream,
     HostRestarted,
     Lease,
     OpenReader,
@@ -36,6 +39,8 @@ from raytopic.core.protocol import (
     ReadGroupCursors,
     ResetGroup,
     RestoreGroup,
+    StreamLogState,
+    StreamRecord,
     UpdateViews,
 )
 
@@ -88,6 +93,8 @@ class FakeFleet(ChannelFleet):
             return (10 * channel, {"previous": channel})  # position set, state before
         if isinstance(request, ReadGroupCursors):
             return {"g": {"jumps": self.jumps}}
+        if isinstance(request, GrantStream):
+            return StreamLogState(StreamRecord(request.lease), channel - 1)
         return None
 
     async def seed(self, channel: int, *state: Any) -> dict[str, Any]:
@@ -225,6 +232,88 @@ def test_a_reader_a_channel_refuses_is_closed_on_the_others_and_not_remembered()
         del fleet.refusals[(0, OpenReader)]
         await groups.open_reader("r", spec)
         assert groups.readers == {"r": spec}
+
+    run(main)
+
+
+# -- streams --------------------------------------------------------------------------
+
+
+def test_a_stream_is_granted_every_channel_before_its_claim_returns() -> None:
+    async def main() -> None:
+        fleet = FakeFleet()
+        groups = await with_group(fleet)
+        lease, states = await groups.claim_stream("g", "s", timeout=5.0)
+        assert lease == Lease("s", 1)
+        assert sorted(fleet.of(GrantStream)) == [(c, GrantStream("g", lease)) for c in range(3)]
+        # Each channel's offset log, in channel order.
+        assert [state.committed for state in states] == [-1, 0, 1]
+        # The marks go to every channel (a restarted coordinator continues above).
+        assert [r for _, r in fleet.of(UpdateViews)] == [UpdateViews("g", 1, {}, 1)] * 3
+        with pytest.raises(GroupBusyError, match="consumed by stream s"):
+            await groups.join("g", "m", timeout=30.0)
+        assert fleet.of(Grant) == []
+        assert (await groups.describe())["g"]["stream"] == "s"
+
+    run(main)
+
+
+def test_a_stream_on_a_group_with_members_or_a_shared_one_is_refused_and_sends_nothing() -> None:
+    async def main() -> None:
+        from raytopic.core.shared_group import SharedGroup
+
+        fleet = FakeFleet()
+        groups = await with_group(fleet)
+        await groups.join("g", "m", timeout=30.0)
+        await groups.ensure("work", False, SharedGroup("work"))
+        fleet.sent.clear()
+        with pytest.raises(GroupBusyError, match="has members"):
+            await groups.claim_stream("g", "s", timeout=5.0)
+        with pytest.raises(GroupModeError, match="shared"):
+            await groups.claim_stream("work", "s", timeout=5.0)
+        assert fleet.sent == [] and groups.group("g").stream is None
+
+    run(main)
+
+
+def test_a_claim_a_channel_refuses_is_given_back_everywhere() -> None:
+    async def main() -> None:
+        fleet = FakeFleet()
+        groups = await with_group(fleet)
+        fleet.refusals[(2, GrantStream)] = RayLikeError(GroupNotFoundError("gone"))
+        with pytest.raises(GroupNotFoundError):
+            await groups.claim_stream("g", "s", timeout=5.0)
+        assert groups.group("g").stream is None
+        assert sorted(fleet.of(Grant)) == [(c, Grant("g", None)) for c in range(3)]
+        await groups.join("g", "m", timeout=30.0)  # the group is free
+
+    run(main)
+
+
+def test_a_stream_that_ends_or_stops_heartbeating_frees_the_group() -> None:
+    async def main() -> None:
+        fleet = FakeFleet()
+        clock = Clock()
+        groups = await with_group(fleet, clock)
+        await groups.claim_stream("g", "s", timeout=5.0)
+        clock.now += 4.0
+        assert groups.stream_heartbeat("g", "s", 5.0)
+        clock.now += 4.0
+        await groups.expire()  # 4 s since its heartbeat
+        assert groups.group("g").stream is not None
+        fleet.sent.clear()
+        clock.now += 2.0
+        await groups.expire()
+        assert groups.group("g").stream is None
+        assert sorted(fleet.of(Grant)) == [(c, Grant("g", None)) for c in range(3)]
+        assert not groups.stream_heartbeat("g", "s", 5.0)  # it hears it lost the group
+        await groups.claim_stream("g", "t", timeout=5.0)
+        fleet.sent.clear()
+        await groups.end_stream("g", "s")  # not the holder: nothing
+        assert fleet.sent == []
+        await groups.end_stream("g", "t")
+        assert sorted(fleet.of(Grant)) == [(c, Grant("g", None)) for c in range(3)]
+        await groups.join("g", "m", timeout=30.0)
 
     run(main)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raytopic.coordinator.groups import Group, MemberView, Rebalance
+from raytopic.core.errors import GroupBusyError
 from raytopic.core.protocol import Lease
 
 
@@ -362,3 +364,82 @@ def test_a_heartbeat_marks_a_recovered_member_cooperative_again() -> None:
     group.touch("a", 1.0, cooperative=True)
     group.join("b", 10.0, 2.0)
     assert group.view("a").revoking == {1}
+
+
+# -- a stream's claim ------------------------------------------------------------
+
+
+def test_a_stream_owns_every_channel_and_members_are_refused_while_it_holds_the_group() -> None:
+    group = Group("g", 3)
+    rebalance = group.claim_stream("s", timeout=5.0, now=10.0)
+    lease = Lease("s", 1)
+    assert rebalance == Rebalance(dict.fromkeys(range(3), lease), (), "s")
+    assert owners(group) == dict.fromkeys(range(3), "s") and group.members == {}
+    with pytest.raises(GroupBusyError, match="consumed by stream s"):
+        group.join("m", 30.0, now=11.0)
+    assert (group.members, group.generation) == ({}, 1)  # the refusal changed nothing
+    assert group.touch_stream("s", now=12.0, timeout=5.0) and group.deadline() == 17.0
+    assert not group.touch_stream("other", now=12.0, timeout=5.0)
+
+
+def test_a_stream_is_refused_while_the_group_has_members() -> None:
+    group = Group("g", 2)
+    group.join("m", 30.0, now=0.0)
+    with pytest.raises(GroupBusyError, match=r"has members \(m\)"):
+        group.claim_stream("s", 5.0, now=1.0)
+    assert group.stream is None and owners(group) == {0: "m", 1: "m"}
+    group.leave("m", now=2.0)
+    assert set(group.claim_stream("s", 5.0, now=3.0).grants) == {0, 1}
+
+
+def test_a_newer_stream_takes_the_group_and_the_older_ones_end_changes_nothing() -> None:
+    group = Group("g", 2)
+    group.claim_stream("old", 5.0, now=0.0)
+    newer = group.claim_stream("new", 5.0, now=1.0)
+    assert newer.grants == {0: Lease("new", 2), 1: Lease("new", 2)}
+    assert group.end_stream("old") is None and group.stream.reader_id == "new"
+    assert not group.touch_stream("old", now=2.0, timeout=5.0)
+    ended = group.end_stream("new")
+    assert ended == Rebalance({0: None, 1: None}, (), "new")
+    assert group.stream is None and owners(group) == {0: None, 1: None}
+    assert group.generation == 3
+    group.join("m", 30.0, now=3.0)  # the group is free
+
+
+def test_a_silent_stream_times_out_as_a_member_does() -> None:
+    group = Group("g", 2)
+    group.claim_stream("s", timeout=5.0, now=0.0)
+    assert group.expire(5.0) == ([], None)  # silent for exactly its timeout: not yet
+    expired, change = group.expire(5.1)
+    assert expired == ["s"] and change == Rebalance({0: None, 1: None}, (), "s")
+    assert group.stream is None and group.deadline() is None
+
+
+def test_a_restarted_coordinator_knows_a_stream_from_a_member_by_the_channels_word() -> None:
+    from raytopic.coordinator.groups import RECOVERED_TIMEOUT, recovered_groups
+
+    stream = Lease("s", 4)
+    # Channel 1 restarted without a store and was seeded the lease: it does not say
+    # the lease is a stream's (its record came back empty); channel 0 does.
+    cursors = [{"g": {"owner": stream, "stream": True}}, {"g": {"owner": stream}}]
+    g = recovered_groups(2, cursors, [{}, {}], now=50.0)["g"]
+    assert g.members == {}
+    assert (g.stream.reader_id, g.stream.generation, g.stream.timeout) == (
+        "s",
+        4,
+        RECOVERED_TIMEOUT,
+    )
+    assert g.leases == {0: stream, 1: stream} and g.generation == 5
+    with pytest.raises(GroupBusyError):
+        g.join("m", 30.0, now=51.0)
+    # Its heartbeats tell the restarted coordinator its own timeout again.
+    assert g.touch_stream("s", now=52.0, timeout=3.0) and g.deadline() == 55.0
+
+
+def test_channels_that_came_back_unowned_go_to_the_stream() -> None:
+    group = Group("g", 2)
+    group.claim_stream("s", 5.0, now=0.0)
+    group.leases[1] = None  # restarted without a store while the coordinator was down
+    change = group.assign_unowned()
+    assert change == Rebalance({1: Lease("s", 1)}, (), "s")
+    assert group.assign_unowned() is None

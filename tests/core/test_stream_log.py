@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import json
 
-from raytopic.core.stream_log import (
-    MicroBatchRecord,
-    Recovery,
-    StreamClaim,
-    StreamRecord,
-    next_claim,
-    recover,
-)
+from raytopic.core.protocol import Lease, MicroBatchRecord, StreamRecord
+from raytopic.core.stream_log import Recovery, recover
 
 BATCH_3 = MicroBatchRecord(3, ((0, 10, 20), (1, 5, 5), (2, 7, 9)))
 BATCH_4 = MicroBatchRecord(4, ((0, 20, 25), (1, 5, 8), (2, 9, 9)))
-OLD = StreamClaim(1, "a")
+OLD = Lease("stream:a", 1)
 
 
 def test_a_batch_names_every_channels_range_and_its_width() -> None:
@@ -30,22 +24,11 @@ def test_records_survive_a_store_round_trip_as_json() -> None:
     for record in (
         StreamRecord(),
         StreamRecord(OLD, BATCH_3, 2),
-        StreamRecord(StreamClaim(7, "z"), None, -1),
+        StreamRecord(Lease("stream:z", 7), None, -1),
     ):
         kept = json.loads(json.dumps(record.to_state()))
         assert StreamRecord.from_state(kept) == record
     assert MicroBatchRecord.from_state(json.loads(json.dumps(BATCH_4.to_state()))) == BATCH_4
-
-
-def test_claims_order_by_number_then_by_stream() -> None:
-    assert StreamClaim(2, "a") > StreamClaim(1, "z")
-    assert StreamClaim(2, "b") > StreamClaim(2, "a")
-
-
-def test_a_new_claim_is_above_every_claim_found() -> None:
-    records = [StreamRecord(StreamClaim(3, "x")), StreamRecord(), StreamRecord(OLD)]
-    assert next_claim(records, "new") == StreamClaim(4, "new")
-    assert next_claim([StreamRecord()], "first") == StreamClaim(1, "first")
 
 
 def test_a_group_no_stream_read_starts_at_batch_0() -> None:
