@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
     from raytopic.ringbuffer import Ringbuffer
     from raytopic.stats import ChannelStats, GroupChannelStats, GroupStats, MemberStats, TopicStats
     from raytopic.subscriber import Subscriber
+    from raytopic.table import TableView
     from raytopic.topic import Topic, create_topic, get_topic, list_topics
     from raytopic.transaction_handles import Transaction, Transactions, transactions
 
@@ -87,6 +88,7 @@ __all__ = [
     "Publisher",
     "Ringbuffer",
     "Subscriber",
+    "TableView",
     "Topic",
     "Transaction",
     "Transactions",
@@ -161,6 +163,7 @@ _EXPORTS = {
     "Publisher": "raytopic.publisher",
     "Ringbuffer": "raytopic.ringbuffer",
     "Subscriber": "raytopic.subscriber",
+    "TableView": "raytopic.table",
     "Topic": "raytopic.topic",
     "RingbufferStore": "raytopic.actors.stores.base",
     "StoredBatch": "raytopic.actors.stores.base",

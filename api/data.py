@@ -1,5 +1,6 @@
-"""Ray Data in and out of topics, and topics as streams of Ray Datasets: the public
-path of :mod:`raytopic.bridge.data` (see it for the details).
+"""Ray Data in and out of topics, topics as streams of Ray Datasets, and a topic's
+table: the public path of :mod:`raytopic.bridge.data` and
+:mod:`raytopic.bridge.table_data` (see them for the details).
 
 Example:
     >>> import ray, raytopic.data
@@ -15,12 +16,14 @@ from raytopic.bridge.data import (
     stream,
     write_topic,
 )
+from raytopic.bridge.table_data import read_table
 
 __all__ = [
     "MicroBatch",
     "Stream",
     "TopicDatasink",
     "TopicDatasource",
+    "read_table",
     "read_topic",
     "stream",
     "write_topic",

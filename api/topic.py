@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from raytopic.publisher import Publisher
     from raytopic.ringbuffer import Ringbuffer
     from raytopic.subscriber import Subscriber
+    from raytopic.table import TableView
 
 __all__ = ["Topic", "create_topic", "get_topic", "list_topics"]
 
@@ -354,6 +355,35 @@ class Topic:
             cooperative=cooperative,
         )
         return Subscriber._with_options(self, options)
+
+    def table(self, *, timeout: float | None = 60.0) -> TableView:
+        """A view of the latest value of every key, kept live (see
+        :class:`~raytopic.TableView`).
+
+        Whole when it returns: it holds every key's latest value up to the tails the
+        channels had at this call, read in bulk (on a compacted topic, little more
+        than each key's survivor; on any other topic every version, slower).
+
+        Args:
+            timeout: Seconds the bootstrap may take (> 0; None: no limit); also the
+                default of the view's ``refresh()``.
+
+        Returns:
+            The view; close it (or use it as a context manager) when done.
+
+        Raises:
+            TimeoutError: the view was not whole within ``timeout``.
+            DataLossError: a stored record the bootstrap would read is damaged.
+            InvalidArgumentError, InvalidTypeError: a bad ``timeout``.
+            TopicNotFoundError: the topic was destroyed.
+
+        Example:
+            >>> with topic.table() as view:
+            ...     view.get("a1")
+        """
+        from raytopic.table import TableView
+
+        return TableView(self, timeout=timeout)
 
     def ringbuffer(self, channel: int) -> Ringbuffer:
         """One channel with Hazelcast Ringbuffer semantics.

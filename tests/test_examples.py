@@ -21,6 +21,7 @@ EXPECTED = {
     "exactly_once_pipeline.py": "every input appears in the sink exactly once",
     "streams.py": "every click written exactly once: 1000 rows",
     "elastic_consumers.py": "handled 1000, distinct 1000: each order once",
+    "compacted_topics.py": "table view and read_table agree: True",
 }
 """A line each script prints when it did what it shows."""
 

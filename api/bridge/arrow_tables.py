@@ -34,6 +34,7 @@ __all__ = [
     "as_batch",
     "combine",
     "conform",
+    "elements_table",
     "empty_table",
     "key_channels",
     "metadata_names",
@@ -181,6 +182,27 @@ def payload_table(channel: int, first: int, stamp: float, payload: Payload) -> p
     for name, column in metadata.items():
         values = values.append_column(name, column)
     return values
+
+
+def elements_table(
+    channel: int, keys: list[Any], values: list[Any], positions: list[int], stamps: list[float]
+) -> pa.Table:
+    """Elements of one channel given one by one (decoded values, at any positions) as
+    a table with the columns of :func:`payload_table`."""
+    table = _values_table(values)
+    key_name, channel_name, position_name, timestamp_name = metadata_names(table.column_names)
+    rows = table.num_rows
+    metadata = {
+        key_name: _keys_column(keys, rows),
+        channel_name: pa.array(np.full(rows, channel, dtype=np.int32)),
+        position_name: pa.array(positions, pa.int64()),
+        timestamp_name: pa.array(
+            (np.asarray(stamps, dtype=np.float64) * 1_000_000).astype(np.int64)
+        ).cast(_TIMESTAMP),
+    }
+    for name, column in metadata.items():
+        table = table.append_column(name, column)
+    return table
 
 
 def _keys_column(keys: list[Any] | None, rows: int) -> pa.Array:

@@ -42,6 +42,7 @@ from raytopic.core.errors import (
     GroupNotFoundError,
     InvalidArgumentError,
     InvalidTypeError,
+    StaleSequenceError,
 )
 from raytopic.core.payloads import ArrowRows
 from raytopic.core.protocol import (
@@ -65,7 +66,10 @@ __all__ = [
     "APPEND_ROWS",
     "BulkWriter",
     "ChannelRange",
+    "ChannelReader",
+    "RangeReader",
     "check_key_column",
+    "chunk_stop",
     "cut_ranges",
     "plan_ranges",
     "read_range",
@@ -500,19 +504,100 @@ def read_range(topic: Topic, piece: ChannelRange) -> Iterator[pa.Table]:
         StaleSequenceError: part of the range is gone (overwritten, expired)
             and not in the store.
     """
-    actor = topic._channel_actors[piece.channel]
-    sequence = piece.first
-    pending = _read_range(actor, sequence, piece.stop)
-    while pending is not None:
-        with topic_calls(topic.topic_id, topic.name):
-            chunks = ray.get(pending)
-        pending = None
-        if chunks:
-            sequence = chunks[-1].first + len(chunks[-1].payload)
-            if sequence < piece.stop:
-                pending = _read_range(actor, sequence, piece.stop)
+    reader = RangeReader(topic, piece)
+    while (chunks := reader.next_chunks()) is not None:
         for chunk in chunks:
             yield payload_table(piece.channel, chunk.first, chunk.stamp, chunk.payload)
+
+
+class RangeReader:
+    """Reads one planned range from its channel actor, call by call, one call ahead of
+    its caller: the first call goes out when the reader is made, so readers of
+    several channels made together read them at once.
+    """
+
+    def __init__(self, topic: Topic, piece: ChannelRange) -> None:
+        self._topic = topic
+        self._actor = topic._channel_actors[piece.channel]
+        self._stop = piece.stop
+        self.asked = piece.first
+        """Where the call out (or the last one made) starts."""
+        self._pending: ray.ObjectRef[tuple[Chunk, ...]] | None = _read_range(
+            self._actor, piece.first, piece.stop
+        )
+
+    def next_chunks(self, timeout: float | None = None) -> tuple[Chunk, ...] | None:
+        """The next call's chunks (the one after it is sent first); None at the end.
+
+        Args:
+            timeout: Seconds to wait for them (None: no limit).
+
+        Raises:
+            GetTimeoutError: ``timeout`` passed first (Ray's; the call stays out).
+            DataLossError, StaleSequenceError: as :func:`read_range`.
+        """
+        if self._pending is None:
+            return None
+        with topic_calls(self._topic.topic_id, self._topic.name):
+            chunks = ray.get(self._pending, timeout=timeout)
+        self._pending = None
+        if chunks:
+            sequence = chunk_stop(chunks[-1])
+            if sequence < self._stop:
+                self.asked = sequence
+                self._pending = _read_range(self._actor, sequence, self._stop)
+        return chunks
+
+
+class ChannelReader:
+    """One channel's planned ranges, read in order (see :class:`RangeReader`); what
+    retention removed meanwhile (below the head now) is passed over, as a reader
+    starting now would not see it either."""
+
+    def __init__(self, topic: Topic, ranges: list[ChannelRange]) -> None:
+        """Args:
+        topic: The topic.
+        ranges: Ranges of one channel, in position order (the first call goes out now).
+        """
+        self._topic = topic
+        self._range, *self._ranges = ranges
+        self._reader = RangeReader(topic, self._range)
+
+    def next_chunks(self, timeout: float | None = None) -> tuple[Chunk, ...] | None:
+        """The next chunks of the channel, in position order; None at its end.
+
+        Raises:
+            GetTimeoutError: ``timeout`` passed first.
+            DataLossError: a damaged stored record the plan did not know of.
+        """
+        while True:
+            try:
+                chunks = self._reader.next_chunks(timeout)
+            except StaleSequenceError as gone:
+                if isinstance(gone, DataLossError) or gone.head_sequence <= self._reader.asked:
+                    raise  # lost, or nothing to pass over
+                piece = ChannelRange(self._range.channel, gone.head_sequence, self._range.stop)
+                if piece.rows <= 0:
+                    chunks = None  # the whole rest of the range is gone
+                else:
+                    self._next_range(piece)
+                    continue
+            if chunks is not None:
+                return chunks
+            if not self._ranges:
+                return None
+            self._next_range(self._ranges.pop(0))
+
+    def _next_range(self, piece: ChannelRange) -> None:
+        self._range = piece
+        self._reader = RangeReader(self._topic, piece)
+
+
+def chunk_stop(chunk: Chunk) -> int:
+    """The sequence after a chunk's last element (its elements may have gaps between them)."""
+    if chunk.sequences is not None:
+        return int(chunk.sequences[-1]) + 1
+    return chunk.first + len(chunk.payload)
 
 
 def _read_range(actor: Any, start: int, stop: int) -> ray.ObjectRef[tuple[Chunk, ...]]:
