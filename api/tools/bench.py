@@ -79,6 +79,11 @@ it, this one the rest):
                 1; and Serve's ``@task_consumer`` on ``TopicTaskAdapter`` against
                 Celery on redis (``raytopic.tools.bench_autoscale``;
                 ``raytopic bench --autoscale`` runs it alone).
+    tables      a new ``table()`` view on a compacted topic against one of the same
+                updates not compacted, ``publish()`` while the compactor runs, the
+                store once compacted, and publish -> a view's listener against a
+                waiting receive (``raytopic.tools.bench_tables``; ``raytopic bench
+                --compaction`` runs it alone).
     idle        CPU of idle channels and coordinators (3 topics, one member
                 each, 20 s) and the time to create a topic, against bare Ray
                 actors (``raytopic.tools.bench_idle``).
@@ -122,6 +127,7 @@ from raytopic.tools.bench_latency import run_latency_benchmarks
 from raytopic.tools.bench_scale import run_scale_benchmarks
 from raytopic.tools.bench_shared import run_shared_benchmarks
 from raytopic.tools.bench_streams import StreamSettings, run_stream_benchmarks
+from raytopic.tools.bench_tables import TableSettings, run_table_benchmarks
 from raytopic.tools.bench_throughput import (
     FLOOR_ONE_CHANNEL_TARGET,
     FLOOR_ROLES,
@@ -264,6 +270,7 @@ def run_benchmarks(
     scale: bool = True,
     streams: StreamSettings | None = StreamSettings(),  # noqa: B008 (frozen)
     autoscale: AutoscaleSettings | None = AutoscaleSettings(),  # noqa: B008 (frozen)
+    tables: TableSettings | None = TableSettings(),  # noqa: B008 (frozen)
     report: Callable[[Figure], None] = lambda figure: None,
 ) -> list[Figure]:
     """Run every case; ``report`` hears of each figure as it is measured.
@@ -290,6 +297,8 @@ def run_benchmarks(
             None skips it.
         autoscale: the counts of the autoscale and Serve cases
             (``raytopic.tools.bench_autoscale``); None skips them.
+        tables: the counts of the table view and compaction cases
+            (``raytopic.tools.bench_tables``); None skips them.
         report: called with each figure as soon as it is measured.
 
     Returns:
@@ -456,6 +465,9 @@ def run_benchmarks(
 
     if autoscale is not None:
         figures += run_autoscale_benchmarks(autoscale, report=report)
+
+    if tables is not None:
+        figures += run_table_benchmarks(tables, repeat=repeat, report=report)
 
     if idle_topics:
         figures += run_idle_benchmarks(

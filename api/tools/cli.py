@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from raytopic.tools.bench import BenchSettings
     from raytopic.tools.bench_autoscale import AutoscaleSettings
     from raytopic.tools.bench_streams import StreamSettings
+    from raytopic.tools.bench_tables import TableSettings
 
 _LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -153,6 +154,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only the streams case (a stream's catch-up in batches vs one bounded read_topic,"
         " and publish -> batch in hand at 5,000 rows/s vs a plain member)",
+    )
+    bench.add_argument(
+        "--compaction",
+        action="store_true",
+        help="only the table view and compaction cases (a new table() on a compacted topic vs"
+        " the same updates not compacted, publish() while compacting, store bytes, publish ->"
+        " a view's listener vs a waiting receive)",
     )
     bench.add_argument(
         "--transactions",
@@ -387,6 +395,19 @@ def _stream_settings(args: argparse.Namespace) -> StreamSettings:
     return QUICK_STREAMS if args.quick else StreamSettings()
 
 
+def _table_settings(args: argparse.Namespace) -> TableSettings:
+    """The table and compaction cases' counts: smaller with ``--quick``; ``--channels``
+    and ``--latency-samples`` apply."""
+    from raytopic.tools.bench_tables import QUICK_TABLES, TableSettings
+
+    chosen = {
+        name: getattr(args, name)
+        for name in ("channels", "latency_samples")
+        if getattr(args, name) is not None
+    }
+    return replace(QUICK_TABLES if args.quick else TableSettings(), **chosen)
+
+
 def _bench(args: argparse.Namespace) -> int:
     settings = _bench_settings(args)
     if args.spark:
@@ -441,6 +462,10 @@ def _bench(args: argparse.Namespace) -> int:
         from raytopic.tools.bench_streams import run_stream_benchmarks
 
         run_stream_benchmarks(_stream_settings(args), repeat=settings.repeat, report=report)
+    elif args.compaction:
+        from raytopic.tools.bench_tables import run_table_benchmarks
+
+        run_table_benchmarks(_table_settings(args), repeat=settings.repeat, report=report)
     elif args.transactions:
         from raytopic.tools.bench_transactions import run_transaction_benchmarks
 
@@ -461,6 +486,7 @@ def _bench(args: argparse.Namespace) -> int:
             **asdict(settings),
             streams=_stream_settings(args),
             autoscale=_autoscale_settings(args),
+            tables=_table_settings(args),
             report=report,
         )
     print(format_verdict(figures))
