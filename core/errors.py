@@ -5,7 +5,9 @@ already catch (``ValueError``, ``TypeError``, ``LookupError``,
 ``TimeoutError``). An error raised inside a channel or coordinator actor
 reaches the caller as the same class: Ray re-raises it as a subclass of both
 ``RayTaskError`` and the original class, and the handles unwrap it where
-they block on a result themselves (see :func:`unwrap_ray_error`).
+they block on a result themselves (see :func:`unwrap_ray_error`). Where the user
+blocks on a ref (``ray.get(subscriber.receive())``), that subclass prints the
+error's own message, not the actor's traceback: see :meth:`TopicError.__init_subclass__`.
 
 Every error pickles with its extra fields (``head_sequence``, ...), because
 it crosses process boundaries inside Ray.
@@ -47,8 +49,29 @@ __all__ = [
 ]
 
 
+def _is_ray_task_error(cls: type) -> bool:
+    return cls.__name__ == "RayTaskError" and cls.__module__ == "ray.exceptions"
+
+
+def _cause_message(wrapper: BaseException) -> str:
+    return str(wrapper.cause)  # type: ignore[attr-defined]
+
+
 class TopicError(Exception):
     """Root of every error raised by raytopic."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Give Ray's wrapper of a raytopic error the error's own message.
+
+        ``ray.get`` of a ref whose actor call raised makes a class deriving from
+        both ``RayTaskError`` and the error's class, whose ``__str__`` is the
+        actor's whole traceback (22 lines for a receive on a destroyed topic).
+        Python calls this hook as that class is made: it prints what the error
+        says instead.
+        """
+        super().__init_subclass__(**kwargs)
+        if any(_is_ray_task_error(base) for base in cls.__mro__):
+            cls.__str__ = _cause_message  # type: ignore[method-assign]
 
 
 class TopicNotFoundError(TopicError, LookupError):

@@ -114,6 +114,9 @@ def _topic_not_found(call: Callable[[], Any]) -> None:
     with pytest.raises(rt.TopicNotFoundError) as raised:
         _resolve(result)
     assert not isinstance(raised.value, ray.exceptions.RayActorError), repr(raised.value)
+    # Raised from a ref, it says one thing: its own message, not the actor's traceback.
+    message = str(raised.value)
+    assert "\n" not in message and "destroyed" in message, message
 
 
 @pytest.fixture(scope="module")

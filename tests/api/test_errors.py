@@ -189,6 +189,18 @@ def test_unwrap_ray_error_reraises_the_topic_error_itself() -> None:
     assert raised.value.__cause__ is wrapped
 
 
+@pytest.mark.parametrize("error", SIMPLE)
+def test_an_error_raised_from_a_ref_prints_its_own_message(error: type[TopicError]) -> None:
+    # What ray.get raises for an actor call that raised: Ray's dual class, whose
+    # str() was the actor's whole traceback.
+    traceback = "Traceback (most recent call last):\n  File 'channel.py', line 1\nboom"
+    wrapped = ray.exceptions.RayTaskError(
+        "ChannelActor.request", traceback, error("channel 0 is full"), "ray::C", 1, "127.0.0.1"
+    ).as_instanceof_cause()
+    assert isinstance(wrapped, error) and isinstance(wrapped, ray.exceptions.RayTaskError)
+    assert str(wrapped) == "channel 0 is full"
+
+
 def test_unwrap_ray_error_leaves_other_errors_alone() -> None:
     wrapped = ray.exceptions.RayTaskError("f", "traceback text", ZeroDivisionError("boom"))
     with pytest.raises(ray.exceptions.RayTaskError) as raised, unwrap_ray_error():
