@@ -362,6 +362,7 @@ class ChannelActor:
             "capacity": figures.capacity,
             "groups": self._readers.describe_groups(),
             "transactions": self._parts.transactions.table.describe(time.time()),
+            "compaction": self._parts.compactor.describe(time.time()),
         }
 
     @entry(Admit.ALWAYS)
@@ -484,6 +485,8 @@ class ChannelActor:
             jobs.start("transactions", self._parts.transactions.tend)
         if self._reporting:
             jobs.start("metrics", self._report_metrics)
+        if self._parts.compactor.needs_tending:
+            jobs.start("compaction", self._parts.compactor.tend)
 
     @entry(Admit.ALWAYS)
     async def close(self) -> None:

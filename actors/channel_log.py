@@ -19,6 +19,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext, stamp_clock
 from raytopic.actors.damage import DamageMap
 from raytopic.actors.segment_ring import Run, SegmentRing
@@ -88,8 +90,12 @@ class ChannelLog:
             self.damage.add(largest + 1, saved_next - 1)
             largest = saved_next - 1
         # The ring starts at what the store keeps (a damaged first record
-        # included: its readers are told), up to the capacity.
-        start = max(self.store_first(), largest + 1 - self._context.config.capacity)
+        # included: its readers are told), up to the capacity (of elements: a
+        # compacted store holds fewer than its positions).
+        capacity = self._context.config.capacity
+        start = max(self.store_first(), min(largest + 1, store.first_of_newest(capacity)))
+        if self._context.config.compaction is None:
+            start = max(start, largest + 1 - capacity)
         self.restart_at(start)
         return start, largest
 
@@ -111,22 +117,23 @@ class ChannelLog:
     def load(self, start: int, last: int, learn: Callable[[StoredBatch], None]) -> None:
         """Fill the ring from the store, from ``start`` up to ``last``, telling ``learn``
         of every record (the publishers' batches). Damaged records keep their
-        positions, as runs of DamagedElements: what follows stays readable."""
+        positions, as runs of DamagedElements: what follows stays readable. The
+        positions a compacted record covers without an element stay empty."""
         store = self.store
         assert store is not None
         ring = self.ring
+        expected = start  # where the next record should begin
         for batch in store.load_batches(start):
-            payload = batch.payload
-            if batch.first < start:
-                payload = payload.slice(start - batch.first, len(payload))
-            first = batch.first + len(batch.payload) - len(payload)
-            if first < ring.tail + 1:
-                logger.error("channel %d: stored record at %d overlaps", self._channel, first)
+            if batch.first + batch.covered <= expected:
+                logger.error("channel %d: stored record at %d overlaps", self._channel, batch.first)
                 continue
-            self._keep_damaged(ring.tail + 1, first - 1, batch.stamp)
-            ring.append(payload, overwrite=True, stamp=batch.stamp)
+            self._keep_damaged(expected, batch.first - 1, batch.stamp)
+            part = stored_part(batch, start, batch.last + 1, batch.covered)
+            if part is not None:
+                ring.append_at(part.payload, part.first, part.stamp, part.sequences, part.stamps)
+            expected = batch.last + 1
             learn(batch)
-        self._keep_damaged(ring.tail + 1, last, ring.stamp_of_last_append())
+        self._keep_damaged(expected, last, ring.stamp_of_last_append())
         store.release_cache()
 
     def _keep_damaged(self, first: int, last: int, stamp: float) -> None:
@@ -138,7 +145,7 @@ class ChannelLog:
         if known is None or known[1] < last:
             logger.error("channel %d: stored elements %d..%d missing", self._channel, first, last)
             self.damage.add(first, last)
-        self.ring.append(DamagedElements(last - first + 1), overwrite=True, stamp=stamp)
+        self.ring.append_at(DamagedElements(last - first + 1), first, stamp)
 
     @property
     def _channel(self) -> int:
@@ -148,15 +155,19 @@ class ChannelLog:
 
     def read(self, start: int, max_count: int) -> list[Run]:
         """Up to ``max_count`` elements from ``start`` (``start <= tail``): from the
-        store below the ring's head (up to the head), else from the ring. A damaged
-        range comes as a run of DamagedElements (see :meth:`readable`).
+        store below the ring's head (up to the head), else from the ring; the first
+        ones at or after ``start`` (a compacted topic's empty positions are passed
+        over). A damaged range comes as a run of DamagedElements (see :meth:`readable`).
 
         Raises:
             StaleSequenceError: ``start`` is below the head and not in the store.
         """
         head = self.ring.head
         if start < head:
-            return self._stored_runs(start, min(max_count, head - start))
+            runs = self._stored_runs(start, head, max_count)
+            if runs:
+                return runs
+            start = head  # what the store has up to the head was compacted away
         return self.ring.read(start, max_count)
 
     def readable(self, runs: list[Run]) -> tuple[list[Run], tuple[int, int] | None]:
@@ -189,11 +200,12 @@ class ChannelLog:
             DataLossError: ``start`` is in a damaged range.
             StaleSequenceError: ``start`` is gone (below the head and not stored).
         """
-        end = min(stop, self.ring.tail + 1, start + max_count)
+        end = min(stop, self.ring.tail + 1)
         runs: list[Run] = []
         sequence = start
-        while sequence < end:
-            more, lost = self.readable(self.read(sequence, end - sequence))
+        taken = 0
+        while sequence < end and taken < max_count:
+            more, lost = self.readable(runs_before(self.read(sequence, max_count - taken), end))
             runs.extend(more)
             if lost is not None:
                 if not runs:
@@ -201,12 +213,14 @@ class ChannelLog:
                 break  # the next read starts at the damage, and is told of it
             if not more:
                 break
+            taken += sum(len(run.payload) for run in more)
             sequence = more[-1].last + 1
         return runs
 
-    def _stored_runs(self, start: int, max_count: int) -> list[Run]:
-        """Up to ``max_count`` elements from ``start`` (below the ring's head) as the
-        store keeps them; a damaged range as a run of DamagedElements.
+    def _stored_runs(self, start: int, stop: int, max_count: int) -> list[Run]:
+        """Up to ``max_count`` elements from ``start`` up to ``stop`` (below the ring's
+        head) as the store keeps them; a damaged range as a run of DamagedElements.
+        Empty when what the store keeps there was compacted away.
 
         Raises:
             StaleSequenceError: the store does not have ``start`` (no store, or
@@ -215,32 +229,36 @@ class ChannelLog:
         runs: list[Run] = []
         sequence = start
         taken = 0
+        covered = False
         if self.store is not None:
             for batch in self.store.load_batches(start):
-                if taken >= max_count:
+                if taken >= max_count or sequence >= stop:
                     break
-                if batch.first > sequence:  # a gap: a damaged record, or the end
+                if batch.first > sequence:  # a hole: a damaged record, or the end
                     lost = self.damage.at(sequence)
                     if lost is None:
                         break
-                    count = min(lost[1] + 1, batch.first, sequence + max_count - taken) - sequence
-                    runs.append(Run(sequence, batch.stamp, DamagedElements(count)))
-                    taken += count
-                    sequence += count
-                    if sequence < batch.first or taken >= max_count:
+                    end = min(lost[1] + 1, batch.first, stop, sequence + max_count - taken)
+                    runs.append(Run(sequence, batch.stamp, DamagedElements(end - sequence)))
+                    covered = True
+                    taken += end - sequence
+                    sequence = end
+                    if sequence < batch.first or taken >= max_count or sequence >= stop:
                         break
-                offset = sequence - batch.first
-                stop = min(len(batch.payload), offset + max_count - taken)
-                runs.append(Run(sequence, batch.stamp, batch.payload.slice(offset, stop)))
-                taken += stop - offset
-                sequence = batch.first + stop
+                covered = True
+                part = stored_part(batch, sequence, stop, max_count - taken)
+                if part is not None:
+                    runs.append(part)
+                    taken += len(part.payload)
+                sequence = max(sequence, batch.last + 1)
             else:  # the store ended: a damaged range may be its last records
                 lost = self.damage.at(sequence)
-                if lost is not None and taken < max_count:
-                    count = min(lost[1] + 1, sequence + max_count - taken) - sequence
+                if lost is not None and taken < max_count and sequence < stop:
+                    end = min(lost[1] + 1, stop, sequence + max_count - taken)
                     stamp = runs[-1].stamp if runs else self.ring.stamp_of_last_append()
-                    runs.append(Run(sequence, stamp, DamagedElements(count)))
-        if not runs:
+                    runs.append(Run(sequence, stamp, DamagedElements(end - sequence)))
+                    covered = True
+        if not covered:
             head = self.ring.head
             raise StaleSequenceError(
                 f"sequence {start} is below the head {head} and not in the store",
@@ -528,9 +546,10 @@ class ChannelLog:
     # -- figures ----------------------------------------------------------------------
 
     def figures(self) -> RingFigures:
-        """Head, tail, size, capacity and remaining room of the ring."""
+        """Head, tail, size, capacity and remaining room of the ring (a compacted
+        topic's size counts the elements held, not the positions)."""
         ring = self.ring
-        size = ring.tail - ring.head + 1
+        size = ring.size
         return RingFigures(ring.head, ring.tail, size, ring.capacity, ring.capacity - size)
 
     @property
@@ -565,3 +584,43 @@ class ChannelLog:
                 self.store.truncate(self.ring.head)
             except Exception as error:  # keeping too much is no loss: log it
                 logger.warning("channel %d: store truncation failed: %s", self._channel, error)
+
+
+def stored_part(batch: StoredBatch, start: int, stop: int, max_count: int) -> Run | None:
+    """The elements of a stored batch at sequences ``start`` to ``stop - 1``, at most
+    ``max_count``, as a run (None: none there)."""
+    sequences = batch.sequences
+    if sequences is None:
+        offset = max(0, start - batch.first)
+        end = min(len(batch.payload), stop - batch.first, offset + max_count)
+        if end <= offset:
+            return None
+        return Run(batch.first + offset, batch.stamp, batch.payload.slice(offset, end))
+    low = int(np.searchsorted(sequences, start))
+    high = min(int(np.searchsorted(sequences, stop)), low + max_count)
+    if high <= low:
+        return None
+    stamps = None if batch.stamps is None else batch.stamps[low:high]
+    stamp = batch.stamp if stamps is None else float(stamps[0])
+    payload = batch.payload.slice(low, high)
+    return Run(int(sequences[low]), stamp, payload, sequences[low:high], stamps)
+
+
+def runs_before(runs: list[Run], stop: int) -> list[Run]:
+    """``runs`` cut before sequence ``stop``."""
+    if not runs or runs[-1].last < stop:
+        return runs
+    kept: list[Run] = []
+    for run in runs:
+        if run.first >= stop:
+            break
+        if run.last < stop:
+            kept.append(run)
+            continue
+        if run.sequences is None:
+            count = stop - run.first
+        else:
+            count = int(np.searchsorted(run.sequences, stop))
+        kept.append(run.part(0, count))
+        break
+    return kept

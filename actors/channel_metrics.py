@@ -7,6 +7,8 @@ channels for a group's lag (``sum by (group) (ray_raytopic_group_lag)``).
 - ``raytopic_delivered_elements`` / ``_bytes``: taken by readers (group members
   and anonymous subscribers).
 - ``raytopic_commits``: commits that moved a position.
+- ``raytopic_compactions`` / ``raytopic_compacted_bytes``: a compacted topic's
+  compaction passes, and the bytes they reclaimed.
 - ``raytopic_transaction_commits`` / ``_aborts``: transactions decided here (at
   their lead channel), and aborts of staged transactions no lead decided
   (fenced or timed out: counted at each channel that dropped elements);
@@ -51,6 +53,8 @@ _COUNTERS = {
         "poison_skipped",
         "Poison elements (undecodable, or a filter or converter raised) a reader skipped",
     ),
+    "compactions": ("compactions", "Compaction passes of a compacted topic"),
+    "compacted_bytes": ("compacted_bytes", "Bytes a compaction reclaimed"),
 }
 
 _LATENCY_BOUNDARIES = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
@@ -133,6 +137,11 @@ class ChannelMetrics:
     def poison_skipped(self, count: int = 1) -> None:
         """A reader made with ``on_poison="skip"`` passed over ``count`` poison elements."""
         self._counts["poison_skipped"] += count
+
+    def compacted(self, reclaimed: int) -> None:
+        """A compaction pass ended, reclaiming ``reclaimed`` bytes."""
+        self._counts["compactions"] += 1
+        self._counts["compacted_bytes"] += max(0, reclaimed)
 
     def transaction_decided(self, committed: bool) -> None:
         """This channel, a transaction's lead, decided its outcome."""

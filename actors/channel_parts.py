@@ -17,6 +17,7 @@ from typing import Any
 from raytopic.actors.channel_context import ChannelContext, fresh_start
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import SECTIONS, ChannelState, Keep
+from raytopic.actors.compactor import Compactor, NoCompaction, compactor_of
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.dead_letters import DeadLetters
 from raytopic.actors.owned_readers import GROUPS_FORMAT
@@ -53,6 +54,7 @@ class ChannelParts:
     ring_api: RingbufferApi
     transactions: TransactionParticipant
     streams: StreamLogs
+    compactor: Compactor | NoCompaction
 
     @classmethod
     def build(
@@ -112,6 +114,7 @@ class ChannelParts:
             RingbufferApi(context, log),
             transactions,
             streams,
+            compactor_of(context, log, state),
         )
 
     def cursor_in_process(self, reader_id: str, lease: ReaderLease) -> CursorState:

@@ -223,7 +223,7 @@ class OwnedReaders:
             chunks, next_sequence = [], cursor.next
         elif reader.filter is None and reader.converter is None:
             runs = self._deliverable(cursor, log.read(cursor.next, min(max_count, readable)))
-            chunks = [Chunk(run.first, run.stamp, run.payload) for run in runs]
+            chunks = [run.chunk() for run in runs]
             next_sequence = runs[-1].last + 1 if runs else cursor.next
         else:
             looked = min(max(max_count, FILTERED_READ), readable)

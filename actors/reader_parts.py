@@ -306,43 +306,56 @@ def pick(
         picked: list[int] = []
         converted: list[Any] = []
         for offset in range(len(run.payload)):
+            at = run.sequence_at(offset)
             try:
                 if offset in failures:
                     raise failures[offset]
                 if keep is not None and not keep(values[offset]):
-                    sequence = run.first + offset + 1
+                    sequence = at + 1
                     continue
                 if convert is not None:
                     converted.append(convert(values[offset]))
             except Exception as error:
                 if not skip_poison:
-                    poison = Poison.of(run.first + offset, error)
+                    poison = Poison.of(at, error)
                     sequence = poison.sequence
                     break
-                skipped.append(Poison.of(run.first + offset, error))
-                sequence = run.first + offset + 1
+                skipped.append(Poison.of(at, error))
+                sequence = at + 1
                 continue
-            sequence = run.first + offset + 1
+            sequence = at + 1
             picked.append(offset)
             found += 1
             if found >= max_count:
                 break
         if picked:
-            if convert is not None:
-                keys = run.payload.keys  # a converted value keeps its key
-                payload: Payload = encode_values(
-                    converted, None if keys is None else [keys[offset] for offset in picked]
-                )
-            elif len(picked) == len(run.payload):
-                payload = run.payload
-            else:
-                payload = run.payload.take(picked)
-            consecutive = picked[-1] - picked[0] + 1 == len(picked)
-            sequences = None if consecutive else np.array(picked, dtype=np.int64) + run.first
-            chunks.append(Chunk(run.first + picked[0], run.stamp, payload, sequences))
+            chunks.append(_picked_chunk(run, picked, converted if convert is not None else None))
         if found >= max_count or poison is not None:
             break
     return Picked(chunks, sequence, poison, tuple(skipped))
+
+
+def _picked_chunk(run: Run, picked: list[int], converted: list[Any] | None) -> Chunk:
+    """The elements of ``run`` at offsets ``picked`` (``converted``: their new values)."""
+    if converted is not None:
+        keys = run.payload.keys  # a converted value keeps its key
+        payload: Payload = encode_values(
+            converted, None if keys is None else [keys[offset] for offset in picked]
+        )
+    elif len(picked) == len(run.payload):
+        payload = run.payload
+    else:
+        payload = run.payload.take(picked)
+    stamps = None if run.stamps is None else run.stamps[picked]
+    if run.sequences is not None:
+        sequences = run.sequences[picked]
+    elif picked[-1] - picked[0] + 1 == len(picked):
+        sequences = None
+    else:
+        sequences = np.array(picked, dtype=np.int64) + run.first
+    first = run.sequence_at(picked[0])
+    stamp = run.stamp if stamps is None else float(stamps[0])
+    return Chunk(first, stamp, payload, sequences, None, stamps)
 
 
 def delivered_count(chunks: list[Chunk]) -> tuple[int, int]:

@@ -144,7 +144,7 @@ class RingbufferApi:
         check_sequence(stop, "stop")
         check_sequence(max_count, "max_count")
         runs = self._log.read_span(start, stop, max_count)
-        return tuple(Chunk(run.first, run.stamp, run.payload) for run in runs)
+        return tuple(run.chunk() for run in runs)
 
 
 def check_payload(payload: Any) -> Payload:

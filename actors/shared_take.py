@@ -65,7 +65,7 @@ def take_shared(
         taken = cursor.hold_new(member, max_count, tail, now, ack_timeout)
         runs = ring.read(cursor.next - taken, taken) if taken else []
         if convert is None:
-            return [Chunk(run.first, run.stamp, run.payload) for run in runs]
+            return [run.chunk() for run in runs]
         chosen = [(sequence, 1) for run in runs for sequence in range(run.first, run.last + 1)]
         located = {
             run.first + offset: (run, offset) for run in runs for offset in range(len(run.payload))

@@ -46,6 +46,14 @@ class ChannelStats:
     transactional id, transaction, "staged" or "prepared", seconds since it
     first touched this channel, elements it staged here (invisible until it
     commits)."""
+    compaction: dict[str, Any] | None = None
+    """A compacted topic's channel: ``{"point", "live_keys", "dirty_ratio", "runs",
+    "last_run"}``: its compaction point (below it, only the latest element of each
+    key is left; -1 before the first pass), the keys whose latest element is not a
+    delete (as of the last pass), the share of what it holds appended since that
+    pass, how many passes ran, and the last one's ``{"at", "seconds", "removed",
+    "bytes_before", "bytes_after"}`` (None before the first). None for a topic that is
+    not compacted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +192,7 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
             failure=c.get("failure"),
             damaged=tuple(tuple(r) for r in c.get("damaged", ())),
             transactions=tuple(c.get("transactions", ())),
+            compaction=c.get("compaction"),
         )
         for c in raw["channels"]
     )

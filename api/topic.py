@@ -24,6 +24,7 @@ from raytopic.core.config import (
 )
 from raytopic.core.destroyed import check_topic, mark_destroyed, topic_calls
 from raytopic.core.errors import (
+    GroupModeError,
     InvalidArgumentError,
     InvalidTypeError,
     StoreError,
@@ -354,6 +355,8 @@ class Topic:
             on_poison=on_poison,
             cooperative=cooperative,
         )
+        if options.mode == "shared":
+            _check_shared_allowed(self.config)
         return Subscriber._with_options(self, options)
 
     def table(self, *, timeout: float | None = 60.0) -> TableView:
@@ -432,6 +435,7 @@ class Topic:
                 its dead-letter topic are not made).
         """
         if isinstance(group, SharedGroup):
+            _check_shared_allowed(self.config)
             # The coordinator makes the dead-letter topic once the group is made.
             self._call(self._coordinator.ensure_group, group.name, False, "shared", group)
         else:
@@ -688,3 +692,14 @@ class Topic:
     def _call(self, method: Any, *args: Any) -> Any:
         with topic_calls(self.topic_id, self.name):
             return ray.get(method.remote(*args))
+
+
+def _check_shared_allowed(config: TopicConfig) -> None:
+    """A compacted topic has no shared groups (yet: their holds count positions one by
+    one, which compaction leaves empty).
+
+    Raises:
+        GroupModeError: the topic is compacted.
+    """
+    if config.compaction is not None:
+        raise GroupModeError(f"topic {config.name!r} is compacted: it has no shared groups")

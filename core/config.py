@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
+from raytopic.core.errors import GroupModeError, InvalidArgumentError, InvalidTypeError
 from raytopic.core.user_functions import PickledFunction
 
 __all__ = [
@@ -411,6 +411,8 @@ class TopicConfig:
         check_positive_int(default_window, "default_window")
         if len(set(group_names)) != len(group_names):
             raise InvalidArgumentError(f"groups has duplicates: {list(group_names)}")
+        if compaction is not None and len(group_names) != sum(isinstance(g, str) for g in groups):
+            raise GroupModeError(f"topic {name!r} is compacted: it has no shared groups")
         return cls(
             name=name,  # type: ignore[arg-type]
             namespace=namespace,  # type: ignore[arg-type]

@@ -58,6 +58,8 @@ __all__ = [
     "dumps_value",
     "encode_values",
     "fast_dumps",
+    "join_payloads",
+    "mergeable",
 ]
 
 OUT_OF_BAND_MIN = 100 * 1024
@@ -194,6 +196,11 @@ class Payload:
         """Every value as a Python object."""
         raise NotImplementedError
 
+    def tombstones(self) -> np.ndarray:
+        """Whether each value is a delete's (``TOMBSTONE``: a compacted topic's None),
+        without decoding the others. Only values pickled one by one can be."""
+        return np.zeros(len(self), dtype=bool)
+
     def decode_each(self) -> tuple[list[Any], dict[int, Exception]]:
         """Like ``decode``, a value's failure costing only itself where the kind
         allows (see :func:`decode_checked`). By default the values are decoded
@@ -287,6 +294,20 @@ class PickledValues(Payload):
             append(loads(view[start:end]))
             start = end
         return values
+
+    def tombstones(self) -> np.ndarray:
+        """Whether each value is ``TOMBSTONE`` (compared where the length matches)."""
+        count = len(self.ends)
+        found = np.zeros(count, dtype=bool)
+        if not count:
+            return found
+        starts = np.empty(count, dtype=np.int64)
+        starts[0] = self.begin
+        starts[1:] = self.ends[:-1]
+        view = memoryview(self.buffer)
+        for index in np.flatnonzero(self.ends - starts == len(TOMBSTONE)).tolist():
+            found[index] = view[int(starts[index]) : int(self.ends[index])] == TOMBSTONE
+        return found
 
     def decode_each(self) -> tuple[list[Any], dict[int, Exception]]:
         """Unpickle every value on its own: one that fails costs only itself."""
@@ -584,6 +605,51 @@ class ArrowRows(Payload):
 
     def __repr__(self) -> str:
         return f"ArrowRows({len(self)} rows, {self.batch.schema.names})"
+
+
+def mergeable(first: Payload, second: Payload) -> bool:
+    """Whether :func:`join_payloads` can make one payload of the two (one kind; Arrow
+    rows of one schema, its metadata included)."""
+    kind = type(first)
+    if kind is not type(second) or kind is DamagedElements:
+        return False
+    if kind is ArrowRows:
+        return first.batch.schema.equals(second.batch.schema, check_metadata=True)  # type: ignore[attr-defined]
+    return True
+
+
+def join_payloads(parts: Sequence[Payload]) -> Payload:
+    """The values of ``parts`` (pairwise :func:`mergeable`) as one payload, in order,
+    with their keys (a compaction's survivors of several appends)."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    keys: list[Any] | None = None
+    if any(part.keys is not None for part in parts):
+        keys = []
+        for part in parts:
+            part_keys = part.keys
+            keys.extend([None] * len(part) if part_keys is None else part_keys)
+    if isinstance(first, PickledValues):
+        buffers: list[memoryview] = []
+        ends: list[np.ndarray] = []
+        offset = 0
+        for part in parts:
+            assert isinstance(part, PickledValues)
+            end = int(part.ends[-1]) if len(part.ends) else part.begin
+            buffers.append(memoryview(part.buffer)[part.begin : end])
+            ends.append(part.ends - part.begin + offset)
+            offset += end - part.begin
+        return PickledValues(b"".join(buffers), np.concatenate(ends), 0, keys)
+    if isinstance(first, PickledList):
+        values = [value for part in parts for value in part.decode()]
+        return PickledList(pickle.dumps(values, 5), len(values), keys=keys)
+    if isinstance(first, ArrowRows):
+        import pyarrow as pa
+
+        table = pa.Table.from_batches([part.batch for part in parts])  # type: ignore[attr-defined]
+        return ArrowRows(table.combine_chunks().to_batches()[0])
+    raise TypeError(f"cannot join {type(first).__name__} payloads")
 
 
 class DamagedElements(Payload):

@@ -21,6 +21,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from raytopic.core.payloads import Payload, PickledValues
 
 if TYPE_CHECKING:
@@ -34,9 +36,11 @@ class StoredBatch:
     """One append as a store keeps it."""
 
     first: int
-    """Sequence of the payload's first element."""
+    """Sequence of the payload's first element (of the first position a compacted
+    batch covers)."""
     stamp: float
-    """Append time (seconds since the epoch), one for the batch."""
+    """Append time (seconds since the epoch), one for the batch (a compacted one's:
+    its first element's)."""
     payload: Payload
     """The elements: pickled values or Arrow rows, as the channel holds them."""
     epoch: int = 0
@@ -45,11 +49,24 @@ class StoredBatch:
     """The publisher whose batch it is ("" for a ring buffer add)."""
     batch: int = -1
     """The publisher's batch number on this channel (-1 for a ring buffer add)."""
+    span: int | None = None
+    """Positions from ``first`` on that the batch covers, when more than its elements
+    (compaction removed the others: ``sequences`` and ``stamps`` say where each one
+    is); None: one element per position."""
+    sequences: np.ndarray | None = None
+    """Each element's sequence (a compacted batch), or None: ``first`` on, one by one."""
+    stamps: np.ndarray | None = None
+    """Each element's append time (a compacted batch), or None: all ``stamp``."""
 
     @property
     def last(self) -> int:
-        """Sequence of the last element."""
-        return self.first + len(self.payload) - 1
+        """Sequence of the last position the batch covers."""
+        return self.first + self.covered - 1
+
+    @property
+    def covered(self) -> int:
+        """How many positions the batch covers (its elements, unless compacted)."""
+        return len(self.payload) if self.span is None else self.span
 
 
 @runtime_checkable
@@ -126,6 +143,7 @@ OPTIONAL_METHODS = (
     "sync",
     "load_batches",
     "first_sequence",
+    "first_of_newest",
     "truncate",
     "save_state",
     "append_state",
@@ -211,6 +229,11 @@ class ChannelStore:
     def first_sequence(self) -> int:
         """Sequence of the oldest element the store still has (default: 0)."""
         return 0
+
+    def first_of_newest(self, count: int) -> int:
+        """Where the newest ``count`` elements begin (default: ``count`` positions
+        before the end: one element per position)."""
+        return self.largest_sequence() + 1 - count
 
     def truncate(self, below: int) -> None:
         """The ring released everything below ``below``; the store may drop it

@@ -8,7 +8,8 @@ Version 2 (written)::
     header   epoch u64, first u64, span u64, count u32, stamp f64, batch i64,
              kind u8, flags u8, id length u16, keys length u32
     publisher id (UTF-8)
-    placed   (flag GAPPED only) count i64 sequences, then count f64 time stamps
+    placed   (flag GAPPED only) u32 length, then that many bytes: zlib of count u32
+             positions (each element's, less ``first``) and count f64 time stamps
     keys     keys length bytes: each element's key (str, bytes, int, bool, or
              None for one without), as ONE pickle (protocol 5) of a list of
              them; empty when no element has a key
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import pickle
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -79,6 +81,7 @@ PREFIX = struct.Struct("<4sII")  # magic, length, crc32c
 _HEADER = struct.Struct("<QQQIdqBBHI")
 # epoch, first, span, count, stamp, batch, kind, flags, id length, keys length
 _HEADER_V1 = struct.Struct("<QQIdqBH")  # epoch, first, count, stamp, batch, kind, id length
+_LENGTH = struct.Struct("<I")
 _PICKLED, _ARROW, _LISTED = 0, 1, 3
 _PICKLED_HASHED_V1, _LISTED_HASHED_V1 = 2, 4
 GAPPED = 1
@@ -116,6 +119,8 @@ class RecordRange(NamedTuple):
     """Positions it covers (its elements' count, unless compaction removed some)."""
     stamp: float
     """Its (first element's) time stamp."""
+    count: int
+    """Elements it holds."""
 
 
 def encode_record(batch: StoredBatch) -> list[bytes | memoryview]:
@@ -146,19 +151,25 @@ def encode_record(batch: StoredBatch) -> list[bytes | memoryview]:
     # An Arrow batch's key column travels in its schema: no key list of its own.
     encoded_keys = b"" if keys is None or kind == _ARROW else pickle.dumps(keys, 5)
     count = len(payload)
+    placed = b""
+    if batch.sequences is not None:
+        stamps = np.full(count, batch.stamp) if batch.stamps is None else batch.stamps
+        offsets = (batch.sequences - batch.first).astype("<u4")
+        packed = zlib.compress(offsets.tobytes() + stamps.astype("<f8").tobytes(), 1)
+        placed = _LENGTH.pack(len(packed)) + packed
     header = _HEADER.pack(
         batch.epoch,
         batch.first,
-        count,
+        batch.covered,
         count,
         batch.stamp,
         batch.batch,
         kind,
-        0,
+        GAPPED if placed else 0,
         len(publisher),
         len(encoded_keys),
     )
-    parts = [header, publisher, encoded_keys, *parts]
+    parts = [header, publisher, placed, encoded_keys, *parts]
     crc = 0
     length = 0
     for part in parts:
@@ -253,19 +264,30 @@ def decode_record(frame: Frame) -> StoredBatch:
         if frame.magic == MAGIC_V1:
             return _decode_v1(frame.body)
         return _decode_v2(frame.body)
-    except (struct.error, ValueError, pickle.UnpicklingError) as error:
+    except (struct.error, ValueError, pickle.UnpicklingError, zlib.error) as error:
         raise CorruptRecord(f"a record that cannot be decoded: {error}") from error
 
 
 def _decode_v2(body: memoryview) -> StoredBatch:
-    epoch, first, _span, count, stamp, batch, kind, flags, id_length, keys_length = (
+    epoch, first, span, count, stamp, batch, kind, flags, id_length, keys_length = (
         _HEADER.unpack_from(body, 0)
     )
-    if flags:
+    if flags & ~GAPPED:
         raise CorruptRecord(f"unknown record flags {flags}")
     at = _HEADER.size
     publisher = bytes(body[at : at + id_length]).decode()
     at += id_length
+    sequences = stamps = None
+    if flags & GAPPED:
+        (length,) = _LENGTH.unpack_from(body, at)
+        placed = zlib.decompress(body[at + _LENGTH.size : at + _LENGTH.size + length])
+        at += _LENGTH.size + length
+        if len(placed) != 12 * count:
+            raise CorruptRecord("the record's positions do not match its elements")
+        sequences = np.frombuffer(placed, dtype="<u4", count=count).astype(np.int64) + first
+        stamps = np.frombuffer(placed, dtype="<f8", count=count, offset=4 * count).astype(
+            np.float64
+        )
     keys = None
     if keys_length:
         keys = pickle.loads(body[at : at + keys_length])
@@ -282,7 +304,11 @@ def _decode_v2(body: memoryview) -> StoredBatch:
         payload = ArrowRows.from_ipc(body[at:])
     else:
         raise CorruptRecord(f"unknown payload kind {kind}")
-    return StoredBatch(first, stamp, payload, epoch, publisher, batch)
+    if len(payload) != count:
+        raise CorruptRecord(f"the record holds {len(payload)} elements, its header {count}")
+    if sequences is None:
+        return StoredBatch(first, stamp, payload, epoch, publisher, batch)
+    return StoredBatch(first, stamp, payload, epoch, publisher, batch, span, sequences, stamps)
 
 
 def _decode_v1(body: memoryview) -> StoredBatch:
@@ -310,9 +336,10 @@ def _decode_v1(body: memoryview) -> StoredBatch:
 
 
 def peek_range(frame: Frame) -> RecordRange:
-    """The positions a checked record covers and its stamp, without decoding it."""
+    """The positions a checked record covers, its stamp and its count of elements,
+    without decoding it."""
     if frame.magic == MAGIC_V1:
         _, first, count, stamp, *_ = _HEADER_V1.unpack_from(frame.body, 0)
-        return RecordRange(first, count, stamp)
-    _, first, span, _, stamp, *_ = _HEADER.unpack_from(frame.body, 0)
-    return RecordRange(first, span, stamp)
+        return RecordRange(first, count, stamp, count)
+    _, first, span, count, stamp, *_ = _HEADER.unpack_from(frame.body, 0)
+    return RecordRange(first, span, stamp, count)

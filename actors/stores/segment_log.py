@@ -50,6 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from raytopic.actors.stores import segment_compaction
 from raytopic.actors.stores.base import RingbufferStore, StoredBatch
 from raytopic.actors.stores.frames import (
     CorruptRecord,
@@ -60,6 +63,7 @@ from raytopic.actors.stores.frames import (
     peek_range,
     read_frame,
 )
+from raytopic.actors.stores.segment_compaction import NewSegment, RecordSpan
 from raytopic.actors.stores.state_log import StateChange, apply_changes, decode_log, encode_changes
 from raytopic.core.errors import StoreError
 
@@ -89,6 +93,7 @@ class _Record:
     segment: int  # first sequence of its segment (the file name)
     offset: int
     size: int
+    count: int  # elements it holds (fewer than span once compacted)
 
 
 @dataclass(slots=True)
@@ -142,6 +147,7 @@ class SegmentLogStore(RingbufferStore):
         self._unsynced_fds: list[int] = []  # sealed segments not yet synced, then closed
         self._dir_dirty = False
         self._closed = False
+        self._compacting = False  # a pass holds the sealed segments (see sealed())
         if must_exist and not (self.directory / _STATE).exists():
             raise StoreError(
                 f"{self.directory} holds no store: is the shared directory mounted here?"
@@ -153,8 +159,14 @@ class SegmentLogStore(RingbufferStore):
 
     def _open(self) -> None:
         """Index what the directory holds. Opening writes nothing but the repairs of a
-        crash (a torn tail cut off): a directory is made, and a segment started, by
-        the first write."""
+        crash (a torn tail cut off, a compaction pass cut short finished or
+        forgotten): a directory is made, and a segment started, by the first write."""
+        try:
+            segment_compaction.recover(self.directory)
+        except (OSError, ValueError) as error:
+            raise StoreError(
+                f"{self.directory}: a compaction cannot be finished: {error}"
+            ) from error
         paths = sorted(self.directory.glob("*" + _SUFFIX))
         for index, path in enumerate(paths):
             first = int(path.stem)
@@ -198,8 +210,8 @@ class SegmentLogStore(RingbufferStore):
                     return offset if last else len(data)
                 offset = self._damage(segment, data, offset, resume)
                 continue
-            first, span, stamp = peek_range(frame)
-            self._add_record(_Record(first, span, stamp, segment, offset, frame.size))
+            first, span, stamp, count = peek_range(frame)
+            self._add_record(_Record(first, span, stamp, segment, offset, frame.size, count))
             offset += frame.size
         return offset
 
@@ -252,8 +264,9 @@ class SegmentLogStore(RingbufferStore):
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, active.size)
             raise StoreError(f"store write failed: {error}") from error
+        count = len(batch.payload)
         self._add_record(
-            _Record(batch.first, len(batch.payload), batch.stamp, active.first, active.size, size)
+            _Record(batch.first, count, batch.stamp, active.first, active.size, size, count)
         )
         active.size += size
         active.last_stamp = batch.stamp
@@ -323,6 +336,17 @@ class SegmentLogStore(RingbufferStore):
             newest = max(newest, self._records[-1].first + self._records[-1].span - 1)
         return max(newest, self._damaged[-1][1] if self._damaged else -1)
 
+    def first_of_newest(self, count: int) -> int:
+        """Where the newest records holding ``count`` elements begin (the oldest stored
+        sequence if all of them hold fewer): a compacted log holds fewer elements
+        than positions."""
+        held = 0
+        for record in reversed(self._records):
+            held += record.count
+            if held >= count:
+                return record.first
+        return self.first_sequence()
+
     def first_sequence(self) -> int:
         """The oldest stored sequence (``largest_sequence() + 1`` when nothing is stored)."""
         if self._records:
@@ -338,7 +362,12 @@ class SegmentLogStore(RingbufferStore):
         if not record.first <= sequence < record.first + record.span:
             return None
         batch = self._read(record)
-        return batch.payload.slice(sequence - record.first, sequence - record.first + 1).decode()[0]
+        index = sequence - record.first
+        if batch.sequences is not None:  # a compacted record: the position may be empty
+            index = int(np.searchsorted(batch.sequences, sequence))
+            if index >= len(batch.sequences) or batch.sequences[index] != sequence:
+                return None
+        return batch.payload.slice(index, index + 1).decode()[0]
 
     def load_batches(self, start: int) -> Iterator[StoredBatch]:
         """Stored batches holding ``start`` or later, in order (a damaged range is a gap)."""
@@ -373,7 +402,10 @@ class SegmentLogStore(RingbufferStore):
     # -- truncation -----------------------------------------------------------------------
 
     def truncate(self, below: int) -> None:
-        """Delete sealed segments wholly below ``below`` and past the retention."""
+        """Delete sealed segments wholly below ``below`` and past the retention (not
+        while a compaction pass rewrites them: a later release truncates)."""
+        if self._compacting:
+            return
         now = time.time()
         kept_bytes = 0
         removable: list[_Segment] = []
@@ -400,6 +432,68 @@ class SegmentLogStore(RingbufferStore):
         self._firsts = [r.first for r in keep]
         with self._lock:
             self._dir_dirty = True
+
+    # -- compaction (the file work: raytopic.actors.stores.segment_compaction) ------------
+
+    def sealed(self) -> list[tuple[Path, list[RecordSpan]]]:
+        """Start a compaction pass: seal the active segment if it holds records (the
+        channel appends to a new one meanwhile) and return every sealed segment with
+        its records. Those files do not change until :meth:`install` or
+        :meth:`compaction_ended`; truncation waits until then."""
+        if (
+            self._segments
+            and self._records
+            and self._records[-1].segment == self._segments[-1].first
+        ):
+            self._roll(self.largest_sequence() + 1)
+        self._compacting = True
+        spans: dict[int, list[RecordSpan]] = {}
+        for record in self._records:
+            spans.setdefault(record.segment, []).append(
+                RecordSpan(
+                    record.first,
+                    record.span,
+                    record.stamp,
+                    record.offset,
+                    record.size,
+                    record.count,
+                )
+            )
+        return [
+            (segment.path, spans[segment.first])
+            for segment in self._segments[:-1]
+            if segment.first in spans
+        ]
+
+    def install(self, rewritten: Sequence[NewSegment]) -> None:
+        """A committed pass's rewritten segments take their namesakes' places (step 3
+        of the swap), and the index follows; what reads the store next reads them."""
+        segment_compaction.move_into_place(self.directory, [new.name for new in rewritten])
+        replaced = {new.first: new for new in rewritten}
+        for segment in self._segments:
+            new = replaced.get(segment.first)
+            if new is not None:
+                segment.size = new.size
+                segment.last_stamp = new.last_stamp
+                self._cache[segment.first] = memoryview(b"")
+        kept = [record for record in self._records if record.segment not in replaced]
+        for new in rewritten:
+            kept.extend(
+                _Record(s.first, s.span, s.stamp, new.first, s.offset, s.size, s.count)
+                for s in new.records
+            )
+        kept.sort(key=lambda record: record.first)
+        self._records = kept
+        self._firsts = [record.first for record in kept]
+
+    def compaction_ended(self) -> None:
+        """The pass is over (installed and finished, or abandoned): truncation may
+        delete sealed segments again."""
+        self._compacting = False
+
+    def size_in_bytes(self) -> int:
+        """Bytes of every segment file."""
+        return sum(segment.size for segment in self._segments)
 
     # -- state ----------------------------------------------------------------------------
 

@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raytopic.core.errors import InvalidTypeError
-from raytopic.core.payloads import ArrowRows, Payload
+from raytopic.core.payloads import ArrowRows
+from raytopic.core.protocol import Chunk
 
 __all__ = [
     "METADATA_COLUMNS",
@@ -159,9 +160,10 @@ def metadata_names(fields: Sequence[str]) -> tuple[str, str, str, str]:
     return names[0], names[1], names[2], names[3]
 
 
-def payload_table(channel: int, first: int, stamp: float, payload: Payload) -> pa.Table:
+def payload_table(channel: int, chunk: Chunk) -> pa.Table:
     """One read chunk as a table: the values' columns, then key, channel, position
-    and timestamp."""
+    and timestamp (each row's own, where a compacted topic's survivors differ)."""
+    payload = chunk.payload
     if isinstance(payload, ArrowRows):
         values = pa.Table.from_batches([payload.batch]).replace_schema_metadata(None)
         key_column = payload.key_column
@@ -174,14 +176,23 @@ def payload_table(channel: int, first: int, stamp: float, payload: Payload) -> p
     metadata = {
         key_name: _keys_column(payload.keys, rows) if keys is None else keys,
         channel_name: pa.array(np.full(rows, channel, dtype=np.int32)),
-        position_name: pa.array(np.arange(first, first + rows, dtype=np.int64)),
-        timestamp_name: pa.array(np.full(rows, int(stamp * 1_000_000), dtype=np.int64)).cast(
-            _TIMESTAMP
+        position_name: pa.array(
+            np.arange(chunk.first, chunk.first + rows, dtype=np.int64)
+            if chunk.sequences is None
+            else chunk.sequences
         ),
+        timestamp_name: pa.array(_micros(chunk, rows)).cast(_TIMESTAMP),
     }
     for name, column in metadata.items():
         values = values.append_column(name, column)
     return values
+
+
+def _micros(chunk: Chunk, rows: int) -> np.ndarray:
+    """Each row's append time in microseconds since the epoch."""
+    if chunk.stamps is None:
+        return np.full(rows, int(chunk.stamp * 1_000_000), dtype=np.int64)
+    return (chunk.stamps * 1_000_000).astype(np.int64)
 
 
 def elements_table(

@@ -507,7 +507,7 @@ def read_range(topic: Topic, piece: ChannelRange) -> Iterator[pa.Table]:
     reader = RangeReader(topic, piece)
     while (chunks := reader.next_chunks()) is not None:
         for chunk in chunks:
-            yield payload_table(piece.channel, chunk.first, chunk.stamp, chunk.payload)
+            yield payload_table(piece.channel, chunk)
 
 
 class RangeReader:

@@ -369,10 +369,11 @@ class TopicDatasource(Datasource):
     ) -> list[ReadTask]:
         """The tasks fixed when the source was made."""
         topic = self._topic
+        compacted = topic.config.compaction is not None  # positions are not rows there
         tasks = []
         for pieces in self._tasks:
             metadata = BlockMetadata(
-                num_rows=sum(piece.rows for piece in pieces),
+                num_rows=None if compacted else sum(piece.rows for piece in pieces),
                 size_bytes=None,
                 input_files=None,
                 exec_stats=None,

@@ -118,24 +118,42 @@ def _build_statuses(topic_id: str, channel: int, ack: AppendAck) -> PublishStatu
 
 
 class Chunk(NamedTuple):
-    """Elements of one channel that share a time stamp, as they travel."""
+    """Elements of one channel that share a time stamp (or list their own), as they
+    travel."""
 
     first: int
     """Sequence of the first value."""
     stamp: float
-    """Append time of these elements."""
+    """Append time of these elements (the first one's, with ``stamps``)."""
     payload: Payload
     """The values."""
     sequences: np.ndarray | None = None
-    """Each value's sequence when they are not consecutive (a filter's matches)."""
+    """Each value's sequence when they are not consecutive (a filter's matches, a
+    compacted topic's survivors)."""
     counts: np.ndarray | None = None
     """Each value's delivery count (shared groups); None: 1 each."""
+    stamps: np.ndarray | None = None
+    """Each value's append time when they differ (a compacted topic's survivors of
+    several appends); None: all ``stamp``."""
 
     def sequence_list(self) -> list[int]:
         """Each value's sequence."""
         if self.sequences is None:
             return list(range(self.first, self.first + len(self.payload)))
         return self.sequences.tolist()
+
+    def stamp_list(self) -> list[float]:
+        """Each value's append time."""
+        if self.stamps is None:
+            return [self.stamp] * len(self.payload)
+        return self.stamps.tolist()
+
+    @property
+    def last(self) -> int:
+        """Sequence of the last value."""
+        if self.sequences is None:
+            return self.first + len(self.payload) - 1
+        return int(self.sequences[-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,12 +257,14 @@ class Delivery:
 
 def _slice_chunk(chunk: Chunk, start: int, stop: int) -> Chunk:
     counts = None if chunk.counts is None else chunk.counts[start:stop]
+    stamps = None if chunk.stamps is None else chunk.stamps[start:stop]
+    stamp = chunk.stamp if stamps is None or not len(stamps) else float(stamps[0])
     if chunk.sequences is None:
         payload = chunk.payload.slice(start, stop)
-        return Chunk(chunk.first + start, chunk.stamp, payload, None, counts)
+        return Chunk(chunk.first + start, stamp, payload, None, counts, stamps)
     sequences = chunk.sequences[start:stop]
     return Chunk(
-        int(sequences[0]), chunk.stamp, chunk.payload.slice(start, stop), sequences, counts
+        int(sequences[0]), stamp, chunk.payload.slice(start, stop), sequences, counts, stamps
     )
 
 
@@ -323,13 +343,13 @@ def _add_elements(
     """Append an Element per value of ``chunk`` (built in bulk: see ``_unfrozen``), keyed
     by ``keys`` (default: the chunk's payload's)."""
     append = elements.append
-    stamp = chunk.stamp
     counts = repeat(1) if chunk.counts is None else chunk.counts.tolist()
     if keys is None:
         keys = chunk.payload.keys
     keyed = repeat(None) if keys is None else keys
-    for value, sequence, count, key in zip(
-        values, chunk.sequence_list(), counts, keyed, strict=False
+    stamps = repeat(chunk.stamp) if chunk.stamps is None else chunk.stamps.tolist()
+    for value, sequence, count, key, stamp in zip(
+        values, chunk.sequence_list(), counts, keyed, stamps, strict=False
     ):
         element = _new(_Unfrozen)
         element.value = value
@@ -438,9 +458,10 @@ def _chunk_of(chunk: Chunk, kept: list[int]) -> Chunk:
     payload is left whole: only sequences and counts are read from it here)."""
     sequences = chunk.sequence_list()
     counts = None if chunk.counts is None else chunk.counts[kept]
+    stamps = None if chunk.stamps is None else chunk.stamps[kept]
     picked = np.asarray([sequences[index] for index in kept], dtype=np.int64)
     first = int(picked[0]) if len(kept) else chunk.first
-    return Chunk(first, chunk.stamp, chunk.payload, picked, counts)
+    return Chunk(first, chunk.stamp, chunk.payload, picked, counts, stamps)
 
 
 def _report_poison(origin: _Origin, channel: int, poison: Poison, *, skipped: bool) -> None:

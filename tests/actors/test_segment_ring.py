@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raytopic.actors.segment_ring import Run, SegmentRing
+from raytopic.actors.segment_ring import RingPlan, Run, SegmentRing, plan_compaction
+from raytopic.core.payloads import PickledValues
 
 
 class Clock:
@@ -463,3 +466,127 @@ def test_ring_buffer_matches_a_simple_model(
         for probe in (0.0, clock.now - 1.5, clock.now, last_stamp, last_stamp - 0.5):
             later = [seq for seq, stamp, _ in items if stamp > probe]
             assert ring.first_after(probe) == (later[0] if later else tail + 1)
+
+
+# -- compaction: gapped segments -----------------------------------------------
+
+
+def pickled(values: list[Any], keys: list[Any] | None = None) -> PickledValues:
+    return PickledValues.from_pickles([pickle.dumps(v) for v in values], keys)
+
+
+def compacted(ring: SegmentRing, stop: int, removed: set[int]) -> RingPlan:
+    """Compact ``ring`` below ``stop``: the sequences in ``removed`` go."""
+    plan = plan_compaction(
+        ring.snapshot(stop),
+        lambda sequences: np.array([int(s) not in removed for s in sequences], dtype=bool),
+    )
+    assert ring.install(plan)
+    return plan
+
+
+def elements(ring: SegmentRing, start: int | None = None) -> list[tuple[int, float, Any, Any]]:
+    """(sequence, stamp, value, key) of every element from ``start`` (default: the head)."""
+    out = []
+    for run in ring.read(ring.head if start is None else start, 10**9):
+        keys = run.payload.keys or [None] * len(run.payload)
+        stamps = [run.stamp] * len(run.payload) if run.stamps is None else run.stamps.tolist()
+        for sequence, stamp, value, key in zip(
+            run.sequence_list(), stamps, run.payload.decode(), keys, strict=True
+        ):
+            out.append((sequence, stamp, value, key))
+    return out
+
+
+def test_compaction_leaves_gaps_that_reads_step_over() -> None:
+    clock = Clock(100.0)
+    ring = SegmentRing(10, clock=clock)
+    ring.append(pickled(["a0", "b0", "a1"], ["a", "b", "a"]), False)
+    clock.now = 101.0
+    ring.append(pickled(["b1", "c0"], ["b", "c"]), False)
+    plan = compacted(ring, 5, {0, 1})
+    assert plan.removed == 2
+    assert (ring.head, ring.tail, ring.size, ring.room()) == (0, 4, 3, 7)
+    assert elements(ring) == [
+        (2, 100.0, "a1", "a"),
+        (3, 101.0, "b1", "b"),
+        (4, 101.0, "c0", "c"),
+    ]
+    assert elements(ring, 1) == elements(ring)  # a gap reads as the next element
+    assert [run.first for run in ring.read(0, 1)] == [2]
+    with pytest.raises(IndexError, match="compacted away"):
+        ring.get(1)
+    assert got(ring, 3) == (101.0, "b1")
+    assert ring.count(0, 4) == 3 and ring.count(0, 2) == 1
+    assert ring.first_after(100.0) == 3 and ring.first_after(99.0) == 2
+
+
+def test_survivors_of_small_segments_merge_keeping_their_stamps() -> None:
+    clock = Clock(100.0)
+    ring = SegmentRing(100, clock=clock)
+    for n in range(6):  # one value per append: six segments of one
+        clock.now = 100.0 + n
+        ring.append(pickled([n], [n % 2]), False)
+    plan = compacted(ring, 6, {0, 2})
+    assert len(plan.segments) == 1  # one segment of the four left
+    assert elements(ring) == [(s, 100.0 + s, s, s % 2) for s in (1, 3, 4, 5)]
+    assert ring.first_after(103.5) == 4
+    assert ring.first_after(100.5) == 1
+    # A second pass over the gapped segment keeps positions and times.
+    compacted(ring, 6, {3})
+    assert elements(ring) == [(s, 100.0 + s, s, s % 2) for s in (1, 4, 5)]
+    assert ring.size == 3
+
+
+def test_capacity_and_eviction_count_the_elements_held() -> None:
+    ring = SegmentRing(4)
+    ring.append(pickled([0, 1, 2, 3]), False)
+    assert ring.append(pickled([4]), False) == -1  # full
+    compacted(ring, 4, {1, 2})
+    assert ring.room() == 2
+    assert ring.append(pickled([4, 5]), False) == 4  # fits now
+    assert ring.append(pickled([6]), True) == 6  # overwrite evicts the oldest ELEMENT
+    assert [e[0] for e in elements(ring)] == [3, 4, 5, 6]
+    assert ring.head == 3  # past the oldest element, and the gap after it
+    assert ring.evict_to(5) == 2  # 3 and 4
+    assert ring.size == 2
+
+
+def test_a_plan_is_refused_once_its_segments_were_evicted() -> None:
+    ring = SegmentRing(10)
+    ring.append(pickled([0, 1, 2]), False)
+    ring.append(pickled([3, 4]), False)
+    plan = plan_compaction(ring.snapshot(5), lambda s: s % 2 == 0)
+    ring.evict_to(1)
+    assert not ring.install(plan)
+    assert [e[0] for e in elements(ring)] == [1, 2, 3, 4]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(1, 5), min_size=1, max_size=12),
+    st.lists(st.sets(st.integers(0, 40)), min_size=1, max_size=3),
+)
+def test_any_compaction_keeps_exactly_the_survivors_at_their_positions(
+    batches: list[int], passes: list[set[int]]
+) -> None:
+    clock = Clock(0.0)
+    ring = SegmentRing(1000, clock=clock)
+    expected: dict[int, tuple[float, Any]] = {}
+    for number, count in enumerate(batches):
+        clock.now = float(number)
+        first = ring.tail + 1
+        ring.append(pickled([f"v{first + i}" for i in range(count)]), False)
+        expected.update({first + i: (float(number), f"v{first + i}") for i in range(count)})
+    for removed in passes:
+        removed = {s for s in removed if s < ring.tail}  # the tail stays, as the rules say
+        compacted(ring, ring.tail + 1, removed)
+        for sequence in removed:
+            expected.pop(sequence, None)
+        assert [(s, t, v) for s, t, v, _ in elements(ring)] == [
+            (s, *expected[s]) for s in sorted(expected)
+        ]
+        assert ring.size == len(expected)
+        for start in range(ring.head, ring.tail + 1):  # a read from any position
+            later = [s for s in sorted(expected) if s >= start]
+            assert [e[0] for e in elements(ring, start)] == later

@@ -22,6 +22,7 @@ from raytopic.bridge.arrow_tables import (
 )
 from raytopic.core.errors import InvalidTypeError
 from raytopic.core.payloads import ArrowRows, PickledValues
+from raytopic.core.protocol import Chunk
 from raytopic.routing import channel_for_key
 
 
@@ -103,23 +104,25 @@ def test_to_utc_moves_zoned_timestamps_to_utc_and_leaves_naive_ones() -> None:
 
 def test_payload_tables_put_fields_first_then_key_channel_position_and_timestamp() -> None:
     rows = ArrowRows(pa.record_batch({"id": [1, 2], "name": ["a", "b"]}))
-    table = payload_table(3, 10, 1_700_000_000.5, rows)
+    table = payload_table(3, Chunk(10, 1_700_000_000.5, rows))
     assert table.column_names == ["id", "name", "key", "channel", "position", "timestamp"]
     assert table.column("key").to_pylist() == [None, None]
     assert table.column("channel").to_pylist() == [3, 3]
     assert table.column("position").to_pylist() == [10, 11]
     assert table.column("timestamp")[0].as_py() == datetime.fromtimestamp(1_700_000_000.5, UTC)
-    dicts = payload_table(0, 0, 1.0, PickledValues.from_values([{"a": 1}, {"a": 2, "b": "x"}]))
+    dicts = payload_table(
+        0, Chunk(0, 1.0, PickledValues.from_values([{"a": 1}, {"a": 2, "b": "x"}]))
+    )
     assert dicts.column_names[:2] == ["a", "b"]
     assert dicts.column("b").to_pylist() == [None, "x"]
-    plain = payload_table(0, 0, 1.0, PickledValues.from_values([1, 2]))
+    plain = payload_table(0, Chunk(0, 1.0, PickledValues.from_values([1, 2])))
     assert plain.column_names[0] == "value"
     assert plain.column("value").to_pylist() == [1, 2]
 
 
 def test_a_field_named_like_a_metadata_column_keeps_its_name() -> None:
     rows = ArrowRows(pa.record_batch({"channel": ["tv"], "position": ["left"], "key": [1]}))
-    table = payload_table(1, 0, 1.0, rows)
+    table = payload_table(1, Chunk(0, 1.0, rows))
     assert table.column_names == [
         "channel",
         "position",
@@ -147,19 +150,27 @@ def test_unify_and_conform_give_every_table_one_schema() -> None:
 
 
 def test_values_no_arrow_type_holds_together_are_read_as_text() -> None:
-    mixed = payload_table(0, 0, 1.0, PickledValues.from_values([1, "a", {"k": 1}]))
+    mixed = payload_table(0, Chunk(0, 1.0, PickledValues.from_values([1, "a", {"k": 1}])))
     assert mixed.column("value").to_pylist() == ["1", "a", "{'k': 1}"]
-    clashing = payload_table(0, 0, 1.0, PickledValues.from_values([{"k": 1}, {"k": "x"}]))
+    clashing = payload_table(0, Chunk(0, 1.0, PickledValues.from_values([{"k": 1}, {"k": "x"}])))
     assert clashing.column("value").to_pylist() == ["{'k': 1}", "{'k': 'x'}"]
 
 
 def test_the_key_column_holds_each_elements_key() -> None:
     keyed = PickledValues.from_pickles([pickle.dumps(v) for v in (1, 2, 3)], ["a", None, "c"])
-    assert payload_table(0, 0, 1.0, keyed).column("key").to_pylist() == ["a", None, "c"]
+    assert payload_table(0, Chunk(0, 1.0, keyed)).column("key").to_pylist() == ["a", None, "c"]
     mixed = PickledValues.from_pickles([pickle.dumps(v) for v in (1, 2)], [7, "x"])
-    assert payload_table(0, 0, 1.0, mixed).column("key").to_pylist() == ["7", "x"]
+    assert payload_table(0, Chunk(0, 1.0, mixed)).column("key").to_pylist() == ["7", "x"]
     rows = ArrowRows.keyed(pa.record_batch({"sku": ["a1", None], "eur": [1.5, 2.0]}), "sku")
-    table = payload_table(0, 0, 1.0, rows)
+    table = payload_table(0, Chunk(0, 1.0, rows))
     assert table.column("key").to_pylist() == ["a1", None]
     assert table.column("sku").to_pylist() == ["a1", None]  # the row keeps its column
     assert table.schema.metadata is None  # the key column's name is the store's business
+
+
+def test_a_compacted_chunk_gives_each_row_its_own_position_and_time() -> None:
+    values = PickledValues.from_pickles([pickle.dumps(v) for v in (1, 2)], ["a", "b"])
+    chunk = Chunk(3, 10.0, values, np.array([3, 9]), None, np.array([10.0, 12.5]))
+    table = payload_table(0, chunk)
+    assert table.column("position").to_pylist() == [3, 9]
+    assert [t.timestamp() for t in table.column("timestamp").to_pylist()] == [10.0, 12.5]

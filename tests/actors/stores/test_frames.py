@@ -138,9 +138,9 @@ def test_unknown_types_are_refused() -> None:
 
 def test_peek_range_reads_first_span_and_stamp_without_decoding() -> None:
     frame = read_frame(memoryview(record_bytes(pickled_batch())), 0)
-    assert peek_range(frame) == (17, 5, 1234.5)
+    assert peek_range(frame) == (17, 5, 1234.5, 5)
     frame = read_frame(memoryview(record_bytes(arrow_batch())), 0)
-    assert peek_range(frame) == (5, 3, 99.25)
+    assert peek_range(frame) == (5, 3, 99.25, 3)
 
 
 # -- torn and corrupt records ---------------------------------------------------------------
