@@ -134,10 +134,10 @@ def channel_table(topic: Topic, channel: int, ranges: list[ChannelRange]) -> pa.
                     len(failures),
                     next(iter(failures.values())),
                 )
-            stamp = chunk.stamp
-            for index, (key, position) in enumerate(zip(keys, chunk.sequence_list(), strict=True)):
+            where = zip(chunk.sequence_list(), chunk.stamp_list(), strict=True)
+            for index, (key, position_and_stamp) in enumerate(zip(keys, where, strict=True)):
                 if index not in failures:
-                    survivors.add(key, values[index], (position, stamp))
+                    survivors.add(key, values[index], position_and_stamp)
     rows = survivors.rows()
     if not rows:
         return empty_table()

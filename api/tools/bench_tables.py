@@ -21,8 +21,8 @@ Cases:
                 in interleaved rounds as the latency case
                 (``raytopic.tools.bench_latency``), the median of ``repeat`` runs.
 
-The compaction cases need compacted topics (``rt.Compaction``) that compact; where
-they cannot run, a line says so instead of a figure.
+A compacted topic that has not compacted within ``compacted_within`` seconds is said
+to be not measured, on a line of its own, instead of its figures.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any
 
 import ray
 
-import raytopic
+from raytopic.core.compaction import Compaction
 from raytopic.tools.bench_common import Figure, _message, _name, _percentile, at_least, at_most
 from raytopic.tools.bench_latency import (
     PAUSE,
@@ -126,24 +126,18 @@ def _publish_each(topic: Topic, keys: int, versions: int) -> float:
     return time.perf_counter() - started
 
 
-def _compaction() -> Any:
-    """``rt.Compaction`` settings that compact everything within a second, or None
-    where this raytopic has no compacted topics."""
-    settings = getattr(raytopic, "Compaction", None)
-    return None if settings is None else settings(min_lag_s=0.0, max_lag_s=1.0)
+COMPACTION = Compaction(min_lag_s=0.0, max_lag_s=1.0)
+"""The compacted topics' settings: everything is compacted within a second."""
 
 
-def _compacted_by(compaction: Any) -> dict[str, Any]:
-    """``create_topic``'s options for a topic compacted by ``compaction`` (None: not)."""
-    return {} if compaction is None else {"compaction": compaction}
-
-
-def _compacted(topic: Topic, live: int, within: float) -> bool:
-    """Wait until ``topic``'s channels hold no more than its ``live`` keys' latest
-    elements; False if that took longer than ``within`` seconds."""
+def _compacted(topic: Topic, within: float) -> bool:
+    """Wait until every channel of ``topic`` ran a compaction pass over everything it
+    holds (its compaction point past its tail); False if that took longer than
+    ``within`` seconds."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if sum(channel.size for channel in topic.describe().channels) <= live:
+        channels = topic.describe().channels
+        if all(c.compaction is not None and c.compaction["point"] > c.tail for c in channels):
             return True
         time.sleep(0.2)
     return False
@@ -178,8 +172,8 @@ class _ReceiveSide:
 
     label = "receive"
 
-    def __init__(self, compaction: Any) -> None:
-        self.topic = create_topic(_name("tbl-rcv"), channels=1, **_compacted_by(compaction))
+    def __init__(self) -> None:
+        self.topic = create_topic(_name("tbl-rcv"), channels=1, compaction=COMPACTION)
         self._subscriber = self.topic.subscriber()
         self._publisher = self.topic.publisher()
         self._waiter = _Waiter("bench-table-receive", self._receive)
@@ -209,8 +203,8 @@ class _ListenerSide:
 
     label = "listener"
 
-    def __init__(self, compaction: Any) -> None:
-        self.topic = create_topic(_name("tbl-lsn"), channels=1, **_compacted_by(compaction))
+    def __init__(self) -> None:
+        self.topic = create_topic(_name("tbl-lsn"), channels=1, compaction=COMPACTION)
         self._called: queue.SimpleQueue[float] = queue.SimpleQueue()
         self._view = self.topic.table()
         self._view.listen(lambda key, value: self._called.put(time.perf_counter()))
@@ -233,12 +227,12 @@ class _ListenerSide:
             self.topic.destroy()
 
 
-def listener_runs(samples: int, repeat: int, compaction: Any) -> list[dict[str, float]]:
+def listener_runs(samples: int, repeat: int) -> list[dict[str, float]]:
     """``repeat`` runs, each each side's p50 (seconds) over ``samples`` values timed in
     interleaved rounds."""
     sides: list[Any] = []
     try:
-        sides = [_ReceiveSide(compaction), _ListenerSide(compaction)]
+        sides = [_ReceiveSide(), _ListenerSide()]
         for side in sides:
             for _ in range(WARMUP):
                 side.time_one()
@@ -289,7 +283,6 @@ def run_table_benchmarks(
 
     keys, versions, channels = settings.keys, settings.versions, settings.channels
     updates = keys * versions
-    compaction = _compaction()
     what = f"{keys:,} keys x {versions} versions"
 
     plain = create_topic(_name("tbl"), channels=channels, capacity=updates, retain=True)
@@ -303,12 +296,9 @@ def run_table_benchmarks(
     add(Figure(f"table(): {what}, not compacted", baseline * 1e3, "ms"))
     add(Figure("table(): bootstrap read rate, not compacted", updates / baseline, "msgs/s"))
 
-    if compaction is None:
-        add(Figure("compaction: not measured (no rt.Compaction here)", 0, ""))
-    else:
-        _compaction_figures(settings, compaction, repeat, baseline, compacted_within, add)
+    _compaction_figures(settings, repeat, baseline, compacted_within, add)
 
-    runs = listener_runs(settings.latency_samples, repeat, compaction)
+    runs = listener_runs(settings.latency_samples, repeat)
     receive = statistics.median(run["receive"] for run in runs) * 1e3
     listener = statistics.median(run["listener"] for run in runs) * 1e3
     add(Figure("table: publish -> waiting anonymous receive, 1 ch, p50", receive, "ms"))
@@ -327,7 +317,6 @@ def run_table_benchmarks(
 
 def _compaction_figures(
     settings: TableSettings,
-    compaction: Any,
     repeat: int,
     baseline: float,
     within: float,
@@ -339,21 +328,21 @@ def _compaction_figures(
     what = f"{keys:,} keys x {versions} versions"
     rates = {}
     with tempfile.TemporaryDirectory(prefix="raytopic-bench-") as directory:
-        for kind, options in (("plain", {}), ("compacted", _compacted_by(compaction))):
+        for kind, compaction in (("plain", None), ("compacted", COMPACTION)):
             topic = create_topic(
                 _name(f"tbl-{kind}"),
                 channels=channels,
                 capacity=keys * versions,
                 retain=True,
                 store=f"{directory}/{kind}",
-                **options,
+                compaction=compaction,
             )
             try:
                 seconds = ray.get(_publish_each.remote(topic, keys, versions))
                 rates[kind] = keys * versions / seconds
                 if kind == "plain":
                     continue
-                if not _compacted(topic, keys, within):
+                if not _compacted(topic, within):
                     add(
                         Figure(
                             f"compaction: not measured (not compacted within {within:g} s)", 0, ""

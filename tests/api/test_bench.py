@@ -634,18 +634,12 @@ COMPACTION_CASES = {
 def test_bench_tables_reports_each_case_with_its_baseline_and_target(ray_session: None) -> None:
     reported: list[Figure] = []
 
-    figures = run_table_benchmarks(
-        TINY_TABLES, repeat=1, report=reported.append, compacted_within=10
-    )
+    figures = run_table_benchmarks(TINY_TABLES, repeat=1, report=reported.append)
 
     assert reported == figures
     by_case = {figure.case: figure for figure in figures}
-    # Compacted topics that do not compact yet (the compaction engine is another part
-    # of issue 46) are said to be not measured, on one line of their own.
-    unmeasured = [case for case in by_case if case.startswith("compaction: not measured")]
-    expected = TABLE_CASES if unmeasured else {**TABLE_CASES, **COMPACTION_CASES}
-    assert sorted(set(by_case) - set(unmeasured)) == sorted(expected)
-    assert unmeasured in ([], ["compaction: not measured (not compacted within 10 s)"])
+    expected = {**TABLE_CASES, **COMPACTION_CASES}
+    assert sorted(by_case) == sorted(expected)
     for case, (unit, baseline, target) in expected.items():
         figure = by_case[case]
         assert math.isfinite(figure.value) and figure.value > 0, figure
@@ -665,7 +659,7 @@ def test_bench_tables_reports_each_case_with_its_baseline_and_target(ray_session
     bootstrap = by_case["table(): 200 keys x 5 versions, not compacted"].value
     rate = by_case["table(): bootstrap read rate, not compacted"].value
     assert rate == pytest.approx(1000 / (bootstrap / 1e3))
-    assert f"of {1 if unmeasured else 4} targets met" in format_verdict(figures)
+    assert "of 4 targets met" in format_verdict(figures)
 
 
 def test_bench_compaction_runs_the_table_cases_alone_and_quick_makes_them_smaller() -> None:

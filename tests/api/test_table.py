@@ -10,6 +10,7 @@ import pickle
 import threading
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -172,6 +173,42 @@ def test_deleted_keys_are_never_entries_and_listeners_hear_none(
     assert heard == [("k20", None), ("k1", {"id": "k1", "v": 8}), ("k1", None)]
     rows = rd.read_table(topic).to_pandas()
     assert sorted(rows["key"]) == sorted(k for k in expected if k != "k20")
+
+
+def test_a_view_of_a_compacted_topic_reads_the_survivors_across_the_gaps(
+    make_topic: Callable[..., rt.Topic], tmp_path: Path, wait_until
+) -> None:
+    topic = make_topic(channels=2, store=str(tmp_path), compaction=rt.Compaction(max_lag_s=0.3))
+    _publish_versions(topic, keys=40, versions=10)
+    with topic.publisher() as publisher:
+        for k in range(5):
+            publisher.delete(f"k{k}")
+    deleted = {f"k{k}" for k in range(5)}
+    expected = {key: value for key, value in _latest(40, 10).items() if key not in deleted}
+
+    def compacted() -> bool:  # every channel's pass covered everything published
+        return all(
+            c.compaction is not None and c.compaction["point"] > c.tail
+            for c in topic.describe().channels
+        )
+
+    wait_until(compacted, timeout=TIMEOUT)
+    stats = topic.describe().channels
+    assert sum(c.size for c in stats) < 400  # gaps: far fewer elements than positions
+    with topic.table() as view:
+        assert dict(view.items()) == expected
+        _publish_versions(topic, keys=3, versions=11)  # live after the gaps
+        view.refresh()
+        assert [view[f"k{k}"] for k in range(3)] == [{"id": f"k{k}", "v": 10} for k in range(3)]
+    rows = rd.read_table(topic).to_pandas()
+    assert len(rows) == 38 and sorted(rows["key"]) == sorted({*expected, "k0", "k1", "k2"})
+    # Each row where its value is: the survivor's own position and time.
+    with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
+        last = {e.key: (e.channel, e.sequence, e.timestamp) for e in reader}
+    assert {
+        row.key: (row.channel, row.position, row.timestamp.to_pydatetime())
+        for row in rows.itertuples()
+    } == {key: last[key] for key in rows["key"]}
 
 
 # -- refresh ---------------------------------------------------------------------------------
