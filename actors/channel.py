@@ -113,6 +113,7 @@ from raytopic.core.protocol import (
     PrepareTransaction,
     Purge,
     RawReadResult,
+    ReadActivity,
     ReadCursor,
     ReaderSpec,
     ReadGroupCursors,
@@ -860,6 +861,11 @@ class ChannelActor:
     async def _group_marks(self, _: ReadGroupMarks) -> dict[str, tuple[int, int]]:
         """Per group, the highest (view version, generation) pushed here."""
         return dict(self._host.marks)
+
+    @serves(ReadActivity, Admit.ALWAYS)
+    async def _activity(self, request: ReadActivity) -> dict[str, float]:
+        """Seconds since each reader asked about last acked, nacked or extended here."""
+        return self._readers.quiet_for(request.readers)
 
     @serves(ReadHandOverMark, Admit.NOW)
     async def _hand_over_mark(self, request: ReadHandOverMark) -> int | None:

@@ -60,6 +60,9 @@ class Readers:
         self._state = state
         self._closed = closed
         self.by_id: dict[str, Reader] = {}
+        # reader -> when it last acked, nacked or extended here (monotonic): signs of
+        # life the coordinator asks for before it times a member out.
+        self._heard: dict[str, float] = {}
         self.loss = LossNotice()
         self.fetches = Fetches(context)
         self.owned = OwnedReaders(context, log, self.loss, state, self.get)
@@ -139,6 +142,7 @@ class Readers:
     def close(self, reader_id: str) -> bool:
         """Forget a subscriber (what a shared member holds goes back); True if it was open."""
         reader = self.by_id.pop(reader_id, None)
+        self._heard.pop(reader_id, None)
         if reader is not None:
             self._state.touch("readers", reader_id)
             self.mode(reader).reader_closed(reader)
@@ -261,6 +265,7 @@ class Readers:
         """Acknowledge elements: a shared group's member's holds (see
         :meth:`SharedGroups.ack`), or an owned reader's elements done one by one
         (see :meth:`OwnedReaders.ack`: ``lease`` and the ``jumps`` each was read at)."""
+        self._heard_from(reader_id)
         reader, mode = self._open_mode(reader_id)
         if mode is self.shared:
             statuses = self.shared.ack(reader_id, entries)
@@ -270,11 +275,23 @@ class Readers:
 
     def nack(self, reader_id: str, entries: Entries, delay: float) -> list[AckStatus]:
         """Give held elements back (see :meth:`SharedGroups.nack`)."""
+        self._heard_from(reader_id)
         return self._acknowledged(self.shared.nack(reader_id, entries, delay), AckStatus.NACKED)
 
     def extend(self, reader_id: str, entries: Entries, seconds: float | None) -> list[AckStatus]:
         """Move the ack deadlines of held elements (see :meth:`SharedGroups.extend`)."""
+        self._heard_from(reader_id)
         return self.shared.extend(reader_id, entries, seconds)
+
+    def _heard_from(self, reader_id: str) -> None:
+        if reader_id in self.by_id:
+            self._heard[reader_id] = time.monotonic()
+
+    def quiet_for(self, reader_ids: tuple[str, ...]) -> dict[str, float]:
+        """Seconds since each of ``reader_ids`` last acked, nacked or extended a hold
+        here (those never heard from here are left out)."""
+        now = time.monotonic()
+        return {r: now - self._heard[r] for r in reader_ids if r in self._heard}
 
     def _acknowledged(self, statuses: list[AckStatus], success: AckStatus) -> list[AckStatus]:
         if success in statuses:  # room may be free, and dead letters due

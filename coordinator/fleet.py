@@ -102,11 +102,15 @@ class ChannelFleet:
         return list(await asyncio.gather(*(self.ask(channel, request) for channel in targets)))
 
     async def ask_outcomes(
-        self, requests: Mapping[int, ControlRequest]
+        self, requests: Mapping[int, ControlRequest], timeout: float | None = None
     ) -> dict[int, Any | BaseException]:
-        """Per channel, its reply to its own request or its typed refusal (all answer)."""
+        """Per channel, its reply to its own request or its typed refusal (all answer;
+        with ``timeout``, one silent that long answers ``TimeoutError``)."""
         outcomes = await asyncio.gather(
-            *(self.ask(channel, request) for channel, request in requests.items()),
+            *(
+                asyncio.wait_for(self.ask(channel, request), timeout)
+                for channel, request in requests.items()
+            ),
             return_exceptions=True,
         )
         return dict(zip(requests, outcomes, strict=True))

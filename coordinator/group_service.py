@@ -36,6 +36,7 @@ from raytopic.core.protocol import (
     GrantStream,
     Lease,
     OpenReader,
+    ReadActivity,
     ReaderSpec,
     ReadGroupCursors,
     ReadGroupMarks,
@@ -57,6 +58,10 @@ __all__ = ["GroupService"]
 EXPIRY_SLACK = 0.01
 """Seconds the expiry loop sleeps past the first moment a member could time out
 (a member times out once silent for MORE than its timeout)."""
+
+ACTIVITY_TIMEOUT = 2.0
+"""Seconds the expiry waits for a channel to say whether it heard from a silent member
+(one that does not answer, restarting, heard nothing it kept)."""
 
 CATCH_UP_TIMEOUT = 1.0
 """Seconds a membership change waits for the members it concerns to hear of it
@@ -435,6 +440,7 @@ class GroupService:
         for state in list(self.groups.values()):
             if not state.members and state.stream is None:
                 continue
+            await self._hear_from_channels(state)
             async with self._lock(state.name):
                 expired, change = state.expire(self._clock())
                 if change is None:
@@ -452,6 +458,24 @@ class GroupService:
                     logger.exception("rebalance after a timeout failed")
                 for reader_id in expired:
                     self._polls.forget(state.name, reader_id)
+
+    async def _hear_from_channels(self, state: Group) -> None:
+        """Before members silent here time out, ask the channels whether they acked,
+        nacked or extended holds there within their timeout: those are signs of
+        life too (a member busy on what it holds, or its tasks acking), and count
+        as heartbeats then."""
+        overdue = state.overdue(self._clock())
+        if not overdue:
+            return
+        answers = await self._fleet.ask_outcomes(
+            dict.fromkeys(self._fleet.channels(), ReadActivity(overdue)), ACTIVITY_TIMEOUT
+        )
+        now = self._clock()
+        for answer in answers.values():
+            if isinstance(answer, BaseException):
+                continue  # a channel restarting: it heard nothing it kept
+            for reader_id, quiet in answer.items():
+                state.touch(reader_id, now - quiet)
 
     # -- reset ------------------------------------------------------------------------
 

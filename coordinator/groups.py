@@ -265,6 +265,15 @@ class Group:
         due.extend(self.handovers.values())
         return min(due) if due else None
 
+    def overdue(self, now: float) -> tuple[str, ...]:
+        """Members the coordinator has not heard from for longer than their timeout
+        (before it asks the channels whether they have)."""
+        return tuple(
+            member.reader_id
+            for member in self.members.values()
+            if now - member.last_seen > member.timeout
+        )
+
     def expire(self, now: float) -> tuple[list[str], Rebalance | None]:
         """Remove members (or end the stream) silent for longer than their timeout,
         and move the channels whose hand-over ran out (their owner did not release

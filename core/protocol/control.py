@@ -30,6 +30,7 @@ __all__ = [
     "Purge",
     "ReadGroupCursors",
     "ReadGroupMarks",
+    "ReadActivity",
     "ReadOpeningError",
     "ReadReaderSpecs",
     "ReadStoredTopic",
@@ -137,6 +138,15 @@ class ReadGroupMarks(NamedTuple):
     """Per group, the highest (view version, generation) pushed to the channel."""
 
 
+class ReadActivity(NamedTuple):
+    """Seconds since each of ``readers`` last acknowledged, nacked or extended a hold
+    at the channel (readers not heard from there are left out): signs of life the
+    coordinator weighs before it times a member out, made wherever the member's
+    elements went (a task acking them too)."""
+
+    readers: tuple[str, ...]
+
+
 class ReadOpeningError(NamedTuple):
     """Why the channel's store could not be opened (a typed error), or None."""
 
@@ -180,6 +190,7 @@ ControlRequest = (
     | ReadReaderSpecs
     | ReadGroupCursors
     | ReadGroupMarks
+    | ReadActivity
     | ReadOpeningError
     | ReadStoredTopic
     | OpenStore
@@ -204,6 +215,7 @@ CONTROL_REQUESTS = (
     ReadReaderSpecs,
     ReadGroupCursors,
     ReadGroupMarks,
+    ReadActivity,
     ReadOpeningError,
     ReadStoredTopic,
     OpenStore,

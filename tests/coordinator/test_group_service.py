@@ -35,6 +35,7 @@ from raytopic.core.protocol import (
     HostRestarted,
     Lease,
     OpenReader,
+    ReadActivity,
     ReaderSpec,
     ReadGroupCursors,
     ResetGroup,
@@ -80,6 +81,7 @@ class FakeFleet(ChannelFleet):
         self.seeds: list[tuple[int, tuple[Any, ...]]] = []
         self.seed_error: BaseException | None = None
         self.jumps = 7  # each channel's cursor jump count after a reset
+        self.quiet: dict[int, dict[str, float]] = {}  # per channel, ReadActivity's answer
 
     async def _send(self, channel: int, request: ControlRequest) -> Any:
         self.sent.append((channel, request))
@@ -95,6 +97,9 @@ class FakeFleet(ChannelFleet):
             return {"g": {"jumps": self.jumps}}
         if isinstance(request, GrantStream):
             return StreamLogState(StreamRecord(request.lease), channel - 1)
+        if isinstance(request, ReadActivity):
+            quiet = self.quiet.get(channel, {})
+            return {r: quiet[r] for r in request.readers if r in quiet}
         return None
 
     async def seed(self, channel: int, *state: Any) -> dict[str, Any]:
@@ -341,6 +346,34 @@ def test_a_silent_member_expires_and_its_channels_move_to_the_live_one() -> None
         assert fleet.of(UpdateViews)[0][1].views["a"] is None
         # The expired member hears that it must rejoin.
         assert await groups.heartbeat("g", "a", 0, True, 0.0, 0.0, False) is None
+
+    run(main)
+
+
+def test_a_member_heard_at_a_channel_is_alive_until_that_plus_its_timeout() -> None:
+    # It extended, acked or nacked there (a task holding its elements, say) and sent
+    # the coordinator nothing.
+    async def main() -> None:
+        fleet = FakeFleet()
+        clock = Clock()
+        groups = await with_group(fleet, clock)
+        await groups.join("g", "a", timeout=5.0)
+        await groups.join("g", "b", timeout=5.0)
+        clock.now += 6.0
+        fleet.quiet = {1: {"a": 1.0}, 2: {"a": 3.0, "b": 5.5}}  # b: 5.5 s ago: past it
+        fleet.refusals[(0, ReadActivity)] = RayLikeError(TopicError("restarting"))
+        await groups.expire()
+        assert groups.group("g").members.keys() == {"a"}  # before: none was left
+        asked = {request.readers for _, request in fleet.of(ReadActivity)}
+        assert asked == {("a", "b")}
+        fleet.sent.clear()
+        clock.now += 3.0  # a: 4 s after the channel heard it
+        await groups.expire()
+        assert fleet.of(ReadActivity) == []  # nobody is overdue: the channels are not asked
+        fleet.quiet = {}
+        clock.now += 1.5
+        await groups.expire()
+        assert groups.group("g").members == {}
 
     run(main)
 
