@@ -499,7 +499,7 @@ class OwnedReaders:
         """
         cursor = self.groups.get(group)
         if cursor is None:
-            raise GroupNotFoundError(f"group {group!r} does not exist")
+            raise GroupNotFoundError.of(self._context.name, group)
         if cursor.advance(sequence):
             self._context.metrics.committed()
             self._state.touch("groups", group)
@@ -567,7 +567,7 @@ class OwnedReaders:
         """
         cursor = self.groups.get(group)
         if cursor is None:
-            raise GroupNotFoundError(f"group {group!r} does not exist")
+            raise GroupNotFoundError.of(self._context.name, group)
         if cursor.owner == lease:
             return False
         cursor.grant(lease)
@@ -584,7 +584,7 @@ class OwnedReaders:
         """
         cursor = self.groups.get(group)
         if cursor is None:
-            raise GroupNotFoundError(f"group {group!r} does not exist")
+            raise GroupNotFoundError.of(self._context.name, group)
         previous = {
             "next": cursor.next,
             "committed": cursor.committed,

@@ -121,7 +121,7 @@ class Readers:
             if spec.group is None:
                 cursor = self.owned.new_cursor(spec.start_latest)
             elif not self.has_group(spec.group):
-                raise GroupNotFoundError(f"group {spec.group!r} does not exist")
+                raise GroupNotFoundError.of(self._context.name, spec.group)
             reader = Reader(reader_id, spec, cursor, *loaded_functions(spec))
             self.by_id[reader_id] = reader
             self._state.touch("readers", reader_id)
@@ -314,7 +314,7 @@ class Readers:
             return cursor
         if group in self.shared:
             raise GroupModeError(f"group {group!r} is shared: a stream reads an owned group")
-        raise GroupNotFoundError(f"group {group!r} does not exist")
+        raise GroupNotFoundError.of(self._context.name, group)
 
     def advance(self, group: str, sequence: int) -> None:
         """Move an owned group's commit up to ``sequence`` (a stream's micro-batch)."""

@@ -130,7 +130,13 @@ def membership_for(topic: Topic, options: SubscriberOptions, reader_id: str) -> 
         return NoMembership(topic.channel_count)
     if options.mode == "shared":
         return SharedGroupMember(
-            topic, options.group, reader_id, options.timeout, options.listener, options.definition
+            topic,
+            options.group,
+            reader_id,
+            options.timeout,
+            options.listener,
+            options.definition,
+            create_group=options.create_group,
         )
     return GroupMember(
         topic,
@@ -139,6 +145,7 @@ def membership_for(topic: Topic, options: SubscriberOptions, reader_id: str) -> 
         options.timeout,
         options.listener,
         cooperative=options.cooperative,
+        create_group=options.create_group,
     )
 
 
@@ -210,6 +217,8 @@ class GroupMember:
         cooperative: The member keeps a channel its group moves away until it
             calls :meth:`release` (after committing what it handed out), or its
             timeout passes: no element goes to two members' hands.
+        create_group: Make the group if it does not exist (False: joining a
+            missing group raises GroupNotFoundError).
     """
 
     mode = "owned"
@@ -223,9 +232,11 @@ class GroupMember:
         listener: Callable[[OwnershipChange], None] | None,
         *,
         cooperative: bool = False,
+        create_group: bool = True,
     ) -> None:
         self._topic = topic
         self.group = group
+        self._create_group = create_group
         self._id = reader_id
         self._timeout = timeout
         self._cooperative = cooperative
@@ -250,7 +261,11 @@ class GroupMember:
         """Make sure the group exists; a new one only if every channel can open
         this member's reader (a refused subscriber leaves no group behind)."""
         coordinator = self._topic._coordinator
-        self._call(coordinator.ensure_group.remote(self.group, spec.start_latest, reader=spec))
+        self._call(
+            coordinator.ensure_group.remote(
+                self.group, spec.start_latest, reader=spec, create=self._create_group
+            )
+        )
         return spec
 
     def start(self, stale: StaleReads, *, attached: bool) -> None:
@@ -516,6 +531,7 @@ class SharedGroupMember(GroupMember):
         listener: Called with each change of the channels owned.
         definition: The group's definition, if the subscriber gave one (used
             only if the group does not exist yet).
+        create_group: Make the group if it does not exist.
     """
 
     mode = "shared"
@@ -528,8 +544,10 @@ class SharedGroupMember(GroupMember):
         timeout: float,
         listener: Callable[[OwnershipChange], None] | None,
         definition: SharedGroup | None = None,
+        *,
+        create_group: bool = True,
     ) -> None:
-        super().__init__(topic, group, reader_id, timeout, listener)
+        super().__init__(topic, group, reader_id, timeout, listener, create_group=create_group)
         self._definition = definition
 
     def prepare(self, spec: ReaderSpec) -> ReaderSpec:
@@ -541,7 +559,13 @@ class SharedGroupMember(GroupMember):
         reader = dataclasses.replace(spec, filter=None)
         definition: SharedGroup = self._call(
             self._topic._coordinator.ensure_group.remote(
-                self.group, spec.start_latest, "shared", self._definition, spec.filter, reader
+                self.group,
+                spec.start_latest,
+                "shared",
+                self._definition,
+                spec.filter,
+                reader,
+                self._create_group,
             )
         )
         window = spec.window or definition.window or self._topic.config.default_window

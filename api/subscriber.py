@@ -114,6 +114,9 @@ class Subscriber:
             or its ``timeout`` passes since: the new owner starts after those
             commits, so no element reaches two members' hands (Kafka's
             cooperative rebalancing with a commit on revoke).
+        create_group: False: join only a group that exists (``GroupNotFoundError``
+            otherwise), so a misspelt name never makes a durable group; True
+            (the default): a group that does not exist is made.
 
     Raises:
         InvalidArgumentError: a bad value, or one the mode refuses; or a filter,
@@ -124,6 +127,7 @@ class Subscriber:
         GroupModeError: a ``SharedGroup`` joined with ``mode="owned"``, or a
             group joined in the other mode than it has.
         TopicNotFoundError: the topic was destroyed.
+        GroupNotFoundError: ``create_group=False`` and the group does not exist.
 
     A subscriber that is refused changes nothing: a new group is made only once
     every channel can open its reader.
@@ -145,6 +149,7 @@ class Subscriber:
         mode: str | None = None,
         on_poison: str = "raise",
         cooperative: bool = False,
+        create_group: bool = True,
     ) -> None:
         options = SubscriberOptions.check(
             group=group,
@@ -159,6 +164,7 @@ class Subscriber:
             mode=mode,
             on_poison=on_poison,
             cooperative=cooperative,
+            create_group=create_group,
         )
         self._assemble(topic, options, uuid.uuid4().hex, attached=False)
 

@@ -55,6 +55,8 @@ class SubscriberOptions:
     """``on_ownership_change``: called with each change of the channels owned."""
     definition: SharedGroup | None = None
     """A shared group's definition, used if the group does not exist yet."""
+    create_group: bool = True
+    """Make the group if it does not exist (False: GroupNotFoundError instead)."""
 
     @classmethod
     def check(
@@ -72,6 +74,7 @@ class SubscriberOptions:
         mode: str | None = None,
         on_poison: str = "raise",
         cooperative: bool = False,
+        create_group: bool = True,
     ) -> SubscriberOptions:
         """Check a new subscriber's arguments (see ``Subscriber``).
 
@@ -85,6 +88,7 @@ class SubscriberOptions:
             GroupModeError: a ``SharedGroup`` joined with ``mode="owned"``.
         """
         check_bool(cooperative, "cooperative")
+        check_bool(create_group, "create_group")
         definition = group if isinstance(group, SharedGroup) else None
         name = definition.name if definition is not None else group
         name = None if name is None else check_name(name, "group")
@@ -100,6 +104,8 @@ class SubscriberOptions:
                 raise InvalidArgumentError("a shared group's member cannot resequence")
             if type(window) is int and window < 0:
                 window = None  # the group's (or the topic's) default
+        if not create_group and name is None:
+            raise InvalidArgumentError("create_group=False goes with a group to join")
         start_latest = _start_latest(start, name)
         for what, function in (
             ("filter", filter),
@@ -135,6 +141,7 @@ class SubscriberOptions:
             cooperative=cooperative,
             listener=on_ownership_change,
             definition=definition,
+            create_group=create_group,
         )
 
     def joined(self, spec: ReaderSpec) -> SubscriberOptions:

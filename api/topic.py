@@ -299,6 +299,7 @@ class Topic:
         mode: str | None = None,
         on_poison: str = "raise",
         cooperative: bool = False,
+        create_group: bool = True,
     ) -> Subscriber:
         """A Subscriber (see its docs): anonymous without ``group``, else a group member.
 
@@ -330,6 +331,8 @@ class Topic:
                 ``Subscriber`` and ``PoisonElementError``).
             cooperative: A member keeps a channel its group moves away until it
                 ``release()``s it after committing (see ``Subscriber``).
+            create_group: False: join only an existing group (a misspelt name
+                raises ``GroupNotFoundError`` instead of making a new durable group).
 
         Returns:
             The subscriber; close it (or use it as a context manager) when done.
@@ -337,6 +340,7 @@ class Topic:
         Raises:
             InvalidArgumentError, InvalidTypeError: a bad argument.
             GroupModeError: the group exists in the other mode.
+            GroupNotFoundError: ``create_group=False`` and no such group.
         """
         from raytopic.subscriber import Subscriber
         from raytopic.subscriber_options import SubscriberOptions
@@ -354,6 +358,7 @@ class Topic:
             mode=mode,
             on_poison=on_poison,
             cooperative=cooperative,
+            create_group=create_group,
         )
         if options.mode == "shared":
             _check_shared_allowed(self.config)
@@ -675,10 +680,10 @@ class Topic:
             The Position.
 
         Raises:
-            InvalidArgumentError, InvalidTypeError: a negative channel, a sequence
-                below -1, or not ints.
+            InvalidArgumentError, InvalidTypeError: a channel the topic does not have,
+                a sequence below -1, or not ints.
         """
-        return Position(self.topic_id, channel, sequence)
+        return Position(self.topic_id, self._check_channel(channel), sequence)
 
     def _check_channel(self, channel: object) -> int:
         if not isinstance(channel, int) or isinstance(channel, bool):

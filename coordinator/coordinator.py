@@ -342,6 +342,7 @@ class CoordinatorActor:
         spec: SharedGroup | None = None,
         member_filter: bytes | None = None,
         reader: ReaderSpec | None = None,
+        create: bool = True,
     ) -> SharedGroup | None:
         """Create a durable group if it does not exist (it holds retention from now on).
 
@@ -355,6 +356,7 @@ class CoordinatorActor:
                 shared group: it must be the group's (or None).
             reader: The spec of the member the group is made for: a new group is
                 made only if every channel can open that reader.
+            create: Make the group if it does not exist (else GroupNotFoundError).
 
         Returns:
             The shared group's definition (None for an owned group).
@@ -362,10 +364,13 @@ class CoordinatorActor:
         Raises:
             GroupModeError: the group exists in the other mode.
             GroupFilterError: ``member_filter`` is not the shared group's filter.
+            GroupNotFoundError: no such group, and not ``create``.
             InvalidArgumentError: a channel cannot load the group's filter or the
                 reader's functions; the group is not made.
         """
         await self._up()
+        if not create:
+            self._groups.group(group)  # GroupNotFoundError
         if spec is not None and member_filter not in (None, spec.filter):
             raise GroupFilterError(
                 f"the member's filter is not the one given for shared group {group!r}"

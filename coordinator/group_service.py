@@ -165,7 +165,7 @@ class GroupService:
         """
         state = self.groups.get(group)
         if state is None:
-            raise GroupNotFoundError(f"group {group!r} does not exist")
+            raise GroupNotFoundError.of(self._topic, group)
         return state
 
     async def ensure(
@@ -196,7 +196,7 @@ class GroupService:
         """Forget a group: its positions, members and the retention it held."""
         async with self._lock(group):
             if self.groups.pop(group, None) is None:
-                raise GroupNotFoundError(f"group {group!r} does not exist")
+                raise GroupNotFoundError.of(self._topic, group)
             await self._fleet.ask_each(DestroyGroup(group))
             for reader_id, spec in list(self.readers.items()):
                 if spec.group == group:

@@ -85,6 +85,12 @@ class TopicExistsError(TopicError):
 class GroupNotFoundError(TopicError, LookupError):
     """No subscriber group of that name exists on the topic."""
 
+    @classmethod
+    def of(cls, topic: str, group: str) -> GroupNotFoundError:
+        """The error for ``group`` missing from ``topic``, worded as every refusal
+        of a missing group is."""
+        return cls(f"topic {topic!r} has no group {group!r}")
+
 
 class NotOwnerError(TopicError):
     """The member does not own the channel, or owns it under a stale generation."""

@@ -329,13 +329,17 @@ def plan_ranges(
     if group is not None:
         check_name(group, "group")
     picked = _channels(topic, channels)
+    for bound in (start, end):  # a map naming a channel the topic lacks is refused
+        if isinstance(bound, Mapping):
+            for channel in bound:
+                topic._check_channel(channel)
     if group is not None:
         if start != "earliest":
             raise InvalidArgumentError(
                 "give start or group, not both: a group reads from its commits"
             )
         if group not in topic.groups():
-            raise GroupNotFoundError(f"topic {topic.name!r} has no group {group!r}")
+            raise GroupNotFoundError.of(topic.name, group)
     with topic_calls(topic.topic_id, topic.name):
         figures = ray.get([ring_figures(topic._channel_actors[c]) for c in picked])
         identities = ray.get([topic._channel_actors[c].identity.remote() for c in picked])

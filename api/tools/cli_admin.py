@@ -6,7 +6,11 @@ are raised and become exit codes in ``raytopic.tools.cli``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -89,27 +93,14 @@ def tail(args: argparse.Namespace) -> int:
     start = args.start  # "earliest", "latest" or a datetime (parsed by raytopic.tools.cli)
     at = start if isinstance(start, datetime) else None
     if args.group is not None and args.group not in topic.groups():
-        raise GroupNotFoundError(f"topic {topic.name!r} has no group {args.group!r}")
+        raise GroupNotFoundError.of(topic.name, args.group)
     subscriber = topic.subscriber(
         start="latest" if start == "latest" else "earliest",
         complete_on_empty=not args.follow,
     )
-    printed = 0
     try:
-        if args.group is not None:
-            for channel, stats in enumerate(topic.describe().groups[args.group].channels):
-                subscriber.seek(channel, stats.committed)
-        elif at is not None:
-            for channel in range(topic.channel_count):
-                subscriber.seek(channel, at)
-        while args.n is None or printed < args.n:
-            wanted = _TAIL_BATCH if args.n is None else min(_TAIL_BATCH, args.n - printed)
-            batch = ray.get(subscriber.receive_batch(wanted))
-            if not batch and not args.follow:
-                break
-            for element in batch[:wanted]:
-                print(element_line(element, full=args.json), flush=args.follow)
-                printed += 1
+        with _sigterm_as_ctrl_c():
+            _print_elements(args, topic, subscriber, at)
     except KeyboardInterrupt:
         pass
     finally:
@@ -117,10 +108,51 @@ def tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_elements(
+    args: argparse.Namespace, topic: rt.Topic, subscriber: rt.Subscriber, at: datetime | None
+) -> int:
+    """tail's loop: place the subscriber, print until ``-n`` or (without
+    ``--follow``) the end; returns how many it printed."""
+    if args.group is not None:
+        for channel, stats in enumerate(topic.describe().groups[args.group].channels):
+            subscriber.seek(channel, stats.committed)
+    elif at is not None:
+        for channel in range(topic.channel_count):
+            subscriber.seek(channel, at)
+    printed = 0
+    while args.n is None or printed < args.n:
+        wanted = _TAIL_BATCH if args.n is None else min(_TAIL_BATCH, args.n - printed)
+        batch = ray.get(subscriber.receive_batch(wanted))
+        if not batch and not args.follow:
+            break
+        for element in batch[:wanted]:
+            print(element_line(element, full=args.json), flush=args.follow)
+            printed += 1
+    return printed
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """While the block runs, SIGTERM (``kill``, a supervisor stopping the command)
+    ends it as Ctrl-C does (KeyboardInterrupt): Ray's own handler, which
+    ``ray.init`` installed, prints a C++ stack dump. Signals reach the main
+    thread only: elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:  # None: Ray's handler, set from C, which Python cannot put back
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
 def reset_group(args: argparse.Namespace) -> int:
-    """Move a group's positions (Topic.reset_group)."""
+    """Move a group's positions (Topic.reset_group); a CH:SEQ outside the channel's
+    elements is clamped, and the line says so."""
     topic = _topic(args)
     to = args.to  # "earliest", "latest", a datetime or {channel: sequence} (raytopic.tools.cli)
+    asked = to if isinstance(to, dict) else {}
     if isinstance(to, dict):
         to = {channel: topic.position(channel, sequence) for channel, sequence in to.items()}
     positions = topic.reset_group(args.group, to)
@@ -128,8 +160,19 @@ def reset_group(args: argparse.Namespace) -> int:
         print(to_json({str(channel): p.sequence for channel, p in positions.items()}))
     else:
         for channel, position in sorted(positions.items()):
-            print(f"channel {channel}: next after {position.sequence}")
+            print(
+                f"channel {channel}: next after {position.sequence}"
+                + _clamped(asked.get(channel), position.sequence)
+            )
     return 0
+
+
+def _clamped(asked: int | None, set_to: int) -> str:
+    """What a reset line adds when the channel's position is not the one asked."""
+    if asked is None or asked == set_to:
+        return ""
+    where = "its tail" if asked > set_to else "before its head"
+    return f" (asked {asked}: clamped to {where})"
 
 
 def delete(args: argparse.Namespace) -> int:

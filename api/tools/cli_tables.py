@@ -3,6 +3,7 @@ figures, in one place (new fields slot in here). No Ray."""
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import asdict
 from datetime import datetime
@@ -15,7 +16,8 @@ __all__ = ["element_line", "groups_table", "to_json", "topic_table"]
 
 
 def to_json(value: Any) -> str:
-    """``value`` as JSON: dataclasses as objects, Positions and datetimes as text."""
+    """``value`` as JSON: dataclasses as objects, Positions and datetimes as text,
+    bytes as their text when they are UTF-8, else as base64."""
     return json.dumps(_plain(value), default=str)
 
 
@@ -30,6 +32,12 @@ def _plain(value: Any) -> Any:
         return [_plain(item) for item in value]
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            return base64.b64encode(raw).decode()
     return value
 
 

@@ -354,6 +354,7 @@ SUBSCRIBER = {
     "resequence": st.one_of(NOT_CALLABLE, st.just(rt.Resequence(seq=UNPICKLABLE))),
     "mode": JUNK.filter(lambda v: v not in (None, "owned", "shared")),
     "on_poison": JUNK.filter(lambda v: v not in ("raise", "skip")),
+    "create_group": NOT_BOOL,
 }
 
 
@@ -367,7 +368,7 @@ def test_topic_subscriber(topic: rt.Topic, state: Any, argument: str) -> None:
 
 def test_topic_ringbuffer_and_position(topic: rt.Topic) -> None:
     refuses(topic.ringbuffer, bad_int(0, CHANNELS - 1))
-    refuses(lambda channel: topic.position(channel, 0), bad_int(0))
+    refuses(lambda channel: topic.position(channel, 0), bad_int(0, CHANNELS - 1))
     refuses(lambda sequence: topic.position(0, sequence), bad_int(-1))
 
 
@@ -739,7 +740,7 @@ def test_data_read_topic(topic: rt.Topic) -> None:
     )
     bounds = st.one_of(
         JUNK.filter(lambda v: v not in ("earliest", "latest") and not isinstance(v, dict)),
-        st.sampled_from([datetime(2020, 1, 1), {0: -1}, {0: 1.5}]),
+        st.sampled_from([datetime(2020, 1, 1), {0: -1}, {0: 1.5}, {CHANNELS: 0}, {9: 0}]),
     )
     refuses(lambda start: raytopic.data.read_topic(topic, start=start), bounds)
     refuses(lambda end: raytopic.data.read_topic(topic, end=end), bounds)

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import pytest
 import raytopic as rt
 from raytopic.tools.cli import _parse, main
 
-from tests.topic_helpers import get
+from tests.topic_helpers import get, publish_all
 
 
 def _raytopic(
@@ -176,6 +177,8 @@ def test_missing_topics_and_groups_exit_3(
         assert result.returncode == 3, (args, result.stdout, result.stderr)
         assert "no-such" in result.stderr
         assert result.stdout == ""
+        if "no-such-group" in args:  # worded one way (reset-group said "does not exist")
+            assert result.stderr == f"raytopic: topic {topic.name!r} has no group 'no-such-group'\n"
 
 
 def test_create_tail_groups_reset_and_delete_a_topic(
@@ -375,5 +378,57 @@ def test_namespace_before_the_command_picks_the_namespace(
         listed = _in_process(capsys, "--namespace", namespace, "--address", ray_cluster, "list")
         assert listed.returncode == 0, listed.stderr
         assert listed.stdout.split() == [topic.name]
+    finally:
+        topic.destroy()
+
+
+def test_reset_group_says_where_it_clamped_and_tail_prints_bytes_readably(
+    ray_session: None,
+    ray_cluster: str,
+    make_topic,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic = make_topic(channels=2, groups=["g"])
+    statuses = publish_all(topic, [b"\x00\xff", b"text"], key="k")  # the first not UTF-8
+    channel = statuses[0].channel  # positions 0 and 1; the other channel has none
+    other = 1 - channel
+    tailed = _in_process(capsys, "tail", topic.name, "--json", "--address", ray_cluster)
+    values = [json.loads(line) for line in tailed.stdout.splitlines()]
+    # before: "b'\\x00\\xff'" and "b'text'"
+    assert [v["value"] for v in values] == ["AP8=", "text"]
+    reset = _in_process(
+        capsys, "reset-group", topic.name, "g", "--to", f"{channel}:9,{other}:0",
+        "--address", ray_cluster,
+    )  # fmt: skip
+    assert reset.returncode == 0, reset.stderr
+    # before: "channel N: next after 1", not saying it was asked 9
+    assert reset.stdout.splitlines() == sorted(
+        [
+            f"channel {channel}: next after 1 (asked 9: clamped to its tail)",
+            f"channel {other}: next after -1 (asked 0: clamped to its tail)",
+        ]
+    )
+
+
+def test_tail_follow_stopped_by_sigterm_exits_quietly(ray_session: None, ray_cluster: str) -> None:
+    namespace = f"cli-sigterm-{os.getpid()}"
+    topic = rt.create_topic(f"sigterm-{os.getpid()}", channels=1, namespace=namespace)
+    try:
+        command = shutil.which("raytopic") or sys.executable
+        prefix = [] if command.endswith("raytopic") else ["-m", "raytopic.cli"]
+        tail = subprocess.Popen(
+            [command, *prefix, "tail", topic.name, "--follow", "--address", ray_cluster,
+             "--namespace", namespace],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert tail.stdout is not None
+        with topic.publisher() as publisher:
+            publisher.publish("first")
+        assert tail.stdout.readline() == '"first"\n'  # it is following
+        tail.send_signal(signal.SIGTERM)
+        out, err = tail.communicate(timeout=60)
+        assert (tail.returncode, out, err) == (0, "", "")  # before: 1, Ray's SIGTERM stack dump
     finally:
         topic.destroy()

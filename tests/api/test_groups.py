@@ -13,6 +13,7 @@ import pytest
 import ray
 
 import raytopic as rt
+import raytopic.data
 
 from tests.topic_helpers import module_topic, next_sequences, publish_all, receive_each, slow_filter
 
@@ -278,6 +279,39 @@ def test_destroy_group_and_unknown_group(one_channel, unique_name):
     with pytest.raises(rt.GroupNotFoundError):
         topic.destroy_group("never")
     member.close()
+
+
+def test_create_group_false_joins_only_an_existing_group(one_channel, unique_name):
+    # A misspelt name made a durable group starting at the earliest element.
+    topic, g = one_channel, unique_name("g")
+    topic.create_group(g)
+    topic.create_group(rt.SharedGroup(g + "-s"))
+    groups_before = topic.groups()
+    for mode, name in (("owned", g + "-typo"), ("shared", g + "-s-typo")):
+        with pytest.raises(rt.GroupNotFoundError) as refused:
+            topic.subscriber(group=name, mode=mode, create_group=False)
+        assert str(refused.value) == f"topic {topic.name!r} has no group {name!r}"
+    assert topic.groups() == groups_before  # before: the typo groups were made
+    with topic.subscriber(group=g, create_group=False) as member:
+        assert member.channels == (0,)
+    with topic.subscriber(group=g + "-s", mode="shared", create_group=False) as member:
+        assert member.mode == "shared"
+    with pytest.raises(rt.InvalidArgumentError):
+        topic.subscriber(create_group=False)  # anonymous: no group to join
+
+
+def test_a_missing_group_is_worded_one_way_everywhere(one_channel):
+    topic = one_channel
+    expected = f"topic {topic.name!r} has no group 'nope'"
+    for call in (
+        lambda: topic.reset_group("nope", "earliest"),
+        lambda: topic.destroy_group("nope"),
+        lambda: raytopic.data.read_topic(topic, group="nope"),
+        lambda: topic.subscriber(group="nope", create_group=False),
+    ):
+        with pytest.raises(rt.GroupNotFoundError) as refused:
+            call()
+        assert str(refused.value) == expected  # before: "group 'nope' does not exist" too
 
 
 BAD_NAMES = ["", " g", "-g", "a/b", "x" * 129, "g:1"]
