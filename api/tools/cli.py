@@ -205,6 +205,23 @@ def _admin_commands(commands: argparse._SubParsersAction) -> None:  # type: igno
     create.add_argument(
         "--group", action="append", metavar="G", help="a durable group (may repeat)"
     )
+    create.add_argument(
+        "--compact",
+        action="store_true",
+        help="a compacted topic: only each key's latest value is kept (retained, keyed)",
+    )
+    for flag, default, what in (
+        ("--min-lag", 0.0, "seconds an element stays uncompacted"),
+        ("--max-lag", 60.0, "seconds until every element is eligible, quiet topic too"),
+        ("--tombstone-retention", 86_400.0, "seconds a delete stays once eligible"),
+    ):
+        create.add_argument(
+            flag,
+            type=float,
+            default=None,
+            metavar="S",
+            help=f"with --compact: {what} ({default:g})",
+        )
     command("describe", "channels and groups of a topic").add_argument("topic")
     tail = command("tail", "print elements, one JSON value per line")
     tail.add_argument("topic")

@@ -40,24 +40,63 @@ def list_topics(args: argparse.Namespace) -> int:
 
 
 def create(args: argparse.Namespace) -> int:
-    """Make a topic (TopicExistsError: exit 1)."""
+    """Make a topic (TopicExistsError: exit 1; bad compaction settings: exit 2, nothing
+    made)."""
     topic = rt.create_topic(
         args.topic,
         channels=args.channels,
         capacity=args.capacity,
-        retain=args.retain,
+        retain=args.retain or None,  # unset: a compacted topic retains, a plain one not
         ttl=args.ttl,
         overflow=args.overflow,
         store=args.store,
         groups=args.group or (),
         namespace=args.namespace,
+        compaction=_compaction(args),
     )
+    settings = _settings(topic)
     if args.json:
-        print(to_json({"name": topic.name, "topic_id": topic.topic_id, **_settings(topic)}))
-    else:
-        settings = ", ".join(f"{key} {value}" for key, value in _settings(topic).items())
-        print(f"created topic {topic.name} ({settings})")
+        print(to_json({"name": topic.name, "topic_id": topic.topic_id, **settings}))
+        return 0
+    compaction = settings.pop("compaction")
+    text = ", ".join(f"{key} {value}" for key, value in settings.items())
+    if compaction is not None:
+        text += (
+            f"; compacted: min lag {compaction['min_lag_s']:g} s, max lag"
+            f" {compaction['max_lag_s']:g} s, tombstone retention"
+            f" {compaction['tombstone_retention_s']:g} s"
+        )
+    print(f"created topic {topic.name} ({text})")
     return 0
+
+
+_COMPACTION_FLAGS = {
+    "min_lag": "min_lag_s",
+    "max_lag": "max_lag_s",
+    "tombstone_retention": "tombstone_retention_s",
+}
+"""create's compaction options, each with the ``rt.Compaction`` setting it gives."""
+
+
+def _compaction(args: argparse.Namespace) -> rt.Compaction | None:
+    """The compaction ``--compact`` and its settings ask for (None: a plain topic).
+
+    Raises:
+        InvalidArgumentError: a setting without ``--compact``, or a bad value.
+    """
+    given = {
+        setting: getattr(args, flag)
+        for flag, setting in _COMPACTION_FLAGS.items()
+        if getattr(args, flag) is not None
+    }
+    if not args.compact:
+        if given:
+            flags = ", ".join(f"--{flag.replace('_', '-')}" for flag in _COMPACTION_FLAGS)
+            raise rt.InvalidArgumentError(
+                f"{flags} are settings of a compacted topic: add --compact"
+            )
+        return None
+    return rt.Compaction(**given)
 
 
 def _settings(topic: rt.Topic) -> dict[str, Any]:
@@ -68,6 +107,7 @@ def _settings(topic: rt.Topic) -> dict[str, Any]:
         "retain": config.retain,
         "ttl": config.ttl,
         "overflow": config.overflow.value,
+        "compaction": None if config.compaction is None else config.compaction.to_state(),
         "groups": list(topic.groups()),
     }
 

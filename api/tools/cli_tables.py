@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -68,8 +69,9 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 def topic_table(stats: TopicStats) -> str:
     """``describe``: the channels (head, tail, size, epoch, node, pid, state), the open
-    transactions of each channel, if any, then each group's members with their
-    channels and its per-channel positions and counts."""
+    transactions of each channel, if any, a compacted topic's compaction per channel,
+    then each group's members with their channels and its per-channel positions and
+    counts."""
     lines = [f"topic {stats.name} (id {stats.topic_id})"]
     lines.append(
         _table(
@@ -83,6 +85,9 @@ def topic_table(stats: TopicStats) -> str:
     transactions = _transactions_table(stats)
     if transactions:
         lines += ["", transactions]
+    compaction = _compaction_table(stats)
+    if compaction:
+        lines += ["", compaction]
     for group in stats.groups.values():
         lines.append("")
         lines.append(_group_title(group))
@@ -122,6 +127,39 @@ def _transactions_table(stats: TopicStats) -> str:
     title = f"open transactions ({len({row[2] for row in rows})})"
     header = ["channel", "transactional id", "transaction", "phase", "age (s)", "staged"]
     return title + "\n" + _table(header, rows)
+
+
+def _compaction_table(stats: TopicStats) -> str:
+    """A compacted topic's compaction, one row per channel ("" if not compacted): its
+    compaction point, live keys and dirty ratio, its passes, and the last one's age,
+    length, elements removed and log bytes before and after."""
+    if all(c.compaction is None for c in stats.channels):
+        return ""
+    now = time.time()
+    rows = []
+    for c in stats.channels:
+        figures = c.compaction or {}
+        last = figures.get("last_run") or {}
+        dirty = figures.get("dirty_ratio")
+        rows.append(
+            [
+                c.channel,
+                figures.get("point"),
+                figures.get("live_keys"),
+                None if dirty is None else f"{dirty:.2f}",
+                figures.get("runs"),
+                f"{now - last['at']:.1f}" if last else None,
+                f"{last['seconds']:.3f}" if last else None,
+                last.get("removed"),
+                last.get("bytes_before"),
+                last.get("bytes_after"),
+            ]
+        )
+    header = [
+        "channel", "point", "live keys", "dirty", "runs", "last run (s ago)", "took (s)",
+        "removed", "bytes before", "bytes after",
+    ]  # fmt: skip
+    return "compaction\n" + _table(header, rows)
 
 
 def _group_title(group: GroupStats) -> str:

@@ -265,6 +265,102 @@ def test_create_tail_groups_reset_and_delete_a_topic(
             rt.get_topic(name).destroy()
 
 
+def test_create_compact_and_describe_show_each_channels_compaction(
+    ray_session: None,
+    ray_cluster: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path,
+    wait_until,
+) -> None:
+    name = f"cli-compact-{os.getpid()}"
+    created = _in_process(
+        capsys, "create", name, "--channels", "2", "--compact", "--max-lag", "0.5",
+        "--tombstone-retention", "600", "--store", str(tmp_path), "--json",
+        "--address", ray_cluster,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    settings = json.loads(created.stdout)
+    assert settings["retain"] is True  # a compacted topic keeps its elements
+    assert settings["compaction"] == {
+        "min_lag_s": 0.0,
+        "max_lag_s": 0.5,
+        "tombstone_retention_s": 600.0,
+    }
+    topic = rt.get_topic(name)
+    try:
+        assert topic.config.compaction == rt.Compaction(max_lag_s=0.5, tombstone_retention_s=600)
+        with topic.publisher() as publisher:
+            for version in range(5):
+                for k in range(10):
+                    publisher.publish({"v": version}, key=f"k{k}")
+            publisher.delete("k0").result(timeout=60)
+
+        def compacted() -> bool:  # every channel's pass covered everything published
+            return all(
+                c.compaction is not None and c.compaction["point"] > c.tail
+                for c in topic.describe().channels
+            )
+
+        wait_until(compacted, timeout=60)
+        described = _in_process(capsys, "describe", name, "--json", "--address", ray_cluster)
+        assert described.returncode == 0, described.stderr
+        channels = json.loads(described.stdout)["channels"]
+        assert sum(c["size"] for c in channels) == 10  # every key's latest, k0's delete
+        figures = {c["channel"]: c["compaction"] for c in channels}
+        assert sum(f["live_keys"] for f in figures.values()) == 9  # k0 is deleted
+        for channel, f in figures.items():
+            assert f["point"] > channels[channel]["tail"] and f["runs"] >= 1
+            assert f["dirty_ratio"] == 0.0
+            last = f["last_run"]
+            assert set(last) == {"at", "seconds", "removed", "bytes_before", "bytes_after"}
+            assert last["seconds"] >= 0 and last["bytes_after"] <= last["bytes_before"]
+
+        table = _in_process(capsys, "describe", name, "--address", ray_cluster)
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.splitlines()
+        at = lines.index("compaction")
+        assert lines[at + 1].split() == [
+            "channel", "point", "live", "keys", "dirty", "runs", "last", "run", "(s", "ago)",
+            "took", "(s)", "removed", "bytes", "before", "bytes", "after",
+        ]  # fmt: skip
+        for row, channel in zip(lines[at + 2 : at + 4], (0, 1), strict=True):
+            cells = row.split()
+            f, last = figures[channel], figures[channel]["last_run"]
+            assert cells[:5] == [str(channel), str(f["point"]), str(f["live_keys"]), "0.00",
+                                 str(f["runs"])]  # fmt: skip
+            assert float(cells[5]) >= 0
+            assert cells[7:] == [str(last["removed"]), str(last["bytes_before"]),
+                                 str(last["bytes_after"])]  # fmt: skip
+    finally:
+        topic.destroy()
+
+
+def test_create_compact_refuses_bad_settings_and_creates_nothing(
+    ray_session: None, ray_cluster: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = f"cli-compact-bad-{os.getpid()}"
+    for args, said in (
+        (["--max-lag", "5"], "--compact"),  # a setting of a compacted topic without it
+        (["--compact", "--min-lag", "5", "--max-lag", "1"], "min_lag_s"),
+        (["--compact", "--max-lag", "nan"], "max_lag_s"),
+        (["--compact", "--tombstone-retention", "-1"], "tombstone_retention_s"),
+        (["--compact", "--retain", "--max-lag", "0"], "max_lag_s"),
+    ):
+        refused = _in_process(capsys, "create", name, *args, "--address", ray_cluster)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+        assert said in refused.stderr and refused.stdout == ""
+        assert name not in rt.list_topics()
+    created = _in_process(capsys, "create", name, "--compact", "--address", ray_cluster)
+    try:
+        assert created.returncode == 0, created.stderr
+        assert created.stdout.strip().endswith(
+            "; compacted: min lag 0 s, max lag 60 s, tombstone retention 86400 s)"
+        )
+        assert rt.get_topic(name).config.compaction == rt.Compaction()
+    finally:
+        rt.get_topic(name).destroy()
+
+
 def test_an_unreachable_cluster_fails_fast_with_a_message() -> None:
     started = time.monotonic()
     result = _raytopic("list", "--address", "127.0.0.1:1", timeout=60)

@@ -3,6 +3,7 @@ tombstones, and Kafka's four guarantees of compaction."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -95,9 +96,23 @@ def test_a_reader_within_min_lag_of_the_tail_sees_everything(
     _publish_versions(topic, keys=5, versions=3)
     with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
         assert len(_all(subscriber)) == 15  # nothing is eligible for 10 s
+    assert topic.describe().channels[0].compaction == {
+        "point": -1,  # no pass yet
+        "live_keys": None,
+        "dirty_ratio": 1.0,  # all of it new
+        "runs": 0,
+        "last_run": None,
+    }
     _compacted(topic, wait_until)
     with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
         assert sorted(e.value["v"] for e in _all(subscriber)) == [2] * 5
+    stats = topic.describe().channels[0]
+    figures, last = stats.compaction, stats.compaction["last_run"]
+    assert (stats.size, figures["point"], figures["live_keys"]) == (5, 15, 5)
+    assert figures["dirty_ratio"] == 0.0 and figures["runs"] >= 1
+    assert last["at"] <= time.time() and last["seconds"] >= 0
+    assert 0 < last["bytes_after"] <= last["bytes_before"]
+    assert last["removed"] == 0 or last["bytes_after"] < last["bytes_before"]
 
 
 def test_deletes_are_seen_within_their_retention_then_go_with_their_key(

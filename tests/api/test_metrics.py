@@ -125,3 +125,33 @@ def test_transaction_commits_aborts_and_fencings_reach_prometheus(
         assert _fencings(metrics_url, sink.namespace) >= fenced_before + 1
 
     _eventually(counted)
+
+
+def test_compactions_and_the_bytes_they_reclaimed_reach_prometheus(
+    make_topic: Callable[..., rt.Topic], metrics_url: str, wait_until: Callable[..., object]
+) -> None:
+    topic = make_topic(channels=2, compaction=rt.Compaction(max_lag_s=0.3))
+    with topic.publisher() as publisher:
+        for version in range(20):
+            for k in range(10):
+                publisher.publish({"v": version, "pad": "x" * 100}, key=f"k{k}")
+        publisher.flush()
+
+    def compacted() -> bool:  # every channel's pass covered everything published
+        return all(
+            c.compaction is not None and c.compaction["point"] > c.tail
+            for c in topic.describe().channels
+        )
+
+    wait_until(compacted, timeout=30.0)
+    passes = sum(c.compaction["runs"] for c in topic.describe().channels)
+
+    def counted() -> None:
+        samples = _scrape(metrics_url, topic.name)
+        compactions = samples["ray_raytopic_compactions_total"]
+        assert {labels["channel"] for labels, _ in compactions} == {"0", "1"}
+        assert sum(value for _, value in compactions) == passes
+        # 190 of 200 values of over 100 bytes each went.
+        assert _total(samples, "ray_raytopic_compacted_bytes_total") > 190 * 100
+
+    _eventually(counted)
