@@ -82,6 +82,7 @@ from raytopic.core.protocol import (
     Append,
     AppendAck,
     AppendOnce,
+    AppendPieces,
     Chunk,
     CloseReader,
     Commit,
@@ -558,28 +559,97 @@ class ChannelActor:
         """
         arrived = time.perf_counter()
         payload = check_payload(payload)
-        publisher_id, batch, statuses = request.publisher_id, request.batch, request.statuses
-        publishers = self._publishers
-        ack = publishers.earlier_ack(publisher_id, batch, len(payload))
-        if ack is not None:  # a retry (a lost reply, or a restart in between)
-            return self._ack_reply(ack, statuses)
-        async with publishers.turn(publisher_id, batch):
-            ack, change = await self._log.append(
-                payload,
-                Overflow.parse(request.overflow),
-                request.timeout,
-                whole=statuses,
-                each=request.each,
-                publisher_id=publisher_id,
-                batch=batch,
-            )
+        ack, change, fresh = await self._append_batch(
+            request.publisher_id,
+            request.batch,
+            payload,
+            Overflow.parse(request.overflow),
+            request.timeout,
+            whole=request.statuses,
+            each=request.each,
+        )
         # Outside the turn: the publisher's next batch is written meanwhile, and
         # one fdatasync covers both.
         await self._log.durable(change)
+        if fresh:
+            self._appended(arrived, request.publisher_id, request.batch, ack)
+        return self._ack_reply(ack, request.statuses)
+
+    @serves(AppendPieces)
+    async def _append_pieces(
+        self, request: AppendPieces, payloads: tuple[Payload, ...]
+    ) -> tuple[AppendAck, ...]:
+        """Append a publisher's pieces as its consecutive batches (see ``AppendPieces``):
+        what one publisher sent one channel while its calls were in flight, in one call.
+
+        Raises:
+            InvalidArgumentError: a stale or duplicate batch number, or not one
+                payload per piece.
+        """
+        arrived = time.perf_counter()
+        if not isinstance(payloads, tuple) or len(payloads) != len(request.whole):
+            raise InvalidArgumentError(f"{len(request.whole)} pieces need as many payloads")
+        pieces = [check_payload(payload) for payload in payloads]
+        policy = Overflow.parse(request.overflow)
+        acks: list[tuple[AppendAck, bool]] = []
+        last_change = None
+        for index, (payload, whole) in enumerate(zip(pieces, request.whole, strict=True)):
+            ack, change, fresh = await self._append_batch(
+                request.publisher_id,
+                request.batch + index,
+                payload,
+                policy,
+                request.timeout,
+                whole=whole,
+                each=not whole,
+            )
+            acks.append((ack, fresh))
+            last_change = change if change is not None else last_change
+        await self._log.durable(last_change)  # one fdatasync covers every piece
+        for index, (ack, fresh) in enumerate(acks):
+            if fresh:
+                self._appended(arrived, request.publisher_id, request.batch + index, ack)
+        return tuple(ack for ack, _ in acks)
+
+    async def _append_batch(
+        self,
+        publisher_id: str,
+        batch: int,
+        payload: Payload,
+        policy: Overflow,
+        timeout: float | None,
+        *,
+        whole: bool,
+        each: bool,
+    ) -> tuple[AppendAck, int | None, bool]:
+        """Append one publisher batch in its turn (a batch seen before: the ack it got
+        then, appending nothing twice). Returns the ack, the change to make durable
+        before answering, and whether it is new (not a retry's).
+
+        Raises:
+            InvalidArgumentError: a stale or duplicate batch number.
+        """
+        publishers = self._publishers
+        ack = publishers.earlier_ack(publisher_id, batch, len(payload))
+        if ack is not None:  # a retry (a lost reply, or a restart in between)
+            return ack, None, False
+        async with publishers.turn(publisher_id, batch):
+            ack, change = await self._log.append(
+                payload,
+                policy,
+                timeout,
+                whole=whole,
+                each=each,
+                publisher_id=publisher_id,
+                batch=batch,
+            )
+        return ack, change, True
+
+    def _appended(self, arrived: float, publisher_id: str, batch: int, ack: AppendAck) -> None:
+        """Count a durable append and keep its ack for a retry of ``batch``."""
         self._context.metrics.appended(time.perf_counter() - arrived)
         self._reporting = True
-        publishers.remember(publisher_id, batch, ack)
-        return self._ack_reply(ack, statuses)
+        self._publishers.remember(publisher_id, batch, ack)
 
     @serves(AppendOnce)
     async def _append_once(self, request: AppendOnce, payload: Payload) -> AppendAck:

@@ -13,6 +13,9 @@ This leans on ``concurrent.futures.Future``'s private attribute names
 (``_condition``, ``_state``, ``_result``, ``_exception``, ``_waiters``,
 ``_done_callbacks``), unchanged since Python 3.2; ``tests/api/
 test_publish_futures.py`` checks every public Future behaviour on them.
+
+A ``publish_batch`` that rides the accumulator gets one stock Future of its own
+(:class:`BatchFuture`), completed once each channel's part of it is acknowledged.
 """
 
 from __future__ import annotations
@@ -20,13 +23,19 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED, RUNNING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytopic.core.errors import TopicFullError
 from raytopic.core.protocol import AppendAck
 from raytopic.core.records import Position, PublishStatus, stamp_to_datetime
+from raytopic.core.statuses import PublishStatuses, combine_statuses
 
-__all__ = ["PublishBatch", "PublishFuture"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
+
+__all__ = ["BatchFuture", "PublishBatch", "PublishFuture"]
 
 
 class PublishBatch:
@@ -203,3 +212,58 @@ class PublishFuture(Future):
 
     def __repr__(self) -> str:
         return f"<PublishFuture channel={self._batch.channel} state={self._state}>"
+
+
+class BatchFuture(Future):
+    """The future of one ``publish_batch``'s statuses, in input order (a compact
+    PublishStatuses), assembled here from its parts' acks as they come: a part
+    refused fails it with that part's error (TopicFullError naming its channel,
+    which appended none of it; other channels' parts may have gone in).
+
+    Args:
+        topic_id: The topic's id.
+        channels: Each part's channel, in part order.
+        counts: Each part's number of values.
+        layout: ``layout[i]``: the part holding value ``i`` (None: at most one part).
+    """
+
+    def __init__(
+        self,
+        topic_id: str,
+        channels: Sequence[int],
+        counts: Sequence[int],
+        layout: np.ndarray | None,
+    ) -> None:
+        super().__init__()
+        self._topic_id = topic_id
+        self._channels = channels
+        self._counts = counts
+        self._layout = layout
+        self._parts: list[PublishStatuses | BaseException | None] = [None] * len(channels)
+        self._left = len(channels)
+        if not channels:
+            self.set_result(PublishStatuses())
+
+    def part_done(self, index: int, ack: AppendAck | None, error: BaseException | None) -> None:
+        """Part ``index`` was acknowledged (``ack``) or failed (``error``); the last
+        part's outcome completes the future. Called by one thread at a time."""
+        channel, count = self._channels[index], self._counts[index]
+        if error is None and ack is not None and ack.error is None and ack.accepted == count:
+            runs = ack.runs or ((ack.first, ack.accepted, ack.stamp),)
+            self._parts[index] = PublishStatuses.of_channel(self._topic_id, channel, runs)
+        else:  # never a silent success for a value the channel did not append
+            self._parts[index] = (
+                error
+                or (ack.error if ack is not None else None)
+                or TopicFullError(f"channel {channel}: {count} values not appended")
+            )
+        self._left -= 1
+        if self._left:
+            return
+        failures = [part for part in self._parts if isinstance(part, BaseException)]
+        if failures:
+            self.set_exception(failures[0])
+        elif self._layout is None:
+            self.set_result(self._parts[0])
+        else:
+            self.set_result(combine_statuses(self._layout, *self._parts))  # type: ignore[arg-type]

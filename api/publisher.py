@@ -9,11 +9,13 @@ out value by value (an idle publisher sends at once), and heavy traffic in
 batches that grow with the load (what is published while a channel's calls
 are out goes in its next call), with no timer on the hot path. ``linger``
 holds a partial batch back until it is that old, for callers who prefer
-fewer calls to latency.
+fewer calls to latency. ``publish_batch(..., ref=False)`` parts wait in the
+same queues (``raytopic.publish_accumulator``): a call carries up to a full
+batch of whatever was published for its channel, in publish order.
 
-Every batch carries the publisher's id and a per-channel batch number: the
-channel appends one publisher's batches in that order (several may be in
-flight to one channel), and a retried batch is not appended twice.
+Every piece a call carries (a batch of values, a part) is numbered per channel:
+the channel appends one publisher's pieces in that order (several calls may be
+in flight to one channel), and a retried piece is not appended twice.
 """
 
 from __future__ import annotations
@@ -25,13 +27,22 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 import ray
 
+from raytopic.batch_parts import (
+    check_keyed,
+    encode_part,
+    no_key_error,
+    part_layout,
+    parts_of,
+    route,
+    routed_keys,
+)
 from raytopic.core.config import (
     MAX_LINGER_SECONDS,
     check_items,
@@ -49,11 +60,12 @@ from raytopic.core.errors import (
     TopicFullError,
 )
 from raytopic.core.gather import Joined, JoinKind, send_joined
-from raytopic.core.payloads import TOMBSTONE, Payload, PickledValues, encode_values, fast_dumps
-from raytopic.core.protocol import Append, AppendAck, pack_request
+from raytopic.core.payloads import TOMBSTONE, Payload, PickledValues, fast_dumps
+from raytopic.core.protocol import Append, AppendAck, AppendPieces, pack_request
 from raytopic.core.statuses import PublishStatuses
 from raytopic.core.waits import bounded_wait
-from raytopic.publish_futures import PublishBatch
+from raytopic.publish_accumulator import PIPELINE, ChannelQueue, Part, Piece, piece_count
+from raytopic.publish_futures import BatchFuture, PublishBatch
 from raytopic.routing import key_hash, stored_key
 
 if TYPE_CHECKING:
@@ -64,31 +76,14 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Publisher"]
 
-PIPELINE = 2
-"""Calls to one channel a partial batch may queue behind: two keep a channel
-busy (one in flight while the next fills) and let batches grow under load."""
-
-
-@dataclass(slots=True)
-class _Pipe:
-    """One channel as this publisher sees it."""
-
-    channel: int
-    actor: Any
-    open: PublishBatch
-    opened_at: float = 0.0  # monotonic time of the open batch's first value
-    next_batch: int = 0
-    in_flight: int = 0  # calls to this channel not yet returned
-    full: list[PublishBatch] = field(default_factory=list)  # closed at batch_size, waiting
-
 
 @dataclass(slots=True)
 class _Call:
     """One append call on its way."""
 
-    pipe: _Pipe
+    pipe: ChannelQueue
     number: int
-    batch: PublishBatch | None  # None: a publish_batch part (its caller holds the ref)
+    pieces: list[Piece] | None  # None: a publish_batch part whose caller holds the ref
     count: int
 
 
@@ -155,7 +150,7 @@ class Publisher:
         self._lock = threading.Lock()
         self._completed = threading.Condition(self._lock)
         self._pipes = [
-            _Pipe(channel, actor, PublishBatch(self._topic_id, channel))
+            ChannelQueue(channel, actor, PublishBatch(self._topic_id, channel))
             for channel, actor in enumerate(topic._channel_actors)
         ]
         self._next_channel = 0
@@ -210,7 +205,7 @@ class Publisher:
             if self._ordering is not None:
                 key = self._ordering(value)
             if key is None and self._compacted:
-                raise _no_key_error(self._topic.name)
+                raise no_key_error(self._topic.name)
         return self._enqueue(payload, key)
 
     def delete(self, key: Any) -> Future[PublishStatus]:
@@ -258,28 +253,16 @@ class Publisher:
             if channel is None:
                 channel = self._next_channel
                 self._next_channel = (channel + 1) % len(self._pipes)
-            if self._pending >= self._max_buffered:
-                if not self._wait_for_room():
-                    return _failed_future(
-                        TopicFullError(
-                            f"{self._pending} values still buffered after "
-                            f"{self._block_timeout} s: the topic does not keep up"
-                        )
-                    )
-                if self._closed:  # closed while it waited: nothing would send the value
-                    raise self._closed_error()
+            room = self._room() if self._pending >= self._max_buffered else None
+            if room is not None:
+                return _failed_future(room)
             pipe = self._pipes[channel]
-            batch = pipe.open
-            if not batch.payloads:
-                pipe.opened_at = time.monotonic()
-            future = batch.add(payload, key)
+            future = pipe.add_value(payload, key, time.monotonic(), self._batch_size)
             self._pending += 1
-            full = len(batch.payloads) >= self._batch_size
-            if full:
-                self._close_open(pipe)
             calls = (
                 self._calls_to_make(force=False)
-                if (full or pipe.in_flight < PIPELINE) and self._in_flight < self._max_in_flight
+                if (pipe.size >= self._batch_size or pipe.in_flight < PIPELINE)
+                and self._in_flight < self._max_in_flight
                 else ()
             )
         if calls:
@@ -288,10 +271,24 @@ class Publisher:
             self._start_worker()  # it sends the batch once it is linger old
         return future
 
+    @overload
     def publish_batch(
-        self, values: Iterable[Any], *, keys: Sequence[Any] | None = None
-    ) -> ray.ObjectRef[Sequence[PublishStatus]]:
-        """Publish many values in one call per channel.
+        self,
+        values: Iterable[Any],
+        *,
+        keys: Sequence[Any] | None = None,
+        ref: Literal[True] = True,
+    ) -> ray.ObjectRef[Sequence[PublishStatus]]: ...
+
+    @overload
+    def publish_batch(
+        self, values: Iterable[Any], *, keys: Sequence[Any] | None = None, ref: Literal[False]
+    ) -> Future[Sequence[PublishStatus]]: ...
+
+    def publish_batch(
+        self, values: Iterable[Any], *, keys: Sequence[Any] | None = None, ref: bool = True
+    ) -> ray.ObjectRef[Sequence[PublishStatus]] | Future[Sequence[PublishStatus]]:
+        """Publish many values: each channel's share of them as one part.
 
         Values this publisher published before go out first, so per-key order
         holds across ``publish`` and ``publish_batch``.
@@ -305,28 +302,40 @@ class Publisher:
         stamp) or not at all: with overflow "block" it waits up to
         ``block_timeout`` for room for all of it (a part larger than the
         capacity goes in pieces as room frees); with "fail" it is refused at
-        once. A part refused makes the ObjectRef raise TopicFullError naming
+        once. A part refused makes the result raise TopicFullError naming
         its channel, which appended nothing of it (other channels' parts may
         have gone in).
+
+        With ``ref`` (the default) every part goes at once, one call per channel
+        (no task: the last channel's call joins the others' statuses). With
+        ``ref=False`` the parts wait in the channels' queues like ``publish()``'s
+        values: while a channel's calls are in flight, the parts of successive
+        batches for it coalesce, so a call carries up to ``batch_size`` values
+        whatever the channel count; at most ``max_buffered`` values wait (beyond
+        that the call waits up to ``block_timeout``, as ``publish()`` does).
 
         Args:
             values: Picklable values except None and ObjectRefs.
             keys: One key per value (None entries: ``ordering(value)`` or round
                 robin), or None.
+            ref: Return an ObjectRef (True) or a Future (False) of the statuses.
 
         Returns:
-            ``ObjectRef`` of the values' statuses in input order: a
-            PublishStatuses, a compact sequence (length, index, iteration,
-            equality with a list) whose items are built when read.
+            The values' statuses in input order: a PublishStatuses, a compact
+            sequence (length, index, iteration, equality with a list) whose items
+            are built when read; as an ``ObjectRef`` (owned by this process), or
+            with ``ref=False`` a ``concurrent.futures.Future``.
 
         Raises:
             InvalidTypeError, InvalidArgumentError: a bad value or key, ``values``
                 or ``keys`` that is not a list of them (a str, a dict, None),
-                ``keys`` of another length, or a value without a key for a
-                compacted topic; nothing is sent.
+                ``keys`` of another length, a value without a key for a
+                compacted topic, or a ``ref`` that is not a bool; nothing is sent.
             PublisherClosedError: the publisher was closed.
             TopicNotFoundError: the topic was destroyed.
         """
+        if type(ref) is not bool:
+            raise InvalidTypeError(f"ref must be True or False, got {type(ref).__name__}")
         values = check_items(values, "values")
         if keys is not None:
             keys = check_items(keys, "keys")
@@ -347,11 +356,13 @@ class Publisher:
         }
         # Before anything is sent: a dead channel's ref would raise Ray's ActorDiedError.
         check_topic(self._topic_id, self._topic.name, *(self._pipes[c].actor for c in parts))
+        if not ref:
+            return self._queue_parts(parts, layout)
         with self._lock:
             if self._closed:
                 raise self._closed_error()
             for channel in parts:  # what was published before goes first
-                self._close_open(self._pipes[channel])
+                self._pipes[channel].close_open()
             calls = self._calls_to_make(force=True, only=set(parts))
             for channel, payload in parts.items():
                 pipe = self._pipes[channel]
@@ -360,23 +371,21 @@ class Publisher:
                 pipe.in_flight += 1
                 self._in_flight += 1
                 self._pending += len(payload)
-        own = [call for call in calls if call.batch is None]
+        own = [call for call in calls if call.pieces is None]
         for call in calls:
-            if call.batch is not None:
+            if call.pieces is not None:
                 self._make_one(call, None)
         if not own:
             return ray.put(PublishStatuses())
         # One call per channel, no task: the last part's channel joins the others'
         # statuses into its reply (raytopic.core.gather). It answers once every part
         # has, so its reply alone completes them all: one callback a batch, not one a part.
-        part_of = np.empty(len(self._pipes), dtype=np.int64)  # channel -> its part's index
-        part_of[[call.pipe.channel for call in own]] = np.arange(len(own))
         sent: list[_Call] = []
         sends = [
             partial(self._make_part, call, parts[call.pipe.channel], own, sent) for call in own
         ]
         try:
-            return send_joined(sends, part_of[layout], JoinKind.STATUSES)
+            return send_joined(sends, part_layout(layout, list(parts)), JoinKind.STATUSES)
         except Exception:
             # The lead never went, so nothing will complete the parts: those sent and
             # those never sent are completed now (the failed one was, where it failed).
@@ -385,6 +394,54 @@ class Publisher:
                 if call is not failed:
                     self._post(("done", call, None, ChannelUnavailableError("not completed")))
             raise
+
+    def _queue_parts(
+        self, parts: dict[int, Payload], layout: np.ndarray
+    ) -> Future[Sequence[PublishStatus]]:
+        """``publish_batch(ref=False)``: each part waits in its channel's queue, after
+        what was published before; the calls that carry them complete the future."""
+        channels = list(parts)
+        future = BatchFuture(
+            self._topic_id,
+            channels,
+            [len(part) for part in parts.values()],
+            part_layout(layout, channels) if len(channels) > 1 else None,
+        )
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            room = self._room()
+            if room is not None:
+                future.set_exception(room)
+                return future
+            now = time.monotonic()
+            for index, (channel, payload) in enumerate(parts.items()):
+                self._pipes[channel].add_part(Part(payload, future, index), now)
+                self._pending += len(payload)
+            calls = self._calls_to_make(force=False)
+        if calls:
+            self._make(calls)
+        else:
+            self._start_worker()  # it sends the parts once their channels' calls return
+        return future
+
+    def _room(self) -> TopicFullError | None:
+        """With the lock held: wait while ``max_buffered`` values are pending. Returns
+        why new values fail (no room within ``block_timeout``), or None.
+
+        Raises:
+            PublisherClosedError: closed while it waited (nothing would send them).
+        """
+        if self._pending < self._max_buffered:
+            return None
+        if not self._wait_for_room():
+            return TopicFullError(
+                f"{self._pending} values still buffered after "
+                f"{self._block_timeout} s: the topic does not keep up"
+            )
+        if self._closed:
+            raise self._closed_error()
+        return None
 
     def _make_part(
         self, call: _Call, part: Payload, own: list[_Call], sent: list[_Call], joined: Joined | None
@@ -426,48 +483,28 @@ class Publisher:
 
     # -- batching ------------------------------------------------------------------
 
-    def _close_open(self, pipe: _Pipe) -> None:
-        """With the lock held: the open batch stops taking values and waits to go."""
-        if pipe.open.payloads:
-            pipe.full.append(pipe.open)
-            pipe.open = PublishBatch(self._topic_id, pipe.channel)
-
     def _calls_to_make(self, *, force: bool, only: set[int] | None = None) -> list[_Call]:
-        """With the lock held: the batches that go now, fullest first, numbered.
+        """With the lock held: the calls that go now, fullest channel first, numbered.
 
         Without ``force`` at most ``max_in_flight`` calls are outstanding, and a
         partial batch waits until fewer than PIPELINE calls to its channel are
-        out and it is ``linger`` old.
+        out and it is ``linger`` old (see ``ChannelQueue.due``).
         """
         calls: list[_Call] = []
-        now = time.monotonic() if self._linger else 0.0
+        now = time.monotonic()
+        batch_size, linger = self._batch_size, self._linger
         while force or self._in_flight < self._max_in_flight:
             pick, pick_size = None, 0
             for pipe in self._pipes:
                 if only is not None and pipe.channel not in only:
                     continue
-                if pipe.full:
-                    size = self._batch_size + len(pipe.full)  # closed batches go first
-                elif pipe.open.payloads and (
-                    force
-                    or (
-                        pipe.in_flight < PIPELINE
-                        and (not self._linger or now - pipe.opened_at >= self._linger)
-                    )
-                ):
-                    size = len(pipe.open.payloads)
-                else:
-                    continue
+                size = pipe.due(batch_size, force=force, linger=linger, now=now)
                 if size > pick_size:
                     pick, pick_size = pipe, size
             if pick is None:
                 break
-            if not pick.full:
-                self._close_open(pick)
-            batch = pick.full.pop(0)
-            calls.append(_Call(pick, pick.next_batch, batch, len(batch.payloads)))
-            pick.next_batch += 1
-            pick.in_flight += 1
+            number, pieces = pick.take(batch_size)
+            calls.append(_Call(pick, number, pieces, piece_count(pieces)))
             self._in_flight += 1
         return calls
 
@@ -483,28 +520,32 @@ class Publisher:
         completes: list[_Call] | None = None,
     ) -> Any:
         """Submit one append call (outside the lock); its reply is completed by the worker.
-        ``part``: a publish_batch part's values; ``joined``: the other parts' replies
-        this part's call joins (see ``raytopic.core.gather``); ``completes``: the calls
-        its reply completes (default: itself; a publish_batch's lead completes every part)."""
-        if call.batch is None:
+        ``part``: a publish_batch part's values (a ref's: its call is the part alone);
+        ``joined``: the other parts' replies this part's call joins (see
+        ``raytopic.core.gather``); ``completes``: the calls its reply completes
+        (default: itself; a publish_batch's lead completes every part)."""
+        if call.pieces is None:
             assert part is not None
-            payload = part
+            request: Any = Append(
+                publisher_id=self._id,
+                batch=call.number,
+                overflow=self._overflow,
+                timeout=self._block_timeout,
+                statuses=True,
+            )
+            payload: Any = part
         else:
-            payload = PickledValues.from_pickles(call.batch.payloads, call.batch.keys)
+            request = AppendPieces(
+                publisher_id=self._id,
+                batch=call.number,
+                overflow=self._overflow,
+                timeout=self._block_timeout,
+                whole=tuple(type(piece) is Part for piece in call.pieces),
+            )
+            payload = tuple(_payload_of(piece) for piece in call.pieces)
         try:
             ref = call.pipe.actor.request.remote(
-                pack_request(
-                    Append(
-                        publisher_id=self._id,
-                        batch=call.number,
-                        overflow=self._overflow,
-                        timeout=self._block_timeout,
-                        statuses=call.batch is None,
-                        each=call.batch is not None,
-                    )
-                ),
-                payload,
-                *(() if joined is None else (joined,)),
+                pack_request(request), payload, *(() if joined is None else (joined,))
             )
         except Exception as error:  # could not even be submitted
             self._start_worker()
@@ -568,7 +609,7 @@ class Publisher:
             return
         _, call, done, error = event
         try:
-            _complete_batch(call, done, error, self._topic)
+            _complete_call(call, done, error, self._topic)
         finally:  # counted even if a done-callback raised: flush() must not wait for it
             with self._lock:
                 self._in_flight -= 1
@@ -611,18 +652,14 @@ class Publisher:
         with self._lock:
             self._failure = cause
             self._closed = True
-            unsent: list[PublishBatch] = []
-            for pipe in self._pipes:
-                self._close_open(pipe)
-                unsent.extend(pipe.full)
-                pipe.full.clear()
-            self._pending -= sum(len(batch.payloads) for batch in unsent)
+            unsent = [piece for pipe in self._pipes for piece in pipe.take_all()]
+            self._pending -= piece_count(unsent)
             self._completed.notify_all()
         error = self._closed_error()
-        for batch in unsent:
+        for piece in unsent:
             try:
-                batch.complete(None, error)
-            except BaseException:  # a done-callback again: every batch still completes
+                _complete_piece(piece, None, error)
+            except BaseException:  # a done-callback again: every piece still completes
                 logger.exception("publisher %s: a done-callback raised", self._id[:8])
         self._drain_events()
 
@@ -664,8 +701,6 @@ class Publisher:
         timeout = check_seconds(timeout, "timeout", allow_none=True, allow_zero=True)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            for pipe in self._pipes:
-                self._close_open(pipe)
             calls = self._calls_to_make(force=True)
         self._make(calls)
         with self._lock:
@@ -713,21 +748,49 @@ class Publisher:
         self.close()
 
 
-def _complete_batch(
+def _complete_call(
     call: _Call, done: Future[Any] | None, error: BaseException | None, topic: Topic
 ) -> None:
-    """Complete a batch's futures from its call's outcome (a dead channel's call fails
-    them with TopicNotFoundError: the topic was destroyed)."""
-    if call.batch is None:  # a publish_batch part: its caller holds the ObjectRef
+    """Complete a call's pieces from its outcome (a dead channel's call fails them
+    with TopicNotFoundError: the topic was destroyed).
+
+    Raises:
+        BaseException: what a done-callback raised that is not an Exception
+            (``SystemExit``), once every piece has completed.
+    """
+    if call.pieces is None:  # a publish_batch part: its caller holds the ObjectRef
         return
-    ack: AppendAck | None = None
+    acks: tuple[AppendAck, ...] | None = None
     if error is None and done is not None:
         try:
             with topic_calls(topic.topic_id, topic.name):
-                ack = done.result()
+                acks = done.result()
         except Exception as failure:
             error = failure
-    call.batch.complete(ack, error)
+    interrupted: BaseException | None = None
+    for index, piece in enumerate(call.pieces):
+        try:
+            _complete_piece(piece, None if acks is None else acks[index], error)
+        except BaseException as raised:  # SystemExit: the other pieces still complete
+            interrupted = interrupted or raised
+    if interrupted is not None:
+        raise interrupted
+
+
+def _complete_piece(piece: Piece, ack: AppendAck | None, error: BaseException | None) -> None:
+    """Complete one piece: a batch of ``publish()``ed values' futures, or a part of a
+    ``publish_batch``'s future."""
+    if type(piece) is PublishBatch:
+        piece.complete(ack, error)
+    else:
+        piece.batch.part_done(piece.index, ack, error)
+
+
+def _payload_of(piece: Piece) -> Payload:
+    """A piece's values as the channel takes them."""
+    if type(piece) is PublishBatch:
+        return PickledValues.from_pickles(piece.payloads, piece.keys)
+    return piece.payload
 
 
 def _failed_future(error: BaseException) -> Future[Any]:
@@ -738,76 +801,3 @@ def _failed_future(error: BaseException) -> Future[Any]:
 
 def _new_publisher(topic: Topic, settings: dict[str, Any]) -> Publisher:
     return Publisher(topic, **settings)
-
-
-def route(
-    count: int, hashes: list[int | None] | None, channels: int, start: int
-) -> tuple[np.ndarray, int]:
-    """Each of ``count`` values' channel: a keyed value by its key's hash, the others
-    in turn from channel ``start``. Returns the channels and the next turn."""
-    if hashes is None:
-        return (start + np.arange(count)) % channels, (start + count) % channels
-    layout = np.empty(count, dtype=np.int64)
-    for index, hashed in enumerate(hashes):
-        if hashed is None:
-            layout[index] = start
-            start = (start + 1) % channels
-        else:
-            layout[index] = hashed % channels
-    return layout, start
-
-
-def parts_of(layout: np.ndarray) -> dict[int, np.ndarray]:
-    """Each channel's value indices, in order, by the channel's first value."""
-    channels, firsts = np.unique(layout, return_index=True)
-    return {
-        int(channel): np.flatnonzero(layout == channel) for channel in channels[np.argsort(firsts)]
-    }
-
-
-def _no_key_error(topic: str) -> InvalidArgumentError:
-    return InvalidArgumentError(
-        f"topic {topic!r} is compacted: every value needs a key (publish(value, key=...))"
-    )
-
-
-def check_keyed(topic: str, keys: list[Any] | None, count: int) -> None:
-    """Every one of ``count`` values has a key (a compacted topic's rule).
-
-    Raises:
-        InvalidArgumentError: one has none (naming the first).
-    """
-    if count and keys is None:
-        raise _no_key_error(topic)
-    if keys is not None and None in keys:
-        raise InvalidArgumentError(
-            f"topic {topic!r} is compacted: every value needs a key, and value "
-            f"{keys.index(None)} has none"
-        )
-
-
-def routed_keys(
-    keys: Sequence[Any] | None,
-) -> tuple[list[Any] | None, list[int | None] | None]:
-    """Each key as an element keeps it (``raytopic.routing.stored_key``) and its hash
-    (None for a None key); (None, None) for no keys.
-
-    Raises:
-        InvalidTypeError: a key of a type that cannot be a key.
-    """
-    if keys is None:
-        return None, None
-    stored = [None if key is None else stored_key(key) for key in keys]
-    return stored, [None if key is None else key_hash(key) for key in stored]
-
-
-def encode_part(values: list[Any], keys: list[Any] | None, indices: np.ndarray) -> Payload:
-    """The values at ``indices`` (and their keys, if any of them has one), encoded."""
-    chosen = indices.tolist()
-    whole = len(chosen) == len(values)
-    part = values if whole else [values[index] for index in chosen]
-    if keys is not None and not whole:
-        keys = [keys[index] for index in chosen]
-    if keys is not None and all(key is None for key in keys):
-        keys = None
-    return encode_values(part, keys)

@@ -31,6 +31,7 @@ import ray
 from raytopic.actors.cursors import bounded
 from raytopic.actors.transaction_lead import lead_of
 from raytopic.actors.transactions import send
+from raytopic.batch_parts import check_keyed, encode_part, parts_of, route, routed_keys
 from raytopic.coordinator.transaction_registry import registry_actor
 from raytopic.core.config import check_instance, check_items, check_namespace, check_timeout
 from raytopic.core.errors import (
@@ -62,7 +63,6 @@ from raytopic.core.records import (
     Position,
     TransactionResult,
 )
-from raytopic.publisher import check_keyed, encode_part, parts_of, route, routed_keys
 from raytopic.topic import Topic
 from raytopic.transaction_inputs import give_back
 

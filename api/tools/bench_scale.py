@@ -17,10 +17,13 @@ evenly between its K producers; each K > 1 figure is given as its ratio to K = 1
                    owning its channel, to the last member's last batch; they
                    leave after); also as a ratio to the K Queues.
     publish_batch  the same with ``publish_batch(1000)``, a few calls in flight
-                   (each batch spread over the K channels).
+                   (each batch spread over the K channels); and with
+                   ``publish_batch(1000, ref=False)`` used as ``publish()`` is
+                   (Futures checked at the end: the parts ride the publisher's
+                   per-channel queues, ``max_in_flight=4``).
     one publisher  one producer's ``publish_batch(1000)``, 8 calls in flight,
                    over K channels, with the publish acknowledgements only (no
-                   consumer).
+                   consumer); and the same with ``ref=False``.
 
 Each case also reports its CPU per message by role (each role summed over its
 K processes; ``raytopic.tools.bench_cpu``), against the floor pairs' of the
@@ -65,6 +68,7 @@ from raytopic.tools.bench_throughput import (
     _FloorActor,
     _publish_each,
     _publish_in_batches,
+    _publish_in_futures,
     _queue_get,
     _queue_put,
     cpu_figures,
@@ -332,26 +336,38 @@ def publish_batch_throughput(count: int, members: int, runners: _Runners) -> Thr
     return _group_throughput("scale publish_batch", count, members, runners, _publish_in_batches)
 
 
-def one_publisher_throughput(count: int, channels: int, runners: _Runners) -> Throughput:
+def publish_futures_throughput(count: int, members: int, runners: _Runners) -> Throughput:
+    """K producers calling ``publish_batch(1000, ref=False)`` -> K channels -> K members."""
+    return _group_throughput(
+        "scale publish_batch(ref=False)", count, members, runners, _publish_in_futures
+    )
+
+
+def one_publisher_throughput(
+    count: int, channels: int, runners: _Runners, publish: Callable[..., Any] = _publish_in_batches
+) -> Throughput:
     """One producer's ``publish_batch(1000)``, PUBLISHER_IN_FLIGHT calls outstanding,
     over ``channels`` channels; no consumer."""
     topic = create_topic(_name("pub"), channels=channels, capacity=max(count, 1))
     producer = runners.producers[0]
     try:
-        ray.get(producer.run.remote(_publish_in_batches, topic, 0))  # warm
+        ray.get(producer.run.remote(publish, topic, 0))  # warm
         result, _ = measure_run(
             count,
             channel_actors(topic),
             lambda: [],
-            lambda: [
-                producer.run.remote(_publish_in_batches, topic, count, 0, PUBLISHER_IN_FLIGHT)
-            ],
+            lambda: [producer.run.remote(publish, topic, count, 0, PUBLISHER_IN_FLIGHT)],
         )
         if sum(_held(topic)) != count:
             raise RuntimeError(f"one publisher: the topic holds {_held(topic)}, not {count}")
         return result
     finally:
         topic.destroy()
+
+
+def one_publisher_futures_throughput(count: int, channels: int, runners: _Runners) -> Throughput:
+    """:func:`one_publisher_throughput` with ``publish_batch(ref=False)``."""
+    return one_publisher_throughput(count, channels, runners, _publish_in_futures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,13 +392,25 @@ CASES = (
     _Case("K x publish() -> K ch -> K members", "K x publish()", publish_throughput),
     _Case("K x publish_batch -> K ch -> K members", "K x publish_batch", publish_batch_throughput),
     _Case(
+        "K x publish_batch(ref=False) -> K ch -> K members",
+        "K x publish_batch(ref=False)",
+        publish_futures_throughput,
+    ),
+    _Case(
         f"1 publisher, publish_batch x{PUBLISHER_IN_FLIGHT} in flight, acks, K ch",
         "1 publisher",
         one_publisher_throughput,
     ),
+    _Case(
+        "1 publisher, publish_batch(ref=False), acks, K ch",
+        "1 publisher (ref=False)",
+        one_publisher_futures_throughput,
+    ),
 )
 """In the order measured: the floor pairs first, every CPU figure's baseline."""
-_FLOOR, _QUEUES, _PUBLISH, _PUBLISH_BATCH, _ONE_PUBLISHER = CASES
+_FLOOR, _QUEUES, _PUBLISH, _PUBLISH_BATCH, _PUBLISH_FUTURES, _ONE_PUBLISHER, _ONE_FUTURES = CASES
+_GROUPED = (_PUBLISH, _PUBLISH_BATCH, _PUBLISH_FUTURES)
+"""The group cases (K producers -> K channels -> K members)."""
 
 
 def run_scale_benchmarks(
@@ -449,13 +477,18 @@ def _case_figures(
     Queues), then its CPU."""
     rate = runs[case][size].rate
     name = f"scale: {case.name}, K={size}"
-    grouped = case in (_PUBLISH, _PUBLISH_BATCH)
+    grouped = case in _GROUPED
     if size == 1:
         base = ("1 floor pair", runs[_FLOOR][1].rate) if grouped else (None, None)
         figures = [Figure(name, rate, "msgs/s", *base)]
     else:
-        judged = {_PUBLISH: targets.group, _PUBLISH_BATCH: targets.group}
-        target = judged.get(case, targets.publisher if case is _ONE_PUBLISHER else None)
+        target = (
+            targets.group
+            if grouped
+            else targets.publisher
+            if case in (_ONE_PUBLISHER, _ONE_FUTURES)
+            else None
+        )
         figures = [Figure(name, rate, "msgs/s", "K=1", runs[case][1].rate, target=target)]
         if grouped:
             figures.append(

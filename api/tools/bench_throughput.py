@@ -102,20 +102,29 @@ def _batches(count: int, first: int = 0) -> Iterator[list[dict[str, Any]]]:
         yield [_message(i) for i in range(start, min(stop, start + BATCH))]
 
 
-def _pipelined(calls: Iterator[ray.ObjectRef[Any]], in_flight: int = BATCHES_IN_FLIGHT) -> None:
+def _pipelined(calls: Iterator[Any], in_flight: int = BATCHES_IN_FLIGHT) -> None:
     """Make the calls one by one, waiting for the call from ``in_flight`` ago
-    before the next, then wait for the rest.
+    before the next, then wait for the rest (each an ObjectRef or a Future).
 
     Waiting for an older call, not the last one, the producer pipelines like a
     real one, but cannot run unboundedly ahead (``calls`` is a generator: a call
     is made only when asked for).
     """
-    pending: deque[ray.ObjectRef[Any]] = deque()
+    pending: deque[Any] = deque()
     for call in calls:
         pending.append(call)
         if len(pending) > in_flight:
-            ray.get(pending.popleft())
-    ray.get(list(pending))
+            _wait(pending.popleft())
+    for call in pending:
+        _wait(call)
+
+
+def _wait(call: Any) -> None:
+    """Wait for one call's result (an ObjectRef's, or a Future's)."""
+    if isinstance(call, ray.ObjectRef):
+        ray.get(call)
+    else:
+        call.result()
 
 
 # Each producer and consumer below is a plain function run as a task (the
@@ -197,6 +206,28 @@ def _publish_in_batches(
 
 _publish_batches = ray.remote(num_cpus=0)(_publish_in_batches)
 
+FUTURES_MAX_IN_FLIGHT = 4
+"""``max_in_flight`` of the publisher of ``publish_batch(ref=False)`` (as of ``publish()``'s)."""
+
+
+def _publish_in_futures(
+    topic: Topic, count: int, first: int = 0, in_flight: int = BATCHES_IN_FLIGHT
+) -> tuple[None, float]:
+    """``publish_batch(ref=False)`` ``count`` messages (ids from ``first`` on) in lists
+    of BATCH, as ``publish()`` is used: without waiting (the publisher's
+    ``max_buffered`` holds it back), every Future checked once the publisher closed;
+    the parts ride its per-channel queues. ``in_flight`` is not used (the ObjectRef
+    form's); return the CPU seconds used."""
+    cpu = cpu_seconds()
+    with topic.publisher(max_in_flight=FUTURES_MAX_IN_FLIGHT) as publisher:
+        futures = [publisher.publish_batch(values, ref=False) for values in _batches(count, first)]
+    for future in futures:
+        future.result()
+    return None, cpu_seconds() - cpu
+
+
+_publish_futures = ray.remote(num_cpus=0)(_publish_in_futures)
+
 
 @ray.remote(num_cpus=0)
 def _receive_batches(topic: Topic, count: int) -> tuple[int, float]:
@@ -244,13 +275,12 @@ def batch_throughput(count: int) -> Throughput:
     )
 
 
-def iter_batches_throughput(count: int, channels: int = 1) -> Throughput:
+def iter_batches_throughput(count: int, channels: int = 1, *, ref: bool = True) -> Throughput:
     """``publish_batch(1000)`` -> ``iter_batches(1000)`` (one publisher, one anonymous
-    subscriber) on ``channels`` channels."""
+    subscriber) on ``channels`` channels (``ref=False``: the Future form)."""
     topic = create_topic(_name("itb"), channels=channels, capacity=max(count, 1))
-    return _topic_run(
-        topic, count, _publish_batches, _iterate_batches, "publish_batch -> iter_batches"
-    )
+    producer = _publish_batches if ref else _publish_futures
+    return _topic_run(topic, count, producer, _iterate_batches, "publish_batch -> iter_batches")
 
 
 def _queue_put(queue: Any, count: int, first: int = 0) -> tuple[None, float]:

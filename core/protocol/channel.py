@@ -25,6 +25,7 @@ __all__ = [
     "AddAll",
     "Append",
     "AppendOnce",
+    "AppendPieces",
     "CHANNEL_REQUESTS",
     "ChannelRequest",
     "Commit",
@@ -70,6 +71,22 @@ class Append(NamedTuple):
     """The values were published one by one (``Publisher.publish``): under "block"
     what fits goes in at once and only the rest waits for room (see
     ``ChannelLog.append``)."""
+
+
+class AppendPieces(NamedTuple):
+    """Append a publisher's next pieces, as its batches ``batch``, ``batch + 1``, ...,
+    in that order (the payloads are the call's second argument, one per piece).
+    The reply is each piece's AppendAck, in order: a piece refused does not stop
+    the next (each piece is appended as an ``Append`` of its own would be)."""
+
+    publisher_id: str
+    batch: int
+    """The publisher's number of the first piece on this channel."""
+    overflow: str
+    timeout: float | None
+    whole: tuple[bool, ...]
+    """Per piece: a ``publish_batch`` part, which goes in whole (or, with "fail", not
+    at all); else values ``Publisher.publish`` batched (``Append.each``)."""
 
 
 class AppendOnce(NamedTuple):
@@ -310,6 +327,7 @@ class ResumeReceives(NamedTuple):
 
 ChannelRequest = (
     Append
+    | AppendPieces
     | AppendOnce
     | Receive
     | Take
@@ -341,6 +359,7 @@ ChannelRequest = (
 
 CHANNEL_REQUESTS = (
     Append,
+    AppendPieces,
     AppendOnce,
     Receive,
     Take,

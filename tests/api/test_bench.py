@@ -285,9 +285,18 @@ SCALE_CASES = {
     "K queues, batch put/get (1000)": ("K queues", FLOOR_ROLES),
     "K x publish() -> K ch -> K members": ("K x publish()", TOPIC_ROLES),
     "K x publish_batch -> K ch -> K members": ("K x publish_batch", TOPIC_ROLES),
+    "K x publish_batch(ref=False) -> K ch -> K members": (
+        "K x publish_batch(ref=False)",
+        TOPIC_ROLES,
+    ),
     "1 publisher, publish_batch x8 in flight, acks, K ch": ("1 publisher", TOPIC_ROLES),
+    "1 publisher, publish_batch(ref=False), acks, K ch": ("1 publisher (ref=False)", TOPIC_ROLES),
 }
-SCALE_GROUPS = ("K x publish() -> K ch -> K members", "K x publish_batch -> K ch -> K members")
+SCALE_GROUPS = (
+    "K x publish() -> K ch -> K members",
+    "K x publish_batch -> K ch -> K members",
+    "K x publish_batch(ref=False) -> K ch -> K members",
+)
 
 
 def scale_expected(targets: ScaleTargets) -> dict[str, tuple[str | None, Target | None]]:

@@ -11,6 +11,7 @@ from raytopic.core.errors import InvalidArgumentError
 from raytopic.core.protocol import (
     CHANNEL_REQUESTS,
     Append,
+    AppendPieces,
     Nack,
     Receive,
     Take,
@@ -34,6 +35,15 @@ def test_a_packed_request_round_trips_with_its_type() -> None:
         "statuses": False,
         "each": False,
     }
+
+
+def test_a_call_of_pieces_round_trips_with_each_pieces_kind() -> None:
+    request = AppendPieces(
+        publisher_id="p", batch=7, overflow="fail", timeout=None, whole=(False, True, True)
+    )
+    unpacked = unpack_request(pack_request(request), CHANNEL_REQUESTS)
+    assert type(unpacked) is AppendPieces and unpacked == request
+    assert unpacked._fields == ("publisher_id", "batch", "overflow", "timeout", "whole")
 
 
 def test_defaults_leave_the_flags_off_and_a_request_is_known_by_its_type() -> None:
