@@ -9,6 +9,7 @@ channel actor.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import threading
@@ -52,6 +53,10 @@ class ResequencerStats:
     """Messages dropped as late (below ``start``, already released, or already held)."""
     held: int
     """Messages currently held back, waiting for a predecessor."""
+    unsequenced: int = 0
+    """Messages released at once, unordered, because their sequence number (or
+    correlation) could not be read: the user's function raised (a subscriber's
+    resequencing counts them; a bare Resequencer is never given one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,7 +586,8 @@ class ResequencedStream:
     dropped as late (on the thread that fed it).
 
     **Delivery**: a value without a usable sequence number cannot be ordered;
-    it is released as it came rather than lost.
+    it is released as it came rather than lost (logged once, counted in
+    ``stats.unsequenced``).
     """
 
     def __init__(
@@ -596,8 +602,10 @@ class ResequencedStream:
                 f"resequence must be a raytopic.Resequence, got {type(option).__name__}"
             )
         self._option = option
+        self._name = name
         self._on_ready = on_ready
         self._released: deque[Any] = deque()
+        self._unsequenced = 0  # released unordered: the first is logged, all counted
         self._lock = threading.Lock()
         # Sweep often enough that a timeout release is not late by much.
         self.poll_interval = max(0.005, min(option.timeout_ms / 4000, 0.25))
@@ -636,18 +644,23 @@ class ResequencedStream:
             except Exception as error:
                 # The user's seq or correlation raised (any exception: one value
                 # must never cost the rest of a batch), or the value did not
-                # decode here: it costs only its order.
-                logger.warning(
-                    "no usable sequence number (%s: %s); released unordered",
-                    type(error).__name__,
-                    error,
-                )
+                # decode here: it costs only its order. Said once (a key that
+                # raises usually raises for every value), counted always.
+                self._unsequenced += 1
+                if self._unsequenced == 1:
+                    logger.warning(
+                        "resequencer %s: no usable sequence number (%s: %s); released "
+                        "unordered (said once: resequencer_stats().unsequenced counts them)",
+                        self._name,
+                        type(error).__name__,
+                        error,
+                    )
                 self._release(-1, item, None)
 
     @property
     def stats(self) -> ResequencerStats:
-        """Released, gaps, late and held counts so far."""
-        return self._resequencer.stats
+        """Released, gaps, late, held and unsequenced counts so far."""
+        return dataclasses.replace(self._resequencer.stats, unsequenced=self._unsequenced)
 
     @property
     def held(self) -> int:

@@ -2,9 +2,10 @@
 (a Datasource).
 
 Both move Arrow blocks, never rows as Python objects, and run as Ray Data
-tasks, so Ray Data's parallelism and back-pressure apply. A write is quiet:
-no progress bars and no Ray Data lines on the console while it runs (they
-still go to Ray Data's log file).
+tasks, so Ray Data's parallelism and back-pressure apply. Both are quiet (see
+``raytopic.bridge.quiet_data``): a write, and the execution of a read's (or a
+micro-batch's) dataset, put no progress bars and no Ray Data INFO lines on the
+console (they still go to Ray Data's log file).
 
 Example:
     >>> import ray, raytopic.data
@@ -15,8 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -24,10 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import ray
-from ray.data import DataContext, Dataset
+from ray.data import Dataset
 from ray.data.block import BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
-from ray.util.debug import reset_log_once
 
 from raytopic.bridge.arrow_tables import combine, empty_table
 from raytopic.bridge.bulk import (
@@ -37,8 +35,9 @@ from raytopic.bridge.bulk import (
     plan_ranges,
     read_range,
 )
+from raytopic.bridge.quiet_data import quiet_dataset, quiet_write
 from raytopic.bridge.streams import AVAILABLE_NOW, MicroBatch, Stream, open_stream
-from raytopic.core.config import check_instance, check_timeout
+from raytopic.core.config import check_bool, check_instance, check_timeout
 from raytopic.core.errors import InvalidArgumentError, unwrap_ray_error
 from raytopic.core.records import PublishSummary
 from raytopic.topic import Topic
@@ -95,7 +94,7 @@ def write_topic(
     if key is not None:
         _check_key_column(dataset, key)
     started = time.perf_counter()
-    with _quiet(dataset.context), unwrap_ray_error():  # a write task's typed error as itself
+    with quiet_write(dataset.context), unwrap_ray_error():  # a write task's typed error as itself
         dataset.write_datasink(sink)
     return PublishSummary.total(sink.results, time.perf_counter() - started)
 
@@ -108,73 +107,6 @@ def _check_key_column(dataset: Dataset, key: str) -> None:
         raise InvalidArgumentError(f"key {key!r} is not a column: {list(schema.names)}")
 
 
-_PROVOKED_WARNINGS = {
-    # Ray Data reads the cluster's free CPUs once before a write and again when
-    # its tasks are done (materialize() runs its result through the same check)
-    # and warns of a hang when the read says 0. The read is an instant of a
-    # lagging view: just after the write tasks give their CPUs back, or with
-    # Spark's executors holding the others, it says 0 while the write runs or
-    # has finished. A write that really waits for CPUs still gets the raylet's
-    # own warning about work that cannot be scheduled.
-    "cpu_warning": "does not have any available CPUs",
-    # Said once because the write turns the progress bars off.
-    "ray_data_progress_manager_disabled": "Progress bars disabled",
-}
-"""Ray Data's warnings a write provokes that ask nothing of the user, by the
-``log_once`` key each is said under and a piece of its text."""
-
-
-@contextlib.contextmanager
-def _quiet(context: DataContext) -> Iterator[None]:
-    """Ray Data without console chatter while a write runs, as it was afterwards.
-
-    The write's progress bars are off (``context`` is the dataset's, restored
-    after), and Ray Data's console handlers drop its INFO lines and the
-    warnings in ``_PROVOKED_WARNINGS`` (its log file keeps them; other Ray
-    Data work of this process running meanwhile is quiet too). A hidden
-    warning's ``log_once`` key is reset, so Ray Data can still say it later.
-    """
-    console = _QuietConsole(_PROVOKED_WARNINGS)
-    handlers = [
-        handler
-        for handler in logging.getLogger("ray.data").handlers
-        if isinstance(handler, logging.StreamHandler)
-        and not isinstance(handler, logging.FileHandler)
-    ]
-    progress_bars = context.enable_progress_bars
-    context.enable_progress_bars = False
-    for handler in handlers:
-        handler.addFilter(console)
-    try:
-        yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(console)
-        context.enable_progress_bars = progress_bars
-        for key in console.hidden:
-            reset_log_once(key)
-
-
-class _QuietConsole(logging.Filter):
-    """Lets through Ray Data's warnings and errors, except the ones given (by
-    ``log_once`` key and text); remembers the keys of those it kept back."""
-
-    def __init__(self, provoked: dict[str, str]) -> None:
-        super().__init__()
-        self._provoked = provoked
-        self.hidden: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return False
-        message = record.getMessage()
-        for key, text in self._provoked.items():
-            if text in message:
-                self.hidden.add(key)
-                return False
-        return True
-
-
 def read_topic(
     topic: Topic,
     *,
@@ -183,6 +115,7 @@ def read_topic(
     end: Any = "latest",
     group: str | None = None,
     fail_on_data_loss: bool = True,
+    quiet: bool = True,
 ) -> Dataset:
     """A topic's elements as a Ray Dataset of Arrow blocks, one read task and one
     block (at least) per channel range (see ``raytopic.bridge.bulk.plan_ranges`` for
@@ -192,6 +125,10 @@ def read_topic(
     or ``value`` for other values; then ``channel``, ``position`` and
     ``timestamp``. The ranges are fixed when this is called; reading commits
     nothing. An empty topic gives an empty dataset.
+
+    Executing the dataset (or one derived from it) prints nothing but Ray Data's
+    warnings and errors: its plan, progress and "finished" lines go to its log
+    file only. ``quiet=False`` prints them as for any Dataset.
 
     Raises:
         DataLossError: the ranges cross a damaged stored record (named), unless
@@ -207,21 +144,25 @@ def read_topic(
         group=group,
         fail_on_data_loss=fail_on_data_loss,
     )
-    return ranges_dataset(topic, ranges)
+    check_bool(quiet, "quiet")
+    return ranges_dataset(topic, ranges, quiet=quiet)
 
 
 def ranges_dataset(
-    topic: Topic, ranges: list[ChannelRange], *, task_rows: int | None = None
+    topic: Topic, ranges: list[ChannelRange], *, task_rows: int | None = None, quiet: bool = True
 ) -> Dataset:
     """The elements of planned ``ranges`` as a Dataset (see :func:`read_topic`, which
     plans them; a stream's micro-batch has its own), one read task per range or
-    per ``task_rows`` (see :class:`TopicDatasource`)."""
+    per ``task_rows`` (see :class:`TopicDatasource`); ``quiet``: executed without
+    console output (see ``raytopic.bridge.quiet_data``)."""
     if not ranges:
-        return ray.data.from_arrow(empty_table())
-    source = TopicDatasource(topic, ranges, task_rows=task_rows)
-    # One block per read task: Ray Data would otherwise split a small read into
-    # ~200 blocks (and a write of them back into as many tasks).
-    return ray.data.read_datasource(source, override_num_blocks=source.task_count)
+        dataset = ray.data.from_arrow(empty_table())
+    else:
+        source = TopicDatasource(topic, ranges, task_rows=task_rows)
+        # One block per read task: Ray Data would otherwise split a small read into
+        # ~200 blocks (and a write of them back into as many tasks).
+        dataset = ray.data.read_datasource(source, override_num_blocks=source.task_count)
+    return quiet_dataset(dataset) if quiet else dataset
 
 
 def stream(
@@ -233,6 +174,7 @@ def stream(
     start: str = "earliest",
     fail_on_data_loss: bool = True,
     timeout: float = 30.0,
+    quiet: bool = True,
 ) -> Stream:
     """A group of ``topic`` as an unbounded source of micro-batches, each a Ray Dataset
     over fixed position ranges (DESIGN 5.8): Spark Structured Streaming's
@@ -270,6 +212,9 @@ def stream(
             read around them (logged), as ``read_topic`` does.
         timeout: Seconds the stream's claim on its group outlives its process's
             last heartbeat (it heartbeats from a thread while it lives).
+        quiet: A micro-batch's dataset prints nothing when executed but Ray
+            Data's warnings and errors (as ``read_topic``'s); False: Ray Data's
+            plan, progress and "finished" lines too.
 
     Returns:
         The stream (iterate it; a context manager too).
@@ -280,6 +225,7 @@ def stream(
         GroupModeError: the group is shared.
         GroupBusyError: the group has members (until they leave).
     """
+    check_bool(quiet, "quiet")
     return open_stream(
         topic,
         group,
@@ -287,7 +233,10 @@ def stream(
         max_rows_per_batch=max_rows_per_batch,
         start=start,
         fail_on_data_loss=fail_on_data_loss,
-        reader=lambda pieces: (ranges_dataset(topic, pieces, task_rows=STREAM_TASK_ROWS), None),
+        reader=lambda pieces: (
+            ranges_dataset(topic, pieces, task_rows=STREAM_TASK_ROWS, quiet=quiet),
+            None,
+        ),
         timeout=timeout,
     )
 

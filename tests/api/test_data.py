@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -255,6 +256,50 @@ def test_a_write_prints_nothing_and_leaves_ray_datas_settings_as_they_were(
     assert {handler: list(handler.filters) for handler in ray_data.handlers} == filters
     assert log_once("cpu_warning")
     reset_log_once("cpu_warning")
+
+
+@contextlib.contextmanager
+def _ray_data_console() -> Iterator[io.StringIO]:
+    """What Ray Data's console handler prints while the block runs (it writes to the
+    stderr it found when it was made, which capfd does not read)."""
+    ray_data = logging.getLogger("ray.data")
+    console = [h for h in ray_data.handlers if type(h).__name__ == "PlainRayHandler"]
+    assert console, ray_data.handlers
+    printed = io.StringIO()
+    streams = [handler.setStream(printed) for handler in console]
+    try:
+        yield printed
+    finally:
+        for handler, stream in zip(console, streams, strict=True):
+            handler.setStream(stream)
+
+
+def test_reads_and_micro_batches_print_nothing_when_run_unless_asked(
+    make_topic, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Before: ~10 lines per micro-batch (its plan, its progress, "finished") and 5
+    # per read_topic: 39 lines for three micro-batches and a read.
+    topic = make_topic(channels=2, groups=["g"], retain=True)
+    rd.write_topic(_orders(300), topic)
+    capfd.readouterr()
+    with _ray_data_console() as printed:
+        with rd.stream(topic, group="g", max_rows_per_batch=100) as batches:
+            rows = [len(batch.dataset.map_batches(lambda b: b).to_pandas()) for batch in batches]
+        read = rd.read_topic(topic)
+        assert len(read.to_pandas()) == 300
+        out, err = capfd.readouterr()
+    assert rows == [100, 100, 100]
+    text = printed.getvalue() + out + err
+    assert "Dataset" not in text and "Progress" not in text, text
+    # The process's own Datasets are as they were; quiet=False leaves a read's too.
+    default = ray.data.DataContext.get_current()
+    assert default.print_on_execution_start and not default.custom_execution_callback_classes
+    loud = rd.read_topic(topic, quiet=False).context
+    assert (loud.enable_progress_bars, loud.print_on_execution_start) == (
+        default.enable_progress_bars,
+        True,
+    )
+    assert read.context.print_on_execution_start is False
 
 
 def test_the_bridges_are_reached_from_the_package() -> None:

@@ -16,7 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError, TopicError
-from raytopic.core.resequencer import Resequence, Resequencer, ResequencerStats
+from raytopic.core.resequencer import (
+    Resequence,
+    ResequencedStream,
+    Resequencer,
+    ResequencerStats,
+)
 
 LONG_MS = 60_000  # a hold window no test waits out
 
@@ -665,3 +670,22 @@ def test_resequence_validation_names_the_argument(
     full.update(kwargs)
     with pytest.raises(error, match=rf"\b{argument}\b"):
         Resequence(**full)
+
+
+def test_a_sequence_key_that_raises_is_logged_once_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before: one WARNING per value (20 here), and no count.
+    stream = ResequencedStream(
+        Resequence(seq=lambda v: v["step"], timeout_ms=60_000), "s", on_ready=lambda: None
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="raytopic.resequencer"):
+            stream.feed(({"n": n}, n) for n in range(20))
+        assert stream.take(100) == list(range(20))  # released as they came
+        assert stream.stats.unsequenced == 20
+        warnings = [r for r in caplog.records if r.name == "raytopic.resequencer"]
+        assert len(warnings) == 1
+        assert "KeyError" in warnings[0].getMessage()
+    finally:
+        stream.close()

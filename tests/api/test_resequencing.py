@@ -114,3 +114,20 @@ def test_a_resequencing_receive_returns_its_ref_at_once(shared) -> None:
     assert ray.get(ref, timeout=30).value == {"n": 0}
     assert ray.get(subscriber.receive(), timeout=30).value == {"n": 1}
     subscriber.close()
+
+
+def test_values_without_a_usable_sequence_number_are_counted_not_each_logged(shared) -> None:
+    # Before: the channel logged "released unordered" once per value. Now once per
+    # subscriber (see test_resequencer), and resequencer_stats counts them.
+    topic = shared
+    option = rt.Resequence(seq=lambda v: v["step"], timeout_ms=60_000, start=0)
+    subscriber = topic.subscriber(start="latest", resequence=option, complete_on_empty=True)
+    with topic.publisher() as publisher:
+        for n in range(50):
+            publisher.publish({"n": n})  # no "step": the key raises KeyError
+    got = []
+    while len(got) < 50:
+        got += ray.get(subscriber.receive_batch(50), timeout=30)
+    assert sorted(e.value["n"] for e in got) == list(range(50))
+    assert subscriber.resequencer_stats.unsequenced == 50
+    subscriber.close()
