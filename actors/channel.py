@@ -48,7 +48,7 @@ from typing import Any
 import ray
 
 from raytopic.actors.channel_context import ChannelContext
-from raytopic.actors.channel_dispatch import SERVED, Admit, InProcess, call_handler, entry, serves
+from raytopic.actors.channel_dispatch import SERVED, Admit, call_handler, entry, serves
 from raytopic.actors.channel_jobs import ChannelJobs
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
@@ -99,10 +99,8 @@ from raytopic.core.protocol import (
     FinishTransaction,
     FirstAfter,
     ForgetTransaction,
-    GiveBack,
     Grant,
     GrantStream,
-    HostRestarted,
     InterruptReceives,
     Lease,
     MarkDestroyed,
@@ -139,10 +137,8 @@ from raytopic.core.protocol import (
     RingFigures,
     Seek,
     SeekToCommitted,
-    SettleTake,
     StageTransaction,
     StatusBatch,
-    StopTake,
     StreamLogState,
     StreamRequest,
     Take,
@@ -190,9 +186,7 @@ class ChannelActor:
         self._announced = 0.0  # when the coordinator was last told of a restart
         self._jobs = ChannelJobs()
         self._reporting = False  # metrics are reported from the first publish or transaction
-        self._parts = parts = ChannelParts.build(
-            context, InProcess(self), restarted=self._restarted
-        )
+        self._parts = parts = ChannelParts.build(context, restarted=self._restarted)
         self._log, self._state, self._readers = parts.log, parts.state, parts.readers
         self._publishers, self._host = parts.publishers, parts.host
         self._streams, self._ring_api = parts.streams, parts.ring_api
@@ -695,41 +689,8 @@ class ChannelActor:
 
     @serves(Take)
     async def _take(self, request: Take) -> Delivery:
-        """Deliver up to ``max_count`` elements (``wait``: a fetch); see :meth:`Readers.take`."""
-        if request.settles is not None:  # the settle of the take before, riding on this one
-            await self._settle_take(request.settles)
-        return await self._readers.take(
-            request.reader_id, request.lease, request.max_count, request.wait, request.token
-        )
-
-    @serves(StopTake)
-    async def _stop_take(self, request: StopTake) -> None:
-        """End the wait of fetch ``token``: it takes nothing (it may not have arrived yet)."""
-        self._readers.stop_fetch(request.token)
-
-    @serves(SettleTake)
-    async def _settle_take(self, request: SettleTake) -> bool:
-        """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
-        return self._readers.settle(
-            request.reader_id, request.lease, request.token, request.give_back_from
-        )
-
-    @serves(HostRestarted, Admit.NOW)
-    async def _host_restarted(self, request: HostRestarted) -> int:
-        """Channel ``host`` restarted: what its sessions took here is read again now."""
-        return self._readers.host_restarted(request.host)
-
-    @serves(GiveBack)
-    async def _give_back(self, request: GiveBack) -> bool:
-        """Undo a take nobody saw (see :meth:`Readers.give_back`)."""
-        return self._readers.give_back(
-            request.reader_id,
-            request.lease,
-            request.first,
-            request.expected_next,
-            request.jumps,
-            request.entries,
-        )
+        """Hand the reader elements by position (``wait``: a fetch); see ``Take``."""
+        return await self._readers.take(request)
 
     @serves(ReportPoison)
     async def _report_poison(self, request: ReportPoison) -> bool:

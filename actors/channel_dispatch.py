@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["SERVED", "Admit", "Handler", "InProcess", "call_handler", "entry", "serves"]
+__all__ = ["SERVED", "Admit", "Handler", "call_handler", "entry", "serves"]
 
 
 class Admit(enum.Enum):
@@ -84,20 +84,3 @@ def call_handler(handler: Handler, channel: Any, request: Any, payload: Any) -> 
     if payload is None:
         return handler(channel, request)
     return handler(channel, request, payload)
-
-
-class InProcess:
-    """The channel's dispatch, served in its own process: how the receive sessions it
-    hosts call it (already inside an admitted call: no guard). A port: its user sees
-    one call, ``await in_process(request)``, never the channel.
-
-    Args:
-        channel: The channel actor whose handlers serve the requests.
-    """
-
-    def __init__(self, channel: Any) -> None:
-        self._channel = channel
-
-    async def __call__(self, request: Any) -> Any:
-        handler, _ = SERVED[type(request)]
-        return await handler(self._channel, request)

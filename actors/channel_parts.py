@@ -10,9 +10,7 @@ store, from what its coordinator remembers (:meth:`ChannelParts.seed`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext, fresh_start
 from raytopic.actors.channel_log import ChannelLog
@@ -32,7 +30,7 @@ from raytopic.actors.stream_logs import STREAMS_FORMAT, StreamLogs
 from raytopic.actors.transaction_table import TRANSACTIONS_FORMAT
 from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.errors import DataLossError
-from raytopic.core.protocol import ChannelRequest, CursorState, Lease, ReaderLease, ReaderSpec
+from raytopic.core.protocol import CursorState, Lease, ReaderLease, ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 
 logger = logging.getLogger(__name__)
@@ -57,19 +55,11 @@ class ChannelParts:
     compactor: Compactor | NoCompaction
 
     @classmethod
-    def build(
-        cls,
-        context: ChannelContext,
-        in_process: Callable[[ChannelRequest], Awaitable[Any]],
-        *,
-        restarted: bool,
-    ) -> ChannelParts:
+    def build(cls, context: ChannelContext, *, restarted: bool) -> ChannelParts:
         """The parts of a new (or restarted) channel, empty until recovered or seeded.
 
         Args:
             context: The channel's identity, wake-up signal and health.
-            in_process: The channel's dispatch, served in this process (its sessions'
-                link to the channel they are hosted at).
             restarted: The channel's process restarted.
         """
         log = ChannelLog(context)
@@ -81,7 +71,7 @@ class ChannelParts:
         host = SessionHost(
             context,
             lambda reader_id: readers.get(reader_id),
-            in_process,
+            lambda take: readers.take(take),
             lambda reader_id, lease: _cursor_in_process(context, readers, reader_id, lease),
             restarted=restarted,
         )

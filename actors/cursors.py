@@ -17,33 +17,11 @@ from raytopic.actors.poison import PoisonMark
 from raytopic.core.protocol import Lease, Poison
 from raytopic.core.records import CommitStatus
 
-__all__ = ["Cursor", "Lent", "Relay", "bounded", "clamp"]
+__all__ = ["Cursor", "bounded", "clamp"]
 
 _UNREAD_RANGES_KEPT = 32
 """Passed-over ranges a cursor tracks exactly (a reader that never commits
 would otherwise grow the list with every seek or filtered take)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Lent:
-    """Elements a fetch took that its session has not yet used or given back."""
-
-    token: str
-    """The fetch."""
-    first: int
-    """Sequence of the first element it took."""
-    next: int
-    """Where it left the cursor."""
-
-
-@dataclass(frozen=True, slots=True)
-class Relay:
-    """The latest take made here for a receive session hosted by another channel."""
-
-    session: str
-    """The session (its takes' tokens, without their count: ``"<host>:<id>"``)."""
-    last: int
-    """Sequence of the last element it took."""
 
 
 def bounded(sequence: int, bound: int | None) -> int:
@@ -79,9 +57,6 @@ class Cursor:
             element's commit carries the count it was read at: one read under
             a lower count was received before the reset (REJECTED), whatever
             was delivered since (the position rule above is for bare positions).
-        lent: What a fetch took and its session has not settled yet (used or
-            given back): until then the cursor serves no other take, so a
-            give-back always finds the cursor where the fetch left it.
         unread: Ranges ``(first, last)`` above the commit that were passed
             over without being delivered (a seek forward, a filter's misses
             after the last match of a take): behind the read position but
@@ -96,9 +71,6 @@ class Cursor:
         poison: A poison element the cursor stops before (see
             ``raytopic.actors.poison``); not kept by a store (a restarted
             channel finds it again).
-        relays: Per host channel (a token prefix, ``"<host>:"``), the latest
-            take its receive session made here (a group cursor's; see
-            :meth:`relayed_by`).
     """
 
     next: int
@@ -109,11 +81,9 @@ class Cursor:
     reset_floor: int | None = None
     delivered_high: int = -1
     reset_jumps: int = 0
-    lent: Lent | None = None
     unread: list[tuple[int, int]] = field(default_factory=list)
     done: DoneRanges = field(default_factory=DoneRanges)
     poison: PoisonMark | None = None
-    relays: dict[str, Relay] = field(default_factory=dict)
 
     @classmethod
     def starting_at(cls, next_sequence: int) -> Cursor:
@@ -263,7 +233,6 @@ class Cursor:
             # committable even if the group was reset before.
             self.reset_floor = min(self.reset_floor, position)
             self.delivered_high = max(self.delivered_high, position)
-        self.lent = None
         self.jumps += 1
         return position
 
@@ -290,7 +259,6 @@ class Cursor:
         self.done = DoneRanges()
         self.reset_floor = position
         self.delivered_high = position
-        self.lent = None
         self.jumps += 1
         self.reset_jumps = self.jumps
 
@@ -301,32 +269,10 @@ class Cursor:
 
     def redeliver(self) -> None:
         """Read again after the last commit (what was delivered since comes again: at
-        least once); takes and give-backs under way are void (one jump more)."""
+        least once); the positions sessions hold are void (one jump more)."""
         self.next = self.committed + 1
         self.unread = []
-        self.lent = None
-        self.relays = {}
         self.jumps += 1
-
-    def relayed_by(self, host: str, session: str) -> None:
-        """A take for ``session``, a receive session hosted by channel ``host``, is
-        about to run. If an earlier session of that host took here, that one is
-        gone (the host restarted): what it took may have died with it, in a reply
-        never sent or held by its resequencer, so what is not committed is
-        delivered again."""
-        relay = self.relays.get(host)
-        if relay is not None and relay.session != session and relay.last > self.committed:
-            self.redeliver()
-
-    def host_restarted(self, host: str) -> bool:
-        """Channel ``host`` restarted: if its sessions took here above the commit,
-        deliver again what is not committed (see :meth:`relayed_by`). Returns
-        whether the cursor moved back."""
-        relay = self.relays.pop(host, None)
-        if relay is None or relay.last <= self.committed:
-            return False
-        self.redeliver()
-        return True
 
     def skip_to_head(self, head: int) -> int:
         """Move a cursor that fell below the head up to it; return how many it skipped."""
@@ -347,10 +293,18 @@ class Cursor:
         self.next = max(self.next, last + 1)
 
     def rewind(self, next_sequence: int) -> None:
-        """Read again from ``next_sequence`` (a take given back), forgetting what it
-        skipped from there on."""
+        """Read again from ``next_sequence``, forgetting what it skipped from there on."""
         self.next = next_sequence
         self._forget_unread()
+
+    def read_from(self, sequence: int) -> None:
+        """The reader's session reads on from ``sequence`` (see ``Take``): forward over
+        what it handed over from a fetch's offer (delivered already), or back over
+        what it took and never handed over."""
+        if sequence < self.next:
+            self.rewind(sequence)
+        else:
+            self.next = sequence
 
     def poison_ahead(self) -> PoisonMark | None:
         """The poison mark at or after the read position (None: none, or a jump
@@ -368,12 +322,13 @@ class Cursor:
         return mark is not None and mark.reported and mark.poison.sequence == self.next
 
     def stop_at(self, poison: Poison, *, reported: bool) -> None:
-        """Stop before ``poison``: if the cursor is past it, read from it again (what
-        was taken after it is void: one jump more, so handles drop it); hold
+        """Stop before ``poison``: the read position moves to it, back if the cursor is
+        past it (what was taken after it is void), forward if it stands before it (a
+        fetch's offer: its reader kept what came before), with one jump more, so
+        handles drop what came after it and sessions' positions are void; hold
         there until a jump."""
-        if self.next > poison.sequence:
-            self.rewind(poison.sequence)
-            self.lent = None
+        if self.next != poison.sequence:
+            self.read_from(poison.sequence)
             self.jumps += 1
         self.poison = PoisonMark(poison, self.jumps, reported)
 
@@ -416,15 +371,3 @@ class Cursor:
         if group:
             cursor.next = cursor.committed + 1
         return cursor
-
-    def settle_lent(self, token: str, give_back_from: int | None) -> bool:
-        """The session of fetch ``token`` used what it took, up to ``give_back_from``
-        (None: all of it); the rest is read again. False if ``token`` is not
-        what is lent (a seek, reset or new owner voided it)."""
-        lent = self.lent
-        if lent is None or lent.token != token:
-            return False
-        self.lent = None
-        if give_back_from is not None and self.next == lent.next:
-            self.rewind(max(give_back_from, lent.first))
-        return True

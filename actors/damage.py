@@ -12,7 +12,7 @@ after stays readable at its positions. A read that reaches a damaged range:
 
 Every reader applies :meth:`DamageMap.split` to what it read; what moving past
 means is the reader's own (a cursor passes over the range, a shared group
-settles it, a ring buffer or range read is told where to go on).
+marks it done, a ring buffer or range read is told where to go on).
 """
 
 from __future__ import annotations

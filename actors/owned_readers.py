@@ -2,10 +2,11 @@
 
 An anonymous subscriber has its own cursor on every channel; a channel-owned
 group has one cursor per channel, leased to one member at a time (its
-``lease``). A take delivers from the cursor; a fetch's take stays *lent* until
-its session settles it, and meanwhile the cursor serves no other take, so a
-give-back finds it where the fetch left it and the reader's order per channel
-holds across sessions.
+``lease``). The cursor keeps the reader's read position and its commit; a take
+reads from the position its session names when the read position still stands
+where that session left it (see ``Take``), and moves the read position over what
+it hands out. A fetch's offer moves nothing: nothing is lent, so nothing is
+given back.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState, Keep
-from raytopic.actors.cursors import Cursor, Lent, Relay, bounded
+from raytopic.actors.cursors import Cursor, bounded
 from raytopic.actors.reader_parts import LossNotice, Reader, delivered_count, pick
 from raytopic.actors.segment_ring import Run
 from raytopic.core.errors import GroupNotFoundError, NotOwnerError, StaleSequenceError
@@ -33,6 +34,7 @@ from raytopic.core.protocol import (
     Lease,
     Poison,
     ReaderLease,
+    Take,
     poison_error,
 )
 from raytopic.core.protocol.channel import Entries
@@ -44,10 +46,6 @@ __all__ = ["GROUPS_FORMAT", "OwnedReaders"]
 
 GROUPS_FORMAT = 1
 """The format of the groups section (see :meth:`OwnedReaders.state_of`)."""
-
-LENT_TIMEOUT = 10.0
-"""Seconds a take waits for a fetch's session to settle what it took; then the
-session is taken for gone (its elements never reached anyone): read them again."""
 
 HELD_POLL = 0.2
 """Seconds between looks at a transaction's commit a take waits for."""
@@ -135,11 +133,6 @@ class OwnedReaders:
         """Only a TTL removes elements with the clock here."""
         return self._context.config.ttl is not None
 
-    @property
-    def one_take_at_a_time(self) -> bool:
-        """Yes: a direct take moves the cursor, so fetches waiting for the reader stop."""
-        return True
-
     def reader_closed(self, reader: Reader) -> None:
         """Nothing to give back: what an owned cursor delivered is read again after
         its commit."""
@@ -178,26 +171,68 @@ class OwnedReaders:
 
     # -- taking -----------------------------------------------------------------------
 
-    async def take(
-        self, reader_id: str, lease: ReaderLease, max_count: int, token: str | None
-    ) -> Delivery:
-        """Deliver up to ``max_count`` elements from the reader's cursor (``token``:
-        a fetch's take, lent until its session settles it).
+    async def take(self, reader: Reader, take: Take) -> Delivery:
+        """Hand the reader up to ``take.max_count`` elements from its read position, or
+        from its session's (see ``Take``); with ``take.wait``, a fetch: once an element
+        is there, an offer that leaves the read position where it stood (nothing if
+        the read position moves first, or none comes within ``wait``).
 
         Raises:
             DataLossError: the cursor reached a damaged range, or the channel
                 restarted without a store (each told once).
             StaleSequenceError: the cursor's next elements were removed.
-            NotOwnerError: ``lease`` does not own the group's channel.
+            NotOwnerError: ``take.lease`` does not own the group's channel.
+            SubscriberClosedError: the reader closed meanwhile.
         """
-        if max_count > 0:
-            reader, cursor = await self._unlent(reader_id, lease, token)
-        else:  # a stopped fetch takes nothing: it need not wait for another's
-            reader = self._lookup(reader_id)
+        cursor = self.cursor_of(reader, take.lease)
+        if reader.group is not None:
+            while self.waits_for_commit(reader.group, take.lease):
+                await self._context.wait_change(HELD_POLL)
+                reader = self._lookup(reader.reader_id)
+                cursor = self.cursor_of(reader, take.lease)
+        behind = reader.cursor is None or cursor.has_commit  # a commit to go back to
+        if take.again and behind and cursor.next > cursor.committed + 1:
+            cursor.redeliver()  # what the lost session took comes again
+        if take.from_sequence is not None and (take.stands, take.jumps) == (
+            cursor.next,
+            cursor.jumps,
+        ):
+            cursor.read_from(take.from_sequence)
+        if take.wait > 0:
+            found = await self._until_data(reader, cursor, take.lease, take.wait)
+            if found is None:
+                return self._as_delivery(reader, cursor, take.lease, [])
+            reader, cursor = found
+        elif take.max_count <= 0:
+            self._touch(reader, Keep.WITH_NEXT_WRITE)
+            return self._as_delivery(reader, cursor, take.lease, [])
+        return self._serve(reader, cursor, take.lease, take.max_count, offer=take.wait > 0)
+
+    async def _until_data(
+        self, reader: Reader, cursor: Cursor, lease: ReaderLease, wait: float
+    ) -> tuple[Reader, Cursor] | None:
+        """The reader and its cursor once an element is there to read, or None when
+        the read position moved (or jumped) first, or after ``wait`` seconds."""
+        stands = (cursor.next, cursor.jumps)
+        deadline = time.monotonic() + wait
+        while not self.has_data(reader, lease):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            polled = self.polls_clock  # a TTL removes elements with the clock
+            await self._context.wait_change(min(left, POLL_INTERVAL) if polled else left)
+            reader = self._lookup(reader.reader_id)
             cursor = self.cursor_of(reader, lease)
-        relay = _relay_of(token) if reader.cursor is None else None
-        if relay is not None:
-            cursor.relayed_by(*relay)
+            if (cursor.next, cursor.jumps) != stands:
+                return None
+        return reader, cursor
+
+    def _serve(
+        self, reader: Reader, cursor: Cursor, lease: ReaderLease, max_count: int, *, offer: bool
+    ) -> Delivery:
+        """Deliver up to ``max_count`` elements from the cursor's read position (see
+        :meth:`take`); an ``offer`` leaves the read position before them."""
+        reader_id = reader.reader_id
         log = self._log
         ring = log.ring
         head = ring.head
@@ -214,7 +249,7 @@ class OwnedReaders:
             # Told once; a receive that would otherwise answer "empty" is told again.
             mark.reported = True
             raise poison_error(self._context.config.topic_id, self._context.channel, mark.poison)
-        # Never read past a poison element ahead (a take given back before it).
+        # Never read past a poison element ahead (one found by an earlier take).
         readable = _ALL if mark is None else mark.poison.sequence - cursor.next
         if before_done is not None:
             readable = min(readable, before_done)
@@ -245,10 +280,6 @@ class OwnedReaders:
         if chunks:
             self._context.metrics.delivered(*delivered_count(chunks), time.time() - chunks[0].stamp)
             cursor.delivered(last_delivered, next_sequence)
-            if token is not None:
-                cursor.lent = Lent(token, chunks[0].first, next_sequence)
-            if relay is not None:
-                cursor.relays[relay[0]] = Relay(relay[1], last_delivered)
         else:
             cursor.next = next_sequence
         self._touch(reader, Keep.WITH_NEXT_WRITE)  # what is not committed is read again
@@ -265,12 +296,31 @@ class OwnedReaders:
             )
             if not chunks:
                 raise poison_error(self._context.config.topic_id, self._context.channel, poison)
+        stands = None
+        if offer and chunks:
+            # Nothing moves for a fetch's offer: its session's next take (or its
+            # pause) moves the read position over what it handed over.
+            stands = chunks[0].first
+            cursor.rewind(stands)
+        return self._as_delivery(reader, cursor, lease, chunks, next_sequence, stopped, stands)
+
+    def _as_delivery(
+        self,
+        reader: Reader,
+        cursor: Cursor,
+        lease: ReaderLease,
+        chunks: list[Chunk],
+        next_sequence: int | None = None,
+        stopped: bool = False,
+        stands: int | None = None,
+    ) -> Delivery:
+        """``chunks`` as the reader gets them, with the cursor's state."""
         config = self._context.config
         origin = _Origin(
             config.topic_id,
             config.name,
             config.namespace,
-            reader_id,
+            reader.reader_id,
             lease,
             cursor.jumps,
             skip_poison=reader.spec.skip_poison,
@@ -279,12 +329,13 @@ class OwnedReaders:
             self._context.channel,
             chunks,
             cursor.jumps,
-            cursor.next,
-            ring.tail,
+            cursor.next if next_sequence is None else next_sequence,
+            self._log.ring.tail,
             cursor.committed,
             origin,
             cursor.unacked,
-            stopped,
+            stopped or cursor.stopped,
+            stands,
         )
 
     def _skipped(self, reader_id: str, skipped: tuple[Poison, ...]) -> None:
@@ -357,82 +408,6 @@ class OwnedReaders:
             head_sequence=resume,
             skipped=skipped,
         )
-
-    async def _unlent(
-        self, reader_id: str, lease: ReaderLease, token: str | None
-    ) -> tuple[Reader, Cursor]:
-        """The reader and its cursor, once no other fetch's take on it is unsettled."""
-        deadline = time.monotonic() + LENT_TIMEOUT
-        while True:
-            reader = self._lookup(reader_id)
-            cursor = self.cursor_of(reader, lease)
-            if reader.group is not None and self.waits_for_commit(reader.group, lease):
-                await self._context.wait_change(HELD_POLL)
-                continue
-            lent = cursor.lent
-            if lent is None or lent.token == token:
-                return reader, cursor
-            left = deadline - time.monotonic()
-            if left <= 0:
-                logger.warning(
-                    "channel %d: fetch %s never settled; reading again",
-                    self._context.channel,
-                    lent.token,
-                )
-                cursor.settle_lent(lent.token, lent.first)
-                continue
-            await self._context.wait_change(left)
-
-    def settle(
-        self, reader: Reader | None, lease: ReaderLease, token: str, give_back_from: int | None
-    ) -> bool:
-        """A fetch's session used what the fetch took, up to ``give_back_from``
-        (None: all); the rest is read again. False if a seek, reset or new owner
-        voided it meanwhile."""
-        cursor = self._owned_cursor(reader, lease)
-        if cursor is None:
-            return False
-        settled = cursor.settle_lent(token, give_back_from)
-        if settled:
-            self._context.notify()
-        return settled
-
-    def give_back(
-        self,
-        reader: Reader | None,
-        lease: ReaderLease,
-        first: int,
-        expected_next: int,
-        jumps: int,
-        entries: tuple[tuple[int, int], ...] = (),
-    ) -> bool:
-        """Move the cursor back to ``first`` if it still stands where that take left
-        it, with the same jump count (no seek or reset since)."""
-        cursor = self._owned_cursor(reader, lease)
-        if cursor is None or cursor.next != expected_next or cursor.jumps != jumps:
-            return False
-        cursor.rewind(max(first, self._log.ring.head))
-        self._context.notify()
-        return True
-
-    def host_restarted(self, prefix: str, readers: Iterator[Reader]) -> int:
-        """What the sessions of a restarted channel took (tokens starting with
-        ``prefix``) and never settled is read again now, and a group whose
-        cursor they took from above its commit is delivered again what it has
-        not committed (they may have died with settled elements in a reply
-        never sent); returns how many cursors moved back."""
-        cursors = [*self.groups.values(), *(reader.cursor for reader in readers)]
-        moved: set[int] = set()
-        for cursor in cursors:
-            lent = None if cursor is None else cursor.lent
-            if lent is not None and lent.token.startswith(prefix):
-                cursor.settle_lent(lent.token, lent.first)
-                moved.add(id(cursor))
-        for group, cursor in self.groups.items():
-            if cursor.host_restarted(prefix):
-                self._state.touch("groups", group, Keep.WITH_NEXT_WRITE)
-                moved.add(id(cursor))
-        return len(moved)
 
     # -- commits and seeks ------------------------------------------------------------
 
@@ -648,15 +623,6 @@ class OwnedReaders:
         """Bring back the group cursors a state kept (each after its commit)."""
         for group, state in saved.items():
             self.groups[group] = Cursor.from_state(state, group=True)
-
-
-def _relay_of(token: str | None) -> tuple[str, str] | None:
-    """(host, session) of a take's token: ``"<host>:<session id>-<count>"`` (see
-    ``raytopic.actors.receive_session``); None for a take of no session elsewhere."""
-    if token is None:
-        return None
-    session = token.rsplit("-", 1)[0]
-    return session.partition(":")[0] + ":", session
 
 
 def _misses(start: int, next_sequence: int, chunks: list[Chunk]) -> Iterator[tuple[int, int]]:

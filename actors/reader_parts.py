@@ -1,5 +1,5 @@
 """What both kinds of readers of a channel share: the reader record, the one reader
-interface, fetch waits, the loss notice, and the filter-and-convert pick. No Ray.
+interface, the loss notice, and the filter-and-convert pick. No Ray.
 
 A channel has two kinds of readers behind one interface (:class:`ReaderMode`):
 readers that own their channel (anonymous subscribers, and the members of
@@ -11,23 +11,28 @@ mode of each reader once per call.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
 from raytopic.actors.receive_session import SessionSpec
 from raytopic.actors.segment_ring import Run
 from raytopic.core.errors import DataLossError, InvalidArgumentError
 from raytopic.core.payloads import Payload, decode_checked, encode_values
-from raytopic.core.protocol import Chunk, CursorState, Delivery, Poison, ReaderLease, ReaderSpec
+from raytopic.core.protocol import (
+    Chunk,
+    CursorState,
+    Delivery,
+    Poison,
+    ReaderLease,
+    ReaderSpec,
+    Take,
+)
 from raytopic.core.records import CommitResult
 
 __all__ = [
-    "Fetches",
     "LossNotice",
     "Picked",
     "Reader",
@@ -35,10 +40,6 @@ __all__ = [
     "check_sequence",
     "pick",
 ]
-
-STOPPED_TAKES_KEPT = 10_000
-"""Stop requests remembered for fetches that have not arrived (yet, or ever); also
-the most lent takes a shared group keeps for sessions that never settled."""
 
 
 @dataclass(slots=True)
@@ -78,12 +79,6 @@ class ReaderMode(Protocol):
         delay), so a wait for a change also looks again now and then."""
         ...
 
-    @property
-    def one_take_at_a_time(self) -> bool:
-        """Whether a direct take stops the reader's waiting fetches (they would read
-        from the cursor it moved)."""
-        ...
-
     def reader_closed(self, reader: Reader) -> None:
         """The reader closed: what it holds goes back."""
         ...
@@ -97,32 +92,8 @@ class ReaderMode(Protocol):
         messages, last commits), checked against ``lease`` if one is given."""
         ...
 
-    def has_data(self, reader: Reader, lease: ReaderLease) -> bool:
-        """Whether the reader has an element to take here now."""
-        ...
-
-    async def take(
-        self, reader_id: str, lease: ReaderLease, max_count: int, token: str | None
-    ) -> Delivery:
-        """Deliver up to ``max_count`` elements (``token``: a fetch's, lent until settled)."""
-        ...
-
-    def settle(
-        self, reader: Reader, lease: ReaderLease, token: str, give_back_from: int | None
-    ) -> bool:
-        """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
-        ...
-
-    def give_back(
-        self,
-        reader: Reader,
-        lease: ReaderLease,
-        first: int,
-        expected_next: int,
-        jumps: int,
-        entries: tuple[tuple[int, int], ...],
-    ) -> bool:
-        """Undo a take nobody saw."""
+    async def take(self, reader: Reader, take: Take) -> Delivery:
+        """Hand the reader up to ``take.max_count`` elements (see ``Take``)."""
         ...
 
     def commit(
@@ -179,11 +150,6 @@ class ReaderMode(Protocol):
         """Undo a reset; False if the group is gone."""
         ...
 
-    def host_restarted(self, prefix: str) -> int:
-        """Take back what the sessions of a restarted channel took (their tokens
-        start with ``prefix``); returns how many lent takes."""
-        ...
-
 
 @dataclass(slots=True)
 class LossNotice:
@@ -198,71 +164,6 @@ class LossNotice:
             return None
         self.unaware.discard(reader_id)
         return self.error
-
-
-class Fetches:
-    """Fetches waiting at this channel for data, and the requests to stop them.
-
-    A fetch is a take that first waits for an element; stopped (``stop``, or a
-    direct take of the same reader) it takes nothing. A stop may arrive before
-    its fetch: it is remembered (bounded).
-    """
-
-    def __init__(self, context: ChannelContext) -> None:
-        self._context = context
-        self._stopped: dict[str, None] = {}  # bounded, oldest first
-        self._waiting: dict[str, set[str]] = {}  # reader -> tokens of its fetches waiting
-
-    async def wait(
-        self, reader_id: str, token: str, wait: float, has_data: Callable[[], bool]
-    ) -> bool:
-        """Wait until ``has_data()``: True, or False when stopped or after ``wait`` s."""
-        deadline = time.monotonic() + wait
-        waiting = self._waiting.setdefault(reader_id, set())
-        waiting.add(token)
-        polled = bool(self._context.config.ttl)  # a TTL ends elements with the clock
-        try:
-            while token not in self._stopped:
-                if has_data():
-                    return True
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                await self._context.wait_change(min(left, POLL_INTERVAL) if polled else left)
-            return False
-        finally:
-            self._stopped.pop(token, None)
-            waiting.discard(token)
-            if not waiting:
-                self._waiting.pop(reader_id, None)
-
-    def stop(self, token: str) -> None:
-        """Stop fetch ``token`` (it may not have arrived yet)."""
-        self._remember(token)
-        self._context.wake()
-
-    def stop_all_of(self, reader_id: str) -> None:
-        """A direct take of a reader goes first: its fetches waiting here take nothing."""
-        tokens = self._waiting.get(reader_id)
-        if tokens:
-            for token in tokens:
-                self._remember(token)
-            self._context.wake()
-
-    def stop_host(self, prefix: str) -> None:
-        """Stop the fetches waiting here whose tokens start with ``prefix``: their
-        host channel restarted, and what they took would be lent to a session
-        that is gone until LENT_TIMEOUT."""
-        tokens = [t for waiting in self._waiting.values() for t in waiting if t.startswith(prefix)]
-        for token in tokens:
-            self._remember(token)
-        if tokens:
-            self._context.wake()
-
-    def _remember(self, token: str) -> None:
-        self._stopped[token] = None
-        while len(self._stopped) > STOPPED_TAKES_KEPT:
-            del self._stopped[next(iter(self._stopped))]
 
 
 class Picked(NamedTuple):

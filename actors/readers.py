@@ -1,6 +1,6 @@
 """A channel's readers: who is open here, and which mode serves each. No Ray.
 
-Every reader call of the channel (take, watch, settle, give back, state) goes
+Every reader call of the channel (take, watch, commit, state) goes
 through :class:`Readers`, which finds the reader and dispatches to its mode
 once: :class:`~raytopic.actors.owned_readers.OwnedReaders` (anonymous readers
 and channel-owned groups) or :class:`~raytopic.actors.shared_groups.SharedGroups`.
@@ -19,11 +19,19 @@ from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.owned_readers import OwnedReaders
-from raytopic.actors.reader_parts import Fetches, LossNotice, Reader, ReaderMode
+from raytopic.actors.reader_parts import LossNotice, Reader, ReaderMode
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.shared_groups import Entries, MemberViews, SharedGroups
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
-from raytopic.core.protocol import CursorState, Delivery, Lease, Poison, ReaderLease, ReaderSpec
+from raytopic.core.protocol import (
+    CursorState,
+    Delivery,
+    Lease,
+    Poison,
+    ReaderLease,
+    ReaderSpec,
+    Take,
+)
 from raytopic.core.records import AckStatus, CommitResult, CommitStatus
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.user_functions import load_pickled
@@ -64,7 +72,6 @@ class Readers:
         # life the coordinator asks for before it times a member out.
         self._heard: dict[str, float] = {}
         self.loss = LossNotice()
-        self.fetches = Fetches(context)
         self.owned = OwnedReaders(context, log, self.loss, state, self.get)
         self.shared = SharedGroups(
             context, log, self.loss, state, views, self.get, self.commits_moved
@@ -158,41 +165,14 @@ class Readers:
 
     # -- the reader calls ---------------------------------------------------------------
 
-    async def take(
-        self, reader_id: str, lease: ReaderLease, max_count: int, wait: float, token: str | None
-    ) -> Delivery:
-        """Deliver up to ``max_count`` elements; with ``wait``, a fetch: first wait up
-        to ``wait`` seconds for an element (stopped, it takes nothing)."""
-        reader = self.get(reader_id)
-        mode = self.mode(reader)
-        if wait > 0:
-            has_data = lambda: mode.has_data(self.get(reader_id), lease)  # noqa: E731
-            if not await self.fetches.wait(reader_id, token, wait, has_data):  # type: ignore[arg-type]
-                max_count = 0
-        elif mode.one_take_at_a_time:
-            self.fetches.stop_all_of(reader_id)
-        return await mode.take(reader_id, lease, max_count, token)
+    async def take(self, take: Take) -> Delivery:
+        """Hand the reader elements (see ``Take`` and the modes' ``take``).
 
-    def settle(
-        self, reader_id: str, lease: ReaderLease, token: str, give_back_from: int | None
-    ) -> bool:
-        """A fetch's session used what the fetch took, up to ``give_back_from``
-        (None: all); the rest is read again. False if voided meanwhile."""
-        reader, mode = self._open_mode(reader_id)
-        return mode.settle(reader, lease, token, give_back_from)  # type: ignore[arg-type]
-
-    def give_back(
-        self,
-        reader_id: str,
-        lease: ReaderLease,
-        first: int,
-        expected_next: int,
-        jumps: int,
-        entries: tuple[tuple[int, int], ...] = (),
-    ) -> bool:
-        """Undo a take nobody saw (see the modes' ``give_back``)."""
-        reader, mode = self._open_mode(reader_id)
-        return mode.give_back(reader, lease, first, expected_next, jumps, entries)  # type: ignore[arg-type]
+        Raises:
+            SubscriberClosedError: the reader is not open here.
+        """
+        reader = self.get(take.reader_id)
+        return await self.mode(reader).take(reader, take)
 
     def report_poison(
         self, reader_id: str, lease: ReaderLease, jumps: int, poison: Poison, skipped: bool
@@ -298,10 +278,6 @@ class Readers:
             self.commits_moved()
         return statuses
 
-    def stop_fetch(self, token: str) -> None:
-        """End the wait of fetch ``token``: it takes nothing (it may not have arrived yet)."""
-        self.fetches.stop(token)
-
     def owned_group(self, group: str) -> Cursor:
         """An owned group's cursor here (a stream reads owned groups).
 
@@ -360,20 +336,6 @@ class Readers:
             # A shared group's nack delays end with the clock, as TTLs do.
             polled = mode.polls_clock
             await self._context.wait_change(min(left, POLL_INTERVAL) if polled else left)
-
-    def host_restarted(self, host: int) -> int:
-        """Channel ``host`` restarted: its sessions' fetches still waiting here stop,
-        and what they took here and may not have delivered is read again now.
-        Returns how many cursors moved back."""
-        prefix = f"{host}:"
-        self.fetches.stop_host(prefix)
-        readers = iter(self.by_id.values())
-        taken_back = self.owned.host_restarted(prefix, readers) + self.shared.host_restarted(prefix)
-        if taken_back:
-            channel = self._context.channel
-            logger.info("channel %d: %d cursors back (%d restarted)", channel, taken_back, host)
-            self._context.notify()
-        return taken_back
 
     # -- groups (the coordinator's calls) ---------------------------------------------
 

@@ -15,22 +15,20 @@ A receive can also be scoped to its host channel alone (``here_only``): an
 iteration reads every owned channel that way, directly and in parallel, so
 no element is relayed through another channel.
 
-The session holds no positions: each channel keeps the reader's cursor, so a
-receive that is cancelled, or a session that goes away, never leaves
-elements taken but unseen (a take or fetch whose elements no receive
-returns is handed back). What a fetch takes stays *lent* at its channel
-until the session settles it (used, or given back, within a round trip):
-meanwhile no other take of the reader runs there, so the reader's order per
-channel holds however many sessions it has.
+The session owns its reader's read positions (:class:`Positions`): every take
+names the position it reads from, so what a receive does not hand over (it was
+cancelled, a take beside it failed, a fetch came back to no receive) is simply
+read again, and nothing a channel hands out is lent or given back. A channel
+keeps the reader's commit and where its read position stands; a session that
+knows no position there reads on from it.
 
 This module composes the session from its parts (``raytopic.actors.receive``):
-the view of the owned channels (:class:`OwnedView`), the take planner
-(:class:`TakePlanner`) and the takes that carry out its plan (:class:`Takes`),
-the ports the channels are read through (:class:`ReaderPort`), the lent takes
-and give-backs (:class:`LentTakes`), the watches and fetches at the siblings
-(:class:`SiblingWaits`) and a seek's pause (:class:`SeekPause`). What is left
-here is a receive itself: its turn, take or wait, and the window and
-resequencing around it.
+the view of the owned channels (:class:`OwnedView`), its positions, the take
+planner (:class:`TakePlanner`) and the takes that carry out its plan
+(:class:`Takes`), the ports the channels are read through (:class:`ReaderPort`),
+the watches and fetches at the siblings (:class:`SiblingWaits`) and a pause
+(:class:`SeekPause`). What is left here is a receive itself: its turn, take or
+wait, and the window and resequencing around it.
 """
 
 from __future__ import annotations
@@ -44,10 +42,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raytopic.actors.receive.handover import HandOver
-from raytopic.actors.receive.lending import LentTakes
 from raytopic.actors.receive.pause import SeekPause
 from raytopic.actors.receive.planner import TakePlanner
 from raytopic.actors.receive.ports import ReaderPort
+from raytopic.actors.receive.positions import Positions
 from raytopic.actors.receive.takes import Takes
 from raytopic.actors.receive.view import OwnedView
 from raytopic.actors.receive.waits import SiblingWaits
@@ -93,15 +91,19 @@ class ReceiveSession:
     within a channel elements come in sequence order; across channels the
     session goes round robin so no channel starves.
 
-    **Delivery**: a take is the only thing that moves a cursor, and a take
-    that the subscriber can no longer see (cancelled mid-call) is given back.
+    **Delivery**: what a receive does not hand over (cancelled mid-call, a
+    take beside it failed) is read again by the session's next take there; a
+    shared group's element is kept for the session's next receive (its hold,
+    not a position, is the record).
 
     Args:
         spec: How the subscriber receives.
         ports: How to read each channel of the topic (index = channel).
         owned: The channels the reader owns now, with its lease at each.
         host: The channel hosting this session.
-        mid_stream: Handles meet this session with their numbering under way.
+        mid_stream: Handles meet this session with their numbering under way (its
+            host restarted, or the reader's last session here ended): its first
+            take at each channel reads again after the commit.
     """
 
     def __init__(
@@ -120,15 +122,16 @@ class ReceiveSession:
         self._ports = ports
         self._planner = TakePlanner(host)
         self._pause = SeekPause()
-        self._lent = LentTakes(spec.reader_id, host, ports, self.view.lease_of)
+        self._positions = Positions(spec.reader_id, again=mid_stream, unhanded=self._unhanded)
+        self._held: list[Delivery] = []  # a shared group's elements no receive handed over
         self._takes = Takes(
-            spec.reader_id, ports, self.view, self._lent, drop=self._drop, tell_once=self._tell_once
+            ports, self.view, self._positions, drop=self._drop, tell_once=self._tell_once
         )
         self._waits = SiblingWaits(
             spec.reader_id,
             ports,
             self.view,
-            self._lent,
+            self._positions,
             self._pause,
             drop=self._drop,
             tell_once=self._tell_once,
@@ -189,14 +192,17 @@ class ReceiveSession:
         self._poke()
 
     async def pause(self, stream: str, upto: int) -> None:
-        """A seek is on its way: return once every receive of ``stream`` numbered up
-        to ``upto`` has finished, or waits for data (it has taken nothing, and those
-        after it have not run); no fetch takes until :meth:`resume` (or a while).
+        """A seek (or a reading elsewhere: an iteration) is on its way: return once
+        every receive of ``stream`` numbered up to ``upto`` has finished, or waits for
+        data (it has taken nothing, and those after it have not run), and the
+        reader's read position at each channel stands where this session reads
+        on; no fetch takes until :meth:`resume` (or a while).
 
-        So receives sent before the seek complete before it takes effect, and only
-        receives that found nothing see the new position.
+        So receives sent before the seek complete before it takes effect, only
+        receives that found nothing see the new position, and whatever reads the
+        reader's channels next reads on exactly where this session stopped.
         """
-        # What fetches took before the seek must not be handed out after it.
+        # What fetches bring before the seek must not be handed out after it.
         self._pause.begin()
         self._waits.end_fetches()
         await self._pause.after_earlier(
@@ -205,6 +211,13 @@ class ReceiveSession:
             waiting=lambda: self._waiting.get(stream),
             started=lambda: self._started.get(stream),
             closed=lambda: self.closed,
+        )
+        await asyncio.gather(
+            *(
+                self._positions.take(self._ports[channel], lease, 0)
+                for channel, lease in self._positions.to_hand_back(self.view.lease_of)
+            ),
+            return_exceptions=True,  # a channel lost meanwhile reads on where it stands
         )
 
     def resume(self) -> None:
@@ -217,6 +230,7 @@ class ReceiveSession:
         topic is being destroyed), watches and fetches stop."""
         self.closed = True
         self._end_error = error
+        self._held = []  # their holds end (the channels release a closed member's)
         self._waits.close()
         if self._resequenced is not None:
             self._resequenced.close()
@@ -305,16 +319,18 @@ class ReceiveSession:
         until: Callable[[], bool] | None = None,
     ) -> ReceivedBatch:
         rechecked = False
-        if self._stale:
-            raise self._stale.pop(0)
         while not self.closed and not (until is not None and until()):
+            if self._stale:  # told once by a take, or by a fetch while this one waited
+                raise self._stale.pop(0)
             room = self.view.room()
             if room > 0:
-                deliveries = await self._take_any(
-                    min(max_count, room), spread, here_only, local_first=not single
-                )
+                deliveries = self._take_held(min(max_count, room), here_only)
+                if not deliveries:
+                    deliveries = await self._take_any(
+                        min(max_count, room), spread, here_only, local_first=not single
+                    )
                 if deliveries:
-                    return ReceivedBatch(deliveries, single)
+                    return self._hand_over_all(deliveries, single)
                 if self.view.known_available(here_only):
                     # A filter skipped everything read so far: read on, but
                     # let the actor's other calls run in between.
@@ -330,7 +346,7 @@ class ReceiveSession:
                         self.view.scope(here_only), min(max_count, room), spread
                     )
                     if deliveries:
-                        return ReceivedBatch(deliveries, single)
+                        return self._hand_over_all(deliveries, single)
                     continue
                 break
             if number <= self._interrupted.get(stream, -1):
@@ -389,7 +405,7 @@ class ReceiveSession:
                 self._waits.watch(channel, known)
             else:
                 self._waits.fetch(channel, want)
-        if self.closed or self._waits.fetched:
+        if self.closed or self._waits.fetched or self._held:
             return
         await self._wake.wait()
 
@@ -407,6 +423,43 @@ class ReceiveSession:
         if state is not None:
             self.view.known[channel] = state
         return state
+
+    def _hand_over_all(self, deliveries: list[Delivery], single: bool) -> ReceivedBatch:
+        """The receive's reply: the session reads on after what it hands over."""
+        for delivery in deliveries:
+            self._positions.handed(delivery)
+        return ReceivedBatch(deliveries, single)
+
+    def _unhanded(self, delivery: Delivery) -> None:
+        """``delivery`` reached no receive: look at its channel again. A shared group's
+        elements wait here for the next receive (they are the member's holds)."""
+        self.view.forget(delivery.channel)
+        if delivery.origin.shared and not self.closed:
+            self._held.append(delivery)
+            self._poke()
+
+    def _take_held(self, max_count: int, here_only: bool) -> list[Delivery]:
+        """Up to ``max_count`` of the shared group's elements that reached no receive
+        before (those of a channel no longer held under their lease are dropped:
+        their holds end)."""
+        if not self._held:
+            return []
+        scope = set(self.view.scope(here_only))
+        taken: list[Delivery] = []
+        kept: list[Delivery] = []
+        for delivery in self._held:
+            if not self.view.holds(delivery.channel, delivery.origin.lease):
+                continue
+            if max_count <= 0 or delivery.channel not in scope:
+                kept.append(delivery)
+                continue
+            if delivery.count > max_count:
+                delivery, rest = delivery.split(max_count)
+                kept.append(rest)
+            taken.append(delivery)
+            max_count -= delivery.count
+        self._held = kept
+        return taken
 
     def _drop(self, channel: int) -> None:
         self.view.drop(channel)

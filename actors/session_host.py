@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext
@@ -20,7 +20,15 @@ from raytopic.actors.reader_parts import Reader
 from raytopic.actors.receive.ports import Caller, LocalPort, ReaderPort, RemotePort
 from raytopic.actors.receive_session import ReceiveSession
 from raytopic.core.errors import TopicNotFoundError
-from raytopic.core.protocol import ChannelRequest, CursorState, Lease, ReceivedBatch, pack_request
+from raytopic.core.protocol import (
+    ChannelRequest,
+    CursorState,
+    Delivery,
+    Lease,
+    ReceivedBatch,
+    Take,
+    pack_request,
+)
 
 __all__ = ["SessionHost", "remote_caller"]
 
@@ -35,7 +43,7 @@ class SessionHost:
         context: The channel's identity and wake-up signal (sessions hear of
             their host channel's changes directly).
         lookup: The open reader of an id (raises SubscriberClosedError).
-        local_call: Serves a request with this channel's own handler (the host port).
+        local_take: This channel's take, served in process (the host port).
         local_state: This channel's cursor state of a reader (read in-process).
         restarted: This channel's process restarted (sessions wait briefly for
             receive numbers under way).
@@ -45,14 +53,14 @@ class SessionHost:
         self,
         context: ChannelContext,
         lookup: Callable[[str], Reader],
-        local_call: Caller,
+        local_take: Callable[[Take], Awaitable[Delivery]],
         local_state: Callable[[str, Any], CursorState],
         *,
         restarted: bool,
     ) -> None:
         self._context = context
         self._lookup = lookup
-        self._local_call = local_call
+        self._local_take = local_take
         self._local_state = local_state
         self._restarted = restarted
         self.ports: dict[int, ReaderPort] = {}
@@ -79,7 +87,7 @@ class SessionHost:
         channel = self._context.channel
         for other, handle in enumerate(siblings):
             if other == channel:
-                self.ports[other] = LocalPort(other, self._local_call, self._local_state)
+                self.ports[other] = LocalPort(other, self._local_take, self._local_state)
             else:
                 self.ports[other] = RemotePort(other, remote_caller(handle, self.sibling_calls))
 
@@ -159,9 +167,9 @@ class SessionHost:
         error = TopicNotFoundError(reason)
         for session in self.sessions.values():
             session.close(error)
-        # Also the calls to sibling channels (fetches told to stop, settles,
-        # give-backs): a call to a channel killed under it makes Ray log a
-        # failure, and a destroy logs nothing.
+        # Also the calls to sibling channels (fetches, hand-backs): a call to a
+        # channel killed under it makes Ray log a failure, and a destroy logs
+        # nothing.
         deadline = time.monotonic() + END_RECEIVES_TIMEOUT
         while (self._receiving or self.sibling_calls) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

@@ -238,7 +238,7 @@ class SharedCursor:
     # -- done -------------------------------------------------------------------
 
     def ack(self, sequence: int, member: str, count: int) -> bool:
-        """Settle an element ``member`` holds under delivery ``count``; False if it
+        """Ack an element ``member`` holds under delivery ``count``; False if it
         does not (its ack deadline passed, it was delivered again, or it is acked)."""
         if not self._holds(sequence, member, count):
             return False
@@ -260,17 +260,6 @@ class SharedCursor:
             return False
         held = self._unhold(sequence)
         self._return(sequence, held, not_before, max_deliveries, "negatively acknowledged")
-        return True
-
-    def give_back(self, sequence: int, member: str, count: int) -> bool:
-        """Undo a delivery that never reached its member (a receive cancelled on its
-        way): the element waits again, its delivery not counted."""
-        if not self._holds(sequence, member, count):
-            return False
-        held = self._unhold(sequence)
-        if held.count > 1:
-            self.redelivered -= 1
-        self.waiting[sequence] = Waiting(held.count - 1, 0.0, held.key)
         return True
 
     def extend(self, sequence: int, member: str, count: int, deadline: float) -> bool:

@@ -20,12 +20,11 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState, Keep
 from raytopic.actors.cursors import clamp
 from raytopic.actors.reader_parts import (
-    STOPPED_TAKES_KEPT,
     LossNotice,
     Reader,
     check_sequence,
@@ -39,7 +38,7 @@ from raytopic.core.errors import (
     NotOwnerError,
     SubscriberClosedError,
 )
-from raytopic.core.protocol import CursorState, Delivery, Lease, Poison, ReaderLease
+from raytopic.core.protocol import CursorState, Delivery, Lease, Poison, ReaderLease, Take
 from raytopic.core.records import AckStatus, CommitResult, _Origin
 from raytopic.core.shared_group import SharedGroup
 
@@ -98,9 +97,6 @@ class SharedGroups:
         self._lookup = lookup
         self._commits_moved = commits_moved
         self.groups: dict[str, _Shared] = {}
-        # Fetch token -> (group, member, entries): what a sibling's session took
-        # here, until it settles (taken back at once if that sibling restarts).
-        self._lent: dict[str, tuple[str, str, tuple[tuple[int, int], ...]]] = {}
         self._departed: dict[str, set[str]] = {}  # group -> members told gone
         self.wake = asyncio.Event()  # dead letters to send now (see tend)
 
@@ -190,11 +186,6 @@ class SharedGroups:
         """A nack's delay ends with the clock."""
         return True
 
-    @property
-    def one_take_at_a_time(self) -> bool:
-        """No: a member's fetches wait side by side (each takes what is free)."""
-        return False
-
     def reader_closed(self, reader: Reader) -> None:
         """What the member holds goes back to its group."""
         self.member_closed(reader.group, reader.reader_id)  # type: ignore[arg-type]
@@ -231,25 +222,31 @@ class SharedGroups:
         head: what was removed is dropped from it)."""
         return self.state(reader, lease, check=lease is not None)
 
-    def has_data(self, reader: Reader, lease: ReaderLease) -> bool:
-        """Whether the member has an element to take here now."""
-        return self.state(reader, lease).available
-
-    async def take(
-        self, reader_id: str, lease: ReaderLease, max_count: int, token: str | None
-    ) -> Delivery:
-        """Hand the member up to ``max_count`` elements: ones to deliver again first,
-        then new ones; each is held until its ack deadline.
+    async def take(self, reader: Reader, take: Take) -> Delivery:
+        """Hand the member up to ``take.max_count`` elements: ones to deliver again
+        first, then new ones; each is held until its ack deadline (the hold is the
+        at-least-once record: a reply nobody reads comes back when it ends). With
+        ``take.wait``, first wait up to that long for one.
 
         Raises:
             DataLossError: the group reached a damaged range, or the channel
                 restarted without a store (each told once).
-            NotOwnerError: ``lease`` is not the member's lease here.
+            NotOwnerError: ``take.lease`` is not the member's lease here.
+            SubscriberClosedError: the member closed meanwhile.
         """
-        reader = self._lookup(reader_id)
+        reader_id, lease, max_count = reader.reader_id, take.lease, take.max_count
         group = reader.group
         assert group is not None
         self.check_member(group, reader_id, lease)
+        deadline = time.monotonic() + take.wait
+        while take.wait > 0 and not self.state(reader, lease).available:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                max_count = 0
+                break
+            # A nack's delay ends with the clock.
+            await self._context.wait_change(min(left, POLL_INTERVAL))
+            reader = self._lookup(reader_id)
         loss = self._loss.tell(reader_id)
         if loss is not None:
             raise loss
@@ -303,8 +300,6 @@ class SharedGroups:
             origin,
             state.unacked,
         )
-        if token is not None and chunks:
-            self._lend(token, group, reader_id, delivery.entries())
         return delivery
 
     def _moved(self, group: str) -> None:
@@ -312,59 +307,10 @@ class SharedGroups:
         self._state.touch("shared", group, Keep.SOON)
         self._commits_moved()
 
-    def _lend(
-        self, token: str, group: str, member: str, entries: tuple[tuple[int, int], ...]
-    ) -> None:
-        lent = self._lent
-        lent[token] = (group, member, entries)
-        while len(lent) > STOPPED_TAKES_KEPT:  # sessions that never settled (bounded)
-            del lent[next(iter(lent))]
-
-    def settle(
-        self, reader: Reader, lease: ReaderLease, token: str, give_back_from: int | None
-    ) -> bool:
-        """The session has what its fetch took: its member's. A fetch's rest, given
-        back, is delivered again without counting."""
-        lent_take = self._lent.pop(token, None)
-        if lent_take is not None and give_back_from is not None:
-            group, member, entries = lent_take
-            for sequence, count in entries:
-                if sequence >= give_back_from and group in self.groups:
-                    self.groups[group].cursor.give_back(sequence, member, count)
-            self._context.notify()
-        return True
-
-    def give_back(
-        self,
-        reader: Reader,
-        lease: ReaderLease,
-        first: int,
-        expected_next: int,
-        jumps: int,
-        entries: tuple[tuple[int, int], ...] = (),
-    ) -> bool:
-        """The member gives back the ``entries`` (sequence, delivery count) it was handed."""
-        cursor = self.groups[reader.group].cursor  # type: ignore[index]
-        given = [cursor.give_back(sequence, reader.reader_id, count) for sequence, count in entries]
-        if any(given):
-            self._context.notify()
-        return all(given)
-
-    def host_restarted(self, prefix: str) -> int:
-        """What the sessions of a restarted channel were lent goes back now."""
-        taken_back = 0
-        for token in [token for token in self._lent if token.startswith(prefix)]:
-            group, member, entries = self._lent.pop(token)
-            if group in self.groups:
-                for sequence, count in entries:
-                    self.groups[group].cursor.give_back(sequence, member, count)
-            taken_back += 1
-        return taken_back
-
     # -- acknowledgements ---------------------------------------------------------------
 
     def ack(self, reader_id: str, entries: Entries) -> list[AckStatus]:
-        """Settle elements the member holds (see :meth:`acknowledge`)."""
+        """Acknowledge elements the member holds (see :meth:`acknowledge`)."""
         statuses = self.acknowledge(
             reader_id,
             entries,
@@ -600,7 +546,7 @@ class SharedGroups:
     def restore_state(self, saved: dict[str, Any]) -> None:
         """Bring back the groups a state file kept: what was held comes back to
         deliver again (past the limit: dead), and deliveries of records damaged
-        since are settled (nothing altered is delivered)."""
+        since are done (nothing altered is delivered)."""
         for state in saved.values():
             spec = definition_from_state(state["spec"])
             cursor = SharedCursor.from_state(state["cursor"])

@@ -55,7 +55,7 @@ def take_shared(
     negatively acknowledged at once (after ``max_deliveries``, a dead letter).
     """
     if cursor.floor < ring.head - 1:
-        cursor.drop_below(ring.head)  # removed (overwrite, TTL, purge) before settled
+        cursor.drop_below(ring.head)  # removed (overwrite, TTL, purge) before acked
     if max_count <= 0:
         return []
     tail = ring.tail if stop is None else min(ring.tail, stop - 1)

@@ -65,6 +65,10 @@ class SeekPause(Protocol):
         """Receives sent before entering complete first; the host resumes after."""
         ...
 
+    def align_positions(self) -> None:
+        """The read positions at the channels stand where the host's session reads on."""
+        ...
+
     def hand_over_mark(self, channel: int, sequence: int) -> int | None:
         """The mark the host's resequencer stamped on that element (None: unknown)."""
         ...
@@ -88,6 +92,7 @@ class ReaderCursors:
 
     def states(self) -> dict[int, CursorState]:
         """The cursor of every owned channel, read at the channels (one call each)."""
+        self._receives.align_positions()
         actors = self._topic._channel_actors
         owned = self._role.owned()
         refs = [

@@ -4,16 +4,21 @@ Reading goes straight to the channels:
 
 - ``receive_batch()`` and ``receive()`` are ONE actor call each, submitted
   from this process (so the ObjectRef belongs to this process and survives
-  the channel actor), to the channel :class:`ChannelChoice` picks: the next
-  owned channel in turn for a batch, its *host* for a single element. That
-  channel's receive session takes from its own channel in-process, and only
-  when that one is empty from the others (see ``raytopic.actors.
-  receive_session``); receives sent while earlier ones are still out go to
-  the same channel, so they complete in order.
+  the channel actor), to the channel :class:`ChannelChoice` picks: its *host*,
+  or for a batch that completes at once when there is nothing (complete on
+  empty) the next owned channel in turn. That channel's receive session takes
+  from its own channel in-process, and only when that one is empty from the
+  others (see ``raytopic.actors.receive_session``); receives sent while
+  earlier ones are still out go to the same channel, so they complete in order.
+  A receive that may wait reads the other channels through fetches whose
+  offers its session confirms later: it goes to the host, the one session
+  that reads them for it.
 - Iteration keeps a few receives in flight at EVERY owned channel at once,
   each scoped to its channel: no element is relayed through another actor.
-  With a window or a resequencer it goes through the host's session instead,
-  which counts the window or holds the resequencer.
+  Before it begins, the host's session is paused once, so the reader's read
+  position at every channel stands where that session read on. With a window
+  or a resequencer it goes through the host's session instead, which counts
+  the window or holds the resequencer.
 
 A seek or a group reset bumps a channel's cursor *jump count*; elements read
 before it (in a buffer, or in a receive that was in flight) carry a lower
@@ -165,18 +170,26 @@ class StaleReads:
 class ChannelChoice:
     """Which channel a receive goes to when none of the user's is still out. No Ray.
 
-    A single receive (or one a window or a resequencer counts) goes to the
-    *host*: an owned channel fixed by the reader's id while the view holds. A
-    resequencing reader's host never moves: its resequencer lives in the
-    host's session. Batches go to the owned channels in turn: bulk reads go
-    where the data is.
+    A receive goes to the *host*: an owned channel fixed by the reader's id while
+    the view holds. A resequencing reader's host never moves: its resequencer
+    lives in the host's session. The batches of a reader that completes on
+    empty (they never wait, so they leave nothing at the other channels) go to
+    the owned channels in turn: bulk reads go where the data is.
     """
 
-    def __init__(self, reader_id: str, channel_count: int, *, fixed_host: bool) -> None:
+    def __init__(
+        self, reader_id: str, channel_count: int, *, fixed_host: bool, batches_in_turn: bool
+    ) -> None:
         self._seed = zlib.crc32(reader_id.encode())
         self._turn = self._seed
         self._channel_count = channel_count
         self._fixed_host = fixed_host
+        self._batches_in_turn = batches_in_turn
+
+    def pick(self, owned: tuple[int, ...], *, batch: bool) -> int:
+        """The channel for a receive among ``owned``: the next in turn for a ``batch`` of
+        a reader whose batches go in turn, else the host."""
+        return self.next_in_turn(owned) if batch and self._batches_in_turn else self.host(owned)
 
     def host(self, owned: tuple[int, ...]) -> int:
         """The host among ``owned`` (any channel when none is owned)."""
@@ -232,7 +245,10 @@ class Receives:
         self._resequencing = spec.resequence is not None
         self._complete_on_empty = spec.complete_on_empty
         self._choice = ChannelChoice(
-            reader_id, topic.channel_count, fixed_host=spec.resequence is not None
+            reader_id,
+            topic.channel_count,
+            fixed_host=spec.resequence is not None,
+            batches_in_turn=spec.complete_on_empty and not self._through_host,
         )
         self.stale = StaleReads()
         """What makes earlier reads stale; views of the group raise it too."""
@@ -246,6 +262,7 @@ class Receives:
         self._user_streams: dict[int, _ChannelReads] = {}
         self._target: int | None = None
         self._in_flight: deque[ray.ObjectRef[Any]] = deque()
+        self._user_reads = False  # user receives sent since the host's last pause
         # An iteration's: a stream per channel (direct), or user-stream receives
         # through the host (``_host_refs``, with a window or a resequencer), which
         # take from every owned channel at once (``spread``).
@@ -293,6 +310,7 @@ class Receives:
         with self._lock:
             at = self._target
             stream = None if at is None else self._user_streams[at]
+            self._user_reads = False
         if at is None or stream is None or not stream.next_number:
             yield
             return
@@ -316,12 +334,13 @@ class Receives:
             raise SubscriberClosedError("the subscriber is closed")
         view = self._ownership.before_receive()
         with self._lock:
-            channel, stream = self._route(host=single or spread or self._through_host)
+            self._user_reads = True
+            channel, stream = self._route(batch=not (single or spread))
             ref = self._send_receive(channel, stream, count, single, spread, False, view)
             self._in_flight.append(ref)
         return ref
 
-    def _route(self, *, host: bool) -> tuple[int, _ChannelReads]:
+    def _route(self, *, batch: bool) -> tuple[int, _ChannelReads]:
         """With the lock held: the channel for the next user receive, and its stream.
 
         While an earlier receive is out, the same channel (so receives complete
@@ -334,7 +353,7 @@ class Receives:
             if waiting:
                 return self._target, self._user_streams[self._target]
         owned = self._ownership.owned(catch_up=False)
-        target = self._choice.host(owned) if host else self._choice.next_in_turn(owned)
+        target = self._choice.pick(owned, batch=batch)
         self._target = target
         return target, self._stream_at(self._user_streams, target, "u")
 
@@ -384,7 +403,17 @@ class Receives:
         self._iterations += 1  # a new era: it looks again at every channel
         if self._through_host:
             return _HostIteration(self)
+        self.align_positions()  # each channel is read on its own from here on
         return _DirectIteration(self)
+
+    def align_positions(self) -> None:
+        """Have the reader's read position at each channel stand where its host's
+        session reads on: that session may have read past them (what fetches offered,
+        which it moves them over later). A pause of the host, once after user
+        receives that may have waited (none for one that completes on empty)."""
+        if self._user_reads and not self._complete_on_empty:
+            with self.paused():
+                pass
 
     def iterate_batches(self, max_elements: int) -> Iterator[ElementBatch]:
         """Blocking iteration, a batch at a time (see ``Subscriber.iter_batches``)."""

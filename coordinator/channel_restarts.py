@@ -3,9 +3,10 @@
 A channel that comes back after its process died says so itself
 (``restarted``; idle channels are never polled). One without a store gets
 its groups, leases, views and readers back (a seed), and the channels whose
-groups lost an owner that way get one; its siblings take back at once what
-its old receive sessions had taken from them. No Ray: the unit tests run it
-against a fake fleet.
+groups lost an owner that way get one. (What its old receive sessions had
+taken from its siblings needs no word to them: the sessions that replace
+them read again after the commit, see ``raytopic.actors.receive.positions``.)
+No Ray: the unit tests run it against a fake fleet.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
-
-from raytopic.core.protocol import HostRestarted
 
 if TYPE_CHECKING:
     from raytopic.coordinator.fleet import ChannelFleet
@@ -57,8 +56,7 @@ class ChannelRestarts:
         await self._groups.assign_unowned()
 
     async def restarted(self, channel: int, identity: dict[str, Any]) -> None:
-        """Channel ``channel`` came back with ``identity``: seed it if it has no
-        store, and tell its siblings if it is a new incarnation."""
+        """Channel ``channel`` came back with ``identity``: seed it if it has no store."""
         if identity["state"] == "recovering":
             try:
                 identity = await self._seed(channel)
@@ -66,11 +64,7 @@ class ChannelRestarts:
                 logger.warning("channel %d could not be restored yet: %s", channel, error)
                 return
             await self._groups.assign_unowned()
-        known = self.identities[channel]
         self.identities[channel] = identity
-        if identity["epoch"] != known.get("epoch"):
-            # What its old sessions took elsewhere is read again.
-            await self._fleet.tell(HostRestarted(channel), self._fleet.channels(skip=channel))
 
     def known(self, channel: int) -> dict[str, Any]:
         """What is known of a channel (its last identity; empty if none)."""

@@ -82,9 +82,9 @@ class ChannelFleet:
 
     # -- the policy -------------------------------------------------------------------
 
-    def channels(self, skip: int | None = None) -> list[int]:
-        """Every channel, except ``skip``."""
-        return [channel for channel in range(self.size) if channel != skip]
+    def channels(self) -> list[int]:
+        """Every channel."""
+        return list(range(self.size))
 
     async def ask(self, channel: int, request: ControlRequest) -> Any:
         """One channel's reply; its refusal raised typed."""

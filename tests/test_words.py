@@ -72,26 +72,15 @@ RETIRED = (
     ),
     Retired(
         r"(?i)_*(un)?settl\w*|\w*_settl\w*",
-        "settle only for a receive session's lent takes; else complete / acked / finish / "
-        "resolve / quiet (see the glossary's retired list)",
-        allowed_in=(
-            "actors/cursors.py",
-            "actors/owned_readers.py",
-            "actors/shared_groups.py",
-            "actors/reader_parts.py",
-            "actors/readers.py",
-            "actors/receive/lending.py",
-            "actors/receive/ports.py",
-            "actors/receive/waits.py",
-            "actors/channel.py",
-            "actors/receive_session.py",
-            "actors/session_host.py",
-            "core/protocol/channel.py",
-            "core/protocol/__init__.py",
-        ),
+        "nothing is settled: a session's takes name positions (a publisher's calls "
+        "complete, a shared element is acked, a batch is finished, benches are quiet)",
     ),
     Retired("SettleReceives", "PauseReceives (a seek pauses the receives at their host)"),
-    Retired(r"(?i)_?loans?", "lent (a take lent until its session settles it)"),
+    Retired(
+        r"(?i)_?(loans?|lent|lend\w*)|\w*_lent|LentTakes",
+        "nothing is lent: a take names the position it reads from (see 'position' and "
+        "'fetch, offer' in the glossary)",
+    ),
 )
 
 PENDING: set[str] = set()
@@ -167,6 +156,8 @@ def test_every_pending_file_still_exists() -> None:
         ("send(ExtendLease)", "ExtendLease"),
         ("self._settle_calls()", "_settle_calls"),
         ("self._loans = {}", "_loans"),
+        ("cursor.lent = None", "lent"),
+        ("def settle_lent(self): ...", "settle_lent"),
         ("def f(lease: Any): ...", "Any"),
     ],
 )

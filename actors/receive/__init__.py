@@ -7,12 +7,11 @@
 - :mod:`.takes`: carrying out that order: a take at one channel or several.
 - :mod:`.ports`: how a session reads a channel: :class:`~.ports.ReaderPort`, in
   process for its host channel and by actor call for a sibling.
-- :mod:`.lending`: what takes at siblings hold there until settled (a settle of a
-  take used in full rides on the next take there), and the give-backs of takes
-  no receive returned.
+- :mod:`.positions`: where the session reads each channel (it owns its reader's
+  read positions; every take names one, so nothing is lent or given back).
 - :mod:`.waits`: watches and fetches at the siblings while a receive waits.
-- :mod:`.pause`: a seek pauses its subscriber's receives: it waits for those
-  sent before it, and no fetch takes until the seek has landed.
+- :mod:`.pause`: a seek (or an iteration) pauses its subscriber's receives: it
+  waits for those sent before it, and no fetch takes until the seek has landed.
 - :mod:`.handover`: with a resequencer, what the session took and has not handed
   over yet; each element handed over is stamped with its hand-over mark, past
   which its commits do not go (pure).

@@ -1,9 +1,8 @@
-"""Carrying out a take plan: take from one channel, or from several at once, and
-deliver what came (or give it back when a take beside it failed). No Ray.
+"""Carrying out a take plan: take from one channel, or from several at once. No Ray.
 
-A take is the only thing that moves a cursor. A take whose elements no receive
-returns (its receive was cancelled, or a take beside it failed) is given back, and
-the takes decided after it wait for that give-back (see ``LentTakes``).
+A take names the position it reads from (``raytopic.actors.receive.positions``):
+what a receive does not hand over (it was cancelled, or a take beside it failed)
+is simply read again by the session's next take there.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from raytopic.actors.receive.lending import LentTakes
 from raytopic.actors.receive.planner import shares, take_groups
 from raytopic.actors.receive.ports import ReaderPort
+from raytopic.actors.receive.positions import Positions
 from raytopic.actors.receive.view import OwnedView
 from raytopic.actors.receive.waits import TOLD_ONCE
 from raytopic.core.errors import NotOwnerError, SubscriberClosedError
@@ -27,10 +26,9 @@ class Takes:
     """One session's takes.
 
     Args:
-        reader_id: The reader the channels know.
         ports: How the session reads each channel.
         view: The owned channels and what is known of them.
-        lent: The session's lent takes (tokens, settles, give-backs).
+        positions: Where the session reads each channel.
         drop: Drops a channel that is no longer ours.
         tell_once: Reports an error to a later receive (skipped elements, a poison
             element) when this one delivers elements of other channels.
@@ -38,18 +36,16 @@ class Takes:
 
     def __init__(
         self,
-        reader_id: str,
         ports: Mapping[int, ReaderPort],
         view: OwnedView,
-        lent: LentTakes,
+        positions: Positions,
         *,
         drop: Callable[[int], None],
         tell_once: Callable[[BaseException], None],
     ) -> None:
-        self._reader_id = reader_id
         self._ports = ports
         self._view = view
-        self._lent = lent
+        self._positions = positions
         self._drop = drop
         self._tell_once = tell_once
 
@@ -62,7 +58,7 @@ class Takes:
         Raises:
             StaleSequenceError, PoisonElementError: told once by a channel, when no
                 other channel delivered (else the next receive reports it).
-            TopicError: a take failed (what the others took is given back).
+            TopicError: a take failed (what the others took is read again).
         """
         for planned in take_groups(candidates, max_count, spread):
             group = [c for c in planned if self._view.owns(c)]  # (revoked meanwhile)
@@ -79,8 +75,9 @@ class Takes:
             errors = [o for o in outcomes if isinstance(o, BaseException)]
             failures = [e for e in errors if not isinstance(e, TOLD_ONCE)]
             if failures:
-                # Nobody will see what the other channels handed over: give it back.
-                await asyncio.gather(*(self._lent.give_back(d) for d in deliveries))
+                # Nobody sees what the others took: their read positions go back first.
+                backs = [self._positions.unhanded(delivery) for delivery in deliveries]
+                await asyncio.gather(*(b for b in backs if b is not None), return_exceptions=True)
                 raise failures[0]
             if errors:
                 if not deliveries:
@@ -96,39 +93,31 @@ class Takes:
         return []
 
     async def _take_several(self, group: list[int], max_count: int) -> list[Any]:
-        """Take from every channel of ``group`` at once, ``max_count`` in all.
-
-        If this receive is cancelled meanwhile, what the takes still deliver is
-        given back, so the next receive reads it.
-        """
-        returning = list(self._lent.returning)  # now: a give-back made later may wait for these
+        """Take from every channel of ``group`` at once, ``max_count`` in all."""
         takes = [
-            asyncio.ensure_future(self.take(channel, share, returning))
+            asyncio.ensure_future(self.take(channel, share))
             for channel, share in zip(group, shares(max_count, len(group)), strict=True)
         ]
         try:
             await asyncio.wait(takes)
         except asyncio.CancelledError:
-            for take in takes:
-                self._lent.return_when_done(take)
+            for take in takes:  # what they take reaches no receive
+                take.add_done_callback(self._unhanded)
             raise
         return [take.exception() or take.result() for take in takes]
 
-    async def take(
-        self, channel: int, max_count: int, returning: list[asyncio.Future[Any]] | None = None
-    ) -> Delivery | None:
-        """Take from one channel, after the give-backs still on their way (``returning``:
-        those registered when the take was decided; default: now). None: the
-        channel is no longer ours."""
-        await self._lent.after_give_backs(returning)
+    def _unhanded(self, take: asyncio.Future[Any]) -> None:
+        if not take.cancelled() and isinstance(take.exception() or take.result(), Delivery):
+            self._positions.unhanded(take.result())
+
+    async def take(self, channel: int, max_count: int) -> Delivery | None:
+        """Take from one channel; None: the channel is no longer ours."""
         view = self._view
         if not view.owns(channel):
             return None  # revoked since the candidates were chosen
         lease = view.lease_of(channel)
         try:
-            delivery = await self._ports[channel].take(
-                self._reader_id, lease, max_count, self._lent
-            )
+            delivery = await self._positions.take(self._ports[channel], lease, max_count)
         except (NotOwnerError, SubscriberClosedError):
             # Lost the channel, or the reader is being closed there (close(),
             # destroy_group): the host's own close ends this receive with None.
@@ -138,6 +127,7 @@ class Takes:
             return None
         except TOLD_ONCE:
             view.forget(channel)
+            self._positions.forget(channel)
             raise
         view.learn(delivery)
         return delivery

@@ -2,9 +2,12 @@
 *watches* (until the cursor changes) and *fetches* (takes that wait for data, so an
 element reaches a waiting receive in one hop from its channel).
 
-A fetch takes the channel's next elements whenever they come, so no other take of
-the session runs at that channel meanwhile (see ``busy``). What a fetch took is
-lent until settled: used by the receive waiting now, or given back at once.
+A fetch reads at the session's position there whenever elements come, so no other
+take of the session runs at that channel meanwhile (see ``busy``). What it brings
+is an offer that moves nothing at the channel: the receive waiting now hands it
+over (``use``), or it reaches none and the session reads it again (see
+``raytopic.actors.receive.positions``). A fetch that is no longer wanted is simply
+left to end: nothing of it needs undoing.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from typing import Any
 
 import ray
 
-from raytopic.actors.receive.lending import LentTakes, log_failure
 from raytopic.actors.receive.pause import SeekPause
-from raytopic.actors.receive.ports import ReaderPort
+from raytopic.actors.receive.ports import WATCH_TIMEOUT, ReaderPort
+from raytopic.actors.receive.positions import Positions
 from raytopic.actors.receive.view import OwnedView
 from raytopic.core.errors import (
     NotOwnerError,
@@ -46,7 +49,7 @@ class SiblingWaits:
         reader_id: The reader the channels know.
         ports: How the session reads each channel.
         view: The owned channels and what is known of them.
-        lent: The session's lent takes (tokens, settles, give-backs).
+        positions: Where the session reads each channel.
         pause: Holds fetches back while a seek is on its way.
         drop: Drops a channel that is no longer ours.
         tell_once: Reports an error a fetch raised to the next receive.
@@ -59,7 +62,7 @@ class SiblingWaits:
         reader_id: str,
         ports: Mapping[int, ReaderPort],
         view: OwnedView,
-        lent: LentTakes,
+        positions: Positions,
         pause: SeekPause,
         *,
         drop: Callable[[int], None],
@@ -70,16 +73,15 @@ class SiblingWaits:
         self._reader_id = reader_id
         self._ports = ports
         self._view = view
-        self._lent = lent
+        self._positions = positions
         self._pause = pause
         self._drop = drop
         self._tell_once = tell_once
         self._receiving = receiving
         self._poke = poke
         self._watches: dict[int, asyncio.Task[None]] = {}
-        self._fetches: dict[int, tuple[str, asyncio.Future[Any]]] = {}  # channel -> (token, call)
-        # What fetches brought for the receive waiting now: (delivery, fetch token).
-        self._fetched: list[tuple[Delivery, str]] = []
+        self._fetches: dict[int, asyncio.Future[Any]] = {}  # channel -> its fetch
+        self._fetched: list[Delivery] = []  # what fetches brought for the waiting receive
 
     @property
     def busy(self) -> Mapping[int, Any]:
@@ -137,26 +139,23 @@ class SiblingWaits:
         """Wait at ``channel`` for data and take up to ``want`` there (once at a time)."""
         if channel in self._fetches:
             return
-        token = self._lent.token()
         lease = self._view.lease_of(channel)
-        returning = list(self._lent.returning)
 
         async def fetch() -> Delivery:
             await self._pause.before_take()  # a seek on its way: take nothing before it lands
-            await self._lent.after_give_backs(returning)  # they must land before we take
-            return await self._ports[channel].fetch(self._reader_id, lease, want, token, self._lent)
+            return await self._positions.take(self._ports[channel], lease, want, WATCH_TIMEOUT)
 
         call = asyncio.ensure_future(fetch())
-        self._fetches[channel] = (token, call)
+        self._fetches[channel] = call
         call.add_done_callback(lambda done: self._fetch_done(channel, lease, done))
 
     def _fetch_done(self, channel: int, lease: ReaderLease, call: asyncio.Future[Any]) -> None:
-        """A fetch came back: what it took goes to the receive waiting now, or is
-        given back at once (the channel lends it until then)."""
-        entry = self._fetches.get(channel)
-        if entry is None or entry[1] is not call:
-            return  # ended by end(), which settles it
-        token = entry[0]
+        """A fetch came back: what it brought goes to the receive waiting now, or
+        reaches none (read again)."""
+        if self._fetches.get(channel) is not call:
+            if not call.cancelled() and call.exception() is None:
+                self._positions.unhanded(call.result())  # ended by end_fetches()
+            return
         del self._fetches[channel]
         if call.cancelled():
             return
@@ -167,6 +166,7 @@ class SiblingWaits:
                 self._drop(channel)
         elif isinstance(error, TOLD_ONCE):
             view.forget(channel)
+            self._positions.forget(channel)
             self._tell_once(error)  # the channel moved the cursor: report it once
         elif isinstance(error, TopicNotFoundError):
             # The topic is being destroyed (the sibling heard it first): no failure;
@@ -179,48 +179,44 @@ class SiblingWaits:
             delivery: Delivery = call.result()
             if view.holds(channel, lease):
                 view.learn(delivery)
-            if delivery.count:
-                if self._receiving() and view.holds(channel, lease):
-                    self._fetched.append((delivery, token))
-                else:
-                    self._lent.settle(delivery, token, delivery.first)
+            if delivery.count and self._receiving() and view.holds(channel, lease):
+                self._fetched.append(delivery)
+            else:
+                self._positions.unhanded(delivery)
         self._poke()
 
     def use(self, room: int) -> list[Delivery]:
-        """What fetches brought for the waiting receive, up to ``room`` elements
-        (a delivery larger than what is left is split); the rest is given back."""
+        """Hand over what fetches brought for the waiting receive, up to ``room``
+        elements (a delivery larger than what is left is split: the rest is read
+        again)."""
         used: list[Delivery] = []
         fetched, self._fetched = self._fetched, []
-        for delivery, token in fetched:
+        positions = self._positions
+        for delivery in fetched:
             if room <= 0 or not self._view.holds(delivery.channel, delivery.origin.lease):
-                self._lent.settle(delivery, token, delivery.first)
+                positions.unhanded(delivery)
                 continue
             if delivery.count > room:
                 delivery, rest = delivery.split(room)
-                self._lent.settle(delivery, token, rest.first)
+                positions.handed(delivery, rest.first)
+                positions.unhanded(rest)
             else:
-                self._lent.settle_used(delivery, token)  # rides on the next take there
+                positions.handed(delivery)
             used.append(delivery)
             room -= delivery.count
         return used
 
     def end_fetches(self) -> None:
-        """Stop the fetches still waiting; what they (or the ones back but unused)
-        took is given back; the settles waiting to ride go now."""
-        self._lent.send_riding()
-        for channel, (token, call) in list(self._fetches.items()):
-            del self._fetches[channel]
-            if not call.done():
-                stop = asyncio.ensure_future(self._ports[channel].stop_fetch(token))
-                stop.add_done_callback(log_failure)
-            call.add_done_callback(lambda done, token=token: self._lent.settle_unused(done, token))
-        for delivery, token in self._fetched:
-            self._lent.settle(delivery, token, delivery.first)
+        """Leave the fetches still waiting to end on their own (what they bring reaches
+        no receive); what came back unused reaches none either."""
+        self._fetches.clear()
+        for delivery in self._fetched:
+            self._positions.unhanded(delivery)
         self._fetched = []
         self._poke()  # a receive still waiting looks again
 
     def close(self) -> None:
-        """Stop every watch and fetch (what fetches took is given back)."""
+        """Stop every watch and fetch."""
         for watch in self._watches.values():
             watch.cancel()
         self._watches.clear()

@@ -31,7 +31,6 @@ __all__ = [
     "Commit",
     "ExtendHold",
     "FirstAfter",
-    "GiveBack",
     "InterruptReceives",
     "Nack",
     "ReadCursor",
@@ -47,8 +46,6 @@ __all__ = [
     "Seek",
     "SeekToCommitted",
     "PauseReceives",
-    "SettleTake",
-    "StopTake",
     "Take",
     "Watch",
 ]
@@ -111,31 +108,36 @@ class Receive(NamedTuple):
     view: tuple[int, dict[int, Any]] | None = None
 
 
-class SettleTake(NamedTuple):
-    """A fetch's session used what it took, up to ``give_back_from`` (None: all)."""
-
-    reader_id: str
-    lease: ReaderLease
-    token: str
-    give_back_from: int | None
-
-
 class Take(NamedTuple):
-    """Deliver up to ``max_count`` elements; with ``wait``, a fetch that waits first."""
+    """Hand the reader up to ``max_count`` elements, read by position.
+
+    A receive session keeps, per channel, where it reads on (``from_sequence``)
+    and where it left the reader's read position here (``stands``, under the
+    cursor's jump count ``jumps``): see ``raytopic.actors.receive.positions``. If
+    the read position still stands there, the take reads from ``from_sequence``
+    (the position moves there first: forward over what the session handed over
+    from a fetch, back over what it took and never handed over); otherwise (a
+    seek, a reset, a new owner, another session of the reader read on) from
+    where the read position stands. None: the session knows no position here.
+    Taking the same position again gives the same elements: nothing is lent.
+
+    With ``wait``, a *fetch*: it waits up to ``wait`` seconds for an element at
+    its position and hands out what it finds as an offer that moves nothing
+    (``Delivery.stands``); it ends, taking nothing, when the read position moves
+    meanwhile. A take of nothing (``max_count`` 0) only moves the read position.
+    """
 
     reader_id: str
     lease: ReaderLease
     max_count: int
     wait: float = 0.0
-    token: str | None = None
-    settles: SettleTake | None = None
-    """The settle of the reader's take before it at this channel, riding on this one."""
-
-
-class StopTake(NamedTuple):
-    """End the wait of fetch ``token``."""
-
-    token: str
+    from_sequence: int | None = None
+    stands: int = -1
+    jumps: int = 0
+    again: bool = False
+    """The session that read here before for this reader was lost with its host
+    channel (it restarted): a group reads again after its commit (what that
+    session took may never have been handed over)."""
 
 
 class Watch(NamedTuple):
@@ -145,17 +147,6 @@ class Watch(NamedTuple):
     lease: ReaderLease
     known: Any
     timeout: float
-
-
-class GiveBack(NamedTuple):
-    """Undo a take nobody saw."""
-
-    reader_id: str
-    lease: ReaderLease
-    first: int
-    expected_next: int
-    jumps: int
-    entries: tuple[tuple[int, int], ...] = ()
 
 
 class ReportPoison(NamedTuple):
@@ -331,10 +322,7 @@ ChannelRequest = (
     | AppendOnce
     | Receive
     | Take
-    | StopTake
-    | SettleTake
     | Watch
-    | GiveBack
     | ReportPoison
     | Ack
     | Nack
@@ -363,10 +351,7 @@ CHANNEL_REQUESTS = (
     AppendOnce,
     Receive,
     Take,
-    StopTake,
-    SettleTake,
     Watch,
-    GiveBack,
     ReportPoison,
     Ack,
     Nack,

@@ -23,7 +23,6 @@ __all__ = [
     "EnsureGroup",
     "Grant",
     "GrantStream",
-    "HostRestarted",
     "MarkDestroyed",
     "OpenReader",
     "OpenStore",
@@ -110,12 +109,6 @@ class UpdateViews(NamedTuple):
     generation: int = 0
 
 
-class HostRestarted(NamedTuple):
-    """Channel ``host`` restarted: what its sessions took here is read again."""
-
-    host: int
-
-
 class Purge(NamedTuple):
     """Remove every element (an operator's ``Topic.purge``)."""
 
@@ -184,7 +177,6 @@ ControlRequest = (
     | ResetGroup
     | RestoreGroup
     | UpdateViews
-    | HostRestarted
     | Purge
     | EndReceives
     | ReadReaderSpecs
@@ -209,7 +201,6 @@ CONTROL_REQUESTS = (
     ResetGroup,
     RestoreGroup,
     UpdateViews,
-    HostRestarted,
     Purge,
     EndReceives,
     ReadReaderSpecs,

@@ -160,8 +160,10 @@ class Chunk(NamedTuple):
 class Delivery:
     """What one channel handed one reader in one take.
 
-    ``next`` is where the reader's cursor stands afterwards, ``tail`` and
-    ``committed`` what the channel knew then.
+    ``next`` is where the reader reads on after these elements, ``stands`` where
+    the reader's read position at the channel stands afterwards (``next`` after a
+    take; before the elements after a fetch, whose elements are an offer), ``tail``
+    and ``committed`` what the channel knew then.
     """
 
     channel: int
@@ -180,6 +182,9 @@ class Delivery:
     """The reader's delivered-but-uncommitted count here afterwards."""
     stopped: bool = False
     """The cursor stops before a poison element (see ``CursorState.stopped``)."""
+    stands: int = -1
+    """Where the reader's read position at the channel stands after the take (see
+    the class docstring; ``pack`` makes it ``next`` unless told)."""
 
     @classmethod
     def pack(
@@ -193,8 +198,9 @@ class Delivery:
         origin: _Origin,
         unacked: int = 0,
         stopped: bool = False,
+        stands: int | None = None,
     ) -> Delivery:
-        """Build a delivery from chunks."""
+        """Build a delivery from chunks (``stands``: None, at ``next_sequence``)."""
         count = sum(len(chunk.payload) for chunk in chunks)
         first = chunks[0].first if chunks else next_sequence
         return cls(
@@ -209,6 +215,7 @@ class Delivery:
             origin,
             unacked,
             stopped,
+            next_sequence if stands is None else stands,
         )
 
     def entries(self) -> tuple[tuple[int, int], ...]:
@@ -232,8 +239,9 @@ class Delivery:
                 yield value, self._with([_slice_chunk(chunk, index, index + 1)])
 
     def split(self, count: int) -> tuple[Delivery, Delivery]:
-        """The first ``count`` elements, and the rest (both keep ``next``: giving the
-        rest back moves the cursor back to the rest's first element)."""
+        """The first ``count`` elements, and the rest (both keep ``next`` and
+        ``stands``; the rest's ``first`` is where its reader reads on if it hands
+        over only the first part)."""
         head: list[Chunk] = []
         rest: list[Chunk] = []
         left = count
@@ -252,7 +260,7 @@ class Delivery:
     def _with(self, chunks: list[Chunk]) -> Delivery:
         """A delivery of ``chunks`` (part of this one's) with this one's cursor state."""
         fields = (self.jumps, self.next, self.tail, self.committed, self.origin, self.unacked)
-        return Delivery.pack(self.channel, chunks, *fields, self.stopped)
+        return Delivery.pack(self.channel, chunks, *fields, self.stopped, self.stands)
 
 
 def _slice_chunk(chunk: Chunk, start: int, stop: int) -> Chunk:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from raytopic.actors.channel import ChannelActor
-from raytopic.actors.channel_dispatch import SERVED, Admit, InProcess
+from raytopic.actors.channel_dispatch import SERVED, Admit
 from raytopic.actors.receive.ports import LocalPort, RemotePort
 from raytopic.actors.receive_session import ReceiveSession
 from raytopic.core.config import Overflow, TopicConfig
@@ -37,6 +37,7 @@ from raytopic.core.protocol import (
     Append,
     AppendOnce,
     ChannelRequest,
+    Commit,
     EndReceives,
     EnsureGroup,
     Grant,
@@ -53,7 +54,6 @@ from raytopic.core.protocol import (
     ReadRingFigures,
     Receive,
     Seek,
-    SettleTake,
     Take,
     UpdateViews,
     pack_request,
@@ -71,10 +71,11 @@ async def _ask(channel: ChannelActor, request: ChannelRequest, payload: Any = No
 
 
 def _in_process(actor: ChannelActor, reply_delay: float = 0.0) -> Callable[..., Any]:
-    """A sibling link: the call runs at the sibling at once; its reply takes a while."""
+    """A sibling link: the call runs at the sibling at once (through its entry, as Ray
+    would make it); its reply takes a while."""
 
     async def call(request: ChannelRequest) -> Any:
-        result = await InProcess(actor)(request)
+        result = await _ask(actor, request)
         if reply_delay:
             await asyncio.sleep(reply_delay)
         return result
@@ -82,11 +83,16 @@ def _in_process(actor: ChannelActor, reply_delay: float = 0.0) -> Callable[..., 
     return call
 
 
+def _host_port(actor: ChannelActor) -> LocalPort:
+    """The host channel's port: its readers' take, in process."""
+    return LocalPort(actor._channel, actor._readers.take, actor._parts.cursor_in_process)
+
+
 def _wired(config: TopicConfig, reply_delay: float = 0.0) -> list[ChannelActor]:
     """Every channel of ``config`` in-process; channel 0 is the home, linked to the rest."""
     channels = [ChannelActor(config, c) for c in range(config.channels)]
     home = channels[0]
-    home._host.ports = {0: LocalPort(0, InProcess(home), home._parts.cursor_in_process)}
+    home._host.ports = {0: _host_port(home)}
     for sibling in channels[1:]:
         call = _in_process(sibling, reply_delay)
         home._host.ports[sibling._channel] = RemotePort(sibling._channel, call)
@@ -215,7 +221,7 @@ def _refuse_poison(value: Any) -> bool:
     return True
 
 
-def test_a_failing_take_gives_back_what_the_other_channels_handed_over() -> None:
+def test_a_failing_take_moves_back_what_the_other_channels_took_before_it_answers() -> None:
     async def main() -> None:
         home, sibling = await _anonymous_pair()
         await _ask(home, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
@@ -404,21 +410,24 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def _counting(channels: list[ChannelActor]) -> dict[int, list[str]]:
-    """Give every channel ports to all the others that record each call made."""
+def _counting(
+    channels: list[ChannelActor], requests: dict[int, list[Any]] | None = None
+) -> dict[int, list[str]]:
+    """Give every channel ports to all the others that record each call made (its
+    request, in ``requests`` if given)."""
     calls: dict[int, list[str]] = {c._channel: [] for c in channels}
     for channel in channels:
         ports: dict[int, Any] = {}
         for other in channels:
             if other is channel:
-                ports[other._channel] = LocalPort(
-                    other._channel, InProcess(channel), channel._parts.cursor_in_process
-                )
+                ports[other._channel] = _host_port(channel)
                 continue
 
             async def call(request: ChannelRequest, _to: ChannelActor = other) -> Any:
                 calls[_to._channel].append(_snake(type(request).__name__))
-                return await InProcess(_to)(request)
+                if requests is not None:
+                    requests.setdefault(_to._channel, []).append(request)
+                return await _ask(_to, request)
 
             ports[other._channel] = RemotePort(other._channel, call)
         channel._host.ports = ports
@@ -458,84 +467,165 @@ def test_a_waiting_receive_gets_a_siblings_element_in_one_fetch() -> None:
         batch = await asyncio.wait_for(waiting, 2.0)
         assert _values(batch) == [(1, 0, 2)]
         await asyncio.sleep(0.05)
-        # The fetch brought the elements; the one call after it settles them.
-        assert calls[1] == ["take", "take", "settle_take"]
-        assert (await _ask(sibling, ReadCursor("a"))).next == 2  # used: not given back
+        # The fetch brought the elements as an offer: no call after it.
+        assert calls[1] == ["take", "take"]
+        assert (await _ask(sibling, ReadCursor("a"))).next == 0  # an offer moved nothing
+        # A pause (before a seek, an iteration, a cursor read) moves it over them.
+        await _ask(home, PauseReceives("a", "s", 0))
+        assert calls[1] == ["take", "take", "take"]
+        assert (await _ask(sibling, ReadCursor("a"))).next == 2  # used: not read again
         home._host.sessions["a"].close()
 
     asyncio.run(main())
 
 
-def test_each_relayed_value_costs_one_call_between_channels_the_settle_rides_on_the_next() -> None:
+def test_each_relayed_value_costs_one_call_between_channels_and_nothing_follows() -> None:
     async def main() -> None:
         home, sibling = _wired(TWO_CHANNELS)
-        calls = _counting([home, sibling])
+        sent: dict[int, list[Any]] = {}
+        calls = _counting([home, sibling], sent)
         for channel in (home, sibling):
             await channel.control(OpenReader("a", ReaderSpec(None, False)))
         for number in range(6):
             waiting = asyncio.ensure_future(_ask(home, Receive("a", "s", number, 10, True)))
-            await asyncio.sleep(0.01)
+            while len(calls[1]) < number + 2:  # its fetch waits at the sibling
+                await asyncio.sleep(0.005)
             await _ask(sibling, Append("p", number, "block", 1.0, False), _payloads([number]))
             batch = await asyncio.wait_for(waiting, 2.0)
             assert _values(batch) == [(1, number, 1)]
-        # A look (empty), then one fetch per value, each settling the one before.
+        # A look (empty), then one fetch per value, each moving the read position
+        # over the one before.
         assert calls[1] == ["take"] * 7
-        await asyncio.sleep(0.05)  # no take comes: the last settle goes alone
-        assert calls[1] == ["take"] * 7 + ["settle_take"]
-        assert (await _ask(sibling, ReadCursor("a"))).next == 6  # used: not given back
+        assert [t.from_sequence for t in sent[1]] == [None, 0, 1, 2, 3, 4, 5]
+        await asyncio.sleep(0.05)
+        assert calls[1] == ["take"] * 7  # nothing follows the last
+        assert (await _ask(sibling, ReadCursor("a"))).next == 5  # the last fetch moved it
         home._host.sessions["a"].close()
 
     asyncio.run(main())
 
 
-# -- fetches: lent until settled -----------------------------------------------------------
-
-
-def test_what_a_fetch_took_is_lent_until_its_session_settles_it() -> None:
+def test_a_shared_members_element_no_receive_took_waits_in_its_session_for_the_next() -> None:
+    # Its hold is the record: it is not given back, and not read again.
     async def main() -> None:
-        (channel,) = _wired(CONFIG)
-        await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
-        fetched = await _ask(channel, Take("a", None, 2, 1.0, "fetch-1"))  # takes 0 and 1
-        assert (fetched.first, fetched.count) == (0, 2)
-        # Another session's take of the same reader waits for the settle ...
-        direct = asyncio.ensure_future(_ask(channel, Take("a", None, 10)))
-        await asyncio.sleep(0.05)
-        assert not direct.done()
-        # ... which used element 0 and gives element 1 back: read again, in order.
-        assert await _ask(channel, SettleTake("a", None, "fetch-1", 1)) is True
-        after = await asyncio.wait_for(direct, 2.0)
-        assert (after.first, after.count) == (1, 4)
-        assert await _ask(channel, SettleTake("a", None, "fetch-1", None)) is False  # settled
+        three = TopicConfig("t", "ns", "t0pic1d", 3, 1000, True, None, Overflow.BLOCK, ())
+        home, one, two = _wired(three)
+        calls = _counting([home, one, two])
+        worker = Lease("w", 1)
+        for channel in (home, one, two):
+            await channel.control(EnsureGroup("s", False, SharedGroup("s")))
+            await channel.control(OpenReader("w", ReaderSpec("s", False)))
+            await channel.control(UpdateViews("s", 1, {"w": {0: worker, 1: worker, 2: worker}}))
+        waiting = asyncio.ensure_future(_ask(home, Receive("w", "s", 0, 1, True)))
+        while len(calls[1]) < 2 or len(calls[2]) < 2:  # a look, then a fetch, at each
+            await asyncio.sleep(0.005)
+        await asyncio.gather(
+            _ask(one, Append("p", 0, "block", 1.0, False), _payloads(["x"])),
+            _ask(two, Append("p", 0, "block", 1.0, False), _payloads(["y"])),
+        )
+        first = await asyncio.wait_for(waiting, 2.0)
+        await asyncio.sleep(0.05)  # the other fetch comes back to no receive
+        made = len(calls[1]) + len(calls[2])
+        second = await asyncio.wait_for(_ask(home, Receive("w", "s", 1, 1, True)), 2.0)
+        assert {d.channel for d in (*first.deliveries, *second.deliveries)} == {1, 2}
+        assert len(calls[1]) + len(calls[2]) == made  # handed out from the session
+        home._host.sessions["w"].close()
 
     asyncio.run(main())
 
 
-def test_a_direct_take_stops_a_waiting_fetch_of_the_same_reader() -> None:
+# -- takes by position: nothing lent ------------------------------------------------------
+
+
+def _at(first: int, stands: int, jumps: int = 0) -> dict[str, int]:
+    """A take's position fields: the session reads from ``first``, and left the read
+    position at ``stands`` (under ``jumps``)."""
+    return {"from_sequence": first, "stands": stands, "jumps": jumps}
+
+
+def test_a_fetchs_offer_moves_nothing_and_the_next_take_moves_over_what_was_used() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        waiting = asyncio.ensure_future(_ask(channel, Take("a", None, 10, 5.0, "fetch-2")))
+        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
+        offer = await _ask(channel, Take("a", None, 2, 1.0))  # a fetch: offers 0 and 1
+        assert (offer.first, offer.count, offer.stands) == (0, 2, 0)
+        assert (await _ask(channel, ReadCursor("a"))).next == 0  # nothing lent, nothing moved
+        # Another session of the reader reads the same elements: nothing waits.
+        other = await asyncio.wait_for(_ask(channel, Take("a", None, 1)), 2.0)
+        assert (other.first, other.count) == (0, 1)
+        # The fetch's session used 0 and 1: its next take names where it reads on, but
+        # the read position no longer stands where it left it: it reads on from there.
+        stale = await _ask(channel, Take("a", None, 10, **_at(2, 0)))
+        assert (stale.first, stale.count) == (1, 4)
+        # Taken again at the position it names, a take gives the same elements.
+        again = await _ask(channel, Take("a", None, 10, **_at(1, 5)))
+        assert (again.first, again.count) == (1, 4)
+
+    asyncio.run(main())
+
+
+def test_a_waiting_fetch_whose_read_position_moves_takes_nothing() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        waiting = asyncio.ensure_future(_ask(channel, Take("a", None, 10, 5.0)))
         await asyncio.sleep(0.05)
-        assert (await _ask(channel, Take("a", None, 10))).count == 0  # the direct take goes first
         await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
-        stopped = await asyncio.wait_for(waiting, 2.0)
-        assert stopped.count == 0  # it took nothing
-        assert (await _ask(channel, Take("a", None, 10))).count == 1  # "x" is still there
+        assert (await _ask(channel, Take("a", None, 10))).count == 1  # another session's take
+        await _ask(channel, Append("p", 1, "block", 1.0, False), _payloads(["y"]))
+        moved = await asyncio.wait_for(waiting, 2.0)
+        assert (moved.count, moved.stands) in ((0, 1), (1, 0))  # took nothing, or offered x
+        assert (await _ask(channel, Take("a", None, 10))).first == 1  # "y" is still there
 
     asyncio.run(main())
 
 
-def test_a_seek_voids_what_a_fetch_took_and_a_settle_after_it_changes_nothing() -> None:
+def test_a_take_named_before_a_seek_reads_from_where_the_seek_left_the_read_position() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
         await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
-        await _ask(channel, Take("a", None, 2, 1.0, "fetch-3"))
-        await _ask(channel, Seek("a", None, 3, False, False))  # next is 4
-        assert await _ask(channel, SettleTake("a", None, "fetch-3", 0)) is False
-        assert (await _ask(channel, ReadCursor("a"))).next == 4
-        assert (await asyncio.wait_for(_ask(channel, Take("a", None, 10)), 2.0)).first == 4
+        taken = await _ask(channel, Take("a", None, 2))
+        _, jumps = await _ask(channel, Seek("a", None, 3, False, False))  # next is 4
+        assert jumps == taken.jumps + 1
+        # Reading 0 and 1 again (they reached no receive) is void after the jump.
+        after = await _ask(channel, Take("a", None, 10, **_at(0, 2, taken.jumps)))
+        assert (after.first, after.jumps) == (4, jumps)
+        assert (await _ask(channel, ReadCursor("a"))).next == 5
+
+    asyncio.run(main())
+
+
+def test_a_take_of_nothing_moves_the_read_position_only_where_it_still_stands() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
+        taken = await _ask(channel, Take("a", None, 3))  # 0..2: no receive hands them over
+        assert (await _ask(channel, Take("a", None, 0, **_at(0, 3)))).next == 0
+        assert (await _ask(channel, ReadCursor("a"))).next == 0  # back: read again
+        await _ask(channel, Take("a", None, 1))  # the reader's read position moves on
+        assert (await _ask(channel, Take("a", None, 0, **_at(0, 3)))).next == 1  # refused
+        assert taken.count == 3
+
+    asyncio.run(main())
+
+
+def test_a_member_whose_host_was_lost_reads_again_after_the_commit() -> None:
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        await _group_member([channel], granted=[channel])
+        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(6)))
+        await _ask(channel, Take("m", MEMBER, 2))
+        await _ask(channel, Commit("m", 1, MEMBER))
+        await _ask(channel, Take("m", MEMBER, 3))  # 2..4: in a reply that died with its host
+        again = await _ask(channel, Take("m", MEMBER, 10, again=True))
+        assert (again.first, again.count) == (2, 4)
+        # An anonymous reader with no commit has nowhere to go back to: it reads on.
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        await _ask(channel, Take("a", None, 2))
+        assert (await _ask(channel, Take("a", None, 10, again=True))).first == 2
 
     asyncio.run(main())
 

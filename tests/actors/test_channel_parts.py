@@ -36,6 +36,7 @@ from raytopic.core.protocol import (
     ResolveTransaction,
     StageTransaction,
     StreamRecord,
+    Take,
 )
 from raytopic.core.shared_group import SharedGroup
 
@@ -63,12 +64,9 @@ def _config(capacity: int = 10) -> TopicConfig:
 
 
 def _build(config: TopicConfig | None = None, *, restarted: bool = False) -> ChannelParts:
-    async def in_process(request: Any) -> Any:
-        return None
-
     config = config or _config()
     context = ChannelContext(config, 0, ChannelMetrics(config.name, 0))
-    return ChannelParts.build(context, in_process, restarted=restarted)
+    return ChannelParts.build(context, restarted=restarted)
 
 
 def _visible(parts: ChannelParts) -> list[Any]:
@@ -116,11 +114,11 @@ def test_a_prepared_consumed_commit_holds_its_group_until_the_outcome() -> None:
         readers.owned.grant("g", MEMBER)
         readers.open("m", ReaderSpec("g", False))
         readers.open("o", ReaderSpec("g", False))
-        await readers.take("m", MEMBER, 2, 0, None)  # 0 and 1, consumed by a transaction
+        await readers.take(Take("m", MEMBER, 2, 0))  # 0 and 1, consumed by a transaction
         commit = ConsumedCommit("m", 1, MEMBER, readers.owned.groups["g"].jumps)
         await parts.transactions.prepare(PrepareTransaction("t@1.0", "t", FAR, LEAD, 0, (commit,)))
         readers.owned.grant("g", OTHER)  # a rebalance: the channel goes to another member
-        taking = asyncio.ensure_future(readers.take("o", OTHER, 10, 0, None))
+        taking = asyncio.ensure_future(readers.take(Take("o", OTHER, 10, 0)))
         await asyncio.sleep(0.2)
         assert not taking.done()  # it would read 0 and 1 again
         await parts.transactions.finish(FinishTransaction("t@1.0", "t", FAR, Outcome.COMMIT, ""))
@@ -178,7 +176,7 @@ def test_a_channel_comes_back_from_its_own_store_under_the_next_epoch(opened) ->
         parts.readers.owned.grant("g", MEMBER)
         parts.readers.open("m", ReaderSpec("g", False))
         reader = parts.readers.get("m")
-        await parts.readers.take("m", MEMBER, 2, 0, None)
+        await parts.readers.take(Take("m", MEMBER, 2, 0))
         parts.readers.owned.commit(reader, 0, MEMBER)
         await parts.state.save()
         store.close()
@@ -272,7 +270,7 @@ def test_a_state_file_recovers_every_part(opened, tmp_path: Path) -> None:
         }
         anonymous = parts.readers.get(ANONYMOUS).cursor
         assert (anonymous.next, anonymous.committed) == (6, 5)
-        delivery = await parts.readers.take(ANONYMOUS, None, 10, 0, None)
+        delivery = await parts.readers.take(Take(ANONYMOUS, None, 10, 0))
         assert [v for chunk in delivery.chunks for v in chunk.payload.decode()] == ["late-1"]
 
         # Publishers: the file's tracks, and the batch the store has after them.
@@ -447,7 +445,7 @@ def test_a_lead_whose_part_also_commits_consumed_positions_finishes_them_after_a
         readers.ensure_group("g", False, None)
         readers.owned.grant("g", MEMBER)
         readers.open("m", ReaderSpec("g", False))
-        await readers.take("m", MEMBER, 2, 0, None)  # 0 and 1, consumed by the transaction
+        await readers.take(Take("m", MEMBER, 2, 0))  # 0 and 1, consumed by the transaction
         await parts.state.save()
         commit = ConsumedCommit("m", 1, MEMBER, readers.owned.groups["g"].jumps)
         await parts.transactions.stage(StageTransaction("t@1.0", "t", FAR, None), _values("out"))

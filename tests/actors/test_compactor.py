@@ -47,12 +47,9 @@ def _config(
 def _parts(
     directory: Path | None, capacity: int = 100, segment_bytes: int = 1, **options: Any
 ) -> ChannelParts:
-    async def in_process(request: Any) -> Any:
-        return None
-
     config = _config(capacity, **options)
     context = ChannelContext(config, 0, ChannelMetrics(config.name, 0))
-    parts = ChannelParts.build(context, in_process, restarted=False)
+    parts = ChannelParts.build(context, restarted=False)
     if directory is not None:
         store = SegmentLogStore(
             directory, segment_bytes=segment_bytes, retention_seconds=config.retention_seconds
@@ -102,11 +99,7 @@ SURVIVORS = [(3, "c", 1), (5, "d", 1), (6, "a", 3), (7, "e", 1)]
 def test_a_plain_topic_has_no_compaction() -> None:
     config = _config(compaction=None)
     context = ChannelContext(config, 0, ChannelMetrics(config.name, 0))
-
-    async def in_process(request: Any) -> Any:
-        return None
-
-    parts = ChannelParts.build(context, in_process, restarted=False)
+    parts = ChannelParts.build(context, restarted=False)
     assert isinstance(parts.compactor, NoCompaction) and not parts.compactor.needs_tending
 
 

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from raytopic.actors.cursors import Cursor, Lent, clamp
+from raytopic.actors.cursors import Cursor, clamp
 from raytopic.core.protocol import Lease
 from raytopic.core.records import CommitStatus
 
@@ -233,10 +233,9 @@ def test_a_reset_to_the_commit_delivers_again_what_came_since_and_keeps_the_comm
     cursor = Cursor.starting_at(0)
     cursor.delivered(last=19, next_sequence=20)
     cursor.commit(9, tail=30)
-    cursor.lent = Lent("fetch", 10, 20)
     assert cursor.reset_to_commit() == 9
-    assert state(cursor) == (10, 9, True, 1)
-    assert (cursor.lent, cursor.reset_floor, cursor.delivered_high) == (None, 9, 9)
+    assert state(cursor) == (10, 9, True, 1)  # one jump: positions sessions hold are void
+    assert (cursor.reset_floor, cursor.delivered_high) == (9, 9)
     # What was delivered before it commits REJECTED, element or bare position, until
     # delivered again: a later cumulative commit never passes over what it gave back.
     assert cursor.commit(15, tail=30, jumps=0) is REJECTED
@@ -466,31 +465,32 @@ def test_a_reader_that_never_commits_keeps_a_bounded_list() -> None:
     assert 0 < cursor.unacked <= 1000
 
 
-def test_settling_a_lent_take_gives_back_the_unused_part_once() -> None:
+def test_a_session_reads_on_from_its_position_forward_or_back() -> None:
     cursor = Cursor.starting_at(0)
     cursor.delivered(4, 5)
-    cursor.lent = Lent("t", 0, 5)
-    assert cursor.settle_lent("other", 0) is False  # not what is lent
-    assert cursor.settle_lent("t", 3) is True
-    assert (cursor.next, cursor.lent) == (3, None)
-    assert cursor.settle_lent("t", 0) is False  # settled already: nothing moves
-    assert cursor.next == 3
+    cursor.read_from(3)  # what it took from 3 on reached no receive: read again
+    assert (cursor.next, cursor.jumps) == (3, 0)
+    cursor.seek(7, head=0, tail=9, commit=False)  # passed over 3..7 unread
+    cursor.read_from(5)  # back: the unread ranges from there on are forgotten
+    assert cursor.unread == [(3, 4)]
+    cursor.delivered(8, 9)
+    cursor.read_from(9)
+    cursor.read_from(12)  # forward: over a fetch's offer its session handed over
+    assert (cursor.next, cursor.delivered_high) == (12, 8)
 
 
-def test_a_seek_reset_or_grant_voids_what_is_lent() -> None:
+def test_a_seek_reset_or_grant_is_a_jump_that_voids_the_positions_sessions_hold() -> None:
     for move in (
         lambda c: c.seek(1, 0, 9, commit=False),
         lambda c: c.reset(1, 0, 9),
         lambda c: c.grant(Lease("m", 2)),
+        lambda c: c.redeliver(),
     ):
         cursor = Cursor.starting_at(0)
         cursor.delivered(4, 5)
-        cursor.lent = Lent("t", 0, 5)
+        jumps = cursor.jumps
         move(cursor)
-        assert cursor.lent is None
-        before = cursor.next
-        assert cursor.settle_lent("t", 0) is False
-        assert cursor.next == before
+        assert cursor.jumps == jumps + 1
 
 
 def test_a_streams_commit_moves_read_and_commit_forward_only() -> None:

@@ -1,5 +1,6 @@
 """Unit tests of OwnedReaders (no Ray): takes from anonymous and group cursors, the lease
-check, lending until a fetch's session settles, give-backs, commits, seeks, what a reader
+check, takes by position (nothing lent: a fetch offers, a session's position moves the
+read position), a lost host's successor reading again, commits, seeks, what a reader
 behind the head or at a damaged range is told, and the coordinator's group calls."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from raytopic.core.errors import (
     SubscriberClosedError,
 )
 from raytopic.core.payloads import DamagedElements, PickledValues
-from raytopic.core.protocol import Delivery, Lease, ReaderSpec
+from raytopic.core.protocol import Delivery, Lease, ReaderSpec, Take
 from raytopic.core.records import CommitStatus
 
 from tests.seed_store import SeedStore
@@ -57,6 +58,14 @@ class _Owned:
 
     def append(self, values: Sequence[Any]) -> None:
         self.log.ring.append(PickledValues.from_values(values), overwrite=True)
+
+    async def take(
+        self, reader_id: str, lease: Lease | None, count: int, wait: float = 0.0, **at: Any
+    ) -> Delivery:
+        """The take of a session (``at``: the position it names, see ``Take``)."""
+        return await self.owned.take(
+            self._lookup(reader_id), Take(reader_id, lease, count, wait, **at)
+        )
 
     def anonymous(self, reader_id: str = "a", **spec: Any) -> Reader:
         filters = {key: spec.pop(key) for key in ("filter", "converter") if key in spec}
@@ -106,11 +115,11 @@ def test_an_anonymous_reader_takes_in_order_from_its_own_cursor() -> None:
         parts.anonymous("a")
         latest = parts.owned.new_cursor(True)
         assert (latest.next, parts.owned.new_cursor(False).next) == (5, 0)
-        first = await parts.owned.take("a", None, 3, None)
+        first = await parts.take("a", None, 3)
         assert _values(first) == [0, 1, 2] and (first.first, first.next, first.tail) == (0, 3, 4)
-        second = await parts.owned.take("a", None, 10, None)
+        second = await parts.take("a", None, 10)
         assert _values(second) == [3, 4] and second.next == 5
-        empty = await parts.owned.take("a", None, 10, None)
+        empty = await parts.take("a", None, 10)
         assert (empty.count, empty.first, empty.next) == (0, 5, 5)
         assert parts.readers["a"].cursor.unacked == 5  # delivered, nothing committed
 
@@ -123,15 +132,15 @@ def test_only_the_lease_holder_takes_and_commits_a_group_s_channel() -> None:
         parts.append(range(3))
         reader = parts.member("m")
         with pytest.raises(NotOwnerError, match="not owned"):
-            await parts.owned.take("m", OTHER, 1, None)
+            await parts.take("m", OTHER, 1)
         assert parts.owned.commit(reader, 0, OTHER).status is CommitStatus.NOT_OWNER
-        assert _values(await parts.owned.take("m", MEMBER, 2, None)) == [0, 1]
+        assert _values(await parts.take("m", MEMBER, 2)) == [0, 1]
         assert parts.owned.commit(reader, 1, MEMBER).status is CommitStatus.COMMITTED
         assert parts.owned.commit(reader, 0, MEMBER).status is CommitStatus.ALREADY_COMMITTED
         assert parts.owned.commit(reader, 7, MEMBER).status is CommitStatus.REJECTED  # > tail
         assert parts.owned.grant("g", OTHER)  # a new owner resumes after the commit
         assert not parts.owned.grant("g", OTHER)  # no change
-        delivery = await parts.owned.take("m", OTHER, 5, None)
+        delivery = await parts.take("m", OTHER, 5)
         assert _values(delivery) == [2] and delivery.committed == 1
         assert parts.owned.commit(None, 2, OTHER).status is CommitStatus.NOT_OWNER  # closed
 
@@ -145,7 +154,7 @@ def test_a_filtered_take_marks_its_misses_done_and_does_not_count_them_unacknowl
         reader = parts.anonymous(
             "a", filter=lambda value: value in (1, 3), converter=lambda value: value * 10
         )
-        delivery = await parts.owned.take("a", None, 5, None)
+        delivery = await parts.take("a", None, 5)
         assert _values(delivery) == [10, 30]
         assert [chunk.sequence_list() for chunk in delivery.chunks] == [[1, 3]]
         assert delivery.next == 8  # 4..7 were read: misses
@@ -161,9 +170,9 @@ def test_a_cursor_behind_the_head_is_told_once_how_many_it_missed() -> None:
         parts.anonymous("a")
         parts.append(range(5))  # 0 and 1 overwritten
         with pytest.raises(StaleSequenceError) as stale:
-            await parts.owned.take("a", None, 10, None)
+            await parts.take("a", None, 10)
         assert (stale.value.head_sequence, stale.value.skipped) == (2, 2)
-        assert _values(await parts.owned.take("a", None, 10, None)) == [2, 3, 4]
+        assert _values(await parts.take("a", None, 10)) == [2, 3, 4]
 
     asyncio.run(main())
 
@@ -180,9 +189,9 @@ def test_a_restart_s_loss_is_told_once_and_the_cursor_moves_to_the_head() -> Non
         )
         parts.loss.unaware = {"a"}
         with pytest.raises(DataLossError):
-            await parts.owned.take("a", None, 10, None)
+            await parts.take("a", None, 10)
         assert parts.readers["a"].cursor.next == 100
-        assert _values(await parts.owned.take("a", None, 10, None)) == ["x"]
+        assert _values(await parts.take("a", None, 10)) == ["x"]
 
     asyncio.run(main())
 
@@ -195,141 +204,100 @@ def test_a_take_that_reaches_a_damaged_range_stops_before_it_then_passes_it_once
         parts.log.damage.add(2, 4)
         parts.append([5])
         reader = parts.anonymous("a")
-        assert _values(await parts.owned.take("a", None, 10, None)) == [0, 1]
+        assert _values(await parts.take("a", None, 10)) == [0, 1]
         with pytest.raises(DataLossError) as lost:
-            await parts.owned.take("a", None, 10, None)
+            await parts.take("a", None, 10)
         assert lost.value.lost == (2, 4)
         assert reader.cursor.next == 5 and reader.cursor.unacked == 2  # passed over
-        assert _values(await parts.owned.take("a", None, 10, None)) == [5]
+        assert _values(await parts.take("a", None, 10)) == [5]
 
     asyncio.run(main())
 
 
-# -- lending, settling, giving back ----------------------------------------------------------------
+# -- takes by position ----------------------------------------------------------------------------
 
 
-def test_a_lent_take_holds_the_cursor_until_its_session_settles_it() -> None:
+def test_a_fetch_waits_for_data_at_its_position_and_offers_it_moving_nothing() -> None:
     async def main() -> None:
         parts = _Owned()
-        parts.append(range(6))
         reader = parts.anonymous("a")
-        fetched = await parts.owned.take("a", None, 4, "1:fetch")
-        assert _values(fetched) == [0, 1, 2, 3] and reader.cursor.lent is not None
-        direct = asyncio.ensure_future(parts.owned.take("a", None, 10, None))
+        waiting = asyncio.ensure_future(parts.take("a", None, 4, 5.0))
         await asyncio.sleep(0.05)
-        assert not direct.done()  # the cursor is lent
-        assert not parts.owned.settle(reader, None, "someone else", None)
-        # The session used two of the four: the rest is read again.
-        assert parts.owned.settle(reader, None, "1:fetch", 2)
-        assert _values(await asyncio.wait_for(direct, 1.0)) == [2, 3, 4, 5]
-        assert not parts.owned.settle(reader, None, "1:fetch", None)  # settled already
+        parts.append(range(6))
+        parts.context.notify()
+        offer = await asyncio.wait_for(waiting, 1.0)
+        assert _values(offer) == [0, 1, 2, 3] and (offer.next, offer.stands) == (4, 0)
+        assert reader.cursor.next == 0 and reader.cursor.delivered_high == 3
+        # Nothing is lent: another take reads at once, the same elements.
+        assert _values(await asyncio.wait_for(parts.take("a", None, 2), 1.0)) == [0, 1]
+        # A fetch with nothing there answers empty after its wait.
+        reader.cursor.next = 6
+        assert (await parts.take("a", None, 4, 0.05)).count == 0
 
     asyncio.run(main())
 
 
-def test_a_seek_voids_a_loan_so_its_settle_changes_nothing() -> None:
+def test_a_take_reads_at_its_sessions_position_only_where_the_read_position_still_stands() -> None:
     async def main() -> None:
         parts = _Owned()
         parts.append(range(6))
         reader = parts.anonymous("a")
-        await parts.owned.take("a", None, 4, "1:fetch")
-        parts.owned.seek(reader, None, 4, False, False)
-        assert not parts.owned.settle(reader, None, "1:fetch", 0)
-        assert reader.cursor.next == 5
+        offer = await parts.take("a", None, 2, 1.0)
+        # Two handed over from the offer: forward over them.
+        assert _values(await parts.take("a", None, 2, from_sequence=2, stands=0)) == [2, 3]
+        # Those reached no receive: back to 2.
+        assert _values(await parts.take("a", None, 1, from_sequence=2, stands=4)) == [2]
+        # A session whose place is stale (not where the read position stands now, or
+        # under another jump count) reads on where it stands.
+        assert _values(await parts.take("a", None, 1, from_sequence=0, stands=0)) == [3]
+        parts.owned.seek(reader, None, 0, False, False)  # a jump: next is 1
+        stale = await parts.take("a", None, 1, from_sequence=4, stands=1, jumps=offer.jumps)
+        assert _values(stale) == [1] and stale.jumps == offer.jumps + 1
 
     asyncio.run(main())
 
 
-def test_a_give_back_rewinds_only_a_cursor_that_stands_where_the_take_left_it() -> None:
+def test_a_take_of_nothing_moves_the_read_position_and_tells_nothing() -> None:
     async def main() -> None:
         parts = _Owned()
         parts.append(range(6))
         reader = parts.anonymous("a")
-        taken = await parts.owned.take("a", None, 3, None)
-        assert not parts.owned.give_back(reader, None, 0, taken.next + 1, taken.jumps)
-        assert not parts.owned.give_back(reader, None, 0, taken.next, taken.jumps + 1)
-        assert parts.owned.give_back(reader, None, 1, taken.next, taken.jumps)
-        assert reader.cursor.next == 1
-        parts.owned.seek(reader, None, 2, False, False)
-        again = await parts.owned.take("a", None, 3, None)
-        assert _values(again) == [3, 4, 5]
-        assert not parts.owned.give_back(reader, None, 3, again.next, taken.jumps)  # stale
-        assert not parts.owned.give_back(None, None, 3, again.next, again.jumps)  # closed
+        await parts.take("a", None, 4)
+        moved = await parts.take("a", None, 0, from_sequence=1, stands=4)
+        assert (moved.count, moved.next, reader.cursor.next) == (0, 1, 1)
+        reader.cursor.next = 100  # (far past the tail: a take would tell of nothing)
+        assert (await parts.take("a", None, 0)).next == 100
 
     asyncio.run(main())
 
 
-def test_a_restarted_hosts_lent_takes_are_taken_back_and_others_kept() -> None:
-    async def main() -> None:
-        parts = _Owned()
-        parts.append(range(6))
-        anonymous = parts.anonymous("a")
-        parts.member("m")
-        await parts.owned.take("a", None, 2, "2:x-0")
-        await parts.owned.take("m", MEMBER, 3, "1:y-0")
-        taken_back = parts.owned.host_restarted("2:", iter(parts.readers.values()))
-        assert taken_back == 1
-        assert anonymous.cursor.lent is None and anonymous.cursor.next == 0
-        group = parts.owned.groups["g"]
-        assert group.lent is not None and group.next == 3
-
-    asyncio.run(main())
-
-
-def test_a_group_gets_again_what_a_restarted_host_s_sessions_took_and_settled() -> None:
-    # A session at channel 2 took 1..4 and settled them (used: in a reply on its way);
-    # channel 2 died before the reply went out. Nothing is lent any more, yet the
-    # group must get them again: its cursor goes back after its commit.
+def test_a_group_gets_again_what_a_lost_hosts_session_took_and_an_anonymous_reader_not() -> None:
+    # A session of a host that died took 1..4 (in a reply that never went out, or
+    # held by its resequencer): its successor's first take reads again after the
+    # commit; a group that has not read past its commit changes nothing.
     async def main() -> None:
         parts = _Owned()
         parts.append(range(8))
         reader = parts.member("m")
         group = parts.owned.groups["g"]
-        assert _values(await parts.owned.take("m", MEMBER, 1, "2:s1-0")) == [0]
-        parts.owned.settle(reader, MEMBER, "2:s1-0", None)
+        assert _values(await parts.take("m", MEMBER, 1)) == [0]
         parts.owned.commit(reader, 0, MEMBER)
-        await parts.owned.take("m", MEMBER, 4, "2:s1-1")
-        assert parts.owned.settle(reader, MEMBER, "2:s1-1", None) and group.next == 5
+        await parts.take("m", MEMBER, 4)
         jumps = group.jumps
-        assert parts.owned.host_restarted("1:", iter(parts.readers.values())) == 0
-        assert parts.owned.host_restarted("2:", iter(parts.readers.values())) == 1
-        assert (group.next, group.lent, group.jumps) == (1, None, jumps + 1)
-        assert _values(await parts.owned.take("m", MEMBER, 10, None)) == [1, 2, 3, 4, 5, 6, 7]
-        # Told again (the coordinator and the host both tell): nothing more moves.
-        assert parts.owned.host_restarted("2:", iter(parts.readers.values())) == 0
-
-    asyncio.run(main())
-
-
-def test_a_new_session_of_the_same_host_first_gets_what_the_gone_one_took() -> None:
-    # The restarted host's first take (a new session) comes before any word of the
-    # restart: it is served from after the commit, not after what the old one took.
-    async def main() -> None:
-        parts = _Owned()
-        parts.append(range(6))
-        reader = parts.member("m")
-        await parts.owned.take("m", MEMBER, 2, "2:old-0")
-        parts.owned.settle(reader, MEMBER, "2:old-0", None)
-        assert _values(await parts.owned.take("m", MEMBER, 2, "2:old-1")) == [2, 3]
-        parts.owned.settle(reader, MEMBER, "2:old-1", None)
-        parts.owned.commit(reader, 1, MEMBER)
-        assert _values(await parts.owned.take("m", MEMBER, 10, "2:new-0")) == [2, 3, 4, 5]
-        parts.owned.settle(reader, MEMBER, "2:new-0", None)
-        # The same session again, another host's, or a direct take: read on.
-        assert _values(await parts.owned.take("m", MEMBER, 10, "2:new-1")) == []
-        parts.owned.commit(reader, 5, MEMBER)
-        parts.append(range(6, 9))
-        assert _values(await parts.owned.take("m", MEMBER, 1, "3:other-0")) == [6]
-        parts.owned.settle(reader, MEMBER, "3:other-0", None)
-        assert _values(await parts.owned.take("m", MEMBER, 1, None)) == [7]
-        # A host whose takes are all committed changes nothing when it restarts.
+        assert _values(await parts.take("m", MEMBER, 10, again=True)) == list(range(1, 8))
+        assert group.jumps == jumps + 1  # what other sessions hold is void
         parts.owned.commit(reader, 7, MEMBER)
-        assert _values(await parts.owned.take("m", MEMBER, 1, "3:again-0")) == [8]
+        assert (await parts.take("m", MEMBER, 10, again=True)).count == 0
+        assert group.jumps == jumps + 1
+        # An anonymous reader with no commit has nothing to go back to; with one, it
+        # goes back there.
+        anonymous = parts.anonymous("a")
+        await parts.take("a", None, 3)
+        assert _values(await parts.take("a", None, 1, again=True)) == [3]
+        parts.owned.commit(anonymous, 1, None)
+        assert _values(await parts.take("a", None, 1, again=True)) == [2]
 
     asyncio.run(main())
-
-
-# -- seeks and the coordinator's calls -------------------------------------------------------------
 
 
 def test_seek_by_position_and_by_time_moves_the_cursor_and_counts_a_jump() -> None:
@@ -340,11 +308,11 @@ def test_seek_by_position_and_by_time_moves_the_cursor_and_counts_a_jump() -> No
         reader = parts.anonymous("a")
         position, jumps = parts.owned.seek(reader, None, 2, False, True)
         assert (position, jumps) == (2, 1) and reader.cursor.committed == 2
-        assert _values(await parts.owned.take("a", None, 10, None)) == ["d"]
+        assert _values(await parts.take("a", None, 10)) == ["d"]
         position, jumps = parts.owned.seek(reader, None, 150.0, True, False)
         assert (position, jumps) == (1, 2)  # the next is the first stamped after 150
         assert reader.cursor.committed == 1  # a seek back rolls the commit back
-        assert _values(await parts.owned.take("a", None, 10, None)) == ["c", "d"]
+        assert _values(await parts.take("a", None, 10)) == ["c", "d"]
 
     asyncio.run(main())
 
@@ -358,7 +326,7 @@ def test_a_seek_to_the_commit_waits_for_a_prepared_commit_of_the_group_here() ->
         parts = _Owned()
         parts.append(range(6))
         reader = parts.member("m")
-        await parts.owned.take("m", MEMBER, 6, None)
+        await parts.take("m", MEMBER, 6)
         prepared = {"g": True}
         parts.owned.waits_for_commit = lambda group, lease: prepared.get(group, False)
         seek = asyncio.ensure_future(parts.owned.seek_to_committed(reader, MEMBER))
@@ -368,7 +336,7 @@ def test_a_seek_to_the_commit_waits_for_a_prepared_commit_of_the_group_here() ->
         prepared["g"] = False
         parts.context.notify()
         assert await asyncio.wait_for(seek, 1.0) == (2, 2)  # (a grant was jump 1)
-        assert _values(await parts.owned.take("m", MEMBER, 10, None)) == [3, 4, 5]
+        assert _values(await parts.take("m", MEMBER, 10)) == [3, 4, 5]
         with pytest.raises(NotOwnerError):
             await parts.owned.seek_to_committed(reader, OTHER)
 
@@ -380,7 +348,7 @@ def test_a_group_reset_can_be_restored_and_unknown_groups_are_refused() -> None:
         parts = _Owned()
         parts.append(range(6))
         parts.member("m")
-        await parts.owned.take("m", MEMBER, 4, None)
+        await parts.take("m", MEMBER, 4)
         cursor = parts.owned.groups["g"]
         position, previous = parts.owned.reset("g", 1)
         assert position == 1 and (cursor.next, cursor.committed) == (2, 1)
@@ -420,7 +388,7 @@ def test_a_commit_and_a_new_group_reach_the_stored_state() -> None:
         )
         parts.append(range(3))
         reader = parts.member("m")
-        await owned.take("m", MEMBER, 3, None)
+        await parts.take("m", MEMBER, 3)
         owned.commit(reader, 1, MEMBER)
         await parts.state.save()
         saved = store.load_state()

@@ -95,19 +95,19 @@ def test_a_member_is_told_once_then_its_channel_holds_nothing_until_it_seeks() -
         parts.append(range(6))
         reader = parts.member("m")
         reader.filter = _explode_on_three
-        first = await parts.owned.take("m", MEMBER, 10, None)
+        first = await parts.take("m", MEMBER, 10)
         assert _values(first) == [0, 1, 2] and not first.stopped
         with pytest.raises(PoisonElementError) as told:
-            await parts.owned.take("m", MEMBER, 10, None)
+            await parts.take("m", MEMBER, 10)
         assert (told.value.channel, told.value.position.sequence) == (0, 3)
         assert told.value.cause_type == "ZeroDivisionError"
-        held = await parts.owned.take("m", MEMBER, 10, None)  # told once: nothing more
+        held = await parts.take("m", MEMBER, 10)  # told once: nothing more
         assert held.count == 0 and held.stopped and held.next == 3
         assert not parts.owned.has_data(reader, MEMBER)
         assert not parts.owned.state(reader, MEMBER).available
         assert parts.owned.state(reader, MEMBER).tail - 3 + 1 == 3  # still remaining
         parts.owned.seek(reader, MEMBER, 3, False, False)
-        assert _values(await parts.owned.take("m", MEMBER, 10, None)) == [4, 5]
+        assert _values(await parts.take("m", MEMBER, 10)) == [4, 5]
 
     asyncio.run(main())
 
@@ -118,16 +118,14 @@ def test_a_new_owner_is_told_again() -> None:
         parts.append(range(6))
         parts.member("m").filter = _explode_on_three
         with pytest.raises(PoisonElementError):
-            await parts.owned.take("m", MEMBER, 3, None) and await parts.owned.take(
-                "m", MEMBER, 3, None
-            )
+            await parts.take("m", MEMBER, 3) and await parts.take("m", MEMBER, 3)
         other = Lease("o", 2)
         parts.owned.grant("g", other)
         parts.readers["o"] = parts.readers.pop("m")
         parts.readers["o"].reader_id = "o"
-        assert _values(await parts.owned.take("o", other, 10, None)) == [0, 1, 2]
+        assert _values(await parts.take("o", other, 10)) == [0, 1, 2]
         with pytest.raises(PoisonElementError):
-            await parts.owned.take("o", other, 10, None)
+            await parts.take("o", other, 10)
 
     asyncio.run(main())
 
@@ -137,13 +135,13 @@ def test_a_reported_undecodable_element_rewinds_the_cursor_and_voids_later_takes
         parts = _Owned()
         parts.append(range(6))
         reader = parts.member("m")
-        taken = await parts.owned.take("m", MEMBER, 6, None)
+        taken = await parts.take("m", MEMBER, 6)
         poison = Poison(2, "ModuleNotFoundError", "No module named 'x'")
         assert not parts.owned.report_poison(reader, MEMBER, taken.jumps - 1, poison, False)
         assert parts.owned.report_poison(reader, MEMBER, taken.jumps, poison, False)
         with pytest.raises(PoisonElementError):  # its next take tells it
-            await parts.owned.take("m", MEMBER, 6, None)
-        assert (await parts.owned.take("m", MEMBER, 6, None)).count == 0
+            await parts.take("m", MEMBER, 6)
+        assert (await parts.take("m", MEMBER, 6)).count == 0
         assert parts.owned.state(reader, MEMBER).next == 2
         # A skipping reader only counts it: nothing moves.
         parts.owned.seek(reader, MEMBER, 2, False, False)
@@ -155,14 +153,33 @@ def test_a_reported_undecodable_element_rewinds_the_cursor_and_voids_later_takes
     asyncio.run(main())
 
 
+def test_a_reported_element_of_a_fetchs_offer_moves_the_read_position_forward_to_it() -> None:
+    # The offer moved nothing; its session handed all of it over and reads on after
+    # it, but the reader kept only what came before the undecodable element.
+    async def main() -> None:
+        parts = _Owned()
+        parts.append(range(6))
+        reader = parts.member("m")
+        offer = await parts.take("m", MEMBER, 6, 1.0)
+        assert parts.owned.state(reader, MEMBER).next == 0
+        poison = Poison(2, "ModuleNotFoundError", "No module named 'x'")
+        assert parts.owned.report_poison(reader, MEMBER, offer.jumps, poison, False)
+        assert parts.owned.state(reader, MEMBER).jumps == offer.jumps + 1
+        with pytest.raises(PoisonElementError):  # not past it: its next take tells it
+            await parts.take("m", MEMBER, 6, from_sequence=6, stands=0, jumps=offer.jumps)
+        assert parts.owned.state(reader, MEMBER).next == 2
+
+    asyncio.run(main())
+
+
 def test_a_complete_on_empty_reader_is_told_again_rather_than_answered_empty() -> None:
     async def main() -> None:
         parts = _Owned()
         parts.append(range(6))
         parts.anonymous("a", filter=_explode_on_three, complete_on_empty=True)
-        assert _values(await parts.owned.take("a", None, 10, None)) == [0, 1, 2]
+        assert _values(await parts.take("a", None, 10)) == [0, 1, 2]
         for _ in range(2):
             with pytest.raises(PoisonElementError):
-                await parts.owned.take("a", None, 10, None)
+                await parts.take("a", None, 10)
 
     asyncio.run(main())

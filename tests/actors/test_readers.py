@@ -1,6 +1,7 @@
 """Unit tests of Readers (no Ray): opening and closing readers, the one dispatch that picks
-a reader's mode by its group's kind, fetch waits and the stops that may come before them,
-watches, loans taken back from a restarted host, and commits that release elements."""
+a reader's mode by its group's kind, takes by position in each mode, fetch waits and what
+ends them, watches, a lost host's successor reading again, and commits that release
+elements."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from raytopic.actors.readers import Readers, spec_from_state, spec_state
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import GroupModeError, GroupNotFoundError, SubscriberClosedError
 from raytopic.core.payloads import PickledValues
-from raytopic.core.protocol import Delivery, Lease, ReaderSpec
+from raytopic.core.protocol import Delivery, Lease, ReaderSpec, Take
 from raytopic.core.records import CommitStatus
 from raytopic.core.shared_group import SharedGroup
 
@@ -94,7 +95,7 @@ def test_open_loads_the_reader_s_filter_and_converter() -> None:
             converter=cloudpickle.dumps(str),
         )
         channel.readers.open("a", spec)
-        assert _values(await channel.readers.take("a", None, 10, 0.0, None)) == ["4", "5"]
+        assert _values(await channel.readers.take(Take("a", None, 10, 0.0))) == ["4", "5"]
 
     asyncio.run(main())
 
@@ -104,7 +105,7 @@ def test_close_forgets_the_reader_once_and_a_shared_member_s_elements_go_back() 
         channel = _Channel()
         channel.open_all()
         channel.append(range(2))
-        await channel.readers.take("w", WORKER, 2, 0.0, None)
+        await channel.readers.take(Take("w", WORKER, 2, 0.0))
         assert channel.readers.close("w")
         assert not channel.readers.close("w")
         assert channel.closed == ["w"]
@@ -131,8 +132,8 @@ def test_the_mode_is_picked_by_the_kind_of_the_reader_s_group() -> None:
         assert readers.mode(readers.get("w")) is readers.shared
         assert readers.has_shared_groups
         channel.append(range(4))
-        member = await readers.take("m", MEMBER, 2, 0.0, None)
-        worker = await readers.take("w", WORKER, 2, 0.0, None)
+        member = await readers.take(Take("m", MEMBER, 2, 0.0))
+        worker = await readers.take(Take("w", WORKER, 2, 0.0))
         assert _values(member) == [0, 1] and member.origin.shared is False
         assert _values(worker) == [0, 1] and worker.origin.shared is True
         assert readers.state("w", WORKER).unacked == 2  # the shared group's figures
@@ -157,20 +158,19 @@ def test_commit_and_seek_are_refused_only_to_a_shared_group_s_members() -> None:
         readers.seek("closed", None, 0, False, False)
 
 
-def test_settle_and_give_back_reach_the_reader_s_mode() -> None:
+def test_a_take_reaches_the_reader_s_mode_an_owned_one_by_position_a_shared_one_as_holds() -> None:
     async def main() -> None:
         channel = _Channel()
         channel.open_all()
         channel.append(range(3))
         readers = channel.readers
-        owned = await readers.take("m", MEMBER, 3, 0.0, "0:m")
-        shared = await readers.take("w", WORKER, 3, 0.0, "0:w")
-        assert readers.settle("m", MEMBER, "0:m", 1)
-        assert readers.state("m", MEMBER).next == 1
-        assert readers.settle("w", WORKER, "0:w", 1)
-        assert sorted(readers.shared.cursor("s").waiting) == [1, 2]
-        assert readers.give_back("w", WORKER, 0, 0, 0, shared.entries()[:1])
-        assert not readers.give_back("m", MEMBER, 0, owned.next, owned.jumps)  # moved since
+        owned = await readers.take(Take("m", MEMBER, 3, 0.0))
+        assert (owned.next, owned.stands) == (3, 3)
+        # Its session handed over one: the read position goes back to 1.
+        again = await readers.take(Take("m", MEMBER, 5, 0.0, 1, owned.stands, owned.jumps))
+        assert _values(again) == [1, 2]
+        shared = await readers.take(Take("w", WORKER, 3, 0.0, 1, 0, 0))  # no position there
+        assert _values(shared) == [0, 1, 2] and readers.shared.cursor("s").unacked == 3
 
     asyncio.run(main())
 
@@ -182,7 +182,7 @@ def test_a_fetch_waits_for_data_and_takes_it() -> None:
     async def main() -> None:
         channel = _Channel()
         channel.open_all()
-        fetch = asyncio.ensure_future(channel.readers.take("a", None, 5, 2.0, "0:f"))
+        fetch = asyncio.ensure_future(channel.readers.take(Take("a", None, 5, 2.0)))
         await asyncio.sleep(0.05)
         assert not fetch.done()
         channel.append(["x"])
@@ -191,49 +191,33 @@ def test_a_fetch_waits_for_data_and_takes_it() -> None:
     asyncio.run(main())
 
 
-def test_a_stop_that_arrives_before_its_fetch_makes_the_fetch_take_nothing() -> None:
+def test_a_fetch_whose_read_position_another_take_moves_takes_nothing() -> None:
     async def main() -> None:
         channel = _Channel()
         channel.open_all()
-        channel.readers.fetches.stop("0:early")
+        fetch = asyncio.ensure_future(channel.readers.take(Take("a", None, 5, 5.0)))
+        await asyncio.sleep(0.05)  # it waits for data at 0
         channel.append(["x"])
-        started = time.monotonic()
-        stopped = await channel.readers.take("a", None, 5, 5.0, "0:early")
-        assert stopped.count == 0 and time.monotonic() - started < 0.5
-        assert _values(await channel.readers.take("a", None, 5, 5.0, "0:next")) == ["x"]
-
-    asyncio.run(main())
-
-
-def test_a_direct_take_stops_the_reader_s_waiting_fetches() -> None:
-    async def main() -> None:
-        channel = _Channel()
-        channel.open_all()
-        fetch = asyncio.ensure_future(channel.readers.take("a", None, 5, 5.0, "0:f"))
-        await asyncio.sleep(0.05)
-        direct = await channel.readers.take("a", None, 5, 0.0, None)
-        assert direct.count == 0
+        direct = await channel.readers.take(Take("a", None, 5, 0.0))  # before it wakes
+        assert _values(direct) == ["x"]
         assert (await asyncio.wait_for(fetch, 0.5)).count == 0
+        channel.append(["y"])
+        assert _values(await channel.readers.take(Take("a", None, 5, 0.0))) == ["y"]
 
     asyncio.run(main())
 
 
-def test_a_restarted_host_s_waiting_fetches_stop_and_take_nothing() -> None:
-    # Fetches of the dead incarnation's sessions would take what comes next (or what
-    # the restart hands back) for nobody, holding it lent until LENT_TIMEOUT.
+def test_a_shared_members_fetches_wait_side_by_side_and_each_takes_what_is_free() -> None:
     async def main() -> None:
         channel = _Channel()
         channel.open_all()
         readers = channel.readers
-        gone = asyncio.ensure_future(readers.take("m", MEMBER, 5, 5.0, "2:old-0"))
-        other = asyncio.ensure_future(readers.take("a", None, 5, 5.0, "1:s-0"))
+        first = asyncio.ensure_future(readers.take(Take("w", WORKER, 1, 5.0)))
+        second = asyncio.ensure_future(readers.take(Take("w", WORKER, 1, 5.0)))
         await asyncio.sleep(0.05)
-        readers.host_restarted(2)
-        assert (await asyncio.wait_for(gone, 0.5)).count == 0
-        assert not other.done()
-        channel.append(["x"])
-        assert (await asyncio.wait_for(other, 0.5)).count == 1
-        assert _values(await readers.take("m", MEMBER, 5, 0.0, None)) == ["x"]
+        channel.append(["x", "y"])
+        taken = await asyncio.wait_for(asyncio.gather(first, second), 1.0)
+        assert sorted(v for d in taken for v in _values(d)) == ["x", "y"]
 
     asyncio.run(main())
 
@@ -258,20 +242,20 @@ def test_watch_returns_when_the_state_changes_or_at_its_timeout() -> None:
     asyncio.run(main())
 
 
-def test_a_restarted_hosts_lent_takes_are_taken_back_in_both_modes() -> None:
+def test_a_lost_host_s_successor_reads_again_after_an_owned_group_s_commit_only() -> None:
     async def main() -> None:
         channel = _Channel()
         channel.open_all()
         channel.append(range(3))
         readers = channel.readers
-        await readers.take("a", None, 3, 0.0, "2:a")
-        await readers.take("m", MEMBER, 3, 0.0, "2:m")
-        await readers.take("w", WORKER, 3, 0.0, "2:w")
-        assert readers.host_restarted(1) == 0
-        assert readers.host_restarted(2) == 3
-        assert readers.state("a", None).next == 0 and readers.state("m", MEMBER).next == 0
-        assert readers.shared.cursor("s").unacked == 0
-        assert _values(await readers.take("a", None, 3, 0.0, None)) == [0, 1, 2]
+        await readers.take(Take("m", MEMBER, 3, 0.0))
+        await readers.take(Take("w", WORKER, 3, 0.0))
+        again = await readers.take(Take("m", MEMBER, 3, 0.0, again=True))
+        assert _values(again) == [0, 1, 2]
+        # A shared member's holds are its record: they come back when their ack
+        # deadline passes, not because a take says so.
+        assert (await readers.take(Take("w", WORKER, 3, 0.0, again=True))).count == 0
+        assert readers.shared.cursor("s").unacked == 3
 
     asyncio.run(main())
 
@@ -285,9 +269,9 @@ def test_commits_moved_without_retain_releases_what_every_group_settled() -> Non
         channel.open_all()
         channel.append(range(6))
         readers = channel.readers
-        await readers.take("m", MEMBER, 6, 0.0, None)
+        await readers.take(Take("m", MEMBER, 6, 0.0))
         readers.owned.commit(readers.get("m"), 4, MEMBER)
-        shared = await readers.take("w", WORKER, 3, 0.0, None)
+        shared = await readers.take(Take("w", WORKER, 3, 0.0))
         readers.shared.ack("w", tuple((s, n, 1) for s, n in shared.entries()[:2]))
         readers.commits_moved()
         assert channel.log.ring.head == 2  # the shared group settled 0..1 only
@@ -303,7 +287,7 @@ def test_commits_moved_with_retain_keeps_every_element() -> None:
         channel = _Channel(retain=True)
         channel.open_all()
         channel.append(range(3))
-        await channel.readers.take("m", MEMBER, 3, 0.0, None)
+        await channel.readers.take(Take("m", MEMBER, 3, 0.0))
         channel.readers.owned.commit(channel.readers.get("m"), 2, MEMBER)
         channel.readers.shared.destroy("s")
         channel.readers.commits_moved()
@@ -318,7 +302,7 @@ def test_the_readers_state_brings_back_anonymous_positions_and_skips_what_cannot
         channel.open_all()
         channel.readers.open("gone", ReaderSpec("g", False))
         channel.append(range(5))
-        await channel.readers.take("a", None, 3, 0.0, None)
+        await channel.readers.take(Take("a", None, 3, 0.0))
         saved = {reader: channel.readers.state_of(reader) for reader in ("a", "m", "gone")}
         assert channel.readers.state_of("never") is None
 

@@ -18,7 +18,7 @@ from raytopic.actors.receive.ports import LocalPort, RemotePort
 from raytopic.actors.session_host import END_RECEIVES_TIMEOUT, SessionHost
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import SubscriberClosedError, TopicNotFoundError
-from raytopic.core.protocol import CursorState, Lease, ReaderLease, ReaderSpec
+from raytopic.core.protocol import CursorState, Lease, ReaderLease, ReaderSpec, Take
 
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 3, 100, True, None, Overflow.BLOCK, ())
 OLD, NEW = Lease("m", 1), Lease("m", 2)
@@ -33,7 +33,7 @@ class _Host:
         self.left: list[str] = []
         self.back: list[str] = []
         self.host = SessionHost(
-            self.context, self._lookup, self._local_call, self._local_state, restarted=False
+            self.context, self._lookup, self._local_take, self._local_state, restarted=False
         )
 
     def _lookup(self, reader_id: str) -> Reader:
@@ -42,7 +42,7 @@ class _Host:
         except KeyError:
             raise SubscriberClosedError(reader_id) from None
 
-    async def _local_call(self, *request: Any) -> Any:
+    async def _local_take(self, take: Any) -> Any:
         return "served here"
 
     def _local_state(self, reader_id: str, lease: ReaderLease) -> CursorState:
@@ -246,7 +246,7 @@ def test_link_makes_this_channel_local_and_the_siblings_remote() -> None:
         assert isinstance(ports[0], RemotePort) and isinstance(ports[2], RemotePort)
         assert ports[1].state_in_place("r", None) is not None  # read in place
         assert ports[0].state_in_place("r", None) is None  # a sibling is watched instead
-        assert await ports[1].watch("r", None, None) == "served here"
+        assert await ports[1].take(Take("r", None, 1)) == "served here"  # in process
         assert await ports[2].watch("r", None, None) == "served by h2"
 
     asyncio.run(main())

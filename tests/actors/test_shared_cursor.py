@@ -86,13 +86,6 @@ def test_release_of_a_member_returns_only_its_elements():
     assert take(cursor, "b", 9, tail=3) == [(0, 2), (1, 2)]
 
 
-def test_give_back_does_not_count_a_delivery():
-    cursor = SharedCursor.starting_at(0)
-    take(cursor, "a", 1, tail=0)
-    assert cursor.give_back(0, "a", 1)
-    assert take(cursor, "b", 1, tail=0) == [(0, 1)] and cursor.redelivered == 0
-
-
 def test_filter_misses_are_settled_not_kept():
     cursor = SharedCursor.starting_at(0)
     chosen = cursor.choose("a", offer(0, 1, 2, 3, misses={0, 2}), 10, 0.0, LEASE)

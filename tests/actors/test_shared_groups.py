@@ -1,12 +1,14 @@
 """Unit tests of SharedGroups (no Ray), the part's own job over the shared cursor: member
-checks against the pushed views, take/lend/settle/give back, ack/nack/extend statuses
-(REJECTED for a stale epoch or a closed member), release when a member leaves, the
-expiry round, reset/restore, and the state kept across a restart."""
+checks against the pushed views, takes and fetches (each a hold: the at-least-once
+record), ack/nack/extend statuses (REJECTED for a stale epoch or a closed member),
+release when a member leaves, the expiry round, reset/restore, and the state kept across
+a restart."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +29,7 @@ from raytopic.core.errors import (
     SubscriberClosedError,
 )
 from raytopic.core.payloads import DamagedElements, PickledValues
-from raytopic.core.protocol import Delivery, Lease, ReaderSpec
+from raytopic.core.protocol import Delivery, Lease, ReaderSpec, Take
 from raytopic.core.records import AckStatus
 from raytopic.core.shared_group import SharedGroup
 
@@ -68,9 +70,9 @@ class _Shared:
     def append(self, values: Sequence[Any]) -> None:
         self.log.ring.append(PickledValues.from_values(values), overwrite=True)
 
-    async def take(self, member: str, count: int, token: str | None = None) -> Delivery:
+    async def take(self, member: str, count: int, wait: float = 0.0) -> Delivery:
         lease = {"a": A, "b": B}.get(member)
-        return await self.groups.take(member, lease, count, token)
+        return await self.groups.take(self._lookup(member), Take(member, lease, count, wait))
 
     @property
     def cursor(self) -> Any:
@@ -94,13 +96,15 @@ def test_a_take_needs_the_member_s_lease_of_this_channel_in_its_latest_view() ->
         parts = _Shared()
         parts.append(range(3))
         with pytest.raises(NotOwnerError, match="stale lease"):
-            await parts.groups.take("a", Lease("a", 0), 1, None)
+            await parts.groups.take(parts.readers["a"], Take("a", Lease("a", 0), 1))
         with pytest.raises(NotOwnerError, match="not a member"):
-            await parts.groups.take("a", None, 1, None)
+            await parts.groups.take(parts.readers["a"], Take("a", None, 1))
         parts.views["s"]["a"] = (2, {0: A, 1: Lease("a", 2)})  # a newer view pushed
         with pytest.raises(NotOwnerError):
-            await parts.groups.take("a", A, 1, None)
-        assert _values(await parts.groups.take("a", Lease("a", 2), 1, None)) == [0]
+            await parts.groups.take(parts.readers["a"], Take("a", A, 1))
+        assert _values(
+            await parts.groups.take(parts.readers["a"], Take("a", Lease("a", 2), 1))
+        ) == [0]
 
     asyncio.run(main())
 
@@ -152,49 +156,36 @@ def test_members_are_handed_disjoint_elements_and_their_state_shows_what_they_ho
         assert (state.committed, state.unacked, state.tail) == (2, 2, 4)
         assert state.available  # 4 is still to hand out
         await parts.take("b", 5)
-        assert not parts.groups.has_data(parts.readers["a"], A)
+        assert not parts.groups.state(parts.readers["a"], A).available
 
     asyncio.run(main())
 
 
-def test_a_fetch_s_rest_given_back_at_settle_is_delivered_again_without_counting() -> None:
+def test_a_fetch_waits_for_something_for_its_member_and_holds_what_it_takes() -> None:
     async def main() -> None:
         parts = _Shared()
-        parts.append(range(4))
-        await parts.take("a", 4, token="0:fetch")
-        assert parts.groups.settle(parts.readers["a"], A, "0:fetch", 2)  # used 0 and 1
-        assert sorted(parts.cursor.waiting) == [2, 3] and parts.cursor.held_by("a") == 2
-        again = await parts.take("b", 4)
-        assert again.entries() == ((2, 1), (3, 1))  # still their first delivery
-        assert parts.cursor.redelivered == 0
+        fetch = asyncio.ensure_future(parts.take("a", 4, wait=5.0))
+        await asyncio.sleep(0.05)
+        assert not fetch.done()
+        parts.append(range(2))
+        parts.context.notify()
+        taken = await asyncio.wait_for(fetch, 1.0)
+        assert _values(taken) == [0, 1] and parts.cursor.held_by("a") == 2
+        assert (await parts.take("a", 4, wait=0.05)).count == 0  # nothing more: empty
 
     asyncio.run(main())
 
 
-def test_a_give_back_holds_only_for_the_member_s_own_deliveries() -> None:
+def test_a_hold_no_receive_hands_over_comes_back_when_its_ack_deadline_passes() -> None:
+    # Nothing is lent: a reply nobody reads (a cancelled receive, a host that died)
+    # leaves holds, and a hold is the at-least-once record.
     async def main() -> None:
-        parts = _Shared()
-        parts.append(range(3))
-        taken = await parts.take("a", 2)
-        reader_b = parts.readers["b"]
-        assert not parts.groups.give_back(reader_b, B, 0, 0, 0, taken.entries())
-        reader_a = parts.readers["a"]
-        assert parts.groups.give_back(reader_a, A, 0, 0, 0, taken.entries())
-        assert not parts.groups.give_back(reader_a, A, 0, 0, 0, taken.entries())  # once
-        assert (await parts.take("b", 5)).entries() == ((0, 1), (1, 1), (2, 1))
-
-    asyncio.run(main())
-
-
-def test_a_restarted_hosts_lent_takes_go_back_and_the_others_stay_lent() -> None:
-    async def main() -> None:
-        parts = _Shared()
-        parts.append(range(4))
-        await parts.take("a", 2, token="0:x-1")
-        await parts.take("b", 2, token="1:y-1")
-        assert parts.groups.host_restarted("0:") == 1
-        assert parts.cursor.holdings() == {"b": 2} and sorted(parts.cursor.waiting) == [0, 1]
-        assert parts.groups.host_restarted("0:") == 0
+        parts = _Shared(SharedGroup("s", ack_timeout=0.05))
+        parts.append(range(2))
+        await parts.take("a", 2)  # the reply goes nowhere
+        await asyncio.sleep(0.06)
+        assert parts.cursor.expire(time.monotonic(), None) == [0, 1]
+        assert (await parts.take("b", 5)).entries() == ((0, 2), (1, 2))
 
     asyncio.run(main())
 

@@ -176,9 +176,6 @@ def test_a_store_with_another_format_of_transactions_is_refused(opened) -> None:
 
 
 def _channel_parts() -> ChannelParts:
-    async def in_process(request: object) -> None:
-        return None
-
     config = TopicConfig("t", "ns", "t0pic1d", 1, 10, True, None, Overflow.BLOCK, ())
     context = ChannelContext(config, 0, ChannelMetrics("t", 0))
-    return ChannelParts.build(context, in_process, restarted=False)
+    return ChannelParts.build(context, restarted=False)

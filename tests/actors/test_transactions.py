@@ -49,6 +49,7 @@ from raytopic.core.protocol import (
     ReaderSpec,
     ResolveTransaction,
     StageTransaction,
+    Take,
 )
 
 from tests.seed_store import SeedStore
@@ -136,7 +137,7 @@ def test_staged_values_hold_room_but_no_reader_sees_them() -> None:
         assert await channel.stage("t@1.0", []) == 4
         assert channel.visible() == [] and channel.log.ring.tail == -1
         assert (channel.log.reserved, channel.log.room()) == (4, 6)
-        delivery = await channel.readers.take("a", None, 10, 0, None)
+        delivery = await channel.readers.take(Take("a", None, 10))
         assert delivery.count == 0
         assert channel.tx.needs_tending  # a staged transaction may expire
 

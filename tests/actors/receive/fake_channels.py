@@ -1,5 +1,7 @@
 """Fake channels behind real reader ports, for the receive parts' unit tests (no Ray):
-each records the requests it serves and answers takes from a count of elements."""
+each records the requests it serves and keeps one reader's read position by the
+channel's rule (``Take``: a take reads from the session's position while the read
+position stands where the session left it, and moves it; a fetch offers)."""
 
 from __future__ import annotations
 
@@ -31,35 +33,60 @@ def run(main: Callable[[], Awaitable[Any]]) -> Any:
 
 
 async def turns(count: int = 5) -> None:
-    """Let the tasks started so far run (settles and give-backs are tasks of their own)."""
+    """Let the tasks started so far run (replies heard, takes of nothing sent)."""
     for _ in range(count):
         await asyncio.sleep(0)
 
 
-def delivery(channel: int, first: int, count: int, lease: ReaderLease = None) -> Delivery:
+def delivery(
+    channel: int,
+    first: int,
+    count: int,
+    lease: ReaderLease = None,
+    *,
+    jumps: int = 0,
+    stands: int | None = None,
+    shared: bool = False,
+) -> Delivery:
     """``count`` elements of ``channel`` from ``first`` (values: their sequences)."""
-    origin = _Origin("t", "topic", "ns", "r", lease, 0)
+    origin = _Origin("t", "topic", "ns", "r", lease, jumps, shared)
     chunks = [Chunk(first, 0.0, encode_values(list(range(first, first + count))))] if count else []
-    return Delivery.pack(channel, chunks, 0, first + count, first + count, -1, origin)
+    end = first + count
+    return Delivery.pack(channel, chunks, jumps, end, end, -1, origin, stands=stands)
 
 
 class FakeChannel:
-    """A channel's end of a port: ``available`` elements from ``next``; a take waits
-    while ``release`` is clear; ``refuse`` makes every call raise it."""
+    """A channel's end of a port: elements up to ``tail``, the reader's read position
+    ``next`` under jump count ``jumps``; a take waits while ``release`` is clear;
+    ``refuse`` makes every call raise it."""
 
     def __init__(self, channel: int, available: int = 2) -> None:
         self.channel = channel
         self.next = 10
-        self.available = available
+        self.tail = 10 + available - 1
+        self.jumps = 0
+        self.shared = False
         self.requests: list[ChannelRequest] = []
         self.release = asyncio.Event()
         self.release.set()
         self.refuse: BaseException | None = None
 
+    @property
+    def available(self) -> int:
+        return self.tail - self.next + 1
+
+    @available.setter
+    def available(self, count: int) -> None:
+        self.tail = self.next + count - 1
+
     def state(self, reader_id: str, lease: ReaderLease = None) -> CursorState:
         if isinstance(self.refuse, NotOwnerError):
             raise self.refuse
-        return CursorState(self.next, self.next - 1, self.next + self.available - 1, 0)
+        return CursorState(self.next, self.next - 1, self.tail, self.jumps)
+
+    def jump(self, to: int) -> None:
+        """A seek: the read position moves to ``to`` and the jump count rises."""
+        self.next, self.jumps = to, self.jumps + 1
 
     async def __call__(self, request: ChannelRequest) -> Any:
         self.requests.append(request)
@@ -67,11 +94,24 @@ class FakeChannel:
             raise self.refuse
         if isinstance(request, Take):
             await self.release.wait()
-            count = min(request.max_count, self.available)
-            taken = delivery(self.channel, self.next, count, request.lease)
-            self.next += count
-            self.available -= count
-            return taken
+            if request.from_sequence is not None and (request.stands, request.jumps) == (
+                self.next,
+                self.jumps,
+            ):
+                self.next = request.from_sequence
+            start = self.next
+            count = max(0, min(request.max_count, self.tail - start + 1))
+            if not request.wait:
+                self.next = start + count
+            return delivery(
+                self.channel,
+                start,
+                count,
+                request.lease,
+                jumps=self.jumps,
+                stands=self.next,
+                shared=self.shared,
+            )
         if isinstance(request, Watch):
             return self.state(request.reader_id)
         return True

@@ -1,20 +1,20 @@
 """Unit tests of Takes and SiblingWaits over fake channels (no Ray): what a failed take
-beside others gives back, what is told once, lost channels, and what a fetch's
-elements become (used, split, or given back)."""
+beside others leaves to read again, what is told once, lost channels, and what a
+fetch's offer becomes (handed over, split, or read again)."""
 
 from __future__ import annotations
 
 import pytest
 
-from raytopic.actors.receive.lending import LentTakes
 from raytopic.actors.receive.pause import SeekPause
 from raytopic.actors.receive.planner import PARALLEL_SHARE
 from raytopic.actors.receive.ports import LocalPort, ReaderPort, RemotePort
+from raytopic.actors.receive.positions import Positions
 from raytopic.actors.receive.takes import Takes
 from raytopic.actors.receive.view import OwnedView
 from raytopic.actors.receive.waits import SiblingWaits
 from raytopic.core.errors import ChannelFailedError, NotOwnerError, StaleSequenceError
-from raytopic.core.protocol import GiveBack, SettleTake, StopTake, Take
+from raytopic.core.protocol import Delivery, Take
 
 from tests.actors.receive.fake_channels import FakeChannel, run, turns
 
@@ -30,19 +30,20 @@ class Session:
         for channel in self.channels[1:]:
             self.ports[channel.channel] = RemotePort(channel.channel, channel)
         self.view = OwnedView(dict.fromkeys(range(count)), host=0, window=None)
-        self.lent = LentTakes("r", 0, self.ports, self.view.lease_of)
+        self.unhanded: list[Delivery] = []
+        self.positions = Positions("r", again=False, unhanded=self.unhanded.append)
         self.told: list[BaseException] = []
         self.dropped: list[int] = []
         self.pokes = 0
         self.receiving = True
         self.takes = Takes(
-            "r", self.ports, self.view, self.lent, drop=self.drop, tell_once=self.told.append
+            self.ports, self.view, self.positions, drop=self.drop, tell_once=self.told.append
         )
         self.waits = SiblingWaits(
             "r",
             self.ports,
             self.view,
-            self.lent,
+            self.positions,
             SeekPause(),
             drop=self.drop,
             tell_once=self.told.append,
@@ -72,16 +73,20 @@ def test_a_take_reads_the_first_candidate_with_data_and_learns_its_cursor() -> N
     run(main)
 
 
-def test_a_spread_take_splits_over_channels_and_a_failure_gives_the_others_back() -> None:
+def test_a_spread_take_splits_over_channels_and_a_failure_leaves_the_others_to_read_again() -> None:
     async def main() -> None:
         session = Session(available=1000)
         session.channels[2].refuse = ChannelFailedError("its store failed")
         with pytest.raises(ChannelFailedError):
             await session.takes.take_from([0, 1, 2], 3 * PARALLEL_SHARE, spread=True)
-        await turns()
         shares = [t.max_count for c in session.channels for t in c.sent(Take)]
-        assert shares == [PARALLEL_SHARE] * 3
-        assert [len(c.sent(GiveBack)) for c in session.channels[:2]] == [1, 1]
+        assert shares == [PARALLEL_SHARE, 0, PARALLEL_SHARE, 0, PARALLEL_SHARE]
+        assert sorted(d.channel for d in session.unhanded) == [0, 1]
+        # Their read positions went back before the receive failed (takes of nothing).
+        assert [c.next for c in session.channels[:2]] == [10, 10]
+        session.channels[2].refuse = None
+        again = await session.takes.take_from([0, 1], 2 * PARALLEL_SHARE, spread=True)
+        assert [(d.channel, d.first) for d in again] == [(0, 10), (1, 10)]  # nobody saw them
 
     run(main)
 
@@ -111,7 +116,7 @@ def test_a_channel_no_longer_ours_is_dropped_and_the_take_goes_on() -> None:
 # -- fetches -----------------------------------------------------------------------------
 
 
-def test_a_fetch_brings_its_elements_to_the_waiting_receive_settled_as_used() -> None:
+def test_a_fetch_brings_its_offer_to_the_waiting_receive_and_the_next_fetch_moves_past() -> None:
     async def main() -> None:
         session = Session()
         session.waits.fetch(1, 10)
@@ -119,56 +124,55 @@ def test_a_fetch_brings_its_elements_to_the_waiting_receive_settled_as_used() ->
         await turns()
         assert session.waits.fetched and session.pokes == 1
         used = session.waits.use(10)
-        await turns()
         assert [(d.channel, d.count) for d in used] == [(1, 2)]
-        session.waits.fetch(1, 10)  # the next fetch there settles them
+        assert session.channels[1].next == 10  # an offer: nothing moved there
+        session.waits.fetch(1, 10)  # the next fetch there moves it over what was used
         await turns()
         (_, second) = session.channels[1].sent(Take)
-        assert second.settles is not None and second.settles.give_back_from is None
-        assert session.channels[1].sent(SettleTake) == []
+        assert (second.from_sequence, second.stands) == (12, 10)
+        assert session.channels[1].next == 12 and len(session.channels[1].requests) == 2
 
     run(main)
 
 
-def test_what_a_fetch_brings_past_the_room_is_given_back_from_there() -> None:
+def test_what_a_fetch_brings_past_the_room_is_read_again_from_there() -> None:
     async def main() -> None:
         session = Session(available=5)
         session.waits.fetch(1, 10)
         await turns()
         used = session.waits.use(3)
-        await turns()
         assert sum(d.count for d in used) == 3
-        assert [s.give_back_from for s in session.channels[1].sent(SettleTake)] == [13]
+        assert [(d.first, d.count) for d in session.unhanded] == [(13, 2)]
+        assert session.positions.reads_at(1) == 13
 
     run(main)
 
 
-def test_a_fetch_that_lands_with_no_receive_waiting_is_given_back_at_once() -> None:
+def test_a_fetch_that_lands_with_no_receive_waiting_is_read_again_later() -> None:
     async def main() -> None:
         session = Session()
         session.receiving = False
         session.waits.fetch(1, 10)
         await turns()
-        assert not session.waits.fetched
-        assert [s.give_back_from for s in session.channels[1].sent(SettleTake)] == [10]
+        assert not session.waits.fetched and session.positions.reads_at(1) == 10
+        assert [d.first for d in session.unhanded] == [10]
+        assert len(session.channels[1].requests) == 1  # nothing sent to undo it
 
     run(main)
 
 
-def test_ending_fetches_stops_the_waiting_ones_and_gives_back_what_they_took() -> None:
+def test_ended_fetches_are_left_to_end_and_what_they_bring_is_read_again() -> None:
     async def main() -> None:
         session = Session()
         session.channels[2].release.clear()
         session.waits.fetch(2, 10)
         await turns()
         session.waits.end_fetches()
-        await turns()
-        (fetch,) = session.channels[2].sent(Take)
-        assert [s.token for s in session.channels[2].sent(StopTake)] == [fetch.token]
-        session.channels[2].release.set()  # it took before the stop arrived
-        await turns()
-        assert [s.give_back_from for s in session.channels[2].sent(SettleTake)] == [10]
         assert not session.waits.busy
+        session.channels[2].release.set()  # it takes later, for nobody
+        await turns()
+        assert [d.first for d in session.unhanded] == [10]
+        assert len(session.channels[2].requests) == 1  # no stop, no give-back
 
     run(main)
 

@@ -48,7 +48,7 @@ def test_a_call_of_pieces_round_trips_with_each_pieces_kind() -> None:
 
 def test_defaults_leave_the_flags_off_and_a_request_is_known_by_its_type() -> None:
     take = Take(reader_id="r", lease=None, max_count=5)
-    assert (take.wait, take.token) == (0.0, None)
+    assert (take.wait, take.from_sequence, take.again) == (0.0, None, False)  # no position
     receive = Receive(reader_id="r", stream="s", number=0, max_count=1, single=True)
     assert (receive.spread, receive.here_only, receive.view) == (False, False, None)
     assert Nack(reader_id="r", entries=()).delay == 0.0
