@@ -116,6 +116,7 @@ from raytopic.core.protocol import (
     ReadCursor,
     ReaderSpec,
     ReadGroupCursors,
+    ReadGroupLag,
     ReadGroupMarks,
     ReadHandOverMark,
     ReadMany,
@@ -783,6 +784,13 @@ class ChannelActor:
         """Every group's cursor here, saying which is a stream's (a restarted
         coordinator, and bulk reads, ask)."""
         return self._stream_steps.mark_streams(self._readers.describe_groups())
+
+    @serves(ReadGroupLag, Admit.ALWAYS)
+    async def _group_lag(self, request: ReadGroupLag) -> int | None:
+        """The group's lag here, None without the group (what scaling polls: one
+        figure, not ``describe``'s every cursor and transaction)."""
+        lags = self._readers.lag(self._log.figures().tail)
+        return next((lag for group, lag, _ in lags if group == request.group), None)
 
     @serves(ReadOpeningError, Admit.ALWAYS)
     async def _opening_error(self, _: ReadOpeningError) -> TopicError | None:

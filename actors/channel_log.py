@@ -461,11 +461,14 @@ class ChannelLog:
         record = StoredBatch(first, stamp, payload, self._context.epoch, publisher_id, batch)
         try:
             store.store_batch(record)
-        except Exception as error:
-            logger.warning("channel %d: store refused an append: %s", self._channel, error)
+        except BaseException as error:  # SystemExit too: a user's store costs only the append
+            logger.warning("channel %d: store refused an append: %r", self._channel, error)
             if isinstance(error, StoreError):
                 raise
-            raise StoreError(f"the store refused the append: {error}") from error
+            raise StoreError(
+                f"the store refused the append: it raised {type(error).__name__} in "
+                f"store_batch: {error}"
+            ) from error
         sync = self._sync
         assert sync is not None
         change = sync.mark()

@@ -216,7 +216,7 @@ def pick(
                     continue
                 if convert is not None:
                     converted.append(convert(values[offset]))
-            except Exception as error:
+            except BaseException as error:  # SystemExit too: a user's function costs its element
                 if not skip_poison:
                     poison = Poison.of(at, error)
                     sequence = poison.sequence

@@ -73,7 +73,7 @@ def take_shared(
         return _delivered(cursor, member, chosen, located, convert, now, max_deliveries)
     located: dict[int, tuple[Run, int]] = {}
     decoded: dict[int, tuple[list[Any], dict[int, Exception]]] = {}  # id(run) -> values
-    raised: dict[int, Exception] = {}  # sequence -> what its filter raised
+    raised: dict[int, BaseException] = {}  # sequence -> what its filter raised
 
     def offer(run: Run, offset: int, keys: list[Any] | None) -> Candidate:
         sequence = run.first + offset
@@ -85,7 +85,7 @@ def take_shared(
                 if offset in failures:
                     raise failures[offset]
                 matches = bool(keep(values[offset]))
-            except Exception as error:
+            except BaseException as error:  # SystemExit too: it costs its element only
                 raised[sequence] = error  # chosen, then negatively acknowledged
         key = None if keys is None else keys[offset]
         return Candidate(sequence, key, matches)
@@ -141,7 +141,7 @@ def _delivered(
             if offset in failures:
                 raise failures[offset]
             converted[sequence] = convert(values[offset])
-        except Exception as error:
+        except BaseException as error:  # SystemExit too: it costs its element only
             _nack_poison(cursor, member, sequence, count, error, now, max_deliveries)
             continue
         kept.append((sequence, count))
@@ -153,7 +153,7 @@ def _nack_poison(
     member: str,
     sequence: int,
     count: int,
-    error: Exception,
+    error: BaseException,
     now: float,
     max_deliveries: int | None,
 ) -> None:

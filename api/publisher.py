@@ -63,6 +63,7 @@ from raytopic.core.gather import Joined, JoinKind, send_joined
 from raytopic.core.payloads import TOMBSTONE, Payload, PickledValues, fast_dumps
 from raytopic.core.protocol import Append, AppendAck, AppendPieces, pack_request
 from raytopic.core.statuses import PublishStatuses
+from raytopic.core.user_functions import call_user
 from raytopic.core.waits import bounded_wait
 from raytopic.publish_accumulator import PIPELINE, ChannelQueue, Part, Piece, piece_count
 from raytopic.publish_futures import BatchFuture, PublishBatch
@@ -195,15 +196,15 @@ class Publisher:
         Raises:
             InvalidTypeError: the value is None, an ObjectRef, cannot be
                 pickled, or the key has an unsupported type (nothing is sent).
-            InvalidArgumentError: the topic is compacted and the value has no key
-                (nothing is sent).
+            InvalidArgumentError: the topic is compacted and the value has no key, or
+                ``ordering`` raised (anything, SystemExit too); nothing is sent.
             PublisherClosedError: the publisher was closed.
             TopicNotFoundError: the topic was destroyed.
         """
         payload = fast_dumps(value)  # the snapshot: later changes to value do not count
         if key is None:
             if self._ordering is not None:
-                key = self._ordering(value)
+                key = call_user(self._ordering, "ordering", value)
             if key is None and self._compacted:
                 raise no_key_error(self._topic.name)
         return self._enqueue(payload, key)
@@ -330,7 +331,8 @@ class Publisher:
             InvalidTypeError, InvalidArgumentError: a bad value or key, ``values``
                 or ``keys`` that is not a list of them (a str, a dict, None),
                 ``keys`` of another length, a value without a key for a
-                compacted topic, or a ``ref`` that is not a bool; nothing is sent.
+                compacted topic, a ``ref`` that is not a bool, or an ``ordering``
+                that raised; nothing is sent.
             PublisherClosedError: the publisher was closed.
             TopicNotFoundError: the topic was destroyed.
         """
@@ -471,7 +473,9 @@ class Publisher:
             return None, None
         if self._ordering is not None:
             keys = [
-                self._ordering(value) if keys is None or keys[index] is None else keys[index]
+                call_user(self._ordering, "ordering", value)
+                if keys is None or keys[index] is None
+                else keys[index]
                 for index, value in enumerate(values)
             ]
         return routed_keys(keys)

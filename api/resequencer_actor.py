@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -121,18 +121,23 @@ class ResequencerActor:
         """Feed one message; see :meth:`Resequencer.accept`."""
         self._resequencer.accept(seq, payload, correlation_id)
 
-    def accept_batch(self, items: Iterable[tuple[int, Any, Hashable | None]]) -> None:
+    def accept_batch(self, items: Sequence[tuple[int, Any, Hashable | None]]) -> None:
         """Feed several messages, in list order.
 
         Args:
-            items: ``(seq, payload, correlation_id)`` tuples; ``(seq,
+            items: A list of ``(seq, payload, correlation_id)`` tuples; ``(seq,
                 payload)`` means the default stream.
 
         Raises:
             InvalidArgumentError: An item is not a 2- or 3-tuple; nothing is accepted.
-            InvalidTypeError: An item's seq is not an int or its correlation
-                id is not hashable; nothing is accepted.
+            InvalidTypeError: ``items`` is not a list or tuple, an item's seq is not an
+                int or its correlation id is not hashable; nothing is accepted.
         """
+        if not isinstance(items, list | tuple):
+            raise InvalidTypeError(
+                f"items must be a list of (seq, payload[, correlation_id]) tuples, "
+                f"not {type(items).__name__}"
+            )
         checked: list[tuple[int, Any, Hashable | None]] = []
         for index, item in enumerate(items):
             if not isinstance(item, tuple | list) or len(item) not in (2, 3):

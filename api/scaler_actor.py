@@ -2,8 +2,9 @@
 by the group's lag (``Topic.autoscale``; DESIGN 5.9).
 
 **What it reads**: every ``poll_s`` seconds, or as soon as a member starts,
-ends or dies, the group's lag per channel (``Topic.describe``: elements not
-yet committed or acknowledged).
+ends or dies, the group's lag per channel (elements not yet committed or
+acknowledged, as ``Topic.describe`` counts them), in one light call to the
+topic's coordinator (``group_lag``).
 
 **When it decides**: :class:`~raytopic.core.scaling.ScaleRule` turns the lag
 into a desired count (up at once; down only after the scale-down delay). It
@@ -50,7 +51,6 @@ from raytopic.core.scaling import (
     ScaleSettings,
 )
 from raytopic.scaled_member import ScaledMemberActor
-from raytopic.stats import topic_stats
 
 if TYPE_CHECKING:
     from raytopic.core.shared_group import SharedGroup
@@ -202,13 +202,15 @@ class ScalerActor:
     def _read_lags(self) -> dict[int, int]:
         """The group's lag per channel (the last known while the topic does not answer)."""
         try:
-            raw = ray.get(self._topic._coordinator.describe.remote(), timeout=CALL_TIMEOUT)
+            # A channel that did not answer in time keeps its last known lag.
+            self._lags = {
+                **self._lags,
+                **ray.get(
+                    self._topic._coordinator.group_lag.remote(self._name), timeout=CALL_TIMEOUT
+                ),
+            }
         except Exception as error:
             logger.warning("autoscaler of %s: no lag (%s); using the last", self._name, error)
-            return self._lags
-        group = topic_stats(raw).groups.get(self._name)
-        if group is not None:
-            self._lags = {channel.channel: channel.lag for channel in group.channels}
         return self._lags
 
     # -- members -----------------------------------------------------------------------

@@ -45,7 +45,7 @@ from typing import Any
 import ray
 
 from raytopic.coordinator.channel_restarts import ChannelRestarts
-from raytopic.coordinator.fleet import RayChannelFleet
+from raytopic.coordinator.fleet import NOTICE_TIMEOUT, RayChannelFleet
 from raytopic.coordinator.group_service import GroupService
 from raytopic.coordinator.groups import Group, MemberView
 from raytopic.coordinator.launch import ensure_dead_letter_topic
@@ -60,6 +60,7 @@ from raytopic.core.protocol import (
     OpenStore,
     Purge,
     ReaderSpec,
+    ReadGroupLag,
     ReadOpeningError,
     ReadStoredTopic,
     RemoveStore,
@@ -534,6 +535,30 @@ class CoordinatorActor:
         )
         groups = await self._groups.describe()
         return {"config": self._config, "channels": list(channels), "groups": groups}
+
+    async def group_lag(self, group: str) -> dict[int, int]:
+        """The group's lag per channel, as ``describe`` counts it, in one light call
+        (what the autoscaler and ``LagPolicy`` poll). A channel that does not
+        answer within ``NOTICE_TIMEOUT`` is left out.
+
+        Raises:
+            GroupNotFoundError: no such group.
+        """
+        await self._up()
+        self._groups.group(group)
+        channels = self._fleet.channels()
+        lags = await asyncio.gather(
+            *(
+                asyncio.wait_for(self._fleet.ask(channel, ReadGroupLag(group)), NOTICE_TIMEOUT)
+                for channel in channels
+            ),
+            return_exceptions=True,
+        )
+        return {
+            channel: lag
+            for channel, lag in zip(channels, lags, strict=True)
+            if isinstance(lag, int)
+        }
 
     async def _describe_channel(self, channel: int) -> dict[str, Any]:
         """A channel's figures, or what is known of it while it does not answer."""

@@ -497,7 +497,7 @@ class Resequencer:
     def _guarded(self, callback: Callable[..., Any] | None, label: str, *args: Any) -> None:
         try:
             callback(*args)  # type: ignore[misc]
-        except Exception:
+        except BaseException:  # SystemExit too: a callback costs only its call
             logger.exception(
                 "resequencer %r: %s raised for seq %r (correlation id %r)",
                 self._name,
@@ -641,7 +641,7 @@ class ResequencedStream:
             try:
                 correlation = option.correlation(value) if option.correlation else None
                 self._resequencer.accept(option.seq(value), item, correlation)
-            except Exception as error:
+            except BaseException as error:  # SystemExit too
                 # The user's seq or correlation raised (any exception: one value
                 # must never cost the rest of a batch), or the value did not
                 # decode here: it costs only its order. Said once (a key that

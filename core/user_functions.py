@@ -20,7 +20,7 @@ import cloudpickle
 
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["PickledFunction", "load_pickled", "name_of", "pickle_function"]
+__all__ = ["PickledFunction", "call_user", "load_pickled", "name_of", "pickle_function"]
 
 _WHERE_IT_MUST_BE = (
     "A function the channels run must be importable there: ship its module with the "
@@ -104,6 +104,28 @@ class PickledFunction:
             InvalidArgumentError: it cannot be loaded here.
         """
         return load_pickled(self.pickled, f"{self.argument} {self.name}")
+
+
+def call_user(function: Callable[..., Any], argument: str, *args: Any) -> Any:
+    """``function(*args)``, whatever it raises told as raytopic's error.
+
+    SystemExit and KeyboardInterrupt included: a user's function that raises one
+    must cost only its call, never the process (or thread) that runs it.
+
+    Args:
+        function: The user's function.
+        argument: Its argument's name, for the message.
+        *args: What it is called with.
+
+    Raises:
+        InvalidArgumentError: ``function`` raised (chained from what it raised).
+    """
+    try:
+        return function(*args)
+    except BaseException as error:
+        raise InvalidArgumentError(
+            f"{argument} {name_of(function)} raised {type(error).__name__}: {error}"
+        ) from error
 
 
 def name_of(function: Any) -> str:

@@ -64,7 +64,8 @@ def _made_by(factory: Any, name: str, config: TopicConfig, channel: int) -> Ring
     to be a store."""
     try:
         made = factory(config.name, channel)
-    except Exception as error:
+    except BaseException as error:  # SystemExit too: it would end the channel, which restarts
+        # into the same factory over and over, and create_topic would only time out
         raise StoreError(
             f"the store factory {name} raised for channel {channel} of topic "
             f"{config.name!r}: {type(error).__name__}: {error}"

@@ -160,16 +160,17 @@ def metadata_names(fields: Sequence[str]) -> tuple[str, str, str, str]:
     return names[0], names[1], names[2], names[3]
 
 
-def payload_table(channel: int, chunk: Chunk) -> pa.Table:
+def payload_table(channel: int, chunk: Chunk, decoded: list[Any] | None = None) -> pa.Table:
     """One read chunk as a table: the values' columns, then key, channel, position
-    and timestamp (each row's own, where a compacted topic's survivors differ)."""
+    and timestamp (each row's own, where a compacted topic's survivors differ);
+    ``decoded``: the payload's values, decoded already."""
     payload = chunk.payload
     if isinstance(payload, ArrowRows):
         values = pa.Table.from_batches([payload.batch]).replace_schema_metadata(None)
         key_column = payload.key_column
         keys = None if key_column is None else values.column(key_column).combine_chunks()
     else:
-        values = _values_table(payload.decode())
+        values = _values_table(payload.decode() if decoded is None else decoded)
         keys = None
     rows = values.num_rows
     key_name, channel_name, position_name, timestamp_name = metadata_names(values.column_names)

@@ -29,6 +29,7 @@ import ray
 from raytopic.actors.damage import DamageMap
 from raytopic.bridge.arrow_tables import (
     as_batch,
+    elements_table,
     key_channels,
     payload_table,
     round_robin,
@@ -42,9 +43,10 @@ from raytopic.core.errors import (
     GroupNotFoundError,
     InvalidArgumentError,
     InvalidTypeError,
+    PoisonElementError,
     StaleSequenceError,
 )
-from raytopic.core.payloads import ArrowRows
+from raytopic.core.payloads import ArrowRows, decode_checked
 from raytopic.core.protocol import (
     Append,
     AppendAck,
@@ -70,6 +72,7 @@ __all__ = [
     "RangeReader",
     "check_key_column",
     "chunk_stop",
+    "chunk_table",
     "cut_ranges",
     "plan_ranges",
     "read_range",
@@ -498,20 +501,84 @@ def _bound(topic: Topic, channel: int, at: Any, head: int, tail: int, what: str)
     )
 
 
-def read_range(topic: Topic, piece: ChannelRange) -> Iterator[pa.Table]:
+def read_range(
+    topic: Topic, piece: ChannelRange, *, skip_poison: bool = False
+) -> Iterator[pa.Table]:
     """The elements of ``piece`` as tables (see ``raytopic.bridge.arrow_tables``), read
     from the channel actor one call ahead of the caller.
+
+    Args:
+        topic: The topic.
+        piece: The range.
+        skip_poison: Leave out (logged) an element that cannot be decoded here,
+            instead of raising PoisonElementError.
 
     Raises:
         DataLossError: the range reaches a damaged stored record (one found after
             the read was planned: :func:`plan_ranges` reports the others).
         StaleSequenceError: part of the range is gone (overwritten, expired)
             and not in the store.
+        PoisonElementError: an element cannot be decoded here (its class is
+            missing or changed in this process), unless ``skip_poison``.
     """
     reader = RangeReader(topic, piece)
     while (chunks := reader.next_chunks()) is not None:
         for chunk in chunks:
-            yield payload_table(piece.channel, chunk)
+            yield chunk_table(topic.topic_id, piece.channel, chunk, skip_poison=skip_poison)
+
+
+def chunk_table(
+    topic_id: str, channel: int, chunk: Chunk, *, skip_poison: bool = False
+) -> pa.Table:
+    """One read chunk as a table (``payload_table``'s columns). An element that cannot
+    be decoded here is poison: PoisonElementError names its position (the first such
+    one), or with ``skip_poison`` the table leaves it out (logged), as a subscriber
+    made with ``on_poison="skip"`` passes over it.
+
+    Raises:
+        PoisonElementError: as said, unless ``skip_poison``.
+    """
+    payload = chunk.payload
+    if isinstance(payload, ArrowRows):  # Arrow rows decode as a whole, or not at all
+        return payload_table(channel, chunk)
+    values, failures = decode_checked(payload)
+    if not failures:
+        return payload_table(channel, chunk, decoded=values)
+    sequences = chunk.sequence_list()  # a compacted topic's survivors have gaps between
+    if not skip_poison:
+        offset = min(failures)
+        raise _poison_error(topic_id, channel, sequences[offset], failures[offset])
+    for offset, error in sorted(failures.items()):
+        logger.warning(
+            "channel %d: element %d cannot be decoded here, left out (%s: %s)",
+            channel,
+            sequences[offset],
+            type(error).__name__,
+            error,
+        )
+    kept = [offset for offset in range(len(values)) if offset not in failures]
+    keys, stamps = payload.keys, chunk.stamp_list()
+    return elements_table(
+        channel,
+        [None] * len(kept) if keys is None else [keys[offset] for offset in kept],
+        [values[offset] for offset in kept],
+        [sequences[offset] for offset in kept],
+        [stamps[offset] for offset in kept],
+    )
+
+
+def _poison_error(
+    topic_id: str, channel: int, sequence: int, error: BaseException
+) -> PoisonElementError:
+    position = Position(topic_id, channel, sequence)
+    return PoisonElementError(
+        f"channel {channel}: the element at {position} cannot be decoded here "
+        f"({type(error).__name__}: {error}); read with on_poison='skip' to read around it",
+        channel,
+        position,
+        type(error).__name__,
+        str(error),
+    )
 
 
 class RangeReader:

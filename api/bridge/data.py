@@ -37,7 +37,7 @@ from raytopic.bridge.bulk import (
 )
 from raytopic.bridge.quiet_data import quiet_dataset, quiet_write
 from raytopic.bridge.streams import AVAILABLE_NOW, MicroBatch, Stream, open_stream
-from raytopic.core.config import check_bool, check_instance, check_timeout
+from raytopic.core.config import OnPoison, check_bool, check_instance, check_timeout
 from raytopic.core.errors import InvalidArgumentError, unwrap_ray_error
 from raytopic.core.records import PublishSummary
 from raytopic.topic import Topic
@@ -116,6 +116,7 @@ def read_topic(
     group: str | None = None,
     fail_on_data_loss: bool = True,
     quiet: bool = True,
+    on_poison: str = "raise",
 ) -> Dataset:
     """A topic's elements as a Ray Dataset of Arrow blocks, one read task and one
     block (at least) per channel range (see ``raytopic.bridge.bulk.plan_ranges`` for
@@ -130,12 +131,19 @@ def read_topic(
     warnings and errors: its plan, progress and "finished" lines go to its log
     file only. ``quiet=False`` prints them as for any Dataset.
 
+    ``on_poison``: ``"raise"`` (the default): an element that cannot be decoded
+    in the read task (its class is missing or changed there) fails the read with
+    PoisonElementError naming its position; ``"skip"``: the read leaves it out
+    (logged) and reads around it.
+
     Raises:
         DataLossError: the ranges cross a damaged stored record (named), unless
             ``fail_on_data_loss=False`` reads every intact element around it.
         GroupNotFoundError: no such group.
         InvalidArgumentError, InvalidTypeError: a bad argument.
+        PoisonElementError: (from the dataset's read) as said, with ``"raise"``.
     """
+    skip_poison = OnPoison.parse(on_poison) is OnPoison.SKIP
     ranges = plan_ranges(
         topic,
         channels=channels,
@@ -145,11 +153,16 @@ def read_topic(
         fail_on_data_loss=fail_on_data_loss,
     )
     check_bool(quiet, "quiet")
-    return ranges_dataset(topic, ranges, quiet=quiet)
+    return ranges_dataset(topic, ranges, quiet=quiet, skip_poison=skip_poison)
 
 
 def ranges_dataset(
-    topic: Topic, ranges: list[ChannelRange], *, task_rows: int | None = None, quiet: bool = True
+    topic: Topic,
+    ranges: list[ChannelRange],
+    *,
+    task_rows: int | None = None,
+    quiet: bool = True,
+    skip_poison: bool = False,
 ) -> Dataset:
     """The elements of planned ``ranges`` as a Dataset (see :func:`read_topic`, which
     plans them; a stream's micro-batch has its own), one read task per range or
@@ -158,7 +171,7 @@ def ranges_dataset(
     if not ranges:
         dataset = ray.data.from_arrow(empty_table())
     else:
-        source = TopicDatasource(topic, ranges, task_rows=task_rows)
+        source = TopicDatasource(topic, ranges, task_rows=task_rows, skip_poison=skip_poison)
         # One block per read task: Ray Data would otherwise split a small read into
         # ~200 blocks (and a write of them back into as many tasks).
         dataset = ray.data.read_datasource(source, override_num_blocks=source.task_count)
@@ -175,6 +188,7 @@ def stream(
     fail_on_data_loss: bool = True,
     timeout: float = 30.0,
     quiet: bool = True,
+    on_poison: str = "raise",
 ) -> Stream:
     """A group of ``topic`` as an unbounded source of micro-batches, each a Ray Dataset
     over fixed position ranges (DESIGN 5.8): Spark Structured Streaming's
@@ -215,6 +229,9 @@ def stream(
         quiet: A micro-batch's dataset prints nothing when executed but Ray
             Data's warnings and errors (as ``read_topic``'s); False: Ray Data's
             plan, progress and "finished" lines too.
+        on_poison: What a batch's read does with an element that cannot be decoded
+            in its task, as ``read_topic``'s: ``"raise"`` (a batch whose read
+            raised is not committed unless the loop goes on) or ``"skip"``.
 
     Returns:
         The stream (iterate it; a context manager too).
@@ -226,6 +243,7 @@ def stream(
         GroupBusyError: the group has members (until they leave).
     """
     check_bool(quiet, "quiet")
+    skip_poison = OnPoison.parse(on_poison) is OnPoison.SKIP
     return open_stream(
         topic,
         group,
@@ -234,7 +252,13 @@ def stream(
         start=start,
         fail_on_data_loss=fail_on_data_loss,
         reader=lambda pieces: (
-            ranges_dataset(topic, pieces, task_rows=STREAM_TASK_ROWS, quiet=quiet),
+            ranges_dataset(
+                topic,
+                pieces,
+                task_rows=STREAM_TASK_ROWS,
+                quiet=quiet,
+                skip_poison=skip_poison,
+            ),
             None,
         ),
         timeout=timeout,
@@ -298,13 +322,20 @@ class TopicDatasource(Datasource):
             long channels into pieces). Else ranges are packed, in order, into
             as few tasks as reading ``task_rows`` each needs (a micro-batch: a
             Ray Data task per channel would cost more than its rows).
+        skip_poison: Leave out what a task cannot decode (see ``read_range``).
     """
 
     def __init__(
-        self, topic: Topic, ranges: list[ChannelRange], *, task_rows: int | None = None
+        self,
+        topic: Topic,
+        ranges: list[ChannelRange],
+        *,
+        task_rows: int | None = None,
+        skip_poison: bool = False,
     ) -> None:
         super().__init__()
         self._topic = topic
+        self._skip_poison = skip_poison
         self._tasks = (
             [[piece] for piece in ranges] if task_rows is None else pack(ranges, task_rows)
         )
@@ -328,7 +359,11 @@ class TopicDatasource(Datasource):
                 exec_stats=None,
             )
             tasks.append(
-                ReadTask(_reader(topic, pieces), metadata, per_task_row_limit=per_task_row_limit)
+                ReadTask(
+                    _reader(topic, pieces, self._skip_poison),
+                    metadata,
+                    per_task_row_limit=per_task_row_limit,
+                )
             )
         return tasks
 
@@ -364,8 +399,10 @@ def pack(ranges: list[ChannelRange], task_rows: int) -> list[list[ChannelRange]]
     return groups
 
 
-def _reader(topic: Topic, pieces: list[ChannelRange]) -> Any:
+def _reader(topic: Topic, pieces: list[ChannelRange], skip_poison: bool) -> Any:
     def read() -> Iterator[pa.Table]:
-        yield from combine(table for piece in pieces for table in read_range(topic, piece))
+        yield from combine(
+            table for piece in pieces for table in read_range(topic, piece, skip_poison=skip_poison)
+        )
 
     return read

@@ -25,9 +25,9 @@ class LagPolicy:
     The desired replica count follows :class:`~raytopic.core.scaling.ScaleRule`
     (ceil(lag / target), from 0 at ``activation_lag``, down after
     ``scale_down_after_s``) within the deployment's min and max replicas. The lag
-    is read straight from the topic's channels, at most every ``refresh_s``
-    seconds, in a one-shot task beside Serve's control loop (not a broker polled
-    every 10 s); the control loop never waits for it.
+    is read from the topic's coordinator in one light call (not ``describe``), at
+    most every ``refresh_s`` seconds, in a one-shot task beside Serve's control
+    loop (not a broker polled every 10 s); the control loop never waits for it.
 
     Args:
         topic: The topic's name.
@@ -106,10 +106,7 @@ class LagPolicy:
                     owned=not self._shared,
                     channel_count=self._topic.channel_count,
                 )
-            stats = await asyncio.to_thread(self._topic.describe)
-        except Exception as error:  # the topic is not there yet, or restarting
+            lags = await self._topic._coordinator.group_lag.remote(self._group)
+            self._lags = {**self._lags, **lags}  # a channel not heard keeps its last lag
+        except Exception as error:  # the topic or group is not there yet, or restarting
             logger.warning("LagPolicy: no lag for %s: %s", self._topic_name, error)
-            return
-        group = stats.groups.get(self._group)
-        if group is not None:
-            self._lags = {channel.channel: channel.lag for channel in group.channels}

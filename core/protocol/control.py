@@ -28,6 +28,7 @@ __all__ = [
     "OpenStore",
     "Purge",
     "ReadGroupCursors",
+    "ReadGroupLag",
     "ReadGroupMarks",
     "ReadActivity",
     "ReadOpeningError",
@@ -127,6 +128,13 @@ class ReadGroupCursors(NamedTuple):
     """Every group's cursor at the channel."""
 
 
+class ReadGroupLag(NamedTuple):
+    """The group's lag at the channel: elements not committed (nor done) up to the
+    tail; None where the channel has no such group. What scaling polls."""
+
+    group: str
+
+
 class ReadGroupMarks(NamedTuple):
     """Per group, the highest (view version, generation) pushed to the channel."""
 
@@ -181,6 +189,7 @@ ControlRequest = (
     | EndReceives
     | ReadReaderSpecs
     | ReadGroupCursors
+    | ReadGroupLag
     | ReadGroupMarks
     | ReadActivity
     | ReadOpeningError
@@ -205,6 +214,7 @@ CONTROL_REQUESTS = (
     EndReceives,
     ReadReaderSpecs,
     ReadGroupCursors,
+    ReadGroupLag,
     ReadGroupMarks,
     ReadActivity,
     ReadOpeningError,

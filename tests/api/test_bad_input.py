@@ -139,6 +139,7 @@ NOT_ITEMS = st.one_of(
 """Not an iterable of items: a str, bytes or a dict is refused too (never meant)."""
 
 NOT_BOOL = JUNK.filter(lambda value: not isinstance(value, bool))
+ON_POISON_JUNK = JUNK.filter(lambda value: value not in ("raise", "skip"))
 
 NOT_CALLABLE = JUNK.filter(lambda value: value is not None and not callable(value))
 """Not a function (None excluded: where None is allowed it means 'none')."""
@@ -353,7 +354,7 @@ SUBSCRIBER = {
     "on_ownership_change": NOT_CALLABLE,
     "resequence": st.one_of(NOT_CALLABLE, st.just(rt.Resequence(seq=UNPICKLABLE))),
     "mode": JUNK.filter(lambda v: v not in (None, "owned", "shared")),
-    "on_poison": JUNK.filter(lambda v: v not in ("raise", "skip")),
+    "on_poison": ON_POISON_JUNK,
     "create_group": NOT_BOOL,
 }
 
@@ -463,6 +464,31 @@ def test_a_compacted_topic_refuses_a_value_without_a_key(
         compacted_state,
         examples=2,
     )
+
+
+def _ordering_that_raises(failure: BaseException) -> Callable[[Any], Any]:
+    def ordering(value: Any) -> Any:
+        raise failure
+
+    return ordering
+
+
+def test_an_ordering_that_raises_anything_is_a_typed_error_and_publishes_nothing(
+    topic: rt.Topic, state: Any
+) -> None:
+    # Issue 47: SystemExit from the key function reached the caller as SystemExit.
+    failures = st.sampled_from([SystemExit(4), KeyboardInterrupt(), GeneratorExit(), KeyError(1)])
+
+    def publish(failure: BaseException) -> Any:
+        with topic.publisher(ordering=_ordering_that_raises(failure)) as publisher:
+            return publisher.publish(1)
+
+    def publish_batch(failure: BaseException) -> Any:
+        with topic.publisher(ordering=_ordering_that_raises(failure)) as publisher:
+            return publisher.publish_batch([1, 2])
+
+    refuses(publish, failures, state, examples=4)
+    refuses(publish_batch, failures, state, examples=4)
 
 
 def test_publisher_flush_and_close(topic: rt.Topic, publisher: Any) -> None:
@@ -746,6 +772,7 @@ def test_data_read_topic(topic: rt.Topic) -> None:
     refuses(lambda end: raytopic.data.read_topic(topic, end=end), bounds)
     refuses(lambda group: raytopic.data.read_topic(topic, group=group), bad_name(none=True))
     refuses(lambda flag: raytopic.data.read_topic(topic, fail_on_data_loss=flag), NOT_BOOL)
+    refuses(lambda poison: raytopic.data.read_topic(topic, on_poison=poison), ON_POISON_JUNK)
 
 
 def test_data_stream(topic: rt.Topic, state: Any) -> None:
@@ -770,6 +797,7 @@ def test_data_stream(topic: rt.Topic, state: Any) -> None:
     )
     refuses(lambda flag: stream(fail_on_data_loss=flag), NOT_BOOL, state)
     refuses(lambda timeout: stream(timeout=timeout), bad_seconds(), state)
+    refuses(lambda poison: stream(on_poison=poison), ON_POISON_JUNK, state)
 
 
 def test_data_write_topic(topic: rt.Topic, state: Any) -> None:

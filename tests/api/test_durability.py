@@ -340,7 +340,8 @@ def test_received_refs_stay_readable_after_their_channel_dies(make_topic):
 
 
 class _RefusingStore(RingbufferStore):
-    """An in-memory store that refuses a value of "refuse" (a user's store)."""
+    """An in-memory store that refuses a value of "refuse" (a user's store), and ends
+    its process on "exit" (SystemExit, as the bad-input run's store did)."""
 
     def __init__(self) -> None:
         self._items: dict[int, Any] = {}
@@ -348,6 +349,8 @@ class _RefusingStore(RingbufferStore):
     def store(self, sequence: int, item: Any) -> None:
         if item == "refuse":
             raise OSError("disk says no")
+        if item == "exit":
+            raise SystemExit(5)
         self._items[sequence] = item
 
     def load(self, sequence: int) -> Any:
@@ -367,12 +370,16 @@ def test_a_store_error_rejects_the_add_and_the_channel_lives(make_topic):
     assert ring.add("kept") == 0
     with pytest.raises(rt.StoreError, match="disk says no"):
         get(ring.add_all_async(["refuse"], "fail"))
+    epoch = topic.describe().channels[0].epoch
     with topic.publisher() as publisher:
         with pytest.raises(rt.StoreError):
             publisher.publish("refuse").result(timeout=TIMEOUT)
+        with pytest.raises(rt.StoreError, match="raised SystemExit in store"):
+            publisher.publish("exit").result(timeout=TIMEOUT)
         assert publisher.publish("after").result(timeout=TIMEOUT).position.sequence == 1
     assert (ring.head_sequence(), ring.tail_sequence()) == (0, 1)
     assert ring.read_one(1) == "after"
+    assert topic.describe().channels[0].epoch == epoch  # its process never ended
 
 
 def _records(directory: Path) -> list[Path]:
@@ -519,6 +526,14 @@ def _unopenable_store(topic_name: str, channel: int) -> RingbufferStore:
     raise OSError(f"no disk for channel {channel}")
 
 
+def _exiting_factory(topic_name: str, channel: int) -> RingbufferStore:
+    raise SystemExit(3)
+
+
+def _interrupted_factory(topic_name: str, channel: int) -> RingbufferStore:
+    raise KeyboardInterrupt
+
+
 class _NotAStore:
     """Has ``store`` but none of the seed's other methods."""
 
@@ -542,8 +557,12 @@ def _no_topic_left(name: str) -> None:
     [
         (_unopenable_store, rt.StoreError, r"_unopenable_store raised .*no disk for channel"),
         (_not_a_store, rt.InvalidTypeError, r"_not_a_store returned a _NotAStore.* lacks "),
+        # Issue 47: its channel restarted 46 times in 30 s, then create_topic raised
+        # RayTaskError(TimeoutError).
+        (_exiting_factory, rt.StoreError, r"_exiting_factory raised .*SystemExit: 3"),
+        (_interrupted_factory, rt.StoreError, r"_interrupted_factory raised .*KeyboardInterrupt"),
     ],
-    ids=["raises", "not-a-store"],
+    ids=["raises", "not-a-store", "exits", "interrupts"],
 )
 def test_a_store_factory_that_fails_fails_create_topic_and_leaves_nothing(
     ray_session, unique_name, factory: Any, error: type, says: str

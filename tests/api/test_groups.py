@@ -334,3 +334,28 @@ def test_bad_group_names_are_refused_and_change_nothing(one_channel):
             topic.destroy_group(name)
     assert topic.groups() == groups_before
     assert set(topic.describe().groups) == described_before
+
+
+def test_a_groups_lag_per_channel_is_one_light_call_and_agrees_with_describe(
+    make_topic, unique_name
+):
+    # What the autoscaler and LagPolicy poll (issue 47 item 5: they read describe()).
+    two_channels = make_topic(channels=2)  # its own: the module's topic holds other tests' values
+    owned, shared = unique_name("owned"), unique_name("shared")
+    for group in (owned, rt.SharedGroup(shared)):
+        two_channels.create_group(group)
+    publish_all(two_channels, list(range(10)))
+    with two_channels.subscriber(group=owned) as member:
+        first, _, third = receive_each(member, 3)
+        first.commit()
+        third.ack()  # done on its own: no longer lag, though not committed past
+    with two_channels.subscriber(group=shared, mode="shared") as worker:
+        ray.get(worker.receive_batch(4), timeout=30).ack()
+    coordinator = two_channels._coordinator
+    stats = two_channels.describe().groups
+    lags = {group: ray.get(coordinator.group_lag.remote(group), timeout=30) for group in stats}
+    for group in (owned, shared):
+        assert lags[group] == {c.channel: c.lag for c in stats[group].channels}
+    assert sum(lags[owned].values()) == 8 and sum(lags[shared].values()) == 6
+    with pytest.raises(rt.GroupNotFoundError):
+        ray.get(coordinator.group_lag.remote(unique_name("none")), timeout=30)

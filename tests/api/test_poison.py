@@ -18,6 +18,7 @@ import pytest
 import ray
 
 import raytopic as rt
+import raytopic.data as rd
 
 from tests.topic_helpers import (
     get,
@@ -56,6 +57,26 @@ def explode_on_three(value: dict[str, int]) -> bool:
 def explode_on_seven(value: dict[str, int]) -> dict[str, int]:
     """A converter with a bug: it raises on n == 7."""
     return {"n": value["n"], "inverse": 1 / (value["n"] - 7)}
+
+
+def exits_on_three(value: dict[str, int]) -> bool:
+    """A filter that ends its process on n == 3 (as the bad-input run's did)."""
+    if value["n"] == 3:
+        raise SystemExit(3)
+    return True
+
+
+def exits_on_three_seq(value: dict[str, int]) -> int:
+    """A resequence key that raises SystemExit on n == 3."""
+    exits_on_three(value)
+    return value["n"]
+
+
+def interrupts_on_five(value: dict[str, int]) -> dict[str, int]:
+    """A converter that raises KeyboardInterrupt on n == 5."""
+    if value["n"] == 5:
+        raise KeyboardInterrupt
+    return value
 
 
 def numbers(elements: Any) -> list[int]:
@@ -161,6 +182,58 @@ def test_a_filter_or_converter_that_raises_is_told_once_per_element(
     assert skipped.count(3) == 0 and skipped.count(4) >= 1
 
 
+def test_a_filter_or_converter_raising_systemexit_is_poison_and_the_channel_lives_on(
+    topic: rt.Topic, unique_name: Any
+) -> None:
+    # Issue 47: SystemExit from a filter ended the channel's process (exit code 3),
+    # which restarted without a store and lost every element it held.
+    group = unique_name("g")
+    group_at_latest(topic, group)
+    start, epoch = next_sequences(topic)[0], topic.describe().channels[0].epoch
+    publish_all(topic, [{"n": n} for n in range(8)], key=key_for(0, 3))
+    with topic.subscriber(group=group, filter=exits_on_three, converter=interrupts_on_five) as m:
+        assert numbers(get(m.receive_batch(100))) == [0, 1, 2]
+        with pytest.raises(rt.PoisonElementError) as exited:
+            get(m.receive_batch(100))
+        assert (exited.value.cause_type, exited.value.position.sequence) == (
+            "SystemExit",
+            start + 3,
+        )
+        m.seek(0, exited.value.position)
+        assert numbers(get(m.receive_batch(100))) == [4]
+        with pytest.raises(rt.PoisonElementError) as interrupted:
+            get(m.receive_batch(100))
+        assert interrupted.value.cause_type == "KeyboardInterrupt"
+        m.seek(0, interrupted.value.position)
+        assert numbers(get(m.receive_batch(100))) == [6, 7]
+    assert topic.describe().channels[0].epoch == epoch  # its process never ended
+
+
+def test_a_bulk_read_names_what_its_task_cannot_decode_and_reads_around_it_on_skip(
+    make_topic: Any, tmp_path: Path
+) -> None:
+    # Issue 47: the read task failed with the raw decode error (ModuleNotFoundError).
+    topic = make_topic(channels=1, retain=True)
+    published_with_a_poison(topic, tmp_path)  # {"n": 0}, a poison, {"n": 1..5} at 0..6
+    with pytest.raises(rt.PoisonElementError) as told:
+        rd.read_topic(topic).take_all()
+    poison = told.value
+    assert (poison.channel, poison.position.sequence) == (0, 1)
+    assert poison.cause_type == "ModuleNotFoundError" and "on_poison='skip'" in str(poison)
+    rows = rd.read_topic(topic, on_poison="skip").take_all()
+    assert [(row["n"], row["position"]) for row in rows] == [
+        (0, 0),
+        *((n, n + 1) for n in range(1, 6)),
+    ]
+    # A stream's batch the same; one that raised is not committed.
+    with rd.stream(topic, group="g") as stream, pytest.raises(rt.PoisonElementError):
+        next(stream).dataset.take_all()
+    with rd.stream(topic, group="g", on_poison="skip") as stream:
+        batch = next(stream)
+        assert batch.batch_id == 0
+        assert [row["n"] for row in batch.dataset.take_all()] == [0, 1, 2, 3, 4, 5]
+
+
 def test_a_shared_group_nacks_what_it_cannot_decode_to_its_dead_letters(
     topic: rt.Topic, unique_name: Any, tmp_path: Path, wait_until: Any
 ) -> None:
@@ -196,6 +269,13 @@ def test_a_resequence_key_that_raises_releases_its_element_unordered(
     with topic.subscriber(group=group, resequence=order, complete_on_empty=True) as member:
         got = numbers(member)
     assert sorted(got) == list(range(13))  # none lost; 6 came unordered
+    # One that ends its process (SystemExit) costs its element's order alone too.
+    again = unique_name("g")
+    group_at_latest(topic, again)
+    exiting = rt.Resequence(seq=exits_on_three_seq, timeout_ms=200, start=0)
+    publish_all(topic, [{"n": n} for n in range(6)], key=key_for(0, 3))
+    with topic.subscriber(group=again, resequence=exiting, complete_on_empty=True) as member:
+        assert sorted(numbers(member)) == list(range(6))
 
 
 def test_a_ring_read_stops_before_what_its_filter_raises_on_or_cannot_decode(

@@ -123,6 +123,11 @@ def test_a_bad_batch_is_refused_whole(actors, unique_name) -> None:
         ray.get(actor.accept_batch.remote([(0, "a"), ("1", "b")]))
     with pytest.raises(InvalidArgumentError, match="items"):
         ray.get(actor.accept_batch.remote([(0, "a"), (1,)]))
+    # Not a list (issue 47: a raw TypeError from the actor before): typed, nothing taken.
+    for items in (5, None, {0: "a"}, "ab", {(0, "a")}):
+        with pytest.raises(InvalidTypeError, match="items must be a list") as refused:
+            ray.get(actor.accept_batch.remote(items))
+        assert isinstance(refused.value.cause, InvalidTypeError)  # raytopic's, not a TypeError
     assert ray.get(actor.stats.remote()).released == 0
     ray.get(actor.accept.remote(0, "a"))
     assert ray.get(actor.sink.remote()).values == ["a"]
