@@ -69,6 +69,8 @@ from raytopic.core.protocol import (
     FinishTransaction,
     Outcome,
     PrepareTransaction,
+    TransactionAborted,
+    TransactionCommitting,
     TransactionEnded,
     TransactionPart,
     TransactionRequest,
@@ -305,21 +307,21 @@ class RayPeers:
     async def committing(self, request: EndTransaction, lead: Address) -> None:
         registry = await self._registry(request.namespace)
         others = [part.at for part in request.parts if part.at != lead]
-        await _unwrapped(
-            lambda: registry.committing.remote(
-                request.transactional_id,
-                request.epoch,
-                request.key,
-                request.deadline,
-                lead,
-                others,
-            )
+        committing = TransactionCommitting(
+            request.transactional_id,
+            request.epoch,
+            request.key,
+            request.deadline,
+            lead,
+            tuple(others),
         )
+        await _unwrapped(lambda: registry.request.remote(committing))
 
     def ended(self, request: EndTransaction) -> None:
         registry = self._registries.get(request.namespace)
         if registry is not None:  # known: committing() looked it up
-            registry.ended.remote(request.transactional_id, request.epoch, request.key)
+            aborted = TransactionAborted(request.transactional_id, request.epoch, request.key)
+            registry.request.remote(aborted)
 
     async def _registry(self, namespace: str) -> Any:
         """The registry's handle (looked up once, off the event loop: a GCS call)."""

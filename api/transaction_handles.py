@@ -49,8 +49,11 @@ from raytopic.core.errors import (
 from raytopic.core.protocol import (
     FENCED,
     Address,
+    CloseIncarnation,
     ConsumedCommit,
     EndTransaction,
+    JoinIncarnation,
+    OpenIncarnation,
     Outcome,
     StageTransaction,
     TransactionEnded,
@@ -113,7 +116,9 @@ class Incarnation:
         self.namespace = namespace
         self._registry = registry_actor(namespace)
         with unwrap_ray_error():
-            self.epoch: int = ray.get(self._registry.open.remote(transactional_id))
+            self.epoch: int = ray.get(
+                self._registry.request.remote(OpenIncarnation(transactional_id))
+            )
         self.fenced = False
         """A call met a newer incarnation (every later call raises)."""
         self.closed = False
@@ -145,7 +150,7 @@ class Incarnation:
         returns the call's ObjectRef (None: told before)."""
         if at in self._joined:
             return None
-        return self._registry.join.remote(self.transactional_id, self.epoch, at)
+        return self._registry.request.remote(JoinIncarnation(self.transactional_id, self.epoch, at))
 
     def joined(self, channels: Iterable[Address]) -> None:
         """The registry knows of these channels now."""
@@ -154,7 +159,7 @@ class Incarnation:
     def close(self) -> None:
         """It starts no more transactions; the registry forgets it."""
         self.closed = True
-        self._registry.close.remote(self.transactional_id, self.epoch)
+        self._registry.request.remote(CloseIncarnation(self.transactional_id, self.epoch))
 
 
 class Transactions:

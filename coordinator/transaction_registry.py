@@ -4,10 +4,10 @@ each transactional id is the newest, and fences the older ones.
 It is not on a transaction's data path and holds no decision: a transaction's
 outcome is recorded by its lead channel (``raytopic.actors.transactions``).
 The registry keeps, per transactional id, the newest incarnation (its epoch),
-the channels it ever staged elements at (``join``, once per channel) and the
+the channels it ever staged elements at (``JoinIncarnation``, once per channel) and the
 transaction it is committing, with its lead and other participants
-(``committing``, told by the lead before it prepares the others). A new
-incarnation (``open``) aborts the older one's open transaction: at its lead if
+(``TransactionCommitting``, told by the lead before it prepares the others). A new
+incarnation (``OpenIncarnation``) aborts the older one's open transaction: at its lead if
 it is committing (first come first served with the lead's own decision), and
 at every channel it staged at, which then refuses the older holder's stagings
 (``TransactionFencedError``).
@@ -34,10 +34,17 @@ from raytopic.core.naming import transaction_registry_name
 from raytopic.core.protocol import (
     FENCED,
     Address,
+    CloseIncarnation,
     DecideTransaction,
+    DescribeIncarnations,
     FenceTransactions,
     FinishTransaction,
+    JoinIncarnation,
+    OpenIncarnation,
     Outcome,
+    RegistryRequest,
+    TransactionAborted,
+    TransactionCommitting,
 )
 
 logger = logging.getLogger(__name__)
@@ -79,9 +86,46 @@ class TransactionRegistry:
         self._ids: dict[str, _Incarnation] = {}
         self._fencings = _fencing_counter(namespace)
 
-    async def open(self, transactional_id: str) -> int:
-        """Start a new incarnation of ``transactional_id``; returns its epoch. The older
-        incarnation's open transaction is aborted first (or found committed)."""
+    async def request(self, request: RegistryRequest) -> Any:
+        """Serve a holder's or a lead's request (see ``raytopic.core.protocol.registry``).
+
+        Raises:
+            TransactionFencedError: a join or a committing transaction of an
+                incarnation older than the newest.
+            ClosedError: the incarnation was closed by its holder.
+        """
+        match request:
+            case OpenIncarnation():
+                return await self._open(request)
+            case JoinIncarnation(transactional_id, epoch, at):
+                self._current(transactional_id, epoch).channels.add(tuple(at))  # type: ignore[arg-type]
+            case TransactionCommitting(transactional_id, epoch, key, deadline, lead, others):
+                self._current(transactional_id, epoch).committing = _Committing(
+                    key,
+                    deadline,
+                    tuple(lead),  # type: ignore[arg-type]
+                    tuple(tuple(at) for at in others),  # type: ignore[arg-type]
+                )
+            case TransactionAborted(transactional_id, epoch, key):
+                incarnation = self._incarnation(transactional_id, epoch)
+                committing = None if incarnation is None else incarnation.committing
+                if incarnation is not None and committing is not None and committing.key == key:
+                    incarnation.committing = None
+            case CloseIncarnation(transactional_id, epoch):
+                incarnation = self._incarnation(transactional_id, epoch)
+                if incarnation is not None:
+                    incarnation.closed = True
+                    incarnation.committing = None
+            case DescribeIncarnations():
+                return self._describe()
+            case _:
+                raise TypeError(f"not a registry request: {type(request).__name__}")
+        return None
+
+    async def _open(self, request: OpenIncarnation) -> int:
+        """Start a new incarnation; its epoch. The older one's open transaction is
+        aborted first (or found committed)."""
+        transactional_id = request.transactional_id
         held = self._ids.get(transactional_id)
         epoch = max(time.time_ns(), held.epoch + 1 if held else 0)
         self._ids[transactional_id] = _Incarnation(epoch)
@@ -90,54 +134,7 @@ class TransactionRegistry:
             await _fence(transactional_id, held, epoch)
         return epoch
 
-    def join(self, transactional_id: str, epoch: int, at: Address) -> None:
-        """The incarnation stages elements at channel ``at`` (told once per channel).
-
-        Raises:
-            TransactionFencedError: a newer incarnation exists.
-        """
-        self._current(transactional_id, epoch).channels.add(tuple(at))  # type: ignore[arg-type]
-
-    def committing(
-        self,
-        transactional_id: str,
-        epoch: int,
-        key: str,
-        deadline: float,
-        lead: Address,
-        others: list[Address],
-    ) -> None:
-        """The incarnation's transaction ``key`` is about to be decided at ``lead``.
-
-        Raises:
-            TransactionFencedError: a newer incarnation exists (do not decide).
-        """
-        incarnation = self._current(transactional_id, epoch)
-        incarnation.committing = _Committing(
-            key,
-            deadline,
-            tuple(lead),
-            tuple(tuple(at) for at in others),  # type: ignore[arg-type]
-        )
-
-    def ended(self, transactional_id: str, epoch: int, key: str) -> None:
-        """The transaction ``key`` aborted everywhere (told by its lead)."""
-        incarnation = self._ids.get(transactional_id)
-        if incarnation is None or incarnation.epoch != epoch:
-            return
-        if incarnation.committing is not None and incarnation.committing.key == key:
-            incarnation.committing = None
-
-    def close(self, transactional_id: str, epoch: int) -> None:
-        """The incarnation is closed by its holder (it starts no more transactions)."""
-        incarnation = self._ids.get(transactional_id)
-        if incarnation is not None and incarnation.epoch == epoch:
-            incarnation.closed = True
-            incarnation.committing = None
-
-    def describe(self) -> dict[str, Any]:
-        """Each transactional id: its newest epoch, whether it is closed, and the
-        transaction it last committed or is committing."""
+    def _describe(self) -> dict[str, Any]:
         return {
             tid: {
                 "epoch": incarnation.epoch,
@@ -148,6 +145,11 @@ class TransactionRegistry:
             }
             for tid, incarnation in self._ids.items()
         }
+
+    def _incarnation(self, transactional_id: str, epoch: int) -> _Incarnation | None:
+        """The incarnation ``epoch`` of the id if it is the newest (None: it is not)."""
+        incarnation = self._ids.get(transactional_id)
+        return incarnation if incarnation is not None and incarnation.epoch == epoch else None
 
     def _current(self, transactional_id: str, epoch: int) -> _Incarnation:
         incarnation = self._ids.get(transactional_id)

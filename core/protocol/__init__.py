@@ -7,6 +7,8 @@ they carry. Handles, channels and coordinators import this package, not each oth
 - :mod:`~raytopic.core.protocol.control`: what a coordinator asks of a channel;
 - :mod:`~raytopic.core.protocol.transactions`: a transaction's requests, outcomes
   and consumed commits;
+- :mod:`~raytopic.core.protocol.registry`: what a transaction's holder and lead ask
+  of the namespace's transaction registry;
 - :mod:`~raytopic.core.protocol.streams`: a stream's offset log and the steps of
   its micro-batches;
 - :mod:`~raytopic.core.protocol.replies`: acks, deliveries, and the replies that
@@ -79,6 +81,15 @@ from raytopic.core.protocol.records import (
     ReaderLease,
     ReaderSpec,
     poison_error,
+)
+from raytopic.core.protocol.registry import (
+    CloseIncarnation,
+    DescribeIncarnations,
+    JoinIncarnation,
+    OpenIncarnation,
+    RegistryRequest,
+    TransactionAborted,
+    TransactionCommitting,
 )
 from raytopic.core.protocol.replies import (
     AppendAck,
@@ -185,6 +196,14 @@ __all__ = [
     "StreamLogState",
     "StreamRecord",
     "StreamRequest",
+    # the transaction registry's requests
+    "CloseIncarnation",
+    "DescribeIncarnations",
+    "JoinIncarnation",
+    "OpenIncarnation",
+    "RegistryRequest",
+    "TransactionAborted",
+    "TransactionCommitting",
     # transactions
     "FENCED",
     "TRANSACTION_REQUESTS",

@@ -18,7 +18,12 @@ import ray
 import raytopic as rt
 from raytopic.actors.transactions import send
 from raytopic.coordinator.transaction_registry import registry_actor
-from raytopic.core.protocol import DecideTransaction, Outcome, PrepareTransaction
+from raytopic.core.protocol import (
+    DecideTransaction,
+    DescribeIncarnations,
+    Outcome,
+    PrepareTransaction,
+)
 
 from tests.loss_checker import LossChecker
 from tests.topic_helpers import (
@@ -162,7 +167,10 @@ def test_a_lead_killed_while_it_drives_the_commit_ends_it_whole_with_a_typed_err
     committing.start()
     registry = registry_actor("raytopic")
     wait_until(
-        lambda: get(registry.describe.remote())[txs.transactional_id]["committing"] == tx.key,
+        lambda: (
+            get(registry.request.remote(DescribeIncarnations()))[txs.transactional_id]["committing"]
+            == tx.key
+        ),
         timeout=10,
     )
     epoch = kill_channel(sink, 0)  # the lead, while it waits for the prepare
