@@ -62,6 +62,7 @@ from raytopic.actors.stored_topic import StoredTopic
 from raytopic.actors.stream_steps import RayStreamPeers, StreamSteps
 from raytopic.actors.transaction_lead import RayPeers, TransactionLead
 from raytopic.actors.transactions import TransactionParticipant
+from raytopic.core.actor_logs import log_info_here
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     ChannelUnavailableError,
@@ -178,6 +179,7 @@ class ChannelActor:
     """
 
     def __init__(self, config: TopicConfig, channel: int) -> None:
+        log_info_here()
         self._channel = channel
         self._context = context = ChannelContext(
             config, channel, ChannelMetrics(config.name, channel)
@@ -495,7 +497,8 @@ class ChannelActor:
     async def _report_metrics(self) -> None:
         """Background (from the first publish): hand Ray the counts and group gauges."""
         while True:
-            self._context.metrics.report(self._readers.lag(self._log.figures().tail))
+            figures = self._log.figures()
+            self._context.metrics.report(self._readers.lag(figures.head, figures.tail))
             await asyncio.sleep(METRICS_REFRESH_INTERVAL)
 
     async def _tend_shared_groups(self) -> None:

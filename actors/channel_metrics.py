@@ -70,7 +70,6 @@ class ChannelMetrics:
         # of microseconds, too much for every append and take.
         self._counts = dict.fromkeys(_COUNTERS, 0)
         self._append_sampled = self._receive_sampled = float("-inf")
-        self._gauges: dict[str, tuple[int, int]] = {}  # group -> (lag, depth) last handed over
         self._live = ray.is_initialized()
         if not self._live:
             return
@@ -149,9 +148,10 @@ class ChannelMetrics:
 
     def report(self, groups: Iterable[tuple[str, int, int]]) -> None:
         """Hand Ray what was counted since the last report, and each group's
-        (name, lag, depth) at this channel. What did not change is not handed
-        over again (Ray keeps a gauge's last value): an idle channel costs
-        Ray nothing."""
+        (name, lag, depth) at this channel. The gauges are set every time, changed
+        or not: Ray's metrics agent stops exporting a worker that reported
+        nothing for a while (120 s by default), and a stuck group's lag, which
+        does not change, is the series an alert needs."""
         if not self._live:
             return
         for name, count in self._counts.items():
@@ -159,9 +159,6 @@ class ChannelMetrics:
                 self._counters[name].inc(count)
                 self._counts[name] = 0
         for group, lag, depth in groups:
-            if self._gauges.get(group) == (lag, depth):
-                continue
-            self._gauges[group] = (lag, depth)
             tags = {**self._tags, "group": group}
             self._lag.set(lag, tags=tags)
             self._depth.set(depth, tags=tags)

@@ -597,16 +597,20 @@ class OwnedReaders:
                 "unacked": cursor.unacked,
                 "owner": cursor.owner,
                 "jumps": cursor.jumps,
-                "done": cursor.done.count(cursor.committed + 1, self._log.ring.tail),
+                "done": cursor.done.count(  # above what lag counts from (see lag)
+                    max(cursor.committed, self._log.ring.head - 1) + 1, self._log.ring.tail
+                ),
             }
             for group, cursor in self.groups.items()
         }
 
-    def lag(self, tail: int) -> Iterator[tuple[str, int, int]]:
-        """Per group: (name, lag behind the tail, elements not yet delivered)."""
+    def lag(self, head: int, tail: int) -> Iterator[tuple[str, int, int]]:
+        """Per group: (name, lag behind the tail, elements not yet delivered), of the
+        elements from ``head`` on (those below it expired or were dropped)."""
         for group, cursor in self.groups.items():
-            done = cursor.done.count(cursor.committed + 1, tail) if cursor.done else 0
-            yield group, max(0, tail - cursor.committed - done), max(0, tail - cursor.next + 1)
+            floor = max(cursor.committed, head - 1)
+            done = cursor.done.count(floor + 1, tail) if cursor.done else 0
+            yield group, max(0, tail - floor - done), max(0, tail - max(cursor.next, head) + 1)
 
     # -- durable state ------------------------------------------------------------------
 

@@ -297,9 +297,10 @@ class Readers:
         self.owned.advance(group, sequence)
         self.commits_moved()
 
-    def lag(self, tail: int) -> list[tuple[str, int, int]]:
-        """Per group: (name, lag behind the tail, elements still to deliver)."""
-        return [*self.owned.lag(tail), *self.shared.lag(tail)]
+    def lag(self, head: int, tail: int) -> list[tuple[str, int, int]]:
+        """Per group: (name, lag behind the tail, elements still to deliver); what is
+        below the head (expired, or dropped) is neither."""
+        return [*self.owned.lag(head, tail), *self.shared.lag(tail)]
 
     async def tend_shared_groups(
         self,

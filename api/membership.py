@@ -104,6 +104,22 @@ class KnownView:
         return OwnershipChange(frozenset(), frozenset(), lost, frozenset())
 
 
+STALL_SLACK = 5.0
+"""Seconds a wait may overrun before the process counts as stalled (stopped, or
+starved of CPU or of the GIL) rather than kept waiting."""
+
+
+def _no_answer_cause(stalled: float) -> str:
+    """Why a heartbeat had no answer: this process stalled (its wait overran by
+    ``stalled`` seconds), or the coordinator did not answer."""
+    if stalled > STALL_SLACK:
+        return (
+            f"this process did not run for {stalled:.0f} s (stopped, or starved of CPU): "
+            "the group may have timed this member out meanwhile"
+        )
+    return "no answer from the coordinator"
+
+
 class Heartbeats:
     """The thread that keeps a member's view fresh and reports it alive.
 
@@ -200,8 +216,9 @@ class Heartbeats:
             self._adopt_answer(pending)
             self._notify()
 
-    def _adopt_answer(self, pending: Future[Any]) -> bool:
-        """Adopt a poll's answer (once, and only once it came); False if it failed."""
+    def _adopt_answer(self, pending: Future[Any], stalled: float = 0.0) -> bool:
+        """Adopt a poll's answer (once, and only once it came); False if it failed.
+        ``stalled``: seconds this process did not run while it waited for it."""
         import ray
         import ray.exceptions
 
@@ -210,7 +227,7 @@ class Heartbeats:
                 return True  # adopted already
             self._pending = None
             if not pending.done():
-                logger.warning("heartbeat: no answer from the coordinator; polling again")
+                logger.warning("heartbeat: %s; polling again", _no_answer_cause(stalled))
                 return False
             try:
                 with unwrap_ray_error():
@@ -271,8 +288,14 @@ class Heartbeats:
         pending: Future[Any] = self._poll(self._version(), touch, idle, self._interval).future()
         with self._lock:
             self._pending = pending
+        wait = self._interval + 30.0
+        asked = time.monotonic()
         with contextlib.suppress(Exception):  # _adopt_answer reports it
-            pending.result(timeout=self._interval + 30.0)
-        adopted = self._adopt_answer(pending)
+            pending.result(timeout=wait)
+        stalled = time.monotonic() - asked - wait  # past the wait: this process did not run
+        if stalled > STALL_SLACK and not pending.done():
+            with contextlib.suppress(Exception):  # its answer may be on its way in
+                pending.result(timeout=STALL_SLACK)
+        adopted = self._adopt_answer(pending, stalled)
         self._notify()
         return adopted

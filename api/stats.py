@@ -205,7 +205,9 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
                 continue
             tail, next_sequence, committed = c["tail"], cursor["next"], cursor["committed"]
             owner = cursor["owner"]
-            depth = cursor.get("depth", max(0, tail - next_sequence + 1))
+            # What is below the head (expired by the ttl, dropped) counts in neither.
+            floor = max(committed, c["head"] - 1)
+            depth = cursor.get("depth", max(0, tail - max(next_sequence, c["head"]) + 1))
             per_channel.append(
                 GroupChannelStats(
                     channel=c["channel"],
@@ -215,7 +217,7 @@ def topic_stats(raw: dict[str, Any]) -> TopicStats:
                     next=next_sequence,
                     depth=depth,
                     unacked=cursor["unacked"],
-                    lag=max(0, tail - committed - cursor.get("done", 0)),
+                    lag=max(0, tail - floor - cursor.get("done", 0)),
                     redelivered=cursor.get("redelivered", 0),
                     dead_lettered=cursor.get("dead_lettered", 0),
                     holdings=dict(cursor.get("holdings", {})),

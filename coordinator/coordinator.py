@@ -49,6 +49,7 @@ from raytopic.coordinator.fleet import NOTICE_TIMEOUT, RayChannelFleet
 from raytopic.coordinator.group_service import GroupService
 from raytopic.coordinator.groups import Group, MemberView
 from raytopic.coordinator.launch import ensure_dead_letter_topic
+from raytopic.core.actor_logs import log_info_here
 from raytopic.core.config import TopicConfig
 from raytopic.core.errors import GroupFilterError, GroupModeError, StoreError, TopicError
 from raytopic.core.incarnation import was_restarted
@@ -94,6 +95,7 @@ class CoordinatorActor:
     """
 
     def __init__(self, config: TopicConfig) -> None:
+        log_info_here()
         self._config = config
         self._wire(RayChannelFleet(()), [])
         self._started = asyncio.Event()

@@ -373,7 +373,9 @@ def test_ensure_group_creates_once_and_the_figures_follow_the_cursors() -> None:
     assert not created and state.next == 4  # an existing group keeps its place
     parts.owned.ensure_group("early", False)
     assert parts.owned.lowest_committed() == -1
-    assert sorted(parts.owned.lag(3)) == [("early", 4, 4), ("late", 0, 0)]
+    assert sorted(parts.owned.lag(0, 3)) == [("early", 4, 4), ("late", 0, 0)]
+    # Below the head (expired, dropped) counts as neither lag nor depth.
+    assert sorted(parts.owned.lag(2, 3)) == [("early", 2, 2), ("late", 0, 0)]
     assert parts.owned.describe()["early"]["owner"] is None
 
 

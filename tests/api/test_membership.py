@@ -94,3 +94,15 @@ def test_receives_never_ask_the_coordinator(make_topic) -> None:
     assert sorted(e.value for e in anonymous) == list(range(10))
     assert get(member.receive()) is None
     anonymous.close()
+
+
+def test_a_heartbeat_without_answer_names_a_stalled_process_not_the_coordinator() -> None:
+    # Before: "no answer from the coordinator" also when this process had been
+    # stopped (SIGSTOP, a debugger) past the wait, and the coordinator had answered.
+    from raytopic.membership import STALL_SLACK, _no_answer_cause
+
+    assert _no_answer_cause(0.0) == "no answer from the coordinator"
+    assert _no_answer_cause(STALL_SLACK) == "no answer from the coordinator"
+    stalled = _no_answer_cause(62.4)
+    assert stalled.startswith("this process did not run for 62 s")
+    assert "coordinator" not in stalled

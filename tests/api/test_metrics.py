@@ -155,3 +155,41 @@ def test_compactions_and_the_bytes_they_reclaimed_reach_prometheus(
         assert _total(samples, "ray_raytopic_compacted_bytes_total") > 190 * 100
 
     _eventually(counted)
+
+
+@pytest.mark.slow  # waits out Ray's metrics agent's 120 s
+def test_a_stuck_groups_lag_stays_exported(
+    make_topic: Callable[..., rt.Topic], metrics_url: str
+) -> None:
+    # Ray's agent stops exporting a worker that reported nothing for 120 s: a
+    # channel that set its gauges only on change lost the series of a group whose
+    # lag stopped changing (before: no ray_raytopic_group_lag for it after 130 s).
+    topic = make_topic(channels=1, groups=["stuck"])
+    publish_all(topic, [{"i": i} for i in range(5)])  # never consumed
+    _eventually(lambda: _assert_lag(metrics_url, topic.name, 5))
+    time.sleep(130)
+    _assert_lag(metrics_url, topic.name, 5)
+
+
+def _assert_lag(url: str, topic: str, lag: int) -> None:
+    assert _total(_scrape(url, topic), "ray_raytopic_group_lag") == lag
+
+
+def test_expired_elements_leave_a_groups_lag_and_depth(
+    make_topic: Callable[..., rt.Topic], metrics_url: str, wait_until: Callable[..., object]
+) -> None:
+    # Before: 10 elements expired by the ttl (head 10, tail 9, size 0) still
+    # counted: lag 10 and depth 10, in describe() and the gauges.
+    topic = make_topic(channels=1, ttl=1.0, groups=["g"])
+    publish_all(topic, list(range(10)))
+    wait_until(lambda: topic.describe().channels[0].size == 0, timeout=30.0)
+    stats = topic.describe().groups["g"].channels[0]
+    assert (stats.lag, stats.depth) == (0, 0)
+
+    def gauges() -> None:
+        samples = _scrape(metrics_url, topic.name)
+        assert samples["ray_raytopic_group_lag"] and samples["ray_raytopic_group_depth"]
+        assert _total(samples, "ray_raytopic_group_lag") == 0
+        assert _total(samples, "ray_raytopic_group_depth") == 0
+
+    _eventually(gauges)
