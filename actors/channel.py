@@ -792,7 +792,8 @@ class ChannelActor:
     async def _group_lag(self, request: ReadGroupLag) -> int | None:
         """The group's lag here, None without the group (what scaling polls: one
         figure, not ``describe``'s every cursor and transaction)."""
-        lags = self._readers.lag(self._log.figures().tail)
+        figures = self._log.figures()
+        lags = self._readers.lag(figures.head, figures.tail)
         return next((lag for group, lag, _ in lags if group == request.group), None)
 
     @serves(ReadOpeningError, Admit.ALWAYS)
