@@ -6,7 +6,7 @@ at their channels, apart from the ring, and whose ``commit()`` asks its lead
 channel, in one call, to run the two-phase commit over the channels it touched
 (see ``raytopic.actors.transaction_lead`` for the commit,
 ``raytopic.actors.transactions`` for a channel's part and
-``raytopic.coordinator.transaction_registry`` for fencing)::
+``raytopic.transaction_registry`` for fencing)::
 
     txs = rt.transactions("doubler")
     member = source.subscriber(group="etl")
@@ -32,7 +32,6 @@ from raytopic.actors.cursors import bounded
 from raytopic.actors.transaction_lead import lead_of
 from raytopic.actors.transactions import send
 from raytopic.batch_parts import check_keyed, encode_part, parts_of, route, routed_keys
-from raytopic.coordinator.transaction_registry import registry_actor
 from raytopic.core.config import check_instance, check_items, check_namespace, check_timeout
 from raytopic.core.errors import (
     ClosedError,
@@ -68,6 +67,7 @@ from raytopic.core.records import (
 )
 from raytopic.topic import Topic
 from raytopic.transaction_inputs import give_back
+from raytopic.transaction_registry import registry_actor
 
 __all__ = ["Transaction", "Transactions", "transactions"]
 

@@ -280,6 +280,8 @@ def test_the_handles_send_no_prepare_decide_or_finish() -> None:
     steps = {"PrepareTransaction", "DecideTransaction", "FinishTransaction", "ForgetTransaction"}
     used = set()
     for path in api.rglob("*.py"):
+        if path.name == "transaction_registry.py":
+            continue  # the registry's actor (fencing decides at a lead): not the holder's process
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Name):
                 used.add(node.id)

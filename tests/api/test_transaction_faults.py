@@ -17,17 +17,18 @@ import ray
 
 import raytopic as rt
 from raytopic.actors.transactions import send
-from raytopic.coordinator.transaction_registry import registry_actor
 from raytopic.core.protocol import (
     DecideTransaction,
     DescribeIncarnations,
     Outcome,
     PrepareTransaction,
 )
+from raytopic.transaction_registry import TRANSACTION_STATE, registry_actor
 
 from tests.loss_checker import LossChecker
 from tests.topic_helpers import (
     get,
+    key_for,
     kill_channel,
     kill_coordinator,
     publish_all,
@@ -45,6 +46,45 @@ RESTART_BOUND = 20.0
 def _kill_registry() -> None:
     registry = registry_actor("raytopic")
     os.kill(get(registry.__ray_call__.remote(lambda _: os.getpid())), signal.SIGKILL)
+
+
+def _kill_the_control_plane() -> None:
+    """SIGKILL every actor of the namespace's transaction control plane: the registry,
+    its state topic's channels and coordinator; return once they answer again."""
+    state = rt.get_topic(TRANSACTION_STATE)
+    epochs = [kill_channel(state, channel) for channel in range(state.channel_count)]
+    kill_coordinator(state)
+    _kill_registry()
+    for channel, epoch in enumerate(epochs):
+        serving_again(state, channel, epoch, RESTART_BOUND)
+
+
+@pytest.mark.slow
+def test_a_restarted_registry_still_fences_every_older_incarnation(
+    make_topic, unique_name, tmp_path
+) -> None:
+    # Issue 47 item 4: a restarted registry took the first incarnation it heard of as
+    # the newest: the older holder staged at a channel it never used and committed.
+    sink = make_topic(channels=2, store=tmp_path / "k")
+    name = unique_name("tx")
+    old = rt.transactions(name)
+    with old.begin() as tx:
+        tx.publish(sink, 1, key=key_for(0, 2))  # it stages at channel 0 only
+    new = rt.transactions(name)
+    _kill_the_control_plane()
+    with pytest.raises(rt.TransactionFencedError):
+        stale = old.begin()
+        stale.publish(sink, 2, key=key_for(1, 2))  # a channel it never used before
+        stale.commit()
+    with pytest.raises(rt.TransactionFencedError):
+        old.begin()
+    with new.begin() as fresh:
+        fresh.publish(sink, 9, key=key_for(1, 2))
+    _kill_the_control_plane()
+    with new.begin() as fresh:  # the newest is still the newest
+        fresh.publish(sink, 10, key=key_for(0, 2))
+    assert sorted(read_values(sink)) == [1, 9, 10]
+    new.close()
 
 
 def _lag(topic: rt.Topic, group: str) -> int:

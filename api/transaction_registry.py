@@ -4,18 +4,21 @@ each transactional id is the newest, and fences the older ones.
 It is not on a transaction's data path and holds no decision: a transaction's
 outcome is recorded by its lead channel (``raytopic.actors.transactions``).
 The registry keeps, per transactional id, the newest incarnation (its epoch),
-the channels it ever staged elements at (``JoinIncarnation``, once per channel) and the
+the channels it ever staged elements at (``join``, once per channel) and the
 transaction it is committing, with its lead and other participants
-(``TransactionCommitting``, told by the lead before it prepares the others). A new
-incarnation (``OpenIncarnation``) aborts the older one's open transaction: at its lead if
+(``committing``, told by the lead before it prepares the others). A new
+incarnation (``open``) aborts the older one's open transaction: at its lead if
 it is committing (first come first served with the lead's own decision), and
 at every channel it staged at, which then refuses the older holder's stagings
 (``TransactionFencedError``).
 
-It keeps this in memory: a registry that restarted knows no incarnations and
-takes the first it hears of an id as the newest (an older holder that commits
-before the newer one calls again is not fenced then). Epochs grow with the
-clock, so a restarted registry still numbers new incarnations above old ones.
+**Durability**: the registry keeps this on a compacted topic keyed by
+transactional id (``TRANSACTION_STATE``, as Kafka keeps ``__transaction_state``;
+``raytopic.control_log``), and answers a call only once the change it made is
+held there. A restarted registry reads it back before it answers anything, so
+it still fences every older incarnation: one that stages at a channel it never
+used before, or commits, is refused (nothing is taken as the newest because it
+is the first heard of).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 import ray
 
 from raytopic.actors.transactions import send
+from raytopic.control_log import ControlLog
 from raytopic.core.errors import ClosedError, TransactionFencedError
 from raytopic.core.naming import transaction_registry_name
 from raytopic.core.protocol import (
@@ -49,7 +53,10 @@ from raytopic.core.protocol import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TransactionRegistry", "registry_actor"]
+__all__ = ["TRANSACTION_STATE", "TransactionRegistry", "registry_actor"]
+
+TRANSACTION_STATE = "raytopic-transaction-state"
+"""The compacted topic (one per namespace) the registry keeps its state on."""
 
 FENCE_CALL_TIMEOUT = 30.0
 """Seconds the registry waits for one channel while it aborts a fenced transaction."""
@@ -64,6 +71,23 @@ class _Committing:
     lead: Address
     others: tuple[Address, ...]
 
+    def record(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "deadline": self.deadline,
+            "lead": list(self.lead),
+            "others": [list(at) for at in self.others],
+        }
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> _Committing:
+        return cls(
+            record["key"],
+            record["deadline"],
+            _address(record["lead"]),
+            tuple(_address(at) for at in record["others"]),
+        )
+
 
 @dataclass(slots=True)
 class _Incarnation:
@@ -73,18 +97,68 @@ class _Incarnation:
     """Every channel the incarnation staged elements at."""
     committing: _Committing | None = None
 
+    def record(self) -> dict[str, Any]:
+        """What the state topic keeps of it (version 1: plain data)."""
+        return {
+            "version": 1,
+            "epoch": self.epoch,
+            "closed": self.closed,
+            "channels": sorted(list(at) for at in self.channels),
+            "committing": None if self.committing is None else self.committing.record(),
+        }
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> _Incarnation:
+        committing = record["committing"]
+        return cls(
+            record["epoch"],
+            record["closed"],
+            {_address(at) for at in record["channels"]},
+            None if committing is None else _Committing.of(committing),
+        )
+
+
+def _address(at: list[Any]) -> Address:
+    return tuple(at)  # type: ignore[return-value]
+
 
 class TransactionRegistry:
     """The newest incarnation of each transactional id of a namespace (a Ray actor).
 
     Args:
         namespace: The namespace it serves.
+        store: The state topic's store (as ``create_topic``'s); None: the Ray
+            session's directory (``raytopic.control_log.session_store``).
     """
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, store: Any = None) -> None:
         self._namespace = namespace
+        self._store = store
         self._ids: dict[str, _Incarnation] = {}
+        self._log: ControlLog | None = None
+        self._loading = asyncio.Lock()
         self._fencings = _fencing_counter(namespace)
+
+    async def _loaded(self) -> ControlLog:
+        """The state topic, read back whole before the first answer (an ``__init__``
+        that raised during a restart would end the actor for good: a failed read
+        is tried again by the next call instead)."""
+        if self._log is not None:
+            return self._log
+        async with self._loading:
+            if self._log is None:
+                log = await asyncio.to_thread(
+                    ControlLog, TRANSACTION_STATE, self._namespace, store=self._store
+                )
+                records = await asyncio.to_thread(log.load)
+                self._ids = {tid: _Incarnation.of(record) for tid, record in records.items()}
+                self._log = log
+        return self._log
+
+    async def _keep(self, transactional_id: str, incarnation: _Incarnation) -> None:
+        """Write the incarnation as its id's record; return once the topic holds it."""
+        log = await self._loaded()
+        await log.written(log.write(transactional_id, incarnation.record()))
 
     async def request(self, request: RegistryRequest) -> Any:
         """Serve a holder's or a lead's request (see ``raytopic.core.protocol.registry``).
@@ -94,28 +168,38 @@ class TransactionRegistry:
                 incarnation older than the newest.
             ClosedError: the incarnation was closed by its holder.
         """
+        log = await self._loaded()
         match request:
             case OpenIncarnation():
                 return await self._open(request)
             case JoinIncarnation(transactional_id, epoch, at):
-                self._current(transactional_id, epoch).channels.add(tuple(at))  # type: ignore[arg-type]
+                incarnation = self._current(transactional_id, epoch)
+                if tuple(at) not in incarnation.channels:
+                    incarnation.channels.add(tuple(at))  # type: ignore[arg-type]
+                    await self._keep(transactional_id, incarnation)
             case TransactionCommitting(transactional_id, epoch, key, deadline, lead, others):
-                self._current(transactional_id, epoch).committing = _Committing(
+                incarnation = self._current(transactional_id, epoch)
+                incarnation.committing = _Committing(
                     key,
                     deadline,
                     tuple(lead),  # type: ignore[arg-type]
-                    tuple(tuple(at) for at in others),  # type: ignore[arg-type]
+                    tuple(tuple(at) for at in others),  # type: ignore[misc]
                 )
+                await self._keep(transactional_id, incarnation)
             case TransactionAborted(transactional_id, epoch, key):
                 incarnation = self._incarnation(transactional_id, epoch)
                 committing = None if incarnation is None else incarnation.committing
                 if incarnation is not None and committing is not None and committing.key == key:
                     incarnation.committing = None
+                    # Not waited for: a record still naming it only makes a later
+                    # fencing ask its lead, which answers with the outcome it recorded.
+                    log.write(transactional_id, incarnation.record())
             case CloseIncarnation(transactional_id, epoch):
                 incarnation = self._incarnation(transactional_id, epoch)
                 if incarnation is not None:
                     incarnation.closed = True
                     incarnation.committing = None
+                    await self._keep(transactional_id, incarnation)
             case DescribeIncarnations():
                 return self._describe()
             case _:
@@ -128,7 +212,8 @@ class TransactionRegistry:
         transactional_id = request.transactional_id
         held = self._ids.get(transactional_id)
         epoch = max(time.time_ns(), held.epoch + 1 if held else 0)
-        self._ids[transactional_id] = _Incarnation(epoch)
+        incarnation = self._ids[transactional_id] = _Incarnation(epoch)
+        await self._keep(transactional_id, incarnation)
         if held is not None and not held.closed:
             self._fencings.inc()
             await _fence(transactional_id, held, epoch)
@@ -153,13 +238,13 @@ class TransactionRegistry:
 
     def _current(self, transactional_id: str, epoch: int) -> _Incarnation:
         incarnation = self._ids.get(transactional_id)
-        if incarnation is None:  # a restarted registry: the first heard of is the newest
+        if incarnation is None:  # opened in another cluster's session: newest here
             incarnation = self._ids[transactional_id] = _Incarnation(epoch)
         if incarnation.epoch > epoch:
             raise TransactionFencedError(
                 f"a newer holder of transactional id {transactional_id!r} exists", FENCED
             )
-        if incarnation.epoch < epoch:  # opened before a restart of this registry
+        if incarnation.epoch < epoch:  # opened in another session of the state topic
             self._ids[transactional_id] = incarnation = _Incarnation(epoch)
         if incarnation.closed:
             raise ClosedError(f"transactional id {transactional_id!r} was closed by its holder")
