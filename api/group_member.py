@@ -34,7 +34,7 @@ from raytopic.core.errors import (
     NotOwnerError,
     SubscriberClosedError,
 )
-from raytopic.core.protocol import ReaderSpec
+from raytopic.core.protocol import Origin, ReaderSpec
 from raytopic.core.shared_group import SharedGroup
 from raytopic.membership import Heartbeats, KnownView
 from raytopic.receives import Ownership, StaleReads
@@ -277,7 +277,9 @@ class GroupMember:
             return
         # Synchronous: the assignment is in force when this returns.
         coordinator = self._topic._coordinator
-        joined = coordinator.join.remote(self.group, self._id, self._timeout, self._cooperative)
+        joined = coordinator.join.remote(
+            self.group, self._id, self._timeout, self._cooperative, _origin()
+        )
         self._apply_view(self._call(joined))
         self._heartbeats.start()
 
@@ -398,7 +400,9 @@ class GroupMember:
                 return
             try:
                 view = self._call(
-                    coordinator.join.remote(self.group, self._id, self._timeout, self._cooperative)
+                    coordinator.join.remote(
+                        self.group, self._id, self._timeout, self._cooperative, _origin()
+                    )
                 )
             except GroupNotFoundError as error:
                 raise SubscriberClosedError(f"group {self.group!r} was destroyed") from error
@@ -578,6 +582,14 @@ class SharedGroupMember(GroupMember):
 
     def check_acknowledging(self) -> None:
         pass
+
+
+def _origin() -> Origin:
+    """Where this process runs, as the coordinator asks Ray about it: its actor (an
+    actor may outlive its job), else its job (a driver, or a task of the job)."""
+    context = ray.get_runtime_context()
+    actor = context.get_actor_id()
+    return Origin("actor", actor) if actor else Origin("job", context.get_job_id())
 
 
 def _call_if_alive(method: weakref.WeakMethod[Any], *args: Any) -> Any:

@@ -59,6 +59,7 @@ from raytopic.core.protocol import (
     Lease,
     MarkDestroyed,
     OpenStore,
+    Origin,
     Purge,
     ReaderSpec,
     ReadGroupLag,
@@ -420,13 +421,19 @@ class CoordinatorActor:
         await self._groups.destroy(group)
 
     async def join(
-        self, group: str, reader_id: str, timeout: float, cooperative: bool = False
+        self,
+        group: str,
+        reader_id: str,
+        timeout: float,
+        cooperative: bool = False,
+        origin: Origin | None = None,
     ) -> MemberView:
         """Add a member (or rejoin one); returns once its assignment is in force.
         A ``cooperative`` member releases channels itself before they move
-        (:meth:`release`)."""
+        (:meth:`release`). ``origin``: where it runs; once Ray says that is gone,
+        the member leaves (see ``raytopic.coordinator.member_origins``)."""
         await self._up()
-        return await self._groups.join(group, reader_id, timeout, cooperative)
+        return await self._groups.join(group, reader_id, timeout, cooperative, origin)
 
     async def leave(self, group: str, reader_id: str) -> None:
         """A member closed: its channels go to the others."""

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from raytopic.coordinator.groups import Group, MemberView, Rebalance, recovered_groups
+from raytopic.coordinator.member_origins import DEAD_CHECK_INTERVAL, MemberOrigins
 from raytopic.coordinator.view_polls import ViewPolls
 from raytopic.core.errors import (
     GroupModeError,
@@ -36,6 +37,7 @@ from raytopic.core.protocol import (
     GrantStream,
     Lease,
     OpenReader,
+    Origin,
     ReadActivity,
     ReaderSpec,
     ReadGroupCursors,
@@ -107,6 +109,7 @@ class GroupService:
         self._granted: dict[str, asyncio.Event] = {}
         self._polls = ViewPolls()
         self._expiry_task: asyncio.Task[None] | None = None
+        self._origins = MemberOrigins()  # where members run: Ray says when that is gone
         self._joined = asyncio.Event()  # wakes the expiry loop
         self._destroyed: str | None = None  # why calls now fail (set by ``end``)
 
@@ -214,14 +217,21 @@ class GroupService:
     # -- membership -----------------------------------------------------------------
 
     async def join(
-        self, group: str, reader_id: str, timeout: float, cooperative: bool = False
+        self,
+        group: str,
+        reader_id: str,
+        timeout: float,
+        cooperative: bool = False,
+        origin: Origin | None = None,
     ) -> MemberView:
-        """Add a member (or rejoin one); returns once its assignment is in force."""
+        """Add a member (or rejoin one); returns once its assignment is in force.
+        ``origin``: where it runs (it leaves once Ray says that is gone)."""
         async with self._lock(group):
             state = self.group(group)
             change = state.join(reader_id, timeout, self._clock(), cooperative=cooperative)
             await self._apply(state, change)
             view = state.view(reader_id)
+            self._origins.note(group, reader_id, origin)
         self.watch_expiry()
         assert view is not None
         return view
@@ -429,10 +439,25 @@ class GroupService:
                 if (deadline := group.deadline()) is not None
             ]
             delay = max(0.0, min(due) - self._clock()) + EXPIRY_SLACK if due else None
+            if self._origins:  # ask Ray about the members' processes this often too
+                delay = DEAD_CHECK_INTERVAL if delay is None else min(delay, DEAD_CHECK_INTERVAL)
             self._joined.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._joined.wait(), delay)
+            await self._leave_gone_members()
             await self.expire()
+
+    async def _leave_gone_members(self) -> None:
+        """Members whose process Ray says is gone (their driver's job ended, their
+        actor died) leave now, as a closed member does, rather than at their
+        timeout."""
+        self._origins.keep_only(
+            (name, reader_id) for name, state in self.groups.items() for reader_id in state.members
+        )
+        for group, reader_id, why in await self._origins.gone():
+            logger.info("group %s of %s: member %s leaves: %s", group, self._topic, reader_id, why)
+            await self.leave(group, reader_id)
+            self._origins.note(group, reader_id, None)
 
     async def expire(self) -> None:
         """Remove members that stopped heartbeating (and move channels whose

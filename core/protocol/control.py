@@ -26,6 +26,7 @@ __all__ = [
     "MarkDestroyed",
     "OpenReader",
     "OpenStore",
+    "Origin",
     "Purge",
     "ReadGroupCursors",
     "ReadGroupLag",
@@ -137,6 +138,17 @@ class ReadGroupLag(NamedTuple):
 
 class ReadGroupMarks(NamedTuple):
     """Per group, the highest (view version, generation) pushed to the channel."""
+
+
+class Origin(NamedTuple):
+    """Where a group member runs, as Ray names it: the coordinator asks Ray whether
+    that is gone (see ``raytopic.coordinator.member_origins``)."""
+
+    kind: str
+    """``"job"`` (a driver, or a task of that job) or ``"actor"`` (an actor, which
+    may outlive its job)."""
+    id: str
+    """The job's or the actor's id, in hex."""
 
 
 class ReadActivity(NamedTuple):
