@@ -212,6 +212,12 @@ def stream(
     the group takes it over and fences this one (its next commit raises
     NotOwnerError and ends its iteration).
 
+    While it catches up (``"available_now"``, or a full batch), the stream plans
+    the next batch and reads it into Ray's object store while the loop works on
+    the one in hand (one batch ahead, in a thread of the stream): its ``dataset``
+    is read when ``next()`` records it and hands it out. A stream that caught up
+    hands each batch out unread, as soon as it is planned.
+
     Args:
         topic: The topic.
         group: The group (made if new, at ``start``); an owned group without members.
@@ -261,6 +267,7 @@ def stream(
             ),
             None,
         ),
+        read_ahead=True,
         timeout=timeout,
     )
 

@@ -21,6 +21,16 @@ One batch, step by step:
    channel marks the batch committed and moves the group's commit to the end of
    its range, in one durable write: again one call to a lead channel.
 
+One batch ahead while catching up (``"available_now"``, or the batch handed out
+was full): once a batch is handed out, a thread of the stream plans the next one
+(step 1: it starts where the batch in hand ends) and, with ``read_ahead`` (the
+Ray Data form), reads it (step 3, into the object store) while the caller works
+on the batch in hand. ``next()`` then commits the batch in hand and records the
+planned one (steps 4 and 2, in that order, as without it), and hands it out: the
+offset log sees the same steps in the same order, and nothing is handed out
+before it is recorded. A planned batch is no promise: if the stream ends first
+it was never recorded, and the next stream plans its own.
+
 A stream that opens asks the coordinator for its group
 (``raytopic.bridge.stream_claim``): the coordinator, which decides who consumes
 every group, grants it a lease owning every channel (fencing any older stream of
@@ -38,6 +48,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -79,7 +91,18 @@ AVAILABLE_NOW = "available_now"
 
 BatchReader = Callable[[list[ChannelRange]], tuple["Dataset", Any]]
 """Makes a batch's ``(dataset, dataframe)`` from the pieces its ranges are read in
-(the dataframe None in the Ray Data form)."""
+(the dataframe None in the Ray Data form). With ``read_ahead`` it runs in the
+stream's thread, before the batch is recorded, and the dataset is read there."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A batch planned (not recorded yet): its record, the pieces its ranges are read
+    in, and, once read ahead, its ``(dataset, dataframe)``."""
+
+    record: MicroBatchRecord
+    pieces: list[ChannelRange]
+    read: tuple[Dataset, Any] | None
 
 
 def split_rows(backlog: Mapping[int, int], max_rows: int) -> dict[int, int]:
@@ -201,6 +224,7 @@ class Stream:
         start_latest: bool,
         fail_on_data_loss: bool,
         reader: BatchReader,
+        read_ahead: bool = False,
         timeout: float = 30.0,
     ) -> None:
         self._topic = topic
@@ -209,6 +233,8 @@ class Stream:
         self._max_rows = max_rows_per_batch
         self._fail_on_data_loss = fail_on_data_loss
         self._reader = reader
+        self._read_ahead = read_ahead
+        self._ahead: Future[_Planned | None] | None = None  # the next batch, being planned
         self._channels = range(topic.channel_count)
         self._stop = threading.Event()
         self._ended = False
@@ -292,6 +318,8 @@ class Stream:
                 self._stepping = False
                 if self._ended:
                     self._claim.end()
+                elif self._behind(batch):
+                    self._plan_ahead()
         if batch is None:
             raise StopIteration
         return batch
@@ -301,7 +329,45 @@ class Stream:
             return None
         if self._replay is not None:
             record, self._replay = self._replay, None
-            return self._hand_out(record, self._views())
+            views = self._views()
+            return self._hand_out(_Planned(record, self._pieces(record, views), None))
+        ahead, self._ahead = self._ahead, None
+        planned = self._planned(read=False) if ahead is None else ahead.result()
+        return None if planned is None else self._hand_out(planned)
+
+    def _behind(self, batch: MicroBatch) -> bool:
+        """Whether the stream is catching up (``"available_now"``, or a batch as full
+        as ``max_rows_per_batch`` allows): then the next batch is planned (and read)
+        ahead. A stream that caught up plans each batch when ``next()`` asks, over
+        the freshest tails, and hands it out unread (its rows sooner in hand)."""
+        positions = sum(end - start for start, end in batch.ranges.values())
+        return self._trigger is None or positions >= self._max_rows
+
+    def _plan_ahead(self) -> None:
+        """Plan (and with ``read_ahead`` read) the next batch in a thread of its own
+        while the caller works on the one just handed out (called holding ``_steps``;
+        ``stop()`` ends the thread's wait for the trigger)."""
+        if self._stop.is_set():
+            return
+        ahead: Future[_Planned | None] = Future()
+
+        def plan() -> None:
+            try:
+                ahead.set_result(self._planned(read=self._read_ahead))
+            except BaseException as error:  # raised by the next() that takes it
+                ahead.set_exception(error)
+
+        threading.Thread(target=plan, name="raytopic-stream-plan", daemon=True).start()
+        self._ahead = ahead
+
+    def _planned(self, *, read: bool) -> _Planned | None:
+        """The next batch, planned over what the channels hold once the trigger says
+        it is due (None: ``"available_now"`` read everything, or ``stop()``), and
+        with ``read`` read (its ``(dataset, dataframe)`` made).
+
+        Raises:
+            DataLossError: it crosses lost elements and ``fail_on_data_loss``.
+        """
         while True:
             if self._trigger is not None:
                 if self._stop.wait(max(0.0, self._due - time.monotonic())):
@@ -312,7 +378,8 @@ class Stream:
             views = self._views()
             record = self._plan(views)
             if record is not None:
-                return self._hand_out(record, views)
+                pieces = self._pieces(record, views)
+                return _Planned(record, pieces, _read(*self._reader(pieces)) if read else None)
             if self._trigger is None:
                 return None  # "available_now": everything it saw is read
 
@@ -335,17 +402,15 @@ class Stream:
             ),
         )
 
-    def _hand_out(
-        self, record: MicroBatchRecord, views: dict[int, tuple[int, int, dict[str, Any]]]
-    ) -> MicroBatch:
+    def _hand_out(self, planned: _Planned) -> MicroBatch:
         """Record the batch in the offset log (durably), then hand it out."""
-        pieces = self._pieces(record, views)
+        record, pieces = planned.record, planned.pieces
         self._step(RecordMicroBatch(self._group, self._claim.lease, record))
         self._handed = record
         self._next_id = record.batch_id + 1
         for channel, _, end in record.ranges:
             self._starts[channel] = max(self._starts[channel], end)
-        dataset, dataframe = self._reader(pieces)
+        dataset, dataframe = planned.read or self._reader(pieces)
         rows = sum(piece.rows for piece in pieces)
         return MicroBatch(self, record, rows, dataset, dataframe)
 
@@ -464,6 +529,18 @@ class Stream:
         )
 
 
+def _read(dataset: Dataset, dataframe: Any) -> tuple[Dataset, Any]:
+    """A batch read ahead: its ``dataset`` read into the object store now (in the
+    stream's thread, while the caller works on the batch before), or, if that read
+    fails, as it was (the caller's own read of it then meets the failure, as
+    without reading ahead)."""
+    try:
+        return dataset.materialize(), dataframe
+    except Exception as error:
+        logger.warning("a stream's batch could not be read ahead (%s): it is read when used", error)
+        return dataset, dataframe
+
+
 def open_stream(
     topic: Topic,
     group: str,
@@ -473,6 +550,7 @@ def open_stream(
     start: str,
     fail_on_data_loss: bool,
     reader: BatchReader,
+    read_ahead: bool = False,
     timeout: float = 30.0,
 ) -> Stream:
     """A stream on ``group`` of ``topic`` whose batches ``reader`` reads, its arguments
@@ -501,6 +579,7 @@ def open_stream(
         start_latest=start == "latest",
         fail_on_data_loss=fail_on_data_loss,
         reader=reader,
+        read_ahead=read_ahead,
         timeout=timeout,
     )
 

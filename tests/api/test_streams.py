@@ -326,3 +326,32 @@ def test_stop_and_leaving_the_block_free_the_group_and_a_batch_in_hand_is_not_co
         in_hand.commit()
     again = rd.stream(topic, group=group, max_rows_per_batch=2)
     assert next(again).ranges == in_hand.ranges  # handed out again, same ranges
+
+
+def test_the_next_batch_is_read_while_one_is_in_hand_and_recorded_only_when_handed_out(
+    topic: rt.Topic, unique_name: Callable[[str], str]
+) -> None:
+    from ray.data.dataset import MaterializedDataset
+
+    group = unique_name("g")
+    _published(topic, group, 60)
+    old = rd.stream(topic, group=group, max_rows_per_batch=25)
+    first = next(old)
+    second = next(old)  # planned and read while the first was in hand
+    assert isinstance(second.dataset, MaterializedDataset)
+    assert sorted((row["channel"], row["position"]) for row in _rows(second)) == [
+        (c, p) for c, (start, end) in sorted(second.ranges.items()) for p in range(start, end)
+    ]
+    # The third is planned (and read) now, yet not recorded: the loop left here, the
+    # next stream hands out the second again, then a third of the same ranges.
+    time.sleep(0.5)
+    new = rd.stream(topic, group=group, max_rows_per_batch=25)
+    replayed = next(new)
+    assert (replayed.batch_id, replayed.ranges) == (1, second.ranges)
+    third = next(new)
+    assert third.batch_id == 2 and third.rows == 10
+    assert all(third.ranges[c][0] == second.ranges[c][1] for c in range(2))
+    assert sorted(row["n"] for b in (first, replayed, third) for row in _rows(b)) == list(range(60))
+    assert list(new) == []
+    with pytest.raises(rt.NotOwnerError):
+        next(old)  # fenced: its planned third is never recorded
