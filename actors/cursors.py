@@ -10,6 +10,7 @@ Sequences here are plain ints; ``-1`` and ``head - 1`` mean "before the first".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from raytopic.actors.done_ranges import DoneRanges
@@ -182,6 +183,26 @@ class Cursor:
             self.has_commit = True
             self._moved()
         return CommitStatus.COMMITTED
+
+    def over_gaps(self, first_at: Callable[[int], int]) -> bool:
+        """A compacted channel's commit moves on over positions compaction left empty
+        (nothing there to finish, nor to deliver again) and the done positions after
+        each, up to the read position; ``first_at(p)`` is the position of the first
+        element at or after ``p``. Returns whether the commit moved.
+
+        A read marks the gaps it passes done, but a cursor keeps only so many done
+        ranges (``DONE_RANGES_KEPT``): past them, acks alone would leave the commit at
+        the first gap forgotten."""
+        moved = False
+        while self.committed + 1 < self.next:
+            first = min(first_at(self.committed + 1), self.next)
+            if first <= self.committed + 1:
+                break
+            self.committed = first - 1
+            self.has_commit = True
+            self._moved()
+            moved = True
+        return moved
 
     def _moved(self) -> None:
         """The commit moved: on over the done positions right after it."""

@@ -460,11 +460,22 @@ class OwnedReaders:
             changed |= status is CommitStatus.COMMITTED
             refused = status is CommitStatus.REJECTED
             statuses.append(AckStatus.REJECTED if refused else AckStatus.ACKED)
+        if self._context.config.compaction is not None:
+            changed |= cursor.over_gaps(self._first_element_at)
         if changed:
             self._touch(reader)  # type: ignore[arg-type]
         if cursor.committed != committed:
             self._context.metrics.committed()
         return statuses
+
+    def _first_element_at(self, sequence: int) -> int:
+        """The position of the first element at or after ``sequence`` (itself when it
+        is not readable: below what the channel keeps)."""
+        try:
+            runs = self._log.read(sequence, 1)
+        except StaleSequenceError:
+            return sequence
+        return runs[0].first if runs else self._log.ring.tail + 1
 
     def advance(self, group: str, sequence: int) -> None:
         """A stream's commit of ``group`` through ``sequence`` (see ``Cursor.advance``).

@@ -522,6 +522,26 @@ def test_acks_out_of_order_commit_only_the_contiguous_prefix() -> None:
     assert cursor.committed == 5 and not cursor.done
 
 
+def test_the_commit_steps_over_a_compacted_channels_gaps_and_the_done_after_them() -> None:
+    elements = [1, 3, 4, 8, 9]  # compaction left 0, 2 and 5..7 empty
+    first_at = lambda p: min((e for e in elements if e >= p), default=10)  # noqa: E731
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=8, next_sequence=9)  # read up to 8; its gaps were forgotten
+    assert cursor.over_gaps(first_at)
+    assert cursor.committed == 0 and cursor.has_commit  # 0 holds nothing; 1 is not done
+    for sequence in (1, 4, 8):
+        cursor.ack(sequence, tail=9)
+    assert cursor.committed == 1  # 2 is a gap the done ranges do not know
+    assert cursor.over_gaps(first_at) and cursor.committed == 2  # 3 is not done
+    cursor.ack(3, tail=9)
+    assert cursor.committed == 4
+    assert cursor.over_gaps(first_at) and cursor.committed == 8  # 5..7, then 8 done
+    assert not cursor.over_gaps(first_at) and cursor.committed == 8  # 9: not read yet
+    stuck = Cursor.starting_at(0)
+    stuck.delivered(last=1, next_sequence=2)
+    assert not stuck.over_gaps(lambda p: p) and stuck.committed == -1  # no gap: no move
+
+
 def test_done_positions_are_not_delivered_again_after_a_new_owner() -> None:
     cursor = Cursor.starting_at(0)
     cursor.delivered(last=5, next_sequence=6)
