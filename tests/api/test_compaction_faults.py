@@ -5,7 +5,8 @@ never comes back (nats-server#8505).
 
 The channel's store is the embedded segment log with small segments (64 KiB: a pass
 rewrites dozens of files at once, so a swap that were not atomic would show), made by
-a store factory. A watcher kills the channel's process the moment a pass's files
+a store factory; its passes pause at their commit point, so that a kill lands there
+on a loaded machine too. A watcher kills the channel's process the moment a pass's files
 appear on disk (``compacting/``, then ``swap.json``: before and after the commit
 point), and checks after the kill that they were still there: the kill landed inside
 the pass."""
@@ -38,6 +39,21 @@ PADDING = "x" * 200
 """Makes a round's values a few MiB: a pass long enough to be killed inside."""
 
 
+SWAP_PAUSE = 0.3
+"""Seconds a pass waits at its commit point (see ``PausingAtTheSwap``)."""
+
+
+class PausingAtTheSwap(SegmentLogStore):
+    """The embedded segment log, whose pass waits a moment at its commit point
+    (``swap.json`` written and synced) before it moves the new segments into place:
+    that step lasts milliseconds, which a watcher thread on a loaded machine missed
+    (then no kill landed after the commit point)."""
+
+    def install(self, rewritten: Any) -> None:
+        time.sleep(SWAP_PAUSE)
+        super().install(rewritten)
+
+
 @dataclass(frozen=True)
 class SmallSegments:
     """A store factory: the embedded segment log, with small segments."""
@@ -46,7 +62,7 @@ class SmallSegments:
     segment_bytes: int = 64 * 1024
 
     def __call__(self, topic_name: str, channel: int) -> SegmentLogStore:
-        return SegmentLogStore(
+        return PausingAtTheSwap(
             Path(self.root) / topic_name / str(channel), segment_bytes=self.segment_bytes
         )
 
@@ -194,7 +210,7 @@ def test_a_channel_killed_while_compacting_recovers_old_or_new_and_no_deleted_ke
         _publish_round(topic, history, number)  # nothing is eligible for 1.5 s: then a pass
         watcher.join(timeout=60.0)
         done.set()
-        assert len(landed) == number + 1, "no pass started within a minute"
+        assert len(landed) == number + 1, f"no {marker.name} appeared within a minute"
         serving_again(topic, 0, before.epoch, 60.0)
         history.check_snapshot(_stored(copy))  # the set the killed channel left: old or new
         history.check_read(_read_all(topic))
