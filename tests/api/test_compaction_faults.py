@@ -73,29 +73,40 @@ class History:
     def __init__(self) -> None:
         self.at: dict[int, tuple[str, Any]] = {}
         self.of: dict[str, list[int]] = {}
+        self.order: list[int] = []  # positions, as their acknowledgements came
 
     def published(self, keys: list[str], values: list[Any], statuses: Any) -> None:
         for key, value, status in zip(keys, values, statuses, strict=True):
             self.at[status.position.sequence] = (key, value)
             self.of.setdefault(key, []).append(status.position.sequence)
+            self.order.append(status.position.sequence)
 
-    def check_snapshot(self, held: list[tuple[int, Any, Any]]) -> None:
+    def check_snapshot(self, held: list[tuple[int, Any, Any]], known: int) -> None:
         """The guarantees, on every element one consistent state of the log holds
-        (sequence, key, value): what a store recovers."""
+        (sequence, key, value): what a store recovers. ``known``: how many elements
+        had been acknowledged when it was left (the kill may land in a pass that
+        began before the round's elements came; those acknowledged after it, by the
+        restarted channel, need not be there)."""
         positions = [sequence for sequence, _, _ in held]
         assert positions == sorted(positions)  # order never changes
         present: dict[str, list[int]] = {}
         for sequence, key, value in held:  # a position never changes what it holds
             assert self.at[sequence] == (key, value)
             present.setdefault(key, []).append(sequence)
+        acknowledged = set(self.order[:known])
         for key, history in self.of.items():
             mine = present.get(key, [])
-            latest = history[-1]
-            if self.at[latest][1] is not None:
-                assert latest in mine, f"{key}: its latest value at {latest} was lost"
-            elif latest not in mine:  # its delete went: so did every value of the key
-                assert not mine, f"{key} was deleted and came back at {mine}"
-            assert mine == history[len(history) - len(mine) :]  # what stays is its newest
+            before = [sequence for sequence in history if sequence in acknowledged]
+            if before:
+                latest = before[-1]
+                newer = [sequence for sequence in mine if sequence > latest]
+                if self.at[latest][1] is not None:
+                    assert latest in mine or newer, f"{key}: its latest value at {latest} was lost"
+                elif latest not in mine:  # its delete went: so did every older value
+                    assert mine == newer, f"{key} was deleted and came back at {mine}"
+            if mine:  # what stays of a key is its newest, up to its last element here
+                upto = [sequence for sequence in history if sequence <= mine[-1]]
+                assert mine == upto[len(upto) - len(mine) :]
 
     def check_read(self, read: list[rt.Element]) -> None:
         """What a reader from the earliest got while passes may run: in order, each at
@@ -154,16 +165,24 @@ def _publish_round(topic: rt.Topic, history: History, number: int) -> None:
 
 
 def _kill_when(
-    marker: Path, pid: int, done: threading.Event, copy: Path, landed: list[bool]
+    marker: Path,
+    pid: int,
+    done: threading.Event,
+    copy: Path,
+    landed: list[bool],
+    history: History,
+    known: list[int],
 ) -> None:
-    """SIGKILL ``pid`` as soon as ``marker`` exists; once the process is dead, copy its
-    store's directory to ``copy`` (before the restarted channel opens it) and record
-    whether the marker was still there (the kill landed inside the pass)."""
+    """SIGKILL ``pid`` as soon as ``marker`` exists; once the process is dead, note how
+    many elements ``history`` holds (all acknowledged by it), copy its store's
+    directory to ``copy`` (before the restarted channel opens it) and record whether
+    the marker was still there (the kill landed inside the pass)."""
     while not done.is_set():
         if marker.exists():
             os.kill(pid, signal.SIGKILL)
             while _alive(pid):
                 time.sleep(0.001)
+            known.append(len(history.order))
             shutil.copytree(marker.parent, copy)
             landed.append(marker.exists())
             return
@@ -197,6 +216,7 @@ def test_a_channel_killed_while_compacting_recovers_old_or_new_and_no_deleted_ke
     directory = tmp_path / topic.name / "0"
     history = History()
     landed: list[bool] = []
+    known: list[int] = []  # at each kill, how many elements were acknowledged
     markers = [segment_compaction.COMPACTING, segment_compaction.SWAP]
     for number in range(4):
         before = topic.describe().channels[0]
@@ -204,7 +224,9 @@ def test_a_channel_killed_while_compacting_recovers_old_or_new_and_no_deleted_ke
         marker = directory / markers[number % 2]
         copy = tmp_path / f"copy-{number}"
         watcher = threading.Thread(
-            target=_kill_when, args=(marker, before.pid, done, copy, landed), daemon=True
+            target=_kill_when,
+            args=(marker, before.pid, done, copy, landed, history, known),
+            daemon=True,
         )
         watcher.start()
         _publish_round(topic, history, number)  # nothing is eligible for 1.5 s: then a pass
@@ -212,7 +234,8 @@ def test_a_channel_killed_while_compacting_recovers_old_or_new_and_no_deleted_ke
         done.set()
         assert len(landed) == number + 1, f"no {marker.name} appeared within a minute"
         serving_again(topic, 0, before.epoch, 60.0)
-        history.check_snapshot(_stored(copy))  # the set the killed channel left: old or new
+        # The set the killed channel left: old or new.
+        history.check_snapshot(_stored(copy), known[number])
         history.check_read(_read_all(topic))
     assert any(landed), f"no kill landed inside a pass: {landed}"
     # And once more after the passes that follow the restarts have run: compacted, and
