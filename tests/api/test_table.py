@@ -39,7 +39,7 @@ def _latest(keys: int, versions: int, prefix: str = "k") -> dict[str, dict[str, 
     return {f"{prefix}{k}": {"id": f"{prefix}{k}", "v": versions - 1} for k in range(keys)}
 
 
-@ray.remote
+@ray.remote(num_cpus=0)  # waits on raytopic, not on a CPU slot another test holds
 def _publish_in_a_task(topic: rt.Topic, keys: int, versions: int, prefix: str) -> int:
     _publish_versions(topic, keys, versions, prefix=prefix)
     return keys * versions
@@ -316,13 +316,13 @@ def test_a_listener_that_refreshes_is_told_it_would_wait_for_itself(
 # -- handles elsewhere -----------------------------------------------------------------------
 
 
-@ray.remote
+@ray.remote(num_cpus=0)
 def _items_of(view: rt.TableView) -> dict[str, Any]:
     with view:  # unpickled here: a view of this process
         return dict(view.items())
 
 
-@ray.remote
+@ray.remote(num_cpus=0)
 def _made_in_a_task(topic: rt.Topic, key: str) -> tuple[Any, Any]:
     with topic.table() as view:
         before = view.get(key)
