@@ -8,7 +8,6 @@ Run: pip install -e ".[serve]" && python examples/serve_tasks.py
 import time
 import uuid
 
-import ray
 from ray import serve
 from ray.serve.schema import TaskProcessorConfig
 from ray.serve.task_consumer import instantiate_adapter_from_config, task_consumer, task_handler
@@ -59,6 +58,4 @@ try:
         print("every task succeeded or is in the failed-task queue")
 finally:
     serve.delete(queue)
-    for name in (queue, f"{queue}-failed", f"{queue}-unprocessable"):
-        rt.get_topic(name).destroy()
-    ray.kill(ray.get_actor(f"raytopic:tasks:{queue}", namespace="raytopic"))
+    tasks.destroy()  # the queue and all it made: its topics, task log and task board

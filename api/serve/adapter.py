@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -23,13 +24,16 @@ from raytopic.core.config import (
     check_seconds,
 )
 from raytopic.core.errors import (
+    ChannelUnavailableError,
     InvalidArgumentError,
     InvalidTypeError,
     PoisonElementError,
     TopicError,
+    TopicNotFoundError,
 )
 from raytopic.core.shared_group import SharedGroup
-from raytopic.serve.board import FAILURE, PENDING, REJECTED, RETRY, REVOKED, SUCCESS, TaskBoard
+from raytopic.serve.board import FAILURE, PENDING, REJECTED, RETRY, REVOKED, SUCCESS
+from raytopic.serve.board_actor import TaskBoardActor, task_log_name
 from raytopic.serve.records import (
     UnreadableTask,
     check_task,
@@ -48,6 +52,10 @@ CONSUMER_GROUP = "serve-consumers"
 
 BACKOFF_MOST = 60.0
 """Longest pause before a retry (seconds), as Celery's retry_backoff_max."""
+
+BOARD_WAIT = 60.0
+"""Seconds a call waits for the task board while it restarts before it raises
+``ChannelUnavailableError``."""
 
 
 def board_name(queue: str) -> str:
@@ -93,7 +101,11 @@ class TopicTaskAdapter(TaskProcessorAdapter):
     **Delivery**: at least once: a task whose replica dies before it is
     acknowledged runs again, unless its outcome was recorded already; a
     finished task's status does not change. **Ordering**: tasks enqueued with
-    one ``key`` run one at a time, in enqueue order.
+    one ``key`` run one at a time, in enqueue order. **Durability**: statuses
+    and results are kept on the queue's task log (``<queue>.tasks``, a compacted
+    topic keyed by task id, in ``store``; see ``raytopic.serve.board_actor``):
+    they survive the restart of any actor of the queue. ``destroy()`` deletes
+    the queue and everything it made.
 
     Args:
         config: Serve's ``TaskProcessorConfig``; its ``adapter_config`` is a
@@ -166,16 +178,18 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             exist_ok=True,
         )
         self._board = (
-            ray.remote(TaskBoard)
+            ray.remote(TaskBoardActor)
             .options(
                 name=board_name(config.queue_name),
                 namespace=self._topic.namespace,
                 lifetime="detached",
                 get_if_exists=True,
                 max_restarts=-1,
+                max_task_retries=-1,  # every call is idempotent: a restart is waited out
+                max_concurrency=1000,
                 num_cpus=0,
             )
-            .remote(settings.results_kept)
+            .remote(config.queue_name, self._topic.namespace, settings.store, settings.results_kept)
         )
 
     def register_task_handle(self, func: Callable[..., Any], name: str | None = None) -> None:
@@ -212,12 +226,12 @@ class TopicTaskAdapter(TaskProcessorAdapter):
     def get_task_status_sync(self, task_id: str) -> TaskResult:
         """The task's status and result (``PENDING`` while no replica has started it)."""
         _check_task_id(task_id)
-        status, result, created = ray.get(self._task_board().get.remote(task_id))
+        status, result, created = self._ask_board("get", task_id)
         return TaskResult(id=task_id, status=status, created_at=created, result=result)
 
     async def get_task_status_async(self, task_id: str) -> TaskResult:
         _check_task_id(task_id)
-        status, result, created = await self._task_board().get.remote(task_id)
+        status, result, created = await asyncio.to_thread(self._ask_board, "get", task_id)
         return TaskResult(id=task_id, status=status, created_at=created, result=result)
 
     def cancel_task_sync(self, task_id: str) -> bool:
@@ -227,11 +241,11 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             False if it has started or finished (it runs on).
         """
         _check_task_id(task_id)
-        return ray.get(self._task_board().cancel.remote(task_id))
+        return self._ask_board("cancel", task_id)
 
     async def cancel_task_async(self, task_id: str) -> bool:
         _check_task_id(task_id)
-        return await self._task_board().cancel.remote(task_id)
+        return await asyncio.to_thread(self._ask_board, "cancel", task_id)
 
     def _queue_publisher(self) -> Any:
         with self._publish_lock:
@@ -250,6 +264,39 @@ class TopicTaskAdapter(TaskProcessorAdapter):
     def _task_board(self) -> Any:
         self._queue()
         return self._board
+
+    def _ask_board(self, method: str, *args: Any) -> Any:
+        """The board's answer; while it restarts the call waits (Ray retries it), up
+        to ``BOARD_WAIT`` seconds, then ChannelUnavailableError."""
+        ref = getattr(self._task_board(), method).remote(*args)
+        try:
+            return ray.get(ref, timeout=BOARD_WAIT)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as error:
+            raise ChannelUnavailableError(
+                f"the task board of queue {self._queue_name!r} did not answer within "
+                f"{BOARD_WAIT:.0f} s ({type(error).__name__})"
+            ) from None
+
+    # -- deleting ----------------------------------------------------------------------
+
+    def destroy(self) -> None:
+        """Delete the queue and everything it made: this replica's consumer stops, and
+        the queue's topic, its task log (statuses and results), its failed- and
+        unprocessable-task queues and its task board are destroyed, stored data
+        included. Other replicas' consumers end with TopicNotFoundError.
+        """
+        self.stop_consumer()
+        from raytopic.topic import get_topic
+
+        board = self._task_board()
+        with contextlib.suppress(TopicNotFoundError):
+            ray.get(board.destroy.remote(), timeout=BOARD_WAIT)
+        ray.kill(board, no_restart=True)
+        for topic in (*self._outlets.values(), self._topic):
+            with contextlib.suppress(TopicNotFoundError):
+                topic.destroy()
+        with contextlib.suppress(TopicNotFoundError):  # a log the board never opened
+            get_topic(task_log_name(self._queue_name), namespace=self._topic.namespace).destroy()
 
     # -- consuming ---------------------------------------------------------------------
 
@@ -308,9 +355,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 runnable.append((element, check_task(element.value)))
             except UnreadableTask as error:
                 outcomes.append((element, None, REJECTED, error))
-        skip = set(
-            ray.get(self._board.start.remote([(t["id"], t["created_at"]) for _, t in runnable]))
-        )
+        skip = set(self._ask_board("start", [(t["id"], t["created_at"]) for _, t in runnable]))
         by_key: dict[Any, list[tuple[Any, dict]]] = {}
         for element, task in runnable:
             if task["id"] in skip:  # finished already, or cancelled: not run again
@@ -396,7 +441,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 kept = result if status == SUCCESS else None if status == REVOKED else str(result)
                 recorded.append((task["id"], status, kept, task["created_at"]))
         if recorded:
-            ray.get(self._board.finish.remote(recorded))
+            self._ask_board("finish", recorded)
         if done:
             self._subscriber.ack(done)
         for element in retries:
@@ -418,7 +463,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             "lag": stats.lag,
             "depth": stats.depth,
             "redelivered": stats.redelivered,
-            "tasks": ray.get(self._board.counts.remote()),
+            "tasks": self._ask_board("counts"),
         }
         for name, topic in self._outlets.items():
             metrics[name] = sum(channel.size or 0 for channel in topic.describe().channels)

@@ -54,8 +54,9 @@ class TaskBoard:
                 self._tasks[task_id] = (STARTED, None, created)
         return skip
 
-    def finish(self, outcomes: list[tuple[str, str, Any, float | None]]) -> None:
-        """Record (id, status, result, created_at) outcomes; a finished status stays."""
+    def finish(self, outcomes: list[tuple[str, str, Any, float | None]]) -> list[str]:
+        """Record (id, status, result, created_at) outcomes; a finished status stays.
+        Returns the ids forgotten to keep ``kept``."""
         for task_id, status, result, created in outcomes:
             known = self._tasks.get(task_id)
             if known is not None and known[0] in FINISHED:
@@ -63,19 +64,33 @@ class TaskBoard:
             self._finished += status in FINISHED
             self._tasks[task_id] = (status, result, created)
             self._tasks.move_to_end(task_id)
-        self._forget_oldest()
+        return self._forget_oldest()
 
-    def cancel(self, task_id: str) -> bool:
+    def cancel(self, task_id: str) -> tuple[bool, list[str]]:
         """Cancel a task not yet started (no replica runs it: REVOKED); False if it
-        has started or finished."""
+        has started or finished (True again for one cancelled). Also returns the ids
+        forgotten to keep ``kept``."""
         known = self._tasks.get(task_id)
+        if known is not None and known[0] == REVOKED:
+            return True, []  # cancelled already (a call Ray retried after a restart)
         if known is not None and (known[0] == STARTED or known[0] in FINISHED):
-            return False
+            return False, []
         self._tasks[task_id] = (REVOKED, None, known[2] if known else None)
         self._tasks.move_to_end(task_id)
         self._finished += 1
-        self._forget_oldest()
-        return True
+        return True, self._forget_oldest()
+
+    def record(self, task_id: str) -> dict[str, Any]:
+        """What the queue's task log keeps of a task (plain data, the result as it is)."""
+        status, result, created = self._tasks[task_id]
+        return {"status": status, "result": result, "created_at": created}
+
+    def restore(self, records: list[tuple[str, dict[str, Any]]]) -> None:
+        """Take back what the task log kept, oldest change first."""
+        for task_id, record in records:
+            status = record["status"]
+            self._finished += status in FINISHED
+            self._tasks[task_id] = (status, record["result"], record["created_at"])
 
     def get(self, task_id: str) -> tuple[str, Any, float | None]:
         """(status, result, created_at); PENDING for an id not seen (as Celery answers)."""
@@ -85,10 +100,13 @@ class TaskBoard:
         """Tasks by status (those kept)."""
         return dict(Counter(status for status, _, _ in self._tasks.values()))
 
-    def _forget_oldest(self) -> None:
+    def _forget_oldest(self) -> list[str]:
+        forgotten = []
         for task_id in list(self._tasks):
             if self._finished <= self._kept:
                 break
             if self._tasks[task_id][0] in FINISHED:
                 del self._tasks[task_id]
                 self._finished -= 1
+                forgotten.append(task_id)
+        return forgotten

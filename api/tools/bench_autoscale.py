@@ -355,13 +355,15 @@ def serve_figures(settings: AutoscaleSettings) -> list[Figure]:
 
 
 def _drop_queue(queue: str) -> None:
-    """Destroy a TopicTaskAdapter queue's topic and task board."""
+    """Destroy a TopicTaskAdapter queue's topic, task log and task board."""
     from raytopic.core.config import DEFAULT_NAMESPACE
     from raytopic.serve.adapter import board_name
+    from raytopic.serve.board_actor import task_log_name
     from raytopic.topic import get_topic
 
-    with contextlib.suppress(Exception):
-        get_topic(queue).destroy()
+    for name in (queue, task_log_name(queue)):
+        with contextlib.suppress(Exception):
+            get_topic(name).destroy()
     with contextlib.suppress(Exception):
         ray.kill(ray.get_actor(board_name(queue), namespace=DEFAULT_NAMESPACE))
 

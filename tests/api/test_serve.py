@@ -59,11 +59,11 @@ def test_a_replica_does_not_run_a_finished_or_cancelled_task_again() -> None:
     board = TaskBoard(kept=10)
     board.start([("done", 0.0)])
     board.finish([("done", "SUCCESS", 1, 0.0)])
-    assert board.cancel("waiting") is True  # not started: no replica runs it
+    assert board.cancel("waiting") == (True, [])  # not started: no replica runs it
     assert board.start([("done", 0.0), ("waiting", 0.0), ("new", 0.0)]) == ["done", "waiting"]
     assert board.get("waiting")[0] == "REVOKED"
-    assert board.cancel("new") is False  # started: it runs on
-    assert board.cancel("done") is False
+    assert board.cancel("new") == (False, [])  # started: it runs on
+    assert board.cancel("done") == (False, [])
     assert board.get("done") == ("SUCCESS", 1, 0.0)
 
 

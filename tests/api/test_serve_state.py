@@ -1,0 +1,112 @@
+"""Serve task state survives (issue 47 item 2, DESIGN 5.11): statuses and results live
+on the queue's task log, not in the board actor's memory. Every actor of a queue is
+SIGKILLed (the board, the queue's and the task log's channels and coordinators);
+nothing is forgotten, no finished task runs again, a cancelled task never runs,
+``destroy()`` deletes the queue with all it made. The adapter runs in this process
+(its consumer thread is what a Serve replica runs), without Serve."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from ray.serve.schema import TaskProcessorConfig
+
+import raytopic as rt
+from raytopic.serve import TopicAdapterConfig, TopicTaskAdapter
+from raytopic.serve.adapter import board_name
+from raytopic.serve.board_actor import task_log_name
+
+from tests.topic_helpers import get, kill_channel, kill_coordinator, serving_again
+
+RESTART_BOUND = 30.0
+
+
+def _adapter(queue: str, namespace: str, store: Path) -> TopicTaskAdapter:
+    adapter = TopicTaskAdapter(
+        TaskProcessorConfig(
+            queue_name=queue,
+            adapter=TopicTaskAdapter,
+            adapter_config=TopicAdapterConfig(
+                channels=2, namespace=namespace, store=str(store), ack_timeout=5.0
+            ),
+            max_retries=1,
+            failed_task_queue_name=f"{queue}-failed",
+            unprocessable_task_queue_name=f"{queue}-bad",
+        )
+    )
+    adapter.initialize()
+    return adapter
+
+
+def _kill_every_actor_of(queue: str, namespace: str) -> None:
+    """SIGKILL the task board and every channel and coordinator of the queue's topics
+    (the queue, its task log, its failed and unprocessable queues); return once they
+    serve again."""
+    topics = [
+        rt.get_topic(name, namespace=namespace)
+        for name in (queue, task_log_name(queue), f"{queue}-failed", f"{queue}-bad")
+    ]
+    epochs = [[kill_channel(t, c) for c in range(t.channel_count)] for t in topics]
+    for topic in topics:
+        kill_coordinator(topic)
+    board = ray.get_actor(board_name(queue), namespace=namespace)
+    os.kill(get(board.__ray_call__.remote(lambda _: os.getpid())), signal.SIGKILL)
+    for topic, old in zip(topics, epochs, strict=True):
+        for channel, epoch in enumerate(old):
+            serving_again(topic, channel, epoch, RESTART_BOUND)
+
+
+@pytest.mark.slow
+def test_task_state_survives_every_actor_of_its_queue(
+    ray_session: None, tmp_path: Path, wait_until: Any
+) -> None:
+    # Before: the board kept statuses in memory; killed, every task read PENDING again
+    # and a task delivered again after its outcome was recorded ran twice.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    adapter = _adapter(queue, namespace, tmp_path / "store")
+    runs: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def double(n: int) -> int:
+        with lock:
+            runs[n] += 1
+        return 2 * n
+
+    adapter.register_task_handle(double, "double")
+    cancelled = adapter.enqueue_task_sync("double", [100], task_id="cancelled")  # not started:
+    assert adapter.cancel_task_sync(cancelled.id) is True  # no consumer runs yet
+    ids = [adapter.enqueue_task_sync("double", [n]).id for n in range(20)]
+    adapter.start_consumer()
+    try:
+        wait_until(
+            lambda: all(adapter.get_task_status_sync(i).status == "SUCCESS" for i in ids),
+            timeout=60,
+        )
+        _kill_every_actor_of(queue, namespace)
+        statuses = [adapter.get_task_status_sync(i) for i in ids]
+        assert [(s.status, s.result) for s in statuses] == [("SUCCESS", 2 * n) for n in range(20)]
+        assert adapter.get_task_status_sync(cancelled.id).status == "REVOKED"
+        assert adapter.cancel_task_sync(ids[0]) is False  # finished: cancel keeps its meaning
+        # A finished task delivered again (its replica died before the ack) is not run
+        # again: enqueued again under its id, it is passed over.
+        again = adapter.enqueue_task_sync("double", [0], task_id=ids[0])
+        later = adapter.enqueue_task_sync("double", [21])
+        wait_until(lambda: adapter.get_task_status_sync(later.id).status == "SUCCESS", timeout=60)
+        assert adapter.get_task_status_sync(again.id).result == 0
+        assert runs == Counter({**dict.fromkeys(range(20), 1), 21: 1})  # 100 never ran
+    finally:
+        adapter.destroy()
+    with pytest.raises(rt.TopicNotFoundError):
+        rt.get_topic(queue, namespace=namespace)
+    with pytest.raises(rt.TopicNotFoundError):
+        rt.get_topic(task_log_name(queue), namespace=namespace)
+    with pytest.raises(ValueError):
+        ray.get_actor(board_name(queue), namespace=namespace)
