@@ -497,7 +497,7 @@ class Resequencer:
     def _guarded(self, callback: Callable[..., Any] | None, label: str, *args: Any) -> None:
         try:
             callback(*args)  # type: ignore[misc]
-        except BaseException:  # SystemExit too: a callback costs only its call
+        except Exception:  # past it (SystemExit, Ctrl-C): _sweep_and_go_on decides
             logger.exception(
                 "resequencer %r: %s raised for seq %r (correlation id %r)",
                 self._name,

@@ -244,7 +244,7 @@ def test_bad_reset_targets_are_refused_and_change_nothing(two_channels, unique_n
         ({0: topic.position(1, 0)}, rt.PositionMismatchError),
         ({0: topic.position(0, 0), 1: topic.position(0, 0)}, rt.PositionMismatchError),
         ({0: other}, rt.PositionMismatchError),
-        ({5: topic.position(5, 0)}, rt.InvalidArgumentError),
+        ({5: rt.Position(topic.topic_id, 5, 0)}, rt.InvalidArgumentError),
         ({"0": topic.position(0, 0)}, rt.InvalidTypeError),
     ]:
         with pytest.raises(error):
