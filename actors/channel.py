@@ -678,7 +678,9 @@ class ChannelActor:
     @serves(OpenReader)
     async def _open_reader(self, request: OpenReader) -> CursorState:
         """Register a subscriber on this channel (its cursor, if anonymous)."""
-        state, _ = self._readers.open(request.reader_id, request.spec)
+        state, created = self._readers.open(request.reader_id, request.spec)
+        if created:
+            self._host.reader_opened(request.reader_id)
         return state
 
     @serves(CloseReader)

@@ -68,6 +68,10 @@ class SessionHost:
         # Readers whose session here ended while they stay open (their group timed
         # them out): the next session meets their receive numbering mid-stream.
         self._ended: set[str] = set()
+        # Readers opened in this process: a restart lost no session of theirs, so
+        # theirs starts afresh (read again after the commit, it would repeat what
+        # their takes at other channels already handed out).
+        self._opened_here: set[str] = set()
         # group -> member -> (version, leases): the latest view pushed here.
         self.views: dict[str, dict[str, tuple[int, dict[int, Lease]]]] = {}
         self.marks: dict[str, tuple[int, int]] = {}  # group -> (view version, generation)
@@ -116,7 +120,8 @@ class SessionHost:
                 self.ports,
                 owned,
                 self._context.channel,
-                mid_stream=self._restarted or reader_id in self._ended,
+                mid_stream=(self._restarted and reader_id not in self._opened_here)
+                or reader_id in self._ended,
             )
             self._ended.discard(reader_id)
             self.sessions[reader_id] = session
@@ -140,6 +145,11 @@ class SessionHost:
             self.views.get(reader.group, {}).pop(reader.reader_id, None)
         self.end_session(reader.reader_id)
         self._ended.discard(reader.reader_id)
+        self._opened_here.discard(reader.reader_id)
+
+    def reader_opened(self, reader_id: str) -> None:
+        """A reader opened in this process (not one a restart brought back)."""
+        self._opened_here.add(reader_id)
 
     async def receive(
         self,
