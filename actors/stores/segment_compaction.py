@@ -253,7 +253,8 @@ def _kept(batch: StoredBatch, removed: np.ndarray) -> np.ndarray | None:
     return ~np.isin(sequences, removed[low:high], assume_unique=True)
 
 
-def _sync_directory(directory: Path) -> None:
+def sync_directory(directory: Path) -> None:
+    """fsync a directory, so the names made or renamed in it outlive a crash."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -269,14 +270,14 @@ def commit(directory: Path, add: Sequence[str]) -> None:
     """
     folder = directory / COMPACTING
     if folder.exists():
-        _sync_directory(folder)
+        sync_directory(folder)
     temporary = directory / _SWAP_TEMPORARY
     with open(temporary, "w") as file:
         json.dump({"add": list(add)}, file)
         file.flush()
         os.fsync(file.fileno())
     os.replace(temporary, directory / SWAP)
-    _sync_directory(directory)
+    sync_directory(directory)
 
 
 def move_into_place(directory: Path, names: Sequence[str]) -> None:
@@ -290,7 +291,7 @@ def move_into_place(directory: Path, names: Sequence[str]) -> None:
 def finish(directory: Path) -> None:
     """Step 4 (and the end of step 3): sync the renames, then delete the commit and
     the folder."""
-    _sync_directory(directory)
+    sync_directory(directory)
     with contextlib.suppress(FileNotFoundError):
         (directory / SWAP).unlink()
     abandon(directory)

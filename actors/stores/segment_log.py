@@ -63,7 +63,7 @@ from raytopic.actors.stores.frames import (
     peek_range,
     read_frame,
 )
-from raytopic.actors.stores.segment_compaction import NewSegment, RecordSpan
+from raytopic.actors.stores.segment_compaction import NewSegment, RecordSpan, sync_directory
 from raytopic.actors.stores.state_log import StateChange, apply_changes, decode_log, encode_changes
 from raytopic.core.errors import StoreError
 
@@ -313,7 +313,7 @@ class SegmentLogStore(RingbufferStore):
                 if fd >= 0:
                     os.fdatasync(fd)
             if dir_dirty:
-                _sync_directory(self.directory)
+                sync_directory(self.directory)
         except OSError as error:
             raise StoreError(f"fdatasync failed: {error}") from error
         finally:
@@ -555,7 +555,7 @@ class SegmentLogStore(RingbufferStore):
             if self.directory.exists():
                 shutil.rmtree(aside, ignore_errors=True)
                 os.replace(self.directory, aside)
-                _sync_directory(self.directory.parent)
+                sync_directory(self.directory.parent)
             if aside.exists():
                 shutil.rmtree(aside)
         except OSError as error:
@@ -716,7 +716,7 @@ class _StateFiles:
                 self._log_fd = os.open(
                     self._log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
                 )
-                _sync_directory(self._directory)  # step 4: the file outlives a crash
+                sync_directory(self._directory)  # step 4: the file outlives a crash
             except OSError as error:
                 raise StoreError(f"cannot open the state log: {error}") from error
         return self._log_fd
@@ -757,7 +757,7 @@ class _StateFiles:
                 temporary.unlink()
             raise StoreError(f"state write failed: {error}") from error
         try:
-            _sync_directory(self._directory)
+            sync_directory(self._directory)
         except OSError as error:
             # Whether the new file or the old one survives a crash is unknown;
             # appending to either log could lose changes: stop here.
@@ -771,11 +771,3 @@ class _StateFiles:
         self._state = json.loads(body)
         self._state_size = len(data)
         self._log_size = 0
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -158,7 +158,7 @@ def test_a_crash_before_the_new_state_file_is_renamed(opened, tmp_path, monkeypa
 
 @pytest.mark.parametrize(
     "point",
-    [(segment_log, "_sync_directory"), (segment_log._StateFiles, "_close_log")],
+    [(segment_log, "sync_directory"), (segment_log._StateFiles, "_close_log")],
     ids=["before the directory sync", "before the old log is deleted"],
 )
 def test_a_crash_after_the_rename(opened, tmp_path, monkeypatch, point) -> None:
