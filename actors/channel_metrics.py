@@ -149,8 +149,8 @@ class ChannelMetrics:
     def report(self, groups: Iterable[tuple[str, int, int]]) -> None:
         """Hand Ray what was counted since the last report, and each group's
         (name, lag, depth) at this channel. The gauges are set every time, changed
-        or not: Ray's metrics agent stops exporting a worker that reported
-        nothing for a while (120 s by default), and a stuck group's lag, which
+        or not: Ray exports a gauge's value only for two of its report intervals
+        after it was last set (20 s by default), and a stuck group's lag, which
         does not change, is the series an alert needs."""
         if not self._live:
             return
