@@ -84,6 +84,7 @@ from raytopic.core.protocol import (
     AppendAck,
     AppendOnce,
     AppendPieces,
+    ChannelRestarted,
     Chunk,
     CloseReader,
     Commit,
@@ -240,7 +241,9 @@ class ChannelActor:
             coordinator = ray.get_actor(
                 coordinator_actor_name(config.name), namespace=config.namespace
             )
-            coordinator.channel_restarted.remote(config.topic_id, self._channel, self.identity())
+            coordinator.request.remote(
+                ChannelRestarted(config.topic_id, self._channel, self.identity())
+            )
         except Exception as error:
             logger.warning("channel %d: could not tell its coordinator: %s", self._channel, error)
 

@@ -24,7 +24,7 @@ from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.core.errors import TopicNotFoundError
 from raytopic.core.naming import coordinator_actor_name
 from raytopic.core.payloads import PickledValues
-from raytopic.core.protocol import AppendOnce, pack_request
+from raytopic.core.protocol import AppendOnce, AwaitTopic, EnsureDeadLetterTopic, pack_request
 from raytopic.core.records import Position
 from raytopic.core.shared_group import SharedGroup
 
@@ -142,7 +142,7 @@ class DeadLetters:
             if channels is None:
                 config = self._context.config
                 own = ray.get_actor(coordinator_actor_name(config.name), namespace=config.namespace)
-                await own.ensure_dead_letter_topic.remote(group)
+                await own.request.remote(EnsureDeadLetterTopic(group))
                 channels = await self._channels_of(topic)
             if channels is None:
                 raise TopicNotFoundError(f"dead-letter topic {topic!r} is missing")
@@ -156,7 +156,7 @@ class DeadLetters:
             coordinator = ray.get_actor(
                 coordinator_actor_name(topic), namespace=self._context.config.namespace
             )
-            info = await coordinator.ready.remote()
+            info = await coordinator.request.remote(AwaitTopic())
         except (ValueError, ray.exceptions.RayActorError):
             return None
         return tuple(info.channels)

@@ -34,7 +34,15 @@ from raytopic.core.errors import (
     NotOwnerError,
     SubscriberClosedError,
 )
-from raytopic.core.protocol import Origin, ReaderSpec
+from raytopic.core.protocol import (
+    DeclareGroup,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    Origin,
+    ReaderSpec,
+    ReleaseChannels,
+)
 from raytopic.core.shared_group import SharedGroup
 from raytopic.membership import Heartbeats, KnownView
 from raytopic.receives import Ownership, StaleReads
@@ -262,8 +270,8 @@ class GroupMember:
         this member's reader (a refused subscriber leaves no group behind)."""
         coordinator = self._topic._coordinator
         self._call(
-            coordinator.ensure_group.remote(
-                self.group, spec.start_latest, reader=spec, create=self._create_group
+            coordinator.request.remote(
+                DeclareGroup(self.group, spec.start_latest, reader=spec, create=self._create_group)
             )
         )
         return spec
@@ -277,8 +285,8 @@ class GroupMember:
             return
         # Synchronous: the assignment is in force when this returns.
         coordinator = self._topic._coordinator
-        joined = coordinator.join.remote(
-            self.group, self._id, self._timeout, self._cooperative, _origin()
+        joined = coordinator.request.remote(
+            JoinGroup(self.group, self._id, self._timeout, self._cooperative, _origin())
         )
         self._apply_view(self._call(joined))
         self._heartbeats.start()
@@ -350,7 +358,7 @@ class GroupMember:
         self._heartbeats.stop()
 
     def leave(self) -> None:
-        self._call(self._topic._coordinator.leave.remote(self.group, self._id))
+        self._call(self._topic._coordinator.request.remote(LeaveGroup(self.group, self._id)))
 
     # -- cooperative hand-over ---------------------------------------------------------
 
@@ -369,7 +377,9 @@ class GroupMember:
         """
         coordinator = self._topic._coordinator
         try:
-            view = self._call(coordinator.release.remote(self.group, self._id, list(channels)))
+            view = self._call(
+                coordinator.request.remote(ReleaseChannels(self.group, self._id, tuple(channels)))
+            )
         except GroupNotFoundError as error:
             raise SubscriberClosedError(f"group {self.group!r} was destroyed") from error
         self._apply_view(view)
@@ -383,7 +393,9 @@ class GroupMember:
         coordinator = self._topic._coordinator
         version = self._view.version
         try:
-            view = self._call(coordinator.heartbeat.remote(self.group, self._id, version, touch))
+            view = self._call(
+                coordinator.request.remote(Heartbeat(self.group, self._id, version, touch))
+            )
         except GroupNotFoundError as error:
             raise SubscriberClosedError(f"group {self.group!r} was destroyed") from error
         self._apply_view(view)
@@ -400,8 +412,8 @@ class GroupMember:
                 return
             try:
                 view = self._call(
-                    coordinator.join.remote(
-                        self.group, self._id, self._timeout, self._cooperative, _origin()
+                    coordinator.request.remote(
+                        JoinGroup(self.group, self._id, self._timeout, self._cooperative, _origin())
                     )
                 )
             except GroupNotFoundError as error:
@@ -467,8 +479,8 @@ class GroupMember:
         cooperative = self._cooperative
 
         def poll(version: int, touch: bool, idle: float, wait: float) -> Any:
-            return coordinator.heartbeat.remote(
-                group, member, version, touch, idle, wait, cooperative
+            return coordinator.request.remote(
+                Heartbeat(group, member, version, touch, idle, wait, cooperative)
             )
 
         # Weak: a subscriber dropped without close() (a copy a task was handed)
@@ -562,14 +574,16 @@ class SharedGroupMember(GroupMember):
         dead-letter topic (made by the coordinator) only once the group exists."""
         reader = dataclasses.replace(spec, filter=None)
         definition: SharedGroup = self._call(
-            self._topic._coordinator.ensure_group.remote(
-                self.group,
-                spec.start_latest,
-                "shared",
-                self._definition,
-                spec.filter,
-                reader,
-                self._create_group,
+            self._topic._coordinator.request.remote(
+                DeclareGroup(
+                    self.group,
+                    spec.start_latest,
+                    "shared",
+                    self._definition,
+                    spec.filter,
+                    reader,
+                    self._create_group,
+                )
             )
         )
         window = spec.window or definition.window or self._topic.config.default_window

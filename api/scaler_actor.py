@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytopic.core.naming import scaled_member_name, scaled_member_prefix
+from raytopic.core.protocol import CloseReader, LeaveGroup, ReadTopicLag
 from raytopic.core.scaling import (
     EVENTS_KEPT,
     AutoscalerStats,
@@ -206,7 +207,8 @@ class ScalerActor:
             self._lags = {
                 **self._lags,
                 **ray.get(
-                    self._topic._coordinator.group_lag.remote(self._name), timeout=CALL_TIMEOUT
+                    self._topic._coordinator.request.remote(ReadTopicLag(self._name)),
+                    timeout=CALL_TIMEOUT,
                 ),
             }
         except Exception as error:
@@ -279,8 +281,8 @@ class ScalerActor:
         with contextlib.suppress(Exception):  # the coordinator restarting: its timeout
             ray.get(
                 [
-                    coordinator.leave.remote(self._name, member_id),
-                    coordinator.close_reader.remote(member_id),
+                    coordinator.request.remote(LeaveGroup(self._name, member_id)),
+                    coordinator.request.remote(CloseReader(member_id)),
                 ],
                 timeout=CALL_TIMEOUT,
             )

@@ -33,7 +33,7 @@ from raytopic.acknowledging import Acknowledgements
 from raytopic.core.config import check_int, check_positive_int
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import InvalidTypeError, SubscriberClosedError, TopicNotFoundError
-from raytopic.core.protocol import ReadResequencerStats, pack_request
+from raytopic.core.protocol import CloseReader, OpenReader, ReadResequencerStats, pack_request
 from raytopic.core.records import CommitResult, Element, OwnershipChange, Position
 from raytopic.group_member import membership_for
 from raytopic.reader_cursors import HEAD, TAIL, ReaderCursors
@@ -188,7 +188,7 @@ class Subscriber:
         self._member = membership_for(topic, options, reader_id)
         if not attached:
             options = options.joined(self._member.prepare(options.spec))
-            self._call(topic._coordinator.open_reader.remote(reader_id, options.spec))
+            self._call(topic._coordinator.request.remote(OpenReader(reader_id, options.spec)))
         self._options = options
         self._receives = Receives(topic, reader_id, options.spec, self._member)
         self._cursors = ReaderCursors(topic, reader_id, self._member, self._receives)
@@ -198,7 +198,7 @@ class Subscriber:
         except BaseException:
             if not attached:  # refused (a stream consumes the group, say): no reader left
                 with contextlib.suppress(Exception):
-                    self._call(topic._coordinator.close_reader.remote(reader_id))
+                    self._call(topic._coordinator.request.remote(CloseReader(reader_id)))
             raise
         opened(self)  # an aborted transaction may send it back to its commit
 
@@ -788,7 +788,7 @@ class Subscriber:
         self._member.stop()
         try:
             self._member.leave()
-            self._call(self._topic._coordinator.close_reader.remote(self._id))
+            self._call(self._topic._coordinator.request.remote(CloseReader(self._id)))
         except TopicNotFoundError:
             pass  # the topic was destroyed: there is nothing left to leave
         except Exception as error:

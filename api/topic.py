@@ -31,6 +31,16 @@ from raytopic.core.errors import (
     TopicNotFoundError,
 )
 from raytopic.core.naming import topic_found_alive, topic_of_actor_name
+from raytopic.core.protocol import (
+    CoordinatorRequest,
+    DeclareGroup,
+    DescribeTopic,
+    DestroyGroup,
+    DestroyTopic,
+    PurgeTopic,
+    ReadGroupNames,
+    ResetGroupPositions,
+)
 from raytopic.core.records import Position
 from raytopic.core.shared_group import SharedGroup
 from raytopic.stats import TopicStats, topic_stats
@@ -421,7 +431,7 @@ class Topic:
         Returns:
             The group names (channel-owned and shared).
         """
-        return self._call(self._coordinator.groups)
+        return self._call(ReadGroupNames())
 
     def create_group(self, group: str | SharedGroup) -> None:
         """Create a durable group now: a name for a channel-owned group, a
@@ -442,10 +452,10 @@ class Topic:
         if isinstance(group, SharedGroup):
             _check_shared_allowed(self.config)
             # The coordinator makes the dead-letter topic once the group is made.
-            self._call(self._coordinator.ensure_group, group.name, False, "shared", group)
+            self._call(DeclareGroup(group.name, mode="shared", spec=group))
         else:
             check_name(group, "group name")
-            self._call(self._coordinator.ensure_group, group, False)
+            self._call(DeclareGroup(group))
 
     def purge(self) -> int:
         """Remove every element of every channel (an operator's call). Groups and
@@ -455,7 +465,7 @@ class Topic:
         Returns:
             How many elements were removed.
         """
-        return self._call(self._coordinator.purge)
+        return self._call(PurgeTopic())
 
     def destroy_group(self, name: str) -> None:
         """Delete a group: its positions, and the retention it held.
@@ -468,7 +478,7 @@ class Topic:
             InvalidArgumentError, InvalidTypeError: not a valid group name.
         """
         check_name(name, "group name")
-        self._call(self._coordinator.destroy_group, name)
+        self._call(DestroyGroup(name))
 
     def reset_group(
         self,
@@ -496,7 +506,7 @@ class Topic:
         """
         check_name(name, "group name")
         targets = self._reset_targets(to)
-        positions = self._call(self._coordinator.reset_group, name, targets)
+        positions = self._call(ResetGroupPositions(name, targets))
         return {
             channel: self.position(channel, sequence) for channel, sequence in positions.items()
         }
@@ -631,7 +641,7 @@ class Topic:
             Per channel head, tail, size, epoch, node and process; per group
             members, ownership, commits, depth, unacked and lag.
         """
-        return topic_stats(self._call(self._coordinator.describe))
+        return topic_stats(self._call(DescribeTopic()))
 
     def destroy(self) -> None:
         """Remove the topic's stored data, kill its actors (its autoscalers and their
@@ -654,7 +664,7 @@ class Topic:
         stop_autoscalers(self)  # first: a scaler would start members again
         left: StoreError | None = None
         try:
-            self._call(self._coordinator.shutdown)
+            self._call(DestroyTopic())
         except (TopicNotFoundError, ray.exceptions.RayActorError):
             pass  # gone already
         except StoreError as error:
@@ -694,9 +704,10 @@ class Topic:
             )
         return channel
 
-    def _call(self, method: Any, *args: Any) -> Any:
+    def _call(self, request: CoordinatorRequest) -> Any:
+        """Ask the topic's coordinator; its errors are the topic's."""
         with topic_calls(self.topic_id, self.name):
-            return ray.get(method.remote(*args))
+            return ray.get(self._coordinator.request.remote(request))
 
 
 def _check_shared_allowed(config: TopicConfig) -> None:

@@ -3,32 +3,34 @@
 It introduces the topic's channel actors to each other (they are created
 with it: ``raytopic.coordinator.launch``), keeps the topic's configuration, and
 runs its subscriber groups, deciding who consumes each (members, or one stream
-that holds the whole group: ``claim_stream``): membership
+that holds the whole group: ``ClaimStream``): membership
 (join, leave, heartbeats, timeouts on a monotonic clock), sticky channel
 assignment with leases pushed to the channels before a join returns, group
-resets (fenced, all or nothing), and ``describe``.
+resets (fenced, all or nothing), and ``DescribeTopic``.
 
 Members learn of a change to their group's view without asking on their
 data path: every view change is pushed to every channel (so the receive
 sessions they host read the new channels at once), and each member keeps
-one ``heartbeat`` call waiting here that returns as soon as its group's
+one ``Heartbeat`` request waiting here that returns as soon as its group's
 view changes (a long poll; see ``raytopic.membership``).
 
-Background work is one named coroutine, stopped by ``shutdown``:
+Background work is one named coroutine, stopped by ``DestroyTopic``:
 ``GroupService._expire_members`` (started on the first join), which sleeps until a member
 could time out. Idle channels are never polled: a channel that restarts says
-so itself (``channel_restarted``), and one without a store gets its groups
+so itself (``ChannelRestarted``), and one without a store gets its groups
 back then.
 
 **Restarts**: the coordinator keeps nothing the channels do not: a restarted
 coordinator rebuilds its groups, leases, members, streams, versions and
 generations from the channels (``recovered_groups``) before it answers any call.
 
-The actor is a shell: every call to the channels goes through its
-``ChannelFleet`` (``raytopic.coordinator.fleet``: one timeout and error
-policy); groups, readers, membership, rebalances, expiry and resets are the
-``GroupService``'s, channel restarts the ``ChannelRestarts``' (neither holds
-a Ray handle); here they are wired, and Ray is answered.
+The actor is a shell with one entry, ``request``: every call is a typed request
+(``raytopic.core.protocol.coordinator``), dispatched once on its type. Every
+call to the channels goes through its ``ChannelFleet``
+(``raytopic.coordinator.fleet``: one timeout and error policy); groups, readers,
+membership, rebalances, expiry and resets are the ``GroupService``'s, channel
+restarts the ``ChannelRestarts``' (neither holds a Ray handle); here they are
+wired, and Ray is answered.
 """
 
 from __future__ import annotations
@@ -47,26 +49,52 @@ import ray
 from raytopic.coordinator.channel_restarts import ChannelRestarts
 from raytopic.coordinator.fleet import NOTICE_TIMEOUT, RayChannelFleet
 from raytopic.coordinator.group_service import GroupService
-from raytopic.coordinator.groups import Group, MemberView
+from raytopic.coordinator.groups import Group
 from raytopic.coordinator.launch import ensure_dead_letter_topic
 from raytopic.core.actor_logs import log_info_here
 from raytopic.core.config import TopicConfig
-from raytopic.core.errors import GroupFilterError, GroupModeError, StoreError, TopicError
+from raytopic.core.errors import (
+    GroupFilterError,
+    GroupModeError,
+    InvalidArgumentError,
+    StoreError,
+    TopicError,
+)
 from raytopic.core.incarnation import was_restarted
 from raytopic.core.naming import channel_actor_name
 from raytopic.core.protocol import (
+    COORDINATOR_REQUESTS,
+    AwaitTopic,
+    ChannelRestarted,
+    ClaimStream,
+    CloseReader,
+    CoordinatorRequest,
+    DeclareGroup,
+    DescribeTopic,
+    DestroyGroup,
+    DestroyTopic,
     EndReceives,
-    Lease,
+    EndStream,
+    EnsureDeadLetterTopic,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
     MarkDestroyed,
+    OpenReader,
     OpenStore,
-    Origin,
     Purge,
-    ReaderSpec,
+    PurgeTopic,
     ReadGroupLag,
+    ReadGroupNames,
     ReadOpeningError,
     ReadStoredTopic,
+    ReadTopicInfo,
+    ReadTopicLag,
+    ReleaseChannels,
     RemoveStore,
-    StreamLogState,
+    ResetGroupPositions,
+    StartTopic,
+    StreamHeartbeat,
 )
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.topic_record import opening
@@ -118,9 +146,77 @@ class CoordinatorActor:
         )
         self._restarts = ChannelRestarts(self._config.name, fleet, self._groups, identities)
 
+    # -- the entry ------------------------------------------------------------------
+
+    async def request(self, request: CoordinatorRequest) -> Any:
+        """Serve a request (see ``raytopic.core.protocol.coordinator``). Every request
+        but the topic's start, its info and its destruction first waits until the
+        coordinator serves (a restarted one recovers first).
+
+        Raises:
+            InvalidArgumentError: not a coordinator request.
+            TopicError: the topic could not be made (a channel's store cannot be
+                opened; its channels are gone), and what each request names.
+        """
+        if not isinstance(request, COORDINATOR_REQUESTS):
+            raise InvalidArgumentError(f"{type(request).__name__} is not a coordinator request")
+        match request:
+            case StartTopic(channels):
+                return await self._start(list(channels))
+            case ReadTopicInfo():
+                return self._info()
+            case DestroyTopic():
+                return await self._destroy()
+        await self._up()
+        groups = self._groups
+        match request:
+            case AwaitTopic():
+                return self._info()
+            case PurgeTopic():
+                return await self._purge()
+            case DescribeTopic():
+                return await self._describe()
+            case ChannelRestarted(topic_id, channel, identity):
+                if topic_id == self._config.topic_id and 0 <= channel < self._fleet.size:
+                    await self._restarts.restarted(channel, identity)
+            case OpenReader(reader_id, spec):
+                await groups.open_reader(reader_id, spec)
+            case CloseReader(reader_id):
+                await groups.close_reader(reader_id)
+            case ReadGroupNames():
+                return sorted(groups.groups)
+            case DeclareGroup():
+                return await self._declare_group(request)
+            case EnsureDeadLetterTopic(group):
+                await self._ensure_dead_letter_topics([groups.group(group)])
+            case DestroyGroup(group):
+                await groups.destroy(group)
+            case ResetGroupPositions(group, targets):
+                return await groups.reset(group, targets)
+            case ReadTopicLag(group):
+                return await self._lag(group)
+            case JoinGroup(group, reader_id, timeout, cooperative, origin):
+                return await groups.join(group, reader_id, timeout, cooperative, origin)
+            case LeaveGroup(group, reader_id):
+                await groups.leave(group, reader_id)
+            case ReleaseChannels(group, reader_id, channels):
+                return await groups.release(group, reader_id, list(channels))
+            case Heartbeat(group, reader_id, version, touch, idle, wait, cooperative):
+                return await groups.heartbeat(
+                    group, reader_id, version, touch, idle, wait, cooperative
+                )
+            case ClaimStream(group, stream_id, timeout, start_latest):
+                await groups.ensure(group, start_latest)
+                return await groups.claim_stream(group, stream_id, timeout)
+            case StreamHeartbeat(group, stream_id, timeout):
+                return groups.stream_heartbeat(group, stream_id, timeout)
+            case EndStream(group, stream_id):
+                await groups.end_stream(group, stream_id)
+        return None
+
     # -- life cycle ------------------------------------------------------------
 
-    async def start(self, channels: list[Any]) -> TopicInfo:
+    async def _start(self, channels: list[Any]) -> TopicInfo:
         """Take the topic's channel actors (created with this one, see
         ``raytopic.coordinator.launch``), introduce them to each other, and make
         the groups named at creation. Once; later calls wait for the first.
@@ -131,7 +227,7 @@ class CoordinatorActor:
         """
         if self._starting or self._restarted:
             await self._up()
-            return self.info()
+            return self._info()
         self._starting = True
         try:
             await self._start_channels(channels)
@@ -145,7 +241,7 @@ class CoordinatorActor:
         self._started.set()
         # Once it serves: a dead-letter topic's making waits for nothing of this one.
         await self._ensure_dead_letter_topics(list(self._groups.groups.values()))
-        return self.info()
+        return self._info()
 
     async def _start_channels(self, handles: list[Any]) -> None:
         """Introduce the channels to each other, open their stores and make the
@@ -232,23 +328,17 @@ class CoordinatorActor:
             "coordinator of %s recovered: groups %s", config.name, sorted(self._groups.groups)
         )
 
-    def info(self) -> TopicInfo:
+    def _info(self) -> TopicInfo:
         """The configuration and channel actors."""
         return TopicInfo(self._config, self._fleet.handles, tuple(self._restarts.identities))
 
-    async def ready(self) -> TopicInfo:
-        """Wait until ``start`` has finished; then the same as ``info``."""
-        await self._up()
-        return self.info()
-
-    async def purge(self) -> int:
+    async def _purge(self) -> int:
         """Remove every element of every channel (``Topic.purge``); returns how many."""
-        await self._up()
         removed = sum(await self._fleet.ask_each(Purge()))
         logger.info("topic %s purged: %d elements removed", self._config.name, removed)
         return removed
 
-    async def shutdown(self) -> None:
+    async def _destroy(self) -> None:
         """Stop background work, remove the stored data and kill the channel actors
         (``Topic.destroy``). A retry (after this coordinator restarted) does it again.
 
@@ -311,69 +401,26 @@ class CoordinatorActor:
                 )
         return found
 
-    # -- readers ---------------------------------------------------------------------
-
-    async def open_reader(self, reader_id: str, spec: ReaderSpec) -> None:
-        """Open a subscriber on every channel (and remember it: a channel that
-        restarts without a store gets its readers back from here). All or
-        nothing: if a channel refuses it, the others close it again.
-
-        Raises:
-            InvalidArgumentError: a channel cannot load its filter, converter or
-                resequence order.
-            GroupNotFoundError: its group does not exist.
-        """
-        await self._up()
-        await self._groups.open_reader(reader_id, spec)
-
-    async def close_reader(self, reader_id: str) -> None:
-        """Close a subscriber on every channel."""
-        await self._up()
-        await self._groups.close_reader(reader_id)
-
     # -- groups ------------------------------------------------------------------
 
-    async def groups(self) -> list[str]:
-        """Names of the topic's groups."""
-        await self._up()
-        return sorted(self._groups.groups)
-
-    async def ensure_group(
-        self,
-        group: str,
-        start_latest: bool,
-        mode: str = "owned",
-        spec: SharedGroup | None = None,
-        member_filter: bytes | None = None,
-        reader: ReaderSpec | None = None,
-        create: bool = True,
-    ) -> SharedGroup | None:
-        """Create a durable group if it does not exist (it holds retention from now on).
-
-        Args:
-            group: Its name.
-            start_latest: A new group starts at the tail (else at the head).
-            mode: "owned" or "shared"; an existing group must have this mode.
-            spec: A new shared group's definition (default: the defaults, with
-                ``member_filter``).
-            member_filter: The cloudpickled filter of the member about to join a
-                shared group: it must be the group's (or None).
-            reader: The spec of the member the group is made for: a new group is
-                made only if every channel can open that reader.
-            create: Make the group if it does not exist (else GroupNotFoundError).
-
-        Returns:
-            The shared group's definition (None for an owned group).
+    async def _declare_group(self, request: DeclareGroup) -> SharedGroup | None:
+        """Make a durable group unless it exists (it holds retention from then on);
+        see ``DeclareGroup``. Returns the shared group's definition (None: owned).
 
         Raises:
             GroupModeError: the group exists in the other mode.
-            GroupFilterError: ``member_filter`` is not the shared group's filter.
+            GroupFilterError: the member's filter is not the shared group's filter.
             GroupNotFoundError: no such group, and not ``create``.
             InvalidArgumentError: a channel cannot load the group's filter or the
                 reader's functions; the group is not made.
         """
-        await self._up()
-        if not create:
+        group, mode, spec, member_filter = (
+            request.group,
+            request.mode,
+            request.spec,
+            request.member_filter,
+        )
+        if not request.create:
             self._groups.group(group)  # GroupNotFoundError
         if spec is not None and member_filter not in (None, spec.filter):
             raise GroupFilterError(
@@ -383,7 +430,7 @@ class CoordinatorActor:
             spec = SharedGroup(group, filter=member_filter)
         shared = spec if mode == "shared" else None
         created = group not in self._groups.groups
-        state = await self._groups.ensure(group, start_latest, shared, reader)
+        state = await self._groups.ensure(group, request.start_latest, shared, request.reader)
         if state.mode != mode:
             raise GroupModeError(f"group {group!r} is {state.mode}: it cannot be joined as {mode}")
         if state.shared is not None and member_filter not in (None, state.shared.filter):
@@ -395,16 +442,6 @@ class CoordinatorActor:
             await self._ensure_dead_letter_topics([state])
         return state.shared
 
-    async def ensure_dead_letter_topic(self, group: str) -> None:
-        """Make a shared group's dead-letter topic again (a channel about to send it
-        dead letters found it missing: destroyed since the group was made).
-
-        Raises:
-            GroupNotFoundError: no such group.
-        """
-        await self._up()
-        await self._ensure_dead_letter_topics([self._groups.group(group)])
-
     async def _ensure_dead_letter_topics(self, groups: Iterable[Group]) -> None:
         """Make the missing dead-letter topics of these groups (those shared with
         one). The control plane's one place where they are made: at the topic's
@@ -415,145 +452,26 @@ class CoordinatorActor:
                 continue  # this topic itself exists
             await ensure_dead_letter_topic(spec.dead_letter, self._config.namespace)
 
-    async def destroy_group(self, group: str) -> None:
-        """Forget a group: its positions, members and the retention it held."""
-        await self._up()
-        await self._groups.destroy(group)
-
-    async def join(
-        self,
-        group: str,
-        reader_id: str,
-        timeout: float,
-        cooperative: bool = False,
-        origin: Origin | None = None,
-    ) -> MemberView:
-        """Add a member (or rejoin one); returns once its assignment is in force.
-        A ``cooperative`` member releases channels itself before they move
-        (:meth:`release`). ``origin``: where it runs; once Ray says that is gone,
-        the member leaves (see ``raytopic.coordinator.member_origins``)."""
-        await self._up()
-        return await self._groups.join(group, reader_id, timeout, cooperative, origin)
-
-    async def leave(self, group: str, reader_id: str) -> None:
-        """A member closed: its channels go to the others."""
-        await self._up()
-        await self._groups.leave(group, reader_id)
-
-    async def release(self, group: str, reader_id: str, channels: list[int]) -> MemberView | None:
-        """A cooperative member committed what it handed out from ``channels`` that
-        its group is moving: grant them to their new owners now. Returns its view
-        (None: it is no longer a member)."""
-        await self._up()
-        return await self._groups.release(group, reader_id, channels)
-
-    async def heartbeat(
-        self,
-        group: str,
-        reader_id: str,
-        known_version: int,
-        touch: bool = True,
-        idle: float = 0.0,
-        wait: float = 0.0,
-        cooperative: bool = False,
-    ) -> MemberView | None:
-        """Keep a member alive; return its view.
-
-        Returns None when the member is no longer one (timed out): it must rejoin.
-        With ``touch=False`` only the view is read (a ``channels`` read is no
-        sign of life). ``idle``: seconds since the member's last receive, when
-        its handle reports that from a background thread. ``wait``: if the
-        view is still ``known_version``, wait up to that many seconds for it
-        to change before answering (the member's long poll). ``cooperative``: the
-        member releases channels itself (a restarted coordinator learns it here).
-        """
-        await self._up()
-        return await self._groups.heartbeat(
-            group, reader_id, known_version, touch, idle, wait, cooperative
-        )
-
-    # -- streams -----------------------------------------------------------------
-
-    async def claim_stream(
-        self, group: str, stream_id: str, timeout: float, start_latest: bool
-    ) -> tuple[Lease, list[StreamLogState]]:
-        """Give the group to a stream: the only consumer of every channel until it
-        ends (:meth:`end_stream`) or stays silent past ``timeout`` (it heartbeats:
-        :meth:`stream_heartbeat`); a newer stream takes it from an older one. The
-        group is made if new (at the tail with ``start_latest``, else the head).
-
-        Returns:
-            The stream's lease (its steps carry it; the channels refuse any other)
-            and every channel's offset log of the group, once every channel holds
-            the lease.
-
-        Raises:
-            GroupModeError: the group is shared.
-            GroupBusyError: the group has members.
-        """
-        await self._up()
-        await self._groups.ensure(group, start_latest)
-        return await self._groups.claim_stream(group, stream_id, timeout)
-
-    async def stream_heartbeat(self, group: str, stream_id: str, timeout: float) -> bool:
-        """The stream is alive (``timeout``: its own; a restarted coordinator learns
-        it here). False: it no longer holds the group (a newer stream took it, or it
-        timed out).
-
-        Raises:
-            GroupNotFoundError: the group was destroyed.
-        """
-        await self._up()
-        return self._groups.stream_heartbeat(group, stream_id, timeout)
-
-    async def end_stream(self, group: str, stream_id: str) -> None:
-        """The stream ended (or stopped): the group is free (nothing if it no longer
-        held it)."""
-        await self._up()
-        await self._groups.end_stream(group, stream_id)
-
-    # -- reset -------------------------------------------------------------------
-
-    async def reset_group(
-        self, group: str, targets: dict[int, int | float | str]
-    ) -> dict[int, int]:
-        """Move a group's read and commit positions on the given channels, all or nothing.
-
-        Args:
-            group: The group.
-            targets: Per channel: a sequence ("next is the first after it"), a
-                time stamp (float), ``"earliest"`` or ``"latest"``.
-
-        Returns:
-            Per channel, the position set (clamped to ``[head - 1, tail]``).
-        """
-        await self._up()
-        return await self._groups.reset(group, targets)
-
     # -- describe ----------------------------------------------------------------
 
-    async def describe(self) -> dict[str, Any]:
+    async def _describe(self) -> dict[str, Any]:
         """Channels' figures and groups' membership, in one snapshot per channel.
 
         A membership change still under way (its members not yet told) is
         waited for: what describe shows, the members have heard of.
         """
-        await self._up()
         channels = await asyncio.gather(
             *(self._describe_channel(channel) for channel in self._fleet.channels())
         )
         groups = await self._groups.describe()
         return {"config": self._config, "channels": list(channels), "groups": groups}
 
-    async def group_lag(self, group: str) -> dict[int, int]:
-        """The group's lag per channel, as ``describe`` counts it, in one light call
-        (what the autoscaler and ``LagPolicy`` poll). A channel that does not
-        answer within ``NOTICE_TIMEOUT`` is left out.
+    async def _lag(self, group: str) -> dict[int, int]:
+        """The group's lag per channel (see ``ReadTopicLag``).
 
         Raises:
             GroupNotFoundError: no such group.
         """
-        await self._up()
         self._groups.group(group)
         channels = self._fleet.channels()
         lags = await asyncio.gather(
@@ -585,27 +503,6 @@ class CoordinatorActor:
                 "capacity": self._config.capacity,
                 "groups": {},
             }
-
-    # -- channels that restart ------------------------------------------------------
-
-    async def channel_restarted(
-        self, topic_id: str, channel: int, identity: dict[str, Any]
-    ) -> None:
-        """A channel came back after its process died: it says so itself, as it
-        starts (no polling of idle channels). One without a store waits for
-        its groups: it gets them here. Its siblings take back at once what its
-        old receive sessions had taken from them.
-
-        Args:
-            topic_id: The channel's topic (an announcement for another topic of
-                this name, made since, is ignored).
-            channel: The channel.
-            identity: Its identity as it started (epoch, state, pid, ...).
-        """
-        await self._up()
-        if topic_id != self._config.topic_id or not 0 <= channel < self._fleet.size:
-            return
-        await self._restarts.restarted(channel, identity)
 
 
 def _rebalance_counter(topic: str) -> Any:

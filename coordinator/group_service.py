@@ -267,7 +267,7 @@ class GroupService:
         cooperative: bool,
     ) -> MemberView | None:
         """Keep a member alive; its view (None: no longer a member). See
-        ``CoordinatorActor.heartbeat``."""
+        the coordinator's ``Heartbeat``."""
         state = self.group(group)
         now = self._clock() - max(0.0, idle)
         self._check_not_destroyed()

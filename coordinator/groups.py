@@ -11,11 +11,11 @@ of (its channels, a reset of its channels) bumps the group's *version*;
 members compare versions on their heartbeats.
 
 **Streams** (``raytopic.data.stream``): a stream consumes the whole group. The
-coordinator gives it every channel under one lease (``claim_stream``), refuses
+coordinator gives it every channel under one lease (``ClaimStream``), refuses
 members while it holds the group and refuses a stream while the group has
 members (``GroupBusyError``); a newer stream takes the group from an older one
 (whose lease then owns nothing). The claim ends when the stream ends
-(``end_stream``) or stays silent past its timeout, as a member's does.
+(``EndStream``) or stays silent past its timeout, as a member's does.
 
 **Cooperative hand-over** (Kafka's incremental rebalancing with commit on
 revoke): a member that joined ``cooperative`` keeps a channel a rebalance

@@ -4,7 +4,7 @@ while to start; one after the other, a topic would take the coordinator's start-
 longer to make).
 
 All are named and detached in the topic's namespace, so any job finds them and
-they outlive the driver that made them. The coordinator's ``start`` then
+they outlive the driver that made them. The coordinator's ``StartTopic`` then
 introduces the channels to each other. A shared group's dead-letter topic is made
 with ``ensure_dead_letter_topic``, by the group's coordinator alone.
 """
@@ -22,6 +22,7 @@ import ray
 from raytopic.core.config import TopicConfig, fixed_settings, settings_differences
 from raytopic.core.errors import TopicExistsError, TopicNotFoundError, unwrap_ray_error
 from raytopic.core.naming import channel_actor_name, coordinator_actor_name
+from raytopic.core.protocol import AwaitTopic, ReadTopicInfo, StartTopic
 from raytopic.core.steps import Get, Sleep, Steps, run_awaiting, run_blocking
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ def _being_destroyed(config: TopicConfig) -> Steps[bool]:
     except ValueError:
         return True
     try:
-        yield Get(coordinator.info.remote(), timeout=5)
+        yield Get(coordinator.request.remote(ReadTopicInfo()), timeout=5)
     except Exception:
         return True
     return False
@@ -191,7 +192,7 @@ def launching(config: TopicConfig, *, exist_ok: bool) -> Steps[tuple[Any, TopicI
         ) from error
     try:
         with unwrap_ray_error():
-            info: TopicInfo = yield Get(coordinator.start.remote(channels))
+            info: TopicInfo = yield Get(coordinator.request.remote(StartTopic(tuple(channels))))
     except Exception:
         # Not made (a store that cannot be opened): leave no actor and no name behind.
         for actor in (*channels, coordinator):
@@ -219,7 +220,7 @@ def finding(name: str, namespace: str) -> Steps[tuple[Any, TopicInfo]]:
         raise TopicNotFoundError(f"no topic {name!r} in namespace {namespace!r}") from None
     try:
         with unwrap_ray_error():
-            info: TopicInfo = yield Get(coordinator.ready.remote())
+            info: TopicInfo = yield Get(coordinator.request.remote(AwaitTopic()))
     except ray.exceptions.RayActorError as error:
         raise TopicNotFoundError(f"topic {name!r} is gone (its coordinator died)") from error
     return coordinator, info

@@ -1,6 +1,6 @@
 """Members' long polls on their group's view, and the wait for them to catch up. No Ray.
 
-Each group member keeps one ``heartbeat`` call waiting at the coordinator;
+Each group member keeps one ``Heartbeat`` request waiting at the coordinator;
 it returns as soon as the group's view changes, and the member polls again
 at once, carrying the version it now knows. That next poll is the member's
 acknowledgement: a membership change waits (briefly) until every member

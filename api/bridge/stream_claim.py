@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytopic.core.errors import GroupNotFoundError, TopicNotFoundError, unwrap_ray_error
+from raytopic.core.protocol import ClaimStream, EndStream, StreamHeartbeat
 from raytopic.core.waits import bounded_wait
 
 if TYPE_CHECKING:
@@ -53,9 +54,7 @@ class StreamClaim:
         self.stream_id = f"stream:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         """The stream's id: its host and process, so a member refused can tell whose it is."""
         coordinator = topic._coordinator
-        lease, states = topic._call(
-            coordinator.claim_stream, group, self.stream_id, timeout, start_latest
-        )
+        lease, states = topic._call(ClaimStream(group, self.stream_id, timeout, start_latest))
         self.lease: Lease = lease
         """What the stream's steps carry: the channels refuse any other."""
         self.states: list[StreamLogState] = states
@@ -84,7 +83,7 @@ class StreamClaim:
         self._stop.set()
         topic = self._topic
         try:
-            topic._call(topic._coordinator.end_stream, self._group, self.stream_id)
+            topic._call(EndStream(self._group, self.stream_id))
         except Exception as error:
             logger.warning(
                 "stream %s on group %s: could not give the group back (%s); it is free "
@@ -105,7 +104,7 @@ def _heartbeats(
         try:
             with unwrap_ray_error():
                 holds = ray.get(
-                    coordinator.stream_heartbeat.remote(group, stream_id, timeout),
+                    coordinator.request.remote(StreamHeartbeat(group, stream_id, timeout)),
                     timeout=timeout,
                 )
         except (GroupNotFoundError, TopicNotFoundError, ray.exceptions.ActorDiedError):

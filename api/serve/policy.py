@@ -10,6 +10,7 @@ from typing import Any
 
 from raytopic.core.config import check_name, check_seconds
 from raytopic.core.errors import InvalidTypeError
+from raytopic.core.protocol import ReadTopicLag
 from raytopic.core.scaling import ScaleRule, ScaleSettings
 from raytopic.serve.adapter import CONSUMER_GROUP
 
@@ -106,7 +107,7 @@ class LagPolicy:
                     owned=not self._shared,
                     channel_count=self._topic.channel_count,
                 )
-            lags = await self._topic._coordinator.group_lag.remote(self._group)
+            lags = await self._topic._coordinator.request.remote(ReadTopicLag(self._group))
             self._lags = {**self._lags, **lags}  # a channel not heard keeps its last lag
         except Exception as error:  # the topic or group is not there yet, or restarting
             logger.warning("LagPolicy: no lag for %s: %s", self._topic_name, error)

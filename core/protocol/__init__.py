@@ -5,6 +5,8 @@ they carry. Handles, channels and coordinators import this package, not each oth
   states, poison elements;
 - :mod:`~raytopic.core.protocol.channel`: the channel's data-path requests;
 - :mod:`~raytopic.core.protocol.control`: what a coordinator asks of a channel;
+- :mod:`~raytopic.core.protocol.coordinator`: what handles and channels ask of a
+  topic's coordinator;
 - :mod:`~raytopic.core.protocol.transactions`: a transaction's requests, outcomes
   and consumed commits;
 - :mod:`~raytopic.core.protocol.registry`: what a transaction's holder and lead ask
@@ -73,6 +75,29 @@ from raytopic.core.protocol.control import (
     ResetGroup,
     RestoreGroup,
     UpdateViews,
+)
+from raytopic.core.protocol.coordinator import (
+    COORDINATOR_REQUESTS,
+    AwaitTopic,
+    ChannelRestarted,
+    ClaimStream,
+    CoordinatorRequest,
+    DeclareGroup,
+    DescribeTopic,
+    DestroyTopic,
+    EndStream,
+    EnsureDeadLetterTopic,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    PurgeTopic,
+    ReadGroupNames,
+    ReadTopicInfo,
+    ReadTopicLag,
+    ReleaseChannels,
+    ResetGroupPositions,
+    StartTopic,
+    StreamHeartbeat,
 )
 from raytopic.core.protocol.records import (
     Address,
@@ -198,6 +223,28 @@ __all__ = [
     "StreamLogState",
     "StreamRecord",
     "StreamRequest",
+    # the coordinator's requests
+    "COORDINATOR_REQUESTS",
+    "AwaitTopic",
+    "ChannelRestarted",
+    "ClaimStream",
+    "CoordinatorRequest",
+    "DeclareGroup",
+    "DescribeTopic",
+    "DestroyTopic",
+    "EndStream",
+    "EnsureDeadLetterTopic",
+    "Heartbeat",
+    "JoinGroup",
+    "LeaveGroup",
+    "PurgeTopic",
+    "ReadGroupNames",
+    "ReadTopicInfo",
+    "ReadTopicLag",
+    "ReleaseChannels",
+    "ResetGroupPositions",
+    "StartTopic",
+    "StreamHeartbeat",
     # the transaction registry's requests
     "CloseIncarnation",
     "DescribeIncarnations",

@@ -14,6 +14,7 @@ import pytest
 import ray
 
 import raytopic as rt
+from raytopic.core.protocol import DeclareGroup
 
 from tests.topic_helpers import get
 
@@ -39,7 +40,7 @@ def test_the_coordinator_makes_the_dead_letter_topic_with_the_group(make_topic, 
     topic = make_topic(channels=1)
     spec = rt.SharedGroup("g", max_deliveries=2, dead_letter=dead_name)
     # The coordinator's own call, no handle around it.
-    get(topic._coordinator.ensure_group.remote("g", False, "shared", spec))
+    get(topic._coordinator.request.remote(DeclareGroup("g", mode="shared", spec=spec)))
     assert _exists(dead_name, topic.namespace)
 
 

@@ -14,6 +14,7 @@ import ray
 
 import raytopic as rt
 import raytopic.data
+from raytopic.core.protocol import ReadTopicLag
 
 from tests.topic_helpers import module_topic, next_sequences, publish_all, receive_each, slow_filter
 
@@ -353,9 +354,12 @@ def test_a_groups_lag_per_channel_is_one_light_call_and_agrees_with_describe(
         ray.get(worker.receive_batch(4), timeout=30).ack()
     coordinator = two_channels._coordinator
     stats = two_channels.describe().groups
-    lags = {group: ray.get(coordinator.group_lag.remote(group), timeout=30) for group in stats}
+    lags = {
+        group: ray.get(coordinator.request.remote(ReadTopicLag(group)), timeout=30)
+        for group in stats
+    }
     for group in (owned, shared):
         assert lags[group] == {c.channel: c.lag for c in stats[group].channels}
     assert sum(lags[owned].values()) == 8 and sum(lags[shared].values()) == 6
     with pytest.raises(rt.GroupNotFoundError):
-        ray.get(coordinator.group_lag.remote(unique_name("none")), timeout=30)
+        ray.get(coordinator.request.remote(ReadTopicLag(unique_name("none"))), timeout=30)

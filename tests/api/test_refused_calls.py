@@ -28,7 +28,7 @@ import pytest
 import ray
 
 import raytopic as rt
-from raytopic.core.protocol import ReadGroupCursors, ReadReaderSpecs
+from raytopic.core.protocol import ReadGroupCursors, ReadReaderSpecs, ResetGroupPositions
 from raytopic.core.user_functions import PickledFunction, load_pickled, pickle_function
 
 from tests.topic_helpers import get, key_for, module_topic, publish_all
@@ -332,10 +332,19 @@ def test_a_refused_reset_moves_no_channel(topic, unique_name):
         # Channel 0 moves, then channel 1 fails (a target no handle sends): channel 0
         # moves back.
         with pytest.raises(rt.TopicError, match="nothing changed"):
-            get(topic._coordinator.reset_group.remote(group, {0: -1, 1: "bogus"}))
+            get(topic._coordinator.request.remote(ResetGroupPositions(group, {0: -1, 1: "bogus"})))
         assert _snapshot(topic) == before
     finally:
         topic.destroy_group(group)
+    _publishes_flow(topic)
+
+
+def test_the_coordinator_refuses_what_is_not_its_request(topic):
+    # Its one entry takes typed requests: anything else is a typed error, and the
+    # coordinator goes on serving.
+    for wrong in (ReadGroupCursors(), ("reset_group", "g"), None):
+        with pytest.raises(rt.InvalidArgumentError, match="not a coordinator request"):
+            get(topic._coordinator.request.remote(wrong))
     _publishes_flow(topic)
 
 

@@ -9,6 +9,7 @@ import pytest
 import ray
 
 import raytopic as rt
+from raytopic.core.protocol import ResetGroupPositions
 
 from tests.topic_helpers import (
     get,
@@ -263,9 +264,9 @@ def test_a_failing_reset_leaves_the_group_unchanged(two_channels, unique_name):
     before = _cursors(topic, g)
     # Channel 1's part of the reset fails: channel 0's part is undone.
     with pytest.raises(rt.TopicError):
-        get(topic._coordinator.reset_group.remote(g, {0: b0, 1: "bogus"}))
+        get(topic._coordinator.request.remote(ResetGroupPositions(g, {0: b0, 1: "bogus"})))
     with pytest.raises(rt.InvalidArgumentError):
-        get(topic._coordinator.reset_group.remote(g, {0: b0, 7: 0}))
+        get(topic._coordinator.request.remote(ResetGroupPositions(g, {0: b0, 7: 0})))
     assert _cursors(topic, g) == before
     assert member.last_committed() == {0: got[2].position, 1: got[3].position}
     # The group goes on where it was, and can be reset again.
