@@ -3,10 +3,11 @@
 Elements enter in one place (:meth:`ChannelLog.append`): room first, then the
 record goes to the store (pending until a sync covers it, see
 :meth:`ChannelLog.durable`) or straight into the ring. They are read in one
-place (:meth:`ChannelLog.read`): below the ring's head from the store (DESIGN
-5.2), else from the ring. A damaged stored record keeps its positions as a run
-of DamagedElements, and every reader meets it through one rule
-(:meth:`ChannelLog.readable`, see raytopic.actors.damage).
+place (:meth:`ChannelLog.read`): below the ring's head from the store (see the ring
+buffer view, docs/guides/ring-buffer-and-resequencing.md), else from the ring. A
+damaged stored record keeps its positions as a run of DamagedElements, and every
+reader meets it through one rule (:meth:`ChannelLog.readable`, see
+raytopic.actors.damage).
 """
 
 from __future__ import annotations
@@ -279,7 +280,7 @@ class ChannelLog:
 
         Only within what the topic keeps: the capacity, or ``store_retention``.
         An element the ring dropped by "overwrite" or TTL is gone for readers
-        (StaleSequenceError, DESIGN 5.6), as without a store, unless the
+        (StaleSequenceError: docs/guides/subscribe.md), as without a store, unless the
         retention keeps it. A damaged record counts as kept: the read reports it.
         """
         store = self.store

@@ -3,7 +3,7 @@
 A compacted channel's elements each have a key; a delete is an element whose
 value is None (a *tombstone*). A compaction pass looks at every element below
 its *point* (the first position appended less than ``min_lag_s`` ago) and
-keeps (DESIGN 5.10, Kafka's guarantees):
+keeps (docs/guides/compacted-topics.md, Kafka's guarantees):
 
 - every element at or above the point (a reader within ``min_lag_s`` of the
   tail sees everything), and the channel's last element (so a read from any

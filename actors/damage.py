@@ -1,6 +1,7 @@
 """Damaged stored records: the one rule every reader of a channel follows. No Ray.
 
-A stored record whose checksum fails costs its own elements only (DESIGN 5.6).
+A stored record whose checksum fails costs its own elements only
+(docs/guides/durability.md, Restarts).
 A recovered channel keeps their positions in its ring as a run of
 :class:`~raytopic.core.payloads.DamagedElements` (or, below the ring's head,
 as a gap in the store that this map names), so every intact record before and

@@ -1,6 +1,7 @@
-"""Control state on raytopic's own log (DESIGN 5.11): what an integration must not
-forget (the newest incarnation of a transactional id, a task's status and result)
-lives on a compacted topic keyed by what it is about, not in an actor's memory.
+"""Control state on raytopic's own log (docs/architecture.md, Control state): what
+an integration must not forget (the newest incarnation of a transactional id, a
+task's status and result) lives on a compacted topic keyed by what it is about, not
+in an actor's memory.
 
 The actor that decides (the transaction registry, a queue's task board) keeps a
 copy in memory for its answers, reads the whole log back when it (re)starts, and

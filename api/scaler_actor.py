@@ -1,5 +1,5 @@
 """The autoscaler of one group: a detached actor that starts and stops member actors
-by the group's lag (``Topic.autoscale``; DESIGN 5.9).
+by the group's lag (``Topic.autoscale``; docs/guides/autoscaling.md).
 
 **What it reads**: every ``poll_s`` seconds, or as soon as a member starts,
 ends or dies, the group's lag per channel (elements not yet committed or

@@ -427,7 +427,10 @@ class Subscriber:
             The Position set and committed.
 
         Raises:
-            NotOwnerError, PositionMismatchError, InvalidTypeError, GroupModeError,
+            NotOwnerError: as ``seek``.
+            PositionMismatchError: as ``seek``.
+            InvalidTypeError: as ``seek``.
+            GroupModeError: as ``seek``.
             SubscriberClosedError: as ``seek``.
         """
         self._check_open()
@@ -603,7 +606,9 @@ class Subscriber:
             An ObjectRef of the CommitResult.
 
         Raises:
-            PositionMismatchError, InvalidTypeError, GroupModeError,
+            PositionMismatchError: as ``commit``.
+            InvalidTypeError: as ``commit``.
+            GroupModeError: as ``commit``.
             SubscriberClosedError: as ``commit``.
         """
         self._check_open()
@@ -684,7 +689,9 @@ class Subscriber:
             An ObjectRef of each element's status, in order.
 
         Raises:
-            InvalidArgumentError, ForeignElementError, GroupModeError,
+            InvalidArgumentError: as ``nack``.
+            ForeignElementError: as ``nack``.
+            GroupModeError: as ``nack``.
             SubscriberClosedError: as ``nack``.
         """
         self._check_open()
@@ -706,8 +713,10 @@ class Subscriber:
 
         Raises:
             InvalidArgumentError: ``seconds`` is not above 0, or is over a year.
-            ForeignElementError, InvalidTypeError, GroupModeError,
-                SubscriberClosedError: as ``ack``.
+            ForeignElementError: as ``ack``.
+            InvalidTypeError: as ``ack``.
+            GroupModeError: as ``ack``.
+            SubscriberClosedError: as ``ack``.
         """
         self._check_open()
         return self._call(self._acks.extend_hold(elements, seconds))

@@ -118,12 +118,13 @@ def create_topic(
             where it can (Ray's SPREAD strategy); "pack" leaves it to Ray.
         default_window: Most unacknowledged elements per shared-group member
             when neither the member nor its group gives a window.
-        compaction: None, or ``rt.Compaction(...)``: a compacted topic (DESIGN
-            5.10). Every value needs a key; ``Publisher.delete(key)`` appends a
-            delete; older elements of each key are removed in the background,
-            leaving gaps that every reader steps over. It keeps its elements
-            (``retain`` is True; ``retain=False`` is refused), and ``capacity``
-            and ``overflow`` count the elements that remain.
+        compaction: None, or ``rt.Compaction(...)``: a compacted topic
+            (docs/guides/compacted-topics.md). Every value needs a key;
+            ``Publisher.delete(key)`` appends a delete; older elements of each
+            key are removed in the background, leaving gaps that every reader
+            steps over. It keeps its elements (``retain`` is True;
+            ``retain=False`` is refused), and ``capacity`` and ``overflow``
+            count the elements that remain.
 
     Returns:
         A handle to the new topic (or, with ``exist_ok``, to the existing one).
@@ -550,7 +551,9 @@ class Topic:
         batch_size: int = 100,
         member_options: Mapping[str, Any] | None = None,
     ) -> Autoscaler:
-        """Consume ``group`` with member actors, as many as its lag asks for (DESIGN 5.9).
+        """Consume ``group`` with member actors, as many as its lag asks for.
+
+        See docs/guides/autoscaling.md.
 
         A detached autoscaler actor (it outlives this driver; ``autoscaler(group)``
         finds it from any job) reads the group's lag every ``poll_s`` seconds and

@@ -290,7 +290,7 @@ class Transaction:
             key: Routes the value as a publisher would (None: round robin).
 
         Raises:
-            See ``publish_batch``.
+            TopicError: as ``publish_batch`` raises them (see it).
         """
         self.publish_batch(topic, [value], keys=None if key is None else [key])
 

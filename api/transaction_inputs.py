@@ -1,5 +1,5 @@
-"""The group members an aborted transaction gives its inputs back to (DESIGN 5.7: an
-abort loses nothing, whatever the order of the calls in its block).
+"""The group members an aborted transaction gives its inputs back to (an abort loses
+nothing, whatever the order of the calls in its block: docs/guides/transactions.md).
 
 A transaction's inputs are what group members received since their last commit.
 The block may raise before it names them (``commit_consumed``: the natural code

@@ -3,7 +3,7 @@
 A compacted topic keeps, for each key, at least its latest element: older
 elements of a key are removed in the background, leaving gaps in the
 positions (Kafka's ``cleanup.policy=compact``). The three settings say when
-(DESIGN 5.10):
+(docs/guides/compacted-topics.md):
 
 - ``min_lag_s``: the newest elements, appended less than this long ago, are
   never compacted (Kafka's ``min.compaction.lag.ms``): a reader within that

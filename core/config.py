@@ -356,7 +356,7 @@ class TopicConfig:
     member nor its group says (Universal Messaging's "ClientQueueWindow")."""
     compaction: Any = None
     """None, or the ``Compaction`` of a compacted topic: every element has a key,
-    and older elements of a key are compacted away (DESIGN 5.10)."""
+    and older elements of a key are compacted away (docs/guides/compacted-topics.md)."""
 
     @classmethod
     def create(

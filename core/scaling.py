@@ -2,7 +2,7 @@
 
 :class:`ScaleSettings` are ``Topic.autoscale``'s numbers, checked on the
 caller's side; :class:`ScaleRule` turns a group's lag per channel into a
-desired member count (DESIGN 5.9):
+desired member count (docs/guides/autoscaling.md):
 
 - desired = ceil(lag / target_lag_per_member), within [min_members, max_members];
 - from 0 members, only once the lag reaches ``activation_lag`` (a single stray

@@ -2,7 +2,7 @@
 position (gaps where older ones were), and describe() shows each channel's passes;
 then the topic read as a table: every key's latest value, kept live in a view, with
 deletes that remove keys and reach listeners as None; and the same table as a Ray
-Dataset. (The README's "Compacted topics and tables" block is this script.)
+Dataset. (The docs' compacted topics guide shows this script.)
 
 Run: python examples/compacted_topics.py   (RAY_ADDRESS=... to use a running cluster)
 """

@@ -1,7 +1,7 @@
 """A Spark DataFrame into a topic as Arrow, read back as a DataFrame and a Ray Dataset,
 copied to another topic by Ray Data, streamed out of a group as micro-batches of
 DataFrames into a third topic, and a Spark stream published exactly once per
-micro-batch. (The README's "Spark and Ray Data" block is this script.)
+micro-batch. (The docs' Spark and Ray Data guide shows this script.)
 
 Run: pip install -e ".[spark]" && python examples/spark_bridge.py
 (RAY_ADDRESS=... to use a running cluster)

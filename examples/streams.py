@@ -1,7 +1,7 @@
 """A topic as a stream of Ray Datasets: micro-batches over fixed position ranges,
 each written to parquet under its batch id (a sink that overwrites by batch id),
 with a driver that stops mid-batch and a new stream that hands the same batch out
-again. (The README's "Streams" block is this script.)
+again. (The docs' Streams guide, docs/guides/streams.md, shows this script.)
 
 Run: python examples/streams.py   (RAY_ADDRESS=... to use a running cluster)
 """

@@ -1,4 +1,4 @@
-"""One word per concept: the names in the code use the README's glossary ("### Words"),
+"""One word per concept: the names in the code use the docs' glossary (docs/words.md, "Words"),
 never a retired synonym. A failure names the file, the line and the word to use.
 
 The check reads identifiers (Python's own tokens), not prose: comments and
@@ -137,7 +137,7 @@ def test_the_code_uses_no_retired_synonym() -> None:
         relative = path.relative_to(ROOT).as_posix()
         if not _pending(relative):
             found += retired_names(relative, path.read_text())
-    assert not found, "retired words (see README, '### Words'):\n" + "\n".join(found)
+    assert not found, "retired words (see docs/words.md, 'Words'):\n" + "\n".join(found)
 
 
 def test_every_pending_file_still_exists() -> None:

@@ -299,7 +299,7 @@ def plan_ranges(
 ) -> list[ChannelRange]:
     """The ranges a bulk read covers, fixed now (what is published later is not read).
 
-    A stored record found damaged (DESIGN 5.6) inside the ranges fails the read
+    A stored record found damaged (docs/guides/durability.md) inside the ranges fails the read
     here, before any task runs, with one ``DataLossError`` naming it (as Spark's
     Kafka source does with ``failOnDataLoss``); with ``fail_on_data_loss=False``
     the ranges go around it (logged), and every intact element is read.

@@ -191,7 +191,7 @@ def stream(
     on_poison: str = "raise",
 ) -> Stream:
     """A group of ``topic`` as an unbounded source of micro-batches, each a Ray Dataset
-    over fixed position ranges (DESIGN 5.8): Spark Structured Streaming's
+    over fixed position ranges (docs/guides/streams.md): Spark Structured Streaming's
     guarantees for Ray Data.
 
     Example:

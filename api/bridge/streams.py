@@ -1,4 +1,5 @@
-"""Streams: a group of a topic as an unbounded source of micro-batches (DESIGN 5.8),
+"""Streams: a group of a topic as an unbounded source of micro-batches
+(docs/guides/streams.md),
 for Ray Data (``raytopic.data.stream``) and Spark (``raytopic.spark.stream``).
 
 One batch, step by step:

@@ -1,7 +1,8 @@
 """A queue's task board as a detached Ray actor whose state survives it: every change
 is written to the queue's task log (a compacted topic keyed by task id,
 ``raytopic.control_log``) before the call that made it answers, and a board that
-(re)starts reads the log back before it answers anything (DESIGN 5.11).
+(re)starts reads the log back before it answers anything (docs/architecture.md,
+Control state).
 
 So a task's status and result outlive the restart of the board and of the log's
 channels (and, with a store on shared disk, the loss of a node); a task told

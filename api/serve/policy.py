@@ -20,7 +20,7 @@ __all__ = ["LagPolicy"]
 
 
 class LagPolicy:
-    """A Ray Serve autoscaling policy by a topic group's lag (DESIGN 5.9).
+    """A Ray Serve autoscaling policy by a topic group's lag (docs/guides/autoscaling.md).
 
     Give it as ``AutoscalingPolicy(policy_function=LagPolicy, policy_kwargs={...})``.
     The desired replica count follows :class:`~raytopic.core.scaling.ScaleRule`

@@ -184,7 +184,7 @@ class BenchSettings:
 
 
 DEFAULT = BenchSettings()
-"""The counts behind the README's benchmark table."""
+"""The counts behind the benchmark tables of docs/benchmarks.md."""
 QUICK = BenchSettings(
     messages=100_000,
     latency_samples=50,

@@ -1,6 +1,6 @@
 """raytopic's INFO lines reach its actors' logs (issue 52 item 4): Ray leaves a
 worker's Python logging at WARNING, which dropped every rebalance, timeout and
-reset line the README promises."""
+reset line the docs promise (docs/guides/metrics.md)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def test_a_fan_out_delivers_again_only_what_its_failed_tasks_had(make_topic) -> 
 
 
 def test_the_cumulative_commit_in_a_fan_out_passes_over_a_failed_task(make_topic) -> None:
-    # The trap the README warns of, kept as what it is: a later task's commit covers
+    # The trap docs/guides/subscribe.md warns of, kept as what it is: a later task's commit covers
     # an earlier element whose task failed.
     topic = make_topic(channels=1, groups=["g"])
     publish_all(topic, [{"n": n} for n in range(5)])

@@ -418,7 +418,7 @@ def test_a_second_init_spark_returns_the_running_session(spark: Any) -> None:
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_bridge.py"
-"""The Spark example (the README's Spark block is it verbatim)."""
+"""The Spark example (the docs' Spark and Ray Data guide shows it verbatim)."""
 
 
 # Last in this module: the example stops Spark when it ends, as a script does.

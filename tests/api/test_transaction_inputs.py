@@ -1,5 +1,5 @@
 """An abort loses nothing, whatever the order of the calls (DESIGN 5.7), against a real
-Ray: the README's consume-transform-produce loop in each way of receiving (iter_batches,
+Ray: the docs' consume-transform-produce loop in each way of receiving (iter_batches,
 receive_batch, receive), with each way a transaction aborts (an exception before or
 after ``commit_consumed``, ``tx.abort()``, a failed commit), in one thread and in two
 members' threads; commits of what an abort gave back; a member in another process."""
@@ -65,8 +65,9 @@ def run_pipeline(
     failing: set[int],
     size: int = 10,
 ) -> int:
-    """The README's loop: each batch doubled into ``sink`` in a transaction that commits
-    the batch; the blocks numbered in ``failing`` (from 1) fail as ``failure`` says.
+    """The loop of docs/guides/transactions.md: each batch doubled into ``sink`` in a
+    transaction that commits the batch; the blocks numbered in ``failing`` (from 1) fail
+    as ``failure`` says.
     Returns how many blocks ran."""
     txs = rt.transactions(transactional_id)
     block = 0
