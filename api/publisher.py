@@ -15,7 +15,9 @@ batch of whatever was published for its channel, in publish order.
 
 Every piece a call carries (a batch of values, a part) is numbered per channel:
 the channel appends one publisher's pieces in that order (several calls may be
-in flight to one channel), and a retried piece is not appended twice.
+in flight to one channel), and a retried piece is not appended twice. Calls are
+submitted in the order they were numbered (``raytopic.submit_order``), whichever
+thread numbered them: a channel waits only so long for a missing number.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from raytopic.core.waits import bounded_wait
 from raytopic.publish_accumulator import PIPELINE, ChannelQueue, Part, Piece, piece_count
 from raytopic.publish_futures import BatchFuture, PublishBatch
 from raytopic.routing import key_hash, stored_key
+from raytopic.submit_order import SubmitOrder
 
 if TYPE_CHECKING:
     from raytopic.core.records import PublishStatus
@@ -86,6 +89,14 @@ class _Call:
     number: int
     pieces: list[Piece] | None  # None: a publish_batch part whose caller holds the ref
     count: int
+
+
+@dataclass(slots=True)
+class _Calls:
+    """Calls numbered together, and the ticket they are submitted under (None: no calls)."""
+
+    ticket: int | None
+    calls: list[_Call]
 
 
 class Publisher:
@@ -150,6 +161,7 @@ class Publisher:
         self._compacted = topic.config.compaction is not None
         self._lock = threading.Lock()
         self._completed = threading.Condition(self._lock)
+        self._order = SubmitOrder()  # calls go out in the order they were numbered
         self._pipes = [
             ChannelQueue(channel, actor, PublishBatch(self._topic_id, channel))
             for channel, actor in enumerate(topic._channel_actors)
@@ -264,9 +276,9 @@ class Publisher:
                 self._calls_to_make(force=False)
                 if (pipe.size >= self._batch_size or pipe.in_flight < PIPELINE)
                 and self._in_flight < self._max_in_flight
-                else ()
+                else None
             )
-        if calls:
+        if calls is not None and calls.calls:
             self._make(calls)
         elif self._linger:
             self._start_worker()  # it sends the batch once it is linger old
@@ -365,20 +377,27 @@ class Publisher:
                 raise self._closed_error()
             for channel in parts:  # what was published before goes first
                 self._pipes[channel].close_open()
-            calls = self._calls_to_make(force=True, only=set(parts))
+            queued = self._calls_to_make(force=True, only=set(parts))
+            ticket = self._order.ticket() if queued.ticket is None else queued.ticket
+            own: list[_Call] = []
             for channel, payload in parts.items():
                 pipe = self._pipes[channel]
-                calls.append(_Call(pipe, pipe.next_batch, None, len(payload)))
+                own.append(_Call(pipe, pipe.next_batch, None, len(payload)))
                 pipe.next_batch += 1
                 pipe.in_flight += 1
                 self._in_flight += 1
                 self._pending += len(payload)
-        own = [call for call in calls if call.pieces is None]
-        for call in calls:
-            if call.pieces is not None:
+        with self._order.turn(ticket):
+            for call in queued.calls:
                 self._make_one(call, None)
-        if not own:
-            return ray.put(PublishStatuses())
+            if not own:
+                return ray.put(PublishStatuses())
+            return self._send_parts(own, parts, layout)
+
+    def _send_parts(
+        self, own: list[_Call], parts: dict[int, Payload], layout: np.ndarray
+    ) -> ray.ObjectRef[Sequence[PublishStatus]]:
+        """In its turn: submit a publish_batch's parts, one call per channel."""
         # One call per channel, no task: the last part's channel joins the others'
         # statuses into its reply (raytopic.core.gather). It answers once every part
         # has, so its reply alone completes them all: one callback a batch, not one a part.
@@ -421,7 +440,7 @@ class Publisher:
                 self._pipes[channel].add_part(Part(payload, future, index), now)
                 self._pending += len(payload)
             calls = self._calls_to_make(force=False)
-        if calls:
+        if calls.calls:
             self._make(calls)
         else:
             self._start_worker()  # it sends the parts once their channels' calls return
@@ -487,8 +506,9 @@ class Publisher:
 
     # -- batching ------------------------------------------------------------------
 
-    def _calls_to_make(self, *, force: bool, only: set[int] | None = None) -> list[_Call]:
-        """With the lock held: the calls that go now, fullest channel first, numbered.
+    def _calls_to_make(self, *, force: bool, only: set[int] | None = None) -> _Calls:
+        """With the lock held: the calls that go now, fullest channel first, numbered,
+        with the ticket to submit them under (``_make``).
 
         Without ``force`` at most ``max_in_flight`` calls are outstanding, and a
         partial batch waits until fewer than PIPELINE calls to its channel are
@@ -510,11 +530,15 @@ class Publisher:
             number, pieces = pick.take(batch_size)
             calls.append(_Call(pick, number, pieces, piece_count(pieces)))
             self._in_flight += 1
-        return calls
+        return _Calls(self._order.ticket() if calls else None, calls)
 
-    def _make(self, calls: list[_Call]) -> None:
-        for call in calls:
-            self._make_one(call, None)
+    def _make(self, calls: _Calls) -> None:
+        """Submit ``calls`` (outside the lock) once the calls numbered before them went."""
+        if calls.ticket is None:
+            return
+        with self._order.turn(calls.ticket):
+            for call in calls.calls:
+                self._make_one(call, None)
 
     def _make_one(
         self,
