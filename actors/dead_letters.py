@@ -19,12 +19,12 @@ import ray
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
-from raytopic.actors.publisher_table import ONCE_WRITER_PREFIX
 from raytopic.actors.shared_cursor import SharedCursor
+from raytopic.core.dead_letters import dead_letter, dead_letter_append, dead_letter_writer
 from raytopic.core.errors import TopicNotFoundError
 from raytopic.core.naming import coordinator_actor_name
 from raytopic.core.payloads import PickledValues
-from raytopic.core.protocol import AppendOnce, AwaitTopic, EnsureDeadLetterTopic, pack_request
+from raytopic.core.protocol import AwaitTopic, EnsureDeadLetterTopic
 from raytopic.core.records import Position
 from raytopic.core.shared_group import SharedGroup
 
@@ -34,9 +34,6 @@ __all__ = ["DeadLetters"]
 
 BATCH = 1000
 """Elements one dead-letter append carries at most."""
-
-APPEND_TIMEOUT = 5.0
-"""Seconds a dead-letter append may wait for room; then it is tried again later."""
 
 
 class DeadLetters:
@@ -69,15 +66,10 @@ class DeadLetters:
         await self._save()
         letters = self._letters(cursor, sequences)
         if letters:
-            config = self._context.config
-            writer = (
-                f"{ONCE_WRITER_PREFIX}dead:{config.topic_id}:{cursor.life}:{self._context.channel}"
+            writer = dead_letter_writer(
+                self._context.config.topic_id, cursor.life, self._context.channel
             )
-            request = pack_request(
-                AppendOnce(
-                    writer_id=writer, version=version, overflow="block", timeout=APPEND_TIMEOUT
-                )
-            )
+            request = dead_letter_append(writer, version)
             values = PickledValues.from_values(letters)
             try:
                 target = await self._channel(group, spec)
@@ -114,15 +106,15 @@ class DeadLetters:
                 value = ring.get(sequence).payload.decode()[0]
             except Exception as error:  # its class does not load here
                 value = f"<not decodable in the channel: {error}>"
+            position = Position(config.topic_id, self._context.channel, sequence)
             letters.append(
-                {
-                    "value": value,
-                    "reason": reason,
-                    "deliveries": deliveries,
-                    "topic": config.name,
-                    "channel": self._context.channel,
-                    "position": str(Position(config.topic_id, self._context.channel, sequence)),
-                }
+                dead_letter(
+                    value,
+                    reason=reason,
+                    deliveries=deliveries,
+                    topic=config.name,
+                    position=position,
+                )
             )
         return letters
 

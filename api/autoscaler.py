@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.coordinator.launch import wait_released
+from raytopic.coordinator.launch import launch_topic, wait_released
 from raytopic.core.config import check_name
+from raytopic.core.dead_letters import dead_letter_topic_config
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import GroupModeError, InvalidArgumentError, InvalidTypeError
 from raytopic.core.naming import scaled_member_prefix, scaler_actor_name, scaler_prefix
@@ -43,6 +44,11 @@ RESERVED_OPTIONS = frozenset(
     }
 )
 """Ray actor options the autoscaler sets on its members itself."""
+
+_SHARED_LIMITS = (
+    "{name!r} is a shared group: its max_deliveries and dead_letter are the group's "
+    "(rt.SharedGroup(..., max_deliveries=, dead_letter=)), not the autoscaler's"
+)
 
 
 class Autoscaler:
@@ -126,6 +132,8 @@ def start_autoscaler(
         raise InvalidTypeError(f"handler must be callable, got {type(handler).__name__}")
     pickled = pickle_function(handler, "handler")
     checked = ScaleSettings.create(**settings)
+    if isinstance(group, SharedGroup) and checked.max_deliveries is not None:
+        raise InvalidArgumentError(_SHARED_LIMITS.format(name=name))
     options = _member_options(member_options)
     check_topic(topic.topic_id, topic.name, *topic._channel_actors)
     actor_name = scaler_actor_name(topic.name, name)
@@ -139,6 +147,10 @@ def start_autoscaler(
             "(topic.autoscaler(group) finds its autoscaler)"
         )
     mode = _ensure_group(topic, group)
+    if checked.dead_letter is not None:
+        if mode == "shared":  # an existing shared group named by a string: nothing made
+            raise InvalidArgumentError(_SHARED_LIMITS.format(name=name))
+        launch_topic(dead_letter_topic_config(checked.dead_letter, topic.namespace), exist_ok=True)
     from raytopic.scaler_actor import ScalerActor
 
     actor = (

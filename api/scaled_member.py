@@ -12,7 +12,11 @@ one group member (a :class:`~raytopic.Subscriber`) and runs one loop:
 4. commit the batch (an owned group) or acknowledge it (a shared group). A
    handler that raises: a shared group's member nacks the batch (delivered
    again, dead letters as the group says); an owned group's member goes back
-   to its last commit and tries again after a pause. Either way it is logged.
+   to its last commit and tries again after a pause that doubles with each
+   failure in a row (``raytopic.core.retries``); with ``max_deliveries``, the
+   elements handed to the handler that many times go to the dead-letter topic
+   and the member commits past them. Either way one line is logged per
+   failure, and the autoscaler counts it (``Autoscaler.describe()``).
 
 ``stop()`` ends the loop after the batch in hand is finished, then leaves the
 group: its channels go to the other members, after its commits.
@@ -23,16 +27,30 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import ray
 
+from raytopic.coordinator.launch import launch_topic
+from raytopic.core.dead_letters import (
+    dead_letter,
+    dead_letter_append,
+    dead_letter_topic_config,
+    dead_letter_writer,
+)
+from raytopic.core.element_batch import ElementBatch
 from raytopic.core.errors import SubscriberClosedError, TopicError, TopicNotFoundError
-from raytopic.core.records import CommitStatus
+from raytopic.core.naming import scaler_actor_name
+from raytopic.core.payloads import PickledValues
+from raytopic.core.records import CommitStatus, Element
+from raytopic.core.retries import Deliveries, describe_error, retry_pause
+from raytopic.core.scaling import HandlerFailure
 from raytopic.core.user_functions import load_pickled, name_of
 
 if TYPE_CHECKING:
-    from raytopic.core.element_batch import ElementBatch
+    from raytopic.core.scaling import ScaleSettings
     from raytopic.core.shared_group import SharedGroup
     from raytopic.subscriber import Subscriber
     from raytopic.topic import Topic
@@ -47,7 +65,8 @@ died, while its autoscaler is down to say so); also how long a hand-over waits
 for a member stuck in its handler."""
 
 RETRY_PAUSE = 1.0
-"""Seconds an owned group's member waits before it tries a failed batch again."""
+"""Seconds a member waits after a call of its own failed (a channel or the coordinator
+restarting) before it tries again."""
 
 IDLE_FIRST = 0.01
 IDLE_MOST = 0.2
@@ -64,7 +83,8 @@ class ScaledMemberActor:
         group: The group's name, or its ``SharedGroup`` definition.
         mode: ``"owned"`` or ``"shared"``.
         handler: The cloudpickled ``handler(values)``.
-        batch_size: Most values one handler call gets.
+        settings: The autoscaler's settings (``batch_size``, ``max_deliveries``,
+            ``dead_letter``).
     """
 
     def __init__(
@@ -73,12 +93,21 @@ class ScaledMemberActor:
         group: str | SharedGroup,
         mode: str,
         handler: bytes,
-        batch_size: int,
+        settings: ScaleSettings,
     ) -> None:
         self._handler = load_pickled(handler, "handler")
         self._name = name_of(self._handler)
-        self._batch_size = batch_size
+        self._topic = topic
+        self._group = group if isinstance(group, str) else group.name
+        self._batch_size = settings.batch_size
         self._shared = mode == "shared"
+        self._deliveries = Deliveries(settings.max_deliveries)
+        self._max_deliveries = settings.max_deliveries
+        self._dead_letter = settings.dead_letter
+        self._dead_letter_channels: tuple[Any, ...] = ()
+        self._failures = 0  # failed handler calls in a row
+        self._retry_at = 0.0  # monotonic time before which no batch is received
+        self._scaler: Any = None  # found when a failure is first reported
         self._subscriber: Subscriber = topic.subscriber(
             group=group,
             mode=mode,
@@ -121,6 +150,8 @@ class ScaledMemberActor:
         idle = IDLE_FIRST
         try:
             while not self._stopping.is_set():
+                if self._backing_off():
+                    continue
                 try:
                     batch = self._next_batch()
                     if batch:
@@ -140,6 +171,21 @@ class ScaledMemberActor:
         finally:
             self._finished.set()
 
+    def _backing_off(self) -> bool:
+        """Wait a little while a failed batch's pause runs (giving back channels the
+        group moves meanwhile: the batch went back to the last commit); True until
+        it has run out."""
+        left = self._retry_at - time.monotonic()
+        if left <= 0:
+            return False
+        try:
+            if self._subscriber.revoking:
+                self._subscriber.release()
+        except TopicError as error:  # the next receive says what is wrong
+            logger.debug("member %s: release failed: %s", self._member_id, error)
+        self._stopping.wait(min(left, IDLE_MOST))
+        return True
+
     def _next_batch(self) -> ElementBatch:
         """Release the channels being moved away (everything handed out from them is
         committed by now), then receive."""
@@ -151,12 +197,12 @@ class ScaledMemberActor:
     def _handle(self, batch: ElementBatch) -> None:
         try:
             self._handler(batch.values)
-        except Exception:
-            logger.exception(
-                "member %s: handler %s failed on %d values", self._member_id, self._name, len(batch)
-            )
-            self._retry_later(batch)
+        except Exception as error:
+            self._failed(batch, error)
             return
+        self._failures = 0
+        if not self._shared:
+            self._deliveries.forget((e.channel, e.sequence) for e in batch)
         try:
             if self._shared:
                 batch.ack()
@@ -174,19 +220,128 @@ class ScaledMemberActor:
                     "member %s: channel %d moved before its commit", self._member_id, channel
                 )
 
-    def _retry_later(self, batch: ElementBatch) -> None:
-        """A shared group's member nacks the batch; an owned one goes back to its last
-        commit and pauses."""
+    def _failed(self, batch: ElementBatch, error: Exception) -> None:
+        """A handler call raised: log it in one line, tell the autoscaler, and give the
+        batch back (a shared group's member nacks it; an owned one goes back to its
+        last commit, after sending what reached ``max_deliveries`` to the dead-letter
+        topic and committing past it), then pause before the next receive."""
+        self._failures += 1
+        pause = retry_pause(self._failures)
+        described = describe_error(error)
+        limit = ""
+        if self._shared:
+            attempt, dead = max(e.delivery_count for e in batch), 0
+            then = f"nacked, next try in {pause:g} s"
+        else:
+            attempt, upto = self._deliveries.failed((e.channel, e.sequence) for e in batch)
+            limit = f" of {self._max_deliveries}" if self._max_deliveries else ""
+            dead = self._send_dead(batch, upto, described) if upto else 0
+            then = f"back to the last commit, next try in {pause:g} s"
+        if dead:  # what is left of the batch is new work: no pause
+            self._failures, pause = 0, 0.0
+            then = f"{dead} values sent to dead-letter topic {self._dead_letter!r}"
+        logger.warning(
+            "member %s: handler %s failed on %d values (delivery %d%s): %s; %s",
+            self._member_id,
+            self._name,
+            len(batch),
+            attempt,
+            limit,
+            described,
+            then,
+        )
+        self._report(
+            HandlerFailure(
+                datetime.now(UTC),
+                self._subscriber.subscriber_id,
+                len(batch),
+                attempt,
+                described,
+                dead,
+            )
+        )
         try:
             if self._shared:
                 batch.nack()
-                return
-            channels = sorted({element.channel for element in batch})
-            owned = set(self._subscriber.channels)
-            self._subscriber.seek_to_committed(*(c for c in channels if c in owned))
-        except TopicError as error:
-            logger.warning("member %s: could not give a batch back: %s", self._member_id, error)
-        self._stopping.wait(RETRY_PAUSE)
+            else:
+                self._back_to_commit(batch)
+        except TopicError as problem:
+            logger.warning("member %s: could not give a batch back: %s", self._member_id, problem)
+        self._retry_at = time.monotonic() + pause
+
+    def _back_to_commit(self, batch: ElementBatch) -> None:
+        """Read the batch's channels again from their last commit."""
+        channels = sorted({element.channel for element in batch})
+        owned = self._subscriber.channels
+        self._deliveries.keep_channels(owned)
+        self._subscriber.seek_to_committed(*(c for c in channels if c in owned))
+
+    def _send_dead(self, batch: ElementBatch, upto: dict[int, int], error: str) -> int:
+        """Send the batch's elements up to ``upto`` (per channel, the last one past
+        ``max_deliveries``) to the dead-letter topic, then commit them; return how
+        many went (0 when the dead-letter topic refused them: tried again later).
+
+        Each channel's letters are one ``append_once`` of the group's writer for
+        that channel, versioned by their last position: a send tried again, or
+        the same batch sent by the next member after this one died before its
+        commit, is appended once."""
+        dead = ElementBatch(e for e in batch if e.sequence <= upto.get(e.channel, -1))
+        try:
+            channels = self._dead_letter_targets()
+            for channel, last in dead.last_per_channel().items():
+                letters = [self._letter(e, error) for e in dead if e.channel == channel]
+                writer = dead_letter_writer(self._topic.topic_id, f"group={self._group}", channel)
+                target = channels[channel % len(channels)]
+                ack = ray.get(
+                    target.request.remote(
+                        dead_letter_append(writer, last.sequence),
+                        PickledValues.from_values(letters),
+                    )
+                )
+                if ack.error is not None:
+                    raise ack.error
+            self._commit(dead)
+        except (TopicError, ray.exceptions.RayError) as problem:
+            self._dead_letter_channels = ()  # found (or made) again at the next try
+            logger.warning(
+                "member %s: dead letters not sent to %s (%s); trying again",
+                self._member_id,
+                self._dead_letter,
+                problem,
+            )
+            return 0
+        self._deliveries.forget((e.channel, e.sequence) for e in dead)
+        return len(dead)
+
+    def _letter(self, element: Element, error: str) -> dict[str, Any]:
+        deliveries = self._deliveries.count(element.channel, element.sequence)
+        return dead_letter(
+            element.value,
+            reason=f"handler failed {deliveries} times: {error}",
+            deliveries=deliveries,
+            topic=self._topic.name,
+            position=element.position,
+        )
+
+    def _dead_letter_targets(self) -> tuple[Any, ...]:
+        """The dead-letter topic's channel actors; the topic is made again if it is
+        missing (destroyed since the autoscaler made it)."""
+        if not self._dead_letter_channels:
+            assert self._dead_letter is not None
+            config = dead_letter_topic_config(self._dead_letter, self._topic.namespace)
+            _, info = launch_topic(config, exist_ok=True)
+            self._dead_letter_channels = tuple(info.channels)
+        return self._dead_letter_channels
+
+    def _report(self, failure: HandlerFailure) -> None:
+        """Tell the autoscaler (it counts failures for ``describe()``); not waited for."""
+        try:
+            if self._scaler is None:
+                name = scaler_actor_name(self._topic.name, self._group)
+                self._scaler = ray.get_actor(name, namespace=self._topic.namespace)
+            self._scaler.handler_failed.remote(failure)
+        except Exception as error:  # stopped meanwhile: nobody asks any more
+            logger.debug("member %s: failure not reported: %s", self._member_id, error)
 
     def _beat(self) -> None:
         """Report this member alive while it runs (a handler may take longer than the

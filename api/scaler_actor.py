@@ -46,6 +46,7 @@ from raytopic.core.protocol import CloseReader, LeaveGroup, ReadTopicLag
 from raytopic.core.scaling import (
     EVENTS_KEPT,
     AutoscalerStats,
+    HandlerFailure,
     ScaledMember,
     ScaleEvent,
     ScaleRule,
@@ -119,6 +120,9 @@ class ScalerActor:
         self._events: deque[ScaleEvent] = deque(maxlen=EVENTS_KEPT)
         self._lags: dict[int, int] = {}
         self._desired = 0
+        self._failures = 0
+        self._dead_lettered = 0
+        self._last_failure: HandlerFailure | None = None
         self._stopping = threading.Event()
         self._gauge = _desired_gauge(topic.name, self._name)
         self._adopt_members()  # after a restart: the members still alive (else none)
@@ -141,8 +145,21 @@ class ScalerActor:
         with self._lock:
             members = tuple(m.identity for m in self._members.values() if m.identity is not None)
             return AutoscalerStats(
-                members, self._desired, sum(self._lags.values()), tuple(self._events)
+                members,
+                self._desired,
+                sum(self._lags.values()),
+                tuple(self._events),
+                self._failures,
+                self._dead_lettered,
+                self._last_failure,
             )
+
+    def handler_failed(self, failure: HandlerFailure) -> None:
+        """A member's handler call raised (counted for ``describe()``)."""
+        with self._lock:
+            self._failures += 1
+            self._dead_lettered += failure.dead_lettered
+            self._last_failure = failure
 
     def stop(self) -> None:
         """Stop deciding, and stop every member after its batch (idempotent)."""
@@ -229,7 +246,7 @@ class ScalerActor:
                 max_restarts=0,
                 max_concurrency=8,
                 **self._member_options,
-            ).remote(topic, self._group, self._mode, self._handler, self._settings.batch_size)
+            ).remote(topic, self._group, self._mode, self._handler, self._settings)
             self._members[uid] = _Member(uid, handle, handle.identity.remote(), time.monotonic())
 
     def _tend_members(self) -> None:

@@ -550,6 +550,8 @@ class Topic:
         scale_down_after_s: float = 30.0,
         batch_size: int = 100,
         member_options: Mapping[str, Any] | None = None,
+        max_deliveries: int | None = None,
+        dead_letter: str | None = None,
     ) -> Autoscaler:
         """Consume ``group`` with member actors, as many as its lag asks for.
 
@@ -565,9 +567,12 @@ class Topic:
 
         Each member receives up to ``batch_size`` values, calls ``handler(values)``,
         then commits (owned) or acknowledges (shared) them. A handler that raises
-        is logged; a shared group nacks the batch (delivered again; dead letters as
-        the group says), an owned member goes back to its last commit and tries
-        again after a pause.
+        is logged (one line) and counted (``describe()``); a shared group nacks the
+        batch (delivered again; dead letters as the group says), an owned member
+        goes back to its last commit and tries again after a pause (1 s, doubling
+        with each failure in a row, at most a minute); with ``max_deliveries``,
+        the elements handed to a failing handler that many times go to the
+        ``dead_letter`` topic and the member commits past them.
 
         **Delivery**: scaling hands no element to two handlers: a channel moves to
         a new member only after its old one committed what it handed out, and a
@@ -589,13 +594,21 @@ class Topic:
             member_options: Ray actor options for the members (``num_gpus``,
                 ``resources``, ``runtime_env``, ...); not those the autoscaler
                 sets itself (name, lifetime, restarts, concurrency).
+            max_deliveries: An owned group's failed handler calls on an element
+                after which it goes to ``dead_letter`` (>= 1; None: tried until it
+                succeeds). A shared group has its own (``rt.SharedGroup``).
+            dead_letter: The topic those elements go to, as
+                ``{"value", "reason", "deliveries", "topic", "channel", "position"}``
+                (created with one retained channel if missing). Needed with
+                ``max_deliveries``, and only with it.
 
         Returns:
             The autoscaler's handle (``members``, ``describe()``, ``stop()``).
 
         Raises:
             InvalidArgumentError, InvalidTypeError: a bad argument (nothing is started),
-                or the group is autoscaled already.
+                the group is autoscaled already, or ``max_deliveries`` for a shared
+                group.
             GroupModeError: a ``SharedGroup`` named like an owned group.
             TopicNotFoundError: the topic was destroyed.
 
@@ -617,6 +630,8 @@ class Topic:
             poll_s=poll_s,
             scale_down_after_s=scale_down_after_s,
             batch_size=batch_size,
+            max_deliveries=max_deliveries,
+            dead_letter=dead_letter,
         )
 
     def autoscaler(self, group: str) -> Autoscaler | None:

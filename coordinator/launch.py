@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytopic.core.config import TopicConfig, fixed_settings, settings_differences
+from raytopic.core.dead_letters import dead_letter_topic_config
 from raytopic.core.errors import TopicExistsError, TopicNotFoundError, unwrap_ray_error
 from raytopic.core.naming import channel_actor_name, coordinator_actor_name
 from raytopic.core.protocol import AwaitTopic, ReadTopicInfo, StartTopic
@@ -240,8 +241,7 @@ async def ensure_dead_letter_topic(name: str, namespace: str) -> None:
         name: The topic's name (a shared group's ``dead_letter``).
         namespace: The Ray namespace of the group's topic (and so of its dead letters).
     """
-    config = TopicConfig.create(name, channels=1, retain=True, namespace=namespace)
-    await run_awaiting(launching(config, exist_ok=True))
+    await run_awaiting(launching(dead_letter_topic_config(name, namespace), exist_ok=True))
 
 
 def actor_names(topic: str, channels: int) -> list[str]:

@@ -35,11 +35,13 @@ from raytopic.core.config import (
     check_seconds,
 )
 from raytopic.core.errors import InvalidArgumentError
+from raytopic.core.shared_group import check_dead_letter
 
 __all__ = [
     "EVENTS_KEPT",
     "MAX_MEMBERS",
     "AutoscalerStats",
+    "HandlerFailure",
     "ScaleDecision",
     "ScaleEvent",
     "ScaleRule",
@@ -75,6 +77,11 @@ class ScaleSettings:
     """Seconds a lower desired count must hold before members stop."""
     batch_size: int
     """Most values one handler call gets."""
+    max_deliveries: int | None = None
+    """An owned group's handler calls on an element after which it goes to
+    ``dead_letter`` (None: tried until it succeeds)."""
+    dead_letter: str | None = None
+    """The topic those elements go to."""
 
     @classmethod
     def create(
@@ -87,14 +94,23 @@ class ScaleSettings:
         poll_s: object = 1.0,
         scale_down_after_s: object = 30.0,
         batch_size: object = 100,
+        max_deliveries: object = None,
+        dead_letter: object = None,
     ) -> ScaleSettings:
         """Check every setting, naming the first bad one.
 
         Raises:
             InvalidTypeError: a setting of the wrong type.
-            InvalidArgumentError: a value out of range, or ``min_members`` above
-                ``max_members``.
+            InvalidArgumentError: a value out of range, ``min_members`` above
+                ``max_members``, or ``max_deliveries`` without ``dead_letter`` or
+                the reverse.
         """
+        check_dead_letter(max_deliveries, dead_letter)
+        if dead_letter is not None and max_deliveries is None:
+            raise InvalidArgumentError(
+                "dead_letter needs max_deliveries (the failed handler calls after which "
+                "a batch goes there)"
+            )
         low = check_int(min_members, "min_members", minimum=0, maximum=MAX_MEMBERS)
         high = check_positive_int(max_members, "max_members", maximum=MAX_MEMBERS)
         if low > high:
@@ -109,6 +125,8 @@ class ScaleSettings:
             poll_s=check_seconds(poll_s, "poll_s", maximum=MAX_POLL),  # type: ignore[arg-type]
             scale_down_after_s=check_nonnegative_number(scale_down_after_s, "scale_down_after_s"),
             batch_size=check_positive_int(batch_size, "batch_size", maximum=MAX_BATCH),
+            max_deliveries=max_deliveries,  # type: ignore[arg-type]
+            dead_letter=dead_letter,  # type: ignore[arg-type]
         )
 
 
@@ -228,6 +246,30 @@ class AutoscalerStats:
     """The group's lag at the last look (elements not yet committed or acknowledged)."""
     events: tuple[ScaleEvent, ...]
     """The latest scale events, oldest first (at most ``EVENTS_KEPT``)."""
+    failures: int = 0
+    """Handler calls that raised, over every member since the autoscaler started."""
+    dead_lettered: int = 0
+    """Elements sent to the dead-letter topic (past ``max_deliveries``) since then."""
+    last_failure: HandlerFailure | None = None
+    """The latest failed handler call (its error), or None."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerFailure:
+    """One handler call of an autoscaled member that raised."""
+
+    at: datetime
+    """When (UTC)."""
+    member_id: str
+    """The member's id in the group."""
+    values: int
+    """Values the call got."""
+    attempt: int
+    """How many times the oldest of them was handed to the handler, this call included."""
+    error: str
+    """The exception, one line: its type, message and where it was raised."""
+    dead_lettered: int = 0
+    """Elements this failure sent to the dead-letter topic (past ``max_deliveries``)."""
 
 
 EVENTS_KEPT = 100

@@ -17,7 +17,7 @@ from raytopic.core.config import check_name, check_positive_int, check_timeout
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
 from raytopic.core.user_functions import load_pickled, pickle_function
 
-__all__ = ["GROUP_MODES", "SharedGroup", "check_mode"]
+__all__ = ["GROUP_MODES", "SharedGroup", "check_dead_letter", "check_mode"]
 
 GROUP_MODES = ("owned", "shared")
 """``owned``: each channel is read by one member at a time, committed cumulatively.
@@ -31,6 +31,24 @@ def check_mode(mode: object) -> str:
     if mode not in GROUP_MODES:
         raise InvalidArgumentError(f"mode must be one of {GROUP_MODES}, got {mode!r}")
     return mode  # type: ignore[return-value]
+
+
+def check_dead_letter(max_deliveries: object, dead_letter: object) -> None:
+    """Check a group's ``max_deliveries`` (a positive int, or None) and ``dead_letter``
+    (a topic name, or None): a limit needs a dead-letter topic (without one,
+    nothing is dropped).
+
+    Raises:
+        InvalidTypeError: either is of the wrong type.
+        InvalidArgumentError: ``max_deliveries`` below 1, a bad topic name, or
+            ``max_deliveries`` without ``dead_letter``.
+    """
+    if max_deliveries is not None:
+        check_positive_int(max_deliveries, "max_deliveries")
+        if dead_letter is None:
+            raise InvalidArgumentError("max_deliveries needs a dead_letter topic")
+    if dead_letter is not None:
+        check_name(dead_letter, "dead_letter topic name")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +110,8 @@ class SharedGroup:
     ) -> None:
         set_field = object.__setattr__
         set_field(self, "name", check_name(name, "group name"))
-        if max_deliveries is not None:
-            check_positive_int(max_deliveries, "max_deliveries")
-            if dead_letter is None:
-                raise InvalidArgumentError("max_deliveries needs a dead_letter topic")
+        check_dead_letter(max_deliveries, dead_letter)
         set_field(self, "max_deliveries", max_deliveries)
-        if dead_letter is not None:
-            check_name(dead_letter, "dead_letter topic name")
         set_field(self, "dead_letter", dead_letter)
         set_field(self, "ack_timeout", check_timeout(ack_timeout, "ack_timeout", allow_none=False))
         if window is not None:

@@ -1,6 +1,7 @@
 """``Topic.autoscale``: member actors by lag, each element handled once, a handler
-that raises, bad arguments, reattaching, ``destroy()``, the desired-members metric,
-and (slow) members, the coordinator and the scaler SIGKILLed during a burst."""
+that raises (retried; past ``max_deliveries``, dead-lettered), bad arguments,
+reattaching, ``destroy()``, the desired-members metric, and (slow) members, the
+coordinator and the scaler SIGKILLed during a burst."""
 
 from __future__ import annotations
 
@@ -205,6 +206,84 @@ def test_a_handler_that_raises_is_retried_owned_and_nacked_shared(
     shared.stop()
 
 
+class FailOn:
+    """A handler that records the values in a Tally, and always raises on a batch
+    holding ``bad``."""
+
+    def __init__(self, tally: Any, bad: Any) -> None:
+        self.tally = tally
+        self.bad = bad
+
+    def __call__(self, values: list[Any]) -> None:
+        if self.bad in values:
+            raise ValueError(f"cannot handle {self.bad!r}")
+        ray.get(self.tally.add.remote(values))
+
+
+def test_an_owned_batch_failing_max_deliveries_times_goes_to_the_dead_letter_topic(
+    topic: rt.Topic, wait_until, stopped_after
+) -> None:
+    group_at_latest(topic, "poisoned")
+    dead_letter = f"{topic.name}-poisoned-dead"
+    tally = Tally.remote()
+    values = _values("poisoned", 40)
+    bad = values[13]
+    scaler = stopped_after(
+        topic.autoscale(
+            "poisoned",
+            FailOn(tally, bad),
+            min_members=1,
+            max_members=1,
+            poll_s=0.2,
+            batch_size=5,
+            max_deliveries=2,
+            dead_letter=dead_letter,
+        )
+    )
+    _publish(topic, values)
+    # The channel behind the bad value moves on: its batch is dead-lettered after
+    # two failed calls (1 s apart), and the member commits past it.
+    wait_until(lambda: topic.describe().groups["poisoned"].lag == 0, timeout=60)
+    handled = ray.get(tally.get.remote())
+    dead = rt.get_topic(dead_letter, namespace=topic.namespace)
+    try:
+        with dead.subscriber(start="earliest", complete_on_empty=True) as reader:
+            letters = [element.value for element in reader]
+    finally:
+        dead.destroy()
+    dead_values = [letter["value"] for letter in letters]
+    assert bad in dead_values and bad not in handled
+    assert Counter(handled + dead_values) == Counter(values)  # each value once, somewhere
+    for letter in letters:
+        assert letter["deliveries"] == 2
+        assert letter["topic"] == topic.name
+        assert letter["reason"].startswith(
+            f"handler failed 2 times: ValueError: cannot handle {bad!r}"
+        )
+        assert letter["position"].split(":")[1] == str(letter["channel"])
+    stats = scaler.describe()
+    assert stats.failures == 2 and stats.dead_lettered == len(letters)
+    assert stats.last_failure is not None
+    assert stats.last_failure.attempt == 2 and stats.last_failure.dead_lettered == len(letters)
+    assert stats.last_failure.error.startswith(
+        f"ValueError: cannot handle {bad!r} (test_autoscaler.py:"
+    )
+    scaler.stop()
+
+
+def test_limits_for_a_shared_group_are_refused_and_make_nothing(topic: rt.Topic) -> None:
+    dead_letter = f"{topic.name}-refused-dead"
+    group = rt.SharedGroup(f"shared-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(rt.InvalidArgumentError, match="is a shared group"):
+        topic.autoscale(group, print, max_deliveries=2, dead_letter=dead_letter)
+    group_at_latest(topic, group)  # named by a string: refused once its mode is known
+    with pytest.raises(rt.InvalidArgumentError, match="is a shared group"):
+        topic.autoscale(group.name, print, max_deliveries=2, dead_letter=dead_letter)
+    assert _named(scaler_prefix(topic.name), topic.namespace) == []
+    assert dead_letter not in rt.list_topics(namespace=topic.namespace)
+    topic.destroy_group(group.name)
+
+
 # -- handles, bad input, destroy -----------------------------------------------------------
 
 
@@ -250,6 +329,10 @@ def test_an_autoscaler_is_found_again_and_a_second_one_is_refused(
         ({"member_options": {"num_gpu": 1}}, rt.InvalidArgumentError, "num_gpu"),
         ({"member_options": {"num_cpus": "one"}}, rt.InvalidTypeError, "num_cpus"),
         ({"member_options": {"name": "mine"}}, rt.InvalidArgumentError, "name"),
+        ({"max_deliveries": 0, "dead_letter": "dead"}, rt.InvalidArgumentError, "max_deliveries"),
+        ({"max_deliveries": 3}, rt.InvalidArgumentError, "needs a dead_letter"),
+        ({"dead_letter": "dead"}, rt.InvalidArgumentError, "needs max_deliveries"),
+        ({"max_deliveries": 3, "dead_letter": "a b"}, rt.InvalidArgumentError, "dead_letter"),
     ],
 )
 def test_bad_arguments_are_typed_errors_and_start_nothing(
@@ -265,6 +348,7 @@ def test_bad_arguments_are_typed_errors_and_start_nothing(
         stopped_after(topic.autoscale(call.pop("group"), call.pop("handler"), **call))
     assert _named(scaler_prefix(topic.name), topic.namespace) == []
     assert group not in topic.groups()
+    assert "dead" not in rt.list_topics(namespace=topic.namespace)
 
 
 def test_destroy_stops_the_autoscaler_and_its_members(

@@ -97,6 +97,12 @@ def test_up_is_immediate_after_a_dip() -> None:
         ({"poll_s": "1"}, InvalidTypeError, "poll_s"),
         ({"scale_down_after_s": -1}, InvalidArgumentError, "scale_down_after_s"),
         ({"batch_size": 0}, InvalidArgumentError, "batch_size"),
+        ({"max_deliveries": 0, "dead_letter": "dead"}, InvalidArgumentError, "max_deliveries"),
+        ({"max_deliveries": "3", "dead_letter": "dead"}, InvalidTypeError, "max_deliveries"),
+        ({"max_deliveries": 3}, InvalidArgumentError, "needs a dead_letter"),
+        ({"dead_letter": "dead"}, InvalidArgumentError, "needs max_deliveries"),
+        ({"max_deliveries": 3, "dead_letter": "no spaces"}, InvalidArgumentError, "dead_letter"),
+        ({"max_deliveries": 3, "dead_letter": 7}, InvalidTypeError, "dead_letter"),
         ({"batch_size": 10**9}, InvalidArgumentError, "batch_size"),
     ],
 )
