@@ -283,10 +283,10 @@ class Compactor:
             if len(removed):
                 folder = sealed[0][0].parent / segment_compaction.COMPACTING
                 for path, records in sealed:
-                    new = segment_compaction.rewrite_segment(path, records, removed, folder)
-                    if new is not None:
-                        rewritten.append(new)
-                        after += new.size - path.stat().st_size
+                    segment = segment_compaction.rewrite_segment(path, records, removed, folder)
+                    if segment is not None:
+                        rewritten.append(segment)
+                        after += segment.size - path.stat().st_size
         return _Planned(
             point=point,
             removed=len(removed),

@@ -67,10 +67,10 @@ def take_shared(
         if convert is None:
             return [run.chunk() for run in runs]
         chosen = [(sequence, 1) for run in runs for sequence in range(run.first, run.last + 1)]
-        located = {
+        every = {
             run.first + offset: (run, offset) for run in runs for offset in range(len(run.payload))
         }
-        return _delivered(cursor, member, chosen, located, convert, now, max_deliveries)
+        return _delivered(cursor, member, chosen, every, convert, now, max_deliveries)
     located: dict[int, tuple[Run, int]] = {}
     decoded: dict[int, tuple[list[Any], dict[int, Exception]]] = {}  # id(run) -> values
     raised: dict[int, BaseException] = {}  # sequence -> what its filter raised

@@ -91,8 +91,9 @@ class StoredTopic:
         store = self.store
         if wipe:
             await asyncio.to_thread(store.destroy)
-            store = self.store = open_store(context.config, context.channel)
-            assert store is not None
+            reopened = self.store = open_store(context.config, context.channel)
+            assert reopened is not None
+            store = reopened
         self._parts.recover(store, restarted=False, fresh=wipe)
         context.seeded.set()
 

@@ -203,13 +203,13 @@ def probe_gcs(
         try:
             call(b"", timeout=timeout, metadata=metadata)
         except grpc.RpcError as error:
-            code = error.code()  # type: ignore[attr-defined]
+            code = error.code()
             answer = {
                 grpc.StatusCode.UNAUTHENTICATED: Answer.UNAUTHENTICATED,
                 grpc.StatusCode.UNAVAILABLE: Answer.UNREACHABLE,
                 grpc.StatusCode.DEADLINE_EXCEEDED: Answer.SILENT,
             }.get(code, Answer.NOT_RAY)
-            return GcsReply(answer, error.details() or code.name)  # type: ignore[attr-defined]
+            return GcsReply(answer, error.details() or code.name)
     return GcsReply(Answer.ACCEPTED)
 
 
@@ -309,7 +309,7 @@ def prepare(address: str, *, timeout: float = PROBE_TIMEOUT) -> None:
     if needed and mode is None:
         # What Ray's own _enable_token_auth does (authentication_token_setup.py): Ray
         # read RAY_AUTH_MODE into its config when it was imported, so read it again.
-        from ray._raylet import Config
+        from ray._raylet import Config  # type: ignore[attr-defined]  # (not in Ray's stub)
 
         os.environ[AUTH_MODE] = "token"
         Config.initialize("")
@@ -318,7 +318,7 @@ def prepare(address: str, *, timeout: float = PROBE_TIMEOUT) -> None:
 def _token_header(source: str) -> dict[str, str]:
     """The gRPC metadata Ray itself will send: its own loader reads the token, so the
     probe tests exactly the token ``ray.init`` will use."""
-    from ray._raylet import AuthenticationTokenLoader
+    from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]  # (as above)
     from ray.exceptions import AuthenticationError
 
     try:

@@ -113,7 +113,8 @@ class PublishBatch:
         interrupted: BaseException | None = None
         for future in watched:
             try:
-                future._invoke_callbacks()  # logs what a callback raises, but for this:
+                # Future's own (untyped) helper; it logs what a callback raises, but this:
+                future._invoke_callbacks()  # type: ignore[attr-defined]
             except BaseException as error:  # SystemExit: the other futures still call back
                 interrupted = interrupted or error
         if interrupted is not None:
@@ -142,8 +143,8 @@ class PublishFuture(Future):
 
     # -- state, result and exception come from the batch ----------------------
 
-    @property
-    def _condition(self) -> threading.Condition:
+    @property  # Future's attribute, kept in the batch (see the module doc)
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
         return self._batch.condition
 
     @property
@@ -191,8 +192,8 @@ class PublishFuture(Future):
 
     # -- made on first use ------------------------------------------------------
 
-    @property
-    def _waiters(self) -> list[Any]:
+    @property  # Future's attribute, made on first use
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
         if self._waiter_list is None:
             self._waiter_list = []
             self._watch()

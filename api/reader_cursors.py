@@ -59,7 +59,11 @@ class SeekPause(Protocol):
     """What a seek (and a resequencing member's commit) asks of the subscriber's receives."""
 
     stale: StaleReads
-    resequencing: bool
+
+    @property
+    def resequencing(self) -> bool:
+        """Whether its host resequences what it reads."""
+        ...
 
     def paused(self) -> AbstractContextManager[None]:
         """Receives sent before entering complete first; the host resumes after."""

@@ -398,7 +398,7 @@ class Receives:
 
     # -- iteration -----------------------------------------------------------------------
 
-    def iterate(self) -> Iterator[Element]:
+    def iterate(self) -> _Iteration:
         """Blocking iteration, element by element (see ``Subscriber.__iter__``)."""
         self._iterations += 1  # a new era: it looks again at every channel
         if self._through_host:

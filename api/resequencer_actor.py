@@ -283,7 +283,9 @@ def make_resequencer_actor(
         )
     options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": DEFAULT_MAX_CONCURRENCY}
     options.update(actor_options or {})
-    return (
+    # Ray types what .remote() makes as "a handle or the class" (for its methods'
+    # signatures); it is a handle, whose methods a caller calls with .remote().
+    handle: Any = (
         ray.remote(ResequencerActor)
         .options(**options)
         .remote(
@@ -296,6 +298,7 @@ def make_resequencer_actor(
             start=start,
         )
     )
+    return handle
 
 
 def _check_target(sink: Any, on_release: Callable[..., Any] | None) -> None:

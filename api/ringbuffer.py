@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.core.config import Overflow, check_items, check_nonnegative_int, check_timeout
+from raytopic.core.config import (
+    Overflow,
+    OverflowName,
+    check_items,
+    check_nonnegative_int,
+    check_timeout,
+)
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import InvalidTypeError
 from raytopic.core.payloads import PickledValues, decode_checked
@@ -120,7 +126,9 @@ class Ringbuffer:
 
     # -- adding ------------------------------------------------------------------
 
-    def add(self, item: Any, overflow: str = "overwrite", timeout: float = 60.0) -> int:
+    def add(
+        self, item: Any, overflow: Overflow | OverflowName = "overwrite", timeout: float = 60.0
+    ) -> int:
         """Add one item and wait for it.
 
         Args:
@@ -139,7 +147,7 @@ class Ringbuffer:
         return self._get(self.add_async(item, overflow, timeout))
 
     def add_async(
-        self, item: Any, overflow: str = "overwrite", timeout: float = 60.0
+        self, item: Any, overflow: Overflow | OverflowName = "overwrite", timeout: float = 60.0
     ) -> ray.ObjectRef[int]:
         """``add`` without waiting.
 
@@ -157,7 +165,10 @@ class Ringbuffer:
         return self.add_all_async([item], overflow, timeout)
 
     def add_all(
-        self, items: Iterable[Any], overflow: str = "overwrite", timeout: float = 60.0
+        self,
+        items: Iterable[Any],
+        overflow: Overflow | OverflowName = "overwrite",
+        timeout: float = 60.0,
     ) -> int:
         """Add items in order and wait for them.
 
@@ -176,7 +187,10 @@ class Ringbuffer:
         return self._get(self.add_all_async(items, overflow, timeout))
 
     def add_all_async(
-        self, items: Iterable[Any], overflow: str = "overwrite", timeout: float = 60.0
+        self,
+        items: Iterable[Any],
+        overflow: Overflow | OverflowName = "overwrite",
+        timeout: float = 60.0,
     ) -> ray.ObjectRef[int]:
         """Add items in order without waiting. An empty batch changes nothing and
         returns the tail. ``"block"`` (a topic's policy) waits up to ``timeout``

@@ -47,6 +47,7 @@ from raytopic.core.payloads import PickledValues
 from raytopic.core.records import CommitStatus, Element
 from raytopic.core.retries import Deliveries, describe_error, retry_pause
 from raytopic.core.scaling import HandlerFailure
+from raytopic.core.shared_group import GroupModeName
 from raytopic.core.user_functions import load_pickled, name_of
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class ScaledMemberActor:
         self,
         topic: Topic,
         group: str | SharedGroup,
-        mode: str,
+        mode: GroupModeName,
         handler: bytes,
         settings: ScaleSettings,
     ) -> None:

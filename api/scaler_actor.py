@@ -52,6 +52,7 @@ from raytopic.core.scaling import (
     ScaleRule,
     ScaleSettings,
 )
+from raytopic.core.shared_group import GroupModeName
 from raytopic.scaled_member import ScaledMemberActor
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class ScalerActor:
         self,
         topic: Topic,
         group: str | SharedGroup,
-        mode: str,
+        mode: GroupModeName,
         handler: bytes,
         settings: ScaleSettings,
         member_options: dict[str, Any],

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytopic.core.records import Position
+from raytopic.core.shared_group import GroupModeName
 
 __all__ = ["ChannelStats", "GroupChannelStats", "GroupStats", "MemberStats", "TopicStats"]
 
@@ -116,7 +117,7 @@ class GroupStats:
     """Live members."""
     channels: tuple[GroupChannelStats, ...]
     """Per channel positions and counts."""
-    mode: str = "owned"
+    mode: GroupModeName = "owned"
     """"owned" (channels owned by members, cumulative commits) or "shared"
     (per-element acknowledgement; ``committed`` is then the low watermark:
     every element up to it is acknowledged)."""

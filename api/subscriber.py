@@ -30,11 +30,19 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytopic.acknowledging import Acknowledgements
-from raytopic.core.config import check_int, check_positive_int
+from raytopic.core.config import (
+    OnPoison,
+    OnPoisonName,
+    Start,
+    StartName,
+    check_int,
+    check_positive_int,
+)
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import InvalidTypeError, SubscriberClosedError, TopicNotFoundError
 from raytopic.core.protocol import CloseReader, OpenReader, ReadResequencerStats, pack_request
 from raytopic.core.records import CommitResult, Element, OwnershipChange, Position
+from raytopic.core.shared_group import GroupModeName
 from raytopic.group_member import membership_for
 from raytopic.reader_cursors import HEAD, TAIL, ReaderCursors
 from raytopic.receives import Receives
@@ -138,7 +146,7 @@ class Subscriber:
         topic: Topic,
         *,
         group: str | SharedGroup | None = None,
-        start: str | None = None,
+        start: Start | StartName | None = None,
         filter: Callable[[Any], bool] | None = None,
         converter: Callable[[Any], Any] | None = None,
         complete_on_empty: bool = False,
@@ -146,8 +154,8 @@ class Subscriber:
         timeout: float = 30.0,
         on_ownership_change: Callable[[OwnershipChange], None] | None = None,
         resequence: Resequence | None = None,
-        mode: str | None = None,
-        on_poison: str = "raise",
+        mode: GroupModeName | None = None,
+        on_poison: OnPoison | OnPoisonName = "raise",
         cooperative: bool = False,
         create_group: bool = True,
     ) -> None:

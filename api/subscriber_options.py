@@ -15,7 +15,9 @@ from typing import Any
 
 from raytopic.core.config import (
     OnPoison,
+    OnPoisonName,
     Start,
+    StartName,
     check_bool,
     check_name,
     check_positive_int,
@@ -25,7 +27,7 @@ from raytopic.core.errors import GroupModeError, InvalidArgumentError, InvalidTy
 from raytopic.core.protocol import ReaderSpec
 from raytopic.core.records import OwnershipChange
 from raytopic.core.resequencer import Resequence
-from raytopic.core.shared_group import SharedGroup, check_mode
+from raytopic.core.shared_group import GroupModeName, SharedGroup, check_mode
 from raytopic.core.user_functions import pickle_function
 
 __all__ = ["SubscriberOptions"]
@@ -63,7 +65,7 @@ class SubscriberOptions:
         cls,
         *,
         group: str | SharedGroup | None = None,
-        start: str | None = None,
+        start: Start | StartName | None = None,
         filter: Callable[[Any], bool] | None = None,
         converter: Callable[[Any], Any] | None = None,
         complete_on_empty: bool = False,
@@ -71,8 +73,8 @@ class SubscriberOptions:
         timeout: float = 30.0,
         on_ownership_change: Callable[[OwnershipChange], None] | None = None,
         resequence: Resequence | None = None,
-        mode: str | None = None,
-        on_poison: str = "raise",
+        mode: GroupModeName | None = None,
+        on_poison: OnPoison | OnPoisonName = "raise",
         cooperative: bool = False,
         create_group: bool = True,
     ) -> SubscriberOptions:

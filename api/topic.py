@@ -16,6 +16,14 @@ from raytopic.coordinator.launch import (
     wait_released,
 )
 from raytopic.core.config import (
+    OnPoison,
+    OnPoisonName,
+    Overflow,
+    OverflowName,
+    PlacementName,
+    Start,
+    StartName,
+    SyncName,
     TopicConfig,
     check_bool,
     check_datetime,
@@ -42,7 +50,7 @@ from raytopic.core.protocol import (
     ResetGroupPositions,
 )
 from raytopic.core.records import Position
-from raytopic.core.shared_group import SharedGroup
+from raytopic.core.shared_group import GroupModeName, SharedGroup
 from raytopic.stats import TopicStats, topic_stats
 
 if TYPE_CHECKING:
@@ -64,14 +72,14 @@ def create_topic(
     capacity: int = 1_000_000,
     retain: bool | None = None,
     ttl: float | None = None,
-    overflow: str = "block",
+    overflow: Overflow | OverflowName = "block",
     store: Any = None,
     groups: Iterable[str | SharedGroup] = (),
     namespace: str | None = None,
     exist_ok: bool = False,
-    sync: str | float = "always",
+    sync: SyncName | float = "always",
     store_retention: Mapping[str, float] | None = None,
-    placement: str = "spread",
+    placement: PlacementName = "spread",
     default_window: int = 1000,
     compaction: Compaction | None = None,
 ) -> Topic:
@@ -299,7 +307,7 @@ class Topic:
         self,
         *,
         group: str | SharedGroup | None = None,
-        start: str | None = None,
+        start: Start | StartName | None = None,
         filter: Callable[[Any], bool] | None = None,
         converter: Callable[[Any], Any] | None = None,
         complete_on_empty: bool = False,
@@ -307,8 +315,8 @@ class Topic:
         timeout: float = 30.0,
         on_ownership_change: Callable[[Any], None] | None = None,
         resequence: Resequence | None = None,
-        mode: str | None = None,
-        on_poison: str = "raise",
+        mode: GroupModeName | None = None,
+        on_poison: OnPoison | OnPoisonName = "raise",
         cooperative: bool = False,
         create_group: bool = True,
     ) -> Subscriber:

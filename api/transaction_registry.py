@@ -187,19 +187,19 @@ class TransactionRegistry:
                 )
                 await self._keep(transactional_id, incarnation)
             case TransactionAborted(transactional_id, epoch, key):
-                incarnation = self._incarnation(transactional_id, epoch)
-                committing = None if incarnation is None else incarnation.committing
-                if incarnation is not None and committing is not None and committing.key == key:
-                    incarnation.committing = None
+                known = self._incarnation(transactional_id, epoch)
+                committing = None if known is None else known.committing
+                if known is not None and committing is not None and committing.key == key:
+                    known.committing = None
                     # Not waited for: a record still naming it only makes a later
                     # fencing ask its lead, which answers with the outcome it recorded.
-                    log.write(transactional_id, incarnation.record())
+                    log.write(transactional_id, known.record())
             case CloseIncarnation(transactional_id, epoch):
-                incarnation = self._incarnation(transactional_id, epoch)
-                if incarnation is not None:
-                    incarnation.closed = True
-                    incarnation.committing = None
-                    await self._keep(transactional_id, incarnation)
+                known = self._incarnation(transactional_id, epoch)
+                if known is not None:
+                    known.closed = True
+                    known.committing = None
+                    await self._keep(transactional_id, known)
             case DescribeIncarnations():
                 return self._describe()
             case _:

@@ -547,7 +547,11 @@ class GroupService:
             if isinstance(error, TopicError):
                 raise error
             raise TopicError(f"reset of group {state.name!r} failed; nothing changed: {error}")
-        positions = {channel: outcome[0] for channel, outcome in done.items()}
+        positions = {
+            channel: outcome[0]
+            for channel, outcome in done.items()
+            if not isinstance(outcome, BaseException)  # (none is, past the raise above)
+        }
         cursors = await self._fleet.ask_each(ReadGroupCursors(), positions)
         for channel, cursor in zip(positions, cursors, strict=True):
             state.jumps[channel] = cursor[state.name]["jumps"]

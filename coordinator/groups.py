@@ -248,7 +248,7 @@ class Group:
         return self._give_every_channel(None, stream_id)
 
     def _give_every_channel(self, lease: Lease | None, stream_id: str) -> Rebalance:
-        grants = dict.fromkeys(range(self.channel_count), lease)
+        grants: dict[int, Lease | None] = dict.fromkeys(range(self.channel_count), lease)
         self.leases = dict(grants)
         self.handovers.clear()
         self.version += 1
@@ -306,9 +306,9 @@ class Group:
             unowned = [c for c in range(self.channel_count) if self.leases.get(c) is None]
             if not unowned:
                 return None
-            grants = dict.fromkeys(unowned, lease)
-            self.leases.update(grants)
-            return Rebalance(grants, (), self.stream.reader_id)
+            granted: dict[int, Lease | None] = dict.fromkeys(unowned, lease)
+            self.leases.update(granted)
+            return Rebalance(granted, (), self.stream.reader_id)
         if self.shared is not None or not self.members:
             return None
         if all(self.leases.get(channel) for channel in range(self.channel_count)):
@@ -395,12 +395,12 @@ def recovered_groups(
                     group.members[lease.reader_id] = Member(
                         lease.reader_id, lease.generation, RECOVERED_TIMEOUT, now
                     )
-    for by_group in marks:
-        for name, (version, generation) in by_group.items():
-            group = groups.get(name)
-            if group is not None:
-                group.version = max(group.version, version)
-                group.generation = max(group.generation, generation)
+    for marked in marks:
+        for name, (version, generation) in marked.items():
+            known = groups.get(name)
+            if known is not None:
+                known.version = max(known.version, version)
+                known.generation = max(known.generation, generation)
     for group in groups.values():
         # Above anything a member may have seen: its next view is news to it.
         group.version += 1

@@ -10,7 +10,6 @@ they cover.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -46,7 +45,7 @@ def check_shared(element: Element) -> None:
 
 
 def check_own(
-    elements: Sequence[Element], reader_id: str, topic_id: str, *, shared: bool = True
+    elements: object, reader_id: str, topic_id: str, *, shared: bool = True
 ) -> list[Element]:
     """``elements`` if all were received by ``reader_id`` from the topic (``shared``:
     in a shared group).

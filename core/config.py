@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, TypeGuard, overload
 
 from raytopic.core.errors import GroupModeError, InvalidArgumentError, InvalidTypeError
 from raytopic.core.user_functions import PickledFunction
@@ -23,8 +23,13 @@ __all__ = [
     "MAX_LINGER_SECONDS",
     "MAX_RETENTION_SECONDS",
     "MAX_SECONDS",
+    "OnPoisonName",
     "Overflow",
+    "OverflowName",
+    "PlacementName",
     "Start",
+    "StartName",
+    "SyncName",
     "TopicConfig",
     "check_bool",
     "check_datetime",
@@ -84,15 +89,16 @@ class Overflow(enum.StrEnum):
     """Refuse the whole batch: -1 from the ring buffer, TopicFullError for publishes."""
 
     @classmethod
-    def parse(cls, value: str | Overflow, *, argument: str = "overflow") -> Overflow:
+    def parse(cls, value: object, *, argument: str = "overflow") -> Overflow:
         """Read an Overflow from its name; raise InvalidArgumentError naming ``argument``."""
-        try:
+        if isinstance(value, str) and value in cls._value2member_map_:
             return cls(value)
-        except ValueError:
-            choices = ", ".join(repr(member.value) for member in cls)
-            raise InvalidArgumentError(
-                f"{argument} must be one of {choices}, got {value!r}"
-            ) from None
+        choices = ", ".join(repr(member.value) for member in cls)
+        raise InvalidArgumentError(f"{argument} must be one of {choices}, got {value!r}")
+
+
+OverflowName = Literal["block", "overwrite", "fail"]
+"""``overflow`` by name, as public signatures take it (or an :class:`Overflow`)."""
 
 
 class Start(enum.StrEnum):
@@ -112,6 +118,10 @@ class Start(enum.StrEnum):
             raise InvalidArgumentError(
                 f"start must be 'earliest' or 'latest', got {value!r}"
             ) from None
+
+
+StartName = Literal["earliest", "latest"]
+"""``start`` by name, as public signatures take it (or a :class:`Start`)."""
 
 
 class OnPoison(enum.StrEnum):
@@ -134,6 +144,16 @@ class OnPoison(enum.StrEnum):
             raise InvalidArgumentError(
                 f"on_poison must be 'raise' or 'skip', got {value!r}"
             ) from None
+
+
+OnPoisonName = Literal["raise", "skip"]
+"""``on_poison`` by name, as public signatures take it (or an :class:`OnPoison`)."""
+
+SyncName = Literal["always", "write"]
+"""``sync`` by name (or seconds between background syncs)."""
+
+PlacementName = Literal["spread", "pack"]
+"""``placement``: channels spread over the nodes, or packed on few."""
 
 
 def check_name(value: object, what: str) -> str:
@@ -159,7 +179,7 @@ def shown(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     """An int or a float; a bool is not a number here (``timeout=True`` is a mistake)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -230,6 +250,14 @@ def check_nonnegative_number(value: object, what: str, *, maximum: float = MAX_S
     return check_seconds(value, what, allow_zero=True, maximum=maximum)  # type: ignore[return-value]
 
 
+@overload
+def check_timeout(
+    value: object, what: str, *, allow_none: Literal[False], maximum: float = MAX_SECONDS
+) -> float: ...
+@overload
+def check_timeout(
+    value: object, what: str, *, allow_none: bool = True, maximum: float = MAX_SECONDS
+) -> float | None: ...
 def check_timeout(
     value: object, what: str, *, allow_none: bool = True, maximum: float = MAX_SECONDS
 ) -> float | None:
@@ -382,10 +410,10 @@ class TopicConfig:
         ``retain`` None is the default: False, and True for a compacted topic
         (which refuses ``retain=False``: compaction is what removes its elements).
         """
-        check_name(name, "topic name")
+        name = check_name(name, "topic name")
         namespace = check_namespace(namespace)
-        check_positive_int(channels, "channels", maximum=MAX_CHANNELS)
-        check_positive_int(capacity, "capacity")
+        channels = check_positive_int(channels, "channels", maximum=MAX_CHANNELS)
+        capacity = check_positive_int(capacity, "capacity")
         from raytopic.core.compaction import Compaction  # (it validates with this module)
 
         if compaction is not None and not isinstance(compaction, Compaction):
@@ -394,7 +422,7 @@ class TopicConfig:
             )
         if retain is None:
             retain = compaction is not None
-        check_bool(retain, "retain")
+        retain = check_bool(retain, "retain")
         if compaction is not None and not retain:
             raise InvalidArgumentError(
                 "retain=False cannot go with compaction: a compacted topic keeps its elements "
@@ -408,27 +436,27 @@ class TopicConfig:
         )
         group_names = tuple(g if isinstance(g, str) else g.name for g in groups)
         retention_seconds, retention_bytes = _check_retention(store_retention, store)
-        check_positive_int(default_window, "default_window")
+        default_window = check_positive_int(default_window, "default_window")
         if len(set(group_names)) != len(group_names):
             raise InvalidArgumentError(f"groups has duplicates: {list(group_names)}")
         if compaction is not None and len(group_names) != sum(isinstance(g, str) for g in groups):
             raise GroupModeError(f"topic {name!r} is compacted: it has no shared groups")
         return cls(
-            name=name,  # type: ignore[arg-type]
-            namespace=namespace,  # type: ignore[arg-type]
+            name=name,
+            namespace=namespace,
             topic_id=uuid.uuid4().hex[:16],
-            channels=channels,  # type: ignore[arg-type]
-            capacity=capacity,  # type: ignore[arg-type]
+            channels=channels,
+            capacity=capacity,
             retain=retain,
             ttl=check_timeout(ttl, "ttl", maximum=MAX_RETENTION_SECONDS),
-            overflow=Overflow.parse(overflow),  # type: ignore[arg-type]
+            overflow=Overflow.parse(overflow),
             groups=groups,
             store=_check_store(store),
             sync=check_sync(sync),
             retention_seconds=retention_seconds,
             retention_bytes=retention_bytes,
             placement=_check_placement(placement),
-            default_window=default_window,  # type: ignore[arg-type]
+            default_window=default_window,
             compaction=compaction,
         )
 
@@ -513,7 +541,7 @@ def _check_store(store: object) -> Any:
 def _check_placement(placement: object) -> str:
     if not isinstance(placement, str) or placement not in ("spread", "pack"):
         raise InvalidArgumentError(f"placement must be 'spread' or 'pack', got {shown(placement)}")
-    return placement  # type: ignore[return-value]
+    return placement
 
 
 def check_sync(sync: object) -> str | float:

@@ -287,7 +287,7 @@ class PickledValues(Payload):
         """Unpickle every value."""
         view = memoryview(self.buffer)
         loads = pickle.loads
-        values = []
+        values: list[Any] = []
         append = values.append
         start = self.begin
         for end in self.ends.tolist():
@@ -470,8 +470,8 @@ class PickledList(Payload):
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         whole = self.compact()
         keys = whole._keys
-        data = whole.buffer
-        if isinstance(protocol, int) and protocol >= 5 and len(data) >= OUT_OF_BAND_MIN:
+        data: bytes | memoryview | pickle.PickleBuffer = whole.buffer
+        if isinstance(protocol, int) and protocol >= 5 and len(whole.buffer) >= OUT_OF_BAND_MIN:
             data = pickle.PickleBuffer(data)
         elif type(data) is not bytes:
             data = bytes(data)
@@ -563,9 +563,10 @@ class ArrowRows(Payload):
             return self
         return ArrowRows.from_ipc(self.to_ipc().to_pybytes())
 
-    def to_ipc(self) -> bytes | Any:
-        """The batch as Arrow IPC stream bytes (only this slice's rows: IPC truncates
-        a sliced batch's buffers, where pickling a slice would carry all of them)."""
+    def to_ipc(self) -> Any:
+        """The batch as an Arrow IPC stream in a pyarrow Buffer (only this slice's rows:
+        IPC truncates a sliced batch's buffers, where pickling a slice would carry all of
+        them)."""
         import pyarrow as pa
 
         sink = pa.BufferOutputStream()

@@ -492,7 +492,7 @@ class ReadResultSet(Sequence[Any]):
         )
 
 
-def _unfrozen(record: type) -> type:
+def _unfrozen(record: Any) -> Any:
     """A class with the slots of a frozen record, in which they can be set.
 
     A record built in bulk (an Element, a PublishStatus) is made as one of

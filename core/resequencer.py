@@ -594,7 +594,7 @@ class ResequencedStream:
         self,
         option: Resequence,
         name: str,
-        on_ready: Callable[[], None],
+        on_ready: Callable[[], object],
         on_late: Callable[[Any], None] | None = None,
     ) -> None:
         if not isinstance(option, Resequence):
@@ -682,7 +682,7 @@ class ResequencedStream:
             Up to ``count`` released items, in release order.
         """
         with self._lock:
-            taken = []
+            taken: list[Any] = []
             while self._released and len(taken) < count:
                 taken.append(self._released.popleft())
             return taken

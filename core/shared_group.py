@@ -11,26 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from raytopic.core.config import check_name, check_positive_int, check_timeout
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
 from raytopic.core.user_functions import load_pickled, pickle_function
 
-__all__ = ["GROUP_MODES", "SharedGroup", "check_dead_letter", "check_mode"]
+__all__ = ["GROUP_MODES", "GroupModeName", "SharedGroup", "check_dead_letter", "check_mode"]
 
-GROUP_MODES = ("owned", "shared")
+GroupModeName = Literal["owned", "shared"]
+"""A group's ``mode`` by name."""
+
+GROUP_MODES: tuple[GroupModeName, ...] = ("owned", "shared")
 """``owned``: each channel is read by one member at a time, committed cumulatively.
 ``shared``: any member takes any element, acknowledged one by one."""
 
 ORDERINGS = (None, "key")
 
 
-def check_mode(mode: object) -> str:
+def check_mode(mode: object) -> GroupModeName:
     """A group mode, or InvalidArgumentError naming the choices."""
     if mode not in GROUP_MODES:
         raise InvalidArgumentError(f"mode must be one of {GROUP_MODES}, got {mode!r}")
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 def check_dead_letter(max_deliveries: object, dead_letter: object) -> None:

@@ -223,7 +223,7 @@ def _statuses(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        built = []
+        built: list[PublishStatus] = []
         append = built.append
         # Built like received elements (see _unfrozen): reading every status of
         # a large batch would otherwise cost more than publishing it.
@@ -232,14 +232,14 @@ def _statuses(
             position.topic_id = topic_id
             position.channel = channel
             position.sequence = sequence
-            position.__class__ = Position  # type: ignore[assignment]
+            position.__class__ = Position
             status = _new(_UnfrozenStatus)
             status.channel = channel
             status.position = position
             status.timestamp = timestamp
-            status.__class__ = PublishStatus  # type: ignore[assignment]
+            status.__class__ = PublishStatus
             append(status)
-        return built  # type: ignore[return-value]
+        return built
     finally:
         if collecting:
             gc.enable()

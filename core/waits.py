@@ -11,6 +11,8 @@ at most :data:`LONGEST_WAIT` seconds: a longer setting still holds exactly
 
 from __future__ import annotations
 
+from typing import overload
+
 __all__ = ["LONGEST_WAIT", "bounded_wait"]
 
 LONGEST_WAIT = 3600.0
@@ -18,6 +20,12 @@ LONGEST_WAIT = 3600.0
 limit; a loop woken early finds its deadline not yet reached and waits again)."""
 
 
+@overload
+def bounded_wait(seconds: float) -> float: ...
+@overload
+def bounded_wait(seconds: None) -> None: ...
+@overload
+def bounded_wait(seconds: float | None) -> float | None: ...
 def bounded_wait(seconds: float | None) -> float | None:
     """``seconds`` as a timeout no wait can refuse.
 

@@ -14,12 +14,12 @@ FOLDERS = {
 }
 
 
-def _config() -> dict:
+def pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def test_every_subpackage_folder_is_listed() -> None:
-    setuptools = _config()["tool"]["setuptools"]
+    setuptools = pyproject()["tool"]["setuptools"]
     listed = set(setuptools["packages"])
     found = set()
     for package, folder in setuptools["package-dir"].items():
@@ -29,9 +29,9 @@ def test_every_subpackage_folder_is_listed() -> None:
     assert found == listed
 
 
-def _folder(package: str) -> Path:
+def package_folder(package: str) -> Path:
     """Where setuptools finds ``package``: its own folder, else under its parent's."""
-    dirs = _config()["tool"]["setuptools"]["package-dir"]
+    dirs = pyproject()["tool"]["setuptools"]["package-dir"]
     parts = package.split(".")
     for cut in range(len(parts), 0, -1):
         folder = dirs.get(".".join(parts[:cut]))
@@ -42,18 +42,18 @@ def _folder(package: str) -> Path:
 
 def test_package_data_files_exist() -> None:
     """A data file moved without its package-data entry would be missing from the wheel."""
-    data = _config()["tool"]["setuptools"]["package-data"]
+    data = pyproject()["tool"]["setuptools"]["package-data"]
     missing = [
         f"{package}: {name}"
         for package, names in data.items()
         for name in names
-        if not (_folder(package) / name).is_file()
+        if not (package_folder(package) / name).is_file()
     ]
     assert missing == []
 
 
 def test_package_dirs_are_the_design_folders() -> None:
-    assert _config()["tool"]["setuptools"]["package-dir"] == FOLDERS
+    assert pyproject()["tool"]["setuptools"]["package-dir"] == FOLDERS
 
 
 def test_public_names_resolve() -> None:

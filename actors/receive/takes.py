@@ -81,13 +81,13 @@ class Takes:
                 raise failures[0]
             if errors:
                 if not deliveries:
-                    for error in errors[1:]:
-                        self._tell_once(error)
+                    for told in errors[1:]:
+                        self._tell_once(told)
                     raise errors[0]
                 # Elements were taken elsewhere: deliver them; the skipped
                 # elements are reported by the next receives.
-                for error in errors:
-                    self._tell_once(error)
+                for told in errors:
+                    self._tell_once(told)
             if deliveries:
                 return deliveries
         return []

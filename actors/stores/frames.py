@@ -119,8 +119,8 @@ class RecordRange(NamedTuple):
     """Positions it covers (its elements' count, unless compaction removed some)."""
     stamp: float
     """Its (first element's) time stamp."""
-    count: int
-    """Elements it holds."""
+    elements: int
+    """Elements it holds (not ``count``: a tuple's method has that name)."""
 
 
 def encode_record(batch: StoredBatch) -> list[bytes | memoryview]:

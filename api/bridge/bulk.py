@@ -422,7 +422,9 @@ class _Span(NamedTuple):
     epoch: int
 
 
-def _around_damage(whole: ChannelRange, damage: DamageMap, identity: dict[str, Any]) -> list[_Span]:
+def _around_damage(
+    whole: ChannelRange, damage: DamageMap, identity: Mapping[str, Any]
+) -> list[_Span]:
     """``whole`` cut into the spans to read and the damaged spans between them."""
     spans = []
     first = whole.first

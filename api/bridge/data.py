@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import ray
-from ray.data import Dataset
+from ray.data import DataContext, Dataset
 from ray.data.block import BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
@@ -37,7 +37,15 @@ from raytopic.bridge.bulk import (
 )
 from raytopic.bridge.quiet_data import quiet_dataset, quiet_write
 from raytopic.bridge.streams import AVAILABLE_NOW, MicroBatch, Stream, open_stream
-from raytopic.core.config import OnPoison, check_bool, check_instance, check_timeout
+from raytopic.core.config import (
+    OnPoison,
+    OnPoisonName,
+    Start,
+    StartName,
+    check_bool,
+    check_instance,
+    check_timeout,
+)
 from raytopic.core.errors import InvalidArgumentError, unwrap_ray_error
 from raytopic.core.records import PublishSummary
 from raytopic.topic import Topic
@@ -116,7 +124,7 @@ def read_topic(
     group: str | None = None,
     fail_on_data_loss: bool = True,
     quiet: bool = True,
-    on_poison: str = "raise",
+    on_poison: OnPoison | OnPoisonName = "raise",
 ) -> Dataset:
     """A topic's elements as a Ray Dataset of Arrow blocks, one read task and one
     block (at least) per channel range (see ``raytopic.bridge.bulk.plan_ranges`` for
@@ -184,11 +192,11 @@ def stream(
     group: str,
     trigger: str | float = AVAILABLE_NOW,
     max_rows_per_batch: int = 100_000,
-    start: str = "earliest",
+    start: Start | StartName = "earliest",
     fail_on_data_loss: bool = True,
     timeout: float = 30.0,
     quiet: bool = True,
-    on_poison: str = "raise",
+    on_poison: OnPoison | OnPoisonName = "raise",
 ) -> Stream:
     """A group of ``topic`` as an unbounded source of micro-batches, each a Ray Dataset
     over fixed position ranges (docs/guides/streams.md): Spark Structured Streaming's
@@ -352,7 +360,10 @@ class TopicDatasource(Datasource):
         return None
 
     def get_read_tasks(
-        self, parallelism: int, per_task_row_limit: int | None = None, **_: Any
+        self,
+        parallelism: int,
+        per_task_row_limit: int | None = None,
+        data_context: DataContext | None = None,
     ) -> list[ReadTask]:
         """The tasks fixed when the source was made."""
         topic = self._topic

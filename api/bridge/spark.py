@@ -53,7 +53,7 @@ from raytopic.bridge.spark_session import (
     stop_spark,
 )
 from raytopic.bridge.streams import AVAILABLE_NOW, Stream, open_stream
-from raytopic.core.config import check_instance, check_timeout
+from raytopic.core.config import Start, StartName, check_instance, check_timeout
 from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -252,7 +252,9 @@ class _AppendPartition:
 
         writer_id = self._writer
         if self._version is None:  # one writer per partition; a sink's is the query's
-            writer_id = f"spark:{writer_id}:{TaskContext.get().partitionId()}"
+            task = TaskContext.get()
+            assert task is not None  # (this runs in a Spark task)
+            writer_id = f"spark:{writer_id}:{task.partitionId()}"
         rows: dict[int, int] = {}
         nbytes = 0
         error: str | None = None
@@ -502,7 +504,7 @@ def stream(
     group: str,
     trigger: str | float = AVAILABLE_NOW,
     max_rows_per_batch: int = 100_000,
-    start: str = "earliest",
+    start: Start | StartName = "earliest",
     fail_on_data_loss: bool = True,
     timeout: float = 30.0,
 ) -> Stream:

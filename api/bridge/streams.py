@@ -58,6 +58,8 @@ import ray
 from raytopic.bridge.bulk import ChannelRange, cut_ranges, ring_figures
 from raytopic.bridge.stream_claim import StreamClaim
 from raytopic.core.config import (
+    Start,
+    StartName,
     check_bool,
     check_instance,
     check_name,
@@ -319,7 +321,7 @@ class Stream:
                 self._stepping = False
                 if self._ended:
                     self._claim.end()
-                elif self._behind(batch):
+                elif batch is not None and self._behind(batch):
                     self._plan_ahead()
         if batch is None:
             raise StopIteration
@@ -548,7 +550,7 @@ def open_stream(
     *,
     trigger: Any,
     max_rows_per_batch: int,
-    start: str,
+    start: Start | StartName,
     fail_on_data_loss: bool,
     reader: BatchReader,
     read_ahead: bool = False,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import ray
-from ray.data import Dataset
+from ray.data import DataContext, Dataset
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
@@ -91,7 +91,10 @@ class TableDatasource(Datasource):
         return None
 
     def get_read_tasks(
-        self, parallelism: int, per_task_row_limit: int | None = None, **_: Any
+        self,
+        parallelism: int,
+        per_task_row_limit: int | None = None,
+        data_context: DataContext | None = None,
     ) -> list[ReadTask]:
         """A task per channel."""
         metadata = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)

@@ -105,6 +105,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 import ray
 
@@ -334,9 +335,7 @@ def run_benchmarks(
     add_all(cpu_figures("queue batch", queue, floor, FLOOR_ROLES))
     runs: dict[int, Throughput] = {}
     for count in sorted({channels, 1}, reverse=True):
-        runs[count] = median_throughput(
-            repeat, lambda count=count: topic_throughput(messages, count)
-        )
+        runs[count] = median_throughput(repeat, partial(topic_throughput, messages, count))
         add(
             Figure(
                 f"topic: publish() -> iterate, {count} channel(s)",
@@ -391,9 +390,7 @@ def run_benchmarks(
     )
     add_all(cpu_figures(f"publish_batch -> receive_batch({BATCH}), 1 ch", batch, floor))
     for count in sorted({1, channels}):
-        iterated = median_throughput(
-            repeat, lambda count=count: iter_batches_throughput(messages, count)
-        )
+        iterated = median_throughput(repeat, partial(iter_batches_throughput, messages, count))
         add(
             Figure(
                 f"topic: publish_batch -> iter_batches({BATCH}), "
@@ -440,9 +437,7 @@ def run_benchmarks(
 
     if restart_elements:
         for sync in ("always", "write"):
-            stored = median_throughput(
-                repeat, lambda sync=sync: topic_throughput(messages, channels, sync)
-            )
+            stored = median_throughput(repeat, partial(topic_throughput, messages, channels, sync))
             add(
                 Figure(
                     f'store sync="{sync}": publish() -> iterate, {channels} channel(s)',

@@ -58,7 +58,7 @@ BARE_MAX_CONCURRENCY = 100_000
 event loop set-up, so the bare actors match it)."""
 
 
-def _bare_actor_class() -> type:
+def _bare_actor_class() -> type[Any]:
     """A bare async actor class, made in a function so that Ray ships it by value:
     a bare actor's worker imports no raytopic (a channel's worker has to)."""
 
@@ -96,7 +96,8 @@ def create_bare_actors(count: int, namespace: str) -> tuple[list[Any], list[int]
 def coordinator_pid(topic: Topic) -> int:
     """The process id of a topic's coordinator (asked of the actor itself)."""
     coordinator = ray.get_actor(coordinator_actor_name(topic.name), namespace=topic.namespace)
-    return int(ray.get(coordinator.__ray_call__.remote(lambda _actor: os.getpid())))
+    pid: Any = ray.get(coordinator.__ray_call__.remote(lambda _actor: os.getpid()))
+    return int(pid)
 
 
 def cpu_percents(pids: Sequence[int], seconds: float) -> list[float]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import ray
@@ -148,8 +149,8 @@ def run_shared_benchmarks(
         ("ack per element", messages, 0.0),
         (f"{TASK_SECONDS * 1e3:.0f} ms task per element", task_elements, TASK_SECONDS),
     ):
-        owned = _median(repeat, lambda count=count, task=task: group_rate(count, False, task))
-        shared = _median(repeat, lambda count=count, task=task: group_rate(count, True, task))
+        owned = _median(repeat, partial(group_rate, count, False, task))
+        shared = _median(repeat, partial(group_rate, count, True, task))
         figure = Figure(
             f"shared group: {SHARED_MEMBERS} members, {CHANNELS} ch, {label}",
             shared,

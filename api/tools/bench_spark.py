@@ -160,7 +160,7 @@ def read_times(spark: Any, orders: Any, rows: int, channels: int = CHANNELS) -> 
         topic.destroy()
     blocks = [ray.get(ref) for ref in from_spark_recoverable(orders).to_arrow_refs()]
     release_spark_recoverable(orders)
-    refs = [ray.put(block) for block in blocks]
+    refs: list[Any] = [ray.put(block) for block in blocks]
     theirs = _timed(lambda: aggregate(ray.data.from_arrow_refs(refs).to_spark(spark)))
     return ours, theirs
 

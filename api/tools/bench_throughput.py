@@ -185,7 +185,7 @@ def topic_throughput(count: int, channels: int, sync: str | None = None) -> Thro
     subscriber); with ``sync``, on a topic with the embedded store (in a temporary
     directory)."""
     with tempfile.TemporaryDirectory(prefix="raytopic-bench-") as directory:
-        store = {} if sync is None else {"store": directory, "sync": sync}
+        store: dict[str, Any] = {} if sync is None else {"store": directory, "sync": sync}
         topic = create_topic(_name("thr"), channels=channels, capacity=max(count, 1), **store)
         what = f"publish() -> iterate, {channels} channel(s)"
         return _topic_run(topic, count, _publish_loop, _consume_loop, what)
@@ -335,8 +335,7 @@ FLOOR_TAKE_WAIT = 10.0
 called again): long enough to be rare, short enough that a lost producer shows."""
 
 
-@ray.remote(num_cpus=0, concurrency_groups={"take": 1})
-class _FloorActor:
+class _Floor:
     """Ray's floor: the least a channel could do, a deque of batches in a plain actor.
 
     A ``take`` waits for a batch in its own thread (its concurrency group) while
@@ -358,6 +357,10 @@ class _FloorActor:
         with self._ready:
             self._ready.wait_for(lambda: self._batches, timeout=FLOOR_TAKE_WAIT)
             return self._batches.popleft() if self._batches else []
+
+
+_FloorActor = ray.remote(_Floor).options(num_cpus=0, concurrency_groups={"take": 1})
+"""The floor's actor class (its ``take`` calls one at a time, apart from its puts)."""
 
 
 def _floor_put(actor: Any, count: int, first: int = 0) -> tuple[None, float]:
@@ -384,7 +387,7 @@ def floor_throughput(count: int) -> Throughput:
     """Ray's floor: the batches of the batch API (BATCH small dicts each) through one
     plain actor, put pipelined (BATCHES_IN_FLIGHT) by a producer task and taken one
     at a time by a consumer task."""
-    actor = _FloorActor.remote()
+    actor: Any = _FloorActor.remote()  # Ray types its methods as plain functions
     try:
         ray.get([_floor_produce.remote(actor, BATCH), _floor_consume.remote(actor, BATCH)])
         result, id_sums = measure_run(

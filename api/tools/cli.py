@@ -183,7 +183,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _admin_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _admin_commands(commands: argparse._SubParsersAction) -> None:
     """The commands that attach to a running cluster, each with the shared options."""
     cluster = argparse.ArgumentParser(add_help=False)
     _cluster_options(cluster, "the cluster (default auto: RAY_ADDRESS, else the local one)")

@@ -58,8 +58,10 @@ def run_demo(
     name = f"demo-orders-{uuid.uuid4().hex[:6]}"
     topic = create_topic(name, channels=CHANNELS, store=store, groups=[GROUP])
     say(f"topic {name!r}: {CHANNELS} channels, stored under {store}, group {GROUP!r}")
-    ledger = Ledger.remote()
-    members = [Consumer.remote(topic, GROUP, ledger) for _ in range(MEMBERS)]
+    # Handles typed Any: Ray types an actor's methods as the plain functions.
+    ledger: Any = ray.remote(Ledger).options(num_cpus=0).remote()
+    consumer = ray.remote(Consumer).options(num_cpus=0, max_concurrency=2)
+    members: list[Any] = [consumer.remote(topic, GROUP, ledger) for _ in range(MEMBERS)]
     try:
         ray.get([member.channels.remote() for member in members])  # all have joined
         runs = [member.run.remote() for member in members]

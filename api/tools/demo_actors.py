@@ -32,7 +32,6 @@ _BATCH = 4096
 """Elements a consumer asks for at once."""
 
 
-@ray.remote(num_cpus=0)
 class Ledger:
     """Totals per customer, and per channel the positions counted (contiguous from
     the channel's first)."""
@@ -89,7 +88,6 @@ class Ledger:
         }
 
 
-@ray.remote(num_cpus=0, max_concurrency=2)
 class Consumer:
     """One member of the group: receives, records in the ledger, commits."""
 

@@ -367,8 +367,8 @@ def _add_elements(
         element._origin = origin
         element.delivery_count = count
         element.key = key
-        element.__class__ = Element  # type: ignore[assignment]
-        append(element)  # type: ignore[arg-type]
+        element.__class__ = Element
+        append(element)
 
 
 # -- poison elements (see raytopic.actors.poison) ---------------------------------
