@@ -32,6 +32,7 @@ import contextlib
 import threading
 import time
 import uuid
+import weakref
 import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -270,6 +271,8 @@ class Receives:
         self._host_refs: deque[tuple[ray.ObjectRef[list[Element]], _Era]] = deque()
         self._iterations = 0  # iterations begun (part of an era)
         self._buffer: deque[Element] = deque()  # elements an iteration left over
+        # Not at exit: Ray may be shut down by then, and reports nothing more.
+        weakref.finalize(self, _let_go, self._reads, self._host_refs).atexit = False
 
     # -- the user's receives -------------------------------------------------------------
 
@@ -663,6 +666,20 @@ class _HostIteration(_Iteration):
         if not elements and (receives.stopped or (receives.complete_on_empty and not older)):
             return None
         return elements
+
+
+def _let_go(
+    reads: dict[int, _ChannelReads], host_refs: deque[tuple[ray.ObjectRef[Any], _Era]]
+) -> None:
+    """The receives an iteration still had in flight when its subscriber went (left with
+    ``break``, closed or not): each reply is read and dropped when it comes. Unread, a
+    reply that failed (its topic was destroyed meanwhile) would be printed by Ray as an
+    "Unhandled error" traceback once its ref is gone."""
+    refs = [ref for channel in reads.values() for ref, _ in channel.refs]
+    refs += [ref for ref, _ in host_refs]
+    with contextlib.suppress(Exception):  # Ray shut down by the user: nothing to read
+        for ref in refs:
+            ref.future()  # reads the reply when it comes: a failure counts as read
 
 
 def _get(ref: ray.ObjectRef[Any], topic: Topic) -> Any:

@@ -99,6 +99,7 @@ reported as met or short, and ``format_verdict`` sums a run up in one line.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import tempfile
@@ -504,7 +505,10 @@ def format_verdict(figures: Iterable[Figure]) -> str:
 
 
 def local_ray(num_cpus: int | None = None) -> None:
-    """Start an embedded Ray on loopback if none is running (for bench and demo)."""
+    """Start an embedded Ray on loopback if none is running (for bench and demo),
+    without the lines Ray prints as it starts one: "Started a local Ray instance"
+    and that token authentication is on by default, which a tool's first run shows
+    above its own first line. Ray's warnings afterwards are printed as ever."""
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -516,4 +520,6 @@ def local_ray(num_cpus: int | None = None) -> None:
         include_dashboard=False,
         log_to_driver=False,
         namespace="raytopic-bench",
+        logging_level=logging.ERROR,  # the "ray" logger, while it starts
     )
+    logging.getLogger("ray").setLevel(logging.WARNING)
