@@ -359,7 +359,8 @@ class _Floor:
             return self._batches.popleft() if self._batches else []
 
 
-_FloorActor = ray.remote(_Floor).options(num_cpus=0, concurrency_groups={"take": 1})
+# Options given to ray.remote itself: .options() refuses concurrency_groups.
+_FloorActor = ray.remote(num_cpus=0, concurrency_groups={"take": 1})(_Floor)
 """The floor's actor class (its ``take`` calls one at a time, apart from its puts)."""
 
 
