@@ -80,6 +80,7 @@ class SiblingWaits:
         self._receiving = receiving
         self._poke = poke
         self._watches: dict[int, asyncio.Task[None]] = {}
+        self._watched: dict[int, CursorState | None] = {}  # channel -> what its watch knew
         self._fetches: dict[int, asyncio.Future[Any]] = {}  # channel -> its fetch
         self._fetched: list[Delivery] = []  # what fetches brought for the waiting receive
 
@@ -96,9 +97,20 @@ class SiblingWaits:
     # -- watches -----------------------------------------------------------------------
 
     def watch(self, channel: int, known: CursorState | None) -> None:
-        """Watch ``channel`` until its cursor differs from ``known`` (once at a time)."""
-        if channel not in self._watches:
-            self._watches[channel] = asyncio.ensure_future(self._watch(channel, known))
+        """Watch ``channel`` until its cursor differs from ``known`` (once at a time).
+
+        A watch still out for an older state is replaced: the state it waits to
+        change from may be the one the channel is back at (a shared group's
+        elements taken since, then acknowledged), so it would wait its whole
+        timeout while the window counts holds that are gone.
+        """
+        out = self._watches.get(channel)
+        if out is not None:
+            if self._watched[channel] == known:
+                return
+            out.cancel()  # its caller stops waiting; the channel ends it at its timeout
+        self._watched[channel] = known
+        self._watches[channel] = asyncio.ensure_future(self._watch(channel, known))
 
     def stop_watch(self, channel: int) -> None:
         watch = self._watches.pop(channel, None)

@@ -58,7 +58,8 @@ def delivery(
 class FakeChannel:
     """A channel's end of a port: elements up to ``tail``, the reader's read position
     ``next`` under jump count ``jumps``; a take waits while ``release`` is clear;
-    ``refuse`` makes every call raise it."""
+    ``refuse`` makes every call raise it; a watch whose ``known`` is the state now
+    waits while ``settle`` is clear."""
 
     def __init__(self, channel: int, available: int = 2) -> None:
         self.channel = channel
@@ -69,6 +70,8 @@ class FakeChannel:
         self.requests: list[ChannelRequest] = []
         self.release = asyncio.Event()
         self.release.set()
+        self.settle = asyncio.Event()
+        self.settle.set()
         self.refuse: BaseException | None = None
 
     @property
@@ -113,6 +116,8 @@ class FakeChannel:
                 shared=self.shared,
             )
         if isinstance(request, Watch):
+            if request.known == self.state(request.reader_id):
+                await self.settle.wait()
             return self.state(request.reader_id)
         return True
 

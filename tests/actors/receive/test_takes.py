@@ -14,7 +14,7 @@ from raytopic.actors.receive.takes import Takes
 from raytopic.actors.receive.view import OwnedView
 from raytopic.actors.receive.waits import SiblingWaits
 from raytopic.core.errors import ChannelFailedError, NotOwnerError, StaleSequenceError
-from raytopic.core.protocol import Delivery, Take
+from raytopic.core.protocol import CursorState, Delivery, Take, Watch
 
 from tests.actors.receive.fake_channels import FakeChannel, run, turns
 
@@ -185,6 +185,29 @@ def test_a_watch_brings_the_cursor_state_and_pokes() -> None:
         await turns()
         assert session.view.known[1].available and session.pokes == 1
         assert len(session.channels[1].requests) == 1
+
+    run(main)
+
+
+def test_a_watch_out_for_an_older_state_is_replaced() -> None:
+    # A shared member's host watched a sibling while it held nothing there, then took
+    # elements there (its window full) and the member acknowledged them: the sibling is
+    # back at the state the first watch waits to change from. Before, no new watch went
+    # out (one at a time): the receive waited the first watch's whole 10 s timeout.
+    async def main() -> None:
+        session = Session()
+        channel = session.channels[1]
+        channel.settle.clear()
+        now = channel.state("r")
+        session.waits.watch(1, now)
+        session.waits.watch(1, now)  # one at a time while it knows the same state
+        await turns()
+        assert [w.known for w in channel.sent(Watch)] == [now] and 1 not in session.view.known
+        holding = CursorState(now.next + 4, now.committed + 4, now.tail, 0, unacked=4)
+        session.waits.watch(1, holding)  # what it learned since (a take there)
+        await turns()
+        assert [w.known for w in channel.sent(Watch)] == [now, holding]
+        assert session.view.known[1] == now and session.pokes == 1
 
     run(main)
 
