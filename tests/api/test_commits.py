@@ -1,5 +1,5 @@
 """Commits, seeks, flow control, retention and describe() of subscriber groups,
-against a real Ray (DESIGN 5.1, 5.3, 5.6; seed 000 commit and seek rules)."""
+against a real Ray (docs/guides/subscribe.md; seed 000 commit and seek rules)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compacted topics against a real Ray (DESIGN 5.10): keys required, deletes as
+"""Compacted topics against a real Ray (docs/guides/compacted-topics.md): keys required, deletes as
 tombstones, and Kafka's four guarantees of compaction."""
 
 from __future__ import annotations

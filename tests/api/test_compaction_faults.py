@@ -1,7 +1,7 @@
-"""A compacted channel SIGKILLed while it compacts, again and again (DESIGN 5.10): it
-recovers the old set of segments or the new one, never a mix; no acknowledged element
-that nothing superseded is lost; positions and order never change; and a deleted key
-never comes back (nats-server#8505).
+"""A compacted channel SIGKILLed while it compacts, again and again
+(docs/guides/compacted-topics.md): it recovers the old set of segments or the new one,
+never a mix; no acknowledged element that nothing superseded is lost; positions and
+order never change; and a deleted key never comes back (nats-server#8505).
 
 The channel's store is the embedded segment log with small segments (64 KiB: a pass
 rewrites dozens of files at once, so a swap that were not atomic would show), made by

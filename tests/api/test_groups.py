@@ -1,5 +1,5 @@
 """Subscriber groups against a real Ray: membership, sticky balanced assignment,
-ownership listeners, and who gets which value (DESIGN 5.1, 5.6)."""
+ownership listeners, and who gets which value (docs/guides/subscribe.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Keys kept with every element (DESIGN 5.10), against a real Ray: ``Element.key`` on
+"""Keys kept with every element (docs/guides/publish.md), against a real Ray: ``Element.key`` on
 every way in (publish, publish_batch, a transaction, Arrow rows) and out (receive,
 iteration, a group, a ring buffer read back through a store restart, read_topic)."""
 

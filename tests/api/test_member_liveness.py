@@ -1,4 +1,4 @@
-"""What keeps a group member alive (issue 52 item 2, DESIGN 5.6): its receives and
+"""What keeps a group member alive (issue 52 item 2, docs/guides/subscribe.md): its receives and
 heartbeats, and also its ``extend_lease``, acks and nacks, wherever they are made
 (the member's handle, or a task holding its elements). A member that only extends
 its holds keeps them past its ``timeout``; one that goes quiet loses them, and its

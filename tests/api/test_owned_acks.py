@@ -1,6 +1,6 @@
 """An owned group's elements acknowledged one by one (``Element.ack``), as a fan-out
 of received refs into Ray tasks does it: real Ray, real tasks that fail, a channel
-SIGKILLed with a store, a member that loses its channel (DESIGN 5.6 "What users do
+SIGKILLed with a store, a member that loses its channel (docs/guides/subscribe.md; "What users do
 without reading twice").
 
 The group's commit advances over the contiguous prefix of done elements only: an

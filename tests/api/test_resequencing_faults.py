@@ -1,5 +1,5 @@
 """A resequencing group member's commits, through closes, kills and a host channel's
-restart (real Ray, real processes; DESIGN 5.6 "What users do without reading twice").
+restart (real Ray, real processes; docs/guides/ring-buffer-and-resequencing.md).
 
 A resequencer hands elements over out of position order, so a commit of an element
 must not pass an earlier element of its channel still held back: each test has a

@@ -1,4 +1,5 @@
-"""Group resets (Pulsar-style seek of a whole group) against a real Ray (DESIGN 5.4, 5.6)."""
+"""Group resets (Pulsar-style seek of a whole group) against a real Ray
+(docs/guides/seek-and-reset.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``Topic.ringbuffer(c)`` against real channel actors: Hazelcast Ringbuffer semantics
-(DESIGN 5.2 and 5.6, seed 002)."""
+(docs/guides/ring-buffer-and-resequencing.md, seed 002)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Serve task state survives (issue 47 item 2, DESIGN 5.11): statuses and results live
+"""Serve task state survives (issue 47 item 2, docs/architecture.md): statuses and results live
 on the queue's task log, not in the board actor's memory. Every actor of a queue is
 SIGKILLed (the board, the queue's and the task log's channels and coordinators);
 nothing is forgotten, no finished task runs again, a cancelled task never runs,

@@ -1,4 +1,4 @@
-"""Shared groups against a real Ray (issue 14, DESIGN 5.3): any member takes any
+"""Shared groups against a real Ray (issue 14, docs/guides/shared-groups.md): any member takes any
 element, acknowledges it alone; window, redelivery, dead letters, leases, key
 order, retention, describe, and the bad inputs. Deliveries are counted as DESIGN
 8 says: lost = 0, and only what was not acknowledged is delivered again."""

@@ -1,4 +1,4 @@
-"""Streams under real faults (DESIGN 5.8, 5.11): a driver SIGKILLed mid-batch and
+"""Streams under real faults (docs/guides/streams.md): a driver SIGKILLed mid-batch and
 started again, channels and the coordinator SIGKILLed during a stream on a stored
 topic, a lead channel SIGKILLed as it commits a batch, and a damaged stored record.
 Each checks, with a sink that overwrites by batch id, that the output is exactly the
@@ -165,7 +165,7 @@ def test_a_damaged_record_fails_the_stream_or_is_read_around_as_fail_on_data_los
     assert topic.describe().groups["g"].channels[0].committed.sequence == 99
 
 
-# -- who consumes the group: the coordinator's claim (DESIGN 5.11) -------------------------
+# -- who consumes the group: the coordinator's claim (docs/architecture.md) ------------------------
 
 
 def test_a_coordinator_killed_while_a_stream_holds_its_group_still_refuses_members(

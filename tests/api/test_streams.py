@@ -1,4 +1,4 @@
-"""Streams of micro-batches against a real Ray: ``raytopic.data.stream`` (DESIGN 5.8).
+"""Streams of micro-batches against a real Ray: ``raytopic.data.stream`` (docs/guides/streams.md).
 The faults (SIGKILLed drivers, channels, coordinators; damaged records) are in
 ``test_stream_faults.py``; the Spark form in ``test_spark.py``."""
 

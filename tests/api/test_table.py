@@ -1,6 +1,7 @@
-"""Table views (``Topic.table()``, DESIGN 5.10) against a real Ray: whole when made,
-``refresh()`` that waits for what it promises, listeners in order per key, views made
-in tasks and actors and passed to them, bad input, and ``raytopic.data.read_table``."""
+"""Table views (``Topic.table()``, docs/guides/compacted-topics.md) against a real Ray:
+whole when made, ``refresh()`` that waits for what it promises, listeners in order per
+key, views made in tasks and actors and passed to them, bad input, and
+``raytopic.data.read_table``."""
 
 from __future__ import annotations
 

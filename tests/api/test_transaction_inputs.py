@@ -1,8 +1,9 @@
-"""An abort loses nothing, whatever the order of the calls (DESIGN 5.7), against a real
-Ray: the docs' consume-transform-produce loop in each way of receiving (iter_batches,
-receive_batch, receive), with each way a transaction aborts (an exception before or
-after ``commit_consumed``, ``tx.abort()``, a failed commit), in one thread and in two
-members' threads; commits of what an abort gave back; a member in another process."""
+"""An abort loses nothing, whatever the order of the calls (docs/guides/transactions.md),
+against a real Ray: the docs' consume-transform-produce loop in each way of receiving
+(iter_batches, receive_batch, receive), with each way a transaction aborts (an exception
+before or after ``commit_consumed``, ``tx.abort()``, a failed commit), in one thread and
+in two members' threads; commits of what an abort gave back; a member in another
+process."""
 
 from __future__ import annotations
 
