@@ -122,6 +122,7 @@ from raytopic.core.protocol import (
     ReadGroupMarks,
     ReadHandOverMark,
     ReadMany,
+    ReadNewest,
     ReadOne,
     ReadOpeningError,
     ReadRange,
@@ -543,6 +544,11 @@ class ChannelActor:
         """Bulk read for ``raytopic.data`` and ``raytopic.spark`` (see
         :meth:`RingbufferApi.read_range`)."""
         return self._ring_api.read_range(request.start, request.stop, request.max_count)
+
+    @serves(ReadNewest, Admit.NOW)
+    async def _read_newest(self, _: ReadNewest) -> Chunk | None:
+        """The newest element, even if removed (see :meth:`RingbufferApi.newest`)."""
+        return self._ring_api.newest()
 
     # -- publishing ------------------------------------------------------------
 

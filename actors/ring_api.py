@@ -16,7 +16,7 @@ from raytopic.actors.reader_parts import check_sequence, pick
 from raytopic.actors.segment_ring import Run
 from raytopic.core.config import Overflow
 from raytopic.core.errors import DataLossError, InvalidArgumentError, StoreError
-from raytopic.core.payloads import Payload
+from raytopic.core.payloads import DamagedElements, Payload
 from raytopic.core.protocol import Chunk, RawReadResult, poison_error
 from raytopic.core.user_functions import load_pickled
 
@@ -145,6 +145,17 @@ class RingbufferApi:
         check_sequence(max_count, "max_count")
         runs = self._log.read_span(start, stop, max_count)
         return tuple(run.chunk() for run in runs)
+
+    def newest(self) -> Chunk | None:
+        """The last element appended since this channel started, even if it was
+        removed since: a bulk read with nothing in range learns its columns from it
+        (a topic that does not retain, whose groups committed everything). None
+        before the first append, or for a damaged record's placeholder."""
+        newest = self._log.ring.newest_element()
+        if newest is None or isinstance(newest[2], DamagedElements):
+            return None
+        sequence, stamp, payload = newest
+        return Chunk(sequence, stamp, payload)
 
 
 def check_payload(payload: Any) -> Payload:

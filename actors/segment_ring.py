@@ -154,6 +154,7 @@ class SegmentRing:
         self._held = 0  # elements at sequences head..tail (compaction leaves gaps)
         self._expired_below = first_sequence
         self._last_stamp = 0.0
+        self._newest: _Segment | None = None  # the last append's, kept after its removal
 
     # -- sizes ---------------------------------------------------------------
 
@@ -211,7 +212,8 @@ class SegmentRing:
         stamp = max(self._clock() if stamp is None else stamp, self._last_stamp)
         self._last_stamp = stamp
         first = self._tail + 1
-        self._segments.append(_Segment(first, stamp, payload))
+        self._newest = _Segment(first, stamp, payload)
+        self._segments.append(self._newest)
         self._firsts.append(first)
         self._tail += count
         self._held += count
@@ -237,7 +239,8 @@ class SegmentRing:
             raise ValueError(f"sequence {first} is not after the tail {self._tail}")
         last = first + len(payload) - 1 if sequences is None else int(sequences[-1])
         self._last_stamp = max(self._last_stamp, stamp if stamps is None else float(stamps[-1]))
-        self._segments.append(_Segment(first, stamp, payload, sequences, stamps))
+        self._newest = _Segment(first, stamp, payload, sequences, stamps)
+        self._segments.append(self._newest)
         self._firsts.append(first)
         self._tail = last
         self._held += len(payload)
@@ -250,6 +253,20 @@ class SegmentRing:
         self.evict_to(self._tail + 1)
         self._head = max(sequence, self._tail + 1)
         self._tail = self._head - 1
+
+    def newest_element(self) -> tuple[int, float, Payload] | None:
+        """The last element appended in this process (its sequence, stamp and value),
+        even once it was removed (committed by every group of a topic that does not
+        retain, expired, purged): what a read with nothing in range learns its
+        columns from. The last batch stays referenced until the next append; None
+        before the first append (a restarted channel's recovered ones count)."""
+        newest = self._newest
+        if newest is None:
+            return None
+        count = len(newest.payload)
+        last = newest.first + count - 1 if newest.sequences is None else int(newest.sequences[-1])
+        stamp = newest.stamp if newest.stamps is None else float(newest.stamps[-1])
+        return last, stamp, newest.payload.slice(count - 1, count)
 
     def stamp_of_last_append(self) -> float:
         """Time stamp given to the most recent append."""

@@ -35,6 +35,7 @@ from raytopic.bridge.arrow_tables import (
     round_robin,
     split_by_channel,
     to_utc,
+    unify,
 )
 from raytopic.core.config import check_bool, check_instance, check_name, check_timeout
 from raytopic.core.destroyed import topic_calls
@@ -54,6 +55,7 @@ from raytopic.core.protocol import (
     Chunk,
     FirstAfter,
     ReadGroupCursors,
+    ReadNewest,
     ReadRange,
     ReadRingFigures,
     RingFigures,
@@ -74,6 +76,7 @@ __all__ = [
     "chunk_stop",
     "chunk_table",
     "cut_ranges",
+    "empty_read_schema",
     "plan_ranges",
     "read_range",
     "route",
@@ -677,6 +680,29 @@ def _read_range(actor: Any, start: int, stop: int) -> ray.ObjectRef[tuple[Chunk,
     """One bulk read call: up to ``READ_CALL_ROWS`` elements of ``[start, stop)``."""
     read = ReadRange(start=start, stop=stop, max_count=READ_CALL_ROWS)
     return actor.request.remote(pack_request(read))
+
+
+def empty_read_schema(topic: Topic, channels: Iterable[int] | None = None) -> pa.Schema | None:
+    """The columns of a read with nothing in its ranges, learned from each channel's
+    newest element even if it was removed (a topic that does not retain, whose groups
+    committed everything, still has its values' columns); None where no channel has
+    appended since it started, or the columns do not fit one schema."""
+    picked = range(topic.channel_count) if channels is None else sorted(set(channels))
+    actors = topic._channel_actors
+    with topic_calls(topic.topic_id, topic.name):
+        newest = ray.get([actors[c].request.remote(pack_request(ReadNewest())) for c in picked])
+    tables = [
+        chunk_table(topic.topic_id, channel, chunk, skip_poison=True)
+        for channel, chunk in zip(picked, newest, strict=True)
+        if chunk is not None
+    ]
+    tables = [table for table in tables if table.num_rows]
+    if not tables:
+        return None
+    try:
+        return unify(tables)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
 
 
 def ring_figures(actor: Any) -> ray.ObjectRef[RingFigures]:

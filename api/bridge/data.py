@@ -32,6 +32,7 @@ from raytopic.bridge.bulk import (
     BulkWriter,
     ChannelRange,
     check_key_column,
+    empty_read_schema,
     plan_ranges,
     read_range,
 )
@@ -161,6 +162,10 @@ def read_topic(
         fail_on_data_loss=fail_on_data_loss,
     )
     check_bool(quiet, "quiet")
+    if not ranges:  # nothing to read: the columns still are the values'
+        empty = empty_table(empty_read_schema(topic, channels))
+        dataset = ray.data.from_arrow(empty)
+        return quiet_dataset(dataset) if quiet else dataset
     return ranges_dataset(topic, ranges, quiet=quiet, skip_poison=skip_poison)
 
 

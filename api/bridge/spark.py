@@ -42,6 +42,7 @@ from raytopic.bridge.bulk import (
     BulkWriter,
     ChannelRange,
     check_key_column,
+    empty_read_schema,
     plan_ranges,
     read_range,
 )
@@ -426,6 +427,11 @@ def read_topic(
         group=group,
         fail_on_data_loss=fail_on_data_loss,
     )
+    if not ranges:  # nothing to read: the columns still are the values'
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        schema = empty_read_schema(topic, channels) or empty_table().schema
+        return spark.createDataFrame([], from_arrow_schema(schema))
     return ranges_dataframe(spark, topic, ranges)
 
 

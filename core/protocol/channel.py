@@ -36,6 +36,7 @@ __all__ = [
     "ReadCursor",
     "ReadMany",
     "ReadOne",
+    "ReadNewest",
     "ReadRange",
     "ReadHandOverMark",
     "ReadResequencerStats",
@@ -278,6 +279,11 @@ class ReadRange(NamedTuple):
     max_count: int
 
 
+class ReadNewest(NamedTuple):
+    """The channel's newest element, even if removed (a read's columns when nothing
+    is in its ranges)."""
+
+
 class ReadResequencerStats(NamedTuple):
     """The resequencer counts of the reader's receive session here."""
 
@@ -337,6 +343,7 @@ ChannelRequest = (
     | ReadOne
     | ReadMany
     | ReadRange
+    | ReadNewest
     | ReadResequencerStats
     | ReadHandOverMark
     | InterruptReceives
@@ -366,6 +373,7 @@ CHANNEL_REQUESTS = (
     ReadOne,
     ReadMany,
     ReadRange,
+    ReadNewest,
     ReadResequencerStats,
     ReadHandOverMark,
     InterruptReceives,

@@ -53,6 +53,21 @@ def flatten(runs: list[Run]) -> list[tuple[int, float, Any]]:
 # -- sizes and sequences -----------------------------------------------------
 
 
+def test_the_newest_element_outlives_its_removal_until_the_next_append() -> None:
+    clock = Clock()
+    ring = SegmentRing(5, clock=clock)
+    assert ring.newest_element() is None  # nothing appended yet
+    ring.append(Values(["a", "b"]), overwrite=False)
+    clock.now += 1
+    ring.append(Values(["c", "d"]), overwrite=False)
+    ring.evict_to(4)  # every element removed (committed, say)
+    assert ring.size == 0
+    sequence, stamp, payload = ring.newest_element()  # type: ignore[misc]
+    assert (sequence, stamp, list(payload)) == (3, 1001.0, ["d"])
+    ring.append_at(Values(["e"]), 7, 1002.0)  # a store's record (on recovery)
+    assert ring.newest_element()[0] == 7  # type: ignore[index]
+
+
 def test_fresh_buffer_is_empty_with_head_zero_and_tail_minus_one() -> None:
     ring = SegmentRing(5)
     assert (ring.head, ring.tail, ring.size, ring.room(), ring.capacity) == (0, -1, 0, 5, 5)

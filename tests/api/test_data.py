@@ -136,6 +136,27 @@ def test_an_empty_topic_reads_as_an_empty_dataset(empty_topic: rt.Topic) -> None
     assert rd.write_topic(ray.data.from_items([]), topic).rows == 0
 
 
+def test_a_topic_whose_group_committed_everything_reads_empty_with_its_columns(
+    make_topic: Callable[..., rt.Topic],
+) -> None:
+    # retain=False removes what every group committed; before, the read had only
+    # key/channel/position/timestamp and sum("amount") failed far from the cause.
+    topic = make_topic(channels=2, groups=["g"], retain=False)
+    rd.write_topic(_orders(6), topic)  # Arrow rows
+    with topic.publisher() as publisher:
+        publisher.publish({"id": 6, "customer": "c6", "amount": 1.5})  # a dict
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        for batch in member.iter_batches(100):
+            batch.commit()
+    assert topic.describe().groups["g"].lag == 0
+    assert all(channel.size == 0 for channel in topic.describe().channels)  # removed
+    for dataset in (rd.read_topic(topic), rd.read_topic(topic, channels=[0, 1])):
+        assert dataset.count() == 0
+        names = dataset.schema().names
+        assert {"id", "customer", "amount", "channel", "position"} <= set(names)
+        assert dataset.sum("amount") is None  # no rows, but the column is there
+
+
 def test_reads_take_channels_start_end_and_a_groups_uncommitted_rows(
     shared_topic: rt.Topic, unique_name: Callable[[str], str]
 ) -> None:

@@ -178,6 +178,22 @@ def test_empty_dataframes_and_topics(spark: Any, make_topic: Callable[..., rt.To
     assert back.columns == ["key", "channel", "position", "timestamp"]
 
 
+def test_a_topic_whose_group_committed_everything_reads_empty_with_its_columns(
+    spark: Any, make_topic: Callable[..., rt.Topic]
+) -> None:
+    topic = make_topic(channels=2, groups=["g"], retain=False)
+    orders = spark.range(4).select(F.col("id"), (F.col("id") * 0.5).alias("amount"))
+    assert rs.publish_dataframe(topic, orders).rows == 4
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        for batch in member.iter_batches(100):
+            batch.commit()  # retain=False: removed once committed
+    assert topic.describe().groups["g"].lag == 0
+    back = rs.read_topic(spark, topic)
+    # Before: only key/channel/position/timestamp, and the sum failed in analysis.
+    assert {"id", "amount"} <= set(back.columns)
+    assert back.agg(F.sum("amount")).first()[0] is None
+
+
 def test_reads_take_channels_start_end_and_a_group(
     spark: Any, make_topic: Callable[..., rt.Topic]
 ) -> None:
