@@ -62,17 +62,15 @@ def test_the_python_demo_runs_without_spark(ray_cluster: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "published 3,000 orders" in result.stdout
     assert "verdict: PASS" in result.stdout
-    _says_its_channel_kill_and_ray_does_not_call_it_a_crash(result)
+    _says_in_its_own_words_that_it_kills_a_channel(result)
 
 
-def _says_its_channel_kill_and_ray_does_not_call_it_a_crash(
+def _says_in_its_own_words_that_it_kills_a_channel(
     result: subprocess.CompletedProcess[str],
 ) -> None:
-    # Ray's report of the killed worker (printed by the demo's driver, which made
-    # the channel) names the OOM killer: the demo keeps it off its console, and
-    # says in its own words, first, that the kill is on purpose.
-    printed = result.stdout + result.stderr
-    assert "worker died" not in printed and "OOM" not in printed, printed[-3000:]
+    # First, that the kill is on purpose: Ray's report of the killed worker names the
+    # OOM killer (the demo kills inside worker_death_reports_off, which holds Ray's
+    # reports off: tests/api/test_quiet_run.py checks it, not Ray's lines here).
     lines = result.stdout.splitlines()
     announced = next(i for i, line in enumerate(lines) if "killing channel 0 on purpose" in line)
     killed = next(i for i, line in enumerate(lines) if line.startswith("killed channel 0"))
