@@ -3,6 +3,7 @@ machinery, shared with ``tests/test_docs.py``: ``tests/markdown_blocks.py``)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,13 @@ def test_a_block_that_is_an_example_script_is_it_verbatim(block: Block) -> None:
 @pytest.mark.parametrize("block", run_cases(BLOCKS))
 def test_the_block_runs(block: Block, ray_cluster: str, ray_session: None, tmp_path: Path) -> None:
     run_block(block, ray_cluster, tmp_path)
+
+
+def test_every_link_of_the_readme_reaches_a_file() -> None:
+    """The landing page's links into the docs and the examples (the docs' own links
+    are checked by ``mkdocs build --strict``: tests/test_docs.py)."""
+    text = README.read_text()
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    assert len(targets) >= 10
+    missing = [target for target in targets if not (ROOT / target).is_file()]
+    assert missing == []
