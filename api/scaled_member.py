@@ -20,6 +20,11 @@ one group member (a :class:`~raytopic.Subscriber`) and runs one loop:
 
 ``stop()`` ends the loop after the batch in hand is finished, then leaves the
 group: its channels go to the other members, after its commits.
+
+A member is made *parked* (its process started, its handler loaded, no group
+joined: it holds no channel, and reserves no CPU if its options ask for none) and
+joins when ``join()`` is called: an autoscaler keeps a few parked so that a burst
+does not wait for new worker processes. A stopped member is parked again.
 """
 
 from __future__ import annotations
@@ -99,7 +104,9 @@ class ScaledMemberActor:
         self._handler = load_pickled(handler, "handler")
         self._name = name_of(self._handler)
         self._topic = topic
+        self._group_spec = group
         self._group = group if isinstance(group, str) else group.name
+        self._mode = mode
         self._batch_size = settings.batch_size
         self._shared = mode == "shared"
         self._deliveries = Deliveries(settings.max_deliveries)
@@ -109,29 +116,53 @@ class ScaledMemberActor:
         self._failures = 0  # failed handler calls in a row
         self._retry_at = 0.0  # monotonic time before which no batch is received
         self._scaler: Any = None  # found when a failure is first reported
-        self._subscriber: Subscriber = topic.subscriber(
-            group=group,
-            mode=mode,
-            complete_on_empty=True,
-            timeout=MEMBER_TIMEOUT,
-            cooperative=not self._shared,
-        )
+        self._lock = threading.Lock()  # join and stop
+        self._subscriber: Subscriber | None = None  # None: parked
         self._stopping = threading.Event()
         self._finished = threading.Event()
-        self._loop = threading.Thread(target=self._run, name="raytopic-member", daemon=True)
-        self._keepalive = threading.Thread(target=self._beat, name="raytopic-beat", daemon=True)
+        self._loop: threading.Thread | None = None
+        self._keepalive: threading.Thread | None = None
 
-    def identity(self) -> tuple[str, int, str]:
-        """(member id in the group, process id, node id)."""
+    def join(self) -> tuple[str, int, str]:
+        """Join the group (a parked member; a joined one changes nothing); returns
+        :meth:`identity`."""
+        with self._lock:
+            if self._subscriber is None:
+                self._subscriber = self._topic.subscriber(
+                    group=self._group_spec,
+                    mode=self._mode,
+                    complete_on_empty=True,
+                    timeout=MEMBER_TIMEOUT,
+                    cooperative=not self._shared,
+                )
+                self._deliveries = Deliveries(self._max_deliveries)  # a new member's count
+                self._failures, self._retry_at = 0, 0.0
+                self._stopping = threading.Event()
+                self._finished = threading.Event()
+                self._loop = threading.Thread(target=self._run, name="raytopic-member", daemon=True)
+                self._keepalive = threading.Thread(
+                    target=self._beat,
+                    args=(self._subscriber, self._finished),
+                    name="raytopic-beat",
+                    daemon=True,
+                )
+        return self.identity()  # type: ignore[return-value]
+
+    def identity(self) -> tuple[str, int, str] | None:
+        """(member id in the group, process id, node id); None while parked."""
+        subscriber = self._subscriber
+        if subscriber is None:
+            return None
         node = ray.get_runtime_context().get_node_id()
-        return self._subscriber.subscriber_id, os.getpid(), node
+        return subscriber.subscriber_id, os.getpid(), node
 
     def start(self) -> None:
-        """Start the loop (once: a restarted autoscaler that adopts this member calls
-        it again, which changes nothing)."""
-        if self._loop.ident is None:
-            self._loop.start()
-            self._keepalive.start()
+        """Start the loop of a joined member (once: a restarted autoscaler that adopts
+        this member calls it again, which changes nothing)."""
+        with self._lock:
+            if self._loop is not None and self._loop.ident is None:
+                self._loop.start()
+                self._keepalive.start()  # type: ignore[union-attr]
 
     def wait_stopped(self) -> None:
         """Return once the loop has ended (the autoscaler keeps this call waiting: it
@@ -139,11 +170,18 @@ class ScaledMemberActor:
         self._finished.wait()
 
     def stop(self) -> None:
-        """End the loop after the batch in hand is finished, then leave the group."""
-        self._stopping.set()
-        if self._loop.ident is not None:
+        """End the loop after the batch in hand is finished, then leave the group: the
+        member is parked (it may ``join`` again)."""
+        with self._lock:
+            subscriber, loop = self._subscriber, self._loop
+            self._stopping.set()
+        if subscriber is None:
+            return
+        if loop is not None and loop.ident is not None:
             self._finished.wait()
-        self._subscriber.close()
+        subscriber.close()
+        with self._lock:
+            self._subscriber = self._loop = self._keepalive = None
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -344,12 +382,12 @@ class ScaledMemberActor:
         except Exception as error:  # stopped meanwhile: nobody asks any more
             logger.debug("member %s: failure not reported: %s", self._member_id, error)
 
-    def _beat(self) -> None:
-        """Report this member alive while it runs (a handler may take longer than the
-        group's timeout; a receive only reports it when it is sent)."""
-        while not self._finished.wait(MEMBER_TIMEOUT / 4):
+    def _beat(self, subscriber: Subscriber, finished: threading.Event) -> None:
+        """Report this member alive while its loop runs (a handler may take longer than
+        the group's timeout; a receive only reports it when it is sent)."""
+        while not finished.wait(MEMBER_TIMEOUT / 4):
             try:
-                self._subscriber.heartbeat()
+                subscriber.heartbeat()
             except (SubscriberClosedError, TopicNotFoundError):
                 return
             except Exception as error:  # the coordinator restarting: the next beat counts
@@ -357,7 +395,8 @@ class ScaledMemberActor:
 
     @property
     def _member_id(self) -> str:
-        return self._subscriber.subscriber_id[:8]
+        subscriber = self._subscriber
+        return "parked" if subscriber is None else subscriber.subscriber_id[:8]
 
     def __repr__(self) -> str:
         return f"ScaledMemberActor({self._subscriber!r})"

@@ -21,6 +21,18 @@ member that dies is told to the group at once (its channels move to the
 others from its last commit: its uncommitted batch is handled again) and
 replaced at the next decision.
 
+**Warm members**: a new member is a new Ray worker process, which takes seconds to
+start; a burst would wait for them. So the scaler keeps *parked* members: member
+actors made ahead (process started, handler loaded) that have not joined the
+group, so they hold no channel and, as Ray's actors by default, no CPU
+(``raytopic.scaled_member``). A scale-up takes parked members first (they join
+and start at once) and makes new ones only for the rest; a member stopped by a
+scale-down is parked again. It keeps as many as the next scale-up could take
+(``max_members`` less the members running, at most ``WARM_MEMBERS``), and none
+when ``member_options`` reserve resources (a parked member would hold them) or a
+parked member failed to start (its handler cannot load: members then start when
+needed and report why).
+
 **Restarts**: the actor is detached and restartable; Ray runs ``__init__``
 again with the same settings, and it adopts the member actors still alive
 (they are detached and named after the group), so members and settings
@@ -73,6 +85,13 @@ CALL_TIMEOUT = 10.0
 STOP_TIMEOUT = 120.0
 """Seconds a stopping member has to finish its batch and leave."""
 
+WARM_MEMBERS = 8
+"""Parked members a scaler keeps at most (each is an idle worker process)."""
+
+RESERVING_OPTIONS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type")
+"""Member options that reserve resources for as long as the actor lives: members made
+with any of them set are not parked."""
+
 
 @dataclass(slots=True)
 class _Member:
@@ -118,6 +137,8 @@ class ScalerActor:
         self._rule = ScaleRule(settings, owned=mode == "owned", channel_count=topic.channel_count)
         self._lock = threading.RLock()  # the members, events and figures
         self._members: dict[str, _Member] = {}
+        self._parked: dict[str, _Member] = {}  # ready: its identity() (None) or stop()
+        self._warming = not any(member_options.get(key) for key in RESERVING_OPTIONS)
         self._events: deque[ScaleEvent] = deque(maxlen=EVENTS_KEPT)
         self._lags: dict[int, int] = {}
         self._desired = 0
@@ -153,6 +174,7 @@ class ScalerActor:
                 self._failures,
                 self._dead_lettered,
                 self._last_failure,
+                len(self._parked),
             )
 
     def handler_failed(self, failure: HandlerFailure) -> None:
@@ -169,6 +191,9 @@ class ScalerActor:
         with self._lock:
             count = len(self._members)
             self._remove(list(self._members.values()))
+            for parked in self._parked.values():
+                ray.kill(parked.handle, no_restart=True)
+            self._parked.clear()
             if count:
                 self._event(count, 0, "stop()")
             self._desired = 0
@@ -185,6 +210,7 @@ class ScalerActor:
                 with self._lock:
                     self._tend_members()
                     self._decide()
+                    self._keep_warm()
             except Exception:  # never let the scaler go deaf silently
                 logger.exception("autoscaler of %s/%s", self._topic.name, self._name)
                 self._stopping.wait(self._settings.poll_s)
@@ -236,19 +262,62 @@ class ScalerActor:
     # -- members -----------------------------------------------------------------------
 
     def _add(self, count: int) -> None:
-        topic = self._topic
-        member_class = ray.remote(ScaledMemberActor)
+        """Add ``count`` members: parked ones first (started already), then new ones."""
+        parked = list(self._parked.values())
+        if parked:  # the ones done starting first
+            done, _ = ray.wait([m.ready for m in parked], num_returns=len(parked), timeout=0)
+            parked.sort(key=lambda m: m.ready not in done)
         for _ in range(count):
-            uid = uuid.uuid4().hex[:12]
-            handle = member_class.options(
+            member = self._parked.pop(parked.pop(0).uid) if parked else self._new_member()
+            member.ready = member.handle.join.remote()
+            member.since = time.monotonic()
+            self._members[member.uid] = member
+
+    def _new_member(self) -> _Member:
+        """A new member actor, parked (its process starting)."""
+        topic = self._topic
+        uid = uuid.uuid4().hex[:12]
+        handle = (
+            ray.remote(ScaledMemberActor)
+            .options(
                 name=scaled_member_name(topic.name, self._name, uid),
                 namespace=topic.namespace,
                 lifetime="detached",
                 max_restarts=0,
                 max_concurrency=8,
                 **self._member_options,
-            ).remote(topic, self._group, self._mode, self._handler, self._settings)
-            self._members[uid] = _Member(uid, handle, handle.identity.remote(), time.monotonic())
+            )
+            .remote(topic, self._group, self._mode, self._handler, self._settings)
+        )
+        return _Member(uid, handle, handle.identity.remote(), time.monotonic())
+
+    def _warm_target(self) -> int:
+        """Parked members to keep: as many as the next scale-up could take."""
+        if not self._warming or self._stopping.is_set():
+            return 0
+        room = self._settings.max_members - len(self._members)
+        return max(0, min(WARM_MEMBERS, room))
+
+    def _keep_warm(self) -> None:
+        """Make parked members up to the target; stop warming if one failed to start."""
+        parked = list(self._parked.values())
+        if parked:
+            done, _ = ray.wait([m.ready for m in parked], num_returns=len(parked), timeout=0)
+            for member in (m for m in parked if m.ready in done):
+                try:
+                    ray.get(member.ready)
+                except Exception as error:  # its handler cannot load there, say
+                    logger.warning(
+                        "autoscaler of %s: a parked member could not start (%s); members "
+                        "start when needed from now on",
+                        self._name,
+                        error,
+                    )
+                    self._warming = False
+                    del self._parked[member.uid]
+        for _ in range(self._warm_target() - len(self._parked)):
+            member = self._new_member()
+            self._parked[member.uid] = member
 
     def _tend_members(self) -> None:
         """Start the members that joined (together, see ``STARTUP_GRACE``); forget the
@@ -286,6 +355,7 @@ class ScalerActor:
         try:
             ray.get(member.ended)
             reason = "member ended (its group or topic is gone)"
+            ray.kill(member.handle, no_restart=True)
         except Exception:
             reason = f"member {member.identity.member_id[:8]} died"  # type: ignore[union-attr]
             self._evict(member)
@@ -306,13 +376,20 @@ class ScalerActor:
             )
 
     def _remove(self, members: list[_Member]) -> None:
-        """Stop ``members``: each finishes its batch and leaves, then its actor goes."""
-        stops = [m.handle.stop.remote() for m in members if m.started]
+        """Stop ``members``: each finishes its batch and leaves, then is parked (up to
+        the warm target) or its actor goes."""
+        stops = {m.uid: m.handle.stop.remote() for m in members if m.started}
         with contextlib.suppress(Exception):  # one that died meanwhile is gone anyway
-            ray.get(stops, timeout=STOP_TIMEOUT)
+            ray.get(list(stops.values()), timeout=STOP_TIMEOUT)
         for member in members:
             self._members.pop(member.uid, None)
-            ray.kill(member.handle, no_restart=True)
+            stop = stops.get(member.uid)
+            if stop is not None and len(self._parked) < self._warm_target() and _succeeded(stop):
+                member.ready, member.identity, member.ended = stop, None, None
+                member.started = False
+                self._parked[member.uid] = member
+            else:
+                ray.kill(member.handle, no_restart=True)
 
     def _adopt_members(self) -> None:
         """After a restart: take back the member actors still alive."""
@@ -325,9 +402,12 @@ class ScalerActor:
                 handle = ray.get_actor(actor["name"], namespace=namespace)
                 member = _Member(actor["name"][len(prefix) :], handle, None, time.monotonic())
                 member.ready = handle.identity.remote()
-                ray.get(member.ready, timeout=CALL_TIMEOUT)
+                joined = ray.get(member.ready, timeout=CALL_TIMEOUT)
             except Exception as error:  # gone meanwhile
                 logger.warning("autoscaler of %s: not adopting %s: %s", self._name, actor, error)
+                continue
+            if joined is None:
+                self._parked[member.uid] = member
                 continue
             self._members[member.uid] = member
             self._begin(member)  # start() again changes nothing for a running member
@@ -338,6 +418,18 @@ class ScalerActor:
         lag = sum(self._lags.values())
         self._events.append(ScaleEvent(datetime.now(UTC), before, after, lag, reason))
         logger.info("autoscaler of %s: %d -> %d members (%s)", self._name, before, after, reason)
+
+
+def _succeeded(ref: Any) -> bool:
+    """Whether a finished call returned (rather than raised)."""
+    done, _ = ray.wait([ref], timeout=0)
+    if not done:
+        return False
+    try:
+        ray.get(ref)
+    except Exception:
+        return False
+    return True
 
 
 def _desired_gauge(topic: str, group: str) -> Any:

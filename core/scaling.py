@@ -252,6 +252,9 @@ class AutoscalerStats:
     """Elements sent to the dead-letter topic (past ``max_deliveries``) since then."""
     last_failure: HandlerFailure | None = None
     """The latest failed handler call (its error), or None."""
+    parked: int = 0
+    """Member processes started and waiting to join (they hold no channel; see
+    ``raytopic.scaler_actor``)."""
 
 
 @dataclass(frozen=True, slots=True)

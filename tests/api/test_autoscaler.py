@@ -155,6 +155,63 @@ def test_a_burst_scales_up_from_zero_each_element_once_then_down(
     assert topic.autoscaler(group) is None
 
 
+def test_members_start_from_parked_processes_that_hold_no_channel(
+    topic: rt.Topic, wait_until, stopped_after
+) -> None:
+    group = "warm"
+    group_at_latest(topic, group)
+    tally = Tally.remote()
+    scaler = stopped_after(
+        topic.autoscale(
+            group,
+            Record(tally, seconds=0.002),
+            max_members=2,
+            target_lag_per_member=100,
+            poll_s=0.2,
+            scale_down_after_s=0.5,
+            batch_size=10,
+        )
+    )
+    # Idle: the processes of the next two members are started, parked, in no group.
+    wait_until(lambda: scaler.describe().parked == 2, timeout=TIMEOUT)
+    assert scaler.members == 0
+    assert topic.describe().groups[group].members == ()
+    processes = set(_named(scaled_member_prefix(topic.name, group), topic.namespace))
+    assert len(processes) == 2
+    for burst in ("first", "second"):  # parked again after the scale-down, and taken again
+        values = _values(f"warm-{burst}", 400)
+        with topic.publisher() as publisher:
+            ray.get(publisher.publish_batch(values), timeout=TIMEOUT)
+        wait_until(lambda: len(scaler.describe().members) == 2, timeout=TIMEOUT)
+        assert set(_named(scaled_member_prefix(topic.name, group), topic.namespace)) == processes
+        wait_until(_handled_all(tally, values), timeout=60)
+        wait_until(lambda: scaler.describe().parked == 2 and scaler.members == 0, TIMEOUT)
+        assert set(_named(scaled_member_prefix(topic.name, group), topic.namespace)) == processes
+    handled = Counter(ray.get(tally.get.remote()))
+    assert set(handled.values()) == {1}
+    scaler.stop()
+    assert _named(scaled_member_prefix(topic.name, group), topic.namespace) == []
+
+
+def test_members_that_reserve_resources_are_not_parked(
+    topic: rt.Topic, wait_until, stopped_after
+) -> None:
+    group = "reserving"
+    group_at_latest(topic, group)
+    scaler = stopped_after(
+        topic.autoscale(
+            group,
+            Record(Tally.remote()),
+            max_members=2,
+            poll_s=0.1,
+            member_options={"num_cpus": 0.1},
+        )
+    )
+    time.sleep(1.0)  # ten polls
+    assert scaler.describe().parked == 0
+    assert _named(scaled_member_prefix(topic.name, group), topic.namespace) == []
+
+
 def test_members_join_a_busy_owned_group_without_handling_anything_twice(
     topic: rt.Topic, wait_until, stopped_after
 ) -> None:
