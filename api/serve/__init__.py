@@ -17,7 +17,9 @@ its tasks from a topic.
   (the task board, ``raytopic.serve.board``): ``PENDING`` for an id no
   replica has started (as Celery answers), ``STARTED``, ``RETRY``, ``SUCCESS``,
   ``FAILURE``, ``REJECTED`` (unprocessable), ``REVOKED``. A finished status
-  stays, and a replica does not run a task the board has finished.
+  stays, and a replica does not run a task the board has finished; a status
+  read learns the tasks finished since the last one, so the adapter answers
+  for those without a call (``raytopic.serve.statuses``).
 - **Retries**: a handler that raises is delivered again (to any replica) after
   ``retry_backoff_s``, doubling up to a minute, until ``max_retries``; then
   the task goes to the failed-task queue. A replica that dies with tasks in

@@ -42,6 +42,7 @@ from raytopic.serve.records import (
     queue_entry,
     stray_entry,
 )
+from raytopic.serve.statuses import KnownStatuses
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._topic: Any = None
         self._outlets: dict[str, Any] = {}  # the failed and unprocessable queues' topics
         self._board: Any = None
+        self._statuses = KnownStatuses(settings.results_kept)
         self._publisher: Any = None
         self._publish_lock = threading.Lock()
         self._consumer: threading.Thread | None = None
@@ -224,15 +226,23 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         return await asyncio.to_thread(self.enqueue_task_sync, task_name, args, kwargs, **options)
 
     def get_task_status_sync(self, task_id: str) -> TaskResult:
-        """The task's status and result (``PENDING`` while no replica has started it)."""
+        """The task's status and result (``PENDING`` while no replica has started it).
+
+        One call to the task board, which also brings the tasks finished (and
+        forgotten) since this adapter's last call: a task known finished is
+        answered here without a call (a finished status stays).
+        """
         _check_task_id(task_id)
-        status, result, created = self._ask_board("get", task_id)
+        known = self._statuses.get(task_id)
+        if known is None:
+            known, changes = self._ask_board("read", task_id, *self._statuses.mark)
+            self._statuses.learn(changes)
+        status, result, created = known
         return TaskResult(id=task_id, status=status, created_at=created, result=result)
 
     async def get_task_status_async(self, task_id: str) -> TaskResult:
         _check_task_id(task_id)
-        status, result, created = await asyncio.to_thread(self._ask_board, "get", task_id)
-        return TaskResult(id=task_id, status=status, created_at=created, result=result)
+        return await asyncio.to_thread(self.get_task_status_sync, task_id)
 
     def cancel_task_sync(self, task_id: str) -> bool:
         """Cancel a task that has not started: no replica runs it (``REVOKED``).

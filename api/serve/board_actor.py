@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from raytopic.control_log import ControlLog
-from raytopic.serve.board import TaskBoard
+from raytopic.serve.board import CHANGES_KEPT, Changes, TaskBoard
 
 __all__ = ["TaskBoardActor", "task_log_name"]
 
@@ -96,10 +96,12 @@ class TaskBoardActor:
             await self._keep([task_id] if task_id not in forgotten else [], forgotten)
         return cancelled
 
-    async def get(self, task_id: str) -> tuple[str, Any, float | None]:
-        """See :meth:`TaskBoard.get`."""
+    async def read(
+        self, task_id: str, board: str | None, mark: int
+    ) -> tuple[tuple[str, Any, float | None], Changes]:
+        """:meth:`TaskBoard.get` and the changes since the reader's mark (one call)."""
         await self._loaded()
-        return self._board.get(task_id)
+        return self._board.get(task_id), self._board.changes(board, mark, CHANGES_KEPT)
 
     async def counts(self) -> dict[str, int]:
         """See :meth:`TaskBoard.counts`."""

@@ -32,6 +32,7 @@ from raytopic.serve import CONSUMER_GROUP, LagPolicy, TopicAdapterConfig, TopicT
 from raytopic.serve.adapter import board_name
 from raytopic.serve.board import TaskBoard
 from raytopic.serve.records import UnreadableTask, check_task, load_arguments, make_task
+from raytopic.serve.statuses import KnownStatuses
 
 from tests.topic_helpers import publish_all
 
@@ -74,6 +75,35 @@ def test_the_board_forgets_the_oldest_finished_tasks_first() -> None:
     assert board.get("x")[0] == "PENDING"  # forgotten
     assert board.get("retrying")[0] == "RETRY"  # unfinished ones stay
     assert [board.get(task)[0] for task in ("y", "z")] == ["SUCCESS", "SUCCESS"]
+
+
+def test_a_reader_answers_for_finished_tasks_from_what_the_board_brought() -> None:
+    # A status read asks the board once and learns the tasks finished since its last
+    # read: a finished task is then answered without a call (issue 47 item 3).
+    board, known = TaskBoard(kept=2), KnownStatuses(kept=2)
+    board.start([("a", 0.0), ("b", 0.0)])
+    board.finish([("a", "SUCCESS", 1, 0.0), ("b", "RETRY", None, 0.0)])
+    known.learn(board.changes(*known.mark, most=100))
+    assert known.get("a") == ("SUCCESS", 1, 0.0)
+    assert known.get("b") is None  # not finished: asked again
+    board.finish([("b", "SUCCESS", 2, 0.0), ("c", "FAILURE", "x", 0.0)])  # "a" forgotten
+    stale = board.changes(*known.mark, most=100)
+    known.learn(board.changes(*known.mark, most=100))
+    known.learn(stale)  # an older reply (another thread's) changes nothing
+    assert [known.get(t) for t in "abc"] == [None, ("SUCCESS", 2, 0.0), ("FAILURE", "x", 0.0)]
+    assert board.cancel("d") == (True, ["b"])
+    changes = board.changes(*known.mark, most=1)  # behind by more than most: start over
+    assert changes[2] is True
+    known.learn(changes)
+    assert [known.get(t) for t in "bcd"] == [None, None, None]  # only "b" forgotten came
+    known.learn(board.changes(*known.mark, most=100))
+    board.cancel("e")  # (forgets "c")
+    known.learn(board.changes(*known.mark, most=100))
+    assert [known.get(t) for t in "cde"] == [None, None, ("REVOKED", None, None)]
+    restarted = TaskBoard(kept=2)  # a board that restarted: what a reader knew is dropped
+    restarted.restore([("c", {"status": "FAILURE", "result": "x", "created_at": 0.0})])
+    known.learn(restarted.changes(*known.mark, most=100))
+    assert known.get("d") is None
 
 
 class Unloadable:
