@@ -1,20 +1,25 @@
 """The channel actor: one per channel of a topic, a shell around plain parts.
 
-The actor answers Ray calls; each call is a few lines handed to the part whose
-job it is. What the parts share (identity, epoch, wake-up signal, whether the
-channel serves or has failed) is the
-:class:`~raytopic.actors.channel_context.ChannelContext`. The shell does three
-things itself, each in one place: it serves every request as a unit of work
+Ray sees two entries, one convention: ``request`` (a packed request: the data
+path, a transaction's steps, a stream's) and ``control`` (a coordinator's
+request, as it is) both serve a typed request from ``raytopic.core.protocol``
+through the handler registered for its type (``raytopic.actors.channel_dispatch``),
+each a few lines handed to the part whose job it is. What the parts share
+(identity, epoch, wake-up signal, whether the channel serves or has failed) is
+the :class:`~raytopic.actors.channel_context.ChannelContext`. The shell does
+three things itself, each in one place (``_serve``): it guards requests while the
+channel recovers or has failed, it serves every request as a unit of work
 (:meth:`ChannelState.unit_of_work`: the reply waits until what the request
-changed is durable), it starts the background jobs the state needs after each
-request (``_tend``, :class:`~raytopic.actors.channel_jobs.ChannelJobs`; ``close``
-stops them), and it guards calls while the channel recovers or has failed.
+changed is durable; no part writes the state itself), and it starts the
+background jobs the state needs after each request (``_tend``,
+:class:`~raytopic.actors.channel_jobs.ChannelJobs`; ``_close`` stops them).
 The parts:
 
 - :class:`~raytopic.actors.channel_log.ChannelLog`: the ring buffer and the
   store as one log (appends, reads below and above the head, durability, room);
-- :class:`~raytopic.actors.publisher_table.PublisherTable`: publishers' turns,
-  retry acks, idle sweep;
+- :class:`~raytopic.actors.appends.Appends`: publishers' batches into the log,
+  over :class:`~raytopic.actors.publisher_table.PublisherTable` (publishers'
+  turns, retry acks, idle sweep);
 - :class:`~raytopic.actors.readers.Readers`: the open readers, served by
   :class:`~raytopic.actors.owned_readers.OwnedReaders` (anonymous readers and
   channel-owned groups) or :class:`~raytopic.actors.shared_groups.SharedGroups`;
@@ -32,40 +37,37 @@ The parts:
 It is an async actor: appends, takes and commits are short synchronous steps
 between awaits, so each is atomic; waiting (for data, for room, for a turn) is
 awaiting. ``raytopic.coordinator.launch`` creates the channels of a topic
-(named, detached) and the coordinator introduces them with ``attach``.
+(named, detached) and the coordinator introduces them (``AttachChannels``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import ray
 
+from raytopic.actors.appends import Appends
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_dispatch import SERVED, Admit, call_handler, entry, serves
 from raytopic.actors.channel_jobs import ChannelJobs
 from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
+from raytopic.actors.channel_recovery import ChannelRecovery
 from raytopic.actors.channel_state import Keep
 from raytopic.actors.readers import loaded_functions
-from raytopic.actors.ring_api import check_payload
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.session_host import remote_caller
 from raytopic.actors.stored_topic import StoredTopic
 from raytopic.actors.stream_steps import RayStreamPeers, StreamSteps
 from raytopic.actors.transaction_lead import RayPeers, TransactionLead
-from raytopic.actors.transactions import TransactionParticipant
 from raytopic.core.actor_logs import log_info_here
-from raytopic.core.config import Overflow, TopicConfig
+from raytopic.core.config import TopicConfig
 from raytopic.core.errors import (
-    ChannelUnavailableError,
     InvalidArgumentError,
     StoreError,
     TopicError,
@@ -77,6 +79,7 @@ from raytopic.core.payloads import Payload
 from raytopic.core.protocol import (
     CHANNEL_REQUESTS,
     CONTROL_REQUESTS,
+    STREAM_REQUESTS,
     TRANSACTION_REQUESTS,
     Ack,
     AddAll,
@@ -84,14 +87,17 @@ from raytopic.core.protocol import (
     AppendAck,
     AppendOnce,
     AppendPieces,
+    AttachChannels,
     ChannelRestarted,
     Chunk,
     CloseReader,
     Commit,
+    CommitMicroBatch,
     ControlRequest,
     CursorState,
     DecideTransaction,
     Delivery,
+    DescribeChannel,
     DestroyGroup,
     EndReceives,
     EndTransaction,
@@ -104,11 +110,11 @@ from raytopic.core.protocol import (
     Grant,
     GrantStream,
     InterruptReceives,
-    Lease,
     MarkDestroyed,
     Nack,
     OpenReader,
     OpenStore,
+    Outcome,
     PauseReceives,
     Poison,
     PrepareTransaction,
@@ -121,6 +127,7 @@ from raytopic.core.protocol import (
     ReadGroupLag,
     ReadGroupMarks,
     ReadHandOverMark,
+    ReadIdentity,
     ReadMany,
     ReadNewest,
     ReadOne,
@@ -132,6 +139,7 @@ from raytopic.core.protocol import (
     ReadStoredTopic,
     Receive,
     ReceivedBatch,
+    RecordMicroBatch,
     RemoveStore,
     ReportPoison,
     ResetGroup,
@@ -139,30 +147,32 @@ from raytopic.core.protocol import (
     RestoreGroup,
     ResumeReceives,
     RingFigures,
+    SeedChannel,
     Seek,
     SeekToCommitted,
     StageTransaction,
     StatusBatch,
     StreamLogState,
+    StreamPart,
     StreamRequest,
     Take,
+    TransactionEnded,
     UpdateViews,
     Watch,
     unpack_request,
 )
 from raytopic.core.records import AckStatus, CommitResult
-from raytopic.core.shared_group import SharedGroup
 from raytopic.core.topic_record import TopicRecord
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ChannelActor"]
 
-_ANNOUNCE_AGAIN = 2.0  # s a call waiting for the groups waits before re-announcing
+PACKED_REQUESTS = CHANNEL_REQUESTS + TRANSACTION_REQUESTS + STREAM_REQUESTS
+"""What the channel serves through ``request``: data-path, transaction and stream requests."""
 
-_SEED_TIMEOUT = 30.0
-"""Seconds a call to a channel restarted without a store waits for the coordinator's
-epoch and groups (then ChannelUnavailableError)."""
+REPORTED_REQUESTS = (Append, AppendPieces, AppendOnce, *TRANSACTION_REQUESTS)
+"""Requests after which the channel reports its metrics (publishes and transactions)."""
 
 
 class ChannelActor:
@@ -187,13 +197,19 @@ class ChannelActor:
             config, channel, ChannelMetrics(config.name, channel)
         )
         self._opening_error: TopicError | None = None  # its store could not be opened
-        self._restarted = was_restarted()
-        self._announced = 0.0  # when the coordinator was last told of a restart
+        restarted = was_restarted()
         self._jobs = ChannelJobs()
         self._reporting = False  # metrics are reported from the first publish or transaction
-        self._parts = parts = ChannelParts.build(context, restarted=self._restarted)
+        self._parts = parts = ChannelParts.build(context, restarted=restarted)
+        self._recovery = ChannelRecovery(
+            context,
+            parts.log,
+            node_id=lambda: ray.get_runtime_context().get_node_id(),
+            restarted=restarted,
+            announce=_coordinator_port(context),
+        )
         self._log, self._state, self._readers = parts.log, parts.state, parts.readers
-        self._publishers, self._host = parts.publishers, parts.host
+        self._host = parts.host
         self._streams, self._ring_api = parts.streams, parts.ring_api
         self._stream_steps = StreamSteps(
             channel,
@@ -203,8 +219,9 @@ class ChannelActor:
             parts.state,
             RayStreamPeers(config),
         )
+        self._appends = Appends(context, parts.log, parts.publishers)
         self._dead_letters = parts.dead_letters
-        self._stored = StoredTopic(context, parts, restarted=self._restarted)
+        self._stored = StoredTopic(context, parts, restarted=restarted)
         try:
             if self._stored.open():
                 self._seeded.set()
@@ -213,15 +230,15 @@ class ChannelActor:
             # and free its name. Come up failed instead, saying why.
             if isinstance(error, TopicError):
                 self._opening_error = error
-            if self._restarted:
+            if restarted:
                 logger.exception("channel %d of %s cannot recover", channel, config.name)
             context.failure = (
                 f"channel {channel} of topic {config.name!r} could not recover its store: {error}"
             )
         # Once the store named the topic's id (the lead names this channel by it).
         self._lead = self._new_lead()
-        if self._restarted:
-            self._announce_restart()
+        if restarted:
+            self._recovery.announce_restart()
 
     @property
     def _config(self) -> TopicConfig:
@@ -232,23 +249,7 @@ class ChannelActor:
         parts = self._parts
         return TransactionLead(parts.transactions, RayPeers(), parts.transactions.address)
 
-    def _announce_restart(self) -> None:
-        """Tell the coordinator this channel came back (it is not polled): it restores
-        a channel without a store and tells the siblings. Never raises (this
-        runs in ``__init__``); a channel waiting for its groups asks again."""
-        config = self._config
-        self._announced = time.monotonic()
-        try:
-            coordinator = ray.get_actor(
-                coordinator_actor_name(config.name), namespace=config.namespace
-            )
-            coordinator.request.remote(
-                ChannelRestarted(config.topic_id, self._channel, self.identity())
-            )
-        except Exception as error:
-            logger.warning("channel %d: could not tell its coordinator: %s", self._channel, error)
-
-    # -- recovery -----------------------------------------------------------------
+    # -- health (see ``raytopic.actors.channel_recovery``) ---------------------------
 
     @property
     def _failure(self) -> str | None:
@@ -260,105 +261,108 @@ class ChannelActor:
         """Set once the channel serves (see :attr:`ChannelContext.seeded`)."""
         return self._context.seeded
 
-    async def _wait_seeded(self) -> None:
-        deadline = time.monotonic() + _SEED_TIMEOUT
-        try:
-            while not self._seeded.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._seeded.wait(), min(left, _ANNOUNCE_AGAIN))
-                if self._restarted and time.monotonic() - self._announced >= _ANNOUNCE_AGAIN:
-                    self._announce_restart()  # the first word may have been lost
-        except TimeoutError:
-            raise ChannelUnavailableError(
-                f"channel {self._channel} of {self._config.name!r} restarted without a store "
-                f"and its coordinator has not restored its groups within {_SEED_TIMEOUT:.0f} s"
-            ) from None
-
-    async def _admit(self, admit: Admit) -> None:
-        """The guard, for a channel failed or recovering (see :class:`Admit`)."""
-        if admit is Admit.ALWAYS:
-            return
-        if admit is Admit.NOW or self._failure is not None:
-            self._context.check_serving()
-            return
-        if not self._seeded.is_set():
-            await self._wait_seeded()
-
     # -- the entries: every Ray-callable method ----------------------------------
 
-    @entry(Admit.ALWAYS)
-    async def seed(
-        self,
-        old_epoch: int,
-        groups: dict[str, tuple[Lease | None, int, int]],
-        views: dict[str, dict[str, tuple[int, dict[int, Lease]]]],
-        readers: dict[str, ReaderSpec],
-        shared: dict[str, SharedGroup] | None = None,
-    ) -> dict[str, Any]:
-        """Restore a channel that restarted without a store (the coordinator calls it).
+    @entry
+    async def request(
+        self, packed: bytes, payload: Payload | None = None, joined: Joined | None = None
+    ) -> Any:
+        """Serve a request packed by :func:`pack_request` (one argument crosses Ray
+        instead of six): a handle's or a sibling channel's data-path request
+        (``raytopic.core.protocol.channel``: appends, receives, takes, commits, acks,
+        ring buffer reads, ...), a transaction's step
+        (``raytopic.core.protocol.transactions``) or a stream's
+        (``raytopic.core.protocol.streams``). An append's payload comes as its own
+        argument.
 
-        Its elements are gone: it starts a new epoch whose positions follow
-        every earlier one, with each group's cursor at its start and the lease
-        it had, and each reader is told of the loss once (``DataLossError``).
+        ``joined``: this call is the lead of several channels' calls (a
+        ``publish_batch`` or a bulk acknowledgement over several channels): its
+        reply is every part's, joined in the input's order (``raytopic.core.gather``).
 
-        Args:
-            old_epoch: The epoch the coordinator last knew of this channel.
-            groups: Per group: (lease, view version, generation).
-            views: Per group, the members' latest views.
-            readers: The topic's open readers (subscribers).
-            shared: The shared groups' definitions (they start over at the new
-                epoch's first position).
-
-        Returns:
-            The channel's identity (see :meth:`identity`).
+        Raises:
+            InvalidArgumentError: not such a packed request.
         """
-        if self._seeded.is_set():
-            return self.identity()
-        self._parts.seed(old_epoch, groups, views, readers, shared)  # with a store: written
-        self._seeded.set()
-        self._tend()
-        return self.identity()
+        request = unpack_request(packed, PACKED_REQUESTS)
+        if joined is None:
+            return await self._serve(request, payload)
+        try:
+            own = await self._serve(request, payload)
+        except Exception as error:  # the others' replies are awaited all the same
+            own = error
+        if isinstance(own, StatusBatch):
+            own = own.statuses()
+        return await join_replies(own, joined)
 
-    @entry(Admit.ALWAYS)
-    def attach(self, siblings: list[Any]) -> dict[str, Any]:
+    @entry
+    async def control(self, request: ControlRequest) -> Any:
+        """Serve a coordinator's request (see ``raytopic.core.protocol.control``): the
+        channel's siblings and seed, readers, groups, grants, resets, views, purges,
+        and what a coordinator reads back to rebuild itself.
+
+        Raises:
+            InvalidArgumentError: not a control request.
+        """
+        if not isinstance(request, CONTROL_REQUESTS):
+            raise InvalidArgumentError(f"{type(request).__name__} is not a control request")
+        return await self._serve(request, None)
+
+    async def _serve(self, request: Any, payload: Payload | None) -> Any:
+        """Every request, one way: admitted as its type's registration says, served
+        by its handler as one unit of work (answered once what it changed is
+        durable), then the background jobs the state needs are started."""
+        handler, admit = SERVED[type(request)]
+        if self._failure is not None or not self._seeded.is_set():
+            await self._recovery.admit(admit)
+        if isinstance(request, REPORTED_REQUESTS):
+            self._reporting = True  # metrics are reported from the first publish or transaction
+        self._tend()  # e.g. a transaction prepared before a restart
+        try:
+            async with self._state.unit_of_work():
+                return await call_handler(handler, self, request, payload)
+        finally:
+            self._tend()
+
+    # -- life cycle (the coordinator's) ---------------------------------------------
+
+    @serves(AttachChannels, Admit.ALWAYS)
+    async def _attach(self, request: AttachChannels) -> dict[str, Any]:
         """Learn every channel actor of the topic (index = channel); return who we are."""
-        self._host.link(list(siblings), remote_caller)
-        return self.identity()
+        self._host.link(list(request.channels), remote_caller)
+        return self._recovery.identity()
 
-    @entry(Admit.ALWAYS)
-    def identity(self) -> dict[str, Any]:
-        """Where this channel runs: its topic's id, epoch, node id, process id, and its
-        state ("serving"; "opening": new, waiting for its coordinator to open its
-        store; "recovering": restarted without a store, waiting for its coordinator;
-        or "failed")."""
-        context = ray.get_runtime_context()
-        state = "serving" if self._seeded.is_set() else "opening"
-        if self._restarted and not self._seeded.is_set():
-            state = "recovering"
-        if self._failure is not None:
-            state = "failed"
-        return {
-            "channel": self._channel,
-            "topic_id": self._config.topic_id,
-            "epoch": self._context.epoch,
-            "node_id": context.get_node_id(),
-            "pid": os.getpid(),
-            "state": state,
-            "durable": self._log.store is not None,
-            "failure": self._failure,
-            "damaged": self._log.damaged_ranges,
-        }
+    def _ensure_siblings(self) -> None:
+        """A restarted channel finds its siblings by name (``AttachChannels`` came in an
+        earlier incarnation)."""
+        config = self._config
+        if not self._host.linked:
+            self._host.link(
+                [
+                    ray.get_actor(channel_actor_name(config.name, c), namespace=config.namespace)
+                    for c in range(config.channels)
+                ],
+                remote_caller,
+            )
 
-    @entry(Admit.ALWAYS)
-    def describe(self) -> dict[str, Any]:
-        """Channel figures and group cursors in one call (a failed channel answers
-        too: its state says so)."""
+    @serves(SeedChannel, Admit.ALWAYS)
+    async def _seed(self, request: SeedChannel) -> dict[str, Any]:
+        """Restore a channel that restarted without a store (see ``SeedChannel``)."""
+        if not self._seeded.is_set():
+            self._parts.seed(  # with a store: written
+                request.old_epoch, request.groups, request.views, request.readers, request.shared
+            )
+            self._seeded.set()
+        return self._recovery.identity()
+
+    @serves(ReadIdentity, Admit.ALWAYS)
+    async def _read_identity(self, _: ReadIdentity) -> dict[str, Any]:
+        return self._recovery.identity()
+
+    @serves(DescribeChannel, Admit.ALWAYS)
+    async def _describe(self, _: DescribeChannel) -> dict[str, Any]:
+        """Channel figures and group cursors in one call (see ``DescribeChannel``)."""
         figures = self._log.figures()
         return {
-            **self.identity(),
+            **self._recovery.identity(),
             "head": figures.head,
             "tail": figures.tail,
             "size": figures.size,
@@ -367,114 +371,6 @@ class ChannelActor:
             "transactions": self._parts.transactions.table.describe(time.time()),
             "compaction": self._parts.compactor.describe(time.time()),
         }
-
-    @entry(Admit.ALWAYS)
-    def ping(self) -> int:
-        """Cheap liveness probe; returns the channel number."""
-        return self._channel
-
-    @entry(Admit.BY_REQUEST)
-    async def request(
-        self, packed: bytes, payload: Payload | None = None, joined: Joined | None = None
-    ) -> Any:
-        """Serve a data-path request (a handle's or a sibling channel's; see
-        ``raytopic.core.protocol.channel``: appends, receives, takes, commits, acks,
-        ring buffer reads, ...) packed by :func:`pack_request`: one argument crosses
-        Ray instead of six. An append's payload comes as its own argument.
-
-        ``joined``: this call is the lead of several channels' calls (a
-        ``publish_batch`` or a bulk acknowledgement over several channels): its
-        reply is every part's, joined in the input's order (``raytopic.core.gather``).
-        """
-        request = unpack_request(packed, CHANNEL_REQUESTS)
-        handler, admit = SERVED[type(request)]
-        if self._failure is not None or not self._seeded.is_set():
-            await self._admit(admit)
-        self._tend()  # e.g. a transaction prepared before a restart
-        if joined is None:
-            try:
-                async with self._state.unit_of_work():
-                    return await call_handler(handler, self, request, payload)
-            finally:
-                self._tend()
-        try:
-            async with self._state.unit_of_work():
-                own = await call_handler(handler, self, request, payload)
-        except Exception as error:  # the others' replies are awaited all the same
-            own = error
-        finally:
-            self._tend()
-        if isinstance(own, StatusBatch):
-            own = own.statuses()
-        return await join_replies(own, joined)
-
-    @entry(Admit.BY_REQUEST)
-    async def control(self, request: ControlRequest) -> Any:
-        """Serve a coordinator's request (see ``raytopic.core.protocol.control``):
-        readers, groups, grants, resets, views, restarts, purges, and what a
-        coordinator reads back to rebuild itself.
-
-        Raises:
-            InvalidArgumentError: not a control request.
-        """
-        if not isinstance(request, CONTROL_REQUESTS):
-            raise InvalidArgumentError(f"{type(request).__name__} is not a control request")
-        handler, admit = SERVED[type(request)]
-        if self._failure is not None or not self._seeded.is_set():
-            await self._admit(admit)
-        try:
-            async with self._state.unit_of_work():
-                return await handler(self, request)
-        finally:
-            self._tend()
-
-    @entry(Admit.SEEDED)
-    async def transact(self, packed: bytes, payload: Payload | None = None) -> Any:
-        """Serve a transaction's request (see ``raytopic.actors.transactions``)."""
-        request = unpack_request(packed, TRANSACTION_REQUESTS)
-        self._reporting = True  # a lead counts its decisions
-        try:
-            if isinstance(request, EndTransaction):  # this channel leads the transaction
-                return await self._lead.end(request)
-            step = _TRANSACTION_STEPS[type(request)]
-            return await step(self._parts.transactions, request, payload)
-        finally:
-            self._tend()
-
-    @entry(Admit.SEEDED)
-    async def stream(self, request: StreamRequest) -> None:
-        """Lead a stream's step (see ``raytopic.actors.stream_steps``): record a
-        micro-batch, or commit it, at every channel; answered once every channel's
-        part is durable.
-
-        Raises:
-            NotOwnerError: the stream no longer holds the group (a newer stream took
-                it, or its claim ended).
-            GroupNotFoundError, GroupModeError: no such owned group.
-        """
-        await self._stream_steps.lead(request, self.stream_part)
-
-    @entry(Admit.SEEDED)
-    async def stream_part(self, request: StreamRequest) -> None:
-        """This channel's part of a stream's step (its lead asks), in one state write
-        with the group's cursor."""
-        try:
-            async with self._state.unit_of_work():
-                self._stream_steps.serve(request)
-        finally:
-            self._tend()
-
-    def _ensure_siblings(self) -> None:
-        """A restarted channel finds its siblings by name (``attach`` ran in an earlier
-        incarnation)."""
-        config = self._config
-        if not self._host.linked:
-            self.attach(
-                [
-                    ray.get_actor(channel_actor_name(config.name, c), namespace=config.namespace)
-                    for c in range(config.channels)
-                ]
-            )
 
     # -- background jobs -----------------------------------------------------------
 
@@ -491,8 +387,7 @@ class ChannelActor:
         if self._parts.compactor.needs_tending:
             jobs.start("compaction", self._parts.compactor.tend)
 
-    @entry(Admit.ALWAYS)
-    async def close(self) -> None:
+    async def _close(self) -> None:
         """Stop the channel's background work (its jobs and its log's periodic sync).
         Idempotent; the actor answers calls afterwards, with no background work."""
         await self._jobs.close()
@@ -550,137 +445,79 @@ class ChannelActor:
         """The newest element, even if removed (see :meth:`RingbufferApi.newest`)."""
         return self._ring_api.newest()
 
-    # -- publishing ------------------------------------------------------------
+    # -- publishing (see ``raytopic.actors.appends``) ------------------------------
 
     @serves(Append)
     async def _append(self, request: Append, payload: Payload) -> AppendAck | StatusBatch:
-        """Append one publisher batch, in the publisher's batch order.
-
-        A batch number seen before returns the ack it got then (a retry after
-        a lost reply appends nothing twice). With ``statuses``, the reply is the
-        batch's statuses (``publish_batch``) instead of an ack.
-
-        Raises:
-            InvalidArgumentError: a stale or duplicate batch number, or not a payload.
-            TopicError: with ``statuses``, why the batch was not appended.
-        """
-        arrived = time.perf_counter()
-        payload = check_payload(payload)
-        ack, change, fresh = await self._append_batch(
-            request.publisher_id,
-            request.batch,
-            payload,
-            Overflow.parse(request.overflow),
-            request.timeout,
-            whole=request.statuses,
-            each=request.each,
-        )
-        # Outside the turn: the publisher's next batch is written meanwhile, and
-        # one fdatasync covers both.
-        await self._log.durable(change)
-        if fresh:
-            self._appended(arrived, request.publisher_id, request.batch, ack)
-        return self._ack_reply(ack, request.statuses)
+        return await self._appends.append(request, payload)
 
     @serves(AppendPieces)
     async def _append_pieces(
         self, request: AppendPieces, payloads: tuple[Payload, ...]
     ) -> tuple[AppendAck, ...]:
-        """Append a publisher's pieces as its consecutive batches (see ``AppendPieces``):
-        what one publisher sent one channel while its calls were in flight, in one call.
-
-        Raises:
-            InvalidArgumentError: a stale or duplicate batch number, or not one
-                payload per piece.
-        """
-        arrived = time.perf_counter()
-        if not isinstance(payloads, tuple) or len(payloads) != len(request.whole):
-            raise InvalidArgumentError(f"{len(request.whole)} pieces need as many payloads")
-        pieces = [check_payload(payload) for payload in payloads]
-        policy = Overflow.parse(request.overflow)
-        acks: list[tuple[AppendAck, bool]] = []
-        last_change = None
-        for index, (payload, whole) in enumerate(zip(pieces, request.whole, strict=True)):
-            ack, change, fresh = await self._append_batch(
-                request.publisher_id,
-                request.batch + index,
-                payload,
-                policy,
-                request.timeout,
-                whole=whole,
-                each=not whole,
-            )
-            acks.append((ack, fresh))
-            last_change = change if change is not None else last_change
-        await self._log.durable(last_change)  # one fdatasync covers every piece
-        for index, (ack, fresh) in enumerate(acks):
-            if fresh:
-                self._appended(arrived, request.publisher_id, request.batch + index, ack)
-        return tuple(ack for ack, _ in acks)
-
-    async def _append_batch(
-        self,
-        publisher_id: str,
-        batch: int,
-        payload: Payload,
-        policy: Overflow,
-        timeout: float | None,
-        *,
-        whole: bool,
-        each: bool,
-    ) -> tuple[AppendAck, int | None, bool]:
-        """Append one publisher batch in its turn (a batch seen before: the ack it got
-        then, appending nothing twice). Returns the ack, the change to make durable
-        before answering, and whether it is new (not a retry's).
-
-        Raises:
-            InvalidArgumentError: a stale or duplicate batch number.
-        """
-        publishers = self._publishers
-        ack = publishers.earlier_ack(publisher_id, batch, len(payload))
-        if ack is not None:  # a retry (a lost reply, or a restart in between)
-            return ack, None, False
-        async with publishers.turn(publisher_id, batch):
-            ack, change = await self._log.append(
-                payload,
-                policy,
-                timeout,
-                whole=whole,
-                each=each,
-                publisher_id=publisher_id,
-                batch=batch,
-            )
-        return ack, change, True
-
-    def _appended(self, arrived: float, publisher_id: str, batch: int, ack: AppendAck) -> None:
-        """Count a durable append and keep its ack for a retry of ``batch``."""
-        self._context.metrics.appended(time.perf_counter() - arrived)
-        self._reporting = True
-        self._publishers.remember(publisher_id, batch, ack)
+        return await self._appends.append_pieces(request, payloads)
 
     @serves(AppendOnce)
     async def _append_once(self, request: AppendOnce, payload: Payload) -> AppendAck:
-        """Append a writer's ``version`` unless this channel has it already: exactly once
-        across re-runs of a Spark micro-batch and across restarts with a store (the
-        pair is in the record). Answers an empty ack for a version it has."""
-        if self._publishers.has_version(request.writer_id, request.version):
-            return AppendAck(-1, 0, 0.0)
-        append = Append(
-            publisher_id=request.writer_id,
-            batch=request.version,
-            overflow=request.overflow,
-            timeout=request.timeout,
-        )
-        return await self._append(append, payload)
+        return await self._appends.append_once(request, payload)
 
-    def _ack_reply(self, ack: AppendAck, statuses: bool) -> AppendAck | StatusBatch:
-        if statuses:
-            if ack.error is not None:
-                # Raised here, not in the caller's deserialization, so the
-                # ObjectRef fails with the typed error itself.
-                raise ack.error
-            return StatusBatch(self._config.topic_id, self._channel, ack)
-        return ack
+    # -- transactions (see ``raytopic.actors.transactions``) -------------------------
+
+    @serves(StageTransaction)
+    async def _stage_transaction(
+        self, request: StageTransaction, payload: Payload | None = None
+    ) -> int:
+        return await self._parts.transactions.stage(request, payload)
+
+    @serves(EndTransaction)
+    async def _end_transaction(self, request: EndTransaction) -> TransactionEnded:
+        """This channel leads the transaction (``raytopic.actors.transaction_lead``)."""
+        return await self._lead.end(request)
+
+    @serves(PrepareTransaction)
+    async def _prepare_transaction(self, request: PrepareTransaction) -> Outcome | None:
+        return await self._parts.transactions.prepare(request)
+
+    @serves(DecideTransaction)
+    async def _decide_transaction(self, request: DecideTransaction) -> tuple[str, str, Any]:
+        return await self._parts.transactions.decide(request)
+
+    @serves(FinishTransaction)
+    async def _finish_transaction(self, request: FinishTransaction) -> tuple[Any, ...]:
+        return await self._parts.transactions.finish(request)
+
+    @serves(ResolveTransaction)
+    async def _resolve_transaction(self, request: ResolveTransaction) -> str | None:
+        return await self._parts.transactions.resolve(request)
+
+    @serves(ForgetTransaction)
+    async def _forget_transaction(self, request: ForgetTransaction) -> None:
+        await self._parts.transactions.forget(request)
+
+    @serves(FenceTransactions)
+    async def _fence_transactions(self, request: FenceTransactions) -> None:
+        await self._parts.transactions.fence(request)
+
+    # -- streams (see ``raytopic.actors.stream_steps``) -------------------------------
+
+    @serves(RecordMicroBatch)
+    @serves(CommitMicroBatch)
+    async def _lead_stream_step(self, request: StreamRequest) -> None:
+        """Lead a stream's step: this channel's part and every other's, answered once
+        each is durable.
+
+        Raises:
+            NotOwnerError: the stream no longer holds the group (a newer stream took
+                it, or its claim ended).
+            GroupNotFoundError, GroupModeError: no such owned group.
+        """
+        await self._stream_steps.lead(request)
+
+    @serves(StreamPart)
+    async def _stream_part(self, request: StreamPart) -> None:
+        """This channel's part of a stream's step (its lead asks), in one state write
+        with the group's cursor."""
+        self._stream_steps.serve(request.step)
 
     # -- readers ----------------------------------------------------------------
 
@@ -830,7 +667,7 @@ class ChannelActor:
         await self._stored.begin(request.topic_id, request.wipe)
         self._lead = self._new_lead()
         self._tend()
-        return self.identity()
+        return self._recovery.identity()
 
     @serves(MarkDestroyed, Admit.ALWAYS)
     async def _mark_destroyed(self, _: MarkDestroyed) -> None:
@@ -842,7 +679,7 @@ class ChannelActor:
     async def _remove_store(self, _: RemoveStore) -> None:
         """Remove the store's data; the background work stops (the actor is about to
         be killed)."""
-        await self.close()
+        await self._close()
         await self._stored.remove()
 
     # -- shared groups (per-element acknowledgement) --------------------------------
@@ -985,16 +822,15 @@ class ChannelActor:
         background work stops (``close``), as the actor is about to be killed."""
         self._context.end_waits(request.reason)
         await self._host.end_receives(request.reason)
-        await self.close()
+        await self._close()
 
 
-_TRANSACTION_STEPS: dict[type, Callable[..., Awaitable[Any]]] = {
-    StageTransaction: TransactionParticipant.stage,
-    PrepareTransaction: TransactionParticipant.prepare,
-    DecideTransaction: TransactionParticipant.decide,
-    FinishTransaction: TransactionParticipant.finish,
-    ResolveTransaction: TransactionParticipant.resolve,
-    ForgetTransaction: TransactionParticipant.forget,
-    FenceTransactions: TransactionParticipant.fence,
-}
-"""A transaction's request type -> the participant's step serving it."""
+def _coordinator_port(context: ChannelContext) -> Callable[[ChannelRestarted], None]:
+    """How the channel tells its topic's coordinator it restarted (found by name)."""
+
+    def tell(request: ChannelRestarted) -> None:
+        config = context.config
+        coordinator = ray.get_actor(coordinator_actor_name(config.name), namespace=config.namespace)
+        coordinator.request.remote(request)
+
+    return tell

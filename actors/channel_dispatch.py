@@ -1,16 +1,13 @@
 """How a request reaches the channel's handler, and when it is admitted.
 
-The channel answers Ray through a few entries (``request``, ``control``, ...); each
-typed request is served by the private handler registered for its type, behind the
-guard its registration names. Pure: the guard reads the channel's ``_failure`` and
-``_seeded`` and awaits its ``_admit``.
+The channel answers Ray through two entries (``request``, ``control``); each typed
+request is served by the private handler registered for its type, behind the guard
+its registration names (the channel's ``_serve`` applies it). Pure.
 """
 
 from __future__ import annotations
 
 import enum
-import functools
-import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,7 +15,7 @@ __all__ = ["SERVED", "Admit", "Handler", "call_handler", "entry", "serves"]
 
 
 class Admit(enum.Enum):
-    """When a call is admitted: the guard every Ray-callable entry of the channel has.
+    """When a request is admitted: the guard every request type of the channel has.
 
     A failed channel (its store broke, or it could not recover it) refuses
     typed (ChannelFailedError); a channel restarted without a store is "recovering"
@@ -34,7 +31,7 @@ class Admit(enum.Enum):
     """Answered in any state: the life cycle (seeding is what ends recovering), and
     what a coordinator rebuilding itself or destroying the topic asks."""
     BY_REQUEST = enum.auto()
-    """An entry serving typed requests: each request type's own (see :func:`serves`)."""
+    """An entry: each request type's own (see :func:`serves`)."""
 
 
 Handler = Callable[..., Awaitable[Any]]
@@ -57,26 +54,11 @@ def serves(kind: type, admit: Admit = Admit.SEEDED) -> Callable[[Handler], Handl
     return register
 
 
-def entry(admit: Admit) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A Ray-callable entry of the channel, behind the guard (see :class:`Admit`)."""
-
-    def guard(method: Callable[..., Any]) -> Callable[..., Any]:
-        if admit in (Admit.SEEDED, Admit.NOW):
-            if not inspect.iscoroutinefunction(method):
-                raise TypeError(f"{method.__name__}: a guarded entry is async")
-
-            @functools.wraps(method)
-            async def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
-                if self._failure is not None or not self._seeded.is_set():
-                    await self._admit(admit)
-                return await method(self, *args, **kwargs)
-
-        else:  # ALWAYS: nothing to check; BY_REQUEST: checked per request
-            guarded = method
-        guarded.__admits__ = admit  # type: ignore[attr-defined]
-        return guarded
-
-    return guard
+def entry(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A Ray-callable entry of the channel: it serves typed requests, each admitted as
+    its type's registration says (see :func:`serves`)."""
+    method.__admits__ = Admit.BY_REQUEST  # type: ignore[attr-defined]
+    return method
 
 
 def call_handler(handler: Handler, channel: Any, request: Any, payload: Any) -> Awaitable[Any]:

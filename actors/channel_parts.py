@@ -194,7 +194,7 @@ class ChannelParts:
         state) from what its coordinator remembers: a new epoch whose positions
         follow every earlier one, each group's cursor at its start with the lease
         it had, and each reader told of the loss once (``DataLossError``) if the
-        elements are gone. Arguments as in ``ChannelActor.seed``."""
+        elements are gone. Arguments as in ``SeedChannel``."""
         context, log, opened = self.context, self.log, self.readers
         context.epoch = max(old_epoch + 1, 2)
         kept = log.store is not None  # a store without state: its elements are back

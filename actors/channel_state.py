@@ -22,10 +22,12 @@ are the exception: they are kept as the cloudpickles their users gave::
     streams        group -> its stream's offset log here (``raytopic.core.stream_log``)
 
 Saving happens in one place: the channel serves each request as a unit of work
-(:meth:`ChannelState.unit_of_work`), and a request that changed something worth
-waiting for (:meth:`ChannelState.touch`, :attr:`Keep.BEFORE_REPLY`) is answered
-once a write covering it is done. Parts only say what changed, and how soon it
-must be durable (:class:`Keep`); none of them writes.
+(:meth:`ChannelState.unit_of_work`; a background job's round is one too), and a
+request that changed something worth waiting for (:meth:`ChannelState.touch`,
+:attr:`Keep.BEFORE_REPLY`) is answered once a write covering it is done. Parts
+only say what changed, and how soon it must be durable (:class:`Keep`); none of
+them writes. A protocol whose next step must follow a write (a transaction's
+commit point, a compaction's) says so with :meth:`ChannelState.checkpoint`.
 
 A write carries only what changed (:meth:`ChannelState.touch`), so its cost
 follows what a call changed, not the channel's history: a commit writes one
@@ -87,6 +89,8 @@ class _Unit:
     """One request's work: the latest change it must wait for (0: none)."""
 
     change: int = 0
+    open: bool = True
+    """False once it ended (a task it started still sees it, and is no part of it)."""
 
 
 class ChannelState:
@@ -194,7 +198,7 @@ class ChannelState:
             self.save_later()
         elif keep is Keep.BEFORE_REPLY:
             unit = self._unit.get()
-            if unit is not None:
+            if unit is not None and unit.open:
                 unit.change = sync.mark()
 
     @contextlib.asynccontextmanager
@@ -206,7 +210,8 @@ class ChannelState:
         Raises:
             ChannelFailedError: the write failed; the channel has failed.
         """
-        if self._unit.get() is not None:
+        outer = self._unit.get()
+        if outer is not None and outer.open:
             yield
             return
         unit = _Unit()
@@ -214,6 +219,7 @@ class ChannelState:
         try:
             yield
         finally:
+            unit.open = False
             self._unit.reset(token)
         sync = self._sync
         if sync is not None and unit.change > sync.covered:
@@ -256,9 +262,21 @@ class ChannelState:
         self._dirty.clear()
         return changes
 
+    async def checkpoint(self) -> None:
+        """An ordering point: what changed so far is durable before the caller's next
+        step (a lead's decision before any participant hears it; what a compaction's
+        rewritten records named before the rewrite commits). The unit of work still
+        writes what changes after it.
+
+        Raises:
+            ChannelFailedError: the write failed; the channel has failed.
+        """
+        await self.save()
+
     async def save(self) -> None:
         """Make the changes so far durable now (one write serves every caller
-        waiting meanwhile).
+        waiting meanwhile): the unit of work's write and the life cycle's; parts
+        never call it.
 
         Raises:
             ChannelFailedError: the write failed; the channel has failed.

@@ -201,7 +201,7 @@ class Compactor:
         try:
             planned = await asyncio.to_thread(self._plan, snapshot, sealed, started, visible)
             if store is not None and planned.rewritten:
-                await self._state.save()  # what the rewritten records named, kept elsewhere
+                await self._state.checkpoint()  # what the rewritten records named, kept elsewhere
                 names = [segment.name for segment in planned.rewritten]
                 await asyncio.to_thread(segment_compaction.commit, store.directory, names)
                 committed = True

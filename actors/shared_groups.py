@@ -440,10 +440,10 @@ class SharedGroups:
                 if shared is None:
                     continue
                 try:
-                    await send_dead_letters(group, shared.cursor, shared.spec)
-                    self._state.touch("shared", group)
-                    self._commits_moved()
-                    await self._state.save()
+                    async with self._state.unit_of_work():  # written as a request's are
+                        await send_dead_letters(group, shared.cursor, shared.spec)
+                        self._state.touch("shared", group)
+                        self._commits_moved()
                 except Exception as error:  # kept: tried again on the next round
                     logger.warning(
                         "channel %d: dead letters of %s not sent: %s",

@@ -22,7 +22,6 @@ in the channel), so the part runs in unit tests without Ray.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import ray
@@ -38,7 +37,9 @@ from raytopic.core.protocol import (
     GrantStream,
     RecordMicroBatch,
     StreamLogState,
+    StreamPart,
     StreamRequest,
+    pack_request,
 )
 
 __all__ = ["RayStreamPeers", "StreamPeers", "StreamSteps"]
@@ -47,8 +48,8 @@ __all__ = ["RayStreamPeers", "StreamPeers", "StreamSteps"]
 class StreamPeers(Protocol):
     """The lead's calls to the other channels of its topic."""
 
-    async def part(self, channel: int, request: StreamRequest) -> None:
-        """Serve ``request``'s part at ``channel``; raises raytopic errors only."""
+    async def part(self, channel: int, request: StreamPart) -> None:
+        """Serve the part at ``channel``; raises raytopic errors only."""
 
 
 class StreamSteps:
@@ -95,7 +96,7 @@ class StreamSteps:
         return StreamLogState(record, cursor.committed)
 
     def serve(self, request: StreamRequest) -> None:
-        """This channel's part of a step (in the caller's unit of work: answered once
+        """This channel's part of a step (in the request's unit of work: answered once
         the record, and the cursor it moved, are durable).
 
         Raises:
@@ -114,19 +115,19 @@ class StreamSteps:
                     self._readers.advance(group, through)
         self._state.touch("streams", group)
 
-    async def lead(
-        self, request: StreamRequest, here: Callable[[StreamRequest], Awaitable[None]]
-    ) -> None:
-        """Serve ``request`` at every channel: this one's part (``here``: served as
-        its own unit of work) and every other's, all at once; returns once each is
-        done.
+    async def lead(self, request: StreamRequest) -> None:
+        """Serve ``request`` at every channel: this one's part (in the request's unit
+        of work), then every other's, all at once; returns once each is done.
 
         Raises:
-            The first part's refusal (in channel order), as itself: NotOwnerError
-            when the stream no longer holds the group. The other parts may have
-            been served (each is idempotent, and a new stream finishes a commit).
+            The first refusal, as itself (this channel's first, then in channel
+            order): NotOwnerError when the stream no longer holds the group. The
+            other parts may have been served (each is idempotent, and a new stream
+            finishes a commit).
         """
-        parts = [here(request), *(self._peers.part(other, request) for other in self._others)]
+        self.serve(request)
+        part = StreamPart(request)
+        parts = [self._peers.part(other, part) for other in self._others]
         for outcome in await asyncio.gather(*parts, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -142,7 +143,7 @@ class StreamSteps:
 
 
 class RayStreamPeers:
-    """``StreamPeers`` through Ray: the sibling channels' ``stream_part`` entry.
+    """``StreamPeers`` through Ray: the sibling channels' ``request`` entry.
 
     Args:
         config: The topic's configuration (its channels are found by name).
@@ -151,11 +152,11 @@ class RayStreamPeers:
     def __init__(self, config: TopicConfig) -> None:
         self._config = config
 
-    async def part(self, channel: int, request: StreamRequest) -> None:
+    async def part(self, channel: int, request: StreamPart) -> None:
         config = self._config
         try:
             actor = channel_actor(config.namespace, config.name, config.topic_id, channel)
-            await actor.stream_part.remote(request)
+            await actor.request.remote(pack_request(request))
         except ray.exceptions.RayTaskError as wrapped:
             cause = wrapped.cause
             if isinstance(cause, TopicError):

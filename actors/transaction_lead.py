@@ -128,7 +128,7 @@ class TransactionLead:
         self._finishing: set[asyncio.Task[None]] = set()
         """The commit-only participants' finishes the answer did not wait for."""
 
-    async def end(self, request: EndTransaction, _: Any = None) -> TransactionEnded:
+    async def end(self, request: EndTransaction) -> TransactionEnded:
         """Commit or abort the transaction everywhere; returns the outcome.
 
         Raises:
@@ -291,7 +291,7 @@ class TransactionLead:
 
 
 class RayPeers:
-    """``Peers`` through Ray: the channels' ``transact`` and the namespace's registry.
+    """``Peers`` through Ray: the channels' ``request`` and the namespace's registry.
 
     A Ray failure of a call is raised as a raytopic error: a destroyed topic's
     channel as TopicNotFoundError, any other as TopicError (a channel that

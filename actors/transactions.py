@@ -40,7 +40,7 @@ import ray
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
-from raytopic.actors.channel_state import ChannelState
+from raytopic.actors.channel_state import ChannelState, Keep
 from raytopic.actors.readers import Readers
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.transaction_table import (
@@ -98,8 +98,8 @@ def send(at: Address, request: TransactionRequest, payload: Payload | None = Non
     """
     packed = pack_request(request)
     if payload is None:
-        return channel_actor(*at).transact.remote(packed)
-    return channel_actor(*at).transact.remote(packed, payload)
+        return channel_actor(*at).request.remote(packed)
+    return channel_actor(*at).request.remote(packed, payload)
 
 
 class TransactionParticipant:
@@ -173,7 +173,7 @@ class TransactionParticipant:
         self.needs_tending = True
         return entry.staged
 
-    async def prepare(self, request: PrepareTransaction, _: Any = None) -> Outcome | None:
+    async def prepare(self, request: PrepareTransaction) -> Outcome | None:
         """Check the transaction's part here and keep it durably.
 
         Returns:
@@ -194,11 +194,11 @@ class TransactionParticipant:
         entry.began = time.time()
         self.needs_tending = True
         self._state.touch("transactions", entry.key)
-        await self._state.save()
         return None
 
-    async def decide(self, request: DecideTransaction, _: Any = None) -> tuple[str, str, Any]:
-        """At the lead: the transaction's outcome, decided here once and for all.
+    async def decide(self, request: DecideTransaction) -> tuple[str, str, Any]:
+        """At the lead: the transaction's outcome, decided here once and for all, and
+        durable before it returns (the lead tells the others only then).
 
         Returns:
             (outcome, reason, the (first, count) runs appended here).
@@ -226,17 +226,17 @@ class TransactionParticipant:
                         # finish them from the record (recover()).
                         self.table.prepare(entry, self.address, commits)
                         self._state.touch("transactions", entry.key)
-                        await self._state.save()
+                        await self._state.checkpoint()
                     entry.commits = commits
                     await self._apply(entry)
             self._context.metrics.transaction_decided(entry.outcome == Outcome.COMMIT)
         for key in request.forget:
             if self.table.forget(key):
                 self._state.touch("transactions", key)
-        await self._state.save()
+        await self._state.checkpoint()  # the commit point: before any other hears it
         return entry.outcome or Outcome.ABORT, entry.reason, entry.runs
 
-    async def finish(self, request: FinishTransaction, _: Any = None) -> tuple[Any, ...]:
+    async def finish(self, request: FinishTransaction) -> tuple[Any, ...]:
         """The lead decided: apply the outcome here; returns the runs appended.
 
         Raises:
@@ -255,7 +255,6 @@ class TransactionParticipant:
                 await self._apply(entry)
             else:
                 self._abort(entry, request.reason)
-            await self._state.save()
         return entry.runs
 
     def decided(self, key: str) -> bool:
@@ -277,7 +276,7 @@ class TransactionParticipant:
                 self.table.finish(entry, Outcome.COMMIT)
                 self._reserve()
                 self._state.touch("transactions", entry.key)
-                await self._state.save()
+                await self._state.checkpoint()  # before the lead tells anyone
             elif entry.outcome != Outcome.COMMIT:
                 logger.error(
                     "channel %d: transaction %s committed at a participant but was "
@@ -299,7 +298,7 @@ class TransactionParticipant:
             new_epoch=self._context.epoch,
         )
 
-    async def resolve(self, request: ResolveTransaction, _: Any = None) -> str | None:
+    async def resolve(self, request: ResolveTransaction) -> str | None:
         """At the lead: the outcome (None while undecided and within its deadline)."""
         entry = self.table.get(request.key)
         if entry is not None and entry.done:
@@ -314,7 +313,6 @@ class TransactionParticipant:
                 return entry.outcome
             self._abort(entry, "it timed out before it committed")
             self._context.metrics.transaction_decided(False)
-            await self._state.save()
             return Outcome.ABORT
 
     def _deciding(self, key: str) -> asyncio.Lock:
@@ -326,17 +324,16 @@ class TransactionParticipant:
             lock = self._decisions[key] = asyncio.Lock()
         return lock
 
-    async def fence(self, request: FenceTransactions, _: Any = None) -> None:
+    async def fence(self, request: FenceTransactions) -> None:
         """Abort the staged transactions of older incarnations of the id."""
         for entry in self.table.fence(request.transactional_id, request.epoch):
             self._abort(entry, FENCED)
             self._context.metrics.transaction_decided(False)  # no lead will decide it
 
-    async def forget(self, request: ForgetTransaction, _: Any = None) -> None:
-        """Every participant finished the transaction."""
+    async def forget(self, request: ForgetTransaction) -> None:
+        """Every participant finished the transaction (nobody waits for it to be written)."""
         if self.table.forget(request.key):
-            self._state.touch("transactions", request.key)
-            self._state.save_later()
+            self._state.touch("transactions", request.key, Keep.SOON)
 
     # -- steps ---------------------------------------------------------------------
 
@@ -384,7 +381,7 @@ class TransactionParticipant:
 
     async def _apply(self, entry: TransactionEntry) -> None:
         """Commit the part here: append the elements as one record, move the cursors,
-        and record the outcome (the caller saves the state)."""
+        and record the outcome (the unit of work writes the state)."""
         payload = entry.payload()
         change = None
         runs: tuple[tuple[int, int], ...] = ()
@@ -464,27 +461,28 @@ class TransactionParticipant:
         and ask the lead about prepared ones whose outcome is late."""
         while self.needs_tending:
             await asyncio.sleep(TEND_INTERVAL)
-            now = time.time()
-            changed = False
-            for entry in self.table.expired(now):
-                changed = True
-                logger.info(
-                    "channel %d: transaction %s timed out with %d staged elements: aborted",
-                    self._context.channel,
-                    entry.key,
-                    entry.staged,
-                )
-                self._abort(entry, "it timed out before it committed (its holder is gone?)")
-                self._context.metrics.transaction_decided(False)  # no lead will decide it
-            for entry in self.table.in_doubt(now, IN_DOUBT_AFTER):
-                changed = await self._ask_lead(entry) or changed
-            if changed:
-                await self._state.save()
+            async with self._state.unit_of_work():  # written as a request's changes are
+                await self._tend_round()
             if not self.table.has_open:
                 self.needs_tending = False
 
-    async def _ask_lead(self, entry: TransactionEntry) -> bool:
-        """Ask the lead for a prepared transaction's outcome; True if it came."""
+    async def _tend_round(self) -> None:
+        """Abort the expired staged transactions; ask the leads of the late prepared."""
+        now = time.time()
+        for entry in self.table.expired(now):
+            logger.info(
+                "channel %d: transaction %s timed out with %d staged elements: aborted",
+                self._context.channel,
+                entry.key,
+                entry.staged,
+            )
+            self._abort(entry, "it timed out before it committed (its holder is gone?)")
+            self._context.metrics.transaction_decided(False)  # no lead will decide it
+        for entry in self.table.in_doubt(now, IN_DOUBT_AFTER):
+            await self._ask_lead(entry)
+
+    async def _ask_lead(self, entry: TransactionEntry) -> None:
+        """Ask the lead for a prepared transaction's outcome, and apply it if it came."""
         lead = entry.lead
         assert lead is not None
         request = ResolveTransaction(entry.key, entry.transactional_id, entry.deadline)
@@ -492,7 +490,7 @@ class TransactionParticipant:
             outcome = await send(lead, request)
         except (TopicNotFoundError, ray.exceptions.ActorDiedError):
             if time.time() < entry.deadline:
-                return False
+                return
             # Its decision went with the lead's topic: what it decided is unknowable.
             logger.error(
                 "channel %d: transaction %s lost its lead (topic %r destroyed): aborted here",
@@ -502,14 +500,13 @@ class TransactionParticipant:
             )
             outcome = Outcome.ABORT
         except Exception:
-            return False  # the lead is restarting: ask again
+            return  # the lead is restarting: ask again
         if entry.done or outcome is None:
-            return False
+            return
         if outcome == Outcome.COMMIT:
             await self._apply(entry)
         else:
             self._abort(entry, "its lead aborted it")
-        return True
 
     # -- recovery ----------------------------------------------------------------------
 

@@ -29,7 +29,13 @@ from typing import Any
 import ray
 
 from raytopic.core.errors import TopicError
-from raytopic.core.protocol import ControlRequest
+from raytopic.core.protocol import (
+    AttachChannels,
+    ControlRequest,
+    DescribeChannel,
+    ReadIdentity,
+    SeedChannel,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +52,10 @@ class ChannelFleet:
     """A topic's channels as the coordinator calls them (the policy; see the module).
 
     Subclasses implement ``_send`` (one control request to one channel) and
-    the calls outside ``control``: ``attach``, ``identities``, ``seed``,
-    ``describe``, ``kill``.
+    ``kill``, and hold the channels' ``handles`` (what ``attach`` introduces).
     """
+
+    handles: tuple[Any, ...] = ()
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -57,22 +64,6 @@ class ChannelFleet:
 
     def _send(self, channel: int, request: ControlRequest) -> Awaitable[Any]:
         """Send ``request`` to ``channel``'s ``control`` entry; its reply."""
-        raise NotImplementedError
-
-    async def attach(self) -> list[dict[str, Any]]:
-        """Introduce new channels to each other; their identities."""
-        raise NotImplementedError
-
-    async def identities(self) -> list[dict[str, Any]]:
-        """Each channel's identity (epoch, state, pid, ...)."""
-        raise NotImplementedError
-
-    async def seed(self, channel: int, *state: Any) -> dict[str, Any]:
-        """Give a channel that restarted without a store its state; its identity."""
-        raise NotImplementedError
-
-    async def describe(self, channel: int) -> dict[str, Any]:
-        """A channel's figures (within ``NOTICE_TIMEOUT``, else it raises)."""
         raise NotImplementedError
 
     def kill(self) -> None:
@@ -85,6 +76,23 @@ class ChannelFleet:
     def channels(self) -> list[int]:
         """Every channel."""
         return list(range(self.size))
+
+    async def attach(self) -> list[dict[str, Any]]:
+        """Introduce new channels to each other; their identities."""
+        attach = AttachChannels(tuple(self.handles))
+        return await asyncio.wait_for(self.ask_each(attach), _ATTACH_TIMEOUT)
+
+    async def identities(self) -> list[dict[str, Any]]:
+        """Each channel's identity (epoch, state, pid, ...)."""
+        return await self.ask_each(ReadIdentity())
+
+    async def seed(self, channel: int, *state: Any) -> dict[str, Any]:
+        """Give a channel that restarted without a store its state; its identity."""
+        return await self.ask(channel, SeedChannel(*state))
+
+    async def describe(self, channel: int) -> dict[str, Any]:
+        """A channel's figures (within ``NOTICE_TIMEOUT``, else it raises)."""
+        return await asyncio.wait_for(self.ask(channel, DescribeChannel()), NOTICE_TIMEOUT)
 
     async def ask(self, channel: int, request: ControlRequest) -> Any:
         """One channel's reply; its refusal raised typed."""
@@ -164,24 +172,6 @@ class RayChannelFleet(ChannelFleet):
 
     def _send(self, channel: int, request: ControlRequest) -> Awaitable[Any]:
         return self.handles[channel].control.remote(request)
-
-    async def attach(self) -> list[dict[str, Any]]:
-        handles = list(self.handles)
-        return list(
-            await asyncio.wait_for(
-                asyncio.gather(*(handle.attach.remote(handles) for handle in handles)),
-                _ATTACH_TIMEOUT,
-            )
-        )
-
-    async def identities(self) -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(handle.identity.remote() for handle in self.handles)))
-
-    async def seed(self, channel: int, *state: Any) -> dict[str, Any]:
-        return await self.handles[channel].seed.remote(*state)
-
-    async def describe(self, channel: int) -> dict[str, Any]:
-        return await asyncio.wait_for(self.handles[channel].describe.remote(), NOTICE_TIMEOUT)
 
     def kill(self) -> None:
         for handle in self.handles:

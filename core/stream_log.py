@@ -8,7 +8,7 @@ hands out a micro-batch it records the batch (its id and the position range of
 every channel) at every channel of the topic, durably with a store; when the
 batch is done it commits it at every channel, which moves the group's positions
 there to the batch's ends. Each step is one request to a lead channel, which
-serves every channel's part (``raytopic.actors.stream_lead``). Each channel keeps,
+serves every channel's part (``raytopic.actors.stream_steps``). Each channel keeps,
 per group, one :class:`~raytopic.core.protocol.streams.StreamRecord`:
 
 - ``holder``: the lease of the last stream granted the group here (what a

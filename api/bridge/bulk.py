@@ -55,6 +55,7 @@ from raytopic.core.protocol import (
     Chunk,
     FirstAfter,
     ReadGroupCursors,
+    ReadIdentity,
     ReadNewest,
     ReadRange,
     ReadRingFigures,
@@ -348,7 +349,9 @@ def plan_ranges(
             raise GroupNotFoundError.of(topic.name, group)
     with topic_calls(topic.topic_id, topic.name):
         figures = ray.get([ring_figures(topic._channel_actors[c]) for c in picked])
-        identities = ray.get([topic._channel_actors[c].identity.remote() for c in picked])
+        identities = ray.get(
+            [topic._channel_actors[c].control.remote(ReadIdentity()) for c in picked]
+        )
         cursors = (
             ray.get([topic._channel_actors[c].control.remote(ReadGroupCursors()) for c in picked])
             if group is not None

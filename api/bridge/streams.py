@@ -76,8 +76,10 @@ from raytopic.core.errors import (
 from raytopic.core.protocol import (
     CommitMicroBatch,
     MicroBatchRecord,
+    ReadIdentity,
     RecordMicroBatch,
     StreamRequest,
+    pack_request,
 )
 from raytopic.core.stream_log import recover
 from raytopic.topic import Topic
@@ -471,7 +473,7 @@ class Stream:
         topic = self._topic
         lead = topic._channel_actors[request.batch.batch_id % topic.channel_count]
         with topic_calls(topic.topic_id, topic.name):
-            ray.get(lead.stream.remote(request))
+            ray.get(lead.request.remote(pack_request(request)))
 
     def _views(self) -> dict[int, tuple[int, int, dict[str, Any]]]:
         """Per channel: (head, tail, identity), asked of every channel at once."""
@@ -480,7 +482,7 @@ class Stream:
         with topic_calls(topic.topic_id, topic.name):
             answers = ray.get(
                 [ring_figures(actor) for actor in actors]
-                + [actor.identity.remote() for actor in actors]
+                + [actor.control.remote(ReadIdentity()) for actor in actors]
             )
         count = len(actors)
         return {

@@ -53,8 +53,10 @@ from raytopic.core.protocol.channel import (
 from raytopic.core.protocol.codec import pack_request, unpack_request
 from raytopic.core.protocol.control import (
     CONTROL_REQUESTS,
+    AttachChannels,
     CloseReader,
     ControlRequest,
+    DescribeChannel,
     DestroyGroup,
     EndReceives,
     EnsureGroup,
@@ -69,12 +71,14 @@ from raytopic.core.protocol.control import (
     ReadGroupCursors,
     ReadGroupLag,
     ReadGroupMarks,
+    ReadIdentity,
     ReadOpeningError,
     ReadReaderSpecs,
     ReadStoredTopic,
     RemoveStore,
     ResetGroup,
     RestoreGroup,
+    SeedChannel,
     UpdateViews,
 )
 from raytopic.core.protocol.coordinator import (
@@ -133,6 +137,7 @@ from raytopic.core.protocol.streams import (
     MicroBatchRecord,
     RecordMicroBatch,
     StreamLogState,
+    StreamPart,
     StreamRecord,
     StreamRequest,
 )
@@ -194,7 +199,11 @@ __all__ = [
     "Watch",
     # control requests
     "CONTROL_REQUESTS",
+    "AttachChannels",
     "CloseReader",
+    "DescribeChannel",
+    "ReadIdentity",
+    "SeedChannel",
     "ControlRequest",
     "DestroyGroup",
     "EndReceives",
@@ -223,6 +232,7 @@ __all__ = [
     "MicroBatchRecord",
     "RecordMicroBatch",
     "StreamLogState",
+    "StreamPart",
     "StreamRecord",
     "StreamRequest",
     # the coordinator's requests

@@ -1,7 +1,7 @@
-"""The channel's control requests, typed: what a coordinator asks of a channel (readers,
-groups, grants to members and streams, resets, views, restarts, purges, and what it
-reads back to rebuild itself), served by ``ChannelActor.control``, which dispatches on
-the record's type.
+"""The channel's control requests, typed: what a coordinator asks of a channel (its
+siblings, its seed after a restart, readers, groups, grants to members and streams,
+resets, views, purges, and what it reads back to rebuild itself), served by
+``ChannelActor.control``, which dispatches on the record's type.
 
 Control calls are few and not on the data path, so a record travels as the call's
 one argument as it is (Ray pickles it), not packed.
@@ -16,6 +16,10 @@ from raytopic.core.shared_group import SharedGroup
 
 __all__ = [
     "CONTROL_REQUESTS",
+    "AttachChannels",
+    "DescribeChannel",
+    "ReadIdentity",
+    "SeedChannel",
     "CloseReader",
     "ControlRequest",
     "DestroyGroup",
@@ -40,6 +44,42 @@ __all__ = [
     "RestoreGroup",
     "UpdateViews",
 ]
+
+
+class AttachChannels(NamedTuple):
+    """Learn every channel actor of the topic (index = channel); answered with the
+    channel's identity (``ReadIdentity``)."""
+
+    channels: tuple[Any, ...]
+
+
+class ReadIdentity(NamedTuple):
+    """Where the channel runs: its topic's id, epoch, node id, process id, and its state
+    ("serving"; "opening": new, waiting for its coordinator to open its store;
+    "recovering": restarted without a store, waiting for its coordinator; or
+    "failed"). Answered in any state."""
+
+
+class DescribeChannel(NamedTuple):
+    """The channel's identity, figures, group cursors, transactions and compaction in
+    one snapshot (a failed channel answers too: its state says so)."""
+
+
+class SeedChannel(NamedTuple):
+    """Restore a channel that restarted without a store: a new epoch whose positions
+    follow every earlier one, each group's cursor at its start with the lease it
+    had; each reader is told of the loss once. Answered with its identity."""
+
+    old_epoch: int
+    """The epoch the coordinator last knew of the channel."""
+    groups: dict[str, tuple[Lease | None, int, int]]
+    """Per group: (lease, view version, generation)."""
+    views: dict[str, dict[str, tuple[int, dict[int, Lease]]]]
+    """Per group, the members' latest views."""
+    readers: dict[str, ReaderSpec]
+    """The topic's open readers."""
+    shared: dict[str, SharedGroup] | None = None
+    """The shared groups' definitions (they start over at the new epoch's first position)."""
 
 
 class OpenReader(NamedTuple):
@@ -188,7 +228,11 @@ class RemoveStore(NamedTuple):
 
 
 ControlRequest = (
-    OpenReader
+    AttachChannels
+    | ReadIdentity
+    | DescribeChannel
+    | SeedChannel
+    | OpenReader
     | CloseReader
     | EnsureGroup
     | DestroyGroup
@@ -213,6 +257,10 @@ ControlRequest = (
 """Any control request."""
 
 CONTROL_REQUESTS = (
+    AttachChannels,
+    ReadIdentity,
+    DescribeChannel,
+    SeedChannel,
     OpenReader,
     CloseReader,
     EnsureGroup,

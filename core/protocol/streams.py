@@ -6,7 +6,7 @@ coordinator grants (:class:`~raytopic.core.protocol.control.GrantStream`, the
 owner of every channel of the group, as a member's lease is of its channels).
 The stream sends each step of a micro-batch, its record and its commit, as ONE
 request to a lead channel, which serves its own part and every other channel's
-(``raytopic.actors.stream_lead``); each part is refused unless the request's lease
+(``raytopic.actors.stream_steps``); each part is refused unless the request's lease
 owns the group's channel there, so a stream fenced by a newer one, or whose claim
 ended, changes nothing. What the records mean after a failure:
 ``raytopic.core.stream_log``.
@@ -26,6 +26,7 @@ __all__ = [
     "RecordMicroBatch",
     "STREAM_REQUESTS",
     "StreamLogState",
+    "StreamPart",
     "StreamRecord",
     "StreamRequest",
 ]
@@ -139,6 +140,15 @@ class CommitMicroBatch:
 StreamRequest = RecordMicroBatch | CommitMicroBatch
 """A step of a stream's micro-batch."""
 
-STREAM_REQUESTS = (RecordMicroBatch, CommitMicroBatch)
-"""The request records a channel serves through ``ChannelActor.stream`` (as the lead)
-and ``ChannelActor.stream_part``."""
+
+@dataclass(frozen=True, slots=True)
+class StreamPart:
+    """One channel's part of a stream's ``step`` (its lead asks every other channel),
+    in one state write with the group's cursor (answered with None)."""
+
+    step: StreamRequest
+
+
+STREAM_REQUESTS = (RecordMicroBatch, CommitMicroBatch, StreamPart)
+"""The request records a channel serves through ``ChannelActor.request``: a step (as
+its lead), and a step's part."""

@@ -195,7 +195,7 @@ TransactionRequest = (
     | ForgetTransaction
     | FenceTransactions
 )
-"""A transaction's request, served by ``ChannelActor.transact``."""
+"""A transaction's request, served by ``ChannelActor.request``."""
 
 TRANSACTION_REQUESTS = (
     StageTransaction,

@@ -34,6 +34,8 @@ from raytopic.core.payloads import ArrowRows, PickledValues
 from raytopic.core.protocol import (
     CHANNEL_REQUESTS,
     CONTROL_REQUESTS,
+    STREAM_REQUESTS,
+    TRANSACTION_REQUESTS,
     Append,
     AppendOnce,
     ChannelRequest,
@@ -696,10 +698,13 @@ def test_ray_sees_a_few_entries_each_behind_the_guard() -> None:
         if not name.startswith("_")
     }
     assert len(entries) <= 15, sorted(entries)
+    assert entries == {"request", "control"}  # every call is a typed request
     unguarded = {name for name in entries if not hasattr(getattr(ChannelActor, name), "__admits__")}
     assert not unguarded
     # The typed entries serve every request type, each with its own admission.
-    assert set(SERVED) == set(CHANNEL_REQUESTS) | set(CONTROL_REQUESTS)
+    assert set(SERVED) == set(CHANNEL_REQUESTS) | set(CONTROL_REQUESTS) | set(
+        TRANSACTION_REQUESTS
+    ) | set(STREAM_REQUESTS)
     assert all(admit is not Admit.BY_REQUEST for _, admit in SERVED.values())
 
 
@@ -727,7 +732,7 @@ def test_a_recovering_channel_holds_data_path_requests_and_refuses_reads_at_once
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
         await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
         channel._seeded.clear()  # as if restarted without a store, not yet seeded
-        channel._announced = time.monotonic()  # (it told its coordinator just now)
+        channel._recovery._announced = time.monotonic()  # (it told its coordinator just now)
         with pytest.raises(ChannelUnavailableError, match="try again"):
             await _ask(channel, ReadCursor("a"))
         taking = asyncio.ensure_future(_ask(channel, Take("a", None, 1)))
@@ -757,11 +762,11 @@ def test_background_jobs_start_where_the_state_needs_them_and_close_stops_them()
         assert not channel._jobs.running("shared")
         await channel.control(EnsureGroup("s", False, SharedGroup("s")))
         assert channel._jobs.running("shared")  # a shared group's holds are tended
-        await channel.close()
+        await channel._close()
         assert not channel._jobs.running("shared")
         await channel.control(EnsureGroup("t", False, SharedGroup("t")))
         assert not channel._jobs.running("shared")  # closed: nothing starts again
-        await channel.close()
+        await channel._close()
 
     asyncio.run(main())
 

@@ -378,12 +378,15 @@ def test_a_participant_that_appended_its_part_before_a_crash_knows_it_committed(
         await parts.transactions.stage(StageTransaction("t@1.1", "t", FAR, None), _values("c"))
         for key, staged in (("t@1.0", 2), ("t@1.1", 1)):
             request = PrepareTransaction(key, "t", FAR, LEAD, staged, ())
-            await parts.transactions.prepare(request)
-        # The lead's word for t@1.0 comes; the channel dies before its state says so.
-        monkeypatch.setattr(parts.state, "save", _crash)
+            async with parts.state.unit_of_work():  # as the channel serves it
+                await parts.transactions.prepare(request)
+        # The lead's word for t@1.0 comes; the channel dies before its state says so
+        # (the unit of work's write).
+        monkeypatch.setattr(parts.state, "_write", lambda change: _crash())
         finish = FinishTransaction("t@1.0", "t", FAR, Outcome.COMMIT, "")
         with pytest.raises(_Crash):
-            await parts.transactions.finish(finish)
+            async with parts.state.unit_of_work():
+                await parts.transactions.finish(finish)
         parts.log.store.close()
 
         again = _build(restarted=True)

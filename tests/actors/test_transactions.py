@@ -101,15 +101,20 @@ class _Channel:
         request = DecideTransaction(
             key, "t", FAR, outcome, "aborted by its holder", staged, commits, forget
         )
-        return await self.tx.decide(request)
+        async with self.state.unit_of_work():  # as the channel serves a request
+            return await self.tx.decide(request)
 
     async def prepare(
         self, key: str, staged: int, commits: tuple[ConsumedCommit, ...] = ()
     ) -> None:
-        await self.tx.prepare(PrepareTransaction(key, "t", FAR, LEAD, staged, commits))
+        async with self.state.unit_of_work():
+            await self.tx.prepare(PrepareTransaction(key, "t", FAR, LEAD, staged, commits))
 
     async def finish(self, key: str, outcome: str = Outcome.COMMIT) -> Any:
-        return await self.tx.finish(FinishTransaction(key, "t", FAR, outcome, "its lead aborted"))
+        async with self.state.unit_of_work():
+            return await self.tx.finish(
+                FinishTransaction(key, "t", FAR, outcome, "its lead aborted")
+            )
 
     def visible(self) -> list[Any]:
         ring = self.log.ring

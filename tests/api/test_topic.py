@@ -16,6 +16,7 @@ import ray
 
 import raytopic as rt
 from raytopic.core.naming import channel_actor_name, coordinator_actor_name
+from raytopic.core.protocol import ReadIdentity
 
 from tests.topic_helpers import publish_all
 
@@ -84,7 +85,7 @@ def test_create_then_get_and_list_find_the_same_topic(make_topic: Callable[..., 
         ray.get_actor(channel_actor_name(topic.name, c), namespace=topic.namespace)
         for c in range(2)
     ]
-    identities = ray.get([actor.identity.remote() for actor in actors])
+    identities = ray.get([actor.control.remote(ReadIdentity()) for actor in actors])
     assert [s.pid for s in stats.channels] == [i["pid"] for i in identities]
     assert all(s.pid != os.getpid() and s.node_id and s.epoch >= 1 for s in stats.channels)
 

@@ -1,0 +1,171 @@
+"""Publishers' batches into a channel's log: each publisher's in the order it numbered
+them, a retry answered with the ack it got, durable before the ack. No Ray.
+
+The channel serves ``Append``, ``AppendPieces`` and ``AppendOnce`` here; the log
+(``raytopic.actors.channel_log``) stores, the publisher table
+(``raytopic.actors.publisher_table``) keeps the turns and the acks to answer
+retries with.
+"""
+
+from __future__ import annotations
+
+import time
+
+from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_log import ChannelLog
+from raytopic.actors.publisher_table import PublisherTable
+from raytopic.actors.ring_api import check_payload
+from raytopic.core.config import Overflow
+from raytopic.core.errors import InvalidArgumentError
+from raytopic.core.payloads import Payload
+from raytopic.core.protocol import Append, AppendAck, AppendOnce, AppendPieces, StatusBatch
+
+__all__ = ["Appends"]
+
+
+class Appends:
+    """A channel's appends (see the module docstring).
+
+    **Ordering**: one publisher's batches are appended in its batch order.
+
+    **Back-pressure**: with overflow ``"block"`` an append waits for room up to
+    the publisher's timeout.
+
+    Args:
+        context: The channel's identity and metrics.
+        log: The channel's log.
+        publishers: The publishers' turns and acks.
+    """
+
+    def __init__(
+        self, context: ChannelContext, log: ChannelLog, publishers: PublisherTable
+    ) -> None:
+        self._context = context
+        self._log = log
+        self._publishers = publishers
+
+    async def append(self, request: Append, payload: Payload) -> AppendAck | StatusBatch:
+        """Append one publisher batch, in the publisher's batch order.
+
+        A batch number seen before returns the ack it got then (a retry after
+        a lost reply appends nothing twice). With ``statuses``, the reply is the
+        batch's statuses (``publish_batch``) instead of an ack.
+
+        Raises:
+            InvalidArgumentError: a stale or duplicate batch number, or not a payload.
+            TopicError: with ``statuses``, why the batch was not appended.
+        """
+        arrived = time.perf_counter()
+        payload = check_payload(payload)
+        ack, change, fresh = await self._append_batch(
+            request.publisher_id,
+            request.batch,
+            payload,
+            Overflow.parse(request.overflow),
+            request.timeout,
+            whole=request.statuses,
+            each=request.each,
+        )
+        # Outside the turn: the publisher's next batch is written meanwhile, and
+        # one fdatasync covers both.
+        await self._log.durable(change)
+        if fresh:
+            self._appended(arrived, request.publisher_id, request.batch, ack)
+        return self._ack_reply(ack, request.statuses)
+
+    async def append_pieces(
+        self, request: AppendPieces, payloads: tuple[Payload, ...]
+    ) -> tuple[AppendAck, ...]:
+        """Append a publisher's pieces as its consecutive batches (see ``AppendPieces``):
+        what one publisher sent one channel while its calls were in flight, in one call.
+
+        Raises:
+            InvalidArgumentError: a stale or duplicate batch number, or not one
+                payload per piece.
+        """
+        arrived = time.perf_counter()
+        if not isinstance(payloads, tuple) or len(payloads) != len(request.whole):
+            raise InvalidArgumentError(f"{len(request.whole)} pieces need as many payloads")
+        pieces = [check_payload(payload) for payload in payloads]
+        policy = Overflow.parse(request.overflow)
+        acks: list[tuple[AppendAck, bool]] = []
+        last_change = None
+        for index, (payload, whole) in enumerate(zip(pieces, request.whole, strict=True)):
+            ack, change, fresh = await self._append_batch(
+                request.publisher_id,
+                request.batch + index,
+                payload,
+                policy,
+                request.timeout,
+                whole=whole,
+                each=not whole,
+            )
+            acks.append((ack, fresh))
+            last_change = change if change is not None else last_change
+        await self._log.durable(last_change)  # one fdatasync covers every piece
+        for index, (ack, fresh) in enumerate(acks):
+            if fresh:
+                self._appended(arrived, request.publisher_id, request.batch + index, ack)
+        return tuple(ack for ack, _ in acks)
+
+    async def append_once(self, request: AppendOnce, payload: Payload) -> AppendAck:
+        """Append a writer's ``version`` unless this channel has it already: exactly once
+        across re-runs of a Spark micro-batch and across restarts with a store (the
+        pair is in the record). Answers an empty ack for a version it has."""
+        if self._publishers.has_version(request.writer_id, request.version):
+            return AppendAck(-1, 0, 0.0)
+        append = Append(
+            publisher_id=request.writer_id,
+            batch=request.version,
+            overflow=request.overflow,
+            timeout=request.timeout,
+        )
+        return await self.append(append, payload)  # type: ignore[return-value]
+
+    async def _append_batch(
+        self,
+        publisher_id: str,
+        batch: int,
+        payload: Payload,
+        policy: Overflow,
+        timeout: float | None,
+        *,
+        whole: bool,
+        each: bool,
+    ) -> tuple[AppendAck, int | None, bool]:
+        """Append one publisher batch in its turn (a batch seen before: the ack it got
+        then, appending nothing twice). Returns the ack, the change to make durable
+        before answering, and whether it is new (not a retry's).
+
+        Raises:
+            InvalidArgumentError: a stale or duplicate batch number.
+        """
+        publishers = self._publishers
+        ack = publishers.earlier_ack(publisher_id, batch, len(payload))
+        if ack is not None:  # a retry (a lost reply, or a restart in between)
+            return ack, None, False
+        async with publishers.turn(publisher_id, batch):
+            ack, change = await self._log.append(
+                payload,
+                policy,
+                timeout,
+                whole=whole,
+                each=each,
+                publisher_id=publisher_id,
+                batch=batch,
+            )
+        return ack, change, True
+
+    def _appended(self, arrived: float, publisher_id: str, batch: int, ack: AppendAck) -> None:
+        """Count a durable append and keep its ack for a retry of ``batch``."""
+        self._context.metrics.appended(time.perf_counter() - arrived)
+        self._publishers.remember(publisher_id, batch, ack)
+
+    def _ack_reply(self, ack: AppendAck, statuses: bool) -> AppendAck | StatusBatch:
+        if statuses:
+            if ack.error is not None:
+                # Raised here, not in the caller's deserialization, so the
+                # ObjectRef fails with the typed error itself.
+                raise ack.error
+            return StatusBatch(self._context.config.topic_id, self._context.channel, ack)
+        return ack
