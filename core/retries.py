@@ -65,7 +65,7 @@ class Deliveries:
             sequence that reached ``max_deliveries`` (every element of the call
             up to it is dead; none where no element reached it).
         """
-        most, dead = 0, {}
+        most, dead = 0, dict[int, int]()
         for channel, sequence in elements:
             count = self._counts.get((channel, sequence), 0) + 1
             self._counts[channel, sequence] = count
