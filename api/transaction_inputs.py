@@ -111,6 +111,13 @@ def _send_back(member: Subscriber) -> None:
         channels = member.channels
     except SubscriberClosedError:
         return
+    except TopicError as error:  # its topic destroyed, or unreachable: nothing to send back
+        logger.warning(
+            "an aborted transaction could not send member %s back to its commit: %s",
+            member.subscriber_id,
+            error,
+        )
+        return
     for channel in channels:
         # Lost meanwhile: its new owner reads from the commit anyway.
         with contextlib.suppress(NotOwnerError, SubscriberClosedError):

@@ -8,8 +8,9 @@ process."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import ray
@@ -253,3 +254,30 @@ def test_elements_of_a_member_in_another_process_come_again_after_an_abort(
     assert get(reader.take.remote(10)).values == list(range(10))
     txs.close()
     get(reader.close.remote())
+
+
+def test_an_abort_passes_over_a_member_whose_topic_was_destroyed(
+    make_topic: Callable[..., rt.Topic], unique_name: Callable[[str], str]
+) -> None:
+    # An abort sends back every member that received on its thread: one whose topic
+    # was destroyed since (left open), silent past its timeout, asks the coordinator
+    # for its channels, and made the next aborted commit raise TopicNotFoundError
+    # instead of its own error (seen in a full run).
+    gone = make_topic(channels=1, groups=["g"])
+    publish_all(gone, ["x"])
+    member = gone.subscriber(group="g", timeout=1.0)
+    assert get(member.receive()).value == "x"
+    gone.destroy()
+    time.sleep(1.5)
+    sink = make_topic(channels=1)
+    name = unique_name("tx")
+    txs = rt.transactions(name)
+    with txs.begin() as tx:
+        tx.publish(sink, "dropped")
+        rt.transactions(name)  # fences the first incarnation, aborting this one
+        with pytest.raises(rt.TransactionFencedError):
+            tx.commit()
+    with rt.transactions(unique_name("tx")).begin() as tx:
+        tx.publish(sink, "dropped too")
+        tx.abort()
+    assert read_values(sink) == []
