@@ -44,9 +44,10 @@ def session_store() -> str:
 class ControlLog:
     """One compacted topic of control state: ``load()`` at start, ``write`` each change.
 
-    **Durability**: a write counts once its future completes (the channel holds it;
-    with a store, as the topic's ``sync`` says). A key's records are applied in
-    the order they were written (one publisher, keyed).
+    **Durability**: a write counts once its future completes: the channel holds it,
+    written to the store (it survives the kill of any process), and with a store
+    of the caller's also synced (an OS crash, the loss of a node). A key's records
+    are applied in the order they were written (one publisher, keyed).
 
     Args:
         name: The topic's name.
@@ -63,6 +64,11 @@ class ControlLog:
             channels=channels,
             namespace=namespace,
             store=session_store() if store is None else store,
+            # An fdatasync per write buys survival of an OS crash: the session's
+            # directory is lost with its node anyway, so there a write counts once
+            # written (it survives the kill of any process); a store of the user's
+            # (shared disk: a node's loss) syncs each write.
+            sync="write" if store is None else "always",
             compaction=CONTROL_COMPACTION,
             exist_ok=True,
         )
