@@ -645,7 +645,7 @@ class ChannelActor:
         return next((lag for group, lag, _ in lags if group == request.group), None)
 
     @serves(ReadOpeningError, Admit.ALWAYS)
-    async def _opening_error(self, _: ReadOpeningError) -> TopicError | None:
+    async def _read_opening_error(self, _: ReadOpeningError) -> TopicError | None:
         """Why this channel's store could not be opened (a typed error naming the
         store), or None. A topic being created fails with it (see the coordinator's
         ``start``)."""

@@ -364,8 +364,8 @@ class ChannelLog:
         if policy is Overflow.OVERWRITE:
             try:
                 first, stamp, change = self._put(payload, True, publisher_id, batch)
-            except StoreError as error:
-                return AppendAck(-1, 0, 0.0, error), None
+            except StoreError as failed:
+                return AppendAck(-1, 0, 0.0, failed), None
             return AppendAck(first, count, stamp), change
         # "fail" takes what fits now, or with ``whole`` (a publish_batch, whose
         # caller sees one error for all its values) nothing unless all fit.
@@ -378,11 +378,11 @@ class ChannelLog:
         accepted = 0
         error: TopicError | None = None
         if policy is Overflow.FAIL and whole and self.room() < count:
-            refused = TopicFullError(
+            full = TopicFullError(
                 f"channel {self._channel} has room for {self.room()} of "
                 f"{count} values: none of them appended"
             )
-            return AppendAck(-1, 0, 0.0, refused), None
+            return AppendAck(-1, 0, 0.0, full), None
         change = None
         while accepted < count:
             wanted = min(count - accepted, ring.capacity)
@@ -400,8 +400,8 @@ class ChannelLog:
             piece = payload.slice(accepted, accepted + size)
             try:
                 first, stamp, change = self._put(piece, False, publisher_id, batch)
-            except StoreError as refused:
-                error = refused
+            except StoreError as failed:
+                error = failed
                 break
             runs.append((first, size, stamp))
             accepted += size

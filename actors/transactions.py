@@ -196,7 +196,7 @@ class TransactionParticipant:
         self._state.touch("transactions", entry.key)
         return None
 
-    async def decide(self, request: DecideTransaction) -> tuple[str, str, Any]:
+    async def decide(self, request: DecideTransaction) -> tuple[Outcome, str, Any]:
         """At the lead: the transaction's outcome, decided here once and for all, and
         durable before it returns (the lead tells the others only then).
 
@@ -206,7 +206,7 @@ class TransactionParticipant:
         async with self._deciding(request.key):
             return await self._decide(request)
 
-    async def _decide(self, request: DecideTransaction) -> tuple[str, str, Any]:
+    async def _decide(self, request: DecideTransaction) -> tuple[Outcome, str, Any]:
         entry = self.table.record(
             request.key, request.transactional_id, request.deadline, time.time()
         )
@@ -363,7 +363,7 @@ class TransactionParticipant:
             reader = self._readers.by_id.get(commit.reader_id)
             group = None if reader is None else reader.group
             cursor = None if group is None else self._owned.groups.get(group)
-            if cursor is None:
+            if cursor is None or group is None:
                 reason = f"the member that read channel {channel} of {name!r} left its group"
             elif cursor.owner != commit.lease or cursor.jumps != commit.jumps:
                 reason = (

@@ -15,6 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -98,30 +99,33 @@ def create_topic_actors(config: TopicConfig) -> Steps[tuple[Any, list[Any]]]:
     )
     channels = []
     for channel in range(config.channels):
-        made = yield from _named(
-            lambda channel=channel: (
-                _channel_class()
-                .options(
-                    name=channel_actor_name(config.name, channel),
-                    namespace=config.namespace,
-                    lifetime="detached",
-                    num_cpus=0,
-                    max_concurrency=100_000,
-                    # A killed channel comes back (from its store, if it has one);
-                    # calls made meanwhile wait for it and are retried: appends are
-                    # idempotent, reads and commits are safe.
-                    max_restarts=-1,
-                    max_task_retries=-1,
-                    # Over the nodes (best effort: actors that need no CPU may
-                    # still share one); a channel whose node died restarts on another.
-                    scheduling_strategy="SPREAD" if config.placement == "spread" else None,
-                )
-                .remote(config, channel)
-            ),
-            None,  # the coordinator's name was free: a predecessor is going
-        )
+        # None: the coordinator's name was free, so a predecessor is going.
+        made = yield from _named(partial(_start_channel, config, channel), None)
         channels.append(made)
     return coordinator, channels
+
+
+def _start_channel(config: TopicConfig, channel: int) -> Any:
+    """Start channel ``channel`` of the topic (see :func:`_named`)."""
+    return (
+        _channel_class()
+        .options(
+            name=channel_actor_name(config.name, channel),
+            namespace=config.namespace,
+            lifetime="detached",
+            num_cpus=0,
+            max_concurrency=100_000,
+            # A killed channel comes back (from its store, if it has one);
+            # calls made meanwhile wait for it and are retried: appends are
+            # idempotent, reads and commits are safe.
+            max_restarts=-1,
+            max_task_retries=-1,
+            # Over the nodes (best effort: actors that need no CPU may
+            # still share one); a channel whose node died restarts on another.
+            scheduling_strategy="SPREAD" if config.placement == "spread" else None,
+        )
+        .remote(config, channel)
+    )
 
 
 def _named(create: Callable[[], Any], coordinator_of: TopicConfig | None) -> Steps[Any]:
@@ -193,7 +197,7 @@ def launching(config: TopicConfig, *, exist_ok: bool) -> Steps[tuple[Any, TopicI
         ) from error
     try:
         with unwrap_ray_error():
-            info: TopicInfo = yield Get(coordinator.request.remote(StartTopic(tuple(channels))))
+            started: TopicInfo = yield Get(coordinator.request.remote(StartTopic(tuple(channels))))
     except Exception:
         # Not made (a store that cannot be opened): leave no actor and no name behind.
         for actor in (*channels, coordinator):
@@ -201,7 +205,7 @@ def launching(config: TopicConfig, *, exist_ok: bool) -> Steps[tuple[Any, TopicI
         for actor_name in actor_names(config.name, config.channels):
             yield from released(actor_name, config.namespace)
         raise
-    return coordinator, info
+    return coordinator, started
 
 
 def launch_topic(config: TopicConfig, *, exist_ok: bool) -> tuple[Any, TopicInfo]:

@@ -359,8 +359,10 @@ class _Floor:
             return self._batches.popleft() if self._batches else []
 
 
-# Options given to ray.remote itself: .options() refuses concurrency_groups.
-_FloorActor = ray.remote(num_cpus=0, concurrency_groups={"take": 1})(_Floor)
+# Options given to ray.remote itself: .options() refuses concurrency_groups (and
+# Ray's annotations of ray.remote do not name it: hence the dict).
+_FLOOR_OPTIONS: dict[str, Any] = {"num_cpus": 0, "concurrency_groups": {"take": 1}}
+_FloorActor = ray.remote(**_FLOOR_OPTIONS)(_Floor)
 """The floor's actor class (its ``take`` calls one at a time, apart from its puts)."""
 
 
