@@ -46,6 +46,10 @@ from raytopic.serve.statuses import KnownStatuses
 
 logger = logging.getLogger(__name__)
 
+Outcome = tuple[Any, dict[str, Any] | None, str, Any]
+"""A task's outcome in a batch: its element, the task (None: unreadable), its status,
+and its result or error."""
+
 __all__ = ["CONSUMER_GROUP", "TopicAdapterConfig", "TopicTaskAdapter", "board_name"]
 
 CONSUMER_GROUP = "serve-consumers"
@@ -359,7 +363,8 @@ class TopicTaskAdapter(TaskProcessorAdapter):
     def _run_batch(self, batch: list[Any]) -> None:
         """Run a batch's tasks (those of one key in order, one after the other), holding
         them while they run; then finish each (record it, ack or nack it)."""
-        outcomes, runnable = [], []
+        outcomes: list[Outcome] = []
+        runnable = []
         for element in batch:
             try:
                 runnable.append((element, check_task(element.value)))
@@ -426,7 +431,8 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         moves it again when the task comes back (at least once, never lost).
         """
         config = self._config
-        recorded, retries, done = [], [], []
+        recorded: list[tuple[str, str, Any, Any]] = []
+        retries, done = [], []
         for element, task, status, result in outcomes:
             if status == RETRY:
                 retries.append(element)

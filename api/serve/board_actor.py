@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from raytopic.control_log import ControlLog
@@ -69,7 +70,9 @@ class TaskBoardActor:
         log = await self._loaded()
         now = time.time()
         records = {task_id: {**self._board.record(task_id), "at": now} for task_id in changed}
-        writes = [asyncio.wrap_future(log.delete(task_id)) for task_id in forgotten or ()]
+        writes: list[Awaitable[Any]] = [
+            asyncio.wrap_future(log.delete(task_id)) for task_id in forgotten or ()
+        ]
         if records:
             writes.append(log.write_all(records))
         await asyncio.gather(*writes)

@@ -8,7 +8,7 @@ import math
 import time
 from typing import Any
 
-from raytopic.core.config import check_name, check_seconds
+from raytopic.core.config import check_name, check_timeout
 from raytopic.core.errors import InvalidTypeError
 from raytopic.core.protocol import ReadTopicLag
 from raytopic.core.scaling import ScaleRule, ScaleSettings
@@ -56,7 +56,7 @@ class LagPolicy:
         self._topic_name = check_name(topic, "topic")
         self._group = check_name(group, "group")
         self._namespace = None if namespace is None else check_name(namespace, "namespace")
-        self._refresh = check_seconds(refresh_s, "refresh_s")
+        self._refresh = check_timeout(refresh_s, "refresh_s", allow_none=False)
         self._settings = ScaleSettings.create(
             max_members=10_000,
             target_lag_per_member=target_lag_per_replica,

@@ -102,6 +102,8 @@ def queue_entry(task: dict, error: object, attempts: int) -> dict[str, Any]:
     """A failed- or unprocessable-task queue's entry: ``{"id", "name", "args",
     "kwargs", "error", "attempts"}`` (args and kwargs None when they do not load
     here; ``payload`` keeps them pickled, to enqueue the task again by hand)."""
+    args: list[Any] | None
+    kwargs: dict[str, Any] | None
     try:
         args, kwargs = load_arguments(task)
     except UnreadableTask:
