@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +292,55 @@ def test_what_a_killed_home_took_from_a_sibling_and_held_is_delivered_again(
         more = get(member.receive_batch(10))  # released later: hangs (fails) if lost
         steps += [e.value["step"] for e in more]
     assert steps == list(range(6))
+    member.close()
+
+
+def _held_the_first_time(marker: str, value: Any) -> bool:
+    """A member's filter: the first time it sees "held" it marks ``marker`` and holds
+    its channel's process 3 s (its take is under way meanwhile); it passes everything."""
+    if value == "held" and not os.path.exists(marker):
+        Path(marker).touch()
+        time.sleep(3.0)
+    return True
+
+
+def test_what_a_killed_host_took_from_a_sibling_is_not_committed_past_by_another_session(
+    make_topic, tmp_path: Path, wait_until
+):
+    # The member's host a takes "held" at channel b (b's read position moves past
+    # it) and dies before b's reply reaches it. The receive, retried at the new a,
+    # hands over a's own element, and the member commits on: "held" must still come.
+    # (Seen as one loss in test_channels_killed_again_and_again...: a complete_on_empty
+    # member's batches went to its channels in turn, so b hosted a session of it too,
+    # which read on there past "held", and the member committed what it handed over.)
+    topic = make_topic(channels=2, store=str(tmp_path / "store"), groups=["g"])
+    marker = tmp_path / "held"
+    member = topic.subscriber(
+        group="g", complete_on_empty=True, filter=partial(_held_the_first_time, str(marker))
+    )
+    a = member._receives.host_channel
+    b = 1 - a
+    assert get(member.receive_batch(10)) == []  # (batches in turn: this one went to b)
+    with topic.publisher() as publisher:
+        publisher.publish("held", key=key_for(b, 2)).result(timeout=TIMEOUT)
+        waiting = member.receive_batch(10)  # at a, empty: its session takes at b
+        wait_until(marker.exists, timeout=TIMEOUT)
+        publisher.publish("a1", key=key_for(a, 2)).result(timeout=TIMEOUT)
+        old_epoch = kill_channel(topic, a)  # while b's filter holds the take's reply
+        serving_again(topic, a, old_epoch, RESTART_BOUND)
+        publisher.publish("b1", key=key_for(b, 2)).result(timeout=TIMEOUT)
+    assert topic.describe().groups["g"].channels[b].depth == 1  # past "held", not "b1"
+    first = get(waiting)  # retried at the new a: its own element first
+    assert [e.value for e in first] == ["a1"]
+    first[-1].commit()
+    received = [e.value for e in first]
+    for _ in range(20):
+        batch = get(member.receive_batch(10))
+        if not batch:
+            break
+        received += [e.value for e in batch]
+        batch[-1].commit()
+    assert sorted(set(received)) == ["a1", "b1", "held"], received
     member.close()
 
 
