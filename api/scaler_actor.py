@@ -88,6 +88,11 @@ STOP_TIMEOUT = 120.0
 WARM_MEMBERS = 8
 """Parked members a scaler keeps at most (each is an idle worker process)."""
 
+WARM_STARTING = 2
+"""Parked members starting at once at most: Ray starts a node's worker processes a
+few at a time, and a burst soon after the start should find some ready rather
+than all half-started (its members take the ready ones first)."""
+
 RESERVING_OPTIONS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type")
 """Member options that reserve resources for as long as the actor lives: members made
 with any of them set are not parked."""
@@ -301,6 +306,7 @@ class ScalerActor:
     def _keep_warm(self) -> None:
         """Make parked members up to the target; stop warming if one failed to start."""
         parked = list(self._parked.values())
+        done: list[Any] = []
         if parked:
             done, _ = ray.wait([m.ready for m in parked], num_returns=len(parked), timeout=0)
             for member in (m for m in parked if m.ready in done):
@@ -315,7 +321,9 @@ class ScalerActor:
                     )
                     self._warming = False
                     del self._parked[member.uid]
-        for _ in range(self._warm_target() - len(self._parked)):
+        starting = len(parked) - len(done)
+        wanted = self._warm_target() - len(self._parked)
+        for _ in range(min(wanted, WARM_STARTING - starting)):
             member = self._new_member()
             self._parked[member.uid] = member
 
