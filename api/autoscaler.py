@@ -153,7 +153,7 @@ def start_autoscaler(
         launch_topic(dead_letter_topic_config(checked.dead_letter, topic.namespace), exist_ok=True)
     from raytopic.scaler_actor import ScalerActor
 
-    actor = (
+    actor: Any = (  # (Ray types the handle's methods as plain functions)
         ray.remote(ScalerActor)
         .options(
             name=actor_name,

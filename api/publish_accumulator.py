@@ -149,7 +149,7 @@ class ChannelQueue:
 
 
 def _size(piece: Piece) -> int:
-    return len(piece.payloads) if type(piece) is PublishBatch else len(piece)
+    return len(piece.payloads) if isinstance(piece, PublishBatch) else len(piece)
 
 
 def piece_count(pieces: list[Piece]) -> int:

@@ -582,9 +582,12 @@ class Publisher:
         self._start_worker()
         completed = [call] if completes is None else completes
         if completed:
-            ref.future().add_done_callback(
-                lambda done: [self._post(("done", each, done, None)) for each in completed]
-            )
+
+            def post_done(done: Any) -> None:
+                for each in completed:
+                    self._post(("done", each, done, None))
+
+            ref.future().add_done_callback(post_done)
         return ref
 
     # -- the worker thread -------------------------------------------------------
@@ -808,7 +811,7 @@ def _complete_call(
 def _complete_piece(piece: Piece, ack: AppendAck | None, error: BaseException | None) -> None:
     """Complete one piece: a batch of ``publish()``ed values' futures, or a part of a
     ``publish_batch``'s future."""
-    if type(piece) is PublishBatch:
+    if isinstance(piece, PublishBatch):
         piece.complete(ack, error)
     else:
         piece.batch.part_done(piece.index, ack, error)
@@ -816,7 +819,7 @@ def _complete_piece(piece: Piece, ack: AppendAck | None, error: BaseException | 
 
 def _payload_of(piece: Piece) -> Payload:
     """A piece's values as the channel takes them."""
-    if type(piece) is PublishBatch:
+    if isinstance(piece, PublishBatch):
         return PickledValues.from_pickles(piece.payloads, piece.keys)
     return piece.payload
 

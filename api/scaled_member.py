@@ -218,17 +218,23 @@ class ScaledMemberActor:
         if left <= 0:
             return False
         try:
-            if self._subscriber.revoking:
-                self._subscriber.release()
+            if self._joined.revoking:
+                self._joined.release()
         except TopicError as error:  # the next receive says what is wrong
             logger.debug("member %s: release failed: %s", self._member_id, error)
         self._stopping.wait(min(left, IDLE_MOST))
         return True
 
+    @property
+    def _joined(self) -> Subscriber:
+        """The member's subscriber: its loop runs only while it is in the group."""
+        assert self._subscriber is not None, "a parked member has no subscriber"
+        return self._subscriber
+
     def _next_batch(self) -> ElementBatch:
         """Release the channels being moved away (everything handed out from them is
         committed by now), then receive."""
-        subscriber = self._subscriber
+        subscriber = self._joined
         if subscriber.revoking:
             subscriber.release()
         return ray.get(subscriber.receive_batch(self._batch_size))
@@ -292,7 +298,7 @@ class ScaledMemberActor:
         self._report(
             HandlerFailure(
                 datetime.now(UTC),
-                self._subscriber.subscriber_id,
+                self._joined.subscriber_id,
                 len(batch),
                 attempt,
                 described,
@@ -311,9 +317,9 @@ class ScaledMemberActor:
     def _back_to_commit(self, batch: ElementBatch) -> None:
         """Read the batch's channels again from their last commit."""
         channels = sorted({element.channel for element in batch})
-        owned = self._subscriber.channels
+        owned = self._joined.channels
         self._deliveries.keep_channels(owned)
-        self._subscriber.seek_to_committed(*(c for c in channels if c in owned))
+        self._joined.seek_to_committed(*(c for c in channels if c in owned))
 
     def _send_dead(self, batch: ElementBatch, upto: dict[int, int], error: str) -> int:
         """Send the batch's elements up to ``upto`` (per channel, the last one past

@@ -282,7 +282,7 @@ class ScalerActor:
         """A new member actor, parked (its process starting)."""
         topic = self._topic
         uid = uuid.uuid4().hex[:12]
-        handle = (
+        handle: Any = (  # (Ray types the handle's methods as plain functions)
             ray.remote(ScaledMemberActor)
             .options(
                 name=scaled_member_name(topic.name, self._name, uid),

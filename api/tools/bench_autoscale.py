@@ -85,7 +85,6 @@ QUICK_AUTOSCALE = AutoscaleSettings(
 )  # fmt: skip
 
 
-@ray.remote(num_cpus=0)
 class _Clock:
     """When the handlers handled what (wall clock: one machine)."""
 
@@ -128,8 +127,8 @@ class _Run:
 def _pool_run(settings: AutoscaleSettings, members: int | None, *, idle: bool = True) -> _Run:
     """One run: ``members`` fixed (min = max), or None: autoscaled from 0 to 8."""
     topic = create_topic(_name("autoscale"), channels=settings.channels)
-    clock = _Clock.remote()
-    fixed = {"min_members": members, "max_members": members} if members else {}
+    clock: Any = ray.remote(_Clock).options(num_cpus=0).remote()
+    fixed: dict[str, Any] = {"min_members": members, "max_members": members} if members else {}
     try:
         begun = time.monotonic()
         scaler = topic.autoscale(
@@ -283,7 +282,7 @@ def _serve_run(config: Any, tasks: int, latency_tasks: int) -> tuple[float, floa
 
     app = config.queue_name
     serve.start(proxy_location="Disabled")
-    serve.run(NoOp.bind(), name=app, route_prefix=None)
+    serve.run(NoOp.bind(), name=app, route_prefix=None)  # type: ignore[attr-defined]  # (a deployment)
     try:
         producer = instantiate_adapter_from_config(config)
         begun = time.monotonic()

@@ -47,6 +47,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -127,7 +128,6 @@ def scale_targets(cores: int) -> ScaleTargets:
     return ScaleTargets(NO_COLLAPSE_TARGET, NO_COLLAPSE_TARGET, None)
 
 
-@ray.remote(num_cpus=0)
 class _Runner:
     """A process kept for one producer, consumer or member of the scale case."""
 
@@ -138,6 +138,10 @@ class _Runner:
         """``work(*args)`` here (one of ``raytopic.tools.bench_throughput``'s
         producers and consumers, which return what they give with their CPU)."""
         return work(*args)
+
+
+_RUNNER = ray.remote(_Runner).options(num_cpus=0)
+"""The runner's actor class."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +160,8 @@ class _Runners:
         from ray.util.queue import Queue
 
         runners = cls(
-            [_Runner.remote() for _ in range(count)],
-            [_Runner.remote() for _ in range(count)],
+            [_RUNNER.remote() for _ in range(count)],
+            [_RUNNER.remote() for _ in range(count)],
             [_FloorActor.remote() for _ in range(count)],
             [Queue(actor_options={"num_cpus": 0}) for _ in range(count)],
         )
@@ -456,9 +460,7 @@ def run_scale_benchmarks(
     try:
         for case in CASES:
             runs[case] = {
-                size: median_throughput(
-                    repeat, lambda case=case, size=size: case.measure(messages, size, runners)
-                )
+                size: median_throughput(repeat, partial(case.measure, messages, size, runners))
                 for size in sizes
             }
             for size in sizes:
