@@ -57,11 +57,12 @@ def test_the_block_writes_only_under_a_temporary_directory(block: Block) -> None
     check_writes_only_under_a_temporary_directory(block)
 
 
-@pytest.mark.parametrize(
-    "block", [block for block in BLOCKS if block.example], ids=lambda block: block.id
-)
-def test_a_block_that_is_an_example_script_is_it_verbatim(block: Block) -> None:
-    check_is_its_example(block)
+def test_a_block_that_is_an_example_script_is_it_verbatim() -> None:
+    # One test over them all: the landing page holds none today (a parametrized
+    # test over none was reported skipped), and one added later is checked here.
+    for block in BLOCKS:
+        if block.example:
+            check_is_its_example(block)
 
 
 @pytest.mark.parametrize("block", run_cases(BLOCKS))
