@@ -1,43 +1,30 @@
 """The package's annotations checked as a user's type checker sees them.
 
 raytopic ships ``py.typed``, so every user's checker trusts its annotations.
-mypy runs on the package as the wheel installs it (the folders pyproject lists,
-in the layout its ``package-dir`` makes), with pyproject's ``[tool.mypy]``
-settings: the editable install maps folders to packages in a way mypy cannot
-follow, so checking the source tree would check nothing.
+mypy runs on the package as the wheel lays it out (pyproject's ``package-dir``
+folders under their package names: ``mkdocs_hooks.package_tree``, which the docs'
+API reference reads too), with pyproject's ``[tool.mypy]`` settings: the editable
+install maps folders to packages in a way mypy cannot follow, so checking the
+source tree would check nothing.
 """
 
 from __future__ import annotations
 
 import inspect
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_packaging import ROOT, package_folder, pyproject
+from mkdocs_hooks import package_tree
 
-
-def _installed_layout(site: Path) -> None:
-    """Copy each listed package's modules (and the package data) where the wheel puts them."""
-    setuptools = pyproject()["tool"]["setuptools"]
-    data = setuptools["package-data"]
-    for package in setuptools["packages"]:
-        target = site.joinpath(*package.split("."))
-        target.mkdir(parents=True)
-        source = package_folder(package)
-        for module in source.glob("*.py"):
-            shutil.copy2(module, target / module.name)
-        for name in data.get(package, ()):
-            shutil.copy2(source / name, target / name)
+from tests.test_packaging import ROOT
 
 
 @pytest.mark.slow  # mypy reads Ray's, pandas' and PySpark's annotations too
 def test_mypy_finds_no_error_in_the_installed_package(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    _installed_layout(site)
+    site = package_tree()  # the wheel's layout, as the docs' API reference reads it
     checked = subprocess.run(
         [
             sys.executable,
