@@ -110,6 +110,20 @@ def _named(prefix: str, namespace: str) -> list[str]:
 # -- scaling and delivery --------------------------------------------------------------
 
 
+def _two_quick_members(topic: rt.Topic, group: str, tally: Any) -> rt.Autoscaler:
+    """An autoscaler of up to 2 members recording into ``tally``, quick to scale
+    (polls every 0.2 s, down after 0.5 s idle, 100 elements of lag per member)."""
+    return topic.autoscale(
+        group,
+        Record(tally, seconds=0.002),
+        max_members=2,
+        target_lag_per_member=100,
+        poll_s=0.2,
+        scale_down_after_s=0.5,
+        batch_size=10,
+    )
+
+
 @pytest.mark.parametrize("mode", ["owned", "shared"])
 def test_a_burst_scales_up_from_zero_each_element_once_then_down(
     topic: rt.Topic, wait_until, stopped_after, mode: str
@@ -117,17 +131,7 @@ def test_a_burst_scales_up_from_zero_each_element_once_then_down(
     group = f"work-{mode}"
     group_at_latest(topic, group if mode == "owned" else rt.SharedGroup(group))
     tally = Tally.remote()
-    scaler = stopped_after(
-        topic.autoscale(
-            group,
-            Record(tally, seconds=0.002),
-            max_members=2,
-            target_lag_per_member=100,
-            poll_s=0.2,
-            scale_down_after_s=0.5,
-            batch_size=10,
-        )
-    )
+    scaler = stopped_after(_two_quick_members(topic, group, tally))
     assert scaler.members == 0  # no lag, min_members=0: nobody
     values = _values(mode, 400)
     # One batch (a call per channel, sent together): the scaler's next poll sees
@@ -161,17 +165,7 @@ def test_members_start_from_parked_processes_that_hold_no_channel(
     group = "warm"
     group_at_latest(topic, group)
     tally = Tally.remote()
-    scaler = stopped_after(
-        topic.autoscale(
-            group,
-            Record(tally, seconds=0.002),
-            max_members=2,
-            target_lag_per_member=100,
-            poll_s=0.2,
-            scale_down_after_s=0.5,
-            batch_size=10,
-        )
-    )
+    scaler = stopped_after(_two_quick_members(topic, group, tally))
     # Idle: the processes of the next two members are started, parked, in no group.
     wait_until(lambda: scaler.describe().parked == 2, timeout=TIMEOUT)
     assert scaler.members == 0
