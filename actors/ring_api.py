@@ -1,4 +1,4 @@
-"""The Hazelcast Ringbuffer API of a channel (``raytopic.ringbuffer``): adds and reads
+"""The Hazelcast Ringbuffer API of a channel (``raytopic.client.ringbuffer``): adds and reads
 by sequence over the channel's log. No Ray.
 
 Reads below the ring's head come from the store, like every other read

@@ -7,7 +7,7 @@ batch. That keeps a million small elements cheap in memory (a thousand
 buffers, no per-element object) and makes reading a range a matter of
 slicing a few payloads.
 
-(The user's handle to one channel is :class:`raytopic.ringbuffer.Ringbuffer`;
+(The user's handle to one channel is :class:`raytopic.client.ringbuffer.Ringbuffer`;
 this is what the channel actor keeps behind it.)
 
 Sequences only grow. Empty: ``tail == head - 1`` (a fresh buffer has

@@ -15,11 +15,23 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from raytopic.cluster import enable_token_for_ray_address as _enable_token_for_ray_address
+from raytopic.client.cluster import enable_token_for_ray_address as _enable_token_for_ray_address
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
     from raytopic.actors.stores.base import RingbufferStore, StoredBatch
-    from raytopic.autoscaler import Autoscaler
+    from raytopic.autoscale.autoscaler import Autoscaler
+    from raytopic.client.publisher import Publisher
+    from raytopic.client.ringbuffer import Ringbuffer
+    from raytopic.client.stats import (
+        ChannelStats,
+        GroupChannelStats,
+        GroupStats,
+        MemberStats,
+        TopicStats,
+    )
+    from raytopic.client.subscriber import Subscriber
+    from raytopic.client.table import TableView
+    from raytopic.client.topic import Topic, create_topic, get_topic, list_topics
     from raytopic.core.compaction import Compaction
     from raytopic.core.config import Overflow, Start
     from raytopic.core.element_batch import ElementBatch
@@ -66,13 +78,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
     from raytopic.core.resequencer import Resequence, Resequencer, ResequencerStats
     from raytopic.core.scaling import AutoscalerStats, ScaledMember, ScaleEvent
     from raytopic.core.shared_group import SharedGroup
-    from raytopic.publisher import Publisher
-    from raytopic.ringbuffer import Ringbuffer
-    from raytopic.stats import ChannelStats, GroupChannelStats, GroupStats, MemberStats, TopicStats
-    from raytopic.subscriber import Subscriber
-    from raytopic.table import TableView
-    from raytopic.topic import Topic, create_topic, get_topic, list_topics
-    from raytopic.transaction_handles import Transaction, Transactions, transactions
+    from raytopic.transactions.handles import Transaction, Transactions, transactions
 
 # A script's ray.init(address=RAY_ADDRESS) then sends the token a cluster asks for.
 _enable_token_for_ray_address()
@@ -153,30 +159,30 @@ __all__ = [
 ]
 
 _EXPORTS = {
-    "create_topic": "raytopic.topic",
-    "get_topic": "raytopic.topic",
-    "list_topics": "raytopic.topic",
-    "Autoscaler": "raytopic.autoscaler",
+    "create_topic": "raytopic.client.topic",
+    "get_topic": "raytopic.client.topic",
+    "list_topics": "raytopic.client.topic",
+    "Autoscaler": "raytopic.autoscale.autoscaler",
     "AutoscalerStats": "raytopic.core.scaling",
     "ScaleEvent": "raytopic.core.scaling",
     "ScaledMember": "raytopic.core.scaling",
-    "Publisher": "raytopic.publisher",
-    "Ringbuffer": "raytopic.ringbuffer",
-    "Subscriber": "raytopic.subscriber",
-    "TableView": "raytopic.table",
-    "Topic": "raytopic.topic",
+    "Publisher": "raytopic.client.publisher",
+    "Ringbuffer": "raytopic.client.ringbuffer",
+    "Subscriber": "raytopic.client.subscriber",
+    "TableView": "raytopic.client.table",
+    "Topic": "raytopic.client.topic",
     "RingbufferStore": "raytopic.actors.stores.base",
     "StoredBatch": "raytopic.actors.stores.base",
     "AckStatus": "raytopic.core.records",
-    "ChannelStats": "raytopic.stats",
+    "ChannelStats": "raytopic.client.stats",
     "CommitResult": "raytopic.core.records",
     "CommitStatus": "raytopic.core.records",
     "Compaction": "raytopic.core.compaction",
     "Element": "raytopic.core.records",
     "ElementBatch": "raytopic.core.element_batch",
-    "GroupChannelStats": "raytopic.stats",
-    "GroupStats": "raytopic.stats",
-    "MemberStats": "raytopic.stats",
+    "GroupChannelStats": "raytopic.client.stats",
+    "GroupStats": "raytopic.client.stats",
+    "MemberStats": "raytopic.client.stats",
     "Overflow": "raytopic.core.config",
     "OwnershipChange": "raytopic.core.records",
     "Position": "raytopic.core.records",
@@ -185,7 +191,7 @@ _EXPORTS = {
     "ReadResultSet": "raytopic.core.records",
     "SharedGroup": "raytopic.core.shared_group",
     "Start": "raytopic.core.config",
-    "TopicStats": "raytopic.stats",
+    "TopicStats": "raytopic.client.stats",
     "Resequence": "raytopic.core.resequencer",
     "Resequencer": "raytopic.core.resequencer",
     "ResequencerStats": "raytopic.core.resequencer",
@@ -215,9 +221,9 @@ _EXPORTS = {
     "TopicSettingsError": "raytopic.core.errors",
     "TransactionAbortedError": "raytopic.core.errors",
     "TransactionFencedError": "raytopic.core.errors",
-    "transactions": "raytopic.transaction_handles",
-    "Transaction": "raytopic.transaction_handles",
-    "Transactions": "raytopic.transaction_handles",
+    "transactions": "raytopic.transactions.handles",
+    "Transaction": "raytopic.transactions.handles",
+    "Transactions": "raytopic.transactions.handles",
     "TransactionResult": "raytopic.core.records",
 }
 """Where each public name lives. Imported on first use: a channel or coordinator

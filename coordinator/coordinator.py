@@ -12,7 +12,7 @@ Members learn of a change to their group's view without asking on their
 data path: every view change is pushed to every channel (so the receive
 sessions they host read the new channels at once), and each member keeps
 one ``Heartbeat`` request waiting here that returns as soon as its group's
-view changes (a long poll; see ``raytopic.membership``).
+view changes (a long poll; see ``raytopic.client.membership``).
 
 Background work is one named coroutine, stopped by ``DestroyTopic``:
 ``GroupService._expire_members`` (started on the first join), which sleeps until a member

@@ -5,8 +5,8 @@ shared-group definitions, the resequencer rules, acknowledgement requests, and
 gathering results in order.
 
 Layers point one way: ``raytopic.actors`` and ``raytopic.coordinator`` import this
-package and never a handle module (``raytopic.topic``, ``raytopic.publisher``,
-``raytopic.subscriber``, ...); the handles (``api/``, the package ``raytopic``) import
+package and never a handle module (``raytopic.client.topic``, ``raytopic.client.publisher``,
+``raytopic.client.subscriber``, ...); the handles (``api/``, the package ``raytopic``) import
 all three. This package imports only itself. Users import the
 public names from ``raytopic`` (tests/test_layers.py checks the direction).
 """

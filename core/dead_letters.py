@@ -2,7 +2,7 @@
 
 Two senders share it: a shared group's channel (``raytopic.actors.dead_letters``:
 elements past the group's ``max_deliveries``) and an autoscaled owned group's
-member (``raytopic.scaled_member``: a batch its handler failed ``max_deliveries``
+member (``raytopic.autoscale.scaled_member``: a batch its handler failed ``max_deliveries``
 times). Both append with ``append_once`` under a writer of their own, so a
 sender that dies after the append and sends the same letters again under the
 same version leaves one copy.

@@ -254,7 +254,7 @@ class AutoscalerStats:
     """The latest failed handler call (its error), or None."""
     parked: int = 0
     """Member processes started and waiting to join (they hold no channel; see
-    ``raytopic.scaler_actor``)."""
+    ``raytopic.autoscale.scaler_actor``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,8 @@ EXPECTED = {
 """A line each script prints when it did what it shows."""
 
 RUN_ELSEWHERE = {
-    "spark_bridge.py": "tests/api/test_spark.py",
-    "serve_tasks.py": "tests/api/test_serve.py",
+    "spark_bridge.py": "tests/bridge/test_spark.py",
+    "serve_tasks.py": "tests/serve/test_serve.py",
 }
 """Scripts another test runs: the Spark example runs in the Spark tests' session
 (its ``init_spark`` gets the running one), not in a Spark of its own (tens of

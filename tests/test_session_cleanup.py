@@ -97,7 +97,7 @@ def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir:
             "no:cacheprovider",
             "-n",
             "1",
-            "tests/api/test_topic.py::test_get_topic_of_unknown_name_raises_topic_not_found",
+            "tests/client/test_topic.py::test_get_topic_of_unknown_name_raises_topic_not_found",
         ],
         cwd=ROOT,
         env=env,

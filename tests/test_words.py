@@ -50,24 +50,24 @@ RETIRED = (
         r"(?i).*(^|_)home(_|$).*|_?Home[A-Z]\w*",
         "host (the channel that runs a subscriber's receive session)",
         # a user's home directory and Java's: other meanings of the word
-        allowed_in=("api/cluster.py", "api/bridge/spark_session.py"),
+        allowed_in=("api/client/cluster.py", "api/bridge/spark_session.py"),
     ),
     Retired(
         "member_id",
         "reader_id (public records keep member_id: ScaledMember, MemberStats)",
-        allowed_in=("api/stats.py", "core/scaling.py", "api/scaler_actor.py"),
+        allowed_in=("api/client/stats.py", "core/scaling.py", "api/autoscale/scaler_actor.py"),
         attribute_ok=True,
     ),
     Retired(
         "subscriber_id",
         "reader_id (Subscriber.subscriber_id is the public name)",
-        allowed_in=("api/subscriber.py",),
+        allowed_in=("api/client/subscriber.py",),
         attribute_ok=True,
     ),
     Retired(
         r"_?extend_lease|ExtendLease|check_lease",
         "hold (ExtendHold, extend_hold, check_hold_seconds; the public extend_lease stays)",
-        allowed_in=("api/subscriber.py", "core/records.py"),  # the public methods
+        allowed_in=("api/client/subscriber.py", "core/records.py"),  # the public methods
         attribute_ok=True,
     ),
     Retired(

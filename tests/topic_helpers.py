@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 import raytopic as rt
-from raytopic.routing import channel_for_key
+from raytopic.client.routing import channel_for_key
 
 TIMEOUT = 30.0
 """Seconds any single wait in a test may take before it counts as hung."""

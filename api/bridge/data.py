@@ -27,8 +27,10 @@ from ray.data import DataContext, Dataset
 from ray.data.block import BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
-from raytopic.bridge.arrow_tables import combine, empty_table
-from raytopic.bridge.bulk import (
+from raytopic.bridge.quiet_data import quiet_dataset, quiet_write
+from raytopic.bridge.streams import AVAILABLE_NOW, MicroBatch, Stream, open_stream
+from raytopic.client.arrow_tables import combine, empty_table
+from raytopic.client.bulk import (
     BulkWriter,
     ChannelRange,
     check_key_column,
@@ -36,8 +38,7 @@ from raytopic.bridge.bulk import (
     plan_ranges,
     read_range,
 )
-from raytopic.bridge.quiet_data import quiet_dataset, quiet_write
-from raytopic.bridge.streams import AVAILABLE_NOW, MicroBatch, Stream, open_stream
+from raytopic.client.topic import Topic
 from raytopic.core.config import (
     OnPoison,
     OnPoisonName,
@@ -49,7 +50,6 @@ from raytopic.core.config import (
 )
 from raytopic.core.errors import InvalidArgumentError, unwrap_ray_error
 from raytopic.core.records import PublishSummary
-from raytopic.topic import Topic
 
 if TYPE_CHECKING:
     from ray.data._internal.execution.interfaces import TaskContext
@@ -128,7 +128,7 @@ def read_topic(
     on_poison: OnPoison | OnPoisonName = "raise",
 ) -> Dataset:
     """A topic's elements as a Ray Dataset of Arrow blocks, one read task and one
-    block (at least) per channel range (see ``raytopic.bridge.bulk.plan_ranges`` for
+    block (at least) per channel range (see ``raytopic.client.bulk.plan_ranges`` for
     ``start``, ``end``, ``group`` and ``fail_on_data_loss``).
 
     Columns: a row's own fields (rows published from DataFrames or as dicts),

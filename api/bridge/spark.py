@@ -37,15 +37,6 @@ import numpy as np
 import pyarrow as pa
 import ray
 
-from raytopic.bridge.arrow_tables import conform, empty_table, unify
-from raytopic.bridge.bulk import (
-    BulkWriter,
-    ChannelRange,
-    check_key_column,
-    empty_read_schema,
-    plan_ranges,
-    read_range,
-)
 from raytopic.bridge.spark_session import (
     JAVA_OPTIONS,
     JavaNotFoundError,
@@ -54,6 +45,16 @@ from raytopic.bridge.spark_session import (
     stop_spark,
 )
 from raytopic.bridge.streams import AVAILABLE_NOW, Stream, open_stream
+from raytopic.client.arrow_tables import conform, empty_table, unify
+from raytopic.client.bulk import (
+    BulkWriter,
+    ChannelRange,
+    check_key_column,
+    empty_read_schema,
+    plan_ranges,
+    read_range,
+)
+from raytopic.client.topic import Topic
 from raytopic.core.config import Start, StartName, check_instance, check_timeout
 from raytopic.core.errors import (
     InvalidArgumentError,
@@ -62,7 +63,6 @@ from raytopic.core.errors import (
     TopicNotFoundError,
 )
 from raytopic.core.records import PublishSummary
-from raytopic.topic import Topic
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -159,7 +159,7 @@ def channel_column(df: DataFrame, key: str | None, channel_count: int) -> Column
     kind = df.schema[key].dataType
     column = F.col(key)
     if isinstance(kind, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType)):
-        text = column.cast("string")  # decimal digits; "true" / "false" (raytopic.routing)
+        text = column.cast("string")  # decimal digits; "true" / "false" (raytopic.client.routing)
     elif isinstance(kind, (T.StringType, T.BinaryType)):
         text = column
     else:
@@ -204,7 +204,7 @@ class _TopicAddress:
 
     def topic(self) -> Topic:
         """The topic, joining the Ray cluster first if this process is not in it."""
-        from raytopic.topic import get_topic
+        from raytopic.client.topic import get_topic
 
         if not ray.is_initialized():
             ray.init(
@@ -405,7 +405,7 @@ def read_topic(
     then ``channel``, ``position`` and ``timestamp`` (TimestampType). The
     columns are learned from the first elements of each channel range: a
     field that only later elements have is not read. ``start``, ``end``,
-    ``group`` and ``fail_on_data_loss`` as in ``raytopic.bridge.bulk.plan_ranges``
+    ``group`` and ``fail_on_data_loss`` as in ``raytopic.client.bulk.plan_ranges``
     (reading commits nothing).
     An empty topic gives an empty DataFrame.
 

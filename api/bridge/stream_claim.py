@@ -28,8 +28,8 @@ from raytopic.core.protocol import ClaimStream, EndStream, StreamHeartbeat
 from raytopic.core.waits import bounded_wait
 
 if TYPE_CHECKING:
+    from raytopic.client.topic import Topic
     from raytopic.core.protocol import Lease, StreamLogState
-    from raytopic.topic import Topic
 
 logger = logging.getLogger(__name__)
 

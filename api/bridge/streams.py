@@ -55,8 +55,9 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.bridge.bulk import ChannelRange, cut_ranges, ring_figures
 from raytopic.bridge.stream_claim import StreamClaim
+from raytopic.client.bulk import ChannelRange, cut_ranges, ring_figures
+from raytopic.client.topic import Topic
 from raytopic.core.config import (
     Start,
     StartName,
@@ -82,7 +83,6 @@ from raytopic.core.protocol import (
     pack_request,
 )
 from raytopic.core.stream_log import recover
-from raytopic.topic import Topic
 
 if TYPE_CHECKING:
     from ray.data import Dataset

@@ -3,7 +3,7 @@
 The table a ``Topic.table()`` view holds (the latest value of every key, deleted
 keys left out), computed where the data is: one Ray Data read task per channel
 (a key lives in one channel) reads its channel in bulk and keeps each key's
-latest element (:class:`raytopic.table_state.Survivors`), so only the survivors
+latest element (:class:`raytopic.client.table_state.Survivors`), so only the survivors
 leave the task, as Arrow.
 """
 
@@ -19,12 +19,12 @@ from ray.data import DataContext, Dataset
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from raytopic.bridge.arrow_tables import elements_table, empty_table, metadata_names
-from raytopic.bridge.bulk import ChannelRange, ChannelReader, plan_ranges
+from raytopic.client.arrow_tables import elements_table, empty_table, metadata_names
+from raytopic.client.bulk import ChannelRange, ChannelReader, plan_ranges
+from raytopic.client.table_state import Survivors
+from raytopic.client.topic import Topic
 from raytopic.core.config import check_instance
 from raytopic.core.payloads import decode_checked
-from raytopic.table_state import Survivors
-from raytopic.topic import Topic
 
 logger = logging.getLogger(__name__)
 

@@ -160,7 +160,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
 
     def initialize(self, consumer_concurrency: int = 1) -> None:
         """Make (or find) the queue's topics and its task board."""
-        from raytopic.topic import create_topic
+        from raytopic.client.topic import create_topic
 
         config, settings = self._config, self._settings
         self._concurrency = max(1, int(consumer_concurrency))
@@ -300,7 +300,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         included. Other replicas' consumers end with TopicNotFoundError.
         """
         self.stop_consumer()
-        from raytopic.topic import get_topic
+        from raytopic.client.topic import get_topic
 
         board = self._task_board()
         with contextlib.suppress(TopicNotFoundError):

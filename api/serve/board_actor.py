@@ -1,6 +1,6 @@
 """A queue's task board as a detached Ray actor whose state survives it: every change
 is written to the queue's task log (a compacted topic keyed by task id,
-``raytopic.control_log``) before the call that made it answers, and a board that
+``raytopic.client.control_log``) before the call that made it answers, and a board that
 (re)starts reads the log back before it answers anything (docs/architecture.md,
 Control state).
 
@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
-from raytopic.control_log import ControlLog
+from raytopic.client.control_log import ControlLog
 from raytopic.serve.board import CHANGES_KEPT, Changes, TaskBoard
 
 __all__ = ["TaskBoardActor", "task_log_name"]

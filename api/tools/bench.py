@@ -110,6 +110,7 @@ from functools import partial
 
 import ray
 
+from raytopic.client.topic import create_topic
 from raytopic.tools.bench_autoscale import AutoscaleSettings, run_autoscale_benchmarks
 from raytopic.tools.bench_commit import run_commit_benchmarks
 from raytopic.tools.bench_common import (
@@ -147,7 +148,6 @@ from raytopic.tools.bench_throughput import (
 )
 from raytopic.tools.bench_transactions import run_transaction_benchmarks
 from raytopic.tools.quiet_kills import worker_death_reports_off
-from raytopic.topic import create_topic
 
 __all__ = [
     "DEFAULT",

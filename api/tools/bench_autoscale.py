@@ -36,8 +36,8 @@ from typing import Any
 
 import ray
 
+from raytopic.client.topic import create_topic
 from raytopic.tools.bench_common import Figure, _name, _percentile, at_least, at_most
-from raytopic.topic import create_topic
 
 __all__ = ["QUICK_AUTOSCALE", "AutoscaleSettings", "celery_missing", "run_autoscale_benchmarks"]
 
@@ -355,10 +355,10 @@ def serve_figures(settings: AutoscaleSettings) -> list[Figure]:
 
 def _drop_queue(queue: str) -> None:
     """Destroy a TopicTaskAdapter queue's topic, task log and task board."""
+    from raytopic.client.topic import get_topic
     from raytopic.core.config import DEFAULT_NAMESPACE
     from raytopic.serve.adapter import board_name
     from raytopic.serve.board_actor import task_log_name
-    from raytopic.topic import get_topic
 
     for name in (queue, task_log_name(queue)):
         with contextlib.suppress(Exception):

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 import ray
 
 import raytopic
+from raytopic.client.topic import Topic, create_topic
 from raytopic.tools.bench_common import Figure, _name, _percentile, at_most
 from raytopic.tools.bench_throughput import _publish_loop
-from raytopic.topic import Topic, create_topic
 
 if TYPE_CHECKING:
-    from raytopic.subscriber import Subscriber
+    from raytopic.client.subscriber import Subscriber
 
 __all__ = ["COMMIT_TARGET", "PUBLISHERS", "run_commit_benchmarks"]
 

@@ -36,7 +36,7 @@ import ray
 from raytopic.core.naming import channel_actor_name
 
 if TYPE_CHECKING:
-    from raytopic.topic import Topic
+    from raytopic.client.topic import Topic
 
 __all__ = [
     "CpuSplit",

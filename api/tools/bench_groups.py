@@ -17,9 +17,9 @@ import time
 
 import ray
 
+from raytopic.client.topic import Topic, create_topic
 from raytopic.tools.bench_common import BATCH, _check_ids, _Drained, _name, at_least
 from raytopic.tools.bench_throughput import _publish_loop
-from raytopic.topic import Topic, create_topic
 
 __all__ = ["GROUP_TARGET", "group_throughput", "reassignment_time"]
 

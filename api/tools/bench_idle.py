@@ -30,10 +30,10 @@ from typing import Any
 import psutil
 import ray
 
+from raytopic.client.topic import Topic, create_topic
 from raytopic.core.config import DEFAULT_NAMESPACE
 from raytopic.core.naming import coordinator_actor_name
 from raytopic.tools.bench_common import Figure, _name, at_most
-from raytopic.topic import Topic, create_topic
 
 __all__ = [
     "CHANNEL_TARGET",

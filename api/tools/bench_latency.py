@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from raytopic.client.topic import create_topic
 from raytopic.tools.bench_common import Figure, _message, _name, _percentile, at_most
-from raytopic.topic import create_topic
 
 if TYPE_CHECKING:
-    from raytopic.topic import Topic
+    from raytopic.client.topic import Topic
 
 __all__ = [
     "LATENCY_TARGET",

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from raytopic.client.topic import Topic, create_topic
 from raytopic.core.errors import InvalidArgumentError
 from raytopic.tools.bench_common import BATCH, Figure, Target, _check_ids, _name, at_least
 from raytopic.tools.bench_cpu import (
@@ -75,10 +76,9 @@ from raytopic.tools.bench_throughput import (
     cpu_figures,
     sum_batches,
 )
-from raytopic.topic import Topic, create_topic
 
 if TYPE_CHECKING:
-    from raytopic.subscriber import Subscriber
+    from raytopic.client.subscriber import Subscriber
 
 __all__ = [
     "MANY_CORES",

@@ -19,10 +19,10 @@ from typing import Any
 
 import ray
 
+from raytopic.client.topic import Topic, create_topic
 from raytopic.core.shared_group import SharedGroup
 from raytopic.tools.bench_common import Figure, _check_ids, _Drained, _median, _name, at_least
 from raytopic.tools.bench_throughput import _publish_loop
-from raytopic.topic import Topic, create_topic
 
 __all__ = ["TASK_SECONDS", "TASK_TARGET", "run_shared_benchmarks"]
 

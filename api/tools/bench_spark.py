@@ -31,9 +31,9 @@ from typing import Any
 import psutil
 import ray
 
+from raytopic.client.topic import Topic, create_topic
 from raytopic.tools.bench_common import Figure, at_least
 from raytopic.tools.bench_streams import spark_stream_figures
-from raytopic.topic import Topic, create_topic
 
 __all__ = ["run_spark_benchmarks"]
 

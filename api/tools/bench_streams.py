@@ -38,8 +38,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray
 
+from raytopic.client.topic import Topic, create_topic
 from raytopic.tools.bench_common import Figure, _name, _percentile, at_least, at_most
-from raytopic.topic import Topic, create_topic
 
 __all__ = [
     "CATCH_UP_TARGET",

@@ -39,6 +39,7 @@ from typing import Any
 
 import ray
 
+from raytopic.client.topic import Topic, create_topic
 from raytopic.core.compaction import Compaction
 from raytopic.tools.bench_common import Figure, _message, _name, _percentile, at_least, at_most
 from raytopic.tools.bench_latency import (
@@ -49,7 +50,6 @@ from raytopic.tools.bench_latency import (
     interleaved_rounds,
 )
 from raytopic.tools.bench_throughput import _pipelined
-from raytopic.topic import Topic, create_topic
 
 __all__ = [
     "BOOTSTRAP_TARGET",

@@ -31,6 +31,7 @@ from typing import Any
 
 import ray
 
+from raytopic.client.topic import Topic, create_topic
 from raytopic.tools.bench_common import (
     BATCH,
     Figure,
@@ -47,7 +48,6 @@ from raytopic.tools.bench_cpu import (
     cpu_seconds,
     measure_run,
 )
-from raytopic.topic import Topic, create_topic
 
 __all__ = [
     "FLOOR_ONE_CHANNEL_TARGET",

@@ -30,6 +30,7 @@ from typing import Any
 import ray
 
 import raytopic
+from raytopic.client.topic import Topic, create_topic
 from raytopic.core.records import CommitStatus
 from raytopic.tools.bench_common import (
     Figure,
@@ -39,7 +40,6 @@ from raytopic.tools.bench_common import (
     at_least,
 )
 from raytopic.tools.bench_throughput import _publish_loop
-from raytopic.topic import Topic, create_topic
 
 __all__ = ["TRANSACTION_BATCH", "TRANSACTION_TARGET", "run_transaction_benchmarks"]
 

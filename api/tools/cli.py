@@ -6,7 +6,7 @@ a running cluster. The other commands attach to a running cluster
 ``ray start`` left on this machine) in ``--namespace``; ``--json`` makes their
 output pure JSON on stdout. A cluster with token authentication gets the
 token from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ``~/.ray/auth_token``
-(``raytopic.cluster``). Options may come before or after the arguments, and
+(``raytopic.client.cluster``). Options may come before or after the arguments, and
 ``--address``, ``--namespace`` and ``--json`` before the command too.
 
 Exit codes: 0 ok, 1 failure (no cluster answering within seconds, a refused
@@ -275,7 +275,7 @@ def _address_option(parser: argparse.ArgumentParser, help_text: str) -> None:
 
 def _address(text: str) -> str:
     """--address: checked before anything connects, so a malformed one is a usage error."""
-    from raytopic.cluster import parse_address
+    from raytopic.client.cluster import parse_address
 
     if text == "auto":
         return text
@@ -344,7 +344,7 @@ def _connect(address: str | None) -> None:
 
         local_ray()
         return
-    from raytopic.cluster import prepare, resolve_address
+    from raytopic.client.cluster import prepare, resolve_address
 
     resolved = resolve_address(address)
     if ray.is_initialized() and ray.get_runtime_context().gcs_address == resolved:

@@ -10,8 +10,8 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
+from raytopic.client.stats import GroupStats, TopicStats
 from raytopic.core.records import Element, Position
-from raytopic.stats import GroupStats, TopicStats
 
 __all__ = ["element_line", "groups_table", "to_json", "topic_table"]
 

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import ray
 
+from raytopic.client.topic import Topic, create_topic
 from raytopic.core.records import PublishSummary
 from raytopic.tools.demo_actors import Consumer, Ledger
 from raytopic.tools.quiet_kills import worker_death_reports_off
-from raytopic.topic import Topic, create_topic
 
 __all__ = ["run_demo"]
 

@@ -24,7 +24,7 @@ import numpy as np
 import ray
 
 if TYPE_CHECKING:
-    from raytopic.topic import Topic
+    from raytopic.client.topic import Topic
 
 __all__ = ["Consumer", "Ledger"]
 

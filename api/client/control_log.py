@@ -1,0 +1,101 @@
+"""Control state on raytopic's own log (docs/architecture.md, Control state): what
+an integration must not forget (the newest incarnation of a transactional id, a
+task's status and result) lives on a compacted topic keyed by what it is about, not
+in an actor's memory.
+
+The actor that decides (the transaction registry, a queue's task board) keeps a
+copy in memory for its answers, reads the whole log back when it (re)starts, and
+writes each change as the key's new record, answering only once the channel
+acknowledged it: what an answer promised survives the restart of that actor and
+of the log's channels (a stored topic: the channel reads its store back).
+
+Records are plain data (dicts, lists, str, int, float, None): a durable format,
+never a pickle of an internal class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from concurrent.futures import Future
+from typing import Any
+
+import ray
+
+from raytopic.core.compaction import Compaction
+from raytopic.core.records import PublishStatus
+
+__all__ = ["CONTROL_COMPACTION", "ControlLog", "session_store"]
+
+CONTROL_COMPACTION = Compaction(max_lag_s=60.0, tombstone_retention_s=3600.0)
+"""How a control log compacts: a key's older records go within a minute; a deleted
+key's tombstone stays an hour (a reader catching up still sees the delete)."""
+
+
+def session_store() -> str:
+    """The directory a control log stores in when it is given none: one of this Ray
+    session's, on the node of the process that makes the log (a channel restarted
+    there reads it back; the next cluster starts afresh)."""
+    session = ray.get_runtime_context().get_session_name()
+    return os.path.join(tempfile.gettempdir(), "raytopic-control", session)
+
+
+class ControlLog:
+    """One compacted topic of control state: ``load()`` at start, ``write`` each change.
+
+    **Durability**: a write counts once its future completes: the channel holds it,
+    written to the store (it survives the kill of any process), and with a store
+    of the caller's also synced (an OS crash, the loss of a node). A key's records
+    are applied in the order they were written (one publisher, keyed).
+
+    Args:
+        name: The topic's name.
+        namespace: Its Ray namespace.
+        store: Its store (as ``create_topic``'s); None: :func:`session_store`.
+        channels: Its channels (made with the topic; a reopened one keeps its own).
+    """
+
+    def __init__(self, name: str, namespace: str, *, store: Any = None, channels: int = 1) -> None:
+        from raytopic.client.topic import create_topic
+
+        self.topic = create_topic(
+            name,
+            channels=channels,
+            namespace=namespace,
+            store=session_store() if store is None else store,
+            # An fdatasync per write buys survival of an OS crash: the session's
+            # directory is lost with its node anyway, so there a write counts once
+            # written (it survives the kill of any process); a store of the user's
+            # (shared disk: a node's loss) syncs each write.
+            sync="write" if store is None else "always",
+            compaction=CONTROL_COMPACTION,
+            exist_ok=True,
+        )
+        self._publisher = self.topic.publisher()
+
+    def load(self) -> dict[Any, Any]:
+        """Every key's latest record (deleted keys left out), read in bulk."""
+        with self.topic.table() as view:
+            return dict(view.items())
+
+    def write(self, key: Any, record: Any) -> Future[PublishStatus]:
+        """Append ``record`` as ``key``'s latest; the future completes once it is held."""
+        return self._publisher.publish(record, key=key)
+
+    def write_all(self, records: dict[Any, Any]) -> ray.ObjectRef:
+        """Append several keys' records in one call; the ref completes once all are held."""
+        keys = list(records)
+        return self._publisher.publish_batch([records[key] for key in keys], keys=keys)
+
+    def delete(self, key: Any) -> Future[PublishStatus]:
+        """Delete ``key`` (a tombstone); the future completes once it is held."""
+        return self._publisher.delete(key)
+
+    async def written(self, future: Future[PublishStatus]) -> None:
+        """Wait for a write from an event loop (an async actor's)."""
+        await asyncio.wrap_future(future)
+
+    def close(self) -> None:
+        """Stop writing (what was written stays)."""
+        self._publisher.close()

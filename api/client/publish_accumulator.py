@@ -1,0 +1,157 @@
+"""What a publisher's next call to each channel carries. No Ray.
+
+A publisher keeps one :class:`ChannelQueue` per channel: the values ``publish()``
+is batching (its open batch) and, behind them in publish order, the pieces
+waiting for a call: batches of ``publish()``'s values closed at ``batch_size``,
+and ``publish_batch`` parts (:class:`Part`). While a channel's calls are in
+flight, what is published for it waits and coalesces, so one call carries what
+a full batch would, however the values came (value by value, or batches spread
+over many channels). A call takes the oldest pieces (:meth:`ChannelQueue.take`):
+up to ``batch_size`` values, never splitting a piece, at most MAX_PIECES of them.
+The channel appends a call's pieces in order, each as the publisher batch it
+numbers (``raytopic.core.protocol.AppendPieces``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from raytopic.client.publish_futures import PublishBatch
+
+if TYPE_CHECKING:
+    from raytopic.client.publish_futures import BatchFuture
+    from raytopic.core.payloads import Payload
+
+__all__ = ["MAX_PIECES", "PIPELINE", "ChannelQueue", "Part", "Piece"]
+
+PIPELINE = 2
+"""Calls to one channel a partial batch may queue behind: two keep a channel
+busy (one in flight while the next fills) and let batches grow under load."""
+
+MAX_PIECES = 8
+"""Pieces one call carries at most. Each is a publisher batch the channel keeps an
+ack of for retries (``raytopic.actors.publisher_tracks.ACKS_KEPT``, 16): PIPELINE
+calls of MAX_PIECES stay within them."""
+
+
+@dataclass(slots=True, eq=False)
+class Part:
+    """One channel's share of a ``publish_batch``, waiting for its call: it goes in
+    whole (or, with overflow "fail", not at all)."""
+
+    payload: Payload
+    batch: BatchFuture
+    """The publish_batch's future, which this part's ack completes in part."""
+    index: int
+    """The part's index among the batch's parts."""
+
+    def __len__(self) -> int:
+        return len(self.payload)
+
+
+Piece = PublishBatch | Part
+"""What a call carries, piece by piece: values ``publish()`` batched, or a part."""
+
+
+@dataclass(slots=True, eq=False)
+class ChannelQueue:
+    """One channel as a publisher sees it: the values being batched, the pieces
+    waiting behind calls in flight, and the batch numbers it gave out."""
+
+    channel: int
+    actor: Any
+    open: PublishBatch
+    """``publish()``'s values not closed yet: they come after every waiting piece."""
+    waiting: deque[Piece] = field(default_factory=deque)
+    waiting_values: int = 0
+    since: float = 0.0
+    """Monotonic time the queue last went from empty to holding values (linger)."""
+    next_batch: int = 0
+    """The publisher's number of the next piece sent to this channel."""
+    in_flight: int = 0
+    """Calls to this channel not yet returned."""
+
+    @property
+    def size(self) -> int:
+        """Values waiting for a call, the open batch's included."""
+        return self.waiting_values + len(self.open.payloads)
+
+    def add_value(self, payload: bytes, key: Any, now: float, batch_size: int) -> Any:
+        """Batch one ``publish()``ed value (the open batch closes at ``batch_size``);
+        returns its future."""
+        if not self.size:
+            self.since = now
+        batch = self.open
+        future = batch.add(payload, key)
+        if len(batch.payloads) >= batch_size:
+            self.close_open()
+        return future
+
+    def add_part(self, part: Part, now: float) -> None:
+        """Queue a ``publish_batch`` part, after everything published before it."""
+        if not self.size:
+            self.since = now
+        self.close_open()
+        self.waiting.append(part)
+        self.waiting_values += len(part)
+
+    def close_open(self) -> None:
+        """The open batch stops taking values and waits for a call."""
+        batch = self.open
+        if batch.payloads:
+            self.waiting.append(batch)
+            self.waiting_values += len(batch.payloads)
+            self.open = PublishBatch(batch.topic_id, self.channel)
+
+    def due(self, batch_size: int, *, force: bool, linger: float, now: float) -> int:
+        """How many values a call would go for now (0: none goes yet): a full
+        batch's worth at once, a partial one only while fewer than PIPELINE calls
+        are out and it is ``linger`` old (any, with ``force``)."""
+        size = self.size
+        if size >= batch_size:
+            return size
+        if size and (force or (self.in_flight < PIPELINE and now - self.since >= linger)):
+            return size
+        return 0
+
+    def take(self, batch_size: int) -> tuple[int, list[Piece]]:
+        """The next call's pieces, oldest first: up to ``batch_size`` values (at least
+        one piece: a part larger than that goes alone) and MAX_PIECES pieces.
+        Returns the first piece's batch number and the pieces, counted in flight."""
+        if not self.waiting or self.waiting_values + len(self.open.payloads) <= batch_size:
+            self.close_open()
+        pieces: list[Piece] = []
+        count = 0
+        waiting = self.waiting
+        while waiting and len(pieces) < MAX_PIECES:
+            size = _size(waiting[0])
+            if pieces and count + size > batch_size:
+                break
+            pieces.append(waiting.popleft())
+            count += size
+        self.waiting_values -= count
+        if not pieces:
+            raise ValueError(f"channel {self.channel}: nothing waits for a call")
+        first = self.next_batch
+        self.next_batch += len(pieces)
+        self.in_flight += 1
+        return first, pieces
+
+    def take_all(self) -> list[Piece]:
+        """Every piece not sent (the open batch's values included), emptied."""
+        self.close_open()
+        pieces = list(self.waiting)
+        self.waiting.clear()
+        self.waiting_values = 0
+        return pieces
+
+
+def _size(piece: Piece) -> int:
+    return len(piece.payloads) if isinstance(piece, PublishBatch) else len(piece)
+
+
+def piece_count(pieces: list[Piece]) -> int:
+    """Values in ``pieces``."""
+    return sum(map(_size, pieces))

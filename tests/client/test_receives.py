@@ -1,0 +1,290 @@
+"""A subscriber's receives: without Ray, what makes earlier reads stale (jump counts,
+leases lost), the choice of channel for a receive, the buffer and how iteration
+ends; with a real Ray, iteration fenced as ``receive()`` is after a rebalance."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import raytopic as rt
+from raytopic.client.receives import ChannelChoice, Receives, StaleReads
+from raytopic.core.protocol import Lease, ReaderSpec
+from raytopic.core.records import _Origin
+
+from tests.loss_checker import LossChecker
+from tests.topic_helpers import key_for, publish_all
+
+
+def _element(channel: int, sequence: int, jumps: int = 0, lease: Lease | None = None) -> rt.Element:
+    origin = _Origin("topic-id", "t", "ns", "reader", lease, jumps)
+    return rt.Element(f"v{sequence}", channel, sequence, 0.0, origin)
+
+
+class _Ownership:
+    """Owns fixed channels; records what receives asked of it."""
+
+    def __init__(self, *channels: int) -> None:
+        self.channels = channels
+        self.before = 0
+
+    def owned(self, *, catch_up: bool = True) -> tuple[int, ...]:
+        return self.channels
+
+    def before_receive(self) -> None:
+        self.before += 1
+
+    def track(self, ref: Any) -> None:
+        raise AssertionError("no receive is sent in these tests")
+
+
+def _receives(*owned: int, channel_count: int = 4, **spec: Any) -> tuple[Receives, _Ownership]:
+    topic = SimpleNamespace(channel_count=channel_count, _channel_actors={})
+    ownership = _Ownership(*owned)
+    reader_spec = ReaderSpec("g", False, **spec)
+    return Receives(topic, "reader", reader_spec, ownership), ownership  # type: ignore[arg-type]
+
+
+# -- stale reads -----------------------------------------------------------------------------
+
+
+def test_jump_counts_only_rise() -> None:
+    jumps = StaleReads()
+    jumps.raise_all({0: 3, 1: 1})
+    jumps.raise_all({0: 2, 1: 4})
+    jumps.raise_to(2, 5)
+    jumps.raise_to(2, 0)
+    assert [jumps.count(c) for c in range(4)] == [3, 4, 5, 0]
+
+
+def test_an_element_read_before_its_channels_latest_jump_is_stale() -> None:
+    jumps = StaleReads()
+    assert not jumps.is_stale(_element(0, 1, jumps=0))
+    jumps.raise_to(0, 2)
+    assert jumps.is_stale(_element(0, 1, jumps=1))
+    assert not jumps.is_stale(_element(0, 1, jumps=2))
+    assert not jumps.is_stale(_element(1, 1, jumps=0))  # another channel did not jump
+
+
+def test_an_element_read_under_a_lease_the_member_lost_is_stale() -> None:
+    stale = StaleReads()
+    first, second = Lease("reader", 3), Lease("reader", 7)
+    assert not stale.any_stale([_element(1, 1, lease=first)])
+    stale.lose(1, first)
+    assert stale.is_stale(_element(1, 1, lease=first))
+    assert stale.is_stale(_element(1, 1, lease=Lease("reader", 2)))  # an earlier one too
+    assert not stale.is_stale(_element(1, 1, lease=second))  # the channel came back since
+    assert not stale.is_stale(_element(0, 1, lease=first))  # kept at another channel
+    assert not stale.is_stale(_element(1, 1))  # anonymous reads hold no lease
+    stale.lose(1, Lease("reader", 1))  # an older loss heard late changes nothing
+    assert not stale.is_stale(_element(1, 1, lease=Lease("reader", 4)))
+
+
+def test_a_batch_is_stale_when_any_of_its_deliveries_is() -> None:
+    stale = StaleReads()
+    kept, lost = Lease("reader", 5), Lease("reader", 4)
+    batch = [_element(0, 1, lease=kept), _element(0, 2, lease=kept), _element(1, 1, lease=lost)]
+    assert not stale.any_stale(batch)
+    stale.lose(1, lost)
+    assert stale.any_stale(batch)
+    assert not stale.any_stale(batch[:2])
+
+
+# -- where a receive goes --------------------------------------------------------------------
+
+
+def test_the_host_is_an_owned_channel_fixed_by_the_id() -> None:
+    choice = ChannelChoice("reader", 8, fixed_host=False)
+    host = choice.host((1, 3, 5))
+    assert host in (1, 3, 5)
+    assert all(choice.host((1, 3, 5)) == host for _ in range(5))
+    assert choice.host(()) in range(8)  # owns nothing: any channel
+
+
+def test_a_resequencing_readers_host_never_moves() -> None:
+    choice = ChannelChoice("reader", 8, fixed_host=True)
+    host = choice.host(())
+    assert choice.host((0, 1)) == choice.host((6,)) == host
+
+
+def test_every_receive_goes_to_the_host_batches_that_complete_on_empty_too() -> None:
+    # One session reads the reader's channels: a second one would read on past what
+    # the host's session took there, lost if the host died before its reply left.
+    waiting, _ = _receives(2, 4, 6)
+    emptying, _ = _receives(2, 4, 6, complete_on_empty=True)
+    for receives in (waiting, emptying):
+        assert {receives._route()[0] for _ in range(4)} == {receives.host_channel}
+
+
+def test_the_host_channel_follows_what_is_owned() -> None:
+    receives, ownership = _receives(1, 2)
+    assert receives.host_channel in (1, 2)
+    ownership.channels = (3,)
+    assert receives.host_channel == 3
+
+
+# -- the buffer and iteration --------------------------------------------------------------
+
+
+def test_buffered_elements_come_in_order_without_the_stale_ones() -> None:
+    receives, _ = _receives(0, 1)
+    receives.buffer([_element(0, 1), _element(1, 1), _element(0, 2, jumps=1)])
+    receives.stale.raise_to(0, 1)
+    assert receives.next_buffered() == _element(1, 1)
+    assert receives.next_buffered() == _element(0, 2)
+    assert receives.next_buffered() is None
+
+
+def test_an_iteration_that_owns_nothing_ends_with_complete_on_empty() -> None:
+    receives, ownership = _receives(complete_on_empty=True)
+    receives.buffer([_element(0, 1)])
+    assert [e.sequence for e in receives.iterate()] == [1]
+    assert ownership.before == 1  # it looked once, asked nothing of a channel
+
+
+@pytest.mark.parametrize("spec", [{}, {"window": 5}], ids=["direct", "through-the-host"])
+def test_a_stopped_iteration_hands_out_what_is_buffered_then_ends(spec: dict[str, Any]) -> None:
+    receives, ownership = _receives(0, **spec)
+    receives.buffer([_element(0, 1), _element(0, 2)])
+    receives.stop()
+    assert receives.stopped
+    assert [e.sequence for e in receives.iterate()] == [1, 2]
+    assert ownership.before == 0
+
+
+def test_a_stopped_receives_sends_nothing() -> None:
+    receives, ownership = _receives(0)
+    receives.stop()
+    with pytest.raises(rt.SubscriberClosedError):
+        receives.receive(1, single=True)
+    assert ownership.before == 0
+
+
+def test_pausing_with_no_receive_sent_calls_no_channel() -> None:
+    receives, _ = _receives(0)
+    with receives.paused():
+        pass  # the topic has no channel actors: any call would fail
+
+
+# -- iteration fenced as receive() is (real Ray) --------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [None, 5], ids=["elements", "batches"])
+def test_an_iterating_member_never_hands_out_a_channel_a_join_took(make_topic, batch) -> None:
+    # a iterates and commits what it handed out; b joins and takes channel 1 (the
+    # assignment is sticky and deterministic: a keeps channel 0). What a had fetched
+    # of channel 1 is dropped: it goes to b, after a's commit, never to a's hands
+    # (a kept yielding it: 49 elements, or 45 by batches, read by both).
+    topic = make_topic(channels=2)
+    publish_all(topic, list(range(50)), key=key_for(1, 2))
+    a = topic.subscriber(group="g", complete_on_empty=True)
+    batches = iter(a) if batch is None else a.iter_batches(batch)
+    first = next(batches)
+    assert first.commit() in (
+        rt.CommitResult(1, topic.position(1, 0), rt.CommitStatus.COMMITTED),
+        {1: rt.CommitResult(1, topic.position(1, 4), rt.CommitStatus.COMMITTED)},
+    )
+    handed = 1 if batch is None else batch
+    b = topic.subscriber(group="g", complete_on_empty=True)
+    assert (a.channels, b.channels) == ((0,), (1,))  # a has heard: a join returns once it has
+    assert list(batches) == []
+    assert [element.value for element in b] == list(range(handed, 50))
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("batch", [None, 500], ids=["elements", "batches"])
+def test_an_iterating_member_that_timed_out_hands_out_nothing_it_had_fetched(
+    make_topic, wait_until, batch
+) -> None:
+    # a fetched everything (no receive of its waits, so nothing keeps it alive) and
+    # stalls past its timeout: the channel goes to b. What a had fetched is b's now.
+    topic = make_topic(channels=1)
+    publish_all(topic, list(range(9000)))
+    changes: list[rt.OwnershipChange] = []
+    a = topic.subscriber(
+        group="g", timeout=2.0, complete_on_empty=True, on_ownership_change=changes.append
+    )
+    b = topic.subscriber(group="g", complete_on_empty=True)
+    batches = iter(a) if batch is None else a.iter_batches(batch)
+    first = next(batches)
+    a.heartbeat()  # alive while it commits (its timeout runs from its last sign of life)
+    committed = (first if batch is None else first[-1]).commit()
+    assert committed.status is rt.CommitStatus.COMMITTED
+    handed = 1 if batch is None else batch
+    wait_until(lambda: b.channels == (0,), timeout=30)
+    wait_until(lambda: any(change.lost for change in changes), timeout=30)
+    assert list(batches) == []  # a rejoins on its next receive, and owns nothing
+    assert [element.value for element in b] == list(range(handed, 9000))
+    a.close()
+    b.close()
+
+
+def test_members_iterating_through_a_join_and_a_reset_lose_nothing_and_undo_nothing(
+    make_topic, wait_until
+) -> None:
+    # As users run it: members iterate in threads (one element by element, one by
+    # batches) and commit what they handled; a member joins mid-run, and the group is
+    # reset to the earliest while they hold elements. Nothing is lost, the replay
+    # reaches every element, and no commit of an element received before the reset
+    # is accepted after it (it would undo the reset).
+    topic = make_topic(channels=2, retain=True)
+    values = list(range(600))
+    checker = LossChecker()
+    publish_all(topic, values)
+    for value in values:
+        checker.published(value, "acknowledged")
+    reset = {"called": float("inf"), "returned": float("inf")}
+    replayed: set[int] = set()
+    handled = [0]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def consume(name: str, member: rt.Subscriber, batch: int | None) -> None:
+        try:
+            batches = ([e] for e in member) if batch is None else member.iter_batches(batch)
+            for elements in batches:
+                received = time.monotonic()
+                for element in elements:
+                    checker.delivered(name, element.channel, element.sequence, element.value)
+                    time.sleep(0.001)
+                    status = element.commit().status
+                    if status is rt.CommitStatus.COMMITTED:
+                        stale = received < reset["called"] and time.monotonic() > reset["returned"]
+                        checker.commit_accepted(
+                            name, element.channel, element.sequence, stale=stale
+                        )
+                    if received > reset["called"]:  # (the replay reaches the values
+                        replayed.add(element.value)  # below where the member was)
+                    handled[0] += 1
+                if stop.is_set():
+                    return
+        except BaseException as error:  # reported by the test's thread
+            errors.append(error)
+
+    a = topic.subscriber(group="g", on_ownership_change=lambda _: checker.ownership_changed("a"))
+    threads = [threading.Thread(target=consume, args=("a", a, None))]
+    threads[0].start()
+    wait_until(lambda: handled[0] >= 100, timeout=60)
+    b = topic.subscriber(group="g", on_ownership_change=lambda _: checker.ownership_changed("b"))
+    threads.append(threading.Thread(target=consume, args=("b", b, 10)))
+    threads[1].start()
+    wait_until(lambda: handled[0] >= 300, timeout=60)
+    reset["called"] = time.monotonic()
+    topic.reset_group("g", "earliest")
+    reset["returned"] = time.monotonic()
+    for member in (a, b):
+        checker.ownership_changed("a" if member is a else "b")
+    wait_until(lambda: replayed == set(values) or errors, timeout=120)
+    stop.set()
+    a.close()
+    b.close()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    checker.report(expect_all=True).assert_safe()
+    assert topic.describe().groups["g"].lag == 0
