@@ -1,6 +1,7 @@
 """A queue's task board as a detached Ray actor whose state survives it: every change
 is written to the queue's task log (a compacted topic keyed by task id,
-``raytopic.client.control_log``) before the call that made it answers, and a board that
+``raytopic.client.control_log``) before the call that made it answers and before any
+reader sees it (a status a client saw is never taken back), and a board that
 (re)starts reads the log back before it answers anything (docs/architecture.md,
 Control state).
 
@@ -19,7 +20,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from raytopic.client.control_log import ControlLog
-from raytopic.serve.board import CHANGES_KEPT, Changes, TaskBoard
+from raytopic.serve.board import CHANGES_KEPT, Changes, TaskBoard, Writes
 
 __all__ = ["TaskBoardActor", "task_log_name"]
 
@@ -46,6 +47,7 @@ class TaskBoardActor:
         self._board = TaskBoard(kept)
         self._log: ControlLog | None = None
         self._loading = asyncio.Lock()
+        self._writing: dict[str, set[asyncio.Future[Any]]] = {}  # each task's writes on their way
 
     async def _loaded(self) -> ControlLog:
         """The task log, read back whole before the first answer (in a call, not in
@@ -63,40 +65,68 @@ class TaskBoardActor:
                 self._log = log
         return self._log
 
-    async def _keep(self, changed: list[str], forgotten: list[str] | None = None) -> None:
-        """Write the changed tasks' records and delete the forgotten; return once
-        the log holds them. ``at`` (wall clock: it orders records across restarts)
-        tells a restarted board which finished tasks are the oldest."""
-        log = await self._loaded()
+    async def _keep(self, writes: Writes) -> None:
+        """Write the changed tasks' records and delete the forgotten; return once the
+        log holds them, and only then show them to readers (a write that failed takes
+        its change back). ``at`` (wall clock: it orders records across restarts) tells
+        a restarted board which finished tasks are the oldest."""
+        if not writes.tasks:
+            return
+        log = self._log  # loaded by the caller (no await between decision and write)
+        assert log is not None
         now = time.time()
-        records = {task_id: {**self._board.record(task_id), "at": now} for task_id in changed}
-        writes: list[Awaitable[Any]] = [
-            asyncio.wrap_future(log.delete(task_id)) for task_id in forgotten or ()
+        records = {
+            task_id: {**self._board.record(task_id), "at": now} for task_id in writes.changed
+        }
+        pending: list[Awaitable[Any]] = [
+            asyncio.wrap_future(log.delete(task_id)) for task_id in writes.forgotten
         ]
         if records:
-            writes.append(log.write_all(records))
-        await asyncio.gather(*writes)
+            pending.append(log.write_all(records))
+        written = asyncio.ensure_future(asyncio.gather(*pending))
+        for task_id in writes.tasks:
+            self._writing.setdefault(task_id, set()).add(written)
+        try:
+            await written
+        except BaseException:
+            self._board.undo(writes)
+            raise
+        else:
+            self._board.held(writes)
+        finally:
+            for task_id in writes.tasks:
+                on_way = self._writing.get(task_id, set())
+                on_way.discard(written)
+                if not on_way:
+                    self._writing.pop(task_id, None)
+
+    async def _settled(self, tasks: list[str]) -> None:
+        """Wait until no change of these tasks is on its way to the log: a decision
+        about them then rests on what the log holds."""
+        while self._board.unheld(tasks):
+            waits = set().union(*(self._writing.get(task_id, ()) for task_id in tasks))
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def start(self, tasks: list[tuple[str, float | None]]) -> list[str]:
         """See :meth:`TaskBoard.start`; the STARTED statuses are held when it returns."""
         await self._loaded()
-        skip = self._board.start(tasks)
-        await self._keep([task_id for task_id, _ in tasks if task_id not in skip])
+        await self._settled([task_id for task_id, _ in tasks])
+        skip, writes = self._board.start(tasks)
+        await self._keep(writes)
         return skip
 
     async def finish(self, outcomes: list[tuple[str, str, Any, float | None]]) -> None:
         """See :meth:`TaskBoard.finish`; the outcomes are held when it returns."""
         await self._loaded()
-        forgotten = set(self._board.finish(outcomes))
-        changed = list(dict.fromkeys(o[0] for o in outcomes if o[0] not in forgotten))
-        await self._keep(changed, list(forgotten))
+        await self._settled([outcome[0] for outcome in outcomes])
+        await self._keep(self._board.finish(outcomes))
 
     async def cancel(self, task_id: str) -> bool:
         """See :meth:`TaskBoard.cancel`; REVOKED is held when it returns True."""
         await self._loaded()
-        cancelled, forgotten = self._board.cancel(task_id)
-        if cancelled:
-            await self._keep([task_id] if task_id not in forgotten else [], forgotten)
+        await self._settled([task_id])
+        cancelled, writes = self._board.cancel(task_id)
+        await self._keep(writes)
         return cancelled
 
     async def read(

@@ -21,6 +21,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ray
@@ -43,35 +44,70 @@ EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 # -- the task board (no Ray) ---------------------------------------------------------------
 
 
+def _held(board: TaskBoard, change: Any) -> Any:
+    """What a change of ``board`` answers, once its writes are on the log (the board
+    actor holds them first)."""
+    *answer, writes = change if isinstance(change, tuple) else (change,)
+    board.held(writes)
+    return answer[0] if answer else None
+
+
 def test_the_board_tells_status_and_result_by_id() -> None:
     board = TaskBoard(kept=10)
     assert board.get("a") == ("PENDING", None, None)  # not seen: as Celery answers
-    assert board.start([("a", 1.0), ("b", 2.0)]) == []
+    assert _held(board, board.start([("a", 1.0), ("b", 2.0)])) == []
     assert board.get("a") == ("STARTED", None, 1.0)
-    board.finish([("a", "RETRY", None, 1.0), ("b", "SUCCESS", 7, 2.0)])
+    _held(board, board.finish([("a", "RETRY", None, 1.0), ("b", "SUCCESS", 7, 2.0)]))
     assert board.get("a") == ("RETRY", None, 1.0)
-    board.finish([("a", "SUCCESS", 42, 1.0), ("b", "FAILURE", "late", 2.0)])
+    _held(board, board.finish([("a", "SUCCESS", 42, 1.0), ("b", "FAILURE", "late", 2.0)]))
     assert board.get("a") == ("SUCCESS", 42, 1.0)
     assert board.get("b") == ("SUCCESS", 7, 2.0)  # a finished status stays
     assert board.counts() == {"SUCCESS": 2}
 
 
+def test_a_change_shows_only_once_held_and_a_failed_one_is_taken_back() -> None:
+    # Before: the board showed an outcome before the task log held it; a reader saw
+    # SUCCESS that a restart right then took back.
+    board, known = TaskBoard(kept=1), KnownStatuses(kept=1)
+    _held(board, board.start([("a", 0.0)]))
+    writes = board.finish([("a", "SUCCESS", 1, 0.0)])
+    assert board.unheld(["a"])
+    assert board.get("a") == ("STARTED", None, 0.0)  # decided, not yet on the log
+    known.learn(board.changes(*known.mark, most=100))
+    assert known.get("a") is None
+    assert board.start([("a", 0.0)])[0] == ["a"]  # a decision sees it at once
+    board.held(writes)
+    assert board.get("a") == ("SUCCESS", 1, 0.0)
+    known.learn(board.changes(*known.mark, most=100))
+    assert known.get("a") == ("SUCCESS", 1, 0.0)
+    cancelled, writes = board.cancel("b")  # forgets "a"
+    assert cancelled and writes.forgotten == ["a"]
+    assert board.get("a")[0] == "SUCCESS"  # until the delete is held
+    board.undo(writes)  # the writes failed: no cancel, nothing forgotten
+    assert not board.unheld(["a", "b"])
+    assert [board.get(t)[0] for t in "ab"] == ["SUCCESS", "PENDING"]
+    assert board.cancel("b")[0] is True  # and it can be cancelled again
+
+
 def test_a_replica_does_not_run_a_finished_or_cancelled_task_again() -> None:
     board = TaskBoard(kept=10)
-    board.start([("done", 0.0)])
-    board.finish([("done", "SUCCESS", 1, 0.0)])
-    assert board.cancel("waiting") == (True, [])  # not started: no replica runs it
-    assert board.start([("done", 0.0), ("waiting", 0.0), ("new", 0.0)]) == ["done", "waiting"]
+    _held(board, board.start([("done", 0.0)]))
+    _held(board, board.finish([("done", "SUCCESS", 1, 0.0)]))
+    assert _held(board, board.cancel("waiting")) is True  # not started: no replica runs it
+    started = board.start([("done", 0.0), ("waiting", 0.0), ("new", 0.0)])
+    assert _held(board, started) == ["done", "waiting"]
     assert board.get("waiting")[0] == "REVOKED"
-    assert board.cancel("new") == (False, [])  # started: it runs on
-    assert board.cancel("done") == (False, [])
+    assert _held(board, board.cancel("new")) is False  # started: it runs on
+    assert _held(board, board.cancel("done")) is False
     assert board.get("done") == ("SUCCESS", 1, 0.0)
 
 
 def test_the_board_forgets_the_oldest_finished_tasks_first() -> None:
     board = TaskBoard(kept=2)
-    board.finish([("retrying", "RETRY", None, 0.0)])
-    board.finish([(task, "SUCCESS", task, 0.0) for task in ("x", "y", "z")])
+    _held(board, board.finish([("retrying", "RETRY", None, 0.0)]))
+    writes = board.finish([(task, "SUCCESS", task, 0.0) for task in ("x", "y", "z")])
+    assert (writes.changed, writes.forgotten) == (["y", "z"], ["x"])
+    board.held(writes)
     assert board.get("x")[0] == "PENDING"  # forgotten
     assert board.get("retrying")[0] == "RETRY"  # unfinished ones stay
     assert [board.get(task)[0] for task in ("y", "z")] == ["SUCCESS", "SUCCESS"]
@@ -81,23 +117,25 @@ def test_a_reader_answers_for_finished_tasks_from_what_the_board_brought() -> No
     # A status read asks the board once and learns the tasks finished since its last
     # read: a finished task is then answered without a call (issue 47 item 3).
     board, known = TaskBoard(kept=2), KnownStatuses(kept=2)
-    board.start([("a", 0.0), ("b", 0.0)])
-    board.finish([("a", "SUCCESS", 1, 0.0), ("b", "RETRY", None, 0.0)])
+    _held(board, board.start([("a", 0.0), ("b", 0.0)]))
+    _held(board, board.finish([("a", "SUCCESS", 1, 0.0), ("b", "RETRY", None, 0.0)]))
     known.learn(board.changes(*known.mark, most=100))
     assert known.get("a") == ("SUCCESS", 1, 0.0)
     assert known.get("b") is None  # not finished: asked again
-    board.finish([("b", "SUCCESS", 2, 0.0), ("c", "FAILURE", "x", 0.0)])  # "a" forgotten
-    stale = board.changes(*known.mark, most=100)
+    _held(board, board.finish([("b", "SUCCESS", 2, 0.0), ("c", "FAILURE", "x", 0.0)]))
+    stale = board.changes(*known.mark, most=100)  # "a" forgotten
     known.learn(board.changes(*known.mark, most=100))
     known.learn(stale)  # an older reply (another thread's) changes nothing
     assert [known.get(t) for t in "abc"] == [None, ("SUCCESS", 2, 0.0), ("FAILURE", "x", 0.0)]
-    assert board.cancel("d") == (True, ["b"])
+    cancelled, writes = board.cancel("d")
+    assert cancelled and writes.forgotten == ["b"]
+    board.held(writes)
     changes = board.changes(*known.mark, most=1)  # behind by more than most: start over
     assert changes[2] is True
     known.learn(changes)
     assert [known.get(t) for t in "bcd"] == [None, None, None]  # only "b" forgotten came
     known.learn(board.changes(*known.mark, most=100))
-    board.cancel("e")  # (forgets "c")
+    _held(board, board.cancel("e"))  # (forgets "c")
     known.learn(board.changes(*known.mark, most=100))
     assert [known.get(t) for t in "cde"] == [None, None, ("REVOKED", None, None)]
     restarted = TaskBoard(kept=2)  # a board that restarted: what a reader knew is dropped

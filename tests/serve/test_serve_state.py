@@ -7,6 +7,7 @@ nothing is forgotten, no finished task runs again, a cancelled task never runs,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -110,3 +111,44 @@ def test_task_state_survives_every_actor_of_its_queue(
         rt.get_topic(task_log_name(queue), namespace=namespace)
     with pytest.raises(ValueError):
         ray.get_actor(board_name(queue), namespace=namespace)
+
+
+@pytest.mark.slow
+def test_a_task_reads_success_only_once_its_outcome_is_on_the_task_log(
+    ray_session: None, tmp_path: Path, wait_until: Any
+) -> None:
+    # Before: the board took the outcome into its memory, answered readers from it and
+    # only then wrote the task log; a reader saw SUCCESS while the write was still
+    # on its way (here: the log's channel stopped), and a board and log channel killed
+    # right then took back a SUCCESS a client had seen.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    adapter = _adapter(queue, namespace, tmp_path / "store")
+    adapter.get_task_status_sync("none")  # the board has read its log back
+    log = rt.get_topic(task_log_name(queue), namespace=namespace)
+    log_pid, epoch = log.describe().channels[0].pid, log.describe().channels[0].epoch
+    runs: list[int] = []
+
+    def stop_the_log_then_double(n: int) -> int:
+        runs.append(n)
+        os.kill(log_pid, signal.SIGSTOP)  # the outcome's write waits
+        return 2 * n
+
+    adapter.register_task_handle(stop_the_log_then_double, "double")
+    task = adapter.enqueue_task_sync("double", [21])
+    adapter.start_consumer()
+    try:
+        wait_until(lambda: runs == [21], timeout=60)
+        seen = [adapter.get_task_status_sync(task.id).status for _ in range(20)]
+        assert "SUCCESS" not in seen  # its outcome is not on the log yet
+        os.kill(log_pid, signal.SIGKILL)  # stopped, it never wrote the outcome
+        board = ray.get_actor(board_name(queue), namespace=namespace)
+        os.kill(get(board.__ray_call__.remote(lambda _: os.getpid())), signal.SIGKILL)
+        serving_again(log, 0, epoch, RESTART_BOUND)
+        # The replica's finish, waited out across the restarts, records it.
+        wait_until(lambda: adapter.get_task_status_sync(task.id).status == "SUCCESS", timeout=60)
+        assert adapter.get_task_status_sync(task.id).result == 42
+        assert runs == [21]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(log_pid, signal.SIGCONT)
+        adapter.destroy()
