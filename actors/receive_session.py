@@ -212,6 +212,7 @@ class ReceiveSession:
             started=lambda: self._started.get(stream),
             closed=lambda: self.closed,
         )
+        await self._read_again_first()
         await asyncio.gather(
             *(
                 self._positions.take(self._ports[channel], lease, 0)
@@ -219,6 +220,24 @@ class ReceiveSession:
             ),
             return_exceptions=True,  # a channel lost meanwhile reads on where it stands
         )
+
+    async def _read_again_first(self) -> None:
+        """A session that replaces one lost with its host (``mid_stream``) reads again
+        after the commit at every owned channel before it answers a receive or a
+        pause: what its predecessor took there may never have been handed over, and
+        once this session answers, the reader may read those channels at their own
+        sessions (the next batch in turn, an iteration) and commit past it there.
+        Once per channel (a channel that failed is tried again next time)."""
+        channels = self._positions.to_read_again(self.view.scope(False))
+        if channels:
+            await asyncio.gather(
+                *(
+                    self._positions.take(self._ports[channel], self.view.lease_of(channel), 0)
+                    for channel in channels
+                    if channel in self._ports
+                ),
+                return_exceptions=True,  # not ours any more, or lost: read on as told
+            )
 
     def resume(self) -> None:
         """The seek a pause announced has landed: fetches may take again."""
@@ -262,6 +281,7 @@ class ReceiveSession:
         (``here_only``) from this channel alone."""
         async with self._turns.turn(stream, number):
             self._started[stream] = number  # running while it is still the stream's turn
+            await self._read_again_first()
             if self._resequenced is not None and not here_only:
                 return await self._receive_resequenced(stream, number, max_count, single)
             return await self._receive(stream, number, max_count, single, spread, here_only)

@@ -247,7 +247,8 @@ class SharedGroups:
             # A nack's delay ends with the clock.
             await self._context.wait_change(min(left, POLL_INTERVAL))
             reader = self._lookup(reader_id)
-        loss = self._loss.tell(reader_id)
+        # (A take of nothing, a restarted session's first, is told nothing: it moves nothing.)
+        loss = self._loss.tell(reader_id) if take.max_count > 0 else None
         if loss is not None:
             raise loss
         shared = self.groups[group]

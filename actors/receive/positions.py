@@ -19,8 +19,9 @@ position again gives the same elements, and nothing the channel hands out is len
   the reply tells. A reply older than one already heard is dropped.
 
 A session whose host restarted with its reader's receives under way (``again``)
-makes its first take at each channel read again after the commit: what its lost
-predecessor took there may never have been handed over.
+reads again after the commit at each channel before it answers anything: what its
+lost predecessor took there may never have been handed over, and once it answers,
+the reader may read those channels at other sessions and commit there.
 """
 
 from __future__ import annotations
@@ -164,6 +165,13 @@ class Positions:
         back = asyncio.ensure_future(self.take(port, delivery.origin.lease, 0))
         back.add_done_callback(_no_failure)
         return back
+
+    def to_read_again(self, channels: list[int]) -> list[int]:
+        """Those of ``channels`` a session that replaces a lost one (``again``) has not
+        read again at yet ([] at once for any other session)."""
+        if not self._again:
+            return []
+        return [channel for channel in channels if channel not in self._read_again]
 
     def forget(self, channel: int) -> None:
         """Nothing is known of ``channel`` (a told-once error moved its cursor)."""

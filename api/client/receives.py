@@ -399,11 +399,23 @@ class Receives:
     def align_positions(self) -> None:
         """Have the reader's read position at each channel stand where its host's
         session reads on: that session may have read past them (what fetches offered,
-        which it moves them over later). A pause of the host, once after user
-        receives that may have waited (none for one that completes on empty)."""
-        if self._user_reads and not self._complete_on_empty:
+        which it moves them over later), or died with a receive under way (its
+        replacement reads again after the commit before it answers). A pause of the
+        host, once after user receives that may have waited, or that are still out
+        (none for finished ones that complete on empty)."""
+        if self._user_reads and (not self._complete_on_empty or self._user_receives_out()):
             with self.paused():
                 pass
+
+    def _user_receives_out(self) -> bool:
+        """Whether a user receive has not answered yet."""
+        with self._lock:
+            pending = list(self._in_flight)
+            if not pending:
+                return False
+            _, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
+            self._in_flight = deque(waiting)
+            return bool(waiting)
 
     def iterate_batches(self, max_elements: int) -> Iterator[ElementBatch]:
         """Blocking iteration, a batch at a time (see ``Subscriber.iter_batches``)."""
