@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from raytopic.autoscale.scaler_actor import ScalerActor
 from raytopic.coordinator.launch import launch_topic, wait_released
 from raytopic.core.config import check_name
 from raytopic.core.dead_letters import dead_letter_topic_config
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import GroupModeError, InvalidArgumentError, InvalidTypeError
-from raytopic.core.naming import scaled_member_prefix, scaler_actor_name, scaler_prefix
+from raytopic.core.naming import scaler_actor_name
 from raytopic.core.scaling import AutoscalerStats, ScaleSettings
 from raytopic.core.shared_group import SharedGroup
 from raytopic.core.user_functions import pickle_function
@@ -28,7 +29,7 @@ from raytopic.core.user_functions import pickle_function
 if TYPE_CHECKING:
     from raytopic.client.topic import Topic
 
-__all__ = ["Autoscaler", "find_autoscaler", "start_autoscaler", "stop_autoscalers"]
+__all__ = ["Autoscaler", "find_autoscaler", "start_autoscaler"]
 
 RESERVED_OPTIONS = frozenset(
     {
@@ -151,8 +152,6 @@ def start_autoscaler(
         if mode == "shared":  # an existing shared group named by a string: nothing made
             raise InvalidArgumentError(_SHARED_LIMITS.format(name=name))
         launch_topic(dead_letter_topic_config(checked.dead_letter, topic.namespace), exist_ok=True)
-    from raytopic.autoscale.scaler_actor import ScalerActor
-
     actor: Any = (  # (Ray types the handle's methods as plain functions)
         ray.remote(ScalerActor)
         .options(
@@ -183,23 +182,6 @@ def find_autoscaler(topic: Topic, group: str) -> Autoscaler | None:
     except ValueError:
         return None
     return Autoscaler(topic, group, actor)
-
-
-def stop_autoscalers(topic: Topic) -> None:
-    """Kill the topic's autoscalers and their members (``Topic.destroy``): the scalers
-    first, so that none starts a member again."""
-    scalers, members = scaler_prefix(topic.name), scaled_member_prefix(topic.name)
-    named = [
-        actor["name"]
-        for actor in ray.util.list_named_actors(all_namespaces=True)
-        if actor.get("namespace") == topic.namespace
-    ]
-    for prefix in (scalers, members):
-        for name in (n for n in named if n.startswith(prefix)):
-            with contextlib.suppress(ValueError):  # gone meanwhile
-                ray.kill(ray.get_actor(name, namespace=topic.namespace), no_restart=True)
-    for name in (n for n in named if n.startswith(scalers)):
-        wait_released(name, topic.namespace)
 
 
 def _ensure_group(topic: Topic, group: str | SharedGroup) -> str:

@@ -153,6 +153,7 @@ def read_topic(
         PoisonElementError: (from the dataset's read) as said, with ``"raise"``.
     """
     skip_poison = OnPoison.parse(on_poison) is OnPoison.SKIP
+    check_instance(topic, Topic, "topic")
     ranges = plan_ranges(
         topic,
         channels=channels,

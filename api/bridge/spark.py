@@ -419,6 +419,7 @@ def read_topic(
             share a column.
     """
     _check_session(spark)
+    check_instance(topic, Topic, "topic")
     ranges = plan_ranges(
         topic,
         channels=channels,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -37,8 +37,7 @@ from raytopic.client.arrow_tables import (
     to_utc,
     unify,
 )
-from raytopic.client.topic import Topic
-from raytopic.core.config import check_bool, check_instance, check_name, check_timeout
+from raytopic.core.config import check_bool, check_name, check_timeout
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import (
     DataLossError,
@@ -64,6 +63,9 @@ from raytopic.core.protocol import (
     pack_request,
 )
 from raytopic.core.records import Position
+
+if TYPE_CHECKING:
+    from raytopic.client.topic import Topic
 
 logger = logging.getLogger(__name__)
 
@@ -328,10 +330,8 @@ def plan_ranges(
             any others, in the message; ``lost`` and ``head_sequence`` are the
             first one's).
         GroupNotFoundError: no such group.
-        InvalidArgumentError, InvalidTypeError: a bad argument (a topic's name
-            where its Topic is expected, say).
+        InvalidArgumentError, InvalidTypeError: a bad argument.
     """
-    check_instance(topic, Topic, "topic")
     check_bool(fail_on_data_loss, "fail_on_data_loss")
     if group is not None:
         check_name(group, "group")

@@ -23,6 +23,7 @@ from typing import Any
 
 import ray
 
+from raytopic.client.topic import create_topic
 from raytopic.core.compaction import Compaction
 from raytopic.core.records import PublishStatus
 
@@ -57,8 +58,6 @@ class ControlLog:
     """
 
     def __init__(self, name: str, namespace: str, *, store: Any = None, channels: int = 1) -> None:
-        from raytopic.client.topic import create_topic
-
         self.topic = create_topic(
             name,
             channels=channels,

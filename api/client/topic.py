@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import ray
 
+from raytopic.client.publisher import Publisher
+from raytopic.client.ringbuffer import Ringbuffer
 from raytopic.client.stats import TopicStats, topic_stats
+from raytopic.client.subscriber import Subscriber
+from raytopic.client.subscriber_options import SubscriberOptions
+from raytopic.client.table import TableView
 from raytopic.coordinator.coordinator import TopicInfo
 from raytopic.coordinator.launch import (
     actor_names,
@@ -39,7 +45,12 @@ from raytopic.core.errors import (
     StoreError,
     TopicNotFoundError,
 )
-from raytopic.core.naming import topic_found_alive, topic_of_actor_name
+from raytopic.core.naming import (
+    scaled_member_prefix,
+    scaler_prefix,
+    topic_found_alive,
+    topic_of_actor_name,
+)
 from raytopic.core.protocol import (
     CoordinatorRequest,
     DeclareGroup,
@@ -55,10 +66,6 @@ from raytopic.core.shared_group import GroupModeName, SharedGroup
 
 if TYPE_CHECKING:
     from raytopic.autoscale.autoscaler import Autoscaler
-    from raytopic.client.publisher import Publisher
-    from raytopic.client.ringbuffer import Ringbuffer
-    from raytopic.client.subscriber import Subscriber
-    from raytopic.client.table import TableView
     from raytopic.core.compaction import Compaction
     from raytopic.core.resequencer import Resequence
 
@@ -291,8 +298,6 @@ class Topic:
             InvalidArgumentError, InvalidTypeError: a bad setting (named in the message).
             TopicNotFoundError: the topic was destroyed.
         """
-        from raytopic.client.publisher import Publisher
-
         check_topic(self.topic_id, self.name, *self._channel_actors)
         return Publisher(
             self,
@@ -361,9 +366,6 @@ class Topic:
             GroupModeError: the group exists in the other mode.
             GroupNotFoundError: ``create_group=False`` and no such group.
         """
-        from raytopic.client.subscriber import Subscriber
-        from raytopic.client.subscriber_options import SubscriberOptions
-
         options = SubscriberOptions.check(
             group=group,
             start=start,
@@ -408,8 +410,6 @@ class Topic:
             >>> with topic.table() as view:
             ...     view.get("a1")
         """
-        from raytopic.client.table import TableView
-
         return TableView(self, timeout=timeout)
 
     def ringbuffer(self, channel: int) -> Ringbuffer:
@@ -426,8 +426,6 @@ class Topic:
             InvalidArgumentError: the topic has no such channel.
             TopicNotFoundError: the topic was destroyed.
         """
-        from raytopic.client.ringbuffer import Ringbuffer
-
         channel = self._check_channel(channel)
         check_topic(self.topic_id, self.name, self._channel_actors[channel])
         return Ringbuffer(self, channel)
@@ -684,10 +682,8 @@ class Topic:
                 marked destroyed is removed by the next topic made over it; one
                 left as it was is reopened by it).
         """
-        from raytopic.autoscale.autoscaler import stop_autoscalers
-
         mark_destroyed(self.topic_id)  # this process's handles know it from now on
-        stop_autoscalers(self)  # first: a scaler would start members again
+        _stop_autoscalers(self)  # first: a scaler would start members again
         left: StoreError | None = None
         try:
             self._call(DestroyTopic())
@@ -745,3 +741,22 @@ def _check_shared_allowed(config: TopicConfig) -> None:
     """
     if config.compaction is not None:
         raise GroupModeError(f"topic {config.name!r} is compacted: it has no shared groups")
+
+
+def _stop_autoscalers(topic: Topic) -> None:
+    """Kill the topic's autoscalers and their members (``Topic.destroy``): the scalers
+    first, so that none starts a member again. They are found by their names (the
+    scaler and member prefixes of :mod:`raytopic.core.naming`), so the handle needs
+    nothing of :mod:`raytopic.autoscale`."""
+    scalers, members = scaler_prefix(topic.name), scaled_member_prefix(topic.name)
+    named = [
+        actor["name"]
+        for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor.get("namespace") == topic.namespace
+    ]
+    for prefix in (scalers, members):
+        for name in (n for n in named if n.startswith(prefix)):
+            with contextlib.suppress(ValueError):  # gone meanwhile
+                ray.kill(ray.get_actor(name, namespace=topic.namespace), no_restart=True)
+    for name in (n for n in named if n.startswith(scalers)):
+        wait_released(name, topic.namespace)

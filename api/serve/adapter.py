@@ -17,6 +17,7 @@ from typing import Any
 import ray
 from ray.serve.schema import TaskProcessorAdapter, TaskProcessorConfig, TaskResult
 
+from raytopic.client.topic import create_topic, get_topic
 from raytopic.core.config import (
     check_name,
     check_nonnegative_int,
@@ -160,8 +161,6 @@ class TopicTaskAdapter(TaskProcessorAdapter):
 
     def initialize(self, consumer_concurrency: int = 1) -> None:
         """Make (or find) the queue's topics and its task board."""
-        from raytopic.client.topic import create_topic
-
         config, settings = self._config, self._settings
         self._concurrency = max(1, int(consumer_concurrency))
         for name in (config.failed_task_queue_name, config.unprocessable_task_queue_name):
@@ -300,8 +299,6 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         included. Other replicas' consumers end with TopicNotFoundError.
         """
         self.stop_consumer()
-        from raytopic.client.topic import get_topic
-
         board = self._task_board()
         with contextlib.suppress(TopicNotFoundError):
             ray.get(board.destroy.remote(), timeout=BOARD_WAIT)

@@ -8,6 +8,7 @@ import math
 import time
 from typing import Any
 
+from raytopic.client.topic import get_topic
 from raytopic.core.config import check_name, check_timeout
 from raytopic.core.errors import InvalidTypeError
 from raytopic.core.protocol import ReadTopicLag
@@ -95,12 +96,10 @@ class LagPolicy:
         self._reading = loop.create_task(self._read_lag())
 
     async def _read_lag(self) -> None:
-        import raytopic as rt
-
         try:
             if self._topic is None:
                 self._topic = await asyncio.to_thread(
-                    rt.get_topic, self._topic_name, namespace=self._namespace
+                    get_topic, self._topic_name, namespace=self._namespace
                 )
                 self._rule = ScaleRule(
                     self._settings,

@@ -328,3 +328,9 @@ def test_the_bridges_are_reached_from_the_package() -> None:
     assert rt.PublishSummary.total([({0: 2}, 10), ({0: 1, 1: 3}, 5)], 2.0) == rt.PublishSummary(
         6, {0: 3, 1: 3}, 15, 2.0
     )
+
+
+def test_read_topic_refuses_a_topic_name_before_reading() -> None:
+    # The check sits in read_topic (plan_ranges takes a Topic its callers checked).
+    with pytest.raises(rt.InvalidTypeError, match="topic"):
+        rd.read_topic("orders")
