@@ -24,6 +24,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.python_sources import parse_source
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PACKAGES = {
@@ -59,7 +61,7 @@ def _load(sources: dict[str, str]) -> dict[str, _Module]:
     modules = {}
     for name, source in sources.items():
         module = _Module(name)
-        tree = ast.parse(source)
+        tree = parse_source(source)
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 module.functions[node.name] = node

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.python_sources import parse_source
+
 ROOT = Path(__file__).resolve().parent.parent
 
 BELOW_HANDLES = ("raytopic.coordinator", "raytopic.actors", "raytopic.core")
@@ -57,7 +59,7 @@ def _imports(path: Path, *, types: bool = True) -> dict[str, str]:
     """The ``raytopic`` modules a file imports, each with when: ``"import"`` (at import
     time), ``"call"`` (only inside functions) or ``"types"`` (only under ``if
     TYPE_CHECKING:``, for type checkers); ``types=False`` leaves the last out."""
-    tree = ast.parse(path.read_text())
+    tree = parse_source(path)
     for_types: set[int] = set()
     for node, _ in _nodes(tree):
         if _is_type_checking(node):
@@ -167,7 +169,7 @@ def test_no_actor_class_in_the_client_handles() -> None:
     # The handles run in the user's process; an actor belongs to its application.
     made = []
     for path in sorted((ROOT / "api/client").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_source(path)):
             remote = isinstance(node, ast.Attribute) and node.attr == "remote"
             if remote and isinstance(node.value, ast.Name) and node.value.id == "ray":
                 made.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}")

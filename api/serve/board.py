@@ -121,7 +121,7 @@ class TaskBoard:
 
     def held(self, writes: Writes) -> None:
         """The writes are on the task log: their changes show."""
-        for task_id in self._settle(writes):
+        for task_id in self._count_held(writes):
             known = self._tasks.get(task_id)
             if known is None or known[0] in FINISHED:
                 self._changed.append(task_id)  # finished or forgotten: readers hear of it
@@ -130,7 +130,7 @@ class TaskBoard:
     def undo(self, writes: Writes) -> None:
         """The writes failed: take their changes back (to what readers were shown)."""
         shown = {task_id: self._shown(task_id) for task_id in writes.tasks}
-        for task_id in self._settle(writes):
+        for task_id in self._count_held(writes):
             self._set(task_id, shown[task_id])
 
     def unheld(self, tasks: list[str]) -> bool:
@@ -217,14 +217,14 @@ class TaskBoard:
         unheld = self._unheld.get(task_id)
         return unheld[1] if unheld is not None else self._tasks.get(task_id)
 
-    def _settle(self, writes: Writes) -> list[str]:
+    def _count_held(self, writes: Writes) -> list[str]:
         """Count the writes as done; return the tasks with none left on their way."""
-        settled = []
+        done = []
         for task_id in dict.fromkeys(writes.tasks):
             count, shown = self._unheld[task_id]
             if count > 1:
                 self._unheld[task_id] = (count - 1, shown)
             else:
                 del self._unheld[task_id]
-                settled.append(task_id)
-        return settled
+                done.append(task_id)
+        return done

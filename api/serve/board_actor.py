@@ -100,7 +100,7 @@ class TaskBoardActor:
                 if not on_way:
                     self._writing.pop(task_id, None)
 
-    async def _settled(self, tasks: list[str]) -> None:
+    async def _until_logged(self, tasks: list[str]) -> None:
         """Wait until no change of these tasks is on its way to the log: a decision
         about them then rests on what the log holds."""
         while self._board.unheld(tasks):
@@ -110,7 +110,7 @@ class TaskBoardActor:
     async def start(self, tasks: list[tuple[str, float | None]]) -> list[str]:
         """See :meth:`TaskBoard.start`; the STARTED statuses are held when it returns."""
         await self._loaded()
-        await self._settled([task_id for task_id, _ in tasks])
+        await self._until_logged([task_id for task_id, _ in tasks])
         skip, writes = self._board.start(tasks)
         await self._keep(writes)
         return skip
@@ -118,13 +118,13 @@ class TaskBoardActor:
     async def finish(self, outcomes: list[tuple[str, str, Any, float | None]]) -> None:
         """See :meth:`TaskBoard.finish`; the outcomes are held when it returns."""
         await self._loaded()
-        await self._settled([outcome[0] for outcome in outcomes])
+        await self._until_logged([outcome[0] for outcome in outcomes])
         await self._keep(self._board.finish(outcomes))
 
     async def cancel(self, task_id: str) -> bool:
         """See :meth:`TaskBoard.cancel`; REVOKED is held when it returns True."""
         await self._loaded()
-        await self._settled([task_id])
+        await self._until_logged([task_id])
         cancelled, writes = self._board.cancel(task_id)
         await self._keep(writes)
         return cancelled

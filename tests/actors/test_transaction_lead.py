@@ -43,6 +43,8 @@ from raytopic.core.protocol import (
     TransactionPart,
 )
 
+from tests.python_sources import parse_source
+
 FAR = time.time() + 3600.0
 MEMBER = Lease("m", 1)
 KEY = "t@1.0"
@@ -282,7 +284,7 @@ def test_the_handles_send_no_prepare_decide_or_finish() -> None:
     for path in api.rglob("*.py"):
         if path.name == "registry.py" and path.parent.name == "transactions":
             continue  # the registry's actor (fencing decides at a lead): not the holder's process
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_source(path)):
             if isinstance(node, ast.Name):
                 used.add(node.id)
             elif isinstance(node, ast.Attribute):
