@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -73,16 +74,54 @@ def _public_callables() -> list[tuple[str, object]]:
     return found
 
 
+def _options(function: object) -> dict[str, object]:
+    """A signature's parameters and their annotations, with ``**options:
+    Unpack[SomeTypedDict]`` spread into the typed dict's keys (as a checker reads
+    them; their annotations resolved)."""
+    parameters = inspect.signature(function).parameters  # type: ignore[arg-type]
+    found: dict[str, object] = {}
+    for name, parameter in parameters.items():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD and "Unpack[" in str(
+            parameter.annotation
+        ):
+            # this one annotation only (others may name what only a checker imports)
+            unpacked = eval(parameter.annotation, function.__globals__)  # type: ignore[attr-defined]
+            (options,) = typing.get_args(unpacked)
+            found.update(typing.get_type_hints(options))
+        else:
+            found[name] = parameter.annotation
+    return found
+
+
+def _is_loose(annotation: object) -> bool:
+    """An annotation that lets any string through."""
+    if annotation is inspect.Parameter.empty or annotation is str:
+        return True
+    if isinstance(annotation, str):  # as written (``from __future__ import annotations``)
+        return "str" in {part.strip() for part in annotation.split("|")}
+    return str in typing.get_args(annotation)
+
+
 def test_options_with_fixed_choices_are_literals_in_public_signatures() -> None:
     loose = []
+    checked = set()
     for where, function in _public_callables():
         try:
-            parameters = inspect.signature(function).parameters
+            options = _options(function)
         except (TypeError, ValueError):
             continue  # a builtin's slot: no Python signature
-        for name in CHOICES & set(parameters):
-            annotation = parameters[name].annotation
-            alternatives = {part.strip() for part in str(annotation).split("|")}
-            if "str" in alternatives or annotation is inspect.Parameter.empty:
-                loose.append(f"{where}({name}: {annotation})")
+        for name in CHOICES & set(options):
+            checked.add(name)
+            if _is_loose(options[name]):
+                loose.append(f"{where}({name}: {options[name]})")
     assert loose == []
+    assert checked == CHOICES  # each option is found in some signature
+
+
+def test_the_check_reads_the_options_of_an_unpacked_typed_dict() -> None:
+    import raytopic
+
+    options = _options(raytopic.Topic.subscriber)
+    assert {"start", "mode", "on_poison", "group"} <= set(options)
+    assert not _is_loose(options["start"])
+    assert _is_loose(str | None) and _is_loose("StartName | str")

@@ -25,7 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import ray
 
@@ -33,29 +33,23 @@ from raytopic.client.acknowledging import Acknowledgements
 from raytopic.client.group_member import membership_for
 from raytopic.client.reader_cursors import HEAD, TAIL, ReaderCursors
 from raytopic.client.receives import Receives
-from raytopic.client.subscriber_options import SubscriberOptions
+from raytopic.client.subscriber_options import SubscriberArgs, SubscriberOptions
 from raytopic.client.transaction_inputs import opened, received
 from raytopic.core.config import (
-    OnPoison,
-    OnPoisonName,
-    Start,
-    StartName,
     check_int,
     check_positive_int,
 )
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import InvalidTypeError, SubscriberClosedError, TopicNotFoundError
 from raytopic.core.protocol import CloseReader, OpenReader, ReadResequencerStats, pack_request
-from raytopic.core.records import CommitResult, Element, OwnershipChange, Position
-from raytopic.core.shared_group import GroupModeName
+from raytopic.core.records import CommitResult, Element, Position
 
 if TYPE_CHECKING:
     from raytopic.client.topic import Topic
     from raytopic.core.element_batch import ElementBatch
     from raytopic.core.protocol import CursorState
     from raytopic.core.records import AckStatus
-    from raytopic.core.resequencer import Resequence, ResequencerStats
-    from raytopic.core.shared_group import SharedGroup
+    from raytopic.core.resequencer import ResequencerStats
 
 logger = logging.getLogger(__name__)
 
@@ -89,43 +83,6 @@ class Subscriber:
     Once the topic is destroyed, every call (and every ref a call returns)
     raises ``TopicNotFoundError``; ``close()`` still closes quietly.
 
-    Args:
-        topic: The topic to read.
-        group: A group's name, or a ``SharedGroup`` (its definition is used if
-            the group does not exist yet); None: an anonymous subscriber.
-        start: ``"earliest"`` or ``"latest"``; None: latest for an anonymous
-            subscriber, earliest for a new group.
-        filter: ``value -> bool``, run in the channels: only matching elements
-            are delivered.
-        converter: ``value -> value``, run in the channels on what is delivered.
-        complete_on_empty: A receive with nothing to deliver completes at once
-            (None, or []), and iteration ends.
-        window: Most received but uncommitted (shared: unacknowledged)
-            elements; in a shared group None or negative means the group's.
-        timeout: Seconds a member may go without a heartbeat before its group
-            drops it (> 0, at most a year).
-        on_ownership_change: Called with each change of the channels owned.
-        resequence: Release elements in the order of a sequence they carry
-            (not in a shared group).
-        mode: ``"owned"`` (the default) or ``"shared"`` (the default with a
-            ``SharedGroup``).
-        on_poison: ``"raise"`` (the default): an element that cannot be decoded
-            where it is delivered, or on which the filter or converter raises,
-            stops the reader before it and raises ``PoisonElementError`` once
-            (what came before it is delivered; ``seek`` past it to go on);
-            ``"skip"``: such an element is logged, counted
-            (``raytopic_poison_skipped``) and passed over. A shared group's
-            member negatively acknowledges it either way.
-        cooperative: An owned group's member keeps a channel its group moves to
-            another member (a join) until it calls :meth:`release` (after
-            committing what it handed out; :attr:`revoking` names such channels)
-            or its ``timeout`` passes since: the new owner starts after those
-            commits, so no element reaches two members' hands (Kafka's
-            cooperative rebalancing with a commit on revoke).
-        create_group: False: join only a group that exists (``GroupNotFoundError``
-            otherwise), so a misspelt name never makes a durable group; True
-            (the default): a group that does not exist is made.
-
     Raises:
         InvalidArgumentError: a bad value, or one the mode refuses; or a filter,
             converter or resequence that the channels cannot load (its module is
@@ -141,40 +98,16 @@ class Subscriber:
     every channel can open its reader.
     """
 
-    def __init__(
-        self,
-        topic: Topic,
-        *,
-        group: str | SharedGroup | None = None,
-        start: Start | StartName | None = None,
-        filter: Callable[[Any], bool] | None = None,
-        converter: Callable[[Any], Any] | None = None,
-        complete_on_empty: bool = False,
-        window: int | None = None,
-        timeout: float = 30.0,
-        on_ownership_change: Callable[[OwnershipChange], None] | None = None,
-        resequence: Resequence | None = None,
-        mode: GroupModeName | None = None,
-        on_poison: OnPoison | OnPoisonName = "raise",
-        cooperative: bool = False,
-        create_group: bool = True,
-    ) -> None:
-        options = SubscriberOptions.check(
-            group=group,
-            start=start,
-            filter=filter,
-            converter=converter,
-            complete_on_empty=complete_on_empty,
-            window=window,
-            timeout=timeout,
-            on_ownership_change=on_ownership_change,
-            resequence=resequence,
-            mode=mode,
-            on_poison=on_poison,
-            cooperative=cooperative,
-            create_group=create_group,
-        )
-        self._assemble(topic, options, uuid.uuid4().hex, attached=False)
+    def __init__(self, topic: Topic, **options: Unpack[SubscriberArgs]) -> None:
+        """A new subscriber (``topic.subscriber(...)`` makes one the same way).
+
+        Args:
+            topic: The topic to read.
+            **options: The subscriber's options, each by keyword (written once, in
+                :class:`~raytopic.client.subscriber_options.SubscriberArgs`).
+        """
+        checked = SubscriberOptions.check(**options)
+        self._assemble(topic, checked, uuid.uuid4().hex, attached=False)
 
     @classmethod
     def _with_options(cls, topic: Topic, options: SubscriberOptions) -> Subscriber:

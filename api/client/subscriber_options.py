@@ -1,9 +1,12 @@
-"""A subscriber's options, checked once: what ``Topic.subscriber`` was given.
+"""A subscriber's options, written once and checked once.
 
-:meth:`SubscriberOptions.check` reads the arguments of ``Topic.subscriber`` (the
-same as ``Subscriber``'s), raises the typed error a bad one deserves, and
-returns one frozen record. The subscriber's parts are built from it (its
-membership, its receives): no option is passed on one by one.
+:class:`SubscriberArgs` names, types and documents the options ``Topic.subscriber``
+(and ``Subscriber``) take, as ``**options: Unpack[SubscriberArgs]``: a user's type
+checker checks each one by name, and the docs list them (griffe's
+``unpack_typeddict`` extension). :meth:`SubscriberOptions.check` reads them, with
+their defaults, raises the typed error a bad one deserves, and returns one frozen
+record. The subscriber's parts are built from it (its membership, its receives):
+no option is passed on one by one.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from raytopic.core.config import (
     OnPoison,
@@ -30,7 +33,57 @@ from raytopic.core.resequencer import Resequence
 from raytopic.core.shared_group import GroupModeName, SharedGroup, check_mode
 from raytopic.core.user_functions import pickle_function
 
-__all__ = ["SubscriberOptions"]
+__all__ = ["SubscriberArgs", "SubscriberOptions"]
+
+
+class SubscriberArgs(TypedDict, total=False):
+    """A new subscriber's options (``Topic.subscriber``), each optional."""
+
+    group: str | SharedGroup | None
+    """A group's name, or a ``SharedGroup`` (its definition is used if the group does
+    not exist yet); None (the default): an anonymous subscriber."""
+    start: Start | StartName | None
+    """``"earliest"`` or ``"latest"``; None (the default): latest for an anonymous
+    subscriber, earliest for a new group."""
+    filter: Callable[[Any], bool] | None
+    """``value -> bool``, run in the channels: only matching elements are delivered."""
+    converter: Callable[[Any], Any] | None
+    """``value -> value``, run in the channels on what is delivered."""
+    complete_on_empty: bool
+    """A receive with nothing to deliver completes at once (None, or []), and
+    iteration ends (default False)."""
+    window: int | None
+    """Most received but uncommitted (shared: unacknowledged) elements; in a shared
+    group None or negative means the group's (default None)."""
+    timeout: float
+    """Seconds a member may go without a heartbeat before its group drops it (> 0,
+    at most a year; default 30)."""
+    on_ownership_change: Callable[[OwnershipChange], None] | None
+    """Called with each change of the channels owned (an ``OwnershipChange``)."""
+    resequence: Resequence | None
+    """Release elements in the order of a sequence they carry (not in a shared
+    group)."""
+    mode: GroupModeName | None
+    """``"owned"`` (the default) or ``"shared"`` (the default with a ``SharedGroup``):
+    any member receives any element and acknowledges it alone (``Element.ack``)."""
+    on_poison: OnPoison | OnPoisonName
+    """``"raise"`` (the default): an element that cannot be decoded where it is
+    delivered, or on which the filter or converter raises, stops the reader before
+    it and raises ``PoisonElementError`` once (what came before it is delivered;
+    ``seek`` past it to go on); ``"skip"``: such an element is logged, counted
+    (``raytopic_poison_skipped``) and passed over. A shared group's member
+    negatively acknowledges it either way."""
+    cooperative: bool
+    """An owned group's member keeps a channel its group moves to another member (a
+    join) until it calls ``Subscriber.release`` (after committing what it handed
+    out; ``Subscriber.revoking`` names such channels) or its ``timeout`` passes
+    since: the new owner starts after those commits, so no element reaches two
+    members' hands (Kafka's cooperative rebalancing with a commit on revoke).
+    Default False."""
+    create_group: bool
+    """False: join only a group that exists (``GroupNotFoundError`` otherwise), so a
+    misspelt name never makes a durable group; True (the default): a group that does
+    not exist is made."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,24 +114,8 @@ class SubscriberOptions:
     """Make the group if it does not exist (False: GroupNotFoundError instead)."""
 
     @classmethod
-    def check(
-        cls,
-        *,
-        group: str | SharedGroup | None = None,
-        start: Start | StartName | None = None,
-        filter: Callable[[Any], bool] | None = None,
-        converter: Callable[[Any], Any] | None = None,
-        complete_on_empty: bool = False,
-        window: int | None = None,
-        timeout: float = 30.0,
-        on_ownership_change: Callable[[OwnershipChange], None] | None = None,
-        resequence: Resequence | None = None,
-        mode: GroupModeName | None = None,
-        on_poison: OnPoison | OnPoisonName = "raise",
-        cooperative: bool = False,
-        create_group: bool = True,
-    ) -> SubscriberOptions:
-        """Check a new subscriber's arguments (see ``Subscriber``).
+    def check(cls, **given: Unpack[SubscriberArgs]) -> SubscriberOptions:
+        """Check a new subscriber's options (see :class:`SubscriberArgs`).
 
         Returns:
             The checked options; functions given are cloudpickled into the spec.
@@ -88,7 +125,25 @@ class SubscriberOptions:
             InvalidTypeError: an argument of the wrong type, or a function that
                 cannot be pickled.
             GroupModeError: a ``SharedGroup`` joined with ``mode="owned"``.
+            TypeError: an option ``SubscriberArgs`` does not name (as Python
+                refuses an unexpected keyword argument).
         """
+        unknown = sorted(given.keys() - SubscriberArgs.__optional_keys__)
+        if unknown:
+            raise TypeError(f"subscriber() got an unexpected keyword argument {unknown[0]!r}")
+        group = given.get("group")
+        start = given.get("start")
+        filter = given.get("filter")
+        converter = given.get("converter")
+        complete_on_empty = given.get("complete_on_empty", False)
+        window = given.get("window")
+        timeout = given.get("timeout", 30.0)
+        on_ownership_change = given.get("on_ownership_change")
+        resequence = given.get("resequence")
+        mode = given.get("mode")
+        on_poison = given.get("on_poison", "raise")
+        cooperative = given.get("cooperative", False)
+        create_group = given.get("create_group", True)
         check_bool(cooperative, "cooperative")
         check_bool(create_group, "create_group")
         definition = group if isinstance(group, SharedGroup) else None

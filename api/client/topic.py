@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import ray
 
@@ -13,7 +13,7 @@ from raytopic.client.publisher import Publisher
 from raytopic.client.ringbuffer import Ringbuffer
 from raytopic.client.stats import TopicStats, topic_stats
 from raytopic.client.subscriber import Subscriber
-from raytopic.client.subscriber_options import SubscriberOptions
+from raytopic.client.subscriber_options import SubscriberArgs, SubscriberOptions
 from raytopic.client.table import TableView
 from raytopic.coordinator.coordinator import TopicInfo
 from raytopic.coordinator.launch import (
@@ -23,13 +23,9 @@ from raytopic.coordinator.launch import (
     wait_released,
 )
 from raytopic.core.config import (
-    OnPoison,
-    OnPoisonName,
     Overflow,
     OverflowName,
     PlacementName,
-    Start,
-    StartName,
     SyncName,
     TopicConfig,
     check_bool,
@@ -62,12 +58,11 @@ from raytopic.core.protocol import (
     ResetGroupPositions,
 )
 from raytopic.core.records import Position
-from raytopic.core.shared_group import GroupModeName, SharedGroup
+from raytopic.core.shared_group import SharedGroup
 
 if TYPE_CHECKING:
     from raytopic.autoscale.autoscaler import Autoscaler
     from raytopic.core.compaction import Compaction
-    from raytopic.core.resequencer import Resequence
 
 __all__ = ["Topic", "create_topic", "get_topic", "list_topics"]
 
@@ -308,23 +303,7 @@ class Topic:
             max_in_flight=max_in_flight,
         )
 
-    def subscriber(
-        self,
-        *,
-        group: str | SharedGroup | None = None,
-        start: Start | StartName | None = None,
-        filter: Callable[[Any], bool] | None = None,
-        converter: Callable[[Any], Any] | None = None,
-        complete_on_empty: bool = False,
-        window: int | None = None,
-        timeout: float = 30.0,
-        on_ownership_change: Callable[[Any], None] | None = None,
-        resequence: Resequence | None = None,
-        mode: GroupModeName | None = None,
-        on_poison: OnPoison | OnPoisonName = "raise",
-        cooperative: bool = False,
-        create_group: bool = True,
-    ) -> Subscriber:
+    def subscriber(self, **options: Unpack[SubscriberArgs]) -> Subscriber:
         """A Subscriber (see its docs): anonymous without ``group``, else a group member.
 
         ``mode`` is "owned" (the default: channel-owned groups) or "shared".
@@ -336,27 +315,8 @@ class Topic:
         that definition if it does not exist.
 
         Args:
-            group: None (anonymous), a group name, or a ``SharedGroup``.
-            start: "earliest" or "latest" (default: latest for an anonymous
-                subscriber, earliest for a new group).
-            filter: ``value -> bool``, run in the channels: only matching values
-                are delivered.
-            converter: ``value -> value``, applied before delivery.
-            complete_on_empty: End iteration once every channel is drained.
-            window: Most elements in flight to this subscriber (see ``mode``).
-            timeout: Seconds without a heartbeat after which a group member
-                loses its channels (> 0, at most a year).
-            on_ownership_change: Called with an ``OwnershipChange`` when a group
-                member's channels change.
-            resequence: Release elements in a ``Resequence`` order of their own.
-            mode: "owned" or "shared" (see above).
-            on_poison: "raise" or "skip": what happens to an element that cannot
-                be decoded, or on which the filter or converter raises (see
-                ``Subscriber`` and ``PoisonElementError``).
-            cooperative: A member keeps a channel its group moves away until it
-                ``release()``s it after committing (see ``Subscriber``).
-            create_group: False: join only an existing group (a misspelt name
-                raises ``GroupNotFoundError`` instead of making a new durable group).
+            **options: The subscriber's options, each by keyword (written once, in
+                :class:`~raytopic.client.subscriber_options.SubscriberArgs`).
 
         Returns:
             The subscriber; close it (or use it as a context manager) when done.
@@ -366,24 +326,10 @@ class Topic:
             GroupModeError: the group exists in the other mode.
             GroupNotFoundError: ``create_group=False`` and no such group.
         """
-        options = SubscriberOptions.check(
-            group=group,
-            start=start,
-            filter=filter,
-            converter=converter,
-            complete_on_empty=complete_on_empty,
-            window=window,
-            timeout=timeout,
-            on_ownership_change=on_ownership_change,
-            resequence=resequence,
-            mode=mode,
-            on_poison=on_poison,
-            cooperative=cooperative,
-            create_group=create_group,
-        )
-        if options.mode == "shared":
+        checked = SubscriberOptions.check(**options)
+        if checked.mode == "shared":
             _check_shared_allowed(self.config)
-        return Subscriber._with_options(self, options)
+        return Subscriber._with_options(self, checked)
 
     def table(self, *, timeout: float | None = 60.0) -> TableView:
         """A view of the latest value of every key, kept live (see

@@ -62,3 +62,9 @@ def test_a_copy_holds_neither_the_listener_nor_the_definition_and_pickles() -> N
 def test_a_bad_option_gets_its_typed_error(arguments: dict[str, object], error: type) -> None:
     with pytest.raises(error):
         SubscriberOptions.check(**arguments)  # type: ignore[arg-type]
+
+
+def test_an_option_it_does_not_name_is_refused_as_python_refuses_a_keyword() -> None:
+    # The options arrive as **options: a misspelt one must not be dropped quietly.
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gruop'"):
+        SubscriberOptions.check(gruop="g")  # type: ignore[call-arg]
