@@ -79,9 +79,10 @@ class StreamLogs:
         self.records[request.group] = StreamRecord(record.holder, batch, record.committed)
 
     def commit(self, request: CommitMicroBatch, owner: Lease | None) -> int | None:
-        """Mark ``request``'s batch committed; returns the last position of this
-        channel's range (the group's commit moves there), None when there is nothing
-        to move (the batch was committed before, or its range here is empty).
+        """Mark ``request``'s batch committed, then record its ``next`` batch if it
+        has one; returns the last position of this channel's range (the group's
+        commit moves there), None when there is nothing to move (the batch was
+        committed before, or its range here is empty).
 
         Args:
             request: The stream's request.
@@ -89,16 +90,20 @@ class StreamLogs:
 
         Raises:
             NotOwnerError: ``request``'s lease does not own the group here.
+            InvalidArgumentError: as :meth:`record` says, for ``next``.
         """
         record = self._held(request.group, request.lease, owner)
         batch: MicroBatchRecord = request.batch
-        if batch.batch_id <= record.committed:
-            return None
-        # The batch itself becomes the last recorded (a channel that lost its record,
-        # restarted without a store, learns it here).
-        self.records[request.group] = StreamRecord(record.holder, batch, batch.batch_id)
-        start, end = batch.range_of(self._channel)
-        return end - 1 if end > start else None
+        through = None
+        if batch.batch_id > record.committed:
+            # The batch itself becomes the last recorded (a channel that lost its
+            # record, restarted without a store, learns it here).
+            self.records[request.group] = StreamRecord(record.holder, batch, batch.batch_id)
+            start, end = batch.range_of(self._channel)
+            through = end - 1 if end > start else None
+        if request.next is not None:
+            self.record(RecordMicroBatch(request.group, request.lease, request.next), owner)
+        return through
 
     def forget(self, group: str) -> bool:
         """The group is gone: so is its record. Returns whether there was one."""

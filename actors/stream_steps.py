@@ -2,7 +2,8 @@
 step, and, when this channel leads a step, every other channel's.
 
 A stream (``raytopic.data.stream``) sends each step of a micro-batch (its record
-before the batch is handed out, its commit after) as ONE call to a lead channel,
+before the batch is handed out, its commit after, or one batch's commit with the
+next one's record) as ONE call to a lead channel,
 as a transaction's holder sends one ``EndTransaction`` and ``publish_batch`` one
 joined call: the lead serves its own part and asks every other channel for
 theirs, all at once, and answers once every part is done (durably with a store).

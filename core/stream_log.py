@@ -17,12 +17,14 @@ per group, one :class:`~raytopic.core.protocol.streams.StreamRecord`:
   any one channel can tell a new stream what to replay);
 - ``committed``: the id of the last batch committed here.
 
-Only one batch is ever in flight: the next is recorded only once the last one is
-committed everywhere. So the records of all channels tell a new stream exactly
-where the last one stopped (:func:`recover`): a batch recorded and committed
-nowhere was perhaps handed out, and is handed out again, with the same id and
-ranges; a batch committed somewhere was done (its stream moved past it), and is
-committed where it is not yet.
+Only one batch is ever in flight: the next is recorded at a channel only once the
+last one is committed there (in the same write, when the stream moves from one
+batch to the next in one step), and only once the stream is done with the last
+one. So the records of all channels tell a new stream exactly where the last one
+stopped (:func:`recover`): a batch recorded and committed nowhere was perhaps
+handed out, and is handed out again, with the same id and ranges; a batch
+committed somewhere, or followed by a newer one recorded somewhere, was done (its
+stream moved past it), and is committed where it is not yet.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class Recovery:
     replay: MicroBatchRecord | None
     """A batch recorded and committed nowhere: handed out first, as it was."""
     finish: MicroBatchRecord | None
-    """A batch committed at some channels only: committed at the others first."""
+    """A batch committed at some channels only (or only followed, with ``replay``, by
+    the next one's record): committed at the others first."""
     next_batch_id: int
     """The id of the first batch to plan."""
 
@@ -51,9 +54,11 @@ def recover(records: Sequence[StreamRecord]) -> Recovery:
     """Where the stream of a group stands, from every channel's record of it.
 
     The latest batch recorded anywhere is the one in flight (batches are recorded
-    one at a time, each once the one before is committed everywhere). Committed
+    one at a time, each once the stream is done with the one before). Committed
     nowhere, it may have been handed out: it is replayed. Committed somewhere,
-    its stream had moved past it: it is committed at the other channels.
+    its stream had moved past it: it is committed at the other channels. A channel
+    whose last record is the batch before, uncommitted, missed the step that
+    committed it and recorded the latest (elsewhere): it is committed there first.
     """
     batches = [record.batch for record in records if record.batch is not None]
     if not batches:
@@ -63,4 +68,13 @@ def recover(records: Sequence[StreamRecord]) -> Recovery:
     if committed >= latest.batch_id:
         unfinished = any(record.committed < latest.batch_id for record in records)
         return Recovery(None, latest if unfinished else None, latest.batch_id + 1)
-    return Recovery(latest, None, latest.batch_id + 1)
+    behind = [
+        record.batch
+        for record in records
+        if record.batch is not None
+        and record.batch.batch_id < latest.batch_id
+        and record.committed < record.batch.batch_id
+    ]
+    return Recovery(
+        latest, max(behind, key=lambda batch: batch.batch_id, default=None), latest.batch_id + 1
+    )

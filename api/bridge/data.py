@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -53,6 +54,8 @@ from raytopic.core.records import PublishSummary
 
 if TYPE_CHECKING:
     from ray.data._internal.execution.interfaces import TaskContext
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "MicroBatch",
@@ -281,7 +284,10 @@ def stream(
             ),
             None,
         ),
-        read_ahead=True,
+        read_ahead=lambda pieces: (
+            read_now(topic, pieces, quiet=quiet, skip_poison=skip_poison),
+            None,
+        ),
         timeout=timeout,
     )
 
@@ -289,6 +295,62 @@ def stream(
 STREAM_TASK_ROWS = 50_000
 """Rows a micro-batch's read task reads at most (a task per channel would cost
 more than a small batch's rows): a batch of 100,000 is read by two tasks."""
+
+
+def read_now(
+    topic: Topic, pieces: list[ChannelRange], *, quiet: bool = True, skip_poison: bool = False
+) -> Dataset:
+    """A micro-batch read ahead: ``pieces`` read now by plain Ray tasks (a task per
+    ``READ_AHEAD_TASK_ROWS``) into the object store, and returned once read,
+    as a materialized Dataset of their blocks (a Ray Data job per batch read ahead
+    would cost a batch's worth of the driver's time). If a task fails, the batch's
+    lazy dataset instead: the caller's own read of it meets the failure, as
+    without reading ahead."""
+    tasks = pack(pieces, READ_AHEAD_TASK_ROWS)
+    # Each an ObjectRefGenerator (Ray types .remote() as one ObjectRef).
+    reads: list[Any] = [_read_task.remote(topic, task, skip_poison) for task in tasks]
+    blocks = [block for read in reads for block in read]  # once each task is done
+    failures = [failure for block in blocks if (failure := _failure(block)) is not None]
+    if failures:
+        logger.warning(
+            "a stream's batch could not be read ahead (%s): it is read when used", failures[0]
+        )
+    elif blocks:
+        dataset = ray.data.from_arrow_refs(blocks)
+        return quiet_dataset(dataset) if quiet else dataset
+    # Failed, or nothing read: as a batch not read ahead is.
+    return ranges_dataset(
+        topic, pieces, task_rows=STREAM_TASK_ROWS, quiet=quiet, skip_poison=skip_poison
+    )
+
+
+def _failure(block: ray.ObjectRef[pa.Table]) -> ray.exceptions.RayError | None:
+    """The error a read-ahead task left in place of ``block``, if it failed (the
+    table is mapped from the object store, not copied)."""
+    try:
+        ray.get(block)
+    except ray.exceptions.RayError as error:
+        return error
+    return None
+
+
+READ_AHEAD_TASK_ROWS = 200_000
+"""Rows a read-ahead task reads at most, into one block (of one schema): the
+caller's job on the batch runs a task per block, and on a small machine each task
+it starts costs more than a larger block: a batch of 100,000 is one block."""
+
+STREAM_READ_CPUS = 0.5
+"""CPUs a read-ahead task holds: less than a whole one, so a batch read ahead leaves
+the caller's job on the batch in hand a CPU on a small machine."""
+
+
+@ray.remote(num_cpus=STREAM_READ_CPUS)
+def _read_task(topic: Topic, pieces: list[ChannelRange], skip_poison: bool) -> Iterator[pa.Table]:
+    """A read-ahead task: the blocks of ``pieces``, one object each."""
+    # Not "yield from": Ray's generator task calls send(), which a list's iterator
+    # (the tables combine() returns) does not have.
+    for table in _reader(topic, pieces, skip_poison)():  # noqa: UP028
+        yield table
 
 
 class TopicDatasink(Datasink[tuple[dict[int, int], int]]):

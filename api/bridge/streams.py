@@ -27,10 +27,11 @@ was full): once a batch is handed out, a thread of the stream plans the next one
 (step 1: it starts where the batch in hand ends) and, with ``read_ahead`` (the
 Ray Data form), reads it (step 3, into the object store) while the caller works
 on the batch in hand. ``next()`` then commits the batch in hand and records the
-planned one (steps 4 and 2, in that order, as without it), and hands it out: the
-offset log sees the same steps in the same order, and nothing is handed out
-before it is recorded. A planned batch is no promise: if the stream ends first
-it was never recorded, and the next stream plans its own.
+planned one in one step (steps 4 and 2: one call to the lead, one write at each
+channel, the commit first), and hands it out: the offset log sees the same steps
+in the same order, and nothing is handed out before it is recorded. A planned
+batch is no promise: if the stream ends first it was never recorded, and the next
+stream plans its own.
 
 A stream that opens asks the coordinator for its group
 (``raytopic.bridge.stream_claim``): the coordinator, which decides who consumes
@@ -96,8 +97,8 @@ AVAILABLE_NOW = "available_now"
 
 BatchReader = Callable[[list[ChannelRange]], tuple["Dataset", Any]]
 """Makes a batch's ``(dataset, dataframe)`` from the pieces its ranges are read in
-(the dataframe None in the Ray Data form). With ``read_ahead`` it runs in the
-stream's thread, before the batch is recorded, and the dataset is read there."""
+(the dataframe None in the Ray Data form). A stream's ``read_ahead`` reader runs in
+the stream's thread, before the batch is recorded, and returns once it is read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +230,7 @@ class Stream:
         start_latest: bool,
         fail_on_data_loss: bool,
         reader: BatchReader,
-        read_ahead: bool = False,
+        read_ahead: BatchReader | None = None,
         timeout: float = 30.0,
     ) -> None:
         self._topic = topic
@@ -313,8 +314,6 @@ class Stream:
             self._stepping = True
         batch = None
         try:
-            if self._handed is not None:
-                self._commit(self._handed)
             batch = self._next_batch()
         finally:
             if batch is None:
@@ -330,14 +329,27 @@ class Stream:
         return batch
 
     def _next_batch(self) -> MicroBatch | None:
+        """The batch in hand committed and the next one handed out: in one step when
+        the next one was planned ahead, else the commit first (the next one is planned
+        after it: a stream that caught up commits before it waits for the trigger)."""
+        ahead, self._ahead = self._ahead, None
         if self._stop.is_set():
+            self._commit_handed()
             return None
-        if self._replay is not None:
+        if self._replay is not None:  # the first batch: nothing in hand
             record, self._replay = self._replay, None
             views = self._views()
             return self._hand_out(_Planned(record, self._pieces(record, views), None))
-        ahead, self._ahead = self._ahead, None
-        planned = self._planned(read=False) if ahead is None else ahead.result()
+        if ahead is not None:
+            try:
+                planned = ahead.result()
+            except BaseException:
+                self._commit_handed()  # done all the same
+                raise
+            if planned is not None:
+                return self._hand_out(planned)
+        self._commit_handed()
+        planned = self._planned(read=False) if ahead is None else None
         return None if planned is None else self._hand_out(planned)
 
     def _behind(self, batch: MicroBatch) -> bool:
@@ -358,7 +370,7 @@ class Stream:
 
         def plan() -> None:
             try:
-                ahead.set_result(self._planned(read=self._read_ahead))
+                ahead.set_result(self._planned(read=True))
             except BaseException as error:  # raised by the next() that takes it
                 ahead.set_exception(error)
 
@@ -384,7 +396,8 @@ class Stream:
             record = self._plan(views)
             if record is not None:
                 pieces = self._pieces(record, views)
-                return _Planned(record, pieces, _read(*self._reader(pieces)) if read else None)
+                reader = self._read_ahead if read else None
+                return _Planned(record, pieces, None if reader is None else reader(pieces))
             if self._trigger is None:
                 return None  # "available_now": everything it saw is read
 
@@ -408,9 +421,15 @@ class Stream:
         )
 
     def _hand_out(self, planned: _Planned) -> MicroBatch:
-        """Record the batch in the offset log (durably), then hand it out."""
+        """Record the batch in the offset log (durably, in one step with the commit of
+        the batch in hand if there is one), then hand it out."""
         record, pieces = planned.record, planned.pieces
-        self._step(RecordMicroBatch(self._group, self._claim.lease, record))
+        lease, done = self._claim.lease, self._handed
+        if done is not None and done.batch_id > self._committed:
+            self._step(CommitMicroBatch(self._group, lease, done, next=record))
+            self._committed = done.batch_id
+        else:
+            self._step(RecordMicroBatch(self._group, lease, record))
         self._handed = record
         self._next_id = record.batch_id + 1
         for channel, _, end in record.ranges:
@@ -456,6 +475,10 @@ class Stream:
             )
         identities = {channel: view[2] for channel, view in views.items()}
         return cut_ranges(wholes, identities, fail_on_data_loss=self._fail_on_data_loss)
+
+    def _commit_handed(self) -> None:
+        if self._handed is not None:
+            self._commit(self._handed)
 
     def _commit(self, record: MicroBatchRecord) -> None:
         if record.batch_id <= self._committed:
@@ -534,18 +557,6 @@ class Stream:
         )
 
 
-def _read(dataset: Dataset, dataframe: Any) -> tuple[Dataset, Any]:
-    """A batch read ahead: its ``dataset`` read into the object store now (in the
-    stream's thread, while the caller works on the batch before), or, if that read
-    fails, as it was (the caller's own read of it then meets the failure, as
-    without reading ahead)."""
-    try:
-        return dataset.materialize(), dataframe
-    except Exception as error:
-        logger.warning("a stream's batch could not be read ahead (%s): it is read when used", error)
-        return dataset, dataframe
-
-
 def open_stream(
     topic: Topic,
     group: str,
@@ -555,7 +566,7 @@ def open_stream(
     start: Start | StartName,
     fail_on_data_loss: bool,
     reader: BatchReader,
-    read_ahead: bool = False,
+    read_ahead: BatchReader | None = None,
     timeout: float = 30.0,
 ) -> Stream:
     """A stream on ``group`` of ``topic`` whose batches ``reader`` reads, its arguments

@@ -4,8 +4,9 @@ micro-batches, and the requests that change them. No Ray.
 A stream (``raytopic.data.stream``) consumes its group under a lease its
 coordinator grants (:class:`~raytopic.core.protocol.control.GrantStream`, the
 owner of every channel of the group, as a member's lease is of its channels).
-The stream sends each step of a micro-batch, its record and its commit, as ONE
-request to a lead channel, which serves its own part and every other channel's
+The stream sends each step of a micro-batch, its record and its commit (with the
+next batch's record when it has one planned), as ONE request to a lead channel,
+which serves its own part and every other channel's
 (``raytopic.actors.stream_steps``); each part is refused unless the request's lease
 owns the group's channel there, so a stream fenced by a newer one, or whose claim
 ended, changes nothing. What the records mean after a failure:
@@ -129,12 +130,15 @@ class RecordMicroBatch:
 @dataclass(frozen=True, slots=True)
 class CommitMicroBatch:
     """Commit ``batch``: the group's positions move to its end, and it is the last
-    batch committed (answered with None; a batch committed before changes nothing).
+    batch committed (answered with None; a batch committed before changes nothing);
+    then, with ``next``, record ``next`` as the batch in flight, in the same write
+    (a stream that catches up moves on to a batch it planned ahead in one step).
     Refused (NotOwnerError) unless ``lease`` owns the group's channel."""
 
     group: str
     lease: Lease
     batch: MicroBatchRecord
+    next: MicroBatchRecord | None = None
 
 
 StreamRequest = RecordMicroBatch | CommitMicroBatch

@@ -66,6 +66,18 @@ def test_a_commit_moves_this_channels_range_end_once(logs: StreamLogs) -> None:
     assert logs.record_of("g") == StreamRecord(FIRST, BATCH_1, 1)
 
 
+def test_a_commit_with_the_next_batch_records_it_in_the_same_step_once(logs: StreamLogs) -> None:
+    logs.record(RecordMicroBatch("g", FIRST, BATCH_0), FIRST)
+    moving_on = CommitMicroBatch("g", FIRST, BATCH_0, next=BATCH_1)
+    with pytest.raises(NotOwnerError):
+        logs.commit(moving_on, SECOND)
+    assert logs.record_of("g") == StreamRecord(FIRST, BATCH_0, -1)  # refused: unchanged
+    assert logs.commit(moving_on, FIRST) == 9  # channel 0: 0..9
+    assert logs.record_of("g") == StreamRecord(FIRST, BATCH_1, 0)
+    assert logs.commit(moving_on, FIRST) is None  # again (a call run twice): the same
+    assert logs.record_of("g") == StreamRecord(FIRST, BATCH_1, 0)
+
+
 def test_a_channel_that_lost_its_record_learns_it_under_the_seeded_lease() -> None:
     # A channel restarted without a store: its coordinator seeded the stream's lease
     # (the owner); the record, and its holder, come with the next step.

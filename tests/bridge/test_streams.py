@@ -16,9 +16,12 @@ import raytopic.data as rd
 from raytopic.bridge.data import pack, ranges_dataset
 from raytopic.bridge.streams import split_rows
 from raytopic.client.bulk import ChannelRange
+from raytopic.core.protocol import CommitMicroBatch, MicroBatchRecord, StreamPart, pack_request
 
 from tests.topic_helpers import (
+    get,
     group_at_latest,
+    key_for,
     module_topic,
     next_sequences,
     publish_all,
@@ -201,6 +204,39 @@ def test_a_batch_left_uncommitted_is_handed_out_again_first_and_fences_the_old_s
     values = sorted(row["n"] for b in [first, *rest] for row in _rows(b))
     assert values == list(range(60))
     assert all(first.ranges[c][0] == starts[c] for c in range(2))
+
+
+def test_a_step_from_one_batch_to_the_next_taken_at_one_channel_only_is_finished_by_the_next_stream(
+    topic: rt.Topic, unique_name: Callable[[str], str]
+) -> None:
+    group = unique_name("g")
+    group_at_latest(topic, group)
+    starts = next_sequences(topic)
+    publish_all(topic, [{"n": n} for n in range(30)], key=key_for(0, 2))
+    publish_all(topic, [{"n": n} for n in range(30, 40)], key=key_for(1, 2))
+    with rd.stream(topic, group=group, max_rows_per_batch=20) as old:
+        first = next(old)  # 10 of channel 0's 30, all 10 of channel 1's
+        assert first.ranges == {0: (starts[0], starts[0] + 10), 1: (starts[1], starts[1] + 10)}
+        # The driver dies as the stream moves on in one step (the first batch's commit
+        # with the second's record, as the lead sends each channel its part): channel
+        # 0 took it, channel 1 did not. The loop is left: the stream ends there.
+        second = MicroBatchRecord(
+            1, ((0, starts[0] + 10, starts[0] + 30), (1, starts[1] + 10, starts[1] + 10))
+        )
+        moving_on = CommitMicroBatch(group, old._claim.lease, first._record, next=second)
+        get(topic._channel_actors[0].request.remote(pack_request(StreamPart(moving_on))))
+    new = rd.stream(topic, group=group, max_rows_per_batch=20)
+    replayed = next(new)  # the second, never handed out: handed out now
+    assert (replayed.batch_id, replayed.ranges) == (
+        1,
+        dict((c, (s, e)) for c, s, e in second.ranges),
+    )
+    assert list(new) == []
+    values = sorted(row["n"] for batch in (first, replayed) for row in _rows(batch))
+    assert values == list(range(40))
+    # Channel 1 never took the first batch's commit: the new stream committed it there.
+    assert _committed(topic, group) == {0: starts[0] + 29, 1: starts[1] + 9}
+    assert list(rd.stream(topic, group=group)) == []  # nothing is read twice
 
 
 def test_commit_commits_now_and_an_exception_in_the_loop_commits_nothing(

@@ -232,6 +232,11 @@ def test_a_bulk_read_names_what_its_task_cannot_decode_and_reads_around_it_on_sk
         batch = next(stream)
         assert batch.batch_id == 0
         assert [row["n"] for row in batch.dataset.take_all()] == [0, 1, 2, 3, 4, 5]
+    # Read ahead (while the batch before is in hand): the same, once the batch is used.
+    with rd.stream(topic, group="ahead", max_rows_per_batch=1) as stream:
+        assert [row["n"] for row in next(stream).dataset.take_all()] == [0]
+        with pytest.raises(rt.PoisonElementError):
+            next(stream).dataset.take_all()
 
 
 def test_a_shared_group_nacks_what_it_cannot_decode_to_its_dead_letters(

@@ -63,3 +63,17 @@ def test_a_channel_that_lost_its_record_is_told_the_batch_again() -> None:
     records = [StreamRecord(OLD, BATCH_4, 4), StreamRecord()]
     assert recover(records) == Recovery(None, BATCH_4, 5)
     assert recover([StreamRecord(OLD, BATCH_4, 3), StreamRecord()]) == Recovery(BATCH_4, None, 5)
+
+
+def test_a_batch_followed_by_the_next_ones_record_at_some_channels_only_is_committed_there() -> (
+    None
+):
+    # The stream died as it moved on in one step (batch 3's commit with batch 4's
+    # record): the first channel took the step, the second did not. Batch 3 was done
+    # (a newer one is recorded), so it is committed at the second; 4 is replayed.
+    records = [StreamRecord(OLD, BATCH_4, 3), StreamRecord(OLD, BATCH_3, 2)]
+    assert recover(records) == Recovery(BATCH_4, BATCH_3, 5)
+    # Not so for a batch only recorded when the stream died (its last one committed).
+    assert recover([StreamRecord(OLD, BATCH_4, 3), StreamRecord(OLD, BATCH_3, 3)]) == Recovery(
+        BATCH_4, None, 5
+    )
