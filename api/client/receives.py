@@ -4,13 +4,16 @@ Reading goes straight to the channels:
 
 - ``receive_batch()`` and ``receive()`` are ONE actor call each, submitted
   from this process (so the ObjectRef belongs to this process and survives
-  the channel actor), to its *host* (:class:`ChannelChoice`). The host's receive
-  session takes from its own channel in-process, and only when that one is empty
-  from the others (see ``raytopic.actors.receive_session``); receives sent while
+  the channel actor), to the channel :class:`ChannelChoice` picks: its *host*,
+  or for a batch that completes at once when there is nothing (complete on
+  empty) the next owned channel in turn. That channel's receive session takes
+  from its own channel in-process, and only when that one is empty from the
+  others (see ``raytopic.actors.receive_session``); receives sent while
   earlier ones are still out go to the same channel, so they complete in order.
-  One session reads the others for the reader: what it took at a sibling and
-  never handed over (its host died with the reply) is read again by the session
-  that replaces it, before any other reads on there.
+  What a session took at a sibling and never handed over (its host died with
+  the reply) is read again by the session that replaces it before it answers
+  the retried receive: the next batch in turn, sent after that answer, reads
+  that sibling after the commit.
   A receive that may wait reads the other channels through fetches whose
   offers its session confirms later: it goes to the host, the one session
   that reads them for it.
@@ -174,23 +177,39 @@ class ChannelChoice:
 
     A receive goes to the *host*: an owned channel fixed by the reader's id while
     the view holds. A resequencing reader's host never moves: its resequencer
-    lives in the host's session. Every receive goes there, a batch that completes
-    on empty too: a second session of the reader (at another channel) would read
-    on past what the host's session took at that channel, and a host that died
-    before its reply left would lose those elements once the reader committed
-    what the second session handed over.
+    lives in the host's session. The batches of a reader that completes on
+    empty (they never wait, so they leave nothing at the other channels) go to
+    the owned channels in turn: bulk reads go where the data is. (A session that
+    replaces one lost with its host reads the other channels again after the
+    commit before it answers, so the next channel in turn never reads on past
+    what the lost session took there.)
     """
 
-    def __init__(self, reader_id: str, channel_count: int, *, fixed_host: bool) -> None:
+    def __init__(
+        self, reader_id: str, channel_count: int, *, fixed_host: bool, batches_in_turn: bool
+    ) -> None:
         self._seed = zlib.crc32(reader_id.encode())
+        self._turn = self._seed
         self._channel_count = channel_count
         self._fixed_host = fixed_host
+        self._batches_in_turn = batches_in_turn
+
+    def pick(self, owned: tuple[int, ...], *, batch: bool) -> int:
+        """The channel for a receive among ``owned``: the next in turn for a ``batch`` of
+        a reader whose batches go in turn, else the host."""
+        return self.next_in_turn(owned) if batch and self._batches_in_turn else self.host(owned)
 
     def host(self, owned: tuple[int, ...]) -> int:
         """The host among ``owned`` (any channel when none is owned)."""
         if self._fixed_host or not owned:
             return self._seed % self._channel_count
         return owned[self._seed % len(owned)]
+
+    def next_in_turn(self, owned: tuple[int, ...]) -> int:
+        """The next of ``owned`` in turn (of all channels when none is owned)."""
+        channels = owned or tuple(range(self._channel_count))
+        self._turn += 1
+        return channels[self._turn % len(channels)]
 
 
 _Era = tuple[int, int]
@@ -237,6 +256,7 @@ class Receives:
             reader_id,
             topic.channel_count,
             fixed_host=spec.resequence is not None,
+            batches_in_turn=spec.complete_on_empty and not self._through_host,
         )
         self.stale = StaleReads()
         """What makes earlier reads stale; views of the group raise it too."""
@@ -325,16 +345,16 @@ class Receives:
         view = self._ownership.before_receive()
         with self._lock:
             self._user_reads = True
-            channel, stream = self._route()
+            channel, stream = self._route(batch=not (single or spread))
             ref = self._send_receive(channel, stream, count, single, spread, False, view)
             self._in_flight.append(ref)
         return ref
 
-    def _route(self) -> tuple[int, _ChannelReads]:
+    def _route(self, *, batch: bool) -> tuple[int, _ChannelReads]:
         """With the lock held: the channel for the next user receive, and its stream.
 
         While an earlier receive is out, the same channel (so receives complete
-        in order: one session serves them in turn); otherwise the host.
+        in order: one session serves them in turn); otherwise the choice's.
         """
         if self._target is not None and self._in_flight:
             pending = list(self._in_flight)
@@ -343,7 +363,7 @@ class Receives:
             if waiting:
                 return self._target, self._user_streams[self._target]
         owned = self._ownership.owned(catch_up=False)
-        target = self._choice.host(owned)
+        target = self._choice.pick(owned, batch=batch)
         self._target = target
         return target, self._stream_at(self._user_streams, target, "u")
 

@@ -371,6 +371,7 @@ def test_what_a_killed_host_took_from_a_sibling_is_not_committed_past_by_an_iter
     a = member._receives.host_channel
     b = 1 - a
     received: list[Any] = []
+    assert get(member.receive_batch(10)) == []  # (batches in turn: this one went to b)
     with topic.publisher() as publisher:
         publisher.publish("held", key=key_for(b, 2)).result(timeout=TIMEOUT)
         waiting = member.receive_batch(10)  # at a, empty: its session takes at b

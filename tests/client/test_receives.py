@@ -98,7 +98,7 @@ def test_a_batch_is_stale_when_any_of_its_deliveries_is() -> None:
 
 
 def test_the_host_is_an_owned_channel_fixed_by_the_id() -> None:
-    choice = ChannelChoice("reader", 8, fixed_host=False)
+    choice = ChannelChoice("reader", 8, fixed_host=False, batches_in_turn=False)
     host = choice.host((1, 3, 5))
     assert host in (1, 3, 5)
     assert all(choice.host((1, 3, 5)) == host for _ in range(5))
@@ -106,18 +106,29 @@ def test_the_host_is_an_owned_channel_fixed_by_the_id() -> None:
 
 
 def test_a_resequencing_readers_host_never_moves() -> None:
-    choice = ChannelChoice("reader", 8, fixed_host=True)
+    choice = ChannelChoice("reader", 8, fixed_host=True, batches_in_turn=False)
     host = choice.host(())
     assert choice.host((0, 1)) == choice.host((6,)) == host
 
 
-def test_every_receive_goes_to_the_host_batches_that_complete_on_empty_too() -> None:
-    # One session reads the reader's channels: a second one would read on past what
-    # the host's session took there, lost if the host died before its reply left.
-    waiting, _ = _receives(2, 4, 6)
+def test_batches_of_a_reader_that_completes_on_empty_go_to_the_owned_channels_in_turn() -> None:
+    choice = ChannelChoice("reader", 8, fixed_host=False, batches_in_turn=True)
+    picks = [choice.pick((2, 4, 6), batch=True) for _ in range(6)]
+    assert sorted(picks[:3]) == [2, 4, 6] and picks[3:] == picks[:3]
+    everywhere = {choice.pick((), batch=True) for _ in range(8)}
+    assert everywhere == set(range(8))  # owns nothing: every channel in turn
+    host = choice.host((2, 4, 6))
+    assert {choice.pick((2, 4, 6), batch=False) for _ in range(3)} == {host}
     emptying, _ = _receives(2, 4, 6, complete_on_empty=True)
-    for receives in (waiting, emptying):
-        assert {receives._route()[0] for _ in range(4)} == {receives.host_channel}
+    assert {emptying._route(batch=True)[0] for _ in range(3)} == {2, 4, 6}
+    assert {emptying._route(batch=False)[0] for _ in range(3)} == {emptying.host_channel}
+
+
+def test_every_receive_of_a_reader_that_may_wait_goes_to_its_host() -> None:
+    # Its waits leave fetches' offers only its host's session moves the read position
+    # over: no other session reads its channels meanwhile.
+    waiting, _ = _receives(2, 4, 6)
+    assert {waiting._route(batch=True)[0] for _ in range(4)} == {waiting.host_channel}
 
 
 def test_the_host_channel_follows_what_is_owned() -> None:

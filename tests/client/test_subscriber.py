@@ -479,7 +479,7 @@ def test_arrow_rows_appended_to_a_channel_actor_are_received_as_dicts(
 
 
 def test_mixed_receive_styles_keep_order_per_channel_and_lose_nothing(shared_four) -> None:
-    """Single receives and batch receives (both at its host) and
+    """Single receives (home), batch receives (each to a channel in turn) and
     iterations (every channel at once) of one subscriber, while values trickle
     in: every value arrives once, and each channel's in position order."""
     topic = shared_four  # shared: it reads only what it publishes, from the latest position
