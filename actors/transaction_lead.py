@@ -1,6 +1,6 @@
 """The lead channel's part in a transaction: it runs the two-phase commit.
 
-The holder of a transaction (``raytopic.transactions.handles``) stages its
+The holder of a transaction (``raytopic.transaction.handles``) stages its
 publishes at their channels, then sends one ``EndTransaction`` with the
 transaction's parts to its lead (``lead_of``): a channel with outputs if there
 is one, so its outputs are visible when it answers. The lead, here:

@@ -1,6 +1,6 @@
 """A channel's part in transactions: staging, two-phase commit, orphans, recovery.
 
-A transaction's holder (``raytopic.transactions.handles``) stages its publishes
+A transaction's holder (``raytopic.transaction.handles``) stages its publishes
 here, then asks its lead channel to end it (``raytopic.actors.transaction_lead``
 drives the commit there):
 

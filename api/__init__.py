@@ -78,7 +78,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _EXPORTS
     from raytopic.core.resequencer import Resequence, Resequencer, ResequencerStats
     from raytopic.core.scaling import AutoscalerStats, ScaledMember, ScaleEvent
     from raytopic.core.shared_group import SharedGroup
-    from raytopic.transactions.handles import Transaction, Transactions, transactions
+    from raytopic.transaction.handles import Transaction, Transactions, transactions
 
 # A script's ray.init(address=RAY_ADDRESS) then sends the token a cluster asks for.
 _enable_token_for_ray_address()
@@ -221,9 +221,9 @@ _EXPORTS = {
     "TopicSettingsError": "raytopic.core.errors",
     "TransactionAbortedError": "raytopic.core.errors",
     "TransactionFencedError": "raytopic.core.errors",
-    "transactions": "raytopic.transactions.handles",
-    "Transaction": "raytopic.transactions.handles",
-    "Transactions": "raytopic.transactions.handles",
+    "transactions": "raytopic.transaction.handles",
+    "Transaction": "raytopic.transaction.handles",
+    "Transactions": "raytopic.transaction.handles",
     "TransactionResult": "raytopic.core.records",
 }
 """Where each public name lives. Imported on first use: a channel or coordinator

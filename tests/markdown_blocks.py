@@ -119,7 +119,7 @@ def run_block(block: Block, ray_cluster: str, tmp_path: Path) -> None:
     """Run a block as pasted, in a fresh interpreter: it must end with 0, leave no
     topic behind and write nothing into its working directory."""
     import raytopic as rt
-    from raytopic.transactions.registry import TRANSACTION_STATE
+    from raytopic.transaction.registry import TRANSACTION_STATE
 
     topics_before = set(rt.list_topics())
     try:

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 BELOW_HANDLES = ("raytopic.coordinator", "raytopic.actors", "raytopic.core")
 HANDLES = ("raytopic.client", *BELOW_HANDLES)
-APPLICATIONS = ("autoscale", "bridge", "serve", "transactions")
+APPLICATIONS = ("autoscale", "bridge", "serve", "transaction")
 """The folders under ``api/`` built on the handles."""
 
 MAY_IMPORT = {

@@ -61,3 +61,17 @@ def test_public_names_resolve() -> None:
 
     missing = [name for name in raytopic.__all__ if not hasattr(raytopic, name)]
     assert missing == []
+
+
+def test_no_module_of_the_package_is_named_like_a_public_name() -> None:
+    """Importing ``raytopic.x`` sets the package's attribute ``x`` to that module, over
+    the lazily imported public name (a subpackage ``raytopic.transactions`` once made
+    ``rt.transactions(...)`` a module in every process that had imported it first)."""
+    import raytopic
+
+    modules = {
+        entry.stem if entry.suffix == ".py" else entry.name
+        for entry in (ROOT / FOLDERS["raytopic"]).iterdir()
+        if entry.suffix == ".py" or (entry / "__init__.py").is_file()
+    }
+    assert modules & set(raytopic.__all__) == set()

@@ -5,6 +5,6 @@ Users reach them as ``raytopic.Topic``, ``raytopic.Publisher``, ... Everything h
 runs in the user's process (no actor class lives here) and imports only itself
 and the layers below (``raytopic.coordinator``, ``raytopic.actors``,
 ``raytopic.core``), never an application built on it (``raytopic.autoscale``,
-``raytopic.bridge``, ``raytopic.serve``, ``raytopic.transactions``,
+``raytopic.bridge``, ``raytopic.serve``, ``raytopic.transaction``,
 ``raytopic.tools``): tests/test_layers.py keeps it so.
 """

@@ -1,5 +1,5 @@
 """What a transaction's holder and lead ask of the namespace's transaction registry
-(``raytopic.transactions.registry``), typed as a channel's requests are:
+(``raytopic.transaction.registry``), typed as a channel's requests are:
 the registry serves them through one entry, ``request``.
 """
 

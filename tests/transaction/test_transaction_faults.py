@@ -23,7 +23,7 @@ from raytopic.core.protocol import (
     Outcome,
     PrepareTransaction,
 )
-from raytopic.transactions.registry import TRANSACTION_STATE, registry_actor
+from raytopic.transaction.registry import TRANSACTION_STATE, registry_actor
 
 from tests.loss_checker import LossChecker
 from tests.topic_helpers import (

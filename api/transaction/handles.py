@@ -6,7 +6,7 @@ at their channels, apart from the ring, and whose ``commit()`` asks its lead
 channel, in one call, to run the two-phase commit over the channels it touched
 (see ``raytopic.actors.transaction_lead`` for the commit,
 ``raytopic.actors.transactions`` for a channel's part and
-``raytopic.transactions.registry`` for fencing)::
+``raytopic.transaction.registry`` for fencing)::
 
     txs = rt.transactions("doubler")
     member = source.subscriber(group="etl")
@@ -67,7 +67,7 @@ from raytopic.core.records import (
     Position,
     TransactionResult,
 )
-from raytopic.transactions.registry import registry_actor
+from raytopic.transaction.registry import registry_actor
 
 __all__ = ["Transaction", "Transactions", "transactions"]
 
