@@ -24,11 +24,18 @@ if TYPE_CHECKING:
     from raytopic.client.publish_futures import BatchFuture
     from raytopic.core.payloads import Payload
 
-__all__ = ["MAX_PIECES", "PIPELINE", "ChannelQueue", "Part", "Piece"]
+__all__ = ["MAX_PIECES", "PARTS_PIPELINE", "PIPELINE", "ChannelQueue", "Part", "Piece"]
 
 PIPELINE = 2
 """Calls to one channel a partial batch may queue behind: two keep a channel
 busy (one in flight while the next fills) and let batches grow under load."""
+
+PARTS_PIPELINE = 1
+"""The same for a partial batch holding ``publish_batch`` parts: a part is a batch
+its caller made, so it waits for its channel's call to return and goes with the
+parts queued meanwhile (a second call in flight carrying a part or two cost the
+channel more than the round trip it saves: one publisher's ``publish_batch(1000,
+ref=False)`` over 4 channels made calls of ~250 values)."""
 
 MAX_PIECES = 8
 """Pieces one call carries at most. Each is a publisher batch the channel keeps an
@@ -66,6 +73,8 @@ class ChannelQueue:
     """``publish()``'s values not closed yet: they come after every waiting piece."""
     waiting: deque[Piece] = field(default_factory=deque)
     waiting_values: int = 0
+    waiting_parts: int = 0
+    """Parts among ``waiting``."""
     since: float = 0.0
     """Monotonic time the queue last went from empty to holding values (linger)."""
     next_batch: int = 0
@@ -96,6 +105,7 @@ class ChannelQueue:
         self.close_open()
         self.waiting.append(part)
         self.waiting_values += len(part)
+        self.waiting_parts += 1
 
     def close_open(self) -> None:
         """The open batch stops taking values and waits for a call."""
@@ -108,11 +118,13 @@ class ChannelQueue:
     def due(self, batch_size: int, *, force: bool, linger: float, now: float) -> int:
         """How many values a call would go for now (0: none goes yet): a full
         batch's worth at once, a partial one only while fewer than PIPELINE calls
-        are out and it is ``linger`` old (any, with ``force``)."""
+        (PARTS_PIPELINE, if parts wait) are out and it is ``linger`` old (any, with
+        ``force``)."""
         size = self.size
         if size >= batch_size:
             return size
-        if size and (force or (self.in_flight < PIPELINE and now - self.since >= linger)):
+        pipeline = PARTS_PIPELINE if self.waiting_parts else PIPELINE
+        if size and (force or (self.in_flight < pipeline and now - self.since >= linger)):
             return size
         return 0
 
@@ -129,8 +141,10 @@ class ChannelQueue:
             size = _size(waiting[0])
             if pieces and count + size > batch_size:
                 break
-            pieces.append(waiting.popleft())
+            piece = waiting.popleft()
+            pieces.append(piece)
             count += size
+            self.waiting_parts -= type(piece) is Part
         self.waiting_values -= count
         if not pieces:
             raise ValueError(f"channel {self.channel}: nothing waits for a call")
@@ -144,7 +158,7 @@ class ChannelQueue:
         self.close_open()
         pieces = list(self.waiting)
         self.waiting.clear()
-        self.waiting_values = 0
+        self.waiting_values = self.waiting_parts = 0
         return pieces
 
 

@@ -11,7 +11,8 @@ are out goes in its next call), with no timer on the hot path. ``linger``
 holds a partial batch back until it is that old, for callers who prefer
 fewer calls to latency. ``publish_batch(..., ref=False)`` parts wait in the
 same queues (``raytopic.client.publish_accumulator``): a call carries up to a full
-batch of whatever was published for its channel, in publish order.
+batch of whatever was published for its channel, in publish order (a partial one
+holding parts goes only once its channel has no call out: ``PARTS_PIPELINE``).
 
 Every piece a call carries (a batch of values, a part) is numbered per channel:
 the channel appends one publisher's pieces in that order (several calls may be

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 import raytopic as rt
-from raytopic.client.publish_accumulator import MAX_PIECES, PIPELINE, ChannelQueue, Part
+from raytopic.client.publish_accumulator import (
+    MAX_PIECES,
+    PARTS_PIPELINE,
+    PIPELINE,
+    ChannelQueue,
+    Part,
+)
 from raytopic.client.publish_futures import BatchFuture, PublishBatch
 from raytopic.core.payloads import encode_values
 from raytopic.core.protocol import AppendAck
@@ -77,6 +83,27 @@ def test_values_close_at_batch_size_and_a_partial_batch_waits_behind_pipeline_ca
     queue.in_flight = 0
     assert queue.due(4, force=False, linger=1.0, now=0.5) == 0  # not linger old yet
     assert queue.due(4, force=False, linger=1.0, now=1.0) == 1
+
+
+def test_parts_wait_for_their_channels_call_to_return_and_values_behind_two() -> None:
+    parts = _queue()
+    parts.add_part(_part(list(range(250))), now=0.0)
+    parts.in_flight = PARTS_PIPELINE  # one call out: the part waits for more to come
+    assert parts.due(1000, force=False, linger=0.0, now=0.0) == 0
+    for _ in range(3):
+        parts.add_part(_part(list(range(250))), now=0.0)
+    assert parts.due(1000, force=False, linger=0.0, now=0.0) == 1000  # a full call goes
+    parts.take(1000)
+    parts.add_part(_part([1]), now=0.0)
+    parts.in_flight = 0
+    assert parts.due(1000, force=False, linger=0.0, now=0.0) == 1  # an idle channel: at once
+    parts.take(1000)
+    assert parts.waiting_parts == 0
+    values = _queue()
+    _values(values, 250)
+    values.in_flight = PARTS_PIPELINE  # publish()'s values go behind one call out
+    assert PARTS_PIPELINE < PIPELINE
+    assert values.due(1000, force=False, linger=0.0, now=0.0) == 250
 
 
 def test_a_call_carries_at_most_max_pieces() -> None:
