@@ -782,10 +782,13 @@ class ChannelActor:
     @serves(PauseReceives)
     async def _pause_receives(self, request: PauseReceives) -> None:
         """Wait until a handle's receives up to ``upto`` finished (a seek goes after them).
-        A restarted channel opens the reader's session for it: its receives may still
-        be on their way here, retried."""
-        if request.reader_id in self._readers.by_id:
-            await self._session(request.reader_id, None).pause(request.stream, request.upto)
+        With receives still out, a restarted channel opens the reader's session for
+        them: they may still be on their way here, retried."""
+        session = self._host.sessions.get(request.reader_id)
+        if session is None and request.receives_out and request.reader_id in self._readers.by_id:
+            session = self._session(request.reader_id, None)
+        if session is not None:
+            await session.pause(request.stream, request.upto)
 
     @serves(ResumeReceives, Admit.NOW)
     async def _resume_receives(self, request: ResumeReceives) -> None:

@@ -326,7 +326,12 @@ class Receives:
             return
         actor = self._topic._channel_actors[at]
         last = stream.next_number - 1
-        pause = PauseReceives(reader_id=self._reader, stream=stream.stream, upto=last)
+        pause = PauseReceives(
+            reader_id=self._reader,
+            stream=stream.stream,
+            upto=last,
+            receives_out=self._user_receives_out(),
+        )
         _get(actor.request.remote(pack_request(pause)), self._topic)
         try:
             yield

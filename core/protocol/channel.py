@@ -314,6 +314,10 @@ class PauseReceives(NamedTuple):
     reader_id: str
     stream: str
     upto: int
+    receives_out: bool = False
+    """Some of them had not answered when the pause was sent: a channel with no
+    session of the reader (it restarted) opens one, as they may still be on their
+    way there, retried (its first answer comes after it read again)."""
 
 
 class ResumeReceives(NamedTuple):

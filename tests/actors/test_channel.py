@@ -307,6 +307,23 @@ def test_a_give_back_after_a_seek_does_not_undo_the_seek() -> None:
     asyncio.run(main())
 
 
+def test_a_pause_opens_a_session_only_for_receives_still_out() -> None:
+    # A channel with no session of the reader (a restarted host) opens one for a pause
+    # only when the handle's receives had not answered: they may still come, retried,
+    # and the pause waits for them; none out, a new session would wait for nothing.
+    async def main() -> None:
+        home, _ = await _anonymous_pair()
+        await asyncio.wait_for(_ask(home, PauseReceives("a", "s", 0)), 2.0)
+        assert "a" not in home._host.sessions
+        pausing = asyncio.ensure_future(_ask(home, PauseReceives("a", "s", 0, True)))
+        await asyncio.sleep(0.05)
+        assert "a" in home._host.sessions and not pausing.done()  # waits for receive 0
+        assert _values(await _ask(home, Receive("a", "s", 0, 10, False))) == []
+        await asyncio.wait_for(pausing, 2.0)
+
+    asyncio.run(main())
+
+
 def test_every_channel_that_skipped_overwritten_elements_is_reported() -> None:
     async def main() -> None:
         small = TopicConfig("t", "ns", "t0pic1d", 2, 300, True, None, Overflow.OVERWRITE, ())
