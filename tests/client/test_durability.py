@@ -313,6 +313,31 @@ def _still_held(marker: Path) -> None:
     assert time.time() < marker.stat().st_mtime + 6.0, "the kill came after the take's reply"
 
 
+def _member_holding_at_b(
+    make_topic: Any, tmp_path: Path
+) -> tuple[rt.Topic, rt.Subscriber, Path, int, int]:
+    """A member of group "g" on two stored channels whose filter holds "held" (see
+    _held_the_first_time); returns the topic, the member, the filter's marker, the
+    member's host channel a and its sibling b."""
+    topic = make_topic(channels=2, store=str(tmp_path / "store"), groups=["g"])
+    marker = tmp_path / "held"
+    member = topic.subscriber(
+        group="g", complete_on_empty=True, filter=partial(_held_the_first_time, str(marker))
+    )
+    a = member._receives.host_channel
+    return topic, member, marker, a, 1 - a
+
+
+def _receive_the_rest(member: rt.Subscriber, received: list[Any]) -> None:
+    """Receive batches (committing each) until one comes back empty."""
+    for _ in range(20):
+        batch = get(member.receive_batch(10))
+        if not batch:
+            return
+        received += [e.value for e in batch]
+        batch[-1].commit()
+
+
 @pytest.mark.slow
 def test_what_a_killed_host_took_from_a_sibling_is_not_committed_past_by_another_session(
     make_topic, tmp_path: Path, wait_until
@@ -323,13 +348,7 @@ def test_what_a_killed_host_took_from_a_sibling_is_not_committed_past_by_another
     # (Seen as one loss in test_channels_killed_again_and_again...: a complete_on_empty
     # member's batches went to its channels in turn, so b hosted a session of it too,
     # which read on there past "held", and the member committed what it handed over.)
-    topic = make_topic(channels=2, store=str(tmp_path / "store"), groups=["g"])
-    marker = tmp_path / "held"
-    member = topic.subscriber(
-        group="g", complete_on_empty=True, filter=partial(_held_the_first_time, str(marker))
-    )
-    a = member._receives.host_channel
-    b = 1 - a
+    topic, member, marker, a, b = _member_holding_at_b(make_topic, tmp_path)
     assert get(member.receive_batch(10)) == []  # (batches in turn: this one went to b)
     with topic.publisher() as publisher:
         publisher.publish("held", key=key_for(b, 2)).result(timeout=TIMEOUT)
@@ -344,12 +363,7 @@ def test_what_a_killed_host_took_from_a_sibling_is_not_committed_past_by_another
     assert [e.value for e in first] == ["a1"]
     first[-1].commit()
     received = [e.value for e in first]
-    for _ in range(20):
-        batch = get(member.receive_batch(10))
-        if not batch:
-            break
-        received += [e.value for e in batch]
-        batch[-1].commit()
+    _receive_the_rest(member, received)
     assert sorted(set(received)) == ["a1", "b1", "held"], received
     member.close()
 
@@ -363,13 +377,7 @@ def test_what_a_killed_host_took_from_a_sibling_is_not_committed_past_by_an_iter
     # own session, so b's session reads on at b, and the member commits what it hands
     # over. Started once the retried receive answered (``after-the-reply``), or at once
     # while the host is still down (``before-it``): "held" must still come.
-    topic = make_topic(channels=2, store=str(tmp_path / "store"), groups=["g"])
-    marker = tmp_path / "held"
-    member = topic.subscriber(
-        group="g", complete_on_empty=True, filter=partial(_held_the_first_time, str(marker))
-    )
-    a = member._receives.host_channel
-    b = 1 - a
+    topic, member, marker, a, b = _member_holding_at_b(make_topic, tmp_path)
     received: list[Any] = []
     assert get(member.receive_batch(10)) == []  # (batches in turn: this one went to b)
     with topic.publisher() as publisher:
@@ -391,12 +399,7 @@ def test_what_a_killed_host_took_from_a_sibling_is_not_committed_past_by_an_iter
         batch.commit()
     if not reply_first:
         received += [e.value for e in get(waiting)]
-    for _ in range(20):  # what is left after the iteration
-        batch = get(member.receive_batch(10))
-        if not batch:
-            break
-        received += [e.value for e in batch]
-        batch[-1].commit()
+    _receive_the_rest(member, received)  # what is left after the iteration
     assert sorted(set(received)) == ["a1", "b1", "held"], received
     member.close()
 
