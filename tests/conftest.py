@@ -160,6 +160,22 @@ def pytest_configure(config: pytest.Config) -> None:
         config._raytopic_cluster = cluster  # type: ignore[attr-defined]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests that are in no xdist group are collected first, so that no long
+    test starts near the end of the run. xdist's ``loadgroup`` hands out its groups
+    first (the larger first), then every other test in collection order: in place,
+    test_bench's slow tests (47 s and three of ~20 s on a quiet machine) came among
+    the last, and a worker that drew one ran it alone while the other had nothing
+    left. Groups keep their order; so do the slow tests, and the rest, each."""
+
+    def later(item: pytest.Item) -> bool:
+        return item.get_closest_marker("slow") is None or bool(
+            item.get_closest_marker("xdist_group")
+        )
+
+    items.sort(key=later)  # stable: False (a slow test of no group) first
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     cluster = getattr(config, "_raytopic_cluster", None)
     if cluster is not None:

@@ -51,6 +51,11 @@ class Block:
         return "raytopic.spark" in self.code
 
     @property
+    def starts_a_ray(self) -> bool:
+        """It starts a Ray of its own (each start takes seconds), not the session's."""
+        return 'address="local"' in self.code
+
+    @property
     def example(self) -> Path | None:
         """The example script the block says it is ("This block is `examples/x.py`"):
         it must be that script verbatim, whose run is ``tests/test_examples.py``'s."""
@@ -102,7 +107,7 @@ def check_is_its_example(block: Block) -> None:
 
 def run_cases(blocks: list[Block]) -> list[object]:
     """The blocks a test runs (an example script's block runs as the script), each
-    a pytest param; Spark's slow."""
+    a pytest param; Spark's slow, and a block's that starts a Ray of its own."""
     cases = []
     for block in blocks:
         if block.example:
@@ -110,6 +115,8 @@ def run_cases(blocks: list[Block]) -> list[object]:
         if block.needs_spark:  # Spark on Ray starts in tens of seconds, more on a busy machine
             marks = [pytest.mark.slow, pytest.mark.timeout(600)]
             cases.append(pytest.param(block, marks=marks, id=block.id))
+        elif block.starts_a_ray:
+            cases.append(pytest.param(block, marks=pytest.mark.slow, id=block.id))
         else:
             cases.append(pytest.param(block, id=block.id))
     return cases

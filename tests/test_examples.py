@@ -41,6 +41,7 @@ def test_every_example_is_checked_here() -> None:
         assert script in (EXAMPLES.parent / test).read_text()
 
 
+@pytest.mark.slow  # each a script as a user runs it: a fresh interpreter, Ray and topics
 @pytest.mark.parametrize("script", sorted(EXPECTED))
 def test_the_example_runs(script: str, ray_cluster: str) -> None:
     done = subprocess.run(
