@@ -280,9 +280,11 @@ def test_the_handles_send_no_prepare_decide_or_finish() -> None:
     # The holder's process only stages and asks its lead to end the transaction.
     api = Path(__file__).resolve().parents[2] / "api"
     steps = {"PrepareTransaction", "DecideTransaction", "FinishTransaction", "ForgetTransaction"}
+    registry = api / "transaction" / "registry.py"
+    assert registry.exists()  # (the one module left out: a move must move this line too)
     used = set()
     for path in api.rglob("*.py"):
-        if path.name == "registry.py" and path.parent.name == "transactions":
+        if path == registry:
             continue  # the registry's actor (fencing decides at a lead): not the holder's process
         for node in ast.walk(parse_source(path)):
             if isinstance(node, ast.Name):
