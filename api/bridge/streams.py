@@ -424,12 +424,8 @@ class Stream:
         """Record the batch in the offset log (durably, in one step with the commit of
         the batch in hand if there is one), then hand it out."""
         record, pieces = planned.record, planned.pieces
-        lease, done = self._claim.lease, self._handed
-        if done is not None and done.batch_id > self._committed:
-            self._step(CommitMicroBatch(self._group, lease, done, next=record))
-            self._committed = done.batch_id
-        else:
-            self._step(RecordMicroBatch(self._group, lease, record))
+        if self._handed is None or not self._commit(self._handed, then=record):
+            self._step(RecordMicroBatch(self._group, self._claim.lease, record))
         self._handed = record
         self._next_id = record.batch_id + 1
         for channel, _, end in record.ranges:
@@ -480,13 +476,16 @@ class Stream:
         if self._handed is not None:
             self._commit(self._handed)
 
-    def _commit(self, record: MicroBatchRecord) -> None:
+    def _commit(self, record: MicroBatchRecord, then: MicroBatchRecord | None = None) -> bool:
+        """Commit ``record`` (and record ``then`` in the same step) unless it is
+        committed already; returns whether it stepped."""
         if record.batch_id <= self._committed:
-            return
-        self._step(CommitMicroBatch(self._group, self._claim.lease, record))
+            return False
+        self._step(CommitMicroBatch(self._group, self._claim.lease, record, next=then))
         self._committed = record.batch_id
         if self._handed == record:
             self._handed = None
+        return True
 
     # -- the channels ---------------------------------------------------------------------
 
