@@ -328,6 +328,27 @@ def _member_holding_at_b(
     return topic, member, marker, a, 1 - a
 
 
+def _kill_host_during_take_at_b(
+    topic: rt.Topic,
+    member: rt.Subscriber,
+    publisher: rt.Publisher,
+    marker: Path,
+    channels: tuple[int, int],
+    wait_until: Any,
+) -> tuple[Any, int]:
+    """The member's receive at its host a (empty there) takes "held" at b; "a1" is
+    published at a, and a is SIGKILLed while b's filter holds that take's reply.
+    Returns the receive (retried at the new a) and a's epoch before the kill."""
+    a, b = channels
+    publisher.publish("held", key=key_for(b, 2)).result(timeout=TIMEOUT)
+    waiting = member.receive_batch(10)  # at a, empty: its session takes at b
+    wait_until(marker.exists, timeout=TIMEOUT)
+    publisher.publish("a1", key=key_for(a, 2)).result(timeout=TIMEOUT)
+    old_epoch = kill_channel(topic, a)  # while b's filter holds the take's reply
+    _still_held(marker)
+    return waiting, old_epoch
+
+
 def _receive_the_rest(member: rt.Subscriber, received: list[Any]) -> None:
     """Receive batches (committing each) until one comes back empty."""
     for _ in range(20):
@@ -351,12 +372,9 @@ def test_what_a_killed_host_took_from_a_sibling_is_not_committed_past_by_another
     topic, member, marker, a, b = _member_holding_at_b(make_topic, tmp_path)
     assert get(member.receive_batch(10)) == []  # (batches in turn: this one went to b)
     with topic.publisher() as publisher:
-        publisher.publish("held", key=key_for(b, 2)).result(timeout=TIMEOUT)
-        waiting = member.receive_batch(10)  # at a, empty: its session takes at b
-        wait_until(marker.exists, timeout=TIMEOUT)
-        publisher.publish("a1", key=key_for(a, 2)).result(timeout=TIMEOUT)
-        old_epoch = kill_channel(topic, a)  # while b's filter holds the take's reply
-        _still_held(marker)
+        waiting, old_epoch = _kill_host_during_take_at_b(
+            topic, member, publisher, marker, (a, b), wait_until
+        )
         serving_again(topic, a, old_epoch, RESTART_BOUND)
         publisher.publish("b1", key=key_for(b, 2)).result(timeout=TIMEOUT)
     first = get(waiting)  # retried at the new a: its own element first
@@ -381,12 +399,9 @@ def test_what_a_killed_host_took_from_a_sibling_is_not_committed_past_by_an_iter
     received: list[Any] = []
     assert get(member.receive_batch(10)) == []  # (batches in turn: this one went to b)
     with topic.publisher() as publisher:
-        publisher.publish("held", key=key_for(b, 2)).result(timeout=TIMEOUT)
-        waiting = member.receive_batch(10)  # at a, empty: its session takes at b
-        wait_until(marker.exists, timeout=TIMEOUT)
-        publisher.publish("a1", key=key_for(a, 2)).result(timeout=TIMEOUT)
-        old_epoch = kill_channel(topic, a)  # while b's filter holds the take's reply
-        _still_held(marker)
+        waiting, old_epoch = _kill_host_during_take_at_b(
+            topic, member, publisher, marker, (a, b), wait_until
+        )
         publisher.publish("b1", key=key_for(b, 2)).result(timeout=TIMEOUT)
         if reply_first:
             serving_again(topic, a, old_epoch, RESTART_BOUND)
