@@ -19,8 +19,9 @@ Reading goes straight to the channels:
   that reads them for it.
 - Iteration keeps a few receives in flight at EVERY owned channel at once,
   each scoped to its channel: no element is relayed through another actor.
-  Before it begins, the host's session is paused once, so the reader's read
-  position at every channel stands where that session read on. With a window
+  Before it begins, and before its next batch once the user sent a receive
+  meanwhile, the host's session is paused, so the reader's read position at
+  every channel stands where that session read on. With a window
   or a resequencer it goes through the host's session instead, which counts
   the window or holds the resequencer.
 
@@ -650,6 +651,7 @@ class _DirectIteration(_Iteration):
         receives = self._receives
         if receives.stopped:
             return self._drain(receives.interrupt())
+        receives.align_positions()  # a user receive sent meanwhile read at the host
         heads = receives.prefetch_direct()
         if not heads:
             if receives.complete_on_empty:

@@ -419,6 +419,52 @@ def test_what_a_killed_host_took_from_a_sibling_is_not_committed_past_by_an_iter
     member.close()
 
 
+@pytest.mark.slow
+def test_what_a_killed_host_took_for_a_receive_sent_mid_iteration_is_not_committed_past(
+    make_topic, tmp_path: Path, wait_until
+):
+    # An iteration is under way (each channel read at its own session) when the user
+    # sends one receive(): it goes to the host a, whose session takes "held" at b. a
+    # stalls (SIGSTOP) before b's reply reaches it, and is SIGKILLed 3 s later. The
+    # iteration meanwhile reads on at b and the member commits what it hands over:
+    # "held" must still come.
+    topic, member, marker, a, b = _member_holding_at_b(make_topic, tmp_path)
+    pid_a = topic.describe().channels[a].pid
+    received: list[Any] = []
+    with topic.publisher() as publisher:
+        publisher.publish("a0", key=key_for(a, 2)).result(timeout=TIMEOUT)
+        iteration = iter(member.iter_batches(10))
+        first = next(iteration)
+        assert [e.value for e in first] == ["a0"]
+        first.commit()
+        received += [e.value for e in first]
+        in_flight = [ref for reads in member._receives._reads.values() for ref, _ in reads.refs]
+        ray.wait(in_flight, num_returns=len(in_flight), timeout=TIMEOUT)  # answered "empty"
+        for value in ("held", "b1"):
+            publisher.publish(value, key=key_for(b, 2)).result(timeout=TIMEOUT)
+        waiting = member.receive()  # at the host a, empty there: its session takes at b
+        wait_until(marker.exists, timeout=TIMEOUT)
+        publisher.publish("a1", key=key_for(a, 2)).result(timeout=TIMEOUT)
+    os.kill(pid_a, signal.SIGSTOP)  # while b's filter holds the take's reply
+    _still_held(marker)
+    time.sleep(max(0.0, marker.stat().st_mtime + 6.5 - time.time()))  # b replied to a
+    killer = threading.Timer(3.0, os.kill, (pid_a, signal.SIGKILL))
+    killer.start()  # a dies with the reply unread
+    try:
+        for batch in iteration:  # reads b at once; a only once it is back
+            received += [e.value for e in batch]
+            batch.commit()
+    finally:
+        killer.join()
+    element = get(waiting)
+    if element is not None:
+        received.append(element.value)
+        element.commit()
+    _receive_the_rest(member, received)
+    assert sorted(set(received)) == ["a0", "a1", "b1", "held"], received
+    member.close()
+
+
 def _member_that_committed(topic: rt.Topic, count: int) -> rt.Subscriber:
     """A member of group "g" that received and committed values 0..count-1."""
     member = topic.subscriber(group="g", complete_on_empty=True)
