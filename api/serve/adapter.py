@@ -460,10 +460,21 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         if recorded:
             self._ask_board("finish", recorded)
         if done:
-            self._subscriber.ack(done)
+            # Not waited for: the next receive goes out at once. An ack that fails leaves
+            # its tasks to come back after ack_timeout, and their start passes them over
+            # (their outcomes are recorded): logged, never run again.
+            self._subscriber.ack_async(done).future().add_done_callback(self._acked)
         for element in retries:
             delay = self._settings.retry_backoff_s * 2 ** (element.delivery_count - 1)
             self._subscriber.nack([element], delay=min(BACKOFF_MOST, delay))
+
+    def _acked(self, acked: concurrent.futures.Future) -> None:
+        if acked.exception() is not None:
+            logger.warning(
+                "task queue %s: ack failed (the tasks come back and are passed over): %r",
+                self._queue_name,
+                acked.exception(),
+            )
 
     def _move(self, queue: str, entry: dict[str, Any]) -> None:
         with self._outlets[queue].publisher() as publisher:

@@ -133,6 +133,11 @@ class TaskBoard:
         for task_id in self._count_held(writes):
             self._set(task_id, shown[task_id])
 
+    def finishing(self, task_id: str) -> bool:
+        """Whether the task's outcome is decided but not yet held (on its way to the log)."""
+        known = self._tasks.get(task_id)
+        return task_id in self._unheld and known is not None and known[0] in FINISHED
+
     def unheld(self, tasks: list[str]) -> bool:
         """Whether a change of any of these tasks is not yet held."""
         return any(task_id in self._unheld for task_id in tasks)

@@ -22,7 +22,13 @@ from typing import Any
 from raytopic.client.control_log import ControlLog
 from raytopic.serve.board import CHANGES_KEPT, Changes, TaskBoard, Writes
 
-__all__ = ["TaskBoardActor", "task_log_name"]
+__all__ = ["READ_WAIT", "TaskBoardActor", "task_log_name"]
+
+
+READ_WAIT = 1.0
+"""Seconds a status read waits for its task's outcome on its way to the task log (it
+answers the outcome once held, not the status before it a poll too early; a stalled
+log costs that read this long, then it answers what the log holds)."""
 
 
 def task_log_name(queue: str) -> str:
@@ -132,8 +138,13 @@ class TaskBoardActor:
     async def read(
         self, task_id: str, board: str | None, mark: int
     ) -> tuple[tuple[str, Any, float | None], Changes]:
-        """:meth:`TaskBoard.get` and the changes since the reader's mark (one call)."""
+        """:meth:`TaskBoard.get` and the changes since the reader's mark (one call). A
+        task whose outcome is on its way to the log is answered once the log holds it
+        (up to ``READ_WAIT``)."""
         await self._loaded()
+        writing = self._writing.get(task_id) if self._board.finishing(task_id) else None
+        if writing:
+            await asyncio.wait(set(writing), timeout=READ_WAIT)
         return self._board.get(task_id), self._board.changes(board, mark, CHANGES_KEPT)
 
     async def counts(self) -> dict[str, int]:

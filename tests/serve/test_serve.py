@@ -69,15 +69,17 @@ def test_a_change_shows_only_once_held_and_a_failed_one_is_taken_back() -> None:
     # Before: the board showed an outcome before the task log held it; a reader saw
     # SUCCESS that a restart right then took back.
     board, known = TaskBoard(kept=1), KnownStatuses(kept=1)
-    _held(board, board.start([("a", 0.0)]))
+    writes = board.start([("a", 0.0)])[1]
+    assert board.unheld(["a"]) and not board.finishing("a")  # a start: a read need not wait
+    board.held(writes)
     writes = board.finish([("a", "SUCCESS", 1, 0.0)])
-    assert board.unheld(["a"])
+    assert board.unheld(["a"]) and board.finishing("a")  # a read waits for it
     assert board.get("a") == ("STARTED", None, 0.0)  # decided, not yet on the log
     known.learn(board.changes(*known.mark, most=100))
     assert known.get("a") is None
     assert board.start([("a", 0.0)])[0] == ["a"]  # a decision sees it at once
     board.held(writes)
-    assert board.get("a") == ("SUCCESS", 1, 0.0)
+    assert board.get("a") == ("SUCCESS", 1, 0.0) and not board.finishing("a")
     known.learn(board.changes(*known.mark, most=100))
     assert known.get("a") == ("SUCCESS", 1, 0.0)
     cancelled, writes = board.cancel("b")  # forgets "a"

@@ -11,8 +11,10 @@ import contextlib
 import os
 import signal
 import threading
+import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +140,7 @@ def test_a_task_reads_success_only_once_its_outcome_is_on_the_task_log(
     adapter.start_consumer()
     try:
         wait_until(lambda: runs == [21], timeout=60)
-        seen = [adapter.get_task_status_sync(task.id).status for _ in range(20)]
+        seen = [adapter.get_task_status_sync(task.id).status for _ in range(3)]
         assert "SUCCESS" not in seen  # its outcome is not on the log yet
         os.kill(log_pid, signal.SIGKILL)  # stopped, it never wrote the outcome
         board = ray.get_actor(board_name(queue), namespace=namespace)
@@ -148,6 +150,42 @@ def test_a_task_reads_success_only_once_its_outcome_is_on_the_task_log(
         wait_until(lambda: adapter.get_task_status_sync(task.id).status == "SUCCESS", timeout=60)
         assert adapter.get_task_status_sync(task.id).result == 42
         assert runs == [21]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(log_pid, signal.SIGCONT)
+        adapter.destroy()
+
+
+@pytest.mark.slow
+def test_a_read_of_a_task_whose_outcome_is_on_its_way_answers_once_the_log_holds_it(
+    ray_session: None, tmp_path: Path, wait_until: Any
+) -> None:
+    # Before: the board answered STARTED while the outcome's write was on its way to the
+    # task log, and a reader learnt of SUCCESS only at its next read (a poll later: issue
+    # 47 item 3). Now the read waits for that write (up to READ_WAIT) and answers SUCCESS.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    adapter = _adapter(queue, namespace, tmp_path / "store")
+    adapter.get_task_status_sync("none")  # the board has read its log back
+    log = rt.get_topic(task_log_name(queue), namespace=namespace)
+    log_pid = log.describe().channels[0].pid
+    board = ray.get_actor(board_name(queue), namespace=namespace)
+
+    def stop_the_log_then_double(n: int) -> int:
+        os.kill(log_pid, signal.SIGSTOP)  # the outcome's write waits
+        return 2 * n
+
+    adapter.register_task_handle(stop_the_log_then_double, "double")
+    task = adapter.enqueue_task_sync("double", [21])
+    adapter.start_consumer()
+    try:
+        wait_until(lambda: get(board.counts.remote()).get("SUCCESS") == 1, timeout=60)  # decided
+        with ThreadPoolExecutor(1) as reader:
+            reading = reader.submit(adapter.get_task_status_sync, task.id)
+            time.sleep(0.2)
+            assert not reading.done()  # waiting for the outcome's write
+            os.kill(log_pid, signal.SIGCONT)
+            answer = reading.result(timeout=60)
+        assert (answer.status, answer.result) == ("SUCCESS", 42)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(log_pid, signal.SIGCONT)
