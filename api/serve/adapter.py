@@ -151,6 +151,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._queue_name = config.queue_name
         self._handlers: dict[str, Callable[..., Any]] = {}
         self._concurrency = 1
+        self._batch_size = 4
         self._topic: Any = None
         self._outlets: dict[str, Any] = {}  # the failed and unprocessable queues' topics
         self._board: Any = None
@@ -160,13 +161,16 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._consumer: threading.Thread | None = None
         self._subscriber: Any = None
         self._pool: ThreadPoolExecutor | None = None
+        self._settler: ThreadPoolExecutor | None = None  # records outcomes, then acks
+        self._recording: list[tuple[set[str], concurrent.futures.Future]] = []
 
     # -- set-up ------------------------------------------------------------------------
 
     def initialize(self, consumer_concurrency: int = 1) -> None:
-        """Make (or find) the queue's topics and its task board."""
+        """Make (or find) the queue's topics, its task board and task log."""
         config, settings = self._config, self._settings
         self._concurrency = max(1, int(consumer_concurrency))
+        self._batch_size = 4 * self._concurrency
         for name in (config.failed_task_queue_name, config.unprocessable_task_queue_name):
             if name is not None:
                 self._outlets[name] = create_topic(
@@ -200,6 +204,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             )
             .remote(config.queue_name, self._topic.namespace, settings.store, settings.results_kept)
         )
+        self._ask_board("ready")  # its task log made: the queue's first task does not wait
 
     def register_task_handle(self, func: Callable[..., Any], name: str | None = None) -> None:
         """Run ``func(*args, **kwargs)`` (or await it) for tasks named ``name``
@@ -319,23 +324,31 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         """Join the queue's group and run its tasks on a thread of this replica."""
         if self._consumer is not None and self._consumer.is_alive():
             return
+        # A batch of 4 tasks a thread (Celery's prefetch), and room for the next while
+        # the outcomes of the last are recorded and acknowledged (held till then).
         self._subscriber = self._queue().subscriber(
-            group=CONSUMER_GROUP, mode="shared", window=4 * self._concurrency
+            group=CONSUMER_GROUP, mode="shared", window=2 * self._batch_size
         )
         self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="raytopic-task")
+        self._settler = ThreadPoolExecutor(1, thread_name_prefix="raytopic-settle")
         self._consumer = threading.Thread(target=self._consume, name="raytopic-tasks", daemon=True)
         self._consumer.start()
 
     def stop_consumer(self, timeout: float = 10.0) -> None:
-        """Leave the group (what this replica holds goes to the others); wait for the
-        thread up to ``timeout`` seconds."""
+        """Leave the group (what this replica holds goes to the others) once the
+        outcomes on their way are recorded and acknowledged; wait for the thread up to
+        ``timeout`` seconds (each)."""
         subscriber, consumer = self._subscriber, self._consumer
+        settling = [settled for _, settled in list(self._recording)]
+        concurrent.futures.wait(settling, timeout)  # else their tasks would go to others
         if subscriber is not None:
             subscriber.close()  # a waiting receive completes empty: the loop ends
         if consumer is not None:
             consumer.join(timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+        if self._settler is not None:
+            self._settler.shutdown(wait=False)
         with self._publish_lock:
             if self._publisher is not None:
                 self._publisher.close()
@@ -345,7 +358,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         subscriber = self._subscriber
         while subscriber.is_active:
             try:
-                batch = ray.get(subscriber.receive_batch(4 * self._concurrency))
+                batch = ray.get(subscriber.receive_batch(self._batch_size))
             except PoisonElementError as error:  # the group gives it back; logged once
                 logger.warning("task queue %s: %s", self._config.queue_name, error)
                 continue
@@ -371,6 +384,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 runnable.append((element, check_task(element.value)))
             except UnreadableTask as error:
                 outcomes.append((element, None, REJECTED, error))
+        self._until_recorded({task["id"] for _, task in runnable})
         skip = set(self._ask_board("start", [(t["id"], t["created_at"]) for _, t in runnable]))
         by_key: dict[Any, list[tuple[Any, dict]]] = {}
         for element, task in runnable:
@@ -424,8 +438,16 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             return (RETRY if most is None or attempts <= most else FAILURE), repr(error)
         return SUCCESS, result
 
+    def _until_recorded(self, task_ids: set[str]) -> None:
+        """Wait for the outcomes on their way to the board if one is of these tasks (a
+        task enqueued again under its id finds its first outcome recorded)."""
+        self._recording = [(ids, done) for ids, done in self._recording if not done.done()]
+        if any(not ids.isdisjoint(task_ids) for ids, _ in self._recording):
+            concurrent.futures.wait([self._recording[-1][1]])  # recorded in order
+
     def _finish(self, outcomes: list[tuple[Any, Any, str, Any]], skip: set[str]) -> None:
-        """Move failed and unprocessable tasks to their queues, record the outcomes,
+        """Move failed and unprocessable tasks to their queues; then, on the settling
+        thread while this one receives and starts the next batch, record the outcomes,
         acknowledge what finished and nack the retries (after their backoff).
 
         A moved task is recorded after its move: a replica that dies between the two
@@ -457,16 +479,26 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             if task is not None:
                 kept = result if status == SUCCESS else None if status == REVOKED else str(result)
                 recorded.append((task["id"], status, kept, task["created_at"]))
-        if recorded:
-            self._ask_board("finish", recorded)
-        if done:
-            # Not waited for: the next receive goes out at once. An ack that fails leaves
-            # its tasks to come back after ack_timeout, and their start passes them over
-            # (their outcomes are recorded): logged, never run again.
-            self._subscriber.ack_async(done).future().add_done_callback(self._acked)
-        for element in retries:
-            delay = self._settings.retry_backoff_s * 2 ** (element.delivery_count - 1)
-            self._subscriber.nack([element], delay=min(BACKOFF_MOST, delay))
+        assert self._settler is not None
+        settled = self._settler.submit(self._settle, recorded, done, retries)
+        self._recording.append(({task_id for task_id, *_ in recorded}, settled))
+
+    def _settle(self, recorded: list[tuple[str, str, Any, Any]], done: list, retries: list) -> None:
+        """Record the outcomes, then acknowledge what finished and nack the retries: a
+        task is acknowledged only once its outcome is held."""
+        try:
+            if recorded:
+                self._ask_board("finish", recorded)
+            if done:
+                # Not waited for. An ack that fails leaves its tasks to come back after
+                # ack_timeout, and their start passes them over (their outcomes are
+                # recorded): logged, never run again.
+                self._subscriber.ack_async(done).future().add_done_callback(self._acked)
+            for element in retries:
+                delay = self._settings.retry_backoff_s * 2 ** (element.delivery_count - 1)
+                self._subscriber.nack([element], delay=min(BACKOFF_MOST, delay))
+        except Exception:  # not recorded: the tasks come back after ack_timeout
+            logger.exception("task queue %s: outcomes not settled", self._queue_name)
 
     def _acked(self, acked: concurrent.futures.Future) -> None:
         if acked.exception() is not None:

@@ -147,6 +147,10 @@ class TaskBoardActor:
             await asyncio.wait(set(writing), timeout=READ_WAIT)
         return self._board.get(task_id), self._board.changes(board, mark, CHANGES_KEPT)
 
+    async def ready(self) -> None:
+        """Answer once the task log is read back (made, for a new queue)."""
+        await self._loaded()
+
     async def counts(self) -> dict[str, int]:
         """See :meth:`TaskBoard.counts`."""
         await self._loaded()

@@ -190,3 +190,15 @@ def test_a_read_of_a_task_whose_outcome_is_on_its_way_answers_once_the_log_holds
         with contextlib.suppress(ProcessLookupError):
             os.kill(log_pid, signal.SIGCONT)
         adapter.destroy()
+
+
+def test_initialize_makes_the_task_log(ray_session: None, tmp_path: Path) -> None:
+    # Before: the task board made its log at its first call, so a queue's first task (the
+    # replica's start) paid for a new topic's actors, seconds on a busy machine (issue 47
+    # item 3: inside the Serve bench's timed run).
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    adapter = _adapter(queue, namespace, tmp_path / "store")
+    try:
+        assert rt.get_topic(task_log_name(queue), namespace=namespace).channel_count == 1
+    finally:
+        adapter.destroy()
