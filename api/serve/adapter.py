@@ -290,7 +290,10 @@ class TopicTaskAdapter(TaskProcessorAdapter):
     def _ask_board(self, method: str, *args: Any) -> Any:
         """The board's answer; while it restarts the call waits (Ray retries it), up
         to ``BOARD_WAIT`` seconds, then ChannelUnavailableError."""
-        ref = getattr(self._task_board(), method).remote(*args)
+        return self._board_answer(getattr(self._task_board(), method).remote(*args))
+
+    def _board_answer(self, ref: ray.ObjectRef) -> Any:
+        """The answer of a call to the board, as :meth:`_ask_board` waits for it."""
         try:
             return ray.get(ref, timeout=BOARD_WAIT)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as error:
@@ -480,15 +483,16 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 kept = result if status == SUCCESS else None if status == REVOKED else str(result)
                 recorded.append((task["id"], status, kept, task["created_at"]))
         assert self._settler is not None
-        settled = self._settler.submit(self._settle, recorded, done, retries)
+        finishing = self._task_board().finish.remote(recorded) if recorded else None
+        settled = self._settler.submit(self._settle, finishing, done, retries)
         self._recording.append(({task_id for task_id, *_ in recorded}, settled))
 
-    def _settle(self, recorded: list[tuple[str, str, Any, Any]], done: list, retries: list) -> None:
-        """Record the outcomes, then acknowledge what finished and nack the retries: a
-        task is acknowledged only once its outcome is held."""
+    def _settle(self, finishing: ray.ObjectRef | None, done: list, retries: list) -> None:
+        """Wait for the board to hold the outcomes, then acknowledge what finished and
+        nack the retries: a task is acknowledged only once its outcome is held."""
         try:
-            if recorded:
-                self._ask_board("finish", recorded)
+            if finishing is not None:
+                self._board_answer(finishing)
             if done:
                 # Not waited for. An ack that fails leaves its tasks to come back after
                 # ack_timeout, and their start passes them over (their outcomes are

@@ -186,13 +186,11 @@ class TaskBoard:
         return dict(Counter(status for status, _, _ in self._tasks.values()))
 
     def _forget_oldest(self, changed: list[str]) -> Writes:
-        forgotten = []
-        for task_id in list(self._tasks):
-            if self._finished <= self._kept:
-                break
-            if self._tasks[task_id][0] in FINISHED:
-                self._put(task_id, None)
-                forgotten.append(task_id)
+        # The oldest finished first, found lazily: not a walk over every task kept per call.
+        finished = (task_id for task_id, state in self._tasks.items() if state[0] in FINISHED)
+        forgotten = list(islice(finished, max(0, self._finished - self._kept)))
+        for task_id in forgotten:
+            self._put(task_id, None)
         return self._writing(
             Writes([task_id for task_id in changed if task_id in self._tasks], forgotten)
         )

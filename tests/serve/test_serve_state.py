@@ -181,7 +181,7 @@ def test_a_read_of_a_task_whose_outcome_is_on_its_way_answers_once_the_log_holds
         wait_until(lambda: get(board.counts.remote()).get("SUCCESS") == 1, timeout=60)  # decided
         with ThreadPoolExecutor(1) as reader:
             reading = reader.submit(adapter.get_task_status_sync, task.id)
-            time.sleep(0.2)
+            time.sleep(0.1)
             assert not reading.done()  # waiting for the outcome's write
             os.kill(log_pid, signal.SIGCONT)
             answer = reading.result(timeout=60)
