@@ -318,7 +318,9 @@ class ChannelActor:
         self._tend()  # e.g. a transaction prepared before a restart
         try:
             async with self._state.unit_of_work():
-                return await call_handler(handler, self, request, payload)
+                reply = await call_handler(handler, self, request, payload)
+            await self._context.answer_woken_first()  # e.g. an append: its receivers first
+            return reply
         finally:
             self._tend()
 

@@ -44,7 +44,11 @@ class ChannelContext:
     """Set once the channel serves: at once, or for a channel restarted without a
     store once its coordinator restored its groups (until then it is recovering)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
-    _listeners: list[Callable[[], None]] = field(default_factory=list)
+    _listeners: list[Callable[[], bool]] = field(default_factory=list)
+    _waiting: int = 0
+    """Calls waiting in :meth:`wait_change` now."""
+    _woke: bool = False
+    """A change since the last :meth:`answer_woken_first` woke a waiting call."""
     _ended: str | None = None
     """Why every wait here ends (the topic is being destroyed), or None."""
 
@@ -77,22 +81,35 @@ class ChannelContext:
                 f"channel {self.channel} restarted and is getting its groups back: try again"
             )
 
-    def listen(self, listener: Callable[[], None]) -> None:
+    def listen(self, listener: Callable[[], bool]) -> None:
         """Call ``listener`` on every :meth:`notify` (sessions hosted here hear of
         their host channel directly: no watcher task between an append and a
-        waiting receive)."""
+        waiting receive); it returns whether it woke a receive that waited."""
         self._listeners.append(listener)
 
     def notify(self) -> None:
         """Wake everything waiting on this channel's state (data, room, commits)."""
         self.wake()
         for listener in self._listeners:
-            listener()
+            if listener():
+                self._woke = True
 
     def wake(self) -> None:
         """Wake the waiters of this channel only (not the sessions' listeners)."""
+        if self._waiting:
+            self._woke = True
         self._changed.set()
         self._changed = asyncio.Event()
+
+    async def answer_woken_first(self) -> None:
+        """If a change woke a waiting call (a receive, a fetch, a read), let it run
+        before the caller goes on: a request that made data visible answers after
+        the receives it woke, whose replies are what a consumer waits for (the
+        publisher's ack is not). One turn of the event loop: a woken call resumes
+        in the next one (no task between it and its wake-up, see :meth:`wait_change`)."""
+        if self._woke:
+            self._woke = False
+            await asyncio.sleep(0)
 
     def end_waits(self, reason: str) -> None:
         """The topic is being destroyed: every wait here (a ring buffer read for data,
@@ -110,8 +127,15 @@ class ChannelContext:
         """
         if self._ended is None:
             changed = self._changed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout)
+            self._waiting += 1
+            try:
+                # Not wait_for: its task around the wait would cost the woken call
+                # two more turns of the loop before it resumes.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await changed.wait()
+            finally:
+                self._waiting -= 1
         if self._ended is not None:
             raise TopicNotFoundError(self._ended)
 

@@ -169,8 +169,9 @@ class ReceiveSession:
             # A new view may come with a reset: what fetches hold may be from before it.
             self._waits.end_fetches()
 
-    def poke(self, channel: int | None = None) -> None:
-        """Something changed at ``channel`` (or anywhere): look again.
+    def poke(self, channel: int | None = None) -> bool:
+        """Something changed at ``channel`` (or anywhere): look again. Returns whether
+        a receive was waiting for a change.
 
         The host channel pokes on every change of its own; its cursor state is
         read in place right away, so commits count for the window at once.
@@ -182,6 +183,7 @@ class ReceiveSession:
         ):
             self.view.forget(channel)  # (a sibling's state takes a call: look again)
         self._poke()
+        return bool(self._waiting)
 
     def interrupt(self, stream: str, upto: int) -> None:
         """Receives of ``stream`` numbered up to ``upto`` stop waiting and complete

@@ -79,9 +79,10 @@ class SessionHost:
         self._receiving = 0  # receive calls running here
         context.listen(self._poke_all)
 
-    def _poke_all(self) -> None:
-        for session in self.sessions.values():
-            session.poke(self._context.channel)
+    def _poke_all(self) -> bool:
+        """Tell every session of a change here; whether one had a receive waiting."""
+        channel = self._context.channel
+        return any([session.poke(channel) for session in self.sessions.values()])
 
     # -- ports --------------------------------------------------------------------------
 

@@ -1,0 +1,113 @@
+"""The order a channel answers in (the channel's class in-process, no Ray): a request
+that makes data visible answers after the waiting calls it woke, so the reply a
+consumer waits for leaves before the publisher's ack."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from raytopic.actors.channel import ChannelActor
+from raytopic.actors.receive.ports import LocalPort, RemotePort
+from raytopic.core.config import Overflow, TopicConfig
+from raytopic.core.payloads import PickledValues
+from raytopic.core.protocol import (
+    Append,
+    ChannelRequest,
+    OpenReader,
+    ReadCursor,
+    ReaderSpec,
+    ReadRingFigures,
+    Receive,
+    pack_request,
+)
+
+ONE_CHANNEL = TopicConfig("t", "ns", "t0pic1d", 1, 1000, True, None, Overflow.BLOCK, ())
+TWO_CHANNELS = TopicConfig("t", "ns", "t0pic1d", 2, 1000, True, None, Overflow.BLOCK, ())
+TIMEOUT = 5.0
+
+
+async def _ask(channel: ChannelActor, request: ChannelRequest, payload: Any = None) -> Any:
+    """A handle's data-path call, through the channel's entry (as Ray would make it)."""
+    return await channel.request(pack_request(request), payload)
+
+
+def _append(batch: int, values: list[Any]) -> tuple[Append, PickledValues]:
+    return Append("p", batch, "block", 1.0, False), PickledValues.from_values(values)
+
+
+async def _until(done: Any) -> None:
+    """Let the loop run until ``done()`` (a call reached its wait)."""
+    async with asyncio.timeout(TIMEOUT):
+        while not done():
+            await asyncio.sleep(0.001)
+
+
+def test_an_append_answers_after_the_receive_it_woke_at_its_host() -> None:
+    async def main() -> None:
+        channel = ChannelActor(ONE_CHANNEL, 0)
+        channel._host.ports = {
+            0: LocalPort(0, channel._readers.take, channel._parts.cursor_in_process)
+        }
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        waiting = asyncio.ensure_future(_ask(channel, Receive("a", "s", 0, 10, True)))
+        await _until(lambda: channel._host.sessions.get("a") and channel._host._receiving)
+        await asyncio.sleep(0.01)  # the receive waits for data
+        assert not waiting.done()
+        await _ask(channel, *_append(0, ["x"]))
+        # The append's reply comes once the receive it woke has its element.
+        assert waiting.done()
+        assert [(d.first, d.count) for d in waiting.result().deliveries] == [(0, 1)]
+        channel._host.sessions["a"].close()
+
+    asyncio.run(main())
+
+
+def test_an_append_answers_after_the_fetch_it_woke_at_a_sibling() -> None:
+    async def main() -> None:
+        home, sibling = (ChannelActor(TWO_CHANNELS, c) for c in range(2))
+        answered: list[str] = []
+
+        async def call(request: ChannelRequest) -> Any:
+            reply = await _ask(sibling, request)
+            answered.append(type(request).__name__)
+            return reply
+
+        home._host.ports = {
+            0: LocalPort(0, home._readers.take, home._parts.cursor_in_process),
+            1: RemotePort(1, call),
+        }
+        for channel in (home, sibling):
+            await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        waiting = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, True)))
+        await _until(lambda: answered == ["Take"])  # a look, empty; then a fetch waits
+        await asyncio.sleep(0.01)
+        assert answered == ["Take"]
+        await _ask(sibling, *_append(0, ["x"]))
+        # The fetch the append woke has answered the home channel by then.
+        assert answered == ["Take", "Take"]
+        batch = await asyncio.wait_for(waiting, TIMEOUT)
+        assert [(d.channel, d.first) for d in batch.deliveries] == [(1, 0)]
+        home._host.sessions["a"].close()
+
+    asyncio.run(main())
+
+
+def test_a_request_that_woke_nothing_answers_in_its_own_turn() -> None:
+    # Nothing waits: no turn of the loop is given away (a read, an append).
+    async def main() -> None:
+        channel = ChannelActor(ONE_CHANNEL, 0)
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        ran: list[str] = []
+
+        async def other() -> None:
+            ran.append("other")
+
+        task = asyncio.ensure_future(other())
+        await _ask(channel, *_append(0, ["x"]))
+        await _ask(channel, ReadRingFigures())
+        await _ask(channel, ReadCursor("a"))
+        assert ran == []  # the task beside them never got a turn
+        await task
+
+    asyncio.run(main())
