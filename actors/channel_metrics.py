@@ -20,8 +20,9 @@ channels for a group's lag (``sum by (group) (ray_raytopic_group_lag)``).
 - ``raytopic_group_lag`` / ``raytopic_group_depth``: per group, elements not yet
   committed / not yet delivered here.
 
-The channel's metrics task hands Ray the counts and gauges every
-``REFRESH_INTERVAL`` seconds; the hot path only adds to plain ints.
+The channel's metrics task hands Ray the counts, the latency samples and the
+gauges every ``REFRESH_INTERVAL`` seconds; the hot path only adds to plain ints
+and lists.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ _COUNTERS = {
     "compacted_bytes": ("compacted_bytes", "Bytes a compaction reclaimed"),
 }
 
+MAX_PENDING_SAMPLES = 2 * int(REFRESH_INTERVAL / SAMPLE_INTERVAL)
+"""Latency samples of each histogram kept for the next report (beyond: dropped, as
+while no report runs: the metrics task starts with the first publish)."""
+
 _LATENCY_BOUNDARIES = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
 
 
@@ -70,6 +75,9 @@ class ChannelMetrics:
         # of microseconds, too much for every append and take.
         self._counts = dict.fromkeys(_COUNTERS, 0)
         self._append_sampled = self._receive_sampled = float("-inf")
+        # Observed by report(): a Ray histogram's observe() costs as much as a counter's.
+        self._append_samples: list[float] = []
+        self._receive_samples: list[float] = []
         self._live = ray.is_initialized()
         if not self._live:
             return
@@ -115,9 +123,9 @@ class ChannelMetrics:
     def appended(self, seconds: float) -> None:
         """A publisher batch was acknowledged ``seconds`` after it arrived (sampled)."""
         now = time.monotonic()
-        if self._live and now - self._append_sampled >= SAMPLE_INTERVAL:
+        if now - self._append_sampled >= SAMPLE_INTERVAL:
             self._append_sampled = now
-            self._append_latency.observe(seconds)
+            _keep(self._append_samples, seconds)
 
     def delivered(self, count: int, nbytes: int, waited: float) -> None:
         """``count`` elements were taken; the oldest had waited ``waited`` seconds
@@ -125,9 +133,9 @@ class ChannelMetrics:
         self._counts["delivered"] += count
         self._counts["delivered_bytes"] += nbytes
         now = time.monotonic()
-        if self._live and count and now - self._receive_sampled >= SAMPLE_INTERVAL:
+        if count and now - self._receive_sampled >= SAMPLE_INTERVAL:
             self._receive_sampled = now
-            self._receive_latency.observe(max(0.0, waited))
+            _keep(self._receive_samples, max(0.0, waited))
 
     def committed(self) -> None:
         """A commit moved a position."""
@@ -147,7 +155,7 @@ class ChannelMetrics:
         self._counts["transaction_commits" if committed else "transaction_aborts"] += 1
 
     def report(self, groups: Iterable[tuple[str, int, int]]) -> None:
-        """Hand Ray what was counted since the last report, and each group's
+        """Hand Ray what was counted and sampled since the last report, and each group's
         (name, lag, depth) at this channel. The gauges are set every time, changed
         or not: Ray exports a gauge's value only for two of its report intervals
         after it was last set (20 s by default), and a stuck group's lag, which
@@ -158,7 +166,20 @@ class ChannelMetrics:
             if count:
                 self._counters[name].inc(count)
                 self._counts[name] = 0
+        for histogram, samples in (
+            (self._append_latency, self._append_samples),
+            (self._receive_latency, self._receive_samples),
+        ):
+            for seconds in samples:
+                histogram.observe(seconds)
+            samples.clear()
         for group, lag, depth in groups:
             tags = {**self._tags, "group": group}
             self._lag.set(lag, tags=tags)
             self._depth.set(depth, tags=tags)
+
+
+def _keep(samples: list[float], seconds: float) -> None:
+    """Keep a latency sample for the next report (up to ``MAX_PENDING_SAMPLES``)."""
+    if len(samples) < MAX_PENDING_SAMPLES:
+        samples.append(seconds)
