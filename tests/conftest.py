@@ -48,6 +48,8 @@ import pytest
 import ray
 from hypothesis import settings
 
+from tests.script_runner import ScriptRunner
+
 # Hypothesis imports the modules above lazily, and pytest rewrites Hypothesis's
 # modules as they are imported (ast.parse). Imported here, at collection, no thread
 # of Ray or of a test runs yet: this CPython's ast module keeps its recursion depth
@@ -267,6 +269,15 @@ def ray_session(ray_cluster: str) -> Iterator[None]:
     if not ray.is_initialized():
         ray.init(address=ray_cluster, namespace=TEST_NAMESPACE, log_to_driver=False)
     yield
+
+
+@pytest.fixture(scope="session")
+def script_runner(ray_cluster: str) -> Iterator[ScriptRunner]:
+    """The interpreter that runs the docs', the README's and the examples' scripts one
+    after another, a driver of the session's cluster (``tests/script_runner.py``)."""
+    runner = ScriptRunner({**os.environ, "RAY_ADDRESS": ray_cluster})
+    yield runner
+    runner.close()
 
 
 @pytest.fixture

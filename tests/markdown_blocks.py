@@ -1,5 +1,5 @@
 """The ```python blocks of a Markdown page (the README, a docs page), and how a test
-runs one: as pasted, in a fresh interpreter, on the session's cluster.
+runs one: as pasted, as a script of its own, on the session's cluster.
 
 A block runs alone unless the text just above it says it "continues the block
 above": then it runs after that block, as one script. Other blocks (shell, the
@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.script_runner import Run, RunnerTimeout, ScriptRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -122,24 +124,30 @@ def run_cases(blocks: list[Block]) -> list[object]:
     return cases
 
 
-def run_block(block: Block, ray_cluster: str, tmp_path: Path) -> None:
-    """Run a block as pasted, in a fresh interpreter: it must end with 0, leave no
-    topic behind and write nothing into its working directory."""
+def run_block(block: Block, ray_cluster: str, tmp_path: Path, runner: ScriptRunner) -> None:
+    """Run a block as pasted, on the session's cluster: it must end with 0, leave no
+    topic behind and write nothing into its working directory. It runs in the
+    interpreter ``runner`` keeps for the session's scripts (``tests/script_runner.py``),
+    unless it starts a Ray or a Spark of its own: then in a fresh interpreter."""
     import raytopic as rt
     from raytopic.transaction.registry import TRANSACTION_STATE
 
     topics_before = set(rt.list_topics())
+    timeout = 540 if block.needs_spark else 120
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", block.code],
-            cwd=tmp_path,
-            env={**os.environ, "RAY_ADDRESS": ray_cluster},
-            capture_output=True,
-            text=True,
-            timeout=540 if block.needs_spark else 120,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as hung:
+        if block.starts_a_ray or block.needs_spark:
+            done: subprocess.CompletedProcess[str] | Run = subprocess.run(
+                [sys.executable, "-c", block.code],
+                cwd=tmp_path,
+                env={**os.environ, "RAY_ADDRESS": ray_cluster},
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        else:
+            done = runner.run(code=block.code, cwd=tmp_path, timeout=timeout)
+    except (subprocess.TimeoutExpired, RunnerTimeout) as hung:
         output = hung.stderr or ""
         output = output.decode(errors="replace") if isinstance(output, bytes) else output
         pytest.fail(f"still running after {hung.timeout} s (a block must end):\n{output[-3000:]}")

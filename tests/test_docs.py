@@ -20,6 +20,7 @@ from tests.markdown_blocks import (
     run_block,
     run_cases,
 )
+from tests.script_runner import ScriptRunner
 
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
@@ -79,5 +80,11 @@ def test_a_block_that_is_an_example_script_is_it_verbatim(block: Block) -> None:
 
 
 @pytest.mark.parametrize("block", run_cases(BLOCKS))
-def test_the_block_runs(block: Block, ray_cluster: str, ray_session: None, tmp_path: Path) -> None:
-    run_block(block, ray_cluster, tmp_path)
+def test_the_block_runs(
+    block: Block,
+    ray_cluster: str,
+    ray_session: None,
+    script_runner: ScriptRunner,
+    tmp_path: Path,
+) -> None:
+    run_block(block, ray_cluster, tmp_path, script_runner)

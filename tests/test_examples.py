@@ -1,13 +1,14 @@
-"""Every script in ``examples/`` runs, as a user would run it, on the session's cluster."""
+"""Every script in ``examples/`` runs, as ``python examples/x.py`` runs it, on the
+session's cluster: one after another in the interpreter the session keeps for its
+scripts (``tests/script_runner.py``)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.script_runner import RunnerTimeout, ScriptRunner
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -41,16 +42,12 @@ def test_every_example_is_checked_here() -> None:
         assert script in (EXAMPLES.parent / test).read_text()
 
 
-@pytest.mark.slow  # each a script as a user runs it: a fresh interpreter, Ray and topics
+@pytest.mark.slow  # each a whole script: its topics, actors and tasks
 @pytest.mark.parametrize("script", sorted(EXPECTED))
-def test_the_example_runs(script: str, ray_cluster: str) -> None:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / script)],
-        env={**os.environ, "RAY_ADDRESS": ray_cluster},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+def test_the_example_runs(script: str, script_runner: ScriptRunner, tmp_path: Path) -> None:
+    try:
+        done = script_runner.run(path=EXAMPLES / script, cwd=tmp_path, timeout=300)
+    except RunnerTimeout as hung:
+        pytest.fail(f"still running after {hung.timeout} s:\n{hung.stderr[-3000:]}")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert EXPECTED[script] in done.stdout

@@ -18,6 +18,7 @@ from tests.markdown_blocks import (
     run_block,
     run_cases,
 )
+from tests.script_runner import ScriptRunner
 
 README = ROOT / "README.md"
 BLOCKS = page_blocks(README)
@@ -66,8 +67,14 @@ def test_a_block_that_is_an_example_script_is_it_verbatim() -> None:
 
 
 @pytest.mark.parametrize("block", run_cases(BLOCKS))
-def test_the_block_runs(block: Block, ray_cluster: str, ray_session: None, tmp_path: Path) -> None:
-    run_block(block, ray_cluster, tmp_path)
+def test_the_block_runs(
+    block: Block,
+    ray_cluster: str,
+    ray_session: None,
+    script_runner: ScriptRunner,
+    tmp_path: Path,
+) -> None:
+    run_block(block, ray_cluster, tmp_path, script_runner)
 
 
 def test_every_link_of_the_readme_reaches_a_file() -> None:
