@@ -22,8 +22,10 @@ Users of ``raytopic.spark`` meet none of these:
   The workers run this process's interpreter unless the user chose one.
 - **Quiet**: a library call prints nothing the user did not ask for. The
   JVMs get raytopic's log4j2 configuration (warnings and errors only)
-  unless the user names their own, and Spark's console progress bars are
-  off unless ``spark.ui.showConsoleProgress`` is set.
+  unless the user names their own, Spark's console progress bars are
+  off unless ``spark.ui.showConsoleProgress`` is set, and the INFO lines
+  Ray's core prints from Spark's driver JVM are left out
+  (``raytopic.bridge.jvm_stderr``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 
 import ray
 
+from raytopic.bridge.jvm_stderr import ray_core_info_left_out
 from raytopic.core.errors import InvalidArgumentError, TopicError
 
 logger = logging.getLogger(__name__)
@@ -249,7 +252,7 @@ def init_spark(
     # PySpark reads PYSPARK_PYTHON once, when the SparkContext starts, and gives
     # it to every Python function it ships (the setting alone is read only by
     # spark-submit); set for that moment only, the user's environment stays as it was.
-    with _environment(PYSPARK_PYTHON=python):
+    with _environment(PYSPARK_PYTHON=python), ray_core_info_left_out():
         session = raydp.init_spark(
             app_name, num_executors, executor_cores, executor_memory, configs=settings
         )

@@ -94,6 +94,9 @@ _NOISE = {
         r"Running Dataset|Starting execution|Data sink|execution finished"
     ),
     "Ray Data's no-CPU warning": re.compile(r"available CPUs"),
+    "Ray core's INFO lines from Spark's JVM": re.compile(
+        r"^\[\d{4}-\d\d-\d\d [\d:,]+ I \d+ \d+\] ", re.M
+    ),
 }
 
 
