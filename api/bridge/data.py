@@ -19,13 +19,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import ray
 from ray.data import DataContext, Dataset
-from ray.data.block import BlockAccessor, BlockMetadata
+from ray.data._internal.logical.interfaces import LogicalPlan
+from ray.data._internal.logical.operators import FromArrow
+from ray.data._internal.stats import DatasetStats
+from ray.data.block import BlockAccessor, BlockMetadata, BlockMetadataWithSchema
+from ray.data.dataset import MaterializedDataset
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
 from raytopic.bridge.quiet_data import quiet_dataset, quiet_write
@@ -229,11 +233,11 @@ def stream(
     the group takes it over and fences this one (its next commit raises
     NotOwnerError and ends its iteration).
 
-    While it catches up (``"available_now"``, or a full batch), the stream plans
-    the next batch and reads it into Ray's object store while the loop works on
-    the one in hand (one batch ahead, in a thread of the stream): its ``dataset``
-    is read when ``next()`` records it and hands it out. A stream that caught up
-    hands each batch out unread, as soon as it is planned.
+    While it catches up (``"available_now"`` from the start, or once a batch is
+    full), the stream plans the next batch and reads it into Ray's object store
+    while the loop works on the one in hand (one batch ahead, in a thread of the
+    stream): its ``dataset`` is read when ``next()`` records it and hands it out.
+    A stream that caught up hands each batch out unread, as soon as it is planned.
 
     Args:
         topic: The topic.
@@ -284,10 +288,7 @@ def stream(
             ),
             None,
         ),
-        read_ahead=lambda pieces: (
-            read_now(topic, pieces, quiet=quiet, skip_poison=skip_poison),
-            None,
-        ),
+        read_ahead=lambda pieces: start_read(topic, pieces, quiet=quiet, skip_poison=skip_poison),
         timeout=timeout,
     )
 
@@ -297,41 +298,55 @@ STREAM_TASK_ROWS = 50_000
 more than a small batch's rows): a batch of 100,000 is read by two tasks."""
 
 
-def read_now(
+def start_read(
     topic: Topic, pieces: list[ChannelRange], *, quiet: bool = True, skip_poison: bool = False
-) -> Dataset:
-    """A micro-batch read ahead: ``pieces`` read now by plain Ray tasks (a task per
-    ``READ_AHEAD_TASK_ROWS``) into the object store, and returned once read,
-    as a materialized Dataset of their blocks (a Ray Data job per batch read ahead
-    would cost a batch's worth of the driver's time). If a task fails, the batch's
-    lazy dataset instead: the caller's own read of it meets the failure, as
-    without reading ahead."""
+) -> Callable[[], tuple[Dataset, None]]:
+    """A micro-batch read ahead: ``pieces`` read from now on by plain Ray tasks (a task
+    per ``READ_AHEAD_TASK_ROWS``) into the object store (a Ray Data job per batch read
+    ahead would cost a batch's worth of the driver's time). Returns what waits for
+    the tasks and gives the batch's ``(dataset, None)``: a materialized Dataset of
+    their blocks, or, if a task failed, the batch's lazy dataset (the caller's own
+    read of it meets the failure, as without reading ahead)."""
     tasks = pack(pieces, READ_AHEAD_TASK_ROWS)
     # Each an ObjectRefGenerator (Ray types .remote() as one ObjectRef).
     reads: list[Any] = [_read_task.remote(topic, task, skip_poison) for task in tasks]
-    blocks = [block for read in reads for block in read]  # once each task is done
-    failures = [failure for block in blocks if (failure := _failure(block)) is not None]
-    if failures:
-        logger.warning(
-            "a stream's batch could not be read ahead (%s): it is read when used", failures[0]
+
+    def finish() -> tuple[Dataset, None]:
+        blocks, described = [], []
+        for read in reads:  # a task's yields: each block, then its metadata
+            refs = list(read)  # once the task is done
+            blocks += refs[0::2]
+            # A task that failed yields its error last: where a block would stand.
+            described += refs[1::2] + refs[len(refs) - len(refs) % 2 :]
+        try:
+            metadata = ray.get(described)
+        except ray.exceptions.RayError as error:
+            logger.warning(
+                "a stream's batch could not be read ahead (%s): it is read when used", error
+            )
+        else:
+            if blocks:
+                dataset = _materialized(blocks, metadata)
+                return quiet_dataset(dataset) if quiet else dataset, None
+        # Failed, or nothing read: as a batch not read ahead is.
+        lazy = ranges_dataset(
+            topic, pieces, task_rows=STREAM_TASK_ROWS, quiet=quiet, skip_poison=skip_poison
         )
-    elif blocks:
-        dataset = ray.data.from_arrow_refs(blocks)
-        return quiet_dataset(dataset) if quiet else dataset
-    # Failed, or nothing read: as a batch not read ahead is.
-    return ranges_dataset(
-        topic, pieces, task_rows=STREAM_TASK_ROWS, quiet=quiet, skip_poison=skip_poison
-    )
+        return lazy, None
+
+    return finish
 
 
-def _failure(block: ray.ObjectRef[pa.Table]) -> ray.exceptions.RayError | None:
-    """The error a read-ahead task left in place of ``block``, if it failed (the
-    table is mapped from the object store, not copied)."""
-    try:
-        ray.get(block)
-    except ray.exceptions.RayError as error:
-        return error
-    return None
+def _materialized(blocks: list[Any], metadata: list[Any]) -> MaterializedDataset:
+    """A Dataset of ``blocks`` (refs of tables read already), as
+    ``ray.data.from_arrow_refs`` makes it, with ``metadata`` (each one's
+    ``BlockMetadataWithSchema``) the read tasks gave: ``from_arrow_refs`` asks a
+    task of a whole CPU per block for it, which waits while the caller's job on the
+    batch in hand holds a CPU of a small machine."""
+    context = DataContext.get_current().copy()
+    plan = LogicalPlan(FromArrow(blocks, metadata), context)
+    stats = DatasetStats(metadata={"FromArrow": metadata}, parent=None)
+    return MaterializedDataset(plan, context, stats)
 
 
 READ_AHEAD_TASK_ROWS = 200_000
@@ -345,12 +360,12 @@ the caller's job on the batch in hand a CPU on a small machine."""
 
 
 @ray.remote(num_cpus=STREAM_READ_CPUS)
-def _read_task(topic: Topic, pieces: list[ChannelRange], skip_poison: bool) -> Iterator[pa.Table]:
-    """A read-ahead task: the blocks of ``pieces``, one object each."""
-    # Not "yield from": Ray's generator task calls send(), which a list's iterator
-    # (the tables combine() returns) does not have.
-    for table in _reader(topic, pieces, skip_poison)():  # noqa: UP028
+def _read_task(topic: Topic, pieces: list[ChannelRange], skip_poison: bool) -> Iterator[Any]:
+    """A read-ahead task: the blocks of ``pieces``, one object each, each followed by
+    its metadata (a small object)."""
+    for table in _reader(topic, pieces, skip_poison)():
         yield table
+        yield BlockMetadataWithSchema.from_block(table)
 
 
 class TopicDatasink(Datasink[tuple[dict[int, int], int]]):

@@ -29,7 +29,7 @@ import logging
 import pickle
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,7 @@ from raytopic.core.records import PublishSummary
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from ray.data import Dataset
 
 logger = logging.getLogger(__name__)
 
@@ -455,14 +456,23 @@ def ranges_dataframe(spark: SparkSession, topic: Topic, ranges: list[ChannelRang
     spark_schema = from_arrow_schema(schema)
     if not ranges:
         return spark.createDataFrame([], spark_schema)
-    # As many tasks as Spark runs at once (each reads several ranges in turn):
-    # a Spark task costs more to start than a range costs to read.
-    tasks = min(len(ranges), max(1, spark.sparkContext.defaultParallelism))
+    # As many tasks as Spark runs at once (each reads several ranges in turn), and
+    # no more than a task per SPARK_TASK_ROWS: a Spark task costs more to start
+    # than a range costs to read (a micro-batch of 100,000 rows is one task).
+    rows = sum(piece.rows for piece in ranges)
+    tasks = min(
+        len(ranges), max(1, spark.sparkContext.defaultParallelism), -(-rows // SPARK_TASK_ROWS)
+    )
     plan = spark.sparkContext.parallelize([tuple(piece) for piece in ranges], numSlices=tasks).toDF(
         "channel int, first long, stop long"
     )
     job = _ReadRanges(_TopicAddress.of(topic), schema.serialize().to_pybytes())
     return plan.mapInArrow(job, spark_schema)
+
+
+SPARK_TASK_ROWS = 200_000
+"""Positions a Spark read task reads at least before the read takes another task (a
+task and its Python worker cost more than reading 100,000 rows in it)."""
 
 
 def _sample_schema(topic: Topic, ranges: list[ChannelRange]) -> pa.Schema:
@@ -540,6 +550,16 @@ def stream(
     from raytopic.bridge.data import ranges_dataset
 
     _check_session(spark)
+
+    def read(pieces: list[ChannelRange]) -> tuple[Dataset, DataFrame]:
+        return ranges_dataset(topic, pieces), ranges_dataframe(spark, topic, pieces)
+
+    def read_ahead(pieces: list[ChannelRange]) -> Callable[[], tuple[Dataset, DataFrame]]:
+        # Planned in the stream's thread (its schema sampled, its plan made); Spark
+        # reads the rows when the caller's job runs, as read_topic's.
+        planned = read(pieces)
+        return lambda: planned
+
     return open_stream(
         topic,
         group,
@@ -547,9 +567,7 @@ def stream(
         max_rows_per_batch=max_rows_per_batch,
         start=start,
         fail_on_data_loss=fail_on_data_loss,
-        reader=lambda pieces: (
-            ranges_dataset(topic, pieces),
-            ranges_dataframe(spark, topic, pieces),
-        ),
+        reader=read,
+        read_ahead=read_ahead,
         timeout=timeout,
     )

@@ -22,16 +22,19 @@ One batch, step by step:
    channel marks the batch committed and moves the group's commit to the end of
    its range, in one durable write: again one call to a lead channel.
 
-One batch ahead while catching up (``"available_now"``, or the batch handed out
-was full): once a batch is handed out, a thread of the stream plans the next one
-(step 1: it starts where the batch in hand ends) and, with ``read_ahead`` (the
-Ray Data form), reads it (step 3, into the object store) while the caller works
-on the batch in hand. ``next()`` then commits the batch in hand and records the
-planned one in one step (steps 4 and 2: one call to the lead, one write at each
-channel, the commit first), and hands it out: the offset log sees the same steps
-in the same order, and nothing is handed out before it is recorded. A planned
-batch is no promise: if the stream ends first it was never recorded, and the next
-stream plans its own.
+Batches ahead while catching up (``"available_now"`` from the start, or once a
+batch handed out was full): a thread of the stream plans the next batches, up to
+``READ_AHEAD_BATCHES`` not taken by ``next()`` yet, each starting where the one
+before it ends (step 1), and starts each one's read with ``read_ahead`` (step 3:
+the Ray Data form reads it into the object store; the Spark form plans its
+DataFrame) while the caller works on the batch in hand. ``next()`` takes the
+first planned batch, waits for what is left of its read, commits the batch in
+hand and records the planned one in one step (steps 4 and 2: one call to the
+lead, one write at each channel, the commit first), and hands it out: the offset
+log sees the same steps in the same order, one batch in flight, and nothing is
+handed out before it is recorded. A planned batch is no promise: if the stream
+ends first it was never recorded, and the next stream plans its own (a batch to
+hand out again is read ahead too, as the first).
 
 A stream that opens asks the coordinator for its group
 (``raytopic.bridge.stream_claim``): the coordinator, which decides who consumes
@@ -49,6 +52,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -90,25 +94,45 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AVAILABLE_NOW", "BatchReader", "MicroBatch", "Stream", "split_rows"]
+__all__ = [
+    "AVAILABLE_NOW",
+    "READ_AHEAD_BATCHES",
+    "BatchReader",
+    "MicroBatch",
+    "ReadAhead",
+    "Stream",
+    "split_rows",
+]
 
 AVAILABLE_NOW = "available_now"
 """The trigger that reads what is there when the stream opens, then ends."""
 
 BatchReader = Callable[[list[ChannelRange]], tuple["Dataset", Any]]
 """Makes a batch's ``(dataset, dataframe)`` from the pieces its ranges are read in
-(the dataframe None in the Ray Data form). A stream's ``read_ahead`` reader runs in
-the stream's thread, before the batch is recorded, and returns once it is read."""
+(the dataframe None in the Ray Data form)."""
+
+ReadAhead = Callable[[list[ChannelRange]], Callable[[], tuple["Dataset", Any]]]
+"""Starts reading a batch planned ahead (in the stream's thread, before the batch is
+recorded) and returns what waits for the read and gives its ``(dataset,
+dataframe)`` (called by the ``next()`` that hands the batch out, before it
+records it)."""
+
+READ_AHEAD_BATCHES = 1
+"""Batches a stream catching up holds planned (and read, or being read) and not yet
+taken by ``next()``, at most; the next one is planned as soon as ``next()`` takes
+one. A read of 100,000 rows by one task takes ~30 ms, a fraction of the caller's
+Ray Data job on a batch (~100 ms): one ahead keeps the caller from waiting, and
+holds no more of the object store."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Planned:
     """A batch planned (not recorded yet): its record, the pieces its ranges are read
-    in, and, once read ahead, its ``(dataset, dataframe)``."""
+    in, and, when read ahead, what waits for its ``(dataset, dataframe)``."""
 
     record: MicroBatchRecord
     pieces: list[ChannelRange]
-    read: tuple[Dataset, Any] | None
+    read: Callable[[], tuple[Dataset, Any]] | None
 
 
 def split_rows(backlog: Mapping[int, int], max_rows: int) -> dict[int, int]:
@@ -230,7 +254,7 @@ class Stream:
         start_latest: bool,
         fail_on_data_loss: bool,
         reader: BatchReader,
-        read_ahead: BatchReader | None = None,
+        read_ahead: ReadAhead | None = None,
         timeout: float = 30.0,
     ) -> None:
         self._topic = topic
@@ -240,7 +264,10 @@ class Stream:
         self._fail_on_data_loss = fail_on_data_loss
         self._reader = reader
         self._read_ahead = read_ahead
-        self._ahead: Future[_Planned | None] | None = None  # the next batch, being planned
+        # The batches planned ahead, in order (their planning thread appends them).
+        self._ahead: deque[Future[_Planned | None]] = deque()
+        self._planning = False  # a thread plans ahead (it ends with False)
+        self._planner = threading.Condition()  # guards _ahead and _planning
         self._channels = range(topic.channel_count)
         self._stop = threading.Event()
         self._ended = False
@@ -249,6 +276,8 @@ class Stream:
         self._handed: MicroBatchRecord | None = None  # handed out, not committed yet
         self._due = 0.0  # monotonic time of the next planned batch (a timed trigger)
         self._open(start_latest, timeout)
+        if self._trigger is None:  # catching up from the start: the first batch too
+            self._plan_ahead()
 
     # -- opening ------------------------------------------------------------------------
 
@@ -322,7 +351,7 @@ class Stream:
                 self._stepping = False
                 if self._ended:
                     self._claim.end()
-                elif batch is not None and self._behind(batch):
+                elif batch is not None and self._full(batch._record):
                     self._plan_ahead()
         if batch is None:
             raise StopIteration
@@ -332,59 +361,88 @@ class Stream:
         """The batch in hand committed and the next one handed out: in one step when
         the next one was planned ahead, else the commit first (the next one is planned
         after it: a stream that caught up commits before it waits for the trigger)."""
-        ahead, self._ahead = self._ahead, None
         if self._stop.is_set():
             self._commit_handed()
             return None
-        if self._replay is not None:  # the first batch: nothing in hand
-            record, self._replay = self._replay, None
-            views = self._views()
-            return self._hand_out(_Planned(record, self._pieces(record, views), None))
+        ahead = self._next_ahead()
         if ahead is not None:
             try:
                 planned = ahead.result()
             except BaseException:
                 self._commit_handed()  # done all the same
                 raise
-            if planned is not None:
-                return self._hand_out(planned)
+            if planned is None:  # the end: "available_now" read everything, or stop()
+                self._commit_handed()
+                return None
+            return self._hand_out(planned)
         self._commit_handed()
-        planned = self._planned(read=False) if ahead is None else None
+        planned = self._planned(read=False)
         return None if planned is None else self._hand_out(planned)
 
-    def _behind(self, batch: MicroBatch) -> bool:
-        """Whether the stream is catching up (``"available_now"``, or a batch as full
-        as ``max_rows_per_batch`` allows): then the next batch is planned (and read)
-        ahead. A stream that caught up plans each batch when ``next()`` asks, over
-        the freshest tails, and hands it out unread (its rows sooner in hand)."""
-        positions = sum(end - start for start, end in batch.ranges.values())
-        return self._trigger is None or positions >= self._max_rows
+    def _next_ahead(self) -> Future[_Planned | None] | None:
+        """The first batch planned ahead (waiting for the thread planning it to add
+        it), or None when none is and no thread plans ahead."""
+        with self._planner:
+            self._planner.wait_for(lambda: self._ahead or not self._planning)
+            return self._ahead.popleft() if self._ahead else None
+
+    def _full(self, record: MicroBatchRecord) -> bool:
+        """Whether the stream is catching up after ``record`` (``"available_now"``,
+        or a batch as full as ``max_rows_per_batch`` allows): then the batches after it
+        are planned (and read) ahead. A stream that caught up plans each batch when
+        ``next()`` asks, over the freshest tails, and hands it out unread (its rows
+        sooner in hand)."""
+        return self._trigger is None or record.width >= self._max_rows
 
     def _plan_ahead(self) -> None:
-        """Plan (and with ``read_ahead`` read) the next batch in a thread of its own
-        while the caller works on the one just handed out (called holding ``_steps``;
-        ``stop()`` ends the thread's wait for the trigger)."""
-        if self._stop.is_set():
-            return
-        ahead: Future[_Planned | None] = Future()
+        """Plan (and with ``read_ahead`` start reading) the next batches in a thread of
+        the stream while the caller works on the one in hand, up to
+        ``READ_AHEAD_BATCHES`` not handed out, and while they are full (``stop()``
+        ends the thread's wait for the trigger)."""
+        with self._planner:
+            if self._planning or self._stop.is_set():
+                return
+            self._planning = True
+        threading.Thread(
+            target=self._plan_batches, name="raytopic-stream-plan", daemon=True
+        ).start()
 
-        def plan() -> None:
+    def _plan_batches(self) -> None:
+        """The planning thread: each batch's future goes into ``_ahead`` before it is
+        planned, so ``next()`` finds the batches in order (an error is raised by the
+        ``next()`` that takes it, and ends the planning)."""
+        more = True
+        while more:
+            with self._planner:
+                if len(self._ahead) >= READ_AHEAD_BATCHES or self._stop.is_set():
+                    break
+                ahead: Future[_Planned | None] = Future()
+                self._ahead.append(ahead)
+                self._planner.notify_all()
             try:
-                ahead.set_result(self._planned(read=True))
+                planned = self._planned(read=True)
             except BaseException as error:  # raised by the next() that takes it
                 ahead.set_exception(error)
-
-        threading.Thread(target=plan, name="raytopic-stream-plan", daemon=True).start()
-        self._ahead = ahead
+                break
+            ahead.set_result(planned)
+            more = planned is not None and self._full(planned.record)
+        with self._planner:
+            self._planning = False
+            self._planner.notify_all()
 
     def _planned(self, *, read: bool) -> _Planned | None:
-        """The next batch, planned over what the channels hold once the trigger says
-        it is due (None: ``"available_now"`` read everything, or ``stop()``), and
-        with ``read`` read (its ``(dataset, dataframe)`` made).
+        """The next batch: the one to hand out again first, else one planned over what
+        the channels hold once the trigger says it is due (None: ``"available_now"``
+        read everything, or ``stop()``); with ``read``, its read started. The batches
+        after it start where it ends.
 
         Raises:
             DataLossError: it crosses lost elements and ``fail_on_data_loss``.
         """
+        record = self._replay
+        if record is not None:  # planned by an earlier stream: its ranges are set
+            self._replay = None
+            return self._read(record, self._views(), read)
         while True:
             if self._trigger is not None:
                 if self._stop.wait(max(0.0, self._due - time.monotonic())):
@@ -395,11 +453,25 @@ class Stream:
             views = self._views()
             record = self._plan(views)
             if record is not None:
-                pieces = self._pieces(record, views)
-                reader = self._read_ahead if read else None
-                return _Planned(record, pieces, None if reader is None else reader(pieces))
+                planned = self._read(record, views, read)
+                self._next_id = record.batch_id + 1
+                for channel, _, end in record.ranges:
+                    self._starts[channel] = end
+                return planned
             if self._trigger is None:
                 return None  # "available_now": everything it saw is read
+
+    def _read(
+        self,
+        record: MicroBatchRecord,
+        views: dict[int, tuple[int, int, dict[str, Any]]],
+        read: bool,
+    ) -> _Planned:
+        """``record`` planned: its pieces, and with ``read`` (and ``read_ahead``) its
+        read started."""
+        pieces = self._pieces(record, views)
+        reader = self._read_ahead if read else None
+        return _Planned(record, pieces, None if reader is None else reader(pieces))
 
     def _plan(self, views: dict[int, tuple[int, int, dict[str, Any]]]) -> MicroBatchRecord | None:
         """The next batch over what the channels hold (None: nothing new)."""
@@ -424,13 +496,10 @@ class Stream:
         """Record the batch in the offset log (durably, in one step with the commit of
         the batch in hand if there is one), then hand it out."""
         record, pieces = planned.record, planned.pieces
+        dataset, dataframe = self._reader(pieces) if planned.read is None else planned.read()
         if self._handed is None or not self._commit(self._handed, then=record):
             self._step(RecordMicroBatch(self._group, self._claim.lease, record))
         self._handed = record
-        self._next_id = record.batch_id + 1
-        for channel, _, end in record.ranges:
-            self._starts[channel] = max(self._starts[channel], end)
-        dataset, dataframe = planned.read or self._reader(pieces)
         rows = sum(piece.rows for piece in pieces)
         return MicroBatch(self, record, rows, dataset, dataframe)
 
@@ -565,7 +634,7 @@ def open_stream(
     start: Start | StartName,
     fail_on_data_loss: bool,
     reader: BatchReader,
-    read_ahead: BatchReader | None = None,
+    read_ahead: ReadAhead | None = None,
     timeout: float = 30.0,
 ) -> Stream:
     """A stream on ``group`` of ``topic`` whose batches ``reader`` reads, its arguments

@@ -16,16 +16,18 @@ Cases (``rows`` rows x 3 columns: id, customer, amount; cached in Spark first):
     stream     the streams case's catch-up through ``raytopic.spark.stream`` (ten
                batches, each DataFrame written with ``write.parquet``) against
                ``read_topic(spark, topic).write.parquet`` of the same rows
-               (``raytopic.tools.bench_streams.spark_stream_figures``).
+               (``raytopic.tools.bench_streams.spark_stream_figures``; target
+               >= 0.4x; ``raytopic bench --spark --streams`` runs it alone).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
@@ -35,7 +37,7 @@ from raytopic.client.topic import Topic, create_topic
 from raytopic.tools.bench_common import Figure, at_least
 from raytopic.tools.bench_streams import spark_stream_figures
 
-__all__ = ["run_spark_benchmarks"]
+__all__ = ["run_spark_benchmarks", "run_spark_stream_benchmarks"]
 
 CHANNELS = 8
 PUBLISH_TARGET = at_least(0.5)
@@ -204,18 +206,13 @@ def run_spark_benchmarks(
         stream_batch_rows: ``max_rows_per_batch`` of the stream case (None: a
             tenth of ``rows``, as the streams case's 1,000,000 in batches of 100,000).
     """
-    from raytopic.bridge.spark_session import init_quiet_spark, stop_spark
-
     figures: list[Figure] = []
 
     def add(figure: Figure) -> None:
         figures.append(figure)
         report(figure)
 
-    owned = spark is None
-    if owned:
-        spark = init_quiet_spark("raytopic-bench")
-    try:
+    with _session(spark) as spark:
         orders = _orders(spark, rows)
         if warm_up:
             raydp_conversion(orders)
@@ -248,7 +245,32 @@ def run_spark_benchmarks(
         for figure in stream_figures(spark, orders, rows, channels, batch_rows, repeat):
             add(figure)
         orders.unpersist()
-    finally:
-        if owned:
-            stop_spark()
     return figures
+
+
+def run_spark_stream_benchmarks(
+    *, rows: int = 1_000_000, repeat: int = 3, report: Callable[[Figure], None] = print
+) -> list[Figure]:
+    """Only the stream case (``raytopic bench --spark --streams``), on Spark on Ray
+    started for the run: ``rows`` rows in batches of a tenth, 8 channels."""
+    with _session(None) as spark:
+        orders = _orders(spark, rows)
+        figures = stream_figures(spark, orders, rows, CHANNELS, -(-rows // 10), repeat)
+        orders.unpersist()
+    for figure in figures:
+        report(figure)
+    return figures
+
+
+@contextlib.contextmanager
+def _session(spark: Any) -> Iterator[Any]:
+    """``spark``, or Spark on Ray started for the run (and stopped after) if None."""
+    from raytopic.bridge.spark_session import init_quiet_spark, stop_spark
+
+    if spark is not None:
+        yield spark
+        return
+    try:
+        yield init_quiet_spark("raytopic-bench")
+    finally:
+        stop_spark()

@@ -18,7 +18,7 @@ Cases:
     spark     (``raytopic.tools.bench_spark``, with ``--spark``) the catch-up
               through ``raytopic.spark.stream``, each batch's DataFrame written
               with ``df.write.parquet``, against ``read_topic(spark, topic)
-              .write.parquet`` of the same rows.
+              .write.parquet`` of the same rows (target >= 0.4x).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ __all__ = [
     "LIVE_P50_SLACK",
     "LIVE_P99_SLACK",
     "QUICK_STREAMS",
+    "SPARK_CATCH_UP_TARGET",
     "StreamSettings",
     "run_stream_benchmarks",
     "spark_stream_figures",
@@ -55,6 +56,8 @@ CATCH_UP_TARGET = at_least(0.6)
 """A stream's catch-up in batches against one bounded read of the same rows: the
 offset log, the commits and a Ray Data (or Spark) job per batch should cost less
 than 40 %."""
+SPARK_CATCH_UP_TARGET = at_least(0.4)
+"""The same through Spark, whose job per batch costs more to start than Ray Data's."""
 LIVE_P50_SLACK = 2.0
 """Seconds a live row may wait for its batch at the median, beyond the trigger."""
 LIVE_P99_SLACK = 5.0
@@ -327,6 +330,6 @@ def spark_stream_figures(
             "rows/s",
             "read_topic(spark)",
             baseline,
-            target=CATCH_UP_TARGET,
+            target=SPARK_CATCH_UP_TARGET,
         ),
     ]

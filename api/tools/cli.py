@@ -124,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         "--spark",
         action="store_true",
         help="the Spark bridge cases instead (RayDP's conversions as baselines; --messages rows),"
-        " and rt.spark.stream's catch-up vs read_topic(spark)",
+        " and rt.spark.stream's catch-up vs read_topic(spark) (alone with --streams)",
     )
     bench.add_argument(
         "--shared",
@@ -445,7 +445,11 @@ def _bench(args: argparse.Namespace) -> int:
         figures.append(figure)
         print(format_figure(figure), flush=True)
 
-    if args.spark:
+    if args.spark and args.streams:
+        from raytopic.tools.bench_spark import run_spark_stream_benchmarks
+
+        run_spark_stream_benchmarks(rows=settings.messages, repeat=settings.repeat, report=report)
+    elif args.spark:
         from raytopic.tools.bench_spark import run_spark_benchmarks
 
         run_spark_benchmarks(rows=settings.messages, repeat=settings.repeat, report=report)

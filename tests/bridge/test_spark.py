@@ -18,7 +18,11 @@ import ray
 import raytopic as rt
 import raytopic.data as rd
 import raytopic.spark as rs
+from raytopic.bridge.spark import SPARK_TASK_ROWS, ranges_dataframe
+from raytopic.client.bulk import ChannelRange
 from raytopic.client.routing import channel_for_key
+from raytopic.tools.bench_common import at_least
+from raytopic.tools.bench_streams import SPARK_CATCH_UP_TARGET
 
 from tests.spark_settings import quick_jvm_configs
 from tests.topic_helpers import damage_a_middle_record, drain_group, get
@@ -363,6 +367,12 @@ def test_a_spark_stream_hands_out_dataframes_of_its_ranges_and_with_sink_is_exac
     first = next(rs.stream(spark, source, group="g", max_rows_per_batch=120))
     assert first.dataframe.columns == rs.read_topic(spark, source).columns
     assert first.dataframe.count() == first.rows == first.dataset.count() == 120
+    # Both channels' ranges in one Spark task: a task costs more than 120 rows (up to
+    # SPARK_TASK_ROWS) take to read; more rows take as many tasks as Spark runs at once.
+    assert first.dataframe.rdd.getNumPartitions() == 1
+    more = [ChannelRange(0, 0, SPARK_TASK_ROWS + 1), ChannelRange(1, 0, 1)]
+    tasks = ranges_dataframe(spark, source, more).rdd.getNumPartitions()
+    assert tasks == min(2, spark.sparkContext.defaultParallelism)
     assert publish(first) == 120
     # The driver dies here (nothing committed): the next stream hands batch 0 out again,
     # and the sink's channels skip what they have.
@@ -406,6 +416,7 @@ def test_the_spark_bench_reports_the_bridge_against_raydp(spark: Any) -> None:
     assert all(figure.value > 0 for figure in figures if "RSS" not in figure.case)
     verdict = format_verdict(figures)
     assert verdict.startswith("verdict: ") and "of 4 targets met" in verdict
+    assert figures[-1].target == SPARK_CATCH_UP_TARGET == at_least(0.4)  # the issue's
     assert spark.range(3).count() == 3  # the session it was given is still running
 
 

@@ -13,6 +13,7 @@ import pytest
 
 import raytopic as rt
 import raytopic.data as rd
+from raytopic.bridge import data as bridge_data
 from raytopic.bridge.data import pack, ranges_dataset
 from raytopic.bridge.streams import split_rows
 from raytopic.client.bulk import ChannelRange
@@ -176,6 +177,30 @@ def test_packed_read_tasks_read_exactly_the_ranges_elements(
         batch = next(stream)
         assert len(batch.ranges) == 2 and batch.dataset.materialize().num_blocks() == 1
         assert sorted(row["n"] for row in _rows(batch)) == list(range(100))
+
+
+def test_a_batch_read_ahead_in_several_tasks_is_exactly_its_ranges_elements(
+    topic: rt.Topic, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray.data.dataset import MaterializedDataset
+
+    starts = _published(topic, unique_name("g"), 100)
+    ends = next_sequences(topic)
+    ranges = [_range(c, starts[c], ends[c]) for c in range(2)]  # 50 each
+    monkeypatch.setattr(bridge_data, "READ_AHEAD_TASK_ROWS", 30)  # 30 | 20 + 30 | 20
+
+    dataset, dataframe = bridge_data.start_read(topic, ranges)()
+
+    assert isinstance(dataset, MaterializedDataset) and dataframe is None
+    # The tasks' metadata: counted and typed without running anything.
+    assert dataset.num_blocks() == 3 and dataset.count() == 100
+    assert dataset.schema().names == ["n", "key", "channel", "position", "timestamp"]
+    rows = dataset.take_all()
+    assert sorted((row["channel"], row["position"], row["n"]) for row in rows) == sorted(
+        (row["channel"], row["position"], row["n"])
+        for row in rd.read_topic(topic, start=starts, end=ends).take_all()
+    )
+    assert sorted(row["n"] for row in rows) == list(range(100))
 
 
 def test_a_batch_left_uncommitted_is_handed_out_again_first_and_fences_the_old_stream(
@@ -372,8 +397,9 @@ def test_the_next_batch_is_read_while_one_is_in_hand_and_recorded_only_when_hand
     group = unique_name("g")
     _published(topic, group, 60)
     old = rd.stream(topic, group=group, max_rows_per_batch=25)
-    first = next(old)
+    first = next(old)  # "available_now": planned and read from the start
     second = next(old)  # planned and read while the first was in hand
+    assert isinstance(first.dataset, MaterializedDataset)
     assert isinstance(second.dataset, MaterializedDataset)
     assert sorted((row["channel"], row["position"]) for row in _rows(second)) == [
         (c, p) for c, (start, end) in sorted(second.ranges.items()) for p in range(start, end)
