@@ -449,9 +449,10 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             concurrent.futures.wait([self._recording[-1][1]])  # recorded in order
 
     def _finish(self, outcomes: list[tuple[Any, Any, str, Any]], skip: set[str]) -> None:
-        """Move failed and unprocessable tasks to their queues; then, on the settling
-        thread while this one receives and starts the next batch, record the outcomes,
-        acknowledge what finished and nack the retries (after their backoff).
+        """Move failed and unprocessable tasks to their queues and send the outcomes to
+        the board; the settling thread waits for them to be held, then acknowledges
+        what finished and nacks the retries (after their backoff), while this thread
+        receives and starts the next batch.
 
         A moved task is recorded after its move: a replica that dies between the two
         moves it again when the task comes back (at least once, never lost).
