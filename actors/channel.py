@@ -174,6 +174,9 @@ PACKED_REQUESTS = CHANNEL_REQUESTS + TRANSACTION_REQUESTS + STREAM_REQUESTS
 REPORTED_REQUESTS = (Append, AppendPieces, AppendOnce, *TRANSACTION_REQUESTS)
 """Requests after which the channel reports its metrics (publishes and transactions)."""
 
+PUBLISHING_REQUESTS = (*REPORTED_REQUESTS, AddAll)
+"""Requests that make elements visible: the receives and fetches they woke answer first."""
+
 
 class ChannelActor:
     """One channel: ring buffer, cursors, group positions, receive sessions.
@@ -309,7 +312,8 @@ class ChannelActor:
     async def _serve(self, request: Any, payload: Payload | None) -> Any:
         """Every request, one way: admitted as its type's registration says, served
         by its handler as one unit of work (answered once what it changed is
-        durable), then the background jobs the state needs are started."""
+        durable; a publish after the receives it woke), then the background jobs the
+        state needs are started."""
         handler, admit = SERVED[type(request)]
         if self._failure is not None or not self._seeded.is_set():
             await self._recovery.admit(admit)
@@ -319,7 +323,8 @@ class ChannelActor:
         try:
             async with self._state.unit_of_work():
                 reply = await call_handler(handler, self, request, payload)
-            await self._context.answer_woken_first()  # e.g. an append: its receivers first
+            if isinstance(request, PUBLISHING_REQUESTS):
+                await self._context.answer_woken_first()
             return reply
         finally:
             self._tend()

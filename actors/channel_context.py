@@ -106,7 +106,9 @@ class ChannelContext:
         before the caller goes on: a request that made data visible answers after
         the receives it woke, whose replies are what a consumer waits for (the
         publisher's ack is not). One turn of the event loop: a woken call resumes
-        in the next one (no task between it and its wake-up, see :meth:`wait_change`)."""
+        in the next one (no task between it and its wake-up, see :meth:`wait_change`).
+        (A wake-up by an earlier request that does not ask, an ack's or a commit's,
+        costs the next one that asks this turn.)"""
         if self._woke:
             self._woke = False
             await asyncio.sleep(0)

@@ -14,11 +14,14 @@ from raytopic.core.payloads import PickledValues
 from raytopic.core.protocol import (
     Append,
     ChannelRequest,
+    Commit,
     OpenReader,
     ReadCursor,
     ReaderSpec,
     ReadRingFigures,
     Receive,
+    Take,
+    Watch,
     pack_request,
 )
 
@@ -89,6 +92,24 @@ def test_an_append_answers_after_the_fetch_it_woke_at_a_sibling() -> None:
         batch = await asyncio.wait_for(waiting, TIMEOUT)
         assert [(d.channel, d.first) for d in batch.deliveries] == [(1, 0)]
         home._host.sessions["a"].close()
+
+    asyncio.run(main())
+
+
+def test_a_commit_answers_in_its_own_turn_though_it_woke_a_watch() -> None:
+    # Only what makes data visible (a publish, a transaction's step) lets the calls it
+    # woke go first: acks and commits come by the element, and gain nothing from it.
+    async def main() -> None:
+        channel = ChannelActor(ONE_CHANNEL, 0)
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        await _ask(channel, *_append(0, ["x", "y"]))
+        await _ask(channel, Take("a", None, 1))
+        known = await _ask(channel, ReadCursor("a"))
+        watching = asyncio.ensure_future(_ask(channel, Watch("a", None, known, TIMEOUT)))
+        await asyncio.sleep(0.01)  # the watch waits for a change
+        await _ask(channel, Commit("a", 0, None))
+        assert not watching.done()
+        assert (await asyncio.wait_for(watching, TIMEOUT)).committed == 0
 
     asyncio.run(main())
 
