@@ -161,7 +161,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._consumer: threading.Thread | None = None
         self._subscriber: Any = None
         self._pool: ThreadPoolExecutor | None = None
-        self._settler: ThreadPoolExecutor | None = None  # records outcomes, then acks
+        self._acknowledger: ThreadPoolExecutor | None = None  # waits for outcomes, then acks
         self._recording: list[tuple[set[str], concurrent.futures.Future]] = []
 
     # -- set-up ------------------------------------------------------------------------
@@ -333,7 +333,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             group=CONSUMER_GROUP, mode="shared", window=2 * self._batch_size
         )
         self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="raytopic-task")
-        self._settler = ThreadPoolExecutor(1, thread_name_prefix="raytopic-settle")
+        self._acknowledger = ThreadPoolExecutor(1, thread_name_prefix="raytopic-ack")
         self._consumer = threading.Thread(target=self._consume, name="raytopic-tasks", daemon=True)
         self._consumer.start()
 
@@ -342,16 +342,16 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         outcomes on their way are recorded and acknowledged; wait for the thread up to
         ``timeout`` seconds (each)."""
         subscriber, consumer = self._subscriber, self._consumer
-        settling = [settled for _, settled in list(self._recording)]
-        concurrent.futures.wait(settling, timeout)  # else their tasks would go to others
+        acknowledging = [acked for _, acked in list(self._recording)]
+        concurrent.futures.wait(acknowledging, timeout)  # else their tasks would go to others
         if subscriber is not None:
             subscriber.close()  # a waiting receive completes empty: the loop ends
         if consumer is not None:
             consumer.join(timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=False)
-        if self._settler is not None:
-            self._settler.shutdown(wait=False)
+        if self._acknowledger is not None:
+            self._acknowledger.shutdown(wait=False)
         with self._publish_lock:
             if self._publisher is not None:
                 self._publisher.close()
@@ -450,7 +450,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
 
     def _finish(self, outcomes: list[tuple[Any, Any, str, Any]], skip: set[str]) -> None:
         """Move failed and unprocessable tasks to their queues and send the outcomes to
-        the board; the settling thread waits for them to be held, then acknowledges
+        the board; the acknowledging thread waits for them to be held, then acknowledges
         what finished and nacks the retries (after their backoff), while this thread
         receives and starts the next batch.
 
@@ -483,12 +483,14 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             if task is not None:
                 kept = result if status == SUCCESS else None if status == REVOKED else str(result)
                 recorded.append((task["id"], status, kept, task["created_at"]))
-        assert self._settler is not None
+        assert self._acknowledger is not None
         finishing = self._task_board().finish.remote(recorded) if recorded else None
-        settled = self._settler.submit(self._settle, finishing, done, retries)
-        self._recording.append(({task_id for task_id, *_ in recorded}, settled))
+        acked = self._acknowledger.submit(self._acknowledge_once_held, finishing, done, retries)
+        self._recording.append(({task_id for task_id, *_ in recorded}, acked))
 
-    def _settle(self, finishing: ray.ObjectRef | None, done: list, retries: list) -> None:
+    def _acknowledge_once_held(
+        self, finishing: ray.ObjectRef | None, done: list, retries: list
+    ) -> None:
         """Wait for the board to hold the outcomes, then acknowledge what finished and
         nack the retries: a task is acknowledged only once its outcome is held."""
         try:
@@ -503,7 +505,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 delay = self._settings.retry_backoff_s * 2 ** (element.delivery_count - 1)
                 self._subscriber.nack([element], delay=min(BACKOFF_MOST, delay))
         except Exception:  # not recorded: the tasks come back after ack_timeout
-            logger.exception("task queue %s: outcomes not settled", self._queue_name)
+            logger.exception("task queue %s: outcomes not recorded", self._queue_name)
 
     def _acked(self, acked: concurrent.futures.Future) -> None:
         if acked.exception() is not None:
