@@ -21,7 +21,11 @@ import raytopic as rt
 import raytopic.data as rd
 from raytopic.client.bulk import ChannelRange, ChannelReader
 
-from tests.topic_helpers import TIMEOUT, get
+from tests.topic_helpers import TIMEOUT, get, module_topic
+
+# The bad-timeout cases share one topic (each topic starts an actor per channel and a
+# coordinator): each opens a view of it, closes it, and checks no reader is left.
+one_channel = module_topic(channels=1)
 
 
 def _publish_versions(topic: rt.Topic, keys: int, versions: int, *, prefix: str = "k") -> None:
@@ -461,9 +465,9 @@ def test_a_destroyed_topic_makes_every_call_raise_topic_not_found(
     ],
 )
 def test_a_bad_timeout_is_refused_and_opens_nothing(
-    make_topic: Callable[..., rt.Topic], timeout: Any, error: type[Exception]
+    one_channel: rt.Topic, timeout: Any, error: type[Exception]
 ) -> None:
-    topic = make_topic(channels=1)
+    topic = one_channel
     before = set(_reader_threads())
     with pytest.raises(error, match="timeout"):
         topic.table(timeout=timeout)
