@@ -115,6 +115,31 @@ def test_task_state_survives_every_actor_of_its_queue(
         ray.get_actor(board_name(queue), namespace=namespace)
 
 
+def _doubling_while_its_log_stops(
+    tmp_path: Path, runs: list[int]
+) -> tuple[str, str, TopicTaskAdapter, rt.Topic, rt.ChannelStats, Any]:
+    """A queue (its board has read its log back) whose task "double" notes its
+    argument in ``runs``, SIGSTOPs the task log's channel (the outcome's write waits)
+    and doubles; one task of 21 enqueued, the consumer started. Returns the queue,
+    its namespace, the adapter, the task log, its channel's stats before the task
+    ran (its pid and epoch: the channel is stopped afterwards) and the task."""
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    adapter = _adapter(queue, namespace, tmp_path / "store")
+    adapter.get_task_status_sync("none")  # the board has read its log back
+    log = rt.get_topic(task_log_name(queue), namespace=namespace)
+    before = log.describe().channels[0]
+
+    def stop_the_log_then_double(n: int) -> int:
+        runs.append(n)
+        os.kill(before.pid, signal.SIGSTOP)
+        return 2 * n
+
+    adapter.register_task_handle(stop_the_log_then_double, "double")
+    task = adapter.enqueue_task_sync("double", [21])
+    adapter.start_consumer()
+    return queue, namespace, adapter, log, before, task
+
+
 @pytest.mark.slow
 def test_a_task_reads_success_only_once_its_outcome_is_on_the_task_log(
     ray_session: None, tmp_path: Path, wait_until: Any
@@ -123,21 +148,9 @@ def test_a_task_reads_success_only_once_its_outcome_is_on_the_task_log(
     # only then wrote the task log; a reader saw SUCCESS while the write was still
     # on its way (here: the log's channel stopped), and a board and log channel killed
     # right then took back a SUCCESS a client had seen.
-    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
-    adapter = _adapter(queue, namespace, tmp_path / "store")
-    adapter.get_task_status_sync("none")  # the board has read its log back
-    log = rt.get_topic(task_log_name(queue), namespace=namespace)
-    log_pid, epoch = log.describe().channels[0].pid, log.describe().channels[0].epoch
     runs: list[int] = []
-
-    def stop_the_log_then_double(n: int) -> int:
-        runs.append(n)
-        os.kill(log_pid, signal.SIGSTOP)  # the outcome's write waits
-        return 2 * n
-
-    adapter.register_task_handle(stop_the_log_then_double, "double")
-    task = adapter.enqueue_task_sync("double", [21])
-    adapter.start_consumer()
+    queue, namespace, adapter, log, before, task = _doubling_while_its_log_stops(tmp_path, runs)
+    log_pid, epoch = before.pid, before.epoch
     try:
         wait_until(lambda: runs == [21], timeout=60)
         seen = [adapter.get_task_status_sync(task.id).status for _ in range(3)]
@@ -163,20 +176,9 @@ def test_a_read_of_a_task_whose_outcome_is_on_its_way_answers_once_the_log_holds
     # Before: the board answered STARTED while the outcome's write was on its way to the
     # task log, and a reader learnt of SUCCESS only at its next read (a poll later: issue
     # 47 item 3). Now the read waits for that write (up to READ_WAIT) and answers SUCCESS.
-    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
-    adapter = _adapter(queue, namespace, tmp_path / "store")
-    adapter.get_task_status_sync("none")  # the board has read its log back
-    log = rt.get_topic(task_log_name(queue), namespace=namespace)
-    log_pid = log.describe().channels[0].pid
+    queue, namespace, adapter, _, before, task = _doubling_while_its_log_stops(tmp_path, [])
+    log_pid = before.pid
     board = ray.get_actor(board_name(queue), namespace=namespace)
-
-    def stop_the_log_then_double(n: int) -> int:
-        os.kill(log_pid, signal.SIGSTOP)  # the outcome's write waits
-        return 2 * n
-
-    adapter.register_task_handle(stop_the_log_then_double, "double")
-    task = adapter.enqueue_task_sync("double", [21])
-    adapter.start_consumer()
     try:
         wait_until(lambda: get(board.counts.remote()).get("SUCCESS") == 1, timeout=60)  # decided
         with ThreadPoolExecutor(1) as reader:
