@@ -62,14 +62,10 @@ from raytopic.core.protocol import (
 )
 from raytopic.core.shared_group import SharedGroup
 
+from tests.actors.channel_calls import TWO_CHANNELS, ask
+
 CONFIG = TopicConfig("t", "ns", "t0pic1d", 1, 100_000, True, None, Overflow.BLOCK, ())
-TWO_CHANNELS = TopicConfig("t", "ns", "t0pic1d", 2, 1000, True, None, Overflow.BLOCK, ())
 MEMBER = Lease("m", 1)
-
-
-async def _ask(channel: ChannelActor, request: ChannelRequest, payload: Any = None) -> Any:
-    """A handle's data-path call, through the channel's entry (as Ray would make it)."""
-    return await channel.request(pack_request(request), payload)
 
 
 def _in_process(actor: ChannelActor, reply_delay: float = 0.0) -> Callable[..., Any]:
@@ -77,7 +73,7 @@ def _in_process(actor: ChannelActor, reply_delay: float = 0.0) -> Callable[..., 
     would make it); its reply takes a while."""
 
     async def call(request: ChannelRequest) -> Any:
-        result = await _ask(actor, request)
+        result = await ask(actor, request)
         if reply_delay:
             await asyncio.sleep(reply_delay)
         return result
@@ -143,8 +139,8 @@ async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, Re
     await _group_member([home, sibling], [home, sibling] if home_owned else [sibling], window=3)
     owned = {0: MEMBER, 1: MEMBER} if home_owned else {1: MEMBER}
     home._session("m", (1, owned))
-    await _ask(sibling, Append("publisher", 0, "block", 1.0, False), _payloads(range(3)))
-    received = await _ask(home, Receive("m", "s", 0, 3, False))
+    await ask(sibling, Append("publisher", 0, "block", 1.0, False), _payloads(range(3)))
+    received = await ask(home, Receive("m", "s", 0, 3, False))
     assert sum(d.count for d in received.deliveries) == 3
     return home, home._host.sessions["m"]
 
@@ -184,7 +180,7 @@ def test_a_full_window_waits_while_the_host_channel_changes_owner(
     async def main() -> None:
         home, session = await _member_with_a_full_window(home_owned)
         _fail_on_spinning(session)
-        waiting = asyncio.ensure_future(_ask(home, Receive("m", "s", 1, 1, True)))
+        waiting = asyncio.ensure_future(ask(home, Receive("m", "s", 1, 1, True)))
         await asyncio.sleep(0.05)
         await move(home)
         await asyncio.sleep(0.05)
@@ -202,14 +198,14 @@ def test_a_filtered_reader_with_a_window_is_not_held_by_the_misses() -> None:
         keep = cloudpickle.dumps(lambda value: value >= 100)
         spec = ReaderSpec(None, False, filter=keep, complete_on_empty=True, window=5)
         await channel.control(OpenReader("r", spec))
-        await _ask(channel, Append("publisher", 0, "block", 1.0, False), _payloads(range(20)))
-        nothing = await _ask(channel, Receive("r", "s", 0, 1, True))
+        await ask(channel, Append("publisher", 0, "block", 1.0, False), _payloads(range(20)))
+        nothing = await ask(channel, Receive("r", "s", 0, 1, True))
         assert [d.count for d in nothing.deliveries] == []
-        assert (await _ask(channel, ReadCursor("r"))).unacked == 0
-        await _ask(channel, Append("publisher", 1, "block", 1.0, False), _payloads([500]))
-        match = await asyncio.wait_for(_ask(channel, Receive("r", "s", 1, 1, True)), 2.0)
+        assert (await ask(channel, ReadCursor("r"))).unacked == 0
+        await ask(channel, Append("publisher", 1, "block", 1.0, False), _payloads([500]))
+        match = await asyncio.wait_for(ask(channel, Receive("r", "s", 1, 1, True)), 2.0)
         assert [d.count for d in match.deliveries] == [1]
-        assert (await _ask(channel, ReadCursor("r"))).unacked == 1
+        assert (await ask(channel, ReadCursor("r"))).unacked == 1
 
     asyncio.run(main())
 
@@ -226,16 +222,16 @@ def _refuse_poison(value: Any) -> bool:
 def test_a_failing_take_moves_back_what_the_other_channels_took_before_it_answers() -> None:
     async def main() -> None:
         home, sibling = await _anonymous_pair()
-        await _ask(home, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
-        await _ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
+        await ask(home, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
+        await ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
 
         async def failed(request: ChannelRequest) -> Any:  # as a failed sibling's guard answers
             raise ChannelFailedError("its store failed")
 
         home._host.ports[1] = RemotePort(1, failed)
         with pytest.raises(ChannelFailedError, match="its store failed"):
-            await _ask(home, Receive("a", "s", 0, 4000, False, True))  # an iteration's receive
-        assert (await _ask(home, ReadCursor("a"))).next == 0  # the 600 are back
+            await ask(home, Receive("a", "s", 0, 4000, False, True))  # an iteration's receive
+        assert (await ask(home, ReadCursor("a"))).next == 0  # the 600 are back
 
     asyncio.run(main())
 
@@ -243,14 +239,14 @@ def test_a_failing_take_moves_back_what_the_other_channels_took_before_it_answer
 def test_a_poison_element_at_a_sibling_is_told_after_what_the_others_handed_over() -> None:
     async def main() -> None:
         home, sibling = await _anonymous_pair(keep=_refuse_poison)
-        await _ask(home, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
-        await _ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(["poison", "after"]))
-        taken = await _ask(home, Receive("a", "s", 0, 4000, False, True))  # an iteration's receive
+        await ask(home, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
+        await ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(["poison", "after"]))
+        taken = await ask(home, Receive("a", "s", 0, 4000, False, True))  # an iteration's receive
         assert _values(taken) == [(0, 0, 600)]
         with pytest.raises(PoisonElementError, match="fails on one value") as told:
-            await _ask(home, Receive("a", "s", 1, 4000, False, True))
+            await ask(home, Receive("a", "s", 1, 4000, False, True))
         assert (told.value.channel, told.value.position.sequence) == (1, 0)
-        assert (await _ask(sibling, ReadCursor("a"))).next == 0  # it stays before the poison
+        assert (await ask(sibling, ReadCursor("a"))).next == 0  # it stays before the poison
 
     asyncio.run(main())
 
@@ -260,10 +256,10 @@ def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> No
         home, sibling = _wired(TWO_CHANNELS)
         await _group_member([home, sibling], granted=[home, sibling])
         for channel in (home, sibling):
-            await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
+            await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
         home._session("m", (1, {0: MEMBER, 1: MEMBER}))
         await sibling.control(Grant("g", Lease("other", 2)))  # the rebalance, then the view ...
-        receiving = asyncio.ensure_future(_ask(home, Receive("m", "s", 0, 4000, False, True)))
+        receiving = asyncio.ensure_future(ask(home, Receive("m", "s", 0, 4000, False, True)))
         view = {"m": {0: MEMBER}}
         asyncio.get_running_loop().call_soon(
             lambda: asyncio.ensure_future(home.control(UpdateViews("g", 5, view)))
@@ -276,13 +272,13 @@ def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> No
 def test_a_cancelled_receive_gives_back_before_the_next_receive_takes() -> None:
     async def main() -> None:
         home, sibling = await _anonymous_pair(reply_delay=0.02)
-        await _ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(range(20)))
-        first = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, False)))
-        second = asyncio.ensure_future(_ask(home, Receive("a", "s", 1, 10, False)))
+        await ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(range(20)))
+        first = asyncio.ensure_future(ask(home, Receive("a", "s", 0, 10, False)))
+        second = asyncio.ensure_future(ask(home, Receive("a", "s", 1, 10, False)))
         await asyncio.sleep(0.005)  # the first take ran at the sibling; its reply is on the way
         first.cancel()  # what ray.cancel does to an async actor call
         assert _values(await second) == [(1, 0, 10)]  # 0..9 again, not 10..19
-        third = await _ask(home, Receive("a", "s", 2, 10, False))
+        third = await ask(home, Receive("a", "s", 2, 10, False))
         assert _values(third) == [(1, 10, 10)]
 
     asyncio.run(main())
@@ -291,17 +287,17 @@ def test_a_cancelled_receive_gives_back_before_the_next_receive_takes() -> None:
 def test_a_give_back_after_a_seek_does_not_undo_the_seek() -> None:
     async def main() -> None:
         home, sibling = await _anonymous_pair(reply_delay=0.02)
-        await _ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(range(10)))
-        taking = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, False)))
+        await ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(range(10)))
+        taking = asyncio.ensure_future(ask(home, Receive("a", "s", 0, 10, False)))
         await asyncio.sleep(0.005)  # 0..9 taken at the sibling; the reply is on the way
         taking.cancel()
         await asyncio.sleep(0)
-        await _ask(home, PauseReceives("a", "s", 0))
-        await _ask(sibling, Seek("a", None, 1 << 62, False, False))  # seek_to_tail: next stays 10
+        await ask(home, PauseReceives("a", "s", 0))
+        await ask(sibling, Seek("a", None, 1 << 62, False, False))  # seek_to_tail: next stays 10
         await asyncio.sleep(0.1)  # the give-back arrives, and is refused
-        assert (await _ask(sibling, ReadCursor("a"))).next == 10
-        await _ask(sibling, Append("p", 1, "block", 1.0, False), _payloads(["after"]))
-        after = await asyncio.wait_for(_ask(home, Receive("a", "s", 1, 10, False)), 2.0)
+        assert (await ask(sibling, ReadCursor("a"))).next == 10
+        await ask(sibling, Append("p", 1, "block", 1.0, False), _payloads(["after"]))
+        after = await asyncio.wait_for(ask(home, Receive("a", "s", 1, 10, False)), 2.0)
         assert _values(after) == [(1, 10, 1)]
 
     asyncio.run(main())
@@ -313,12 +309,12 @@ def test_a_pause_opens_a_session_only_for_receives_still_out() -> None:
     # and the pause waits for them; none out, a new session would wait for nothing.
     async def main() -> None:
         home, _ = await _anonymous_pair()
-        await asyncio.wait_for(_ask(home, PauseReceives("a", "s", 0)), 2.0)
+        await asyncio.wait_for(ask(home, PauseReceives("a", "s", 0)), 2.0)
         assert "a" not in home._host.sessions
-        pausing = asyncio.ensure_future(_ask(home, PauseReceives("a", "s", 0, True)))
+        pausing = asyncio.ensure_future(ask(home, PauseReceives("a", "s", 0, True)))
         await asyncio.sleep(0.05)
         assert "a" in home._host.sessions and not pausing.done()  # waits for receive 0
-        assert _values(await _ask(home, Receive("a", "s", 0, 10, False))) == []
+        assert _values(await ask(home, Receive("a", "s", 0, 10, False))) == []
         await asyncio.wait_for(pausing, 2.0)
 
     asyncio.run(main())
@@ -329,11 +325,11 @@ def test_every_channel_that_skipped_overwritten_elements_is_reported() -> None:
         small = TopicConfig("t", "ns", "t0pic1d", 2, 300, True, None, Overflow.OVERWRITE, ())
         home, sibling = await _anonymous_pair(small)
         for channel in (home, sibling):
-            await _ask(channel, Append("p", 0, "overwrite", None, False), _payloads(range(1000)))
+            await ask(channel, Append("p", 0, "overwrite", None, False), _payloads(range(1000)))
         reported, delivered = [], []
         for number in range(4):
             try:
-                delivered += _values(await _ask(home, Receive("a", "s", number, 4000, False, True)))
+                delivered += _values(await ask(home, Receive("a", "s", number, 4000, False, True)))
             except StaleSequenceError as error:
                 reported.append(error.skipped)
         assert reported == [700, 700]
@@ -349,8 +345,8 @@ def test_an_iteration_receive_never_takes_more_than_asked() -> None:
         home = channels[0]
         for channel in channels:
             await channel.control(OpenReader("a", ReaderSpec(None, False)))
-            await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(1000)))
-        batch = await _ask(home, Receive("a", "s", 0, 1001, False, True))
+            await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(1000)))
+        batch = await ask(home, Receive("a", "s", 0, 1001, False, True))
         assert sum(count for _, _, count in _values(batch)) == 1001
 
     asyncio.run(main())
@@ -369,13 +365,13 @@ def test_arrow_rows_append_through_the_publish_path_and_read_back_one_position_p
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await channel.control(OpenReader("a", ReaderSpec(None, False, complete_on_empty=True)))
-        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["before"]))
+        await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["before"]))
         packed = pack_request(
             Append(publisher_id="spark", batch=0, overflow="block", timeout=1.0, statuses=True)
         )
         status = await channel.request(packed, _rows(range(5)))
         assert [s.position.sequence for s in status.statuses()] == [1, 2, 3, 4, 5]
-        batch = await _ask(channel, Receive("a", "s", 0, 100, False))
+        batch = await ask(channel, Receive("a", "s", 0, 100, False))
         elements = pickle.loads(pickle.dumps(batch))
         assert [(e.value, e.sequence) for e in elements[:2]] == [
             ("before", 0),
@@ -386,7 +382,7 @@ def test_arrow_rows_append_through_the_publish_path_and_read_back_one_position_p
         assert {e.stamp for e in rows} == {status.statuses()[0].timestamp.timestamp()}
         assert [e.value["id"] for e in rows] == [0, 1, 2, 3, 4]
         # A ring buffer read of the same rows: dicts, with their sequences.
-        result = pickle.loads(pickle.dumps(await _ask(channel, ReadMany(2, 1, 3, None))))
+        result = pickle.loads(pickle.dumps(await ask(channel, ReadMany(2, 1, 3, None))))
         assert list(result) == [
             {"id": 1, "user": "u1"},
             {"id": 2, "user": "u2"},
@@ -406,16 +402,16 @@ def test_a_filter_and_a_converter_see_arrow_rows_as_dicts() -> None:
         await channel.control(OpenReader("kept", kept_spec))
         both_spec = ReaderSpec(None, False, keep, convert, complete_on_empty=True)
         await channel.control(OpenReader("both", both_spec))
-        await _ask(channel, Append("p", 0, "block", 1.0, False), _rows(range(10)))
-        kept = pickle.loads(pickle.dumps(await _ask(channel, Receive("kept", "s", 0, 100, False))))
+        await ask(channel, Append("p", 0, "block", 1.0, False), _rows(range(10)))
+        kept = pickle.loads(pickle.dumps(await ask(channel, Receive("kept", "s", 0, 100, False))))
         assert [(e.value, e.sequence) for e in kept] == [
             ({"id": 1, "user": "u1"}, 1),
             ({"id": 4, "user": "u1"}, 4),
             ({"id": 7, "user": "u1"}, 7),
         ]
-        both = pickle.loads(pickle.dumps(await _ask(channel, Receive("both", "s", 0, 2, False))))
+        both = pickle.loads(pickle.dumps(await ask(channel, Receive("both", "s", 0, 2, False))))
         assert [(e.value, e.sequence) for e in both] == [("u1#1", 1), ("u1#4", 4)]
-        both_cursor = await _ask(channel, ReadCursor("both"))
+        both_cursor = await ask(channel, ReadCursor("both"))
         assert both_cursor.next == 5  # read up to the last match taken
 
     asyncio.run(main())
@@ -446,7 +442,7 @@ def _counting(
                 calls[_to._channel].append(_snake(type(request).__name__))
                 if requests is not None:
                     requests.setdefault(_to._channel, []).append(request)
-                return await _ask(_to, request)
+                return await ask(_to, request)
 
             ports[other._channel] = RemotePort(other._channel, call)
         channel._host.ports = ports
@@ -460,12 +456,12 @@ def test_bulk_reads_on_eight_channels_take_where_the_data_is_with_no_relay() -> 
         calls = _counting(channels)
         for channel in channels:
             await channel.control(OpenReader("a", ReaderSpec(None, False, complete_on_empty=True)))
-            await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
+            await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
         # An iteration's receives: one per channel, each scoped to its channel.
-        taken = [await _ask(c, Receive("a", "i", 0, 500, False, False, True)) for c in channels]
+        taken = [await ask(c, Receive("a", "i", 0, 500, False, False, True)) for c in channels]
         assert [_values(batch) for batch in taken] == [[(c, 0, 500)] for c in range(8)]
         # A batch receive sent to a channel that has data takes it there.
-        batch = await _ask(channels[3], Receive("a", "b", 0, 1000, False))
+        batch = await ask(channels[3], Receive("a", "b", 0, 1000, False))
         assert _values(batch) == [(3, 500, 100)]
         assert calls == {c: [] for c in range(8)}  # no channel called another
 
@@ -478,21 +474,21 @@ def test_a_waiting_receive_gets_a_siblings_element_in_one_fetch() -> None:
         calls = _counting([home, sibling])
         for channel in (home, sibling):
             await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        waiting = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, False)))
+        waiting = asyncio.ensure_future(ask(home, Receive("a", "s", 0, 10, False)))
         await asyncio.sleep(0.05)
         # A look (empty), then a fetch that waits at the sibling.
         assert not waiting.done() and calls[1] == ["take", "take"]
-        await _ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(["x", "y"]))
+        await ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(["x", "y"]))
         batch = await asyncio.wait_for(waiting, 2.0)
         assert _values(batch) == [(1, 0, 2)]
         await asyncio.sleep(0.05)
         # The fetch brought the elements as an offer: no call after it.
         assert calls[1] == ["take", "take"]
-        assert (await _ask(sibling, ReadCursor("a"))).next == 0  # an offer moved nothing
+        assert (await ask(sibling, ReadCursor("a"))).next == 0  # an offer moved nothing
         # A pause (before a seek, an iteration, a cursor read) moves it over them.
-        await _ask(home, PauseReceives("a", "s", 0))
+        await ask(home, PauseReceives("a", "s", 0))
         assert calls[1] == ["take", "take", "take"]
-        assert (await _ask(sibling, ReadCursor("a"))).next == 2  # used: not read again
+        assert (await ask(sibling, ReadCursor("a"))).next == 2  # used: not read again
         home._host.sessions["a"].close()
 
     asyncio.run(main())
@@ -506,10 +502,10 @@ def test_each_relayed_value_costs_one_call_between_channels_and_nothing_follows(
         for channel in (home, sibling):
             await channel.control(OpenReader("a", ReaderSpec(None, False)))
         for number in range(6):
-            waiting = asyncio.ensure_future(_ask(home, Receive("a", "s", number, 10, True)))
+            waiting = asyncio.ensure_future(ask(home, Receive("a", "s", number, 10, True)))
             while len(calls[1]) < number + 2:  # its fetch waits at the sibling
                 await asyncio.sleep(0.005)
-            await _ask(sibling, Append("p", number, "block", 1.0, False), _payloads([number]))
+            await ask(sibling, Append("p", number, "block", 1.0, False), _payloads([number]))
             batch = await asyncio.wait_for(waiting, 2.0)
             assert _values(batch) == [(1, number, 1)]
         # A look (empty), then one fetch per value, each moving the read position
@@ -518,7 +514,7 @@ def test_each_relayed_value_costs_one_call_between_channels_and_nothing_follows(
         assert [t.from_sequence for t in sent[1]] == [None, 0, 1, 2, 3, 4, 5]
         await asyncio.sleep(0.05)
         assert calls[1] == ["take"] * 7  # nothing follows the last
-        assert (await _ask(sibling, ReadCursor("a"))).next == 5  # the last fetch moved it
+        assert (await ask(sibling, ReadCursor("a"))).next == 5  # the last fetch moved it
         home._host.sessions["a"].close()
 
     asyncio.run(main())
@@ -535,17 +531,17 @@ def test_a_shared_members_element_no_receive_took_waits_in_its_session_for_the_n
             await channel.control(EnsureGroup("s", False, SharedGroup("s")))
             await channel.control(OpenReader("w", ReaderSpec("s", False)))
             await channel.control(UpdateViews("s", 1, {"w": {0: worker, 1: worker, 2: worker}}))
-        waiting = asyncio.ensure_future(_ask(home, Receive("w", "s", 0, 1, True)))
+        waiting = asyncio.ensure_future(ask(home, Receive("w", "s", 0, 1, True)))
         while len(calls[1]) < 2 or len(calls[2]) < 2:  # a look, then a fetch, at each
             await asyncio.sleep(0.005)
         await asyncio.gather(
-            _ask(one, Append("p", 0, "block", 1.0, False), _payloads(["x"])),
-            _ask(two, Append("p", 0, "block", 1.0, False), _payloads(["y"])),
+            ask(one, Append("p", 0, "block", 1.0, False), _payloads(["x"])),
+            ask(two, Append("p", 0, "block", 1.0, False), _payloads(["y"])),
         )
         first = await asyncio.wait_for(waiting, 2.0)
         await asyncio.sleep(0.05)  # the other fetch comes back to no receive
         made = len(calls[1]) + len(calls[2])
-        second = await asyncio.wait_for(_ask(home, Receive("w", "s", 1, 1, True)), 2.0)
+        second = await asyncio.wait_for(ask(home, Receive("w", "s", 1, 1, True)), 2.0)
         assert {d.channel for d in (*first.deliveries, *second.deliveries)} == {1, 2}
         assert len(calls[1]) + len(calls[2]) == made  # handed out from the session
         home._host.sessions["w"].close()
@@ -566,19 +562,19 @@ def test_a_fetchs_offer_moves_nothing_and_the_next_take_moves_over_what_was_used
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
-        offer = await _ask(channel, Take("a", None, 2, 1.0))  # a fetch: offers 0 and 1
+        await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
+        offer = await ask(channel, Take("a", None, 2, 1.0))  # a fetch: offers 0 and 1
         assert (offer.first, offer.count, offer.stands) == (0, 2, 0)
-        assert (await _ask(channel, ReadCursor("a"))).next == 0  # nothing lent, nothing moved
+        assert (await ask(channel, ReadCursor("a"))).next == 0  # nothing lent, nothing moved
         # Another session of the reader reads the same elements: nothing waits.
-        other = await asyncio.wait_for(_ask(channel, Take("a", None, 1)), 2.0)
+        other = await asyncio.wait_for(ask(channel, Take("a", None, 1)), 2.0)
         assert (other.first, other.count) == (0, 1)
         # The fetch's session used 0 and 1: its next take names where it reads on, but
         # the read position no longer stands where it left it: it reads on from there.
-        stale = await _ask(channel, Take("a", None, 10, **_at(2, 0)))
+        stale = await ask(channel, Take("a", None, 10, **_at(2, 0)))
         assert (stale.first, stale.count) == (1, 4)
         # Taken again at the position it names, a take gives the same elements.
-        again = await _ask(channel, Take("a", None, 10, **_at(1, 5)))
+        again = await ask(channel, Take("a", None, 10, **_at(1, 5)))
         assert (again.first, again.count) == (1, 4)
 
     asyncio.run(main())
@@ -588,14 +584,14 @@ def test_a_waiting_fetch_whose_read_position_moves_takes_nothing() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        waiting = asyncio.ensure_future(_ask(channel, Take("a", None, 10, 5.0)))
+        waiting = asyncio.ensure_future(ask(channel, Take("a", None, 10, 5.0)))
         await asyncio.sleep(0.05)
-        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
-        assert (await _ask(channel, Take("a", None, 10))).count == 1  # another session's take
-        await _ask(channel, Append("p", 1, "block", 1.0, False), _payloads(["y"]))
+        await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
+        assert (await ask(channel, Take("a", None, 10))).count == 1  # another session's take
+        await ask(channel, Append("p", 1, "block", 1.0, False), _payloads(["y"]))
         moved = await asyncio.wait_for(waiting, 2.0)
         assert (moved.count, moved.stands) in ((0, 1), (1, 0))  # took nothing, or offered x
-        assert (await _ask(channel, Take("a", None, 10))).first == 1  # "y" is still there
+        assert (await ask(channel, Take("a", None, 10))).first == 1  # "y" is still there
 
     asyncio.run(main())
 
@@ -604,14 +600,14 @@ def test_a_take_named_before_a_seek_reads_from_where_the_seek_left_the_read_posi
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
-        taken = await _ask(channel, Take("a", None, 2))
-        _, jumps = await _ask(channel, Seek("a", None, 3, False, False))  # next is 4
+        await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
+        taken = await ask(channel, Take("a", None, 2))
+        _, jumps = await ask(channel, Seek("a", None, 3, False, False))  # next is 4
         assert jumps == taken.jumps + 1
         # Reading 0 and 1 again (they reached no receive) is void after the jump.
-        after = await _ask(channel, Take("a", None, 10, **_at(0, 2, taken.jumps)))
+        after = await ask(channel, Take("a", None, 10, **_at(0, 2, taken.jumps)))
         assert (after.first, after.jumps) == (4, jumps)
-        assert (await _ask(channel, ReadCursor("a"))).next == 5
+        assert (await ask(channel, ReadCursor("a"))).next == 5
 
     asyncio.run(main())
 
@@ -620,12 +616,12 @@ def test_a_take_of_nothing_moves_the_read_position_only_where_it_still_stands() 
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
-        taken = await _ask(channel, Take("a", None, 3))  # 0..2: no receive hands them over
-        assert (await _ask(channel, Take("a", None, 0, **_at(0, 3)))).next == 0
-        assert (await _ask(channel, ReadCursor("a"))).next == 0  # back: read again
-        await _ask(channel, Take("a", None, 1))  # the reader's read position moves on
-        assert (await _ask(channel, Take("a", None, 0, **_at(0, 3)))).next == 1  # refused
+        await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(5)))
+        taken = await ask(channel, Take("a", None, 3))  # 0..2: no receive hands them over
+        assert (await ask(channel, Take("a", None, 0, **_at(0, 3)))).next == 0
+        assert (await ask(channel, ReadCursor("a"))).next == 0  # back: read again
+        await ask(channel, Take("a", None, 1))  # the reader's read position moves on
+        assert (await ask(channel, Take("a", None, 0, **_at(0, 3)))).next == 1  # refused
         assert taken.count == 3
 
     asyncio.run(main())
@@ -635,16 +631,16 @@ def test_a_member_whose_host_was_lost_reads_again_after_the_commit() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await _group_member([channel], granted=[channel])
-        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(6)))
-        await _ask(channel, Take("m", MEMBER, 2))
-        await _ask(channel, Commit("m", 1, MEMBER))
-        await _ask(channel, Take("m", MEMBER, 3))  # 2..4: in a reply that died with its host
-        again = await _ask(channel, Take("m", MEMBER, 10, again=True))
+        await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(6)))
+        await ask(channel, Take("m", MEMBER, 2))
+        await ask(channel, Commit("m", 1, MEMBER))
+        await ask(channel, Take("m", MEMBER, 3))  # 2..4: in a reply that died with its host
+        again = await ask(channel, Take("m", MEMBER, 10, again=True))
         assert (again.first, again.count) == (2, 4)
         # An anonymous reader with no commit has nowhere to go back to: it reads on.
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        await _ask(channel, Take("a", None, 2))
-        assert (await _ask(channel, Take("a", None, 10, again=True))).first == 2
+        await ask(channel, Take("a", None, 2))
+        assert (await ask(channel, Take("a", None, 10, again=True))).first == 2
 
     asyncio.run(main())
 
@@ -655,15 +651,15 @@ def test_a_member_whose_host_was_lost_reads_again_after_the_commit() -> None:
 def test_read_range_returns_held_payloads_up_to_stop_and_never_waits() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["a", "b"]))
-        await _ask(channel, Append("spark", 0, "block", 1.0, False), _rows(range(4)))
-        chunks = await _ask(channel, ReadRange(1, 5, 100))
+        await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["a", "b"]))
+        await ask(channel, Append("spark", 0, "block", 1.0, False), _rows(range(4)))
+        chunks = await ask(channel, ReadRange(1, 5, 100))
         assert [(c.first, len(c.payload)) for c in chunks] == [(1, 1), (2, 3)]
         assert isinstance(chunks[1].payload, ArrowRows)  # Arrow stays Arrow
-        assert [c.first for c in (await _ask(channel, ReadRange(0, 100, 2)))] == [0]  # max_count
-        assert sum(len(c.payload) for c in (await _ask(channel, ReadRange(0, 100, 2)))) == 2
-        assert (await _ask(channel, ReadRange(6, 10, 100))) == ()  # past the tail: empty, no wait
-        assert (await _ask(channel, ReadRange(3, 3, 100))) == ()
+        assert [c.first for c in (await ask(channel, ReadRange(0, 100, 2)))] == [0]  # max_count
+        assert sum(len(c.payload) for c in (await ask(channel, ReadRange(0, 100, 2)))) == 2
+        assert (await ask(channel, ReadRange(6, 10, 100))) == ()  # past the tail: empty, no wait
+        assert (await ask(channel, ReadRange(3, 3, 100))) == ()
 
     asyncio.run(main())
 
@@ -672,9 +668,9 @@ def test_read_range_below_the_head_without_a_store_is_a_stale_sequence() -> None
     async def main() -> None:
         small = TopicConfig("t", "ns", "t0pic1d", 1, 3, True, None, Overflow.OVERWRITE, ())
         (channel,) = _wired(small)
-        await _ask(channel, Append("p", 0, "overwrite", 1.0, False), _payloads(list("abcde")))
+        await ask(channel, Append("p", 0, "overwrite", 1.0, False), _payloads(list("abcde")))
         with pytest.raises(StaleSequenceError) as caught:
-            (await _ask(channel, ReadRange(0, 5, 10)))
+            (await ask(channel, ReadRange(0, 5, 10)))
         assert caught.value.head_sequence == 2
 
     asyncio.run(main())
@@ -683,24 +679,24 @@ def test_read_range_below_the_head_without_a_store_is_a_stale_sequence() -> None
 def test_append_once_appends_each_version_of_a_writer_once_with_gaps_allowed() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        first = await _ask(channel, AppendOnce("once:q", 3, "block", 1.0), _rows(range(2)))
+        first = await ask(channel, AppendOnce("once:q", 3, "block", 1.0), _rows(range(2)))
         assert (first.first, first.accepted) == (0, 2)
-        again = await _ask(channel, AppendOnce("once:q", 3, "block", 1.0), _rows(range(2)))
+        again = await ask(channel, AppendOnce("once:q", 3, "block", 1.0), _rows(range(2)))
         assert again.accepted == 0  # nothing appended twice
-        older = await _ask(channel, AppendOnce("once:q", 1, "block", 1.0), _rows(range(9)))
+        older = await ask(channel, AppendOnce("once:q", 1, "block", 1.0), _rows(range(9)))
         assert older.accepted == 0
         # A later version after a gap goes in at once (no wait for 4..6).
         later = await asyncio.wait_for(
-            _ask(channel, AppendOnce("once:q", 7, "block", 1.0), _rows(range(3))), 1.0
+            ask(channel, AppendOnce("once:q", 7, "block", 1.0), _rows(range(3))), 1.0
         )
         assert (later.first, later.accepted) == (2, 3)
-        assert (await _ask(channel, ReadRingFigures())).tail == 4
+        assert (await ask(channel, ReadRingFigures())).tail == 4
         # Far older than the kept acks: still nothing appended.
         for version in range(8, 8 + 20):
-            await _ask(channel, AppendOnce("once:q", version, "block", 1.0), _rows(range(1)))
-        seven = await _ask(channel, AppendOnce("once:q", 7, "block", 1.0), _rows(range(3)))
+            await ask(channel, AppendOnce("once:q", version, "block", 1.0), _rows(range(1)))
+        seven = await ask(channel, AppendOnce("once:q", 7, "block", 1.0), _rows(range(3)))
         assert seven.accepted == 0
-        assert (await _ask(channel, ReadRingFigures())).tail == 24
+        assert (await ask(channel, ReadRingFigures())).tail == 24
 
     asyncio.run(main())
 
@@ -731,9 +727,9 @@ def test_a_failed_channel_refuses_data_path_and_control_requests_typed() -> None
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
         channel._context.fail("its disk broke")
         with pytest.raises(ChannelFailedError, match="its disk broke"):
-            await _ask(channel, Take("a", None, 1))
+            await ask(channel, Take("a", None, 1))
         with pytest.raises(ChannelFailedError):
-            await _ask(channel, ReadCursor("a"))
+            await ask(channel, ReadCursor("a"))
         with pytest.raises(ChannelFailedError):
             await channel.control(Grant("g", None))
         # What a coordinator asks to rebuild itself or report the failure is answered.
@@ -747,12 +743,12 @@ def test_a_recovering_channel_holds_data_path_requests_and_refuses_reads_at_once
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        await _ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
+        await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(["x"]))
         channel._seeded.clear()  # as if restarted without a store, not yet seeded
         channel._recovery._announced = time.monotonic()  # (it told its coordinator just now)
         with pytest.raises(ChannelUnavailableError, match="try again"):
-            await _ask(channel, ReadCursor("a"))
-        taking = asyncio.ensure_future(_ask(channel, Take("a", None, 1)))
+            await ask(channel, ReadCursor("a"))
+        taking = asyncio.ensure_future(ask(channel, Take("a", None, 1)))
         await asyncio.sleep(0.05)
         assert not taking.done()  # it waits for the coordinator's seed
         channel._seeded.set()
@@ -796,7 +792,7 @@ def test_a_fetch_the_destroyed_topic_ends_at_a_sibling_is_no_failure(
         home, sibling = _wired(TWO_CHANNELS)
         for channel in (home, sibling):
             await channel.control(OpenReader("a", ReaderSpec(None, False, window=window)))
-        waiting = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, False, True)))
+        waiting = asyncio.ensure_future(ask(home, Receive("a", "s", 0, 10, False, True)))
         await asyncio.sleep(0.2)  # the receive waits, with a fetch waiting at the sibling
         await sibling.control(EndReceives("topic 't' was destroyed"))  # it hears it first
         await asyncio.sleep(0.1)

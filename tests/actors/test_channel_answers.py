@@ -22,17 +22,12 @@ from raytopic.core.protocol import (
     Receive,
     Take,
     Watch,
-    pack_request,
 )
 
+from tests.actors.channel_calls import TWO_CHANNELS, ask
+
 ONE_CHANNEL = TopicConfig("t", "ns", "t0pic1d", 1, 1000, True, None, Overflow.BLOCK, ())
-TWO_CHANNELS = TopicConfig("t", "ns", "t0pic1d", 2, 1000, True, None, Overflow.BLOCK, ())
 TIMEOUT = 5.0
-
-
-async def _ask(channel: ChannelActor, request: ChannelRequest, payload: Any = None) -> Any:
-    """A handle's data-path call, through the channel's entry (as Ray would make it)."""
-    return await channel.request(pack_request(request), payload)
 
 
 def _append(batch: int, values: list[Any]) -> tuple[Append, PickledValues]:
@@ -53,11 +48,11 @@ def test_an_append_answers_after_the_receive_it_woke_at_its_host() -> None:
             0: LocalPort(0, channel._readers.take, channel._parts.cursor_in_process)
         }
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        waiting = asyncio.ensure_future(_ask(channel, Receive("a", "s", 0, 10, True)))
+        waiting = asyncio.ensure_future(ask(channel, Receive("a", "s", 0, 10, True)))
         await _until(lambda: channel._host.sessions.get("a") and channel._host._receiving)
         await asyncio.sleep(0.01)  # the receive waits for data
         assert not waiting.done()
-        await _ask(channel, *_append(0, ["x"]))
+        await ask(channel, *_append(0, ["x"]))
         # The append's reply comes once the receive it woke has its element.
         assert waiting.done()
         assert [(d.first, d.count) for d in waiting.result().deliveries] == [(0, 1)]
@@ -72,7 +67,7 @@ def test_an_append_answers_after_the_fetch_it_woke_at_a_sibling() -> None:
         answered: list[str] = []
 
         async def call(request: ChannelRequest) -> Any:
-            reply = await _ask(sibling, request)
+            reply = await ask(sibling, request)
             answered.append(type(request).__name__)
             return reply
 
@@ -82,11 +77,11 @@ def test_an_append_answers_after_the_fetch_it_woke_at_a_sibling() -> None:
         }
         for channel in (home, sibling):
             await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        waiting = asyncio.ensure_future(_ask(home, Receive("a", "s", 0, 10, True)))
+        waiting = asyncio.ensure_future(ask(home, Receive("a", "s", 0, 10, True)))
         await _until(lambda: answered == ["Take"])  # a look, empty; then a fetch waits
         await asyncio.sleep(0.01)
         assert answered == ["Take"]
-        await _ask(sibling, *_append(0, ["x"]))
+        await ask(sibling, *_append(0, ["x"]))
         # The fetch the append woke has answered the home channel by then.
         assert answered == ["Take", "Take"]
         batch = await asyncio.wait_for(waiting, TIMEOUT)
@@ -102,12 +97,12 @@ def test_a_commit_answers_in_its_own_turn_though_it_woke_a_watch() -> None:
     async def main() -> None:
         channel = ChannelActor(ONE_CHANNEL, 0)
         await channel.control(OpenReader("a", ReaderSpec(None, False)))
-        await _ask(channel, *_append(0, ["x", "y"]))
-        await _ask(channel, Take("a", None, 1))
-        known = await _ask(channel, ReadCursor("a"))
-        watching = asyncio.ensure_future(_ask(channel, Watch("a", None, known, TIMEOUT)))
+        await ask(channel, *_append(0, ["x", "y"]))
+        await ask(channel, Take("a", None, 1))
+        known = await ask(channel, ReadCursor("a"))
+        watching = asyncio.ensure_future(ask(channel, Watch("a", None, known, TIMEOUT)))
         await asyncio.sleep(0.01)  # the watch waits for a change
-        await _ask(channel, Commit("a", 0, None))
+        await ask(channel, Commit("a", 0, None))
         assert not watching.done()
         assert (await asyncio.wait_for(watching, TIMEOUT)).committed == 0
 
@@ -125,9 +120,9 @@ def test_a_request_that_woke_nothing_answers_in_its_own_turn() -> None:
             ran.append("other")
 
         task = asyncio.ensure_future(other())
-        await _ask(channel, *_append(0, ["x"]))
-        await _ask(channel, ReadRingFigures())
-        await _ask(channel, ReadCursor("a"))
+        await ask(channel, *_append(0, ["x"]))
+        await ask(channel, ReadRingFigures())
+        await ask(channel, ReadCursor("a"))
         assert ran == []  # the task beside them never got a turn
         await task
 
