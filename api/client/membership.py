@@ -68,8 +68,14 @@ class KnownView:
 
     def accepts(self, view: MemberView, *, rejoined: bool = False) -> bool:
         """Whether :meth:`apply` adopts ``view``: one not older than the view known,
-        or the one a rejoin got (whatever its version)."""
-        return rejoined or view.version >= self.version
+        or the one a rejoin got (whatever its version). A timed-out member takes
+        no view of the generation it lost: a poll answered before the group dropped
+        it, adopted after, would give back leases the group took."""
+        if rejoined:
+            return True
+        if self.timed_out and view.generation <= self.generation:
+            return False
+        return view.version >= self.version
 
     def apply(self, view: MemberView, *, rejoined: bool = False) -> OwnershipChange | None:
         """Adopt ``view``; return what changed for the listener (None: nothing to tell).

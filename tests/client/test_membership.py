@@ -64,6 +64,19 @@ def test_a_view_is_accepted_unless_older_and_a_rejoin_always() -> None:
     assert membership.accepts(_view(1, generation=2), rejoined=True)
 
 
+def test_a_timed_out_member_ignores_views_of_the_generation_it_lost() -> None:
+    # A poll answered before the group dropped the member, and adopted after its
+    # timeout was learned, carries the old generation: it must not give back a lease.
+    membership = KnownView()
+    membership.apply(_view(4, 0))
+    membership.lose()
+    assert not membership.accepts(_view(4, 0)) and not membership.accepts(_view(5, 0))
+    assert membership.apply(_view(4, 0)) is None
+    assert membership.timed_out and membership.channels == ()
+    assert membership.apply(_view(6, 0, generation=2), rejoined=True) is not None
+    assert membership.channels == (0,) and not membership.timed_out
+
+
 # -- views on heartbeat replies (real Ray) ---------------------------------------------------
 
 
