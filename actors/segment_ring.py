@@ -247,13 +247,6 @@ class SegmentRing:
         if self._held > self._capacity:
             self.evict_to(self._after(self._held - self._capacity))
 
-    def skip_to(self, sequence: int) -> None:
-        """Drop everything and continue at ``sequence`` (>= tail + 1): the positions
-        in between are not to be given to any element."""
-        self.evict_to(self._tail + 1)
-        self._head = max(sequence, self._tail + 1)
-        self._tail = self._head - 1
-
     def newest_element(self) -> tuple[int, float, Payload] | None:
         """The last element appended in this process (its sequence, stamp and value),
         even once it was removed (committed by every group of a topic that does not

@@ -491,10 +491,6 @@ class SegmentLogStore(RingbufferStore):
         delete sealed segments again."""
         self._compacting = False
 
-    def size_in_bytes(self) -> int:
-        """Bytes of every segment file."""
-        return sum(segment.size for segment in self._segments)
-
     # -- state ----------------------------------------------------------------------------
 
     def save_state(self, state: dict[str, Any]) -> None:
