@@ -39,7 +39,34 @@ its tasks from a topic.
 
 from __future__ import annotations
 
-from raytopic.serve.adapter import CONSUMER_GROUP, TopicAdapterConfig, TopicTaskAdapter
-from raytopic.serve.policy import LagPolicy
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers see; at run time, _EXPORTS
+    from raytopic.serve.adapter import CONSUMER_GROUP, TopicAdapterConfig, TopicTaskAdapter
+    from raytopic.serve.policy import LagPolicy
 
 __all__ = ["CONSUMER_GROUP", "LagPolicy", "TopicAdapterConfig", "TopicTaskAdapter"]
+
+_EXPORTS = {
+    "CONSUMER_GROUP": "raytopic.serve.adapter",
+    "LagPolicy": "raytopic.serve.policy",
+    "TopicAdapterConfig": "raytopic.serve.adapter",
+    "TopicTaskAdapter": "raytopic.serve.adapter",
+}
+"""Where each name lives. Imported on first use: the task board's actor process
+(``raytopic.serve.board_actor``) runs none of them, and the adapter's module imports
+Ray Serve (with FastAPI, pandas, gRPC: about 0.6 CPU-s more per board process)."""
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raytopic.serve' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
