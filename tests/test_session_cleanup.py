@@ -5,6 +5,7 @@ in Ray's temp dir)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -28,24 +29,42 @@ ray.shutdown()
 """
 
 
-def _orphaned_ray_processes() -> set[tuple[int, str]]:
-    """Ray processes whose parent is gone (adopted by init): ``(pid, title)``. (Their
-    environment cannot tell whose they are: a retitled process overwrites it.)"""
+def _orphaned_ray_processes(under: Path) -> set[tuple[int, str]]:
+    """Ray processes whose parent is gone (adopted by init) and that hold a file under
+    ``under`` (their session's logs): ``(pid, title)``. Their command line cannot
+    tell whose they are (a retitled process overwrites it), and an orphan of another
+    Ray on the machine, ending as this check runs, is not this session's."""
     import psutil
 
-    return {
-        (process.info["pid"], process.info["name"])
-        for process in psutil.process_iter(["pid", "ppid", "name", "cmdline"])
-        if process.info["ppid"] == 1 and " ".join(process.info["cmdline"] or ()).startswith("ray::")
-    }
+    orphans = set()
+    for process in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
+        if process.info["ppid"] != 1:
+            continue
+        if not " ".join(process.info["cmdline"] or ()).startswith("ray::"):
+            continue
+        if _holds_a_file_under(process.info["pid"], under):
+            orphans.add((process.info["pid"], process.info["name"]))
+    return orphans
 
 
-def _orphans_left(before: set[tuple[int, str]], grace: float) -> set[tuple[int, str]]:
-    """Orphaned Ray processes not in ``before`` still alive ``grace`` seconds on: a
-    worker that was starting when its raylet was killed exits by itself soon after;
-    a missed agent lived on for minutes."""
+def _holds_a_file_under(pid: int, under: Path) -> bool:
+    """Whether ``pid`` has a file under ``under`` open, deleted since or not (psutil's
+    ``open_files`` leaves deleted ones out, and the session removes its dir)."""
+    fds = Path(f"/proc/{pid}/fd")
+    with contextlib.suppress(OSError):
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd).startswith(f"{under}/"):
+                    return True
+    return False
+
+
+def _orphans_left(under: Path, grace: float) -> set[tuple[int, str]]:
+    """Orphaned Ray processes of the Ray under ``under`` still alive ``grace`` seconds
+    on: a worker that was starting when its raylet was killed exits by itself soon
+    after; a missed agent lived on for minutes."""
     deadline = time.monotonic() + grace
-    while (left := _orphaned_ray_processes() - before) and time.monotonic() < deadline:
+    while (left := _orphaned_ray_processes(under)) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
 
@@ -85,7 +104,6 @@ def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir:
     # As on CI: Python writes no bytecode, so the session keeps a cache of its own.
     env.pop("PYTHONPYCACHEPREFIX", None)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    orphans_before = _orphaned_ray_processes()
     # One xdist worker: the suite's own path (the controller starts the cluster and
     # stops it at the end), without a second worker (a process importing Ray,
     # Hypothesis and raytopic) that a run of one test leaves idle.
@@ -114,7 +132,7 @@ def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir:
     assert _bytecode_caches(ray_tmpdir) == set()
     # No process of its head is left (the agents retitle themselves "ray::...": one
     # missed outlived the run by minutes, at a tenth of a core).
-    assert _orphans_left(orphans_before, grace=10.0) == set()
+    assert _orphans_left(ray_tmpdir, grace=10.0) == set()
 
     fresh = subprocess.run(
         [sys.executable, "-c", _FRESH_INIT],
