@@ -15,7 +15,21 @@ import ray
 import raytopic as rt
 import raytopic.data as rd
 
-from tests.topic_helpers import TIMEOUT, drain_group, get, kill_channel, serving_again
+from tests.topic_helpers import (
+    TIMEOUT,
+    drain_group,
+    get,
+    kill_channel,
+    module_topic,
+    next_sequences,
+    serving_again,
+)
+
+# Tests that read only what they publish (through a subscriber made first, at the latest
+# position) or publish nothing share these (each topic starts an actor per channel and a
+# coordinator); the others read the whole topic or restart it, and make their own.
+one_channel = module_topic(channels=1)
+two_channels = module_topic(channels=2)
 
 
 def _all(subscriber: rt.Subscriber) -> list[rt.Element]:
@@ -50,27 +64,27 @@ def test_every_element_keeps_the_key_it_was_published_with(
     assert single.key == expected[single.value["n"]]
 
 
-def test_a_converter_and_a_filter_keep_the_keys(make_topic: Callable[..., rt.Topic]) -> None:
-    topic = make_topic(channels=1)
-    with topic.publisher() as publisher:
-        for n in range(6):
-            publisher.publish(n, key=f"k{n}")
+def test_a_converter_and_a_filter_keep_the_keys(one_channel: rt.Topic) -> None:
+    topic = one_channel
     with topic.subscriber(
-        start="earliest",
+        start="latest",
         complete_on_empty=True,
         filter=lambda v: v % 2 == 0,
         converter=lambda v: v * 10,
     ) as subscriber:
+        with topic.publisher() as publisher:
+            for n in range(6):
+                publisher.publish(n, key=f"k{n}")
         got = _all(subscriber)
     assert [(e.value, e.key) for e in got] == [(0, "k0"), (20, "k2"), (40, "k4")]
 
 
-def test_a_transactions_elements_keep_their_keys(make_topic: Callable[..., rt.Topic]) -> None:
-    topic = make_topic(channels=2)
-    with rt.transactions(f"keys-{topic.topic_id}") as txs, txs.begin() as tx:
-        tx.publish(topic, "one", key="k1")
-        tx.publish_batch(topic, ["two", "three"], keys=["k2", None])
-    with topic.subscriber(start="earliest", complete_on_empty=True) as subscriber:
+def test_a_transactions_elements_keep_their_keys(two_channels: rt.Topic) -> None:
+    topic = two_channels
+    with topic.subscriber(start="latest", complete_on_empty=True) as subscriber:
+        with rt.transactions(f"keys-{topic.topic_id}") as txs, txs.begin() as tx:
+            tx.publish(topic, "one", key="k1")
+            tx.publish_batch(topic, ["two", "three"], keys=["k2", None])
         got = {e.value: e.key for e in _all(subscriber)}
     assert got == {"one": "k1", "two": "k2", "three": None}
 
@@ -128,11 +142,12 @@ def test_read_topic_has_a_key_column_and_arrow_rows_keep_their_key_column(
     }
 
 
-def test_a_key_of_a_refused_type_sends_nothing(make_topic: Callable[..., rt.Topic]) -> None:
-    topic = make_topic(channels=1)
+def test_a_key_of_a_refused_type_sends_nothing(one_channel: rt.Topic) -> None:
+    topic = one_channel
+    before = next_sequences(topic)
     with topic.publisher() as publisher:
         with pytest.raises(rt.InvalidTypeError):
             publisher.publish(1, key=1.5)
         with pytest.raises(rt.InvalidTypeError):
             publisher.publish_batch([1, 2], keys=["a", object()])
-    assert topic.describe().channels[0].size == 0
+    assert next_sequences(topic) == before  # nothing appended

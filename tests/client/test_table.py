@@ -25,8 +25,10 @@ from raytopic.client.bulk import ChannelRange, ChannelReader
 
 from tests.topic_helpers import TIMEOUT, get, module_topic
 
-# The bad-timeout cases share one topic (each topic starts an actor per channel and a
-# coordinator): each opens a view of it, closes it, and checks no reader is left.
+# The bad-timeout cases and the tests of a view's own life (closing, collected, a listener
+# that refreshes) share one topic (each topic starts an actor per channel and a
+# coordinator): each opens a view of it, closes it, and checks no reader is left; only the
+# listener's test publishes (one key), and a listener hears only what comes after it.
 one_channel = module_topic(channels=1)
 
 
@@ -301,10 +303,8 @@ def test_a_listener_that_raises_costs_only_itself(
     assert len(failures) == 10 and "broken listener on" in str(failures[0].exc_info[1])
 
 
-def test_a_listener_that_refreshes_is_told_it_would_wait_for_itself(
-    make_topic: Callable[..., rt.Topic],
-) -> None:
-    topic = make_topic(channels=1)
+def test_a_listener_that_refreshes_is_told_it_would_wait_for_itself(one_channel: rt.Topic) -> None:
+    topic = one_channel  # shared: a listener hears only what comes after it (one publish here)
     errors: list[Exception] = []
     with topic.table() as view:
 
@@ -400,10 +400,8 @@ def test_a_pickled_view_is_a_view_of_its_own(make_topic: Callable[..., rt.Topic]
         copy.get("k1")
 
 
-def test_a_view_nobody_refers_to_closes_itself(
-    make_topic: Callable[..., rt.Topic], wait_until
-) -> None:
-    topic = make_topic(channels=1)
+def test_a_view_nobody_refers_to_closes_itself(one_channel: rt.Topic, wait_until) -> None:
+    topic = one_channel  # shared: it publishes nothing and checks only its view's thread
     before = set(_reader_threads())
     view = topic.table()
     (thread,) = set(_reader_threads()) - before
@@ -415,8 +413,8 @@ def test_a_view_nobody_refers_to_closes_itself(
 # -- closing, destroying, bad input ----------------------------------------------------------
 
 
-def test_a_closed_view_refuses_every_call_but_close(make_topic: Callable[..., rt.Topic]) -> None:
-    topic = make_topic(channels=1)
+def test_a_closed_view_refuses_every_call_but_close(one_channel: rt.Topic) -> None:
+    topic = one_channel  # shared: it publishes nothing; its view is the topic's only reader
     view = topic.table()
     (thread,) = [t for t in _reader_threads() if t.name == f"raytopic-table-{topic.name}"]
     view.close()
