@@ -19,6 +19,7 @@ from raytopic.core.payloads import Payload, encode_values
 __all__ = [
     "check_keyed",
     "encode_part",
+    "lead_last",
     "no_key_error",
     "part_layout",
     "parts_of",
@@ -50,6 +51,16 @@ def parts_of(layout: np.ndarray) -> dict[int, np.ndarray]:
     return {
         int(channel): np.flatnonzero(layout == channel) for channel in channels[np.argsort(firsts)]
     }
+
+
+def lead_last(parts: dict[int, Payload], turn: int) -> dict[int, Payload]:
+    """The parts in the order their calls go: the one at ``turn`` (modulo their count)
+    last, as the lead whose channel awaits and joins the others' replies, the rest
+    after it in turn. A publisher's successive batches pass successive turns, so
+    the joining is spread over the channels, not left to the one each batch ends on."""
+    order = list(parts)
+    lead = turn % len(order) + 1 if order else 0
+    return {channel: parts[channel] for channel in order[lead:] + order[:lead]}
 
 
 def no_key_error(topic: str) -> InvalidArgumentError:

@@ -40,6 +40,7 @@ import ray
 from raytopic.client.batch_parts import (
     check_keyed,
     encode_part,
+    lead_last,
     no_key_error,
     part_layout,
     parts_of,
@@ -168,6 +169,7 @@ class Publisher:
             for channel, actor in enumerate(topic._channel_actors)
         ]
         self._next_channel = 0
+        self._next_lead = 0  # the turn of the next publish_batch's lead (lead_last)
         self._in_flight = 0
         self._pending = 0  # values buffered or in flight
         self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -320,13 +322,13 @@ class Publisher:
         its channel, which appended nothing of it (other channels' parts may
         have gone in).
 
-        With ``ref`` (the default) every part goes at once, one call per channel
-        (no task: the last channel's call joins the others' statuses). With
-        ``ref=False`` the parts wait in the channels' queues like ``publish()``'s
-        values: while a channel's calls are in flight, the parts of successive
-        batches for it coalesce, so a call carries up to ``batch_size`` values
-        whatever the channel count; at most ``max_buffered`` values wait (beyond
-        that the call waits up to ``block_timeout``, as ``publish()`` does).
+        With ``ref`` (the default) every part goes at once, one call per channel (no task:
+        one channel's call joins the others' statuses, each batch the next channel's). With
+        ``ref=False`` the parts wait in the channels' queues like ``publish()``'s values:
+        while a channel's calls are in flight, the parts of successive batches for it
+        coalesce, so a call carries up to ``batch_size`` values whatever the channel count;
+        at most ``max_buffered`` values wait (beyond that the call waits up to
+        ``block_timeout``, as ``publish()`` does).
 
         Args:
             values: Picklable values except None and ObjectRefs.
@@ -376,6 +378,8 @@ class Publisher:
         with self._lock:
             if self._closed:
                 raise self._closed_error()
+            parts = lead_last(parts, self._next_lead)
+            self._next_lead += 1
             for channel in parts:  # what was published before goes first
                 self._pipes[channel].close_open()
             queued = self._calls_to_make(force=True, only=set(parts))
@@ -399,7 +403,7 @@ class Publisher:
         self, own: list[_Call], parts: dict[int, Payload], layout: np.ndarray
     ) -> ray.ObjectRef[Sequence[PublishStatus]]:
         """In its turn: submit a publish_batch's parts, one call per channel."""
-        # One call per channel, no task: the last part's channel joins the others'
+        # One call per channel, no task: the lead's channel (lead_last) joins the others'
         # statuses into its reply (raytopic.core.gather). It answers once every part
         # has, so its reply alone completes them all: one callback a batch, not one a part.
         sent: list[_Call] = []

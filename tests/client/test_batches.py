@@ -124,6 +124,20 @@ def test_a_batch_over_many_channels_is_one_call_per_channel_and_no_task(shared_t
         assert get(acked) == [rt.AckStatus.ACKED] * 30
 
 
+def test_the_channels_take_turns_joining_a_publishers_batches(shared_three):
+    topic = shared_three
+    with topic.publisher() as publisher:
+        refs = [publisher.publish_batch(list(range(30))) for _ in range(6)]
+        leads = [_called_actor(ref) for ref in refs]
+        statuses = [get(ref) for ref in refs]
+    # The lead awaits every other part's reply: one channel always leading did
+    # that work for all of a publisher's batches.
+    assert leads[:3] == leads[3:]
+    assert len(set(leads)) == 3
+    for batch in statuses:
+        assert [status.channel for status in batch] == [n % 3 for n in range(30)]
+
+
 def test_a_shared_member_nacks_a_batch_and_gets_it_again(shared_one, unique_name):
     topic, s = shared_one, unique_name("s")  # shared: a group of its own, made at latest
     group_at_latest(topic, rt.SharedGroup(s))
