@@ -59,6 +59,7 @@ from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
 from raytopic.actors.channel_recovery import ChannelRecovery
 from raytopic.actors.channel_state import Keep
+from raytopic.actors.latest_values import LatestValues
 from raytopic.actors.readers import loaded_functions
 from raytopic.actors.segment_ring import Run
 from raytopic.actors.session_host import remote_caller
@@ -87,6 +88,7 @@ from raytopic.core.protocol import (
     AppendAck,
     AppendOnce,
     AppendPieces,
+    AppendUnless,
     AttachChannels,
     ChannelRestarted,
     Chunk,
@@ -128,6 +130,7 @@ from raytopic.core.protocol import (
     ReadGroupMarks,
     ReadHandOverMark,
     ReadIdentity,
+    ReadLatest,
     ReadMany,
     ReadNewest,
     ReadOne,
@@ -171,7 +174,7 @@ __all__ = ["ChannelActor"]
 PACKED_REQUESTS = CHANNEL_REQUESTS + TRANSACTION_REQUESTS + STREAM_REQUESTS
 """What the channel serves through ``request``: data-path, transaction and stream requests."""
 
-REPORTED_REQUESTS = (Append, AppendPieces, AppendOnce, *TRANSACTION_REQUESTS)
+REPORTED_REQUESTS = (Append, AppendPieces, AppendOnce, AppendUnless, *TRANSACTION_REQUESTS)
 """Requests after which the channel reports its metrics (publishes and transactions)."""
 
 PUBLISHING_REQUESTS = (*REPORTED_REQUESTS, AddAll)
@@ -223,6 +226,7 @@ class ChannelActor:
             RayStreamPeers(config),
         )
         self._appends = Appends(context, parts.log, parts.publishers)
+        self._latest = LatestValues(parts.log, compacted=config.compaction is not None)
         self._dead_letters = parts.dead_letters
         self._stored = StoredTopic(context, parts, restarted=restarted)
         try:
@@ -467,6 +471,14 @@ class ChannelActor:
     @serves(AppendOnce)
     async def _append_once(self, request: AppendOnce, payload: Payload) -> AppendAck:
         return await self._appends.append_once(request, payload)
+
+    @serves(AppendUnless)
+    async def _append_unless(self, request: AppendUnless, payload: Payload) -> tuple[Any, ...]:
+        return await self._latest.append_unless(request, payload)
+
+    @serves(ReadLatest)
+    async def _read_latest(self, request: ReadLatest) -> tuple[Any, ...]:
+        return await self._latest.read(request)
 
     # -- transactions (see ``raytopic.actors.transactions``) -------------------------
 

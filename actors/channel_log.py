@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +75,12 @@ class ChannelLog:
         self.reserved = 0  # room held by elements staged in open transactions
         self._sync_task: asyncio.Task[None] | None = None
         self._closed = False  # the periodic sync stopped for good (close)
+        self._watchers: list[Callable[[Payload | None, int | None], None]] = []
+
+    def watch(self, appended: Callable[[Payload | None, int | None], None]) -> None:
+        """Tell ``appended`` of every append (its payload and change, see :meth:`durable`)
+        as it enters the log, and of a purge (None)."""
+        self._watchers.append(appended)
 
     # -- opening ----------------------------------------------------------------------
 
@@ -170,6 +176,27 @@ class ChannelLog:
                 return runs
             start = head  # what the store has up to the head was compacted away
         return self.ring.read(start, max_count)
+
+    def everything(self, piece: int) -> Iterator[tuple[Payload, int | None]]:
+        """Every element the log holds, oldest first, ``piece`` at most at a time: from
+        the store (or the ring's head) to its tail, then the appends waiting for a
+        sync (with their change). Damaged ranges are passed over.
+
+        Raises:
+            StaleSequenceError: the log lost its oldest elements meanwhile.
+        """
+        sequence = self.store_first() if self.store is not None else self.ring.head
+        tail = self.ring.tail
+        while sequence <= tail:
+            runs = self.read(sequence, piece)
+            if not runs:
+                break
+            for run in runs:
+                if not isinstance(run.payload, DamagedElements):
+                    yield run.payload, None
+            sequence = runs[-1].last + 1
+        for pending in list(self._pending):
+            yield pending.payload, pending.change
 
     def readable(self, runs: list[Run]) -> tuple[list[Run], tuple[int, int] | None]:
         """The one rule for damage: the runs a reader may use (those before the first
@@ -456,6 +483,8 @@ class ChannelLog:
             first = ring.append(payload, overwrite=overwrite)
             self._context.metrics.published(len(payload), payload.nbytes)
             self._context.notify()
+            for appended in self._watchers:
+                appended(payload, None)
             return first, ring.stamp_of_last_append(), None
         first = self.next_sequence
         stamp = self._pending_stamp = max(ring.next_stamp(), self._pending_stamp)
@@ -475,6 +504,8 @@ class ChannelLog:
         change = sync.mark()
         self._pending.append(_Pending(payload, stamp, change))
         self._pending_count += len(payload)
+        for appended in self._watchers:
+            appended(payload, change)
         if self._context.config.sync != "always":
             self._show_synced(change)
             self._ensure_sync_task()
@@ -574,6 +605,8 @@ class ChannelLog:
 
     def evict_all(self) -> int:
         """Drop every element from the ring (a purge); returns how many."""
+        for appended in self._watchers:
+            appended(None, None)
         return self.ring.evict_to(self.ring.tail + 1)
 
     def release(self) -> None:

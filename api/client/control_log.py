@@ -19,19 +19,28 @@ import asyncio
 import os
 import tempfile
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
+from raytopic.client.routing import channel_for_key
 from raytopic.client.topic import create_topic
 from raytopic.core.compaction import Compaction
+from raytopic.core.destroyed import topic_calls
+from raytopic.core.payloads import PickledValues, dumps_value
+from raytopic.core.protocol import AppendUnless, ReadLatest, pack_request
 from raytopic.core.records import PublishStatus
 
-__all__ = ["CONTROL_COMPACTION", "ControlLog", "session_store"]
+__all__ = ["CONTROL_COMPACTION", "WRITE_TIMEOUT", "ControlLog", "LatestRead", "session_store"]
 
 CONTROL_COMPACTION = Compaction(max_lag_s=60.0, tombstone_retention_s=3600.0)
 """How a control log compacts: a key's older records go within a minute; a deleted
 key's tombstone stays an hour (a reader catching up still sees the delete)."""
+
+
+WRITE_TIMEOUT = 60.0
+"""Seconds a conditional write waits for room in the log's channel."""
 
 
 def session_store() -> str:
@@ -40,6 +49,21 @@ def session_store() -> str:
     there reads it back; the next cluster starts afresh)."""
     session = ray.get_runtime_context().get_session_name()
     return os.path.join(tempfile.gettempdir(), "raytopic-control", session)
+
+
+@dataclass(slots=True)
+class LatestRead:
+    """What :meth:`ControlLog.read` answers."""
+
+    latest: dict[Any, Any]
+    """The latest record of each key asked that has one."""
+    marks: dict[int, tuple[str, int]]
+    """Per channel, the mark to read the next changes since."""
+    reset: bool
+    """Whether what the reader learnt of changes before is to be dropped (a channel
+    restarted, or the reader fell too far behind)."""
+    changed: list[tuple[Any, Any]]
+    """(key, its latest record or None: deleted) of the keys changed since the marks."""
 
 
 class ControlLog:
@@ -86,6 +110,81 @@ class ControlLog:
         """Append several keys' records in one call; the ref completes once all are held."""
         keys = list(records)
         return self._publisher.publish_batch([records[key] for key in keys], keys=keys)
+
+    def write_unless(
+        self,
+        records: dict[Any, Any],
+        field: str,
+        refused: frozenset[Any],
+        timeout: float | None = None,
+    ) -> dict[Any, Any]:
+        """Write each key's record unless the key's latest record (a dict) has
+        ``field`` in ``refused``: decided and written at the key's channel in one
+        step (``AppendUnless``). Returns the keys refused, with the latest record that
+        refused each; returns once what was written is held.
+
+        Raises:
+            TopicError: the write failed (a typed raytopic error).
+            ray.exceptions.GetTimeoutError: no answer within ``timeout``.
+        """
+        request = pack_request(AppendUnless(field, tuple(refused), WRITE_TIMEOUT))
+        calls = []
+        for keys in self._by_channel(records).values():
+            payload = PickledValues.from_pickles(
+                [dumps_value(records[k]) for k in keys], list(keys)
+            )
+            calls.append((keys, self._channel_of(keys[0]).request.remote(request, payload)))
+        refusing = {}
+        with topic_calls(self.topic.topic_id, self.topic.name):
+            for keys, call in calls:
+                for key, latest in zip(keys, ray.get(call, timeout=timeout), strict=True):
+                    if latest is not None:
+                        refusing[key] = latest
+        return refusing
+
+    def read(
+        self,
+        keys: list[Any],
+        timeout: float | None = None,
+        marks: dict[int, tuple[str, int]] | None = None,
+        most: int = 0,
+    ) -> LatestRead:
+        """The latest record of each key that has one (``ReadLatest``), as held, and
+        (``most``) up to ``most`` keys changed at each asked channel since ``marks``
+        (the last read's).
+
+        Raises:
+            TopicError: the read failed (a typed raytopic error).
+            ray.exceptions.GetTimeoutError: no answer within ``timeout``.
+        """
+        marks = marks or {}
+        calls = []
+        for channel, group in self._by_channel(dict.fromkeys(keys)).items():
+            request = pack_request(ReadLatest(group, marks.get(channel), most))
+            calls.append(
+                (channel, group, self.topic._channel_actors[channel].request.remote(request))
+            )
+        read = LatestRead({}, dict(marks), False, [])
+        with topic_calls(self.topic.topic_id, self.topic.name):
+            for channel, group, call in calls:
+                values, mark, reset, changed = ray.get(call, timeout=timeout)
+                read.latest.update(
+                    (key, record) for key, record in zip(group, values, strict=True) if record
+                )
+                read.marks[channel] = mark
+                read.reset = read.reset or reset
+                read.changed.extend(changed)
+        return read
+
+    def _by_channel(self, keyed: dict[Any, Any]) -> dict[int, tuple[Any, ...]]:
+        count = self.topic.channel_count
+        channels: dict[int, list[Any]] = {}
+        for key in keyed:
+            channels.setdefault(channel_for_key(key, count), []).append(key)
+        return {channel: tuple(keys) for channel, keys in channels.items()}
+
+    def _channel_of(self, key: Any) -> Any:  # (a Ringbuffer reaches its channel so too)
+        return self.topic._channel_actors[channel_for_key(key, self.topic.channel_count)]
 
     def delete(self, key: Any) -> Future[PublishStatus]:
         """Delete ``key`` (a tombstone); the future completes once it is held."""

@@ -26,6 +26,7 @@ __all__ = [
     "Append",
     "AppendOnce",
     "AppendPieces",
+    "AppendUnless",
     "CHANNEL_REQUESTS",
     "ChannelRequest",
     "Commit",
@@ -39,6 +40,7 @@ __all__ = [
     "ReadNewest",
     "ReadRange",
     "ReadHandOverMark",
+    "ReadLatest",
     "ReadResequencerStats",
     "ReadRingFigures",
     "Receive",
@@ -94,6 +96,31 @@ class AppendOnce(NamedTuple):
     version: int
     overflow: str
     timeout: float | None
+
+
+class AppendUnless(NamedTuple):
+    """Append each keyed value (the payload, the call's second argument) unless its
+    key's latest value is a mapping whose ``field`` is one of ``refused``: the check
+    and the append are one step at the channel, so two writers of a key never both
+    pass it (a compacted topic's conditional write: a task's start, outcome or
+    cancel). The reply is, per value, None (appended) or the latest value that
+    refused it."""
+
+    field: str
+    refused: tuple[Any, ...]
+    timeout: float | None
+
+
+class ReadLatest(NamedTuple):
+    """The latest value of each key (None: the key has none) of a compacted channel,
+    and the keys changed since the reader's mark ``since`` (its last read's), at most
+    ``most`` (the newest): the reply is (values, the mark now, whether the reader must
+    drop what it learnt before: its mark is of another incarnation of the channel or
+    too old, [(key changed, its latest value or None)])."""
+
+    keys: tuple[Any, ...]
+    since: tuple[str, int] | None = None
+    most: int = 0
 
 
 class Receive(NamedTuple):
@@ -330,6 +357,8 @@ ChannelRequest = (
     Append
     | AppendPieces
     | AppendOnce
+    | AppendUnless
+    | ReadLatest
     | Receive
     | Take
     | Watch
@@ -360,6 +389,8 @@ CHANNEL_REQUESTS = (
     Append,
     AppendPieces,
     AppendOnce,
+    AppendUnless,
+    ReadLatest,
     Receive,
     Take,
     Watch,

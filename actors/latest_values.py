@@ -1,0 +1,183 @@
+"""The latest value of each key of a compacted channel, for a conditional append and
+a read by key (``AppendUnless``, ``ReadLatest``). No Ray.
+
+A task queue's task log (``raytopic.serve``) keeps each task's status under its
+id; a replica starts a task only if its status is not finished, a producer cancels
+it only if it has not started. The check and the write are one step here, at the
+channel that holds the log, so no actor between them has to decide, and no
+restart of one can let two writers pass the same check.
+
+The values are decoded from the log once, on the first request that needs them
+(the whole log: the store, then the ring, then the appends waiting for a sync),
+and from then on from every append, whichever request made it (a publisher's
+delete too). A purge forgets them; the next request reads the log again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from itertools import islice
+from typing import Any
+
+from raytopic.actors.channel_log import ChannelLog
+from raytopic.actors.ring_api import check_payload
+from raytopic.core.config import Overflow
+from raytopic.core.errors import InvalidArgumentError
+from raytopic.core.payloads import Payload
+from raytopic.core.protocol import AppendUnless, ReadLatest
+
+__all__ = ["LatestValues"]
+
+READ_PIECE = 10_000
+"""Elements read from the log per step while the values are first decoded."""
+
+CHANGES_KEPT = 10_000
+"""Changed keys remembered for readers catching up (``ReadLatest.since``)."""
+
+Read = tuple[tuple[Any, ...], tuple[str, int], bool, list[tuple[Any, Any]]]
+"""A ``ReadLatest``'s reply (see there)."""
+
+
+class LatestValues:
+    """The latest value of each key of one channel's log (see the module docstring).
+
+    Args:
+        log: The channel's log (it tells this part of every append).
+        compacted: Whether the channel's topic is compacted (only such a topic's
+            keys have one latest value: other channels refuse the requests).
+    """
+
+    def __init__(self, log: ChannelLog, *, compacted: bool) -> None:
+        self._log = log
+        self._compacted = compacted
+        self._values: dict[Any, tuple[Any, int | None]] | None = None  # key -> (value, change)
+        self._id = ""  # a reader's marks hold for these values only (decoded anew: another)
+        self._changed: deque[Any] = deque(maxlen=CHANGES_KEPT)  # keys, oldest change first
+        self._changes = 0  # ever appended to _changed
+        self._deciding = asyncio.Lock()  # one conditional append at a time: check, then write
+        log.watch(self._appended)
+
+    async def append_unless(self, request: AppendUnless, payload: Payload) -> tuple[Any, ...]:
+        """Append each keyed value unless its key's latest value refuses it (see
+        ``AppendUnless``); answered once what it appended, and the latest values that
+        refused the rest, are durable.
+
+        Raises:
+            InvalidArgumentError: not a compacted channel, not a keyed payload.
+            TopicFullError, StoreError: the append failed (nothing appended).
+        """
+        payload = check_payload(payload)
+        keys = payload.keys
+        if type(keys) is not list or None in keys:  # (a store keeps a list of keys)
+            raise InvalidArgumentError("a conditional append needs a key for every value")
+        async with self._deciding:
+            values = self._known()
+            taken: dict[Any, Any] = {}  # keys this request appends, with their values
+            replies: list[Any] = []
+            appended: list[int] = []
+            for index, (key, value) in enumerate(zip(keys, _decoded(payload), strict=True)):
+                latest = taken[key] if key in taken else values.get(key, (None, None))[0]
+                if _field(latest, request.field) in request.refused:
+                    replies.append(latest)
+                else:
+                    replies.append(None)
+                    appended.append(index)
+                    taken[key] = value
+            change = None
+            if appended:
+                part = payload if len(appended) == len(keys) else payload.take(appended)
+                ack, change = await self._log.append(
+                    part, Overflow.BLOCK, request.timeout, whole=True
+                )
+                if ack.error is not None:
+                    raise ack.error
+        await self._log.durable(self._newest_change([*taken, *keys], change))
+        return tuple(replies)
+
+    async def read(self, request: ReadLatest) -> Read:
+        """The latest value of each key (None: none) and the keys changed since the
+        reader's mark (see ``ReadLatest``), once durable.
+
+        Raises:
+            InvalidArgumentError: not a compacted channel.
+        """
+        most = request.most
+        async with self._deciding:  # not halfway through a conditional append
+            values = self._known()
+        oldest = self._changes - len(self._changed)
+        since = request.since
+        fresh = since is not None and since[0] == self._id and oldest <= since[1] <= self._changes
+        mark = since[1] if since is not None and fresh else None  # where the reader stands
+        start = max(oldest if mark is None else mark, self._changes - most)
+        changed = list(dict.fromkeys(islice(self._changed, start - oldest, None)))
+        reply = (
+            tuple(values.get(key, (None, None))[0] for key in request.keys),
+            (self._id, self._changes),
+            mark is None or start > mark,  # the reader drops what it knew
+            [(key, values.get(key, (None, None))[0]) for key in changed],
+        )
+        await self._log.durable(self._newest_change([*request.keys, *changed], None))
+        return reply
+
+    def _known(self) -> dict[Any, tuple[Any, int | None]]:
+        """Every key's latest value, decoded from the log on first use."""
+        if not self._compacted:
+            raise InvalidArgumentError(
+                "only a compacted topic has a latest value per key (create it with compaction)"
+            )
+        if self._values is None:
+            self._values = {}
+            self._id = uuid.uuid4().hex
+            self._changed.clear()
+            self._changes = 0
+            for payload, change in self._log.everything(READ_PIECE):
+                self._appended(payload, change)
+        return self._values
+
+    def _appended(self, payload: Payload | None, change: int | None) -> None:
+        """The log took ``payload`` (None: it dropped every element)."""
+        if payload is None:
+            self._values = None
+            return
+        values = self._values
+        if values is None or payload.keys is None:
+            return
+        decoded, _ = payload.decode_each()  # a value that does not decode: no field of it
+        deleted = payload.tombstones()
+        for key, value, gone in zip(payload.keys, decoded, deleted, strict=True):
+            if gone:
+                values.pop(key, None)
+            else:
+                values[key] = (value, change)
+            self._changed.append(key)
+            self._changes += 1
+
+    def _newest_change(self, keys: Any, change: int | None) -> int | None:
+        """The newest append (``change``, or the latest value of one of ``keys``) to
+        wait for: an answer rests only on what a restart keeps."""
+        values = self._values or {}
+        changes = [values[key][1] for key in keys if key in values] + [change]
+        known = [mark for mark in changes if mark is not None]
+        return max(known, default=None)
+
+
+def _decoded(payload: Payload) -> list[Any]:
+    """A conditional append's values.
+
+    Raises:
+        InvalidArgumentError: they do not decode here.
+    """
+    try:
+        return payload.decode()
+    except Exception as error:
+        raise InvalidArgumentError(
+            f"a conditional append's values must decode: {error!r}"
+        ) from None
+
+
+def _field(value: Any, field: str) -> Any:
+    """``value[field]`` of a mapping, else None."""
+    return value.get(field) if isinstance(value, Mapping) else None

@@ -1,0 +1,143 @@
+"""A compacted channel's conditional append and read by key without Ray: the real log
+over a real segment store, what a restart (a new log over the same store) decides on,
+deletes and purges, and a channel that is not compacted."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raytopic.actors.channel_context import ChannelContext
+from raytopic.actors.channel_metrics import ChannelMetrics
+from raytopic.actors.channel_parts import ChannelParts
+from raytopic.actors.latest_values import LatestValues
+from raytopic.actors.stores.base import ChannelStore
+from raytopic.actors.stores.segment_log import SegmentLogStore
+from raytopic.core.compaction import Compaction
+from raytopic.core.config import Overflow, TopicConfig
+from raytopic.core.errors import InvalidArgumentError
+from raytopic.core.payloads import TOMBSTONE, PickledValues
+from raytopic.core.protocol import AppendUnless, ReadLatest
+
+FINISHED = ("SUCCESS", "REVOKED")
+START = AppendUnless("status", FINISHED, 1.0)
+
+
+def _latest(directory: Path | None, capacity: int = 100, compacted: bool = True) -> tuple:
+    """(parts, LatestValues) of one channel, over a store in ``directory`` if given."""
+    config = TopicConfig(
+        "t", "ns", "t0pic1d", 1, capacity, True, None, Overflow.BLOCK, (),
+        compaction=Compaction(max_lag_s=60.0) if compacted else None,
+    )  # fmt: skip
+    context = ChannelContext(config, 0, ChannelMetrics(config.name, 0))
+    parts = ChannelParts.build(context, restarted=False)
+    if directory is not None:
+        store = SegmentLogStore(directory, segment_bytes=1)
+        parts.recover(
+            ChannelStore(store), restarted=directory.exists() and any(directory.iterdir())
+        )
+    return parts, LatestValues(parts.log, compacted=compacted)
+
+
+def _keyed(rows: list[tuple[str, Any]]) -> PickledValues:
+    """(key, value) per element; a None value is a delete."""
+    return PickledValues.from_pickles(
+        [TOMBSTONE if value is None else pickle.dumps(value, 5) for _, value in rows],
+        [key for key, _ in rows],
+    )
+
+
+def _status(status: str) -> dict[str, Any]:
+    return {"status": status, "result": None}
+
+
+def test_a_conditional_append_is_refused_by_the_latest_value_and_names_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        _, latest = _latest(tmp_path / "log")
+        started = await latest.append_unless(START, _keyed([("a", _status("STARTED"))]))
+        assert started == (None,)
+        finish = AppendUnless("status", FINISHED, 1.0)
+        assert await latest.append_unless(finish, _keyed([("a", _status("SUCCESS"))])) == (None,)
+        # A second writer of the key (a task delivered again) is refused, told why.
+        again = await latest.append_unless(
+            START, _keyed([("a", _status("STARTED")), ("b", _status("STARTED"))])
+        )
+        assert again == (_status("SUCCESS"), None)
+        # One request's values of one key: the second sees the first.
+        both = await latest.append_unless(
+            finish, _keyed([("c", _status("REVOKED")), ("c", _status("SUCCESS"))])
+        )
+        assert both == (None, _status("REVOKED"))
+        read, _, _, _ = await latest.read(ReadLatest(("a", "b", "c", "none")))
+        assert read == (_status("SUCCESS"), _status("STARTED"), _status("REVOKED"), None)
+
+    asyncio.run(main())
+
+
+def test_a_restarted_log_decides_on_what_its_store_holds(tmp_path: Path) -> None:
+    async def main() -> None:
+        directory = tmp_path / "log"
+        parts, latest = _latest(directory)
+        for n in range(10):
+            await latest.append_unless(START, _keyed([(f"t{n}", _status("SUCCESS"))]))
+        # Written by a plain append (not through this part): a delete and a new key.
+        ack, change = await parts.log.append(
+            _keyed([("t3", None), ("x", _status("REVOKED"))]), Overflow.BLOCK, 1.0, whole=True
+        )
+        assert ack.error is None
+        await parts.log.durable(change)
+        _, restarted = _latest(directory)  # the channel's next incarnation
+        replies = await restarted.append_unless(
+            START, _keyed([(f"t{n}", _status("STARTED")) for n in range(10)] + [("x", {})])
+        )
+        finished = [None if n == 3 else _status("SUCCESS") for n in range(10)]
+        assert replies == (*finished, _status("REVOKED"))
+        assert (await restarted.read(ReadLatest(("t3", "t4"))))[0] == (
+            _status("STARTED"),
+            _status("SUCCESS"),
+        )
+
+    asyncio.run(main())
+
+
+def test_a_purge_forgets_the_latest_values_and_a_plain_channel_refuses_typed() -> None:
+    async def main() -> None:
+        parts, latest = _latest(None)
+        await latest.append_unless(START, _keyed([("a", _status("SUCCESS"))]))
+        assert (await latest.read(ReadLatest(("a",))))[0] == (_status("SUCCESS"),)
+        parts.log.evict_all()
+        assert (await latest.read(ReadLatest(("a",))))[0] == (None,)
+        _, plain = _latest(None, compacted=False)
+        with pytest.raises(InvalidArgumentError, match="compacted"):
+            await plain.read(ReadLatest(("a",)))
+        with pytest.raises(InvalidArgumentError, match="key"):
+            await latest.append_unless(START, PickledValues.from_values([_status("STARTED")]))
+
+    asyncio.run(main())
+
+
+def test_a_read_brings_the_keys_changed_since_the_readers_mark() -> None:
+    async def main() -> None:
+        parts, latest = _latest(None)
+        await latest.append_unless(START, _keyed([("a", _status("STARTED"))]))
+        values, mark, reset, changed = await latest.read(ReadLatest(("a",), None, 10))
+        assert (values, reset, changed) == (
+            (_status("STARTED"),),
+            True,
+            [("a", _status("STARTED"))],
+        )
+        await latest.append_unless(START, _keyed([("a", _status("SUCCESS")), ("b", {})]))
+        await parts.log.append(_keyed([("b", None)]), Overflow.BLOCK, 1.0, whole=True)
+        _, newer, reset, changed = await latest.read(ReadLatest((), mark, 10))
+        assert not reset and changed == [("a", _status("SUCCESS")), ("b", None)]  # b deleted
+        assert (await latest.read(ReadLatest((), newer, 10)))[2:] == (False, [])
+        # Behind by more than it asks for, or a mark of another incarnation: start over.
+        assert (await latest.read(ReadLatest((), mark, 1)))[2:] == (True, [("b", None)])
+        _, other = _latest(None)
+        assert (await other.read(ReadLatest((), newer, 10)))[2] is True
+
+    asyncio.run(main())
