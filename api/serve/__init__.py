@@ -13,13 +13,15 @@ its tasks from a topic.
 - **Enqueue**: one publish (acknowledged before ``enqueue_task_sync`` returns);
   ``key=`` in the options routes the task by key: tasks of one key run one at
   a time, in enqueue order; ``task_id=`` names it.
-- **Status and result** by task id, kept by a small detached actor per queue
-  (the task board, ``raytopic.serve.board``): ``PENDING`` for an id no
-  replica has started (as Celery answers), ``STARTED``, ``RETRY``, ``SUCCESS``,
-  ``FAILURE``, ``REJECTED`` (unprocessable), ``REVOKED``. A finished status
-  stays, and a replica does not run a task the board has finished; a status
-  read learns the tasks finished since the last one, so the adapter answers
-  for those without a call (``raytopic.serve.statuses``).
+- **Status and result** by task id, on the queue's task log (a compacted
+  topic, ``<queue>.tasks``), whose channel decides each change in one step
+  (``raytopic.serve.board``): ``PENDING`` for an id no replica has started
+  (as Celery answers), ``STARTED``, ``RETRY``, ``SUCCESS``, ``FAILURE``,
+  ``REJECTED`` (unprocessable), ``REVOKED``. A finished status stays, and a
+  replica does not run a finished task; a status read learns the tasks
+  changed since the last one, so the adapter answers for those finished
+  without a call (``raytopic.serve.statuses``). A small detached actor per
+  queue (``raytopic.serve.board_actor``) forgets past ``results_kept``.
 - **Retries**: a handler that raises is delivered again (to any replica) after
   ``retry_backoff_s``, doubling up to a minute, until ``max_retries``; then
   the task goes to the failed-task queue. A replica that dies with tasks in

@@ -17,6 +17,7 @@ from typing import Any
 import ray
 from ray.serve.schema import TaskProcessorAdapter, TaskProcessorConfig, TaskResult
 
+from raytopic.client.control_log import ControlLog
 from raytopic.client.topic import create_topic, get_topic
 from raytopic.core.config import (
     check_name,
@@ -33,7 +34,19 @@ from raytopic.core.errors import (
     TopicNotFoundError,
 )
 from raytopic.core.shared_group import SharedGroup
-from raytopic.serve.board import FAILURE, PENDING, REJECTED, RETRY, REVOKED, SUCCESS
+from raytopic.serve.board import (
+    CANCEL_REFUSED,
+    FAILURE,
+    FINISHED,
+    PENDING,
+    REJECTED,
+    RETRY,
+    REVOKED,
+    STARTED,
+    SUCCESS,
+    state_of,
+    task_record,
+)
 from raytopic.serve.board_actor import TaskBoardActor, task_log_name
 from raytopic.serve.records import (
     UnreadableTask,
@@ -43,7 +56,7 @@ from raytopic.serve.records import (
     queue_entry,
     stray_entry,
 )
-from raytopic.serve.statuses import KnownStatuses
+from raytopic.serve.statuses import CHANGES_READ, KnownStatuses
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +73,8 @@ BACKOFF_MOST = 60.0
 """Longest pause before a retry (seconds), as Celery's retry_backoff_max."""
 
 BOARD_WAIT = 60.0
-"""Seconds a call waits for the task board while it restarts before it raises
-``ChannelUnavailableError``."""
+"""Seconds a call waits for the task board or the task log's channel while it
+restarts before it raises ``ChannelUnavailableError``."""
 
 
 def board_name(queue: str) -> str:
@@ -155,6 +168,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._topic: Any = None
         self._outlets: dict[str, Any] = {}  # the failed and unprocessable queues' topics
         self._board: Any = None
+        self._log: ControlLog | None = None  # the task log: statuses and results
         self._statuses = KnownStatuses(settings.results_kept)
         self._publisher: Any = None
         self._publish_lock = threading.Lock()
@@ -205,6 +219,9 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             .remote(config.queue_name, self._topic.namespace, settings.store, settings.results_kept)
         )
         self._ask_board("ready")  # its task log made: the queue's first task does not wait
+        self._log = ControlLog(
+            task_log_name(config.queue_name), self._topic.namespace, store=settings.store
+        )
 
     def register_task_handle(self, func: Callable[..., Any], name: str | None = None) -> None:
         """Run ``func(*args, **kwargs)`` (or await it) for tasks named ``name``
@@ -240,16 +257,18 @@ class TopicTaskAdapter(TaskProcessorAdapter):
     def get_task_status_sync(self, task_id: str) -> TaskResult:
         """The task's status and result (``PENDING`` while no replica has started it).
 
-        One call to the task board, which also brings the tasks finished (and
-        forgotten) since this adapter's last call: a task known finished is
-        answered here without a call (a finished status stays).
+        One call to the task log's channel, which also brings the tasks changed since
+        this adapter's last call: a task known finished is answered here without a
+        call (a finished status stays).
         """
         _check_task_id(task_id)
-        known = self._statuses.get(task_id)
-        if known is None:
-            known, changes = self._ask_board("read", task_id, *self._statuses.mark)
-            self._statuses.learn(changes)
-        status, result, created = known
+        record = self._statuses.get(task_id)
+        if record is None:
+            log, marks = self._task_log(), self._statuses.marks
+            read = self._log_answer(lambda: log.read([task_id], BOARD_WAIT, marks, CHANGES_READ))
+            self._statuses.learn(read)
+            record = read.latest.get(task_id)
+        status, result, created = state_of(record)
         return TaskResult(id=task_id, status=status, created_at=created, result=result)
 
     async def get_task_status_async(self, task_id: str) -> TaskResult:
@@ -263,11 +282,19 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             False if it has started or finished (it runs on).
         """
         _check_task_id(task_id)
-        return self._ask_board("cancel", task_id)
+        log = self._task_log()
+        revoked = {task_id: task_record(REVOKED, None, None)}
+        refusing = self._log_answer(
+            lambda: log.write_unless(revoked, "status", CANCEL_REFUSED, BOARD_WAIT)
+        )
+        if task_id in refusing:
+            return refusing[task_id]["status"] == REVOKED  # cancelled already: True again
+        self._task_board().finished.remote([task_id])  # not waited for: off the task's path
+        return True
 
     async def cancel_task_async(self, task_id: str) -> bool:
         _check_task_id(task_id)
-        return await asyncio.to_thread(self._ask_board, "cancel", task_id)
+        return await asyncio.to_thread(self.cancel_task_sync, task_id)
 
     def _queue_publisher(self) -> Any:
         with self._publish_lock:
@@ -286,6 +313,23 @@ class TopicTaskAdapter(TaskProcessorAdapter):
     def _task_board(self) -> Any:
         self._queue()
         return self._board
+
+    def _task_log(self) -> ControlLog:
+        self._queue()
+        assert self._log is not None
+        return self._log
+
+    def _log_answer(self, call: Callable[[], Any]) -> Any:
+        """``call``'s answer (a call to the task log's channel); while the channel
+        restarts it waits (Ray retries it), up to ``BOARD_WAIT`` seconds, then
+        ChannelUnavailableError."""
+        try:
+            return call()
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as error:
+            raise ChannelUnavailableError(
+                f"the task log of queue {self._queue_name!r} did not answer within "
+                f"{BOARD_WAIT:.0f} s ({type(error).__name__})"
+            ) from None
 
     def _ask_board(self, method: str, *args: Any) -> Any:
         """The board's answer; while it restarts the call waits (Ray retries it), up
@@ -311,6 +355,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         included. Other replicas' consumers end with TopicNotFoundError.
         """
         self.stop_consumer()
+        self._task_log().close()
         board = self._task_board()
         with contextlib.suppress(TopicNotFoundError):
             ray.get(board.destroy.remote(), timeout=BOARD_WAIT)
@@ -388,7 +433,12 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             except UnreadableTask as error:
                 outcomes.append((element, None, REJECTED, error))
         self._until_recorded({task["id"] for _, task in runnable})
-        skip = set(self._ask_board("start", [(t["id"], t["created_at"]) for _, t in runnable]))
+        log = self._task_log()
+        started = {t["id"]: task_record(STARTED, None, t["created_at"]) for _, t in runnable}
+        # Started unless finished or cancelled, decided at the log's channel (one call).
+        skip = set(
+            self._log_answer(lambda: log.write_unless(started, "status", FINISHED, BOARD_WAIT))
+        )
         by_key: dict[Any, list[tuple[Any, dict]]] = {}
         for element, task in runnable:
             if task["id"] in skip:  # finished already, or cancelled: not run again
@@ -458,12 +508,12 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         moves it again when the task comes back (at least once, never lost).
         """
         config = self._config
-        recorded: list[tuple[str, str, Any, Any]] = []
+        recorded: dict[str, dict[str, Any]] = {}
         retries, done = [], []
         for element, task, status, result in outcomes:
             if status == RETRY:
                 retries.append(element)
-                recorded.append((task["id"], RETRY, None, task["created_at"]))
+                recorded[task["id"]] = task_record(RETRY, None, task["created_at"])
                 continue
             done.append(element)
             if task is not None and task["id"] in skip:
@@ -482,20 +532,23 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 self._move(queue, entry)
             if task is not None:
                 kept = result if status == SUCCESS else None if status == REVOKED else str(result)
-                recorded.append((task["id"], status, kept, task["created_at"]))
+                recorded[task["id"]] = task_record(status, kept, task["created_at"])
         assert self._acknowledger is not None
-        finishing = self._task_board().finish.remote(recorded) if recorded else None
-        acked = self._acknowledger.submit(self._acknowledge_once_held, finishing, done, retries)
-        self._recording.append(({task_id for task_id, *_ in recorded}, acked))
+        acked = self._acknowledger.submit(self._acknowledge_once_held, recorded, done, retries)
+        self._recording.append((set(recorded), acked))
 
-    def _acknowledge_once_held(
-        self, finishing: ray.ObjectRef | None, done: list, retries: list
-    ) -> None:
-        """Wait for the board to hold the outcomes, then acknowledge what finished and
-        nack the retries: a task is acknowledged only once its outcome is held."""
+    def _acknowledge_once_held(self, recorded: dict[str, dict], done: list, retries: list) -> None:
+        """Record the outcomes on the task log (each unless its task has one: a task
+        delivered again after a crash may report twice), then acknowledge what
+        finished and nack the retries: a task is acknowledged only once its outcome
+        is held. The board hears of the finished ones (not waited for)."""
         try:
-            if finishing is not None:
-                self._board_answer(finishing)
+            if recorded:
+                log = self._task_log()
+                self._log_answer(lambda: log.write_unless(recorded, "status", FINISHED, BOARD_WAIT))
+                finished = [i for i, record in recorded.items() if record["status"] in FINISHED]
+                if finished:
+                    self._task_board().finished.remote(finished)
             if done:
                 # Not waited for. An ack that fails leaves its tasks to come back after
                 # ack_timeout, and their start passes them over (their outcomes are

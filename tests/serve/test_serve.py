@@ -21,7 +21,6 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import ray
@@ -29,9 +28,10 @@ from ray.serve.config import AutoscalingContext
 from ray.serve.schema import TaskProcessorConfig
 
 import raytopic as rt
+from raytopic.client.control_log import LatestRead
 from raytopic.serve import CONSUMER_GROUP, LagPolicy, TopicAdapterConfig, TopicTaskAdapter
 from raytopic.serve.adapter import board_name
-from raytopic.serve.board import TaskBoard
+from raytopic.serve.board import FinishedTasks, state_of, task_record
 from raytopic.serve.records import UnreadableTask, check_task, load_arguments, make_task
 from raytopic.serve.statuses import KnownStatuses
 
@@ -41,109 +41,44 @@ pytestmark = pytest.mark.xdist_group("serve")
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 
-# -- the task board (no Ray) ---------------------------------------------------------------
-
-
-def _held(board: TaskBoard, change: Any) -> Any:
-    """What a change of ``board`` answers, once its writes are on the log (the board
-    actor holds them first)."""
-    *answer, writes = change if isinstance(change, tuple) else (change,)
-    board.held(writes)
-    return answer[0] if answer else None
-
-
-def test_the_board_tells_status_and_result_by_id() -> None:
-    board = TaskBoard(kept=10)
-    assert board.get("a") == ("PENDING", None, None)  # not seen: as Celery answers
-    assert _held(board, board.start([("a", 1.0), ("b", 2.0)])) == []
-    assert board.get("a") == ("STARTED", None, 1.0)
-    _held(board, board.finish([("a", "RETRY", None, 1.0), ("b", "SUCCESS", 7, 2.0)]))
-    assert board.get("a") == ("RETRY", None, 1.0)
-    _held(board, board.finish([("a", "SUCCESS", 42, 1.0), ("b", "FAILURE", "late", 2.0)]))
-    assert board.get("a") == ("SUCCESS", 42, 1.0)
-    assert board.get("b") == ("SUCCESS", 7, 2.0)  # a finished status stays
-    assert board.counts() == {"SUCCESS": 2}
-
-
-def test_a_change_shows_only_once_held_and_a_failed_one_is_taken_back() -> None:
-    # Before: the board showed an outcome before the task log held it; a reader saw
-    # SUCCESS that a restart right then took back.
-    board, known = TaskBoard(kept=1), KnownStatuses(kept=1)
-    writes = board.start([("a", 0.0)])[1]
-    assert board.unheld(["a"]) and not board.finishing("a")  # a start: a read need not wait
-    board.held(writes)
-    writes = board.finish([("a", "SUCCESS", 1, 0.0)])
-    assert board.unheld(["a"]) and board.finishing("a")  # a read waits for it
-    assert board.get("a") == ("STARTED", None, 0.0)  # decided, not yet on the log
-    known.learn(board.changes(*known.mark, most=100))
-    assert known.get("a") is None
-    assert board.start([("a", 0.0)])[0] == ["a"]  # a decision sees it at once
-    board.held(writes)
-    assert board.get("a") == ("SUCCESS", 1, 0.0) and not board.finishing("a")
-    known.learn(board.changes(*known.mark, most=100))
-    assert known.get("a") == ("SUCCESS", 1, 0.0)
-    cancelled, writes = board.cancel("b")  # forgets "a"
-    assert cancelled and writes.forgotten == ["a"]
-    assert board.get("a")[0] == "SUCCESS"  # until the delete is held
-    board.undo(writes)  # the writes failed: no cancel, nothing forgotten
-    assert not board.unheld(["a", "b"])
-    assert [board.get(t)[0] for t in "ab"] == ["SUCCESS", "PENDING"]
-    assert board.cancel("b")[0] is True  # and it can be cancelled again
-
-
-def test_a_replica_does_not_run_a_finished_or_cancelled_task_again() -> None:
-    board = TaskBoard(kept=10)
-    _held(board, board.start([("done", 0.0)]))
-    _held(board, board.finish([("done", "SUCCESS", 1, 0.0)]))
-    assert _held(board, board.cancel("waiting")) is True  # not started: no replica runs it
-    started = board.start([("done", 0.0), ("waiting", 0.0), ("new", 0.0)])
-    assert _held(board, started) == ["done", "waiting"]
-    assert board.get("waiting")[0] == "REVOKED"
-    assert _held(board, board.cancel("new")) is False  # started: it runs on
-    assert _held(board, board.cancel("done")) is False
-    assert board.get("done") == ("SUCCESS", 1, 0.0)
+# -- the forgetting order and what a reader knows (no Ray) -------------------------------
 
 
 def test_the_board_forgets_the_oldest_finished_tasks_first() -> None:
-    board = TaskBoard(kept=2)
-    _held(board, board.finish([("retrying", "RETRY", None, 0.0)]))
-    writes = board.finish([(task, "SUCCESS", task, 0.0) for task in ("x", "y", "z")])
-    assert (writes.changed, writes.forgotten) == (["y", "z"], ["x"])
-    board.held(writes)
-    assert board.get("x")[0] == "PENDING"  # forgotten
-    assert board.get("retrying")[0] == "RETRY"  # unfinished ones stay
-    assert [board.get(task)[0] for task in ("y", "z")] == ["SUCCESS", "SUCCESS"]
+    finished = FinishedTasks(kept=2)
+    finished.restore(
+        {
+            "newer": {"status": "SUCCESS", "at": 2.0},
+            "retrying": {"status": "RETRY", "at": 0.0},  # unfinished ones are not counted
+            "older": {"status": "REVOKED", "at": 1.0},
+        }
+    )
+    assert finished.finished(["newer"]) == []  # told again (a call Ray retried): once
+    assert finished.finished(["x", "y"]) == ["older", "newer"]
+    assert finished.finished(["z"]) == ["x"]
 
 
-def test_a_reader_answers_for_finished_tasks_from_what_the_board_brought() -> None:
-    # A status read asks the board once and learns the tasks finished since its last
-    # read: a finished task is then answered without a call (issue 47 item 3).
-    board, known = TaskBoard(kept=2), KnownStatuses(kept=2)
-    _held(board, board.start([("a", 0.0), ("b", 0.0)]))
-    _held(board, board.finish([("a", "SUCCESS", 1, 0.0), ("b", "RETRY", None, 0.0)]))
-    known.learn(board.changes(*known.mark, most=100))
-    assert known.get("a") == ("SUCCESS", 1, 0.0)
+def test_a_record_reads_as_its_state_and_an_unknown_task_as_pending() -> None:
+    record = task_record("SUCCESS", 42, 1.5)
+    assert state_of(record) == ("SUCCESS", 42, 1.5) and record["at"] > 0
+    assert state_of(None) == ("PENDING", None, None)  # not seen: as Celery answers
+
+
+def test_a_reader_answers_for_finished_tasks_from_what_a_read_brought() -> None:
+    # A status read asks the task log once and learns the tasks changed since its
+    # last read: a finished task is then answered without a call (issue 47 item 3).
+    known = KnownStatuses(kept=2)
+    done, retry = task_record("SUCCESS", 1, 0.0), task_record("RETRY", None, 0.0)
+    known.learn(LatestRead({}, {0: ("one", 5)}, True, [("a", done), ("b", retry)]))
+    assert known.get("a") == done
     assert known.get("b") is None  # not finished: asked again
-    _held(board, board.finish([("b", "SUCCESS", 2, 0.0), ("c", "FAILURE", "x", 0.0)]))
-    stale = board.changes(*known.mark, most=100)  # "a" forgotten
-    known.learn(board.changes(*known.mark, most=100))
-    known.learn(stale)  # an older reply (another thread's) changes nothing
-    assert [known.get(t) for t in "abc"] == [None, ("SUCCESS", 2, 0.0), ("FAILURE", "x", 0.0)]
-    cancelled, writes = board.cancel("d")
-    assert cancelled and writes.forgotten == ["b"]
-    board.held(writes)
-    changes = board.changes(*known.mark, most=1)  # behind by more than most: start over
-    assert changes[2] is True
-    known.learn(changes)
-    assert [known.get(t) for t in "bcd"] == [None, None, None]  # only "b" forgotten came
-    known.learn(board.changes(*known.mark, most=100))
-    _held(board, board.cancel("e"))  # (forgets "c")
-    known.learn(board.changes(*known.mark, most=100))
-    assert [known.get(t) for t in "cde"] == [None, None, ("REVOKED", None, None)]
-    restarted = TaskBoard(kept=2)  # a board that restarted: what a reader knew is dropped
-    restarted.restore([("c", {"status": "FAILURE", "result": "x", "created_at": 0.0})])
-    known.learn(restarted.changes(*known.mark, most=100))
-    assert known.get("d") is None
+    assert known.marks == {0: ("one", 5)}
+    known.learn(LatestRead({}, {0: ("one", 4)}, False, [("a", None)]))  # an older reply
+    assert known.get("a") == done
+    known.learn(LatestRead({}, {0: ("one", 7)}, False, [("a", None), ("c", done)]))
+    assert (known.get("a"), known.get("c")) == (None, done)  # "a" forgotten
+    known.learn(LatestRead({}, {0: ("two", 1)}, True, [("d", done)]))  # the log restarted
+    assert (known.get("c"), known.get("d")) == (None, done)
 
 
 class Unloadable:
