@@ -162,7 +162,7 @@ from raytopic.core.protocol import (
     TransactionEnded,
     UpdateViews,
     Watch,
-    unpack_request,
+    unpack_call,
 )
 from raytopic.core.records import AckStatus, CommitResult
 from raytopic.core.topic_record import TopicRecord
@@ -289,7 +289,7 @@ class ChannelActor:
         Raises:
             InvalidArgumentError: not such a packed request.
         """
-        request = unpack_request(packed, PACKED_REQUESTS)
+        request, payload = unpack_call(packed, payload, PACKED_REQUESTS)
         if joined is None:
             return await self._serve(request, payload)
         try:

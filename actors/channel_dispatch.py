@@ -2,7 +2,9 @@
 
 The channel answers Ray through two entries (``request``, ``control``); each typed
 request is served by the private handler registered for its type, behind the guard
-its registration names (the channel's ``_serve`` applies it). Pure.
+its registration names (the channel's ``_serve`` applies it). The reply of a request
+only a sibling's session sends (``SIBLING_REQUESTS``) is packed by its registered
+handler (see ``raytopic.core.protocol.codec``). Pure.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from raytopic.core.protocol import SIBLING_REQUESTS, pack_small
 
 __all__ = ["SERVED", "Admit", "Handler", "call_handler", "entry", "serves"]
 
@@ -48,10 +52,19 @@ def serves(kind: type, admit: Admit = Admit.SEEDED) -> Callable[[Handler], Handl
     def register(handler: Handler) -> Handler:
         if kind in SERVED:
             raise TypeError(f"two handlers of {kind.__name__}")
-        SERVED[kind] = (handler, admit)
+        SERVED[kind] = (_packing(handler) if kind in SIBLING_REQUESTS else handler, admit)
         return handler
 
     return register
+
+
+def _packing(handler: Handler) -> Handler:
+    """``handler`` with its reply packed for the sibling that asked."""
+
+    async def packed(channel: Any, request: Any) -> Any:
+        return pack_small(await handler(channel, request))
+
+    return packed
 
 
 def entry(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from raytopic.core.protocol import ChannelRequest, CursorState, Delivery, Take, Watch
+from raytopic.core.protocol import ChannelRequest, CursorState, Delivery, Take, Watch, unpack_small
 
 if TYPE_CHECKING:
     from raytopic.core.protocol import ReaderLease
@@ -93,7 +93,7 @@ class LocalPort:
 
 
 class RemotePort:
-    """A sibling channel, by actor call.
+    """A sibling channel, by actor call (its replies come packed: ``SIBLING_REQUESTS``).
 
     Args:
         channel: The sibling channel.
@@ -111,12 +111,11 @@ class RemotePort:
     def state_in_place(self, reader_id: str, lease: ReaderLease) -> None:
         return None
 
-    def take(self, take: Take) -> Awaitable[Delivery]:
-        return self._call(take)
+    async def take(self, take: Take) -> Delivery:
+        return unpack_small(await self._call(take))
 
-    def watch(
+    async def watch(
         self, reader_id: str, lease: ReaderLease, known: CursorState | None
-    ) -> Awaitable[CursorState]:
-        return self._call(
-            Watch(reader_id=reader_id, lease=lease, known=known, timeout=WATCH_TIMEOUT)
-        )
+    ) -> CursorState:
+        watch = Watch(reader_id=reader_id, lease=lease, known=known, timeout=WATCH_TIMEOUT)
+        return unpack_small(await self._call(watch))

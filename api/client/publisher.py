@@ -69,7 +69,7 @@ from raytopic.core.errors import (
 )
 from raytopic.core.gather import Joined, JoinKind, send_joined
 from raytopic.core.payloads import TOMBSTONE, Payload, PickledValues, fast_dumps
-from raytopic.core.protocol import Append, AppendAck, AppendPieces, pack_request
+from raytopic.core.protocol import Append, AppendAck, AppendPieces, pack_request, pack_small
 from raytopic.core.statuses import PublishStatuses
 from raytopic.core.user_functions import call_user
 from raytopic.core.waits import bounded_wait
@@ -578,7 +578,7 @@ class Publisher:
             payload = tuple(_payload_of(piece) for piece in call.pieces)
         try:
             ref = call.pipe.actor.request.remote(
-                pack_request(request), payload, *(() if joined is None else (joined,))
+                pack_request(request), pack_small(payload), *(() if joined is None else (joined,))
             )
         except Exception as error:  # could not even be submitted
             self._start_worker()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from raytopic.core.protocol.channel import (
     CHANNEL_REQUESTS,
+    SIBLING_REQUESTS,
     Ack,
     AddAll,
     Append,
@@ -52,7 +53,13 @@ from raytopic.core.protocol.channel import (
     Take,
     Watch,
 )
-from raytopic.core.protocol.codec import pack_request, unpack_request
+from raytopic.core.protocol.codec import (
+    pack_request,
+    pack_small,
+    unpack_call,
+    unpack_request,
+    unpack_small,
+)
 from raytopic.core.protocol.control import (
     CONTROL_REQUESTS,
     AttachChannels,
@@ -172,6 +179,7 @@ __all__ = [
     "poison_error",
     # channel requests
     "CHANNEL_REQUESTS",
+    "SIBLING_REQUESTS",
     "Ack",
     "AddAll",
     "Append",
@@ -295,5 +303,8 @@ __all__ = [
     "StatusBatch",
     # codec
     "pack_request",
+    "pack_small",
+    "unpack_call",
     "unpack_request",
+    "unpack_small",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "AppendPieces",
     "AppendUnless",
     "CHANNEL_REQUESTS",
+    "SIBLING_REQUESTS",
     "ChannelRequest",
     "Commit",
     "ExtendHold",
@@ -416,3 +417,7 @@ CHANNEL_REQUESTS = (
     ResumeReceives,
 )
 """The request records a channel serves through ``ChannelActor.request``."""
+
+SIBLING_REQUESTS = (Take, Watch)
+"""What only a receive session sends to a sibling of its host: their replies cross
+Ray packed (``pack_small``; the session's ``RemotePort`` unpacks them)."""

@@ -22,6 +22,9 @@ from raytopic.core.protocol import (
     Receive,
     Take,
     Watch,
+    pack_request,
+    pack_small,
+    unpack_small,
 )
 
 from tests.actors.channel_calls import TWO_CHANNELS, ask
@@ -125,5 +128,47 @@ def test_a_request_that_woke_nothing_answers_in_its_own_turn() -> None:
         await ask(channel, ReadCursor("a"))
         assert ran == []  # the task beside them never got a turn
         await task
+
+    asyncio.run(main())
+
+
+def test_a_take_and_a_watch_answer_packed_bytes_a_receive_its_batch() -> None:
+    # Only a sibling's session sends a take or a watch: their replies cross Ray as bytes.
+    async def main() -> None:
+        channel = ChannelActor(ONE_CHANNEL, 0)
+        channel._host.ports = {
+            0: LocalPort(0, channel._readers.take, channel._parts.cursor_in_process)
+        }
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        await channel.request(*_packed_append(0, ["x", "y"]))
+        taken = await channel.request(pack_request(Take("a", None, 1)))
+        assert type(taken) is bytes
+        assert (unpack_small(taken).first, unpack_small(taken).count) == (0, 1)
+        watched = await channel.request(pack_request(Watch("a", None, None, TIMEOUT)))
+        assert type(watched) is bytes and unpack_small(watched).available
+        received = await channel.request(pack_request(Receive("a", "s", 0, 10, False)))
+        assert [d.first for d in received.deliveries] == [1]
+        channel._host.sessions["a"].close()
+
+    asyncio.run(main())
+
+
+def _packed_append(batch: int, values: list[Any]) -> tuple[bytes, PickledValues]:
+    request, payload = _append(batch, values)
+    return pack_request(request), payload
+
+
+def test_an_appends_payload_may_come_packed() -> None:
+    # A publisher sends a small payload as bytes (Ray's pickle path costs it ~0.1 ms).
+    async def main() -> None:
+        channel = ChannelActor(ONE_CHANNEL, 0)
+        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        request, payload = _append(0, ["x", "y"])
+        await channel.request(pack_request(request), pack_small(payload))
+        delivery = await ask(channel, Take("a", None, 10))
+        assert [value for chunk in delivery.chunks for value in chunk.payload.decode()] == [
+            "x",
+            "y",
+        ]
 
     asyncio.run(main())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from raytopic.actors.receive.ports import LocalPort, ReaderPort, RemotePort
-from raytopic.core.protocol import CursorState, Take, Watch
+from raytopic.core.protocol import ChannelRequest, CursorState, Take, Watch, pack_small
 
 from tests.actors.receive.fake_channels import FakeChannel, run
 
@@ -46,5 +46,19 @@ def test_a_sibling_is_watched_not_read_in_place_and_takes_by_call() -> None:
         assert (await port.take(take)).count == 2
         assert [w.known for w in sibling.sent(Watch)] == [None]
         assert sibling.sent(Take) == [take]
+
+    run(main)
+
+
+def test_a_sibling_port_unpacks_the_packed_replies_of_its_calls() -> None:
+    async def main() -> None:
+        sibling = FakeChannel(1)
+
+        async def call(request: ChannelRequest) -> object:
+            return pack_small(await sibling(request))
+
+        port = RemotePort(1, call)
+        assert (await port.watch("r", None, None)).next == 10
+        assert (await port.take(Take("r", None, 5))).count == 2
 
     run(main)
