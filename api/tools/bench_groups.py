@@ -2,9 +2,9 @@
 the same run as the throughput cases (``bench`` runs them and reports the figures).
 
 Cases:
-    throughput     two members of one group on a filled topic, a commit per
-                   received batch (``group_throughput``; ``bench`` sets it
-                   against Queue's batch mode).
+    throughput     two members of one group on a filled topic iterating
+                   ``iter_batches``, a commit per batch (``group_throughput``;
+                   ``bench`` sets it against Queue's batch mode).
     reassignment   the time from a member's ``close()`` to the other owning
                    every channel (``reassignment_time``).
 
@@ -18,7 +18,7 @@ import time
 import ray
 
 from raytopic.client.topic import Topic, create_topic
-from raytopic.tools.bench_common import BATCH, _check_ids, _Drained, _name, at_least
+from raytopic.tools.bench_common import BATCH, _check_ids, _name, at_least
 from raytopic.tools.bench_throughput import _publish_loop
 
 __all__ = ["GROUP_TARGET", "group_throughput", "reassignment_time"]
@@ -28,29 +28,22 @@ GROUP_TARGET = at_least(1.5)
 
 
 @ray.remote(num_cpus=0)
-def _group_member(topic: Topic, group: str, quiet: float) -> tuple[int, int, float, float]:
-    """Consume with a commit per batch until ``quiet`` seconds pass without data, or
-    the group has committed everything (the topic was filled before).
+def _group_member(topic: Topic, group: str) -> tuple[int, int, float, float]:
+    """Iterate ``iter_batches`` (receives in flight at every owned channel, as users
+    drain a group) with a commit per batch, until the owned channels are empty (the
+    topic was filled before).
 
     Returns (elements, the sum of their ids, wall time of the first and of the
-    last non-empty batch).
+    last batch).
     """
     seen, id_sum, first, last = 0, 0, 0.0, 0.0
-    drained = _Drained(topic, group)
     with topic.subscriber(group=group, timeout=10.0, complete_on_empty=True) as subscriber:
-        started = time.time()
-        while time.time() - (last or started) < quiet:
-            batch = ray.get(subscriber.receive_batch(BATCH))
-            if batch:
-                batch[-1].commit()
-                seen += len(batch)
-                id_sum += sum(element.value["id"] for element in batch)
-                last = time.time()
-                first = first or last
-            elif drained(time.time() - (last or started)):
-                break
-            else:
-                time.sleep(0.005)
+        for batch in subscriber.iter_batches(BATCH):
+            batch.commit()
+            seen += len(batch)
+            id_sum += sum(element.value["id"] for element in batch)
+            last = time.time()
+            first = first or last
     return seen, id_sum, first, last
 
 
@@ -65,7 +58,7 @@ def group_throughput(count: int, channels: int) -> float:
         group = "bench"
         topic.subscriber(group=group).close()  # the group exists from here on
         ray.get(_publish_loop.remote(topic, count))
-        results = ray.get([_group_member.remote(topic, group, 2.0) for _ in range(2)])
+        results = ray.get([_group_member.remote(topic, group) for _ in range(2)])
         seen = sum(result[0] for result in results)
         if seen < count:
             raise RuntimeError(f"the group received {seen} of {count} elements")
