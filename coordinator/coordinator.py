@@ -47,7 +47,7 @@ from typing import Any
 import ray
 
 from raytopic.coordinator.channel_restarts import ChannelRestarts
-from raytopic.coordinator.fleet import NOTICE_TIMEOUT, RayChannelFleet
+from raytopic.coordinator.fleet import END_NOTICE_TIMEOUT, NOTICE_TIMEOUT, RayChannelFleet
 from raytopic.coordinator.group_service import GroupService
 from raytopic.coordinator.groups import Group
 from raytopic.coordinator.launch import ensure_dead_letter_topic
@@ -357,7 +357,7 @@ class CoordinatorActor:
         # Members' long polls and receives waiting for data answer "destroyed"
         # rather than dying with the actors (then the kill).
         self._groups.end(reason)
-        await self._fleet.tell(EndReceives(reason))
+        await self._fleet.tell(EndReceives(reason), timeout=END_NOTICE_TIMEOUT)
         try:
             if self._config.store is not None:
                 await self._remove_stores()

@@ -14,8 +14,10 @@ in-memory fake). The policy:
 - A notice (``tell``) is best effort: a channel that refuses it is logged, and
   one that does not answer within ``NOTICE_TIMEOUT`` is not waited for (the
   call still reaches it). Views are a notice that waits as calls do
-  (``tell(..., bounded=False)``): members are woken only once the channels
-  that host their sessions have the view.
+  (``tell(..., timeout=None)``): members are woken only once the channels
+  that host their sessions have the view. A destroy's notice waits longer
+  (``END_NOTICE_TIMEOUT``): the kill that follows would leave what waits at a
+  channel slow to hear it unanswered.
 """
 
 from __future__ import annotations
@@ -39,10 +41,16 @@ from raytopic.core.protocol import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NOTICE_TIMEOUT", "ChannelFleet", "RayChannelFleet", "typed_error"]
+__all__ = ["END_NOTICE_TIMEOUT", "NOTICE_TIMEOUT", "ChannelFleet", "RayChannelFleet", "typed_error"]
 
 NOTICE_TIMEOUT = 2.0
 """Seconds a notice (and a channel's ``describe``) is waited for."""
+
+END_NOTICE_TIMEOUT = 30.0
+"""Seconds a destroy waits for each channel to end the calls waiting there (each then
+answers TopicNotFoundError) before it kills the channels: a channel busy for more
+than ``NOTICE_TIMEOUT`` on a loaded machine was killed with a receive unanswered,
+which then raised Ray's ActorDiedError; one hung for longer is killed all the same."""
 
 _ATTACH_TIMEOUT = 30.0
 """Seconds new channels have to meet each other when a topic is made."""
@@ -138,13 +146,12 @@ class ChannelFleet:
         request: ControlRequest,
         channels: Sequence[int] | None = None,
         *,
-        bounded: bool = True,
+        timeout: float | None = NOTICE_TIMEOUT,
     ) -> None:
-        """A notice to each channel (every one by default): refusals are logged;
-        ``bounded``: one that does not answer within ``NOTICE_TIMEOUT`` is not
-        waited for."""
+        """A notice to each channel (every one by default): refusals are logged; one
+        that does not answer within ``timeout`` seconds (None: as long as it takes)
+        is not waited for."""
         targets = self.channels() if channels is None else list(channels)
-        timeout = NOTICE_TIMEOUT if bounded else None
         outcomes = await asyncio.gather(
             *(asyncio.wait_for(self.ask(channel, request), timeout) for channel in targets),
             return_exceptions=True,

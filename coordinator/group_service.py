@@ -409,7 +409,7 @@ class GroupService:
         }
         if views or marks:
             await self._fleet.tell(
-                UpdateViews(state.name, state.version, views, state.generation), bounded=False
+                UpdateViews(state.name, state.version, views, state.generation), timeout=None
             )
         polling = self._polls.changed(state.name)
         await self._polls.caught_up(

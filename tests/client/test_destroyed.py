@@ -12,6 +12,9 @@ handles in another process, which learns of the destroy from Ray alone.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -275,3 +278,26 @@ def test_closing_handles_of_a_destroyed_topic_raises_and_logs_nothing(
             handle.close()
             handle.close()  # idempotent
     assert [record.getMessage() for record in caplog.records] == []
+
+
+@pytest.mark.slow
+def test_a_receive_at_a_channel_slow_to_hear_of_the_destroy_still_resolves_typed(
+    ray_session: None,
+) -> None:
+    # A channel busy (here: stopped for 3 s) when the destroy's notice comes hears of it
+    # late; the destroy waits for it rather than killing it with the receive unanswered
+    # (then Ray's ActorDiedError). A run of the client tests at load ~25 met it.
+    topic = rt.create_topic(f"slow-{uuid.uuid4().hex[:8]}", channels=1)
+    subscriber = topic.subscriber()
+    waiting = subscriber.receive()
+    assert ray.wait([waiting], timeout=0.5)[0] == []  # at the channel, waiting for data
+    pid = topic.describe().channels[0].pid
+    os.kill(pid, signal.SIGSTOP)
+    resumer = threading.Timer(3.0, os.kill, (pid, signal.SIGCONT))
+    resumer.start()
+    try:
+        topic.destroy()
+    finally:
+        resumer.join()
+        subscriber.close()
+    _topic_not_found(lambda: waiting)
