@@ -289,7 +289,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         )
         if task_id in refusing:
             return refusing[task_id]["status"] == REVOKED  # cancelled already: True again
-        self._task_board().finished.remote([task_id])  # not waited for: off the task's path
+        self._tell_finished([task_id])
         return True
 
     async def cancel_task_async(self, task_id: str) -> bool:
@@ -318,6 +318,25 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._queue()
         assert self._log is not None
         return self._log
+
+    def _tell_finished(self, tasks: list[str]) -> None:
+        """Tell the board these tasks finished, not waited for (off the tasks' path;
+        Ray retries the call while the board restarts). Its answer is read when it
+        comes: unread, a tell that failed (the board killed with its deleted queue)
+        would be printed by Ray as an "Unhandled error" traceback once its ref is gone."""
+        told = self._task_board().finished.remote(tasks)
+        told.future().add_done_callback(self._told)
+
+    def _told(self, told: concurrent.futures.Future) -> None:
+        error = told.exception()
+        if error is not None and not isinstance(error, ray.exceptions.RayActorError):
+            # A board gone went with its queue (nothing to forget); a live one that
+            # failed to forget: those records stay on the log, said once here.
+            logger.warning(
+                "task queue %s: the task board was not told of finished tasks: %s",
+                self._queue_name,
+                getattr(error, "cause", None) or type(error).__name__,
+            )
 
     def _log_answer(self, call: Callable[[], Any]) -> Any:
         """``call``'s answer (a call to the task log's channel); while the channel
@@ -548,7 +567,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 self._log_answer(lambda: log.write_unless(recorded, "status", FINISHED, BOARD_WAIT))
                 finished = [i for i, record in recorded.items() if record["status"] in FINISHED]
                 if finished:
-                    self._task_board().finished.remote(finished)
+                    self._tell_finished(finished)
             if done:
                 # Not waited for. An ack that fails leaves its tasks to come back after
                 # ack_timeout, and their start passes them over (their outcomes are

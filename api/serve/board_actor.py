@@ -8,7 +8,9 @@ A task's start, outcome and cancel are conditional writes decided at the log's
 channel, and a status read is answered there (``raytopic.serve.board``): no call
 of a task's walk goes through this actor. Replicas tell it which tasks finished
 (a call not waited for); a board that (re)starts reads the log back first, so what
-it was told while down (Ray retries the calls) or before is counted once.
+it was told while down (Ray retries the calls) or before is counted once. A tell
+that comes while the queue is deleted answers without forgetting (the log goes
+whole).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections import Counter
 from typing import Any
 
 from raytopic.client.control_log import ControlLog
+from raytopic.core.errors import PublisherClosedError, TopicNotFoundError
 from raytopic.serve.board import FinishedTasks
 
 __all__ = ["TaskBoardActor", "task_log_name"]
@@ -45,6 +48,7 @@ class TaskBoardActor:
         self._finished = FinishedTasks(kept)
         self._log: ControlLog | None = None
         self._loading = asyncio.Lock()
+        self._deleting = False  # destroy() began: the log goes whole, nothing to forget
 
     async def _loaded(self) -> ControlLog:
         """The task log, read back whole before the first answer (in a call, not in
@@ -63,10 +67,17 @@ class TaskBoardActor:
 
     async def finished(self, tasks: list[str]) -> None:
         """These tasks' outcomes are on the log: forget (delete) the oldest finished
-        past ``kept``, answered once the deletes are held."""
+        past ``kept``, answered once the deletes are held (at once while the queue is
+        deleted)."""
+        if self._deleting:
+            return
         log = await self._loaded()
         forgotten = self._finished.finished(tasks)
-        await asyncio.gather(*(asyncio.wrap_future(log.delete(task)) for task in forgotten))
+        try:
+            await asyncio.gather(*(asyncio.wrap_future(log.delete(task)) for task in forgotten))
+        except (PublisherClosedError, TopicNotFoundError):
+            if not self._deleting:  # the log closed under the deletes by destroy() only
+                raise
 
     async def ready(self) -> None:
         """Answer once the task log is made (and read back)."""
@@ -81,5 +92,6 @@ class TaskBoardActor:
     async def destroy(self) -> None:
         """Destroy the task log (the queue is being deleted)."""
         log = await self._loaded()
+        self._deleting = True
         log.close()
         await asyncio.to_thread(log.topic.destroy)
