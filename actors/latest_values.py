@@ -7,10 +7,13 @@ it only if it has not started. The check and the write are one step here, at the
 channel that holds the log, so no actor between them has to decide, and no
 restart of one can let two writers pass the same check.
 
-The values are decoded from the log once, on the first request that needs them
-(the whole log: the store, then the ring, then the appends waiting for a sync),
-and from then on from every append, whichever request made it (a publisher's
-delete too). A purge forgets them; the next request reads the log again.
+Each key's latest element is found in the log once, on the first request that
+needs it (the whole log: the store, then the ring, then the appends waiting for a
+sync), and from then on in every append, whichever request made it (a publisher's
+delete too); it is kept as the log holds it (a view of the appended payload, which
+the ring keeps too) and decoded when a request needs its value: a task's result
+is not held a second time, decoded. A purge forgets them; the next request reads
+the log again.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ class LatestValues:
     def __init__(self, log: ChannelLog, *, compacted: bool) -> None:
         self._log = log
         self._compacted = compacted
-        self._values: dict[Any, tuple[Any, int | None]] | None = None  # key -> (value, change)
+        # key -> (its latest element, as the log holds it; the append's change)
+        self._values: dict[Any, tuple[Payload, int | None]] | None = None
         self._id = ""  # a reader's marks hold for these values only (decoded anew: another)
         self._changed: deque[Any] = deque(maxlen=CHANGES_KEPT)  # keys, oldest change first
         self._changes = 0  # ever appended to _changed
@@ -79,7 +83,7 @@ class LatestValues:
             replies: list[Any] = []
             appended: list[int] = []
             for index, (key, value) in enumerate(zip(keys, _decoded(payload), strict=True)):
-                latest = taken[key] if key in taken else values.get(key, (None, None))[0]
+                latest = taken[key] if key in taken else _value(values.get(key))
                 if _field(latest, request.field) in request.refused:
                     replies.append(latest)
                 else:
@@ -114,16 +118,16 @@ class LatestValues:
         start = max(oldest if mark is None else mark, self._changes - most)
         changed = list(dict.fromkeys(islice(self._changed, start - oldest, None)))
         reply = (
-            tuple(values.get(key, (None, None))[0] for key in request.keys),
+            tuple(_value(values.get(key)) for key in request.keys),
             (self._id, self._changes),
             mark is None or start > mark,  # the reader drops what it knew
-            [(key, values.get(key, (None, None))[0]) for key in changed],
+            [(key, _value(values.get(key))) for key in changed],
         )
         await self._log.durable(self._newest_change([*request.keys, *changed], None))
         return reply
 
-    def _known(self) -> dict[Any, tuple[Any, int | None]]:
-        """Every key's latest value, decoded from the log on first use."""
+    def _known(self) -> dict[Any, tuple[Payload, int | None]]:
+        """Every key's latest element, found in the log on first use."""
         if not self._compacted:
             raise InvalidArgumentError(
                 "only a compacted topic has a latest value per key (create it with compaction)"
@@ -134,7 +138,9 @@ class LatestValues:
             self._changed.clear()
             self._changes = 0
             for payload, change in self._log.everything(READ_PIECE):
-                self._appended(payload, change)
+                # A run read from the store is a view of a whole segment's bytes: what
+                # is kept of it is a copy of the run (the ring's runs are its own).
+                self._appended(payload.owned(), change)
         return self._values
 
     def _appended(self, payload: Payload | None, change: int | None) -> None:
@@ -145,13 +151,12 @@ class LatestValues:
         values = self._values
         if values is None or payload.keys is None:
             return
-        decoded, _ = payload.decode_each()  # a value that does not decode: no field of it
         deleted = payload.tombstones()
-        for key, value, gone in zip(payload.keys, decoded, deleted, strict=True):
+        for index, (key, gone) in enumerate(zip(payload.keys, deleted, strict=True)):
             if gone:
                 values.pop(key, None)
             else:
-                values[key] = (value, change)
+                values[key] = (payload.slice(index, index + 1), change)
             self._changed.append(key)
             self._changes += 1
 
@@ -176,6 +181,15 @@ def _decoded(payload: Payload) -> list[Any]:
         raise InvalidArgumentError(
             f"a conditional append's values must decode: {error!r}"
         ) from None
+
+
+def _value(latest: tuple[Payload, int | None] | None) -> Any:
+    """A key's latest value, decoded (None: none; a value that does not decode has
+    no field)."""
+    if latest is None:
+        return None
+    decoded, _ = latest[0].decode_each()
+    return decoded[0]
 
 
 def _field(value: Any, field: str) -> Any:

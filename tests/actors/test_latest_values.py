@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -139,5 +140,35 @@ def test_a_read_brings_the_keys_changed_since_the_readers_mark() -> None:
         assert (await latest.read(ReadLatest((), mark, 1)))[2:] == (True, [("b", None)])
         _, other = _latest(None)
         assert (await other.read(ReadLatest((), newer, 10)))[2] is True
+
+    asyncio.run(main())
+
+
+def test_the_latest_values_are_kept_as_the_log_holds_them_not_decoded_again() -> None:
+    # A task's result sat on the log's channel twice: pickled in the ring and decoded in
+    # this part. The part now keeps each key's element as a view of the ring's payload
+    # and decodes it when a request needs it.
+    async def main() -> None:
+        _, latest = _latest(None, capacity=1000)
+        await latest.read(ReadLatest(()))  # the part in use (filled from every append)
+        batches = [
+            _keyed(
+                [(f"t{b}-{n}", {"status": "SUCCESS", "result": bytes(10_240)}) for n in range(10)]
+            )
+            for b in range(50)
+        ]  # 500 results of 10 KiB: 5 MiB pickled, held by the ring
+        tracemalloc.start()
+        try:
+            before, _ = tracemalloc.get_traced_memory()
+            for batch in batches:
+                await latest.append_unless(START, batch)
+            after, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert after - before < 1_000_000, f"the part kept {after - before} bytes more"
+        read, _, _, _ = await latest.read(ReadLatest(("t7-3", "none")))
+        assert read == ({"status": "SUCCESS", "result": bytes(10_240)}, None)
+        refused = await latest.append_unless(START, _keyed([("t49-9", _status("STARTED"))]))
+        assert refused == ({"status": "SUCCESS", "result": bytes(10_240)},)
 
     asyncio.run(main())
