@@ -25,6 +25,7 @@ from raytopic.core.config import (
     check_positive_int,
     check_seconds,
 )
+from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import (
     ChannelUnavailableError,
     InvalidArgumentError,
@@ -422,24 +423,30 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 self._publisher = None
 
     def _consume(self) -> None:
-        subscriber = self._subscriber
+        subscriber, queue = self._subscriber, self._queue()
         while subscriber.is_active:
             try:
-                batch = ray.get(subscriber.receive_batch(self._batch_size))
+                # A receive in flight when another replica deleted the queue may fail
+                # with Ray's ActorDiedError: typed here, as the handle's own waits are.
+                with topic_calls(queue.topic_id, queue.name):
+                    batch = ray.get(subscriber.receive_batch(self._batch_size))
+                if batch:
+                    self._run_batch(list(batch))
             except PoisonElementError as error:  # the group gives it back; logged once
                 logger.warning("task queue %s: %s", self._config.queue_name, error)
-                continue
+            except TopicNotFoundError:  # deleted (destroy() here or in another replica)
+                logger.warning(
+                    "task queue %s: the queue was deleted; this replica's consumer stops",
+                    self._config.queue_name,
+                )
+                return
             except TopicError as error:
                 if not subscriber.is_active:
                     return
-                logger.warning("task queue %s: receive failed: %s", self._config.queue_name, error)
+                logger.warning("task queue %s: %s; trying again", self._config.queue_name, error)
                 time.sleep(0.5)
-                continue
-            if batch:
-                try:
-                    self._run_batch(list(batch))
-                except Exception:  # never let the consumer die quietly
-                    logger.exception("task queue %s", self._config.queue_name)
+            except Exception:  # never let the consumer die quietly
+                logger.exception("task queue %s", self._config.queue_name)
 
     def _run_batch(self, batch: list[Any]) -> None:
         """Run a batch's tasks (those of one key in order, one after the other), holding

@@ -8,6 +8,7 @@ nothing is forgotten, no finished task runs again, a cancelled task never runs,
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -215,3 +216,27 @@ def test_initialize_makes_the_task_log(ray_session: None, tmp_path: Path) -> Non
         assert rt.get_topic(task_log_name(queue), namespace=namespace).channel_count == 1
     finally:
         adapter.destroy()
+
+
+def test_another_replicas_consumer_ends_when_the_queue_is_deleted(
+    ray_session: None, tmp_path: Path, wait_until: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: it logged "receive failed: topic ... was destroyed" every 0.5 s for ever
+    # (and a batch in hand failed with a traceback), though destroy() says it ends.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    deleting = _adapter(queue, namespace, tmp_path / "store")
+    other = _adapter(queue, namespace, tmp_path / "store")
+    other.register_task_handle(lambda n: 2 * n, "double")
+    other.start_consumer()
+    task = deleting.enqueue_task_sync("double", [3])
+    wait_until(lambda: other.get_task_status_sync(task.id).status == "SUCCESS", timeout=20)
+    with caplog.at_level(logging.WARNING, logger="raytopic"):
+        deleting.destroy()
+        wait_until(lambda: not other._consumer.is_alive(), timeout=10)
+        time.sleep(1.0)  # a loop that went on would log again within 0.5 s
+    said = [r for r in caplog.records if queue in r.getMessage()]
+    assert [r.getMessage() for r in said] == [
+        f"task queue {queue}: the queue was deleted; this replica's consumer stops"
+    ]
+    assert all(r.exc_info is None for r in caplog.records)
+    other.stop_consumer()
