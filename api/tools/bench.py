@@ -488,12 +488,23 @@ def format_figure(figure: Figure) -> str:
     """One line of the report table; a target is shown with its verdict, met or short."""
     ratio = ""
     if figure.ratio is not None:
-        ratio = f"{figure.ratio:6.2f}x {figure.baseline}"
+        ratio = f"{figure.ratio:6.{_ratio_digits(figure)}f}x {figure.baseline}"
     elif figure.baseline is not None:  # a baseline measured as 0: no ratio to take
         ratio = f"{'n/a':>6} x {figure.baseline} (it measured 0)"
     if figure.target is not None:
         ratio += f"  (target {figure.target}: {'met' if figure.met else 'short'})"
     return f"{figure.case:<{CASE_WIDTH}} {figure.value:>12,.2f} {figure.unit:<7} {ratio}".rstrip()
+
+
+def _ratio_digits(figure: Figure) -> int:
+    """Decimals that print a ratio as its verdict reads it: 2, more next to the bound
+    (0.7996 is "0.7996x", short of >= 0.8x, not "0.80x")."""
+    digits = 2
+    target, ratio = figure.target, figure.ratio
+    if target is not None and ratio is not None:
+        while digits < 6 and target.met(round(ratio, digits)) != target.met(ratio):
+            digits += 1
+    return digits
 
 
 def format_verdict(figures: Iterable[Figure]) -> str:

@@ -406,6 +406,16 @@ def test_a_target_is_met_on_its_side_of_the_bound_and_printed_with_its_verdict()
     assert str(at_least(1.75)) == ">= 1.75x"
 
 
+def test_a_ratio_next_to_its_bound_is_printed_as_its_verdict_reads_it() -> None:
+    # 0.7996 printed as "0.80x" beside "(target >= 0.8x: short)" read as a contradiction
+    # (and test_bench_scale's check, reading the printed ratio, failed on it once).
+    below = Figure("rate", 79.96, "msgs/s", "K=1", 100.0, target=at_least(0.8))
+    above = Figure("cost", 1.2004, "% core", "bare", 1.0, target=at_most(1.2))
+
+    assert format_figure(below).endswith("0.7996x K=1  (target >= 0.8x: short)")
+    assert format_figure(above).endswith("1.2004x bare  (target <= 1.2x: short)")
+
+
 def test_the_verdict_counts_targets_and_names_the_cases_short() -> None:
     figures = [
         Figure("plain", 1.0, "s"),
