@@ -74,6 +74,8 @@ def test_a_queue_deleted_while_its_tasks_finish_leaves_no_ray_report(
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines()[-1] == "done"
+    # Its own last line: Ray's lines (a raylet's word on a retried call to a channel the
+    # delete killed) may come after it, and are Ray's to print.
+    assert "done" in done.stdout.splitlines()
     printed = done.stdout + done.stderr
     assert "Unhandled error" not in printed, printed[-3000:]
