@@ -106,11 +106,6 @@ class ControlLog:
         """Append ``record`` as ``key``'s latest; the future completes once it is held."""
         return self._publisher.publish(record, key=key)
 
-    def write_all(self, records: dict[Any, Any]) -> ray.ObjectRef:
-        """Append several keys' records in one call; the ref completes once all are held."""
-        keys = list(records)
-        return self._publisher.publish_batch([records[key] for key in keys], keys=keys)
-
     def write_unless(
         self,
         records: dict[Any, Any],
