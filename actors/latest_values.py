@@ -62,7 +62,8 @@ class LatestValues:
         self._changed: deque[Any] = deque(maxlen=CHANGES_KEPT)  # keys, oldest change first
         self._changes = 0  # ever appended to _changed
         self._deciding = asyncio.Lock()  # one conditional append at a time: check, then write
-        log.watch(self._appended)
+        if compacted:  # another channel refuses the requests: its appends need no watching
+            log.watch(self._appended)
 
     async def append_unless(self, request: AppendUnless, payload: Payload) -> tuple[Any, ...]:
         """Append each keyed value unless its key's latest value refuses it (see
