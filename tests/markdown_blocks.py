@@ -9,17 +9,15 @@ command listing) are not run. ``tests/test_readme.py`` runs the README's blocks,
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests.script_runner import Run, RunnerTimeout, ScriptRunner
+from tests.script_runner import Run, RunnerTimeout, ScriptRunner, run_apart
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -136,14 +134,8 @@ def run_block(block: Block, ray_cluster: str, tmp_path: Path, runner: ScriptRunn
     timeout = 540 if block.needs_spark else 120
     try:
         if block.starts_a_ray or block.needs_spark:
-            done: subprocess.CompletedProcess[str] | Run = subprocess.run(
-                [sys.executable, "-c", block.code],
-                cwd=tmp_path,
-                env={**os.environ, "RAY_ADDRESS": ray_cluster},
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
+            done: subprocess.CompletedProcess[str] | Run = run_apart(
+                block.code, ray_cluster, tmp_path, timeout
             )
         else:
             done = runner.run(code=block.code, cwd=tmp_path, timeout=timeout)

@@ -146,6 +146,23 @@ class ScriptRunner:
         self.close()
 
 
+def run_apart(
+    code: str, ray_cluster: str, cwd: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` as ``python -c`` in a fresh interpreter of its own, a driver of the
+    cluster at ``ray_cluster``, in ``cwd``: a script that starts a Ray or a Spark of its
+    own, or whose output is the point (it must be a user's process, whole)."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env={**os.environ, "RAY_ADDRESS": ray_cluster},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def _text(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 

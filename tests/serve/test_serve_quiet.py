@@ -8,11 +8,9 @@ reads what that process printed."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+
+from tests.script_runner import run_apart
 
 pytestmark = pytest.mark.xdist_group("serve")
 
@@ -64,15 +62,7 @@ print("done")
 def test_a_queue_deleted_while_its_tasks_finish_leaves_no_ray_report(
     ray_cluster: str, tmp_path
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", DELETE_WHILE_TASKS_FINISH],
-        cwd=tmp_path,
-        env={**os.environ, "RAY_ADDRESS": ray_cluster},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = run_apart(DELETE_WHILE_TASKS_FINISH, ray_cluster, tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     # Its own last line: Ray's lines (a raylet's word on a retried call to a channel the
     # delete killed) may come after it, and are Ray's to print.

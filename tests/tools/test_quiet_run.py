@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from tests.script_runner import run_apart
+
 BREAK_THEN_DESTROY = """
 import gc
 import time
@@ -44,15 +46,7 @@ print("done")
 def test_an_iteration_left_with_break_leaves_nothing_behind_after_a_destroy(
     ray_cluster: str, tmp_path
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", BREAK_THEN_DESTROY],
-        cwd=tmp_path,
-        env={**os.environ, "RAY_ADDRESS": ray_cluster},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = run_apart(BREAK_THEN_DESTROY, ray_cluster, tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["done"]
     assert "Unhandled error" not in done.stderr, done.stderr[-3000:]
