@@ -3,8 +3,8 @@
 The channel answers Ray through two entries (``request``, ``control``); each typed
 request is served by the private handler registered for its type, behind the guard
 its registration names (the channel's ``_serve`` applies it). The reply of a request
-only a sibling's session sends (``SIBLING_REQUESTS``) is packed by its registered
-handler (see ``raytopic.core.protocol.codec``). Pure.
+only a sibling's session or a control log sends (``PACKED_REPLIES``) is packed by its
+registered handler (see ``raytopic.core.protocol.codec``). Pure.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import enum
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raytopic.core.protocol import SIBLING_REQUESTS, pack_small
+from raytopic.core.protocol import PACKED_REPLIES, pack_small
 
 __all__ = ["SERVED", "Admit", "Handler", "call_handler", "entry", "serves"]
 
@@ -52,17 +52,17 @@ def serves(kind: type, admit: Admit = Admit.SEEDED) -> Callable[[Handler], Handl
     def register(handler: Handler) -> Handler:
         if kind in SERVED:
             raise TypeError(f"two handlers of {kind.__name__}")
-        SERVED[kind] = (_packing(handler) if kind in SIBLING_REQUESTS else handler, admit)
+        SERVED[kind] = (_packing(handler) if kind in PACKED_REPLIES else handler, admit)
         return handler
 
     return register
 
 
 def _packing(handler: Handler) -> Handler:
-    """``handler`` with its reply packed for the sibling that asked."""
+    """``handler`` with its reply packed for the caller (a sibling, a control log)."""
 
-    async def packed(channel: Any, request: Any) -> Any:
-        return pack_small(await handler(channel, request))
+    async def packed(channel: Any, request: Any, *payload: Any) -> Any:
+        return pack_small(await handler(channel, request, *payload))
 
     return packed
 

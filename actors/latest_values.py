@@ -14,11 +14,16 @@ delete too); it is kept as the log holds it (a view of the appended payload, whi
 the ring keeps too) and decoded when a request needs its value: a task's result
 is not held a second time, decoded. A purge forgets them; the next request reads
 the log again.
+
+A read may wait for a change (``ReadLatest.wait``): a poller of a started task is
+answered when its outcome is appended, not at its next poll. It waits for the next
+append, as a receive waits for data, and looks again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections import deque
 from collections.abc import Mapping
@@ -30,7 +35,7 @@ from raytopic.actors.ring_api import check_payload
 from raytopic.core.config import Overflow
 from raytopic.core.errors import InvalidArgumentError
 from raytopic.core.payloads import Payload
-from raytopic.core.protocol import AppendUnless, ReadLatest
+from raytopic.core.protocol import READ_WAIT_MOST, AppendUnless, ReadLatest
 
 __all__ = ["LatestValues"]
 
@@ -62,6 +67,7 @@ class LatestValues:
         self._changed: deque[Any] = deque(maxlen=CHANGES_KEPT)  # keys, oldest change first
         self._changes = 0  # ever appended to _changed
         self._deciding = asyncio.Lock()  # one conditional append at a time: check, then write
+        self._next_append: asyncio.Event | None = None  # set by the next append (reads wait)
         if compacted:  # another channel refuses the requests: its appends need no watching
             log.watch(self._appended)
 
@@ -107,11 +113,13 @@ class LatestValues:
         reader's mark (see ``ReadLatest``), once durable.
 
         Raises:
-            InvalidArgumentError: not a compacted channel.
+            InvalidArgumentError: not a compacted channel, a bad ``wait``.
         """
         most = request.most
         async with self._deciding:  # not halfway through a conditional append
             values = self._known()
+        if request.wait:
+            values = await self._until_changed(request, values)
         oldest = self._changes - len(self._changed)
         since = request.since
         fresh = since is not None and since[0] == self._id and oldest <= since[1] <= self._changes
@@ -126,6 +134,32 @@ class LatestValues:
         )
         await self._log.durable(self._newest_change([*request.keys, *changed], None))
         return reply
+
+    async def _until_changed(
+        self, request: ReadLatest, values: dict[Any, tuple[Payload, int | None]]
+    ) -> dict[Any, tuple[Payload, int | None]]:
+        """The latest values once one of the keys is no longer ``waiting``, or at the
+        end of the wait (see ``ReadLatest``)."""
+        wait = request.wait
+        if type(wait) not in (int, float) or not 0 <= wait <= READ_WAIT_MOST:
+            raise InvalidArgumentError(
+                f"a read's wait must be a number of seconds from 0 to {READ_WAIT_MOST:g}, "
+                f"got {wait!r}"
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        keys, field, waiting = request.keys, request.field, request.waiting
+        while keys and all(_field(_value(values.get(key)), field) in waiting for key in keys):
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            if self._next_append is None:
+                self._next_append = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._next_append.wait(), left)
+            async with self._deciding:
+                values = self._known()  # (a purge forgot them: read again)
+        return values
 
     def _known(self) -> dict[Any, tuple[Payload, int | None]]:
         """Every key's latest element, found in the log on first use."""
@@ -146,6 +180,9 @@ class LatestValues:
 
     def _appended(self, payload: Payload | None, change: int | None) -> None:
         """The log took ``payload`` (None: it dropped every element)."""
+        waiting, self._next_append = self._next_append, None
+        if waiting is not None:
+            waiting.set()
         if payload is None:
             self._values = None
             return

@@ -29,10 +29,23 @@ from raytopic.client.topic import create_topic
 from raytopic.core.compaction import Compaction
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.payloads import PickledValues, dumps_value
-from raytopic.core.protocol import AppendUnless, ReadLatest, pack_request
+from raytopic.core.protocol import (
+    AppendUnless,
+    ReadLatest,
+    pack_request,
+    pack_small,
+    unpack_small,
+)
 from raytopic.core.records import PublishStatus
 
-__all__ = ["CONTROL_COMPACTION", "WRITE_TIMEOUT", "ControlLog", "LatestRead", "session_store"]
+__all__ = [
+    "CONTROL_COMPACTION",
+    "WRITE_TIMEOUT",
+    "ControlLog",
+    "LatestRead",
+    "WriteUnless",
+    "session_store",
+]
 
 CONTROL_COMPACTION = Compaction(max_lag_s=60.0, tombstone_retention_s=3600.0)
 """How a control log compacts: a key's older records go within a minute; a deleted
@@ -64,6 +77,31 @@ class LatestRead:
     restarted, or the reader fell too far behind)."""
     changed: list[tuple[Any, Any]]
     """(key, its latest record or None: deleted) of the keys changed since the marks."""
+
+
+class WriteUnless:
+    """A conditional write sent (:meth:`ControlLog.send_unless`), its answer to read."""
+
+    def __init__(self, topic: Any, calls: list[tuple[tuple[Any, ...], ray.ObjectRef]]) -> None:
+        self._topic = topic
+        self._calls = calls
+
+    def refused(self, timeout: float | None = None) -> dict[Any, Any]:
+        """The keys refused, with the latest record that refused each (see
+        :meth:`ControlLog.write_unless`), once what was written is held.
+
+        Raises:
+            TopicError: the write failed (a typed raytopic error).
+            ray.exceptions.GetTimeoutError: no answer within ``timeout``.
+        """
+        refusing = {}
+        with topic_calls(self._topic.topic_id, self._topic.name):
+            for keys, call in self._calls:
+                replies = unpack_small(ray.get(call, timeout=timeout))
+                for key, latest in zip(keys, replies, strict=True):
+                    if latest is not None:
+                        refusing[key] = latest
+        return refusing
 
 
 class ControlLog:
@@ -122,20 +160,24 @@ class ControlLog:
             TopicError: the write failed (a typed raytopic error).
             ray.exceptions.GetTimeoutError: no answer within ``timeout``.
         """
+        return self.send_unless(records, field, refused).refused(timeout)
+
+    def send_unless(
+        self, records: dict[Any, Any], field: str, refused: frozenset[Any]
+    ) -> WriteUnless:
+        """Send :meth:`write_unless`'s calls, not waiting for them: the caller's later
+        calls to these channels come after them; its answer is read with
+        ``refused()``."""
         request = pack_request(AppendUnless(field, tuple(refused), WRITE_TIMEOUT))
         calls = []
         for keys in self._by_channel(records).values():
             payload = PickledValues.from_pickles(
                 [dumps_value(records[k]) for k in keys], list(keys)
             )
-            calls.append((keys, self._channel_of(keys[0]).request.remote(request, payload)))
-        refusing = {}
-        with topic_calls(self.topic.topic_id, self.topic.name):
-            for keys, call in calls:
-                for key, latest in zip(keys, ray.get(call, timeout=timeout), strict=True):
-                    if latest is not None:
-                        refusing[key] = latest
-        return refusing
+            calls.append(
+                (keys, self._channel_of(keys[0]).request.remote(request, pack_small(payload)))
+            )
+        return WriteUnless(self.topic, calls)
 
     def read(
         self,
@@ -143,26 +185,31 @@ class ControlLog:
         timeout: float | None = None,
         marks: dict[int, tuple[str, int]] | None = None,
         most: int = 0,
+        until: tuple[str, frozenset[Any], float] | None = None,
     ) -> LatestRead:
         """The latest record of each key that has one (``ReadLatest``), as held, and
         (``most``) up to ``most`` keys changed at each asked channel since ``marks``
-        (the last read's).
+        (the last read's). ``until`` (field, values, seconds): while each asked key's
+        record has ``field`` in those values, a channel answers once one of them
+        changes, or after those seconds.
 
         Raises:
             TopicError: the read failed (a typed raytopic error).
             ray.exceptions.GetTimeoutError: no answer within ``timeout``.
         """
         marks = marks or {}
+        field, waiting, wait = until or ("", (), 0.0)
         calls = []
         for channel, group in self._by_channel(dict.fromkeys(keys)).items():
-            request = pack_request(ReadLatest(group, marks.get(channel), most))
+            asked = ReadLatest(group, marks.get(channel), most, field, tuple(waiting), wait)
+            request = pack_request(asked)
             calls.append(
                 (channel, group, self.topic._channel_actors[channel].request.remote(request))
             )
         read = LatestRead({}, dict(marks), False, [])
         with topic_calls(self.topic.topic_id, self.topic.name):
             for channel, group, call in calls:
-                values, mark, reset, changed = ray.get(call, timeout=timeout)
+                values, mark, reset, changed = unpack_small(ray.get(call, timeout=timeout))
                 read.latest.update(
                     (key, record) for key, record in zip(group, values, strict=True) if record
                 )

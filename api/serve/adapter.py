@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray.serve.schema import TaskProcessorAdapter, TaskProcessorConfig, TaskResult
 
-from raytopic.client.control_log import ControlLog
+from raytopic.client.control_log import ControlLog, WriteUnless
 from raytopic.client.topic import create_topic, get_topic
 from raytopic.core.config import (
     check_name,
@@ -76,6 +76,12 @@ BACKOFF_MOST = 60.0
 BOARD_WAIT = 60.0
 """Seconds a call waits for the task board or the task log's channel while it
 restarts before it raises ``ChannelUnavailableError``."""
+
+
+STARTED_READ_WAIT = 0.02
+"""Seconds a status read of a started task waits at the task log for its outcome: a
+short task's poller learns of it when the log holds it, not a sleep and a read later;
+a long task's read costs that much more."""
 
 
 def board_name(queue: str) -> str:
@@ -260,13 +266,17 @@ class TopicTaskAdapter(TaskProcessorAdapter):
 
         One call to the task log's channel, which also brings the tasks changed since
         this adapter's last call: a task known finished is answered here without a
-        call (a finished status stays).
+        call (a finished status stays). A started task's read waits there up to
+        ``STARTED_READ_WAIT`` (20 ms) for its outcome, answered as soon as it is held.
         """
         _check_task_id(task_id)
         record = self._statuses.get(task_id)
         if record is None:
             log, marks = self._task_log(), self._statuses.marks
-            read = self._log_answer(lambda: log.read([task_id], BOARD_WAIT, marks, CHANGES_READ))
+            until = ("status", frozenset({STARTED}), STARTED_READ_WAIT)
+            read = self._log_answer(
+                lambda: log.read([task_id], BOARD_WAIT, marks, CHANGES_READ, until)
+            )
             self._statuses.learn(read)
             record = read.latest.get(task_id)
         status, result, created = state_of(record)
@@ -518,7 +528,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         return SUCCESS, result
 
     def _until_recorded(self, task_ids: set[str]) -> None:
-        """Wait for the outcomes on their way to the board if one is of these tasks (a
+        """Wait for the outcomes on their way to the task log if one is of these tasks (a
         task enqueued again under its id finds its first outcome recorded)."""
         self._recording = [(ids, done) for ids, done in self._recording if not done.done()]
         if any(not ids.isdisjoint(task_ids) for ids, _ in self._recording):
@@ -526,7 +536,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
 
     def _finish(self, outcomes: list[tuple[Any, Any, str, Any]], skip: set[str]) -> None:
         """Move failed and unprocessable tasks to their queues and send the outcomes to
-        the board; the acknowledging thread waits for them to be held, then acknowledges
+        the task log; the acknowledging thread waits for them to be held, then acknowledges
         what finished and nacks the retries (after their backoff), while this thread
         receives and starts the next batch.
 
@@ -543,7 +553,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 continue
             done.append(element)
             if task is not None and task["id"] in skip:
-                continue  # its outcome is on the board already
+                continue  # its outcome is on the task log already
             queue = {
                 FAILURE: config.failed_task_queue_name,
                 REJECTED: config.unprocessable_task_queue_name,
@@ -559,19 +569,24 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             if task is not None:
                 kept = result if status == SUCCESS else None if status == REVOKED else str(result)
                 recorded[task["id"]] = task_record(status, kept, task["created_at"])
+        # Sent from here, in order (each unless its task has one: a task delivered again
+        # after a crash may report twice); the acknowledging thread waits for it.
+        sent = self._task_log().send_unless(recorded, "status", FINISHED) if recorded else None
         assert self._acknowledger is not None
-        acked = self._acknowledger.submit(self._acknowledge_once_held, recorded, done, retries)
+        acked = self._acknowledger.submit(
+            self._acknowledge_once_held, sent, recorded, done, retries
+        )
         self._recording.append((set(recorded), acked))
 
-    def _acknowledge_once_held(self, recorded: dict[str, dict], done: list, retries: list) -> None:
-        """Record the outcomes on the task log (each unless its task has one: a task
-        delivered again after a crash may report twice), then acknowledge what
-        finished and nack the retries: a task is acknowledged only once its outcome
-        is held. The board hears of the finished ones (not waited for)."""
+    def _acknowledge_once_held(
+        self, sent: WriteUnless | None, recorded: dict[str, dict], done: list, retries: list
+    ) -> None:
+        """Wait for the outcomes' write to the task log (``sent``), then acknowledge
+        what finished and nack the retries: a task is acknowledged only once its
+        outcome is held. The board hears of the finished ones (not waited for)."""
         try:
-            if recorded:
-                log = self._task_log()
-                self._log_answer(lambda: log.write_unless(recorded, "status", FINISHED, BOARD_WAIT))
+            if sent is not None:
+                self._log_answer(lambda: sent.refused(BOARD_WAIT))
                 finished = [i for i, record in recorded.items() if record["status"] in FINISHED]
                 if finished:
                     self._tell_finished(finished)

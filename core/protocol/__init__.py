@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from raytopic.core.protocol.channel import (
     CHANNEL_REQUESTS,
+    PACKED_REPLIES,
+    READ_WAIT_MOST,
     SIBLING_REQUESTS,
     Ack,
     AddAll,
@@ -179,6 +181,8 @@ __all__ = [
     "poison_error",
     # channel requests
     "CHANNEL_REQUESTS",
+    "PACKED_REPLIES",
+    "READ_WAIT_MOST",
     "SIBLING_REQUESTS",
     "Ack",
     "AddAll",

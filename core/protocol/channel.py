@@ -28,6 +28,7 @@ __all__ = [
     "AppendPieces",
     "AppendUnless",
     "CHANNEL_REQUESTS",
+    "PACKED_REPLIES",
     "SIBLING_REQUESTS",
     "ChannelRequest",
     "Commit",
@@ -41,6 +42,7 @@ __all__ = [
     "ReadNewest",
     "ReadRange",
     "ReadHandOverMark",
+    "READ_WAIT_MOST",
     "ReadLatest",
     "ReadResequencerStats",
     "ReadRingFigures",
@@ -117,11 +119,23 @@ class ReadLatest(NamedTuple):
     and the keys changed since the reader's mark ``since`` (its last read's), at most
     ``most`` (the newest): the reply is (values, the mark now, whether the reader must
     drop what it learnt before: its mark is of another incarnation of the channel or
-    too old, [(key changed, its latest value or None)])."""
+    too old, [(key changed, its latest value or None)]).
+
+    With ``wait`` (seconds, at most ``READ_WAIT_MOST``): while every key's latest value
+    is a mapping whose ``field`` is one of ``waiting`` (a started task), the read waits
+    at the channel, up to ``wait``, and answers as soon as one of them changes (a
+    poller of a task learns of its outcome when the log holds it, not a poll later)."""
 
     keys: tuple[Any, ...]
     since: tuple[str, int] | None = None
     most: int = 0
+    field: str = ""
+    waiting: tuple[Any, ...] = ()
+    wait: float = 0.0
+
+
+READ_WAIT_MOST = 60.0
+"""The longest a ``ReadLatest`` waits for a change (seconds)."""
 
 
 class Receive(NamedTuple):
@@ -421,3 +435,8 @@ CHANNEL_REQUESTS = (
 SIBLING_REQUESTS = (Take, Watch)
 """What only a receive session sends to a sibling of its host: their replies cross
 Ray packed (``pack_small``; the session's ``RemotePort`` unpacks them)."""
+
+PACKED_REPLIES = (*SIBLING_REQUESTS, AppendUnless, ReadLatest)
+"""Requests whose replies cross Ray packed (``pack_small``): a sibling's, and a
+control log's conditional append and read by key (``ControlLog`` unpacks them: a
+Serve task's start, outcome and status read, each spared Ray's pickle path)."""

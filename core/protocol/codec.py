@@ -7,9 +7,9 @@ pickled here (plain pickle, protocol 5) crosses as one ``bytes`` argument. A rep
 fares worse: any object but bytes, a str or plain numbers takes Ray's pickle path,
 about 0.2 ms a hop on a quiet 2-core machine whatever its size (a ``Delivery``
 as much as a one-field wrapper, bytes nothing: measured against an actor
-returning a str; an argument pays about half). A reply only a channel's sibling
-reads (``SIBLING_REQUESTS``) and an append's payload cross as bytes, unless they hold
-a buffer Ray moves zero-copy.
+returning a str; an argument pays about half). A reply only a channel's sibling or
+a control log reads (``PACKED_REPLIES``) and an append's payload cross as bytes,
+unless they hold a buffer Ray moves zero-copy.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from ray.serve.schema import TaskProcessorConfig
 
 import raytopic as rt
 from raytopic.serve import TopicAdapterConfig, TopicTaskAdapter
+from raytopic.serve import adapter as adapter_module
 from raytopic.serve.adapter import board_name
 from raytopic.serve.board_actor import task_log_name
 
@@ -203,6 +204,41 @@ def test_a_tasks_walk_does_not_pass_the_task_board(
         assert adapter.cancel_task_sync(ids[0]) is False  # finished
     finally:
         os.kill(board_pid, signal.SIGCONT)
+        adapter.destroy()
+
+
+def test_a_status_read_of_a_started_task_answers_when_its_outcome_is_held(
+    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: a read of a started task answered STARTED at once, and a poller learnt of
+    # its outcome only at its next read, a sleep and a call after the log held it (issue
+    # 47 item 3). Now the read waits at the task log's channel (up to STARTED_READ_WAIT)
+    # and is answered when the outcome is appended.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    adapter = _adapter(queue, namespace, tmp_path / "store")
+    running, release = threading.Event(), threading.Event()
+
+    def held(n: int) -> int:
+        running.set()
+        release.wait(60)
+        return 2 * n
+
+    adapter.register_task_handle(held, "double")
+    task = adapter.enqueue_task_sync("double", [4])
+    adapter.start_consumer()
+    try:
+        assert running.wait(60)  # started: its STARTED is on the log
+        assert adapter.get_task_status_sync(task.id).status == "STARTED"  # the wait ends
+        monkeypatch.setattr(adapter_module, "STARTED_READ_WAIT", 30.0)
+        with ThreadPoolExecutor(1) as reader:
+            reading = reader.submit(adapter.get_task_status_sync, task.id)
+            time.sleep(0.5)
+            assert not reading.done()  # waiting at the log's channel for the outcome
+            release.set()
+            answered = reading.result(timeout=20)  # at the outcome, not after the 30 s
+        assert (answered.status, answered.result) == ("SUCCESS", 8)
+    finally:
+        release.set()
         adapter.destroy()
 
 
