@@ -298,18 +298,21 @@ def test_a_nack_with_a_delay_is_not_delivered_again_before_it_ends() -> None:
 
 def test_expire_round_sends_expired_leases_back_and_names_groups_with_dead_letters() -> None:
     async def main() -> None:
-        spec = SharedGroup("s", ack_timeout=0.05, max_deliveries=2, dead_letter="dead")
+        # A second of ack timeout (a round's tick is a tenth of it): the round right after
+        # the take must find nothing expired, and 50 ms was less than a busy machine's
+        # stall once (a full run at load 50-60 found the take's holds already expired).
+        spec = SharedGroup("s", ack_timeout=1.0, max_deliveries=2, dead_letter="dead")
         parts = _Shared(spec)
         parts.append(range(2))
         await parts.take("a", 2)
         assert await parts.groups.expire_round() == (False, [])  # not yet expired
-        await asyncio.sleep(0.06)
+        await asyncio.sleep(1.05)
         assert await parts.groups.expire_round() == (True, [])
         assert sorted(parts.cursor.waiting) == [0, 1]
         second = await parts.take("b", 2)
         assert second.entries() == ((0, 2), (1, 2))
         assert parts.groups.extend("b", _ids(second)[:1], 10.0) == [AckStatus.EXTENDED]
-        await asyncio.sleep(0.06)
+        await asyncio.sleep(1.05)
         changed, dead = await parts.groups.expire_round()
         assert changed and dead == ["s"]  # 1 reached max_deliveries
         assert list(parts.cursor.dead) == [1] and list(parts.cursor.held) == [0]
