@@ -84,6 +84,13 @@ short task's poller learns of it when the log holds it, not a sleep and a read l
 a long task's read costs that much more."""
 
 
+TELL_EVERY = 0.5
+"""Seconds a replica gathers the tasks it finished before it tells the task board, in
+one call: a call (and the board's answer) per batch took CPU from the next task's
+walk. A replica killed in between leaves them untold: they stay on the log until the
+board next (re)starts and reads it back."""
+
+
 def board_name(queue: str) -> str:
     """The Ray actor name of a queue's task board (in the queue topic's namespace)."""
     return f"raytopic:tasks:{queue}"
@@ -184,6 +191,9 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._pool: ThreadPoolExecutor | None = None
         self._acknowledger: ThreadPoolExecutor | None = None  # waits for outcomes, then acks
         self._recording: list[tuple[set[str], concurrent.futures.Future]] = []
+        self._untold: list[str] = []  # finished here, the board not yet told
+        self._telling: threading.Timer | None = None
+        self._untold_lock = threading.Lock()
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -338,6 +348,26 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         told = self._task_board().finished.remote(tasks)
         told.future().add_done_callback(self._told)
 
+    def _tell_soon(self, tasks: list[str]) -> None:
+        """Tell the board these tasks finished with the others of the next ``TELL_EVERY``
+        seconds (one call)."""
+        with self._untold_lock:
+            self._untold += tasks
+            if self._telling is None:
+                self._telling = threading.Timer(TELL_EVERY, self._tell_untold)
+                self._telling.daemon = True
+                self._telling.start()
+
+    def _tell_untold(self) -> None:
+        """Tell the board what finished here and is untold (at the timer, or now)."""
+        with self._untold_lock:
+            tasks, self._untold = self._untold, []
+            telling, self._telling = self._telling, None
+        if telling is not None:
+            telling.cancel()
+        if tasks:
+            self._tell_finished(tasks)
+
     def _told(self, told: concurrent.futures.Future) -> None:
         error = told.exception()
         if error is not None and not isinstance(error, ray.exceptions.RayActorError):
@@ -419,6 +449,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         subscriber, consumer = self._subscriber, self._consumer
         acknowledging = [acked for _, acked in list(self._recording)]
         concurrent.futures.wait(acknowledging, timeout)  # else their tasks would go to others
+        self._tell_untold()
         if subscriber is not None:
             subscriber.close()  # a waiting receive completes empty: the loop ends
         if consumer is not None:
@@ -583,13 +614,13 @@ class TopicTaskAdapter(TaskProcessorAdapter):
     ) -> None:
         """Wait for the outcomes' write to the task log (``sent``), then acknowledge
         what finished and nack the retries: a task is acknowledged only once its
-        outcome is held. The board hears of the finished ones (not waited for)."""
+        outcome is held. The board hears of the finished ones (soon, not waited for)."""
         try:
             if sent is not None:
                 self._log_answer(lambda: sent.refused(BOARD_WAIT))
                 finished = [i for i, record in recorded.items() if record["status"] in FINISHED]
                 if finished:
-                    self._tell_finished(finished)
+                    self._tell_soon(finished)
             if done:
                 # Not waited for. An ack that fails leaves its tasks to come back after
                 # ack_timeout, and their start passes them over (their outcomes are

@@ -7,10 +7,10 @@ log with the queue.
 A task's start, outcome and cancel are conditional writes decided at the log's
 channel, and a status read is answered there (``raytopic.serve.board``): no call
 of a task's walk goes through this actor. Replicas tell it which tasks finished
-(a call not waited for); a board that (re)starts reads the log back first, so what
-it was told while down (Ray retries the calls) or before is counted once. A tell
-that comes while the queue is deleted answers without forgetting (the log goes
-whole).
+(a call not waited for, at most every half second: ``TELL_EVERY``); a board that
+(re)starts reads the log back first, so what it was told while down (Ray retries
+the calls) or before is counted once. A tell that comes while the queue is deleted
+answers without forgetting (the log goes whole).
 """
 
 from __future__ import annotations
