@@ -18,17 +18,21 @@ from tests.topic_helpers import get, publish_all, receive_exactly
 
 pytestmark = pytest.mark.slow  # each waits past a member's timeout
 
-TIMEOUT = 2.0
-WORK = 8.0  # the slow member's work: well past its timeout (the issue's case)
+TIMEOUT = 1.5
+WORK = 4 * TIMEOUT  # the slow member's work: well past its timeout (the issue's case)
+PAUSE = TIMEOUT / 6  # between a slow member's extensions
+ACKS = 12  # an owned member's elements, acked WORK / ACKS (a third of its timeout) apart
 EXTENDED, ACKED, REJECTED = rt.AckStatus.EXTENDED, rt.AckStatus.ACKED, rt.AckStatus.REJECTED
 
 
 def _slow_member(topic: rt.Topic, group: str) -> tuple[rt.Subscriber, rt.Subscriber, list]:
-    """A shared member (timeout 2 s) holding all 5 elements, and an eager second one."""
+    """A shared member (timeout TIMEOUT) holding all 5 elements, and an eager second one
+    (which joins first: a join takes longer than the slow member's timeout on a busy
+    machine, and its timeout runs from its receive)."""
+    eager = topic.subscriber(group=group, mode="shared", complete_on_empty=True)
     slow = topic.subscriber(group=group, mode="shared", timeout=TIMEOUT, complete_on_empty=True)
     publish_all(topic, list(range(5)))
     held = list(receive_exactly(slow, 5))
-    eager = topic.subscriber(group=group, mode="shared", complete_on_empty=True)
     return slow, eager, held
 
 
@@ -48,8 +52,8 @@ def test_a_member_that_extends_its_holds_keeps_them(make_topic, unique_name):
     while time.monotonic() < end:  # no receive, no heartbeat: only extensions
         statuses.update(slow.extend_lease(held, 20.0))
         taken += _taken(eager)
-        time.sleep(0.5)
-    assert taken == []  # before: all 5 went to the eager member at 2 s, delivery_count=2
+        time.sleep(PAUSE)
+    assert taken == []  # before: all 5 went to the eager member at its timeout, count 2
     assert statuses == {EXTENDED}
     assert slow.ack(held) == [ACKED] * 5  # before: REJECTED
     assert topic.describe().groups[group].lag == 0
@@ -68,7 +72,7 @@ class _Worker:
         while time.monotonic() < end:
             for element in elements:
                 assert element.extend_lease(20.0) is EXTENDED
-            time.sleep(0.5)
+            time.sleep(PAUSE)
         return [element.ack() for element in elements]
 
     def ack_slowly(self, elements: list[rt.Element], pause: float) -> list[rt.AckStatus]:
@@ -95,7 +99,7 @@ def test_an_actor_that_extends_the_elements_it_was_given_keeps_their_member(
     _slow, eager, held = _slow_member(topic, group)
     work = worker.extend_then_ack.remote(held, WORK)  # the member itself stays silent
     taken = []
-    while not ray.wait([work], timeout=0.5)[0]:
+    while not ray.wait([work], timeout=PAUSE)[0]:
         taken += _taken(eager)
     assert taken == []  # before: all 5, and the actor's extensions REJECTED
     assert get(work) == [ACKED] * 5
@@ -107,10 +111,10 @@ def test_an_owned_members_fanned_out_acks_keep_it_alive(make_topic, unique_name)
     topic.create_group(group)
     worker = _ready_worker()
     member = topic.subscriber(group=group, timeout=TIMEOUT)
-    publish_all(topic, list(range(8)))
-    elements = list(receive_exactly(member, 8))
-    statuses = get(worker.ack_slowly.remote(elements, WORK / 8))  # 0.75 s apart
-    assert statuses == [ACKED] * 8  # before: NOT_OWNER once the member timed out
+    publish_all(topic, list(range(ACKS)))
+    elements = list(receive_exactly(member, ACKS))
+    statuses = get(worker.ack_slowly.remote(elements, WORK / ACKS))
+    assert statuses == [ACKED] * ACKS  # before: NOT_OWNER once the member timed out
     assert member.channels == (0,)
     assert topic.describe().groups[group].lag == 0
 
@@ -120,10 +124,9 @@ def test_a_member_that_lost_its_holds_is_told_so(make_topic, unique_name):
     group = unique_name("g")
     topic.create_group(rt.SharedGroup(group))
     slow, eager, held = _slow_member(topic, group)
-    time.sleep(TIMEOUT + 1.0)  # silent: timed out, its holds went back
-    deadline = time.monotonic() + 10.0
+    deadline = time.monotonic() + TIMEOUT + 10.0
     taken: list = []
-    while len(taken) < 5 and time.monotonic() < deadline:
+    while len(taken) < 5 and time.monotonic() < deadline:  # silent: it times out, its holds go back
         taken += _taken(eager)
     assert sorted(taken) == [(value, 2) for value in range(5)]
     assert slow.extend_lease(held, 20.0) == [REJECTED] * 5
