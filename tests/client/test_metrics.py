@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 import raytopic as rt
+from raytopic.actors.channel_metrics import REFRESH_INTERVAL
 
 from tests.topic_helpers import drain_group, publish_all
 
@@ -162,14 +163,14 @@ def test_a_stuck_groups_lag_stays_exported(
     make_topic: Callable[..., rt.Topic], metrics_url: str
 ) -> None:
     # Ray (2.60, OpenTelemetry) exports a gauge's value for two report intervals
-    # after it was last set (2 s in this session), so a channel that set its gauges
+    # after it was last set (1 s in this session), so a channel that set its gauges
     # only on change lost the series of a group whose lag stopped changing: a stuck
     # group had no series to alert on (before: gone for good 3 s after the last
     # publish). A channel sets them at every refresh: the series comes back.
     topic = make_topic(channels=1, groups=["stuck"])
     publish_all(topic, [{"i": i} for i in range(5)])  # never consumed
     _eventually(lambda: _assert_lag(metrics_url, topic.name, 5))
-    time.sleep(10)
+    time.sleep(2 * REFRESH_INTERVAL + 1.0)  # past the 3 s: a series set once is gone by then
     _eventually(lambda: _assert_lag(metrics_url, topic.name, 5), timeout=10.0)
 
 
