@@ -266,14 +266,14 @@ def test_block_appends_what_fits_and_fails_only_the_rest_after_block_timeout(mak
 def test_block_with_a_slow_consumer_draining_appends_every_value_in_key_order(
     make_topic,
 ) -> None:
-    """A member frees 6 places every 0.3 s; the publisher's values wait for room a
-    little at a time, never block_timeout (1.5 s) without any, so none is refused
-    (a batch that waited for room for all of it, up to the capacity, needed 3 s).
-    Each key's values arrive in publish order."""
+    """A member frees 6 places every 0.3 s while the publisher's values wait for room
+    (then it takes the rest at once); they wait a little at a time, never block_timeout
+    (1.5 s) without any, so none is refused (a batch that waited for room for all of
+    it, up to the capacity, needed 3 s). Each key's values arrive in publish order."""
     topic = make_topic(channels=1, capacity=60, overflow="block", groups=["g"], retain=False)
     keys = ["a", "b", "c"]
     received: list[tuple[str, int]] = []
-    draining = threading.Event()
+    draining, published = threading.Event(), threading.Event()
 
     def drain() -> None:
         with topic.subscriber(group="g") as member:
@@ -282,7 +282,8 @@ def test_block_with_a_slow_consumer_draining_appends_every_value_in_key_order(
                 batch = ray.get(member.receive_batch(6), timeout=30)
                 received.extend(e.value for e in batch)
                 batch[-1].commit()
-                time.sleep(0.3)
+                if not published.is_set():
+                    time.sleep(0.3)
 
     consumer = threading.Thread(target=drain)
     consumer.start()
@@ -290,6 +291,7 @@ def test_block_with_a_slow_consumer_draining_appends_every_value_in_key_order(
     with topic.publisher(block_timeout=1.5) as publisher:
         futures = [publisher.publish((keys[i % 3], i), key=keys[i % 3]) for i in range(150)]
         publisher.flush()
+    published.set()
     consumer.join(60)
     assert [f.exception() for f in futures] == [None] * 150
     for key in keys:
