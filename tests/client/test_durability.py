@@ -41,6 +41,9 @@ from tests.topic_helpers import (
 RESTART_BOUND = 10.0
 """Seconds a killed channel may take to serve again (the issue's bound)."""
 
+HOLD_BOUND = 30.0
+"""Seconds a member's filter holds "held" at most when no test releases it."""
+
 # The store-less ring of 10 that two store tests compare with: never killed, it holds
 # no store, and each test reads back only what it adds (sequences from
 # next_sequences), so the tests share it (each topic starts an actor per channel and a
@@ -297,12 +300,26 @@ def test_what_a_killed_home_took_from_a_sibling_and_held_is_delivered_again(
 
 def _held_the_first_time(marker: str, value: Any) -> bool:
     """A member's filter: the first time it sees "held" it marks ``marker`` and holds
-    its channel's process 6 s (its take is under way meanwhile: a loaded machine's
-    publish and kill fit in); it passes everything."""
+    its channel's process (its take is under way meanwhile) until the test releases it
+    (``_release``, once its publish and kill are done, however slow a loaded machine
+    is) or HOLD_BOUND seconds pass, then marks that it let go; it passes everything."""
     if value == "held" and not os.path.exists(marker):
         Path(marker).touch()
-        time.sleep(6.0)
+        deadline = time.monotonic() + HOLD_BOUND
+        while not os.path.exists(marker + ".released") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        Path(marker + ".passed").touch()
     return True
+
+
+def _release(marker: Path) -> None:
+    """Let the filter holding "held" go on (see _held_the_first_time)."""
+    Path(f"{marker}.released").touch()
+
+
+def _let_go(marker: Path) -> bool:
+    """Whether the filter holding "held" has let it go."""
+    return Path(f"{marker}.passed").exists()
 
 
 def _still_held(marker: Path) -> None:
@@ -310,7 +327,7 @@ def _still_held(marker: Path) -> None:
     position past "held" once the filter lets it go, with no host to reply to. (Its
     replacement reads b again after the commit before it answers anything, so that
     moved position is not there to observe afterwards.)"""
-    assert time.time() < marker.stat().st_mtime + 6.0, "the kill came after the take's reply"
+    assert not _let_go(marker), "the kill came after the take's reply"
 
 
 def _member_holding_at_b(
@@ -346,6 +363,7 @@ def _kill_host_during_take_at_b(
     publisher.publish("a1", key=key_for(a, 2)).result(timeout=TIMEOUT)
     old_epoch = kill_channel(topic, a)  # while b's filter holds the take's reply
     _still_held(marker)
+    _release(marker)  # b replies to a process that is gone
     return waiting, old_epoch
 
 
@@ -447,7 +465,9 @@ def test_what_a_killed_host_took_for_a_receive_sent_mid_iteration_is_not_committ
         publisher.publish("a1", key=key_for(a, 2)).result(timeout=TIMEOUT)
     os.kill(pid_a, signal.SIGSTOP)  # while b's filter holds the take's reply
     _still_held(marker)
-    time.sleep(max(0.0, marker.stat().st_mtime + 6.5 - time.time()))  # b replied to a
+    _release(marker)
+    wait_until(lambda: _let_go(marker), timeout=TIMEOUT)
+    time.sleep(0.5)  # b replied to a
     killer = threading.Timer(3.0, os.kill, (pid_a, signal.SIGKILL))
     killer.start()  # a dies with the reply unread
     try:
