@@ -42,6 +42,7 @@ import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
@@ -476,10 +477,16 @@ class Receives:
         buffer = self._buffer
         if not buffer:
             return ElementBatch()
-        if len(buffer) <= count and not self.stale.any_stale(buffer):
-            taken = ElementBatch(buffer)
-            buffer.clear()
-            return taken
+        # The common case, none stale: the first ``count`` as they are, in one piece (a
+        # received batch larger than ``count`` is split without a look at each element).
+        head = list(buffer) if len(buffer) <= count else list(islice(buffer, count))
+        if not self.stale.any_stale(head):
+            if len(head) == len(buffer):
+                buffer.clear()
+            else:
+                for _ in range(len(head)):
+                    buffer.popleft()
+            return ElementBatch(head)
         taken = ElementBatch()
         while len(taken) < count and (element := self.next_buffered()) is not None:
             taken.append(element)

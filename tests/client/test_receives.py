@@ -13,6 +13,7 @@ import pytest
 
 import raytopic as rt
 from raytopic.client.receives import ChannelChoice, Receives, StaleReads
+from raytopic.core.element_batch import ElementBatch
 from raytopic.core.protocol import Lease, ReaderSpec
 from raytopic.core.records import _Origin
 
@@ -148,6 +149,18 @@ def test_buffered_elements_come_in_order_without_the_stale_ones() -> None:
     assert receives.next_buffered() == _element(1, 1)
     assert receives.next_buffered() == _element(0, 2)
     assert receives.next_buffered() is None
+
+
+def test_a_buffer_larger_than_a_batch_is_taken_in_order_without_the_stale_ones() -> None:
+    receives, _ = _receives(0, 1)
+    receives.buffer([_element(0, sequence) for sequence in range(5)])
+    assert [e.sequence for e in receives.take_buffered(2)] == [0, 1]  # split, none stale
+    receives.buffer([_element(1, 1), _element(0, 9, jumps=1)])
+    receives.stale.raise_to(0, 1)  # channel 0's elements read before the jump are stale
+    batch = receives.take_buffered(3)
+    assert isinstance(batch, ElementBatch)
+    assert [(e.channel, e.sequence) for e in batch] == [(1, 1), (0, 9)]
+    assert not receives.take_buffered(3)
 
 
 def test_an_iteration_that_owns_nothing_ends_with_complete_on_empty() -> None:
