@@ -25,6 +25,11 @@ from tests.topic_helpers import TIMEOUT, group_at_latest, module_topic
 
 topic = module_topic(channels=4)
 
+SLOW_POLL_S = 0.25
+"""How often a wait of seconds (a burst handled, a failed batch retried) asks again: a
+tally's whole list or a topic's description 50 times a second cost more CPU than the
+members it waits for."""
+
 
 @pytest.fixture
 def stopped_after() -> Iterator[Callable[[rt.Autoscaler], rt.Autoscaler]]:
@@ -145,7 +150,7 @@ def test_a_burst_scales_up_from_zero_each_element_once_then_down(
     assert member.pid > 0 and member.node_id
     members = {m.member_id for m in topic.describe().groups[group].members}
     assert member.member_id in members
-    wait_until(_handled_all(tally, values), timeout=60)
+    wait_until(_handled_all(tally, values), timeout=60, interval=SLOW_POLL_S)
     wait_until(lambda: scaler.members == 0, timeout=TIMEOUT)  # idle: down after 0.5 s
     handled = Counter(ray.get(tally.get.remote()))
     assert sorted(handled) == sorted(values)
@@ -178,7 +183,7 @@ def test_members_start_from_parked_processes_that_hold_no_channel(
             ray.get(publisher.publish_batch(values), timeout=TIMEOUT)
         wait_until(lambda: len(scaler.describe().members) == 2, timeout=TIMEOUT)
         assert set(_named(scaled_member_prefix(topic.name, group), topic.namespace)) == processes
-        wait_until(_handled_all(tally, values), timeout=60)
+        wait_until(_handled_all(tally, values), timeout=60, interval=SLOW_POLL_S)
         wait_until(lambda: scaler.describe().parked == 2 and scaler.members == 0, TIMEOUT)
         assert set(_named(scaled_member_prefix(topic.name, group), topic.namespace)) == processes
     handled = Counter(ray.get(tally.get.remote()))
@@ -229,7 +234,7 @@ def test_members_join_a_busy_owned_group_without_handling_anything_twice(
     wait_until(lambda: scaler.describe().members, timeout=TIMEOUT)
     _publish(topic, values[100:])  # ...then two more join it while it works
     wait_until(lambda: len(scaler.describe().members) == 3, timeout=TIMEOUT)
-    wait_until(_handled_all(tally, values), timeout=60)
+    wait_until(_handled_all(tally, values), timeout=60, interval=SLOW_POLL_S)
     handled = Counter(ray.get(tally.get.remote()))
     assert set(handled.values()) == {1}
     assert sorted(handled) == sorted(values)
@@ -250,7 +255,11 @@ def test_a_handler_that_raises_is_retried_owned_and_nacked_shared(
     _publish(topic, values)
     # Each group handles every value: a failed batch comes back (owned: from the
     # last commit after a pause; shared: nacked) and succeeds the second time.
-    wait_until(lambda: Counter(ray.get(tally.get.remote())) == Counter(values * 2), timeout=60)
+    wait_until(
+        lambda: Counter(ray.get(tally.get.remote())) == Counter(values * 2),
+        timeout=60,
+        interval=SLOW_POLL_S,
+    )
     assert topic.describe().groups["flaky"].lag == 0
     assert topic.describe().groups["flaky-shared"].lag == 0
     owned.stop()
@@ -294,7 +303,9 @@ def test_an_owned_batch_failing_max_deliveries_times_goes_to_the_dead_letter_top
     _publish(topic, values)
     # The channel behind the bad value moves on: its batch is dead-lettered after
     # two failed calls (1 s apart), and the member commits past it.
-    wait_until(lambda: topic.describe().groups["poisoned"].lag == 0, timeout=60)
+    wait_until(
+        lambda: topic.describe().groups["poisoned"].lag == 0, timeout=60, interval=SLOW_POLL_S
+    )
     handled = ray.get(tally.get.remote())
     dead = rt.get_topic(dead_letter, namespace=topic.namespace)
     try:
@@ -354,7 +365,8 @@ def test_an_autoscaler_is_found_again_and_a_second_one_is_refused(
 ) -> None:
     group_at_latest(topic, "found")  # no lag: no member starts
     tally = Tally.remote()
-    scaler = stopped_after(topic.autoscale("found", Record(tally), poll_s=0.5))
+    # max_members 1: one parked member, not the default's 8 processes, none needed here.
+    scaler = stopped_after(topic.autoscale("found", Record(tally), max_members=1, poll_s=0.5))
     found = topic.autoscaler("found")
     assert found is not None and found.group == "found"
     assert ray.get(ray.remote(lambda s: s.members).remote(scaler)) == 0  # pickles
@@ -407,7 +419,11 @@ def test_destroy_stops_the_autoscaler_and_its_members(
 ) -> None:
     doomed = make_topic(channels=2)
     tally = Tally.remote()
-    scaler = stopped_after(doomed.autoscale("g", Record(tally), min_members=2, poll_s=0.2))
+    # max_members 3: two members and one parked, which destroy() must stop too (the
+    # default's 8 would park six processes).
+    scaler = stopped_after(
+        doomed.autoscale("g", Record(tally), min_members=2, max_members=3, poll_s=0.2)
+    )
     wait_until(lambda: len(scaler.describe().members) == 2, timeout=TIMEOUT)
     doomed.destroy()
     assert _named(scaler_prefix(doomed.name), doomed.namespace) == []
@@ -419,7 +435,9 @@ def test_destroy_stops_the_autoscaler_and_its_members(
 def test_the_desired_count_is_a_metric(topic: rt.Topic, metrics_url: str, stopped_after) -> None:
     group_at_latest(topic, "metered")
     tally = Tally.remote()
-    scaler = stopped_after(topic.autoscale("metered", Record(tally), min_members=1, poll_s=0.2))
+    scaler = stopped_after(  # max_members 1: no parked processes (the default's 8 would park 7)
+        topic.autoscale("metered", Record(tally), min_members=1, max_members=1, poll_s=0.2)
+    )
 
     def reported() -> None:
         samples = _scrape(metrics_url, topic.name)
@@ -473,10 +491,12 @@ def test_member_coordinator_and_scaler_sigkills_during_a_burst_lose_nothing(
 
     scaler_pid = ray.get(scaler._actor.__ray_call__.remote(lambda _: os.getpid()))
     os.kill(scaler_pid, signal.SIGKILL)
-    wait_until(_handled_all(tally, values), timeout=120)
+    wait_until(_handled_all(tally, values), timeout=120, interval=SLOW_POLL_S)
     # Restarted with its settings (max_members 4, scale-down after 60 s): it adopted
     # the members alive and came back to the desired count.
-    stats = wait_until(lambda: (s := scaler.describe()).desired == len(s.members) and s, 60)
+    stats = wait_until(
+        lambda: (s := scaler.describe()).desired == len(s.members) and s, 60, SLOW_POLL_S
+    )
     assert any("restarted" in event.reason for event in stats.events)
     assert 2 <= len(stats.members) <= 4
     handled = Counter(ray.get(tally.get.remote()))
