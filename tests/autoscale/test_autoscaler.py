@@ -10,8 +10,9 @@ import signal
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -51,31 +52,62 @@ def stopped_after() -> Iterator[Callable[[rt.Autoscaler], rt.Autoscaler]]:
 
 
 @ray.remote
-class Tally:
-    """What the handlers were handed, in the order they were."""
+class _Tallies:
+    """What the handlers were handed, in the order they were, per tally: one actor for
+    the module's tests (an actor is a process to start), each test its own key."""
 
     def __init__(self) -> None:
-        self.handled: list[Any] = []
-        self.failed: set[Any] = set()
+        self.handled: dict[str, list[Any]] = defaultdict(list)
+        self.failed: set[tuple[str, Any]] = set()
 
-    def add(self, values: list[Any]) -> None:
-        self.handled.extend(values)
+    def add(self, key: str, values: list[Any]) -> None:
+        self.handled[key].extend(values)
 
-    def fail_first_time(self, value: Any) -> bool:
-        """True the first time ``value`` is asked about."""
-        first = value not in self.failed
-        self.failed.add(value)
+    def fail_first_time(self, key: str, value: Any) -> bool:
+        """True the first time ``value`` is asked about under ``key``."""
+        first = (key, value) not in self.failed
+        self.failed.add((key, value))
         return first
 
+    def get(self, key: str) -> list[Any]:
+        return list(self.handled[key])
+
+
+@dataclass(frozen=True)
+class Tally:
+    """A test's tally in the module's ``_Tallies`` (it pickles into the handlers)."""
+
+    tallies: Any
+    key: str
+
+    def add(self, values: list[Any]) -> None:
+        ray.get(self.tallies.add.remote(self.key, values))
+
+    def fail_first_time(self, value: Any) -> bool:
+        return ray.get(self.tallies.fail_first_time.remote(self.key, value))
+
     def get(self) -> list[Any]:
-        return list(self.handled)
+        return ray.get(self.tallies.get.remote(self.key))
+
+
+@pytest.fixture(scope="module")
+def tallies(ray_session: None) -> Iterator[Any]:
+    actor = _Tallies.remote()
+    yield actor
+    ray.kill(actor)
+
+
+@pytest.fixture
+def tally(tallies: Any) -> Tally:
+    """This test's tally (a key of its own in the module's actor)."""
+    return Tally(tallies, uuid.uuid4().hex)
 
 
 class Record:
     """A handler: record the values in a Tally, after ``seconds`` of work per value;
     raise once on the values of ``fail_on``."""
 
-    def __init__(self, tally: Any, seconds: float = 0.0, fail_on: frozenset[Any] = frozenset()):
+    def __init__(self, tally: Tally, seconds: float = 0.0, fail_on: frozenset[Any] = frozenset()):
         self.tally = tally
         self.seconds = seconds
         self.fail_on = fail_on
@@ -83,9 +115,9 @@ class Record:
     def __call__(self, values: list[Any]) -> None:
         time.sleep(self.seconds * len(values))
         for value in self.fail_on.intersection(values):
-            if ray.get(self.tally.fail_first_time.remote(value)):
+            if self.tally.fail_first_time(value):
                 raise RuntimeError(f"handler failed on {value!r} (once)")
-        ray.get(self.tally.add.remote(values))
+        self.tally.add(values)
 
 
 def _values(prefix: str, count: int) -> list[str]:
@@ -99,9 +131,9 @@ def _publish(topic: rt.Topic, values: list[Any]) -> None:
         future.result(timeout=TIMEOUT)
 
 
-def _handled_all(tally: Any, values: list[Any]) -> Callable[[], bool]:
+def _handled_all(tally: Tally, values: list[Any]) -> Callable[[], bool]:
     wanted = set(values)
-    return lambda: wanted <= set(ray.get(tally.get.remote()))
+    return lambda: wanted <= set(tally.get())
 
 
 def _named(prefix: str, namespace: str) -> list[str]:
@@ -115,7 +147,7 @@ def _named(prefix: str, namespace: str) -> list[str]:
 # -- scaling and delivery --------------------------------------------------------------
 
 
-def _two_quick_members(topic: rt.Topic, group: str, tally: Any) -> rt.Autoscaler:
+def _two_quick_members(topic: rt.Topic, group: str, tally: Tally) -> rt.Autoscaler:
     """An autoscaler of up to 2 members recording into ``tally``, quick to scale
     (polls every 0.2 s, down after 0.5 s idle, 100 elements of lag per member)."""
     return topic.autoscale(
@@ -131,11 +163,10 @@ def _two_quick_members(topic: rt.Topic, group: str, tally: Any) -> rt.Autoscaler
 
 @pytest.mark.parametrize("mode", ["owned", "shared"])
 def test_a_burst_scales_up_from_zero_each_element_once_then_down(
-    topic: rt.Topic, wait_until, stopped_after, mode: str
+    topic: rt.Topic, wait_until, stopped_after, tally: Tally, mode: str
 ) -> None:
     group = f"work-{mode}"
     group_at_latest(topic, group if mode == "owned" else rt.SharedGroup(group))
-    tally = Tally.remote()
     scaler = stopped_after(_two_quick_members(topic, group, tally))
     assert scaler.members == 0  # no lag, min_members=0: nobody
     values = _values(mode, 400)
@@ -152,7 +183,7 @@ def test_a_burst_scales_up_from_zero_each_element_once_then_down(
     assert member.member_id in members
     wait_until(_handled_all(tally, values), timeout=60, interval=SLOW_POLL_S)
     wait_until(lambda: scaler.members == 0, timeout=TIMEOUT)  # idle: down after 0.5 s
-    handled = Counter(ray.get(tally.get.remote()))
+    handled = Counter(tally.get())
     assert sorted(handled) == sorted(values)
     assert set(handled.values()) == {1}  # no crash: each element handled once
     events = scaler.describe().events
@@ -165,11 +196,10 @@ def test_a_burst_scales_up_from_zero_each_element_once_then_down(
 
 
 def test_members_start_from_parked_processes_that_hold_no_channel(
-    topic: rt.Topic, wait_until, stopped_after
+    topic: rt.Topic, wait_until, stopped_after, tally: Tally
 ) -> None:
     group = "warm"
     group_at_latest(topic, group)
-    tally = Tally.remote()
     scaler = stopped_after(_two_quick_members(topic, group, tally))
     # Idle: the processes of the next two members are started, parked, in no group.
     wait_until(lambda: scaler.describe().parked == 2, timeout=TIMEOUT)
@@ -186,21 +216,21 @@ def test_members_start_from_parked_processes_that_hold_no_channel(
         wait_until(_handled_all(tally, values), timeout=60, interval=SLOW_POLL_S)
         wait_until(lambda: scaler.describe().parked == 2 and scaler.members == 0, TIMEOUT)
         assert set(_named(scaled_member_prefix(topic.name, group), topic.namespace)) == processes
-    handled = Counter(ray.get(tally.get.remote()))
+    handled = Counter(tally.get())
     assert set(handled.values()) == {1}
     scaler.stop()
     assert _named(scaled_member_prefix(topic.name, group), topic.namespace) == []
 
 
 def test_members_that_reserve_resources_are_not_parked(
-    topic: rt.Topic, wait_until, stopped_after
+    topic: rt.Topic, wait_until, stopped_after, tally: Tally
 ) -> None:
     group = "reserving"
     group_at_latest(topic, group)
     scaler = stopped_after(
         topic.autoscale(
             group,
-            Record(Tally.remote()),
+            Record(tally),
             max_members=2,
             poll_s=0.1,
             member_options={"num_cpus": 0.1},
@@ -212,12 +242,11 @@ def test_members_that_reserve_resources_are_not_parked(
 
 
 def test_members_join_a_busy_owned_group_without_handling_anything_twice(
-    topic: rt.Topic, wait_until, stopped_after
+    topic: rt.Topic, wait_until, stopped_after, tally: Tally
 ) -> None:
     # One member is busy when the others join: its channels move only after it
     # committed what it had in hand (without the hand-over some would run twice).
     group_at_latest(topic, "handover")
-    tally = Tally.remote()
     values = _values("handover", 600)
     _publish(topic, values[:100])  # wakes one member (target 100)...
     scaler = stopped_after(
@@ -235,18 +264,17 @@ def test_members_join_a_busy_owned_group_without_handling_anything_twice(
     _publish(topic, values[100:])  # ...then two more join it while it works
     wait_until(lambda: len(scaler.describe().members) == 3, timeout=TIMEOUT)
     wait_until(_handled_all(tally, values), timeout=60, interval=SLOW_POLL_S)
-    handled = Counter(ray.get(tally.get.remote()))
+    handled = Counter(tally.get())
     assert set(handled.values()) == {1}
     assert sorted(handled) == sorted(values)
     scaler.stop()
 
 
 def test_a_handler_that_raises_is_retried_owned_and_nacked_shared(
-    topic: rt.Topic, wait_until, stopped_after
+    topic: rt.Topic, wait_until, stopped_after, tally: Tally
 ) -> None:
     group_at_latest(topic, "flaky")
     group_at_latest(topic, rt.SharedGroup("flaky-shared"))
-    tally = Tally.remote()
     values = _values("flaky", 40)
     bad = frozenset({values[5], values[17]})
     settings = dict(min_members=1, max_members=1, poll_s=0.2, batch_size=5)
@@ -256,7 +284,7 @@ def test_a_handler_that_raises_is_retried_owned_and_nacked_shared(
     # Each group handles every value: a failed batch comes back (owned: from the
     # last commit after a pause; shared: nacked) and succeeds the second time.
     wait_until(
-        lambda: Counter(ray.get(tally.get.remote())) == Counter(values * 2),
+        lambda: Counter(tally.get()) == Counter(values * 2),
         timeout=60,
         interval=SLOW_POLL_S,
     )
@@ -270,22 +298,21 @@ class FailOn:
     """A handler that records the values in a Tally, and always raises on a batch
     holding ``bad``."""
 
-    def __init__(self, tally: Any, bad: Any) -> None:
+    def __init__(self, tally: Tally, bad: Any) -> None:
         self.tally = tally
         self.bad = bad
 
     def __call__(self, values: list[Any]) -> None:
         if self.bad in values:
             raise ValueError(f"cannot handle {self.bad!r}")
-        ray.get(self.tally.add.remote(values))
+        self.tally.add(values)
 
 
 def test_an_owned_batch_failing_max_deliveries_times_goes_to_the_dead_letter_topic(
-    topic: rt.Topic, wait_until, stopped_after
+    topic: rt.Topic, wait_until, stopped_after, tally: Tally
 ) -> None:
     group_at_latest(topic, "poisoned")
     dead_letter = f"{topic.name}-poisoned-dead"
-    tally = Tally.remote()
     values = _values("poisoned", 40)
     bad = values[13]
     scaler = stopped_after(
@@ -306,7 +333,7 @@ def test_an_owned_batch_failing_max_deliveries_times_goes_to_the_dead_letter_top
     wait_until(
         lambda: topic.describe().groups["poisoned"].lag == 0, timeout=60, interval=SLOW_POLL_S
     )
-    handled = ray.get(tally.get.remote())
+    handled = tally.get()
     dead = rt.get_topic(dead_letter, namespace=topic.namespace)
     try:
         with dead.subscriber(start="earliest", complete_on_empty=True) as reader:
@@ -361,10 +388,9 @@ def _holding_a_lock() -> Callable[[list[Any]], None]:
 
 
 def test_an_autoscaler_is_found_again_and_a_second_one_is_refused(
-    topic: rt.Topic, stopped_after
+    topic: rt.Topic, stopped_after, tally: Tally
 ) -> None:
     group_at_latest(topic, "found")  # no lag: no member starts
-    tally = Tally.remote()
     # max_members 1: one parked member, not the default's 8 processes, none needed here.
     scaler = stopped_after(topic.autoscale("found", Record(tally), max_members=1, poll_s=0.5))
     found = topic.autoscaler("found")
@@ -415,10 +441,9 @@ def test_bad_arguments_are_typed_errors_and_start_nothing(
 
 
 def test_destroy_stops_the_autoscaler_and_its_members(
-    make_topic, wait_until, stopped_after
+    make_topic, wait_until, stopped_after, tally: Tally
 ) -> None:
     doomed = make_topic(channels=2)
-    tally = Tally.remote()
     # max_members 3: two members and one parked, which destroy() must stop too (the
     # default's 8 would park six processes).
     scaler = stopped_after(
@@ -432,9 +457,10 @@ def test_destroy_stops_the_autoscaler_and_its_members(
         scaler.describe()
 
 
-def test_the_desired_count_is_a_metric(topic: rt.Topic, metrics_url: str, stopped_after) -> None:
+def test_the_desired_count_is_a_metric(
+    topic: rt.Topic, metrics_url: str, stopped_after, tally: Tally
+) -> None:
     group_at_latest(topic, "metered")
-    tally = Tally.remote()
     scaler = stopped_after(  # max_members 1: no parked processes (the default's 8 would park 7)
         topic.autoscale("metered", Record(tally), min_members=1, max_members=1, poll_s=0.2)
     )
@@ -453,13 +479,12 @@ def test_the_desired_count_is_a_metric(topic: rt.Topic, metrics_url: str, stoppe
 
 @pytest.mark.slow
 def test_member_coordinator_and_scaler_sigkills_during_a_burst_lose_nothing(
-    make_topic, wait_until, stopped_after
+    make_topic, wait_until, stopped_after, tally: Tally
 ) -> None:
     """A member, the coordinator and the scaler are SIGKILLed in turn while a burst is
     handled: every element is handled (a killed member's batch may run twice), and
     the scaler comes back to the desired count with its settings."""
     victim = make_topic(channels=4)
-    tally = Tally.remote()
     scaler = stopped_after(
         victim.autoscale(
             "g",
@@ -499,6 +524,6 @@ def test_member_coordinator_and_scaler_sigkills_during_a_burst_lose_nothing(
     )
     assert any("restarted" in event.reason for event in stats.events)
     assert 2 <= len(stats.members) <= 4
-    handled = Counter(ray.get(tally.get.remote()))
+    handled = Counter(tally.get())
     assert set(handled) == set(values)  # nothing lost; a killed batch may run again
     scaler.stop()
