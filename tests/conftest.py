@@ -140,8 +140,14 @@ class _SessionCluster:
 
     def stop(self) -> None:
         """Stop this cluster only (``ray stop`` would stop every Ray here), and remove
-        its files."""
+        its files: its temp dir, and the control logs (transaction state, Serve task
+        logs) that its session kept in the machine's temp dir."""
+        from raytopic.client.control_log import control_store_of
+
         _stop_cluster(self.process, self.address)
+        session = (self.root / "ray" / "session_latest").resolve().name
+        if session.startswith("session_"):
+            shutil.rmtree(control_store_of(session), ignore_errors=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

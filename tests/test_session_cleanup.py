@@ -1,7 +1,8 @@
 """The test session leaves the machine as it found it: after its Ray is stopped, a
 user's next ``ray.init()`` starts a local Ray at once instead of trying to join
 the dead session cluster (``ray start`` leaves a ``ray_current_cluster`` pointer
-in Ray's temp dir)."""
+in Ray's temp dir), and no file of its own is left in the machine's temp dir (its
+control logs are removed with its cluster)."""
 
 from __future__ import annotations
 
@@ -117,7 +118,9 @@ def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir:
             "no:cacheprovider",
             "-n",
             "1",
-            "tests/client/test_topic.py::test_get_topic_of_unknown_name_raises_topic_not_found",
+            # A transaction: its registry keeps its state in a control log, stored in
+            # the machine's temp dir (here ray_tmpdir) under the session's name.
+            "tests/transaction/test_transactions.py::test_abort_drops_staged_and_frees_their_room",
         ],
         cwd=ROOT,
         env=env,
@@ -128,6 +131,9 @@ def test_after_a_session_a_fresh_ray_init_starts_a_local_ray_at_once(ray_tmpdir:
     )
     assert session.returncode == 0, session.stdout[-3000:] + session.stderr[-3000:]
     assert not (ray_tmpdir / "ray" / "ray_current_cluster").exists()
+    # The session's control logs are removed with it (the folder that held them stays).
+    assert (ray_tmpdir / "raytopic-control").is_dir()
+    assert list((ray_tmpdir / "raytopic-control").iterdir()) == []
     # Its bytecode cache is removed.
     assert _bytecode_caches(ray_tmpdir) == set()
     # No process of its head is left (the agents retitle themselves "ray::...": one

@@ -60,7 +60,12 @@ def session_store() -> str:
     """The directory a control log stores in when it is given none: one of this Ray
     session's, on the node of the process that makes the log (a channel restarted
     there reads it back; the next cluster starts afresh)."""
-    session = ray.get_runtime_context().get_session_name()
+    return control_store_of(ray.get_runtime_context().get_session_name())
+
+
+def control_store_of(session: str) -> str:
+    """The directory of the control logs of the Ray session named ``session`` (what
+    removes a finished session's files names it so)."""
     return os.path.join(tempfile.gettempdir(), "raytopic-control", session)
 
 
