@@ -37,6 +37,15 @@ def _append(batch: int, values: list[Any]) -> tuple[Append, PickledValues]:
     return Append("p", batch, "block", 1.0, False), PickledValues.from_values(values)
 
 
+async def _hosting_reader_a() -> ChannelActor:
+    """A one-channel ChannelActor that hosts receive sessions (its port to itself is
+    in-process), with reader "a" open."""
+    channel = ChannelActor(ONE_CHANNEL, 0)
+    channel._host.ports = {0: LocalPort(0, channel._readers.take, channel._parts.cursor_in_process)}
+    await channel.control(OpenReader("a", ReaderSpec(None, False)))
+    return channel
+
+
 async def _until(done: Any) -> None:
     """Let the loop run until ``done()`` (a call reached its wait)."""
     async with asyncio.timeout(TIMEOUT):
@@ -46,11 +55,7 @@ async def _until(done: Any) -> None:
 
 def test_an_append_answers_after_the_receive_it_woke_at_its_host() -> None:
     async def main() -> None:
-        channel = ChannelActor(ONE_CHANNEL, 0)
-        channel._host.ports = {
-            0: LocalPort(0, channel._readers.take, channel._parts.cursor_in_process)
-        }
-        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        channel = await _hosting_reader_a()
         waiting = asyncio.ensure_future(ask(channel, Receive("a", "s", 0, 10, True)))
         await _until(lambda: channel._host.sessions.get("a") and channel._host._receiving)
         await asyncio.sleep(0.01)  # the receive waits for data
@@ -135,11 +140,7 @@ def test_a_request_that_woke_nothing_answers_in_its_own_turn() -> None:
 def test_a_take_and_a_watch_answer_packed_bytes_a_receive_its_batch() -> None:
     # Only a sibling's session sends a take or a watch: their replies cross Ray as bytes.
     async def main() -> None:
-        channel = ChannelActor(ONE_CHANNEL, 0)
-        channel._host.ports = {
-            0: LocalPort(0, channel._readers.take, channel._parts.cursor_in_process)
-        }
-        await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        channel = await _hosting_reader_a()
         await channel.request(*_packed_append(0, ["x", "y"]))
         taken = await channel.request(pack_request(Take("a", None, 1)))
         assert type(taken) is bytes
