@@ -103,12 +103,12 @@ has committed everything, and stops if so (else it waits out its quiet time)."""
 
 class _Drained:
     """Whether a group has committed everything its topic holds (a lag of 0) and the
-    topic holds every element the case publishes (``count``; None: it was filled
-    before), asked at most every ``DRAINED_CHECK`` seconds: the figures are taken
-    from the batches, so a member that stops then rather than after its quiet time
-    changes none of them, and a run ends sooner."""
+    topic holds every element the case publishes (``count``), asked at most every
+    ``DRAINED_CHECK`` seconds: the figures are taken from the batches, so a member
+    that stops then rather than after its quiet time changes none of them, and a run
+    ends sooner."""
 
-    def __init__(self, topic: Any, group: str, count: int | None = None) -> None:
+    def __init__(self, topic: Any, group: str, count: int) -> None:
         self._topic, self._group, self._count, self._asked = topic, group, count, 0.0
 
     def __call__(self, idle: float) -> bool:
@@ -122,7 +122,7 @@ class _Drained:
             return False
         # Sequences start at 0 on a fresh topic: the newest's is the count less one.
         published = sum(channel.tail + 1 for channel in stats.channels if channel.tail is not None)
-        return self._count is None or published >= self._count
+        return published >= self._count
 
 
 def _check_ids(what: str, count: int, id_sum: int) -> None:
