@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 
 # Ray reads this when it is imported: keep every Ray the tests start on loopback.
@@ -108,6 +109,7 @@ class _SessionCluster:
         port = _free_port()
         self.address = f"127.0.0.1:{port}"
         self.log = self.root / "ray-start.log"
+        self.logs = self.root / "ray" / "session_latest" / "logs"
         ray_cli = str(Path(sys.executable).with_name("ray"))
         self.process = subprocess.Popen(
             [
@@ -154,6 +156,9 @@ class _SessionCluster:
 _SHARED_CLUSTER = "RAYTOPIC_TEST_CLUSTER"
 """``address|metrics port`` of the cluster an xdist controller started for its workers."""
 
+_CLUSTER_LOGS = "RAYTOPIC_TEST_CLUSTER_LOGS"
+"""The folder of the run's cluster's logs (its actors' stderr carries raytopic's log lines)."""
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under ``pytest -n N`` (xdist) the controller starts the one cluster its workers
@@ -165,6 +170,7 @@ def pytest_configure(config: pytest.Config) -> None:
         cluster = _SessionCluster()
         cluster.wait_serving()
         os.environ[_SHARED_CLUSTER] = f"{cluster.address}|{METRICS_PORT}"
+        os.environ[_CLUSTER_LOGS] = str(cluster.logs)
         config._raytopic_cluster = cluster  # type: ignore[attr-defined]
 
 
@@ -188,6 +194,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     cluster = getattr(config, "_raytopic_cluster", None)
     if cluster is not None:
         os.environ.pop(_SHARED_CLUSTER, None)
+        os.environ.pop(_CLUSTER_LOGS, None)
         cluster.stop()
     if _BYTECODE_CACHE is not None:
         # Imports later in this process's exit would write the cache again.
@@ -204,12 +211,14 @@ def ray_cluster() -> Iterator[str]:
         yield address
         return
     cluster = _SessionCluster()
+    os.environ[_CLUSTER_LOGS] = str(cluster.logs)
     try:  # a head that never served, or that ray.init failed to join, is stopped too
         cluster.wait_serving()
         ray.init(address=cluster.address, namespace=TEST_NAMESPACE, log_to_driver=False)
         yield cluster.address
     finally:
         ray.shutdown()
+        os.environ.pop(_CLUSTER_LOGS, None)
         cluster.stop()
 
 
@@ -252,6 +261,47 @@ def _stop_cluster(process: subprocess.Popen[bytes], address: str) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             alive.append(psutil.Process(pid))
     psutil.wait_procs(alive, timeout=3)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report shows what raytopic's actors logged while it ran (a
+    member's "moved before its commit", a coordinator's rebalances): those lines go
+    to the cluster's log files, which the run removes at its end, and a failure
+    seen once under load is only understood from them."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and report.when in ("setup", "call"):
+        lines = _raytopic_log_lines(call.start - 1.0, call.stop + 1.0)
+        if lines:
+            report.sections.append(("raytopic's actors logged meanwhile", "\n".join(lines)))
+
+
+RAYTOPIC_LOG_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) raytopic\."
+)
+"""A log line of raytopic's own loggers, as its actors write them (local time)."""
+
+
+def _raytopic_log_lines(start: float, stop: float, most: int = 200) -> list[str]:
+    """raytopic's log lines in the cluster's actors' stderr files stamped between
+    ``start`` and ``stop`` (epoch seconds), each after its actor's class, in time
+    order; the last ``most`` of them."""
+    logs = os.environ.get(_CLUSTER_LOGS)
+    if not logs:
+        return []
+    found: list[tuple[str, str]] = []
+    for path in Path(logs).glob("worker-*.err"):
+        actor = "?"
+        with contextlib.suppress(OSError), path.open(errors="replace") as lines:
+            for line in lines:
+                if line.startswith(":actor_name:"):
+                    actor = line.removeprefix(":actor_name:").strip()
+                elif (match := RAYTOPIC_LOG_LINE.match(line)) is not None:
+                    stamp = time.mktime(time.strptime(match[1][:19], "%Y-%m-%d %H:%M:%S"))
+                    if start <= stamp + int(match[1][20:]) / 1000 <= stop:
+                        found.append((match[1], f"{actor}: {line.rstrip()}"))
+    return [line for _, line in sorted(found)[-most:]]
 
 
 def _group_of(pid: int) -> int | None:
