@@ -15,9 +15,9 @@ the ring keeps too) and decoded when a request needs its value: a task's result
 is not held a second time, decoded. A purge forgets them; the next request reads
 the log again.
 
-A read may wait for a change (``ReadLatest.wait``): a poller of a started task is
-answered when its outcome is appended, not at its next poll. It waits for the next
-append, as a receive waits for data, and looks again.
+A read may wait for a change (``ReadLatest.wait``): a poller of a pending or started
+task is answered when its outcome is appended, not at its next poll. It waits for the
+next append, as a receive waits for data, and looks again.
 """
 
 from __future__ import annotations

@@ -78,10 +78,14 @@ BOARD_WAIT = 60.0
 restarts before it raises ``ChannelUnavailableError``."""
 
 
-STARTED_READ_WAIT = 0.02
-"""Seconds a status read of a started task waits at the task log for its outcome: a
-short task's poller learns of it when the log holds it, not a sleep and a read later;
-a long task's read costs that much more."""
+STATUS_READ_WAIT = 0.02
+"""Seconds a status read of a task that has not finished (no record yet, or STARTED)
+waits at the task log for its outcome: a short task's poller learns of it when the
+log holds it, in one read from its enqueue, not a read, a sleep and a read again; a
+long or long-queued task's read costs that much more."""
+
+READ_WAITS_ON = frozenset({None, STARTED})
+"""The statuses under which a status read waits (None: no record, the task is PENDING)."""
 
 
 TELL_EVERY = 0.5
@@ -276,14 +280,15 @@ class TopicTaskAdapter(TaskProcessorAdapter):
 
         One call to the task log's channel, which also brings the tasks changed since
         this adapter's last call: a task known finished is answered here without a
-        call (a finished status stays). A started task's read waits there up to
-        ``STARTED_READ_WAIT`` (20 ms) for its outcome, answered as soon as it is held.
+        call (a finished status stays). A read of a task that is pending or started
+        waits there up to ``STATUS_READ_WAIT`` (20 ms) for its outcome, answered as soon
+        as it is held (a RETRY or a cancel answers too).
         """
         _check_task_id(task_id)
         record = self._statuses.get(task_id)
         if record is None:
             log, marks = self._task_log(), self._statuses.marks
-            until = ("status", frozenset({STARTED}), STARTED_READ_WAIT)
+            until = ("status", READ_WAITS_ON, STATUS_READ_WAIT)
             read = self._log_answer(
                 lambda: log.read([task_id], BOARD_WAIT, marks, CHANGES_READ, until)
             )

@@ -122,9 +122,10 @@ class ReadLatest(NamedTuple):
     too old, [(key changed, its latest value or None)]).
 
     With ``wait`` (seconds, at most ``READ_WAIT_MOST``): while every key's latest value
-    is a mapping whose ``field`` is one of ``waiting`` (a started task), the read waits
-    at the channel, up to ``wait``, and answers as soon as one of them changes (a
-    poller of a task learns of its outcome when the log holds it, not a poll later)."""
+    has its ``field`` in ``waiting`` (a key with no value, or a value that is no mapping,
+    has None there: a pending task; a started one), the read waits at the channel, up
+    to ``wait``, and answers as soon as one of them changes (a poller of a task learns
+    of its outcome when the log holds it, not a poll later)."""
 
     keys: tuple[Any, ...]
     since: tuple[str, int] | None = None

@@ -212,7 +212,7 @@ def test_a_status_read_of_a_started_task_answers_when_its_outcome_is_held(
 ) -> None:
     # Before: a read of a started task answered STARTED at once, and a poller learnt of
     # its outcome only at its next read, a sleep and a call after the log held it (issue
-    # 47 item 3). Now the read waits at the task log's channel (up to STARTED_READ_WAIT)
+    # 47 item 3). Now the read waits at the task log's channel (up to STATUS_READ_WAIT)
     # and is answered when the outcome is appended.
     queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
     adapter = _adapter(queue, namespace, tmp_path / "store")
@@ -229,7 +229,7 @@ def test_a_status_read_of_a_started_task_answers_when_its_outcome_is_held(
     try:
         assert running.wait(60)  # started: its STARTED is on the log
         assert adapter.get_task_status_sync(task.id).status == "STARTED"  # the wait ends
-        monkeypatch.setattr(adapter_module, "STARTED_READ_WAIT", 30.0)
+        monkeypatch.setattr(adapter_module, "STATUS_READ_WAIT", 30.0)
         with ThreadPoolExecutor(1) as reader:
             reading = reader.submit(adapter.get_task_status_sync, task.id)
             time.sleep(0.5)
@@ -239,6 +239,35 @@ def test_a_status_read_of_a_started_task_answers_when_its_outcome_is_held(
         assert (answered.status, answered.result) == ("SUCCESS", 8)
     finally:
         release.set()
+        adapter.destroy()
+
+
+def test_a_status_read_of_a_pending_task_waits_for_its_outcome(
+    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: a read of a task no replica had started answered PENDING at once: a poller
+    # from the enqueue made a read, a sleep and another read (or more) before its read
+    # waited for the outcome (issue 47 item 3: calls of a task's walk). Now it waits at
+    # the task log's channel through the start to the outcome: one read.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    adapter = _adapter(queue, namespace, tmp_path / "store")
+    adapter.register_task_handle(lambda n: 2 * n, "double")
+    task = adapter.enqueue_task_sync("double", [5])
+    cancelled = adapter.enqueue_task_sync("double", [6])
+    try:
+        monkeypatch.setattr(adapter_module, "STATUS_READ_WAIT", 30.0)
+        with ThreadPoolExecutor(2) as reader:
+            reading = reader.submit(adapter.get_task_status_sync, task.id)
+            reading_cancelled = reader.submit(adapter.get_task_status_sync, cancelled.id)
+            time.sleep(0.5)
+            assert not reading.done()  # no consumer yet: waiting at the log's channel
+            assert not reading_cancelled.done()
+            assert adapter.cancel_task_sync(cancelled.id) is True
+            assert reading_cancelled.result(timeout=20).status == "REVOKED"  # at the cancel
+            adapter.start_consumer()
+            answered = reading.result(timeout=20)  # at the outcome, not at the start
+        assert (answered.status, answered.result) == ("SUCCESS", 10)
+    finally:
         adapter.destroy()
 
 
