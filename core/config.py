@@ -149,6 +149,33 @@ class OnPoison(enum.StrEnum):
 OnPoisonName = Literal["raise", "skip"]
 """``on_poison`` by name, as public signatures take it (or an :class:`OnPoison`)."""
 
+
+class RoundRobin(enum.StrEnum):
+    """How a publisher's ``publish_batch`` sends its values without a key to the channels."""
+
+    VALUE = "value"
+    """Value by value: each value to the next channel (a batch of N over K channels
+    is K parts, one call each)."""
+    BATCH = "batch"
+    """Batch by batch: the batch's keyless values to one channel, the next batch's
+    to the next (one part, one call, whatever the channel count)."""
+
+    @classmethod
+    def parse(cls, value: object) -> RoundRobin:
+        """Read a RoundRobin from its name; raise InvalidArgumentError otherwise."""
+        if not isinstance(value, str):
+            raise InvalidTypeError(f"round_robin must be a str, got {type(value).__name__}")
+        try:
+            return cls(value)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"round_robin must be 'value' or 'batch', got {value!r}"
+            ) from None
+
+
+RoundRobinName = Literal["value", "batch"]
+"""``round_robin`` by name, as public signatures take it (or a :class:`RoundRobin`)."""
+
 SyncName = Literal["always", "write"]
 """``sync`` by name (or seconds between background syncs)."""
 

@@ -29,10 +29,24 @@ __all__ = [
 
 
 def route(
-    count: int, hashes: list[int | None] | None, channels: int, start: int
+    count: int,
+    hashes: list[int | None] | None,
+    channels: int,
+    start: int,
+    *,
+    by_batch: bool = False,
 ) -> tuple[np.ndarray, int]:
     """Each of ``count`` values' channel: a keyed value by its key's hash, the others
-    in turn from channel ``start``. Returns the channels and the next turn."""
+    in turn from channel ``start`` (``by_batch``: all of them to ``start``, the turn
+    passing once). Returns the channels and the next turn."""
+    if by_batch:
+        layout = np.full(count, start, dtype=np.int64)
+        keyed = 0
+        for index, hashed in enumerate(hashes or ()):
+            if hashed is not None:
+                layout[index] = hashed % channels
+                keyed += 1
+        return layout, (start + 1) % channels if keyed < count else start
     if hashes is None:
         return (start + np.arange(count)) % channels, (start + count) % channels
     layout = np.empty(count, dtype=np.int64)

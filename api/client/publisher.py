@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 import uuid
@@ -53,6 +54,8 @@ from raytopic.client.routing import key_hash, stored_key
 from raytopic.client.submit_order import SubmitOrder
 from raytopic.core.config import (
     MAX_LINGER_SECONDS,
+    RoundRobin,
+    RoundRobinName,
     check_items,
     check_nonnegative_number,
     check_positive_int,
@@ -106,7 +109,8 @@ class Publisher:
 
     **Ordering**: values with the same key go to the same channel, in publish
     order. Without a key (and without ``ordering``) values go to the channels
-    in turn, value by value.
+    in turn, value by value; with ``round_robin="batch"`` a ``publish_batch``'s
+    keyless values go to one channel (in their order), the next batch's to the next.
 
     **Delivery**: each ``publish()`` returns a Future that resolves to the
     value's PublishStatus once the channel appended it, or fails with the
@@ -147,6 +151,7 @@ class Publisher:
         linger: float = 0.0,
         max_in_flight: int = 2,
         max_buffered: int = 200_000,
+        round_robin: RoundRobinName | RoundRobin = "value",
     ) -> None:
         if ordering is not None and not callable(ordering):
             raise InvalidTypeError("ordering must be None or a callable value -> key")
@@ -157,6 +162,7 @@ class Publisher:
         self._linger = check_nonnegative_number(linger, "linger", maximum=MAX_LINGER_SECONDS)
         self._max_in_flight = check_positive_int(max_in_flight, "max_in_flight")
         self._max_buffered = check_positive_int(max_buffered, "max_buffered")
+        self._round_robin = RoundRobin.parse(round_robin)
         self._id = uuid.uuid4().hex
         self._topic_id = topic.topic_id
         self._overflow = topic.config.overflow.value
@@ -168,7 +174,11 @@ class Publisher:
             ChannelQueue(channel, actor, PublishBatch(self._topic_id, channel))
             for channel, actor in enumerate(topic._channel_actors)
         ]
-        self._next_channel = 0
+        # Batch by batch, publishers made at once (one per task) start apart, not all
+        # on channel 0 (Kafka's sticky partitioner starts at a random partition too).
+        self._next_channel = (
+            random.randrange(len(self._pipes)) if self._round_robin is RoundRobin.BATCH else 0
+        )
         self._next_lead = 0  # the turn of the next publish_batch's lead (lead_last)
         self._in_flight = 0
         self._pending = 0  # values buffered or in flight
@@ -186,6 +196,7 @@ class Publisher:
             "linger": self._linger,
             "max_in_flight": self._max_in_flight,
             "max_buffered": self._max_buffered,
+            "round_robin": self._round_robin,
         }
         return (_new_publisher, (self._topic, settings))
 
@@ -323,7 +334,9 @@ class Publisher:
         have gone in).
 
         With ``ref`` (the default) every part goes at once, one call per channel (no task:
-        one channel's call joins the others' statuses, each batch the next channel's). With
+        one channel's call joins the others' statuses, each batch the next channel's); a
+        publisher made with ``round_robin="batch"`` sends a keyless batch as one part to
+        one channel, one call whatever the channel count. With
         ``ref=False`` the parts wait in the channels' queues like ``publish()``'s values:
         while a channel's calls are in flight, the parts of successive batches for it
         coalesce, so a call carries up to ``batch_size`` values whatever the channel count;
@@ -506,7 +519,13 @@ class Publisher:
 
     def _route_batch(self, count: int, hashes: list[int | None] | None) -> np.ndarray:
         """With the lock held: each value's channel (keyed values by key, the rest in turn)."""
-        layout, self._next_channel = route(count, hashes, len(self._pipes), self._next_channel)
+        layout, self._next_channel = route(
+            count,
+            hashes,
+            len(self._pipes),
+            self._next_channel,
+            by_batch=self._round_robin is RoundRobin.BATCH,
+        )
         return layout
 
     # -- batching ------------------------------------------------------------------

@@ -26,6 +26,8 @@ from raytopic.core.config import (
     Overflow,
     OverflowName,
     PlacementName,
+    RoundRobin,
+    RoundRobinName,
     SyncName,
     TopicConfig,
     check_bool,
@@ -272,6 +274,7 @@ class Topic:
         batch_size: int = 1000,
         linger: float = 0.0,
         max_in_flight: int = 2,
+        round_robin: RoundRobinName | RoundRobin = "value",
     ) -> Publisher:
         """A new Publisher to this topic (see :class:`~raytopic.Publisher`).
 
@@ -285,6 +288,9 @@ class Topic:
             linger: Seconds a partial batch may wait for more values (0: none;
                 at most an hour).
             max_in_flight: Append calls of this publisher outstanding at most.
+            round_robin: How ``publish_batch`` spreads values without a key: "value"
+                (each to the next channel: a part per channel) or "batch" (the
+                whole batch to the next channel: one part, one call).
 
         Returns:
             The publisher; close it (or use it as a context manager) when done.
@@ -301,6 +307,7 @@ class Topic:
             batch_size=batch_size,
             linger=linger,
             max_in_flight=max_in_flight,
+            round_robin=round_robin,
         )
 
     def subscriber(self, **options: Unpack[SubscriberArgs]) -> Subscriber:

@@ -17,13 +17,16 @@ evenly between its K producers; each K > 1 figure is given as its ratio to K = 1
                    owning its channel, to the last member's last batch; they
                    leave after); also as a ratio to the K Queues.
     publish_batch  the same with ``publish_batch(1000)``, a few calls in flight
-                   (each batch spread over the K channels); and with
+                   (each batch spread over the K channels); with
                    ``publish_batch(1000, ref=False)`` used as ``publish()`` is
                    (Futures checked at the end: the parts ride the publisher's
-                   per-channel queues, ``max_in_flight=4``).
+                   per-channel queues, ``max_in_flight=4``); and from publishers
+                   made with ``round_robin="batch"`` (each batch to one channel,
+                   in turn; each producer's share whole turns of the channels).
     one publisher  one producer's ``publish_batch(1000)``, 8 calls in flight,
                    over K channels, with the publish acknowledgements only (no
-                   consumer); and the same with ``ref=False``.
+                   consumer); the same with ``ref=False``, and with
+                   ``round_robin="batch"``.
 
 Each case also reports its CPU per message by role (each role summed over its
 K processes; ``raytopic.tools.bench_cpu``), against the floor pairs' of the
@@ -285,10 +288,15 @@ def _group_throughput(
     members: int,
     runners: _Runners,
     publish: Callable[..., tuple[None, float]],
+    *,
+    by_batch: bool = False,
 ) -> Throughput:
     """K producers ``publish`` -> a topic of K channels -> K members of one group;
-    the clock starts once every member owns its channel."""
+    the clock starts once every member owns its channel. ``by_batch``: the producers
+    send each batch to one channel in turn, so each one's share is whole turns."""
     share = _share(count, members)
+    if by_batch:
+        share = max(share // (members * BATCH), 1) * members * BATCH
     topic = create_topic(_name("scl"), channels=members, capacity=share * members, groups=[GROUP])
     producers = runners.producers[:members]
 
@@ -340,6 +348,18 @@ def publish_batch_throughput(count: int, members: int, runners: _Runners) -> Thr
     return _group_throughput("scale publish_batch", count, members, runners, _publish_in_batches)
 
 
+def publish_whole_batches_throughput(count: int, members: int, runners: _Runners) -> Throughput:
+    """K producers calling ``publish_batch(1000)`` with ``round_robin="batch"``."""
+    return _group_throughput(
+        'scale publish_batch, round_robin="batch"',
+        count,
+        members,
+        runners,
+        partial(_publish_in_batches, round_robin="batch"),
+        by_batch=True,
+    )
+
+
 def publish_futures_throughput(count: int, members: int, runners: _Runners) -> Throughput:
     """K producers calling ``publish_batch(1000, ref=False)`` -> K channels -> K members."""
     return _group_throughput(
@@ -374,6 +394,14 @@ def one_publisher_futures_throughput(count: int, channels: int, runners: _Runner
     return one_publisher_throughput(count, channels, runners, _publish_in_futures)
 
 
+def one_publisher_whole_batches_throughput(
+    count: int, channels: int, runners: _Runners
+) -> Throughput:
+    """:func:`one_publisher_throughput` from a publisher of ``round_robin="batch"``."""
+    publish = partial(_publish_in_batches, round_robin="batch")
+    return one_publisher_throughput(count, channels, runners, publish)
+
+
 @dataclass(frozen=True, slots=True)
 class _Case:
     """One case of the scale run and how its figures read."""
@@ -401,6 +429,11 @@ CASES = (
         publish_futures_throughput,
     ),
     _Case(
+        'K x publish_batch, round_robin="batch" -> K ch -> K members',
+        'K x publish_batch, round_robin="batch"',
+        publish_whole_batches_throughput,
+    ),
+    _Case(
         f"1 publisher, publish_batch x{PUBLISHER_IN_FLIGHT} in flight, acks, K ch",
         "1 publisher",
         one_publisher_throughput,
@@ -410,10 +443,26 @@ CASES = (
         "1 publisher (ref=False)",
         one_publisher_futures_throughput,
     ),
+    _Case(
+        f'1 publisher, publish_batch x{PUBLISHER_IN_FLIGHT} in flight, round_robin="batch", '
+        "acks, K ch",
+        '1 publisher, round_robin="batch"',
+        one_publisher_whole_batches_throughput,
+    ),
 )
 """In the order measured: the floor pairs first, every CPU figure's baseline."""
-_FLOOR, _QUEUES, _PUBLISH, _PUBLISH_BATCH, _PUBLISH_FUTURES, _ONE_PUBLISHER, _ONE_FUTURES = CASES
-_GROUPED = (_PUBLISH, _PUBLISH_BATCH, _PUBLISH_FUTURES)
+(
+    _FLOOR,
+    _QUEUES,
+    _PUBLISH,
+    _PUBLISH_BATCH,
+    _PUBLISH_FUTURES,
+    _PUBLISH_WHOLE,
+    _ONE_PUBLISHER,
+    _ONE_FUTURES,
+    _ONE_WHOLE,
+) = CASES
+_GROUPED = (_PUBLISH, _PUBLISH_BATCH, _PUBLISH_FUTURES, _PUBLISH_WHOLE)
 """The group cases (K producers -> K channels -> K members)."""
 
 
@@ -488,7 +537,7 @@ def _case_figures(
             targets.group
             if grouped
             else targets.publisher
-            if case in (_ONE_PUBLISHER, _ONE_FUTURES)
+            if case in (_ONE_PUBLISHER, _ONE_FUTURES, _ONE_WHOLE)
             else None
         )
         figures = [Figure(name, rate, "msgs/s", "K=1", runs[case][1].rate, target=target)]

@@ -32,6 +32,7 @@ from typing import Any
 import ray
 
 from raytopic.client.topic import Topic, create_topic
+from raytopic.core.config import RoundRobinName
 from raytopic.tools.bench_common import (
     BATCH,
     Figure,
@@ -192,12 +193,17 @@ def topic_throughput(count: int, channels: int, sync: str | None = None) -> Thro
 
 
 def _publish_in_batches(
-    topic: Topic, count: int, first: int = 0, in_flight: int = BATCHES_IN_FLIGHT
+    topic: Topic,
+    count: int,
+    first: int = 0,
+    in_flight: int = BATCHES_IN_FLIGHT,
+    round_robin: RoundRobinName = "value",
 ) -> tuple[None, float]:
     """``publish_batch()`` ``count`` messages (ids from ``first`` on) in lists of
-    BATCH, ``in_flight`` calls outstanding; return the CPU seconds used."""
+    BATCH, ``in_flight`` calls outstanding, from a publisher of ``round_robin``;
+    return the CPU seconds used."""
     cpu = cpu_seconds()
-    with topic.publisher() as publisher:
+    with topic.publisher(round_robin=round_robin) as publisher:
         _pipelined(
             (publisher.publish_batch(values) for values in _batches(count, first)), in_flight
         )

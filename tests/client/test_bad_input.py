@@ -335,6 +335,7 @@ PUBLISHER = {
     "batch_size": bad_int(1),
     "linger": bad_seconds(MAX_LINGER_SECONDS, zero=True),
     "max_in_flight": bad_int(1),
+    "round_robin": JUNK.filter(lambda value: value not in ("value", "batch")),
 }
 
 

@@ -161,6 +161,42 @@ def test_publish_batch_returns_statuses_in_input_order(shared_three) -> None:
         )
 
 
+def test_round_robin_batch_sends_a_keyless_batch_to_one_channel_and_the_next_to_the_next(
+    shared_three,
+) -> None:
+    topic = shared_three  # shared: it reads only what it publishes, counts from base
+    base = next_sequences(topic)
+    reader = topic.subscriber(start="latest", complete_on_empty=True)
+    with topic.publisher(round_robin="batch") as publisher:  # its turn starts anywhere
+        first = ray.get(publisher.publish_batch(["a0", "a1", "a2", "a3"]))
+        second = publisher.publish_batch(["b0", "b1"], ref=False).result(timeout=30)
+        mixed = ray.get(publisher.publish_batch(["c0", "k", "c1"], keys=[None, "a", None]))
+        assert ray.get(publisher.publish_batch([])) == []  # no turn taken
+        fourth = ray.get(publisher.publish_batch(["d0"]))
+    one, two, three = ((first[0].channel + turn) % 3 for turn in range(3))
+    assert [(s.channel, s.position.sequence) for s in first] == [
+        (one, base[one] + i) for i in range(4)
+    ]
+    assert len({s.timestamp for s in first}) == 1  # one part, appended whole
+    assert [s.channel for s in second] == [two, two]
+    assert [s.channel for s in mixed] == [three, channel_for_key("a", 3), three]  # by key
+    assert [s.channel for s in fourth] == [one]
+    with reader:
+        keyless = defaultdict(list)  # in each channel's order
+        for element in reader:
+            if element.key is None:
+                keyless[element.channel].append(element.value)
+    assert keyless == {one: ["a0", "a1", "a2", "a3", "d0"], two: ["b0", "b1"], three: ["c0", "c1"]}
+
+
+def test_round_robin_batch_publishers_start_apart(shared_three) -> None:
+    starts = set()
+    for _ in range(30):  # one batch each, as tasks that publish once would
+        with shared_three.publisher(round_robin="batch") as publisher:
+            starts.add(ray.get(publisher.publish_batch(["x"]))[0].channel)
+    assert starts == {0, 1, 2}  # all on channel 0 if each started there: (2/3)^30 it misses one
+
+
 # -- flush and close ----------------------------------------------------------------------
 
 

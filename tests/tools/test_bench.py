@@ -288,11 +288,20 @@ SCALE_CASES = {
     ),
     "1 publisher, publish_batch x8 in flight, acks, K ch": ("1 publisher", TOPIC_ROLES),
     "1 publisher, publish_batch(ref=False), acks, K ch": ("1 publisher (ref=False)", TOPIC_ROLES),
+    'K x publish_batch, round_robin="batch" -> K ch -> K members': (
+        'K x publish_batch, round_robin="batch"',
+        TOPIC_ROLES,
+    ),
+    '1 publisher, publish_batch x8 in flight, round_robin="batch", acks, K ch': (
+        '1 publisher, round_robin="batch"',
+        TOPIC_ROLES,
+    ),
 }
 SCALE_GROUPS = (
     "K x publish() -> K ch -> K members",
     "K x publish_batch -> K ch -> K members",
     "K x publish_batch(ref=False) -> K ch -> K members",
+    'K x publish_batch, round_robin="batch" -> K ch -> K members',
 )
 
 
@@ -313,7 +322,7 @@ def scale_expected(targets: ScaleTargets) -> dict[str, tuple[str | None, Target 
     return expected
 
 
-# Tiny counts, yet seconds: the case makes 6 topics (each case's at K = 1 and 2)
+# Tiny counts, yet seconds: the case makes 14 topics (its 7 topic cases at K = 1 and 2)
 # and keeps 8 processes of its own, which do not shrink with the counts.
 @pytest.mark.slow
 def test_bench_scale_prints_every_case_at_both_sizes_with_its_ratios_and_verdict(
