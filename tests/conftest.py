@@ -291,7 +291,8 @@ def _raytopic_log_lines(start: float, stop: float, most: int = 200) -> list[str]
     if not logs:
         return []
     found: list[tuple[str, str]] = []
-    for path in Path(logs).glob("worker-*.err"):
+    # (A dead worker's files may have been moved into ``old``, as Ray's log monitor does.)
+    for path in [*Path(logs).glob("worker-*.err"), *Path(logs).glob("old/worker-*.err")]:
         actor = "?"
         with contextlib.suppress(OSError), path.open(errors="replace") as lines:
             for line in lines:
