@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeGuard, overload
+from typing import Any, Literal, TypeGuard, TypeVar, overload
 
 from raytopic.core.errors import GroupModeError, InvalidArgumentError, InvalidTypeError
 from raytopic.core.user_functions import PickledFunction
@@ -78,6 +78,24 @@ _BOUND_NAMES = {
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
+_Named = TypeVar("_Named", bound=enum.StrEnum)
+
+
+def _from_name(
+    options: type[_Named], value: object, argument: str, *, str_only: bool = False
+) -> _Named:
+    """``value`` as one of ``options``, read from its name (or given as one); raise
+    InvalidArgumentError naming ``argument`` and the names otherwise (InvalidTypeError
+    for a value that is not a str, with ``str_only``)."""
+    if isinstance(value, str) and value in options._value2member_map_:
+        return options(value)
+    if str_only and not isinstance(value, str):
+        raise InvalidTypeError(f"{argument} must be a str, got {type(value).__name__}")
+    names = [repr(option.value) for option in options]
+    listed = " or ".join(names) if len(names) == 2 else f"one of {', '.join(names)}"
+    raise InvalidArgumentError(f"{argument} must be {listed}, got {value!r}")
+
+
 class Overflow(enum.StrEnum):
     """What an append does when the channel is full."""
 
@@ -91,10 +109,7 @@ class Overflow(enum.StrEnum):
     @classmethod
     def parse(cls, value: object, *, argument: str = "overflow") -> Overflow:
         """Read an Overflow from its name; raise InvalidArgumentError naming ``argument``."""
-        if isinstance(value, str) and value in cls._value2member_map_:
-            return cls(value)
-        choices = ", ".join(repr(member.value) for member in cls)
-        raise InvalidArgumentError(f"{argument} must be one of {choices}, got {value!r}")
+        return _from_name(cls, value, argument)
 
 
 OverflowName = Literal["block", "overwrite", "fail"]
@@ -112,12 +127,7 @@ class Start(enum.StrEnum):
     @classmethod
     def parse(cls, value: str | Start) -> Start:
         """Read a Start from its name; raise InvalidArgumentError otherwise."""
-        try:
-            return cls(value)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"start must be 'earliest' or 'latest', got {value!r}"
-            ) from None
+        return _from_name(cls, value, "start")
 
 
 StartName = Literal["earliest", "latest"]
@@ -135,15 +145,9 @@ class OnPoison(enum.StrEnum):
 
     @classmethod
     def parse(cls, value: object) -> OnPoison:
-        """Read an OnPoison from its name; raise InvalidArgumentError otherwise."""
-        if not isinstance(value, str):
-            raise InvalidTypeError(f"on_poison must be a str, got {type(value).__name__}")
-        try:
-            return cls(value)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"on_poison must be 'raise' or 'skip', got {value!r}"
-            ) from None
+        """Read an OnPoison from its name; raise InvalidArgumentError otherwise
+        (InvalidTypeError for a value that is not a str)."""
+        return _from_name(cls, value, "on_poison", str_only=True)
 
 
 OnPoisonName = Literal["raise", "skip"]
@@ -162,15 +166,9 @@ class RoundRobin(enum.StrEnum):
 
     @classmethod
     def parse(cls, value: object) -> RoundRobin:
-        """Read a RoundRobin from its name; raise InvalidArgumentError otherwise."""
-        if not isinstance(value, str):
-            raise InvalidTypeError(f"round_robin must be a str, got {type(value).__name__}")
-        try:
-            return cls(value)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"round_robin must be 'value' or 'batch', got {value!r}"
-            ) from None
+        """Read a RoundRobin from its name; raise InvalidArgumentError otherwise
+        (InvalidTypeError for a value that is not a str)."""
+        return _from_name(cls, value, "round_robin", str_only=True)
 
 
 RoundRobinName = Literal["value", "batch"]
