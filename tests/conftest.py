@@ -129,8 +129,8 @@ class _SessionCluster:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: teardown stops exactly it
         )
-        self._logs = LogTidier(self.root / "ray")  # see tests/session_logs.py
-        self._logs.start()
+        self._tidier = LogTidier(self.logs)  # see tests/session_logs.py
+        self._tidier.start()
 
     def wait_serving(self, timeout: float = 60.0) -> None:
         """Until its GCS takes connections (then ``ray.init`` joins at once)."""
@@ -149,7 +149,7 @@ class _SessionCluster:
         logs) that its session kept in the machine's temp dir."""
         from raytopic.client.control_log import control_store_of
 
-        self._logs.stop()
+        self._tidier.stop()
         _stop_cluster(self.process, self.address)
         session = (self.root / "ray" / "session_latest").resolve().name
         if session.startswith("session_"):

@@ -64,11 +64,11 @@ class LogTidier:
     thread of its own, from :meth:`start` until :meth:`stop`.
 
     Args:
-        temp_dir: The cluster's ``--temp-dir`` (its sessions are under it).
+        logs: The cluster's ``logs`` folder (it may not exist yet).
     """
 
-    def __init__(self, temp_dir: Path) -> None:
-        self._logs = temp_dir / "session_latest" / "logs"
+    def __init__(self, logs: Path) -> None:
+        self._logs = logs
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tidy-ray-logs", daemon=True)
 
