@@ -39,24 +39,20 @@ def route(
     """Each of ``count`` values' channel: a keyed value by its key's hash, the others
     in turn from channel ``start`` (``by_batch``: all of them to ``start``, the turn
     passing once). Returns the channels and the next turn."""
-    if by_batch:
-        layout = np.full(count, start, dtype=np.int64)
-        keyed = 0
-        for index, hashed in enumerate(hashes or ()):
-            if hashed is not None:
-                layout[index] = hashed % channels
-                keyed += 1
-        return layout, (start + 1) % channels if keyed < count else start
     if hashes is None:
+        if by_batch:
+            return np.full(count, start, dtype=np.int64), (start + 1) % channels if count else start
         return (start + np.arange(count)) % channels, (start + count) % channels
     layout = np.empty(count, dtype=np.int64)
+    turn = start
     for index, hashed in enumerate(hashes):
-        if hashed is None:
-            layout[index] = start
-            start = (start + 1) % channels
-        else:
+        if hashed is not None:
             layout[index] = hashed % channels
-    return layout, start
+        elif by_batch:
+            layout[index], turn = start, (start + 1) % channels
+        else:
+            layout[index], turn = turn, (turn + 1) % channels
+    return layout, turn
 
 
 def parts_of(layout: np.ndarray) -> dict[int, np.ndarray]:
