@@ -479,7 +479,7 @@ class Receives:
             return ElementBatch()
         # The common case, none stale: the first ``count`` as they are, in one piece (a
         # received batch larger than ``count`` is split without a look at each element).
-        head = list(buffer) if len(buffer) <= count else list(islice(buffer, count))
+        head = list(islice(buffer, count))
         if not self.stale.any_stale(head):
             if len(head) == len(buffer):
                 buffer.clear()
