@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 
 # Ray reads this when it is imported: keep every Ray the tests start on loopback.
@@ -50,7 +49,7 @@ import ray
 from hypothesis import settings
 
 from tests.script_runner import ScriptRunner
-from tests.session_logs import LogTidier
+from tests.session_logs import LogTidier, raytopic_log_lines
 
 # Hypothesis imports the modules above lazily, and pytest rewrites Hypothesis's
 # modules as they are imported (ast.parse). Imported here, at collection, no thread
@@ -275,38 +274,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     seen once under load is only understood from them."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.failed and report.when in ("setup", "call"):
-        lines = _raytopic_log_lines(call.start - 1.0, call.stop + 1.0)
+    logs = os.environ.get(_CLUSTER_LOGS)
+    if logs and report.failed and report.when in ("setup", "call"):
+        lines = raytopic_log_lines(Path(logs), call.start - 1.0, call.stop + 1.0)
         if lines:
             report.sections.append(("raytopic's actors logged meanwhile", "\n".join(lines)))
-
-
-RAYTOPIC_LOG_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) raytopic\."
-)
-"""A log line of raytopic's own loggers, as its actors write them (local time)."""
-
-
-def _raytopic_log_lines(start: float, stop: float, most: int = 200) -> list[str]:
-    """raytopic's log lines in the cluster's actors' stderr files stamped between
-    ``start`` and ``stop`` (epoch seconds), each after its actor's class, in time
-    order; the last ``most`` of them."""
-    logs = os.environ.get(_CLUSTER_LOGS)
-    if not logs:
-        return []
-    found: list[tuple[str, str]] = []
-    # (A dead worker's files may have been moved into ``old``, as Ray's log monitor does.)
-    for path in [*Path(logs).glob("worker-*.err"), *Path(logs).glob("old/worker-*.err")]:
-        actor = "?"
-        with contextlib.suppress(OSError), path.open(errors="replace") as lines:
-            for line in lines:
-                if line.startswith(":actor_name:"):
-                    actor = line.removeprefix(":actor_name:").strip()
-                elif (match := RAYTOPIC_LOG_LINE.match(line)) is not None:
-                    stamp = time.mktime(time.strptime(match[1][:19], "%Y-%m-%d %H:%M:%S"))
-                    if start <= stamp + int(match[1][20:]) / 1000 <= stop:
-                        found.append((match[1], f"{actor}: {line.rstrip()}"))
-    return [line for _, line in sorted(found)[-most:]]
 
 
 def _group_of(pid: int) -> int | None:

@@ -1,4 +1,5 @@
-"""The test cluster's log folder kept short while the run goes on.
+"""The test cluster's log folder: kept short while the run goes on, and read for what
+raytopic's actors logged during a test that failed (:func:`raytopic_log_lines`).
 
 Ray's log monitor (one per node) globs the session's ``logs`` folder ten times a
 second and looks at the size of every worker output file it tracks. Every worker
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["LogTidier", "tidy_logs"]
+__all__ = ["LogTidier", "raytopic_log_lines", "tidy_logs"]
 
 TIDY_INTERVAL = 5.0
 """Seconds between two tidyings of the folder."""
@@ -83,3 +84,27 @@ class LogTidier:
         while not self._stopped.wait(TIDY_INTERVAL):
             with contextlib.suppress(OSError):  # the folder not made yet, or going
                 tidy_logs(self._logs, time.time())
+
+
+RAYTOPIC_LOG_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) raytopic\."
+)
+"""A log line of raytopic's own loggers, as its actors write them (local time)."""
+
+
+def raytopic_log_lines(logs: Path, start: float, stop: float, most: int = 200) -> list[str]:
+    """raytopic's log lines in the actors' stderr files of the ``logs`` folder (and of
+    its ``old``, where ended workers' files go) stamped between ``start`` and ``stop``
+    (epoch seconds), each after its actor's class, in time order; the last ``most``."""
+    found: list[tuple[str, str]] = []
+    for path in [*logs.glob("worker-*.err"), *logs.glob("old/worker-*.err")]:
+        actor = "?"
+        with contextlib.suppress(OSError), path.open(errors="replace") as lines:
+            for line in lines:
+                if line.startswith(":actor_name:"):
+                    actor = line.removeprefix(":actor_name:").strip()
+                elif (match := RAYTOPIC_LOG_LINE.match(line)) is not None:
+                    stamp = time.mktime(time.strptime(match[1][:19], "%Y-%m-%d %H:%M:%S"))
+                    if start <= stamp + int(match[1][20:]) / 1000 <= stop:
+                        found.append((match[1], f"{actor}: {line.rstrip()}"))
+    return [line for _, line in sorted(found)[-most:]]

@@ -1,5 +1,6 @@
 """The test cluster's log folder is kept short: the files of processes that are gone,
-once untouched for a while, go to ``logs/old`` (``tests/session_logs.py``)."""
+once untouched for a while, go to ``logs/old``; a failed test's report reads raytopic's
+lines from it (``tests/session_logs.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.session_logs import UNTOUCHED_FOR, tidy_logs
+from tests.session_logs import UNTOUCHED_FOR, raytopic_log_lines, tidy_logs
 
 
 def _waited() -> int:
@@ -58,3 +59,35 @@ def test_a_folder_without_old_is_left_as_it_is(tmp_path: Path) -> None:
 
     assert tidy_logs(tmp_path, time.time()) == 0
     assert path.exists()
+
+
+def _stamped(at: float) -> str:
+    """A log line's time stamp (local time, milliseconds), as the actors write it."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) + f",{int(at % 1 * 1000):03d}"
+
+
+def test_raytopic_lines_in_the_window_are_read_from_logs_and_old_after_their_actor(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "old").mkdir()
+    start = float(int(time.time()))
+    coordinator = f"{_stamped(start + 1.5)} INFO raytopic.coordinator.group_service: moved"
+    member = f"{_stamped(start + 1.25)} WARNING raytopic.autoscale.scaled_member: late"
+    (tmp_path / "worker-0a-01000000-1.err").write_text(
+        ":job_id:01000000\n:actor_name:CoordinatorActor\n"
+        f"{coordinator}\n"
+        f"{_stamped(start + 1.6)} INFO ray.serve: not raytopic's\n"
+        f"{_stamped(start + 9)} INFO raytopic.coordinator.group_service: after the test\n"
+    )
+    (tmp_path / "old" / "worker-0b-01000000-2.err").write_text(
+        f":actor_name:ScaledMemberActor\n{member}\n"
+    )
+    (tmp_path / "raylet.err").write_text(f"{_stamped(start + 1)} INFO raytopic.x: no worker\n")
+
+    assert raytopic_log_lines(tmp_path, start + 1, start + 2) == [
+        f"ScaledMemberActor: {member}",
+        f"CoordinatorActor: {coordinator}",
+    ]
+    assert raytopic_log_lines(tmp_path, start + 1, start + 2, most=1) == [
+        f"CoordinatorActor: {coordinator}"
+    ]
