@@ -11,8 +11,8 @@ three things itself, each in one place (``_serve``): it guards requests while th
 channel recovers or has failed, it serves every request as a unit of work
 (:meth:`ChannelState.unit_of_work`: the reply waits until what the request
 changed is durable; no part writes the state itself), and it starts the
-background jobs the state needs after each request (``_tend``,
-:class:`~raytopic.actors.channel_jobs.ChannelJobs`; ``_close`` stops them).
+background jobs the state needs after each request
+(:class:`~raytopic.actors.channel_upkeep.ChannelUpkeep`; ``_close`` stops them).
 The parts:
 
 - :class:`~raytopic.actors.channel_log.ChannelLog`: the ring buffer and the
@@ -43,7 +43,6 @@ awaiting. ``raytopic.coordinator.launch`` creates the channels of a topic
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -53,16 +52,14 @@ import ray
 from raytopic.actors.appends import Appends
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_dispatch import SERVED, Admit, call_handler, entry, serves
-from raytopic.actors.channel_jobs import ChannelJobs
-from raytopic.actors.channel_metrics import REFRESH_INTERVAL as METRICS_REFRESH_INTERVAL
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
 from raytopic.actors.channel_recovery import ChannelRecovery
 from raytopic.actors.channel_state import Keep
+from raytopic.actors.channel_upkeep import ChannelUpkeep
 from raytopic.actors.latest_values import LatestValues
 from raytopic.actors.readers import loaded_functions
 from raytopic.actors.segment_ring import Run
-from raytopic.actors.session_host import remote_caller
 from raytopic.actors.stored_topic import StoredTopic
 from raytopic.actors.stream_steps import RayStreamPeers, StreamSteps
 from raytopic.actors.transaction_lead import RayPeers, TransactionLead
@@ -70,7 +67,6 @@ from raytopic.core.actor_logs import log_info_here
 from raytopic.core.config import TopicConfig
 from raytopic.core.errors import (
     InvalidArgumentError,
-    StoreError,
     TopicError,
 )
 from raytopic.core.gather import Joined, join_replies
@@ -167,8 +163,6 @@ from raytopic.core.protocol import (
 from raytopic.core.records import AckStatus, CommitResult
 from raytopic.core.topic_record import TopicRecord
 
-logger = logging.getLogger(__name__)
-
 __all__ = ["ChannelActor"]
 
 PACKED_REQUESTS = CHANNEL_REQUESTS + TRANSACTION_REQUESTS + STREAM_REQUESTS
@@ -202,11 +196,11 @@ class ChannelActor:
         self._context = context = ChannelContext(
             config, channel, ChannelMetrics(config.name, channel)
         )
-        self._opening_error: TopicError | None = None  # its store could not be opened
         restarted = was_restarted()
-        self._jobs = ChannelJobs()
-        self._reporting = False  # metrics are reported from the first publish or transaction
-        self._parts = parts = ChannelParts.build(context, restarted=restarted)
+        self._parts = parts = ChannelParts.build(
+            context, restarted=restarted, find_siblings=_sibling_finder(context)
+        )
+        self._upkeep = ChannelUpkeep(parts)
         self._recovery = ChannelRecovery(
             context,
             parts.log,
@@ -229,19 +223,8 @@ class ChannelActor:
         self._latest = LatestValues(parts.log, compacted=config.compaction is not None)
         self._dead_letters = parts.dead_letters
         self._stored = StoredTopic(context, parts, restarted=restarted)
-        try:
-            if self._stored.open():
-                self._seeded.set()
-        except Exception as error:
-            # Never raise out of __init__: Ray would mark the actor dead for good
-            # and free its name. Come up failed instead, saying why.
-            if isinstance(error, TopicError):
-                self._opening_error = error
-            if restarted:
-                logger.exception("channel %d of %s cannot recover", channel, config.name)
-            context.failure = (
-                f"channel {channel} of topic {config.name!r} could not recover its store: {error}"
-            )
+        if self._stored.open():  # or the channel comes up failed, saying why
+            self._seeded.set()
         # Once the store named the topic's id (the lead names this channel by it).
         self._lead = self._new_lead()
         if restarted:
@@ -322,8 +305,8 @@ class ChannelActor:
         if self._failure is not None or not self._seeded.is_set():
             await self._recovery.admit(admit)
         if isinstance(request, REPORTED_REQUESTS):
-            self._reporting = True  # metrics are reported from the first publish or transaction
-        self._tend()  # e.g. a transaction prepared before a restart
+            self._upkeep.report_from_now()
+        self._upkeep.tend()  # e.g. a transaction prepared before a restart
         try:
             async with self._state.unit_of_work():
                 reply = await call_handler(handler, self, request, payload)
@@ -331,28 +314,15 @@ class ChannelActor:
                 await self._context.answer_woken_first()
             return reply
         finally:
-            self._tend()
+            self._upkeep.tend()
 
     # -- life cycle (the coordinator's) ---------------------------------------------
 
     @serves(AttachChannels, Admit.ALWAYS)
     async def _attach(self, request: AttachChannels) -> dict[str, Any]:
         """Learn every channel actor of the topic (index = channel); return who we are."""
-        self._host.link(list(request.channels), remote_caller)
+        self._host.link(list(request.channels))
         return self._recovery.identity()
-
-    def _ensure_siblings(self) -> None:
-        """A restarted channel finds its siblings by name (``AttachChannels`` came in an
-        earlier incarnation)."""
-        config = self._config
-        if not self._host.linked:
-            self._host.link(
-                [
-                    ray.get_actor(channel_actor_name(config.name, c), namespace=config.namespace)
-                    for c in range(config.channels)
-                ],
-                remote_caller,
-            )
 
     @serves(SeedChannel, Admit.ALWAYS)
     async def _seed(self, request: SeedChannel) -> dict[str, Any]:
@@ -383,39 +353,10 @@ class ChannelActor:
             "compaction": self._parts.compactor.describe(time.time()),
         }
 
-    # -- background jobs -----------------------------------------------------------
-
-    def _tend(self) -> None:
-        """Start the background jobs the channel's state needs now (the one place
-        they start; each runs once at a time, and ``close`` stops them)."""
-        jobs = self._jobs
-        if self._readers.has_shared_groups:
-            jobs.start("shared", self._tend_shared_groups)
-        if self._parts.transactions.needs_tending:
-            jobs.start("transactions", self._parts.transactions.tend)
-        if self._reporting:
-            jobs.start("metrics", self._report_metrics)
-        if self._parts.compactor.needs_tending:
-            jobs.start("compaction", self._parts.compactor.tend)
-
     async def _close(self) -> None:
-        """Stop the channel's background work (its jobs and its log's periodic sync).
-        Idempotent; the actor answers calls afterwards, with no background work."""
-        await self._jobs.close()
-        await self._log.close()
-
-    async def _report_metrics(self) -> None:
-        """Background (from the first publish): hand Ray the counts and group gauges."""
-        while True:
-            figures = self._log.figures()
-            self._context.metrics.report(self._readers.lag(figures.head, figures.tail))
-            await asyncio.sleep(METRICS_REFRESH_INTERVAL)
-
-    async def _tend_shared_groups(self) -> None:
-        """Background (while shared groups exist): see :meth:`SharedGroups.tend`."""
-        await self._readers.tend_shared_groups(
-            self._dead_letters.send, lambda: self._failure is None
-        )
+        """Stop the channel's background work (see :meth:`ChannelUpkeep.close`). The
+        actor answers calls afterwards, with no background work."""
+        await self._upkeep.close()
 
     # -- ring buffer (the Hazelcast API) --------------------------------------------
 
@@ -668,9 +609,7 @@ class ChannelActor:
         """Why this channel's store could not be opened (a typed error naming the
         store), or None. A topic being created fails with it (see the coordinator's
         ``start``)."""
-        if self._opening_error is None and self._failure is not None:
-            return StoreError(self._failure)
-        return self._opening_error
+        return self._stored.opening_error
 
     # -- the store through the topic's life ------------------------------------------
 
@@ -685,7 +624,7 @@ class ChannelActor:
         """Begin over the store (see :meth:`StoredTopic.begin`); returns the identity."""
         await self._stored.begin(request.topic_id, request.wipe)
         self._lead = self._new_lead()
-        self._tend()
+        self._upkeep.tend()
         return self._recovery.identity()
 
     @serves(MarkDestroyed, Admit.ALWAYS)
@@ -779,63 +718,42 @@ class ChannelActor:
 
     @serves(ReadHandOverMark, Admit.NOW)
     async def _hand_over_mark(self, request: ReadHandOverMark) -> int | None:
-        """The hand-over mark of a resequenced element the reader's session here
-        handed over (None: no session, or it does not know the element)."""
-        session = self._host.sessions.get(request.reader_id)
-        return (
-            None if session is None else session.hand_over_mark(request.channel, request.sequence)
-        )
+        """See :meth:`SessionHost.hand_over_mark`."""
+        return self._host.hand_over_mark(request.reader_id, request.channel, request.sequence)
 
     @serves(ReadResequencerStats, Admit.NOW)
     async def _resequencer_stats(self, request: ReadResequencerStats) -> Any:
         """The resequencer counts of the reader's session here (None: none)."""
-        session = self._host.sessions.get(request.reader_id)
-        return None if session is None else session.resequencer_stats
+        return self._host.resequencer_stats(request.reader_id)
 
     @serves(InterruptReceives, Admit.NOW)
     async def _interrupt_receives(self, request: InterruptReceives) -> None:
         """A handle abandons its receives of ``stream`` up to ``upto`` (see ReceiveSession)."""
-        if request.reader_id in self._readers.by_id:
-            self._session(request.reader_id, None).interrupt(request.stream, request.upto)
+        self._host.interrupt(request.reader_id, request.stream, request.upto)
 
     @serves(PauseReceives)
     async def _pause_receives(self, request: PauseReceives) -> None:
-        """Wait until a handle's receives up to ``upto`` finished (a seek goes after them).
-        With receives still out, a restarted channel opens the reader's session for
-        them: they may still be on their way here, retried."""
-        session = self._host.sessions.get(request.reader_id)
-        if session is None and request.receives_out and request.reader_id in self._readers.by_id:
-            session = self._session(request.reader_id, None)
-        if session is not None:
-            await session.pause(request.stream, request.upto)
+        """Wait until a handle's receives up to ``upto`` finished (see SessionHost)."""
+        reader_id, receives_out = request.reader_id, request.receives_out
+        await self._host.pause(reader_id, request.stream, request.upto, receives_out)
 
     @serves(ResumeReceives, Admit.NOW)
     async def _resume_receives(self, request: ResumeReceives) -> None:
         """The seek announced by ``PauseReceives`` landed: waits may take again."""
-        session = self._host.sessions.get(request.reader_id)
-        if session is not None:
-            session.resume()
-
-    def _session(self, reader_id: str, view: tuple[int, dict[int, Any]] | None) -> Any:
-        """The reader's receive session here (a restarted channel links its siblings first)."""
-        if reader_id in self._readers.by_id and reader_id not in self._host.sessions:
-            self._ensure_siblings()
-        return self._host.session(reader_id, view)
+        self._host.resume(request.reader_id)
 
     @serves(Receive)
     async def _receive(self, request: Receive) -> ReceivedBatch:
         """Serve a subscriber's receive at its session here (see ReceiveSession)."""
-        reader_id, view = request.reader_id, request.view
-        self._session(reader_id, view)
         return await self._host.receive(
-            reader_id,
+            request.reader_id,
             request.stream,
             request.number,
             request.max_count,
             request.single,
             request.spread,
             request.here_only,
-            view,
+            request.view,
         )
 
     @serves(EndReceives, Admit.ALWAYS)
@@ -857,3 +775,16 @@ def _coordinator_port(context: ChannelContext) -> Callable[[ChannelRestarted], N
         coordinator.request.remote(request)
 
     return tell
+
+
+def _sibling_finder(context: ChannelContext) -> Callable[[], list[Any]]:
+    """How a restarted channel finds its siblings: by name."""
+
+    def find() -> list[Any]:
+        config = context.config
+        return [
+            ray.get_actor(channel_actor_name(config.name, c), namespace=config.namespace)
+            for c in range(config.channels)
+        ]
+
+    return find

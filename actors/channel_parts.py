@@ -10,7 +10,9 @@ store, from what its coordinator remembers (:meth:`ChannelParts.seed`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from raytopic.actors.channel_context import ChannelContext, fresh_start
 from raytopic.actors.channel_log import ChannelLog
@@ -55,12 +57,20 @@ class ChannelParts:
     compactor: Compactor | NoCompaction
 
     @classmethod
-    def build(cls, context: ChannelContext, *, restarted: bool) -> ChannelParts:
+    def build(
+        cls,
+        context: ChannelContext,
+        *,
+        restarted: bool,
+        find_siblings: Callable[[], list[Any]] = list,
+    ) -> ChannelParts:
         """The parts of a new (or restarted) channel, empty until recovered or seeded.
 
         Args:
             context: The channel's identity, wake-up signal and health.
             restarted: The channel's process restarted.
+            find_siblings: The topic's channel actors, found by name (see
+                :class:`SessionHost`).
         """
         log = ChannelLog(context)
         state = ChannelState(context, lambda: log.next_sequence, log.release)
@@ -74,6 +84,7 @@ class ChannelParts:
             lambda take: readers.take(take),
             lambda reader_id, lease: _cursor_in_process(context, readers, reader_id, lease),
             restarted=restarted,
+            find_siblings=find_siblings,
         )
         readers = Readers(context, log, state, host.views, host.reader_closed)
         owned, shared = readers.owned, readers.shared

@@ -11,6 +11,7 @@ starts from the latest one even if its handle lags behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,7 +20,7 @@ from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.reader_parts import Reader
 from raytopic.actors.receive.ports import Caller, LocalPort, ReaderPort, RemotePort
 from raytopic.actors.receive_session import ReceiveSession
-from raytopic.core.errors import TopicNotFoundError
+from raytopic.core.errors import SubscriberClosedError, TopicNotFoundError
 from raytopic.core.protocol import (
     ChannelRequest,
     CursorState,
@@ -30,7 +31,7 @@ from raytopic.core.protocol import (
     pack_request,
 )
 
-__all__ = ["SessionHost", "remote_caller"]
+__all__ = ["SessionHost"]
 
 END_RECEIVES_TIMEOUT = 1.0
 """Seconds a destroy waits for the receives it ended to answer."""
@@ -47,6 +48,10 @@ class SessionHost:
         local_state: This channel's cursor state of a reader (read in-process).
         restarted: This channel's process restarted (sessions wait briefly for
             receive numbers under way).
+        find_siblings: Every channel actor of the topic (index = channel), found
+            by name: a restarted channel links them when it opens its first
+            session (the coordinator's ``AttachChannels`` came to an earlier
+            incarnation).
     """
 
     def __init__(
@@ -57,12 +62,14 @@ class SessionHost:
         local_state: Callable[[str, Any], CursorState],
         *,
         restarted: bool,
+        find_siblings: Callable[[], list[Any]] = list,
     ) -> None:
         self._context = context
         self._lookup = lookup
         self._local_take = local_take
         self._local_state = local_state
         self._restarted = restarted
+        self._find_siblings = find_siblings
         self.ports: dict[int, ReaderPort] = {}
         self.sessions: dict[str, ReceiveSession] = {}
         # Readers whose session here ended while they stay open (their group timed
@@ -86,15 +93,18 @@ class SessionHost:
 
     # -- ports --------------------------------------------------------------------------
 
-    def link(self, siblings: list[Any], remote_caller: Callable[[Any, set[Any]], Caller]) -> None:
+    def link(
+        self, siblings: list[Any], remote_caller: Callable[[Any, set[Any]], Caller] | None = None
+    ) -> None:
         """A port to every channel of the topic (index = channel): this one in process,
-        the others through ``remote_caller(handle, in_flight)``."""
+        the others through ``remote_caller(handle, in_flight)`` (by default, Ray's)."""
         channel = self._context.channel
+        make_caller = remote_caller or _remote_caller
         for other, handle in enumerate(siblings):
             if other == channel:
                 self.ports[other] = LocalPort(other, self._local_take, self._local_state)
             else:
-                self.ports[other] = RemotePort(other, remote_caller(handle, self.sibling_calls))
+                self.ports[other] = RemotePort(other, make_caller(handle, self.sibling_calls))
 
     @property
     def linked(self) -> bool:
@@ -113,6 +123,8 @@ class SessionHost:
         session = self.sessions.get(reader_id)
         reader = self._lookup(reader_id)
         if session is None:
+            if not self.linked:
+                self.link(self._find_siblings())
             group = reader.group
             channels = self._context.config.channels
             owned: dict[int, Any] = dict.fromkeys(range(channels)) if group is None else {}
@@ -171,6 +183,40 @@ class SessionHost:
         finally:
             self._receiving -= 1
 
+    def interrupt(self, reader_id: str, stream: str, upto: int) -> None:
+        """A handle abandons its receives of ``stream`` up to ``upto`` (see
+        :meth:`ReceiveSession.interrupt`); nothing for a closed reader."""
+        with contextlib.suppress(SubscriberClosedError):
+            self.session(reader_id, None).interrupt(stream, upto)
+
+    async def pause(self, reader_id: str, stream: str, upto: int, receives_out: bool) -> None:
+        """Wait until a handle's receives up to ``upto`` finished (a seek goes after
+        them). With receives still out (``receives_out``), a restarted channel opens
+        the reader's session for them: they may still be on their way here, retried."""
+        session = self.sessions.get(reader_id)
+        if session is None and receives_out:
+            with contextlib.suppress(SubscriberClosedError):
+                session = self.session(reader_id, None)
+        if session is not None:
+            await session.pause(stream, upto)
+
+    def resume(self, reader_id: str) -> None:
+        """The seek a pause announced landed: the reader's waits may take again."""
+        session = self.sessions.get(reader_id)
+        if session is not None:
+            session.resume()
+
+    def hand_over_mark(self, reader_id: str, channel: int, sequence: int) -> int | None:
+        """The hand-over mark of a resequenced element the reader's session here
+        handed over (None: no session, or it does not know the element)."""
+        session = self.sessions.get(reader_id)
+        return None if session is None else session.hand_over_mark(channel, sequence)
+
+    def resequencer_stats(self, reader_id: str) -> Any:
+        """The resequencer counts of the reader's session here (None: none)."""
+        session = self.sessions.get(reader_id)
+        return None if session is None else session.resequencer_stats
+
     async def end_receives(self, reason: str) -> None:
         """The topic is being destroyed: every waiting receive raises
         TopicNotFoundError(``reason``). Returns once they, and the sessions'
@@ -228,7 +274,7 @@ class SessionHost:
         self.marks.pop(group, None)
 
 
-def remote_caller(handle: Any, in_flight: set[Any]) -> Caller:
+def _remote_caller(handle: Any, in_flight: set[Any]) -> Caller:
     """A sibling's caller; each call is in ``in_flight`` until it is answered."""
 
     async def call(request: ChannelRequest) -> Any:

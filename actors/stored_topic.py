@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_parts import ChannelParts
 from raytopic.actors.stores.base import ChannelStore
 from raytopic.actors.stores.opening import open_store
-from raytopic.core.errors import ChannelFailedError, TopicNotFoundError
+from raytopic.core.errors import ChannelFailedError, StoreError, TopicError, TopicNotFoundError
 from raytopic.core.topic_record import TopicRecord
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["StoredTopic"]
 
@@ -46,18 +49,42 @@ class StoredTopic:
         """The store (None: the topic keeps its elements in memory)."""
         self.record: TopicRecord | None = None
         """What the store held when opened (None: nothing recorded)."""
+        self._opening_error: TopicError | None = None
 
     def open(self) -> bool:
         """Open the store and read what it holds; a restarted channel also loads it.
         Returns whether the channel serves now (a new channel with a store waits for
         :meth:`begin`; one restarted without a store, for its coordinator's seed).
 
-        Raises:
-            StoreError, InvalidArgumentError, InvalidTypeError: the store could not be
-                opened (see ``open_store``).
-            TopicNotFoundError: restarted, and the store says its topic was destroyed
-                (the store is kept, for :meth:`remove`).
+        Never raises (an actor whose ``__init__`` raises is dead for good, its name
+        freed): a store that cannot be opened (``open_store``'s StoreError,
+        InvalidArgumentError, InvalidTypeError), or a restart whose store says its
+        topic was destroyed (TopicNotFoundError; the store is kept, for
+        :meth:`remove`), fails the channel saying why (:attr:`opening_error`).
         """
+        context = self._context
+        try:
+            return self._open()
+        except Exception as error:
+            if isinstance(error, TopicError):
+                self._opening_error = error
+            if self._restarted:
+                logger.exception("channel %d of %s cannot recover", context.channel, context.name)
+            context.failure = (
+                f"channel {context.channel} of topic {context.name!r} could not recover its "
+                f"store: {error}"
+            )
+            return False
+
+    @property
+    def opening_error(self) -> TopicError | None:
+        """Why the store could not be opened, as a typed error naming it (a failed
+        channel's: a StoreError saying why it failed), or None."""
+        if self._opening_error is None and self._context.failure is not None:
+            return StoreError(self._context.failure)
+        return self._opening_error
+
+    def _open(self) -> bool:
         context = self._context
         store = open_store(context.config, context.channel, restarted=self._restarted)
         if store is None:

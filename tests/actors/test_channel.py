@@ -138,7 +138,7 @@ async def _member_with_a_full_window(home_owned: bool) -> tuple[ChannelActor, Re
     home, sibling = _wired(TWO_CHANNELS)
     await _group_member([home, sibling], [home, sibling] if home_owned else [sibling], window=3)
     owned = {0: MEMBER, 1: MEMBER} if home_owned else {1: MEMBER}
-    home._session("m", (1, owned))
+    home._host.session("m", (1, owned))
     await ask(sibling, Append("publisher", 0, "block", 1.0, False), _payloads(range(3)))
     received = await ask(home, Receive("m", "s", 0, 3, False))
     assert sum(d.count for d in received.deliveries) == 3
@@ -257,7 +257,7 @@ def test_a_channel_revoked_while_an_iteration_takes_is_skipped_not_fatal() -> No
         await _group_member([home, sibling], granted=[home, sibling])
         for channel in (home, sibling):
             await ask(channel, Append("p", 0, "block", 1.0, False), _payloads(range(600)))
-        home._session("m", (1, {0: MEMBER, 1: MEMBER}))
+        home._host.session("m", (1, {0: MEMBER, 1: MEMBER}))
         await sibling.control(Grant("g", Lease("other", 2)))  # the rebalance, then the view ...
         receiving = asyncio.ensure_future(ask(home, Receive("m", "s", 0, 4000, False, True)))
         view = {"m": {0: MEMBER}}
@@ -772,13 +772,13 @@ def test_each_entry_serves_only_its_own_requests() -> None:
 def test_background_jobs_start_where_the_state_needs_them_and_close_stops_them() -> None:
     async def main() -> None:
         (channel,) = _wired(CONFIG)
-        assert not channel._jobs.running("shared")
+        assert not channel._upkeep.running("shared")
         await channel.control(EnsureGroup("s", False, SharedGroup("s")))
-        assert channel._jobs.running("shared")  # a shared group's holds are tended
+        assert channel._upkeep.running("shared")  # a shared group's holds are tended
         await channel._close()
-        assert not channel._jobs.running("shared")
+        assert not channel._upkeep.running("shared")
         await channel.control(EnsureGroup("t", False, SharedGroup("t")))
-        assert not channel._jobs.running("shared")  # closed: nothing starts again
+        assert not channel._upkeep.running("shared")  # closed: nothing starts again
         await channel._close()
 
     asyncio.run(main())
@@ -809,8 +809,8 @@ def test_the_end_of_receives_a_destroyed_topic_sends_also_stops_the_background_j
     async def main() -> None:
         (channel,) = _wired(CONFIG)
         await channel.control(EnsureGroup("s", False, SharedGroup("s")))
-        assert channel._jobs.running("shared")
+        assert channel._upkeep.running("shared")
         await channel.control(EndReceives("topic destroyed"))
-        assert not channel._jobs.running("shared")  # the actor is killed next: no work left
+        assert not channel._upkeep.running("shared")  # the actor is killed next: no work left
 
     asyncio.run(main())

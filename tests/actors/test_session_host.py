@@ -27,14 +27,25 @@ OLD, NEW = Lease("m", 1), Lease("m", 2)
 class _Host:
     """A SessionHost of channel 1 over a dict of readers, recording what it tells."""
 
-    def __init__(self) -> None:
+    def __init__(self, siblings: list[Any] | None = None) -> None:
         self.context = ChannelContext(CONFIG, 1, ChannelMetrics("t", 1))
         self.readers: dict[str, Reader] = {}
         self.left: list[str] = []
         self.back: list[str] = []
+        self.found: list[list[Any]] = []  # each time the host looked its siblings up
+        self._siblings = siblings or []
         self.host = SessionHost(
-            self.context, self._lookup, self._local_take, self._local_state, restarted=False
+            self.context,
+            self._lookup,
+            self._local_take,
+            self._local_state,
+            restarted=False,
+            find_siblings=self._find_siblings,
         )
+
+    def _find_siblings(self) -> list[Any]:
+        self.found.append(self._siblings)
+        return self._siblings
 
     def _lookup(self, reader_id: str) -> Reader:
         try:
@@ -253,6 +264,57 @@ def test_link_makes_this_channel_local_and_the_siblings_remote() -> None:
 
 
 # -- end_receives ----------------------------------------------------------------------------------
+
+
+def test_a_host_not_linked_finds_its_siblings_when_it_opens_its_first_session() -> None:
+    # A restarted channel: AttachChannels came to its earlier incarnation.
+    async def main() -> None:
+        host = _Host(siblings=["h0", "h1", "h2"])
+        with pytest.raises(SubscriberClosedError):
+            host.host.session("a", None)  # a closed reader: nothing is looked up
+        assert host.found == []
+        host.anonymous()
+        host.host.session("a", None)
+        assert host.found == [["h0", "h1", "h2"]] and host.host.linked
+        assert isinstance(host.host.ports[0], RemotePort)
+        host.anonymous("b")
+        host.host.session("b", None)
+        assert len(host.found) == 1  # linked once
+
+    asyncio.run(main())
+
+
+# -- receives paused, resumed, interrupted -----------------------------------------------------
+
+
+def test_a_pause_opens_the_reader_s_session_only_for_receives_still_out() -> None:
+    async def main() -> None:
+        host = _Host(siblings=["h0", "h1", "h2"])
+        host.anonymous()
+        await host.host.pause("a", "s", -1, receives_out=False)
+        assert "a" not in host.host.sessions
+        await host.host.pause("closed", "s", -1, receives_out=True)  # nothing to open
+        assert "closed" not in host.host.sessions
+        await host.host.pause("a", "s", -1, receives_out=True)
+        assert "a" in host.host.sessions
+        host.host.resume("a")
+        host.host.resume("closed")  # no session: nothing to resume
+
+    asyncio.run(main())
+
+
+def test_an_interrupt_opens_an_open_reader_s_session_and_ignores_a_closed_one() -> None:
+    async def main() -> None:
+        host = _Host(siblings=["h0", "h1", "h2"])
+        host.host.interrupt("a", "s", 3)
+        assert "a" not in host.host.sessions
+        host.anonymous()
+        host.host.interrupt("a", "s", 3)
+        assert "a" in host.host.sessions
+        assert host.host.hand_over_mark("closed", 0, 0) is None
+        assert host.host.resequencer_stats("closed") is None
+
+    asyncio.run(main())
 
 
 def test_end_receives_returns_at_once_with_no_sessions() -> None:
