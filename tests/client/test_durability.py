@@ -163,7 +163,7 @@ def test_channels_killed_again_and_again_under_four_publishers_lose_nothing(
         # repeated that and cost one more actor start).
         for kill in range(3):
             floor = sum(sent) + 400
-            wait_until(lambda floor=floor: sum(sent) >= floor, timeout=30)
+            wait_until(lambda floor=floor: sum(sent) >= floor, timeout=30, interval=0.02)
             channel = kill % 2
             old_epoch = kill_channel(topic, channel)
             restarts.append(serving_again(topic, channel, old_epoch, RESTART_BOUND))

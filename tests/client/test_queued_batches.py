@@ -180,11 +180,11 @@ def test_a_channel_killed_with_queued_batches_in_flight_loses_nothing_acknowledg
     try:
         for kill in range(2):
             floor = published[0] + 2_000
-            wait_until(lambda floor=floor: published[0] >= floor, timeout=60)
+            wait_until(lambda floor=floor: published[0] >= floor, timeout=60, interval=0.02)
             old_epoch = kill_channel(topic, kill % 2)
             serving_again(topic, kill % 2, old_epoch, TIMEOUT)
         floor = published[0] + 1_000
-        wait_until(lambda: published[0] >= floor, timeout=60)
+        wait_until(lambda: published[0] >= floor, timeout=60, interval=0.02)
     finally:
         stop.set()
         thread.join(timeout=180)

@@ -293,11 +293,11 @@ def test_members_iterating_through_a_join_and_a_reset_lose_nothing_and_undo_noth
     a = topic.subscriber(group="g", on_ownership_change=lambda _: checker.ownership_changed("a"))
     threads = [threading.Thread(target=consume, args=("a", a, None))]
     threads[0].start()
-    wait_until(lambda: handled[0] >= 100, timeout=60)
+    wait_until(lambda: handled[0] >= 100, timeout=60, interval=0.02)
     b = topic.subscriber(group="g", on_ownership_change=lambda _: checker.ownership_changed("b"))
     threads.append(threading.Thread(target=consume, args=("b", b, 10)))
     threads[1].start()
-    wait_until(lambda: handled[0] >= 300, timeout=60)
+    wait_until(lambda: handled[0] >= 300, timeout=60, interval=0.02)
     reset["called"] = time.monotonic()
     topic.reset_group("g", "earliest")
     reset["returned"] = time.monotonic()

@@ -53,7 +53,7 @@ def test_channels_killed_under_a_live_view_cost_it_nothing(
     try:
         for channel in (0, 1, 0):  # each channel, and one of them again after its restart
             floor = versions[0] + 20
-            wait_until(lambda floor=floor: versions[0] >= floor, timeout=TIMEOUT)
+            wait_until(lambda floor=floor: versions[0] >= floor, TIMEOUT, interval=0.02)
             old_epoch = kill_channel(topic, channel)
             serving_again(topic, channel, old_epoch, RESTART_BOUND)
     finally:
