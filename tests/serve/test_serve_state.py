@@ -34,17 +34,20 @@ from tests.topic_helpers import get, kill_channel, kill_coordinator, serving_aga
 RESTART_BOUND = 30.0
 
 
-def _adapter(queue: str, namespace: str, store: Path) -> TopicTaskAdapter:
+def _adapter(queue: str, namespace: str, store: Path, *, outlets: bool = False) -> TopicTaskAdapter:
+    """The queue's adapter on one channel; with ``outlets``, its failed and unprocessable
+    queues too (each a topic: a coordinator and a channel to start, which the tests
+    whose tasks all succeed do not need)."""
     adapter = TopicTaskAdapter(
         TaskProcessorConfig(
             queue_name=queue,
             adapter=TopicTaskAdapter,
             adapter_config=TopicAdapterConfig(
-                channels=2, namespace=namespace, store=str(store), ack_timeout=5.0
+                namespace=namespace, store=str(store), ack_timeout=5.0
             ),
             max_retries=1,
-            failed_task_queue_name=f"{queue}-failed",
-            unprocessable_task_queue_name=f"{queue}-bad",
+            failed_task_queue_name=f"{queue}-failed" if outlets else None,
+            unprocessable_task_queue_name=f"{queue}-bad" if outlets else None,
         )
     )
     adapter.initialize()
@@ -76,7 +79,7 @@ def test_task_state_survives_every_actor_of_its_queue(
     # Before: the board kept statuses in memory; killed, every task read PENDING again
     # and a task delivered again after its outcome was recorded ran twice.
     queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
-    adapter = _adapter(queue, namespace, tmp_path / "store")
+    adapter = _adapter(queue, namespace, tmp_path / "store", outlets=True)
     runs: Counter[int] = Counter()
     lock = threading.Lock()
 
