@@ -43,11 +43,12 @@ refused with a StoreError: there is no code that reads an older layout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import enum
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,35 +91,6 @@ class _Unit:
     change: int = 0
     open: bool = True
     """False once it ended (a task it started still sees it, and is no part of it)."""
-
-
-class _UnitOfWork:
-    """One request's unit of work, as an ``async with`` (see :meth:`ChannelState.unit_of_work`;
-    a class, not a generator: it is on every request's path)."""
-
-    __slots__ = ("_state", "_token", "_unit")
-
-    def __init__(self, state: ChannelState) -> None:
-        self._state = state
-        self._unit: _Unit | None = None
-        self._token: contextvars.Token[_Unit | None] | None = None
-
-    async def __aenter__(self) -> None:
-        units = self._state._unit
-        outer = units.get()
-        if outer is not None and outer.open:
-            return  # part of the outer unit
-        self._unit = unit = _Unit()
-        self._token = units.set(unit)
-
-    async def __aexit__(self, kind: Any, error: Any, trace: Any) -> None:
-        unit = self._unit
-        if unit is None:
-            return
-        unit.open = False
-        self._state._unit.reset(self._token)  # type: ignore[arg-type]
-        if kind is None:
-            await self._state._end_unit(unit)
 
 
 class ChannelState:
@@ -229,18 +201,26 @@ class ChannelState:
             if unit is not None and unit.open:
                 unit.change = sync.mark()
 
-    def unit_of_work(self) -> _UnitOfWork:
-        """Serve one request (``async with``): on its way out (unless it raised), wait
-        until what it changed with :attr:`Keep.BEFORE_REPLY` is durable. A unit inside
-        a unit (a request served in-process for another) is part of the outer one.
+    @contextlib.asynccontextmanager
+    async def unit_of_work(self) -> AsyncIterator[None]:
+        """Serve one request: on its way out (unless it raised), wait until what it
+        changed with :attr:`Keep.BEFORE_REPLY` is durable. A unit inside a unit
+        (a request served in-process for another) is part of the outer one.
 
         Raises:
             ChannelFailedError: the write failed; the channel has failed.
         """
-        return _UnitOfWork(self)
-
-    async def _end_unit(self, unit: _Unit) -> None:
-        """Wait until what ``unit`` changed is durable (see :meth:`unit_of_work`)."""
+        outer = self._unit.get()
+        if outer is not None and outer.open:
+            yield
+            return
+        unit = _Unit()
+        token = self._unit.set(unit)
+        try:
+            yield
+        finally:
+            unit.open = False
+            self._unit.reset(token)
         sync = self._sync
         if sync is not None and unit.change > sync.covered:
             await self._write(unit.change)

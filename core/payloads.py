@@ -247,9 +247,6 @@ class PickledValues(Payload):
     def from_pickles(cls, pickles: Sequence[bytes], keys: list[Any] | None = None) -> PickledValues:
         """Join values pickled one by one (by :func:`dumps_value`), with their keys
         if any has a key."""
-        if len(pickles) == 1:  # a publish(): one numpy call, not two
-            (pickled,) = pickles
-            return cls(pickled, np.array((len(pickled),), dtype=np.int64), 0, keys)
         ends = np.fromiter(map(len, pickles), dtype=np.int64, count=len(pickles)).cumsum()
         return cls(b"".join(pickles), ends, 0, keys)
 
@@ -333,15 +330,6 @@ class PickledValues(Payload):
         if type(self.buffer) is bytes:
             return self
         return PickledValues(bytes(self.buffer), np.array(self.ends), self.begin, self._keys)
-
-    def plain(self) -> tuple[bytes, bytes, list[Any] | None] | None:
-        """(pickles, ends as int64 bytes, keys) of values that travel in line (smaller
-        than ``OUT_OF_BAND_MIN``), re-based to start at 0; None for larger ones."""
-        end = int(self.ends[-1]) if len(self.ends) else self.begin
-        if end - self.begin >= OUT_OF_BAND_MIN:
-            return None
-        ends = self.ends - self.begin if self.begin else self.ends
-        return bytes(memoryview(self.buffer)[self.begin : end]), ends.tobytes(), self._keys
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         # Only this slice's bytes travel, re-based to start at 0.

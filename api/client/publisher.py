@@ -592,9 +592,9 @@ class Publisher:
                 batch=call.number,
                 overflow=self._overflow,
                 timeout=self._block_timeout,
-                whole=tuple([type(piece) is Part for piece in call.pieces]),
+                whole=tuple(type(piece) is Part for piece in call.pieces),
             )
-            payload = tuple([_payload_of(piece) for piece in call.pieces])
+            payload = tuple(_payload_of(piece) for piece in call.pieces)
         try:
             ref = call.pipe.actor.request.remote(
                 pack_request(request), pack_small(payload), *(() if joined is None else (joined,))

@@ -12,6 +12,8 @@ a ticket under the same lock, and submits when its ticket's turn comes.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 __all__ = ["SubmitOrder"]
 
@@ -31,33 +33,16 @@ class SubmitOrder:
         self._issued += 1
         return ticket
 
-    def turn(self, ticket: int) -> _Turn:
-        """Wait until every earlier ticket has submitted, then hold the turn (``with``).
-        The turn passes on however the body ends (a ticket never served would stall
-        the rest)."""
-        changed = self._changed
-        with changed:
-            while self._serving != ticket:
-                changed.wait()
-        return _Turn(self)
-
-    def _pass_turn(self) -> None:
+    @contextmanager
+    def turn(self, ticket: int) -> Iterator[None]:
+        """Wait until every earlier ticket has submitted, then hold the turn. The turn
+        passes on however the body ends (a ticket never served would stall the rest)."""
         with self._changed:
-            self._serving += 1
-            self._changed.notify_all()
-
-
-class _Turn:
-    """A held turn; leaving it passes it on (a class, not a generator: every
-    ``publish()`` takes one)."""
-
-    __slots__ = ("_order",)
-
-    def __init__(self, order: SubmitOrder) -> None:
-        self._order = order
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._order._pass_turn()
+            while self._serving != ticket:
+                self._changed.wait()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._serving += 1
+                self._changed.notify_all()

@@ -15,9 +15,9 @@ filter or converter runs.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
-import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -27,10 +27,10 @@ import numpy as np
 
 from raytopic.core.element_batch import ElementBatch
 from raytopic.core.naming import channel_actor
-from raytopic.core.payloads import PickledValues, decode_checked
+from raytopic.core.payloads import decode_checked
 from raytopic.core.protocol.channel import Nack, ReportPoison
 from raytopic.core.protocol.codec import pack_request
-from raytopic.core.protocol.records import Lease, Poison, poison_error
+from raytopic.core.protocol.records import Poison, poison_error
 from raytopic.core.records import Element, ReadResultSet, _Origin, _unfrozen
 from raytopic.core.statuses import PublishStatuses
 
@@ -289,108 +289,14 @@ class ReceivedBatch:
         self.single = single
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Plain types where they carry the same: the receive's reply takes Ray's
-        # pickle path (cloudpickle, whose reducer runs in Python for every object
-        # that is not a plain one), about half the time of the records themselves.
-        plain = tuple(
-            (d.channel, _plain_origin(d.origin), tuple(_plain_chunk(c) for c in d.chunks))
-            for d in self.deliveries
-            if d.count
-        )
-        return (_build_elements, (plain, self.single))
-
-
-def _plain_origin(origin: _Origin) -> tuple[Any, ...]:
-    lease = origin.lease
-    leased = type(lease) is Lease  # as its fields (the last item), not as a record
-    return (
-        origin.topic_id,
-        origin.topic,
-        origin.namespace,
-        origin.reader,
-        None if leased else lease,
-        origin.jumps,
-        origin.shared,
-        origin.epoch,
-        origin.skip_poison,
-        origin.handed_upto,
-        (lease.reader_id, lease.generation) if leased else None,  # type: ignore[union-attr]
-    )
-
-
-def _plain_chunk(chunk: Chunk) -> tuple[Any, ...]:
-    """A chunk whose values are a small ``PickledValues`` as plain types (bytes, not
-    an array); any other as it is."""
-    payload = chunk.payload
-    if type(payload) is PickledValues and chunk.sequences is None:
-        plain = payload.plain()
-        if plain is not None:
-            return (chunk.first, chunk.stamp, *plain, chunk.counts, chunk.stamps)
-    return (chunk,)
-
-
-def _rebuilt(
-    plain: tuple[tuple[int, tuple[Any, ...], tuple[tuple[Any, ...], ...]], ...],
-) -> tuple[tuple[int, tuple[Chunk, ...], _Origin], ...]:
-    return tuple(
-        (channel, tuple(_plain_to_chunk(chunk) for chunk in chunks), _origin_of(origin))
-        for channel, origin, chunks in plain
-    )
-
-
-def _origin_of(plain: tuple[Any, ...]) -> _Origin:
-    *fields, leased = plain
-    if leased is not None:
-        fields[4] = Lease(*leased)
-    return _Origin(*fields)
-
-
-def _one_element(channel: int, origin: tuple[Any, ...], chunks: tuple[Any, ...]) -> Element | None:
-    """A single receive's element when its reply is one plain value (a ``receive()``
-    of one: the common case, without building the chunk); None for any other reply,
-    or a value that does not decode here (the general path tells of it)."""
-    if len(chunks) != 1 or len(chunks[0]) == 1:
-        return None
-    first, stamp, values, ends, keys, counts, stamps = chunks[0]
-    if len(ends) != _ONE_END:
-        return None
-    try:
-        value = pickle.loads(values)
-    except Exception:
-        return None
-    element = _new(_Unfrozen)
-    element.value = value
-    element.channel = channel
-    element.sequence = first
-    element.stamp = stamp if stamps is None else stamps.tolist()[0]
-    element._origin = _origin_of(origin)
-    element.delivery_count = 1 if counts is None else counts.tolist()[0]
-    element.key = None if keys is None else keys[0]
-    element.__class__ = Element
-    return element  # type: ignore[no-any-return]
-
-
-_ONE_END = np.dtype(np.int64).itemsize
-"""The length of one value's end, as a plain chunk carries its ends."""
-
-
-def _plain_to_chunk(plain: tuple[Any, ...]) -> Chunk:
-    if len(plain) == 1:
-        return plain[0]  # type: ignore[no-any-return]
-    first, stamp, values, ends, keys, counts, stamps = plain
-    payload = PickledValues(values, np.frombuffer(ends, dtype=np.int64), 0, keys)
-    return Chunk(first, stamp, payload, None, counts, stamps)
+        packed = tuple((d.channel, d.chunks, d.origin) for d in self.deliveries if d.count)
+        return (_build_elements, (packed, self.single))
 
 
 def _build_elements(
-    plain: tuple[tuple[int, tuple[Any, ...], tuple[tuple[Any, ...], ...]], ...],
+    packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...],
     single: bool,
 ) -> ElementBatch | Element | Exception | None:
-    if single and len(plain) == 1 and not _stopped_readers:
-        element = _one_element(*plain[0])
-        if element is not None:
-            return element
-    packed = _rebuilt(plain)
     if _stopped_readers:
         packed = _without_void(packed)
     with _no_collection():
@@ -407,7 +313,8 @@ def _build_elements(
     return elements
 
 
-class _no_collection:
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
     """The garbage collector paused while a batch is decoded (and resumed after).
 
     A batch of a thousand values makes a few thousand new container objects;
@@ -415,17 +322,13 @@ class _no_collection:
     walks the elements received before, still alive in the caller's buffers:
     about 0.7 us more per element here, as much as decoding itself. Paused,
     the batch counts toward the next collection like any other allocation.
-    (A class, not a generator: every receive's reply is decoded in one.)
     """
-
-    __slots__ = ("_collecting",)
-
-    def __enter__(self) -> None:
-        self._collecting = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._collecting:
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
             gc.enable()
 
 

@@ -11,12 +11,11 @@ import pyarrow as pa
 import pytest
 
 from raytopic.core.errors import TopicFullError
-from raytopic.core.payloads import OUT_OF_BAND_MIN, ArrowRows, PickledValues
+from raytopic.core.payloads import ArrowRows, PickledValues
 from raytopic.core.protocol import (
     AppendAck,
     Chunk,
     Delivery,
-    Lease,
     RawReadResult,
     ReaderSpec,
     ReceivedBatch,
@@ -110,40 +109,6 @@ def test_received_batch_rebuilds_into_elements_through_pickle() -> None:
     # The rebuilt elements are the ones a constructor would make.
     assert elements[1] == Element({"b": 2}, 3, 6, 100.0, ORIGIN)
     assert hash(elements[1]) == hash(Element({"b": 2}, 3, 6, 100.0, ORIGIN))
-
-
-def test_a_received_batch_of_small_values_crosses_as_plain_types() -> None:
-    # Ray pickles a receive's reply with cloudpickle, whose reducer runs in Python
-    # for every object that is not a plain one: only the rebuilding function is.
-    leased = dataclasses.replace(ORIGIN, lease=Lease("member-1", 3))
-    keyed = Chunk(5, 100.0, PickledValues.from_pickles([pickle.dumps("a")], ["k"]))
-    delivery = Delivery.pack(3, [keyed], jumps=2, next_sequence=6, tail=6, committed=1,
-                             origin=leased)  # fmt: skip
-    function, arguments = ReceivedBatch([delivery], single=True).__reduce__()
-    assert _plain_only(arguments)
-    element = function(*arguments)
-    assert (element.value, element.key, element.sequence, element._origin) == ("a", "k", 5, leased)
-    assert (element.stamp, element.delivery_count, type(element)) == (100.0, 1, Element)
-    # A shared group's element: its delivery count (and a compacted one's own stamp).
-    counted = keyed._replace(counts=np.array([3]), stamps=np.array([7.5]))
-    again = Delivery.pack(3, [counted], 2, 6, 6, 1, leased)
-    element = pickle.loads(pickle.dumps(ReceivedBatch([again], single=True)))
-    assert (element.value, element.stamp, element.delivery_count) == ("a", 7.5, 3)
-    assert element == Element("a", 3, 5, 7.5, leased, delivery_count=3, key="k")
-    # Large values keep their out-of-band buffer; a filter's matches their sequences.
-    large = Chunk(0, 1.0, PickledValues.from_values([b"x" * OUT_OF_BAND_MIN]))
-    matches = Chunk(4, 2.0, PickledValues.from_values(["m"]), np.array([9]))
-    both = Delivery.pack(1, [large, matches], 0, 10, 10, -1, ORIGIN)
-    elements = pickle.loads(pickle.dumps(ReceivedBatch([both], single=False), protocol=5))
-    assert [(e.value[:1], e.sequence) for e in elements] == [(b"x", 0), ("m", 9)]
-
-
-def _plain_only(value: object) -> bool:
-    if value is None or type(value) in (str, int, float, bool, bytes):
-        return True
-    if type(value) in (tuple, list):
-        return all(_plain_only(item) for item in value)  # type: ignore[attr-defined]
-    return False
 
 
 def test_received_batch_single_gives_the_first_element_or_none() -> None:
