@@ -49,8 +49,13 @@ from raytopic.actors.receive.positions import Positions
 from raytopic.actors.receive.takes import Takes
 from raytopic.actors.receive.view import OwnedView
 from raytopic.actors.receive.waits import SiblingWaits
-from raytopic.actors.turns import Turns
-from raytopic.core.errors import NotOwnerError, SubscriberClosedError, TopicError
+from raytopic.actors.turns import DuplicateTurnError, Turns
+from raytopic.core.errors import (
+    NotOwnerError,
+    ReceivePassedOverError,
+    SubscriberClosedError,
+    TopicError,
+)
 from raytopic.core.protocol import CursorState, Delivery, ReceivedBatch
 from raytopic.core.resequencer import Resequence, ResequencedStream, ResequencerStats
 
@@ -280,13 +285,27 @@ class ReceiveSession:
     ) -> ReceivedBatch:
         """Serve one receive: up to ``max_count`` elements from one owned channel
         (this one first), or (``spread``) from several channels at once, or
-        (``here_only``) from this channel alone."""
-        async with self._turns.turn(stream, number):
-            self._started[stream] = number  # running while it is still the stream's turn
-            await self._read_again_first()
-            if self._resequenced is not None and not here_only:
-                return await self._receive_resequenced(stream, number, max_count, single)
-            return await self._receive(stream, number, max_count, single, spread, here_only)
+        (``here_only``) from this channel alone.
+
+        Raises:
+            ReceivePassedOverError: a later receive of ``stream`` ran here before this
+                one came; this one took nothing.
+        """
+        try:
+            async with self._turns.turn(stream, number):
+                self._started[stream] = number  # running while it is still the stream's turn
+                await self._read_again_first()
+                if self._resequenced is not None and not here_only:
+                    return await self._receive_resequenced(stream, number, max_count, single)
+                return await self._receive(stream, number, max_count, single, spread, here_only)
+        except DuplicateTurnError:
+            # A later receive of the stream ran before this one came (Ray delivered it
+            # to a restarted host after one sent later, or it came past the gap): what
+            # this one took would come out of order, so it takes nothing and says so.
+            raise ReceivePassedOverError(
+                f"receive {number} of {stream!r} came to channel {self.host} after a "
+                "later one had run there: it took nothing"
+            ) from None
 
     async def _receive_resequenced(
         self, stream: str, number: int, max_count: int, single: bool

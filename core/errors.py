@@ -34,6 +34,7 @@ __all__ = [
     "PoisonElementError",
     "PositionMismatchError",
     "PublisherClosedError",
+    "ReceivePassedOverError",
     "ResetInProgressError",
     "StaleSequenceError",
     "StoreError",
@@ -220,6 +221,13 @@ class ChannelFailedError(ChannelUnavailableError):
     """A channel could not recover its store, or its store failed (an fsync error):
     it has failed and answers every call with this error until an operator acts.
     Nothing it acknowledged is altered."""
+
+
+class ReceivePassedOverError(ChannelUnavailableError):
+    """A receive came to its channel after a later receive of its handle had run there
+    (the channel restarted with both under way, and Ray delivered this one late, or
+    it came past the wait for a missing number): it took nothing, since what it took
+    would come out of order. Receive again; an iteration does so by itself."""
 
 
 class StoreError(TopicError):

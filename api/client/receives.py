@@ -50,7 +50,7 @@ import ray
 
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.element_batch import ElementBatch
-from raytopic.core.errors import SubscriberClosedError
+from raytopic.core.errors import ReceivePassedOverError, SubscriberClosedError
 from raytopic.core.protocol import (
     InterruptReceives,
     PauseReceives,
@@ -540,7 +540,10 @@ class Receives:
                     break
             else:
                 return []
-        elements = _get(ref, self._topic)
+        try:
+            elements = _get(ref, self._topic)
+        except ReceivePassedOverError:
+            return []  # it took nothing (its channel restarted): not an "empty"
         if not elements and self._complete_on_empty and sent == self._era:
             reads.drained = sent  # (of an earlier era, its "empty" is old news)
         return elements
@@ -605,8 +608,8 @@ class Receives:
         for ref in self.interrupt():  # read every one: a later batch holds taken elements
             try:
                 self._buffer.extend(_get(ref, self._topic) or ())
-            except SubscriberClosedError:
-                pass
+            except (SubscriberClosedError, ReceivePassedOverError):
+                pass  # nothing to reclaim
             except Exception as error:
                 first_error = first_error or error
         if first_error is not None:
@@ -694,7 +697,7 @@ class _DirectIteration(_Iteration):
         """After close: what the interrupted receives still bring, then the end."""
         elements: list[Element] = []
         for ref in pending:
-            with contextlib.suppress(SubscriberClosedError):
+            with contextlib.suppress(SubscriberClosedError, ReceivePassedOverError):
                 elements.extend(_get(ref, self._receives.topic) or ())
         return elements or None
 
@@ -713,6 +716,8 @@ class _HostIteration(_Iteration):
             elements = _get(ref, receives.topic)
         except SubscriberClosedError:
             return None
+        except ReceivePassedOverError:
+            return []  # it took nothing (its channel restarted): receive again
         if not elements and (receives.stopped or (receives.complete_on_empty and not older)):
             return None
         return elements
