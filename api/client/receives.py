@@ -17,9 +17,8 @@ Reading goes straight to the channels:
   A receive that may wait reads the other channels through fetches whose
   offers its session confirms later: it goes to the host, the one session
   that reads them for it.
-- Iteration keeps a receive in flight at EVERY owned channel at once (two at
-  a lone channel: see :func:`direct_receives`), each scoped to its channel: no
-  element is relayed through another actor.
+- Iteration keeps a few receives in flight at EVERY owned channel at once,
+  each scoped to its channel: no element is relayed through another actor.
   Before it begins, and before its next batch once the user sent a receive
   meanwhile, the host's session is paused, so the reader's read position at
   every channel stands where that session read on. With a window
@@ -82,22 +81,6 @@ _ITERATION_LOOK = 1.0
 
 _OWNER_WAIT = 0.05
 """Seconds an iteration that owns nothing sleeps before it looks again."""
-
-
-def direct_receives(channels: int) -> tuple[int, int]:
-    """How a direct iteration reads ``channels`` owned channels: (receives in flight at
-    each, elements each asks for).
-
-    One channel keeps ITERATION_DEPTH receives there, so it serves the next while the
-    last one's reply travels. Several keep one each, as large as those would be
-    together (as many elements in flight): the iteration always has a receive out at
-    another channel meanwhile, and each receive is a Ray call that costs about as much
-    CPU as decoding its 1,000 values (~0.6 ms at the channel, ~0.35 ms here).
-    """
-    share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, channels))
-    if channels <= 1:
-        return ITERATION_DEPTH, share
-    return 1, share * ITERATION_DEPTH
 
 
 class Ownership(Protocol):
@@ -518,14 +501,14 @@ class Receives:
         stopped); return the oldest one of each channel, the ones to wait on."""
         owned = self._ownership.owned()
         view = self._ownership.before_receive()
-        depth, share = direct_receives(len(owned))
+        share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
         era = self._era
         with self._lock:  # a receive on another thread may reclaim them meanwhile
             for channel in owned:
                 reads = self._stream_at(self._reads, channel, "i")
                 if reads.drained == era:
                     continue  # it answered "empty" in this era
-                while not self._stopped and len(reads.refs) < depth:
+                while not self._stopped and len(reads.refs) < ITERATION_DEPTH:
                     ref = self._send_receive(channel, reads, share, False, False, True, view)
                     reads.refs.append((ref, era))
             return [reads.refs[0][0] for reads in self._reads.values() if reads.refs]

@@ -13,13 +13,7 @@ import pytest
 import ray
 
 import raytopic as rt
-from raytopic.client.receives import (
-    ITERATION_DEPTH,
-    ChannelChoice,
-    Receives,
-    StaleReads,
-    direct_receives,
-)
+from raytopic.client.receives import ChannelChoice, Receives, StaleReads
 from raytopic.core.element_batch import ElementBatch
 from raytopic.core.protocol import Lease, ReaderSpec, Receive, pack_request
 from raytopic.core.records import _Origin
@@ -147,16 +141,6 @@ def test_the_host_channel_follows_what_is_owned() -> None:
 
 
 # -- the buffer and iteration --------------------------------------------------------------
-
-
-def test_an_iteration_keeps_one_receive_at_each_of_several_channels_as_large_as_two() -> None:
-    # Each receive costs a Ray call at both ends: several channels keep one each, asking
-    # what two would have; one channel keeps two, so it serves one while the other travels.
-    assert direct_receives(1) == (ITERATION_DEPTH, 4000)
-    assert direct_receives(2) == (1, 2000 * ITERATION_DEPTH)
-    assert direct_receives(4) == (1, 1000 * ITERATION_DEPTH)
-    assert direct_receives(8) == (1, 1000 * ITERATION_DEPTH)
-    assert direct_receives(0) == (ITERATION_DEPTH, 4000)  # owns nothing: sends nothing
 
 
 def test_buffered_elements_come_in_order_without_the_stale_ones() -> None:
