@@ -234,13 +234,15 @@ def test_an_iterating_member_that_timed_out_hands_out_nothing_it_had_fetched(
     a = topic.subscriber(
         group="g", timeout=2.0, complete_on_empty=True, on_ownership_change=changes.append
     )
-    b = topic.subscriber(group="g", complete_on_empty=True)
     batches = iter(a) if batch is None else a.iter_batches(batch)
     first = next(batches)
     a.heartbeat()  # alive while it commits (its timeout runs from its last sign of life)
     committed = (first if batch is None else first[-1]).commit()
     assert committed.status is rt.CommitStatus.COMMITTED
     handed = 1 if batch is None else batch
+    # b joins once a has its first batch in hand: a join can take seconds under load,
+    # and a, silent meanwhile, timed out before its first receive (owning nothing).
+    b = topic.subscriber(group="g", complete_on_empty=True)
     wait_until(lambda: b.channels == (0,), timeout=30)
     wait_until(lambda: any(change.lost for change in changes), timeout=30)
     assert list(batches) == []  # a rejoins on its next receive, and owns nothing
