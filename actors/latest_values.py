@@ -16,8 +16,10 @@ is not held a second time, decoded. A purge forgets them; the next request reads
 the log again.
 
 A read may wait for a change (``ReadLatest.wait``): a poller of a pending or started
-task is answered when its outcome is appended, not at its next poll. It waits for the
-next append, as a receive waits for data, and looks again.
+task is answered when its outcome is appended, not at its next poll. It waits for an
+append of one of its keys whose value leaves ``waiting`` (a task's start does not wake
+its poller; its outcome does), and the append that woke it answers after it: the
+poller waits for its answer, the replica that appended does not.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ class LatestValues:
         self._changed: deque[Any] = deque(maxlen=CHANGES_KEPT)  # keys, oldest change first
         self._changes = 0  # ever appended to _changed
         self._deciding = asyncio.Lock()  # one conditional append at a time: check, then write
-        self._next_append: asyncio.Event | None = None  # set by the next append (reads wait)
+        # key -> the waiting reads of it: (woken when, field, the values it waits under)
+        self._readers: dict[Any, list[tuple[asyncio.Future[None], str, tuple[Any, ...]]]] = {}
+        self._woke = False  # an append woke a read: the appender answers after it
         if compacted:  # another channel refuses the requests: its appends need no watching
             log.watch(self._appended)
 
@@ -105,6 +109,9 @@ class LatestValues:
                 )
                 if ack.error is not None:
                     raise ack.error
+        if self._woke:  # the reads it woke resume in the next turn, and answer first
+            self._woke = False
+            await asyncio.sleep(0)
         await self._log.durable(self._newest_change([*taken, *keys], change))
         return tuple(replies)
 
@@ -153,10 +160,23 @@ class LatestValues:
             left = deadline - loop.time()
             if left <= 0:
                 break
-            if self._next_append is None:
-                self._next_append = asyncio.Event()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._next_append.wait(), left)
+            woken: asyncio.Future[None] = loop.create_future()
+            reader = (woken, field, waiting)
+            for key in keys:
+                self._readers.setdefault(key, []).append(reader)
+            try:
+                # Not wait_for: its task around the wait would cost the woken read
+                # two more turns of the loop, after the appender's answer.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await woken
+            finally:
+                for key in keys:
+                    readers = self._readers.get(key)
+                    if readers is not None:
+                        readers.remove(reader)
+                        if not readers:
+                            del self._readers[key]
             async with self._deciding:
                 values = self._known()  # (a purge forgot them: read again)
         return values
@@ -180,9 +200,8 @@ class LatestValues:
 
     def _appended(self, payload: Payload | None, change: int | None) -> None:
         """The log took ``payload`` (None: it dropped every element)."""
-        waiting, self._next_append = self._next_append, None
-        if waiting is not None:
-            waiting.set()
+        if self._readers:
+            self._wake(payload)
         if payload is None:
             self._values = None
             return
@@ -197,6 +216,29 @@ class LatestValues:
                 values[key] = (payload.slice(index, index + 1), change)
             self._changed.append(key)
             self._changes += 1
+
+    def _wake(self, payload: Payload | None) -> None:
+        """Wake the reads waiting for a key of ``payload`` whose new value leaves what
+        they wait under (every read: a purge, or a payload without keys)."""
+        keys = None if payload is None else payload.keys
+        if keys is None:
+            woken = [reader for readers in self._readers.values() for reader in readers]
+        else:
+            assert payload is not None
+            woken, deleted = [], None
+            for index, key in enumerate(keys):
+                for reader in self._readers.get(key, ()):
+                    if deleted is None:
+                        deleted = payload.tombstones()
+                    value = (
+                        None if deleted[index] else _value((payload.slice(index, index + 1), None))
+                    )
+                    if _field(value, reader[1]) not in reader[2]:
+                        woken.append(reader)
+        for future, _, _ in woken:
+            if not future.done():
+                future.set_result(None)
+                self._woke = True
 
     def _newest_change(self, keys: Any, change: int | None) -> int | None:
         """The newest append (``change``, or the latest value of one of ``keys``) to

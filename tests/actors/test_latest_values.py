@@ -241,3 +241,28 @@ def test_a_channels_answers_to_a_conditional_append_and_a_read_are_packed_bytes(
         assert unpack_small(read)[0] == (_status("STARTED"), None)
 
     asyncio.run(main())
+
+
+def test_a_waiting_read_answers_before_the_append_that_woke_it() -> None:
+    # A task's poller waits at the log for its outcome; the replica that appended it
+    # does not wait for its own answer. The woken read answered turns after the
+    # appender (an Event's wait_for task between the two): its reply now leaves first.
+    async def main() -> None:
+        _, latest = _latest(None)
+        until = ReadLatest(("a",), field="status", waiting=(None, "STARTED"), wait=30.0)
+        reading = asyncio.ensure_future(latest.read(until))
+        await asyncio.sleep(0.01)
+        await latest.append_unless(START, _keyed([("a", _status("STARTED"))]))
+        assert not reading.done()  # started: still waiting for its outcome
+        finish = AppendUnless("status", FINISHED, 1.0)
+        await latest.append_unless(finish, _keyed([("a", _status("SUCCESS"))]))
+        assert reading.done()  # answered by the time the append is
+        assert reading.result()[0] == (_status("SUCCESS"),)
+        # A delete of a waited-for key leaves it pending (None): the read waits on.
+        reading = asyncio.ensure_future(latest.read(until._replace(keys=("b",), wait=0.2)))
+        await asyncio.sleep(0.01)
+        await latest.append_unless(START, _keyed([("b", None)]))
+        assert not reading.done()
+        assert (await asyncio.wait_for(reading, 5.0))[0] == (None,)
+
+    asyncio.run(main())
