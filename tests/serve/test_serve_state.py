@@ -344,3 +344,41 @@ def test_another_replicas_consumer_ends_when_the_queue_is_deleted(
     ]
     assert all(r.exc_info is None for r in caplog.records)
     other.stop_consumer()
+
+
+def test_a_task_running_past_the_ack_timeout_stays_held_and_runs_once(
+    ray_session: None, tmp_path: Path, wait_until: Any
+) -> None:
+    # A live replica extends the hold of the batch it runs (every third of ack_timeout),
+    # now from a holder thread while the task runs on the consumer thread: a task that
+    # runs longer than ack_timeout is not handed to another replica to run again.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    config = TaskProcessorConfig(
+        queue_name=queue,
+        adapter=TopicTaskAdapter,
+        adapter_config=TopicAdapterConfig(
+            namespace=namespace, store=str(tmp_path / "store"), ack_timeout=1.0
+        ),
+    )
+    runs: list[int] = []
+
+    def slow(n: int) -> int:
+        runs.append(n)
+        time.sleep(3.0)
+        return n
+
+    replicas = [TopicTaskAdapter(config), TopicTaskAdapter(config)]
+    try:
+        for replica in replicas:
+            replica.initialize()
+            replica.register_task_handle(slow, "slow")
+        task = replicas[0].enqueue_task_sync("slow", [1])
+        for replica in replicas:
+            replica.start_consumer()
+        wait_until(lambda: replicas[0].get_task_status_sync(task.id).status == "SUCCESS", 30)
+        time.sleep(1.0)  # a copy handed out again would have started long before
+        assert runs == [1]
+        assert replicas[1].get_task_status_sync(task.id).result == 1
+    finally:
+        replicas[1].stop_consumer()
+        replicas[0].destroy()
