@@ -54,7 +54,9 @@ for batch in raytopic.data.stream(topic, group=group, max_rows_per_batch=100):
     target = os.path.join(out, f"batch={batch.batch_id}")
     shutil.rmtree(target, ignore_errors=True)
     batch.dataset.write_parquet(target)
-    print(json.dumps([batch.batch_id, sorted(batch.ranges.items()), batch.rows]), flush=True)
+    # Prefixed: Ray may print its own warnings on this process's stdout too.
+    done = [batch.batch_id, sorted(batch.ranges.items()), batch.rows]
+    print("batch", json.dumps(done), flush=True)
     if marker and batch.batch_id == 2:
         open(marker, "w").close()
         time.sleep(600)
@@ -69,6 +71,12 @@ def _driver(ray_cluster: str, topic: rt.Topic, out: Path, marker: str) -> subpro
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _batches(output: str) -> list[Any]:
+    """The batches a driver printed, in order (the lines Ray printed among them left out:
+    its raylet's warning that many worker processes started, say)."""
+    return [json.loads(line[6:]) for line in output.splitlines() if line.startswith("batch ")]
 
 
 def _written(out: Path) -> dict[int, list[int]]:
@@ -91,11 +99,11 @@ def test_a_driver_killed_mid_batch_and_started_again_writes_exactly_the_publishe
         assert first.poll() is None, first.stderr.read()[-3000:] if first.stderr else ""
     finally:
         first.send_signal(signal.SIGKILL)  # mid-batch: batch 2 written, not committed
-    killed = [json.loads(line) for line in first.communicate(timeout=TIMEOUT)[0].splitlines()]
+    killed = _batches(first.communicate(timeout=TIMEOUT)[0])
     second = _driver(ray_cluster, topic, out, "")
     lines, errors = second.communicate(timeout=240)
     assert second.returncode == 0, errors[-3000:]
-    again = [json.loads(line) for line in lines.splitlines()]
+    again = _batches(lines)
     assert [batch[0] for batch in killed] == [0, 1, 2]
     assert again[0] == killed[-1]  # batch 2 again first: same id, ranges and rows
     assert [batch[0] for batch in again] == [2, 3, 4]
