@@ -147,7 +147,9 @@ def _named(prefix: str, namespace: str) -> list[str]:
 # -- scaling and delivery --------------------------------------------------------------
 
 
-def _two_quick_members(topic: rt.Topic, group: str, tally: Tally) -> rt.Autoscaler:
+def _two_quick_members(
+    topic: rt.Topic, group: str, tally: Tally, activation_lag: int = 1
+) -> rt.Autoscaler:
     """An autoscaler of up to 2 members recording into ``tally``, quick to scale
     (polls every 0.2 s, down after 0.5 s idle, 100 elements of lag per member)."""
     return topic.autoscale(
@@ -158,6 +160,7 @@ def _two_quick_members(topic: rt.Topic, group: str, tally: Tally) -> rt.Autoscal
         poll_s=0.2,
         scale_down_after_s=0.5,
         batch_size=10,
+        activation_lag=activation_lag,
     )
 
 
@@ -167,11 +170,12 @@ def test_a_burst_scales_up_from_zero_each_element_once_then_down(
 ) -> None:
     group = f"work-{mode}"
     group_at_latest(topic, group if mode == "owned" else rt.SharedGroup(group))
-    scaler = stopped_after(_two_quick_members(topic, group, tally))
+    # The batch's parts (a call per channel, sent together) land at their channels one
+    # by one: under load a poll fell between them, saw one part's lag and scaled to 1
+    # first. Waking at the whole burst's lag, the scaler's first step sees all of it.
+    scaler = stopped_after(_two_quick_members(topic, group, tally, activation_lag=400))
     assert scaler.members == 0  # no lag, min_members=0: nobody
     values = _values(mode, 400)
-    # One batch (a call per channel, sent together): the scaler's next poll sees
-    # the whole burst, not the first values a publisher's linger sent.
     with topic.publisher() as publisher:
         ray.get(publisher.publish_batch(values), timeout=TIMEOUT)
     wait_until(lambda: scaler.describe().members, timeout=TIMEOUT)
