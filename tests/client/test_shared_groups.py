@@ -388,7 +388,9 @@ def test_a_receive_sent_on_the_view_from_before_its_member_timed_out_rejoins(
     topic, g = shared_two, unique_name("g")
     copy = _Copy.remote()
     get(copy.__ray_ready__.remote())
-    member = topic.subscriber(group=g, mode="shared", start="latest", timeout=2.0)
+    # 5 s: the copy must be handed the member's view before the member times out; at
+    # 2 s a full run at load 40-116 once handed it only after, and the view was ().
+    member = topic.subscriber(group=g, mode="shared", start="latest", timeout=5.0)
     assert get(copy.attach.remote(member)) == (0, 1)  # the view of a live member
     version = max(_view_versions(topic, g))
     wait_until(lambda: not topic.describe().groups[g].members, timeout=30)  # idle: out
