@@ -345,6 +345,7 @@ def _connect(address: str | None) -> None:
         local_ray()
         return
     from raytopic.client.cluster import prepare, resolve_address
+    from raytopic.tools.quiet_kills import driver_reports_off
 
     resolved = resolve_address(address)
     if ray.is_initialized() and ray.get_runtime_context().gcs_address == resolved:
@@ -356,6 +357,9 @@ def _connect(address: str | None) -> None:
         ray.init(address=resolved, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError as error:
         raise SystemExit(f"raytopic: no Ray cluster at {resolved!r}: {error}") from None
+    # Ray prints the raylet's reports to every driver on stdout, log_to_driver=False or
+    # not; this command's stdout is its output (JSON lines a pipe reads).
+    driver_reports_off()
 
 
 def _demo(args: argparse.Namespace) -> int:

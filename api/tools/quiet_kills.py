@@ -15,7 +15,14 @@ from collections.abc import Iterator
 
 import ray
 
-__all__ = ["worker_death_reports_off"]
+__all__ = ["driver_reports_off", "worker_death_reports_off"]
+
+
+def driver_reports_off() -> None:
+    """Keep every report the raylet sends this driver (a worker died, many worker
+    processes started) off its console from now on: for a process of raytopic's
+    own whose standard output is its result, such as the CLI's."""
+    ray._private.worker._worker_logs_enabled = False
 
 
 @contextlib.contextmanager

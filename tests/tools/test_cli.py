@@ -530,3 +530,42 @@ def test_tail_follow_stopped_by_sigterm_exits_quietly(ray_session: None, ray_clu
         assert (tail.returncode, out, err) == (0, "", "")  # before: 1, Ray's SIGTERM stack dump
     finally:
         topic.destroy()
+
+
+def test_tail_keeps_ray_s_reports_off_its_output(ray_session: None, ray_cluster: str) -> None:
+    # The raylet's reports to every driver (a worker died, many worker processes
+    # started) Ray prints on a driver's stdout, log_to_driver=False or not: in a pipe
+    # reading `raytopic tail --json`, such a line is not JSON.
+    import ray
+
+    namespace = f"cli-report-{os.getpid()}"
+    topic = rt.create_topic(f"report-{os.getpid()}", channels=1, namespace=namespace)
+    try:
+        command = shutil.which("raytopic") or sys.executable
+        prefix = [] if command.endswith("raytopic") else ["-m", "raytopic.cli"]
+        tail = subprocess.Popen(
+            [command, *prefix, "tail", topic.name, "--follow", "--address", ray_cluster,
+             "--namespace", namespace],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert tail.stdout is not None
+        with topic.publisher() as publisher:
+            publisher.publish("first")
+            assert tail.stdout.readline() == '"first"\n'  # it is following
+            # A report to every driver, through the cluster's own GCS, as the raylet's.
+            ray._private.utils.publish_error_to_driver(
+                "test_report",
+                "a report the raylet sends every driver",
+                ray._private.worker.global_worker.gcs_client,
+            )
+            time.sleep(2.0)  # it reaches a driver well within this
+            publisher.publish("second")
+        assert tail.stdout.readline() == '"second"\n'
+        tail.send_signal(signal.SIGTERM)
+        out, err = tail.communicate(timeout=60)
+        assert (tail.returncode, out) == (0, "")
+        assert "a report the raylet sends" not in err
+    finally:
+        topic.destroy()
