@@ -21,11 +21,12 @@ import contextlib
 import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 
-__all__ = ["LogTidier", "raytopic_log_lines", "tidy_logs"]
+__all__ = ["LogTidier", "raytopic_log_lines", "tidy_logs", "worker_output_lines"]
 
 TIDY_INTERVAL = 5.0
 """Seconds between two tidyings of the folder."""
@@ -92,19 +93,27 @@ RAYTOPIC_LOG_LINE = re.compile(
 """A log line of raytopic's own loggers, as its actors write them (local time)."""
 
 
+def worker_output_lines(logs: Path, pattern: str = "worker-*") -> Iterator[tuple[Path, str]]:
+    """Each line of the worker output files matching ``pattern`` in the ``logs`` folder
+    and its ``old`` (where :class:`LogTidier` and the monitor move ended workers'
+    files: a file may move, or go, between the listing and the reading), with its file."""
+    for path in [*logs.glob(pattern), *logs.glob(f"old/{pattern}")]:
+        with contextlib.suppress(OSError), path.open(errors="replace") as lines:
+            for line in lines:
+                yield path, line
+
+
 def raytopic_log_lines(logs: Path, start: float, stop: float, most: int = 200) -> list[str]:
     """raytopic's log lines in the actors' stderr files of the ``logs`` folder (and of
     its ``old``, where ended workers' files go) stamped between ``start`` and ``stop``
     (epoch seconds), each after its actor's class, in time order; the last ``most``."""
     found: list[tuple[str, str]] = []
-    for path in [*logs.glob("worker-*.err"), *logs.glob("old/worker-*.err")]:
-        actor = "?"
-        with contextlib.suppress(OSError), path.open(errors="replace") as lines:
-            for line in lines:
-                if line.startswith(":actor_name:"):
-                    actor = line.removeprefix(":actor_name:").strip()
-                elif (match := RAYTOPIC_LOG_LINE.match(line)) is not None:
-                    stamp = time.mktime(time.strptime(match[1][:19], "%Y-%m-%d %H:%M:%S"))
-                    if start <= stamp + int(match[1][20:]) / 1000 <= stop:
-                        found.append((match[1], f"{actor}: {line.rstrip()}"))
+    actors: dict[Path, str] = {}
+    for path, line in worker_output_lines(logs, "worker-*.err"):
+        if line.startswith(":actor_name:"):
+            actors[path] = line.removeprefix(":actor_name:").strip()
+        elif (match := RAYTOPIC_LOG_LINE.match(line)) is not None:
+            stamp = time.mktime(time.strptime(match[1][:19], "%Y-%m-%d %H:%M:%S"))
+            if start <= stamp + int(match[1][20:]) / 1000 <= stop:
+                found.append((match[1], f"{actors.get(path, '?')}: {line.rstrip()}"))
     return [line for _, line in sorted(found)[-most:]]

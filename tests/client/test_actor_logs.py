@@ -13,14 +13,15 @@ from ray.data._internal.logging import get_log_directory
 
 import raytopic as rt
 
+from tests.session_logs import worker_output_lines
+
 
 def _worker_logs_saying(*texts: str) -> list[str]:
     """Lines of the session's worker logs holding every one of ``texts``."""
     logs = Path(get_log_directory()).parent
     return [
-        line
-        for path in logs.glob("worker-*")
-        for line in path.read_text(errors="replace").splitlines()
+        line.rstrip("\n")
+        for _, line in worker_output_lines(logs)
         if all(text in line for text in texts)
     ]
 
