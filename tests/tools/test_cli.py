@@ -508,19 +508,24 @@ def test_reset_group_says_where_it_clamped_and_tail_prints_bytes_readably(
     )
 
 
+def _tail_follow(topic: rt.Topic, ray_cluster: str, namespace: str) -> subprocess.Popen[str]:
+    """``raytopic tail --follow`` of ``topic`` in a process of its own, its output piped."""
+    command = shutil.which("raytopic") or sys.executable
+    prefix = [] if command.endswith("raytopic") else ["-m", "raytopic.cli"]
+    return subprocess.Popen(
+        [command, *prefix, "tail", topic.name, "--follow", "--address", ray_cluster,
+         "--namespace", namespace],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
 def test_tail_follow_stopped_by_sigterm_exits_quietly(ray_session: None, ray_cluster: str) -> None:
     namespace = f"cli-sigterm-{os.getpid()}"
     topic = rt.create_topic(f"sigterm-{os.getpid()}", channels=1, namespace=namespace)
     try:
-        command = shutil.which("raytopic") or sys.executable
-        prefix = [] if command.endswith("raytopic") else ["-m", "raytopic.cli"]
-        tail = subprocess.Popen(
-            [command, *prefix, "tail", topic.name, "--follow", "--address", ray_cluster,
-             "--namespace", namespace],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
+        tail = _tail_follow(topic, ray_cluster, namespace)
         assert tail.stdout is not None
         with topic.publisher() as publisher:
             publisher.publish("first")
@@ -541,15 +546,7 @@ def test_tail_keeps_ray_s_reports_off_its_output(ray_session: None, ray_cluster:
     namespace = f"cli-report-{os.getpid()}"
     topic = rt.create_topic(f"report-{os.getpid()}", channels=1, namespace=namespace)
     try:
-        command = shutil.which("raytopic") or sys.executable
-        prefix = [] if command.endswith("raytopic") else ["-m", "raytopic.cli"]
-        tail = subprocess.Popen(
-            [command, *prefix, "tail", topic.name, "--follow", "--address", ray_cluster,
-             "--namespace", namespace],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
+        tail = _tail_follow(topic, ray_cluster, namespace)
         assert tail.stdout is not None
         with topic.publisher() as publisher:
             publisher.publish("first")
