@@ -227,14 +227,14 @@ class LatestValues:
             assert payload is not None
             woken, deleted = [], None
             for index, key in enumerate(keys):
-                for reader in self._readers.get(key, ()):
-                    if deleted is None:
-                        deleted = payload.tombstones()
-                    value = (
-                        None if deleted[index] else _value((payload.slice(index, index + 1), None))
-                    )
-                    if _field(value, reader[1]) not in reader[2]:
-                        woken.append(reader)
+                readers = self._readers.get(key)
+                if not readers:
+                    continue
+                if deleted is None:
+                    deleted = payload.tombstones()
+                # Decoded once for every read of its key.
+                value = None if deleted[index] else _value((payload.slice(index, index + 1), None))
+                woken += [reader for reader in readers if _field(value, reader[1]) not in reader[2]]
         for future, _, _ in woken:
             if not future.done():
                 future.set_result(None)
