@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -508,33 +509,38 @@ def test_reset_group_says_where_it_clamped_and_tail_prints_bytes_readably(
     )
 
 
-def _tail_follow(topic: rt.Topic, ray_cluster: str, namespace: str) -> subprocess.Popen[str]:
-    """``raytopic tail --follow`` of ``topic`` in a process of its own, its output piped."""
-    command = shutil.which("raytopic") or sys.executable
-    prefix = [] if command.endswith("raytopic") else ["-m", "raytopic.cli"]
-    return subprocess.Popen(
-        [command, *prefix, "tail", topic.name, "--follow", "--address", ray_cluster,
-         "--namespace", namespace],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-
-
-def test_tail_follow_stopped_by_sigterm_exits_quietly(ray_session: None, ray_cluster: str) -> None:
-    namespace = f"cli-sigterm-{os.getpid()}"
-    topic = rt.create_topic(f"sigterm-{os.getpid()}", channels=1, namespace=namespace)
+@contextlib.contextmanager
+def _following_tail(
+    ray_cluster: str, name: str
+) -> Iterator[tuple[rt.Topic, subprocess.Popen[str]]]:
+    """A 1-channel topic of its own namespace and ``raytopic tail --follow`` of it, in a
+    process of its own (output piped), once it has printed the topic's first value."""
+    namespace = f"cli-{name}-{os.getpid()}"
+    topic = rt.create_topic(f"{name}-{os.getpid()}", channels=1, namespace=namespace)
     try:
-        tail = _tail_follow(topic, ray_cluster, namespace)
+        command = shutil.which("raytopic") or sys.executable
+        prefix = [] if command.endswith("raytopic") else ["-m", "raytopic.cli"]
+        tail = subprocess.Popen(
+            [command, *prefix, "tail", topic.name, "--follow", "--address", ray_cluster,
+             "--namespace", namespace],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
         assert tail.stdout is not None
         with topic.publisher() as publisher:
             publisher.publish("first")
         assert tail.stdout.readline() == '"first"\n'  # it is following
+        yield topic, tail
+    finally:
+        topic.destroy()
+
+
+def test_tail_follow_stopped_by_sigterm_exits_quietly(ray_session: None, ray_cluster: str) -> None:
+    with _following_tail(ray_cluster, "sigterm") as (_, tail):
         tail.send_signal(signal.SIGTERM)
         out, err = tail.communicate(timeout=60)
         assert (tail.returncode, out, err) == (0, "", "")  # before: 1, Ray's SIGTERM stack dump
-    finally:
-        topic.destroy()
 
 
 def test_tail_keeps_ray_s_reports_off_its_output(ray_session: None, ray_cluster: str) -> None:
@@ -543,26 +549,19 @@ def test_tail_keeps_ray_s_reports_off_its_output(ray_session: None, ray_cluster:
     # reading `raytopic tail --json`, such a line is not JSON.
     import ray
 
-    namespace = f"cli-report-{os.getpid()}"
-    topic = rt.create_topic(f"report-{os.getpid()}", channels=1, namespace=namespace)
-    try:
-        tail = _tail_follow(topic, ray_cluster, namespace)
+    with _following_tail(ray_cluster, "report") as (topic, tail):
         assert tail.stdout is not None
+        # A report to every driver, through the cluster's own GCS, as the raylet's.
+        ray._private.utils.publish_error_to_driver(
+            "test_report",
+            "a report the raylet sends every driver",
+            ray._private.worker.global_worker.gcs_client,
+        )
+        time.sleep(2.0)  # it reaches a driver well within this
         with topic.publisher() as publisher:
-            publisher.publish("first")
-            assert tail.stdout.readline() == '"first"\n'  # it is following
-            # A report to every driver, through the cluster's own GCS, as the raylet's.
-            ray._private.utils.publish_error_to_driver(
-                "test_report",
-                "a report the raylet sends every driver",
-                ray._private.worker.global_worker.gcs_client,
-            )
-            time.sleep(2.0)  # it reaches a driver well within this
             publisher.publish("second")
         assert tail.stdout.readline() == '"second"\n'
         tail.send_signal(signal.SIGTERM)
         out, err = tail.communicate(timeout=60)
         assert (tail.returncode, out) == (0, "")
         assert "a report the raylet sends" not in err
-    finally:
-        topic.destroy()
