@@ -31,6 +31,7 @@ Users of ``raytopic.spark`` meet none of these:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -43,7 +44,7 @@ from typing import Any
 
 import ray
 
-from raytopic.bridge.jvm_stderr import ray_core_info_left_out
+from raytopic.bridge.jvm_stderr import JvmStderr, ray_core_info_left_out
 from raytopic.core.errors import InvalidArgumentError, TopicError
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,19 @@ _LOG4J_FLAG = re.compile(r"-Dlog4j2?\.configurationFile=(\S+)")
 _PROGRESS_KEY = "spark.ui.showConsoleProgress"
 _PYTHON_KEY = "spark.pyspark.python"
 _DRIVER_PYTHON_KEY = "spark.pyspark.driver.python"
+
+
+@dataclasses.dataclass
+class _StartedSpark:
+    """The Spark session :func:`init_spark` started in this process."""
+
+    driver_stderr: JvmStderr
+    """The filter Spark's driver JVM's standard error goes through."""
+    quiet: bool = False
+    """Raytopic's own job (:func:`init_quiet_spark`): its stop prints nothing."""
+
+
+_started: _StartedSpark | None = None
 
 
 class JavaNotFoundError(TopicError, RuntimeError):
@@ -252,10 +266,12 @@ def init_spark(
     # PySpark reads PYSPARK_PYTHON once, when the SparkContext starts, and gives
     # it to every Python function it ships (the setting alone is read only by
     # spark-submit); set for that moment only, the user's environment stays as it was.
-    with _environment(PYSPARK_PYTHON=python), ray_core_info_left_out():
+    global _started
+    with _environment(PYSPARK_PYTHON=python), ray_core_info_left_out() as driver_stderr:
         session = raydp.init_spark(
             app_name, num_executors, executor_cores, executor_memory, configs=settings
         )
+    _started = _StartedSpark(driver_stderr)
     _remove_ray_library_copies(session)
     return session
 
@@ -357,12 +373,35 @@ def init_quiet_spark(app_name: str) -> Any:
     below ERROR."""
     session = init_spark(app_name, num_executors=1, executor_cores=2, executor_memory="2GB")
     session.sparkContext.setLogLevel("ERROR")
+    if _started is not None:
+        _started.quiet = True
     return session
 
 
 def stop_spark() -> None:
     """Stop the Spark session :func:`init_spark` started (idempotent). What was
     published from it stays in the topics."""
+    global _started
     import raydp
 
+    started, _started = _started, None
+    if started is not None and started.quiet:
+        _silence_the_stop(started)
     raydp.stop_spark()
+
+
+def _silence_the_stop(started: _StartedSpark) -> None:
+    """Let nothing Spark's driver JVM says from now on reach the terminal.
+
+    RayDP stops Ray in the driver JVM and kills its app master while Spark
+    stops; under load an ask is still outstanding when its connection closes,
+    and the driver logs "ERROR TransportResponseHandler: Still have 1 requests
+    outstanding" (on standard output: the driver JVM logs with Ray's Java
+    console configuration once it has joined Ray) while Scala prints the
+    failed callback's ``RejectedExecutionException`` to standard error. Noise
+    of a stop, not of the job: raytopic's own jobs end without it.
+    """
+    session = _running_session()
+    if session is not None:
+        session.sparkContext.setLogLevel("OFF")
+    started.driver_stderr.silence()

@@ -95,6 +95,10 @@ _NOISE = {
         r"Running Dataset|Starting execution|Data sink|execution finished"
     ),
     "Ray Data's no-CPU warning": re.compile(r"available CPUs"),
+    # Spark's stop under load: RayDP kills its app master while an ask is outstanding.
+    "Spark's errors at its stop": re.compile(
+        r"requests outstanding when connection|RejectedExecutionException"
+    ),
     "Ray core's INFO lines from Spark's JVM": re.compile(
         r"^\[\d{4}-\d\d-\d\d [\d:,]+ I \d+ \d+\] ", re.M
     ),
