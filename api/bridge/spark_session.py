@@ -370,10 +370,12 @@ def _environment(**values: str) -> Iterator[None]:
 def init_quiet_spark(app_name: str) -> Any:
     """Spark for raytopic's own jobs (the demo, the benchmarks): one executor of
     2 cores, without console progress bars (as :func:`init_spark`) or log lines
-    below ERROR."""
+    below ERROR; if it starts the session, :func:`stop_spark` stops it without a
+    line."""
+    ours = _running_session() is None  # a session running already stops as its owner chose
     session = init_spark(app_name, num_executors=1, executor_cores=2, executor_memory="2GB")
     session.sparkContext.setLogLevel("ERROR")
-    if _started is not None:
+    if ours and _started is not None:
         _started.quiet = True
     return session
 
