@@ -11,8 +11,9 @@ import os
 import pickle
 import signal
 import threading
+import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,9 @@ from tests.topic_helpers import TIMEOUT, get, module_topic
 # coordinator): each opens a view of it, closes it, and checks no reader is left; only the
 # listener's test publishes (one key), and a listener hears only what comes after it.
 one_channel = module_topic(channels=1)
+
+KEYS, VERSIONS = 200, 5
+"""The shared keyed table's keys, and the versions of each (``keyed_table``)."""
 
 
 def _publish_versions(topic: rt.Topic, keys: int, versions: int, *, prefix: str = "k") -> None:
@@ -58,16 +62,25 @@ def _reader_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("raytopic-table-")]
 
 
+@pytest.fixture(scope="module")
+def keyed_table(ray_session: None) -> Iterator[rt.Topic]:
+    """Three channels holding KEYS keys' VERSIONS versions each and a value without a
+    key; nobody publishes to it after. Two tests only read it (a view of it, and
+    read_table of it), so they share it, made and fed once (a topic is an actor per
+    channel and a coordinator)."""
+    topic = rt.create_topic(f"table-{uuid.uuid4().hex[:8]}", channels=3, retain=True)
+    _publish_versions(topic, keys=KEYS, versions=VERSIONS)
+    with topic.publisher() as publisher:
+        publisher.publish("no key: not a table's")
+    yield topic
+    topic.destroy()
+
+
 # -- whole when made -----------------------------------------------------------------------
 
 
-def test_a_view_holds_every_keys_latest_value_when_it_returns(
-    make_topic: Callable[..., rt.Topic],
-) -> None:
-    topic = make_topic(channels=3, retain=True)
-    _publish_versions(topic, keys=200, versions=5)
-    with topic.publisher() as publisher:
-        publisher.publish("no key: not a table's")
+def test_a_view_holds_every_keys_latest_value_when_it_returns(keyed_table: rt.Topic) -> None:
+    topic = keyed_table  # 200 keys' versions 0..4 and a value without a key
     with topic.table() as view:
         assert dict(view.items()) == _latest(200, 5)
         assert len(view) == 200 and sorted(view.keys()) == sorted(_latest(200, 5))
@@ -83,7 +96,7 @@ def test_a_view_holds_every_keys_latest_value_when_it_returns(
 def test_a_view_made_while_publishing_holds_everything_before_it_and_misses_nothing_after(
     make_topic: Callable[..., rt.Topic],
 ) -> None:
-    topic = make_topic(channels=4)
+    topic = make_topic(channels=2)  # channels read while others are published to: two do
     acknowledged: dict[str, int] = {}
     version = [0]
 
@@ -122,7 +135,7 @@ def test_a_view_made_while_publishing_holds_everything_before_it_and_misses_noth
 def test_a_view_of_an_empty_topic_is_empty_and_goes_live(
     make_topic: Callable[..., rt.Topic],
 ) -> None:
-    topic = make_topic(channels=2)
+    topic = make_topic(channels=1)  # empty, then live: no second channel needed
     with topic.table() as view:
         assert len(view) == 0 and view.items() == []
         view.refresh()
@@ -155,7 +168,7 @@ def test_a_bulk_read_passes_over_what_the_ring_dropped_meanwhile(
 def test_deleted_keys_are_never_entries_and_listeners_hear_none(
     make_topic: Callable[..., rt.Topic],
 ) -> None:
-    topic = make_topic(channels=3, compaction=rt.Compaction())
+    topic = make_topic(channels=2, compaction=rt.Compaction())
     _publish_versions(topic, keys=30, versions=2)
     with topic.publisher() as publisher:
         for k in range(10):  # deleted before the view: never seen by it
@@ -226,7 +239,7 @@ def test_a_view_of_a_compacted_topic_reads_the_survivors_across_the_gaps(
 def test_refresh_returns_only_once_everything_published_before_it_is_applied(
     make_topic: Callable[..., rt.Topic],
 ) -> None:
-    topic = make_topic(channels=4)
+    topic = make_topic(channels=2)  # a refresh waits for every channel: two are several
     with topic.table() as view:
         for round_ in range(3):
             # Published by another process: the view learns of it only through its reader.
@@ -240,7 +253,7 @@ def test_refresh_returns_only_once_everything_published_before_it_is_applied(
 def test_refresh_names_the_channels_behind_when_it_times_out(
     make_topic: Callable[..., rt.Topic],
 ) -> None:
-    topic = make_topic(channels=2)
+    topic = make_topic(channels=1)  # its one key is on one channel: the one behind
     with topic.table() as view:
         blocked = threading.Event()
         view.listen(lambda key, value: blocked.wait(TIMEOUT))  # the view's thread stops here
@@ -259,7 +272,7 @@ def test_refresh_names_the_channels_behind_when_it_times_out(
 def test_listeners_hear_every_later_change_in_order_per_key(
     make_topic: Callable[..., rt.Topic],
 ) -> None:
-    topic = make_topic(channels=3)
+    topic = make_topic(channels=2)  # keys on several channels; the order is per key
     _publish_versions(topic, keys=20, versions=2)  # before: not a change a listener hears
     heard: dict[str, list[int]] = defaultdict(list)
     with topic.table() as view:
@@ -284,7 +297,7 @@ def test_a_listener_that_raises_costs_only_itself(
     raised: type[BaseException],
 ) -> None:
     # SystemExit on a thread ends it without a word (Python's threading): caught too.
-    topic = make_topic(channels=2)
+    topic = make_topic(channels=1)  # what is checked is the listeners, not the channels
     heard: list[tuple[str, Any]] = []
 
     def broken(key: str, value: Any) -> None:
@@ -358,7 +371,7 @@ class _Holder:
 def test_a_view_passed_to_a_task_is_a_whole_working_view_there(
     make_topic: Callable[..., rt.Topic],
 ) -> None:
-    topic = make_topic(channels=2)
+    topic = make_topic(channels=1)  # what is checked is the view in another process
     _publish_versions(topic, keys=30, versions=3)
     with topic.table() as view:
         _publish_versions(topic, keys=30, versions=4)  # after the view: the copy has them too
@@ -372,7 +385,7 @@ def test_a_view_passed_to_a_task_is_a_whole_working_view_there(
 
 
 def test_a_view_kept_by_an_actor_stays_live_there(make_topic: Callable[..., rt.Topic]) -> None:
-    topic = make_topic(channels=2)
+    topic = make_topic(channels=1)  # what is checked is the view in an actor
     _publish_versions(topic, keys=10, versions=2)
     holder = _Holder.remote(topic)
     try:
@@ -439,7 +452,7 @@ def test_a_closed_view_refuses_every_call_but_close(one_channel: rt.Topic) -> No
 def test_a_destroyed_topic_makes_every_call_raise_topic_not_found(
     make_topic: Callable[..., rt.Topic], wait_until
 ) -> None:
-    topic = make_topic(channels=2)
+    topic = make_topic(channels=1)  # its reader hears of the destroy at its one channel
     _publish_versions(topic, keys=2, versions=1)
     view = topic.table()
     # Destroyed by another process: the view's reader hears of it.
@@ -503,14 +516,11 @@ def test_a_bootstrap_past_its_timeout_raises_and_leaves_no_reader(
 # -- read_table ------------------------------------------------------------------------------
 
 
-def test_read_table_is_the_views_table_as_a_dataset(make_topic: Callable[..., rt.Topic]) -> None:
-    topic = make_topic(channels=3)
-    _publish_versions(topic, keys=50, versions=3)
-    with topic.publisher() as publisher:
-        publisher.publish("no key")
+def test_read_table_is_the_views_table_as_a_dataset(keyed_table: rt.Topic) -> None:
+    topic = keyed_table  # 200 keys' versions 0..4 and a value without a key
     rows = rd.read_table(topic).to_pandas()
     assert list(rows.columns) == ["key", "id", "v", "channel", "position", "timestamp"]
-    assert len(rows) == 50 and set(rows["v"]) == {2}
+    assert len(rows) == KEYS and set(rows["v"]) == {VERSIONS - 1}
     with topic.table() as view:
         assert {row.key: {"id": row.id, "v": row.v} for row in rows.itertuples()} == dict(
             view.items()
@@ -540,7 +550,7 @@ def test_read_table_gives_other_values_as_a_value_column_and_keeps_a_field_named
 
 
 def test_read_table_of_a_topic_without_keys_is_empty(make_topic: Callable[..., rt.Topic]) -> None:
-    topic = make_topic(channels=2)
+    topic = make_topic(channels=1)
     assert rd.read_table(topic).count() == 0
     with topic.publisher() as publisher:
         publisher.publish("no key")
