@@ -17,9 +17,22 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, kill_channel, publish_all, serving_again
+from tests.topic_helpers import (
+    get,
+    group_at_latest,
+    kill_channel,
+    module_topic,
+    next_sequences,
+    publish_all,
+    serving_again,
+)
 
 FAILING = {3, 11}
+
+# Four tests of one channel share it (a topic is an actor per channel and a
+# coordinator): each its own group, made at the latest position before it publishes, so
+# it receives, acks and drains only its own elements; positions count from its start.
+shared_one = module_topic(channels=1)
 
 
 @ray.remote(max_retries=0)
@@ -58,16 +71,19 @@ def test_a_fan_out_delivers_again_only_what_its_failed_tasks_had(make_topic) -> 
     assert _drain(topic, "g") == sorted(FAILING)  # done elements are not delivered again
 
 
-def test_the_cumulative_commit_in_a_fan_out_passes_over_a_failed_task(make_topic) -> None:
+def test_the_cumulative_commit_in_a_fan_out_passes_over_a_failed_task(
+    shared_one, unique_name
+) -> None:
     # The trap docs/guides/subscribe.md warns of, kept as what it is: a later task's commit covers
     # an earlier element whose task failed.
-    topic = make_topic(channels=1, groups=["g"])
+    topic, group = shared_one, unique_name("g")
+    group_at_latest(topic, group)
     publish_all(topic, [{"n": n} for n in range(5)])
-    member = topic.subscriber(group="g")
+    member = topic.subscriber(group=group)
     elements = [get(member.receive()) for _ in range(5)]
     assert elements[4].commit().status is rt.CommitStatus.COMMITTED  # 0..3 unfinished
     member.close()
-    assert _drain(topic, "g") == []
+    assert _drain(topic, group) == []
 
 
 @pytest.mark.slow
@@ -85,41 +101,47 @@ def test_done_elements_survive_a_killed_channel_with_a_store(make_topic, tmp_pat
     assert _drain(topic, "g") == [2, 7]
 
 
-def test_a_member_acks_its_own_elements_and_only_them(make_topic) -> None:
-    topic = make_topic(channels=1, groups=["g"])
+def test_a_member_acks_its_own_elements_and_only_them(shared_one, unique_name) -> None:
+    topic, group = shared_one, unique_name("g")
+    group_at_latest(topic, group)
+    first = next_sequences(topic)[0]  # its elements' sequences count from here
     publish_all(topic, [{"n": n} for n in range(4)])
-    member = topic.subscriber(group="g")
+    member = topic.subscriber(group=group)
     other = topic.subscriber(start="earliest")
     elements = get(member.receive_batch(4))
     with pytest.raises(rt.ForeignElementError):
         other.ack(elements)  # nothing acknowledged
     assert member.ack([elements[3], elements[0]]) == [rt.AckStatus.ACKED] * 2
-    assert member.last_committed()[0].sequence == 0  # 1 and 2 are not done
+    assert member.last_committed()[0].sequence == first + 0  # 1 and 2 are not done
     assert member.ack(elements[1:3]) == [rt.AckStatus.ACKED] * 2
-    assert member.last_committed()[0].sequence == 3
+    assert member.last_committed()[0].sequence == first + 3
     other.close()
     member.close()
 
 
-def test_an_ack_after_the_channel_moved_is_not_owner_and_loses_nothing(make_topic) -> None:
-    topic = make_topic(channels=1, groups=["g"])
+def test_an_ack_after_the_channel_moved_is_not_owner_and_loses_nothing(
+    shared_one, unique_name
+) -> None:
+    topic, group = shared_one, unique_name("g")
+    group_at_latest(topic, group)
     publish_all(topic, [{"n": n} for n in range(3)])
-    first = topic.subscriber(group="g")
+    first = topic.subscriber(group=group)
     elements = get(first.receive_batch(3))
     assert elements[0].ack() is rt.AckStatus.ACKED
     first.close()  # the channel goes to the next member
-    with topic.subscriber(group="g", complete_on_empty=True) as second:
+    with topic.subscriber(group=group, complete_on_empty=True) as second:
         assert elements[1].ack() is rt.AckStatus.NOT_OWNER
         again = get(second.receive_batch(10))
         assert [e.value["n"] for e in again] == [1, 2]
         assert [e.ack() for e in again] == [rt.AckStatus.ACKED] * 2
-    assert topic.describe().groups["g"].lag == 0
+    assert topic.describe().groups[group].lag == 0
 
 
-def test_acks_free_the_window(make_topic) -> None:
-    topic = make_topic(channels=1, groups=["g"])
+def test_acks_free_the_window(shared_one, unique_name) -> None:
+    topic, group = shared_one, unique_name("g")
+    group_at_latest(topic, group)
     publish_all(topic, [{"n": n} for n in range(6)])
-    member = topic.subscriber(group="g", window=3, complete_on_empty=True)
+    member = topic.subscriber(group=group, window=3, complete_on_empty=True)
     first = get(member.receive_batch(10))
     waiting = member.receive_batch(10)  # the window is full: it waits
     assert len(first) == 3 and not ray.wait([waiting], timeout=0.5)[0]
