@@ -7,6 +7,7 @@ later calls on them say so (``REJECTED``, never ``EXTENDED``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, publish_all, receive_exactly
+from tests.topic_helpers import get, group_at_latest, module_topic, publish_all, receive_exactly
 
 pytestmark = pytest.mark.slow  # each waits past a member's timeout
 
@@ -23,6 +24,11 @@ WORK = 4 * TIMEOUT  # the slow member's work: well past its timeout (the issue's
 PAUSE = TIMEOUT / 6  # between a slow member's extensions
 ACKS = 12  # an owned member's elements, acked WORK / ACKS (a third of its timeout) apart
 EXTENDED, ACKED, REJECTED = rt.AckStatus.EXTENDED, rt.AckStatus.ACKED, rt.AckStatus.REJECTED
+
+# The three tests of a shared group share a two-channel topic (a topic is an actor per
+# channel and a coordinator): each its own group, made at the latest position before it
+# publishes, so its members hold and take only its own 5 elements; each closes them.
+shared_two = module_topic(channels=2)
 
 
 def _slow_member(topic: rt.Topic, group: str) -> tuple[rt.Subscriber, rt.Subscriber, list]:
@@ -42,10 +48,10 @@ def _taken(eager: rt.Subscriber) -> list[tuple[Any, int]]:
     return [] if batch is None else [(e.value, e.delivery_count) for e in batch]
 
 
-def test_a_member_that_extends_its_holds_keeps_them(make_topic, unique_name):
-    topic = make_topic(channels=2)
+def test_a_member_that_extends_its_holds_keeps_them(shared_two, unique_name):
+    topic = shared_two
     group = unique_name("g")
-    topic.create_group(rt.SharedGroup(group))
+    group_at_latest(topic, rt.SharedGroup(group))
     slow, eager, held = _slow_member(topic, group)
     statuses, taken = set(), []
     end = time.monotonic() + WORK
@@ -57,6 +63,8 @@ def test_a_member_that_extends_its_holds_keeps_them(make_topic, unique_name):
     assert statuses == {EXTENDED}
     assert slow.ack(held) == [ACKED] * 5  # before: REJECTED
     assert topic.describe().groups[group].lag == 0
+    slow.close()
+    eager.close()
 
 
 @ray.remote
@@ -83,33 +91,37 @@ class _Worker:
         return statuses
 
 
-def _ready_worker() -> Any:
-    worker = _Worker.remote()
-    get(worker.ready.remote())
-    return worker
+@pytest.fixture(scope="module")
+def worker(ray_session: None) -> Iterator[Any]:
+    """One ready _Worker for the module's two tests that hand elements to an actor
+    (each call is stateless; an actor is a process to start)."""
+    made = _Worker.remote()
+    get(made.ready.remote())
+    yield made
+    ray.kill(made)
 
 
 def test_an_actor_that_extends_the_elements_it_was_given_keeps_their_member(
-    make_topic, unique_name
+    shared_two, worker, unique_name
 ):
-    topic = make_topic(channels=2)
+    topic = shared_two
     group = unique_name("g")
-    topic.create_group(rt.SharedGroup(group))
-    worker = _ready_worker()
-    _slow, eager, held = _slow_member(topic, group)
+    group_at_latest(topic, rt.SharedGroup(group))
+    slow, eager, held = _slow_member(topic, group)
     work = worker.extend_then_ack.remote(held, WORK)  # the member itself stays silent
     taken = []
     while not ray.wait([work], timeout=PAUSE)[0]:
         taken += _taken(eager)
     assert taken == []  # before: all 5, and the actor's extensions REJECTED
     assert get(work) == [ACKED] * 5
+    slow.close()
+    eager.close()
 
 
-def test_an_owned_members_fanned_out_acks_keep_it_alive(make_topic, unique_name):
+def test_an_owned_members_fanned_out_acks_keep_it_alive(make_topic, worker, unique_name):
     topic = make_topic(channels=1)
     group = unique_name("g")
     topic.create_group(group)
-    worker = _ready_worker()
     member = topic.subscriber(group=group, timeout=TIMEOUT)
     publish_all(topic, list(range(ACKS)))
     elements = list(receive_exactly(member, ACKS))
@@ -119,10 +131,10 @@ def test_an_owned_members_fanned_out_acks_keep_it_alive(make_topic, unique_name)
     assert topic.describe().groups[group].lag == 0
 
 
-def test_a_member_that_lost_its_holds_is_told_so(make_topic, unique_name):
-    topic = make_topic(channels=2)
+def test_a_member_that_lost_its_holds_is_told_so(shared_two, unique_name):
+    topic = shared_two
     group = unique_name("g")
-    topic.create_group(rt.SharedGroup(group))
+    group_at_latest(topic, rt.SharedGroup(group))
     slow, eager, held = _slow_member(topic, group)
     deadline = time.monotonic() + TIMEOUT + 10.0
     taken: list = []
@@ -131,3 +143,5 @@ def test_a_member_that_lost_its_holds_is_told_so(make_topic, unique_name):
     assert sorted(taken) == [(value, 2) for value in range(5)]
     assert slow.extend_lease(held, 20.0) == [REJECTED] * 5
     assert slow.ack(held) == [REJECTED] * 5
+    slow.close()
+    eager.close()
