@@ -18,13 +18,13 @@ Every piece a call carries (a batch of values, a part) is numbered per channel:
 the channel appends one publisher's pieces in that order (several calls may be
 in flight to one channel), and a retried piece is not appended twice. Calls are
 submitted in the order they were numbered (``raytopic.client.submit_order``), whichever
-thread numbered them: a channel waits only so long for a missing number.
+thread numbered them: a channel waits only so long for a missing number. One thread
+per publisher completes the calls as their replies come, and sends what waited for
+them (``raytopic.client.publish_completion``).
 """
 
 from __future__ import annotations
 
-import logging
-import queue
 import random
 import threading
 import time
@@ -49,6 +49,7 @@ from raytopic.client.batch_parts import (
     routed_keys,
 )
 from raytopic.client.publish_accumulator import PIPELINE, ChannelQueue, Part, Piece, piece_count
+from raytopic.client.publish_completion import Call, Completer, closed_error
 from raytopic.client.publish_futures import BatchFuture, PublishBatch
 from raytopic.client.routing import key_hash, stored_key
 from raytopic.client.submit_order import SubmitOrder
@@ -62,38 +63,26 @@ from raytopic.core.config import (
     check_seconds,
     check_timeout,
 )
-from raytopic.core.destroyed import check_topic, destroyed_error, is_destroyed, topic_calls
+from raytopic.core.destroyed import check_topic, destroyed_error, is_destroyed
 from raytopic.core.errors import (
     ChannelUnavailableError,
     InvalidArgumentError,
     InvalidTypeError,
-    PublisherClosedError,
     TopicFullError,
 )
 from raytopic.core.gather import Joined, JoinKind, send_joined
 from raytopic.core.payloads import TOMBSTONE, Payload, PickledValues, fast_dumps
-from raytopic.core.protocol import Append, AppendAck, AppendPieces, pack_request, pack_small
+from raytopic.core.protocol import Append, AppendPieces, pack_request, pack_small
 from raytopic.core.statuses import PublishStatuses
 from raytopic.core.user_functions import call_user
 from raytopic.core.waits import bounded_wait
 
 if TYPE_CHECKING:
     from raytopic.client.topic import Topic
+    from raytopic.core.errors import PublisherClosedError
     from raytopic.core.records import PublishStatus
 
-logger = logging.getLogger(__name__)
-
 __all__ = ["Publisher"]
-
-
-@dataclass(slots=True)
-class _Call:
-    """One append call on its way."""
-
-    pipe: ChannelQueue
-    number: int
-    pieces: list[Piece] | None  # None: a publish_batch part whose caller holds the ref
-    count: int
 
 
 @dataclass(slots=True)
@@ -101,7 +90,7 @@ class _Calls:
     """Calls numbered together, and the ticket they are submitted under (None: no calls)."""
 
     ticket: int | None
-    calls: list[_Call]
+    calls: list[Call]
 
 
 class Publisher:
@@ -182,11 +171,16 @@ class Publisher:
         self._next_lead = 0  # the turn of the next publish_batch's lead (lead_last)
         self._in_flight = 0
         self._pending = 0  # values buffered or in flight
-        self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._worker: threading.Thread | None = None
-        self._worker_lock = threading.Lock()
         self._closed = False
-        self._failure: BaseException | None = None  # what ended the worker thread
+        self._completer = Completer(  # the background thread: it completes the calls
+            self._id[:8],
+            self._linger,
+            topic_id=self._topic_id,
+            topic_name=topic.name,
+            count=self._count_completed,
+            send=partial(self._send, force=False),
+            close=self._close_on,
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         settings = {
@@ -295,7 +289,7 @@ class Publisher:
         if calls is not None and calls.calls:
             self._make(calls)
         elif self._linger:
-            self._start_worker()  # it sends the batch once it is linger old
+            self._completer.start()  # it sends the batch once it is linger old
         return future
 
     @overload
@@ -397,10 +391,10 @@ class Publisher:
                 self._pipes[channel].close_open()
             queued = self._calls_to_make(force=True, only=set(parts))
             ticket = self._order.ticket() if queued.ticket is None else queued.ticket
-            own: list[_Call] = []
+            own: list[Call] = []
             for channel, payload in parts.items():
                 pipe = self._pipes[channel]
-                own.append(_Call(pipe, pipe.next_batch, None, len(payload)))
+                own.append(Call(pipe, pipe.next_batch, None, len(payload)))
                 pipe.next_batch += 1
                 pipe.in_flight += 1
                 self._in_flight += 1
@@ -413,13 +407,13 @@ class Publisher:
             return self._send_parts(own, parts, layout)
 
     def _send_parts(
-        self, own: list[_Call], parts: dict[int, Payload], layout: np.ndarray
+        self, own: list[Call], parts: dict[int, Payload], layout: np.ndarray
     ) -> ray.ObjectRef[Sequence[PublishStatus]]:
         """In its turn: submit a publish_batch's parts, one call per channel."""
         # One call per channel, no task: the lead's channel (lead_last) joins the others'
         # statuses into its reply (raytopic.core.gather). It answers once every part
         # has, so its reply alone completes them all: one callback a batch, not one a part.
-        sent: list[_Call] = []
+        sent: list[Call] = []
         sends = [
             partial(self._make_part, call, parts[call.pipe.channel], own, sent) for call in own
         ]
@@ -431,7 +425,7 @@ class Publisher:
             failed = own[len(sent)]
             for call in own:
                 if call is not failed:
-                    self._post(("done", call, None, ChannelUnavailableError("not completed")))
+                    self._completer.post(call, None, ChannelUnavailableError("not completed"))
             raise
 
     def _queue_parts(
@@ -461,7 +455,7 @@ class Publisher:
         if calls.calls:
             self._make(calls)
         else:
-            self._start_worker()  # it sends the parts once their channels' calls return
+            self._completer.start()  # it sends the parts once their channels' calls return
         return future
 
     def _room(self) -> TopicFullError | None:
@@ -483,7 +477,7 @@ class Publisher:
         return None
 
     def _make_part(
-        self, call: _Call, part: Payload, own: list[_Call], sent: list[_Call], joined: Joined | None
+        self, call: Call, part: Payload, own: list[Call], sent: list[Call], joined: Joined | None
     ) -> ray.ObjectRef[Any]:
         """Submit one channel's part of a publish_batch (``joined``: as the lead, whose
         reply completes every part of ``own``); ``sent`` gains it once submitted.
@@ -538,7 +532,7 @@ class Publisher:
         partial batch waits until fewer than PIPELINE calls to its channel are
         out and it is ``linger`` old (see ``ChannelQueue.due``).
         """
-        calls: list[_Call] = []
+        calls: list[Call] = []
         now = time.monotonic()
         batch_size, linger = self._batch_size, self._linger
         while force or self._in_flight < self._max_in_flight:
@@ -552,7 +546,7 @@ class Publisher:
             if pick is None:
                 break
             number, pieces = pick.take(batch_size)
-            calls.append(_Call(pick, number, pieces, piece_count(pieces)))
+            calls.append(Call(pick, number, pieces, piece_count(pieces)))
             self._in_flight += 1
         return _Calls(self._order.ticket() if calls else None, calls)
 
@@ -566,12 +560,12 @@ class Publisher:
 
     def _make_one(
         self,
-        call: _Call,
+        call: Call,
         part: Payload | None,
         joined: Joined | None = None,
-        completes: list[_Call] | None = None,
+        completes: list[Call] | None = None,
     ) -> Any:
-        """Submit one append call (outside the lock); its reply is completed by the worker.
+        """Submit one append call (outside the lock); its reply is completed by the completer.
         ``part``: a publish_batch part's values (a ref's: its call is the part alone);
         ``joined``: the other parts' replies this part's call joins (see
         ``raytopic.core.gather``); ``completes``: the calls its reply completes
@@ -600,139 +594,56 @@ class Publisher:
                 pack_request(request), pack_small(payload), *(() if joined is None else (joined,))
             )
         except Exception as error:  # could not even be submitted
-            self._start_worker()
-            self._post(("done", call, None, error))
+            self._completer.start()
+            self._completer.post(call, None, error)
             return None
-        self._start_worker()
+        completer = self._completer
+        completer.start()
         completed = [call] if completes is None else completes
         if completed:
 
             def post_done(done: Any) -> None:
                 for each in completed:
-                    self._post(("done", each, done, None))
+                    completer.post(each, done, None)
 
             ref.future().add_done_callback(post_done)
         return ref
 
-    # -- the worker thread -------------------------------------------------------
+    # -- what the completer's thread asks of the publisher ----------------------------
 
-    def _start_worker(self) -> None:
-        if self._worker is not None:
-            return
-        with self._worker_lock:
-            if self._worker is None:
-                worker = threading.Thread(
-                    target=self._complete_calls,
-                    name=f"raytopic-publisher-{self._id[:8]}",
-                    daemon=True,
-                )
-                worker.start()
-                self._worker = worker
-
-    def _complete_calls(self) -> None:
-        """Background: complete returned calls, send what waited, honour linger.
-
-        An error completing one call is logged and the loop goes on. A
-        BaseException (``SystemExit`` from a future's done-callback) ends the
-        thread, as Python means it to: the publisher then fails what would
-        have waited on it forever (see :meth:`_fail`).
-        """
-        try:
-            while True:
-                try:
-                    # In slices: linger is checked against each batch's age anyway.
-                    event = self._events.get(timeout=bounded_wait(self._linger or None))
-                except queue.Empty:
-                    event = ("tick",)
-                if event[0] == "stop":
-                    return
-                try:
-                    self._complete_event(event)
-                    with self._lock:
-                        calls = self._calls_to_make(force=False)
-                    self._make(calls)
-                except Exception:
-                    logger.exception(
-                        "publisher %s: completing a call failed; going on", self._id[:8]
-                    )
-        except BaseException as error:
-            self._fail(error)
-
-    def _complete_event(self, event: tuple[Any, ...]) -> None:
-        """Complete the futures of a returned call (a "done" event), and count it completed."""
-        if event[0] != "done":
-            return
-        _, call, done, error = event
-        try:
-            _complete_call(call, done, error, self._topic)
-        finally:  # counted even if a done-callback raised: flush() must not wait for it
-            with self._lock:
-                self._in_flight -= 1
-                call.pipe.in_flight -= 1
-                self._pending -= call.count
-                self._completed.notify_all()
-
-    def _post(self, event: tuple[Any, ...]) -> None:
-        """Hand a call's outcome to the worker thread; complete it here once that is gone."""
-        self._events.put(event)
-        if self._failure is not None:  # set before the worker drains: no event is left
-            self._drain_events()
-
-    def _drain_events(self) -> None:
-        """With the worker thread gone: complete the calls it would have completed."""
-        while True:
-            try:
-                event = self._events.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                self._complete_event(event)
-            except BaseException:  # a done-callback's SystemExit: the other calls still complete
-                logger.exception("publisher %s: completing a call failed", self._id[:8])
-
-    def _fail(self, cause: BaseException) -> None:
-        """The worker thread ends on ``cause``: close the publisher and fail what waits.
-
-        Values not sent yet fail with PublisherClosedError (nothing would send
-        them); calls in flight complete as their replies come (:meth:`_post`), so
-        ``flush()`` and ``close()`` return; ``publish()`` raises.
-        """
-        logger.error(
-            "publisher %s: its background thread ended on %r; the publisher is closed "
-            "and the values it had not sent fail",
-            self._id[:8],
-            cause,
-            exc_info=cause,
-        )
+    def _count_completed(self, call: Call) -> None:
+        """Count a completed call out of the calls in flight (``flush()`` waits on it)."""
         with self._lock:
-            self._failure = cause
+            self._in_flight -= 1
+            call.pipe.in_flight -= 1
+            self._pending -= call.count
+            self._completed.notify_all()
+
+    def _send(self, *, force: bool) -> None:
+        """Send what may go now (everything, with ``force``)."""
+        with self._lock:
+            calls = self._calls_to_make(force=force)
+        self._make(calls)
+
+    def _close_on(self, cause: BaseException) -> list[Piece]:
+        """The completer's thread ended on ``cause``: close, and return the pieces not
+        sent (they fail; ``publish()`` raises, ``flush()`` and ``close()`` return)."""
+        with self._lock:
             self._closed = True
             unsent = [piece for pipe in self._pipes for piece in pipe.take_all()]
             self._pending -= piece_count(unsent)
             self._completed.notify_all()
-        error = self._closed_error()
-        for piece in unsent:
-            try:
-                _complete_piece(piece, None, error)
-            except BaseException:  # a done-callback again: every piece still completes
-                logger.exception("publisher %s: a done-callback raised", self._id[:8])
-        self._drain_events()
+        return unsent
 
     def _closed_error(self) -> PublisherClosedError:
         """Why ``publish`` is refused: closed by ``close()``, or by a failure."""
-        if self._failure is None:
-            return PublisherClosedError("the publisher is closed")
-        error = PublisherClosedError(
-            f"the publisher closed itself: its background thread ended on {self._failure!r}"
-        )
-        error.__cause__ = self._failure
-        return error
+        return closed_error(self._completer.failure)
 
     def _wait_for_room(self) -> bool:
         """With the lock held: wait until fewer than max_buffered values are pending."""
         deadline = time.monotonic() + (self._block_timeout or 0)
-        self._start_worker()
-        self._events.put(("tick",))  # the worker sends what may go
+        self._completer.start()
+        self._completer.wake()  # its thread sends what may go
         while self._pending >= self._max_buffered:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -755,9 +666,7 @@ class Publisher:
         """
         timeout = check_seconds(timeout, "timeout", allow_none=True, allow_zero=True)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            calls = self._calls_to_make(force=True)
-        self._make(calls)
+        self._send(force=True)
         with self._lock:
             while self._pending:
                 left = None if deadline is None else deadline - time.monotonic()
@@ -781,15 +690,12 @@ class Publisher:
             InvalidArgumentError, InvalidTypeError: a bad ``timeout``.
         """
         check_seconds(timeout, "timeout", allow_none=True, allow_zero=True)
-        if self._closed and self._failure is None:
+        if self._closed and self._completer.failure is None:
             return
         self.flush(timeout)
         with self._lock:
             self._closed = True
-            worker = self._worker
-        if worker is not None:
-            self._events.put(("stop",))
-            worker.join()
+        self._completer.stop()
 
     @property
     def is_closed(self) -> bool:
@@ -801,44 +707,6 @@ class Publisher:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _complete_call(
-    call: _Call, done: Future[Any] | None, error: BaseException | None, topic: Topic
-) -> None:
-    """Complete a call's pieces from its outcome (a dead channel's call fails them
-    with TopicNotFoundError: the topic was destroyed).
-
-    Raises:
-        BaseException: what a done-callback raised that is not an Exception
-            (``SystemExit``), once every piece has completed.
-    """
-    if call.pieces is None:  # a publish_batch part: its caller holds the ObjectRef
-        return
-    acks: tuple[AppendAck, ...] | None = None
-    if error is None and done is not None:
-        try:
-            with topic_calls(topic.topic_id, topic.name):
-                acks = done.result()
-        except Exception as failure:
-            error = failure
-    interrupted: BaseException | None = None
-    for index, piece in enumerate(call.pieces):
-        try:
-            _complete_piece(piece, None if acks is None else acks[index], error)
-        except BaseException as raised:  # SystemExit: the other pieces still complete
-            interrupted = interrupted or raised
-    if interrupted is not None:
-        raise interrupted
-
-
-def _complete_piece(piece: Piece, ack: AppendAck | None, error: BaseException | None) -> None:
-    """Complete one piece: a batch of ``publish()``ed values' futures, or a part of a
-    ``publish_batch``'s future."""
-    if isinstance(piece, PublishBatch):
-        piece.complete(ack, error)
-    else:
-        piece.batch.part_done(piece.index, ack, error)
 
 
 def _payload_of(piece: Piece) -> Payload:
