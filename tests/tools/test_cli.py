@@ -551,11 +551,17 @@ def test_tail_keeps_ray_s_reports_off_its_output(ray_session: None, ray_cluster:
 
     with _following_tail(ray_cluster, "report") as (topic, tail):
         assert tail.stdout is not None
-        # A report to every driver, through the cluster's own GCS, as the raylet's.
+        # A report through the cluster's own GCS, as the raylet's, addressed to the
+        # tail's job alone: a driver prints its own job's reports and those to every
+        # driver (the same listener), and the suite's other drivers must not get it.
+        gcs = ray._private.worker.global_worker.gcs_client
+        tails_job = next(
+            job
+            for job, info in gcs.get_all_job_info().items()
+            if info.driver_pid == tail.pid and not info.is_dead
+        )
         ray._private.utils.publish_error_to_driver(
-            "test_report",
-            "a report the raylet sends every driver",
-            ray._private.worker.global_worker.gcs_client,
+            "test_report", "a report the raylet sends a driver", gcs, job_id=tails_job
         )
         time.sleep(2.0)  # it reaches a driver well within this
         with topic.publisher() as publisher:
