@@ -11,9 +11,8 @@ import os
 import pickle
 import signal
 import threading
-import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +61,19 @@ def _reader_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("raytopic-table-")]
 
 
+keyed_topic = module_topic(channels=3, retain=True)
+
+
 @pytest.fixture(scope="module")
-def keyed_table(ray_session: None) -> Iterator[rt.Topic]:
+def keyed_table(keyed_topic: rt.Topic) -> rt.Topic:
     """Three channels holding KEYS keys' VERSIONS versions each and a value without a
     key; nobody publishes to it after. Two tests only read it (a view of it, and
     read_table of it), so they share it, made and fed once (a topic is an actor per
     channel and a coordinator)."""
-    topic = rt.create_topic(f"table-{uuid.uuid4().hex[:8]}", channels=3, retain=True)
-    _publish_versions(topic, keys=KEYS, versions=VERSIONS)
-    with topic.publisher() as publisher:
+    _publish_versions(keyed_topic, keys=KEYS, versions=VERSIONS)
+    with keyed_topic.publisher() as publisher:
         publisher.publish("no key: not a table's")
-    yield topic
-    topic.destroy()
+    return keyed_topic
 
 
 # -- whole when made -----------------------------------------------------------------------
