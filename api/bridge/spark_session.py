@@ -117,6 +117,7 @@ _LOG4J_KEYS = (
         ("spark.ray.raydp_app_master.extraJavaOptions", "spark.executor.extraJavaOptions"),
     ),
 )
+_DRIVER_LOG4J_KEY = _LOG4J_KEYS[0][0]
 _LOG4J_FLAG = re.compile(r"-Dlog4j2?\.configurationFile=(\S+)")
 _PROGRESS_KEY = "spark.ui.showConsoleProgress"
 _PYTHON_KEY = "spark.pyspark.python"
@@ -216,7 +217,8 @@ def init_spark(
     Spark's Python workers run this interpreter (``sys.executable``) unless
     ``spark.pyspark.python`` in ``configs`` or ``PYSPARK_PYTHON`` names
     another (the setting first, as Spark reads them). Spark's JVMs log
-    warnings and errors only, with :data:`LOG4J_CONFIG`, unless a log4j2
+    warnings and errors only, with :data:`LOG4J_CONFIG` (the driver's lines
+    on this process's standard error), unless a log4j2
     configuration is named by ``spark.log4j.config.file.name`` (the driver),
     ``spark.ray.log4j.config.file.name`` (the app master and executors),
     their environment variables (``SPARK_LOG4J_CONFIG_FILE_NAME``,
@@ -273,7 +275,26 @@ def init_spark(
         )
     _started = _StartedSpark(driver_stderr)
     _remove_ray_library_copies(session)
+    if settings.get(_DRIVER_LOG4J_KEY) == str(LOG4J_CONFIG):
+        _give_the_driver_raytopics_log4j_back(session)
     return session
+
+
+def _give_the_driver_raytopics_log4j_back(session: Any) -> None:
+    """Put :data:`LOG4J_CONFIG` back in force in Spark's driver JVM.
+
+    When the driver joins Ray (inside ``raydp.init_spark``), Ray's Java
+    runtime replaces the JVM's log4j configuration with its own console one,
+    in Ray's layout on **standard output**, where Spark's warnings would mix
+    with the user's program's output. Ray sets its logging up once
+    per JVM, so what is put back here stays. (The console appender of
+    :data:`LOG4J_CONFIG` follows ``System.err``: one bound to the standard
+    error of the first configuration writes nothing once Ray's has replaced
+    it, measured.)
+    """
+    jvm = session.sparkContext._jvm
+    configuration = jvm.java.io.File(str(LOG4J_CONFIG)).toURI()
+    jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(configuration)
 
 
 _RAY_LIBRARY_COPY = re.compile(r"\s(/tmp/ray/\d+)/libcore_worker_library_java\.so$", re.MULTILINE)
@@ -398,10 +419,9 @@ def _silence_the_stop(started: _StartedSpark) -> None:
     RayDP stops Ray in the driver JVM and kills its app master while Spark
     stops; under load an ask is still outstanding when its connection closes,
     and the driver logs "ERROR TransportResponseHandler: Still have 1 requests
-    outstanding" (on standard output: the driver JVM logs with Ray's Java
-    console configuration once it has joined Ray) while Scala prints the
-    failed callback's ``RejectedExecutionException`` to standard error. Noise
-    of a stop, not of the job: raytopic's own jobs end without it.
+    outstanding" while Scala prints the failed callback's
+    ``RejectedExecutionException``. Noise of a stop, not of the job:
+    raytopic's own jobs end without it.
     """
     session = _running_session()
     if session is not None:

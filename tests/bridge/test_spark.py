@@ -4,6 +4,7 @@ on the session's Ray cluster: ``raytopic.spark``."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -446,6 +447,27 @@ def test_spark_on_ray_leaves_no_copy_of_rays_native_library(spark: Any) -> None:
 
 def test_a_second_init_spark_returns_the_running_session(spark: Any) -> None:
     assert rs.init_spark("another-app", num_executors=2) is spark  # getOrCreate
+
+
+def test_the_drivers_log_lines_go_to_standard_error_in_raytopics_layout(spark: Any) -> None:
+    # Spark's driver joins Ray, whose Java runtime then logs it to standard
+    # output in Ray's layout; init_spark puts raytopic's configuration back.
+    # Both streams are read where the driver JVM writes them (System.err/out).
+    jvm = spark.sparkContext._jvm
+    system = jvm.java.lang.System
+    err, out = jvm.java.io.ByteArrayOutputStream(), jvm.java.io.ByteArrayOutputStream()
+    real_err, real_out = system.err, system.out
+    system.setErr(jvm.java.io.PrintStream(err, True))
+    system.setOut(jvm.java.io.PrintStream(out, True))
+    try:
+        logger = jvm.org.apache.logging.log4j.LogManager.getLogger("org.apache.spark.Probe")
+        logger.error("a line of Spark's driver")
+    finally:
+        system.setErr(real_err)
+        system.setOut(real_out)
+    line = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d ERROR Probe: a line of Spark's driver")
+    assert [text for text in err.toString().splitlines() if line.fullmatch(text)], err.toString()
+    assert "a line of Spark's driver" not in out.toString()
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_bridge.py"
