@@ -378,13 +378,16 @@ class ReceiveSession:
                     await asyncio.sleep(0)
                     continue
             if self.spec.complete_on_empty and not self.view.any_maybe_available(here_only):
-                if room > 0 and not rechecked:
+                if not rechecked:
                     # What this session knows may be stale (no watcher keeps
                     # it fresh between receives): look at every owned
-                    # channel once before answering "empty".
+                    # channel once before answering "empty". The window's
+                    # count too: commits and seeks sent to a channel itself
+                    # (element.commit, an abort's rewind) free room there
+                    # unseen, so a window known full takes nothing, only looks.
                     rechecked = True
                     deliveries = await self._takes.take_from(
-                        self.view.scope(here_only), min(max_count, room), spread
+                        self.view.scope(here_only), max(min(max_count, room), 0), spread
                     )
                     if deliveries:
                         return self._hand_over_all(deliveries, single)

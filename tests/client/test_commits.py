@@ -11,7 +11,15 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, module_topic, next_sequences, publish_all, receive_each
+from tests.topic_helpers import (
+    get,
+    key_for,
+    module_topic,
+    next_sequences,
+    publish_all,
+    receive_each,
+    receive_exactly,
+)
 
 COMMITTED = rt.CommitStatus.COMMITTED
 ALREADY = rt.CommitStatus.ALREADY_COMMITTED
@@ -318,6 +326,32 @@ def test_window_counts_every_owned_channel(shared_two, unique_name):
     assert got[0].commit().status is COMMITTED
     more = get(batch)
     assert len(more) == 1
+    member.close()
+
+
+def test_a_window_freed_by_commits_sees_what_came_since_with_complete_on_empty(
+    shared_two, unique_name
+):
+    # A receive session learns the window's count at a channel from its takes there; a
+    # commit sent to the channel itself (element.commit) does not tell it. With
+    # complete_on_empty it answered "empty" from the count it last saw, the window
+    # full, though the commits had freed it and new elements waited (a loop over the
+    # member ended with them unread, lag 2): it looks again before answering "empty".
+    topic, g = shared_two, unique_name("g")  # shared: a new group reads only these values
+    member = topic.subscriber(group=g, start="latest", window=4, complete_on_empty=True)
+    for channel in range(2):
+        key = key_for(channel, 2)
+        publish_all(topic, list(range(4)), key=key)
+        got = receive_exactly(member, 4)
+        assert [e.value for e in got] == [0, 1, 2, 3]
+        assert [e.commit().status for e in got] == [COMMITTED] * 4
+        publish_all(topic, [10, 11], key=key)
+        later: list[rt.Element] = []
+        while batch := get(member.receive_batch(4)):  # until it answers "empty"
+            later += batch
+        assert [e.value for e in later] == [10, 11]
+        assert later[-1].commit().status is COMMITTED
+    assert topic.describe().groups[g].lag == 0
     member.close()
 
 
