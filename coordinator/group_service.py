@@ -22,6 +22,7 @@ from raytopic.coordinator.groups import Group, MemberView, Rebalance, recovered_
 from raytopic.coordinator.member_origins import DEAD_CHECK_INTERVAL, MemberOrigins
 from raytopic.coordinator.view_polls import ViewPolls
 from raytopic.core.errors import (
+    GroupBusyError,
     GroupModeError,
     GroupNotFoundError,
     InvalidArgumentError,
@@ -513,10 +514,17 @@ class GroupService:
 
         Raises:
             ResetInProgressError: a reset of the group is running.
+            GroupBusyError: a stream consumes the group (it reads on from its own
+                offset log, and its next commit would undo the reset).
             InvalidArgumentError: a channel does not exist.
             TopicError: a channel refused (its own typed error); nothing changed.
         """
         state = self.group(group)
+        if state.stream is not None:
+            raise GroupBusyError(
+                f"group {group!r} is consumed by stream {state.stream.reader_id}: it can be "
+                "reset once the stream ends (stopped, or silent past its timeout)"
+            )
         if state.resetting:
             raise ResetInProgressError(f"a reset of group {group!r} is already running")
         for channel in targets:

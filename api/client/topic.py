@@ -460,6 +460,8 @@ class Topic:
         Raises:
             GroupNotFoundError: no such group.
             ResetInProgressError: a reset of this group is running.
+            GroupBusyError: a stream consumes the group (reset it once the stream
+                ends: it reads on from its own offset log).
             PositionMismatchError: a Position of another topic or channel.
             InvalidArgumentError, InvalidTypeError: a bad name or target (a
                 datetime out of range too); nothing is reset.

@@ -367,6 +367,29 @@ def test_a_member_is_refused_while_a_stream_consumes_its_group_and_joins_once_it
         assert [e.value["n"] for e in receive_until_empty(member)] == [2000]
 
 
+def test_a_reset_of_a_group_a_stream_consumes_is_refused_and_changes_nothing(
+    topic: rt.Topic, unique_name: Callable[[str], str]
+) -> None:
+    # A reset under a running stream returned its positions and did nothing: the
+    # stream read on from its own ranges and its next commit undid the reset (to
+    # "earliest" after batch 1 of 5: no row came again, lag 0; to "latest": every
+    # row still came). It is refused as a member's join is, until the stream ends.
+    group = unique_name("g")
+    starts = _published(topic, group, 4)
+    stream = rd.stream(topic, group=group, max_rows_per_batch=2)
+    first = next(stream)
+    before = _committed(topic, group)
+    holder = topic.describe().groups[group].stream
+    for to in ("earliest", "latest"):
+        with pytest.raises(rt.GroupBusyError, match=f"consumed by stream {holder}"):
+            topic.reset_group(group, to)
+    assert _committed(topic, group) == before
+    assert [batch.batch_id for batch in stream] == [1]  # it reads on where it was
+    assert first.ranges == {c: (starts[c], starts[c] + 1) for c in (0, 1)}
+    positions = topic.reset_group(group, "earliest")  # the stream ended: the group is free
+    assert {c: p.sequence for c, p in positions.items()} == {c: -1 for c in (0, 1)}
+
+
 def test_stop_and_leaving_the_block_free_the_group_and_a_batch_in_hand_is_not_committed(
     topic: rt.Topic, unique_name: Callable[[str], str]
 ) -> None:
