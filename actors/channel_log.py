@@ -414,9 +414,11 @@ class ChannelLog:
         while accepted < count:
             wanted = min(count - accepted, ring.capacity)
             if policy is Overflow.BLOCK and self.room() < (1 if each else wanted):
-                # The pieces stored so far hold room until a sync shows them to
-                # readers, who free it: make them durable first (sync="always").
-                await self.durable(change)
+                # The appends stored so far hold room until a sync shows them to
+                # readers, who free it: make them durable first (sync="always"),
+                # this call's pieces and the earlier ones waiting for their sync
+                # (a call of a publisher's pieces syncs once, after its last).
+                await self.durable(self._pending[-1].change if self._pending else change)
                 if each and timeout is not None:  # refused only after timeout with no room
                     deadline = time.monotonic() + timeout
                 if not await self.wait_room(1 if each else wanted, deadline):

@@ -276,6 +276,35 @@ def test_a_block_batch_above_the_capacity_completes_with_sync_always_as_readers_
     asyncio.run(main())
 
 
+def test_a_block_append_behind_an_unsynced_one_completes_as_readers_free_room(opened) -> None:
+    # One call of a publisher's pieces (AppendPieces: publish_batch(ref=False) parts
+    # that coalesced) syncs once, after its last piece. A piece that waited for room
+    # made only its own appends durable first, not the earlier pieces': those held the
+    # room unseen by readers, who could free none. Every later piece waited its whole
+    # block_timeout and failed (TopicFullError for 400 of 1,000 values with a member
+    # draining, a store, 2 channels of capacity 200).
+    async def main() -> None:
+        log = _log(_config(capacity=4, sync="always"), opened())
+
+        async def reader_committing_all_it_sees() -> None:
+            while True:
+                await asyncio.sleep(0.02)
+                log.evict_to(log.ring.tail + 1)
+                log._context.notify()
+
+        reader = asyncio.ensure_future(reader_committing_all_it_sees())
+        try:
+            first, _ = await log.append(_values(3), Overflow.BLOCK, 1.0, whole=True)
+            second, change = await log.append(_values(3, 10), Overflow.BLOCK, 1.0, whole=True)
+        finally:
+            reader.cancel()
+        await log.durable(change)
+        assert (first.accepted, second.accepted, second.error) == (3, 3, None)
+        assert second.first == 3
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("policy", [Overflow.FAIL, Overflow.BLOCK, Overflow.OVERWRITE])
 def test_a_store_that_refuses_the_write_gives_store_error_and_nothing_is_appended(
     policy: Overflow,
