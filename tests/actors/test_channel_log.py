@@ -206,6 +206,14 @@ def test_an_empty_append_changes_nothing_and_acks_the_tail() -> None:
 # -- a store: room, durability, refusals -----------------------------------------------------------
 
 
+async def _reader_committing_all_it_sees(log: ChannelLog) -> None:
+    """Readers that free every element they can see, every 20 ms."""
+    while True:
+        await asyncio.sleep(0.02)
+        log.evict_to(log.ring.tail + 1)
+        log._context.notify()
+
+
 def test_appends_waiting_for_their_sync_take_room_and_show_in_order_once_durable(
     opened,
 ) -> None:
@@ -259,13 +267,7 @@ def test_a_block_batch_above_the_capacity_completes_with_sync_always_as_readers_
     async def main() -> None:
         log = _log(_config(capacity=4, sync="always"), opened())
 
-        async def reader_committing_all_it_sees() -> None:
-            while True:
-                await asyncio.sleep(0.02)
-                log.evict_to(log.ring.tail + 1)
-                log._context.notify()
-
-        reader = asyncio.ensure_future(reader_committing_all_it_sees())
+        reader = asyncio.ensure_future(_reader_committing_all_it_sees(log))
         try:
             ack, change = await log.append(_values(6), Overflow.BLOCK, 1.0, whole=True)
         finally:
@@ -286,13 +288,7 @@ def test_a_block_append_behind_an_unsynced_one_completes_as_readers_free_room(op
     async def main() -> None:
         log = _log(_config(capacity=4, sync="always"), opened())
 
-        async def reader_committing_all_it_sees() -> None:
-            while True:
-                await asyncio.sleep(0.02)
-                log.evict_to(log.ring.tail + 1)
-                log._context.notify()
-
-        reader = asyncio.ensure_future(reader_committing_all_it_sees())
+        reader = asyncio.ensure_future(_reader_committing_all_it_sees(log))
         try:
             first, _ = await log.append(_values(3), Overflow.BLOCK, 1.0, whole=True)
             second, change = await log.append(_values(3, 10), Overflow.BLOCK, 1.0, whole=True)
