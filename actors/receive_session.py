@@ -151,7 +151,7 @@ class ReceiveSession:
                 spec.resequence,
                 spec.reader_id[:8],
                 on_ready=lambda: loop.call_soon_threadsafe(self._poke),
-                on_late=lambda item: self._handover.dropped(item.channel, item.first),
+                on_late=lambda item: self._handover.late(item.channel, item.first),
             )
         self._wake = asyncio.Event()
         self._end_error: TopicError | None = None  # what receives raise once closed

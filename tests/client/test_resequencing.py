@@ -131,3 +131,45 @@ def test_values_without_a_usable_sequence_number_are_counted_not_each_logged(sha
     assert sorted(e.value["n"] for e in got) == list(range(50))
     assert subscriber.resequencer_stats.unsequenced == 50
     subscriber.close()
+
+
+def _until_empty(subscriber: rt.Subscriber) -> list[rt.Element]:
+    got: list[rt.Element] = []
+    while batch := ray.get(subscriber.receive_batch(10)):
+        got.extend(batch)
+    return got
+
+
+def test_what_a_member_sent_back_reads_again_is_never_committed_unseen(shared, unique_name) -> None:
+    # Sent back to its commit (seek_to_committed; an aborted transaction does the
+    # same), a resequencing member reads its elements again and its resequencer,
+    # having released those numbers, drops them as late (not fixed yet: the
+    # resequencing guide says so). Its later commits passed over them: lag 0, and
+    # a new member got none of the six. Now they hold its commits back.
+    topic, group = shared, unique_name("g")
+    topic.subscriber(group=group, start="latest").close()  # the group starts here
+    option = rt.Resequence(seq=lambda v: v["n"], timeout_ms=60_000, start=0)
+    member = topic.subscriber(group=group, resequence=option, complete_on_empty=True)
+    with topic.publisher() as publisher:
+        for n in (3, 1, 0, 2, 5, 4):
+            publisher.publish({"n": n})
+    assert [e.value["n"] for e in _until_empty(member)] == [0, 1, 2, 3, 4, 5]
+    member.seek_to_committed()  # nothing committed: all six are read again
+    assert _until_empty(member) == []
+    assert member.resequencer_stats.late == 6
+    with topic.publisher() as publisher:
+        for n in (7, 6):
+            publisher.publish({"n": n})
+    later = _until_empty(member)
+    assert [e.value["n"] for e in later] == [6, 7]
+    for element in later:
+        element.commit()
+    assert topic.describe().groups[group].lag == 8  # nothing passed the six
+    member.close()
+    successor = topic.subscriber(group=group, resequence=option, complete_on_empty=True)
+    received = _until_empty(successor)
+    assert [e.value["n"] for e in received] == list(range(8))
+    for element in received:
+        element.commit()
+    assert topic.describe().groups[group].lag == 0
+    successor.close()

@@ -47,6 +47,25 @@ def test_an_element_dropped_as_late_holds_nothing_back() -> None:
     assert handover.handed(0, 3) == 3
 
 
+def test_an_element_handed_over_then_taken_again_and_dropped_as_late_holds_commits_back() -> None:
+    # The reader was sent back: what it reads again comes to a resequencer that
+    # released those numbers and drops them as late. Unseen by the user, they must
+    # not be committed past: commits stay below the first of them.
+    handover = HandOver()
+    for sequence in range(3):
+        handover.taken(0, sequence)
+    assert [handover.handed(0, sequence) for sequence in range(3)] == [0, 1, 2]
+    for sequence in range(3):  # read again after the seek
+        handover.taken(0, sequence)
+        handover.late(0, sequence)
+    handover.taken(0, 3)
+    assert handover.handed(0, 3) == -1
+    handover.taken(0, 4)
+    handover.late(0, 4)  # a number that came twice, never handed over: holds nothing
+    handover.taken(0, 5)
+    assert handover.handed(0, 5) == -1
+
+
 def test_a_position_taken_again_waits_until_each_copy_is_handed_over() -> None:
     handover = HandOver()
     handover.taken(0, 0)
