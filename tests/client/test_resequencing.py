@@ -11,7 +11,7 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import module_topic
+from tests.topic_helpers import module_topic, receive_until_empty
 
 # One 2-channel topic for the module (each topic starts an actor per channel and a
 # coordinator): no test kills anything, and each reads only what it publishes, through
@@ -133,13 +133,6 @@ def test_values_without_a_usable_sequence_number_are_counted_not_each_logged(sha
     subscriber.close()
 
 
-def _until_empty(subscriber: rt.Subscriber) -> list[rt.Element]:
-    got: list[rt.Element] = []
-    while batch := ray.get(subscriber.receive_batch(10)):
-        got.extend(batch)
-    return got
-
-
 def test_what_a_member_sent_back_reads_again_is_never_committed_unseen(shared, unique_name) -> None:
     # Sent back to its commit (seek_to_committed; an aborted transaction does the
     # same), a resequencing member reads its elements again and its resequencer,
@@ -153,21 +146,21 @@ def test_what_a_member_sent_back_reads_again_is_never_committed_unseen(shared, u
     with topic.publisher() as publisher:
         for n in (3, 1, 0, 2, 5, 4):
             publisher.publish({"n": n})
-    assert [e.value["n"] for e in _until_empty(member)] == [0, 1, 2, 3, 4, 5]
+    assert [e.value["n"] for e in receive_until_empty(member)] == [0, 1, 2, 3, 4, 5]
     member.seek_to_committed()  # nothing committed: all six are read again
-    assert _until_empty(member) == []
+    assert receive_until_empty(member) == []
     assert member.resequencer_stats.late == 6
     with topic.publisher() as publisher:
         for n in (7, 6):
             publisher.publish({"n": n})
-    later = _until_empty(member)
+    later = receive_until_empty(member)
     assert [e.value["n"] for e in later] == [6, 7]
     for element in later:
         element.commit()
     assert topic.describe().groups[group].lag == 8  # nothing passed the six
     member.close()
     successor = topic.subscriber(group=group, resequence=option, complete_on_empty=True)
-    received = _until_empty(successor)
+    received = receive_until_empty(successor)
     assert [e.value["n"] for e in received] == list(range(8))
     for element in received:
         element.commit()
