@@ -38,7 +38,6 @@ __all__ = [
     "actor_names",
     "create_topic_actors",
     "ensure_dead_letter_topic",
-    "find_topic",
     "finding",
     "launch_topic",
     "launching",
@@ -229,11 +228,6 @@ def finding(name: str, namespace: str) -> Steps[tuple[Any, TopicInfo]]:
     except ray.exceptions.RayActorError as error:
         raise TopicNotFoundError(f"topic {name!r} is gone (its coordinator died)") from error
     return coordinator, info
-
-
-def find_topic(name: str, namespace: str) -> tuple[Any, TopicInfo]:
-    """:func:`finding`, blocking (a driver's ``get_topic``)."""
-    return run_blocking(finding(name, namespace))
 
 
 async def ensure_dead_letter_topic(name: str, namespace: str) -> None:

@@ -63,6 +63,7 @@ from raytopic.core.protocol import (
     pack_request,
 )
 from raytopic.core.records import Position
+from raytopic.core.steps import Get, Steps, run_blocking
 
 if TYPE_CHECKING:
     from raytopic.client.topic import Topic
@@ -612,13 +613,17 @@ class RangeReader:
             timeout: Seconds to wait for them (None: no limit).
 
         Raises:
-            GetTimeoutError: ``timeout`` passed first (Ray's; the call stays out).
+            TimeoutError: ``timeout`` passed first (the call stays out).
             DataLossError, StaleSequenceError: as :func:`read_range`.
         """
+        return run_blocking(self.fetching(timeout))
+
+    def fetching(self, timeout: float | None = None) -> Steps[tuple[Chunk, ...] | None]:
+        """:meth:`next_chunks` as steps (an async actor awaits them)."""
         if self._pending is None:
             return None
         with topic_calls(self._topic.topic_id, self._topic.name):
-            chunks = ray.get(self._pending, timeout=timeout)
+            chunks = yield Get(self._pending, timeout)
         self._pending = None
         if chunks:
             sequence = chunk_stop(chunks[-1])
@@ -646,12 +651,16 @@ class ChannelReader:
         """The next chunks of the channel, in position order; None at its end.
 
         Raises:
-            GetTimeoutError: ``timeout`` passed first.
+            TimeoutError: ``timeout`` passed first.
             DataLossError: a damaged stored record the plan did not know of.
         """
+        return run_blocking(self.fetching(timeout))
+
+    def fetching(self, timeout: float | None = None) -> Steps[tuple[Chunk, ...] | None]:
+        """:meth:`next_chunks` as steps (an async actor awaits them)."""
         while True:
             try:
-                chunks = self._reader.next_chunks(timeout)
+                chunks = yield from self._reader.fetching(timeout)
             except StaleSequenceError as gone:
                 if isinstance(gone, DataLossError) or gone.head_sequence <= self._reader.asked:
                     raise  # lost, or nothing to pass over

@@ -25,8 +25,10 @@ from typing import Any
 import ray
 
 from raytopic.client.routing import channel_for_key
-from raytopic.client.topic import create_topic
+from raytopic.client.table import reading_whole
+from raytopic.client.topic import Topic, opening
 from raytopic.core.compaction import Compaction
+from raytopic.core.config import TopicConfig
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.payloads import PickledValues, dumps_value
 from raytopic.core.protocol import (
@@ -37,6 +39,7 @@ from raytopic.core.protocol import (
     unpack_small,
 )
 from raytopic.core.records import PublishStatus
+from raytopic.core.steps import Steps, run_blocking
 
 __all__ = [
     "CONTROL_COMPACTION",
@@ -44,6 +47,8 @@ __all__ = [
     "ControlLog",
     "LatestRead",
     "WriteUnless",
+    "open_control_log",
+    "opening_control_log",
     "session_store",
 ]
 
@@ -54,6 +59,9 @@ key's tombstone stays an hour (a reader catching up still sees the delete)."""
 
 WRITE_TIMEOUT = 60.0
 """Seconds a conditional write waits for room in the log's channel."""
+
+LOAD_TIMEOUT = 60.0
+"""Seconds a control log's whole read (:meth:`ControlLog.load`) takes at most."""
 
 
 def session_store() -> str:
@@ -67,6 +75,40 @@ def control_store_of(session: str) -> str:
     """The directory of the control logs of the Ray session named ``session`` (what
     removes a finished session's files names it so)."""
     return os.path.join(tempfile.gettempdir(), "raytopic-control", session)
+
+
+def opening_control_log(
+    name: str, namespace: str, *, store: Any = None, channels: int = 1
+) -> Steps[ControlLog]:
+    """Create (or open) a control log's compacted topic, as steps (see
+    :class:`ControlLog`; :func:`open_control_log` runs them blocking).
+
+    Args:
+        name: The topic's name.
+        namespace: Its Ray namespace.
+        store: Its store (as ``create_topic``'s); None: :func:`session_store`.
+        channels: Its channels (made with the topic; a reopened one keeps its own).
+    """
+    config = TopicConfig.create(
+        name,
+        channels=channels,
+        namespace=namespace,
+        store=session_store() if store is None else store,
+        # An fdatasync per write buys survival of an OS crash: the session's
+        # directory is lost with its node anyway, so there a write counts once
+        # written (it survives the kill of any process); a store of the user's
+        # (shared disk: a node's loss) syncs each write.
+        sync="write" if store is None else "always",
+        compaction=CONTROL_COMPACTION,
+    )
+    return ControlLog((yield from opening(config, exist_ok=True)))
+
+
+def open_control_log(
+    name: str, namespace: str, *, store: Any = None, channels: int = 1
+) -> ControlLog:
+    """:func:`opening_control_log`, blocking (a driver's, a replica's)."""
+    return run_blocking(opening_control_log(name, namespace, store=store, channels=channels))
 
 
 @dataclass(slots=True)
@@ -112,38 +154,36 @@ class WriteUnless:
 class ControlLog:
     """One compacted topic of control state: ``load()`` at start, ``write`` each change.
 
+    Made by :func:`open_control_log` (blocking) or :func:`opening_control_log` (steps
+    an async actor awaits: a ``ray.get`` there stops its event loop, and one in a
+    thread of its process still makes Ray warn).
+
     **Durability**: a write counts once its future completes: the channel holds it,
     written to the store (it survives the kill of any process), and with a store
     of the caller's also synced (an OS crash, the loss of a node). A key's records
     are applied in the order they were written (one publisher, keyed).
 
     Args:
-        name: The topic's name.
-        namespace: Its Ray namespace.
-        store: Its store (as ``create_topic``'s); None: :func:`session_store`.
-        channels: Its channels (made with the topic; a reopened one keeps its own).
+        topic: The compacted topic.
     """
 
-    def __init__(self, name: str, namespace: str, *, store: Any = None, channels: int = 1) -> None:
-        self.topic = create_topic(
-            name,
-            channels=channels,
-            namespace=namespace,
-            store=session_store() if store is None else store,
-            # An fdatasync per write buys survival of an OS crash: the session's
-            # directory is lost with its node anyway, so there a write counts once
-            # written (it survives the kill of any process); a store of the user's
-            # (shared disk: a node's loss) syncs each write.
-            sync="write" if store is None else "always",
-            compaction=CONTROL_COMPACTION,
-            exist_ok=True,
-        )
-        self._publisher = self.topic.publisher()
+    def __init__(self, topic: Topic) -> None:
+        self.topic = topic
+        self._publisher = topic.publisher()
 
-    def load(self) -> dict[Any, Any]:
-        """Every key's latest record (deleted keys left out), read in bulk."""
-        with self.topic.table() as view:
-            return dict(view.items())
+    def load(self, timeout: float | None = LOAD_TIMEOUT) -> dict[Any, Any]:
+        """Every key's latest record (deleted keys left out), read in bulk.
+
+        Raises:
+            TimeoutError: not read whole within ``timeout`` seconds.
+            TopicError: the read failed (a typed raytopic error).
+        """
+        return run_blocking(self.loading(timeout))
+
+    def loading(self, timeout: float | None = LOAD_TIMEOUT) -> Steps[dict[Any, Any]]:
+        """:meth:`load` as steps (an async actor awaits them)."""
+        content = yield from reading_whole(self.topic, timeout)
+        return dict(content.state.items())
 
     def write(self, key: Any, record: Any) -> Future[PublishStatus]:
         """Append ``record`` as ``key``'s latest; the future completes once it is held."""

@@ -45,17 +45,18 @@ from raytopic.core.errors import (
     SubscriberClosedError,
 )
 from raytopic.core.payloads import decode_checked
+from raytopic.core.steps import Get, Steps, run_blocking
 
 if TYPE_CHECKING:
     from raytopic.client.subscriber import Subscriber
     from raytopic.client.topic import Topic
     from raytopic.core.element_batch import ElementBatch
-    from raytopic.core.protocol import Chunk
+    from raytopic.core.protocol import Chunk, RingFigures
     from raytopic.core.records import Position
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TableView"]
+__all__ = ["TableView", "reading_whole"]
 
 LIVE_BATCH = 1000
 """Elements the live thread takes from its reader at most per batch."""
@@ -104,7 +105,7 @@ class TableView:
         check_topic(topic.topic_id, topic.name, *topic._channel_actors)
         self._topic = topic
         self._timeout = timeout
-        self._content = _read_whole(topic, timeout)
+        self._content = run_blocking(reading_whole(topic, timeout))
         self._follower = _Follower(topic, self._content)
         self._follower.start()
         # close() runs this; so does the collector, for a view nobody closed.
@@ -323,9 +324,10 @@ class _Content:
 # -- the bootstrap -------------------------------------------------------------------------
 
 
-def _read_whole(topic: Topic, timeout: float | None) -> _Content:
+def reading_whole(topic: Topic, timeout: float | None) -> Steps[_Content]:
     """Every key's latest value up to the channels' tails now, read in bulk within
-    ``timeout`` seconds.
+    ``timeout`` seconds (steps: a view's bootstrap runs them blocking; an async
+    actor's control log, ``raytopic.client.control_log``, awaits them).
 
     Raises:
         TimeoutError: not whole within ``timeout``.
@@ -334,9 +336,10 @@ def _read_whole(topic: Topic, timeout: float | None) -> _Content:
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         with topic_calls(topic.topic_id, topic.name):
-            figures = ray.get(
-                [ring_figures(actor) for actor in topic._channel_actors], timeout=timeout
-            )
+            asked = [ring_figures(actor) for actor in topic._channel_actors]
+            figures: list[RingFigures] = []
+            for figure in asked:  # all asked at once; read in turn
+                figures.append((yield Get(figure, _remaining(deadline))))
         state = TableState()
         # Every channel's first call goes out before any answer is waited for.
         reading = {
@@ -346,14 +349,14 @@ def _read_whole(topic: Topic, timeout: float | None) -> _Content:
         }
         while reading:
             for channel, reader in list(reading.items()):
-                chunks = reader.next_chunks(_remaining(deadline))
+                chunks = yield from reader.fetching(_remaining(deadline))
                 if chunks is None:
                     del reading[channel]
                     continue
                 for chunk in chunks:
                     keys, values, _ = _decoded(chunk, topic.name, channel)
                     state.apply_all(keys, values)
-    except ray.exceptions.GetTimeoutError:
+    except TimeoutError:
         raise TimeoutError(f"table view of {topic.name!r}: not whole within {timeout} s") from None
     tails = {channel: figure.tail for channel, figure in enumerate(figures)}
     return _Content(state, AppliedMarks(tails))

@@ -18,8 +18,8 @@ from raytopic.client.table import TableView
 from raytopic.coordinator.coordinator import TopicInfo
 from raytopic.coordinator.launch import (
     actor_names,
-    find_topic,
-    launch_topic,
+    finding,
+    launching,
     wait_released,
 )
 from raytopic.core.config import (
@@ -61,6 +61,7 @@ from raytopic.core.protocol import (
 )
 from raytopic.core.records import Position
 from raytopic.core.shared_group import SharedGroup
+from raytopic.core.steps import Steps, run_blocking
 
 if TYPE_CHECKING:
     from raytopic.autoscale.autoscaler import Autoscaler
@@ -171,7 +172,18 @@ def create_topic(
         default_window=default_window,
         compaction=compaction,
     )
-    coordinator, info = launch_topic(config, exist_ok=exist_ok)
+    return run_blocking(opening(config, exist_ok=exist_ok))
+
+
+def opening(config: TopicConfig, *, exist_ok: bool) -> Steps[Topic]:
+    """``create_topic`` of a validated configuration, as steps (a driver runs them
+    blocking; an async actor's control log, ``raytopic.client.control_log``, awaits
+    them).
+
+    Raises:
+        As ``create_topic``.
+    """
+    coordinator, info = yield from launching(config, exist_ok=exist_ok)
     topic_found_alive(info.config.topic_id)  # reopened from its store: the same id
     return Topic(coordinator, info)
 
@@ -191,8 +203,17 @@ def get_topic(name: str, *, namespace: str | None = None) -> Topic:
         InvalidArgumentError, InvalidTypeError: ``name`` or ``namespace`` is not a
             valid name.
     """
+    return run_blocking(getting(name, namespace))
+
+
+def getting(name: str, namespace: str | None) -> Steps[Topic]:
+    """``get_topic`` as steps (an async actor awaits them).
+
+    Raises:
+        As ``get_topic``.
+    """
     check_name(name, "topic name")
-    coordinator, info = find_topic(name, check_namespace(namespace))
+    coordinator, info = yield from finding(name, check_namespace(namespace))
     topic_found_alive(info.config.topic_id)
     return Topic(coordinator, info)
 

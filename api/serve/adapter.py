@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray.serve.schema import TaskProcessorAdapter, TaskProcessorConfig, TaskResult
 
-from raytopic.client.control_log import ControlLog, WriteUnless
+from raytopic.client.control_log import ControlLog, WriteUnless, open_control_log
 from raytopic.client.topic import create_topic, get_topic
 from raytopic.core.config import (
     check_name,
@@ -243,7 +243,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             .remote(config.queue_name, self._topic.namespace, settings.store, settings.results_kept)
         )
         self._ask_board("ready")  # its task log made: the queue's first task does not wait
-        self._log = ControlLog(
+        self._log = open_control_log(
             task_log_name(config.queue_name), self._topic.namespace, store=settings.store
         )
 

@@ -19,8 +19,9 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from raytopic.client.control_log import ControlLog
+from raytopic.client.control_log import ControlLog, opening_control_log
 from raytopic.core.errors import PublisherClosedError, TopicNotFoundError
+from raytopic.core.steps import run_awaiting
 from raytopic.serve.board import FinishedTasks
 
 __all__ = ["TaskBoardActor", "task_log_name"]
@@ -58,10 +59,12 @@ class TaskBoardActor:
             return self._log
         async with self._loading:
             if self._log is None:
-                log = await asyncio.to_thread(
-                    ControlLog, task_log_name(self._queue), self._namespace, store=self._store
+                log = await run_awaiting(
+                    opening_control_log(
+                        task_log_name(self._queue), self._namespace, store=self._store
+                    )
                 )
-                self._finished.restore(await asyncio.to_thread(log.load))
+                self._finished.restore(await run_awaiting(log.loading()))
                 self._log = log
         return self._log
 

@@ -8,11 +8,12 @@ import math
 import time
 from typing import Any
 
-from raytopic.client.topic import get_topic
+from raytopic.client.topic import getting
 from raytopic.core.config import check_name, check_timeout
 from raytopic.core.errors import InvalidTypeError
 from raytopic.core.protocol import ReadTopicLag
 from raytopic.core.scaling import ScaleRule, ScaleSettings
+from raytopic.core.steps import run_awaiting
 from raytopic.serve.adapter import CONSUMER_GROUP
 
 logger = logging.getLogger(__name__)
@@ -98,9 +99,7 @@ class LagPolicy:
     async def _read_lag(self) -> None:
         try:
             if self._topic is None:
-                self._topic = await asyncio.to_thread(
-                    get_topic, self._topic_name, namespace=self._namespace
-                )
+                self._topic = await run_awaiting(getting(self._topic_name, self._namespace))
                 self._rule = ScaleRule(
                     self._settings,
                     owned=not self._shared,

@@ -32,7 +32,7 @@ from typing import Any
 import ray
 
 from raytopic.actors.transactions import send
-from raytopic.client.control_log import ControlLog
+from raytopic.client.control_log import ControlLog, opening_control_log
 from raytopic.core.errors import ClosedError, TransactionFencedError
 from raytopic.core.naming import transaction_registry_name
 from raytopic.core.protocol import (
@@ -50,6 +50,7 @@ from raytopic.core.protocol import (
     TransactionAborted,
     TransactionCommitting,
 )
+from raytopic.core.steps import run_awaiting
 
 logger = logging.getLogger(__name__)
 
@@ -147,10 +148,10 @@ class TransactionRegistry:
             return self._log
         async with self._loading:
             if self._log is None:
-                log = await asyncio.to_thread(
-                    ControlLog, TRANSACTION_STATE, self._namespace, store=self._store
+                log = await run_awaiting(
+                    opening_control_log(TRANSACTION_STATE, self._namespace, store=self._store)
                 )
-                records = await asyncio.to_thread(log.load)
+                records = await run_awaiting(log.loading())
                 self._ids = {tid: _Incarnation.of(record) for tid, record in records.items()}
                 self._log = log
         return self._log
