@@ -5,9 +5,11 @@ The channel, the coordinator and the transaction registry are async actors: whil
 one waits in ``ray.get``, its event loop serves nothing, and a thread of its process
 that does (``asyncio.to_thread``) ties up a worker thread for a Ray round trip and
 makes Ray warn. This checks raytopic's own code, not what Ray prints: from every
-``async def`` in ``actors/`` and ``coordinator/`` it follows, transitively, each
-call of a plain function name that resolves to a raytopic function (in the same
-module, or imported by name), each ``self.method()`` of the same class, and each
+``async def`` in ``actors/`` and ``coordinator/`` and in the applications' async
+actors (``ASYNC_ACTOR_MODULES``) it follows, transitively, each call of a plain
+function or class name that resolves to raytopic's code (a class: its
+``__init__``; in the same module, or imported by name), each ``self.method()`` of
+the same class, and each
 function handed to ``asyncio.to_thread`` or ``run_in_executor``; it fails on any
 ``ray.get``, ``ray.wait`` with a timeout other than 0, or ``time.sleep`` reached.
 
