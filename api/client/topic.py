@@ -20,7 +20,7 @@ from raytopic.coordinator.launch import (
     actor_names,
     finding,
     launching,
-    wait_released,
+    released,
 )
 from raytopic.core.config import (
     Overflow,
@@ -61,7 +61,7 @@ from raytopic.core.protocol import (
 )
 from raytopic.core.records import Position
 from raytopic.core.shared_group import SharedGroup
-from raytopic.core.steps import Steps, run_blocking
+from raytopic.core.steps import Get, Steps, run_blocking
 
 if TYPE_CHECKING:
     from raytopic.autoscale.autoscaler import Autoscaler
@@ -658,11 +658,16 @@ class Topic:
                 marked destroyed is removed by the next topic made over it; one
                 left as it was is reopened by it).
         """
+        run_blocking(self.destroying())
+
+    def destroying(self) -> Steps[None]:
+        """:meth:`destroy` as steps (an async actor awaits them)."""
         mark_destroyed(self.topic_id)  # this process's handles know it from now on
-        _stop_autoscalers(self)  # first: a scaler would start members again
+        yield from _stop_autoscalers(self)  # first: a scaler would start members again
         left: StoreError | None = None
         try:
-            self._call(DestroyTopic())
+            with topic_calls(self.topic_id, self.name):
+                yield Get(self._coordinator.request.remote(DestroyTopic()))
         except (TopicNotFoundError, ray.exceptions.RayActorError):
             pass  # gone already
         except StoreError as error:
@@ -671,7 +676,7 @@ class Topic:
         for actor in actors:
             ray.kill(actor, no_restart=True)
         for name in actor_names(self.name, self.channel_count):
-            wait_released(name, self.namespace)
+            yield from released(name, self.namespace)
         if left is not None:
             raise left
 
@@ -719,7 +724,7 @@ def _check_shared_allowed(config: TopicConfig) -> None:
         raise GroupModeError(f"topic {config.name!r} is compacted: it has no shared groups")
 
 
-def _stop_autoscalers(topic: Topic) -> None:
+def _stop_autoscalers(topic: Topic) -> Steps[None]:
     """Kill the topic's autoscalers and their members (``Topic.destroy``): the scalers
     first, so that none starts a member again. They are found by their names (the
     scaler and member prefixes of :mod:`raytopic.core.naming`), so the handle needs
@@ -735,4 +740,4 @@ def _stop_autoscalers(topic: Topic) -> None:
             with contextlib.suppress(ValueError):  # gone meanwhile
                 ray.kill(ray.get_actor(name, namespace=topic.namespace), no_restart=True)
     for name in (n for n in named if n.startswith(scalers)):
-        wait_released(name, topic.namespace)
+        yield from released(name, topic.namespace)

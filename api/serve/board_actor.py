@@ -89,7 +89,7 @@ class TaskBoardActor:
     async def counts(self) -> dict[str, int]:
         """Tasks by status, as the task log holds them."""
         log = await self._loaded()
-        records = await asyncio.to_thread(log.load)
+        records = await run_awaiting(log.loading())
         return dict(Counter(record["status"] for record in records.values()))
 
     async def destroy(self) -> None:
@@ -97,4 +97,4 @@ class TaskBoardActor:
         log = await self._loaded()
         self._deleting = True
         log.close()
-        await asyncio.to_thread(log.topic.destroy)
+        await run_awaiting(log.topic.destroying())
