@@ -575,8 +575,17 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             if asyncio.iscoroutine(result):
                 result = asyncio.run(result)
         except Exception as error:
-            logger.warning("task %s (%s) failed: %r", task["id"], task["name"], error)
-            return (RETRY if most is None or attempts <= most else FAILURE), repr(error)
+            again = most is None or attempts <= most
+            logger.warning(
+                "task %s (%s) failed on attempt %d%s: %r; %s",
+                task["id"],
+                task["name"],
+                attempts,
+                "" if most is None else f" of {most + 1}",
+                error,
+                "it runs again" if again else "no attempt left: FAILURE",
+            )
+            return (RETRY if again else FAILURE), repr(error)
         return SUCCESS, result
 
     def _until_recorded(self, task_ids: set[str]) -> None:

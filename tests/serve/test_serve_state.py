@@ -210,6 +210,34 @@ def test_a_tasks_walk_does_not_pass_the_task_board(
         adapter.destroy()
 
 
+def test_a_failing_task_logs_each_attempt_and_whether_it_runs_again(
+    ray_session: None, tmp_path: Path, wait_until: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: "task ... failed: ValueError(...)" twice, alike (examples/serve_tasks.py): a
+    # user could not tell a retry from a duplicate, nor the last attempt from the first.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    adapter = _adapter(queue, namespace, tmp_path / "store")  # max_retries=1: two attempts
+
+    def fail(n: int) -> int:
+        raise ValueError(f"cannot take {n}")
+
+    adapter.register_task_handle(fail, "fail")
+    try:
+        task = adapter.enqueue_task_sync("fail", [3])
+        with caplog.at_level(logging.WARNING, logger=adapter_module.__name__):
+            adapter.start_consumer()
+            wait_until(lambda: adapter.get_task_status_sync(task.id).status == "FAILURE", 30)
+        said = [r.getMessage() for r in caplog.records if r.name == adapter_module.__name__]
+        assert said == [
+            f"task {task.id} (fail) failed on attempt 1 of 2: ValueError('cannot take 3'); "
+            "it runs again",
+            f"task {task.id} (fail) failed on attempt 2 of 2: ValueError('cannot take 3'); "
+            "no attempt left: FAILURE",
+        ]
+    finally:
+        adapter.destroy()
+
+
 def test_a_status_read_of_a_started_task_answers_when_its_outcome_is_held(
     ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
