@@ -574,7 +574,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             result = handler(*args, **kwargs)
             if asyncio.iscoroutine(result):
                 result = asyncio.run(result)
-        except Exception as error:
+        except BaseException as error:  # SystemExit too: it costs its task, not the consumer
             again = most is None or attempts <= most
             logger.warning(
                 "task %s (%s) failed on attempt %d%s: %r; %s",

@@ -410,3 +410,41 @@ def test_a_task_running_past_the_ack_timeout_stays_held_and_runs_once(
     finally:
         replicas[1].stop_consumer()
         replicas[0].destroy()
+
+
+def test_a_handler_raising_systemexit_or_keyboardinterrupt_fails_its_task_only(
+    ray_session: None, tmp_path: Path, wait_until: Any
+) -> None:
+    # Before: the BaseException ended the consumer thread, silently (threading ignores
+    # SystemExit): the batch it was in stayed STARTED, every later task PENDING, for ever.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    adapter = _adapter(queue, namespace, tmp_path / "store", outlets=True)
+
+    def work(n: int) -> int:
+        if n == 3:
+            raise SystemExit(3)
+        if n == 5:
+            raise KeyboardInterrupt
+        return 10 * n
+
+    adapter.register_task_handle(work, "work")
+    try:
+        ids = [adapter.enqueue_task_sync("work", [n]).id for n in range(8)]
+        adapter.start_consumer()
+
+        def ended() -> list[Any] | None:
+            results = [adapter.get_task_status_sync(i) for i in ids]
+            return results if all(r.status in ("SUCCESS", "FAILURE") for r in results) else None
+
+        results = wait_until(ended, timeout=60, interval=0.2)
+        statuses = [r.status for r in results]
+        assert statuses == ["FAILURE" if n in (3, 5) else "SUCCESS" for n in range(8)]
+        assert [results[n].result for n in (0, 1, 2, 4, 6, 7)] == [0, 10, 20, 40, 60, 70]
+        assert "SystemExit" in results[3].result and "KeyboardInterrupt" in results[5].result
+        with rt.get_topic(f"{queue}-failed", namespace=namespace).subscriber(
+            start="earliest", complete_on_empty=True
+        ) as failed:
+            assert sorted(e.value["args"][0] for e in failed) == [3, 5]
+        assert adapter._consumer.is_alive()
+    finally:
+        adapter.destroy()
