@@ -242,7 +242,7 @@ class ScaledMemberActor:
     def _handle(self, batch: ElementBatch) -> None:
         try:
             self._handler(batch.values)
-        except Exception as error:
+        except BaseException as error:  # SystemExit too: it costs its batch, not the member
             self._failed(batch, error)
             return
         self._failures = 0
@@ -265,7 +265,7 @@ class ScaledMemberActor:
                     "member %s: channel %d moved before its commit", self._member_id, channel
                 )
 
-    def _failed(self, batch: ElementBatch, error: Exception) -> None:
+    def _failed(self, batch: ElementBatch, error: BaseException) -> None:
         """A handler call raised: log it in one line, tell the autoscaler, and give the
         batch back (a shared group's member nacks it; an owned one goes back to its
         last commit, after sending what reached ``max_deliveries`` to the dead-letter

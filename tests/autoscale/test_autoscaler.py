@@ -302,48 +302,64 @@ class FailOn:
     """A handler that records the values in a Tally, and always raises on a batch
     holding ``bad``."""
 
-    def __init__(self, tally: Tally, bad: Any) -> None:
+    def __init__(self, tally: Tally, bad: Any, error: type[BaseException] = ValueError) -> None:
         self.tally = tally
         self.bad = bad
+        self.error = error
 
     def __call__(self, values: list[Any]) -> None:
         if self.bad in values:
-            raise ValueError(f"cannot handle {self.bad!r}")
+            raise self.error(f"cannot handle {self.bad!r}")
         self.tally.add(values)
 
 
-def test_an_owned_batch_failing_max_deliveries_times_goes_to_the_dead_letter_topic(
-    topic: rt.Topic, wait_until, stopped_after, tally: Tally
-) -> None:
-    group_at_latest(topic, "poisoned")
-    dead_letter = f"{topic.name}-poisoned-dead"
-    values = _values("poisoned", 40)
-    bad = values[13]
+def _dead_lettering(
+    topic: rt.Topic,
+    group: str,
+    handler: FailOn,
+    batch_size: int,
+    values: list[Any],
+    stopped_after: Callable[[rt.Autoscaler], rt.Autoscaler],
+    wait_until: Any,
+) -> tuple[rt.Autoscaler, list[dict[str, Any]]]:
+    """Scale ``group`` (at its latest) with ``handler``, one member, ``max_deliveries=2``
+    into ``<topic>-<group>-dead``; publish ``values``; once the group's lag is 0, return
+    the autoscaler and the dead letters (the dead-letter topic is destroyed)."""
+    group_at_latest(topic, group)
+    dead_letter = f"{topic.name}-{group}-dead"
     scaler = stopped_after(
         topic.autoscale(
-            "poisoned",
-            FailOn(tally, bad),
+            group,
+            handler,
             min_members=1,
             max_members=1,
             poll_s=0.2,
-            batch_size=5,
+            batch_size=batch_size,
             max_deliveries=2,
             dead_letter=dead_letter,
         )
     )
     _publish(topic, values)
-    # The channel behind the bad value moves on: its batch is dead-lettered after
-    # two failed calls (1 s apart), and the member commits past it.
-    wait_until(
-        lambda: topic.describe().groups["poisoned"].lag == 0, timeout=60, interval=SLOW_POLL_S
-    )
-    handled = tally.get()
+    wait_until(lambda: topic.describe().groups[group].lag == 0, timeout=60, interval=SLOW_POLL_S)
     dead = rt.get_topic(dead_letter, namespace=topic.namespace)
     try:
         with dead.subscriber(start="earliest", complete_on_empty=True) as reader:
-            letters = [element.value for element in reader]
+            return scaler, [element.value for element in reader]
     finally:
         dead.destroy()
+
+
+def test_an_owned_batch_failing_max_deliveries_times_goes_to_the_dead_letter_topic(
+    topic: rt.Topic, wait_until, stopped_after, tally: Tally
+) -> None:
+    values = _values("poisoned", 40)
+    bad = values[13]
+    # The channel behind the bad value moves on: its batch is dead-lettered after
+    # two failed calls (1 s apart), and the member commits past it.
+    scaler, letters = _dead_lettering(
+        topic, "poisoned", FailOn(tally, bad), 5, values, stopped_after, wait_until
+    )
+    handled = tally.get()
     dead_values = [letter["value"] for letter in letters]
     assert bad in dead_values and bad not in handled
     assert Counter(handled + dead_values) == Counter(values)  # each value once, somewhere
@@ -361,6 +377,24 @@ def test_an_owned_batch_failing_max_deliveries_times_goes_to_the_dead_letter_top
     assert stats.last_failure.error.startswith(
         f"ValueError: cannot handle {bad!r} (test_autoscaler.py:"
     )
+    scaler.stop()
+
+
+def test_a_handler_raising_systemexit_is_a_failure_of_its_batch_not_of_its_member(
+    topic: rt.Topic, wait_until, stopped_after, tally: Tally
+) -> None:
+    # Before: SystemExit ended the member's process; its successor met the same batch and
+    # ended too, for ever: failures 0, nothing dead-lettered, the channel's lag stuck.
+    values = _values("exiting", 20)
+    handler = FailOn(tally, values[7], SystemExit)
+    scaler, letters = _dead_lettering(
+        topic, "exiting", handler, 1, values, stopped_after, wait_until
+    )
+    assert [letter["value"] for letter in letters] == [values[7]]
+    assert letters[0]["reason"].startswith("handler failed 2 times: SystemExit: cannot handle")
+    assert Counter(tally.get()) == Counter(values[:7] + values[8:])
+    stats = scaler.describe()
+    assert (stats.failures, stats.dead_lettered) == (2, 1)
     scaler.stop()
 
 
