@@ -57,7 +57,8 @@ from raytopic.core.errors import (
     TopicError,
 )
 from raytopic.core.protocol import CursorState, Delivery, ReceivedBatch
-from raytopic.core.resequencer import Resequence, ResequencedStream, ResequencerStats
+from raytopic.core.resequenced_stream import ResequencedStream
+from raytopic.core.resequencer import Resequence, ResequencerStats
 
 if TYPE_CHECKING:
     from raytopic.core.protocol import ReaderLease
@@ -152,7 +153,12 @@ class ReceiveSession:
                 spec.reader_id[:8],
                 on_ready=lambda: loop.call_soon_threadsafe(self._poke),
                 on_late=lambda item: self._handover.late(item.channel, item.first),
+                origin=lambda item: (item.channel, item.first),
             )
+        self._fed_jumps: dict[int, int] = {}  # channel -> jump count of what was fed last
+        # A seek may have landed (a pause ended, a new view came): a resequencing
+        # session looks at every channel's jump count before it hands anything over.
+        self._look_again = False
         self._wake = asyncio.Event()
         self._end_error: TopicError | None = None  # what receives raise once closed
         # Handles may come with their receive numbering under way (``mid_stream``:
@@ -173,6 +179,7 @@ class ReceiveSession:
         if self.view.update(version, owned):
             # A new view may come with a reset: what fetches hold may be from before it.
             self._waits.end_fetches()
+            self._look_again = True
 
     def poke(self, channel: int | None = None) -> bool:
         """Something changed at ``channel`` (or anywhere): look again. Returns whether
@@ -249,6 +256,7 @@ class ReceiveSession:
     def resume(self) -> None:
         """The seek a pause announced has landed: fetches may take again."""
         self._pause.end()
+        self._look_again = True
         self._poke()
 
     def close(self, error: TopicError | None = None) -> None:
@@ -322,6 +330,10 @@ class ReceiveSession:
         resequenced = self._resequenced
         assert resequenced is not None
         while not self.closed:
+            if self._look_again:
+                # What was released before a seek must not be handed over after it.
+                self._look_again = False
+                await asyncio.shield(self._take_back(resequenced, []))
             released = resequenced.take(1 if single else max_count)
             if released:
                 return ReceivedBatch([self._hand_over(item) for item in released], single)
@@ -330,11 +342,12 @@ class ReceiveSession:
             pulled = await self._receive(
                 stream, number, RESEQUENCE_PULL, False, True, False, until=lambda: resequenced.ready
             )
-            if pulled.deliveries:
-                pairs = [pair for delivery in pulled.deliveries for pair in delivery.one_by_one()]
-                for _, item in pairs:
-                    self._handover.taken(item.channel, item.first)
-                resequenced.feed(pairs)
+            if any(self._jumped(delivery) for delivery in pulled.deliveries):
+                # Shielded: what the pull took is the session's now (it reads on after
+                # it), so it is fed even if this receive is cancelled meanwhile.
+                await asyncio.shield(self._take_back(resequenced, pulled.deliveries))
+            elif pulled.deliveries:
+                self._feed(resequenced, pulled.deliveries)
             elif self.spec.complete_on_empty and not resequenced.ready:
                 if not resequenced.held:
                     break
@@ -343,6 +356,50 @@ class ReceiveSession:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), resequenced.poll_interval)
         return ReceivedBatch((), single)
+
+    def _feed(self, resequenced: ResequencedStream, deliveries: list[Delivery]) -> None:
+        """Feed what a pull took into the resequencer."""
+        for delivery in deliveries:
+            self._fed_jumps[delivery.channel] = delivery.jumps
+        pairs = [pair for delivery in deliveries for pair in delivery.one_by_one()]
+        for _, item in pairs:
+            self._handover.taken(item.channel, item.first)
+        resequenced.feed(pairs)
+
+    async def _take_back(self, resequenced: ResequencedStream, deliveries: list[Delivery]) -> None:
+        """A channel whose read position jumped since this session last fed from it
+        (a seek, a group reset, an aborted transaction's rewind, a new owner, its
+        restart) delivers again from the delivery's first position: the resequencer
+        takes back what it holds or released from it there on, so each comes
+        again, in order (see ``Resequencer.rewind``). The jump count comes with every
+        take's reply, so the session learns of a jump before it feeds anything read
+        after it, whoever made the jump. A jump seldom comes alone (a seek to the
+        commit, a reset, an abort move every channel): the other owned channels are
+        looked at first (a take of nothing), or the numbers of one channel would be
+        released again before those of another whose jump is not known yet. Then
+        ``deliveries`` (none: only a look after a seek) are fed."""
+        fed = {delivery.channel for delivery in deliveries}
+        others = [  # (a channel never fed from has nothing to take back)
+            c
+            for c in self.view.scope(False)
+            if c not in fed and c in self._fed_jumps and c in self._ports
+        ]
+        looks = await asyncio.gather(
+            *(self._positions.take(self._ports[c], self.view.lease_of(c), 0) for c in others),
+            return_exceptions=True,  # not ours any more, or lost: read on as told
+        )
+        for delivery in [*deliveries, *(d for d in looks if isinstance(d, Delivery))]:
+            if self._jumped(delivery):
+                for item in resequenced.rewind(delivery.channel, delivery.first):
+                    self._handover.dropped(item.channel, item.first)
+            self._fed_jumps[delivery.channel] = delivery.jumps
+        self._feed(resequenced, deliveries)
+
+    def _jumped(self, delivery: Delivery) -> bool:
+        """Whether the read position at ``delivery``'s channel jumped since this session
+        last fed from there (never: nothing fed from there yet)."""
+        seen = self._fed_jumps.get(delivery.channel)
+        return seen is not None and seen != delivery.jumps
 
     def _hand_over(self, item: Delivery) -> Delivery:
         """``item`` (one released element) stamped with its hand-over mark."""

@@ -2,28 +2,28 @@
 
 :class:`Resequencer` is pure Python (no Ray): it is used standalone, inside
 :class:`raytopic.resequencer_actor.ResequencerActor` when many producers feed
-one stream, and (through :class:`ResequencedStream`) by the receive session
+one stream, and (through ``raytopic.core.resequenced_stream``) by the receive session
 of a subscriber given ``resequence=``:class:`Resequence`, inside its host
 channel actor.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from raytopic.core.config import MAX_SECONDS, check_int
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
+from raytopic.core.release_record import ReleaseRecord
 from raytopic.core.waits import bounded_wait
 
-__all__ = ["Resequence", "ResequencedStream", "Resequencer", "ResequencerStats"]
+__all__ = ["MAX_MILLISECONDS", "Resequence", "Resequencer", "ResequencerStats"]
 
 logger = logging.getLogger(
     "raytopic.resequencer"
@@ -151,6 +151,13 @@ class Resequencer:
     traceback) and changes nothing else: the message counts as released and
     the sweeper keeps running.
 
+    **Sources sent back.** A message accepted with an ``origin`` (a source
+    and a position in it, such as a channel) can be taken back: after
+    :meth:`rewind` of that source to a position, what is held from it there
+    on is dropped, and the numbers released from it there on (among the
+    latest releases) are released again when they come, not dropped as late;
+    the numbers released from other sources in between are stepped over.
+
     **Memory.** A stream's state (its last released number) is kept for the
     lifetime of the resequencer, so late numbers are recognised; held
     messages are bounded per stream by ``capacity`` when it is set.
@@ -219,6 +226,7 @@ class Resequencer:
         # Never held while a callback runs.
         self._lock = threading.Lock()
         self._streams: dict[Hashable | None, _Stream] = {}
+        self._record = ReleaseRecord()  # releases with an origin, for rewind()
         self._released = 0
         self._gaps = 0
         self._late = 0
@@ -265,13 +273,21 @@ class Resequencer:
                 released=self._released, gaps=self._gaps, late=self._late, held=self._held
             )
 
-    def accept(self, seq: int, payload: Any, correlation_id: Hashable | None = None) -> None:
+    def accept(
+        self,
+        seq: int,
+        payload: Any,
+        correlation_id: Hashable | None = None,
+        origin: tuple[Hashable, int] | None = None,
+    ) -> None:
         """Feed one message into its stream; deliver what it makes releasable.
 
         Args:
             seq: The message's sequence number in its stream (an int).
             payload: The message, any value; handed to the callbacks as is.
             correlation_id: The stream (any hashable); None is the default stream.
+            origin: Where the message was read: (source, position), for
+                :meth:`rewind`; None: it is never taken back.
 
         Raises:
             InvalidTypeError: ``seq`` is not an int (``bool`` included) or
@@ -284,12 +300,12 @@ class Resequencer:
             stream = self._streams.get(correlation_id)
             if stream is None:
                 stream = self._streams[correlation_id] = _Stream(self._start)
-            if (stream.last is not None and seq <= stream.last) or seq in stream.held:
+            if stream.is_late(seq):
                 self._late += 1
                 if self._on_late is not None:
                     events.append(_Late(seq, payload, correlation_id))
             else:
-                stream.held[seq] = (payload, time.monotonic())
+                stream.held[seq] = (payload, time.monotonic(), origin)
                 heapq.heappush(stream.heap, seq)
                 self._held += 1
                 self._release_ready(stream, correlation_id, events)
@@ -305,6 +321,46 @@ class Resequencer:
                     self._release_head(stream, correlation_id, events)
             ticket = self._take_ticket(events)
         self._deliver(ticket, events)
+
+    def rewind(self, source: Hashable, position: int) -> list[Any]:
+        """``source`` was sent back to ``position``: what it delivers from there on
+        comes again. Drops what is held from it there on (returned, in no order);
+        the numbers released from it there on are released again when they come
+        (each stream waits for the lowest of them, its hold window starting now,
+        and steps over the numbers released from other sources in between). A
+        source sent back past the latest releases remembered starts every stream's
+        numbering afresh (as a new resequencer would), keeping what is held.
+
+        Returns once the releases decided before it have been delivered (a
+        callback must not call it).
+        """
+        dropped: list[Any] = []
+        with self._lock:
+            now = time.monotonic()
+            for stream in self._streams.values():
+                held = stream.held
+                taken_back = [seq for seq in held if _at_or_after(held[seq][2], source, position)]
+                for seq in taken_back:
+                    dropped.append(stream.held.pop(seq)[0])
+                    self._held -= 1
+                if len(stream.held) != len(stream.heap):
+                    stream.heap = list(stream.held)
+                    heapq.heapify(stream.heap)
+            again = self._record.rewound(source, position)
+            if again is None:
+                for stream in self._streams.values():
+                    stream.start_afresh(self._start)
+            for correlation_id, numbers in (again or {}).items():
+                stream = self._streams.get(correlation_id)
+                if stream is not None and stream.release_again(numbers):
+                    for seq, (payload, _, origin) in stream.held.items():
+                        stream.held[seq] = (payload, now, origin)
+            # Nothing to deliver, but the batches decided before (a sweep's) come
+            # first: once this returns, every release it voided has been delivered.
+            ticket = self._next_ticket
+            self._next_ticket += 1
+        self._deliver(ticket, [])
+        return dropped
 
     def start(self) -> None:
         """Run the sweeper loop on the calling thread until :meth:`stop`.
@@ -376,7 +432,7 @@ class Resequencer:
         while stream.heap:
             head = stream.heap[0]
             if (
-                (stream.last is not None and head == stream.last + 1)
+                head == stream.expected()
                 or self._zero_hold
                 or (self._capacity and len(stream.heap) > self._capacity)
             ):
@@ -392,9 +448,7 @@ class Resequencer:
                 while stream.heap:
                     head = stream.heap[0]
                     waited = now - stream.held[head][1]
-                    if (stream.last is not None and head == stream.last + 1) or (
-                        waited >= self._timeout_s
-                    ):
+                    if head == stream.expected() or waited >= self._timeout_s:
                         self._release_head(stream, correlation_id, events)
                     else:
                         break
@@ -405,14 +459,15 @@ class Resequencer:
         self, stream: _Stream, correlation_id: Hashable | None, events: list[_Event]
     ) -> None:
         seq = heapq.heappop(stream.heap)
-        payload, _ = stream.held.pop(seq)
-        if stream.last is not None and seq > stream.last + 1:
-            self._gaps += seq - stream.last - 1
+        payload, _, origin = stream.held.pop(seq)
+        for first, stop in stream.skipped_by(seq):
+            self._gaps += stop - first
             if self._on_gap is not None:
-                events.append(_Gap(stream.last + 1, seq, correlation_id))
-        stream.last = seq
+                events.append(_Gap(first, stop, correlation_id))
         self._held -= 1
         self._released += 1
+        if origin is not None:
+            self._record.released(origin[0], origin[1], correlation_id, seq)
         events.append(_Release(seq, payload, correlation_id))
 
     def _take_ticket(self, events: list[_Event]) -> int | None:
@@ -508,14 +563,61 @@ class Resequencer:
 
 
 class _Stream:
-    """One correlation id's state: the last released number and the held messages."""
+    """One correlation id's state: the last released number, the numbers at or below
+    it to release again (their source was sent back) and the held messages."""
 
-    __slots__ = ("heap", "held", "last")
+    __slots__ = ("again", "again_heap", "heap", "held", "last")
 
     def __init__(self, start: int | None) -> None:
         self.last: int | None = None if start is None else start - 1
         self.heap: list[int] = []
-        self.held: dict[int, tuple[Any, float]] = {}  # seq -> (payload, arrival time)
+        # seq -> (payload, arrival time, origin)
+        self.held: dict[int, tuple[Any, float, tuple[Hashable, int] | None]] = {}
+        self.again: set[int] = set()
+        self.again_heap: list[int] = []  # the same numbers, lowest first
+
+    def expected(self) -> int | None:
+        """The number released next without waiting (None: not known yet)."""
+        if self.again:
+            return self.again_heap[0]
+        return None if self.last is None else self.last + 1
+
+    def is_late(self, seq: int) -> bool:
+        """Already released (and not to be released again), or already held."""
+        if seq in self.held:
+            return True
+        return self.last is not None and seq <= self.last and seq not in self.again
+
+    def release_again(self, numbers: list[int]) -> bool:
+        """Release ``numbers`` (released before) again; whether any is waited for now."""
+        added = False
+        for seq in numbers:
+            if self.last is not None and seq <= self.last and seq not in self.again:
+                self.again.add(seq)
+                heapq.heappush(self.again_heap, seq)
+                added = True
+        return added
+
+    def skipped_by(self, seq: int) -> list[tuple[int, int]]:
+        """Release ``seq`` (the head): the ranges ``[first, stop)`` its release skips
+        (numbers to release again below it, then those between the last and it)."""
+        skipped: list[tuple[int, int]] = []
+        again, heap = self.again, self.again_heap
+        while heap and heap[0] <= seq:
+            number = heapq.heappop(heap)
+            again.discard(number)
+            if number < seq:
+                skipped.append((number, number + 1))
+        if self.last is not None and seq > self.last + 1:
+            skipped.append((self.last + 1, seq))
+        self.last = seq if self.last is None else max(self.last, seq)
+        return skipped
+
+    def start_afresh(self, start: int | None) -> None:
+        """Number afresh (what was released is forgotten); what is held stays."""
+        self.last = None if start is None else start - 1
+        self.again.clear()
+        self.again_heap.clear()
 
 
 class _Release(NamedTuple):
@@ -539,6 +641,10 @@ class _Late(NamedTuple):
 
 
 _Event = _Release | _Gap | _Late
+
+
+def _at_or_after(origin: tuple[Hashable, int] | None, source: Hashable, position: int) -> bool:
+    return origin is not None and origin[0] == source and origin[1] >= position
 
 
 def _check_int(
@@ -574,120 +680,3 @@ def _check_correlation_id(correlation_id: object) -> None:
         raise InvalidTypeError(
             f"correlation_id must be hashable, got {type(correlation_id).__name__}"
         ) from None
-
-
-class ResequencedStream:
-    """A :class:`Resequence` option applied to received items: in, out in order.
-
-    Items go in with the value they carry (``feed``), come out in sequence
-    order per correlation id (``take``). Timeout releases come from a sweeper
-    thread, started here and stopped by :meth:`close`; ``on_ready`` is called
-    (from any thread) whenever something was released, ``on_late`` with an item
-    dropped as late (on the thread that fed it).
-
-    **Delivery**: a value without a usable sequence number cannot be ordered;
-    it is released as it came rather than lost (logged once, counted in
-    ``stats.unsequenced``).
-    """
-
-    def __init__(
-        self,
-        option: Resequence,
-        name: str,
-        on_ready: Callable[[], object],
-        on_late: Callable[[Any], None] | None = None,
-    ) -> None:
-        if not isinstance(option, Resequence):
-            raise InvalidTypeError(
-                f"resequence must be a raytopic.Resequence, got {type(option).__name__}"
-            )
-        self._option = option
-        self._name = name
-        self._on_ready = on_ready
-        self._released: deque[Any] = deque()
-        self._unsequenced = 0  # released unordered: the first is logged, all counted
-        self._lock = threading.Lock()
-        # Sweep often enough that a timeout release is not late by much.
-        self.poll_interval = max(0.005, min(option.timeout_ms / 4000, 0.25))
-        self._resequencer = Resequencer(
-            name,
-            timeout_ms=option.timeout_ms,
-            capacity=option.capacity,
-            reap_interval_ms=max(1, int(self.poll_interval * 1000)),
-            start=option.start,
-            on_release=self._release,
-            on_late=None if on_late is None else lambda seq, item, correlation: on_late(item),
-        )
-        self._sweeper = threading.Thread(
-            target=self._resequencer.start, name=f"raytopic-resequencer-{name}", daemon=True
-        )
-        self._sweeper.start()
-
-    def _release(self, seq: int, item: Any, correlation: Hashable | None) -> None:
-        with self._lock:
-            self._released.append(item)
-        self._on_ready()
-
-    def feed(self, pairs: Iterable[tuple[Any, Any]]) -> None:
-        """Hand over received ``(value, item)`` pairs.
-
-        Args:
-            pairs: Each received value (its sequence number and correlation are
-                read from it) with the item to release (the Element). One without
-                a usable sequence number is released at once, unordered.
-        """
-        option = self._option
-        for value, item in pairs:
-            try:
-                correlation = option.correlation(value) if option.correlation else None
-                self._resequencer.accept(option.seq(value), item, correlation)
-            except BaseException as error:  # SystemExit too
-                # The user's seq or correlation raised (any exception: one value
-                # must never cost the rest of a batch), or the value did not
-                # decode here: it costs only its order. Said once (a key that
-                # raises usually raises for every value), counted always.
-                self._unsequenced += 1
-                if self._unsequenced == 1:
-                    logger.warning(
-                        "resequencer %s: no usable sequence number (%s: %s); released "
-                        "unordered (said once: resequencer_stats().unsequenced counts them)",
-                        self._name,
-                        type(error).__name__,
-                        error,
-                    )
-                self._release(-1, item, None)
-
-    @property
-    def stats(self) -> ResequencerStats:
-        """Released, gaps, late, held and unsequenced counts so far."""
-        return dataclasses.replace(self._resequencer.stats, unsequenced=self._unsequenced)
-
-    @property
-    def held(self) -> int:
-        """Items waiting for a predecessor."""
-        return self._resequencer.stats.held
-
-    @property
-    def ready(self) -> bool:
-        """Whether released items wait to be taken."""
-        return bool(self._released)
-
-    def take(self, count: int) -> list[Any]:
-        """Take released items.
-
-        Args:
-            count: Most items to take.
-
-        Returns:
-            Up to ``count`` released items, in release order.
-        """
-        with self._lock:
-            taken: list[Any] = []
-            while self._released and len(taken) < count:
-                taken.append(self._released.popleft())
-            return taken
-
-    def close(self) -> None:
-        """Stop the sweeper."""
-        self._resequencer.stop()
-        self._sweeper.join(timeout=5)

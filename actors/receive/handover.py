@@ -77,12 +77,13 @@ class HandOver:
     def late(self, channel: int, sequence: int) -> None:
         """The resequencer dropped ``sequence`` of ``channel`` as late. A number that
         came twice holds no commit back (:meth:`dropped`). An element this session
-        handed over before and took again (the reader was sent back: a seek, a
-        reset, an aborted transaction; the resequencer released its number the first
-        time) does: it is not handed over again, so commits stay below it and it is
-        delivered again when the reader's next session reads from its commit (a
-        restart, a new member), never committed unseen. Known among the latest
-        :data:`MARKS_KEPT` handed over."""
+        handed over before and took again does: it is not handed over again, so
+        commits stay below it and it is delivered again when the reader's next
+        session reads from its commit (a restart, a new member), never committed
+        unseen. (A reader sent back gets its elements again: the session takes back
+        their numbers, see ``ReceiveSession._take_back``. One is still late when the
+        hold window skipped its number before it was read again.) Known among the
+        latest :data:`MARKS_KEPT` handed over."""
         if (channel, sequence) not in self._marks:
             self.dropped(channel, sequence)
 

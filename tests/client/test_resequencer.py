@@ -16,12 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError, TopicError
-from raytopic.core.resequencer import (
-    Resequence,
-    ResequencedStream,
-    Resequencer,
-    ResequencerStats,
-)
+from raytopic.core.resequenced_stream import ResequencedStream
+from raytopic.core.resequencer import Resequence, Resequencer, ResequencerStats
 
 LONG_MS = 60_000  # a hold window no test waits out
 

@@ -10,14 +10,24 @@ import pytest
 import ray
 
 import raytopic as rt
+from raytopic.core.release_record import RELEASES_KEPT
 
-from tests.topic_helpers import module_topic, receive_until_empty
+from tests.topic_helpers import (
+    group_at_latest,
+    key_for,
+    module_topic,
+    next_sequences,
+    publish_all,
+    read_values,
+    receive_until_empty,
+)
 
 # One 2-channel topic for the module (each topic starts an actor per channel and a
 # coordinator): no test kills anything, and each reads only what it publishes, through
 # anonymous subscribers made before it publishes (they start at the latest position).
 # Values are published without a key, so they spread over both channels.
 shared = module_topic(channels=2)
+sink = module_topic(channels=1)  # a transaction loop's outputs (read from where it began)
 
 
 def _publish_shuffled(topic: rt.Topic, orders: list[str], steps: int, seed: int) -> None:
@@ -133,12 +143,11 @@ def test_values_without_a_usable_sequence_number_are_counted_not_each_logged(sha
     subscriber.close()
 
 
-def test_what_a_member_sent_back_reads_again_is_never_committed_unseen(shared, unique_name) -> None:
-    # Sent back to its commit (seek_to_committed; an aborted transaction does the
-    # same), a resequencing member reads its elements again and its resequencer,
-    # having released those numbers, drops them as late (not fixed yet: the
-    # resequencing guide says so). Its later commits passed over them: lag 0, and
-    # a new member got none of the six. Now they hold its commits back.
+def test_what_a_member_is_sent_back_to_comes_again_in_order(shared, unique_name) -> None:
+    # A resequencing member sent back to its commit (seek_to_committed; an aborted
+    # transaction does it) received nothing again: its resequencer had released those
+    # numbers and dropped each one read again as late. A transaction loop with aborts
+    # put 50 of 200 in its sink and ended, lag 195, late=195.
     topic, group = shared, unique_name("g")
     topic.subscriber(group=group, start="latest").close()  # the group starts here
     option = rt.Resequence(seq=lambda v: v["n"], timeout_ms=60_000, start=0)
@@ -147,22 +156,154 @@ def test_what_a_member_sent_back_reads_again_is_never_committed_unseen(shared, u
         for n in (3, 1, 0, 2, 5, 4):
             publisher.publish({"n": n})
     assert [e.value["n"] for e in receive_until_empty(member)] == [0, 1, 2, 3, 4, 5]
-    member.seek_to_committed()  # nothing committed: all six are read again
-    assert receive_until_empty(member) == []
-    assert member.resequencer_stats.late == 6
-    with topic.publisher() as publisher:
-        for n in (7, 6):
-            publisher.publish({"n": n})
-    later = receive_until_empty(member)
-    assert [e.value["n"] for e in later] == [6, 7]
-    for element in later:
-        element.commit()
-    assert topic.describe().groups[group].lag == 8  # nothing passed the six
-    member.close()
-    successor = topic.subscriber(group=group, resequence=option, complete_on_empty=True)
-    received = receive_until_empty(successor)
-    assert [e.value["n"] for e in received] == list(range(8))
-    for element in received:
+    member.seek_to_committed()  # nothing committed: all six come again
+    again = receive_until_empty(member)
+    assert [e.value["n"] for e in again] == [0, 1, 2, 3, 4, 5]
+    assert member.resequencer_stats.late == 0
+    for element in again:
         element.commit()
     assert topic.describe().groups[group].lag == 0
-    successor.close()
+    member.close()
+
+
+def _publish_across(topic: rt.Topic, orders: list[str], steps: int) -> None:
+    """Every order's steps, step by step, an order's next step on the other channel:
+    each channel holds each order's steps in ascending order (as its producers sent
+    them), and an order's steps reach the member out of order when it reads one
+    channel before the other. (Its commits reach every element then: a resequencing
+    member commits no further than what it handed over before, see Element.commit.)"""
+    with topic.publisher() as publisher:
+        for step in range(steps):
+            for index, order in enumerate(orders):
+                channel = (step + index) % 2
+                publisher.publish({"order": order, "step": step}, key=key_for(channel, 2))
+
+
+def _steps_by_order(elements: list[rt.Element]) -> dict[str, list[int]]:
+    by_order: dict[str, list[int]] = defaultdict(list)
+    for element in elements:
+        by_order[element.value["order"]].append(element.value["step"])
+    return dict(by_order)
+
+
+ORDERS = rt.Resequence(
+    seq=lambda v: v["step"], correlation=lambda v: v["order"], timeout_ms=60_000, start=0
+)
+
+
+def test_keys_of_two_channels_sent_back_come_again_in_order(shared, unique_name) -> None:
+    # Each order's steps spread over both channels. Sending back one channel gives
+    # its steps again, in order, stepping over the other channel's (released once);
+    # sending back both gives every step again.
+    topic, group = shared, unique_name("g")
+    group_at_latest(topic, group)
+    member = topic.subscriber(group=group, resequence=ORDERS, complete_on_empty=True)
+    orders, steps = ["A", "B", "C"], 12
+    _publish_across(topic, orders, steps)
+    first = receive_until_empty(member)
+    assert _steps_by_order(first) == {order: list(range(steps)) for order in orders}
+    member.seek_to_committed(0)
+    from_zero = receive_until_empty(member)
+    assert {e.channel for e in from_zero} == {0}
+    # Each order's steps of channel 0, ascending (those of channel 1 are stepped over).
+    assert _steps_by_order(from_zero) == _steps_by_order([e for e in first if e.channel == 0])
+    member.seek_to_committed()
+    again = receive_until_empty(member)
+    assert _steps_by_order(again) == {order: list(range(steps)) for order in orders}
+    assert member.resequencer_stats.late == 0
+    for element in again:
+        element.commit()
+    assert topic.describe().groups[group].lag == 0
+    member.close()
+
+
+def test_a_group_reset_to_earliest_gives_its_living_member_everything_again_in_order(
+    make_topic, unique_name, wait_until
+) -> None:
+    # Its own topic, retaining what was committed: "earliest" is all it ever held.
+    topic, group = make_topic(channels=2, retain=True), unique_name("g")
+    topic.create_group(group)
+    member = topic.subscriber(group=group, resequence=ORDERS, complete_on_empty=True)
+    _publish_across(topic, ["A", "B"], 10)
+    first = receive_until_empty(member)
+    assert _steps_by_order(first) == {"A": list(range(10)), "B": list(range(10))}
+    for element in first:
+        element.commit()
+    wait_until(lambda: topic.describe().groups[group].lag == 0)
+    topic.reset_group(group, "earliest")
+    again: list[rt.Element] = []
+    # The member hears of the reset with its next receives (empty ones may come first).
+    wait_until(lambda: again.extend(receive_until_empty(member)) or len(again) >= 20)
+    assert _steps_by_order(again) == {"A": list(range(10)), "B": list(range(10))}
+    assert member.resequencer_stats.late == 0
+    for element in again:
+        element.commit()
+    wait_until(lambda: topic.describe().groups[group].lag == 0)
+    member.close()
+
+
+def test_a_transaction_loop_with_aborts_puts_everything_in_its_sink_once_in_order(
+    shared, sink, unique_name, wait_until
+) -> None:
+    # trial64's loop: every third transaction aborts, and its inputs go back to the
+    # member. Before: 50 of 200 in the sink, lag 195, late=195, and the loop ended.
+    topic, group = shared, unique_name("g")
+    base = next_sequences(sink)
+    group_at_latest(topic, group)
+    orders, steps = ["A", "B", "C"], 30
+    _publish_across(topic, orders, steps)
+    txs = rt.transactions(unique_name("tx"))
+    member = topic.subscriber(group=group, resequence=ORDERS, complete_on_empty=True)
+    attempts = 0
+    while batch := ray.get(member.receive_batch(7), timeout=60):
+        attempts += 1
+        assert attempts < 200
+        if attempts % 3 == 0:
+            with pytest.raises(RuntimeError), txs.begin() as tx:
+                tx.publish_batch(sink, [e.value for e in batch])
+                tx.commit_consumed(batch)
+                raise RuntimeError("every third one aborts")
+            continue
+        with txs.begin() as tx:
+            tx.publish_batch(sink, [e.value for e in batch])
+            tx.commit_consumed(batch)
+    written = read_values(sink, since=base)
+    assert len(written) == len(orders) * steps
+    by_order: dict[str, list[int]] = defaultdict(list)
+    for value in written:
+        by_order[value["order"]].append(value["step"])
+    assert dict(by_order) == {order: list(range(steps)) for order in orders}
+    assert member.resequencer_stats.late == 0
+    wait_until(lambda: topic.describe().groups[group].lag == 0)
+    member.close()
+    txs.close()
+
+
+def _receive_numbers(member: rt.Subscriber) -> tuple[list[int], dict[int, rt.Element]]:
+    """Every ``n`` received until empty, and the last element received of each channel."""
+    numbers: list[int] = []
+    last: dict[int, rt.Element] = {}
+    while batch := ray.get(member.receive_batch(2000), timeout=60):
+        numbers.extend(e.value["n"] for e in batch)
+        last.update((e.channel, e) for e in batch)
+    return numbers, last
+
+
+def test_a_member_sent_back_further_than_remembered_starts_afresh(shared, unique_name) -> None:
+    # Past the latest RELEASES_KEPT releases the numbers to release again are not
+    # known: the resequencer numbers afresh, as a restarted host's does.
+    topic, group = shared, unique_name("g")
+    group_at_latest(topic, group)
+    count = RELEASES_KEPT + 1000
+    option = rt.Resequence(seq=lambda v: v["n"], timeout_ms=60_000, start=0)
+    member = topic.subscriber(group=group, resequence=option, complete_on_empty=True)
+    publish_all(topic, [{"n": n} for n in range(count)])
+    assert _receive_numbers(member)[0] == list(range(count))
+    member.seek_to_committed()
+    again, last = _receive_numbers(member)
+    assert again == list(range(count))
+    assert member.resequencer_stats.late == 0
+    for element in last.values():  # (the numbers came in position order at each channel)
+        element.commit()
+    assert topic.describe().groups[group].lag == 0
+    member.close()

@@ -1,0 +1,74 @@
+"""Which numbers a resequencer released lately, and where each came from. No Ray.
+
+A resequencing subscriber's elements come from channels (*sources*), each read in
+position order. When a source is sent back (a seek, a group reset, an aborted
+transaction's rewind), everything it delivered from the position it was sent back to
+comes again, and the resequencer must release those numbers again instead of dropping
+them as late. :class:`ReleaseRecord` says which numbers, per correlation id: those it
+released from that source at or after that position. It remembers the latest
+:data:`RELEASES_KEPT` releases; a source sent back further than that is told so
+(``None``), and its resequencer starts its numbering afresh, as a restarted host's does.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+
+__all__ = ["RELEASES_KEPT", "ReleaseRecord"]
+
+RELEASES_KEPT = 16_384
+"""Releases a record remembers (as many as a session remembers hand-over marks)."""
+
+
+class ReleaseRecord:
+    """The latest releases of one resequencer, each with its (source, position).
+
+    Args:
+        kept: How many releases it remembers (the oldest go first).
+    """
+
+    def __init__(self, kept: int = RELEASES_KEPT) -> None:
+        self._kept = kept
+        # (source, position) -> (key, number), oldest release first. A rewind looks at
+        # them all (rare: a seek, a reset, an abort); a release costs one entry.
+        self._releases: OrderedDict[tuple[Hashable, int], tuple[Hashable | None, int]] = (
+            OrderedDict()
+        )
+        self._forgotten: dict[Hashable, int] = {}  # source -> highest position forgotten
+
+    def __len__(self) -> int:
+        return len(self._releases)
+
+    def released(self, source: Hashable, position: int, key: Hashable | None, number: int) -> None:
+        """``number`` of ``key``, read at ``position`` of ``source``, was released."""
+        releases = self._releases
+        releases[source, position] = (key, number)
+        if len(releases) > self._kept:
+            (gone, at), _ = releases.popitem(last=False)
+            forgotten = self._forgotten
+            if forgotten.get(gone, -1) < at:
+                forgotten[gone] = at
+
+    def rewound(self, source: Hashable, position: int) -> dict[Hashable | None, list[int]] | None:
+        """``source`` was sent back to ``position``: the numbers released from it at or
+        after ``position``, per key, ascending, to release again (they are forgotten
+        here until released again). None: a release from there on was forgotten (the
+        record is then emptied: the caller starts its numbering afresh).
+        """
+        if self._forgotten.get(source, position - 1) >= position:
+            self.clear()
+            return None
+        releases = self._releases
+        again: dict[Hashable | None, list[int]] = {}
+        for where in [w for w in releases if w[0] == source and w[1] >= position]:
+            key, number = releases.pop(where)
+            again.setdefault(key, []).append(number)
+        for numbers in again.values():
+            numbers.sort()
+        return again
+
+    def clear(self) -> None:
+        """Forget everything (the numbering starts afresh)."""
+        self._releases.clear()
+        self._forgotten.clear()
