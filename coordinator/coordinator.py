@@ -50,7 +50,7 @@ from raytopic.coordinator.channel_restarts import ChannelRestarts
 from raytopic.coordinator.fleet import END_NOTICE_TIMEOUT, NOTICE_TIMEOUT, RayChannelFleet
 from raytopic.coordinator.group_service import GroupService
 from raytopic.coordinator.groups import Group
-from raytopic.coordinator.launch import ensure_dead_letter_topic
+from raytopic.coordinator.launch import channels_of, ensure_dead_letter_topic
 from raytopic.core.actor_logs import log_info_here
 from raytopic.core.config import TopicConfig
 from raytopic.core.errors import (
@@ -97,9 +97,15 @@ from raytopic.core.protocol import (
     StreamHeartbeat,
 )
 from raytopic.core.shared_group import SharedGroup
+from raytopic.core.steps import run_awaiting
 from raytopic.core.topic_record import opening
 
 logger = logging.getLogger(__name__)
+
+START_GRACE = 20.0
+"""Seconds a new coordinator waits for its creator's StartTopic before it starts its
+topic itself (its creator died meanwhile). The creator sends it right after making the
+channel actors (named, not waited for): well under a second, a few under heavy load."""
 
 __all__ = ["CoordinatorActor", "TopicInfo"]
 
@@ -131,6 +137,7 @@ class CoordinatorActor:
         self._starting = False
         self._start_error: BaseException | None = None  # the topic could not be made
         self._restarted = was_restarted()
+        self._made_at = time.monotonic()
         self._rebalances = _rebalance_counter(config.name)
 
     def _wire(self, fleet: RayChannelFleet, identities: list[dict[str, Any]]) -> None:
@@ -229,7 +236,15 @@ class CoordinatorActor:
             await self._up()
             return self._info()
         self._starting = True
+        await self._begin(channels)
+        return self._info()
+
+    async def _begin(self, channels: list[Any] | None) -> None:
+        """Start the topic on ``channels`` (None: its channels by name, as an orphan
+        finds them); see :meth:`_start`."""
         try:
+            if channels is None:
+                channels = await run_awaiting(channels_of(self._config))
             await self._start_channels(channels)
         except BaseException as error:
             # The topic is not made: its channels go, and callers waiting for it
@@ -241,7 +256,6 @@ class CoordinatorActor:
         self._started.set()
         # Once it serves: a dead-letter topic's making waits for nothing of this one.
         await self._ensure_dead_letter_topics(list(self._groups.groups.values()))
-        return self._info()
 
     async def _start_channels(self, handles: list[Any]) -> None:
         """Introduce the channels to each other, open their stores and make the
@@ -300,9 +314,31 @@ class CoordinatorActor:
                 await self._ensure_dead_letter_topics(list(self._groups.groups.values()))
             except Exception as error:  # the channels ask again when they send
                 logger.warning("dead-letter topics of %s not made: %s", self._config.name, error)
+        elif not self._restarted and not self._starting:
+            await self._start_if_orphaned()
         await self._started.wait()
         if self._start_error is not None:
             raise self._start_error
+
+    async def _start_if_orphaned(self) -> None:
+        """Wait for the creator's StartTopic up to ``START_GRACE`` after this
+        coordinator was made; past it, its creator died between making the topic's
+        actors and starting them (a driver or an actor killed there): the topic
+        starts itself from its channels by name (making those its creator did not),
+        so its name is not held for ever by a topic nobody can use."""
+        left = self._made_at + START_GRACE - time.monotonic()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._started.wait(), max(left, 0.0))
+        if self._started.is_set() or self._starting:
+            return
+        self._starting = True  # a StartTopic arriving now waits for this start
+        logger.warning(
+            "topic %s was not started by its creator within %.0f s; it starts itself",
+            self._config.name,
+            START_GRACE,
+        )
+        with contextlib.suppress(Exception):  # callers hear it as the start's error
+            await self._begin(None)
 
     async def _recover(self) -> None:
         """Rebuild this restarted coordinator from its channels (named, detached:

@@ -104,6 +104,21 @@ def create_topic_actors(config: TopicConfig) -> Steps[tuple[Any, list[Any]]]:
     return coordinator, channels
 
 
+def channels_of(config: TopicConfig) -> Steps[list[Any]]:
+    """The topic's channel actors, found by name; those its creator did not make (it
+    died while it made them) are made here. A coordinator its creator never started
+    starts its topic on them."""
+    channels = []
+    for channel in range(config.channels):
+        try:
+            channels.append(
+                ray.get_actor(channel_actor_name(config.name, channel), namespace=config.namespace)
+            )
+        except ValueError:
+            channels.append((yield from _named(partial(_start_channel, config, channel), None)))
+    return channels
+
+
 def _start_channel(config: TopicConfig, channel: int) -> Any:
     """Start channel ``channel`` of the topic (see :func:`_named`)."""
     return (

@@ -89,7 +89,9 @@ def create_topic(
     compaction: Compaction | None = None,
 ) -> Topic:
     """Create a topic: a coordinator actor and ``channels`` channel actors, all named
-    and detached, so the topic outlives this driver until ``destroy()``.
+    and detached, so the topic outlives this driver until ``destroy()``. A creator
+    that dies after making the actors and before starting them leaves a topic that
+    starts itself 20 s later (``get_topic`` and other calls wait for it meanwhile).
 
     Args:
         name: Unique in its namespace: 1-128 letters, digits, ``_ . -``.

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -375,3 +376,41 @@ def test_a_topic_made_again_under_its_name_commits_its_own_elements(
     # Its topic destroyed and not made again: typed, not Ray's ActorDiedError.
     with pytest.raises(rt.TopicNotFoundError):
         old_element.commit()
+
+
+def test_a_topic_whose_creator_died_before_starting_it_starts_itself(
+    ray_session: None, unique_name
+) -> None:
+    # Found by trial65: a transaction registry SIGKILLed while it made its state topic
+    # left that topic's coordinator made and never started (StartTopic never sent):
+    # get_topic, describe, create_topic(exist_ok=True) of the name, and so every later
+    # rt.transactions of the namespace, hung for ever.
+    from raytopic.coordinator.launch import create_topic_actors
+    from raytopic.core.config import TopicConfig
+    from raytopic.core.steps import run_blocking
+
+    name = unique_name("orphan")
+    config = TopicConfig.create(name, channels=2)
+    coordinator, channels = run_blocking(create_topic_actors(config))
+    ray.kill(channels[1], no_restart=True)  # its creator died before making this one
+    found: dict[str, Any] = {}
+
+    def use() -> None:
+        topic = rt.create_topic(name, channels=2, exist_ok=True)
+        publish_all(topic, list(range(6)))
+        with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
+            found["values"] = sorted(element.value for element in reader)
+        found["states"] = [channel.state for channel in topic.describe().channels]
+
+    user = threading.Thread(target=use, daemon=True)
+    user.start()
+    user.join(90)
+    try:
+        assert found == {"values": list(range(6)), "states": ["serving", "serving"]}
+    finally:
+        if user.is_alive():  # hung: leave no actor behind
+            for actor in (coordinator, *channels):
+                ray.kill(actor, no_restart=True)
+        else:
+            with contextlib.suppress(rt.TopicNotFoundError):
+                rt.get_topic(name).destroy()
