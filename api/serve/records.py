@@ -71,7 +71,7 @@ def make_task(task_name: object, args: object, kwargs: object, options: dict[str
         raise InvalidArgumentError("task_id must not be empty")
     try:
         payload = cloudpickle.dumps((list(args or ()), dict(kwargs or {})))
-    except Exception as error:
+    except BaseException as error:  # SystemExit too: a user's __reduce__ raised it
         raise InvalidTypeError(f"the task's arguments cannot be pickled: {error!r}") from None
     return {
         "id": task_id,
@@ -93,7 +93,7 @@ def load_arguments(task: dict) -> tuple[list[Any], dict[str, Any]]:
     """The task's (args, kwargs); UnreadableTask if they do not load here."""
     try:
         args, kwargs = cloudpickle.loads(task["payload"])
-    except Exception as error:
+    except BaseException as error:  # SystemExit too: it costs its task, not the consumer
         raise UnreadableTask(f"its arguments do not load: {error!r}") from None
     return args, kwargs
 

@@ -16,6 +16,7 @@ import operator
 import os
 import runpy
 import signal
+import sys
 import time
 import uuid
 from collections import Counter
@@ -88,6 +89,20 @@ class Unloadable:
         return operator.truediv, (1, 0)
 
 
+class ExitsWhenPickled:
+    """Raises SystemExit where it is pickled (a user's ``__reduce__`` with a bug)."""
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        raise SystemExit(4)
+
+
+class ExitsWhenLoaded:
+    """Pickles, and raises SystemExit where it is loaded."""
+
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        return sys.exit, (5,)
+
+
 def test_a_task_record_carries_its_arguments_pickled_apart() -> None:
     task = make_task("score", ["text"], {"lang": "en"}, {"key": "user-7", "task_id": "t1"})
     assert check_task(task) is task
@@ -98,6 +113,11 @@ def test_a_task_record_carries_its_arguments_pickled_apart() -> None:
         load_arguments(unloadable)  # its id and name are still there to report
     with pytest.raises(UnreadableTask):
         check_task({"not": "a task"})
+    # Before: SystemExit itself (an enqueue raised it; a replica's consumer thread ended).
+    with pytest.raises(rt.InvalidTypeError, match="cannot be pickled: SystemExit"):
+        make_task("score", [ExitsWhenPickled()], None, {})
+    with pytest.raises(UnreadableTask, match="SystemExit"):
+        load_arguments(make_task("score", [ExitsWhenLoaded()], None, {}))
 
 
 # -- bad arguments ----------------------------------------------------------------------------
