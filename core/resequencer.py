@@ -156,7 +156,8 @@ class Resequencer:
     :meth:`rewind` of that source to a position, what is held from it there
     on is dropped, and the numbers released from it there on (among the
     latest releases) are released again when they come, not dropped as late;
-    the numbers released from other sources in between are stepped over.
+    the numbers released from other sources in between are stepped over. (With
+    ``timeout_ms=0`` each is released whenever it comes.)
 
     **Memory.** A stream's state (its last released number) is kept for the
     lifetime of the resequencer, so late numbers are recognised; held
@@ -460,7 +461,7 @@ class Resequencer:
     ) -> None:
         seq = heapq.heappop(stream.heap)
         payload, _, origin = stream.held.pop(seq)
-        for first, stop in stream.skipped_by(seq):
+        for first, stop in stream.skipped_by(seq, keep_again=self._zero_hold):
             self._gaps += stop - first
             if self._on_gap is not None:
                 events.append(_Gap(first, stop, correlation_id))
@@ -579,7 +580,10 @@ class _Stream:
     def expected(self) -> int | None:
         """The number released next without waiting (None: not known yet)."""
         if self.again:
-            return self.again_heap[0]
+            heap = self.again_heap
+            while heap[0] not in self.again:  # released with a zero hold window
+                heapq.heappop(heap)
+            return heap[0]
         return None if self.last is None else self.last + 1
 
     def is_late(self, seq: int) -> bool:
@@ -598,16 +602,21 @@ class _Stream:
                 added = True
         return added
 
-    def skipped_by(self, seq: int) -> list[tuple[int, int]]:
+    def skipped_by(self, seq: int, *, keep_again: bool = False) -> list[tuple[int, int]]:
         """Release ``seq`` (the head): the ranges ``[first, stop)`` its release skips
-        (numbers to release again below it, then those between the last and it)."""
+        (numbers to release again below it, then those between the last and it).
+        ``keep_again`` (a zero hold window: no order is promised) skips none of the
+        numbers to release again: each is released whenever it comes."""
         skipped: list[tuple[int, int]] = []
         again, heap = self.again, self.again_heap
-        while heap and heap[0] <= seq:
-            number = heapq.heappop(heap)
-            again.discard(number)
-            if number < seq:
-                skipped.append((number, number + 1))
+        if keep_again:
+            again.discard(seq)  # (the heap drops it lazily: see expected)
+        else:
+            while heap and heap[0] <= seq:
+                number = heapq.heappop(heap)
+                again.discard(number)
+                if number < seq:
+                    skipped.append((number, number + 1))
         if self.last is not None and seq > self.last + 1:
             skipped.append((self.last + 1, seq))
         self.last = seq if self.last is None else max(self.last, seq)

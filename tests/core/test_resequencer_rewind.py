@@ -147,3 +147,20 @@ def test_a_stream_takes_back_what_was_released_and_not_taken() -> None:
         assert stream.stats.late == 0
     finally:
         stream.close()
+
+
+def test_with_a_zero_hold_window_each_number_sent_back_comes_whenever_it_comes() -> None:
+    # No order is promised: a number read again after a higher one was released
+    # again is released too (before: late, and its commits held back for good).
+    log = Log()
+    resequencer = make(log, timeout_ms=0)
+    feed(resequencer, (0, "a", 0), (1, "b", 0), (2, "a", 1), (3, "b", 1))
+    log.take()
+    resequencer.rewind("a", 0)
+    resequencer.rewind("b", 0)
+    feed(resequencer, (2, "a", 1), (0, "a", 0), (3, "b", 1), (1, "b", 0))
+    assert log.take() == [("release", 2), ("release", 0), ("release", 3), ("release", 1)]
+    feed(resequencer, (1, "b", 0))  # released again already: late
+    feed(resequencer, (5, "c", 0))
+    assert log.take() == [("late", 1), ("gap", 4), ("release", 5)]
+    assert resequencer.stats.late == 1
