@@ -97,10 +97,10 @@ def dumps_value(value: Any) -> bytes:
         data = pickle.dumps(value, protocol=5)
         if _MAIN_MARKER in data:
             data = cloudpickle.dumps(value, protocol=5)
-    except Exception:
+    except BaseException:  # SystemExit too: a value's __reduce__ is user code
         try:
             data = cloudpickle.dumps(value, protocol=5)
-        except Exception as error:
+        except BaseException as error:
             raise InvalidTypeError(
                 f"value of type {type(value).__name__} cannot be pickled: {error}"
             ) from error
@@ -116,7 +116,7 @@ def fast_dumps(value: Any) -> bytes:
     """:func:`dumps_value` with the common case inline (``publish()`` calls it per value)."""
     try:
         data = pickle.dumps(value, 5)
-    except Exception:
+    except BaseException:  # dumps_value says why (SystemExit too)
         return dumps_value(value)
     if _MAIN_MARKER in data or _REF_MARKER in data or value is None:
         return dumps_value(value)
@@ -378,7 +378,7 @@ def encode_values(values: list[Any], keys: list[Any] | None = None) -> Payload:
         ):
             try:
                 data = pickle.dumps(values, 5)
-            except Exception:
+            except BaseException:  # SystemExit too
                 data = None  # dumps_value says why, value by value
             if data is not None and _MAIN_MARKER not in data and _REF_MARKER not in data:
                 return PickledList(data, len(values), keys=keys)

@@ -18,6 +18,7 @@ from raytopic.core.payloads import (
     ArrowRows,
     PickledValues,
     dumps_value,
+    encode_values,
     fast_dumps,
 )
 
@@ -104,6 +105,24 @@ def test_values_of_main_are_pickled_by_value_for_other_processes() -> None:
     )
     point = _loads(bytes.fromhex(done.stdout))
     assert (point.x, point.y, point.norm2()) == (3, 4, 25)
+
+
+class ExitsWhenPickled:
+    """A value whose ``__reduce__`` (user code) raises SystemExit."""
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        raise SystemExit(4)
+
+
+def test_a_value_whose_pickling_raises_systemexit_is_refused_typed() -> None:
+    # Found by trial65: publish() of such a value raised SystemExit in the caller.
+    for dumps in (dumps_value, fast_dumps):
+        with pytest.raises(InvalidTypeError, match="cannot be pickled"):
+            dumps(ExitsWhenPickled())
+    with pytest.raises(InvalidTypeError, match="cannot be pickled"):
+        PickledValues.from_values([1, ExitsWhenPickled()])
+    with pytest.raises(InvalidTypeError, match="cannot be pickled"):
+        encode_values([1, ExitsWhenPickled()])  # publish_batch's: the list at once first
 
 
 def test_fast_dumps_refuses_what_dumps_value_refuses() -> None:
