@@ -201,7 +201,7 @@ def pick(
     skipped: list[Poison] = []
     for run in runs:
         values: list[Any] = []
-        failures: dict[int, Exception] = {}
+        failures: dict[int, BaseException] = {}
         if keep is not None or convert is not None:
             values, failures = decode_checked(run.payload)
         picked: list[int] = []

@@ -72,7 +72,7 @@ def take_shared(
         }
         return _delivered(cursor, member, chosen, every, convert, now, max_deliveries)
     located: dict[int, tuple[Run, int]] = {}
-    decoded: dict[int, tuple[list[Any], dict[int, Exception]]] = {}  # id(run) -> values
+    decoded: dict[int, tuple[list[Any], dict[int, BaseException]]] = {}  # id(run) -> values
     raised: dict[int, BaseException] = {}  # sequence -> what its filter raised
 
     def offer(run: Run, offset: int, keys: list[Any] | None) -> Candidate:
@@ -109,8 +109,8 @@ def take_shared(
 
 
 def _values_of(
-    run: Run, decoded: dict[int, tuple[list[Any], dict[int, Exception]]]
-) -> tuple[list[Any], dict[int, Exception]]:
+    run: Run, decoded: dict[int, tuple[list[Any], dict[int, BaseException]]]
+) -> tuple[list[Any], dict[int, BaseException]]:
     """A run's values (decoded once per take), and those that did not decode."""
     values = decoded.get(id(run))
     if values is None:
@@ -131,7 +131,7 @@ def _delivered(
     that does not decode for it) is negatively acknowledged instead."""
     if convert is None:
         return _pack(chosen, located, None)
-    decoded: dict[int, tuple[list[Any], dict[int, Exception]]] = {}
+    decoded: dict[int, tuple[list[Any], dict[int, BaseException]]] = {}
     converted: dict[int, Any] = {}
     kept = []
     for sequence, count in chosen:

@@ -147,7 +147,7 @@ UNDECODABLE: Any = object()
 """Stands for a value :func:`decode_checked` could not decode."""
 
 
-def decode_checked(payload: Payload) -> tuple[list[Any], dict[int, Exception]]:
+def decode_checked(payload: Payload) -> tuple[list[Any], dict[int, BaseException]]:
     """Every value of ``payload``, and the failures of those that cannot be decoded.
 
     The common case costs what ``decode()`` costs. When a value cannot be
@@ -161,7 +161,7 @@ def decode_checked(payload: Payload) -> tuple[list[Any], dict[int, Exception]]:
     """
     try:
         return payload.decode(), {}
-    except Exception:
+    except BaseException:  # SystemExit too: a value's loading runs its own code
         return payload.decode_each()
 
 
@@ -201,13 +201,13 @@ class Payload:
         without decoding the others. Only values pickled one by one can be."""
         return np.zeros(len(self), dtype=bool)
 
-    def decode_each(self) -> tuple[list[Any], dict[int, Exception]]:
+    def decode_each(self) -> tuple[list[Any], dict[int, BaseException]]:
         """Like ``decode``, a value's failure costing only itself where the kind
         allows (see :func:`decode_checked`). By default the values are decoded
         together, so a failure is every value's."""
         try:
             return self.decode(), {}
-        except Exception as error:
+        except BaseException as error:  # SystemExit too
             return [UNDECODABLE] * len(self), dict.fromkeys(range(len(self)), error)
 
     def owned(self) -> Payload:
@@ -309,16 +309,16 @@ class PickledValues(Payload):
             found[index] = view[int(starts[index]) : int(self.ends[index])] == TOMBSTONE
         return found
 
-    def decode_each(self) -> tuple[list[Any], dict[int, Exception]]:
+    def decode_each(self) -> tuple[list[Any], dict[int, BaseException]]:
         """Unpickle every value on its own: one that fails costs only itself."""
         view = memoryview(self.buffer)
         values: list[Any] = []
-        failures: dict[int, Exception] = {}
+        failures: dict[int, BaseException] = {}
         start = self.begin
         for index, end in enumerate(self.ends.tolist()):
             try:
                 values.append(pickle.loads(view[start:end]))
-            except Exception as error:
+            except BaseException as error:  # SystemExit too: it costs only its value
                 values.append(UNDECODABLE)
                 failures[index] = error
             start = end

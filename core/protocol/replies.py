@@ -302,7 +302,7 @@ def _build_elements(
     with _no_collection():
         try:
             elements = _decode_elements(packed)
-        except Exception:
+        except BaseException:  # SystemExit too: a value's loading runs its own code
             # An element this process cannot decode: it costs only itself.
             decoded = _decode_poisoned(packed)
             if not isinstance(decoded, ElementBatch):

@@ -239,6 +239,33 @@ def test_a_bulk_read_names_what_its_task_cannot_decode_and_reads_around_it_on_sk
             next(stream).dataset.take_all()
 
 
+class ExitsWhenLoaded:
+    """Pickles, and raises SystemExit where it is loaded (its ``__reduce__`` names
+    ``sys.exit``)."""
+
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        return sys.exit, (5,)
+
+
+def test_an_element_whose_loading_raises_systemexit_is_a_poison_element(make_topic: Any) -> None:
+    # Found by trial65: the receive raised SystemExit itself (on_poison="skip" too), and
+    # read_topic's task ended its worker (the read hung).
+    topic = make_topic(channels=1, retain=True)
+    publish_all(topic, [1, ExitsWhenLoaded(), 3])
+    with topic.subscriber(start="earliest", complete_on_empty=True) as reader:
+        assert get(reader.receive_batch(10)).values == [1]
+        with pytest.raises(rt.PoisonElementError) as told:
+            get(reader.receive_batch(10))
+        assert (told.value.cause_type, told.value.position.sequence) == ("SystemExit", 1)
+        reader.seek(0, told.value.position)
+        assert get(reader.receive_batch(10)).values == [3]
+    with topic.subscriber(start="earliest", complete_on_empty=True, on_poison="skip") as reader:
+        assert [element.value for element in reader] == [1, 3]
+    with pytest.raises(rt.PoisonElementError, match="SystemExit"):
+        rd.read_topic(topic).take_all()
+    assert [row["value"] for row in rd.read_topic(topic, on_poison="skip").take_all()] == [1, 3]
+
+
 def test_a_shared_group_nacks_what_it_cannot_decode_to_its_dead_letters(
     topic: rt.Topic, unique_name: Any, tmp_path: Path, wait_until: Any
 ) -> None:
