@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -357,7 +357,7 @@ class ReceiveSession:
                     await asyncio.wait_for(self._wake.wait(), resequenced.poll_interval)
         return ReceivedBatch((), single)
 
-    def _feed(self, resequenced: ResequencedStream, deliveries: list[Delivery]) -> None:
+    def _feed(self, resequenced: ResequencedStream, deliveries: Sequence[Delivery]) -> None:
         """Feed what a pull took into the resequencer."""
         for delivery in deliveries:
             self._fed_jumps[delivery.channel] = delivery.jumps
@@ -366,7 +366,9 @@ class ReceiveSession:
             self._handover.taken(item.channel, item.first)
         resequenced.feed(pairs)
 
-    async def _take_back(self, resequenced: ResequencedStream, deliveries: list[Delivery]) -> None:
+    async def _take_back(
+        self, resequenced: ResequencedStream, deliveries: Sequence[Delivery]
+    ) -> None:
         """A channel whose read position jumped since this session last fed from it
         (a seek, a group reset, an aborted transaction's rewind, a new owner, its
         restart) delivers again from the delivery's first position: the resequencer

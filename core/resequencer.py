@@ -352,10 +352,10 @@ class Resequencer:
                 for stream in self._streams.values():
                     stream.start_afresh(self._start)
             for correlation_id, numbers in (again or {}).items():
-                stream = self._streams.get(correlation_id)
-                if stream is not None and stream.release_again(numbers):
-                    for seq, (payload, _, origin) in stream.held.items():
-                        stream.held[seq] = (payload, now, origin)
+                sent_back = self._streams.get(correlation_id)
+                if sent_back is not None and sent_back.release_again(numbers):
+                    for seq, (payload, _, origin) in sent_back.held.items():
+                        sent_back.held[seq] = (payload, now, origin)
             # Nothing to deliver, but the batches decided before (a sweep's) come
             # first: once this returns, every release it voided has been delivered.
             ticket = self._next_ticket
