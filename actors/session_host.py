@@ -84,6 +84,8 @@ class SessionHost:
         self.marks: dict[str, tuple[int, int]] = {}  # group -> (view version, generation)
         self.sibling_calls: set[Any] = set()  # calls to sibling channels not yet answered
         self._receiving = 0  # receive calls running here
+        # The topic is being destroyed (end_receives): what comes after raises this.
+        self._destroyed: TopicNotFoundError | None = None
         context.listen(self._poke_all)
 
     def _poke_all(self) -> bool:
@@ -119,7 +121,11 @@ class SessionHost:
 
         Raises:
             SubscriberClosedError: the reader is closed.
+            TopicNotFoundError: the topic is being destroyed (a receive that came after
+                ``end_receives`` would wait until the actor is killed under it).
         """
+        if self._destroyed is not None:
+            raise self._destroyed
         session = self.sessions.get(reader_id)
         reader = self._lookup(reader_id)
         if session is None:
@@ -219,9 +225,10 @@ class SessionHost:
 
     async def end_receives(self, reason: str) -> None:
         """The topic is being destroyed: every waiting receive raises
-        TopicNotFoundError(``reason``). Returns once they, and the sessions'
-        calls to sibling channels, have answered, or after a second."""
-        error = TopicNotFoundError(reason)
+        TopicNotFoundError(``reason``), and so does every later one at once. Returns
+        once they, and the sessions' calls to sibling channels, have answered, or
+        after a second."""
+        error = self._destroyed = TopicNotFoundError(reason)
         for session in self.sessions.values():
             session.close(error)
         # Also the calls to sibling channels (fetches, hand-backs): a call to a

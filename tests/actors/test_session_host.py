@@ -343,6 +343,23 @@ def test_end_receives_closes_every_session_with_the_reason_and_waits_for_sibling
     asyncio.run(main())
 
 
+def test_a_receive_that_comes_after_end_receives_raises_the_reason_at_once() -> None:
+    # Before: an anonymous reader's first receive that reached its host after the
+    # destroy's EndReceives opened a session and waited, until the kill made it Ray's
+    # ActorDiedError (1 run in 6 of test_topic's destroy script under load).
+    async def main() -> None:
+        host = _Host()
+        host.anonymous("late")
+        await host.host.end_receives("topic 't' was destroyed")
+        with pytest.raises(TopicNotFoundError, match="was destroyed"):
+            await asyncio.wait_for(
+                host.host.receive("late", "s", 1, 10, False, False, False, None), 1.0
+            )
+        assert "late" not in host.host.sessions
+
+    asyncio.run(main())
+
+
 def test_end_receives_gives_up_on_unanswered_sibling_calls_after_its_timeout() -> None:
     async def main() -> None:
         host = _Host()
