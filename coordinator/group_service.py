@@ -22,7 +22,6 @@ from raytopic.coordinator.groups import Group, MemberView, Rebalance, recovered_
 from raytopic.coordinator.member_origins import DEAD_CHECK_INTERVAL, MemberOrigins
 from raytopic.coordinator.view_polls import ViewPolls
 from raytopic.core.errors import (
-    GroupBusyError,
     GroupModeError,
     GroupNotFoundError,
     InvalidArgumentError,
@@ -520,11 +519,7 @@ class GroupService:
             TopicError: a channel refused (its own typed error); nothing changed.
         """
         state = self.group(group)
-        if state.stream is not None:
-            raise GroupBusyError(
-                f"group {group!r} is consumed by stream {state.stream.reader_id}: it can be "
-                "reset once the stream ends (stopped, or silent past its timeout)"
-            )
+        state.check_no_stream("the group can be reset")  # its stream's next commit would undo it
         if state.resetting:
             raise ResetInProgressError(f"a reset of group {group!r} is already running")
         for channel in targets:

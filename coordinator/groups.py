@@ -151,6 +151,18 @@ class Group:
             frozenset(channel for channel in self.handovers if channel in channels),
         )
 
+    def check_no_stream(self, what: str) -> None:
+        """Refuse ``what`` (a join, a reset) while a stream consumes the group.
+
+        Raises:
+            GroupBusyError: a stream consumes the group.
+        """
+        if self.stream is not None:
+            raise GroupBusyError(
+                f"group {self.name!r} is consumed by stream {self.stream.reader_id}: {what} "
+                "once it ends (stopped, or silent past its timeout)"
+            )
+
     def join(
         self, reader_id: str, timeout: float, now: float, *, cooperative: bool = False
     ) -> Rebalance:
@@ -160,11 +172,7 @@ class Group:
         Raises:
             GroupBusyError: a stream consumes the group.
         """
-        if self.stream is not None:
-            raise GroupBusyError(
-                f"group {self.name!r} is consumed by stream {self.stream.reader_id}: a member "
-                "can join once it ends (stopped, or silent past its timeout)"
-            )
+        self.check_no_stream("a member can join")
         self.members.pop(reader_id, None)
         if any(lease and lease.reader_id == reader_id for lease in self.leases.values()):
             # A rejoin: its old leases must not survive under the new generation.
