@@ -50,7 +50,11 @@ from raytopic.coordinator.channel_restarts import ChannelRestarts
 from raytopic.coordinator.fleet import END_NOTICE_TIMEOUT, NOTICE_TIMEOUT, RayChannelFleet
 from raytopic.coordinator.group_service import GroupService
 from raytopic.coordinator.groups import Group
-from raytopic.coordinator.launch import channels_of, ensure_dead_letter_topic
+from raytopic.coordinator.launch import (
+    ensure_dead_letter_topic,
+    found_or_made_channels,
+    named_channel,
+)
 from raytopic.core.actor_logs import log_info_here
 from raytopic.core.config import TopicConfig
 from raytopic.core.errors import (
@@ -244,7 +248,7 @@ class CoordinatorActor:
         finds them); see :meth:`_start`."""
         try:
             if channels is None:
-                channels = await run_awaiting(channels_of(self._config))
+                channels = await run_awaiting(found_or_made_channels(self._config))
             await self._start_channels(channels)
         except BaseException as error:
             # The topic is not made: its channels go, and callers waiting for it
@@ -426,16 +430,8 @@ class CoordinatorActor:
 
     def _channels_by_name(self) -> list[Any]:
         """The channel actors still alive, found by name."""
-        config = self._config
-        found = []
-        for channel in range(config.channels):
-            with contextlib.suppress(ValueError):  # gone
-                found.append(
-                    ray.get_actor(
-                        channel_actor_name(config.name, channel), namespace=config.namespace
-                    )
-                )
-        return found
+        found = (named_channel(self._config, c) for c in range(self._config.channels))
+        return [actor for actor in found if actor is not None]
 
     # -- groups ------------------------------------------------------------------
 

@@ -39,8 +39,10 @@ __all__ = [
     "create_topic_actors",
     "ensure_dead_letter_topic",
     "finding",
+    "found_or_made_channels",
     "launch_topic",
     "launching",
+    "named_channel",
     "released",
     "wait_released",
 ]
@@ -104,18 +106,24 @@ def create_topic_actors(config: TopicConfig) -> Steps[tuple[Any, list[Any]]]:
     return coordinator, channels
 
 
-def channels_of(config: TopicConfig) -> Steps[list[Any]]:
+def named_channel(config: TopicConfig, channel: int) -> Any | None:
+    """Channel ``channel``'s actor of ``config``'s topic, found by name (None: none)."""
+    try:
+        return ray.get_actor(channel_actor_name(config.name, channel), namespace=config.namespace)
+    except ValueError:
+        return None
+
+
+def found_or_made_channels(config: TopicConfig) -> Steps[list[Any]]:
     """The topic's channel actors, found by name; those its creator did not make (it
     died while it made them) are made here. A coordinator its creator never started
     starts its topic on them."""
     channels = []
     for channel in range(config.channels):
-        try:
-            channels.append(
-                ray.get_actor(channel_actor_name(config.name, channel), namespace=config.namespace)
-            )
-        except ValueError:
-            channels.append((yield from _named(partial(_start_channel, config, channel), None)))
+        found = named_channel(config, channel)
+        if found is None:
+            found = yield from _named(partial(_start_channel, config, channel), None)
+        channels.append(found)
     return channels
 
 
