@@ -15,10 +15,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 
-__all__ = ["RELEASES_KEPT", "ReleaseRecord"]
+__all__ = ["RELEASES_KEPT", "ReleaseRecord", "at_or_after"]
 
 RELEASES_KEPT = 16_384
 """Releases a record remembers (as many as a session remembers hand-over marks)."""
+
+
+def at_or_after(origin: tuple[Hashable, int] | None, source: Hashable, position: int) -> bool:
+    """Whether ``origin`` (source, position; None: none) is taken back by ``source``
+    sent back to ``position``: the same source, at or after that position."""
+    return origin is not None and origin[0] == source and origin[1] >= position
 
 
 class ReleaseRecord:
@@ -61,7 +67,7 @@ class ReleaseRecord:
             return None
         releases = self._releases
         again: dict[Hashable | None, list[int]] = {}
-        for where in [w for w in releases if w[0] == source and w[1] >= position]:
+        for where in [w for w in releases if at_or_after(w, source, position)]:
             key, number = releases.pop(where)
             again.setdefault(key, []).append(number)
         for numbers in again.values():

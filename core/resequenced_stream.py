@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from raytopic.core.errors import InvalidTypeError
+from raytopic.core.release_record import at_or_after
 from raytopic.core.resequencer import Resequence, Resequencer, ResequencerStats, logger
 
 __all__ = ["ResequencedStream"]
@@ -119,8 +120,7 @@ class ResequencedStream:
         with self._lock:
             kept: deque[Any] = deque()
             for item in self._released:
-                at = origin(item)
-                (dropped if at[0] == source and at[1] >= position else kept).append(item)
+                (dropped if at_or_after(origin(item), source, position) else kept).append(item)
             self._released = kept
         return dropped
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from raytopic.core.config import MAX_SECONDS, check_int
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
-from raytopic.core.release_record import ReleaseRecord
+from raytopic.core.release_record import ReleaseRecord, at_or_after
 from raytopic.core.waits import bounded_wait
 
 __all__ = ["MAX_MILLISECONDS", "Resequence", "Resequencer", "ResequencerStats"]
@@ -340,7 +340,7 @@ class Resequencer:
             now = time.monotonic()
             for stream in self._streams.values():
                 held = stream.held
-                taken_back = [seq for seq in held if _at_or_after(held[seq][2], source, position)]
+                taken_back = [seq for seq in held if at_or_after(held[seq][2], source, position)]
                 for seq in taken_back:
                     dropped.append(stream.held.pop(seq)[0])
                     self._held -= 1
@@ -586,17 +586,19 @@ class _Stream:
             return heap[0]
         return None if self.last is None else self.last + 1
 
+    def released(self, seq: int) -> bool:
+        """Whether ``seq`` was released (and is not to be released again)."""
+        return self.last is not None and seq <= self.last and seq not in self.again
+
     def is_late(self, seq: int) -> bool:
         """Already released (and not to be released again), or already held."""
-        if seq in self.held:
-            return True
-        return self.last is not None and seq <= self.last and seq not in self.again
+        return seq in self.held or self.released(seq)
 
     def release_again(self, numbers: list[int]) -> bool:
         """Release ``numbers`` (released before) again; whether any is waited for now."""
         added = False
         for seq in numbers:
-            if self.last is not None and seq <= self.last and seq not in self.again:
+            if self.released(seq):
                 self.again.add(seq)
                 heapq.heappush(self.again_heap, seq)
                 added = True
@@ -650,10 +652,6 @@ class _Late(NamedTuple):
 
 
 _Event = _Release | _Gap | _Late
-
-
-def _at_or_after(origin: tuple[Hashable, int] | None, source: Hashable, position: int) -> bool:
-    return origin is not None and origin[0] == source and origin[1] >= position
 
 
 def _check_int(
