@@ -45,8 +45,10 @@ ASYNC_ACTOR_MODULES = (
     "raytopic.transaction.registry",
     "raytopic.serve.board_actor",
     "raytopic.serve.policy",
+    "raytopic.client.control_log",
 )
-"""The async actors (and the code run on Serve's controller) of the applications."""
+"""The async actors (and the code run on Serve's controller) of the applications, and
+the control log they await (``ControlLogLoader``, reached through an attribute)."""
 
 
 @dataclass

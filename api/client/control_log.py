@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -39,12 +40,13 @@ from raytopic.core.protocol import (
     unpack_small,
 )
 from raytopic.core.records import PublishStatus
-from raytopic.core.steps import Steps, run_blocking
+from raytopic.core.steps import Steps, run_awaiting, run_blocking
 
 __all__ = [
     "CONTROL_COMPACTION",
     "WRITE_TIMEOUT",
     "ControlLog",
+    "ControlLogLoader",
     "LatestRead",
     "WriteUnless",
     "open_control_log",
@@ -109,6 +111,45 @@ def open_control_log(
 ) -> ControlLog:
     """:func:`opening_control_log`, blocking (a driver's, a replica's)."""
     return run_blocking(opening_control_log(name, namespace, store=store, channels=channels))
+
+
+class ControlLogLoader:
+    """An async actor's control log, made and read back whole on the actor's first call
+    that needs it: not in ``__init__``, where an error during a restart would end the
+    actor for good; an open or a read that failed is tried again by the next call.
+
+    Args:
+        name, namespace, store: As :func:`opening_control_log`'s.
+        restore: Given every key's latest record once, before the log is handed out.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        namespace: str,
+        store: Any,
+        restore: Callable[[dict[Any, Any]], object],
+    ) -> None:
+        self._name = name
+        self._namespace = namespace
+        self._store = store
+        self._restore = restore
+        self._log: ControlLog | None = None
+        self._loading = asyncio.Lock()
+
+    async def loaded(self) -> ControlLog:
+        """The log, once its records were read back and restored (awaited, never
+        blocking the actor's event loop)."""
+        if self._log is not None:
+            return self._log
+        async with self._loading:
+            if self._log is None:
+                log = await run_awaiting(
+                    opening_control_log(self._name, self._namespace, store=self._store)
+                )
+                self._restore(await run_awaiting(log.loading()))
+                self._log = log
+        return self._log
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from raytopic.client.control_log import ControlLog, opening_control_log
+from raytopic.client.control_log import ControlLogLoader
 from raytopic.core.errors import PublisherClosedError, TopicNotFoundError
 from raytopic.core.steps import run_awaiting
 from raytopic.serve.board import FinishedTasks
@@ -43,30 +43,11 @@ class TaskBoardActor:
     """
 
     def __init__(self, queue: str, namespace: str, store: Any, kept: int) -> None:
-        self._queue = queue
-        self._namespace = namespace
-        self._store = store
         self._finished = FinishedTasks(kept)
-        self._log: ControlLog | None = None
-        self._loading = asyncio.Lock()
+        self._control = ControlLogLoader(
+            task_log_name(queue), namespace, store, self._finished.restore
+        )
         self._deleting = False  # destroy() began: the log goes whole, nothing to forget
-
-    async def _loaded(self) -> ControlLog:
-        """The task log, read back whole before the first answer (in a call, not in
-        ``__init__``: an ``__init__`` that raised during a restart would end the
-        actor for good; a failed read is tried again by the next call)."""
-        if self._log is not None:
-            return self._log
-        async with self._loading:
-            if self._log is None:
-                log = await run_awaiting(
-                    opening_control_log(
-                        task_log_name(self._queue), self._namespace, store=self._store
-                    )
-                )
-                self._finished.restore(await run_awaiting(log.loading()))
-                self._log = log
-        return self._log
 
     async def finished(self, tasks: list[str]) -> None:
         """These tasks' outcomes are on the log: forget (delete) the oldest finished
@@ -74,7 +55,7 @@ class TaskBoardActor:
         deleted)."""
         if self._deleting:
             return
-        log = await self._loaded()
+        log = await self._control.loaded()
         forgotten = self._finished.finished(tasks)
         try:
             await asyncio.gather(*(asyncio.wrap_future(log.delete(task)) for task in forgotten))
@@ -84,17 +65,17 @@ class TaskBoardActor:
 
     async def ready(self) -> None:
         """Answer once the task log is made (and read back)."""
-        await self._loaded()
+        await self._control.loaded()
 
     async def counts(self) -> dict[str, int]:
         """Tasks by status, as the task log holds them."""
-        log = await self._loaded()
+        log = await self._control.loaded()
         records = await run_awaiting(log.loading())
         return dict(Counter(record["status"] for record in records.values()))
 
     async def destroy(self) -> None:
         """Destroy the task log (the queue is being deleted)."""
-        log = await self._loaded()
+        log = await self._control.loaded()
         self._deleting = True
         log.close()
         await run_awaiting(log.topic.destroying())

@@ -32,7 +32,7 @@ from typing import Any
 import ray
 
 from raytopic.actors.transactions import send
-from raytopic.client.control_log import ControlLog, opening_control_log
+from raytopic.client.control_log import ControlLogLoader
 from raytopic.core.errors import ClosedError, TransactionFencedError
 from raytopic.core.naming import transaction_registry_name
 from raytopic.core.protocol import (
@@ -50,7 +50,6 @@ from raytopic.core.protocol import (
     TransactionAborted,
     TransactionCommitting,
 )
-from raytopic.core.steps import run_awaiting
 
 logger = logging.getLogger(__name__)
 
@@ -133,32 +132,17 @@ class TransactionRegistry:
     """
 
     def __init__(self, namespace: str, store: Any = None) -> None:
-        self._namespace = namespace
-        self._store = store
         self._ids: dict[str, _Incarnation] = {}
-        self._log: ControlLog | None = None
-        self._loading = asyncio.Lock()
+        self._control = ControlLogLoader(TRANSACTION_STATE, namespace, store, self._restore)
         self._fencings = _fencing_counter(namespace)
 
-    async def _loaded(self) -> ControlLog:
-        """The state topic, read back whole before the first answer (an ``__init__``
-        that raised during a restart would end the actor for good: a failed read
-        is tried again by the next call instead)."""
-        if self._log is not None:
-            return self._log
-        async with self._loading:
-            if self._log is None:
-                log = await run_awaiting(
-                    opening_control_log(TRANSACTION_STATE, self._namespace, store=self._store)
-                )
-                records = await run_awaiting(log.loading())
-                self._ids = {tid: _Incarnation.of(record) for tid, record in records.items()}
-                self._log = log
-        return self._log
+    def _restore(self, records: dict[str, Any]) -> None:
+        """The state topic read back (before the first answer)."""
+        self._ids = {tid: _Incarnation.of(record) for tid, record in records.items()}
 
     async def _keep(self, transactional_id: str, incarnation: _Incarnation) -> None:
         """Write the incarnation as its id's record; return once the topic holds it."""
-        log = await self._loaded()
+        log = await self._control.loaded()
         await log.written(log.write(transactional_id, incarnation.record()))
 
     async def request(self, request: RegistryRequest) -> Any:
@@ -169,7 +153,7 @@ class TransactionRegistry:
                 incarnation older than the newest.
             ClosedError: the incarnation was closed by its holder.
         """
-        log = await self._loaded()
+        log = await self._control.loaded()
         match request:
             case OpenIncarnation():
                 return await self._open(request)
