@@ -16,6 +16,7 @@ from typing import Any
 
 import cloudpickle
 
+from raytopic.client.routing import stored_key
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
@@ -44,7 +45,8 @@ def make_task(task_name: object, args: object, kwargs: object, options: dict[str
     Raises:
         InvalidTypeError: a task name that is not a str, args that are not a list or
             tuple, kwargs that are not a mapping with str keys, a task_id that is not
-            a str, arguments that cannot be pickled.
+            a str, a key that is not a str, bytes, int or bool, arguments that cannot
+            be pickled.
         InvalidArgumentError: an empty task name or task_id, an unknown option.
     """
     if not isinstance(task_name, str):
@@ -69,6 +71,9 @@ def make_task(task_name: object, args: object, kwargs: object, options: dict[str
         raise InvalidTypeError(f"task_id must be a str, got {type(task_id).__name__}")
     elif not task_id:
         raise InvalidArgumentError("task_id must not be empty")
+    key = options.get("key")
+    if key is not None:
+        key = stored_key(key)  # refused here, by name, not as an unpicklable task record
     try:
         payload = cloudpickle.dumps((list(args or ()), dict(kwargs or {})))
     except BaseException as error:  # SystemExit too: a user's __reduce__ raised it
@@ -76,7 +81,7 @@ def make_task(task_name: object, args: object, kwargs: object, options: dict[str
     return {
         "id": task_id,
         "name": task_name,
-        "key": options.get("key"),
+        "key": key,
         "created_at": time.time(),
         "payload": payload,
     }

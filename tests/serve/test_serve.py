@@ -17,6 +17,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -118,6 +119,10 @@ def test_a_task_record_carries_its_arguments_pickled_apart() -> None:
         make_task("score", [ExitsWhenPickled()], None, {})
     with pytest.raises(UnreadableTask, match="SystemExit"):
         load_arguments(make_task("score", [ExitsWhenLoaded()], None, {}))
+    # Before: "value of type dict cannot be pickled" (the whole task record, at publish).
+    with pytest.raises(rt.InvalidTypeError, match="key must be a str, bytes, int or bool, got lo"):
+        make_task("score", [], None, {"key": threading.Lock()})
+    assert make_task("score", [], None, {"key": 7})["key"] == 7
 
 
 # -- bad arguments ----------------------------------------------------------------------------
