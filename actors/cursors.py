@@ -10,7 +10,7 @@ Sequences here are plain ints; ``-1`` and ``head - 1`` mean "before the first".
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from raytopic.actors.done_ranges import DoneRanges
@@ -184,6 +184,22 @@ class Cursor:
             self._moved()
         return CommitStatus.COMMITTED
 
+    def consumed(self, sequence: int, tail: int, done: Iterable[tuple[int, int]]) -> CommitStatus:
+        """A transaction's consumed commit (``ConsumedCommit``): commit ``sequence`` (a
+        bare position: ownership was checked when it prepared) and mark ``done`` the
+        ranges above it the transaction consumed too (a resequencing member's commit
+        stops below an element not handed over yet): they are not delivered again, and
+        the commit moves over them once contiguous. Nothing is done if the commit is
+        REJECTED."""
+        status = self.commit(sequence, tail)
+        if status is CommitStatus.REJECTED:
+            return status
+        for first, last in done:
+            self.done.add(max(first, self.committed + 1), min(last, tail))
+        if self.done and self.done.ranges[0][0] <= self.committed + 1:
+            self._moved()
+        return status
+
     def over_gaps(self, first_at: Callable[[int], int]) -> bool:
         """A compacted channel's commit moves on over positions compaction left empty
         (nothing there to finish, nor to deliver again) and the done positions after
@@ -205,20 +221,24 @@ class Cursor:
         return moved
 
     def _moved(self) -> None:
-        """The commit moved: on over the done positions right after it."""
+        """The commit moved: on over the done positions right after it that the read
+        position passed (see ``DoneRanges.advance``)."""
         if self.done:
-            self.committed = self.done.advance(self.committed)
+            self.committed = self.done.advance(self.committed, self.next - 1)
         self._forget_unread()
 
     def skip_done(self) -> int | None:
         """Move the read position past done positions it stands at (never delivered
-        again); return how many may be read before the next done ones (None: no
-        bound)."""
+        again; the commit moves over them if they are right after it); return how
+        many may be read before the next done ones (None: no bound)."""
         if not self.done:
             return None
         ahead = self.done.range_at(self.next)
         if ahead is not None and ahead[0] <= self.next:
             self.next = ahead[1] + 1
+            if ahead[0] <= self.committed + 1:
+                self.has_commit = True
+                self._moved()
             ahead = self.done.range_at(self.next)
         return None if ahead is None else ahead[0] - self.next
 
@@ -268,8 +288,12 @@ class Cursor:
     def reset_to_commit(self) -> int:
         """A reader's own reset to its commit (an aborted transaction's inputs): what was
         delivered since is delivered again, and a commit of it is REJECTED until then,
-        as after a group reset. Returns the commit (which stays)."""
+        as after a group reset. What is done stays done (a committed transaction consumed
+        it, or its reader acknowledged it): never delivered again. Returns the commit
+        (which stays)."""
+        done = self.done
         self._read_again_after(self.committed)
+        self.done = done
         return self.committed
 
     def _read_again_after(self, position: int) -> None:

@@ -61,12 +61,22 @@ class DoneRanges:
         if len(ranges) > DONE_RANGES_KEPT:
             del ranges[DONE_RANGES_KEPT:]
 
-    def advance(self, committed: int) -> int:
-        """The commit moved over the done range right after ``committed`` (if any);
-        ranges at or below it are dropped. Returns the new commit."""
+    def advance(self, committed: int, read_to: int | None = None) -> int:
+        """The commit moved over the done range right after ``committed`` (if any, and
+        if it ends at or below ``read_to``: the read position passed it); ranges at or
+        below it are dropped. Returns the new commit.
+
+        Why ``read_to``: done positions ahead of the read position (a reader sent back
+        to its commit, or a restarted channel's group, reads again before positions a
+        committed transaction consumed) are passed over by its next take, which says
+        so (``Delivery.passed``); a commit moved past the read position would leave it
+        below what is kept (the elements up to the commit are dropped)."""
         ranges = self.ranges
         while ranges and ranges[0][0] <= committed + 1:
-            committed = max(committed, ranges[0][1])
+            last = ranges[0][1]
+            if last > committed and read_to is not None and last > read_to:
+                break
+            committed = max(committed, last)
             del ranges[0]
         return committed
 

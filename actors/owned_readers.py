@@ -242,7 +242,9 @@ class OwnedReaders:
             raise loss
         if cursor.next < head and not log.kept_below_head(cursor.next):
             self._skip_lost(cursor)
+        start = cursor.next
         before_done = cursor.skip_done()  # done positions are not delivered again
+        passed = (start, cursor.next - 1) if cursor.next > start else None
         mark = cursor.poison_ahead()
         stopped = mark is not None and mark.poison.sequence == cursor.next
         if mark is not None and stopped and (not mark.reported or reader.spec.complete_on_empty):
@@ -302,7 +304,9 @@ class OwnedReaders:
             # pause) moves the read position over what it handed over.
             stands = chunks[0].first
             cursor.rewind(stands)
-        return self._as_delivery(reader, cursor, lease, chunks, next_sequence, stopped, stands)
+        return self._as_delivery(
+            reader, cursor, lease, chunks, next_sequence, stopped, stands, passed
+        )
 
     def _as_delivery(
         self,
@@ -313,8 +317,10 @@ class OwnedReaders:
         next_sequence: int | None = None,
         stopped: bool = False,
         stands: int | None = None,
+        passed: tuple[int, int] | None = None,
     ) -> Delivery:
-        """``chunks`` as the reader gets them, with the cursor's state."""
+        """``chunks`` as the reader gets them, with the cursor's state (``passed``: the
+        done positions the take read past)."""
         config = self._context.config
         origin = _Origin(
             config.topic_id,
@@ -336,6 +342,7 @@ class OwnedReaders:
             cursor.unacked,
             stopped or cursor.stopped,
             stands,
+            passed,
         )
 
     def _skipped(self, reader_id: str, skipped: tuple[Poison, ...]) -> None:

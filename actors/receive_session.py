@@ -128,7 +128,9 @@ class ReceiveSession:
         self._ports = ports
         self._planner = TakePlanner(host)
         self._pause = SeekPause()
-        self._positions = Positions(spec.reader_id, again=mid_stream, unhanded=self._unhanded)
+        self._positions = Positions(
+            spec.reader_id, again=mid_stream, unhanded=self._unhanded, passed=self._passed
+        )
         self._held: list[Delivery] = []  # a shared group's elements no receive handed over
         self._takes = Takes(
             ports, self.view, self._positions, drop=self._drop, tell_once=self._tell_once
@@ -396,6 +398,13 @@ class ReceiveSession:
                     self._handover.dropped(item.channel, item.first)
             self._fed_jumps[delivery.channel] = delivery.jumps
         self._feed(resequenced, deliveries)
+
+    def _passed(self, channel: int, first: int, last: int) -> None:
+        """A take at ``channel`` read past done positions ``first..last`` (a committed
+        transaction consumed them above its commit): after a jump back, what the
+        resequencer released from there stays released (it never comes again)."""
+        if self._resequenced is not None:
+            self._resequenced.passed(channel, first, last)
 
     def _jumped(self, delivery: Delivery) -> bool:
         """Whether the read position at ``delivery``'s channel jumped since this session

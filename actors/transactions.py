@@ -418,15 +418,16 @@ class TransactionParticipant:
         await self._log.durable(change)
 
     def _commit_consumed(self, commits: tuple[ConsumedCommit, ...]) -> None:
-        """Move each group's cursor to the transaction's commit (ownership was checked
-        when it prepared; a member that took the channel since waited for this)."""
+        """Move each group's cursor to the transaction's commit, and mark done what it
+        consumed above it (ownership was checked when it prepared; a member that took
+        the channel since waited for this)."""
         tail = self._log.ring.tail
         moved = False
         for commit in commits:
             cursor = self._owned.groups.get(commit.group)
             if cursor is None:
                 continue
-            cursor.commit(commit.sequence, tail)
+            cursor.consumed(commit.sequence, tail, commit.done)
             if cursor.next <= commit.sequence:  # a new owner read nothing meanwhile
                 cursor.next = commit.sequence + 1
             self._state.touch("groups", commit.group)

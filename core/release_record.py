@@ -42,6 +42,11 @@ class ReleaseRecord:
             OrderedDict()
         )
         self._forgotten: dict[Hashable, int] = {}  # source -> highest position forgotten
+        # What rewound() took back and has not come again: (source, position) -> (key,
+        # number), for passed() (a position passed over never comes again).
+        self._sent_back: OrderedDict[tuple[Hashable, int], tuple[Hashable | None, int]] = (
+            OrderedDict()
+        )
 
     def __len__(self) -> int:
         return len(self._releases)
@@ -50,6 +55,8 @@ class ReleaseRecord:
         """``number`` of ``key``, read at ``position`` of ``source``, was released."""
         releases = self._releases
         releases[source, position] = (key, number)
+        if self._sent_back:
+            self._sent_back.pop((source, position), None)  # it came again
         if len(releases) > self._kept:
             (gone, at), _ = releases.popitem(last=False)
             forgotten = self._forgotten
@@ -65,16 +72,32 @@ class ReleaseRecord:
         if self._forgotten.get(source, position - 1) >= position:
             self.clear()
             return None
-        releases = self._releases
+        releases, sent_back = self._releases, self._sent_back
         again: dict[Hashable | None, list[int]] = {}
         for where in [w for w in releases if at_or_after(w, source, position)]:
-            key, number = releases.pop(where)
+            key, number = sent_back[where] = releases.pop(where)
             again.setdefault(key, []).append(number)
+        while len(sent_back) > self._kept:  # (numbers a hold window skipped, never passed)
+            sent_back.popitem(last=False)
         for numbers in again.values():
             numbers.sort()
         return again
+
+    def passed(self, source: Hashable, first: int, last: int) -> dict[Hashable | None, list[int]]:
+        """``source``, sent back, read on past ``first..last`` without delivering them
+        (done there: a committed transaction consumed them, or filtered, or lost): the
+        numbers released from there that :meth:`rewound` took back do not come again.
+        Returns them per key (they stay released: remembered as releases again)."""
+        sent_back = self._sent_back
+        kept: dict[Hashable | None, list[int]] = {}
+        for where in [w for w in sent_back if w[0] == source and first <= w[1] <= last]:
+            key, number = sent_back.pop(where)
+            self.released(source, where[1], key, number)
+            kept.setdefault(key, []).append(number)
+        return kept
 
     def clear(self) -> None:
         """Forget everything (the numbering starts afresh)."""
         self._releases.clear()
         self._forgotten.clear()
+        self._sent_back.clear()

@@ -124,6 +124,11 @@ class ResequencedStream:
             self._released = kept
         return dropped
 
+    def passed(self, source: Hashable, first: int, last: int) -> None:
+        """``source``, sent back, read on past ``first..last`` without delivering them
+        (see :meth:`Resequencer.passed`): what was released from there stays released."""
+        self._resequencer.passed(source, first, last)
+
     @property
     def stats(self) -> ResequencerStats:
         """Released, gaps, late, held and unsequenced counts so far."""

@@ -363,6 +363,20 @@ class Resequencer:
         self._deliver(ticket, [])
         return dropped
 
+    def passed(self, source: Hashable, first: int, last: int) -> None:
+        """``source``, sent back (:meth:`rewind`), read on past positions ``first..last``
+        without delivering them (done there: a committed transaction consumed them; or
+        filtered, or lost): the numbers released from there stay released, not waited
+        for, and what waited for them is released now (on this thread)."""
+        events: list[_Event] = []
+        with self._lock:
+            for correlation_id, numbers in self._record.passed(source, first, last).items():
+                stream = self._streams.get(correlation_id)
+                if stream is not None and stream.keep_released(numbers):
+                    self._release_ready(stream, correlation_id, events)
+            ticket = self._take_ticket(events)
+        self._deliver(ticket, events)
+
     def start(self) -> None:
         """Run the sweeper loop on the calling thread until :meth:`stop`.
 
@@ -604,6 +618,14 @@ class _Stream:
                 added = True
         return added
 
+    def keep_released(self, numbers: list[int]) -> bool:
+        """``numbers`` (to release again) do not come again: they stay released.
+        Returns whether any was waited for."""
+        again = self.again
+        waited = [seq for seq in numbers if seq in again]
+        again.difference_update(waited)  # (the heap drops them lazily: see expected)
+        return bool(waited)
+
     def skipped_by(self, seq: int, *, keep_again: bool = False) -> list[tuple[int, int]]:
         """Release ``seq`` (the head): the ranges ``[first, stop)`` its release skips
         (numbers to release again below it, then those between the last and it).
@@ -616,9 +638,10 @@ class _Stream:
         else:
             while heap and heap[0] <= seq:
                 number = heapq.heappop(heap)
-                again.discard(number)
-                if number < seq:
-                    skipped.append((number, number + 1))
+                if number in again:  # (else it stayed released: see keep_released)
+                    again.discard(number)
+                    if number < seq:
+                        skipped.append((number, number + 1))
         if self.last is not None and seq > self.last + 1:
             skipped.append((self.last + 1, seq))
         self.last = seq if self.last is None else max(self.last, seq)

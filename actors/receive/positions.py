@@ -64,14 +64,23 @@ class Positions:
         unhanded: Called with each delivery no receive hands over (the session
             looks at its channel again; a shared group's delivery it keeps for its
             next receive: its hold, not a position, is the record).
+        passed: Called as ``passed(channel, first, last)`` with the done positions a
+            reply says its take read past (``Delivery.passed``), whatever becomes of
+            the reply: they are never delivered again.
     """
 
     def __init__(
-        self, reader_id: str, *, again: bool, unhanded: Callable[[Delivery], None]
+        self,
+        reader_id: str,
+        *,
+        again: bool,
+        unhanded: Callable[[Delivery], None],
+        passed: Callable[[int, int, int], None] | None = None,
     ) -> None:
         self._reader_id = reader_id
         self._again = again
         self._unhanded = unhanded
+        self._passed = passed
         self._places: dict[int, Place] = {}
         self._read_again: set[int] = set()  # channels a take read again at (``again``)
         self._tickets = itertools.count()
@@ -136,6 +145,8 @@ class Positions:
     def _hear(self, channel: int, ticket: int, delivery: Delivery) -> None:
         """A take's reply: the channel's read position and jump count are as it says,
         and the session still reads from its first element until it is handed over."""
+        if delivery.passed is not None and self._passed is not None:
+            self._passed(channel, *delivery.passed)  # (a fact, even in a reply void here)
         if ticket < self._heard.get(channel, -1):
             return  # older than a reply heard (a fetch ended meanwhile): void
         self._heard[channel] = ticket

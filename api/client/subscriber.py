@@ -408,7 +408,9 @@ class Subscriber:
     def seek_to_committed(self, *channels: int) -> dict[int, Position]:
         """Move channels back to their last commit: what was received since is
         delivered again (what an aborted transaction had consumed: an abort does
-        this itself), and until then a commit of an element received before is
+        this itself), except what is done above the commit (acknowledged alone, or
+        consumed by a committed transaction: see ``Transaction.commit_consumed``),
+        and until then a commit of an element received before is
         ``REJECTED``, so none passes over what was given back. A commit that a
         transaction is still making there lands first.
 

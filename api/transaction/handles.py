@@ -271,6 +271,9 @@ class Transaction:
         self.deadline = deadline
         self._staged: dict[Address, int] = {}
         self._commits: dict[Address, ConsumedCommit] = {}
+        # A resequencing member's positions it consumed, per channel: those above the
+        # commit there (it stops at the hand-over mark) are made done with it.
+        self._resequenced: dict[Address, set[int]] = {}
         self._state = "open"
         self._doomed: str | None = None  # why it can only abort now
 
@@ -385,6 +388,11 @@ class Transaction:
         """Commit these elements' positions with the transaction (each channel's last,
         and so every earlier one): they move with the outputs, or not at all.
 
+        A resequencing member's commit at a channel stops below an element it has
+        not handed over yet (its hand-over mark); these elements' positions above
+        it are committed as done instead (never delivered to the group again, even
+        after an abort or a restart sends the member back to its commit).
+
         Args:
             elements: Elements a channel-owned group's member received (an
                 ElementBatch, a list, or one Element).
@@ -418,8 +426,10 @@ class Transaction:
             at = Address(origin.namespace, origin.topic, origin.topic_id, element.channel)
             self._incarnation.consumed_from.add(origin.reader)
             mark = origin.handed_upto
-            if mark is not None and (at not in marks or mark > marks[at]):
-                marks[at] = mark
+            if mark is not None:
+                if at not in marks or mark > marks[at]:
+                    marks[at] = mark
+                self._resequenced.setdefault(at, set()).add(element.sequence)
             held = latest.get(at)
             if held is None or element.sequence >= held.sequence:
                 latest[at] = ConsumedCommit(
@@ -532,7 +542,12 @@ class Transaction:
 
     def _commits_at(self, at: Address) -> tuple[ConsumedCommit, ...]:
         commit = self._commits.get(at)
-        return () if commit is None else (commit,)
+        if commit is None:
+            return ()
+        above = sorted(p for p in self._resequenced.get(at, ()) if p > commit.sequence)
+        if above:
+            commit = dataclasses.replace(commit, done=runs_of(above))
+        return (commit,)
 
     def _parts(self) -> list[TransactionPart]:
         """What it does at each channel it touched."""
@@ -590,6 +605,17 @@ class Transaction:
             for at, commit in sorted(self._commits.items())
         ]
         return TransactionResult(published, committed)
+
+
+def runs_of(positions: list[int]) -> tuple[tuple[int, int], ...]:
+    """Ascending ``positions`` as ``(first, last)`` runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for position in positions:
+        if runs and runs[-1][1] + 1 >= position:
+            runs[-1] = (runs[-1][0], position)
+        else:
+            runs.append((position, position))
+    return tuple(runs)
 
 
 def _get(ref: Any) -> Any:

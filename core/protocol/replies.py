@@ -185,6 +185,10 @@ class Delivery:
     stands: int = -1
     """Where the reader's read position at the channel stands after the take (see
     the class docstring; ``pack`` makes it ``next`` unless told)."""
+    passed: tuple[int, int] | None = None
+    """The done positions ``(first, last)`` the take read past before ``first`` (see
+    ``Cursor.skip_done``): never delivered again, so a resequencing session keeps
+    released what it released from there (``Resequencer.passed``)."""
 
     @classmethod
     def pack(
@@ -199,6 +203,7 @@ class Delivery:
         unacked: int = 0,
         stopped: bool = False,
         stands: int | None = None,
+        passed: tuple[int, int] | None = None,
     ) -> Delivery:
         """Build a delivery from chunks (``stands``: None, at ``next_sequence``)."""
         count = sum(len(chunk.payload) for chunk in chunks)
@@ -216,6 +221,7 @@ class Delivery:
             unacked,
             stopped,
             next_sequence if stands is None else stands,
+            passed,
         )
 
     def entries(self) -> tuple[tuple[int, int], ...]:

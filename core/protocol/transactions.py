@@ -54,22 +54,35 @@ class ConsumedCommit:
     """A group member's commit made by a transaction: the group's position moves
     to ``sequence`` if ``lease`` still owns the channel at ``jumps`` (no seek,
     reset or change of owner since the elements were read). The holder names
-    the member's reader; the channel fills in its group."""
+    the member's reader; the channel fills in its group.
+
+    ``done``: the ``(first, last)`` ranges of positions above ``sequence`` the
+    transaction consumed too. A resequencing member's commit stops below an element
+    not handed over yet (``Element.commit``), so what it consumed above that is
+    marked done instead (never delivered to the group again; the commit moves over
+    it once contiguous): an abort or a restart, sending the member back to its
+    commit, does not give it those elements again."""
 
     reader_id: str
     sequence: int
     lease: Lease
     jumps: int
     group: str = ""
+    done: tuple[tuple[int, int], ...] = ()
 
     def to_state(self) -> list[Any]:
         lease = [self.lease.reader_id, self.lease.generation]
-        return [self.reader_id, self.sequence, lease, self.jumps, self.group]
+        done = [[first, last] for first, last in self.done]
+        return [self.reader_id, self.sequence, lease, self.jumps, self.group, done]
 
     @classmethod
     def from_state(cls, state: list[Any]) -> ConsumedCommit:
-        reader_id, sequence, lease, jumps, group = state
-        return cls(reader_id, int(sequence), Lease(lease[0], int(lease[1])), int(jumps), group)
+        reader_id, sequence, lease, jumps, group = state[:5]
+        kept = state[5] if len(state) > 5 else []  # (a store's entry from before ``done``)
+        done = tuple((int(first), int(last)) for first, last in kept)
+        return cls(
+            reader_id, int(sequence), Lease(lease[0], int(lease[1])), int(jumps), group, done
+        )
 
 
 class StageTransaction(NamedTuple):

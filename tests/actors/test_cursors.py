@@ -245,6 +245,53 @@ def test_a_reset_to_the_commit_delivers_again_what_came_since_and_keeps_the_comm
     assert cursor.commit(12, tail=30, jumps=1) is COMMITTED
 
 
+def test_a_transactions_consumed_commit_marks_what_it_consumed_above_it_done() -> None:
+    # A resequencing member's commit stops below an element not handed over yet (5);
+    # what the transaction consumed above it (6, 8..9) is done: never delivered again,
+    # through a reset to the commit (an abort) and a restart.
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=9, next_sequence=10)
+    assert cursor.consumed(4, tail=20, done=((6, 6), (8, 9))) is COMMITTED
+    assert state(cursor) == (10, 4, True, 0)
+    assert cursor.done == [(6, 6), (8, 9)]
+    assert cursor.unacked == 2  # 5 and 7
+    assert cursor.reset_to_commit() == 4
+    assert cursor.done == [(6, 6), (8, 9)]
+    back = Cursor.from_state(cursor.to_state(), group=True)
+    assert (back.next, back.committed, back.done) == (5, 4, [(6, 6), (8, 9)])
+    assert back.skip_done() == 1  # 5 may be read; 6 is done
+    back.delivered(last=5, next_sequence=6)
+    assert back.skip_done() == 1  # read on past 6: 7, then 8..9 are done
+    assert back.next == 7
+    back.delivered(last=7, next_sequence=8)
+    assert back.skip_done() is None and back.next == 10
+    # The next transaction commits 5 and 7: the commit moves over 6 and 8..9.
+    assert back.consumed(5, tail=20, done=((7, 7),)) is COMMITTED
+    assert (back.committed, back.done) == (9, [])
+
+
+def test_the_commit_moves_over_done_positions_only_once_they_are_read_past() -> None:
+    # Else it would pass the read position, and the elements up to it are dropped
+    # (retain=False): the next take would find its elements removed.
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=9, next_sequence=10)
+    cursor.consumed(4, tail=20, done=((6, 7),))
+    cursor.reset_to_commit()  # an abort: read again from 5
+    cursor.delivered(last=5, next_sequence=6)
+    assert cursor.commit(5, tail=20) is COMMITTED
+    assert (cursor.committed, cursor.next) == (5, 6)  # 6..7 not read past yet
+    assert cursor.skip_done() is None  # read past them: the commit moves over them
+    assert (cursor.committed, cursor.next, cursor.done) == (7, 8, [])
+
+
+def test_a_rejected_consumed_commit_marks_nothing_done() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=9, next_sequence=10)
+    cursor.reset_to_commit()  # a commit of what it had is REJECTED until read again
+    assert cursor.consumed(4, tail=20, done=((6, 6),)) is REJECTED
+    assert not cursor.done
+
+
 def test_a_reset_to_the_commit_of_a_fresh_cursor_makes_no_commit() -> None:
     cursor = Cursor.starting_at(5)
     cursor.delivered(last=7, next_sequence=8)

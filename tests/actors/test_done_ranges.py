@@ -63,3 +63,13 @@ def test_ranges_hold_exactly_the_positions_added(adds: list[tuple[int, int]]) ->
     held = {s for first, last in done.ranges for s in range(first, last + 1)}
     assert held == expected
     assert all(a[1] + 1 < b[0] for a, b in zip(done.ranges, done.ranges[1:], strict=False))
+
+
+def test_the_commit_advances_only_over_ranges_read_past() -> None:
+    done = DoneRanges([(3, 4), (6, 9), (11, 12)])
+    assert done.advance(2, read_to=5) == 4  # 6..9 is ahead of the read position
+    assert done == [(6, 9), (11, 12)]
+    assert done.advance(5, read_to=8) == 5  # 6..9 not wholly read past
+    assert done.advance(5, read_to=9) == 9
+    assert done.advance(12, read_to=9) == 12  # at or below the commit: dropped
+    assert not done

@@ -85,7 +85,10 @@ def test_a_prepared_transaction_takes_no_more_elements() -> None:
 def test_prepared_and_finished_entries_round_trip_through_json() -> None:
     table = TransactionTable()
     entry = _staged(table, "t@1.0", {"v": 1}, {"v": 2})
-    commit = ConsumedCommit("reader-1", 41, Lease("member-1", 3), 5, group="g")
+    # (what a resequencing member consumed above its commit is kept with it: ``done``)
+    commit = ConsumedCommit(
+        "reader-1", 41, Lease("member-1", 3), 5, group="g", done=((43, 44), (47, 47))
+    )
     table.prepare(entry, LEAD, (commit,))
     done = _staged(table, "t@1.1")
     table.finish(done, Outcome.COMMIT, runs=((10, 3),))
@@ -179,3 +182,10 @@ def _channel_parts() -> ChannelParts:
     config = TopicConfig("t", "ns", "t0pic1d", 1, 10, True, None, Overflow.BLOCK, ())
     context = ChannelContext(config, 0, ChannelMetrics("t", 0))
     return ChannelParts.build(context, restarted=False)
+
+
+def test_a_consumed_commit_kept_before_done_positions_loads_with_none() -> None:
+    saved = ["reader-1", 41, ["member-1", 3], 5, "g"]  # a store's entry from before
+    commit = ConsumedCommit.from_state(saved)
+    assert commit == ConsumedCommit("reader-1", 41, Lease("member-1", 3), 5, group="g")
+    assert ConsumedCommit.from_state(json.loads(json.dumps(commit.to_state()))) == commit

@@ -47,3 +47,19 @@ def test_a_source_sent_back_past_what_is_remembered_says_so_and_starts_afresh() 
     assert record.rewound("a", 2) is None  # position 2 was forgotten
     assert len(record) == 0
     assert record.rewound("a", 0) == {}  # afresh: nothing known, nothing forgotten
+
+
+def test_numbers_sent_back_whose_positions_were_passed_over_stay_released() -> None:
+    record = ReleaseRecord()
+    for position, number in enumerate((0, 1, 2, 3)):
+        record.released("a", position, "A", number)
+    record.released("b", 0, "A", 9)
+    assert record.rewound("a", 1) == {"A": [1, 2, 3]}
+    # Positions 2..3 were done (a committed transaction consumed them): not coming.
+    assert record.passed("a", 2, 5) == {"A": [2, 3]}
+    assert record.passed("a", 2, 5) == {}  # told once
+    assert record.passed("b", 0, 0) == {}  # never sent back
+    record.released("a", 1, "A", 1)  # came again
+    assert record.passed("a", 1, 1) == {}
+    # Those passed stay released: remembered, so a source sent back again gives them.
+    assert record.rewound("a", 0) == {"A": [0, 1, 2, 3]}

@@ -164,3 +164,25 @@ def test_with_a_zero_hold_window_each_number_sent_back_comes_whenever_it_comes()
     feed(resequencer, (5, "c", 0))
     assert log.take() == [("late", 1), ("gap", 4), ("release", 5)]
     assert resequencer.stats.late == 1
+
+
+def test_numbers_sent_back_from_positions_passed_over_are_not_waited_for() -> None:
+    # A source sent back to its commit reads on past the positions a committed
+    # transaction consumed above it (done there): their numbers never come again.
+    log = Log()
+    resequencer = make(log)
+    feed(resequencer, (1, "a", 0), (0, "a", 1), (2, "a", 2), (3, "a", 3))
+    assert log.take() == [("release", n) for n in range(4)]
+    resequencer.rewind("a", 0)  # 0..3 to come again; position 1 (number 0) is done
+    feed(resequencer, (1, "a", 0))  # waits for 0
+    assert log.take() == []
+    resequencer.passed("a", 1, 1)
+    assert log.take() == [("release", 1)]  # 0 stays released: 1 goes, 2 is waited for
+    feed(resequencer, (2, "a", 2))
+    assert log.take() == [("release", 2)]
+    resequencer.passed("a", 3, 3)  # nothing waits for 3 now
+    feed(resequencer, (4, "b", 0))
+    assert log.take() == [("release", 4)]  # no gap reported for 3: released before
+    feed(resequencer, (3, "a", 3))  # released, and not to come again: late
+    assert log.take() == [("late", 3)]
+    assert resequencer.stats.gaps == 0

@@ -47,19 +47,21 @@ def delivery(
     jumps: int = 0,
     stands: int | None = None,
     shared: bool = False,
+    passed: tuple[int, int] | None = None,
 ) -> Delivery:
     """``count`` elements of ``channel`` from ``first`` (values: their sequences)."""
     origin = _Origin("t", "topic", "ns", "r", lease, jumps, shared)
     chunks = [Chunk(first, 0.0, encode_values(list(range(first, first + count))))] if count else []
     end = first + count
-    return Delivery.pack(channel, chunks, jumps, end, end, -1, origin, stands=stands)
+    return Delivery.pack(channel, chunks, jumps, end, end, -1, origin, stands=stands, passed=passed)
 
 
 class FakeChannel:
     """A channel's end of a port: elements up to ``tail``, the reader's read position
     ``next`` under jump count ``jumps``; a take waits while ``release`` is clear;
     ``refuse`` makes every call raise it; a watch whose ``known`` is the state now
-    waits while ``settle`` is clear."""
+    waits while ``settle`` is clear; a take that stands at ``done``'s first position
+    reads past it (``Delivery.passed``)."""
 
     def __init__(self, channel: int, available: int = 2) -> None:
         self.channel = channel
@@ -73,6 +75,7 @@ class FakeChannel:
         self.settle = asyncio.Event()
         self.settle.set()
         self.refuse: BaseException | None = None
+        self.done: tuple[int, int] | None = None
 
     @property
     def available(self) -> int:
@@ -102,6 +105,9 @@ class FakeChannel:
                 self.jumps,
             ):
                 self.next = request.from_sequence
+            passed = None
+            if self.done is not None and self.next == self.done[0] and request.max_count:
+                passed, self.next = self.done, self.done[1] + 1
             start = self.next
             count = max(0, min(request.max_count, self.tail - start + 1))
             if not request.wait:
@@ -114,6 +120,7 @@ class FakeChannel:
                 jumps=self.jumps,
                 stands=self.next,
                 shared=self.shared,
+                passed=passed,
             )
         if isinstance(request, Watch):
             if request.known == self.state(request.reader_id):

@@ -21,7 +21,13 @@ class Session:
         self.channel = FakeChannel(1, available)
         self.port = RemotePort(1, self.channel)
         self.unhanded: list[Delivery] = []
-        self.positions = Positions("r", again=again, unhanded=self.unhanded.append)
+        self.passed: list[tuple[int, int, int]] = []
+        self.positions = Positions(
+            "r",
+            again=again,
+            unhanded=self.unhanded.append,
+            passed=lambda *where: self.passed.append(where),
+        )
 
     def take(self, count: int = 10, lease: object = None, wait: float = 0.0) -> asyncio.Future:
         return asyncio.ensure_future(self.positions.take(self.port, lease, count, wait))
@@ -191,5 +197,21 @@ def test_what_to_hand_back_is_each_held_channel_whose_read_position_stands_elsew
         await session.take(0, lease=member)  # the take of nothing a pause sends
         assert session.channel.next == 12
         assert session.positions.to_hand_back(lambda channel: member) == []
+
+    run(main)
+
+
+def test_a_take_that_reads_past_done_positions_tells_the_session_which() -> None:
+    # (A resequencing session then keeps released what it released from there.)
+    async def main() -> None:
+        session = Session(available=6)
+        first = await session.take(2)
+        session.positions.handed(first)
+        session.channel.done = (12, 13)
+        second = await session.take(2)
+        assert (second.first, second.count) == (14, 2)
+        assert session.passed == [(1, 12, 13)]
+        await session.take(2)  # nothing passed over: nothing said
+        assert session.passed == [(1, 12, 13)]
 
     run(main)
