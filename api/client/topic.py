@@ -44,6 +44,7 @@ from raytopic.core.errors import (
     TopicNotFoundError,
 )
 from raytopic.core.naming import (
+    coordinator_actor_name,
     scaled_member_prefix,
     scaler_prefix,
     topic_found_alive,
@@ -665,6 +666,8 @@ class Topic:
     def destroying(self) -> Steps[None]:
         """:meth:`destroy` as steps (an async actor awaits them)."""
         mark_destroyed(self.topic_id)  # this process's handles know it from now on
+        if _name_is_another_topic_s(self):
+            return  # destroyed before: what the name finds now is not this topic's to kill
         yield from _stop_autoscalers(self)  # first: a scaler would start members again
         left: StoreError | None = None
         try:
@@ -724,6 +727,18 @@ def _check_shared_allowed(config: TopicConfig) -> None:
     """
     if config.compaction is not None:
         raise GroupModeError(f"topic {config.name!r} is compacted: it has no shared groups")
+
+
+def _name_is_another_topic_s(topic: Topic) -> bool:
+    """Whether the topic's name is held by another topic's coordinator: this one was
+    destroyed and a topic made again of its name (a restarted coordinator is the
+    same actor). Its autoscalers and actors are found by name, so a stale handle's
+    ``destroy`` would stop the new topic's and wait for its actors to die."""
+    try:
+        named = ray.get_actor(coordinator_actor_name(topic.name), namespace=topic.namespace)
+    except ValueError:
+        return False
+    return named != topic._coordinator
 
 
 def _stop_autoscalers(topic: Topic) -> Steps[None]:

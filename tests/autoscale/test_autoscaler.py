@@ -5,6 +5,7 @@ coordinator and the scaler SIGKILLed during a burst."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -493,6 +494,33 @@ def test_destroy_stops_the_autoscaler_and_its_members(
     wait_until(lambda: not _named(scaled_member_prefix(doomed.name), doomed.namespace))
     with pytest.raises(rt.TopicNotFoundError):
         scaler.describe()
+
+
+def test_a_stale_handle_s_destroy_leaves_a_topic_made_again_of_the_name_alone(
+    make_topic, wait_until, stopped_after, tally: Tally, caplog: pytest.LogCaptureFixture
+) -> None:
+    # destroy() is idempotent; a second one from a handle of the destroyed topic, once
+    # the name is another topic's, killed that topic's autoscaler (found by its name)
+    # and waited 30 s for each of its actors' names to be freed.
+    old = make_topic(channels=1)
+    old.destroy()
+    again = rt.create_topic(old.name, channels=1, namespace=old.namespace)
+    try:
+        scaler = stopped_after(
+            again.autoscale("g", Record(tally), min_members=1, max_members=1, poll_s=0.2)
+        )
+        wait_until(lambda: len(scaler.describe().members) == 1, timeout=TIMEOUT)
+        with caplog.at_level(logging.WARNING, logger="raytopic"):
+            old.destroy()
+        assert [record.getMessage() for record in caplog.records] == []
+        assert len(_named(scaler_prefix(again.name), again.namespace)) == 1
+        assert len(scaler.describe().members) == 1
+        _publish(again, ["after"])
+        wait_until(lambda: tally.get() == ["after"], timeout=TIMEOUT)
+        with pytest.raises(rt.TopicNotFoundError):
+            old.describe()
+    finally:
+        again.destroy()
 
 
 def test_the_desired_count_is_a_metric(
