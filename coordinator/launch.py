@@ -270,23 +270,31 @@ def actor_names(topic: str, channels: int) -> list[str]:
     return [*(channel_actor_name(topic, c) for c in range(channels)), coordinator_actor_name(topic)]
 
 
-def released(name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEOUT) -> Steps[None]:
+def released(
+    name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEOUT, actor: Any = None
+) -> Steps[None]:
     """Wait until a killed actor's name is free, which it is once the actor is dead
-    (bounded: a kill is not synchronous). Asked of the GCS by name: a call to the
-    actor itself would make Ray log that it retries the call."""
+    (bounded: a kill is not synchronous), or, given the ``actor`` killed, held by
+    another actor (a topic made again of the name: the killed one is dead). Asked of
+    the GCS by name: a call to the actor itself would make Ray log that it retries
+    the call."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            ray.get_actor(name, namespace=namespace)
+            named = ray.get_actor(name, namespace=namespace)
         except ValueError:
+            return
+        if actor is not None and named != actor:
             return
         yield Sleep(0.01)
     logger.warning("actor %s still alive %.0f s after ray.kill", name, timeout)
 
 
-def wait_released(name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEOUT) -> None:
+def wait_released(
+    name: str, namespace: str, timeout: float = NAME_RELEASE_TIMEOUT, actor: Any = None
+) -> None:
     """:func:`released`, blocking (a driver's ``destroy``)."""
-    run_blocking(released(name, namespace, timeout))
+    run_blocking(released(name, namespace, timeout, actor))
 
 
 def _warn_if_different(existing: TopicConfig, asked: TopicConfig) -> None:

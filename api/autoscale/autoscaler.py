@@ -105,7 +105,7 @@ class Autoscaler:
         with contextlib.suppress(Exception):  # stopped already, or the topic is gone
             ray.get(self._actor.stop.remote())
         ray.kill(self._actor, no_restart=True)
-        wait_released(name, self._topic.namespace)
+        wait_released(name, self._topic.namespace, actor=self._actor)
 
     def _call(self, ref: ray.ObjectRef[Any]) -> Any:
         with topic_calls(self._topic.topic_id, self._topic.name):

@@ -35,7 +35,7 @@ from raytopic.core.config import (
     check_name,
     check_namespace,
 )
-from raytopic.core.destroyed import check_topic, mark_destroyed, topic_calls
+from raytopic.core.destroyed import check_topic, destroyed_error, mark_destroyed, topic_calls
 from raytopic.core.errors import (
     GroupModeError,
     InvalidArgumentError,
@@ -630,9 +630,14 @@ class Topic:
 
         Raises:
             InvalidArgumentError, InvalidTypeError: not a valid group name.
+            TopicNotFoundError: the topic was destroyed.
         """
         from raytopic.autoscale.autoscaler import find_autoscaler
 
+        check_topic(self.topic_id, self.name, self._coordinator)
+        if _name_is_another_topic_s(self):  # its autoscalers are found by the name
+            mark_destroyed(self.topic_id)
+            raise destroyed_error(self.name)
         return find_autoscaler(self, group)
 
     # -- observing and deleting ---------------------------------------------------
@@ -680,8 +685,8 @@ class Topic:
         actors = (*self._channel_actors, self._coordinator)
         for actor in actors:
             ray.kill(actor, no_restart=True)
-        for name in actor_names(self.name, self.channel_count):
-            yield from released(name, self.namespace)
+        for name, actor in zip(actor_names(self.name, self.channel_count), actors, strict=True):
+            yield from released(name, self.namespace, actor=actor)
         if left is not None:
             raise left
 

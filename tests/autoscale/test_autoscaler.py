@@ -501,8 +501,11 @@ def test_a_stale_handle_s_destroy_leaves_a_topic_made_again_of_the_name_alone(
 ) -> None:
     # destroy() is idempotent; a second one from a handle of the destroyed topic, once
     # the name is another topic's, killed that topic's autoscaler (found by its name)
-    # and waited 30 s for each of its actors' names to be freed.
+    # and waited 30 s for each of its actors' names to be freed; the old autoscaler's
+    # stop() waited 30 s for the new one's name, and the old topic's autoscaler(group)
+    # gave the new topic's.
     old = make_topic(channels=1)
+    first = stopped_after(old.autoscale("g", Record(tally), max_members=1, poll_s=0.2))
     old.destroy()
     again = rt.create_topic(old.name, channels=1, namespace=old.namespace)
     try:
@@ -512,6 +515,9 @@ def test_a_stale_handle_s_destroy_leaves_a_topic_made_again_of_the_name_alone(
         wait_until(lambda: len(scaler.describe().members) == 1, timeout=TIMEOUT)
         with caplog.at_level(logging.WARNING, logger="raytopic"):
             old.destroy()
+            first.stop()
+            with pytest.raises(rt.TopicNotFoundError):
+                old.autoscaler("g")
         assert [record.getMessage() for record in caplog.records] == []
         assert len(_named(scaler_prefix(again.name), again.namespace)) == 1
         assert len(scaler.describe().members) == 1
