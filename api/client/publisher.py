@@ -25,10 +25,13 @@ them (``raytopic.client.publish_completion``).
 
 from __future__ import annotations
 
+import atexit
+import logging
 import random
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -84,6 +87,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Publisher"]
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(slots=True)
 class _Calls:
@@ -120,6 +125,12 @@ class Publisher:
     after it wait behind it: per-key order holds). At most ``max_buffered``
     values wait here; beyond that ``publish()`` itself waits (up to
     ``block_timeout``).
+
+    **At exit**: the interpreter's exit flushes every publisher not closed, each
+    for up to its ``block_timeout`` (a warning says what was still unacknowledged
+    then), so a script that ends right after ``publish()`` loses nothing to
+    ``linger`` or to a channel's restart. A ``ray.shutdown()`` of the script's own
+    before the end leaves nothing to flush with: close publishers before it.
 
     A Publisher pickles: the copy in another process is a new publisher
     (own id, own buffers) with the same settings.
@@ -181,6 +192,7 @@ class Publisher:
             send=partial(self._send, force=False),
             close=self._close_on,
         )
+        _flushed_at_exit(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         settings = {
@@ -707,6 +719,38 @@ class Publisher:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+_unclosed: weakref.WeakSet[Publisher] = weakref.WeakSet()
+_exit_hook = threading.Lock()
+_exit_hooked = False
+
+
+def _flushed_at_exit(publisher: Publisher) -> None:
+    """Have the interpreter's exit flush ``publisher`` if it is not closed by then. The
+    hook is registered with the first publisher, after ``ray.init`` registered its
+    shutdown (a publisher needs Ray), so it runs first: hooks run in reverse order."""
+    global _exit_hooked
+    _unclosed.add(publisher)
+    if _exit_hooked:
+        return
+    with _exit_hook:
+        if not _exit_hooked:
+            atexit.register(_flush_at_exit)
+            _exit_hooked = True
+
+
+def _flush_at_exit() -> None:
+    """Flush every publisher not closed (the interpreter is exiting: what ``linger``
+    holds back, or a call retrying at a restarting channel, would be lost with its
+    thread), each for up to its ``block_timeout``."""
+    for publisher in list(_unclosed):
+        if publisher.is_closed or not ray.is_initialized():
+            continue
+        try:
+            publisher.flush(publisher._block_timeout)
+        except Exception as error:  # the exit goes on; what is left is said
+            logger.warning("at exit, a publisher to topic %r: %s", publisher._topic.name, error)
 
 
 def _payload_of(piece: Piece) -> Payload:

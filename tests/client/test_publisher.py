@@ -3,6 +3,8 @@ close, overflow policies and refused values."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -222,6 +224,45 @@ def test_flush_and_close(shared_topic) -> None:
     assert publisher.is_closed
     assert last.done() and last.result().position.sequence == base + 50
     assert _tails(topic) == [base + 50]
+
+
+_ENDS_AFTER_PUBLISH = """
+import sys
+
+import ray
+
+import raytopic as rt
+
+ray.init(address=sys.argv[1], namespace=sys.argv[3], log_to_driver=False)
+publisher = rt.get_topic(sys.argv[2]).publisher(linger=60.0)  # held back for 60 s
+for n in range(10):
+    publisher.publish(f"at-exit-{n}")
+"""
+
+
+def test_a_script_ending_right_after_publish_loses_nothing(shared_topic, ray_cluster) -> None:
+    # No flush, no close, no with block: the interpreter's exit flushes (before, the
+    # values linger held back went with the process: 0 of 10).
+    (base,) = next_sequences(shared_topic).values()
+    ended = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _ENDS_AFTER_PUBLISH,
+            ray_cluster,
+            shared_topic.name,
+            shared_topic.namespace,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert _tails(shared_topic) == [base + 9]
+    with shared_topic.subscriber(start="earliest", complete_on_empty=True) as reader:
+        at_exit = [e.value for e in reader if e.sequence >= base]
+    assert at_exit == [f"at-exit-{n}" for n in range(10)]
 
 
 # -- overflow ----------------------------------------------------------------------------------
