@@ -619,3 +619,34 @@ def test_done_positions_are_kept_by_the_state() -> None:
     cursor.ack(5, tail=9)
     restored = Cursor.from_state(cursor.to_state(), group=True)
     assert restored.done == [(3, 3), (5, 5)]
+
+
+# -- review66: done marks a consumed commit brings after a group reset ---------------
+
+
+def test_a_consumed_commit_landing_after_a_group_reset_to_it_marks_nothing_above_done() -> None:
+    # A member read 0..19; its transaction prepared a commit of 9 (its hand-over mark)
+    # with 12..15 done above it. The operator resets the group to 9 (a reset does not
+    # wait for prepared transactions): everything after 9 is to be read again. The
+    # transaction's COMMIT lands after it: 9 is ALREADY_COMMITTED (not REJECTED), and
+    # 12..15, read before the reset, must not become done (they would never be read
+    # again: the reset's re-read loses them).
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=19, next_sequence=20)
+    assert cursor.reset(9, head=0, tail=30) == 9
+    cursor.consumed(9, tail=30, done=((12, 15),))
+    assert cursor.done == []
+    cursor.delivered(last=11, next_sequence=12)
+    assert cursor.skip_done() is None and cursor.next == 12  # 12 comes again
+
+
+def test_a_consumed_commit_after_a_reset_marks_done_only_what_was_read_since() -> None:
+    # The same with a reset further back: the member (its lease kept) reads 6..10
+    # again; the transaction's commit of 9 is within what was read since (COMMITTED, as
+    # before done ranges), but 12..15 were read before the reset only.
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=19, next_sequence=20)
+    cursor.reset(5, head=0, tail=30)
+    cursor.delivered(last=10, next_sequence=11)
+    cursor.consumed(9, tail=30, done=((12, 15),))
+    assert cursor.done == []
