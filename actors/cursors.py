@@ -194,8 +194,11 @@ class Cursor:
         status = self.commit(sequence, tail)
         if status is CommitStatus.REJECTED:
             return status
+        # After a group reset, what was read before it is read again: done only up to
+        # what was delivered since (as commit() and ack() refuse a position above it).
+        high = tail if self.reset_floor is None else min(tail, self.delivered_high)
         for first, last in done:
-            self.done.add(max(first, self.committed + 1), min(last, tail))
+            self.done.add(max(first, self.committed + 1), min(last, high))
         if self.done and self.done.ranges[0][0] <= self.committed + 1:
             self._moved()
         return status
