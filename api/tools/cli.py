@@ -299,10 +299,14 @@ def _reset_target(text: str) -> str | datetime | dict[int, int]:
     {channel: sequence} dict."""
     if text in ("earliest", "latest"):
         return text
-    pairs = {}
+    pairs: dict[int, int] = {}
     try:
         for pair in text.split(","):
             channel, sequence = pair.split(":")
+            if int(channel) in pairs:  # which one was meant? (else the last one won)
+                raise argparse.ArgumentTypeError(
+                    f"channel {int(channel)} is given twice in {text!r}"
+                )
             pairs[int(channel)] = int(sequence)
     except ValueError:  # not pairs: an ISO time (which has colons too), or nothing valid
         return _moment(text, "earliest, latest, an ISO time or CH:SEQ[,CH:SEQ...]")

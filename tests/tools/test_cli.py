@@ -425,6 +425,9 @@ def test_a_bad_position_names_its_flag_and_every_form(capsys: pytest.CaptureFixt
         assert words in message
     message = _usage_error(["tail", "t", "--from", "0:1"], capsys)
     assert "argument --from: expected earliest, latest or an ISO time, got '0:1'" in message
+    # A channel given twice: which one was meant? (The last one silently won.)
+    message = _usage_error(["reset-group", "t", "g", "--to", "0:3,1:2,0:4"], capsys)
+    assert "argument --to: channel 0 is given twice in '0:3,1:2,0:4'" in message
 
 
 def test_options_before_the_command_are_not_overwritten_by_its_defaults() -> None:
