@@ -237,7 +237,7 @@ class TransactionResult:
     """Topic name -> channel -> the positions its elements took there, in publish
     order (consecutive sequences within a channel)."""
     committed: list[CommitResult]
-    """The consumed positions committed with it, one per (topic, channel)."""
+    """The consumed positions committed with it, one per (topic, channel, group)."""
 
     @property
     def published_count(self) -> int:

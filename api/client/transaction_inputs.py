@@ -27,8 +27,8 @@ import contextlib
 import logging
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -76,13 +76,15 @@ def received(subscriber: Subscriber) -> None:
         _receivers.members.add(subscriber)
 
 
-def give_back(consumed_from: Iterable[str], consumed: Mapping[Address, ConsumedCommit]) -> None:
+def give_back(
+    consumed_from: Iterable[str], consumed: Iterable[tuple[tuple[Address, Any], ConsumedCommit]]
+) -> None:
     """An aborted transaction's inputs go back to their members (see the module docstring).
 
     Args:
         consumed_from: Reader ids whose elements the transaction's holder consumed.
-        consumed: The transaction's own consumed commits, by channel (those of a
-            member not open here are sent back at their channel).
+        consumed: The transaction's own consumed commits, by channel and reader
+            (those of a member not open here are sent back at their channel).
     """
     members = {member.subscriber_id: member for member in _receivers.members}
     for reader_id in consumed_from:
@@ -93,7 +95,7 @@ def give_back(consumed_from: Iterable[str], consumed: Mapping[Address, ConsumedC
         channel_actor(*at).request.remote(
             pack_request(SeekToCommitted(reader_id=commit.reader_id, lease=commit.lease))
         )
-        for at, commit in consumed.items()
+        for (at, _), commit in consumed
         if commit.reader_id not in members
     ]
     for member in members.values():

@@ -270,10 +270,12 @@ class Transaction:
         self.key = key
         self.deadline = deadline
         self._staged: dict[Address, int] = {}
-        self._commits: dict[Address, ConsumedCommit] = {}
+        # Consumed commits by channel and reader (a group): two groups of one topic
+        # consumed in one transaction commit each its own positions.
+        self._commits: dict[tuple[Address, Any], ConsumedCommit] = {}
         # A resequencing member's positions it consumed, per channel: those above the
         # commit there (it stops at the hand-over mark) are made done with it.
-        self._resequenced: dict[Address, set[int]] = {}
+        self._resequenced: dict[tuple[Address, Any], set[int]] = {}
         self._state = "open"
         self._doomed: str | None = None  # why it can only abort now
 
@@ -386,9 +388,9 @@ class Transaction:
 
     def commit_consumed(self, elements: Element | Iterable[Element]) -> None:
         """Commit these elements' positions with the transaction (each channel's last,
-        and so every earlier one): they move with the outputs, or not at all.
+        and so every earlier one): they move with the outputs, or not reader_at all.
 
-        A resequencing member's commit at a channel stops below an element it has
+        A resequencing member's commit reader_at a channel stops below an element it has
         not handed over yet (its hand-over mark); these elements' positions above
         it are committed as done instead (never delivered to the group again, even
         after an abort or a restart sends the member back to its commit).
@@ -407,8 +409,8 @@ class Transaction:
         elements = (
             [elements] if isinstance(elements, Element) else check_items(elements, "elements")
         )
-        latest: dict[Address, ConsumedCommit] = {}
-        marks: dict[Address, int] = {}
+        latest: dict[tuple[Address, Any], ConsumedCommit] = {}
+        marks: dict[tuple[Address, Any], int] = {}
         for element in elements:
             if not isinstance(element, Element):
                 raise InvalidTypeError(f"expected Elements, got {type(element).__name__}")
@@ -423,25 +425,30 @@ class Transaction:
                     f"element {element.position} was received by an anonymous subscriber: "
                     "only a group member's positions commit"
                 )
-            at = Address(origin.namespace, origin.topic, origin.topic_id, element.channel)
+            reader_at = (
+                Address(origin.namespace, origin.topic, origin.topic_id, element.channel),
+                origin.reader,
+            )
             self._incarnation.consumed_from.add(origin.reader)
             mark = origin.handed_upto
             if mark is not None:
-                if at not in marks or mark > marks[at]:
-                    marks[at] = mark
-                self._resequenced.setdefault(at, set()).add(element.sequence)
-            held = latest.get(at)
+                if reader_at not in marks or mark > marks[reader_at]:
+                    marks[reader_at] = mark
+                self._resequenced.setdefault(reader_at, set()).add(element.sequence)
+            held = latest.get(reader_at)
             if held is None or element.sequence >= held.sequence:
-                latest[at] = ConsumedCommit(
+                latest[reader_at] = ConsumedCommit(
                     origin.reader, element.sequence, origin.lease, origin.jumps
                 )
-        for at, commit in latest.items():
+        for reader_at, commit in latest.items():
             # A resequencing member's commit goes no further than its hand-over mark
             # (see Element.commit): the highest of these elements' is the batch's.
-            commit = dataclasses.replace(commit, sequence=bounded(commit.sequence, marks.get(at)))
-            held = self._commits.get(at)
+            commit = dataclasses.replace(
+                commit, sequence=bounded(commit.sequence, marks.get(reader_at))
+            )
+            held = self._commits.get(reader_at)
             if held is None or commit.sequence >= held.sequence:
-                self._commits[at] = commit
+                self._commits[reader_at] = commit
 
     # -- the end ------------------------------------------------------------------
 
@@ -541,19 +548,20 @@ class Transaction:
             raise InvalidArgumentError(f"transaction {self.key} is {self._state}")
 
     def _commits_at(self, at: Address) -> tuple[ConsumedCommit, ...]:
-        commit = self._commits.get(at)
-        if commit is None:
-            return ()
-        above = sorted(p for p in self._resequenced.get(at, ()) if p > commit.sequence)
-        if above:
-            commit = dataclasses.replace(commit, done=runs_of(above))
-        return (commit,)
+        commits = []
+        for (address, reader), commit in sorted(self._commits.items()):
+            if address != at:
+                continue
+            consumed = self._resequenced.get((address, reader), ())
+            above = sorted(p for p in consumed if p > commit.sequence)
+            commits.append(dataclasses.replace(commit, done=runs_of(above)) if above else commit)
+        return tuple(commits)
 
     def _parts(self) -> list[TransactionPart]:
         """What it does at each channel it touched."""
         return [
             TransactionPart(at, self._staged.get(at, 0), self._commits_at(at))
-            for at in sorted(set(self._staged) | set(self._commits))
+            for at in sorted(set(self._staged) | {at for at, _ in self._commits})
         ]
 
     def _end(self, outcome: Outcome, reason: str, parts: list[TransactionPart]) -> TransactionEnded:
@@ -584,7 +592,7 @@ class Transaction:
         """It aborted: its inputs go back to their members, whatever it was told of them
         (see ``raytopic.client.transaction_inputs``)."""
         self._state = "aborted"
-        give_back(self._incarnation.consumed_from, self._commits)
+        give_back(self._incarnation.consumed_from, self._commits.items())
 
     def _result(self, runs: dict[Address, Any]) -> TransactionResult:
         published: dict[str, dict[int, list[Position]]] = {}
@@ -602,7 +610,7 @@ class Transaction:
                 Position(at.topic_id, at.channel, commit.sequence),
                 CommitStatus.COMMITTED,
             )
-            for at, commit in sorted(self._commits.items())
+            for (at, _), commit in sorted(self._commits.items())
         ]
         return TransactionResult(published, committed)
 

@@ -131,7 +131,7 @@ def _staged_and_prepared(make_topic, unique_name, tmp_path, timeout):
     tx = txs.begin()
     tx.publish_batch(sink, [-e.value for e in batch])
     tx.commit_consumed(batch)
-    lead = min(tx._commits)
+    lead = min(at for at, _ in tx._commits)  # (keyed by channel and reader)
     sink_at = next(iter(tx._staged))
     prepare = PrepareTransaction(
         tx.key, txs.transactional_id, tx.deadline, lead, tx._staged[sink_at], ()

@@ -77,6 +77,34 @@ def test_outputs_to_two_topics_and_consumed_commits_take_effect_together(
     wait_until(lambda: source.describe().groups[group].lag == 0)
 
 
+def test_one_transaction_commits_what_two_groups_of_one_topic_consumed(
+    make_topic, shared_sink, unique_name, wait_until
+) -> None:
+    # Before: its consumed commits were kept by channel only, so the second group's
+    # replaced the first's: one group's positions never moved (lag 10), and a restart
+    # would have written its elements again.
+    source, sink = make_topic(channels=1), shared_sink
+    base = next_sequences(sink)
+    first, second = unique_name("g"), unique_name("g")
+    for group in (first, second):
+        source.create_group(group)
+    publish_all(source, list(range(10)))
+    with (
+        rt.transactions(unique_name("tx")) as txs,
+        source.subscriber(group=first) as one,
+        source.subscriber(group=second) as other,
+    ):
+        batches = [receive_exactly(one, 10), receive_exactly(other, 10)]
+        tx = txs.begin()
+        for batch in batches:
+            tx.publish_batch(sink, [e.value for e in batch])
+            tx.commit_consumed(batch)
+        result = tx.commit()
+    assert sorted(read_values(sink, since=base)) == sorted(list(range(10)) * 2)
+    assert len(result.committed) == 2
+    wait_until(lambda: [source.describe().groups[g].lag for g in (first, second)] == [0, 0])
+
+
 def test_an_exception_in_the_block_aborts_everything_and_inputs_come_again(
     shared_source, shared_sink, unique_name
 ) -> None:
