@@ -208,7 +208,8 @@ class AckStatus(enum.Enum):
     nothing changed."""
     NOT_OWNER = "not_owner"
     """An owned group's element whose channel the member no longer owns (or owns
-    under a newer generation): nothing changed; the channel's owner gets it again."""
+    under a newer generation), or any element of a member that has closed (its
+    channels no longer know it): nothing changed; the group gets it again."""
 
 
 @dataclass(frozen=True, slots=True)
