@@ -285,6 +285,7 @@ class Cursor:
         position = clamp(position, head, tail)
         self.committed = position
         self.has_commit = True
+        self.done = DoneRanges()  # read again from there: nothing above it is done
         self._read_again_after(position)
         return position
 
@@ -294,9 +295,7 @@ class Cursor:
         as after a group reset. What is done stays done (a committed transaction consumed
         it, or its reader acknowledged it): never delivered again. Returns the commit
         (which stays)."""
-        done = self.done
         self._read_again_after(self.committed)
-        self.done = done
         return self.committed
 
     def _read_again_after(self, position: int) -> None:
@@ -304,7 +303,6 @@ class Cursor:
         REJECTED, its takes void)."""
         self.next = position + 1
         self.unread = []
-        self.done = DoneRanges()
         self.reset_floor = position
         self.delivered_high = position
         self.jumps += 1
