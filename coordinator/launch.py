@@ -42,6 +42,7 @@ __all__ = [
     "found_or_made_channels",
     "launch_topic",
     "launching",
+    "named_actor",
     "named_channel",
     "released",
     "wait_released",
@@ -106,12 +107,17 @@ def create_topic_actors(config: TopicConfig) -> Steps[tuple[Any, list[Any]]]:
     return coordinator, channels
 
 
-def named_channel(config: TopicConfig, channel: int) -> Any | None:
-    """Channel ``channel``'s actor of ``config``'s topic, found by name (None: none)."""
+def named_actor(name: str, namespace: str) -> Any | None:
+    """The live actor named ``name`` in ``namespace``, asked of the GCS (None: none)."""
     try:
-        return ray.get_actor(channel_actor_name(config.name, channel), namespace=config.namespace)
+        return ray.get_actor(name, namespace=namespace)
     except ValueError:
         return None
+
+
+def named_channel(config: TopicConfig, channel: int) -> Any | None:
+    """Channel ``channel``'s actor of ``config``'s topic, found by name (None: none)."""
+    return named_actor(channel_actor_name(config.name, channel), config.namespace)
 
 
 def found_or_made_channels(config: TopicConfig) -> Steps[list[Any]]:
@@ -172,9 +178,8 @@ def _named(create: Callable[[], Any], coordinator_of: TopicConfig | None) -> Ste
 
 def _being_destroyed(config: TopicConfig) -> Steps[bool]:
     """Whether the coordinator holding the topic's name is on its way out."""
-    try:
-        coordinator = ray.get_actor(coordinator_actor_name(config.name), namespace=config.namespace)
-    except ValueError:
+    coordinator = named_actor(coordinator_actor_name(config.name), config.namespace)
+    if coordinator is None:
         return True
     try:
         yield Get(coordinator.request.remote(ReadTopicInfo()), timeout=5)
@@ -241,10 +246,9 @@ def finding(name: str, namespace: str) -> Steps[tuple[Any, TopicInfo]]:
     Raises:
         TopicNotFoundError: no such topic in the namespace, or its coordinator died.
     """
-    try:
-        coordinator = ray.get_actor(coordinator_actor_name(name), namespace=namespace)
-    except ValueError:
-        raise TopicNotFoundError(f"no topic {name!r} in namespace {namespace!r}") from None
+    coordinator = named_actor(coordinator_actor_name(name), namespace)
+    if coordinator is None:
+        raise TopicNotFoundError(f"no topic {name!r} in namespace {namespace!r}")
     try:
         with unwrap_ray_error():
             info: TopicInfo = yield Get(coordinator.request.remote(AwaitTopic()))
@@ -280,11 +284,8 @@ def released(
     the call."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            named = ray.get_actor(name, namespace=namespace)
-        except ValueError:
-            return
-        if actor is not None and named != actor:
+        named = named_actor(name, namespace)
+        if named is None or (actor is not None and named != actor):
             return
         yield Sleep(0.01)
     logger.warning("actor %s still alive %.0f s after ray.kill", name, timeout)

@@ -20,6 +20,7 @@ from raytopic.coordinator.launch import (
     actor_names,
     finding,
     launching,
+    named_actor,
     released,
 )
 from raytopic.core.config import (
@@ -739,11 +740,8 @@ def _name_is_another_topic_s(topic: Topic) -> bool:
     destroyed and a topic made again of its name (a restarted coordinator is the
     same actor). Its autoscalers and actors are found by name, so a stale handle's
     ``destroy`` would stop the new topic's and wait for its actors to die."""
-    try:
-        named = ray.get_actor(coordinator_actor_name(topic.name), namespace=topic.namespace)
-    except ValueError:
-        return False
-    return named != topic._coordinator
+    named = named_actor(coordinator_actor_name(topic.name), topic.namespace)
+    return named is not None and named != topic._coordinator
 
 
 def _stop_autoscalers(topic: Topic) -> Steps[None]:
