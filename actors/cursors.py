@@ -198,7 +198,7 @@ class Cursor:
         # what was delivered since (as commit() and ack() refuse a position above it).
         high = tail if self.reset_floor is None else min(tail, self.delivered_high)
         for first, last in done:
-            self.done.add(max(first, self.committed + 1), min(last, high))
+            self.done.add(max(first, self.committed + 1), min(last, high), firm=True)
         if self.done and self.done.ranges[0][0] <= self.committed + 1:
             self._moved()
         return status
@@ -391,6 +391,7 @@ class Cursor:
             "delivered_high": self.delivered_high,
             "reset_jumps": self.reset_jumps,
             "done": self.done.to_state(),
+            "done_firm_to": self.done.firm_to,
         }
 
     @classmethod
@@ -412,7 +413,10 @@ class Cursor:
             reset_floor=state["reset_floor"],  # type: ignore[arg-type]
             delivered_high=int(state["delivered_high"]),  # type: ignore[call-overload]
             reset_jumps=int(state.get("reset_jumps", 0)),  # type: ignore[call-overload]
-            done=DoneRanges.from_state(state.get("done")),  # type: ignore[arg-type]
+            done=DoneRanges.from_state(
+                state.get("done"),  # type: ignore[arg-type]
+                int(state.get("done_firm_to", -1)),  # type: ignore[call-overload]
+            ),
         )
         if group:
             cursor.next = cursor.committed + 1

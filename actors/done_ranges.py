@@ -10,7 +10,14 @@ is delivered again after a restart. Done positions are not delivered again.
 
 The ranges are bounded (:data:`DONE_RANGES_KEPT`): past the bound the highest ones
 are forgotten. What they held counts as not done: delivered again after a restart
-(at least once), never skipped.
+(at least once), never skipped. A committed transaction's done positions are the
+exception (*firm*): forgetting them would deliver again what the transaction wrote
+its outputs for (a duplicate), so no range at or below the highest of them is
+forgotten. They have no bound of their own: two runs of them are apart by a
+position the transaction did not consume (an element a resequencing member held
+back, until its hold window ends), and they lie between the group's commit and the
+channel's tail (a commit left below the ring's head moves up to it), so they are at
+most half the ring's capacity.
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ without its commit advancing would otherwise grow them without end)."""
 class DoneRanges:
     """Sorted, disjoint, non-adjacent ``(first, last)`` ranges of done positions."""
 
-    __slots__ = ("ranges",)
+    __slots__ = ("firm_to", "ranges")
 
-    def __init__(self, ranges: list[tuple[int, int]] | None = None) -> None:
+    def __init__(self, ranges: list[tuple[int, int]] | None = None, firm_to: int = -1) -> None:
         self.ranges: list[tuple[int, int]] = ranges or []
+        self.firm_to = firm_to
+        """The highest firm position (-1: none): no range at or below it is forgotten."""
 
     def __bool__(self) -> bool:
         return bool(self.ranges)
@@ -43,10 +52,13 @@ class DoneRanges:
     def __repr__(self) -> str:
         return f"DoneRanges({self.ranges})"
 
-    def add(self, first: int, last: int) -> None:
-        """Mark ``first..last`` done (nothing when ``first > last``)."""
+    def add(self, first: int, last: int, *, firm: bool = False) -> None:
+        """Mark ``first..last`` done (nothing when ``first > last``); ``firm``: a committed
+        transaction consumed it (never forgotten: see the module's docstring)."""
         if first > last:
             return
+        if firm:
+            self.firm_to = max(self.firm_to, last)
         ranges = self.ranges
         if ranges and ranges[-1][1] + 1 < first:  # the common case: above every range
             ranges.append((first, last))
@@ -58,8 +70,11 @@ class DoneRanges:
                 first = min(first, ranges[start][0])
                 last = max(last, ranges[stop - 1][1])
             ranges[start:stop] = [(first, last)]
-        if len(ranges) > DONE_RANGES_KEPT:
-            del ranges[DONE_RANGES_KEPT:]
+        # Past the bound, forget the highest ranges above every firm one (at least
+        # once). Those at or below it stay, the others there too: they fill gaps
+        # between the firm ones.
+        while len(ranges) > DONE_RANGES_KEPT and ranges[-1][0] > self.firm_to:
+            del ranges[-1]
 
     def advance(self, committed: int, read_to: int | None = None) -> int:
         """The commit moved over the done range right after ``committed`` (if any, and
@@ -82,6 +97,7 @@ class DoneRanges:
 
     def forget_above(self, sequence: int) -> None:
         """Forget what is done above ``sequence`` (a seek back reads it again)."""
+        self.firm_to = min(self.firm_to, sequence)
         ranges = self.ranges
         while ranges and ranges[-1][1] > sequence:
             first, _ = ranges.pop()
@@ -108,6 +124,7 @@ class DoneRanges:
         return [[first, last] for first, last in self.ranges]
 
     @classmethod
-    def from_state(cls, state: list[list[int]] | None) -> DoneRanges:
-        """The ranges a store kept (None: a cursor saved before done positions)."""
-        return cls([(int(first), int(last)) for first, last in state or ()])
+    def from_state(cls, state: list[list[int]] | None, firm_to: int = -1) -> DoneRanges:
+        """The ranges a store kept (None: a cursor saved before done positions) and
+        :attr:`firm_to` (kept beside them)."""
+        return cls([(int(first), int(last)) for first, last in state or ()], firm_to)

@@ -41,6 +41,7 @@ import ray
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
 from raytopic.actors.channel_state import ChannelState, Keep
+from raytopic.actors.done_ranges import DONE_RANGES_KEPT
 from raytopic.actors.readers import Readers
 from raytopic.actors.stores.base import StoredBatch
 from raytopic.actors.transaction_table import (
@@ -427,7 +428,19 @@ class TransactionParticipant:
             cursor = self._owned.groups.get(commit.group)
             if cursor is None:
                 continue
+            kept = len(cursor.done.ranges)
             cursor.consumed(commit.sequence, tail, commit.done)
+            if kept <= DONE_RANGES_KEPT < len(cursor.done.ranges):
+                logger.warning(
+                    "channel %d: group %r keeps %d runs of done positions, past the %d "
+                    "its acks may keep: its commit is held below an element not handed "
+                    "over yet, and what committed transactions consumed above it is "
+                    "never forgotten (each run costs memory and state writes)",
+                    self._context.channel,
+                    commit.group,
+                    len(cursor.done.ranges),
+                    DONE_RANGES_KEPT,
+                )
             if cursor.next <= commit.sequence:  # a new owner read nothing meanwhile
                 cursor.next = commit.sequence + 1
             self._state.touch("groups", commit.group)

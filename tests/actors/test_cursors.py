@@ -650,3 +650,47 @@ def test_a_consumed_commit_after_a_reset_marks_done_only_what_was_read_since() -
     cursor.delivered(last=10, next_sequence=11)
     cursor.consumed(9, tail=30, done=((12, 15),))
     assert cursor.done == []
+
+
+def test_what_a_committed_transaction_consumed_past_the_done_bound_is_not_given_again() -> None:
+    # A resequencing member whose commit waits below a held key (every odd position
+    # here is one of its held elements, not handed over) consumed each even position
+    # above it in committed transactions: 1,100 runs, past DONE_RANGES_KEPT (1,024).
+    # An abort of the next transaction sends it back to its commit: each consumed
+    # position must stay done (a committed transaction wrote its outputs), else the
+    # loop writes it again.
+    from raytopic.actors.done_ranges import DONE_RANGES_KEPT
+
+    runs = tuple((p, p) for p in range(2, 2 * (DONE_RANGES_KEPT + 77), 2))
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=len(runs) * 2 + 10, next_sequence=len(runs) * 2 + 11)
+    assert cursor.consumed(0, tail=10_000, done=runs) is COMMITTED
+    cursor.reset_to_commit()
+    given_again = []
+    while cursor.next <= runs[-1][0]:
+        cursor.skip_done()
+        if cursor.next <= runs[-1][0] and cursor.next % 2 == 0:
+            given_again.append(cursor.next)
+        cursor.delivered(last=cursor.next, next_sequence=cursor.next + 1)
+    assert given_again == []
+
+
+def test_acks_past_the_done_bound_forget_none_of_a_committed_transactions_done() -> None:
+    # The transaction's done runs fill the bound; a reader sent back to its commit
+    # then acks positions between them (each a range of its own). Past the bound the
+    # acks' ranges above every firm one are forgotten (delivered again: at least
+    # once), never the transaction's, also after a restart (the store keeps the mark).
+    from raytopic.actors.done_ranges import DONE_RANGES_KEPT
+
+    runs = tuple((p, p) for p in range(4, 4 * DONE_RANGES_KEPT, 4))
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(last=runs[-1][0] + 100, next_sequence=runs[-1][0] + 101)
+    assert cursor.consumed(0, tail=100_000, done=runs) is COMMITTED
+    cursor = Cursor.from_state(cursor.to_state(), group=True)
+    cursor.reset_to_commit()
+    cursor.delivered(last=runs[-1][0] + 100, next_sequence=runs[-1][0] + 101)
+    for position in (*range(2, 400, 4), runs[-1][0] + 50):
+        assert cursor.ack(position, tail=100_000) is COMMITTED
+    assert len(cursor.done.ranges) > DONE_RANGES_KEPT
+    assert all(cursor.done.count(first, last) == 1 for first, last in runs)
+    assert cursor.done.count(runs[-1][0] + 50, runs[-1][0] + 50) == 0
