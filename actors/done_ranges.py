@@ -1,8 +1,11 @@
 """The positions above an owned cursor's commit that need no commit any more. No Ray.
 
 A position is *done* when its reader acknowledged it alone (``Element.ack``: a task
-fanned out of a member finished it, in any order), or when it was passed over
-without being delivered (a filter's misses, a seek forward, a damaged record). The
+fanned out of a member finished it, in any order), when a committed transaction
+consumed it above the commit it made (``ConsumedCommit.done``: a resequencing
+member's commit stops below an element not handed over yet), or when it was passed
+over without being delivered (a filter's misses, a damaged record; a seek forward's
+range is not done, see ``Cursor.unread``). The
 commit advances over the done positions just above it, so it covers a contiguous
 prefix of finished work, as Pulsar's individual acknowledgement and Confluent's
 parallel consumer keep it: an element whose task failed is never passed over, and

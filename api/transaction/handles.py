@@ -552,9 +552,7 @@ class Transaction:
         for (address, reader), commit in sorted(self._commits.items()):
             if address != at:
                 continue
-            consumed = self._resequenced.get((address, reader), ())
-            above = sorted(p for p in consumed if p > commit.sequence)
-            commits.append(dataclasses.replace(commit, done=runs_of(above)) if above else commit)
+            commits.append(commit.with_done(self._resequenced.get((address, reader), ())))
         return tuple(commits)
 
     def _parts(self) -> list[TransactionPart]:
@@ -613,17 +611,6 @@ class Transaction:
             for (at, _), commit in sorted(self._commits.items())
         ]
         return TransactionResult(published, committed)
-
-
-def runs_of(positions: list[int]) -> tuple[tuple[int, int], ...]:
-    """Ascending ``positions`` as ``(first, last)`` runs of consecutive ones."""
-    runs: list[tuple[int, int]] = []
-    for position in positions:
-        if runs and runs[-1][1] + 1 >= position:
-            runs[-1] = (runs[-1][0], position)
-        else:
-            runs.append((position, position))
-    return tuple(runs)
 
 
 def _get(ref: Any) -> Any:

@@ -12,7 +12,8 @@ to the lead, the registry's fences.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from raytopic.core.protocol.records import Address, Lease
@@ -70,6 +71,12 @@ class ConsumedCommit:
     group: str = ""
     done: tuple[tuple[int, int], ...] = ()
 
+    def with_done(self, consumed: Iterable[int]) -> ConsumedCommit:
+        """This commit with the positions of ``consumed`` above its sequence as its
+        :attr:`done` runs (itself when none is above)."""
+        above = sorted(position for position in consumed if position > self.sequence)
+        return replace(self, done=_runs_of(above)) if above else self
+
     def to_state(self) -> list[Any]:
         lease = [self.lease.reader_id, self.lease.generation]
         done = [[first, last] for first, last in self.done]
@@ -83,6 +90,17 @@ class ConsumedCommit:
         return cls(
             reader_id, int(sequence), Lease(lease[0], int(lease[1])), int(jumps), group, done
         )
+
+
+def _runs_of(positions: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """Ascending ``positions`` as ``(first, last)`` runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for position in positions:
+        if runs and runs[-1][1] + 1 >= position:
+            runs[-1] = (runs[-1][0], position)
+        else:
+            runs.append((position, position))
+    return tuple(runs)
 
 
 class StageTransaction(NamedTuple):
