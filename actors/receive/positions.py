@@ -66,7 +66,8 @@ class Positions:
             next receive: its hold, not a position, is the record).
         passed: Called as ``passed(channel, first, last)`` with the done positions a
             reply says its take read past (``Delivery.passed``), whatever becomes of
-            the reply: they are never delivered again.
+            the reply, unless a reply heard before it has a higher jump count: they
+            are never delivered again.
     """
 
     def __init__(
@@ -145,8 +146,16 @@ class Positions:
     def _hear(self, channel: int, ticket: int, delivery: Delivery) -> None:
         """A take's reply: the channel's read position and jump count are as it says,
         and the session still reads from its first element until it is handed over."""
-        if delivery.passed is not None and self._passed is not None:
-            self._passed(channel, *delivery.passed)  # (a fact, even in a reply void here)
+        # A fact, even in a reply void here, unless the read position jumped since the
+        # take (a reply heard under a higher count): a reset gives them again. (Still
+        # done, the next take past them says so again, under the new count.)
+        place = self._places.get(channel)
+        if (
+            delivery.passed is not None
+            and self._passed is not None
+            and (place is None or delivery.jumps >= place.jumps)
+        ):
+            self._passed(channel, *delivery.passed)
         if ticket < self._heard.get(channel, -1):
             return  # older than a reply heard (a fetch ended meanwhile): void
         self._heard[channel] = ticket

@@ -215,3 +215,27 @@ def test_a_take_that_reads_past_done_positions_tells_the_session_which() -> None
         assert session.passed == [(1, 12, 13)]
 
     run(main)
+
+
+def test_a_void_replys_passed_is_said_unless_the_read_position_jumped_since() -> None:
+    # A fetch read past done positions 12..13; a take beside it was heard first. Under
+    # the same jump count the fetch's passed is still a fact (they stay done). Under a
+    # lower one (a reset or a seek back jumped the read position since the fetch was
+    # served) it is not: a reset gives them again, and a resequencing session told
+    # they never come again would drop them as late (if they are still done, the
+    # next take past them says so again, under the count now).
+    async def main() -> None:
+        port = Replies()
+        session = Session()
+        for jumps, said in ((0, [(1, 12, 13)]), (1, [])):
+            session.passed.clear()
+            fetch = asyncio.ensure_future(session.positions.take(port, None, 2, 1.0))
+            take = asyncio.ensure_future(session.positions.take(port, None, 2))
+            await turns()
+            port.calls[-1][1].set_result(delivery(1, 10, 2, jumps=jumps, stands=12))
+            await take
+            port.calls[-2][1].set_result(delivery(1, 14, 2, jumps=0, stands=14, passed=(12, 13)))
+            await fetch
+            assert session.passed == said
+
+    run(main)
