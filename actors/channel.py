@@ -174,6 +174,10 @@ REPORTED_REQUESTS = (Append, AppendPieces, AppendOnce, AppendUnless, *TRANSACTIO
 PUBLISHING_REQUESTS = (*REPORTED_REQUESTS, AddAll)
 """Requests that make elements visible: the receives and fetches they woke answer first."""
 
+END_RECEIVES_TIMEOUT = 5.0
+"""Seconds a destroy's EndReceives waits for the calls in service at a channel to
+answer (a channel waiting to be seeded holds its calls until then)."""
+
 
 class ChannelActor:
     """One channel: ring buffer, cursors, group positions, receive sessions.
@@ -222,6 +226,7 @@ class ChannelActor:
         self._appends = Appends(context, parts.log, parts.publishers)
         self._latest = LatestValues(parts.log, compacted=config.compaction is not None)
         self._dead_letters = parts.dead_letters
+        self._in_service = 0  # ``request`` calls running here (a destroy waits for them)
         self._stored = StoredTopic(context, parts, restarted=restarted)
         if self._stored.open():  # or the channel comes up failed, saying why
             self._seeded.set()
@@ -272,16 +277,20 @@ class ChannelActor:
         Raises:
             InvalidArgumentError: not such a packed request.
         """
-        request, payload = unpack_call(packed, payload, PACKED_REQUESTS)
-        if joined is None:
-            return await self._serve(request, payload)
+        self._in_service += 1
         try:
-            own = await self._serve(request, payload)
-        except Exception as error:  # the others' replies are awaited all the same
-            own = error
-        if isinstance(own, StatusBatch):
-            own = own.statuses()
-        return await join_replies(own, joined)
+            request, payload = unpack_call(packed, payload, PACKED_REQUESTS)
+            if joined is None:
+                return await self._serve(request, payload)
+            try:
+                own = await self._serve(request, payload)
+            except Exception as error:  # the others' replies are awaited all the same
+                own = error
+            if isinstance(own, StatusBatch):
+                own = own.statuses()
+            return await join_replies(own, joined)
+        finally:
+            self._in_service -= 1
 
     @entry
     async def control(self, request: ControlRequest) -> Any:
@@ -762,7 +771,17 @@ class ChannelActor:
         and so does every other wait (ring buffer reads, appends waiting for room); the
         background work stops (``close``), as the actor is about to be killed."""
         self._context.end_waits(request.reason)
-        await self._host.end_receives(request.reason)
+        self._host.end_receives(request.reason)
+        # The actor is killed once every channel has answered this. A call still in
+        # service here then (a receive awaiting a slow sibling's take, a sibling's
+        # take, a call waiting to be admitted) would reach its caller as Ray's
+        # ActorDiedError, which Ray logs too: wait for them. Those ended above answer
+        # at once, the rest within a sibling's reply. So for the calls this channel's
+        # sessions sent to siblings: each sibling answers them before its own
+        # EndReceives (they are in service there).
+        deadline = time.monotonic() + END_RECEIVES_TIMEOUT
+        while (self._in_service or self._host.sibling_calls) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         await self._close()
 
 

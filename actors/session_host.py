@@ -10,9 +10,7 @@ starts from the latest one even if its handle lags behind.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,9 +30,6 @@ from raytopic.core.protocol import (
 )
 
 __all__ = ["SessionHost"]
-
-END_RECEIVES_TIMEOUT = 1.0
-"""Seconds a destroy waits for the receives it ended to answer."""
 
 
 class SessionHost:
@@ -83,7 +78,6 @@ class SessionHost:
         self.views: dict[str, dict[str, tuple[int, dict[int, Lease]]]] = {}
         self.marks: dict[str, tuple[int, int]] = {}  # group -> (view version, generation)
         self.sibling_calls: set[Any] = set()  # calls to sibling channels not yet answered
-        self._receiving = 0  # receive calls running here
         # The topic is being destroyed (end_receives): what comes after raises this.
         self._destroyed: TopicNotFoundError | None = None
         context.listen(self._poke_all)
@@ -183,11 +177,7 @@ class SessionHost:
     ) -> ReceivedBatch:
         """Serve a subscriber's receive (see ReceiveSession)."""
         session = self.session(reader_id, view)
-        self._receiving += 1
-        try:
-            return await session.receive(stream, number, max_count, single, spread, here_only)
-        finally:
-            self._receiving -= 1
+        return await session.receive(stream, number, max_count, single, spread, here_only)
 
     def interrupt(self, reader_id: str, stream: str, upto: int) -> None:
         """A handle abandons its receives of ``stream`` up to ``upto`` (see
@@ -223,20 +213,13 @@ class SessionHost:
         session = self.sessions.get(reader_id)
         return None if session is None else session.resequencer_stats
 
-    async def end_receives(self, reason: str) -> None:
+    def end_receives(self, reason: str) -> None:
         """The topic is being destroyed: every waiting receive raises
-        TopicNotFoundError(``reason``), and so does every later one at once. Returns
-        once they, and the sessions' calls to sibling channels, have answered, or
-        after a second."""
+        TopicNotFoundError(``reason``), and so does every later one at once (the
+        channel then waits for them, and for :attr:`sibling_calls`, to answer)."""
         error = self._destroyed = TopicNotFoundError(reason)
         for session in self.sessions.values():
             session.close(error)
-        # Also the calls to sibling channels (fetches, hand-backs): a call to a
-        # channel killed under it makes Ray log a failure, and a destroy logs
-        # nothing.
-        deadline = time.monotonic() + END_RECEIVES_TIMEOUT
-        while (self._receiving or self.sibling_calls) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
 
     # -- group views --------------------------------------------------------------------
 

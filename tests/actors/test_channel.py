@@ -16,6 +16,7 @@ import cloudpickle
 import pyarrow as pa
 import pytest
 
+from raytopic.actors import channel as channel_module
 from raytopic.actors.channel import ChannelActor
 from raytopic.actors.channel_dispatch import SERVED, Admit
 from raytopic.actors.receive.ports import LocalPort, RemotePort
@@ -803,6 +804,48 @@ def test_a_fetch_the_destroyed_topic_ends_at_a_sibling_is_no_failure(
     with caplog.at_level(logging.INFO):
         asyncio.run(main())
     assert "failed" not in caplog.text
+
+
+def test_a_destroy_waits_for_a_receive_awaiting_a_slow_sibling_to_answer() -> None:
+    # The coordinator kills the actors once every channel answered EndReceives: a
+    # receive still unanswered then reaches its handle as Ray's ActorDiedError. Before,
+    # the channel waited a second at most, and a sibling slow to answer a take (load
+    # ~25 in the suite) outlasted it (2 of 3 full runs failed in test_topic or
+    # test_destroyed).
+    async def main() -> None:
+        home, sibling = _wired(TWO_CHANNELS, reply_delay=1.5)
+        for channel in (home, sibling):
+            await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        waiting = asyncio.ensure_future(ask(home, Receive("a", "s", 0, 10, False, True)))
+        await asyncio.sleep(0.2)  # the receive awaits the sibling's reply to its take
+        assert not waiting.done()
+        await sibling.control(EndReceives("topic 't' was destroyed"))
+        await home.control(EndReceives("topic 't' was destroyed"))
+        assert waiting.done()  # answered before the actor can be killed
+        with pytest.raises(TopicNotFoundError, match="destroyed"):
+            waiting.result()
+
+    asyncio.run(main())
+
+
+def test_a_destroy_waits_for_the_calls_its_sessions_sent_to_siblings_then_gives_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(channel_module, "END_RECEIVES_TIMEOUT", 0.5)
+
+    async def main() -> None:
+        (channel,) = _wired(CONFIG)
+        channel._host.sibling_calls.add("a call under way")
+        asyncio.get_running_loop().call_later(0.1, channel._host.sibling_calls.clear)
+        started = time.monotonic()
+        await channel.control(EndReceives("topic destroyed"))
+        assert 0.09 <= time.monotonic() - started < 0.5
+        channel._host.sibling_calls.add("never answered")
+        started = time.monotonic()
+        await channel.control(EndReceives("topic destroyed"))
+        assert 0.5 <= time.monotonic() - started < 1.0
+
+    asyncio.run(main())
 
 
 def test_the_end_of_receives_a_destroyed_topic_sends_also_stops_the_background_jobs() -> None:

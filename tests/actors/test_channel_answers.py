@@ -57,7 +57,7 @@ def test_an_append_answers_after_the_receive_it_woke_at_its_host() -> None:
     async def main() -> None:
         channel = await _hosting_reader_a()
         waiting = asyncio.ensure_future(ask(channel, Receive("a", "s", 0, 10, True)))
-        await _until(lambda: channel._host.sessions.get("a") and channel._host._receiving)
+        await _until(lambda: channel._host.sessions.get("a") and channel._in_service)
         await asyncio.sleep(0.01)  # the receive waits for data
         assert not waiting.done()
         await ask(channel, *_append(0, ["x"]))
