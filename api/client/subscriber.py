@@ -39,7 +39,7 @@ from raytopic.core.config import (
     check_int,
     check_positive_int,
 )
-from raytopic.core.destroyed import topic_calls
+from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import InvalidTypeError, SubscriberClosedError, TopicNotFoundError
 from raytopic.core.protocol import CloseReader, OpenReader, ReadResequencerStats, pack_request
 from raytopic.core.records import CommitResult, Element, Position
@@ -739,6 +739,8 @@ class Subscriber:
         self._receives.stop()
         self._member.stop()
         try:
+            # Not a call to a coordinator known gone here: Ray would log its failure.
+            check_topic(self._topic.topic_id, self._topic.name, self._topic._coordinator)
             self._member.leave()
             self._call(self._topic._coordinator.request.remote(CloseReader(self._id)))
         except TopicNotFoundError:
