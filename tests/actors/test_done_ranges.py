@@ -48,6 +48,23 @@ def test_past_the_bound_the_highest_ranges_are_forgotten() -> None:
     assert done.ranges[0] == (0, 0)  # the lowest kept: the commit can still advance
 
 
+def test_past_the_bound_no_range_at_or_below_a_firm_one_is_forgotten() -> None:
+    # Firm: a committed transaction consumed them (forgotten, they would be delivered
+    # again: written twice). A seek back below them reads them again: no longer firm.
+    done = DoneRanges()
+    for sequence in range(0, 2 * (DONE_RANGES_KEPT + 10), 2):
+        done.add(sequence, sequence, firm=True)
+    done.add(1_000_000, 1_000_000)  # above every firm one: forgotten past the bound
+    assert len(done.ranges) == DONE_RANGES_KEPT + 10
+    assert done.firm_to == 2 * (DONE_RANGES_KEPT + 9)
+    done.forget_above(2 * 99)
+    assert done.firm_to == 2 * 99
+    for sequence in range(1_001, 1_001 + 2 * DONE_RANGES_KEPT, 2):
+        done.add(sequence, sequence)
+    assert len(done.ranges) == DONE_RANGES_KEPT
+    assert done.ranges[99] == (2 * 99, 2 * 99)
+
+
 def test_state_round_trips() -> None:
     done = DoneRanges([(1, 3), (7, 7)])
     assert DoneRanges.from_state(done.to_state()) == done
