@@ -24,7 +24,15 @@ if TYPE_CHECKING:
     from raytopic.client.publish_futures import BatchFuture
     from raytopic.core.payloads import Payload
 
-__all__ = ["MAX_PIECES", "PARTS_PIPELINE", "PIPELINE", "ChannelQueue", "Part", "Piece"]
+__all__ = [
+    "BATCHES_OUT",
+    "MAX_PIECES",
+    "PARTS_PIPELINE",
+    "PIPELINE",
+    "ChannelQueue",
+    "Part",
+    "Piece",
+]
 
 PIPELINE = 2
 """Calls to one channel a partial batch may queue behind: two keep a channel
@@ -41,6 +49,14 @@ MAX_PIECES = 8
 """Pieces one call carries at most. Each is a publisher batch the channel keeps an
 ack of for retries (``raytopic.actors.publisher_tracks.ACKS_KEPT``, 16): PIPELINE
 calls of MAX_PIECES stay within them."""
+
+BATCHES_OUT = 16
+"""Batch numbers a publisher has out at one channel at most, counted from the
+oldest call not returned (``raytopic.actors.publisher_tracks.ACKS_KEPT``). A
+channel that restarted answers each call Ray retries (those not returned) from
+the acks it kept; one older than those would be refused as stale, though it may
+have gone in. So a call waits while it would pass them: a flush sends at most
+this many batches to a channel at once, and a ``publish_batch`` part waits."""
 
 
 @dataclass(slots=True, eq=False)
@@ -81,6 +97,26 @@ class ChannelQueue:
     """The publisher's number of the next piece sent to this channel."""
     in_flight: int = 0
     """Calls to this channel not yet returned."""
+    out: dict[int, int] = field(default_factory=dict)
+    """The first batch number of each call not yet returned: its numbers and the
+    later ones stay within BATCHES_OUT."""
+
+    def room(self) -> int:
+        """Batch numbers a call may take now (BATCHES_OUT from the oldest out)."""
+        return BATCHES_OUT - (self.next_batch - min(self.out)) if self.out else BATCHES_OUT
+
+    def sent(self, count: int) -> int:
+        """Give a call ``count`` batch numbers; returns the first, counted out."""
+        first = self.next_batch
+        self.next_batch += count
+        self.in_flight += 1
+        self.out[first] = count
+        return first
+
+    def returned(self, first: int) -> None:
+        """The call whose first batch number is ``first`` returned."""
+        self.in_flight -= 1
+        self.out.pop(first, None)
 
     @property
     def size(self) -> int:
@@ -121,6 +157,8 @@ class ChannelQueue:
         (PARTS_PIPELINE, if parts wait) are out and it is ``linger`` old (any, with
         ``force``)."""
         size = self.size
+        if self.room() < 1:
+            return 0
         if size >= batch_size:
             return size
         pipeline = PARTS_PIPELINE if self.waiting_parts else PIPELINE
@@ -130,14 +168,16 @@ class ChannelQueue:
 
     def take(self, batch_size: int) -> tuple[int, list[Piece]]:
         """The next call's pieces, oldest first: up to ``batch_size`` values (at least
-        one piece: a part larger than that goes alone) and MAX_PIECES pieces.
-        Returns the first piece's batch number and the pieces, counted in flight."""
+        one piece: a part larger than that goes alone) and MAX_PIECES pieces (fewer
+        if :meth:`room` has fewer numbers). Returns the first piece's batch number
+        and the pieces, counted in flight."""
         if not self.waiting or self.waiting_values + len(self.open.payloads) <= batch_size:
             self.close_open()
         pieces: list[Piece] = []
         count = 0
         waiting = self.waiting
-        while waiting and len(pieces) < MAX_PIECES:
+        most = max(1, min(MAX_PIECES, self.room()))
+        while waiting and len(pieces) < most:
             size = _size(waiting[0])
             if pieces and count + size > batch_size:
                 break
@@ -148,10 +188,7 @@ class ChannelQueue:
         self.waiting_values -= count
         if not pieces:
             raise ValueError(f"channel {self.channel}: nothing waits for a call")
-        first = self.next_batch
-        self.next_batch += len(pieces)
-        self.in_flight += 1
-        return first, pieces
+        return self.sent(len(pieces)), pieces
 
     def take_all(self) -> list[Piece]:
         """Every piece not sent (the open batch's values included), emptied."""

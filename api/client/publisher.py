@@ -342,7 +342,9 @@ class Publisher:
         With ``ref`` (the default) every part goes at once, one call per channel (no task:
         one channel's call joins the others' statuses, each batch the next channel's); a
         publisher made with ``round_robin="batch"`` sends a keyless batch as one part to
-        one channel, one call whatever the channel count. With
+        one channel, one call whatever the channel count. A part waits (the call
+        returns later) while 16 of this publisher's batches are out at its channel
+        (the acks a restarted channel keeps to answer retries with). With
         ``ref=False`` the parts wait in the channels' queues like ``publish()``'s values:
         while a channel's calls are in flight, the parts of successive batches for it
         coalesce, so a call carries up to ``batch_size`` values whatever the channel count;
@@ -394,23 +396,34 @@ class Publisher:
         check_topic(self._topic_id, self._topic.name, *(self._pipes[c].actor for c in parts))
         if not ref:
             return self._queue_parts(parts, layout)
-        with self._lock:
-            if self._closed:
-                raise self._closed_error()
+        self._lock.acquire()
+        try:
+            while True:
+                if self._closed:
+                    raise self._closed_error()
+                for channel in parts:  # what was published before goes first
+                    self._pipes[channel].close_open()
+                queued = self._calls_to_make(force=True, only=set(parts))
+                if all(not self._pipes[c].size and self._pipes[c].room() > 0 for c in parts):
+                    break
+                # BATCHES_OUT: what went first returns before the rest (and the parts) go.
+                self._lock.release()
+                try:
+                    self._make(queued)
+                finally:
+                    self._lock.acquire()
+                self._completed.wait(0.05)
             parts = lead_last(parts, self._next_lead)
             self._next_lead += 1
-            for channel in parts:  # what was published before goes first
-                self._pipes[channel].close_open()
-            queued = self._calls_to_make(force=True, only=set(parts))
             ticket = self._order.ticket() if queued.ticket is None else queued.ticket
             own: list[Call] = []
             for channel, payload in parts.items():
                 pipe = self._pipes[channel]
-                own.append(Call(pipe, pipe.next_batch, None, len(payload)))
-                pipe.next_batch += 1
-                pipe.in_flight += 1
+                own.append(Call(pipe, pipe.sent(1), None, len(payload)))
                 self._in_flight += 1
                 self._pending += len(payload)
+        finally:
+            self._lock.release()
         with self._order.turn(ticket):
             for call in queued.calls:
                 self._make_one(call, None)
@@ -627,7 +640,7 @@ class Publisher:
         """Count a completed call out of the calls in flight (``flush()`` waits on it)."""
         with self._lock:
             self._in_flight -= 1
-            call.pipe.in_flight -= 1
+            call.pipe.returned(call.number)
             self._pending -= call.count
             self._completed.notify_all()
 

@@ -3,6 +3,8 @@ close, overflow policies and refused values."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +18,8 @@ import pytest
 import ray
 
 import raytopic as rt
+from raytopic.actors.publisher_tracks import ACKS_KEPT
+from raytopic.client.publish_accumulator import BATCHES_OUT
 from raytopic.client.routing import channel_for_key
 
 from tests.topic_helpers import key_for, module_topic, next_sequences
@@ -486,3 +490,54 @@ def test_a_value_that_cannot_be_pickled_fails_at_publish(shared_topic) -> None:
         with pytest.raises(rt.InvalidTypeError, match="cannot be pickled"):
             publisher.publish_batch(["fine", threading.Lock()])
     assert topic.ringbuffer(0).tail_sequence() == tail  # nothing appended
+
+
+# -- a channel restart with many calls out ---------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["refs", "flush"])
+def test_a_publisher_has_no_more_calls_out_at_a_channel_than_it_keeps_acks_of(
+    make_topic, tmp_path, form
+) -> None:
+    # trial67: a restarted channel answers each call Ray retries from the 16 acks it
+    # kept per publisher (ACKS_KEPT); a publisher with more calls out at it
+    # (publish_batch refs sent in a loop, or a flush of a backlog: every batch at
+    # once) had the older retries refused as "batch N of publisher ... is stale"
+    # (InvalidArgumentError) though they had gone in. Scripts with a store and a
+    # SIGKILL: 133 of 300 batches, or 23,000 of 60,000 values, "failed", every one
+    # of them in the topic (a retry would have appended it twice). Which retries find
+    # their ack depends on timing; what is checked here is what makes every one find
+    # it: never more batch numbers out at a channel than it keeps acks of.
+    assert BATCHES_OUT <= ACKS_KEPT
+    topic = make_topic(channels=1, store=str(tmp_path), retain=True)
+    publisher = topic.publisher()
+    pid = topic.describe().channels[0].pid
+    outcomes: list = []  # (values, a ref or future of their statuses)
+
+    def send() -> None:
+        if form == "refs":
+            for batch in range(40):
+                values = [(batch, i) for i in range(10)]
+                outcomes.append((values, publisher.publish_batch(values)))
+        else:
+            outcomes.extend(([(n, 0)], publisher.publish((n, 0))) for n in range(40_000))
+            publisher.flush()
+
+    os.kill(pid, signal.SIGSTOP)  # its calls wait there, none returns
+    try:
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        time.sleep(3)  # time to send (too much, before)
+        assert publisher._pipes[0].next_batch <= ACKS_KEPT  # batch numbers given out
+    finally:
+        os.kill(pid, signal.SIGKILL)  # what was sent is retried at the restarted channel
+    sender.join(120)
+    assert not sender.is_alive()
+    appended = set()
+    for values, outcome in outcomes:
+        ray.get(outcome, timeout=120) if form == "refs" else outcome.result(timeout=120)
+        appended.update(values)
+    publisher.close()
+    stored = [e.value for e in _everything(topic)]
+    assert len(stored) == len(set(stored)) == len(appended) == (400 if form == "refs" else 40_000)
