@@ -51,7 +51,7 @@ import ray
 
 from raytopic.actors.appends import Appends
 from raytopic.actors.channel_context import ChannelContext
-from raytopic.actors.channel_dispatch import SERVED, Admit, call_handler, entry, serves
+from raytopic.actors.channel_dispatch import SERVED, Admit, call_handler, entry, in_turn, serves
 from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
 from raytopic.actors.channel_recovery import ChannelRecovery
@@ -65,10 +65,7 @@ from raytopic.actors.stream_steps import RayStreamPeers, StreamSteps
 from raytopic.actors.transaction_lead import RayPeers, TransactionLead
 from raytopic.core.actor_logs import log_info_here
 from raytopic.core.config import TopicConfig
-from raytopic.core.errors import (
-    InvalidArgumentError,
-    TopicError,
-)
+from raytopic.core.errors import InvalidArgumentError, TopicError
 from raytopic.core.gather import Joined, join_replies
 from raytopic.core.incarnation import was_restarted
 from raytopic.core.naming import channel_actor_name, coordinator_actor_name
@@ -91,6 +88,7 @@ from raytopic.core.protocol import (
     CloseReader,
     Commit,
     CommitMicroBatch,
+    CommitThenReceive,
     ControlRequest,
     CursorState,
     DecideTransaction,
@@ -215,13 +213,9 @@ class ChannelActor:
         self._log, self._state, self._readers = parts.log, parts.state, parts.readers
         self._host = parts.host
         self._streams, self._ring_api = parts.streams, parts.ring_api
+        peers = RayStreamPeers(config)
         self._stream_steps = StreamSteps(
-            channel,
-            config.channels,
-            parts.streams,
-            parts.readers,
-            parts.state,
-            RayStreamPeers(config),
+            channel, config.channels, parts.streams, parts.readers, parts.state, peers
         )
         self._appends = Appends(context, parts.log, parts.publishers)
         self._latest = LatestValues(parts.log, compacted=config.compaction is not None)
@@ -397,8 +391,7 @@ class ChannelActor:
 
     @serves(ReadRange, Admit.NOW)
     async def _read_range(self, request: ReadRange) -> tuple[Chunk, ...]:
-        """Bulk read for ``raytopic.data`` and ``raytopic.spark`` (see
-        :meth:`RingbufferApi.read_range`)."""
+        """Bulk read for ``raytopic.data``, ``raytopic.spark`` (``RingbufferApi.read_range``)."""
         return self._ring_api.read_range(request.start, request.stop, request.max_count)
 
     @serves(ReadNewest, Admit.NOW)
@@ -541,6 +534,12 @@ class ChannelActor:
         return self._readers.commit(
             request.reader_id, request.sequence, request.lease, request.jumps, request.bound
         )
+
+    @serves(CommitThenReceive)
+    async def _commit_then_receive(self, request: CommitThenReceive) -> tuple[Any, ...]:
+        """A commit, then the reader's next receive here (see ``CommitThenReceive``)."""
+        commit, receive = request
+        return await in_turn(lambda: self._commit(commit), lambda: self._receive(receive))
 
     @serves(Seek)
     async def _seek(self, request: Seek) -> tuple[int, int]:
@@ -754,16 +753,7 @@ class ChannelActor:
     @serves(Receive)
     async def _receive(self, request: Receive) -> ReceivedBatch:
         """Serve a subscriber's receive at its session here (see ReceiveSession)."""
-        return await self._host.receive(
-            request.reader_id,
-            request.stream,
-            request.number,
-            request.max_count,
-            request.single,
-            request.spread,
-            request.here_only,
-            request.view,
-        )
+        return await self._host.receive(*request)  # its fields are the host's arguments
 
     @serves(EndReceives, Admit.ALWAYS)
     async def _end_receives(self, request: EndReceives) -> None:

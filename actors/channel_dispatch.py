@@ -13,9 +13,10 @@ import enum
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from raytopic.core.errors import TopicError
 from raytopic.core.protocol import PACKED_REPLIES, pack_small
 
-__all__ = ["SERVED", "Admit", "Handler", "call_handler", "entry", "serves"]
+__all__ = ["SERVED", "Admit", "Handler", "call_handler", "entry", "in_turn", "serves"]
 
 
 class Admit(enum.Enum):
@@ -79,3 +80,16 @@ def call_handler(handler: Handler, channel: Any, request: Any, payload: Any) -> 
     if payload is None:
         return handler(channel, request)
     return handler(channel, request, payload)
+
+
+async def in_turn(*parts: Callable[[], Awaitable[Any]]) -> tuple[Any, ...]:
+    """Serve one request's parts one after the other, each started once the one before
+    has answered: each part's reply, or the typed error it raised (a part that fails
+    neither hides another's answer nor keeps it from running)."""
+    replies: list[Any] = []
+    for part in parts:
+        try:
+            replies.append(await part())
+        except TopicError as error:
+            replies.append(error)
+    return tuple(replies)

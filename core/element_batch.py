@@ -10,8 +10,8 @@ channel's last position, which commits every earlier one), ``ack()`` /
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from raytopic.core.config import check_items
 from raytopic.core.errors import GroupModeError, InvalidTypeError
@@ -20,9 +20,17 @@ from raytopic.core.records import Element, _resolve
 if TYPE_CHECKING:
     import ray
 
+    from raytopic.core.protocol.channel import Commit
     from raytopic.core.records import AckStatus, CommitResult
 
 __all__ = ["ElementBatch"]
+
+
+class _Carrier(Protocol):
+    """The iteration that handed a batch out: its commit may carry the iteration's
+    next receive at the batch's channel (see ``Receives.commit_carrying``)."""
+
+    def commit_carrying(self, commit: Commit, channel: int) -> ray.ObjectRef[Any] | None: ...
 
 
 class ElementBatch(list[Element]):
@@ -38,7 +46,7 @@ class ElementBatch(list[Element]):
         ...     batch.commit()
     """
 
-    __slots__ = ()
+    __slots__ = ("_carrier",)
 
     def __init__(self, elements: Iterable[Element] = ()) -> None:
         """A batch of ``elements``, in order.
@@ -50,6 +58,12 @@ class ElementBatch(list[Element]):
         if type(elements) not in (list, tuple, ElementBatch):  # what receives hand in
             elements = check_items(elements, "elements")
         super().__init__(elements)
+        # The iteration that handed it out, weakly (a weakref.ref: None once it is gone).
+        self._carrier: Callable[[], _Carrier | None] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The elements alone: the iteration that handed the batch out stays here.
+        return ElementBatch, (list(self),)
 
     @property
     def values(self) -> list[Any]:
@@ -78,7 +92,18 @@ class ElementBatch(list[Element]):
             GroupModeError: the elements were received in a shared group (ack them).
             TopicNotFoundError: their topic was destroyed.
         """
-        return {channel: _resolve(ref) for channel, ref in self.commit_async().items()}
+        last = self._last_owned()
+        carrier = self._carrier() if self._carrier is not None else None
+        if carrier is not None and len(last) == 1 and not self._handed_upto():
+            # One channel's batch from an iteration: the commit may carry its next receive.
+            ((channel, element),) = last.items()
+            ref = carrier.commit_carrying(element._commit_request(None), channel)
+            if ref is not None:
+                result = _resolve(ref)
+                if isinstance(result, Exception):  # the commit's typed error
+                    raise result
+                return {channel: result}
+        return {channel: _resolve(ref) for channel, ref in self._send_commits(last).items()}
 
     def commit_async(self) -> dict[int, ray.ObjectRef[CommitResult]]:
         """``commit`` without waiting.
@@ -89,12 +114,24 @@ class ElementBatch(list[Element]):
         Raises:
             GroupModeError: the elements were received in a shared group.
         """
+        return self._send_commits(self._last_owned())
+
+    def _last_owned(self) -> dict[int, Element]:
+        """Each channel's last element (see ``last_per_channel``), none a shared group's.
+
+        Raises:
+            GroupModeError: an element was received in a shared group.
+        """
         last = self.last_per_channel()
         for element in last.values():
             if element._origin.shared:
                 raise GroupModeError(
                     f"element {element.position} was received in a shared group: ack it instead"
                 )
+        return last
+
+    def _send_commits(self, last: dict[int, Element]) -> dict[int, ray.ObjectRef[CommitResult]]:
+        """Commit each channel's ``last`` element, one call per channel."""
         marks = self._handed_upto()
         return {
             channel: element._send_commit(marks.get(channel)) for channel, element in last.items()

@@ -26,6 +26,7 @@ from raytopic.core.naming import channel_actor
 if TYPE_CHECKING:
     import ray
 
+    from raytopic.core.protocol.channel import Commit
     from raytopic.core.protocol.records import ReaderLease
 
 __all__ = [
@@ -335,18 +336,24 @@ class Element:
     def _send_commit(self, bound: int | None) -> ray.ObjectRef[CommitResult]:
         """Commit this element's position, no further than ``bound`` (a resequenced
         batch's hand-over mark; see ``_Origin.handed_upto``)."""
-        from raytopic.core.protocol import Commit, pack_request  # (the protocol imports this)
+        from raytopic.core.protocol import pack_request  # (the protocol imports this)
 
         origin = self._origin
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, self.channel)
-        commit = Commit(
+        return actor.request.remote(pack_request(self._commit_request(bound)))
+
+    def _commit_request(self, bound: int | None) -> Commit:
+        """The request that commits this element's position, no further than ``bound``."""
+        from raytopic.core.protocol import Commit  # (the protocol imports this)
+
+        origin = self._origin
+        return Commit(
             reader_id=origin.reader,
             sequence=self.sequence,
             lease=origin.lease,
             jumps=origin.jumps,
             bound=bound,
         )
-        return actor.request.remote(pack_request(commit))
 
     # -- shared groups: acknowledgement element by element --------------------------
 

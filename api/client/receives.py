@@ -49,8 +49,10 @@ import ray
 
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.element_batch import ElementBatch
-from raytopic.core.errors import ReceivePassedOverError, SubscriberClosedError
+from raytopic.core.errors import ReceivePassedOverError, SubscriberClosedError, TopicError
 from raytopic.core.protocol import (
+    Commit,
+    CommitThenReceive,
     InterruptReceives,
     PauseReceives,
     ReaderSpec,
@@ -219,6 +221,10 @@ _Era = tuple[int, int]
 "empty" answered to a receive of an earlier era (before a nack, a seek, a publish, a
 reset, a seek to the commit...) does not end an iteration."""
 
+_CARRIED: _Era = (-1, -1)
+"""The era of a receive a commit carried: sent before the iteration's next look, its
+"empty" ends nothing, and has the channel looked at again (what came since)."""
+
 
 @dataclass(slots=True)
 class _ChannelReads:
@@ -280,6 +286,8 @@ class Receives:
         self._host_refs: deque[tuple[ray.ObjectRef[list[Element]], _Era]] = deque()
         self._iterations = 0  # iterations begun (part of an era)
         self._buffer: deque[Element] = deque()  # elements an iteration left over
+        self.weak = weakref.ref(self)
+        """This, weakly (what a batch an iteration handed out knows of it)."""
         # Not at exit: Ray may be shut down by then, and reports nothing more.
         weakref.finalize(self, _let_go, self._reads, self._host_refs).atexit = False
 
@@ -353,7 +361,8 @@ class Receives:
         with self._lock:
             self._user_reads = True
             channel, stream = self._route(batch=not (single or spread))
-            ref = self._send_receive(channel, stream, count, single, spread, False, view)
+            call = self._next_receive(channel, stream, count, single, spread, False, view)
+            ref = self._send_receive(*call)
             self._in_flight.append(ref)
         return ref
 
@@ -382,7 +391,13 @@ class Receives:
             reads = streams[channel] = _ChannelReads(f"{self._stream_prefix}.{kind}{channel}")
         return reads
 
-    def _send_receive(
+    def _send_receive(self, actor: Any, receive: Receive) -> ray.ObjectRef[Any]:
+        """With the lock held: submit ``receive`` (see :meth:`_next_receive`) to ``actor``."""
+        ref = actor.request.remote(pack_request(receive))
+        self._ownership.track(ref)
+        return ref
+
+    def _next_receive(
         self,
         channel: int,
         stream: _ChannelReads,
@@ -391,27 +406,24 @@ class Receives:
         spread: bool,
         here_only: bool,
         view: tuple[int, dict[int, Lease]] | None,
-    ) -> ray.ObjectRef[Any]:
-        """With the lock held: submit the next receive of ``stream`` to ``channel``."""
+    ) -> tuple[Any, Receive]:
+        """With the lock held: ``channel``'s actor and the next receive of ``stream``
+        (numbered: it must be sent before the lock is let go)."""
         actor = self._topic._channel_actors[channel]
         check_topic(self._topic.topic_id, self._topic.name, actor)  # before Ray fails a ref
         number = stream.next_number
         stream.next_number += 1
-        packed = pack_request(
-            Receive(
-                reader_id=self._reader,
-                stream=stream.stream,
-                number=number,
-                max_count=count,
-                single=single,
-                spread=spread,
-                here_only=here_only,
-                view=view,
-            )
+        receive = Receive(
+            reader_id=self._reader,
+            stream=stream.stream,
+            number=number,
+            max_count=count,
+            single=single,
+            spread=spread,
+            here_only=here_only,
+            view=view,
         )
-        ref = actor.request.remote(packed)
-        self._ownership.track(ref)
-        return ref
+        return actor, receive
 
     # -- iteration -----------------------------------------------------------------------
 
@@ -509,9 +521,40 @@ class Receives:
                 if reads.drained == era:
                     continue  # it answered "empty" in this era
                 while not self._stopped and len(reads.refs) < ITERATION_DEPTH:
-                    ref = self._send_receive(channel, reads, share, False, False, True, view)
+                    call = self._next_receive(channel, reads, share, False, False, True, view)
+                    ref = self._send_receive(*call)
                     reads.refs.append((ref, era))
             return [reads.refs[0][0] for reads in self._reads.values() if reads.refs]
+
+    def commit_carrying(self, commit: Commit, channel: int) -> ray.ObjectRef[Any] | None:
+        """Send ``commit`` (of a batch a direct iteration handed out from ``channel``)
+        with the receive the iteration would send there next, as one call (see
+        ``CommitThenReceive``): a reader that completes on empty, whose receives never
+        wait for data, so the commit's reply never waits for one. Returns the
+        commit's ref (its reply is a CommitResult or a typed error); None: the
+        iteration would send no receive there now, and the commit goes alone."""
+        if not self._complete_on_empty or self._through_host or commit.reader_id != self._reader:
+            return None  # (another reader's: elements of another subscriber added to it)
+        owned = self._ownership.owned(catch_up=False)
+        if channel not in owned:
+            return None
+        view = self._ownership.before_receive()
+        share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
+        with self._lock:
+            reads = self._reads.get(channel)
+            if (
+                self._stopped
+                or reads is None
+                or reads.drained == self._era
+                or len(reads.refs) >= ITERATION_DEPTH
+            ):
+                return None
+            actor, receive = self._next_receive(channel, reads, share, False, False, True, view)
+            packed = pack_request(CommitThenReceive(commit=commit, receive=receive))
+            committed, ref = actor.request.options(num_returns=2).remote(packed)
+            self._ownership.track(ref)
+            reads.refs.append((ref, _CARRIED))
+            return committed
 
     def take_direct(self, ref: ray.ObjectRef[list[Element]]) -> list[Element]:
         """The elements of a direct receive (the oldest of its channel); [] if a receive
@@ -527,8 +570,11 @@ class Receives:
             elements = _get(ref, self._topic)
         except ReceivePassedOverError:
             return []  # it took nothing (its channel restarted): not an "empty"
-        if not elements and self._complete_on_empty and sent == self._era:
-            reads.drained = sent  # (of an earlier era, its "empty" is old news)
+        if not elements and self._complete_on_empty:
+            if sent == self._era:
+                reads.drained = sent  # (of an earlier era, its "empty" is old news)
+            elif sent is _CARRIED:
+                reads.drained = None  # sent before the user's next look: look again
         return elements
 
     @property
@@ -638,6 +684,11 @@ class _BatchIteration:
         return self
 
     def __next__(self) -> ElementBatch:
+        batch = self._next()
+        batch._carrier = self._receives.weak  # its commit may carry the next receive
+        return batch
+
+    def _next(self) -> ElementBatch:
         receives = self._receives
         while True:
             batch = receives.take_buffered(self._max)
@@ -722,4 +773,7 @@ def _let_go(
 
 def _get(ref: ray.ObjectRef[Any], topic: Topic) -> Any:
     with topic_calls(topic.topic_id, topic.name):
-        return ray.get(ref)
+        reply = ray.get(ref)
+    if isinstance(reply, TopicError):  # a carried receive's error (``CommitThenReceive``)
+        raise reply
+    return reply

@@ -32,6 +32,7 @@ __all__ = [
     "SIBLING_REQUESTS",
     "ChannelRequest",
     "Commit",
+    "CommitThenReceive",
     "ExtendHold",
     "FirstAfter",
     "InterruptReceives",
@@ -252,6 +253,16 @@ class Commit(NamedTuple):
     """Commit no further than this: a resequenced element's hand-over mark."""
 
 
+class CommitThenReceive(NamedTuple):
+    """A commit, then the same reader's next receive here, served as one unit of work:
+    an iteration's commit per batch carries the receive it would send next (one call
+    fewer per batch). The call has two returns, each part's reply or its typed error:
+    the commit's (applied and durable before either is answered), then the receive's."""
+
+    commit: Commit
+    receive: Receive
+
+
 class Seek(NamedTuple):
     """Move the reader's cursor: ``target`` is a sequence ("next is the first after
     it") or, with ``by_time``, a time stamp ("next is the first published after it")."""
@@ -383,6 +394,7 @@ ChannelRequest = (
     | Nack
     | ExtendHold
     | Commit
+    | CommitThenReceive
     | Seek
     | SeekToCommitted
     | ReadCursor
@@ -415,6 +427,7 @@ CHANNEL_REQUESTS = (
     Nack,
     ExtendHold,
     Commit,
+    CommitThenReceive,
     Seek,
     SeekToCommitted,
     ReadCursor,

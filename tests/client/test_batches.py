@@ -272,6 +272,65 @@ def test_a_channel_restarted_mid_iteration_loses_nothing_stored(make_topic, tmp_
     assert sorted(set(ids)) == list(range(400))  # nothing lost; a re-read is at least once
 
 
+def test_an_iterations_commit_carries_its_next_receive_and_loses_nothing(shared_one, unique_name):
+    topic, g = shared_one, unique_name("g")  # shared: a group of its own, counts from base
+    (base,) = next_sequences(topic).values()
+    group_at_latest(topic, g)
+    _publish_batch(topic, [{"id": i} for i in range(1000)])
+    ids: list[int] = []
+    with topic.subscriber(group=g, complete_on_empty=True) as member:
+        batches = member.iter_batches(100)
+        first = next(batches)
+        reads = member._receives._reads[0]
+        sent = reads.next_number  # the receives the iteration keeps in flight
+        assert first.commit() == {0: rt.CommitResult(0, first[-1].position, COMMITTED)}
+        assert reads.next_number == sent + 1  # the commit carried the next one
+        for batch in [first, *batches]:
+            if batch is not first:
+                assert set(batch.commit().values()) == {
+                    rt.CommitResult(0, batch[-1].position, COMMITTED)
+                }
+            ids += [value["id"] for value in batch.values]
+        assert member.last_committed() == {0: topic.position(0, base + 999)}
+    assert ids == list(range(1000))  # in order, once
+    with topic.subscriber(group=g, complete_on_empty=True) as member:
+        assert _drain(member, 100) == []  # every commit counted
+
+
+@pytest.mark.slow
+def test_a_channel_killed_before_carried_commits_loses_nothing_and_undoes_no_commit(
+    make_topic, tmp_path
+):
+    # Each kill lands before a batch's commit, which carries the iteration's next
+    # receive (a received batch is handed out whole): the call waits for the restart,
+    # the commit is applied there, and the receive reads on after it. What was read
+    # past a commit before a kill may come again (at least once); no commit moves back.
+    topic = make_topic(channels=1, store=str(tmp_path))
+    _publish_batch(topic, [{"id": i} for i in range(24_000)])
+    handed: list[int] = []
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        committed = -1
+        for number, batch in enumerate(member.iter_batches(4000)):  # a receive's share
+            handed += [value["id"] for value in batch.values]
+            reads = member._receives._reads[0]
+            sent = reads.next_number
+            killed = number in (1, 3)
+            if killed:
+                os.kill(topic.describe().channels[0].pid, signal.SIGKILL)
+            (result,) = batch.commit().values()
+            if result.status is COMMITTED:  # else ALREADY_COMMITTED: a batch read again
+                assert result.position.sequence > committed  # no commit moves back
+                committed = result.position.sequence
+            else:
+                assert result.status is rt.CommitStatus.ALREADY_COMMITTED
+                assert result.position.sequence <= committed
+            assert reads.next_number == sent + 1 or not killed  # it carried the next receive
+        assert member.last_committed() == {0: topic.position(0, 23_999)}
+    assert sorted(set(handed)) == list(range(24_000))  # nothing lost
+    with topic.subscriber(group="g", complete_on_empty=True) as member:
+        assert _drain(member, 100) == []  # every commit kept
+
+
 @ray.remote(num_cpus=0, max_restarts=0)
 class _BatchMember:
     """A group member in its own process, holding a batch it never commits."""

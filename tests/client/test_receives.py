@@ -15,7 +15,7 @@ import ray
 import raytopic as rt
 from raytopic.client.receives import ChannelChoice, Receives, StaleReads
 from raytopic.core.element_batch import ElementBatch
-from raytopic.core.protocol import Lease, ReaderSpec, Receive, pack_request
+from raytopic.core.protocol import Commit, Lease, ReaderSpec, Receive, pack_request
 from raytopic.core.records import _Origin
 
 from tests.loss_checker import LossChecker
@@ -193,6 +193,28 @@ def test_pausing_with_no_receive_sent_calls_no_channel() -> None:
     receives, _ = _receives(0)
     with receives.paused():
         pass  # the topic has no channel actors: any call would fail
+
+
+@pytest.mark.parametrize(
+    ("spec", "iterating"),
+    [
+        ({}, True),
+        ({"complete_on_empty": True, "window": 5}, True),
+        ({"complete_on_empty": True}, False),
+    ],
+    ids=["may-wait", "through-the-host", "no-iteration-there"],
+)
+def test_a_commit_carries_no_receive_an_iteration_would_not_send(
+    spec: dict[str, Any], iterating: bool
+) -> None:
+    # A receive that may wait would hold the commit's answer; one through the host is
+    # not the channel's own; with no iteration reading the channel there is none to send.
+    receives, _ = _receives(0, **spec)
+    if iterating:
+        receives._stream_at(receives._reads, 0, "i")  # an iteration's stream, none in flight
+    commit = Commit("reader", 5, None)
+    assert receives.commit_carrying(commit, 0) is None  # (a receive sent would fail)
+    assert receives.commit_carrying(commit, 1) is None  # not owned
 
 
 # -- iteration fenced as receive() is (real Ray) --------------------------------------------
