@@ -590,7 +590,8 @@ class ChannelActor:
     @serves(ResetGroup)
     async def _reset_group(self, request: ResetGroup) -> tuple[int, dict[str, Any]]:
         """Move the group's read and commit positions; return (position, previous state)
-        (see :meth:`Readers.reset_group`)."""
+        (see :meth:`Readers.reset_group`); refused while a stream's batch is pending."""
+        self._streams.check_resettable(request.group)
         return self._readers.reset_group(request.group, request.target)
 
     @serves(RestoreGroup)

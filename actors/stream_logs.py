@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from raytopic.core.errors import InvalidArgumentError, NotOwnerError
+from raytopic.core.errors import GroupBusyError, InvalidArgumentError, NotOwnerError
 from raytopic.core.protocol import (
     CommitMicroBatch,
     Lease,
@@ -104,6 +104,23 @@ class StreamLogs:
         if request.next is not None:
             self.record(RecordMicroBatch(request.group, request.lease, request.next), owner)
         return through
+
+    def check_resettable(self, group: str) -> None:
+        """Refuse a reset of ``group`` while its stream left a batch recorded here and
+        not committed: the group's next stream hands that batch out again and reads on
+        from its end, which would undo the reset.
+
+        Raises:
+            GroupBusyError: such a batch is recorded here.
+        """
+        record = self.record_of(group)
+        if record.batch is not None and record.batch.batch_id > record.committed:
+            raise GroupBusyError(
+                f"channel {self._channel}: group {group!r} has batch {record.batch.batch_id} "
+                "of its stream recorded and not committed (the next stream on the group "
+                "hands it out again and reads on from its end, undoing a reset): commit "
+                "it with a stream on the group (MicroBatch.commit()) first"
+            )
 
     def forget(self, group: str) -> bool:
         """The group is gone: so is its record. Returns whether there was one."""
