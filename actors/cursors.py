@@ -373,10 +373,21 @@ class Cursor:
         fetch's offer: its reader kept what came before), with one jump more, so
         handles drop what came after it and sessions' positions are void; hold
         there until a jump."""
+        read_under = self.jumps
         if self.next != poison.sequence:
             self.read_from(poison.sequence)
             self.jumps += 1
-        self.poison = PoisonMark(poison, self.jumps, reported)
+        self.poison = PoisonMark(poison, self.jumps, reported, read_under)
+
+    def read_stands(self, jumps: int, last: int) -> bool:
+        """Whether what the reader read under jump count ``jumps``, up to position
+        ``last``, still stands: no jump since, or only the stop before a poison above
+        ``last`` (:meth:`stop_at`: the elements before it were delivered; a
+        transaction consuming them may commit them)."""
+        if jumps == self.jumps:
+            return True
+        mark = self.poison_ahead()
+        return mark is not None and jumps == mark.read_under and last < mark.poison.sequence
 
     def to_state(self) -> dict[str, object]:
         """What a store keeps of the cursor (JSON-ready); see :meth:`from_state`."""

@@ -43,3 +43,6 @@ class PoisonMark:
     """The cursor's jump count when it was marked: any later jump voids the mark."""
     reported: bool
     """Whether the reader was told (a take raised it once)."""
+    read_under: int
+    """The jump count of the reads the stop leaves standing: those of the elements
+    before the poison, delivered before the stop moved the read position back."""

@@ -366,7 +366,9 @@ class TransactionParticipant:
             cursor = None if group is None else self._owned.groups.get(group)
             if cursor is None or group is None:
                 reason = f"the member that read channel {channel} of {name!r} left its group"
-            elif cursor.owner != commit.lease or cursor.jumps != commit.jumps:
+            elif cursor.owner != commit.lease or not cursor.read_stands(
+                commit.jumps, max([commit.sequence, *(last for _, last in commit.done)])
+            ):
                 reason = (
                     f"the member no longer owns channel {channel} of {name!r} for group "
                     f"{group!r} (rebalanced, timed out, or reset since it read)"

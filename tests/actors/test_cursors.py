@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from raytopic.actors.cursors import Cursor, clamp
-from raytopic.core.protocol import Lease
+from raytopic.core.protocol import Lease, Poison
 from raytopic.core.records import CommitStatus
 
 COMMITTED = CommitStatus.COMMITTED
@@ -694,3 +694,27 @@ def test_acks_past_the_done_bound_forget_none_of_a_committed_transactions_done()
     assert len(cursor.done.ranges) > DONE_RANGES_KEPT
     assert all(cursor.done.count(first, last) == 1 for first, last in runs)
     assert cursor.done.count(runs[-1][0] + 50, runs[-1][0] + 50) == 0
+
+
+def test_reads_before_a_poison_stand_after_the_stop_that_moved_the_cursor_back() -> None:
+    # A take read past a poison at 10: the stop moves the cursor back to it with a jump,
+    # and what was read before it under the older count still stands (a transaction
+    # consuming 0..9 may commit them); what was read at or after it does not.
+    cursor = Cursor(next=15, committed=-1)
+    before = cursor.jumps
+    assert cursor.read_stands(before, 14)
+    cursor.stop_at(Poison(10, "ValueError", "bad"), reported=False)
+    assert cursor.jumps == before + 1
+    assert cursor.read_stands(before, 9)
+    assert not cursor.read_stands(before, 10)
+    assert cursor.read_stands(cursor.jumps, 14)
+
+
+def test_reads_before_a_seek_do_not_stand_though_a_stop_follows() -> None:
+    cursor = Cursor(next=10, committed=-1)
+    before = cursor.jumps
+    cursor.seek(4, 0, 20, commit=False)  # a jump of its own: what was read before it is void
+    cursor.stop_at(Poison(5, "ValueError", "bad"), reported=False)  # no move, no jump
+    assert not cursor.read_stands(before, 4)
+    cursor.redeliver()  # any later jump voids the stop's mark too
+    assert not cursor.read_stands(before, 4)
