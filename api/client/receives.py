@@ -425,6 +425,18 @@ class Receives:
         )
         return actor, receive
 
+    def _iteration_receive(
+        self,
+        channel: int,
+        reads: _ChannelReads,
+        owned: tuple[int, ...],
+        view: tuple[int, dict[int, Lease]] | None,
+    ) -> tuple[Any, Receive]:
+        """With the lock held: the next receive an iteration sends ``channel`` directly
+        (here only), for its share of ITERATION_BATCH over the ``owned`` channels."""
+        share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
+        return self._next_receive(channel, reads, share, False, False, True, view)
+
     # -- iteration -----------------------------------------------------------------------
 
     def iterate(self) -> _Iteration:
@@ -513,7 +525,6 @@ class Receives:
         stopped); return the oldest one of each channel, the ones to wait on."""
         owned = self._ownership.owned()
         view = self._ownership.before_receive()
-        share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
         era = self._era
         with self._lock:  # a receive on another thread may reclaim them meanwhile
             for channel in owned:
@@ -521,8 +532,7 @@ class Receives:
                 if reads.drained == era:
                     continue  # it answered "empty" in this era
                 while not self._stopped and len(reads.refs) < ITERATION_DEPTH:
-                    call = self._next_receive(channel, reads, share, False, False, True, view)
-                    ref = self._send_receive(*call)
+                    ref = self._send_receive(*self._iteration_receive(channel, reads, owned, view))
                     reads.refs.append((ref, era))
             return [reads.refs[0][0] for reads in self._reads.values() if reads.refs]
 
@@ -539,7 +549,6 @@ class Receives:
         if channel not in owned:
             return None
         view = self._ownership.before_receive()
-        share = max(ITERATION_SHARE, ITERATION_BATCH // max(1, len(owned)))
         with self._lock:
             reads = self._reads.get(channel)
             if (
@@ -549,7 +558,7 @@ class Receives:
                 or len(reads.refs) >= ITERATION_DEPTH
             ):
                 return None
-            actor, receive = self._next_receive(channel, reads, share, False, False, True, view)
+            actor, receive = self._iteration_receive(channel, reads, owned, view)
             packed = pack_request(CommitThenReceive(commit=commit, receive=receive))
             committed, ref = actor.request.options(num_returns=2).remote(packed)
             self._ownership.track(ref)
