@@ -113,10 +113,10 @@ class StreamLogs:
         Raises:
             GroupBusyError: such a batch is recorded here.
         """
-        record = self.record_of(group)
-        if record.batch is not None and record.batch.batch_id > record.committed:
+        pending = self.record_of(group).pending
+        if pending is not None:
             raise GroupBusyError(
-                f"channel {self._channel}: group {group!r} has batch {record.batch.batch_id} "
+                f"channel {self._channel}: group {group!r} has batch {pending.batch_id} "
                 "of its stream recorded and not committed (the next stream on the group "
                 "hands it out again and reads on from its end, undoing a reset): commit "
                 "it with a stream on the group (MicroBatch.commit()) first"

@@ -68,13 +68,8 @@ def recover(records: Sequence[StreamRecord]) -> Recovery:
     if committed >= latest.batch_id:
         unfinished = any(record.committed < latest.batch_id for record in records)
         return Recovery(None, latest if unfinished else None, latest.batch_id + 1)
-    behind = [
-        record.batch
-        for record in records
-        if record.batch is not None
-        and record.batch.batch_id < latest.batch_id
-        and record.committed < record.batch.batch_id
-    ]
+    pending = [record.pending for record in records]
+    behind = [batch for batch in pending if batch is not None and batch.batch_id < latest.batch_id]
     return Recovery(
         latest, max(behind, key=lambda batch: batch.batch_id, default=None), latest.batch_id + 1
     )

@@ -81,6 +81,12 @@ class StreamRecord:
     committed: int = -1
     """The id of the last batch committed here (-1: none)."""
 
+    @property
+    def pending(self) -> MicroBatchRecord | None:
+        """The last batch recorded here if it is not committed here (None: none)."""
+        batch = self.batch
+        return batch if batch is not None and batch.batch_id > self.committed else None
+
     def to_state(self) -> dict[str, Any]:
         """The record as a store keeps it (JSON-ready)."""
         holder = self.holder
