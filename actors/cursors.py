@@ -230,6 +230,14 @@ class Cursor:
             self.committed = self.done.advance(self.committed, self.next - 1)
         self._forget_unread()
 
+    def read_past_commit(self) -> None:
+        """Read on after the commit if the read position is at or below it: what is
+        committed is never delivered again. (A commit may pass the read position: a
+        commit of elements received before the channel restarted from its store,
+        which recovered an older commit and reads on after that one.)"""
+        if self.next <= self.committed:
+            self.next = self.committed + 1
+
     def skip_done(self) -> int | None:
         """Move the read position past done positions it stands at (never delivered
         again; the commit moves over them if they are right after it); return how

@@ -240,6 +240,7 @@ class OwnedReaders:
         if loss is not None:
             cursor.skip_to_head(head)
             raise loss
+        cursor.read_past_commit()
         if cursor.next < head and not log.kept_below_head(cursor.next):
             self._skip_lost(cursor)
         start = cursor.next

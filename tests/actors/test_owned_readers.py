@@ -177,6 +177,23 @@ def test_a_cursor_behind_the_head_is_told_once_how_many_it_missed() -> None:
     asyncio.run(main())
 
 
+def test_what_a_commit_passed_is_never_delivered_again_nor_told_removed() -> None:
+    # A channel restarted from its store reads on after the commit it recovered, and a
+    # commit of what its member received before the restart passes the read position
+    # (trial67: told "118 elements were removed before they were received").
+    async def main() -> None:
+        parts = _Owned(capacity=4)
+        parts.append(range(4))
+        reader = parts.member("m")
+        assert parts.owned.commit(reader, 2, MEMBER).status is CommitStatus.COMMITTED
+        assert _values(await parts.take("m", MEMBER, 10)) == [3]
+        parts.append(range(4, 10))  # the ring keeps 6..9
+        assert parts.owned.commit(reader, 6, MEMBER).status is CommitStatus.COMMITTED
+        assert _values(await parts.take("m", MEMBER, 10)) == [7, 8, 9]
+
+    asyncio.run(main())
+
+
 def test_a_restart_s_loss_is_told_once_and_the_cursor_moves_to_the_head() -> None:
     async def main() -> None:
         parts = _Owned()

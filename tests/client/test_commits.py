@@ -12,13 +12,16 @@ import ray
 import raytopic as rt
 
 from tests.topic_helpers import (
+    TIMEOUT,
     get,
     key_for,
+    kill_channel,
     module_topic,
     next_sequences,
     publish_all,
     receive_each,
     receive_exactly,
+    serving_again,
 )
 
 COMMITTED = rt.CommitStatus.COMMITTED
@@ -410,6 +413,29 @@ def test_retention_waits_for_every_group(make_topic):
     assert (ring.head_sequence(), ring.size()) == (4, 1)
     two.close()
     one.close()
+
+
+@pytest.mark.slow
+def test_a_commit_of_elements_received_before_a_restart_is_never_delivered_again(
+    make_topic, tmp_path
+):
+    # trial67: a channel SIGKILLed while commits reach it comes back from its store at
+    # the commit it had written, and reads on after that one; a commit of elements its
+    # member received before passes the read position. They were delivered again (or,
+    # released meanwhile, told "removed before they were received").
+    topic = make_topic(channels=1, capacity=10, overflow="fail", store=str(tmp_path))
+    member = topic.subscriber(group="g", complete_on_empty=True)
+    publish_all(topic, list(range(10)))
+    got = receive_each(member, 10)
+    assert member.commit(0, got[4].position).status is COMMITTED
+    old_epoch = kill_channel(topic, 0)
+    serving_again(topic, 0, old_epoch, TIMEOUT)
+    assert member.commit(0, got[9].position).status is COMMITTED
+    assert get(member.receive_batch(10)) == []
+    publish_all(topic, ["after"])
+    assert [e.value for e in get(member.receive_batch(10))] == ["after"]
+    assert topic.describe().groups["g"].lag == 1
+    member.close()
 
 
 def test_retain_keeps_elements_and_seeking_back_redelivers(make_topic):
