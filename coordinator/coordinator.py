@@ -265,7 +265,7 @@ class CoordinatorActor:
         """Introduce the channels to each other, open their stores and make the
         configured groups."""
         self._wire(RayChannelFleet(handles), [])
-        self._restarts.identities[:] = await self._fleet.attach()
+        self._restarts.identities[:] = await self._fleet.attach(self._config.name)
         await self._refuse_failed_channels()
         await self._open_stores()
         await self._groups.adopt()  # a reopened topic's, from its stores

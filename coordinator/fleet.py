@@ -30,7 +30,7 @@ from typing import Any
 
 import ray
 
-from raytopic.core.errors import TopicError
+from raytopic.core.errors import ChannelUnavailableError, TopicError
 from raytopic.core.protocol import (
     AttachChannels,
     ControlRequest,
@@ -53,7 +53,8 @@ than ``NOTICE_TIMEOUT`` on a loaded machine was killed with a receive unanswered
 which then raised Ray's ActorDiedError; one hung for longer is killed all the same."""
 
 _ATTACH_TIMEOUT = 30.0
-"""Seconds new channels have to meet each other when a topic is made."""
+"""Seconds new channels have to start and meet each other when a topic is made (a
+process start and its imports: a few seconds on a loaded machine)."""
 
 
 class ChannelFleet:
@@ -85,10 +86,30 @@ class ChannelFleet:
         """Every channel."""
         return list(range(self.size))
 
-    async def attach(self) -> list[dict[str, Any]]:
-        """Introduce new channels to each other; their identities."""
+    async def attach(self, topic: str) -> list[dict[str, Any]]:
+        """Introduce new channels to each other; their identities.
+
+        Raises:
+            ChannelUnavailableError: a channel of ``topic`` did not answer within
+                ``_ATTACH_TIMEOUT`` (it did not start); the message names it.
+            TopicError: a channel's refusal.
+        """
         attach = AttachChannels(tuple(self.handles))
-        return await asyncio.wait_for(self.ask_each(attach), _ATTACH_TIMEOUT)
+        outcomes = await self.ask_outcomes(dict.fromkeys(self.channels(), attach), _ATTACH_TIMEOUT)
+        # Ours only: a channel's own TimeoutError arrives in Ray's wrapper, a subclass.
+        silent = [c for c, outcome in outcomes.items() if type(outcome) is TimeoutError]
+        if silent:
+            which = f"channel {silent[0]}" if len(silent) == 1 else f"channels {silent}"
+            raise ChannelUnavailableError(
+                f"topic {topic!r} was not made: {which} did not answer within "
+                f"{_ATTACH_TIMEOUT:.0f} s (its actor did not start)"
+            )
+        identities = []
+        for outcome in outcomes.values():
+            if isinstance(outcome, BaseException):
+                raise outcome
+            identities.append(outcome)
+        return identities
 
     async def identities(self) -> list[dict[str, Any]]:
         """Each channel's identity (epoch, state, pid, ...)."""

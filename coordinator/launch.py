@@ -205,6 +205,7 @@ def launching(config: TopicConfig, *, exist_ok: bool) -> Steps[tuple[Any, TopicI
         TopicExistsError: the name is taken and ``exist_ok`` is False.
         StoreError: a channel's store could not be opened; the topic is not made
             and leaves no actor or name behind.
+        ChannelUnavailableError: a channel did not start in time; the same.
     """
     if exist_ok:
         try:

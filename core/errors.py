@@ -214,7 +214,8 @@ class PoisonElementError(TopicError):
 
 
 class ChannelUnavailableError(TopicError):
-    """A channel stayed unreachable (restarting, recovering) past the retry bound."""
+    """A channel stayed unreachable (restarting, recovering) past the retry bound, or
+    did not start within 30 s when its topic was made (the topic is not made)."""
 
 
 class ChannelFailedError(ChannelUnavailableError):

@@ -152,6 +152,9 @@ def create_topic(
             or a store factory that made something that is not a store.
         StoreError: a channel's store could not be opened (its factory raised);
             the topic is not made.
+        ChannelUnavailableError: a channel's actor did not start within 30 s (a
+            loaded machine); the topic is not made and nothing of it is left (create
+            it again).
         TopicSettingsError: the store holds this topic, made with other fixed
             settings (each named, in ``differences``); nothing is created or
             written.

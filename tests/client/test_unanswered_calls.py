@@ -1,0 +1,70 @@
+"""An actor that does not answer (a process SIGSTOPped, as a loaded machine can hold
+one): the blocking calls raise a typed raytopic error, never Ray's raw exception,
+and a topic that could not be made leaves nothing behind (DESIGN 4)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+import raytopic as rt
+from raytopic.actors.stores.segment_log import SegmentLogStore
+
+
+def _stopping_store(root: str, pids: str) -> Any:
+    """A store factory whose channel 1 stops its own process as it starts (its pid
+    written to ``pids`` first): that channel never answers its coordinator."""
+
+    def factory(topic_name: str, channel: int) -> SegmentLogStore:
+        if channel == 1:
+            with open(pids, "a") as file:
+                file.write(f"{os.getpid()}\n")
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return SegmentLogStore(os.path.join(root, topic_name, str(channel)))
+
+    return factory
+
+
+@pytest.mark.slow  # the coordinator waits 30 s for its channels to start
+def test_a_channel_that_does_not_start_fails_create_topic_typed_and_leaves_nothing(
+    ray_session, unique_name, tmp_path: Path
+):
+    name, pids = unique_name("unstarted"), tmp_path / "pids"
+    groups = ["g", rt.SharedGroup("sg")]
+    try:
+        # On main: ray.exceptions.RayTaskError(TimeoutError), the coordinator's traceback.
+        with pytest.raises(rt.ChannelUnavailableError) as raised:
+            rt.create_topic(
+                name,
+                channels=2,
+                capacity=100,
+                store=_stopping_store(str(tmp_path / "store"), str(pids)),
+                groups=groups,
+            )
+    finally:
+        for pid in pids.read_text().split() if pids.exists() else ():
+            with contextlib.suppress(ProcessLookupError):  # killed with its topic
+                os.kill(int(pid), signal.SIGCONT)
+    assert not isinstance(raised.value, ray.exceptions.RayError)
+    assert str(raised.value) == (
+        f"topic {name!r} was not made: channel 1 did not answer within 30 s "
+        "(its actor did not start)"
+    )
+    with pytest.raises(rt.TopicNotFoundError):
+        rt.get_topic(name)
+    named = [actor for actor in ray.util.list_named_actors(all_namespaces=True)]
+    assert not [actor for actor in named if name in actor["name"]], named
+    # A retry makes the topic, whole.
+    topic = rt.create_topic(name, channels=2, capacity=100, groups=groups, exist_ok=True)
+    try:
+        assert sorted(topic.groups()) == ["g", "sg"]
+        with topic.publisher() as publisher:
+            publisher.publish("after").result(timeout=30)
+    finally:
+        topic.destroy()
