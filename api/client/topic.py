@@ -207,6 +207,8 @@ def get_topic(name: str, *, namespace: str | None = None) -> Topic:
 
     Raises:
         TopicNotFoundError: no such topic in the namespace, or its coordinator died.
+        ChannelUnavailableError: the topic was being made, and is not: a channel of
+            it did not start in time (as its ``create_topic`` raises).
         InvalidArgumentError, InvalidTypeError: ``name`` or ``namespace`` is not a
             valid name.
     """

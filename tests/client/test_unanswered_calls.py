@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,9 @@ def test_a_channel_that_does_not_start_fails_create_topic_typed_and_leaves_nothi
 ):
     name, pids = unique_name("unstarted"), tmp_path / "pids"
     groups = ["g", rt.SharedGroup("sg")]
+    found: list[object] = []  # what a get_topic made while the topic starts ends with
+    finder = threading.Thread(target=_get_once_stopped, args=(name, pids, found))
+    finder.start()
     try:
         # On main: ray.exceptions.RayTaskError(TimeoutError), the coordinator's traceback.
         with pytest.raises(rt.ChannelUnavailableError) as raised:
@@ -51,6 +56,12 @@ def test_a_channel_that_does_not_start_fails_create_topic_typed_and_leaves_nothi
         for pid in pids.read_text().split() if pids.exists() else ():
             with contextlib.suppress(ProcessLookupError):  # killed with its topic
                 os.kill(int(pid), signal.SIGCONT)
+        finder.join(60)
+    # It waited for the start, and heard why it failed (or, later, that nothing is left).
+    assert len(found) == 1 and isinstance(
+        found[0], rt.ChannelUnavailableError | rt.TopicNotFoundError
+    ), found
+    assert not isinstance(found[0], ray.exceptions.RayError), found
     assert not isinstance(raised.value, ray.exceptions.RayError)
     assert str(raised.value) == (
         f"topic {name!r} was not made: channel 1 did not answer within 30 s "
@@ -68,3 +79,15 @@ def test_a_channel_that_does_not_start_fails_create_topic_typed_and_leaves_nothi
             publisher.publish("after").result(timeout=30)
     finally:
         topic.destroy()
+
+
+def _get_once_stopped(name: str, pids: Path, found: list[object]) -> None:
+    """``rt.get_topic(name)`` once a channel of it stopped; what it ended with into
+    ``found``."""
+    deadline = time.monotonic() + 60
+    while not pids.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        found.append(rt.get_topic(name))
+    except BaseException as error:
+        found.append(error)
