@@ -70,7 +70,7 @@ def _coordinator_class() -> Any:
 
 @functools.cache
 def _channel_class() -> Any:
-    from raytopic.actors.channel import ChannelActor
+    from raytopic.actors.channel_actor import ChannelActor
 
     return ray.remote(ChannelActor)
 
