@@ -144,6 +144,10 @@ class Appends:
         ack = publishers.earlier_ack(publisher_id, batch, len(payload))
         if ack is not None:  # a retry (a lost reply, or a restart in between)
             return ack, None, False
+
+        def piece(first: int, count: int, stamp: float) -> None:
+            publishers.piece(publisher_id, batch, first, count, stamp)
+
         async with publishers.turn(publisher_id, batch):
             ack, change = await self._log.append(
                 payload,
@@ -153,6 +157,7 @@ class Appends:
                 each=each,
                 publisher_id=publisher_id,
                 batch=batch,
+                on_piece=piece if publisher_id else None,
             )
         return ack, change, True
 

@@ -361,6 +361,7 @@ class ChannelLog:
         each: bool = False,
         publisher_id: str = "",
         batch: int = -1,
+        on_piece: Callable[[int, int, float], None] | None = None,
     ) -> tuple[AppendAck, int | None]:
         """The one place where elements enter the channel (publishes, ring buffer adds,
         Arrow batches): room, then the store write (or the ring). Returns the ack
@@ -380,6 +381,8 @@ class ChannelLog:
                 capacity), up to ``timeout`` in all.
             publisher_id: Whose batch it is (kept in the store record).
             batch: The publisher's number of the batch.
+            on_piece: Told (first, count, stamp) of each piece stored of a batch that
+                goes in several (as it is stored; the rest waits for room).
         """
         ring = self.ring
         count = len(payload)
@@ -433,6 +436,8 @@ class ChannelLog:
                 error = failed
                 break
             runs.append((first, size, stamp))
+            if on_piece is not None and size < count:  # not the whole batch at once
+                on_piece(first, size, stamp)
             accepted += size
             if policy is Overflow.FAIL:
                 break

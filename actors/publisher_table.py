@@ -155,6 +155,14 @@ class PublisherTable:
         except DuplicateTurnError as error:
             raise InvalidArgumentError(str(error)) from None
 
+    def piece(self, publisher_id: str, batch: int, first: int, count: int, stamp: float) -> None:
+        """A piece of ``batch`` is stored while the rest waits for room: kept with the
+        next state write, so a channel restarted meanwhile knows it went in even once
+        its record is trimmed (a retry is told exactly what was not appended)."""
+        track = self.tracks.setdefault(publisher_id, PublisherTrack())
+        track.add_run(batch, first, count, stamp)
+        self._changed(publisher_id)
+
     def remember(self, publisher_id: str, batch: int, ack: AppendAck) -> None:
         """Keep ``ack`` as the answer to a retry of ``batch``; look for idle
         publishers to forget now and then, once there are many."""
