@@ -230,7 +230,8 @@ class CoordinatorActor:
     async def _start(self, channels: list[Any]) -> TopicInfo:
         """Take the topic's channel actors (created with this one, see
         ``raytopic.coordinator.launch``), introduce them to each other, and make
-        the groups named at creation. Once; later calls wait for the first.
+        the groups named at creation. Once; later calls wait for the first (Ray's
+        retry on this coordinator restarted makes the groups it finds missing).
 
         Raises:
             TopicError: the topic cannot be made (a channel's store cannot be
@@ -238,6 +239,11 @@ class CoordinatorActor:
         """
         if self._starting or self._restarted:
             await self._up()
+            if self._restarted:
+                # Ray retried the creator's StartTopic here: this coordinator died while
+                # the topic was made, maybe before its groups were (they would be missing).
+                await self._make_configured_groups()
+                await self._ensure_dead_letter_topics(list(self._groups.groups.values()))
             return self._info()
         self._starting = True
         await self._begin(channels)
@@ -269,6 +275,10 @@ class CoordinatorActor:
         await self._refuse_failed_channels()
         await self._open_stores()
         await self._groups.adopt()  # a reopened topic's, from its stores
+        await self._make_configured_groups()
+
+    async def _make_configured_groups(self) -> None:
+        """Make the groups named at creation that are missing."""
         for group in self._config.groups:
             if isinstance(group, SharedGroup):
                 await self._groups.ensure(group.name, False, group)

@@ -1,6 +1,7 @@
 """An actor that does not answer (a process SIGSTOPped, as a loaded machine can hold
-one): the blocking calls raise a typed raytopic error, never Ray's raw exception,
-and a topic that could not be made leaves nothing behind (DESIGN 4)."""
+one), or dies, while a topic is made: the blocking calls raise a typed raytopic
+error, never Ray's raw exception, and a topic is made whole or leaves nothing
+behind (DESIGN 4)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ import ray
 
 import raytopic as rt
 from raytopic.actors.stores.segment_log import SegmentLogStore
+from raytopic.core.config import DEFAULT_NAMESPACE
+from raytopic.core.naming import coordinator_actor_name
+
+from tests.topic_helpers import receive_each
 
 
 def _stopping_store(root: str, pids: str) -> Any:
@@ -53,9 +58,7 @@ def test_a_channel_that_does_not_start_fails_create_topic_typed_and_leaves_nothi
                 groups=groups,
             )
     finally:
-        for pid in pids.read_text().split() if pids.exists() else ():
-            with contextlib.suppress(ProcessLookupError):  # killed with its topic
-                os.kill(int(pid), signal.SIGCONT)
+        _resume(pids)
         finder.join(60)
     # It waited for the start, and heard why it failed (or, later, that nothing is left).
     assert len(found) == 1 and isinstance(
@@ -91,3 +94,53 @@ def _get_once_stopped(name: str, pids: Path, found: list[object]) -> None:
         found.append(rt.get_topic(name))
     except BaseException as error:
         found.append(error)
+
+
+def _resume(pids: Path) -> None:
+    """SIGCONT the processes ``_stopping_store`` stopped."""
+    for pid in pids.read_text().split() if pids.exists() else ():
+        with contextlib.suppress(ProcessLookupError):  # killed with its topic
+            os.kill(int(pid), signal.SIGCONT)
+
+
+@pytest.mark.slow  # a coordinator's restart, and its topic's start, under way
+def test_a_coordinator_killed_while_it_starts_its_topic_still_makes_the_groups(
+    ray_session, unique_name, tmp_path: Path
+):
+    name, pids = unique_name("restarted"), tmp_path / "pids"
+    killer = threading.Thread(target=_kill_coordinator_once_stopped, args=(name, pids))
+    killer.start()
+    try:
+        topic = rt.create_topic(
+            name,
+            channels=2,
+            capacity=100,
+            store=_stopping_store(str(tmp_path / "store"), str(pids)),
+            groups=["g", rt.SharedGroup("sg")],
+        )
+    finally:
+        killer.join(60)
+        _resume(pids)
+    try:
+        # On main: [] (the restarted coordinator served Ray's retry of the start
+        # with what its channels held: no group yet).
+        assert sorted(topic.groups()) == ["g", "sg"]
+        with topic.publisher() as publisher:
+            publisher.publish("kept").result(timeout=30)
+        with topic.subscriber(group="g") as member:
+            assert [element.value for element in receive_each(member, 1)] == ["kept"]
+    finally:
+        topic.destroy()
+
+
+def _kill_coordinator_once_stopped(name: str, pids: Path) -> None:
+    """Kill ``name``'s coordinator (Ray restarts it) while channel 1 is stopped in its
+    start, then resume the channel."""
+    deadline = time.monotonic() + 60
+    while not pids.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the coordinator waits for its channels
+    coordinator = ray.get_actor(coordinator_actor_name(name), namespace=DEFAULT_NAMESPACE)
+    ray.kill(coordinator, no_restart=False)
+    time.sleep(2.0)
+    _resume(pids)
