@@ -230,7 +230,9 @@ def test_timed_out_member_rejoins_on_its_next_receive(one_channel, unique_name, 
 
 
 def test_a_waiting_receive_keeps_its_member_alive(one_channel, unique_name):
-    timeout = 1.0
+    # Long enough that a heartbeat held up by a loaded machine (the suite's two
+    # workers beside the cluster) is not a timeout: 1 s timed the member out there.
+    timeout = 3.0
     topic, g = one_channel, unique_name("g")
     member = topic.subscriber(group=g, start="latest", timeout=timeout)
     generation = _members(topic, g)[member.subscriber_id].generation

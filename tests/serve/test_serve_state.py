@@ -385,14 +385,16 @@ def test_a_task_running_past_the_ack_timeout_stays_held_and_runs_once(
         queue_name=queue,
         adapter=TopicTaskAdapter,
         adapter_config=TopicAdapterConfig(
-            namespace=namespace, store=str(tmp_path / "store"), ack_timeout=1.0
+            namespace=namespace, store=str(tmp_path / "store"), ack_timeout=3.0
         ),
     )
     runs: list[int] = []
 
     def slow(n: int) -> int:
         runs.append(n)
-        time.sleep(3.0)
+        # Past two ack timeouts: with 1 s ones, an extension late on a loaded machine
+        # handed the task out again.
+        time.sleep(7.0)
         return n
 
     replicas = [TopicTaskAdapter(config), TopicTaskAdapter(config)]
