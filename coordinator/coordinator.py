@@ -79,6 +79,7 @@ from raytopic.core.protocol import (
     DestroyTopic,
     EndReceives,
     EndStream,
+    EndTopic,
     EnsureDeadLetterTopic,
     Heartbeat,
     JoinGroup,
@@ -140,6 +141,7 @@ class CoordinatorActor:
         self._started = asyncio.Event()
         self._starting = False
         self._start_error: BaseException | None = None  # the topic could not be made
+        self._ended = False  # every wait at the topic ended: a destroy's first step
         self._restarted = was_restarted()
         self._made_at = time.monotonic()
         self._rebalances = _rebalance_counter(config.name)
@@ -176,6 +178,8 @@ class CoordinatorActor:
                 return await self._start(list(channels))
             case ReadTopicInfo():
                 return self._info()
+            case EndTopic():
+                return await self._end()
             case DestroyTopic():
                 return await self._destroy()
         await self._up()
@@ -401,18 +405,24 @@ class CoordinatorActor:
             StoreError: a store could not be marked or removed (the actors are gone
                 all the same; the message says what is left).
         """
-        reason = f"topic {self._config.name!r} was destroyed"
-        if not self._fleet.size:  # restarted: it has not recovered, nor does it need to
-            self._fleet = RayChannelFleet(self._channels_by_name())
-        # Members' long polls and receives waiting for data answer "destroyed"
-        # rather than dying with the actors (then the kill).
-        self._groups.end(reason)
-        await self._fleet.tell(EndReceives(reason), timeout=END_NOTICE_TIMEOUT)
+        if not self._ended:
+            await self._end()
         try:
             if self._config.store is not None:
                 await self._remove_stores()
         finally:
             self._fleet.kill()
+
+    async def _end(self) -> None:
+        """End every wait at the topic, its actors left up (see ``EndTopic``): members'
+        long polls and receives waiting for data answer "destroyed" rather than dying
+        with the actors."""
+        reason = f"topic {self._config.name!r} was destroyed"
+        if not self._fleet.size:  # restarted: it has not recovered, nor does it need to
+            self._fleet = RayChannelFleet(self._channels_by_name())
+        self._groups.end(reason)
+        await self._fleet.tell(EndReceives(reason), timeout=END_NOTICE_TIMEOUT)
+        self._ended = True
 
     async def _remove_stores(self) -> None:
         name = self._config.name

@@ -22,10 +22,11 @@ What stays Ray's: a ref handed out before this process could know, which the
 kill then failed: one returned while the actor still lived and that was not
 waiting at the channel (the channels' waits, for data or for room, answer
 ``TopicNotFoundError`` before the kill: ``Topic.destroy()`` tells every channel
-to end them first), or one returned by this process's very first call to that
-actor (Ray here keeps no view of an actor it never called, so it learns of the
-death from that call). Ray fails such a ref itself, and resolving it runs no
-raytopic code.
+to end them first, and the destroying process hears every channel's answers to
+its own calls before it kills them), or one returned by this process's very
+first call to that actor (Ray here keeps no view of an actor it never called, so
+it learns of the death from that call). Ray fails such a ref itself, and
+resolving it runs no raytopic code.
 """
 
 from __future__ import annotations

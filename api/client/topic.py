@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -57,9 +58,12 @@ from raytopic.core.protocol import (
     DescribeTopic,
     DestroyGroup,
     DestroyTopic,
+    EndTopic,
     PurgeTopic,
     ReadGroupNames,
+    ReadRingFigures,
     ResetGroupPositions,
+    pack_request,
 )
 from raytopic.core.records import Position
 from raytopic.core.shared_group import SharedGroup
@@ -70,6 +74,10 @@ if TYPE_CHECKING:
     from raytopic.core.compaction import Compaction
 
 __all__ = ["Topic", "create_topic", "get_topic", "list_topics"]
+
+ANSWERS_HEARD_TIMEOUT = 2.0
+"""Seconds a destroy waits at most, between ending the topic's waits and killing its
+actors, for the channels' answers to this process's calls (see ``_answers_heard``)."""
 
 
 def create_topic(
@@ -683,6 +691,9 @@ class Topic:
         left: StoreError | None = None
         try:
             with topic_calls(self.topic_id, self.name):
+                yield Get(self._coordinator.request.remote(EndTopic()))
+            yield from _answers_heard(self._channel_actors)
+            with topic_calls(self.topic_id, self.name):
                 yield Get(self._coordinator.request.remote(DestroyTopic()))
         except (TopicNotFoundError, ray.exceptions.RayActorError):
             pass  # gone already
@@ -747,6 +758,25 @@ def _name_is_another_topic_s(topic: Topic) -> bool:
     ``destroy`` would stop the new topic's and wait for its actors to die."""
     named = named_actor(coordinator_actor_name(topic.name), topic.namespace)
     return named is not None and named != topic._coordinator
+
+
+def _answers_heard(channels: Sequence[Any]) -> Steps[None]:
+    """One call to each channel from this process, its answer waited for (bounded, best
+    effort; ``Topic.destroying``, once every wait at the topic has ended).
+
+    A channel answers one process's calls in the order it finished them, over one
+    connection: once this call's answer is in, so are those of the calls this process
+    sent there before (receives the end of the topic has just answered). Killed
+    before its answers were out, a channel would leave their refs to resolve to Ray's
+    ActorDiedError: traced at a loaded machine, receives a channel had answered 60 ms
+    before the kill (after its notice that every wait had ended) still did so in the
+    process that sent them.
+    """
+    asked = [channel.request.remote(pack_request(ReadRingFigures())) for channel in channels]
+    deadline = time.monotonic() + ANSWERS_HEARD_TIMEOUT
+    for ref in asked:
+        with contextlib.suppress(Exception):  # gone, restarting, late: not waited for
+            yield Get(ref, timeout=max(deadline - time.monotonic(), 0.0))
 
 
 def _stop_autoscalers(topic: Topic) -> Steps[None]:

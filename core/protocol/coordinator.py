@@ -29,6 +29,7 @@ __all__ = [
     "DescribeTopic",
     "DestroyTopic",
     "EndStream",
+    "EndTopic",
     "EnsureDeadLetterTopic",
     "Heartbeat",
     "JoinGroup",
@@ -71,9 +72,16 @@ class PurgeTopic(NamedTuple):
     many were removed."""
 
 
+class EndTopic(NamedTuple):
+    """The first step of ``Topic.destroy``: members' long polls and every wait at the
+    channels answer TopicNotFoundError; the actors stay up (so the destroying process
+    hears those answers before the kill: ``Topic.destroying``). A retry does it again."""
+
+
 class DestroyTopic(NamedTuple):
     """Stop background work, remove the stored data and kill the channel actors
-    (``Topic.destroy``); a retry does it again."""
+    (``Topic.destroy``; it ends the topic first if :class:`EndTopic` did not); a retry
+    does it again."""
 
 
 class DescribeTopic(NamedTuple):
@@ -237,6 +245,7 @@ CoordinatorRequest = (
     | ReadTopicInfo
     | AwaitTopic
     | PurgeTopic
+    | EndTopic
     | DestroyTopic
     | DescribeTopic
     | ChannelRestarted
@@ -263,6 +272,7 @@ COORDINATOR_REQUESTS = (
     ReadTopicInfo,
     AwaitTopic,
     PurgeTopic,
+    EndTopic,
     DestroyTopic,
     DescribeTopic,
     ChannelRestarted,
