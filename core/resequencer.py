@@ -155,8 +155,11 @@ class Resequencer:
     and a position in it, such as a channel) can be taken back: after
     :meth:`rewind` of that source to a position, what is held from it there
     on is dropped, and the numbers released from it there on (among the
-    latest releases) are released again when they come, not dropped as late;
-    the numbers released from other sources in between are stepped over. (With
+    latest releases) are released again when they come, not dropped as late, and
+    so are the numbers those releases skipped as gaps (a gap's top
+    ``GAP_REOPENED`` numbers; not what a stream's first release skipped): each is
+    waited for again, as its source read again may hold it. The numbers released
+    from other sources in between are stepped over. (With
     ``timeout_ms=0`` each is released whenever it comes.)
 
     **Memory.** A stream's state (its last released number) is kept for the
@@ -475,14 +478,19 @@ class Resequencer:
     ) -> None:
         seq = heapq.heappop(stream.heap)
         payload, _, origin = stream.held.pop(seq)
-        for first, stop in stream.skipped_by(seq, keep_again=self._zero_hold):
+        # What a stream's first release skips came before this numbering (a host
+        # restarted mid-stream: numbers handled by its predecessor): not a gap to undo.
+        first_release = not stream.numbered
+        skipped = stream.skipped_by(seq, keep_again=self._zero_hold)
+        for first, stop in skipped:
             self._gaps += stop - first
             if self._on_gap is not None:
                 events.append(_Gap(first, stop, correlation_id))
         self._held -= 1
         self._released += 1
         if origin is not None:
-            self._record.released(origin[0], origin[1], correlation_id, seq)
+            gaps = tuple(skipped) if skipped and not first_release else ()
+            self._record.released(origin[0], origin[1], correlation_id, seq, gaps)
         events.append(_Release(seq, payload, correlation_id))
 
     def _take_ticket(self, events: list[_Event]) -> int | None:
@@ -581,7 +589,7 @@ class _Stream:
     """One correlation id's state: the last released number, the numbers at or below
     it to release again (their source was sent back) and the held messages."""
 
-    __slots__ = ("again", "again_heap", "heap", "held", "last")
+    __slots__ = ("again", "again_heap", "heap", "held", "last", "numbered")
 
     def __init__(self, start: int | None) -> None:
         self.last: int | None = None if start is None else start - 1
@@ -590,6 +598,7 @@ class _Stream:
         self.held: dict[int, tuple[Any, float, tuple[Hashable, int] | None]] = {}
         self.again: set[int] = set()
         self.again_heap: list[int] = []  # the same numbers, lowest first
+        self.numbered = False  # whether it released a number since it (re)started
 
     def expected(self) -> int | None:
         """The number released next without waiting (None: not known yet)."""
@@ -645,6 +654,7 @@ class _Stream:
         if self.last is not None and seq > self.last + 1:
             skipped.append((self.last + 1, seq))
         self.last = seq if self.last is None else max(self.last, seq)
+        self.numbered = True
         return skipped
 
     def start_afresh(self, start: int | None) -> None:
@@ -652,6 +662,7 @@ class _Stream:
         self.last = None if start is None else start - 1
         self.again.clear()
         self.again_heap.clear()
+        self.numbered = False
 
 
 class _Release(NamedTuple):

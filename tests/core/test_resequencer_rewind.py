@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from raytopic.core.release_record import RELEASES_KEPT
+from raytopic.core.release_record import GAP_REOPENED, RELEASES_KEPT
 from raytopic.core.resequenced_stream import ResequencedStream
 from raytopic.core.resequencer import Resequence, Resequencer
 
@@ -186,3 +186,55 @@ def test_numbers_sent_back_from_positions_passed_over_are_not_waited_for() -> No
     feed(resequencer, (3, "a", 3))  # released, and not to come again: late
     assert log.take() == [("late", 3)]
     assert resequencer.stats.gaps == 0
+
+
+def test_a_gap_skipped_by_a_release_sent_back_is_waited_for_again() -> None:
+    # The hold window released 2 past 1 (1 had not come); 2's source is sent back and
+    # reads 2 then 1 (it holds them in that order): 1 comes before 2. Before: 2 was
+    # released again at once and 1 dropped as late (a resequencing loop lost it).
+    log = Log()
+    resequencer = make(log)
+    feed(resequencer, (0, "a", 0), (2, "b", 0))
+    resequencer.flush()
+    assert log.take() == [("release", 0), ("gap", 1), ("release", 2)]
+    resequencer.rewind("b", 0)
+    feed(resequencer, (2, "b", 0))  # waits for 1 now
+    assert log.take() == []
+    feed(resequencer, (1, "b", 1), (3, "b", 2))
+    assert log.take() == [("release", 1), ("release", 2), ("release", 3)]
+    assert resequencer.stats.late == 0
+
+
+def test_a_gap_of_a_release_passed_over_stays_skipped() -> None:
+    # 2's position is done (a committed transaction consumed it): 2 stays released,
+    # and 1, which its release skipped, stays skipped (late if it comes).
+    log = Log()
+    resequencer = make(log)
+    feed(resequencer, (0, "a", 0), (2, "b", 0))
+    resequencer.flush()
+    log.take()
+    resequencer.rewind("b", 0)
+    resequencer.passed("b", 0, 0)
+    feed(resequencer, (3, "b", 1), (1, "c", 0))
+    assert log.take() == [("release", 3), ("late", 1)]
+
+
+def test_what_a_first_release_skipped_and_the_top_of_a_long_gap_are_waited_for_again() -> None:
+    # Below a stream's first release: numbers from before this numbering (a host
+    # restarted mid-stream), never waited for again; of a longer gap only its top
+    # GAP_REOPENED numbers are.
+    log = Log()
+    resequencer = make(log)
+    feed(resequencer, (5, "a", 0))
+    resequencer.flush()
+    feed(resequencer, (5 + GAP_REOPENED + 10, "a", 1))
+    resequencer.flush()
+    gaps = resequencer.stats.gaps
+    log.take()
+    resequencer.rewind("a", 0)
+    feed(resequencer, (5, "a", 0))
+    assert log.take() == [("release", 5)]  # 0..4 not waited for
+    feed(resequencer, (5 + GAP_REOPENED + 10, "a", 1))
+    assert log.take() == []  # its gap's top numbers are
+    resequencer.flush()
+    assert resequencer.stats.gaps - gaps == GAP_REOPENED
