@@ -318,7 +318,9 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         )
         if task_id in refusing:
             return refusing[task_id]["status"] == REVOKED  # cancelled already: True again
-        self._tell_finished([task_id])
+        # Not told to the board now: it would forget the record past results_kept while
+        # the task waits in the queue, and a replica finding none would run it. The
+        # replica that passes it over tells it.
         return True
 
     async def cancel_task_async(self, task_id: str) -> bool:
@@ -606,7 +608,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         """
         config = self._config
         recorded: dict[str, dict[str, Any]] = {}
-        retries, done = [], []
+        retries, done, passed = [], [], []
         for element, task, status, result in outcomes:
             if status == RETRY:
                 retries.append(element)
@@ -614,7 +616,8 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 continue
             done.append(element)
             if task is not None and task["id"] in skip:
-                continue  # its outcome is on the task log already
+                passed.append(task["id"])  # its outcome is on the task log already
+                continue
             queue = {
                 FAILURE: config.failed_task_queue_name,
                 REJECTED: config.unprocessable_task_queue_name,
@@ -635,22 +638,29 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         sent = self._task_log().send_unless(recorded, "status", FINISHED) if recorded else None
         assert self._acknowledger is not None
         acked = self._acknowledger.submit(
-            self._acknowledge_once_held, sent, recorded, done, retries
+            self._acknowledge_once_held, sent, recorded, done, retries, passed
         )
         self._recording.append((set(recorded), acked))
 
     def _acknowledge_once_held(
-        self, sent: WriteUnless | None, recorded: dict[str, dict], done: list, retries: list
+        self,
+        sent: WriteUnless | None,
+        recorded: dict[str, dict],
+        done: list,
+        retries: list,
+        passed: list[str],
     ) -> None:
         """Wait for the outcomes' write to the task log (``sent``), then acknowledge
         what finished and nack the retries: a task is acknowledged only once its
-        outcome is held. The board hears of the finished ones (soon, not waited for)."""
+        outcome is held. The board hears of the finished ones and of those ``passed``
+        over (finished before, or cancelled: a cancel is counted here, once no replica
+        will run its task), soon, not waited for."""
         try:
             if sent is not None:
                 self._log_answer(lambda: sent.refused(BOARD_WAIT))
-                finished = [i for i, record in recorded.items() if record["status"] in FINISHED]
-                if finished:
-                    self._tell_soon(finished)
+            finished = [i for i, record in recorded.items() if record["status"] in FINISHED]
+            if finished or passed:
+                self._tell_soon(finished + passed)
             if done:
                 # Not waited for. An ack that fails leaves its tasks to come back after
                 # ack_timeout, and their start passes them over (their outcomes are

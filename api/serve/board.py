@@ -71,8 +71,16 @@ class FinishedTasks:
         self._tasks: OrderedDict[str, None] = OrderedDict()
 
     def restore(self, records: dict[str, dict[str, Any]]) -> None:
-        """Take what the task log holds (the finished tasks, oldest change first)."""
-        finished = [item for item in records.items() if item[1]["status"] in FINISHED]
+        """Take what the task log holds (the finished tasks, oldest change first).
+
+        Cancelled tasks are left out: one may still wait in the queue, and forgotten
+        it would run; a replica that passes it over tells it again. (One passed over
+        before this restart and not yet forgotten stays on the log.)"""
+        finished = [
+            item
+            for item in records.items()
+            if item[1]["status"] in FINISHED and item[1]["status"] != REVOKED
+        ]
         for task_id, _ in sorted(finished, key=lambda item: item[1]["at"]):
             self._tasks[task_id] = None
 

@@ -450,3 +450,46 @@ def test_a_handler_raising_systemexit_or_keyboardinterrupt_fails_its_task_only(
         assert adapter._consumer.is_alive()
     finally:
         adapter.destroy()
+
+
+@pytest.mark.parametrize("board_restarts", [False, True], ids=["board", "restarted-board"])
+def test_a_cancelled_task_behind_more_finished_tasks_than_results_kept_never_runs(
+    ray_session: None, tmp_path: Path, wait_until: Any, board_restarts: bool
+) -> None:
+    # Before: a cancel told the board at once that its task had finished (and a board
+    # that restarted counted every REVOKED record so), so a task cancelled while more
+    # than results_kept tasks ahead of it finished was forgotten (its REVOKED record
+    # deleted) before a replica reached it, and the replica, finding no record, ran it
+    # (trial69: 24 of 26 cancels answered True ran, results_kept=20, 200 tasks). Now a
+    # cancelled task counts as finished once a replica passed it over.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    settings = TopicAdapterConfig(namespace=namespace, store=str(tmp_path), results_kept=2)
+    adapter = TopicTaskAdapter(
+        TaskProcessorConfig(queue_name=queue, adapter=TopicTaskAdapter, adapter_config=settings)
+    )
+    adapter.initialize()
+    runs: list[int] = []
+
+    def slow(n: int) -> int:
+        runs.append(n)
+        time.sleep(0.5)
+        return n
+
+    adapter.register_task_handle(slow, "slow")
+    ahead = [adapter.enqueue_task_sync("slow", [n]).id for n in range(8)]  # two batches
+    cancelled = adapter.enqueue_task_sync("slow", [100]).id
+    assert adapter.cancel_task_sync(cancelled) is True  # not started: no replica runs it
+    last = adapter.enqueue_task_sync("slow", [8]).id  # in the batch after the 8 ahead
+    if board_restarts:  # it reads the log back: the REVOKED record is there
+        board = ray.get_actor(board_name(queue), namespace=namespace)
+        os.kill(get(board.__ray_call__.remote(lambda _: os.getpid())), signal.SIGKILL)
+        get(board.ready.remote())
+    adapter.start_consumer()
+    try:
+        wait_until(lambda: adapter.get_task_status_sync(last).status == "SUCCESS", 60)
+        assert 100 not in runs
+        assert runs == list(range(9))
+        assert adapter.get_task_status_sync(cancelled).status == "REVOKED"
+        assert adapter.get_task_status_sync(ahead[0]).status == "PENDING"  # past results_kept
+    finally:
+        adapter.destroy()
