@@ -10,6 +10,7 @@ retries with.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_log import ChannelLog
@@ -29,20 +30,31 @@ class Appends:
     **Ordering**: one publisher's batches are appended in its batch order.
 
     **Back-pressure**: with overflow ``"block"`` an append waits for room up to
-    the publisher's timeout.
+    the publisher's timeout. A batch that may go in pieces meanwhile is open
+    (``PublisherTable.open``) until its append ends: if the channel restarts, Ray's
+    retry of it appends the rest under the same number, before the publisher's
+    later batches, and is answered for the whole batch.
 
     Args:
         context: The channel's identity and metrics.
         log: The channel's log.
         publishers: The publishers' turns and acks.
+        checkpoint: Makes the state's changes so far durable (an open batch is
+            known open before its first piece is stored, and closed before its
+            answer).
     """
 
     def __init__(
-        self, context: ChannelContext, log: ChannelLog, publishers: PublisherTable
+        self,
+        context: ChannelContext,
+        log: ChannelLog,
+        publishers: PublisherTable,
+        checkpoint: Callable[[], Awaitable[None]],
     ) -> None:
         self._context = context
         self._log = log
         self._publishers = publishers
+        self._checkpoint = checkpoint
 
     async def append(self, request: Append, payload: Payload) -> AppendAck | StatusBatch:
         """Append one publisher batch, in the publisher's batch order.
@@ -134,8 +146,9 @@ class Appends:
         each: bool,
     ) -> tuple[AppendAck, int | None, bool]:
         """Append one publisher batch in its turn (a batch seen before: the ack it got
-        then, appending nothing twice). Returns the ack, the change to make durable
-        before answering, and whether it is new (not a retry's).
+        then, appending nothing twice; one open when the channel restarted: its rest).
+        Returns the ack, the change to make durable before answering, and whether it
+        is new (not a retry's).
 
         Raises:
             InvalidArgumentError: a stale or duplicate batch number.
@@ -145,12 +158,29 @@ class Appends:
         if ack is not None:  # a retry (a lost reply, or a restart in between)
             return ack, None, False
 
-        def piece(first: int, count: int, stamp: float) -> None:
-            publishers.piece(publisher_id, batch, first, count, stamp)
-
         async with publishers.turn(publisher_id, batch):
+            before = publishers.stored(publisher_id, batch)
+            done = 0 if before is None else before.accepted
+            rest = payload.slice(done, len(payload)) if done else payload
+            opened = publishers.is_open(publisher_id, batch)
+            if not opened and publisher_id and self._in_pieces(rest, policy, each=each):
+                publishers.open(publisher_id, batch)
+                await self._checkpoint()  # known open before its first piece is stored
+                opened = True
+            left = len(rest)
+
+            async def piece(first: int, count: int, stamp: float) -> None:
+                nonlocal left
+                publishers.piece(publisher_id, batch, first, count, stamp)
+                left -= count
+                if opened and left:
+                    # Known before the rest waits: a restart resumes after it, though
+                    # readers may trim it meanwhile (or later pieces push it past
+                    # what a restart reloads). The last piece goes with the close.
+                    await self._checkpoint()
+
             ack, change = await self._log.append(
-                payload,
+                rest,
                 policy,
                 timeout,
                 whole=whole,
@@ -158,8 +188,24 @@ class Appends:
                 publisher_id=publisher_id,
                 batch=batch,
                 on_piece=piece if publisher_id else None,
+                stored=done,
             )
+        if before is not None:
+            ack = before.then(ack)
+        if opened:  # closed once what it stored is durable, before its answer
+            await self._log.durable(change)
+            publishers.close(publisher_id, batch)
+            await self._checkpoint()
         return ack, change, True
+
+    def _in_pieces(self, payload: Payload, policy: Overflow, *, each: bool) -> bool:
+        """Whether a "block" append may store part of ``payload`` and wait for room for
+        the rest: it does not fit now, and its values were published one by one or
+        it is larger than the capacity (else it waits to go in at once)."""
+        count = len(payload)
+        if policy is not Overflow.BLOCK or self._log.room() >= count:
+            return False
+        return each or count > self._log.ring.capacity
 
     def _appended(self, arrived: float, publisher_id: str, batch: int, ack: AppendAck) -> None:
         """Count a durable append and keep its ack for a retry of ``batch``."""

@@ -217,7 +217,7 @@ class ChannelActor:
         self._stream_steps = StreamSteps(
             channel, config.channels, parts.streams, parts.readers, parts.state, peers
         )
-        self._appends = Appends(context, parts.log, parts.publishers)
+        self._appends = Appends(context, parts.log, parts.publishers, parts.state.checkpoint)
         self._latest = LatestValues(parts.log, compacted=config.compaction is not None)
         self._dead_letters = parts.dead_letters
         self._in_service = 0  # ``request`` calls running here (a destroy waits for them)

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -361,7 +361,8 @@ class ChannelLog:
         each: bool = False,
         publisher_id: str = "",
         batch: int = -1,
-        on_piece: Callable[[int, int, float], None] | None = None,
+        on_piece: Callable[[int, int, float], Awaitable[None]] | None = None,
+        stored: int = 0,
     ) -> tuple[AppendAck, int | None]:
         """The one place where elements enter the channel (publishes, ring buffer adds,
         Arrow batches): room, then the store write (or the ring). Returns the ack
@@ -381,8 +382,10 @@ class ChannelLog:
                 capacity), up to ``timeout`` in all.
             publisher_id: Whose batch it is (kept in the store record).
             batch: The publisher's number of the batch.
-            on_piece: Told (first, count, stamp) of each piece stored of a batch that
-                goes in several (as it is stored; the rest waits for room).
+            on_piece: Awaited with (first, count, stamp) of each piece stored of a batch
+                that goes in several, as it is stored (before the rest goes on).
+            stored: Values of the batch stored before ``payload``, its rest (a retry
+                after a restart): an error counts the whole batch's.
         """
         ring = self.ring
         count = len(payload)
@@ -437,12 +440,13 @@ class ChannelLog:
                 break
             runs.append((first, size, stamp))
             if on_piece is not None and size < count:  # not the whole batch at once
-                on_piece(first, size, stamp)
+                await on_piece(first, size, stamp)
             accepted += size
             if policy is Overflow.FAIL:
                 break
         if accepted < count and error is None:
-            error = self._full(policy, timeout, None if each else (count - accepted, count))
+            counted = None if each else (count - accepted, stored + count)
+            error = self._full(policy, timeout, counted)
         if not runs:
             return AppendAck(-1, 0, 0.0, error), None
         first, _, stamp = runs[0]

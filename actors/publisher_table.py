@@ -85,9 +85,11 @@ class PublisherTable:
             track.add_run(record.batch, record.first, len(record.payload), record.stamp)
 
     def resume_turns(self) -> None:
-        """After recovery: each publisher's next batch is the one after its last."""
+        """After recovery: each publisher's next batch is the one after its last, or its
+        open batch (its rest goes in first, when Ray retries it)."""
         for publisher_id, track in self.tracks.items():
-            self.turns.resume(publisher_id, track.last_batch + 1)
+            resumed = track.open if track.resumable() else track.last_batch + 1
+            self.turns.resume(publisher_id, resumed)
 
     def state_keys(self) -> Iterator[str]:
         """The publishers the state keeps (the section ``publishers``)."""
@@ -112,8 +114,8 @@ class PublisherTable:
             InvalidArgumentError: ``batch`` is older than the acks kept.
         """
         track = self.tracks.get(publisher_id)
-        if track is None or batch > track.last_batch:
-            return None
+        if track is None or batch > track.last_batch or batch == track.open:
+            return None  # new, or open when the channel restarted: its rest goes in
         ack = track.acks.get(batch)
         if ack is None and track.last_batch - batch < ACKS_KEPT:
             # Recent, yet no record of it: it appended nothing (refused whole
@@ -137,7 +139,7 @@ class PublisherTable:
         """Whether an ``append_once`` writer's ``version`` (or a later one) is here.
         If not, the writer's turn moves to ``version`` (versions skip numbers)."""
         track = self.tracks.get(writer_id)
-        if track is not None and version <= track.last_batch:
+        if track is not None and version <= track.last_batch and version != track.open:
             return True
         self.turns.resume(writer_id, version)
         return False
@@ -154,6 +156,32 @@ class PublisherTable:
                 yield
         except DuplicateTurnError as error:
             raise InvalidArgumentError(str(error)) from None
+
+    def stored(self, publisher_id: str, batch: int) -> AppendAck | None:
+        """What the open ``batch`` stored before the channel restarted (None: nothing,
+        or it is not open): its retry appends the rest."""
+        track = self.tracks.get(publisher_id)
+        if track is None or track.open != batch:
+            return None
+        return track.acks.get(batch)
+
+    def is_open(self, publisher_id: str, batch: int) -> bool:
+        """Whether ``batch``'s append is known not to have ended (see :meth:`open`)."""
+        track = self.tracks.get(publisher_id)
+        return track is not None and track.open == batch
+
+    def open(self, publisher_id: str, batch: int) -> None:
+        """``batch`` may go in pieces (it waits for room): until :meth:`close`, a channel
+        restarted meanwhile resumes it. The caller makes this durable before storing."""
+        self.tracks.setdefault(publisher_id, PublisherTrack()).open = batch
+        self._changed(publisher_id)
+
+    def close(self, publisher_id: str, batch: int) -> None:
+        """``batch``'s append ended (each piece stored, or the rest refused)."""
+        track = self.tracks.get(publisher_id)
+        if track is not None and track.open == batch:
+            track.open = -1
+            self._changed(publisher_id)
 
     def piece(self, publisher_id: str, batch: int, first: int, count: int, stamp: float) -> None:
         """A piece of ``batch`` is stored while the rest waits for room: kept with the

@@ -7,6 +7,11 @@ restarted in between) is answered with its first ack instead of being
 appended twice. With a store the tracks survive a restart: the state file
 keeps them, and the store's records (publisher id and batch number in every
 header) fill in what came after the last state write.
+
+A batch that waits for room under overflow "block" and may go in pieces is marked
+open (durably, before its first piece is stored) until its append ends: a channel
+restarted meanwhile resumes it when Ray retries it (the rest goes in under the same
+number) and holds the publisher's later batches until then.
 """
 
 from __future__ import annotations
@@ -32,11 +37,15 @@ class PublisherTrack:
     last_batch: int = -1
     acks: dict[int, AppendAck] = field(default_factory=dict)
     seen: float = field(default_factory=time.monotonic)
+    open: int = -1
+    """The batch whose append has not ended (-1: none): see the module docstring."""
 
     def remember(self, batch: int, ack: AppendAck) -> None:
         """Keep ``ack`` as the answer to a retry of ``batch``."""
         self.acks[batch] = ack
         self.last_batch = max(self.last_batch, batch)
+        if batch > self.open:  # a later batch went in: the open one ended (or was skipped)
+            self.open = -1
         self.seen = time.monotonic()
         while len(self.acks) > ACKS_KEPT:
             del self.acks[min(self.acks)]
@@ -47,23 +56,31 @@ class PublisherTrack:
         if ack is None:
             self.remember(batch, AppendAck(first, count, stamp))
             return
-        runs = ack.runs or ((ack.first, ack.accepted, ack.stamp),)
-        if any(run[0] == first for run in runs):
+        if any(run[0] == first for run in ack.pieces):
             return  # known already (from the state file)
-        self.acks[batch] = AppendAck(
-            ack.first, ack.accepted + count, ack.stamp, None, (*runs, (first, count, stamp))
-        )
+        self.acks[batch] = ack.then(AppendAck(first, count, stamp))
+
+    def resumable(self) -> bool:
+        """Whether the open batch is to be resumed (after a restart): nothing of a
+        later batch went in, so its append had not ended."""
+        if self.open < self.last_batch:
+            self.open = -1  # a later batch is stored: it had ended
+        return self.open >= 0
 
     def to_state(self) -> list[Any]:
-        """JSON-ready: the last batch number, and the runs of each kept batch."""
-        return [
+        """JSON-ready: the last batch number, the runs of each kept batch, and the open
+        batch if there is one (an optional third item: none without it)."""
+        state: list[Any] = [
             self.last_batch,
             [
-                [batch, [list(run) for run in (ack.runs or [(ack.first, ack.accepted, ack.stamp)])]]
+                [batch, [list(run) for run in ack.pieces]]
                 for batch, ack in self.acks.items()
                 if ack.accepted > 0
             ],
         ]
+        if self.open >= 0:
+            state.append(self.open)
+        return state
 
     @classmethod
     def from_state(cls, state: list[Any]) -> PublisherTrack:
@@ -72,4 +89,5 @@ class PublisherTrack:
         for batch, runs in state[1]:
             for run in runs:
                 track.add_run(int(batch), *run)
+        track.open = int(state[2]) if len(state) > 2 else -1
         return track

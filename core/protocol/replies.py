@@ -76,6 +76,22 @@ class AppendAck:
     error: Exception | None = None
     runs: tuple[tuple[int, int, float], ...] = ()
 
+    @property
+    def pieces(self) -> tuple[tuple[int, int, float], ...]:
+        """Every piece appended, as ``(first, count, stamp)`` (none: nothing was)."""
+        if self.runs:
+            return self.runs
+        return ((self.first, self.accepted, self.stamp),) if self.accepted else ()
+
+    def then(self, more: AppendAck) -> AppendAck:
+        """This ack followed by ``more`` of the same batch (its rest, appended later):
+        one ack of every piece, with ``more``'s error."""
+        if not self.accepted:
+            return more
+        pieces = (*self.pieces, *more.pieces)
+        runs = pieces if len(pieces) > 1 else ()
+        return AppendAck(self.first, self.accepted + more.accepted, self.stamp, more.error, runs)
+
     def locate(self, index: int) -> tuple[int, float]:
         """(sequence, stamp) of the ``index``-th accepted value."""
         if not self.runs:

@@ -70,6 +70,26 @@ def test_a_retry_of_a_batch_the_store_kept_in_part_says_what_was_not_appended() 
     assert isinstance(ack.error, TopicFullError) and "3 of 5" in str(ack.error)
 
 
+def test_a_batch_open_at_a_restart_is_resumed_before_the_publisher_s_later_ones() -> None:
+    """Its retry appends the rest (not answered from the store), in its turn."""
+    table = PublisherTable(3)
+    values = PickledValues.from_values(["a", "b"])
+    table.restore_state({"p": [0, [], 0], "w": [-1, [], 0]})  # open: "w" stored nothing yet
+    table.learn(StoredBatch(10, 1.0, values, 1, "p", 0))
+    table.resume_turns()
+    assert table.earlier_ack("p", 0, 5) is None and table.turns.expected("p") == 0
+    assert table.stored("p", 0) == AppendAck(10, 2, 1.0)
+    assert table.earlier_ack("w", 0, 5) is None and table.turns.expected("w") == 0
+    # A batch open in a state written before a later batch's record: it had ended.
+    ended = PublisherTable(3)
+    ended.restore_state({"p": [0, [[0, [[10, 2, 1.0]]]], 0]})
+    ended.learn(StoredBatch(12, 1.1, values, 1, "p", 1))
+    ended.resume_turns()
+    ack = ended.earlier_ack("p", 0, 5)
+    assert ack is not None and isinstance(ack.error, TopicFullError)
+    assert ended.stored("p", 0) is None and ended.turns.expected("p") == 2
+
+
 def test_an_append_once_writer_skips_versions_and_never_appends_one_twice() -> None:
     table = PublisherTable(0)
     assert not table.has_version("once:w", 5)  # its turn moves to 5 (no wait for 0-4)

@@ -35,3 +35,17 @@ def test_a_track_survives_the_state_file_as_json() -> None:
     again = PublisherTrack.from_state(json.loads(json.dumps(track.to_state())))
     assert again.last_batch == 2
     assert again.acks == {0: AppendAck(0, 5, 1.0), 1: track.acks[1]}
+
+
+def test_an_open_batch_survives_the_state_file_until_a_later_batch_goes_in() -> None:
+    track = PublisherTrack()
+    track.remember(0, AppendAck(0, 5, 1.0))
+    track.open = 1
+    track.add_run(1, 5, 2, 1.1)  # its first piece: still open
+    state = json.loads(json.dumps(track.to_state()))
+    again = PublisherTrack.from_state(state)
+    assert (again.open, again.acks[1], again.resumable()) == (1, AppendAck(5, 2, 1.1), True)
+    assert PublisherTrack.from_state(state[:2]).open == -1  # a state of before: none open
+    again.add_run(2, 7, 1, 1.2)  # a record of a later batch: the open one had ended
+    assert (again.open, again.resumable()) == (-1, False)
+    assert len(again.to_state()) == 2  # nothing open: the state as before
