@@ -228,8 +228,9 @@ class Publisher:
         Raises:
             InvalidTypeError: the value is None, an ObjectRef, cannot be
                 pickled, or the key has an unsupported type (nothing is sent).
-            InvalidArgumentError: the topic is compacted and the value has no key, or
-                ``ordering`` raised (anything, SystemExit too); nothing is sent.
+            InvalidArgumentError: the topic is compacted and the value has no key, an
+                int key past 64 bits, or ``ordering`` raised (anything, SystemExit
+                too); nothing is sent.
             PublisherClosedError: the publisher was closed.
             TopicNotFoundError: the topic was destroyed.
         """

@@ -151,3 +151,20 @@ def test_a_key_of_a_refused_type_sends_nothing(one_channel: rt.Topic) -> None:
         with pytest.raises(rt.InvalidTypeError):
             publisher.publish_batch([1, 2], keys=["a", object()])
     assert next_sequences(topic) == before  # nothing appended
+
+
+def test_an_int_key_past_64_bits_sends_nothing_and_the_bounds_read_back(
+    make_topic: Callable[..., rt.Topic],
+) -> None:
+    # 2**200 went in and failed read_topic later (Arrow's OverflowError from a Ray
+    # Data task); 10**5000 raised a raw ValueError (Python writes no text for it).
+    topic = make_topic(channels=2)
+    with topic.publisher() as publisher:
+        for key in (2**63, -(2**63) - 1, 2**200, 10**5000, np.uint64(2**64 - 1)):
+            with pytest.raises(rt.InvalidArgumentError, match="signed 64-bit"):
+                publisher.publish(1, key=key)
+            with pytest.raises(rt.InvalidArgumentError, match="signed 64-bit"):
+                publisher.publish_batch([1, 2], keys=["a", key])
+        get(publisher.publish_batch([1, 2], keys=[2**63 - 1, -(2**63)]))
+    table = pa.concat_tables([ray.get(ref) for ref in rd.read_topic(topic).to_arrow_refs()])
+    assert sorted(table.column("key").to_pylist()) == [-(2**63), 2**63 - 1]

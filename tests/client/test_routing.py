@@ -12,8 +12,15 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from raytopic.client.routing import channel_for_key, key_bytes
-from raytopic.core.errors import InvalidTypeError
+from raytopic.client.routing import (
+    MAX_INT_KEY,
+    MIN_INT_KEY,
+    channel_for_key,
+    key_bytes,
+    key_hash,
+    stored_key,
+)
+from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
 
 # CRC-32 (IEEE, zlib) of the key bytes; 0xCBF43926 is the standard check value
 # of b"123456789".
@@ -84,6 +91,20 @@ def test_float_keys_are_refused_because_spark_writes_them_differently(key: objec
         key_bytes(key)
     with pytest.raises(TypeError):
         channel_for_key(key, 8)
+
+
+def test_int_keys_fit_a_signed_64_bit_int() -> None:
+    for key in (MAX_INT_KEY, MIN_INT_KEY, np.int64(MIN_INT_KEY), np.uint64(MAX_INT_KEY)):
+        assert key_bytes(key) == str(int(key)).encode("ascii")
+        assert stored_key(key) == int(key)
+
+
+def test_an_int_key_past_64_bits_is_refused() -> None:
+    # -(10**5000) has no decimal text in Python (a raw ValueError before the bound)
+    for key in (MAX_INT_KEY + 1, MIN_INT_KEY - 1, 2**200, -(10**5000), np.uint64(2**64 - 1)):
+        for call in (key_bytes, key_hash, stored_key, lambda key: channel_for_key(key, 8)):
+            with pytest.raises(InvalidArgumentError, match="signed 64-bit int"):
+                call(key)
 
 
 def test_a_str_key_and_its_utf8_bytes_share_a_channel() -> None:
