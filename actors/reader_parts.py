@@ -19,7 +19,7 @@ import numpy as np
 
 from raytopic.actors.receive_session import SessionSpec
 from raytopic.actors.segment_ring import Run
-from raytopic.core.errors import DataLossError, InvalidArgumentError
+from raytopic.core.errors import DataLossError
 from raytopic.core.payloads import Payload, decode_checked, encode_values
 from raytopic.core.protocol import (
     Chunk,
@@ -37,7 +37,6 @@ __all__ = [
     "Picked",
     "Reader",
     "ReaderMode",
-    "check_sequence",
     "pick",
 ]
 
@@ -265,15 +264,3 @@ def delivered_count(chunks: list[Chunk]) -> tuple[int, int]:
         sum(len(chunk.payload) for chunk in chunks),
         sum(chunk.payload.nbytes for chunk in chunks),
     )
-
-
-def check_sequence(value: object, what: str) -> None:
-    """``value`` must be an int >= 0.
-
-    Raises:
-        InvalidArgumentError: it is not.
-    """
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")

@@ -12,9 +12,9 @@ from typing import Any
 
 from raytopic.actors.channel_context import POLL_INTERVAL, ChannelContext
 from raytopic.actors.channel_log import ChannelLog
-from raytopic.actors.reader_parts import check_sequence, pick
+from raytopic.actors.reader_parts import pick
 from raytopic.actors.segment_ring import Run
-from raytopic.core.config import Overflow
+from raytopic.core.config import Overflow, check_nonnegative_int
 from raytopic.core.errors import DataLossError, InvalidArgumentError, StoreError
 from raytopic.core.payloads import DamagedElements, Payload
 from raytopic.core.protocol import Chunk, RawReadResult, poison_error
@@ -67,7 +67,7 @@ class RingbufferApi:
             DataLossError: ``sequence``'s stored record is damaged.
             StaleSequenceError: ``sequence`` is gone (below the head, not stored).
         """
-        check_sequence(sequence, "sequence")
+        check_nonnegative_int(sequence, "sequence")
         while True:
             tail = self._log.ring.tail
             if sequence > tail + 1:
@@ -91,9 +91,9 @@ class RingbufferApi:
         counts every item read, matching or not.
         """
         ring = self._log.ring
-        check_sequence(start, "start_sequence")
-        check_sequence(min_count, "min_count")
-        check_sequence(max_count, "max_count")
+        check_nonnegative_int(start, "start_sequence")
+        check_nonnegative_int(min_count, "min_count")
+        check_nonnegative_int(max_count, "max_count")
         if min_count > max_count:
             raise InvalidArgumentError(f"min_count {min_count} > max_count {max_count}")
         if max_count > MAX_READ_MANY:
@@ -140,9 +140,9 @@ class RingbufferApi:
             DataLossError: ``start`` is in a damaged range.
             StaleSequenceError: ``start`` is gone (below the head and not stored).
         """
-        check_sequence(start, "start")
-        check_sequence(stop, "stop")
-        check_sequence(max_count, "max_count")
+        check_nonnegative_int(start, "start")
+        check_nonnegative_int(stop, "stop")
+        check_nonnegative_int(max_count, "max_count")
         runs = self._log.read_span(start, stop, max_count)
         return tuple(run.chunk() for run in runs)
 

@@ -27,11 +27,11 @@ from raytopic.actors.cursors import clamp
 from raytopic.actors.reader_parts import (
     LossNotice,
     Reader,
-    check_sequence,
     delivered_count,
 )
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.shared_take import take_shared
+from raytopic.core.config import check_nonnegative_int
 from raytopic.core.errors import (
     GroupModeError,
     InvalidArgumentError,
@@ -623,6 +623,6 @@ def _delivery_ids(entries: object) -> list[tuple[int, int, int]]:
                 f"an entry must be (sequence, delivery count, epoch), got {entry!r}"
             )
         sequence, count, epoch = entry
-        check_sequence(sequence, "sequence")
+        check_nonnegative_int(sequence, "sequence")
         checked.append((sequence, count, epoch))
     return checked

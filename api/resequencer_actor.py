@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.util.metrics import Counter
 
+from raytopic.core.config import check_int
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
 from raytopic.core.resequencer import (
     ReleaseCallback,
     Resequencer,
     ResequencerStats,
     _check_correlation_id,
-    _check_int,
     _check_seq,
     _check_settings,
 )
@@ -86,7 +86,7 @@ class ResequencerActor:
         max_gaps: int = _MAX_GAPS,
     ) -> None:
         _check_target(sink, on_release)
-        _check_int("max_gaps", max_gaps, minimum=0)
+        check_int(max_gaps, "max_gaps", minimum=0)
         self._sink = sink
         self._on_release = on_release
         self._gaps: deque[tuple[int, Hashable | None]] = deque(maxlen=max_gaps)

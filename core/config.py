@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "FIXED_SETTINGS",
     "MAX_CHANNELS",
+    "MAX_COUNT",
     "MAX_LINGER_SECONDS",
     "MAX_RETENTION_SECONDS",
     "MAX_SECONDS",
@@ -68,6 +69,12 @@ MAX_RETENTION_SECONDS = 100 * MAX_SECONDS
 
 MAX_CHANNELS = 10_000
 """The most channels a topic has: each is an actor process of its own."""
+
+MAX_COUNT = 2**63 - 1
+"""The largest count, size, sequence or position any argument takes (a signed 64-bit
+int: what Arrow's int64 columns, numpy and Spark's LongType hold) unless it documents
+a bound of its own; an int argument below zero is at least ``-MAX_COUNT - 1``. A
+larger one is a mistake some layer could not carry (an OverflowError deep in a task)."""
 
 _BOUND_NAMES = {
     MAX_SECONDS: "a year",
@@ -210,9 +217,10 @@ def _is_number(value: object) -> TypeGuard[int | float]:
 
 
 def check_int(
-    value: object, what: str, *, minimum: int | None = None, maximum: int | None = None
+    value: object, what: str, *, minimum: int = -MAX_COUNT - 1, maximum: int = MAX_COUNT
 ) -> int:
-    """Return ``value`` if it is an int (not a bool) within ``[minimum, maximum]``.
+    """Return ``value`` if it is an int (not a bool) within ``[minimum, maximum]``
+    (a signed 64-bit int's range unless given: see ``MAX_COUNT``).
 
     Raises:
         InvalidTypeError: not an int, naming ``what``.
@@ -220,20 +228,20 @@ def check_int(
     """
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidTypeError(f"{what} must be an int, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
+    if value < minimum:
         raise InvalidArgumentError(f"{what} must be >= {minimum}, got {shown(value)}")
-    if maximum is not None and value > maximum:
+    if value > maximum:
         raise InvalidArgumentError(f"{what} must be <= {maximum}, got {shown(value)}")
     return value
 
 
-def check_positive_int(value: object, what: str, *, maximum: int | None = None) -> int:
-    """Return ``value`` if it is an int >= 1 (and <= ``maximum``), else raise naming ``what``."""
+def check_positive_int(value: object, what: str, *, maximum: int = MAX_COUNT) -> int:
+    """Return ``value`` if it is an int >= 1 and <= ``maximum``, else raise naming ``what``."""
     return check_int(value, what, minimum=1, maximum=maximum)
 
 
-def check_nonnegative_int(value: object, what: str, *, maximum: int | None = None) -> int:
-    """Return ``value`` if it is an int >= 0 (and <= ``maximum``), else raise naming ``what``."""
+def check_nonnegative_int(value: object, what: str, *, maximum: int = MAX_COUNT) -> int:
+    """Return ``value`` if it is an int >= 0 and <= ``maximum``, else raise naming ``what``."""
     return check_int(value, what, minimum=0, maximum=maximum)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from raytopic.core.config import MAX_CHANNELS, MAX_COUNT, shown
 from raytopic.core.errors import (
     GroupModeError,
     InvalidArgumentError,
@@ -77,10 +78,14 @@ class Position:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
-        if self.channel < 0:
-            raise InvalidArgumentError(f"channel must be >= 0, got {self.channel}")
-        if self.sequence < -1:
-            raise InvalidArgumentError(f"sequence must be >= -1, got {self.sequence}")
+        if not 0 <= self.channel < MAX_CHANNELS:
+            raise InvalidArgumentError(
+                f"channel must be >= 0 and < {MAX_CHANNELS}, got {shown(self.channel)}"
+            )
+        if not -1 <= self.sequence <= MAX_COUNT:
+            raise InvalidArgumentError(
+                f"sequence must be >= -1 and <= {MAX_COUNT}, got {shown(self.sequence)}"
+            )
 
     def __str__(self) -> str:
         return f"{self.topic_id}:{self.channel}:{self.sequence}"

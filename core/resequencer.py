@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from raytopic.core.config import MAX_SECONDS, check_int
+from raytopic.core.config import MAX_COUNT, MAX_SECONDS, check_int
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError
 from raytopic.core.release_record import ReleaseRecord, at_or_after
 from raytopic.core.waits import bounded_wait
@@ -102,10 +102,10 @@ class Resequence:
             raise InvalidTypeError(
                 f"correlation must be callable or None, got {type(self.correlation).__name__}"
             )
-        _check_int("timeout_ms", self.timeout_ms, minimum=0, maximum=MAX_MILLISECONDS)
-        _check_int("capacity", self.capacity, minimum=0)
+        check_int(self.timeout_ms, "timeout_ms", minimum=0, maximum=MAX_MILLISECONDS)
+        check_int(self.capacity, "capacity", minimum=0)
         if self.start is not None:
-            _check_int("start", self.start)
+            check_int(self.start, "start")
 
 
 class Resequencer:
@@ -296,6 +296,7 @@ class Resequencer:
         Raises:
             InvalidTypeError: ``seq`` is not an int (``bool`` included) or
                 ``correlation_id`` is not hashable; nothing is stored.
+            InvalidArgumentError: ``seq`` past a signed 64-bit int; nothing is stored.
         """
         _check_seq(seq)
         _check_correlation_id(correlation_id)
@@ -688,12 +689,6 @@ class _Late(NamedTuple):
 _Event = _Release | _Gap | _Late
 
 
-def _check_int(
-    name: str, value: object, minimum: int | None = None, maximum: int | None = None
-) -> None:
-    check_int(value, name, minimum=minimum, maximum=maximum)
-
-
 def _check_settings(
     name: object, timeout_ms: object, capacity: object, reap_interval_ms: object, start: object
 ) -> None:
@@ -702,16 +697,18 @@ def _check_settings(
         raise InvalidTypeError(f"name must be a str, got {type(name).__name__}")
     if not name:
         raise InvalidArgumentError("name must not be empty")
-    _check_int("timeout_ms", timeout_ms, minimum=0, maximum=MAX_MILLISECONDS)
-    _check_int("capacity", capacity, minimum=0)
-    _check_int("reap_interval_ms", reap_interval_ms, minimum=1, maximum=MAX_MILLISECONDS)
+    check_int(timeout_ms, "timeout_ms", minimum=0, maximum=MAX_MILLISECONDS)
+    check_int(capacity, "capacity", minimum=0)
+    check_int(reap_interval_ms, "reap_interval_ms", minimum=1, maximum=MAX_MILLISECONDS)
     if start is not None:
-        _check_int("start", start)
+        check_int(start, "start")
 
 
 def _check_seq(seq: object) -> None:
     if isinstance(seq, bool) or not isinstance(seq, int):
         raise InvalidTypeError(f"seq must be an int, got {type(seq).__name__}")
+    if not -MAX_COUNT - 1 <= seq <= MAX_COUNT:  # as ``start`` (check_int's bound)
+        check_int(seq, "seq")
 
 
 def _check_correlation_id(correlation_id: object) -> None:

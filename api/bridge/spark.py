@@ -55,7 +55,13 @@ from raytopic.client.bulk import (
     read_range,
 )
 from raytopic.client.topic import Topic
-from raytopic.core.config import Start, StartName, check_instance, check_timeout
+from raytopic.core.config import (
+    Start,
+    StartName,
+    check_instance,
+    check_nonnegative_int,
+    check_timeout,
+)
 from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -359,8 +365,7 @@ class StreamingSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Publish micro-batch ``batch_id`` (Spark calls this in the driver)."""
         _check_dataframe(batch)
-        if not isinstance(batch_id, int) or isinstance(batch_id, bool) or batch_id < 0:
-            raise InvalidArgumentError(f"batch_id must be an int >= 0, got {batch_id!r}")
+        check_nonnegative_int(batch_id, "batch_id")
         query_id = self._query_id or batch.sparkSession.sparkContext.getLocalProperty(
             _QUERY_ID_PROPERTY
         )

@@ -37,7 +37,7 @@ from raytopic.client.arrow_tables import (
     to_utc,
     unify,
 )
-from raytopic.core.config import check_bool, check_name, check_timeout
+from raytopic.core.config import check_bool, check_name, check_nonnegative_int, check_timeout
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import (
     DataLossError,
@@ -499,11 +499,7 @@ def _bound(topic: Topic, channel: int, at: Any, head: int, tail: int, what: str)
         if isinstance(sequence, Position):
             sequence.check_belongs(topic.topic_id, channel)
             sequence = sequence.sequence
-        if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 0:
-            raise InvalidArgumentError(
-                f"{what}[{channel}] must be a sequence >= 0, got {sequence!r}"
-            )
-        return sequence
+        return check_nonnegative_int(sequence, f"{what}[{channel}] (a sequence)")
     raise InvalidTypeError(
         f"{what} must be 'earliest', 'latest', a datetime or a map channel -> sequence, "
         f"got {type(at).__name__}"

@@ -28,6 +28,7 @@ import raytopic as rt
 import raytopic.data
 from raytopic.core.config import (
     MAX_CHANNELS,
+    MAX_COUNT,
     MAX_LINGER_SECONDS,
     MAX_RETENTION_SECONDS,
     MAX_SECONDS,
@@ -99,18 +100,16 @@ def bad_seconds(
 
 
 def bad_int(
-    minimum: int, maximum: int | None = None, *, none: bool = False
+    minimum: int, maximum: int = MAX_COUNT, *, none: bool = False
 ) -> st.SearchStrategy[Any]:
-    """Values an int argument refuses: not an int (bools too), or out of range."""
+    """Values an int argument refuses: not an int (bools too), or out of range (every
+    count, size and sequence is at most ``MAX_COUNT``: 2**63 and 10**400 are drawn)."""
 
     def valid(value: Any) -> bool:
         if value is None:
             return none
         return (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            and value >= minimum
-            and (maximum is None or value <= maximum)
+            isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= maximum
         )
 
     return JUNK.filter(lambda value: not valid(value))
@@ -665,7 +664,7 @@ RESEQUENCER = {
     "reap_interval_ms": bad_int(1, MILLISECONDS),
     "on_release": JUNK.filter(lambda v: not callable(v)),
     "on_gap": NOT_CALLABLE,
-    "start": bad_int(-(10**400), none=True),
+    "start": bad_int(-MAX_COUNT - 1, none=True),
 }
 
 
@@ -683,7 +682,7 @@ def test_resequencer(argument: str) -> None:
 
 def test_resequencer_accept_and_the_option() -> None:
     resequencer = rt.Resequencer("r", on_release=print)
-    refuses(lambda seq: resequencer.accept(seq, "payload"), bad_int(-(10**400)))
+    refuses(lambda seq: resequencer.accept(seq, "payload"), bad_int(-MAX_COUNT - 1))
     refuses(lambda cid: resequencer.accept(1, "payload", cid), st.sampled_from([[1], {}, {1}]))
     assert resequencer.stats.held == 0
     refuses(lambda seq: rt.Resequence(seq=seq), NOT_CALLABLE.filter(lambda v: v is not None))

@@ -12,6 +12,7 @@ import pytest
 
 from raytopic.core.config import (
     DEFAULT_NAMESPACE,
+    MAX_COUNT,
     MAX_LINGER_SECONDS,
     MAX_RETENTION_SECONDS,
     MAX_SECONDS,
@@ -33,6 +34,7 @@ from raytopic.core.config import (
     shown,
 )
 from raytopic.core.errors import InvalidArgumentError, InvalidTypeError, TopicError
+from raytopic.core.records import Position
 
 # -- TopicConfig.create --------------------------------------------------------
 
@@ -302,6 +304,23 @@ def test_check_int_bounds_and_messages_of_huge_ints() -> None:
     with pytest.raises(InvalidArgumentError, match=r"^n must be >= 1, got an int of 1329 bits$"):
         check_positive_int(-(10**400), "n")
     assert shown(10**5000) == "an int of 16610 bits"  # str() of it would raise
+
+
+def test_every_int_argument_is_bounded_by_a_signed_64_bit_int() -> None:
+    # check_int without a bound took any int: receive_batch(2**70), max_in_flight=2**70,
+    # capacity=2**70 went through to the channels and Ray Data.
+    assert check_int(MAX_COUNT, "n") == MAX_COUNT and check_int(-MAX_COUNT - 1, "n") < 0
+    with pytest.raises(InvalidArgumentError, match=rf"^n must be <= {MAX_COUNT}, got an int"):
+        check_positive_int(2**70, "n")
+    with pytest.raises(
+        InvalidArgumentError, match=rf"^n must be <= {MAX_COUNT}, got {MAX_COUNT + 1}"
+    ):
+        check_nonnegative_int(MAX_COUNT + 1, "n")
+    with pytest.raises(InvalidArgumentError, match=rf"^n must be >= {-MAX_COUNT - 1}"):
+        check_int(-MAX_COUNT - 2, "n")
+    with pytest.raises(InvalidArgumentError, match=rf"^sequence must be >= -1 and <= {MAX_COUNT}"):
+        Position("t", 0, MAX_COUNT + 1)
+    assert Position("t", 0, MAX_COUNT).sequence == MAX_COUNT
     assert shown("x" * 200).endswith("...") and len(shown("x" * 200)) == 80
 
 
