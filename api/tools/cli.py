@@ -20,7 +20,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -195,15 +195,21 @@ def _admin_commands(commands: argparse._SubParsersAction) -> None:
 
     command("list", "list the topics of a namespace")
     create = command("create", "create a topic")
-    create.add_argument("topic")
+    create.add_argument("topic", type=_name("topic"))
     create.add_argument("--channels", type=int, default=8)
     create.add_argument("--capacity", type=int, default=1_000_000)
     create.add_argument("--retain", action="store_true", help="keep committed elements")
     create.add_argument("--ttl", type=float, default=None, help="seconds an element lives")
     create.add_argument("--overflow", choices=("block", "overwrite", "fail"), default="block")
-    create.add_argument("--store", default=None, help="a directory: the embedded store")
     create.add_argument(
-        "--group", action="append", metavar="G", help="a durable group (may repeat)"
+        "--store", type=_store, default=None, help="a directory: the embedded store"
+    )
+    create.add_argument(
+        "--group",
+        type=_name("group"),
+        action="append",
+        metavar="G",
+        help="a durable group (may repeat)",
     )
     create.add_argument(
         "--compact",
@@ -222,10 +228,12 @@ def _admin_commands(commands: argparse._SubParsersAction) -> None:
             metavar="S",
             help=f"with --compact: {what} ({default:g})",
         )
-    command("describe", "channels and groups of a topic").add_argument("topic")
+    command("describe", "channels and groups of a topic").add_argument("topic", type=_name("topic"))
     tail = command("tail", "print elements, one JSON value per line")
-    tail.add_argument("topic")
-    tail.add_argument("--group", default=None, help="from where this group committed")
+    tail.add_argument("topic", type=_name("topic"))
+    tail.add_argument(
+        "--group", type=_name("group"), default=None, help="from where this group committed"
+    )
     tail.add_argument(
         "--from",
         dest="start",
@@ -236,10 +244,10 @@ def _admin_commands(commands: argparse._SubParsersAction) -> None:
     )
     tail.add_argument("-n", type=int, default=None, help="stop after N elements")
     tail.add_argument("--follow", action="store_true", help="keep printing new elements")
-    command("groups", "the groups of a topic").add_argument("topic")
+    command("groups", "the groups of a topic").add_argument("topic", type=_name("topic"))
     reset = command("reset-group", "move a group's read and commit positions")
-    reset.add_argument("topic")
-    reset.add_argument("group")
+    reset.add_argument("topic", type=_name("topic"))
+    reset.add_argument("group", type=_name("group"))
     reset.add_argument(
         "--to",
         required=True,
@@ -248,7 +256,7 @@ def _admin_commands(commands: argparse._SubParsersAction) -> None:
         help="where the group goes on (CH:SEQ: channel CH after sequence SEQ)",
     )
     delete = command("delete", "destroy a topic and everything in it")
-    delete.add_argument("topic")
+    delete.add_argument("topic", type=_name("topic"))
     delete.add_argument("--yes", action="store_true", help="do not ask")
 
 
@@ -256,7 +264,10 @@ def _cluster_options(parser: argparse.ArgumentParser, address_help: str) -> None
     """--address, --namespace, --json: left unset when not given (see :func:`_parse`)."""
     _address_option(parser, address_help)
     parser.add_argument(
-        "--namespace", default=argparse.SUPPRESS, help="of the topics (default raytopic)"
+        "--namespace",
+        type=_name("namespace"),
+        default=argparse.SUPPRESS,
+        help="of the topics (default raytopic)",
     )
     parser.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="pure JSON on stdout"
@@ -285,6 +296,29 @@ def _address(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"expected HOST:PORT (e.g. 127.0.0.1:6379) or auto, got {text!r}"
         ) from None
+
+
+def _name(what: str) -> Callable[[str], str]:
+    """A topic, group or namespace name's check: a bad one ('' and blanks too) is a
+    usage error before anything connects (a lookup would say "not found": exit 3)."""
+
+    def checked(text: str) -> str:
+        from raytopic.core.config import check_name  # imports no Ray
+        from raytopic.core.errors import InvalidArgumentError
+
+        try:
+            return check_name(text, what)
+        except InvalidArgumentError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return checked
+
+
+def _store(text: str) -> str:
+    """--store: a directory; an empty or blank one is a usage error."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a directory, got {text!r}")
+    return text
 
 
 def _start(text: str) -> str | datetime:

@@ -430,6 +430,37 @@ def test_a_bad_position_names_its_flag_and_every_form(capsys: pytest.CaptureFixt
     assert "argument --to: channel 0 is given twice in '0:3,1:2,0:4'" in message
 
 
+_NAMED = [
+    (["tail", "t", "--group", "{}"], "--group"),  # was exit 3: "topic 't' has no group ''"
+    (["tail", "{}"], "topic"),
+    (["describe", "{}"], "topic"),
+    (["groups", "{}"], "topic"),
+    (["delete", "{}", "--yes"], "topic"),
+    (["reset-group", "{}", "g", "--to", "earliest"], "topic"),
+    (["reset-group", "t", "{}", "--to", "earliest"], "group"),
+    (["create", "{}"], "topic"),
+    (["create", "t", "--group", "{}"], "--group"),
+    (["list", "--namespace", "{}"], "--namespace"),
+    (["--namespace", "{}", "list"], "--namespace"),
+]
+"""Every name a command takes; "{}" is where the bad one goes."""
+
+
+@pytest.mark.parametrize(
+    ("argv", "argument", "blank"),
+    [
+        *[(argv, argument, blank) for argv, argument in _NAMED for blank in ("", " ", "a b")],
+        *[(["create", "t", "--store", "{}"], "--store", blank) for blank in ("", " ")],
+    ],
+)
+def test_an_empty_or_blank_name_is_a_usage_error_before_anything_connects(
+    argv: list[str], argument: str, blank: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    filled = [blank if word == "{}" else word for word in argv]
+    message = _usage_error([*filled, "--address", "127.0.0.1:1"], capsys)  # nothing answers
+    assert f"argument {argument}: " in message and repr(blank) in message, message
+
+
 def test_options_before_the_command_are_not_overwritten_by_its_defaults() -> None:
     assert _parse(["--address", "127.0.0.1:1", "bench", "--quick"]).address == "127.0.0.1:1"
     assert _parse(["bench"]).address is None  # an embedded local Ray
@@ -448,6 +479,7 @@ def test_options_before_the_command_are_not_overwritten_by_its_defaults() -> Non
         ["tail", "t", "-n", "x"],
         ["create", "t", "--overflow", "x"],
         ["--json", "demo"],
+        ["tail", "t", "--group", ""],
     ],
 )
 def test_bad_usage_exits_2(args: list[str]) -> None:
