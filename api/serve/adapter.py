@@ -34,6 +34,7 @@ from raytopic.core.errors import (
     TopicError,
     TopicNotFoundError,
 )
+from raytopic.core.records import AckStatus
 from raytopic.core.shared_group import SharedGroup
 from raytopic.serve.board import (
     CANCEL_REFUSED,
@@ -198,6 +199,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._holding = threading.Event()  # set: the holder stops
         self._acknowledger: ThreadPoolExecutor | None = None  # waits for outcomes, then acks
         self._recording: list[tuple[set[str], concurrent.futures.Future]] = []
+        self._acking: list[concurrent.futures.Future] = []  # acks not yet answered
         self._untold: list[str] = []  # finished here, the board not yet told
         self._telling: threading.Timer | None = None
         self._untold_lock = threading.Lock()
@@ -464,6 +466,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         subscriber, consumer = self._subscriber, self._consumer
         acknowledging = [acked for _, acked in list(self._recording)]
         concurrent.futures.wait(acknowledging, timeout)  # else their tasks would go to others
+        concurrent.futures.wait(list(self._acking), timeout)  # what they finished is untold
         self._tell_untold()
         if subscriber is not None:
             subscriber.close()  # a waiting receive completes empty: the loop ends
@@ -608,16 +611,16 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         """
         config = self._config
         recorded: dict[str, dict[str, Any]] = {}
-        retries, done, passed = [], [], []
+        retries, done, done_ids = [], [], []
         for element, task, status, result in outcomes:
             if status == RETRY:
                 retries.append(element)
                 recorded[task["id"]] = task_record(RETRY, None, task["created_at"])
                 continue
             done.append(element)
+            done_ids.append(None if task is None else task["id"])
             if task is not None and task["id"] in skip:
-                passed.append(task["id"])  # its outcome is on the task log already
-                continue
+                continue  # its outcome is on the task log already
             queue = {
                 FAILURE: config.failed_task_queue_name,
                 REJECTED: config.unprocessable_task_queue_name,
@@ -638,47 +641,63 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         sent = self._task_log().send_unless(recorded, "status", FINISHED) if recorded else None
         assert self._acknowledger is not None
         acked = self._acknowledger.submit(
-            self._acknowledge_once_held, sent, recorded, done, retries, passed
+            self._acknowledge_once_held, sent, done, done_ids, retries
         )
         self._recording.append((set(recorded), acked))
 
     def _acknowledge_once_held(
-        self,
-        sent: WriteUnless | None,
-        recorded: dict[str, dict],
-        done: list,
-        retries: list,
-        passed: list[str],
+        self, sent: WriteUnless | None, done: list, done_ids: list[str | None], retries: list
     ) -> None:
         """Wait for the outcomes' write to the task log (``sent``), then acknowledge
-        what finished and nack the retries: a task is acknowledged only once its
-        outcome is held. The board hears of the finished ones and of those ``passed``
-        over (finished before, or cancelled: a cancel is counted here, once no replica
-        will run its task), soon, not waited for."""
+        what finished (``done``, their task ids ``done_ids``) and nack the retries: a task
+        is acknowledged only once its outcome is held. The board hears of a finished task
+        (one passed over too: finished before, or cancelled) once its ack is answered
+        ACKED, soon, not waited for: a task whose ack is lost comes back, and forgotten
+        meanwhile past results_kept, it would find no record to be passed over by."""
         try:
             if sent is not None:
                 self._log_answer(lambda: sent.refused(BOARD_WAIT))
-            finished = [i for i, record in recorded.items() if record["status"] in FINISHED]
-            if finished or passed:
-                self._tell_soon(finished + passed)
             if done:
                 # Not waited for. An ack that fails leaves its tasks to come back after
                 # ack_timeout, and their start passes them over (their outcomes are
                 # recorded): logged, never run again.
-                self._subscriber.ack_async(done).future().add_done_callback(self._acked)
+                told: concurrent.futures.Future = concurrent.futures.Future()
+                self._acking = [acking for acking in self._acking if not acking.done()]
+                self._acking.append(told)
+                self._subscriber.ack_async(done).future().add_done_callback(
+                    lambda acked: self._acked(acked, done_ids, told)
+                )
             for element in retries:
                 delay = self._settings.retry_backoff_s * 2 ** (element.delivery_count - 1)
                 self._subscriber.nack([element], delay=min(BACKOFF_MOST, delay))
         except Exception:  # not recorded: the tasks come back after ack_timeout
             logger.exception("task queue %s: outcomes not recorded", self._queue_name)
 
-    def _acked(self, acked: concurrent.futures.Future) -> None:
-        if acked.exception() is not None:
-            logger.warning(
-                "task queue %s: ack failed (the tasks come back and are passed over): %r",
-                self._queue_name,
-                acked.exception(),
-            )
+    def _acked(
+        self,
+        acked: concurrent.futures.Future,
+        done_ids: list[str | None],
+        told: concurrent.futures.Future,
+    ) -> None:
+        """Tell the board of the tasks whose ack was answered ACKED; then ``told``."""
+        try:
+            if acked.exception() is not None:
+                logger.warning(
+                    "task queue %s: ack failed (the tasks come back and are passed over): %r",
+                    self._queue_name,
+                    acked.exception(),
+                )
+                return
+            statuses = acked.result()
+            finished = [
+                task_id
+                for task_id, status in zip(done_ids, statuses, strict=True)
+                if task_id is not None and status is AckStatus.ACKED
+            ]
+            if finished:
+                self._tell_soon(finished)
+        finally:
+            told.set_result(None)
 
     def _move(self, queue: str, entry: dict[str, Any]) -> None:
         with self._outlets[queue].publisher() as publisher:

@@ -493,3 +493,51 @@ def test_a_cancelled_task_behind_more_finished_tasks_than_results_kept_never_run
         assert adapter.get_task_status_sync(ahead[0]).status == "PENDING"  # past results_kept
     finally:
         adapter.destroy()
+
+
+def test_a_finished_task_whose_ack_was_lost_is_not_forgotten_before_it_is_passed_over(
+    ray_session: None, tmp_path: Path, wait_until: Any
+) -> None:
+    # Before: a replica told the board a task had finished before its ack was answered.
+    # An ack lost (here: the queue's channel restarted under it; a replica dying does the
+    # same) leaves the task to come back, and a board that meanwhile forgot it past
+    # results_kept left no record to pass it over by: it ran again (trial69). Now a task
+    # is told once its ack is answered ACKED.
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    settings = TopicAdapterConfig(
+        namespace=namespace, store=str(tmp_path), results_kept=1, ack_timeout=5.0
+    )
+    adapter = TopicTaskAdapter(
+        TaskProcessorConfig(queue_name=queue, adapter=TopicTaskAdapter, adapter_config=settings)
+    )
+    adapter.initialize()
+    topic = rt.get_topic(queue, namespace=namespace)
+    before = topic.describe().channels[0]
+    runs: list[str] = []
+
+    def note(name: str) -> str:
+        runs.append(name)
+        if runs == ["first"]:  # the acks of this batch wait at a stopped channel
+            os.kill(before.pid, signal.SIGSTOP)
+        return name
+
+    adapter.register_task_handle(note, "note")
+    first = adapter.enqueue_task_sync("note", ["first"]).id
+    second = adapter.enqueue_task_sync("note", ["second"]).id  # the same batch
+    adapter.start_consumer()
+    try:
+        wait_until(lambda: adapter.get_task_status_sync(second).status == "SUCCESS", 60)
+        time.sleep(2 * adapter_module.TELL_EVERY + 1.0)  # a tell would have been heard
+        os.kill(before.pid, signal.SIGKILL)  # the acks never come: both are delivered again
+        serving_again(topic, 0, before.epoch, RESTART_BOUND)
+        wait_until(lambda: adapter.get_metrics_sync()["lag"] == 0, 60)
+        wait_until(
+            lambda: topic.describe().groups[adapter_module.CONSUMER_GROUP].channels[0].unacked == 0,
+            60,
+        )
+        assert runs == ["first", "second"]
+        assert adapter.get_task_status_sync(first).status == "SUCCESS"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(before.pid, signal.SIGCONT)
+        adapter.destroy()
