@@ -6,11 +6,17 @@ checker, plus no duplicate payloads in the output)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -323,3 +329,39 @@ def test_a_pipeline_worker_killed_again_and_again_outputs_exactly_once(
     assert report.duplicates_in_log == 0
     assert report.delivered == total
     ray.kill(worker)
+
+
+# In the xdist group of the other tests that start a Ray of their own (see
+# tests/client/test_multinode.py).
+@pytest.mark.xdist_group("own_ray")
+@pytest.mark.slow
+def test_a_node_lost_with_the_registry_s_state_leaves_transactions_working_and_fencing(
+    tmp_path: Path,
+) -> None:
+    # registry_node_run.py: head + worker; the worker holding the registry's state
+    # topic's channel is lost with its disk. Found by trial68: every transaction of
+    # the namespace then failed with ChannelFailedError, for good (its state topic's
+    # store is the session directory of one node, which no other node sees).
+    ray_dir = tempfile.mkdtemp(prefix="rt-rn-", dir="/tmp")
+    here = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "RAY_TMPDIR": ray_dir,
+        "PYTHONPATH": os.pathsep.join([str(here.parent.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("RAY_ADDRESS", None)
+    try:
+        run = subprocess.run(
+            [sys.executable, str(here / "registry_node_run.py"), str(tmp_path / "store")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["older"] == "TransactionFencedError"  # a newer holder exists: still fenced
+    assert result["newer"] == "committed"  # and the newest holder still commits
+    assert result["fresh"] == ["newer"]
