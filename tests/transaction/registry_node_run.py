@@ -64,7 +64,7 @@ def main(store: str) -> None:
     )
     worker = cluster.add_node(num_cpus=1, object_store_memory=STORE_BYTES)
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="registry-node")
+    ray.init(address=cluster.address, namespace="registry-node", log_to_driver=False)
     deadline = time.monotonic() + 60
     while ray.cluster_resources().get("CPU", 0) < 2:
         if time.monotonic() > deadline:
