@@ -43,6 +43,7 @@ __all__ = [
     "check_nonnegative_number",
     "check_positive_int",
     "check_seconds",
+    "check_store",
     "check_sync",
     "check_timeout",
     "fixed_settings",
@@ -484,7 +485,7 @@ class TopicConfig:
             ttl=check_timeout(ttl, "ttl", maximum=MAX_RETENTION_SECONDS),
             overflow=Overflow.parse(overflow),
             groups=groups,
-            store=_check_store(store),
+            store=check_store(store),
             sync=check_sync(sync),
             retention_seconds=retention_seconds,
             retention_bytes=retention_bytes,
@@ -549,10 +550,15 @@ def _as_json(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def _check_store(store: object) -> Any:
+def check_store(store: object) -> Any:
     """A directory (as an absolute path str), a factory (pickled: only the channels,
-    which call it, load it), or None."""
-    if store is None:
+    which call it, load it), or None: ``create_topic``'s ``store``, checked (one
+    checked already is kept as it is).
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: not a store.
+    """
+    if store is None or isinstance(store, PickledFunction):
         return store
     if callable(store):
         return PickledFunction.of(store, "store factory")

@@ -252,7 +252,8 @@ class TopicSettingsError(InvalidArgumentError):
     """``create_topic`` over a store that holds the topic (reopening it) asked other
     settings than it was made with: the settings fixed at creation (channel count,
     capacity, retain, ttl, overflow, compaction) must be the same. Nothing was created or
-    written.
+    written. Also ``rt.transactions(store=)`` naming another store than its namespace's
+    transaction registry keeps its state in (``differences["store"]``); nothing fenced.
 
     Attributes:
         differences: Per setting that differs, (what the store holds, what was asked).

@@ -34,7 +34,13 @@ from raytopic.actors.transactions import send
 from raytopic.client.batch_parts import check_keyed, encode_part, parts_of, route, routed_keys
 from raytopic.client.topic import Topic
 from raytopic.client.transaction_inputs import give_back
-from raytopic.core.config import check_instance, check_items, check_namespace, check_timeout
+from raytopic.core.config import (
+    check_instance,
+    check_items,
+    check_namespace,
+    check_store,
+    check_timeout,
+)
 from raytopic.core.errors import (
     ClosedError,
     DataLossError,
@@ -67,7 +73,7 @@ from raytopic.core.records import (
     Position,
     TransactionResult,
 )
-from raytopic.transaction.registry import registry_actor
+from raytopic.transaction.registry import registry_actor, store_key
 
 __all__ = ["Transaction", "Transactions", "transactions"]
 
@@ -76,7 +82,11 @@ STAGE_TIMEOUT = 30.0
 
 
 def transactions(
-    transactional_id: str, *, namespace: str | None = None, timeout: float = 60.0
+    transactional_id: str,
+    *,
+    namespace: str | None = None,
+    timeout: float = 60.0,
+    store: Any = None,
 ) -> Transactions:
     """Start a new incarnation of ``transactional_id``: every older holder of the id is
     fenced: its open transaction is aborted, and its next call that reaches the
@@ -88,18 +98,29 @@ def transactions(
         namespace: Ray namespace of the topics involved (default "raytopic").
         timeout: Seconds a transaction may stay open (> 0, at most a year); one
             whose holder is gone is aborted that long after it began.
+        store: Where the namespace's transaction registry keeps its state (as
+            ``create_topic``'s ``store``): a directory every node mounts keeps it
+            through the loss of a node. Fixed by the namespace's first call; every
+            call of the namespace names the same. None: the Ray session's
+            directory on one node, whose loss stops the namespace's transactions
+            (docs/guides/transactions.md).
 
     Returns:
         The holder's Transactions.
 
     Raises:
-        InvalidArgumentError, InvalidTypeError: a bad id, namespace or timeout
-            (nothing is fenced).
+        InvalidArgumentError, InvalidTypeError: a bad id, namespace, timeout or
+            store (nothing is fenced).
+        TopicSettingsError: the namespace's registry keeps its state in another
+            store (its ``differences["store"]``: (the registry's, the one asked));
+            nothing is fenced.
     """
     if not isinstance(transactional_id, str) or not transactional_id:
         raise InvalidTypeError("a transactional id must be a non-empty str")
     checked_timeout = check_timeout(timeout, "timeout", allow_none=False)
-    return Transactions(transactional_id, check_namespace(namespace), checked_timeout)
+    return Transactions(
+        transactional_id, check_namespace(namespace), checked_timeout, check_store(store)
+    )
 
 
 class Incarnation:
@@ -109,16 +130,16 @@ class Incarnation:
     Args:
         transactional_id: The id.
         namespace: The Ray namespace of its registry and topics.
+        store: The registry's store (checked), or None.
     """
 
-    def __init__(self, transactional_id: str, namespace: str) -> None:
+    def __init__(self, transactional_id: str, namespace: str, store: Any = None) -> None:
         self.transactional_id = transactional_id
         self.namespace = namespace
-        self._registry = registry_actor(namespace)
+        self._registry = registry_actor(namespace, store)
+        opening = OpenIncarnation(transactional_id, store_key(store))
         with unwrap_ray_error():
-            self.epoch: int = ray.get(
-                self._registry.request.remote(OpenIncarnation(transactional_id))
-            )
+            self.epoch: int = ray.get(self._registry.request.remote(opening))
         self.fenced = False
         """A call met a newer incarnation (every later call raises)."""
         self.closed = False
@@ -180,10 +201,13 @@ class Transactions:
         transactional_id: The id.
         namespace: The Ray namespace of its registry and topics.
         timeout: Seconds a transaction may stay open.
+        store: The registry's store (checked), or None.
     """
 
-    def __init__(self, transactional_id: str, namespace: str, timeout: float) -> None:
-        self._incarnation = Incarnation(transactional_id, namespace)
+    def __init__(
+        self, transactional_id: str, namespace: str, timeout: float, store: Any = None
+    ) -> None:
+        self._incarnation = Incarnation(transactional_id, namespace, store)
         self.timeout = timeout
         self._numbers = itertools.count()
         self._open: Transaction | None = None

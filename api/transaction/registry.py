@@ -19,6 +19,14 @@ held there. A restarted registry reads it back before it answers anything, so
 it still fences every older incarnation: one that stages at a channel it never
 used before, or commits, is refused (nothing is taken as the newest because it
 is the first heard of).
+
+The state topic's store is the one the namespace's first ``rt.transactions(...,
+store=)`` named (the registry is made with it, and restarts with it): a directory
+every node mounts keeps the state through the loss of the node its channel ran on
+(the channel restarts elsewhere and reads it back). Without one it is the Ray
+session's directory on one node, whose loss leaves the namespace's transactions
+failing (``ChannelFailedError``). An open naming another store than the running
+registry's is refused (``TopicSettingsError``), changing nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import ray
 
 from raytopic.actors.transactions import send
 from raytopic.client.control_log import ControlLogLoader
-from raytopic.core.errors import ClosedError, TransactionFencedError
+from raytopic.core.errors import ClosedError, TopicSettingsError, TransactionFencedError
 from raytopic.core.naming import transaction_registry_name
 from raytopic.core.protocol import (
     FENCED,
@@ -53,7 +61,7 @@ from raytopic.core.protocol import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TRANSACTION_STATE", "TransactionRegistry", "registry_actor"]
+__all__ = ["TRANSACTION_STATE", "TransactionRegistry", "registry_actor", "store_key"]
 
 TRANSACTION_STATE = "raytopic-transaction-state"
 """The compacted topic (one per namespace) the registry keeps its state on."""
@@ -127,12 +135,14 @@ class TransactionRegistry:
 
     Args:
         namespace: The namespace it serves.
-        store: The state topic's store (as ``create_topic``'s); None: the Ray
-            session's directory (``raytopic.client.control_log.session_store``).
+        store: The state topic's store (as ``create_topic``'s, checked); None: the
+            Ray session's directory (``raytopic.client.control_log.session_store``).
     """
 
     def __init__(self, namespace: str, store: Any = None) -> None:
         self._ids: dict[str, _Incarnation] = {}
+        self._namespace = namespace
+        self._store = store_key(store)
         self._control = ControlLogLoader(TRANSACTION_STATE, namespace, store, self._restore)
         self._fencings = _fencing_counter(namespace)
 
@@ -152,7 +162,16 @@ class TransactionRegistry:
             TransactionFencedError: a join or a committing transaction of an
                 incarnation older than the newest.
             ClosedError: the incarnation was closed by its holder.
+            TopicSettingsError: an open naming another store than the registry's.
         """
+        if isinstance(request, OpenIncarnation) and request.store != self._store:
+            # Before the state is read: a refused open reads and changes nothing.
+            raise TopicSettingsError(
+                f"the transaction registry of namespace {self._namespace!r} keeps its "
+                f"state in {_shown(self._store)}, not {_shown(request.store)}: every "
+                "rt.transactions() of a namespace names the same store",
+                {"store": (self._store, request.store)},
+            )
         log = await self._control.loaded()
         match request:
             case OpenIncarnation():
@@ -287,8 +306,21 @@ class _NoCounter:
         pass
 
 
-def registry_actor(namespace: str) -> Any:
-    """The namespace's transaction registry (started on first use; named, detached)."""
+def store_key(store: Any) -> str | None:
+    """What tells a checked store (``raytopic.core.config.check_store``) from another:
+    its directory, ``factory <module.qualname>``, or None (the session's directory)."""
+    if store is None or isinstance(store, str):
+        return store
+    return f"factory {store.name}"  # a PickledFunction: compared by name, never loaded
+
+
+def _shown(key: str | None) -> str:
+    return "the Ray session's directory (no store)" if key is None else repr(key)
+
+
+def registry_actor(namespace: str, store: Any = None) -> Any:
+    """The namespace's transaction registry (started on first use, with ``store``, a
+    checked store, for its state; named, detached: a running one keeps its own)."""
     return (
         ray.remote(TransactionRegistry)
         .options(
@@ -301,5 +333,5 @@ def registry_actor(namespace: str) -> Any:
             max_restarts=-1,
             max_task_retries=-1,
         )
-        .remote(namespace)
+        .remote(namespace, store)
     )

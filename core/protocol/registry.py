@@ -22,9 +22,13 @@ __all__ = [
 
 class OpenIncarnation(NamedTuple):
     """Start a new incarnation of ``transactional_id`` (its epoch is the reply); the
-    older one's open transaction is aborted first (or found committed)."""
+    older one's open transaction is aborted first (or found committed). Refused,
+    changing nothing, if ``store`` is not the registry's (``TopicSettingsError``)."""
 
     transactional_id: str
+    store: str | None = None
+    """The store its opener named for the registry's state, as ``store_key`` tells it
+    (``raytopic.transaction.registry``): a path, a factory's name, or None."""
 
 
 class JoinIncarnation(NamedTuple):

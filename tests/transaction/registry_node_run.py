@@ -2,11 +2,13 @@
 lost (run by test_transaction_faults.py in a process and a Ray cluster of its own).
 
 A head and a worker node of 1 CPU each. The registry keeps its state on a compacted
-topic stored in the Ray session's directory, which is on the disk of the node its
-channel runs on. Here every node is one machine, so the path would survive the node:
-what the channel wrote there is removed with the node, as a lost machine's disk goes.
-An older incarnation of an id, fenced by a newer one, then stages at a topic it never
-used and commits; the newer commits. Prints one JSON line: what each got.
+topic: in the store ``rt.transactions(store=)`` named (``registry`` "store": here a
+directory every node sees, as a shared mount would be), or (``registry`` "none") in
+the Ray session's directory, on the disk of the node its channel runs on. Here every
+node is one machine, so that path would survive the node: what the channel wrote
+there is removed with the node, as a lost machine's disk goes. An older incarnation
+of an id, fenced by a newer one, then stages at a topic it never used and commits;
+the newer commits. Prints one JSON line: what each got.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ def _outcome(holder: rt.Transactions, topic: rt.Topic, value: str) -> str:
     return "committed"
 
 
-def main(store: str) -> None:
+def main(store: str, registry: str) -> None:
+    """``store``: the topics' (and, ``registry`` "store", the registry's) directory."""
+    state_store = os.path.join(store, "registry") if registry == "store" else None
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
@@ -75,12 +79,13 @@ def main(store: str) -> None:
         # state topic's channel is on the worker (SPREAD is best effort).
         for attempt in range(8):
             namespace = f"registry-node-{attempt}"
-            older = rt.transactions("stage", namespace=namespace)
+            older = rt.transactions("stage", namespace=namespace, store=state_store)
             used = rt.create_topic("used", channels=1, store=store, namespace=namespace)
             transaction = older.begin()
             transaction.publish(used, "older")
             transaction.commit()
-            newer = rt.transactions("stage", namespace=namespace)  # fences `older`
+            # fences `older`
+            newer = rt.transactions("stage", namespace=namespace, store=state_store)
             channel_node, _ = _node_and_pid(channel_actor_name(STATE_TOPIC, 0), namespace)
             if channel_node == worker.node_id:
                 break
@@ -108,4 +113,4 @@ def main(store: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

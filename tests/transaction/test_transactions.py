@@ -5,11 +5,13 @@ bad input."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import ray
 
 import raytopic as rt
+from raytopic.transaction.registry import TRANSACTION_STATE, registry_actor
 
 from tests.topic_helpers import (
     get,
@@ -316,3 +318,37 @@ def test_bad_input_is_typed_and_changes_nothing(
         import pickle
 
         pickle.dumps(txs)
+
+
+def test_another_store_than_the_namespace_s_registry_s_is_refused_and_changes_nothing(
+    ray_session, unique_name, tmp_path: Path
+) -> None:
+    # A namespace of its own: its registry is made with this test's store.
+    namespace, name = unique_name("ns"), unique_name("tx")
+    kept, other = tmp_path / "state", tmp_path / "other"
+    sink = rt.create_topic(unique_name("sink"), channels=1, namespace=namespace)
+    try:
+        holder = rt.transactions(name, namespace=namespace, store=kept)
+        assert (kept / namespace / TRANSACTION_STATE).is_dir()  # its state is there
+        tx = holder.begin()
+        tx.publish(sink, 1)
+        for asked, shown in ((other, str(other)), (None, None)):
+            with pytest.raises(rt.TopicSettingsError) as refused:
+                rt.transactions(name, namespace=namespace, store=asked)
+            assert refused.value.differences == {"store": (str(kept), shown)}
+            assert repr(str(kept)) in str(refused.value)
+        with pytest.raises(rt.InvalidTypeError):
+            rt.transactions(name, namespace=namespace, store=42)
+        assert tx.commit().published_count == 1  # nothing fenced the holder
+        assert not (other / namespace).exists()
+        newer = rt.transactions(name, namespace=namespace, store=str(kept))  # the same store
+        with pytest.raises(rt.TransactionFencedError):
+            holder.begin().publish(sink, 2)
+        with newer.begin() as fresh:
+            fresh.publish(sink, 3)
+        newer.close()
+        assert read_values(sink) == [1, 3]
+    finally:
+        ray.kill(registry_actor(namespace))
+        rt.get_topic(TRANSACTION_STATE, namespace=namespace).destroy()
+        sink.destroy()
