@@ -12,43 +12,18 @@ and where that channel ran before and after.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-# See a node die in about 2 s instead of 16.
-os.environ.setdefault("RAY_health_check_period_ms", "500")
-os.environ.setdefault("RAY_health_check_timeout_ms", "500")
-os.environ.setdefault("RAY_health_check_failure_threshold", "3")
-
 import ray
-from ray.cluster_utils import Cluster
 
 import raytopic as rt
 
-STORE_BYTES = 80 * 1024 * 1024
+from tests.own_ray import start_cluster
 
 
 def main(store: str) -> None:
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "object_store_memory": STORE_BYTES,
-            "include_dashboard": False,
-        },
-    )
-    workers = [cluster.add_node(num_cpus=1, object_store_memory=STORE_BYTES)]
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="multinode")
-    # Until the scheduler counts the worker's CPU too: a topic made before that
-    # has all its channels on the head (seen each time), and is made again.
-    deadline = time.monotonic() + 60
-    while ray.cluster_resources().get("CPU", 0) < 2:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the worker's CPU never showed: {ray.cluster_resources()}")
-        time.sleep(0.05)
+    cluster, workers = start_cluster("multinode")
     try:
         # SPREAD is best effort: a topic whose channels all landed on one node
         # says nothing about losing a node; make another.

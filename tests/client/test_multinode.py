@@ -3,15 +3,11 @@ lost (``multinode_run.py``, in a process and a Ray cluster of its own)."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.own_ray import run_own_ray
 
 HERE = Path(__file__).resolve().parent
 
@@ -25,28 +21,7 @@ HERE = Path(__file__).resolve().parent
 @pytest.mark.xdist_group("own_ray")
 @pytest.mark.slow
 def test_a_lost_node_restarts_its_channels_elsewhere_from_the_shared_store(tmp_path: Path):
-    # Its own Ray: its own temp dir (no clobbering /tmp/ray/ray_current_cluster;
-    # short: Ray's socket paths must fit in 107 bytes), and no address
-    # inherited from the test session.
-    ray_dir = tempfile.mkdtemp(prefix="rt-mn-", dir="/tmp")
-    env = {
-        **os.environ,
-        "RAY_TMPDIR": ray_dir,
-        "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("RAY_ADDRESS", None)
-    try:
-        run = subprocess.run(
-            [sys.executable, str(HERE / "multinode_run.py"), str(tmp_path / "store")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    finally:
-        shutil.rmtree(ray_dir, ignore_errors=True)  # its cluster is shut down by then
-    assert run.returncode == 0, run.stderr[-4000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
+    result = run_own_ray(HERE / "multinode_run.py", str(tmp_path / "store"), prefix="rt-mn-")
     assert result["distinct_nodes"] >= 2  # spread (a soft preference: Ray may place otherwise)
     assert result["received"] == list(range(result["published"]))  # nothing lost
     before, after = result["before"], result["after"]

@@ -19,24 +19,16 @@ import os
 import shutil
 import signal
 import sys
-import time
-
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-# See a node die in about 2 s instead of 16.
-os.environ.setdefault("RAY_health_check_period_ms", "500")
-os.environ.setdefault("RAY_health_check_timeout_ms", "500")
-os.environ.setdefault("RAY_health_check_failure_threshold", "3")
 
 import ray
 import ray._private.state as ray_state
-from ray.cluster_utils import Cluster
 
 import raytopic as rt
 from raytopic.client.control_log import control_store_of
 from raytopic.core.naming import channel_actor_name, transaction_registry_name
+from raytopic.transaction.registry import TRANSACTION_STATE
 
-STORE_BYTES = 80 * 1024 * 1024
-STATE_TOPIC = "raytopic-transaction-state"
+from tests.own_ray import start_cluster
 
 
 def _node_and_pid(name: str, namespace: str) -> tuple[str, int]:
@@ -58,22 +50,7 @@ def _outcome(holder: rt.Transactions, topic: rt.Topic, value: str) -> str:
 def main(store: str, registry: str) -> None:
     """``store``: the topics' (and, ``registry`` "store", the registry's) directory."""
     state_store = os.path.join(store, "registry") if registry == "store" else None
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "object_store_memory": STORE_BYTES,
-            "include_dashboard": False,
-        },
-    )
-    worker = cluster.add_node(num_cpus=1, object_store_memory=STORE_BYTES)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="registry-node", log_to_driver=False)
-    deadline = time.monotonic() + 60
-    while ray.cluster_resources().get("CPU", 0) < 2:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the worker's CPU never showed: {ray.cluster_resources()}")
-        time.sleep(0.05)
+    cluster, (worker,) = start_cluster("registry-node", log_to_driver=False)
     try:
         # A namespace of each try has its own registry and state topic: try until the
         # state topic's channel is on the worker (SPREAD is best effort).
@@ -86,7 +63,7 @@ def main(store: str, registry: str) -> None:
             transaction.commit()
             # fences `older`
             newer = rt.transactions("stage", namespace=namespace, store=state_store)
-            channel_node, _ = _node_and_pid(channel_actor_name(STATE_TOPIC, 0), namespace)
+            channel_node, _ = _node_and_pid(channel_actor_name(TRANSACTION_STATE, 0), namespace)
             if channel_node == worker.node_id:
                 break
         else:

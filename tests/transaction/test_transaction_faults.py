@@ -6,18 +6,12 @@ checker, plus no duplicate payloads in the output)."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import ray
@@ -33,6 +27,7 @@ from raytopic.core.protocol import (
 from raytopic.transaction.registry import TRANSACTION_STATE, registry_actor
 
 from tests.loss_checker import LossChecker
+from tests.own_ray import run_own_ray
 from tests.topic_helpers import (
     get,
     key_for,
@@ -332,57 +327,29 @@ def test_a_pipeline_worker_killed_again_and_again_outputs_exactly_once(
     ray.kill(worker)
 
 
-def _node_lost_run(tmp_path: Path, registry: str) -> dict[str, Any]:
-    """registry_node_run.py in a process and a cluster of its own (head + worker): the
-    worker holding the registry's state topic's channel is lost with its disk."""
-    ray_dir = tempfile.mkdtemp(prefix="rt-rn-", dir="/tmp")
-    here = Path(__file__).resolve().parent
-    env = {
-        **os.environ,
-        "RAY_TMPDIR": ray_dir,
-        "PYTHONPATH": os.pathsep.join([str(here.parent.parent), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("RAY_ADDRESS", None)
-    try:
-        run = subprocess.run(
-            [sys.executable, str(here / "registry_node_run.py"), str(tmp_path / "store"), registry],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    finally:
-        shutil.rmtree(ray_dir, ignore_errors=True)
-    assert run.returncode == 0, run.stderr[-4000:]
-    # Its JSON line (a raylet's warning may still come after it).
-    return json.loads([line for line in run.stdout.splitlines() if line.startswith("{")][-1])
-
-
 # In the xdist group of the other tests that start a Ray of their own (see
 # tests/client/test_multinode.py).
 @pytest.mark.xdist_group("own_ray")
 @pytest.mark.slow
-def test_a_node_lost_with_the_registry_s_stored_state_leaves_transactions_working_and_fencing(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("registry", "expected"),
+    [
+        # With rt.transactions(store=) on a disk every node mounts, the state topic's
+        # channel restarts elsewhere and the registry reads it back: a newer holder
+        # exists, the older is still fenced; the newest still commits.
+        ("store", {"older": "TransactionFencedError", "newer": "committed", "fresh": ["newer"]}),
+        # Without, the state is on one node's disk (docs/guides/transactions.md): its
+        # loss is an outage, typed, never a double commit.
+        ("none", {"older": "ChannelFailedError", "newer": "ChannelFailedError", "fresh": []}),
+    ],
+    ids=["stored-state", "session-state"],
+)
+def test_a_node_lost_with_the_registry_s_state_fences_with_a_store_and_is_typed_without(
+    tmp_path: Path, registry: str, expected: dict[str, object]
 ) -> None:
     # Found by trial68: with the state topic in the session directory of one node
-    # (the only choice then), every transaction of the namespace then failed with
-    # ChannelFailedError, for good. With rt.transactions(store=) on a disk every node
-    # mounts, the state topic's channel restarts elsewhere and the registry reads it.
-    result = _node_lost_run(tmp_path, "store")
-    assert result["older"] == "TransactionFencedError"  # a newer holder exists: still fenced
-    assert result["newer"] == "committed"  # and the newest holder still commits
-    assert result["fresh"] == ["newer"]
-
-
-@pytest.mark.xdist_group("own_ray")
-@pytest.mark.slow
-def test_a_node_lost_with_the_registry_s_session_state_stops_the_namespace_s_transactions(
-    tmp_path: Path,
-) -> None:
-    # Without a store the state is on one node's disk (docs/guides/transactions.md):
-    # its loss is an outage, typed, and never a double commit.
-    result = _node_lost_run(tmp_path, "none")
-    assert result["older"] == "ChannelFailedError"
-    assert result["newer"] == "ChannelFailedError"
-    assert result["fresh"] == []
+    # (the only choice then), every transaction of the namespace failed with
+    # ChannelFailedError, for good.
+    script = Path(__file__).resolve().parent / "registry_node_run.py"
+    result = run_own_ray(script, str(tmp_path / "store"), registry, prefix="rt-rn-")
+    assert result == expected
