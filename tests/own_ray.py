@@ -50,12 +50,8 @@ def run_own_ray(script: Path, *args: str, prefix: str) -> dict[str, Any]:
 def start_cluster(namespace: str, workers: int = 1, **init: Any) -> tuple[Any, list[Any]]:
     """A head and ``workers`` worker nodes of 1 CPU each, this process connected in
     ``namespace`` (``init``: more of ``ray.init``'s arguments); the cluster and its
-    worker nodes, once the scheduler counts every node's CPU."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    # See a node die in about 2 s instead of 16 (read by the processes started next).
-    os.environ.setdefault("RAY_health_check_period_ms", "500")
-    os.environ.setdefault("RAY_health_check_timeout_ms", "500")
-    os.environ.setdefault("RAY_health_check_failure_threshold", "3")
+    worker nodes, once the scheduler counts every node's CPU. (A runner sets Ray's
+    health check's environment before it imports Ray: see multinode_run.py.)"""
     import ray
     from ray.cluster_utils import Cluster
 
