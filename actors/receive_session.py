@@ -396,6 +396,7 @@ class ReceiveSession:
             if self._jumped(delivery):
                 for item in resequenced.rewind(delivery.channel, delivery.first):
                     self._handover.dropped(item.channel, item.first)
+                self._handover.rewound(delivery.channel, delivery.first)
             self._fed_jumps[delivery.channel] = delivery.jumps
         self._feed(resequenced, deliveries)
 

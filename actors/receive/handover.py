@@ -74,6 +74,14 @@ class HandOver:
         if not waiting.counts[sequence]:
             del waiting.counts[sequence]
 
+    def rewound(self, channel: int, position: int) -> None:
+        """``channel`` was sent back to ``position``: what the session took there from
+        then on was dropped (:meth:`dropped`) and is taken again, so its marks claim
+        nothing from there until it is (the highest position taken comes down)."""
+        waiting = self._channels.get(channel)
+        if waiting is not None and waiting.highest >= position:
+            waiting.highest = position - 1
+
     def late(self, channel: int, sequence: int) -> None:
         """The resequencer dropped ``sequence`` of ``channel`` as late. A number that
         came twice holds no commit back (:meth:`dropped`). An element this session

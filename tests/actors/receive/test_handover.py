@@ -88,3 +88,24 @@ def test_the_marks_of_the_latest_elements_handed_over_are_remembered() -> None:
     handover.handed(0, 0)
     assert handover.mark_of(0, 2) == -1 and handover.mark_of(0, 0) == 0
     assert handover.mark_of(0, 1) is None  # not handed over
+
+
+def test_a_channel_sent_back_claims_nothing_from_there_until_it_is_taken_again() -> None:
+    # 0..9 taken, 0..2 and 8 handed over; the channel is sent back to 3 (what the
+    # resequencer held from there is dropped, to come again). Before: 3, read again
+    # and handed over, was marked 9, and a batch of 8 and 3 committed past 4..7,
+    # never handed over since.
+    handover = HandOver()
+    for sequence in range(10):
+        handover.taken(0, sequence)
+    assert [handover.handed(0, sequence) for sequence in (0, 1, 2, 8)] == [0, 1, 2, 2]
+    for sequence in (3, 4, 5, 6, 7, 9):
+        handover.dropped(0, sequence)
+    handover.rewound(0, 3)
+    handover.taken(0, 3)
+    assert handover.handed(0, 3) == 3
+    handover.taken(0, 4)
+    handover.taken(0, 5)
+    assert handover.handed(0, 5) == 3  # 4 waits
+    handover.rewound(0, 7)  # sent on past what it took: nothing changes
+    assert handover.handed(0, 4) == 5
