@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -69,6 +70,9 @@ __all__ = ["ReceiveSession", "SessionSpec"]
 
 RESEQUENCE_PULL = 4000
 """Elements a resequencing session takes at once to feed its resequencer."""
+
+_LOOK_PAUSE = 0.005
+"""Seconds between a look's takes when the last ones brought nothing (see ``_look``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +162,8 @@ class ReceiveSession:
                 origin=lambda item: (item.channel, item.first),
             )
         self._fed_jumps: dict[int, int] = {}  # channel -> jump count of what was fed last
+        # What was known of each channel when the resequencer's look began (see _look).
+        self._known_before_look: dict[int, CursorState] = {}
         # A seek may have landed (a pause ended, a new view came): a resequencing
         # session looks at every channel's jump count before it hands anything over.
         self._look_again = False
@@ -268,8 +274,6 @@ class ReceiveSession:
         self._end_error = error
         self._held = []  # their holds end (the channels release a closed member's)
         self._waits.close()
-        if self._resequenced is not None:
-            self._resequenced.close()
         self._poke()
 
     def hand_over_mark(self, channel: int, sequence: int) -> int | None:
@@ -324,10 +328,11 @@ class ReceiveSession:
 
         It takes from the owned channels (as much as there is), feeds the
         resequencer, and returns once something is released: at once when
-        elements come in order, after the hold window past a gap. With
-        ``complete_on_empty`` it returns empty once the channels are empty
-        and nothing is held. Each element goes out stamped with its hand-over
-        mark (see ``raytopic.actors.receive.handover``).
+        elements come in order; past a gap once a head's hold window ended and
+        the session then read every owned channel up to where it ended (see
+        :meth:`_look`). With ``complete_on_empty`` it returns empty once the
+        channels are empty and nothing is held. Each element goes out stamped
+        with its hand-over mark (see ``raytopic.actors.receive.handover``).
         """
         resequenced = self._resequenced
         assert resequenced is not None
@@ -341,23 +346,90 @@ class ReceiveSession:
                 return ReceivedBatch([self._hand_over(item) for item in released], single)
             if number <= self._interrupted.get(stream, -1):
                 break
-            pulled = await self._receive(
-                stream, number, RESEQUENCE_PULL, False, True, False, until=lambda: resequenced.ready
-            )
-            if any(self._jumped(delivery) for delivery in pulled.deliveries):
-                # Shielded: what the pull took is the session's now (it reads on after
-                # it), so it is fed even if this receive is cancelled meanwhile.
-                await asyncio.shield(self._take_back(resequenced, pulled.deliveries))
-            elif pulled.deliveries:
-                self._feed(resequenced, pulled.deliveries)
+            if resequenced.look_due(time.monotonic()):
+                await self._look(resequenced)
+                continue
+            due = resequenced.due()
+            timer = None
+            if due is not None:  # a poke when the first hold window ends: look then
+                delay = max(due - time.monotonic(), 0.0)
+                timer = asyncio.get_running_loop().call_later(delay, self._poke)
+            try:
+                pulled = await self._receive(
+                    stream,
+                    number,
+                    RESEQUENCE_PULL,
+                    False,
+                    True,
+                    False,
+                    until=lambda: resequenced.ready or resequenced.look_due(time.monotonic()),
+                )
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if pulled.deliveries:
+                await self._feed_pulled(resequenced, pulled.deliveries)
             elif self.spec.complete_on_empty and not resequenced.ready:
-                if not resequenced.held:
-                    break
+                due = resequenced.due()
+                if due is None:
+                    if not resequenced.held:
+                        break
+                    continue  # a look is due
                 # Only the hold window can release what is held now.
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), resequenced.poll_interval)
+                    await asyncio.wait_for(self._wake.wait(), max(due - time.monotonic(), 0.0))
         return ReceivedBatch((), single)
+
+    async def _look(self, resequenced: ResequencedStream) -> None:
+        """A held head's hold window ended: read every owned channel before it goes out
+        past its gap. Only what the session looked at counts: the window goes on between
+        receives, and a number stored in its channel in time but not read yet (the
+        user's loop was slow to receive again) would come after its successor went
+        out, dropped as late. The fetches out end (none reads beside the look), and the
+        look takes from every owned channel not read since it began or not up to where
+        it ended then, until none is left (see ``ResequencedStream.looked``), or
+        something is released (handed over first: the look goes on with the next
+        receive)."""
+        if resequenced.look(time.monotonic()):
+            self._waits.end_fetches()
+            self._known_before_look = dict(self.view.known)
+        idle = False
+        while not self.closed and not resequenced.ready:
+            room = max(self.view.room(), 0)
+            reads = {
+                c: self._read_since_look(c) for c in self.view.scope(False) if c in self._ports
+            }
+            unread = resequenced.looked(reads, blocked=room == 0)
+            if not unread:
+                return
+            if idle:  # the last takes brought nothing, yet left a channel unread
+                await asyncio.sleep(_LOOK_PAUSE)
+            deliveries = await self._takes.take_from(unread, min(RESEQUENCE_PULL, room), True)
+            idle = not deliveries
+            for delivery in deliveries:  # the session's now: it reads on after them
+                self._positions.handed(delivery)
+            await self._feed_pulled(resequenced, deliveries)
+
+    def _read_since_look(self, channel: int) -> tuple[int, int] | None:
+        """Where the session reads ``channel`` (next, last stored) as a take since the
+        look began told (None: none did); a cursor stopped before a poison element is
+        read to its end (nothing past it can be read)."""
+        known = self.view.known.get(channel)
+        if known is None or known is self._known_before_look.get(channel):
+            return None
+        return (known.next if known.available else known.tail + 1), known.tail
+
+    async def _feed_pulled(
+        self, resequenced: ResequencedStream, deliveries: Sequence[Delivery]
+    ) -> None:
+        """Feed what a take brought, taking back first what a jump sent back."""
+        if any(self._jumped(delivery) for delivery in deliveries):
+            # Shielded: what the pull took is the session's now (it reads on after
+            # it), so it is fed even if this receive is cancelled meanwhile.
+            await asyncio.shield(self._take_back(resequenced, deliveries))
+        elif deliveries:
+            self._feed(resequenced, deliveries)
 
     def _feed(self, resequenced: ResequencedStream, deliveries: Sequence[Delivery]) -> None:
         """Feed what a pull took into the resequencer."""

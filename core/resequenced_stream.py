@@ -3,6 +3,13 @@
 :class:`ResequencedStream` feeds received items into a :class:`Resequencer` (with
 where each was read, so a channel sent back is taken back: see
 :meth:`ResequencedStream.rewind`) and keeps what it releases until a receive takes it.
+
+Its hold window counts only what its session has looked at: a head held past a gap
+is released only once the session, after the head's window ended, read every source
+up to where that source ended (:meth:`ResequencedStream.look`). So a session slow to
+read again (its user's loop works between receives) makes no number late that was
+in its source in time; a number that truly never came holds its stream no longer
+than the window and one read of every source.
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from raytopic.core.errors import InvalidTypeError
@@ -24,11 +32,12 @@ class ResequencedStream:
     """A :class:`Resequence` option applied to received items: in, out in order.
 
     Items go in with the value they carry (``feed``), come out in sequence
-    order per correlation id (``take``). Timeout releases come from a sweeper
-    thread, started here and stopped by :meth:`close`; ``on_ready`` is called
-    (from any thread) whenever something was released, ``on_late`` with an item
-    dropped as late (on the thread that fed it). ``origin`` says where an item was
-    read (a source, such as its channel, and its position there), for :meth:`rewind`.
+    order per correlation id (``take``). Nothing runs on its own: a head held
+    past a gap goes out when the session's look ends (:meth:`look_due`,
+    :meth:`look`, :meth:`looked`). ``on_ready`` is called whenever something was
+    released, ``on_late`` with an item dropped as late (on the thread that fed
+    it). ``origin`` says where an item was read (a source, such as its channel,
+    and its position there), for :meth:`rewind`.
 
     **Delivery**: a value without a usable sequence number cannot be ordered;
     it is released as it came rather than lost (logged once, counted in
@@ -54,21 +63,15 @@ class ResequencedStream:
         self._released: deque[Any] = deque()
         self._unsequenced = 0  # released unordered: the first is logged, all counted
         self._lock = threading.Lock()
-        # Sweep often enough that a timeout release is not late by much.
-        self.poll_interval = max(0.005, min(option.timeout_ms / 4000, 0.25))
-        self._resequencer = Resequencer(
+        self._resequencer = Resequencer(  # (its sweeper never runs: see look)
             name,
             timeout_ms=option.timeout_ms,
             capacity=option.capacity,
-            reap_interval_ms=max(1, int(self.poll_interval * 1000)),
             start=option.start,
             on_release=self._release,
             on_late=None if on_late is None else lambda seq, item, correlation: on_late(item),
         )
-        self._sweeper = threading.Thread(
-            target=self._resequencer.start, name=f"raytopic-resequencer-{name}", daemon=True
-        )
-        self._sweeper.start()
+        self._look: _Look | None = None
 
     def _release(self, seq: int, item: Any, correlation: Hashable | None) -> None:
         with self._lock:
@@ -104,6 +107,53 @@ class ResequencedStream:
                         error,
                     )
                 self._release(-1, item, None)
+
+    def due(self) -> float | None:
+        """When the first hold window of a head held now ends (a ``time.monotonic()``
+        time); None: nothing is held, or a look is under way (its end decides)."""
+        return None if self._look is not None else self._resequencer.due()
+
+    def look_due(self, now: float) -> bool:
+        """Whether a look is under way, or a held head's hold window ended by ``now``:
+        the session is to read every source (:meth:`look`)."""
+        if self._look is not None:
+            return True
+        due = self._resequencer.due()
+        return due is not None and due <= now
+
+    def look(self, at: float) -> bool:
+        """The session begins, at ``at``, to read every source: once :meth:`looked`
+        finds each read up to where it ended then, the heads whose hold window ended
+        by ``at`` go out past their gaps. Returns whether it began (False: a look is
+        under way, and goes on)."""
+        if self._look is not None:
+            return False
+        self._look = _Look(at)
+        return True
+
+    def looked(self, reads: Mapping[Any, tuple[int, int] | None], blocked: bool) -> list[Any]:
+        """Where the session's reading of every source stands, as each one's latest
+        read since :meth:`look` began told: ``(next, end)``, the next position it
+        reads there and the last position stored there (None: not read since). Each
+        source's first end known since the look began is where the look reads it up
+        to (what it gets later is not waited for: a busy source cannot hold a gap
+        forever). When every source is read up to there, or the session can read no
+        more (``blocked``: its window is full), the look ends: the heads whose hold
+        window ended by its beginning go out, past their gaps (see
+        :meth:`Resequencer.expire`).
+
+        Returns:
+            The sources still to read (none: the look ended, or none is under way).
+        """
+        look = self._look
+        if look is None:
+            return []
+        unread = look.unread(reads)
+        if unread and not blocked:
+            return unread
+        self._look = None
+        self._resequencer.expire(look.began)
+        return []
 
     def rewind(self, source: Hashable, position: int) -> list[Any]:
         """``source`` was sent back to ``position`` (see :meth:`Resequencer.rewind`):
@@ -159,7 +209,19 @@ class ResequencedStream:
                 taken.append(self._released.popleft())
             return taken
 
-    def close(self) -> None:
-        """Stop the sweeper."""
-        self._resequencer.stop()
-        self._sweeper.join(timeout=5)
+
+@dataclass(slots=True)
+class _Look:
+    """A look at every source under way: when it began, and where it reads each up to."""
+
+    began: float
+    upto: dict[Hashable, int] = field(default_factory=dict)
+    """Source -> the last position stored there at its first read since ``began``."""
+
+    def unread(self, reads: Mapping[Any, tuple[int, int] | None]) -> list[Hashable]:
+        """The sources of ``reads`` not read yet up to where the look reads them."""
+        unread: list[Hashable] = []
+        for source, read in reads.items():
+            if read is None or read[0] <= self.upto.setdefault(source, read[1]):
+                unread.append(source)
+        return unread

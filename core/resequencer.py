@@ -89,7 +89,9 @@ class Resequence:
     """Extracts the stream key from a value; None: one stream for all values."""
     timeout_ms: int = 1000
     """Hold window: how long the head of a stream waits for a missing predecessor
-    (0 to a year)."""
+    (0 to a year). It goes past the gap only once the subscriber's session has then
+    read every channel it owns: a number in its channel in time comes in order,
+    however long the loop takes between receives."""
     capacity: int = 0
     """Per-stream buffer cap that forces the head out past a gap; 0 is unbounded."""
     start: int | None = None
@@ -381,6 +383,41 @@ class Resequencer:
             ticket = self._take_ticket(events)
         self._deliver(ticket, events)
 
+    def expire(self, before: float) -> None:
+        """Release each stream's head whose hold window ended by ``before`` (a
+        ``time.monotonic()`` time), past its gap, and what follows it in order (on
+        this thread).
+
+        The sweeper calls it with the time of each sweep. A caller that reads its
+        sources itself calls it instead, with the time it began reading every
+        source, once it has read them: a number that was in a source by then has
+        come, so only a number that truly had not is passed over (a resequencing
+        subscriber's session: see ``raytopic.core.resequenced_stream``).
+        """
+        events: list[_Event] = []
+        with self._lock:
+            for correlation_id, stream in self._streams.items():
+                while stream.heap:
+                    head = stream.heap[0]
+                    if (
+                        head == stream.expected()
+                        or stream.held[head][1] + self._timeout_s <= before
+                    ):
+                        self._release_head(stream, correlation_id, events)
+                    else:
+                        break
+            ticket = self._take_ticket(events)
+        self._deliver(ticket, events)
+
+    def due(self) -> float | None:
+        """When the first hold window of a head held now ends (a ``time.monotonic()``
+        time; it may have passed already); None: nothing is held."""
+        with self._lock:
+            arrivals = [
+                stream.held[stream.heap[0]][1] for stream in self._streams.values() if stream.heap
+            ]
+        return min(arrivals) + self._timeout_s if arrivals else None
+
     def start(self) -> None:
         """Run the sweeper loop on the calling thread until :meth:`stop`.
 
@@ -418,7 +455,7 @@ class Resequencer:
         """One sweep; a failure is logged (the loop goes on), except an interruption
         on the main thread, which ends the loop."""
         try:
-            self._sweep()
+            self.expire(time.monotonic())
         except BaseException as error:
             if not isinstance(error, Exception) and (
                 threading.current_thread() is threading.main_thread()
@@ -458,21 +495,6 @@ class Resequencer:
                 self._release_head(stream, correlation_id, events)
             else:
                 return
-
-    def _sweep(self) -> None:
-        events: list[_Event] = []
-        with self._lock:
-            now = time.monotonic()
-            for correlation_id, stream in self._streams.items():
-                while stream.heap:
-                    head = stream.heap[0]
-                    waited = now - stream.held[head][1]
-                    if head == stream.expected() or waited >= self._timeout_s:
-                        self._release_head(stream, correlation_id, events)
-                    else:
-                        break
-            ticket = self._take_ticket(events)
-        self._deliver(ticket, events)
 
     def _release_head(
         self, stream: _Stream, correlation_id: Hashable | None, events: list[_Event]

@@ -675,13 +675,10 @@ def test_a_sequence_key_that_raises_is_logged_once_and_counted(
     stream = ResequencedStream(
         Resequence(seq=lambda v: v["step"], timeout_ms=60_000), "s", on_ready=lambda: None
     )
-    try:
-        with caplog.at_level(logging.WARNING, logger="raytopic.resequencer"):
-            stream.feed(({"n": n}, n) for n in range(20))
-        assert stream.take(100) == list(range(20))  # released as they came
-        assert stream.stats.unsequenced == 20
-        warnings = [r for r in caplog.records if r.name == "raytopic.resequencer"]
-        assert len(warnings) == 1
-        assert "KeyError" in warnings[0].getMessage()
-    finally:
-        stream.close()
+    with caplog.at_level(logging.WARNING, logger="raytopic.resequencer"):
+        stream.feed(({"n": n}, n) for n in range(20))
+    assert stream.take(100) == list(range(20))  # released as they came
+    assert stream.stats.unsequenced == 20
+    warnings = [r for r in caplog.records if r.name == "raytopic.resequencer"]
+    assert len(warnings) == 1
+    assert "KeyError" in warnings[0].getMessage()

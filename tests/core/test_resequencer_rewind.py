@@ -136,17 +136,14 @@ def test_a_stream_takes_back_what_was_released_and_not_taken() -> None:
         on_ready=lambda: None,
         origin=lambda item: item,
     )
-    try:
-        stream.feed([(0, ("a", 0)), (1, ("b", 0)), (3, ("a", 2)), (2, ("a", 1))])
-        assert stream.take(1) == [("a", 0)]
-        # (b, 0) and (a, 1) released, not taken; (a, 2) released too.
-        assert sorted(stream.rewind("a", 1)) == [("a", 1), ("a", 2)]
-        assert stream.take(10) == [("b", 0)]
-        stream.feed([(3, ("a", 2)), (2, ("a", 1))])
-        assert stream.take(10) == [("a", 1), ("a", 2)]
-        assert stream.stats.late == 0
-    finally:
-        stream.close()
+    stream.feed([(0, ("a", 0)), (1, ("b", 0)), (3, ("a", 2)), (2, ("a", 1))])
+    assert stream.take(1) == [("a", 0)]
+    # (b, 0) and (a, 1) released, not taken; (a, 2) released too.
+    assert sorted(stream.rewind("a", 1)) == [("a", 1), ("a", 2)]
+    assert stream.take(10) == [("b", 0)]
+    stream.feed([(3, ("a", 2)), (2, ("a", 1))])
+    assert stream.take(10) == [("a", 1), ("a", 2)]
+    assert stream.stats.late == 0
 
 
 def test_with_a_zero_hold_window_each_number_sent_back_comes_whenever_it_comes() -> None:

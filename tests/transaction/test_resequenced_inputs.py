@@ -193,20 +193,22 @@ def test_a_loop_past_the_bound_of_acks_done_runs_writes_each_value_once(
     txs.close()
 
 
-# A short hold window: step 1 of key "A" comes after step 2 in its channel, and the
-# hold window skips it before the member reads it (step 2 is released past it).
+# A short hold window: step 1 of key "A" comes after step 2 in its channel, stored
+# after the member passed it (its publisher slower than the hold window), so the
+# member hands step 2 over past it.
 SHORT_HOLD = rt.Resequence(
     seq=lambda v: v["step"], correlation=lambda v: v["key"], timeout_ms=300, start=0
 )
 
 
-def _step_2_released_past_step_1(
+def _step_2_handed_over_past_step_1(
     make_topic: Any, txs: Any, sink: rt.Topic, **topic: Any
-) -> tuple[rt.Topic, rt.Subscriber, int]:
+) -> tuple[rt.Topic, rt.Subscriber, int, rt.ElementBatch]:
     """A/0 on the member's host channel, A/2, A/1 and A/3 on the other one (the
-    sibling), read so that the resequencer releases A/2 past A/1 (a gap) before any
-    receive reads A/1: A/0 is written and committed; A/2 waits, then is released, not
-    handed over. Returns the source, the member and the sibling channel."""
+    sibling): A/0 is written and committed; A/2 waits its hold window, the member reads
+    every channel, and A/1 has not come: A/2 is handed over past it (a gap), not
+    written yet; then A/1 and A/3 are stored. Returns the source, the member, the
+    sibling channel and the batch of A/2."""
     source = make_topic(channels=2, groups=["g"], **topic)
     member = source.subscriber(group="g", resequence=SHORT_HOLD, complete_on_empty=True)
     sibling = 1 - member._receives.host_channel
@@ -218,9 +220,12 @@ def _step_2_released_past_step_1(
     with txs.begin() as tx:
         tx.publish_batch(sink, [e.value for e in batch])
         tx.commit_consumed(batch)
+    batch = ray.get(member.receive_batch(BATCH), timeout=30)
+    assert [e.value["step"] for e in batch] == [2]  # released past A/1
+    assert member.resequencer_stats.gaps == 1
     source.ringbuffer(sibling).add({"key": "A", "step": 1})
     source.ringbuffer(sibling).add({"key": "A", "step": 3})
-    return source, member, sibling
+    return source, member, sibling, batch
 
 
 def _drain_then_check_every_step_written_in_order(
@@ -250,10 +255,7 @@ def test_an_abort_gives_back_a_number_its_release_skipped(
     # held A/0, A/2, A/3 and the group's lag was 0 (A/1 lost, `late == 1`).
     sink = make_topic(channels=1)
     txs = rt.transactions(unique_name("tx"))
-    source, member, _ = _step_2_released_past_step_1(make_topic, txs, sink)
-    wait_until(lambda: member.resequencer_stats.gaps == 1)  # A/2 released past A/1
-    batch = ray.get(member.receive_batch(BATCH), timeout=30)
-    assert [e.value["step"] for e in batch] == [2]
+    source, member, _, batch = _step_2_handed_over_past_step_1(make_topic, txs, sink)
     with pytest.raises(RuntimeError), txs.begin() as tx:
         tx.publish_batch(sink, [e.value for e in batch])
         tx.commit_consumed(batch)
@@ -266,19 +268,18 @@ def test_an_abort_gives_back_a_number_its_release_skipped(
 def test_a_sibling_killed_past_the_hold_window_gives_back_what_it_held_in_order(
     make_topic, unique_name, wait_until, tmp_path
 ) -> None:
-    # The sibling is SIGKILLed with A/1 stored and not read yet: while it restarts,
-    # the hold window releases A/2 past A/1 (not handed over: no receive runs). The
-    # restart sends the member back there, and it reads A/2, A/1, A/3 again. On main
-    # fb1728a A/1 was dropped as late and committed past (the sink held A/0, A/2, A/3,
-    # lag 0): the loss trial68 found (a loop over a resequencing member, a channel
-    # killed).
+    # The sibling is SIGKILLed with A/1 stored and not read yet, A/2 handed over past it
+    # and not committed (the loop dropped it); the restart sends the member back there,
+    # and it reads A/2, A/1, A/3 again. On main fb1728a (A/2 released past A/1 while
+    # the sibling restarted) A/1 was dropped as late and committed past (the sink held
+    # A/0, A/2, A/3, lag 0): the loss trial68 found (a loop over a resequencing member,
+    # a channel killed).
     sink = make_topic(channels=1)
     txs = rt.transactions(unique_name("tx"))
-    source, member, sibling = _step_2_released_past_step_1(
+    source, member, sibling, _ = _step_2_handed_over_past_step_1(
         make_topic, txs, sink, store=str(tmp_path / "source")
     )
     epoch = kill_channel(source, sibling)
-    wait_until(lambda: member.resequencer_stats.gaps == 1)  # A/2 released past A/1
     serving_again(source, sibling, epoch, bound=30)
 
     _drain_then_check_every_step_written_in_order(source, member, txs, sink, wait_until)
