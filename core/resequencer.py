@@ -121,7 +121,7 @@ class Resequencer:
     - the stream holds more than ``capacity`` messages (``capacity > 0``),
       even past a gap, or
     - it has waited ``timeout_ms`` since *it* arrived (a timeout release,
-      made by the sweeper).
+      made by the sweeper, or by :meth:`expire`).
 
     Numbers skipped by a release go to ``on_gap``, one call per number,
     ascending, before the release that skipped them. A message numbered below
@@ -232,6 +232,9 @@ class Resequencer:
         # Never held while a callback runs.
         self._lock = threading.Lock()
         self._streams: dict[Hashable | None, _Stream] = {}
+        # The streams holding something (a gap before them): what due() and expire()
+        # look at, not every stream ever seen.
+        self._holding: dict[Hashable | None, _Stream] = {}
         self._record = ReleaseRecord()  # releases with an origin, for rewind()
         self._released = 0
         self._gaps = 0
@@ -316,6 +319,8 @@ class Resequencer:
                 heapq.heappush(stream.heap, seq)
                 self._held += 1
                 self._release_ready(stream, correlation_id, events)
+                if stream.heap:
+                    self._holding[correlation_id] = stream
             ticket = self._take_ticket(events)
         self._deliver(ticket, events)
 
@@ -344,7 +349,7 @@ class Resequencer:
         dropped: list[Any] = []
         with self._lock:
             now = time.monotonic()
-            for stream in self._streams.values():
+            for correlation_id, stream in list(self._holding.items()):
                 held = stream.held
                 taken_back = [seq for seq in held if at_or_after(held[seq][2], source, position)]
                 for seq in taken_back:
@@ -353,6 +358,8 @@ class Resequencer:
                 if len(stream.held) != len(stream.heap):
                     stream.heap = list(stream.held)
                     heapq.heapify(stream.heap)
+                if not stream.heap:
+                    del self._holding[correlation_id]
             again = self._record.rewound(source, position)
             if again is None:
                 for stream in self._streams.values():
@@ -396,7 +403,7 @@ class Resequencer:
         """
         events: list[_Event] = []
         with self._lock:
-            for correlation_id, stream in self._streams.items():
+            for correlation_id, stream in list(self._holding.items()):
                 while stream.heap:
                     head = stream.heap[0]
                     if (
@@ -413,9 +420,7 @@ class Resequencer:
         """When the first hold window of a head held now ends (a ``time.monotonic()``
         time; it may have passed already); None: nothing is held."""
         with self._lock:
-            arrivals = [
-                stream.held[stream.heap[0]][1] for stream in self._streams.values() if stream.heap
-            ]
+            arrivals = [stream.held[stream.heap[0]][1] for stream in self._holding.values()]
         return min(arrivals) + self._timeout_s if arrivals else None
 
     def start(self) -> None:
@@ -501,6 +506,8 @@ class Resequencer:
     ) -> None:
         seq = heapq.heappop(stream.heap)
         payload, _, origin = stream.held.pop(seq)
+        if not stream.heap:
+            self._holding.pop(correlation_id, None)
         # What a stream's first release skips came before this numbering (a host
         # restarted mid-stream: numbers handled by its predecessor): not a gap to undo.
         first_release = not stream.numbered
