@@ -100,10 +100,11 @@ def transactions(
             whose holder is gone is aborted that long after it began.
         store: Where the namespace's transaction registry keeps its state (as
             ``create_topic``'s ``store``): a directory every node mounts keeps it
-            through the loss of a node. Fixed by the namespace's first call; every
-            call of the namespace names the same. None: the Ray session's
-            directory on one node, whose loss stops the namespace's transactions
-            (docs/guides/transactions.md).
+            through the loss of a node. Fixed by the namespace's first call; a
+            later call names the same or none (None: the running registry's
+            store). A registry first made without one keeps its state in the Ray
+            session's directory on one node, whose loss stops the namespace's
+            transactions (docs/guides/transactions.md).
 
     Returns:
         The holder's Transactions.

@@ -26,7 +26,8 @@ every node mounts keeps the state through the loss of the node its channel ran o
 (the channel restarts elsewhere and reads it back). Without one it is the Ray
 session's directory on one node, whose loss leaves the namespace's transactions
 failing (``ChannelFailedError``). An open naming another store than the running
-registry's is refused (``TopicSettingsError``), changing nothing.
+registry's is refused (``TopicSettingsError``), changing nothing; one naming none
+takes the registry's (a worker need not repeat it).
 """
 
 from __future__ import annotations
@@ -164,7 +165,11 @@ class TransactionRegistry:
             ClosedError: the incarnation was closed by its holder.
             TopicSettingsError: an open naming another store than the registry's.
         """
-        if isinstance(request, OpenIncarnation) and request.store != self._store:
+        if (
+            isinstance(request, OpenIncarnation)
+            and request.store is not None  # None: whatever store the registry keeps
+            and request.store != self._store
+        ):
             # Before the state is read: a refused open reads and changes nothing.
             raise TopicSettingsError(
                 f"the transaction registry of namespace {self._namespace!r} keeps its "
