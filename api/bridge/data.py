@@ -31,6 +31,7 @@ from ray.data._internal.stats import DatasetStats
 from ray.data.block import BlockAccessor, BlockMetadata, BlockMetadataWithSchema
 from ray.data.dataset import MaterializedDataset
 from ray.data.datasource import Datasink, Datasource, ReadTask
+from ray.exceptions import UserCodeException
 
 from raytopic.bridge.quiet_data import quiet_dataset, quiet_write
 from raytopic.bridge.streams import AVAILABLE_NOW, MicroBatch, Stream, open_stream
@@ -53,7 +54,7 @@ from raytopic.core.config import (
     check_instance,
     check_timeout,
 )
-from raytopic.core.errors import InvalidArgumentError, unwrap_ray_error
+from raytopic.core.errors import InvalidArgumentError, PoisonElementError, unwrap_ray_error
 from raytopic.core.records import PublishSummary
 
 if TYPE_CHECKING:
@@ -500,10 +501,22 @@ def pack(ranges: list[ChannelRange], task_rows: int) -> list[list[ChannelRange]]
     return groups
 
 
+class ReadPoisonElementError(PoisonElementError, UserCodeException):
+    """A read task's :class:`~raytopic.PoisonElementError`, said to be the user's (an
+    element its process cannot decode): Ray Data then logs one line for it, where it
+    logged a traceback and "an exception in Ray Data or Ray Core internal code" with
+    the stack of its executor; the error reaching the caller is the same."""
+
+
 def _reader(topic: Topic, pieces: list[ChannelRange], skip_poison: bool) -> Any:
     def read() -> Iterator[pa.Table]:
-        yield from combine(
-            table for piece in pieces for table in read_range(topic, piece, skip_poison=skip_poison)
-        )
+        try:
+            yield from combine(
+                table
+                for piece in pieces
+                for table in read_range(topic, piece, skip_poison=skip_poison)
+            )
+        except PoisonElementError as poison:
+            raise ReadPoisonElementError(*poison.args) from None
 
     return read

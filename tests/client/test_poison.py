@@ -239,6 +239,37 @@ def test_a_bulk_read_names_what_its_task_cannot_decode_and_reads_around_it_on_sk
             next(stream).dataset.take_all()
 
 
+_READ_A_POISON = """
+import importlib, os, sys, uuid
+import raytopic as rt, raytopic.data as rd
+topic = rt.create_topic(f"poison-print-{uuid.uuid4().hex[:8]}", channels=1)
+name = f"skewed_{uuid.uuid4().hex[:8]}"
+with open(f"{name}.py", "w") as module:
+    module.write("class Thing:\\n    pass\\n")
+sys.path.insert(0, os.getcwd())
+with topic.publisher() as publisher:
+    publisher.publish(1)
+    publisher.publish(importlib.import_module(name).Thing())
+os.unlink(f"{name}.py")
+try:
+    rd.read_topic(topic).take_all()
+except rt.PoisonElementError as poison:
+    print("told", poison.channel, poison.position.sequence)
+finally:
+    topic.destroy()
+"""
+
+
+def test_a_bulk_read_s_poison_is_one_line_of_ray_data_not_its_traceback(
+    script_runner: Any, tmp_path: Path
+) -> None:
+    # Ray Data printed its executor's traceback and "Exception occurred in Ray Data or
+    # Ray Core internal code ... open an issue" (~70 lines) before the typed error.
+    run = script_runner.run(code=_READ_A_POISON, cwd=tmp_path, timeout=240)
+    assert run.returncode == 0 and run.stdout == "told 0 1\n", (run.stdout, run.stderr)
+    assert "Traceback" not in run.stderr and "internal code" not in run.stderr, run.stderr
+
+
 class ExitsWhenLoaded:
     """Pickles, and raises SystemExit where it is loaded (its ``__reduce__`` names
     ``sys.exit``)."""
