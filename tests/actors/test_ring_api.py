@@ -22,6 +22,7 @@ from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import (
     DataLossError,
     InvalidArgumentError,
+    InvalidTypeError,
     StaleSequenceError,
     StoreError,
 )
@@ -93,12 +94,23 @@ def damaged_store(tmp_path: Path) -> Iterator[ChannelStore]:
 # -- argument errors -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sequence", [-1, 1.5, True, "0", 6])
-def test_read_one_refuses_a_bad_sequence(sequence: Any) -> None:
+@pytest.mark.parametrize(
+    ("sequence", "error"),
+    [
+        (-1, InvalidArgumentError),
+        (6, InvalidArgumentError),
+        (2**63, InvalidArgumentError),
+        # Not an int: the type error the client's Ringbuffer raises for it too.
+        (1.5, InvalidTypeError),
+        (True, InvalidTypeError),
+        ("0", InvalidTypeError),
+    ],
+)
+def test_read_one_refuses_a_bad_sequence(sequence: Any, error: type[Exception]) -> None:
     async def main() -> None:
         api = _api()
         await api.add_all(_values(range(5)), "fail")  # tail 4: 5 waits, 6 is beyond
-        with pytest.raises(InvalidArgumentError):
+        with pytest.raises(error):
             await api.read_one(sequence)
 
     asyncio.run(main())
@@ -127,9 +139,19 @@ def test_read_many_refuses_bad_arguments(
     asyncio.run(main())
 
 
-@pytest.mark.parametrize(("start", "stop", "max_count"), [(-1, 5, 5), (0, -1, 5), (0, 5, 1.0)])
-def test_read_range_refuses_bad_arguments(start: Any, stop: Any, max_count: Any) -> None:
-    with pytest.raises(InvalidArgumentError):
+@pytest.mark.parametrize(
+    ("start", "stop", "max_count", "error"),
+    [
+        (-1, 5, 5, InvalidArgumentError),
+        (0, -1, 5, InvalidArgumentError),
+        (0, 5, 2**63, InvalidArgumentError),
+        (0, 5, 1.0, InvalidTypeError),
+    ],
+)
+def test_read_range_refuses_bad_arguments(
+    start: Any, stop: Any, max_count: Any, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
         _api().read_range(start, stop, max_count)
 
 

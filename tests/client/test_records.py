@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from raytopic.core.config import MAX_CHANNELS, MAX_COUNT
 from raytopic.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -33,7 +34,9 @@ topic_ids = st.text(
     min_size=1,
     max_size=20,
 )
-positions = st.builds(Position, topic_ids, st.integers(0, 10_000), st.integers(-1, 2**63))
+positions = st.builds(
+    Position, topic_ids, st.integers(0, MAX_CHANNELS - 1), st.integers(-1, MAX_COUNT)
+)
 
 
 # -- Position ------------------------------------------------------------------
@@ -107,10 +110,16 @@ def test_position_rejects_a_topic_id_that_is_not_a_str(topic_id: object) -> None
 
 
 def test_position_errors_name_the_field() -> None:
-    with pytest.raises(InvalidArgumentError, match=r"^channel must be >= 0, got -1$"):
+    with pytest.raises(InvalidArgumentError, match=r"^channel must be >= 0 and < 10000, got -1$"):
         Position("t", -1, 0)
-    with pytest.raises(InvalidArgumentError, match=r"^sequence must be >= -1, got -5$"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"^channel must be >= 0 and < 10000, got 10000$"
+    ):
+        Position("t", MAX_CHANNELS, 0)
+    with pytest.raises(InvalidArgumentError, match=r"^sequence must be >= -1 and <= \d+, got -5$"):
         Position("t", 0, -5)
+    with pytest.raises(InvalidArgumentError, match=r"^sequence must be >= -1 and <= \d+, got "):
+        Position("t", 0, MAX_COUNT + 1)
     with pytest.raises(InvalidTypeError, match=r"^channel must be an int, got str$"):
         Position("t", "0", 0)  # type: ignore[arg-type]
 
