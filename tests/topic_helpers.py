@@ -5,8 +5,10 @@ also have on their path."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -213,6 +215,47 @@ def serving_again(topic: rt.Topic, channel: int, old_epoch: int, bound: float) -
             return time.monotonic() - started
         assert time.monotonic() - started < bound, f"channel {channel}: {stats}"
         time.sleep(0.1)
+
+
+def blocked_topic(make_topic: Any, tmp_path: Path) -> rt.Topic:
+    """One channel of 50, overflow "block", a store, group "g" trimming what it commits."""
+    return make_topic(
+        channels=1,
+        capacity=50,
+        overflow="block",
+        groups=["g"],
+        retain=False,
+        store=str(tmp_path / "store"),
+    )
+
+
+@contextlib.contextmanager
+def draining_member(topic: rt.Topic, pause: float) -> Iterator[dict[int, Any]]:
+    """A member of "g" takes 10 values every ``pause`` s (into the dict given, position ->
+    value: a value delivered again after a restart counts once) and commits them,
+    freeing their room; at the end of the block (unless it raised) until the lag is 0."""
+    received: dict[int, Any] = {}
+    stop = threading.Event()
+
+    def drain() -> None:
+        with topic.subscriber(group="g", complete_on_empty=True) as member:
+            while not stop.is_set():
+                batch = ray.get(member.receive_batch(10), timeout=60)
+                received.update((e.sequence, e.value) for e in batch)
+                if batch:
+                    batch.commit()
+                time.sleep(pause)
+
+    consumer = threading.Thread(target=drain)
+    consumer.start()
+    try:
+        yield received
+        deadline = time.monotonic() + 60
+        while topic.describe().groups["g"].lag and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        consumer.join(60)
 
 
 def kill_coordinator(topic: rt.Topic) -> None:

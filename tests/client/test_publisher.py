@@ -3,7 +3,6 @@ close, overflow policies and refused values."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -11,7 +10,6 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from datetime import UTC
@@ -24,7 +22,13 @@ from raytopic.actors.publisher_tracks import ACKS_KEPT
 from raytopic.client.publish_accumulator import BATCHES_OUT
 from raytopic.client.routing import channel_for_key
 
-from tests.topic_helpers import key_for, module_topic, next_sequences
+from tests.topic_helpers import (
+    blocked_topic,
+    draining_member,
+    key_for,
+    module_topic,
+    next_sequences,
+)
 
 NOT_YET = 0.3
 """Seconds a test gives a held publish to (wrongly) complete before it frees room."""
@@ -545,47 +549,6 @@ def test_a_publisher_has_no_more_calls_out_at_a_channel_than_it_keeps_acks_of(
     assert len(stored) == len(set(stored)) == len(appended) == (400 if form == "refs" else 40_000)
 
 
-def _blocked_topic(make_topic, tmp_path) -> rt.Topic:
-    """One channel of 50, overflow "block", a store, group "g" trimming what it commits."""
-    return make_topic(
-        channels=1,
-        capacity=50,
-        overflow="block",
-        groups=["g"],
-        retain=False,
-        store=str(tmp_path / "store"),
-    )
-
-
-@contextlib.contextmanager
-def _slow_member(topic: rt.Topic, pause: float) -> Iterator[dict[int, int]]:
-    """A member of "g" takes 10 values every ``pause`` s (into the dict given, position ->
-    value: a value delivered again after a restart counts once) and commits them,
-    freeing their room; at the end of the block (unless it raised) until the lag is 0."""
-    received: dict[int, int] = {}
-    stop = threading.Event()
-
-    def drain() -> None:
-        with topic.subscriber(group="g", complete_on_empty=True) as member:
-            while not stop.is_set():
-                batch = ray.get(member.receive_batch(10), timeout=60)
-                received.update((e.sequence, e.value) for e in batch)
-                if batch:
-                    batch.commit()
-                time.sleep(pause)
-
-    consumer = threading.Thread(target=drain)
-    consumer.start()
-    try:
-        yield received
-        deadline = time.monotonic() + 60
-        while topic.describe().groups["g"].lag and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        stop.set()
-        consumer.join(60)
-
-
 def _kill_channel(topic: rt.Topic) -> int:
     """SIGKILL channel 0; its epoch before."""
     channel = topic.describe().channels[0]
@@ -602,8 +565,8 @@ def test_a_block_publish_waiting_for_room_when_its_stored_channel_restarts_compl
     "N of M values not appended (it restarted meanwhile)" (348 of 400 in a trial run, 138
     of them in the topic all the same: b4e5175 made the count exact). Now Ray's retry
     appends the rest of the batch, before the publisher's later batches."""
-    topic = _blocked_topic(make_topic, tmp_path)
-    with _slow_member(topic, 0.1) as received, topic.publisher() as publisher:
+    topic = blocked_topic(make_topic, tmp_path)
+    with draining_member(topic, 0.1) as received, topic.publisher() as publisher:
         futures = [publisher.publish(v) for v in range(400)]
         time.sleep(1.5)  # the channel is full; the member frees 10 places a tenth of a second
         old_epoch = _kill_channel(topic)
@@ -620,8 +583,8 @@ def test_a_block_batch_in_pieces_completes_across_two_restarts_before_the_next_b
     """A ``publish_batch`` larger than the capacity goes in pieces as room frees; its
     channel is SIGKILLed twice meanwhile, with the publisher's next batch queued behind
     it: both complete, each value once, the first batch's before the second's."""
-    topic = _blocked_topic(make_topic, tmp_path)
-    with _slow_member(topic, 0.3) as received, topic.publisher() as publisher:
+    topic = blocked_topic(make_topic, tmp_path)
+    with draining_member(topic, 0.3) as received, topic.publisher() as publisher:
         first = publisher.publish_batch(list(range(250)))
         second = publisher.publish_batch(list(range(250, 280)))
         epochs = []
