@@ -9,6 +9,7 @@ retries with.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -55,6 +56,8 @@ class Appends:
         self._log = log
         self._publishers = publishers
         self._checkpoint = checkpoint
+        self._once: dict[tuple[str, int], asyncio.Event] = {}
+        """The ``append_once`` versions appending now: set when the append ends."""
 
     async def append(self, request: Append, payload: Payload) -> AppendAck | StatusBatch:
         """Append one publisher batch, in the publisher's batch order.
@@ -123,16 +126,31 @@ class Appends:
     async def append_once(self, request: AppendOnce, payload: Payload) -> AppendAck:
         """Append a writer's ``version`` unless this channel has it already: exactly once
         across re-runs of a Spark micro-batch and across restarts with a store (the
-        pair is in the record). Answers an empty ack for a version it has."""
-        if self._publishers.has_version(request.writer_id, request.version):
+        pair is in the record). Answers an empty ack for a version it has; a version
+        appending now (Spark ran the task again while the first run waits for room),
+        once that append ends, with its ack, as a publisher's retry is answered."""
+        writer_id, version = request.writer_id, request.version
+        key = (writer_id, version)
+        while (running := self._once.get(key)) is not None:
+            await running.wait()
+            count = len(check_payload(payload))
+            ack = self._publishers.earlier_ack(writer_id, version, count)
+            if ack is not None:
+                return ack
+        if self._publishers.has_version(writer_id, version):
             return AppendAck(-1, 0, 0.0)
         append = Append(
-            publisher_id=request.writer_id,
-            batch=request.version,
+            publisher_id=writer_id,
+            batch=version,
             overflow=request.overflow,
             timeout=request.timeout,
         )
-        return await self.append(append, payload)  # type: ignore[return-value]
+        self._once[key] = ended = asyncio.Event()
+        try:
+            return await self.append(append, payload)  # type: ignore[return-value]
+        finally:
+            del self._once[key]
+            ended.set()
 
     async def _append_batch(
         self,

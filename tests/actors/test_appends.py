@@ -15,7 +15,7 @@ from raytopic.actors.stores.base import ChannelStore
 from raytopic.core.config import Overflow, TopicConfig
 from raytopic.core.errors import TopicFullError
 from raytopic.core.payloads import PickledValues
-from raytopic.core.protocol import Append, AppendAck
+from raytopic.core.protocol import Append, AppendAck, AppendOnce
 
 CAPACITY = 10
 
@@ -38,6 +38,14 @@ class _Channel:
         request = Append("p", batch, "block", timeout, each=each)
         payload = PickledValues.from_values(values)
         return asyncio.ensure_future(self.appends.append(request, payload))
+
+    def write_once(
+        self, version: int, values: list[Any], *, timeout: float | None = None
+    ) -> asyncio.Task:
+        """A sink's ``append_once`` of ``values`` as ``version`` of writer "once:q"."""
+        request = AppendOnce("once:q", version, "block", timeout)
+        payload = PickledValues.from_values(values)
+        return asyncio.ensure_future(self.appends.append_once(request, payload))
 
     def free(self, count: int) -> None:
         """Readers released the oldest ``count`` elements: room for as many."""
@@ -139,6 +147,49 @@ def test_a_retry_after_a_restart_counts_the_whole_batch_in_its_error(opened) -> 
         assert isinstance(ack, AppendAck) and ack.accepted == 10
         assert isinstance(ack.error, TopicFullError)  # the rest waited its timeout again
         assert str(ack.error) == "channel 0 is full (10 elements): 15 of 25 values not appended"
+        await channel.killed()
+
+    asyncio.run(main())
+
+
+def test_a_version_run_again_while_its_append_waits_gets_that_append_s_answer(opened) -> None:
+    """Spark runs a sink's task again while the first run's ``append_once`` of the
+    version waits for room here: the re-run waits for it and gets its ack (before:
+    ``InvalidArgumentError`` "call 3 of 'once:q' already ran" once it ended), nothing
+    appended twice; a re-run after it ended has the version."""
+    values = list(range(25))
+
+    async def main() -> None:
+        channel = _Channel(opened, restarted=False)
+        first = channel.write_once(3, values)  # 10 go in, 15 wait for room
+        await _settle()
+        again = channel.write_once(3, values)
+        for _ in range(3):
+            channel.free(CAPACITY)
+            await _settle()
+        ack = await first
+        assert (ack.error, ack.accepted) == (None, 25)
+        assert await again == ack
+        assert channel.stored() == values
+        assert await channel.write_once(3, values) == AppendAck(-1, 0, 0.0)
+        await channel.killed()
+
+    asyncio.run(main())
+
+
+def test_a_version_run_again_while_its_append_waits_gets_its_timeout_too(opened) -> None:
+    """The first run's rest waited its timeout: the re-run is told so (the values not
+    appended, exactly those), not answered as if the version were in."""
+
+    async def main() -> None:
+        channel = _Channel(opened, restarted=False)
+        first = channel.write_once(3, list(range(25)), timeout=0.5)
+        await asyncio.sleep(0.1)
+        again = channel.write_once(3, list(range(25)), timeout=0.5)
+        ack = await first
+        assert isinstance(ack.error, TopicFullError) and ack.accepted == 10
+        assert await again == ack
+        assert channel.stored() == list(range(10))
         await channel.killed()
 
     asyncio.run(main())

@@ -47,3 +47,23 @@ def test_a_version_larger_than_the_capacity_goes_in_once_across_two_restarts_of_
         # Spark running the micro-batch again appends nothing twice.
         assert _write_version(topic, writer_id, 7, rows) == {}
     assert [received[s]["id"] for s in sorted(received)] == list(range(250))  # once, in order
+
+
+def test_a_version_run_again_while_its_first_run_waits_for_room_goes_in_once(
+    make_topic, tmp_path, unique_name: Callable[[str], str]
+) -> None:
+    """Spark runs a sink's task again while the first run's append of the version still
+    waits for room at its channel (the first task's executor died; its call goes on):
+    the re-run gets the first run's answer once the version is in, and appends nothing
+    twice. Before, it got InvalidArgumentError "call 7 of 'once:...' already ran"."""
+    topic = blocked_topic(make_topic, tmp_path)
+    rows = pa.table({"id": list(range(250))})
+    writer_id = f"once:{unique_name('query')}"
+    with draining_member(topic, 0.3) as received, ThreadPoolExecutor(2) as pool:
+        first = pool.submit(_write_version, topic, writer_id, 7, rows)
+        time.sleep(1.0)
+        assert not first.done(), first.result()
+        again = pool.submit(_write_version, topic, writer_id, 7, rows)
+        assert first.result(timeout=120) == {0: 250}
+        assert again.result(timeout=120) == {0: 250}
+    assert [received[s]["id"] for s in sorted(received)] == list(range(250))
