@@ -336,3 +336,44 @@ def test_a_loop_slow_to_receive_again_gets_a_number_stored_in_time(shared, uniqu
         element.commit()
     assert topic.describe().groups[group].lag == 0
     member.close()
+
+
+def _numbers(elements: list[rt.Element]) -> list[int]:
+    return [e.value["n"] for e in elements]
+
+
+def test_a_full_window_waits_for_commits_before_passing_a_number_stored_in_time(
+    shared, unique_name
+) -> None:
+    # The member's window (3) is full: 0 and 1 handed over, not committed yet, and 3
+    # held for 2, stored at its channel at once. The loop receives again before it
+    # commits (a loop that commits a batch behind): the look its hold window began
+    # ended at once, as nothing could be read, and passed 3 over the gap; 2, read once
+    # the commits made room, was dropped as late and committed past: [0, 1, 3].
+    topic, group = shared, unique_name("g")
+    group_at_latest(topic, group)
+    option = rt.Resequence(seq=lambda v: v["n"], timeout_ms=400, start=0)
+    member = topic.subscriber(group=group, resequence=option, complete_on_empty=True, window=3)
+    with topic.publisher() as publisher:
+        publisher.publish({"n": 1}, key=key_for(1, 2))
+        publisher.publish({"n": 3}, key=key_for(1, 2))
+        publisher.publish({"n": 0}, key=key_for(0, 2))
+    got: list[rt.Element] = []
+    while len(got) < 2:  # 3 comes in the take that brings 1: it waits for 2 from here
+        got.extend(ray.get(member.receive_batch(10), timeout=60))
+    assert _numbers(got) == [0, 1]
+    publish_all(topic, [{"n": 2}], key=key_for(0, 2))  # in the topic well within 400 ms
+    time.sleep(2.0)  # the loop's own work: five hold windows
+    waiting = member.receive_batch(10)  # the window is full: it waits for room
+    ray.wait([waiting], timeout=5.0)  # (before, it answered [3] at once)
+    for element in got:
+        element.commit()
+    got.extend(ray.get(waiting, timeout=60))
+    got.extend(receive_until_empty(member))
+    assert _numbers(got) == [0, 1, 2, 3]
+    stats = member.resequencer_stats
+    assert (stats.late, stats.gaps, stats.held) == (0, 0, 0)
+    for element in got:
+        element.commit()
+    assert topic.describe().groups[group].lag == 0
+    member.close()
