@@ -164,6 +164,7 @@ class ReceiveSession:
         self._fed_jumps: dict[int, int] = {}  # channel -> jump count of what was fed last
         # What was known of each channel when the resequencer's look began (see _look).
         self._known_before_look: dict[int, CursorState] = {}
+        self._told_pinned = False  # a window full of held elements passed a gap (logged)
         # A seek may have landed (a pause ended, a new view came): a resequencing
         # session looks at every channel's jump count before it hands anything over.
         self._look_again = False
@@ -347,7 +348,18 @@ class ReceiveSession:
             if number <= self._interrupted.get(stream, -1):
                 break
             if resequenced.look_due(time.monotonic()):
-                await self._look(resequenced)
+                if not await self._look(resequenced):
+                    # The window is full and the member's commits can free it: the
+                    # look waits for them, as any receive at the window does.
+                    await self._receive(
+                        stream,
+                        number,
+                        0,
+                        False,
+                        True,
+                        False,
+                        until=lambda: resequenced.ready or self.view.room() > 0,
+                    )
                 continue
             due = resequenced.due()
             timer = None
@@ -381,7 +393,7 @@ class ReceiveSession:
                     await asyncio.wait_for(self._wake.wait(), max(due - time.monotonic(), 0.0))
         return ReceivedBatch((), single)
 
-    async def _look(self, resequenced: ResequencedStream) -> None:
+    async def _look(self, resequenced: ResequencedStream) -> bool:
         """A held head's hold window ended: read every owned channel before it goes out
         past its gap. Only what the session looked at counts: the window goes on between
         receives, and a number stored in its channel in time but not read yet (the
@@ -390,26 +402,73 @@ class ReceiveSession:
         look takes from every owned channel not read since it began or not up to where
         it ended then, until none is left (see ``ResequencedStream.looked``), or
         something is released (handed over first: the look goes on with the next
-        receive)."""
+        receive).
+
+        With the member's window full the look reads nothing and waits, as a receive
+        at the window does, while a commit of what the member was handed can free room
+        (returns False: the look goes on once there is room). Only a window full of what
+        the resequencer itself holds, which no commit frees, ends it past the gaps: the
+        window bounds what the resequencer holds, as ``capacity`` does.
+
+        Returns:
+            Whether the look ended or something was released (False: it waits for room).
+        """
         if resequenced.look(time.monotonic()):
             self._waits.end_fetches()
             self._known_before_look = dict(self.view.known)
         idle = False
+        counted = False  # whether the window's count was read at every channel
         while not self.closed and not resequenced.ready:
             room = max(self.view.room(), 0)
+            if room == 0 and not counted:
+                # Commits go to the channels themselves: what the session knows of the
+                # window may be stale. A take of nothing at each tells it afresh.
+                counted = True
+                await self._takes.take_from(self.view.scope(False), 0, False)
+                continue
             reads = {
                 c: self._read_since_look(c) for c in self.view.scope(False) if c in self._ports
             }
-            unread = resequenced.looked(reads, blocked=room == 0)
+            pinned = room == 0 and not self._commits_free_room()
+            unread = resequenced.looked(reads, blocked=pinned)
             if not unread:
-                return
+                if pinned and resequenced.ready:
+                    self._tell_pinned()
+                return True
+            if room == 0:
+                return False
             if idle:  # the last takes brought nothing, yet left a channel unread
                 await asyncio.sleep(_LOOK_PAUSE)
             deliveries = await self._takes.take_from(unread, min(RESEQUENCE_PULL, room), True)
             idle = not deliveries
+            counted = counted and not deliveries
             for delivery in deliveries:  # the session's now: it reads on after them
                 self._positions.handed(delivery)
             await self._feed_pulled(resequenced, deliveries)
+        return True
+
+    def _commits_free_room(self) -> bool:
+        """Whether a commit of an element the session handed over frees room in the
+        window: it moves the commit of a channel with elements received, not committed
+        (a commit goes no further than its element's hand-over mark)."""
+        return any(
+            state.unacked > 0 and self._handover.commits_past(channel, state.committed)
+            for channel, state in self.view.known.items()
+            if self.view.owns(channel)
+        )
+
+    def _tell_pinned(self) -> None:
+        """Log, once per session, that a window full of held elements passed a gap."""
+        if not self._told_pinned:
+            self._told_pinned = True
+            logger.warning(
+                "reader %s: its window (%s) is full of elements the resequencer holds, "
+                "which no commit frees: heads whose hold window ended went out past their "
+                "gaps (a number still to read there is dropped as late). A window above "
+                "the most elements a key holds out of order keeps them in order.",
+                self.spec.reader_id[:8],
+                self.spec.window,
+            )
 
     def _read_since_look(self, channel: int) -> tuple[int, int] | None:
         """Where the session reads ``channel`` (next, last stored) as a take since the

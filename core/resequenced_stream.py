@@ -138,9 +138,10 @@ class ResequencedStream:
         source's first end known since the look began is where the look reads it up
         to (what it gets later is not waited for: a busy source cannot hold a gap
         forever). When every source is read up to there, or the session can read no
-        more (``blocked``: its window is full), the look ends: the heads whose hold
-        window ended by its beginning go out, past their gaps (see
-        :meth:`Resequencer.expire`).
+        more (``blocked``: its window is full of what this stream holds, which no
+        commit frees; a window that commits can free is waited for, the look going
+        on), the look ends: the heads whose hold window ended by its beginning go out,
+        past their gaps (see :meth:`Resequencer.expire`).
 
         Returns:
             The sources still to read (none: the look ended, or none is under way).

@@ -53,6 +53,7 @@ class HandOver:
     def __init__(self) -> None:
         self._channels: dict[int, _Waiting] = {}
         self._marks: OrderedDict[tuple[int, int], int] = OrderedDict()
+        self._top: dict[int, int] = {}  # channel -> the highest mark handed out there
 
     def taken(self, channel: int, sequence: int) -> None:
         """The session took ``sequence`` of ``channel`` (it goes into the resequencer)."""
@@ -81,6 +82,8 @@ class HandOver:
         waiting = self._channels.get(channel)
         if waiting is not None and waiting.highest >= position:
             waiting.highest = position - 1
+        if self._top.get(channel, -1) >= position:
+            self._top[channel] = position - 1
 
     def late(self, channel: int, sequence: int) -> None:
         """The resequencer dropped ``sequence`` of ``channel`` as late. A number that
@@ -104,12 +107,18 @@ class HandOver:
         else:
             lowest = waiting.lowest()
             mark = waiting.highest if lowest is None else lowest - 1
+        self._top[channel] = max(self._top.get(channel, -1), mark)
         marks = self._marks
         marks[channel, sequence] = mark
         marks.move_to_end((channel, sequence))
         if len(marks) > MARKS_KEPT:
             marks.popitem(last=False)
         return mark
+
+    def commits_past(self, channel: int, committed: int) -> bool:
+        """Whether a commit of an element handed over at ``channel`` moves its commit
+        past ``committed`` (an element's commit goes up to its mark, no further)."""
+        return self._top.get(channel, -1) > committed
 
     def mark_of(self, channel: int, sequence: int) -> int | None:
         """The mark ``sequence`` of ``channel`` got when it was handed over, if it is

@@ -97,8 +97,9 @@ def test_a_look_releases_only_the_heads_whose_window_ended_by_its_beginning() ->
     assert [item[3] for item in stream.take(10)] == ["x", "y"]
 
 
-def test_a_full_window_ends_the_look_at_once() -> None:
-    # Nothing more can be read: what the window holds goes out (or nothing moves).
+def test_a_look_that_can_read_no_more_ends_at_once() -> None:
+    # The window is full of what the resequencer holds, and no commit frees it:
+    # what it holds goes out (or nothing would ever move).
     stream = make_stream()
     feed(stream, ("a", 0, 1))
     past_the_window()

@@ -109,3 +109,21 @@ def test_a_channel_sent_back_claims_nothing_from_there_until_it_is_taken_again()
     assert handover.handed(0, 5) == 3  # 4 waits
     handover.rewound(0, 7)  # sent on past what it took: nothing changes
     assert handover.handed(0, 4) == 5
+
+
+def test_commits_past_says_whether_a_commit_of_an_element_handed_over_moves_the_commit() -> None:
+    # What a resequencing session's look asks with the window full: a commit goes no
+    # further than its element's mark, so elements handed over above one still held
+    # free no room; once that one is handed over, they do.
+    handover = HandOver()
+    assert not handover.commits_past(0, -1)  # nothing handed over here
+    for sequence in range(3):
+        handover.taken(0, sequence)
+    handover.handed(0, 1)
+    handover.handed(0, 2)
+    assert not handover.commits_past(0, -1)  # 0 is held: both are marked -1
+    handover.handed(0, 0)
+    assert handover.commits_past(0, -1) and handover.commits_past(0, 1)
+    assert not handover.commits_past(0, 2)  # committed up to the top already
+    handover.rewound(0, 1)  # sent back: what was handed from 1 on comes again
+    assert handover.commits_past(0, -1) and not handover.commits_past(0, 0)
