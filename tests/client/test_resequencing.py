@@ -377,3 +377,19 @@ def test_a_full_window_waits_for_commits_before_passing_a_number_stored_in_time(
         element.commit()
     assert topic.describe().groups[group].lag == 0
     member.close()
+
+
+def test_a_window_full_of_what_the_resequencer_holds_passes_the_gap(shared, unique_name) -> None:
+    # No commit can free this window (2): it holds 1 and 2, waiting for 0, and nothing
+    # handed over. Waiting would wait forever: the window bounds what the resequencer
+    # holds, as capacity does, and the heads go out past the gap once their hold
+    # window ended.
+    topic, group = shared, unique_name("g")
+    group_at_latest(topic, group)
+    option = rt.Resequence(seq=lambda v: v["n"], timeout_ms=300, start=0)
+    member = topic.subscriber(group=group, resequence=option, complete_on_empty=True, window=2)
+    publish_all(topic, [{"n": 1}, {"n": 2}], key=key_for(1, 2))
+    got = ray.get(member.receive_batch(10), timeout=60)
+    assert _numbers(got) == [1, 2]
+    assert member.resequencer_stats.gaps == 1
+    member.close()
