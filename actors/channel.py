@@ -241,11 +241,6 @@ class ChannelActor:
     # -- health (see ``raytopic.actors.channel_recovery``) ---------------------------
 
     @property
-    def _failure(self) -> str | None:
-        """Why the channel has failed, or None (see :attr:`ChannelContext.failure`)."""
-        return self._context.failure
-
-    @property
     def _seeded(self) -> asyncio.Event:
         """Set once the channel serves (see :attr:`ChannelContext.seeded`)."""
         return self._context.seeded
@@ -305,7 +300,7 @@ class ChannelActor:
         durable; a publish after the receives it woke), then the background jobs the
         state needs are started."""
         handler, admit = SERVED[type(request)]
-        if self._failure is not None or not self._seeded.is_set():
+        if not self._context.admits_all:
             await self._recovery.admit(admit)
         if isinstance(request, REPORTED_REQUESTS):
             self._upkeep.report_from_now()

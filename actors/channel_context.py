@@ -49,8 +49,9 @@ class ChannelContext:
     """Calls waiting in :meth:`wait_change` now."""
     _woke: bool = False
     """A change since the last :meth:`answer_woken_first` woke a waiting call."""
-    _ended: str | None = None
-    """Why every wait here ends (the topic is being destroyed), or None."""
+    ended: str | None = None
+    """Why every wait here ends and every request but the life cycle's is refused
+    (the topic is being destroyed: :meth:`end_waits`), or None."""
 
     @property
     def name(self) -> str:
@@ -66,6 +67,12 @@ class ChannelContext:
             self.failure = f"channel {self.channel} of topic {self.name!r}: {reason}"
         self.notify()
         return self.failure
+
+    @property
+    def admits_all(self) -> bool:
+        """Whether every request is admitted as it comes: the channel serves, has not
+        failed, and its topic is not being destroyed (else see ``ChannelRecovery.admit``)."""
+        return self.failure is None and self.ended is None and self.seeded.is_set()
 
     def check_serving(self) -> None:
         """For a read that would only report a state still to come.
@@ -117,8 +124,9 @@ class ChannelContext:
         """The topic is being destroyed: every wait here (a ring buffer read for data,
         an append for room, ...) raises TopicNotFoundError(``reason``) from now on,
         so a call waiting when the actor is killed answers typed, not with Ray's
-        ActorDiedError."""
-        self._ended = reason
+        ActorDiedError; so does every request admitted from now on (an append that
+        came after would meet a store removed under it: StoreError)."""
+        self.ended = reason
         self.notify()
 
     async def wait_change(self, timeout: float | None) -> None:
@@ -127,7 +135,7 @@ class ChannelContext:
         Raises:
             TopicNotFoundError: the topic is being destroyed (:meth:`end_waits`).
         """
-        if self._ended is None:
+        if self.ended is None:
             changed = self._changed
             self._waiting += 1
             try:
@@ -138,8 +146,8 @@ class ChannelContext:
                         await changed.wait()
             finally:
                 self._waiting -= 1
-        if self._ended is not None:
-            raise TopicNotFoundError(self._ended)
+        if self.ended is not None:
+            raise TopicNotFoundError(self.ended)
 
 
 def stamp_clock() -> float:

@@ -23,7 +23,7 @@ from typing import Any
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.channel_dispatch import Admit
 from raytopic.actors.channel_log import ChannelLog
-from raytopic.core.errors import ChannelUnavailableError
+from raytopic.core.errors import ChannelUnavailableError, TopicNotFoundError
 from raytopic.core.protocol import ChannelRestarted
 
 logger = logging.getLogger(__name__)
@@ -101,9 +101,10 @@ class ChannelRecovery:
             logger.warning("channel %d: could not tell its coordinator: %s", context.channel, error)
 
     async def admit(self, admit: Admit) -> None:
-        """Admit a request to a channel failed or not serving yet, as ``admit`` says.
+        """Admit a request to a channel failed, not serving yet or ended, as ``admit`` says.
 
         Raises:
+            TopicNotFoundError: the topic is being destroyed (unless ``Admit.ALWAYS``).
             ChannelFailedError: the channel has failed (unless ``Admit.ALWAYS``).
             ChannelUnavailableError: it recovers (``Admit.NOW``: at once; else after
                 ``SEED_TIMEOUT``).
@@ -111,6 +112,8 @@ class ChannelRecovery:
         context = self._context
         if admit is Admit.ALWAYS:
             return
+        if context.ended is not None:
+            raise TopicNotFoundError(context.ended)
         if admit is Admit.NOW or context.failure is not None:
             context.check_serving()
             return

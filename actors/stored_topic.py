@@ -125,11 +125,15 @@ class StoredTopic:
         context.seeded.set()
 
     async def mark_destroyed(self) -> None:
-        """Record in the store, durably, that the topic was destroyed.
+        """Record in the store, durably, that the topic was destroyed. From now on the
+        channel refuses every request but the life cycle's with TopicNotFoundError
+        (a channel restarted since the destroy ended its waits has not heard it):
+        an append after this would meet the store removed under it.
 
         Raises:
             ChannelFailedError: the record could not be written.
         """
+        self._context.end_waits(f"topic {self._context.name!r} was destroyed")
         await self._parts.state.mark_destroyed()
 
     async def remove(self) -> None:

@@ -247,6 +247,34 @@ def test_a_destroy_stopped_midway_is_finished_by_the_next_topic_of_the_name(
         again.destroy()
 
 
+def test_an_append_that_comes_after_the_store_is_removed_is_refused_as_topic_not_found(
+    ray_session: None, unique_name, tmp_path: Path
+) -> None:
+    """The coordinator marks every channel's store destroyed, has them removed, then
+    the channels are killed. An append from a process that has not heard of the
+    destroy (a batch in flight, a publisher's retry) that comes in between is refused
+    with TopicNotFoundError, as every call on a destroyed topic is: not StoreError
+    ("the store is closed"), and nothing is written where the store was."""
+    store = tmp_path / "store"
+    name = unique_name("late")
+    topic = rt.create_topic(name, channels=1, store=str(store), groups=["g"])
+    publish_all(topic, ["old"])
+    _control(topic, 0, MarkDestroyed())
+    _control(topic, 0, RemoveStore())
+    publisher = topic.publisher()
+    try:
+        with pytest.raises(rt.TopicNotFoundError):
+            publisher.publish("late").result(timeout=TIMEOUT)
+        with pytest.raises(rt.TopicNotFoundError):
+            get(publisher.publish_batch(["late", "later"]))
+        with pytest.raises(rt.TopicNotFoundError):
+            topic.ringbuffer(0).add("late")
+    finally:
+        publisher.close()
+        topic.destroy()
+    assert not (store / "raytopic" / name).exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.0, 0.02, 0.1])
 def test_a_channel_killed_while_its_topic_is_destroyed_leaves_nothing_to_come_back(
