@@ -398,6 +398,8 @@ class ScalerActor:
                 self._parked[member.uid] = member
             else:
                 ray.kill(member.handle, no_restart=True)
+                if stop is not None and not _succeeded(stop):  # died stopping, or stuck
+                    self._evict(member)
 
     def _adopt_members(self) -> None:
         """After a restart: take back the member actors still alive."""

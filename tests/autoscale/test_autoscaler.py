@@ -599,3 +599,40 @@ def test_member_coordinator_and_scaler_sigkills_during_a_burst_lose_nothing(
     handled = Counter(tally.get())
     assert set(handled) == set(values)  # nothing lost; a killed batch may run again
     scaler.stop()
+
+
+@pytest.mark.slow
+def test_a_member_killed_while_it_stops_leaves_its_group_at_once(
+    make_topic, wait_until, stopped_after, tally: Tally
+) -> None:
+    """A member SIGKILLed while it finishes its batch to stop (a scale-down, or
+    ``stop()``) is told to the group at once, as one that dies at work is: its
+    channels do not wait for its timeout to move (the group listed it, dead, for
+    ``MEMBER_TIMEOUT`` after ``stop()`` returned)."""
+    victim = make_topic(channels=2)
+    scaler = stopped_after(
+        victim.autoscale(
+            "g",
+            Record(tally, seconds=120.0),
+            min_members=1,
+            max_members=1,
+            poll_s=0.2,
+            batch_size=1,
+        )
+    )
+    member = wait_until(lambda: scaler.describe().members, timeout=90)[0]
+    _publish(victim, ["slow"])  # in the handler for 2 minutes: stop() waits for it
+    wait_until(lambda: victim.describe().groups["g"].depth == 0, timeout=90)
+    stopping = threading.Thread(target=scaler.stop)
+    stopping.start()
+    (name,) = _named(scaled_member_prefix(victim.name, "g"), victim.namespace)
+    handle = ray.get_actor(name, namespace=victim.namespace)
+    wait_until(
+        lambda: ray.get(handle.__ray_call__.remote(lambda actor: actor._stopping.is_set())),
+        timeout=90,
+    )
+    os.kill(member.pid, signal.SIGKILL)
+    stopping.join(90)
+    assert not stopping.is_alive()
+    members = [m.member_id for m in victim.describe().groups["g"].members]
+    assert member.member_id not in members
