@@ -59,12 +59,16 @@ class Appends:
         self._once: dict[tuple[str, int], asyncio.Event] = {}
         """The ``append_once`` versions appending now: set when the append ends."""
 
-    async def append(self, request: Append, payload: Payload) -> AppendAck | StatusBatch:
+    async def append(
+        self, request: Append, payload: Payload, *, rerun: bool = False
+    ) -> AppendAck | StatusBatch:
         """Append one publisher batch, in the publisher's batch order.
 
         A batch number seen before returns the ack it got then (a retry after
         a lost reply appends nothing twice). With ``statuses``, the reply is the
-        batch's statuses (``publish_batch``) instead of an ack.
+        batch's statuses (``publish_batch``) instead of an ack. With ``rerun`` (an
+        ``append_once`` version), a batch that ends short stays open: running it
+        again appends the rest.
 
         Raises:
             InvalidArgumentError: a stale or duplicate batch number, or not a payload.
@@ -80,6 +84,7 @@ class Appends:
             request.timeout,
             whole=request.statuses,
             each=request.each,
+            rerun=rerun,
         )
         # Outside the turn: the publisher's next batch is written meanwhile, and
         # one fdatasync covers both.
@@ -127,8 +132,10 @@ class Appends:
         """Append a writer's ``version`` unless this channel has it already: exactly once
         across re-runs of a Spark micro-batch and across restarts with a store (the
         pair is in the record). Answers an empty ack for a version it has; a version
-        appending now (Spark ran the task again while the first run waits for room),
-        once that append ends, with its ack, as a publisher's retry is answered."""
+        appending now (Spark ran the task again while the first run waits for room)
+        waits for that append to end. A version that ended short (its rest timed out
+        or was refused) is not had: its re-run appends exactly the rest, and is then
+        answered for the whole version."""
         writer_id, version = request.writer_id, request.version
         key = (writer_id, version)
         while (running := self._once.get(key)) is not None:
@@ -147,7 +154,7 @@ class Appends:
         )
         self._once[key] = ended = asyncio.Event()
         try:
-            return await self.append(append, payload)  # type: ignore[return-value]
+            return await self.append(append, payload, rerun=True)  # type: ignore[return-value]
         finally:
             del self._once[key]
             ended.set()
@@ -162,19 +169,28 @@ class Appends:
         *,
         whole: bool,
         each: bool,
+        rerun: bool = False,
     ) -> tuple[AppendAck, int | None, bool]:
         """Append one publisher batch in its turn (a batch seen before: the ack it got
-        then, appending nothing twice; one open when the channel restarted: its rest).
+        then, appending nothing twice; one open: its rest). With ``rerun``, a batch
+        that ends short stays open (see :meth:`append`).
         Returns the ack, the change to make durable before answering, and whether it
         is new (not a retry's).
 
         Raises:
-            InvalidArgumentError: a stale or duplicate batch number.
+            InvalidArgumentError: a stale or duplicate batch number, or fewer values
+                than the open batch stored.
         """
         publishers = self._publishers
         ack = publishers.earlier_ack(publisher_id, batch, len(payload))
         if ack is not None:  # a retry (a lost reply, or a restart in between)
             return ack, None, False
+        stored = publishers.stored(publisher_id, batch)
+        if stored is not None and stored.accepted > len(payload):
+            raise InvalidArgumentError(
+                f"batch {batch} of {publisher_id!r} came again with {len(payload)} values, "
+                f"fewer than the {stored.accepted} of it stored: a retry carries the same values"
+            )
 
         async with publishers.turn(publisher_id, batch):
             before = publishers.stored(publisher_id, batch)
@@ -210,9 +226,13 @@ class Appends:
             )
         if before is not None:
             ack = before.then(ack)
-        if opened:  # closed once what it stored is durable, before its answer
+        short = rerun and ack.accepted < len(payload)
+        if opened or short:  # closed (or open, short) once its part is durable, before its answer
             await self._log.durable(change)
-            publishers.close(publisher_id, batch)
+            if short:
+                publishers.open(publisher_id, batch)
+            else:
+                publishers.close(publisher_id, batch)
             await self._checkpoint()
         return ack, change, True
 

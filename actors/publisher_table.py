@@ -136,12 +136,16 @@ class PublisherTable:
         return ack
 
     def has_version(self, writer_id: str, version: int) -> bool:
-        """Whether an ``append_once`` writer's ``version`` (or a later one) is here.
-        If not, the writer's turn moves to ``version`` (versions skip numbers)."""
+        """Whether an ``append_once`` writer's ``version`` (or a later one) is here, whole.
+        If not, the writer's turn moves to ``version`` (versions skip numbers), or back
+        to it if it ended short (it is open: its re-run appends the rest)."""
         track = self.tracks.get(writer_id)
         if track is not None and version <= track.last_batch and version != track.open:
             return True
-        self.turns.resume(writer_id, version)
+        if track is not None and version == track.open:
+            self.turns.rewind(writer_id, version)
+        else:
+            self.turns.resume(writer_id, version)
         return False
 
     @contextlib.asynccontextmanager
@@ -158,8 +162,8 @@ class PublisherTable:
             raise InvalidArgumentError(str(error)) from None
 
     def stored(self, publisher_id: str, batch: int) -> AppendAck | None:
-        """What the open ``batch`` stored before the channel restarted (None: nothing,
-        or it is not open): its retry appends the rest."""
+        """What the open ``batch`` stored before the channel restarted, or before it
+        ended short (None: nothing, or it is not open): its next run appends the rest."""
         track = self.tracks.get(publisher_id)
         if track is None or track.open != batch:
             return None
@@ -171,8 +175,10 @@ class PublisherTable:
         return track is not None and track.open == batch
 
     def open(self, publisher_id: str, batch: int) -> None:
-        """``batch`` may go in pieces (it waits for room): until :meth:`close`, a channel
-        restarted meanwhile resumes it. The caller makes this durable before storing."""
+        """``batch`` may go in pieces (it waits for room), or an ``append_once`` version
+        ended short: until :meth:`close`, its next run (a retry after a restart, a
+        re-run of the version) appends the rest. The caller makes this durable (before
+        storing, or before the answer)."""
         self.tracks.setdefault(publisher_id, PublisherTrack()).open = batch
         self._changed(publisher_id)
 

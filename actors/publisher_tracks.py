@@ -11,7 +11,9 @@ header) fill in what came after the last state write.
 A batch that waits for room under overflow "block" and may go in pieces is marked
 open (durably, before its first piece is stored) until its append ends: a channel
 restarted meanwhile resumes it when Ray retries it (the rest goes in under the same
-number) and holds the publisher's later batches until then.
+number) and holds the publisher's later batches until then. An ``append_once``
+version that ended short (its rest timed out, or was refused) stays open the same
+way: a re-run of the version appends exactly the rest.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class PublisherTrack:
     acks: dict[int, AppendAck] = field(default_factory=dict)
     seen: float = field(default_factory=time.monotonic)
     open: int = -1
-    """The batch whose append has not ended (-1: none): see the module docstring."""
+    """The batch whose append has not ended, or the ``append_once`` version that ended
+    short (-1: none): see the module docstring."""
 
     def remember(self, batch: int, ack: AppendAck) -> None:
         """Keep ``ack`` as the answer to a retry of ``batch``."""

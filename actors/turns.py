@@ -112,6 +112,12 @@ class Turns:
         stream = self._streams.setdefault(key, _Stream())
         stream.next = max(stream.next, number)
 
+    def rewind(self, key: Hashable, number: int) -> None:
+        """Let ``number`` run again on stream ``key`` (a call that ended short is run
+        again for its rest): the stream's later numbers wait for it."""
+        stream = self._streams.setdefault(key, _Stream())
+        stream.next = min(stream.next, number)
+
     def forget(self, key: Hashable) -> bool:
         """Drop the stream ``key`` (its sender is gone) unless a call of it runs or
         waits; return whether it is gone."""

@@ -338,7 +338,8 @@ class StreamingSink:
     that carries (query id, batch id), stored with the rows (with a store,
     it survives a restart of the channel). A batch Spark runs again, after a
     failure or a restart from the checkpoint (a new sink object included),
-    is skipped by every channel that has it and appended by the others.
+    is skipped by every channel that has it and appended by the others; a channel
+    where it ended short (a "block" timeout failed the batch) appends the rest.
     Batch ids must grow (Spark's do). The rows of a batch must route the
     same way when it runs again: with a key column they do; round robin
     (null keys) follows the batch's row order, which a replayable source

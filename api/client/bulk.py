@@ -146,7 +146,8 @@ class BulkWriter:
     made again with the same id and fed the same tables (a retried task)
     appends nothing twice. With ``version`` set (exactly-once sinks) each
     channel gets all of the writer's rows as ONE append at :meth:`close`,
-    which the channel skips if it already has that version of the writer.
+    which the channel skips if it already has that version of the writer whole
+    (of one that ended short, it appends the rest).
     """
 
     def __init__(

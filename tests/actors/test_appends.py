@@ -1,11 +1,14 @@
 """Unit tests of Appends (no Ray, a real store): a "block" batch waiting for room when
 its channel dies is resumed by the retry after the restart (the rest goes in under the
-same number, before the publisher's later batches), once, also after a second death."""
+same number, before the publisher's later batches), once, also after a second death;
+an ``append_once`` version that ended short gets exactly its rest when run again."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+import pytest
 
 from raytopic.actors.appends import Appends
 from raytopic.actors.channel_context import ChannelContext
@@ -13,7 +16,7 @@ from raytopic.actors.channel_metrics import ChannelMetrics
 from raytopic.actors.channel_parts import ChannelParts
 from raytopic.actors.stores.base import ChannelStore
 from raytopic.core.config import Overflow, TopicConfig
-from raytopic.core.errors import TopicFullError
+from raytopic.core.errors import InvalidArgumentError, TopicFullError
 from raytopic.core.payloads import PickledValues
 from raytopic.core.protocol import Append, AppendAck, AppendOnce
 
@@ -52,6 +55,12 @@ class _Channel:
         self.parts.log.evict_to(self.parts.log.ring.head + count)
         self.parts.context.notify()
 
+    async def drained(self, rounds: int) -> None:
+        """Readers free the whole ring ``rounds`` times, letting appends run between."""
+        for _ in range(rounds):
+            self.free(CAPACITY)
+            await _settle()
+
     async def killed(self, *tasks: asyncio.Task) -> None:
         """SIGKILLed: what it was doing stops, nothing more is written."""
         for task in tasks:
@@ -89,9 +98,7 @@ def test_a_block_batch_waiting_when_its_channel_died_gets_its_rest_in_on_the_ret
         queued = channel.publish(1, second)
         await _settle()
         waiting = channel.publish(0, first)
-        for _ in range(4):
-            channel.free(CAPACITY)
-            await _settle()
+        await channel.drained(4)
         ack, after = await waiting, await queued
         assert isinstance(ack, AppendAck) and isinstance(after, AppendAck)
         assert (ack.error, ack.accepted, after.error, after.accepted) == (None, 25, None, 3)
@@ -164,9 +171,7 @@ def test_a_version_run_again_while_its_append_waits_gets_that_append_s_answer(op
         first = channel.write_once(3, values)  # 10 go in, 15 wait for room
         await _settle()
         again = channel.write_once(3, values)
-        for _ in range(3):
-            channel.free(CAPACITY)
-            await _settle()
+        await channel.drained(3)
         ack = await first
         assert (ack.error, ack.accepted) == (None, 25)
         assert await again == ack
@@ -177,9 +182,12 @@ def test_a_version_run_again_while_its_append_waits_gets_that_append_s_answer(op
     asyncio.run(main())
 
 
-def test_a_version_run_again_while_its_append_waits_gets_its_timeout_too(opened) -> None:
-    """The first run's rest waited its timeout: the re-run is told so (the values not
-    appended, exactly those), not answered as if the version were in."""
+def test_a_version_run_again_while_its_append_waits_tries_the_rest_after_a_timeout(
+    opened,
+) -> None:
+    """The first run's rest waited its timeout: the re-run waiting behind it is not
+    answered as if the version were in; it tries the rest itself, and a timeout of its
+    own counts exactly the values not appended."""
 
     async def main() -> None:
         channel = _Channel(opened, restarted=False)
@@ -188,8 +196,120 @@ def test_a_version_run_again_while_its_append_waits_gets_its_timeout_too(opened)
         again = channel.write_once(3, list(range(25)), timeout=0.5)
         ack = await first
         assert isinstance(ack.error, TopicFullError) and ack.accepted == 10
-        assert await again == ack
+        ack = await again
+        assert isinstance(ack.error, TopicFullError) and ack.accepted == 10
+        assert str(ack.error) == "channel 0 is full (10 elements): 15 of 25 values not appended"
         assert channel.stored() == list(range(10))
         await channel.killed()
+
+    asyncio.run(main())
+
+
+# -- a version that ended short: its re-run appends the rest ---------------------------
+
+
+def test_a_version_that_ended_short_gets_exactly_its_rest_when_run_again(opened) -> None:
+    """Its rest timed out (the micro-batch failed): the re-run appends the 15 values not
+    stored, once, after the 10, answered for the whole version; a later re-run appends
+    nothing. Before: the re-run was answered "had it" (an empty ack), 15 values lost."""
+    values = list(range(25))
+
+    async def main() -> None:
+        channel = _Channel(opened, restarted=False)
+        ack = await channel.write_once(3, values, timeout=0.3)
+        assert isinstance(ack.error, TopicFullError) and ack.accepted == 10
+        with pytest.raises(InvalidArgumentError, match="5 values, fewer than the 10"):
+            await channel.write_once(3, values[:5])  # not the same rows: refused, no change
+        again = channel.write_once(3, values)
+        await channel.drained(3)
+        ack = await again
+        assert (ack.error, ack.accepted) == (None, 25)
+        assert [ack.locate(index)[0] for index in range(25)] == values
+        assert channel.stored() == values
+        assert await channel.write_once(3, values) == AppendAck(-1, 0, 0.0)
+        assert channel.stored() == values
+        await channel.killed()
+
+    asyncio.run(main())
+
+
+def test_a_version_that_ended_short_is_known_short_after_a_restart(opened) -> None:
+    """The channel dies after the version ended short: the restarted channel still
+    appends the rest on the re-run (the open mark is in its state), then has it whole
+    across a second restart."""
+    values = list(range(25))
+
+    async def main() -> None:
+        dead = _Channel(opened, restarted=False)
+        ack = await dead.write_once(3, values, timeout=0.3)
+        assert isinstance(ack.error, TopicFullError) and ack.accepted == 10
+        await dead.killed()
+
+        channel = _Channel(opened, restarted=True)
+        assert not channel.parts.publishers.has_version("once:q", 3)
+        again = channel.write_once(3, values)
+        await channel.drained(3)
+        ack = await again
+        assert (ack.error, ack.accepted) == (None, 25)
+        assert channel.stored() == values
+        await channel.killed()
+
+        whole = _Channel(opened, restarted=True)
+        assert await whole.write_once(3, values) == AppendAck(-1, 0, 0.0)
+        assert whole.stored() == values
+        await whole.killed()
+
+    asyncio.run(main())
+
+
+def test_a_version_refused_whole_goes_in_whole_when_run_again_after_a_restart(
+    opened,
+) -> None:
+    """A version within the capacity waits to go in at once; refused whole (nothing
+    stored, so no record of it), a re-run without room is refused again (before: an
+    empty ack, as if it were in), and it is still known short after a restart."""
+
+    async def main() -> None:
+        dead = _Channel(opened, restarted=False)
+        await dead.publish(0, list("abcdefghij"))  # full
+        for _ in range(2):
+            ack = await dead.write_once(2, [1, 2, 3], timeout=0.3)
+            assert isinstance(ack.error, TopicFullError) and ack.accepted == 0
+        await dead.killed()
+
+        channel = _Channel(opened, restarted=True)
+        again = channel.write_once(2, [1, 2, 3])
+        await _settle()
+        channel.free(3)
+        ack = await again
+        assert (ack.error, ack.first, ack.accepted) == (None, 10, 3)
+        assert channel.stored()[-3:] == [1, 2, 3]
+        assert await channel.write_once(2, [1, 2, 3]) == AppendAck(-1, 0, 0.0)
+        await channel.killed()
+
+    asyncio.run(main())
+
+
+def test_a_publisher_s_batch_that_ended_short_is_answered_as_it_ended_when_retried(
+    opened,
+) -> None:
+    """A plain publisher's retry under the same batch number (a lost reply, a restart)
+    gets the answer the batch got: its failed values stay failed (the publisher was or
+    will be told, and publishes them again under new numbers), nothing appended twice."""
+    values = list(range(25))
+
+    async def main() -> None:
+        channel = _Channel(opened, restarted=False)
+        ack = await channel.publish(0, values, timeout=0.3)
+        assert isinstance(ack.error, TopicFullError) and ack.accepted == 10
+        channel.free(CAPACITY)
+        assert await channel.publish(0, values) == ack
+        await channel.killed()
+
+        again = _Channel(opened, restarted=True)
+        ack = await again.publish(0, values)
+        assert isinstance(ack.error, TopicFullError) and ack.accepted == 10
+        assert again.stored() == list(range(10))
+        await again.killed()
 
     asyncio.run(main())

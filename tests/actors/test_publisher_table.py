@@ -98,6 +98,29 @@ def test_an_append_once_writer_skips_versions_and_never_appends_one_twice() -> N
     assert not table.has_version("once:w", 9)
 
 
+def test_an_append_once_version_that_ended_short_is_not_had_and_runs_again_in_its_turn() -> None:
+    """Open after it ended short (``Appends`` keeps it so): its re-run goes in its turn
+    again for the rest, through a state write and a restart too; once a later version
+    went in, it is had."""
+    table = PublisherTable(0)
+    assert not table.has_version("once:w", 5)
+    _appended(table, "once:w", 5)  # 1 value went in, the rest was refused
+    table.open("once:w", 5)
+    assert table.turns.expected("once:w") == 6
+    assert not table.has_version("once:w", 5)
+    assert table.turns.expected("once:w") == 5  # its re-run may take the turn again
+    assert table.stored("once:w", 5) == AppendAck(0, 1, 1.0)  # the rest goes after it
+    assert table.earlier_ack("once:w", 5, 3) is None
+
+    restarted = PublisherTable(0)
+    restarted.restore_state(dict(table.states()))
+    restarted.resume_turns()
+    assert not restarted.has_version("once:w", 5) and restarted.turns.expected("once:w") == 5
+    assert restarted.stored("once:w", 5) == AppendAck(0, 1, 1.0)
+    _appended(restarted, "once:w", 6)  # the writer moved on: 5 is had
+    assert restarted.has_version("once:w", 5)
+
+
 def test_long_idle_publishers_are_forgotten_with_their_turns_a_sweep_interval_apart() -> None:
     changed: list[str] = []
     table = PublisherTable(0, changed.append)

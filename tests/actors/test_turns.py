@@ -200,6 +200,28 @@ def test_a_repeated_number_raises_duplicate_turn_error() -> None:
     run(main)
 
 
+def test_a_rewound_number_runs_again_and_later_numbers_wait_for_it() -> None:
+    """A call that ended short runs again for its rest (``append_once``)."""
+
+    async def main() -> None:
+        turns = Turns(gap_timeout=NEVER)
+        log: list = []
+        turns.resume("s", 3)
+        await take(turns, "s", 3, log)
+        turns.rewind("s", 3)
+        assert turns.expected("s") == 3
+        later = asyncio.create_task(take(turns, "s", 4, log))
+        await asyncio.sleep(0.02)
+        assert not later.done()  # 4 waits for 3's second run
+        await take(turns, "s", 3, log)
+        await later
+        assert log[2:] == [("start", "s", 3), ("end", "s", 3), ("start", "s", 4), ("end", "s", 4)]
+        turns.rewind("s", 9)  # never forward
+        assert turns.expected("s") == 5
+
+    run(main)
+
+
 def test_a_duplicate_of_the_running_number_raises_once_it_ends() -> None:
     async def main() -> None:
         turns = Turns(gap_timeout=NEVER)

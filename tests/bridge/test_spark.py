@@ -26,7 +26,15 @@ from raytopic.tools.bench_common import at_least
 from raytopic.tools.bench_streams import SPARK_CATCH_UP_TARGET
 
 from tests.spark_settings import quick_jvm_configs
-from tests.topic_helpers import damage_a_middle_record, drain_group, get
+from tests.topic_helpers import (
+    blocked_topic,
+    damage_a_middle_record,
+    drain_group,
+    draining_member,
+    get,
+    kill_channel,
+    serving_again,
+)
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
@@ -355,6 +363,29 @@ def test_a_replayed_batch_id_is_skipped_across_a_channel_restart_with_a_store(
         rs.sink(topic)(batch, 9)  # outside a streaming query, no name
     with pytest.raises(rt.InvalidArgumentError):
         again(batch, -1)
+
+
+def test_a_micro_batch_that_ended_short_gets_its_rest_when_run_again_after_a_restart(
+    spark: Any, make_topic: Callable[..., rt.Topic], tmp_path: Path, unique_name: Any
+) -> None:
+    """A micro-batch of 120 rows into a stored "block" channel of 50 that group "g" does
+    not read: 50 go in, the rest times out and the batch fails. The channel is SIGKILLed;
+    the query runs the batch again (a new sink object) once "g" reads: the 70 rows not
+    stored go in, once, after the 50. Before, the re-run was answered "had it" (0 rows)
+    and the 70 rows were lost in silence."""
+    topic = blocked_topic(make_topic, tmp_path)
+    query = unique_name("query")
+    batch = spark.range(120, numPartitions=1).select(F.col("id"))
+    with pytest.raises(rt.TopicFullError, match="70 of 120"):
+        rs.sink(topic, query_id=query, block_timeout=1.0)(batch, 5)
+    serving_again(topic, 0, kill_channel(topic, 0), 60)
+    again = rs.sink(topic, query_id=query)
+    with draining_member(topic, 0.1) as received:
+        again(batch, 5)
+        assert again.last_summary is not None and again.last_summary.rows == 120
+        again(batch, 5)  # the batch is whole now: nothing goes in again
+        assert again.last_summary.rows == 0
+    assert [received[s]["id"] for s in sorted(received)] == list(range(120))
 
 
 def test_a_spark_stream_hands_out_dataframes_of_its_ranges_and_with_sink_is_exactly_once(

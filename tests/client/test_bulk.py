@@ -9,16 +9,25 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
+import pytest
 
 import raytopic as rt
 from raytopic.client.bulk import BulkWriter
 
-from tests.topic_helpers import blocked_topic, draining_member, kill_channel, serving_again
+from tests.topic_helpers import (
+    blocked_topic,
+    draining_member,
+    kill_channel,
+    publish_all,
+    serving_again,
+)
 
 
-def _write_version(topic: rt.Topic, writer_id: str, version: int, rows: pa.Table) -> dict:
+def _write_version(
+    topic: rt.Topic, writer_id: str, version: int, rows: pa.Table, block_timeout: float = 60.0
+) -> dict:
     """What a sink's task does: ``rows`` as ``version`` of ``writer_id``; rows per channel."""
-    writer = BulkWriter(topic, writer_id, version=version)
+    writer = BulkWriter(topic, writer_id, version=version, block_timeout=block_timeout)
     writer.write(rows)
     appended, _ = writer.close()
     return appended
@@ -67,3 +76,40 @@ def test_a_version_run_again_while_its_first_run_waits_for_room_goes_in_once(
         assert first.result(timeout=120) == {0: 250}
         assert again.result(timeout=120) == {0: 250}
     assert [received[s]["id"] for s in sorted(received)] == list(range(250))
+
+
+def test_a_version_that_ended_short_gets_exactly_its_rest_when_run_again(
+    make_topic, tmp_path, unique_name: Callable[[str], str]
+) -> None:
+    """A sink's version of 120 rows into a "block" channel of 50 nobody reads: 50 go in,
+    the rest times out (the micro-batch fails). Spark runs it again once a member reads:
+    the 70 rows not stored go in, once, after the 50; a later re-run appends nothing.
+    Before, the re-run was answered "had it" (an empty ack) and the 70 rows were lost."""
+    topic = blocked_topic(make_topic, tmp_path)
+    rows = pa.table({"id": list(range(120))})
+    writer_id = f"once:{unique_name('query')}"
+    with pytest.raises(rt.TopicFullError, match="70 of 120"):
+        _write_version(topic, writer_id, 4, rows, block_timeout=1.0)
+    with draining_member(topic, 0.1) as received:
+        assert _write_version(topic, writer_id, 4, rows) == {0: 120}  # answered for the whole
+        assert _write_version(topic, writer_id, 4, rows) == {}
+    assert [received[s]["id"] for s in sorted(received)] == list(range(120))
+
+
+def test_a_version_refused_whole_goes_in_whole_when_run_again(
+    make_topic, tmp_path, unique_name: Callable[[str], str]
+) -> None:
+    """A version that fits the capacity waits to go in at once; the channel stays full
+    (group "g" reads nothing), so it is refused whole. Its re-run, once there is room,
+    appends it. Before, the re-run was answered "had it" and every row was lost."""
+    topic = blocked_topic(make_topic, tmp_path)
+    publish_all(topic, [{"id": -1}] * 50)  # full
+    rows = pa.table({"id": list(range(30))})
+    writer_id = f"once:{unique_name('query')}"
+    with pytest.raises(rt.TopicFullError, match="30 of 30"):
+        _write_version(topic, writer_id, 2, rows, block_timeout=1.0)
+    with draining_member(topic, 0.1) as received:
+        assert _write_version(topic, writer_id, 2, rows) == {0: 30}
+        assert _write_version(topic, writer_id, 2, rows) == {}
+    ids = [received[s]["id"] for s in sorted(received)]
+    assert ids == [-1] * 50 + list(range(30))
