@@ -318,16 +318,7 @@ def test_a_loop_slow_to_receive_again_gets_a_number_stored_in_time(shared, uniqu
     group_at_latest(topic, group)
     option = rt.Resequence(seq=lambda v: v["n"], timeout_ms=400, start=0)
     member = topic.subscriber(group=group, resequence=option, complete_on_empty=True)
-    with topic.publisher() as publisher:
-        publisher.publish({"n": 1}, key=key_for(1, 2))
-        publisher.publish({"n": 3}, key=key_for(1, 2))
-        publisher.publish({"n": 0}, key=key_for(0, 2))
-    got: list[rt.Element] = []
-    while len(got) < 2:  # 3 comes in the take that brings 1: it waits for 2 from here
-        got.extend(ray.get(member.receive_batch(10), timeout=60))
-    assert [e.value["n"] for e in got] == [0, 1]
-    publish_all(topic, [{"n": 2}], key=key_for(0, 2))  # in the topic well within 400 ms
-    time.sleep(2.0)  # the loop's own work: five hold windows
+    got = _hand_over_0_and_1_then_store_2_while_3_is_held(topic, member)
     got.extend(receive_until_empty(member))
     assert [e.value["n"] for e in got] == [0, 1, 2, 3]
     stats = member.resequencer_stats
@@ -342,6 +333,24 @@ def _numbers(elements: list[rt.Element]) -> list[int]:
     return [e.value["n"] for e in elements]
 
 
+def _hand_over_0_and_1_then_store_2_while_3_is_held(
+    topic: rt.Topic, member: rt.Subscriber
+) -> list[rt.Element]:
+    """0 and 1 received (not committed), 3 held for 2, and 2 stored at its channel well
+    within a 400 ms hold window; then the loop's own work: five hold windows."""
+    with topic.publisher() as publisher:
+        publisher.publish({"n": 1}, key=key_for(1, 2))
+        publisher.publish({"n": 3}, key=key_for(1, 2))
+        publisher.publish({"n": 0}, key=key_for(0, 2))
+    got: list[rt.Element] = []
+    while len(got) < 2:  # 3 comes in the take that brings 1: it waits for 2 from here
+        got.extend(ray.get(member.receive_batch(10), timeout=60))
+    assert _numbers(got) == [0, 1]
+    publish_all(topic, [{"n": 2}], key=key_for(0, 2))
+    time.sleep(2.0)
+    return got
+
+
 def test_a_full_window_waits_for_commits_before_passing_a_number_stored_in_time(
     shared, unique_name
 ) -> None:
@@ -354,16 +363,7 @@ def test_a_full_window_waits_for_commits_before_passing_a_number_stored_in_time(
     group_at_latest(topic, group)
     option = rt.Resequence(seq=lambda v: v["n"], timeout_ms=400, start=0)
     member = topic.subscriber(group=group, resequence=option, complete_on_empty=True, window=3)
-    with topic.publisher() as publisher:
-        publisher.publish({"n": 1}, key=key_for(1, 2))
-        publisher.publish({"n": 3}, key=key_for(1, 2))
-        publisher.publish({"n": 0}, key=key_for(0, 2))
-    got: list[rt.Element] = []
-    while len(got) < 2:  # 3 comes in the take that brings 1: it waits for 2 from here
-        got.extend(ray.get(member.receive_batch(10), timeout=60))
-    assert _numbers(got) == [0, 1]
-    publish_all(topic, [{"n": 2}], key=key_for(0, 2))  # in the topic well within 400 ms
-    time.sleep(2.0)  # the loop's own work: five hold windows
+    got = _hand_over_0_and_1_then_store_2_while_3_is_held(topic, member)
     waiting = member.receive_batch(10)  # the window is full: it waits for room
     ray.wait([waiting], timeout=5.0)  # (before, it answered [3] at once)
     for element in got:
