@@ -23,8 +23,12 @@ from raytopic.client.routing import channel_for_key
 from tests.topic_helpers import drain_group, get, group_at_latest, module_topic, next_sequences
 
 # Under pytest -n (xdist), every test of this module runs in one worker, which makes
-# its module-scoped topics once.
-pytestmark = pytest.mark.xdist_group("test_data")
+# its module-scoped topics once: the Spark tests' worker, because the quiet write's test
+# holds the CPUs it counts free beside Spark's executor (long-lived; only test_spark
+# starts one). In another worker, an executor started after that count left the
+# write's tasks no CPU, and both workers hung in Ray Data's from_arrow (a full run on
+# b5f35a5: 15 min, until killed).
+pytestmark = pytest.mark.xdist_group("spark")
 
 # A 2-channel topic for the tests that read only what they wrote themselves: from
 # the sequences it had when they started, or through a group made then. Shared to
