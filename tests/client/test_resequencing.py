@@ -320,17 +320,24 @@ def test_a_loop_slow_to_receive_again_gets_a_number_stored_in_time(shared, uniqu
     member = topic.subscriber(group=group, resequence=option, complete_on_empty=True)
     got = _hand_over_0_and_1_then_store_2_while_3_is_held(topic, member)
     got.extend(receive_until_empty(member))
-    assert [e.value["n"] for e in got] == [0, 1, 2, 3]
+    _all_in_order_committed(topic, group, member, got)
+
+
+def _numbers(elements: list[rt.Element]) -> list[int]:
+    return [e.value["n"] for e in elements]
+
+
+def _all_in_order_committed(
+    topic: rt.Topic, group: str, member: rt.Subscriber, got: list[rt.Element]
+) -> None:
+    """0..3 came in order, none late, skipped or held; committed, the group has no lag."""
+    assert _numbers(got) == [0, 1, 2, 3]
     stats = member.resequencer_stats
     assert (stats.late, stats.gaps, stats.held) == (0, 0, 0)
     for element in got:
         element.commit()
     assert topic.describe().groups[group].lag == 0
     member.close()
-
-
-def _numbers(elements: list[rt.Element]) -> list[int]:
-    return [e.value["n"] for e in elements]
 
 
 def _hand_over_0_and_1_then_store_2_while_3_is_held(
@@ -370,13 +377,7 @@ def test_a_full_window_waits_for_commits_before_passing_a_number_stored_in_time(
         element.commit()
     got.extend(ray.get(waiting, timeout=60))
     got.extend(receive_until_empty(member))
-    assert _numbers(got) == [0, 1, 2, 3]
-    stats = member.resequencer_stats
-    assert (stats.late, stats.gaps, stats.held) == (0, 0, 0)
-    for element in got:
-        element.commit()
-    assert topic.describe().groups[group].lag == 0
-    member.close()
+    _all_in_order_committed(topic, group, member, got)
 
 
 def test_a_window_full_of_what_the_resequencer_holds_passes_the_gap(shared, unique_name) -> None:
