@@ -131,8 +131,13 @@ class _SessionCluster:
         self._tidier = LogTidier(self.logs)  # see tests/session_logs.py
         self._tidier.start()
 
-    def wait_serving(self, timeout: float = 60.0) -> None:
-        """Until its GCS takes connections (then ``ray.init`` joins at once)."""
+    def wait_serving(self, timeout: float = 300.0) -> None:
+        """Until its GCS takes connections (then ``ray.init`` joins at once).
+
+        A head that exits fails at once; the deadline only ends a hang. A session
+        whose bytecode cache starts empty (below) compiles Ray's modules first:
+        under a full run's load (a nested session of test_session_cleanup) that
+        took more than a minute."""
         host, port = self.address.split(":")
         deadline = time.monotonic() + timeout
         while True:
@@ -217,7 +222,7 @@ def ray_cluster() -> Iterator[str]:
     os.environ[_CLUSTER_LOGS] = str(cluster.logs)
     try:  # a head that never served, or that ray.init failed to join, is stopped too
         cluster.wait_serving()
-        ray.init(address=cluster.address, namespace=TEST_NAMESPACE, log_to_driver=False)
+        _join(cluster.address)
         yield cluster.address
     finally:
         ray.shutdown()
@@ -300,8 +305,25 @@ def metrics_url(ray_cluster: str) -> str:
 def ray_session(ray_cluster: str) -> Iterator[None]:
     """Ray is initialised in this process, connected to the session's cluster."""
     if not ray.is_initialized():
-        ray.init(address=ray_cluster, namespace=TEST_NAMESPACE, log_to_driver=False)
+        _join(ray_cluster)
     yield
+
+
+def _join(address: str, attempts: int = 3) -> None:
+    """``ray.init`` this process as a driver of the cluster at ``address``.
+
+    Ray waits 60 s for the head's raylet to register with its GCS, which serves
+    before the raylet does. Under a full run's load (a nested session started
+    beside two busy workers) the raylet took longer once and ``ray.init`` raised
+    ``ConnectionError``: joining again waits another 60 s for the same head."""
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=address, namespace=TEST_NAMESPACE, log_to_driver=False)
+            return
+        except (ConnectionError, RuntimeError):
+            ray.shutdown()  # what the failed init set up
+            if attempt == attempts:
+                raise
 
 
 @pytest.fixture(scope="session")

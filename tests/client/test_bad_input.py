@@ -233,14 +233,17 @@ def publisher(topic: rt.Topic) -> Any:
 
 @pytest.fixture(scope="module")
 def member(topic: rt.Topic) -> Any:
-    """The one member of "owned": it owns every channel."""
-    with topic.subscriber(group="owned") as member:
+    """The one member of "owned": it owns every channel. Idle for the module (it
+    receives once), so a timeout of an hour: with the default 30 s the group timed
+    it out during a later test under a full run's load, and that test's snapshot
+    changed."""
+    with topic.subscriber(group="owned", timeout=3600.0) as member:
         yield member
 
 
 @pytest.fixture(scope="module")
 def shared_member(topic: rt.Topic) -> Any:
-    with topic.subscriber(group="shared", mode="shared") as member:
+    with topic.subscriber(group="shared", mode="shared", timeout=3600.0) as member:
         yield member
 
 

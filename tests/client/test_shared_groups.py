@@ -327,8 +327,9 @@ class _Holder:
     """A shared group member in its own process: takes elements and never acks."""
 
     def __init__(self, topic: rt.Topic, group: str) -> None:
-        # A short session: what it holds comes back soon after it dies.
-        self._subscriber = topic.subscriber(group=group, mode="shared", timeout=1.0, window=50)
+        # A short session: what it holds comes back soon after it dies (5 s: long
+        # enough that a process starved under a full run's load is not timed out).
+        self._subscriber = topic.subscriber(group=group, mode="shared", timeout=5.0, window=50)
 
     def pid(self) -> int:
         return os.getpid()
@@ -343,7 +344,9 @@ class _Holder:
 @pytest.mark.slow
 def test_a_member_killed_holding_50_elements_loses_nothing(make_topic):
     topic = make_topic(channels=2)
-    survivor = topic.subscriber(group="g", mode="shared", timeout=2.0)
+    # The default timeout: idle while the holder starts and takes (seconds under a
+    # full run's load), a 2 s one timed the survivor out and REJECTED its acks.
+    survivor = topic.subscriber(group="g", mode="shared")
     holder = _Holder.remote(topic, "g")
     publish_all(topic, list(range(100)))
     held = get(holder.hold.remote(50))
