@@ -48,7 +48,7 @@ from raytopic.core.protocol import (
 from raytopic.core.shared_group import SharedGroup
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from raytopic.client.subscriber_options import SubscriberOptions
     from raytopic.client.topic import Topic
@@ -91,6 +91,10 @@ class Membership(Ownership, Protocol):
 
     def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> ReaderLease:
         """The lease on ``channel`` (None: none known, or anonymous)."""
+        ...
+
+    def leases_now(self) -> Mapping[int, ReaderLease]:
+        """The channels owned and their leases as the coordinator holds them now."""
         ...
 
     def heartbeat(self) -> None:
@@ -181,6 +185,9 @@ class NoMembership:
 
     def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> None:
         return None  # an anonymous cursor is its own: nothing fences it
+
+    def leases_now(self) -> dict[int, None]:
+        return dict.fromkeys(self._channels)
 
     def before_receive(self) -> None:
         return None  # the receive carries no view
@@ -328,6 +335,22 @@ class GroupMember:
                 raise NotOwnerError(f"channel {channel} is not owned by this subscriber")
         return lease
 
+    def leases_now(self) -> dict[int, Lease]:
+        """This member's channels and leases as the coordinator holds them now (one
+        call). The view may lag them: the coordinator grants a lease at the channels,
+        whose receive sessions read under it at once, before the member's heartbeats
+        bring it (a slow listener, a starved process); and it answers once the grants
+        it is making have landed. The view learns them too; the listener hears of the
+        change with the next heartbeat, not on this thread (an aborting transaction
+        runs no user code, nor waits for it).
+
+        Raises:
+            SubscriberClosedError: the group was destroyed.
+        """
+        view = self._read_view(touch=False)
+        self._adopt_view(view)
+        return {} if view is None else dict(view.leases)
+
     def check_positions(self, what: str) -> None:
         pass
 
@@ -385,7 +408,16 @@ class GroupMember:
         self._apply_view(view)
 
     def _refresh(self, touch: bool) -> None:
-        """Read this member's view at the coordinator now (``touch``: report it alive).
+        """Read this member's view at the coordinator now (``touch``: report it alive),
+        and tell the listener what changed.
+
+        Raises:
+            SubscriberClosedError: the group was destroyed.
+        """
+        self._apply_view(self._read_view(touch))
+
+    def _read_view(self, touch: bool) -> MemberView | None:
+        """This member's view at the coordinator now (None: it timed out).
 
         Raises:
             SubscriberClosedError: the group was destroyed.
@@ -393,12 +425,11 @@ class GroupMember:
         coordinator = self._topic._coordinator
         version = self._view.version
         try:
-            view = self._call(
+            return self._call(
                 coordinator.request.remote(Heartbeat(self.group, self._id, version, touch))
             )
         except GroupNotFoundError as error:
             raise SubscriberClosedError(f"group {self.group!r} was destroyed") from error
-        self._apply_view(view)
 
     def _rejoin_if_needed(self) -> None:
         """Join again after a timeout (a new generation; it resumes after the commits)."""

@@ -15,11 +15,12 @@ import ray
 
 from raytopic.core.config import check_datetime
 from raytopic.core.destroyed import check_topic, topic_calls
-from raytopic.core.errors import InvalidTypeError, NotOwnerError
+from raytopic.core.errors import InvalidTypeError, NotOwnerError, TopicError
 from raytopic.core.protocol import Commit, ReadCursor, Seek, SeekToCommitted, pack_request
 from raytopic.core.records import CommitResult, CommitStatus, Position
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from contextlib import AbstractContextManager
 
     from raytopic.client.receives import StaleReads
@@ -48,6 +49,10 @@ class CursorRole(Protocol):
 
     def lease(self, channel: int, *, required: bool = False, refresh: bool = False) -> ReaderLease:
         """The lease of ``channel`` (None: anonymous, or not owned unless ``required``)."""
+        ...
+
+    def leases_now(self) -> Mapping[int, ReaderLease]:
+        """The channels owned and their leases as the coordinator holds them now."""
         ...
 
     def check_positions(self, what: str) -> None:
@@ -140,13 +145,36 @@ class ReaderCursors:
         )
         return self._jump(channel, seek)
 
-    def seek_to_committed(self, channel: int) -> Position:
-        """Move ``channel`` back to its commit: what was received since comes again, and
-        a commit of it is REJECTED (see ``Cursor.reset_to_commit``)."""
+    def seek_to_committed(self, channels: tuple[int, ...]) -> dict[int, Position]:
+        """Move ``channels`` (none: every owned one) back to their commits: what was
+        received since comes again, and a commit of it is REJECTED (see
+        ``Cursor.reset_to_commit``).
+
+        Under the leases the coordinator holds now, not those of the member's view,
+        which may lag them: what a channel handed out under a lease the view has not
+        learnt yet goes back too. A channel that moved on since had a new lease
+        granted, which read it again from the commit: none named, it is passed over.
+        Every channel is tried; the first error is raised after.
+        """
         self._role.check_positions("seek")
-        channel = self._topic._check_channel(channel)
-        lease = self._role.lease(channel, required=True)
-        return self._jump(channel, SeekToCommitted(reader_id=self._reader_id, lease=lease))
+        named = [self._topic._check_channel(channel) for channel in channels]
+        leases = self._role.leases_now()
+        moved: dict[int, Position] = {}
+        first_error: Exception | None = None
+        for channel in named or sorted(leases):
+            try:
+                if channel not in leases:
+                    raise NotOwnerError(f"channel {channel} is not owned by this subscriber")
+                seek = SeekToCommitted(reader_id=self._reader_id, lease=leases[channel])
+                moved[channel] = self._jump(channel, seek)
+            except NotOwnerError as error:
+                if named:
+                    first_error = first_error or error
+            except (TopicError, ray.exceptions.RayError) as error:
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+        return moved
 
     def _jump(self, channel: int, request: Seek | SeekToCommitted) -> Position:
         """Send a seek once the receives sent before it completed; return the Position set."""

@@ -414,18 +414,23 @@ class Subscriber:
         ``REJECTED``, so none passes over what was given back. A commit that a
         transaction is still making there lands first.
 
+        Ownership is read at the coordinator (one call): a member's view may lag
+        the leases its receives were served under. A channel the member no longer
+        owns had a new owner granted, which reads again from the commit.
+
         Args:
-            *channels: Owned channels (none: every owned channel).
+            *channels: Owned channels (none: every channel owned now; one that
+                moves away meanwhile is passed over).
 
         Returns:
             Per channel, the Position set (the commit).
 
         Raises:
-            NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek``.
+            NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek`` (every
+                channel is tried first).
         """
         self._check_open()
-        picked = self._cursors.pick(channels)
-        return {c: self._cursors.seek_to_committed(c) for c in picked}
+        return self._cursors.seek_to_committed(channels)
 
     def seek_to_tail_and_commit(self, *channels: int) -> dict[int, Position]:
         """``seek_to_tail``, and commit there.

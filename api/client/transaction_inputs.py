@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytopic.core.errors import NotOwnerError, SubscriberClosedError, TopicError
+from raytopic.core.errors import SubscriberClosedError, TopicError
 from raytopic.core.naming import channel_actor
 from raytopic.core.protocol import SeekToCommitted, pack_request
 
@@ -106,30 +106,17 @@ def give_back(
 
 
 def _send_back(member: Subscriber) -> None:
-    """Send ``member`` back to its commit on every channel it owns."""
+    """Send ``member`` back to its commit on every channel it owns now (as the
+    coordinator holds them: see ``Subscriber.seek_to_committed``)."""
     if not member.is_active:
         return
     try:
-        channels = member.channels
+        member.seek_to_committed()
     except SubscriberClosedError:
         return
-    except TopicError as error:  # its topic destroyed, or unreachable: nothing to send back
+    except (TopicError, ray.exceptions.RayError) as error:  # its topic destroyed, unreachable
         logger.warning(
             "an aborted transaction could not send member %s back to its commit: %s",
             member.subscriber_id,
             error,
         )
-        return
-    for channel in channels:
-        # Lost meanwhile: its new owner reads from the commit anyway.
-        with contextlib.suppress(NotOwnerError, SubscriberClosedError):
-            try:
-                member.seek_to_committed(channel)
-            except (TopicError, ray.exceptions.RayError) as error:
-                logger.warning(
-                    "an aborted transaction could not send member %s back to its commit "
-                    "at channel %d: %s",
-                    member.subscriber_id,
-                    channel,
-                    error,
-                )
