@@ -131,13 +131,14 @@ class _SessionCluster:
         self._tidier = LogTidier(self.logs)  # see tests/session_logs.py
         self._tidier.start()
 
-    def wait_serving(self, timeout: float = 300.0) -> None:
+    def wait_serving(self, timeout: float = 240.0) -> None:
         """Until its GCS takes connections (then ``ray.init`` joins at once).
 
-        A head that exits fails at once; the deadline only ends a hang. A session
-        whose bytecode cache starts empty (below) compiles Ray's modules first:
-        under a full run's load (a nested session of test_session_cleanup) that
-        took more than a minute."""
+        A head that exits fails at once; the deadline only ends a hang, with the
+        head's log, before pytest-timeout's 300 s would end the first test without
+        it. A session whose bytecode cache starts empty (below) compiles Ray's
+        modules first: under a full run's load (a nested session of
+        test_session_cleanup) that took more than a minute."""
         host, port = self.address.split(":")
         deadline = time.monotonic() + timeout
         while True:
