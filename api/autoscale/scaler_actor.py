@@ -109,6 +109,7 @@ class _Member:
     identity: ScaledMember | None = None
     ended: Any = None  # ObjectRef of its wait_stopped(): done when it ends or dies
     started: bool = field(default=False)
+    stop: Any = None  # ObjectRef of its stop(), while it leaves
 
 
 class ScalerActor:
@@ -143,6 +144,9 @@ class ScalerActor:
         self._lock = threading.RLock()  # the members, events and figures
         self._members: dict[str, _Member] = {}
         self._parked: dict[str, _Member] = {}  # ready: its identity() (None) or stop()
+        # Stopped, finishing their batch: settled by the loop (parked, or killed) once
+        # their stop() answers, never waited for under the lock (describe() answers).
+        self._leaving: dict[str, _Member] = {}
         self._warming = not any(member_options.get(key) for key in RESERVING_OPTIONS)
         self._events: deque[ScaleEvent] = deque(maxlen=EVENTS_KEPT)
         self._lags: dict[int, int] = {}
@@ -202,6 +206,11 @@ class ScalerActor:
             if count:
                 self._event(count, 0, "stop()")
             self._desired = 0
+            stops = [m.stop for m in self._leaving.values()]
+        with contextlib.suppress(Exception):  # one that died meanwhile is gone anyway
+            ray.wait(stops, num_returns=len(stops), timeout=STOP_TIMEOUT)
+        with self._lock:
+            self._settle_leaving(everyone=True)
         self._gauge.set(0)
 
     # -- the control loop --------------------------------------------------------------
@@ -213,6 +222,7 @@ class ScalerActor:
                 if self._stopping.is_set():
                     return
                 with self._lock:
+                    self._settle_leaving()
                     self._tend_members()
                     self._decide()
                     self._keep_warm()
@@ -226,10 +236,13 @@ class ScalerActor:
         with self._lock:
             ended = [m.ended for m in self._members.values() if m.started]
             joining = [m.ready for m in self._members.values() if not m.started]
+            stops = [m.stop for m in self._leaving.values()]
         timeout = self._settings.poll_s if not joining else min(self._settings.poll_s, 0.1)
         if joining:
             _, joining = ray.wait(joining, num_returns=len(joining), timeout=0)
-        refs = ended + joining
+        if stops:
+            _, stops = ray.wait(stops, num_returns=len(stops), timeout=0)
+        refs = ended + joining + stops
         if refs:
             ray.wait(refs, num_returns=1, timeout=timeout)
         else:
@@ -242,7 +255,9 @@ class ScalerActor:
         self._desired = decision.desired
         self._gauge.set(decision.desired)
         if decision.desired > current:
-            self._add(decision.desired - current)
+            # Members still leaving count against max_members until they are gone.
+            room = self._settings.max_members - current - len(self._leaving)
+            self._add(min(decision.desired - current, room))
         elif decision.desired < current:
             newest = sorted(self._members.values(), key=lambda m: (m.started, -m.since))
             self._remove(newest[: current - decision.desired])
@@ -267,7 +282,8 @@ class ScalerActor:
     # -- members -----------------------------------------------------------------------
 
     def _add(self, count: int) -> None:
-        """Add ``count`` members: parked ones first (started already), then new ones."""
+        """Add ``count`` members (if any): parked ones first (started already), then
+        new ones."""
         parked = list(self._parked.values())
         if parked:  # the ones done starting first
             done, _ = ray.wait([m.ready for m in parked], num_returns=len(parked), timeout=0)
@@ -322,7 +338,9 @@ class ScalerActor:
                     self._warming = False
                     del self._parked[member.uid]
         starting = len(parked) - len(done)
-        wanted = self._warm_target() - len(self._parked)
+        # A leaving member is parked once it has left: made now, the new ones would
+        # take its place and it would go (a process started in vain).
+        wanted = self._warm_target() - len(self._parked) - len(self._leaving)
         for _ in range(min(wanted, WARM_STARTING - starting)):
             member = self._new_member()
             self._parked[member.uid] = member
@@ -384,21 +402,38 @@ class ScalerActor:
             )
 
     def _remove(self, members: list[_Member]) -> None:
-        """Stop ``members``: each finishes its batch and leaves, then is parked (up to
-        the warm target) or its actor goes."""
-        stops = {m.uid: m.handle.stop.remote() for m in members if m.started}
-        with contextlib.suppress(Exception):  # one that died meanwhile is gone anyway
-            ray.get(list(stops.values()), timeout=STOP_TIMEOUT)
+        """Stop ``members``: each finishes its batch and leaves (settled later by
+        ``_settle_leaving``); one still starting goes at once."""
         for member in members:
-            self._members.pop(member.uid, None)
-            stop = stops.get(member.uid)
-            if stop is not None and len(self._parked) < self._warm_target() and _succeeded(stop):
-                member.ready, member.identity, member.ended = stop, None, None
-                member.started = False
+            del self._members[member.uid]
+            if member.started:
+                member.stop, member.since = member.handle.stop.remote(), time.monotonic()
+                self._leaving[member.uid] = member
+            else:
+                ray.kill(member.handle, no_restart=True)
+
+    def _settle_leaving(self, everyone: bool = False) -> None:
+        """Settle the leaving members whose stop answered (``everyone``: all, and the
+        ones that did not are stuck) or ran past ``STOP_TIMEOUT``: each is parked (up
+        to the warm target) or its actor goes, and one that died stopping or got stuck
+        leaves its group at once."""
+        leaving = list(self._leaving.values())
+        if not leaving:
+            return
+        done, _ = ray.wait([m.stop for m in leaving], num_returns=len(leaving), timeout=0)
+        overdue = time.monotonic() - STOP_TIMEOUT
+        for member in leaving:
+            if not (everyone or member.stop in done or member.since < overdue):
+                continue
+            del self._leaving[member.uid]
+            stopped = _succeeded(member.stop)
+            if stopped and len(self._parked) < self._warm_target():
+                member.ready, member.identity, member.ended = member.stop, None, None
+                member.started, member.stop = False, None
                 self._parked[member.uid] = member
             else:
                 ray.kill(member.handle, no_restart=True)
-                if stop is not None and not _succeeded(stop):  # died stopping, or stuck
+                if not stopped:  # died stopping, or stuck
                     self._evict(member)
 
     def _adopt_members(self) -> None:

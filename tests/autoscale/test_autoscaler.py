@@ -608,7 +608,8 @@ def test_a_member_killed_while_it_stops_leaves_its_group_at_once(
     """A member SIGKILLed while it finishes its batch to stop (a scale-down, or
     ``stop()``) is told to the group at once, as one that dies at work is: its
     channels do not wait for its timeout to move (the group listed it, dead, for
-    ``MEMBER_TIMEOUT`` after ``stop()`` returned)."""
+    ``MEMBER_TIMEOUT`` after ``stop()`` returned). Meanwhile ``describe()`` answers
+    (it waited behind the stop, up to ``STOP_TIMEOUT``, 120 s)."""
     victim = make_topic(channels=2)
     scaler = stopped_after(
         victim.autoscale(
@@ -631,6 +632,11 @@ def test_a_member_killed_while_it_stops_leaves_its_group_at_once(
         lambda: ray.get(handle.__ray_call__.remote(lambda actor: actor._stopping.is_set())),
         timeout=90,
     )
+    described: list[rt.AutoscalerStats] = []
+    describing = threading.Thread(target=lambda: described.append(scaler.describe()))
+    describing.start()
+    describing.join(60)  # its handler holds the batch for 120 s
+    assert described and described[0].members == ()  # leaving: no longer a member
     os.kill(member.pid, signal.SIGKILL)
     stopping.join(90)
     assert not stopping.is_alive()
