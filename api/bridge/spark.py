@@ -90,6 +90,9 @@ __all__ = [
 ]
 
 _CHANNEL = "__raytopic_channel"
+_ROW = "__raytopic_row"
+"""The sink's column of each row's place in its micro-batch (see ``BulkWriter``'s
+``order``)."""
 _SUMMARY_SCHEMA = "channel int, rows long, bytes long, error string"
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark while a micro-batch runs
 _SAMPLE_ROWS = 100
@@ -273,6 +276,7 @@ class _AppendPartition:
                 key=self._key,
                 version=self._version,
                 block_timeout=self._block_timeout,
+                order=None if self._version is None else _ROW,
             )
             for batch in batches:
                 table = pa.Table.from_batches([batch])
@@ -344,6 +348,11 @@ class StreamingSink:
     same way when it runs again: with a key column they do; round robin
     (null keys) follows the batch's row order, which a replayable source
     (files, Kafka, rate) keeps.
+
+    **Ordering**: each channel's part goes in by key, then by the row's place in
+    the micro-batch (taken before the sink's shuffle): one key's rows keep their
+    order in the batch, and a re-run's part is the first run's row for row, so
+    the rest of one that ended short is exactly the rows not stored.
     """
 
     def __init__(
@@ -365,6 +374,8 @@ class StreamingSink:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Publish micro-batch ``batch_id`` (Spark calls this in the driver)."""
+        from pyspark.sql import functions as F
+
         _check_dataframe(batch)
         check_nonnegative_int(batch_id, "batch_id")
         query_id = self._query_id or batch.sparkSession.sparkContext.getLocalProperty(
@@ -374,8 +385,13 @@ class StreamingSink:
             raise InvalidArgumentError(
                 "not inside a streaming query: give sink(..., query_id=...) to name the stream"
             )
+        if _ROW in batch.columns:
+            raise InvalidArgumentError(f"{_ROW!r} is a column name raytopic needs")
         started = time.perf_counter()
         routed = batch.withColumn(_CHANNEL, channel_column(batch, self._key, self._channel_count))
+        # The rows' place in the micro-batch, taken before the shuffle reorders them:
+        # each channel's part is appended in (key, this) order, the same on a re-run.
+        routed = routed.withColumn(_ROW, F.monotonically_increasing_id())
         # All of a channel's rows in one partition: one append per channel.
         routed = routed.repartition(self._channel_count, _CHANNEL)
         job = _AppendPartition(

@@ -141,13 +141,17 @@ def check_key_column(topic: Topic, key: str | None) -> None:
 class BulkWriter:
     """Appends Arrow tables to a topic's channels under one writer id.
 
-    **Ordering**: the rows of one writer keep their order within each channel.
+    **Ordering**: the rows of one writer keep their order within each channel
+    (with ``order``, each key's rows are in ``order``'s order).
     **Delivery**: every row is appended once, or :meth:`close` raises; a writer
     made again with the same id and fed the same tables (a retried task)
     appends nothing twice. With ``version`` set (exactly-once sinks) each
     channel gets all of the writer's rows as ONE append at :meth:`close`,
     which the channel skips if it already has that version of the writer whole
-    (of one that ended short, it appends the rest).
+    (of one that ended short, it appends the rest: the rows after the ones it
+    stored, counted by position). So a version's part for a channel must come
+    in the same order every time the version runs: with ``order`` it does,
+    whatever order the rows were fed in.
     """
 
     def __init__(
@@ -159,6 +163,7 @@ class BulkWriter:
         version: int | None = None,
         block_timeout: float | None = 60.0,
         append_rows: int = APPEND_ROWS,
+        order: str | None = None,
     ) -> None:
         """Args:
         topic: Where the rows go.
@@ -167,6 +172,11 @@ class BulkWriter:
         version: For ``append_once``: the version these rows are (a micro-batch id).
         block_timeout: With overflow "block", seconds an append waits for room.
         append_rows: Rows gathered per channel before an append.
+        order: A column of unique integers giving the rows' input order (the
+            same for the same rows on every run, as Spark's
+            ``monotonically_increasing_id`` taken before a shuffle is): each append
+            (with ``version``, a channel's whole part) is sorted by (key,
+            ``order``), and the column itself is not appended.
         """
         check_timeout(block_timeout, "block_timeout")
         self._topic = topic
@@ -177,6 +187,7 @@ class BulkWriter:
         self._overflow = topic.config.overflow
         self._block_timeout = block_timeout
         self._append_rows = append_rows
+        self._order = order
         self._pending: dict[int, list[pa.Table]] = {}
         self._pending_rows: dict[int, int] = {}
         self._next_batch: dict[int, int] = {}
@@ -238,7 +249,7 @@ class BulkWriter:
     def _send(self, channel: int) -> None:
         tables = self._pending.pop(channel)
         self._pending_rows.pop(channel)
-        batch = as_batch(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+        batch = as_batch(self._in_run_order(pa.concat_tables(tables)))
         if batch is None:
             return
         actor = self._actors[channel]
@@ -266,6 +277,27 @@ class BulkWriter:
             self._await_oldest()
         ref = actor.request.remote(request, ArrowRows.keyed(batch, self._key))
         self._in_flight.append((channel, batch.num_rows, batch.nbytes, ref))
+
+    def _in_run_order(self, part: pa.Table) -> pa.Table:
+        """A part in the order every run of the version gives it, without the order
+        column.
+
+        A version that ended short at a channel gets ``part[stored:]`` when it runs
+        again: the rest is counted by position. Spark's shuffle (the sink's
+        ``repartition``) hands a task its rows in the order the map outputs were
+        fetched, which a re-run may change: a rest counted in the new order would
+        append some rows twice and never others. Sorted by a column fixed before
+        the shuffle, the re-run's part is the first run's row for row. The key
+        comes first and the input order second so that one key's rows keep the
+        order they had in the input (a key's values reach its channel in publish
+        order, as a Publisher's do); a unique order column leaves no ties, so the
+        sort's result depends on the rows alone."""
+        if self._order is None:
+            return part
+        sort_keys = [(self._order, "ascending")]
+        if self._key is not None:
+            sort_keys.insert(0, (self._key, "ascending"))
+        return part.sort_by(sort_keys).drop_columns([self._order])
 
     def _await_oldest(self) -> None:
         channel, rows, nbytes, ref = self._in_flight.pop(0)

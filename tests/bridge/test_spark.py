@@ -386,6 +386,7 @@ def test_a_micro_batch_that_ended_short_gets_its_rest_when_run_again_after_a_res
         again(batch, 5)  # the batch is whole now: nothing goes in again
         assert again.last_summary.rows == 0
     assert [received[s]["id"] for s in sorted(received)] == list(range(120))
+    assert all(value.keys() == {"id"} for value in received.values())  # no sink column
 
 
 def test_a_spark_stream_hands_out_dataframes_of_its_ranges_and_with_sink_is_exactly_once(

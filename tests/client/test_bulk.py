@@ -4,9 +4,11 @@ micro-batch) across faults."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -24,11 +26,19 @@ from tests.topic_helpers import (
 
 
 def _write_version(
-    topic: rt.Topic, writer_id: str, version: int, rows: pa.Table, block_timeout: float = 60.0
+    topic: rt.Topic,
+    writer_id: str,
+    version: int,
+    rows: pa.Table,
+    block_timeout: float = 60.0,
+    **options: Any,
 ) -> dict:
-    """What a sink's task does: ``rows`` as ``version`` of ``writer_id``; rows per channel."""
-    writer = BulkWriter(topic, writer_id, version=version, block_timeout=block_timeout)
-    writer.write(rows)
+    """What a sink's task does: ``rows`` as ``version`` of ``writer_id``, an Arrow batch
+    of at most 16 rows at a time (Spark hands a task its rows in batches); rows per
+    channel. ``options``: BulkWriter's other options."""
+    writer = BulkWriter(topic, writer_id, version=version, block_timeout=block_timeout, **options)
+    for batch in rows.to_batches(max_chunksize=16):
+        writer.write(pa.Table.from_batches([batch]))
     appended, _ = writer.close()
     return appended
 
@@ -113,3 +123,40 @@ def test_a_version_refused_whole_goes_in_whole_when_run_again(
         assert _write_version(topic, writer_id, 2, rows) == {}
     ids = [received[s]["id"] for s in sorted(received)]
     assert ids == [-1] * 50 + list(range(30))
+
+
+@pytest.mark.slow
+def test_a_version_that_ended_short_gets_exactly_its_rest_when_run_again_in_another_order(
+    make_topic, tmp_path, unique_name: Callable[[str], str]
+) -> None:
+    """A sink's version of 120 keyed rows into a "block" channel of 50 nobody reads: 50
+    go in, the rest times out. The re-run hands the writer the same rows in another
+    order (Spark's shuffle fetched the map outputs in another order; each row keeps its
+    place in the micro-batch, the sink's order column). The re-run appends exactly the
+    70 rows not stored, each key's rows in their input order. Before, the rest was the
+    re-run's rows after its 50th, in its own order: some rows went in twice, others
+    never."""
+    topic = blocked_topic(make_topic, tmp_path)
+    count = 120
+    rows = pa.table(
+        {"k": [f"key-{n % 7}" for n in range(count)], "id": range(count), "row": range(count)}
+    )
+    shuffle = random.Random(71)
+    first, again = (shuffle.sample(range(count), count) for _ in range(2))
+    writer_id = f"once:{unique_name('query')}"
+    options = {"key": "k", "order": "row"}
+    with pytest.raises(rt.TopicFullError, match="70 of 120"):
+        _write_version(topic, writer_id, 4, rows.take(first), block_timeout=1.0, **options)
+    with draining_member(topic, 0.1) as received:
+        assert _write_version(topic, writer_id, 4, rows.take(again), **options) == {0: count}
+        assert _write_version(topic, writer_id, 4, rows.take(first), **options) == {}
+    values = [received[s] for s in sorted(received)]
+    ids = [value["id"] for value in values]
+    assert sorted(ids) == list(range(count)), (  # each row once
+        f"twice: {sorted({i for i in ids if ids.count(i) > 1})}, "
+        f"never: {sorted(set(range(count)) - set(ids))}"
+    )
+    for key in {value["k"] for value in values}:  # a key's rows in their input order
+        of_key = [value["id"] for value in values if value["k"] == key]
+        assert of_key == sorted(of_key), key
+    assert all(set(value) == {"k", "id"} for value in values)  # the order column stays out
