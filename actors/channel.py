@@ -65,6 +65,7 @@ from raytopic.actors.stream_steps import RayStreamPeers, StreamSteps
 from raytopic.actors.transaction_lead import RayPeers, TransactionLead
 from raytopic.core.actor_logs import log_info_here
 from raytopic.core.config import TopicConfig
+from raytopic.core.destroyed import channel_destroyed, record_destroyed_channel
 from raytopic.core.errors import InvalidArgumentError, TopicError
 from raytopic.core.gather import Joined, join_replies
 from raytopic.core.incarnation import was_restarted
@@ -221,7 +222,8 @@ class ChannelActor:
         self._latest = LatestValues(parts.log, compacted=config.compaction is not None)
         self._dead_letters = parts.dead_letters
         self._in_service = 0  # ``request`` calls running here (a destroy waits for them)
-        self._stored = StoredTopic(context, parts, restarted=restarted)
+        destroyed = restarted and channel_destroyed(config.namespace, config.name, channel)
+        self._stored = StoredTopic(context, parts, restarted=restarted, destroyed=destroyed)
         if self._stored.open():  # or the channel comes up failed, saying why
             self._seeded.set()
         # Once the store named the topic's id (the lead names this channel by it).
@@ -633,8 +635,9 @@ class ChannelActor:
 
     @serves(MarkDestroyed, Admit.ALWAYS)
     async def _mark_destroyed(self, _: MarkDestroyed) -> None:
-        """The topic is being destroyed: say so in the store before any channel
-        removes its data."""
+        """The topic is being destroyed: say so in the store, and to the cluster (for a
+        restart over a store removed meanwhile), before any channel removes its data."""
+        record_destroyed_channel(self._config.namespace, self._config.name, self._channel)
         await self._stored.mark_destroyed()
 
     @serves(RemoveStore, Admit.ALWAYS)

@@ -8,7 +8,8 @@ compares every channel's record with the settings asked and either refuses the
 topic (nothing was written) or tells each channel to begin (:meth:`StoredTopic.begin`).
 A restarted channel begins at once, its topic having begun before, unless its store
 says the topic was destroyed (a destroy under way: the coordinator's retried call
-removes the store).
+removes the store), or the cluster does (its store went, or is going: the channel
+opens nothing, writes nothing and refuses every request but the life cycle's).
 
 A channel takes the id of the topic its store holds: a reopened topic is the same
 topic, and positions saved before its actors went name it still.
@@ -39,12 +40,23 @@ class StoredTopic:
         context: The channel's identity (its config names the topic's id).
         parts: The channel's parts (loaded from the store when it begins).
         restarted: The channel's process restarted.
+        destroyed: The cluster recorded this channel's topic destroyed before its
+            store was removed (``raytopic.core.destroyed``): the restarted channel
+            must not open a store that may be empty now, and so say nothing of it.
     """
 
-    def __init__(self, context: ChannelContext, parts: ChannelParts, *, restarted: bool) -> None:
+    def __init__(
+        self,
+        context: ChannelContext,
+        parts: ChannelParts,
+        *,
+        restarted: bool,
+        destroyed: bool = False,
+    ) -> None:
         self._context = context
         self._parts = parts
         self._restarted = restarted
+        self._destroyed = destroyed
         self.store: ChannelStore | None = None
         """The store (None: the topic keeps its elements in memory)."""
         self.record: TopicRecord | None = None
@@ -63,6 +75,9 @@ class StoredTopic:
         :meth:`remove`), fails the channel saying why (:attr:`opening_error`).
         """
         context = self._context
+        if self._destroyed:  # a retried RemoveStore opens the store to remove what is left
+            context.end_waits(f"topic {context.name!r} was destroyed")
+            return False
         try:
             return self._open()
         except Exception as error:

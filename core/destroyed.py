@@ -27,22 +27,34 @@ its own calls before it kills them), or one returned by this process's very
 first call to that actor (Ray here keeps no view of an actor it never called, so
 it learns of the death from that call). Ray fails such a ref itself, and
 resolving it runs no raytopic code.
+
+What the cluster knows: a channel told the topic is being destroyed records itself in
+Ray's GCS (:func:`record_destroyed_channel`) before any store is removed. A channel
+SIGKILLed after its store was removed, before it was killed, restarts over a store
+that cannot say the topic was destroyed (a user's store may start empty, as one
+whose channel crashed before its first write does); the record says it
+(:func:`channel_destroyed`), so the channel serves nothing and writes nothing there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 from raytopic.core.errors import TopicNotFoundError, unwrap_ray_error
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
+    "channel_destroyed",
     "check_topic",
     "destroyed_error",
     "is_destroyed",
     "mark_destroyed",
     "mark_alive",
+    "record_destroyed_channel",
     "topic_calls",
 ]
 
@@ -109,6 +121,48 @@ def topic_calls(topic_id: str, name: str) -> Iterator[None]:
     except ray.exceptions.ActorDiedError as error:
         _destroyed.add(topic_id)
         raise destroyed_error(name) from error
+
+
+_RECORDS = "raytopic"
+"""The namespace of raytopic's records in Ray's internal key-value store (the GCS)."""
+
+
+def record_destroyed_channel(namespace: str, name: str, channel: int) -> None:
+    """Record in Ray's GCS that the running channel actor (``channel`` of topic
+    ``name``) is destroyed: before its store is removed. One record per channel of a
+    name (the next topic of the name, destroyed, replaces it: this actor is dead for
+    good by then), kept for the cluster's life.
+
+    Raises:
+        Exception: the GCS could not be written (Ray's error).
+    """
+    import ray
+    from ray.experimental import internal_kv
+
+    actor_id = ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None
+    if actor_id is None:  # not an actor (a channel's class used in-process): none restarts
+        return
+    key = _record_key(namespace, name, channel)
+    internal_kv._internal_kv_put(key, actor_id.encode(), overwrite=True, namespace=_RECORDS)
+
+
+def channel_destroyed(namespace: str, name: str, channel: int) -> bool:
+    """Whether the running channel actor is recorded destroyed (see
+    :func:`record_destroyed_channel`); False, logged, if the GCS cannot say."""
+    import ray
+    from ray.experimental import internal_kv
+
+    key = _record_key(namespace, name, channel)
+    try:
+        value = internal_kv._internal_kv_get(key, namespace=_RECORDS)
+    except Exception as error:  # as before records were kept: the store decides
+        logger.warning("topic %r: channel %d's destroy record unread: %s", name, channel, error)
+        return False
+    return value is not None and value.decode() == ray.get_runtime_context().get_actor_id()
+
+
+def _record_key(namespace: str, name: str, channel: int) -> bytes:
+    return f"destroyed-channel:{namespace}:{name}:{channel}".encode()
 
 
 def _dead(actor: Any) -> bool:

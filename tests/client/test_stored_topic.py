@@ -313,6 +313,42 @@ def test_a_channel_killed_while_its_topic_is_destroyed_leaves_nothing_to_come_ba
         again.destroy()
 
 
+@pytest.mark.slow
+def test_a_channel_killed_after_a_users_store_was_removed_never_serves_its_topic_again(
+    ray_session: None, unique_name, tmp_path: Path
+) -> None:
+    """A user's store (a factory's, with ``destroy``): the coordinator marks it
+    destroyed and has it removed; the channel is SIGKILLed before it is killed. It
+    restarts over an empty store, which cannot say the topic was destroyed (a channel
+    that crashed before its first write sees the same): it serves nothing and writes
+    nothing, and a topic made of the name over the store, after every actor went (the
+    destroy never finished), is a new one. Before, the channel served under the old
+    topic's id and wrote its record into the empty store, and that topic was reopened."""
+    root = str(tmp_path)
+    name = unique_name("users-killed")
+    topic = rt.create_topic(name, channels=1, store=_factory(root, True), groups=["g"])
+    publish_all(topic, ["old-0", "old-1"])
+    _control(topic, 0, MarkDestroyed())
+    _control(topic, 0, RemoveStore())
+    assert os.listdir(root) == []
+    old = topic.describe().channels[0]
+    os.kill(old.pid, signal.SIGKILL)
+    deadline = time.monotonic() + TIMEOUT * 2
+    while (now := topic.describe().channels[0]).pid == old.pid:  # until it restarted
+        assert time.monotonic() < deadline, now
+        time.sleep(0.2)
+    with topic.publisher() as publisher, pytest.raises(rt.TopicNotFoundError):
+        publisher.publish("late").result(timeout=TIMEOUT)
+    assert os.listdir(root) == []  # nothing written over the removed store
+    stop_every_actor(topic)
+    again = rt.create_topic(name, channels=1, store=_factory(root, True))
+    try:
+        assert again.topic_id != topic.topic_id
+        assert (again.describe().channels[0].tail, again.groups()) == (-1, [])
+    finally:
+        again.destroy()
+
+
 # -- reopening -------------------------------------------------------------------------------
 
 
