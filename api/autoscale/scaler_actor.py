@@ -144,7 +144,7 @@ class ScalerActor:
         self._lock = threading.RLock()  # the members, events and figures
         self._members: dict[str, _Member] = {}
         self._parked: dict[str, _Member] = {}  # ready: its identity() (None) or stop()
-        # Stopped, finishing their batch: settled by the loop (parked, or killed) once
+        # Stopped, finishing their batch: finished with by the loop (parked, or killed) once
         # their stop() answers, never waited for under the lock (describe() answers).
         self._leaving: dict[str, _Member] = {}
         self._warming = not any(member_options.get(key) for key in RESERVING_OPTIONS)
@@ -210,7 +210,7 @@ class ScalerActor:
         with contextlib.suppress(Exception):  # one that died meanwhile is gone anyway
             ray.wait(stops, num_returns=len(stops), timeout=STOP_TIMEOUT)
         with self._lock:
-            self._settle_leaving(everyone=True)
+            self._finish_leaving(everyone=True)
         self._gauge.set(0)
 
     # -- the control loop --------------------------------------------------------------
@@ -222,7 +222,7 @@ class ScalerActor:
                 if self._stopping.is_set():
                     return
                 with self._lock:
-                    self._settle_leaving()
+                    self._finish_leaving()
                     self._tend_members()
                     self._decide()
                     self._keep_warm()
@@ -402,8 +402,8 @@ class ScalerActor:
             )
 
     def _remove(self, members: list[_Member]) -> None:
-        """Stop ``members``: each finishes its batch and leaves (settled later by
-        ``_settle_leaving``); one still starting goes at once."""
+        """Stop ``members``: each finishes its batch and leaves (finished with later by
+        ``_finish_leaving``); one still starting goes at once."""
         for member in members:
             del self._members[member.uid]
             if member.started:
@@ -412,8 +412,8 @@ class ScalerActor:
             else:
                 ray.kill(member.handle, no_restart=True)
 
-    def _settle_leaving(self, everyone: bool = False) -> None:
-        """Settle the leaving members whose stop answered (``everyone``: all, and the
+    def _finish_leaving(self, everyone: bool = False) -> None:
+        """Finish with the leaving members whose stop answered (``everyone``: all, and the
         ones that did not are stuck) or ran past ``STOP_TIMEOUT``: each is parked (up
         to the warm target) or its actor goes, and one that died stopping or got stuck
         leaves its group at once."""
