@@ -38,6 +38,7 @@ from raytopic.core.records import AckStatus
 from raytopic.core.shared_group import SharedGroup
 from raytopic.serve.board import (
     CANCEL_REFUSED,
+    CONSUMER_GROUP,
     FAILURE,
     FINISHED,
     PENDING,
@@ -67,9 +68,6 @@ Outcome = tuple[Any, dict[str, Any] | None, str, Any]
 and its result or error."""
 
 __all__ = ["CONSUMER_GROUP", "TopicAdapterConfig", "TopicTaskAdapter", "board_name"]
-
-CONSUMER_GROUP = "serve-consumers"
-"""The shared group the replicas of a queue read it as."""
 
 BACKOFF_MOST = 60.0
 """Longest pause before a retry (seconds), as Celery's retry_backoff_max."""
@@ -635,7 +633,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 self._move(queue, entry)
             if task is not None:
                 kept = result if status == SUCCESS else None if status == REVOKED else str(result)
-                recorded[task["id"]] = task_record(status, kept, task["created_at"])
+                recorded[task["id"]] = task_record(status, kept, task["created_at"], element)
         # Sent from here, in order (each unless its task has one: a task delivered again
         # after a crash may report twice); the acknowledging thread waits for it.
         sent = self._task_log().send_unless(recorded, "status", FINISHED) if recorded else None

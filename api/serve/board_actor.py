@@ -10,19 +10,29 @@ of a task's walk goes through this actor. Replicas tell it which tasks finished
 (a call not waited for, at most every half second: ``TELL_EVERY``); a board that
 (re)starts reads the log back first, so what it was told while down (Ray retries
 the calls) or before is counted once. A tell that comes while the queue is deleted
-answers without forgetting (the log goes whole).
+answers without forgetting (the log goes whole). What a restarted board reads back
+it forgets only once the queue's group acknowledged the task's element (asked of the
+queue's channels at a tell, while some are held back): a task whose ack was lost
+comes back, and finds its record to be passed over by.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from typing import Any
 
+import ray
+
 from raytopic.client.control_log import ControlLogLoader
-from raytopic.core.errors import PublisherClosedError, TopicNotFoundError
+from raytopic.client.topic import getting
+from raytopic.core.errors import PublisherClosedError, TopicError, TopicNotFoundError
+from raytopic.core.protocol import ReadGroupCursors
 from raytopic.core.steps import run_awaiting
-from raytopic.serve.board import FinishedTasks
+from raytopic.serve.board import CONSUMER_GROUP, FinishedTasks
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["TaskBoardActor", "task_log_name"]
 
@@ -43,6 +53,7 @@ class TaskBoardActor:
     """
 
     def __init__(self, queue: str, namespace: str, store: Any, kept: int) -> None:
+        self._queue, self._namespace = queue, namespace
         self._finished = FinishedTasks(kept)
         self._control = ControlLogLoader(
             task_log_name(queue), namespace, store, self._finished.restore
@@ -56,12 +67,35 @@ class TaskBoardActor:
         if self._deleting:
             return
         log = await self._control.loaded()
+        await self._count_acknowledged()
         forgotten = self._finished.finished(tasks)
         try:
             await asyncio.gather(*(asyncio.wrap_future(log.delete(task)) for task in forgotten))
         except (PublisherClosedError, TopicNotFoundError):
             if not self._deleting:  # the log closed under the deletes by destroy() only
                 raise
+
+    async def _count_acknowledged(self) -> None:
+        """Count the tasks held back since the restart whose element the queue's group
+        acknowledged (one call per queue channel they are in; none once all are)."""
+        channels = sorted(self._finished.held_back_channels)
+        if not channels:
+            return
+        try:
+            queue = await run_awaiting(getting(self._queue, self._namespace))
+            cursors = await asyncio.gather(
+                *(queue._channel_actors[c].control.remote(ReadGroupCursors()) for c in channels)
+            )
+        except (TopicError, ray.exceptions.RayActorError) as error:  # until a later tell
+            logger.warning("task queue %s: acknowledged tasks not read: %s", self._queue, error)
+            return
+        self._finished.acknowledged(
+            {
+                channel: cursor[CONSUMER_GROUP]["committed"]
+                for channel, cursor in zip(channels, cursors, strict=True)
+                if CONSUMER_GROUP in cursor
+            }
+        )
 
     async def ready(self) -> None:
         """Answer once the task log is made (and read back)."""

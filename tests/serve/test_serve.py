@@ -63,6 +63,29 @@ def test_the_board_forgets_the_oldest_finished_tasks_first() -> None:
     assert finished.finished(["z"]) == ["x"]
 
 
+def test_a_restarted_board_forgets_no_task_whose_element_may_come_back() -> None:
+    # Before: every finished record read back counted at once, one whose replica died
+    # or stalled between the outcome's write and its ack too: forgotten past
+    # results_kept before it came back, it found no record and ran again. Now it is
+    # held back until told, or until the queue's group floor passes its element.
+    finished = FinishedTasks(kept=1)
+    finished.restore(
+        {
+            "acked": {"status": "SUCCESS", "at": 1.0, "element": [0, 4]},
+            "in-hand": {"status": "SUCCESS", "at": 2.0, "element": [1, 9]},
+            "old-format": {"status": "SUCCESS", "at": 0.5},  # no element: as before
+        }
+    )
+    assert finished.held_back_channels == {0, 1}
+    finished.acknowledged({0: 4, 1: 8})  # "acked" is at or below its floor; "in-hand" is not
+    assert finished.held_back_channels == {1}
+    assert finished.finished(["new"]) == ["old-format", "acked"]  # "in-hand" held back
+    # Told once passed over, it counts, as the oldest: it finished before the restart.
+    assert finished.finished(["in-hand"]) == ["in-hand"]
+    assert finished.held_back_channels == frozenset()
+    assert finished.finished(["newest"]) == ["new"]
+
+
 def test_a_record_reads_as_its_state_and_an_unknown_task_as_pending() -> None:
     record = task_record("SUCCESS", 42, 1.5)
     assert state_of(record) == ("SUCCESS", 42, 1.5) and record["at"] > 0
