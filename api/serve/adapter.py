@@ -33,6 +33,7 @@ from raytopic.core.errors import (
     PoisonElementError,
     TopicError,
     TopicNotFoundError,
+    unwrap_ray_error,
 )
 from raytopic.core.records import AckStatus
 from raytopic.core.shared_group import SharedGroup
@@ -407,13 +408,22 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         return self._board_answer(getattr(self._task_board(), method).remote(*args))
 
     def _board_answer(self, ref: ray.ObjectRef) -> Any:
-        """The answer of a call to the board, as :meth:`_ask_board` waits for it."""
+        """The answer of a call to the board, as :meth:`_ask_board` waits for it: a
+        raytopic error the board raised as itself; one that did not read the task log
+        back in time (its channel restarting, ``LOAD_TIMEOUT``) as
+        ChannelUnavailableError, never Ray's wrapper."""
         try:
-            return ray.get(ref, timeout=BOARD_WAIT)
-        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as error:
+            with unwrap_ray_error():
+                return ray.get(ref, timeout=BOARD_WAIT)
+        except (
+            ray.exceptions.GetTimeoutError,
+            ray.exceptions.RayActorError,
+            ray.exceptions.RayTaskError,
+        ) as error:
+            cause = getattr(error, "cause", None) or error
             raise ChannelUnavailableError(
                 f"the task board of queue {self._queue_name!r} did not answer within "
-                f"{BOARD_WAIT:.0f} s ({type(error).__name__})"
+                f"{BOARD_WAIT:.0f} s ({type(cause).__name__}: {cause})"
             ) from None
 
     # -- deleting ----------------------------------------------------------------------
@@ -428,7 +438,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._task_log().close()
         board = self._task_board()
         with contextlib.suppress(TopicNotFoundError):
-            ray.get(board.destroy.remote(), timeout=BOARD_WAIT)
+            self._board_answer(board.destroy.remote())
         ray.kill(board, no_restart=True)
         for topic in (*self._outlets.values(), self._topic):
             with contextlib.suppress(TopicNotFoundError):

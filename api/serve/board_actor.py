@@ -14,6 +14,12 @@ answers without forgetting (the log goes whole). What a restarted board reads ba
 it forgets only once the queue's group acknowledged the task's element (asked of the
 queue's channels at a tell, while some are held back): a task whose ack was lost
 comes back, and finds its record to be passed over by.
+
+A tell is never lost to a failure here: what it told is kept until the log is read
+back, and a forget until its delete is held; while the log cannot be read or
+written (its channel restarts, the read back takes longer than ``LOAD_TIMEOUT``),
+the board tries again every ``RETRY_EVERY`` seconds by itself (a tell that failed
+so was not told again, and the records it would have forgotten stayed on the log).
 """
 
 from __future__ import annotations
@@ -27,14 +33,21 @@ import ray
 
 from raytopic.client.control_log import ControlLogLoader
 from raytopic.client.topic import getting
-from raytopic.core.errors import PublisherClosedError, TopicError, TopicNotFoundError
+from raytopic.core.errors import TopicError
 from raytopic.core.protocol import ReadGroupCursors
 from raytopic.core.steps import run_awaiting
 from raytopic.serve.board import CONSUMER_GROUP, FinishedTasks
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TaskBoardActor", "task_log_name"]
+__all__ = ["RETRY_EVERY", "TaskBoardActor", "task_log_name"]
+
+RETRY_EVERY = 2.0
+"""Seconds between a board's tries at what a failure left undone (reading the task
+log back, counting what it was told, deleting what it forgot)."""
+
+_UNDONE = (TopicError, TimeoutError, ray.exceptions.RayError)
+"""What a failed read or write of the task log raises (tried again later)."""
 
 
 def task_log_name(queue: str) -> str:
@@ -59,21 +72,68 @@ class TaskBoardActor:
             task_log_name(queue), namespace, store, self._finished.restore
         )
         self._deleting = False  # destroy() began: the log goes whole, nothing to forget
+        self._told: list[str] = []  # told finished, not counted yet (the log not read back)
+        self._forgetting: dict[str, None] = {}  # forgotten, the delete not held yet
+        self._sweeping = asyncio.Lock()  # one sweep at a time: each takes what is told
+        self._retrying: asyncio.Task[None] | None = None  # tries again after a failure
 
     async def finished(self, tasks: list[str]) -> None:
-        """These tasks' outcomes are on the log: forget (delete) the oldest finished
-        past ``kept``, answered once the deletes are held (at once while the queue is
-        deleted)."""
+        """These tasks' outcomes are on the log and their acks answered: count them, and
+        forget (delete) the oldest finished past ``kept``; answered once the deletes are
+        held (at once while the queue is deleted). A failure to read the log back or to
+        delete is logged and tried again every ``RETRY_EVERY`` seconds: what was told
+        is kept."""
         if self._deleting:
             return
-        log = await self._control.loaded()
-        await self._count_acknowledged()
-        forgotten = self._finished.finished(tasks)
+        self._told += tasks
         try:
-            await asyncio.gather(*(asyncio.wrap_future(log.delete(task)) for task in forgotten))
-        except (PublisherClosedError, TopicNotFoundError):
-            if not self._deleting:  # the log closed under the deletes by destroy() only
-                raise
+            await self._sweep()
+        except _UNDONE as error:
+            if self._deleting:  # the log closed under the deletes by destroy() only
+                return
+            logger.warning(
+                "task queue %s: finished tasks not forgotten yet (tried again in %.0f s): %r",
+                self._queue,
+                RETRY_EVERY,
+                error,
+            )
+            self._retry_later()
+
+    async def _sweep(self) -> None:
+        """Count what was told and delete what is forgotten (once the log is read back);
+        what fails stays to be tried again."""
+        async with self._sweeping:
+            log = await self._control.loaded()
+            await self._count_acknowledged()
+            told, self._told = self._told, []
+            self._forgetting.update(dict.fromkeys(self._finished.finished(told)))
+            forgetting = list(self._forgetting)
+            deletes = await asyncio.gather(
+                *(asyncio.wrap_future(log.delete(task)) for task in forgetting),
+                return_exceptions=True,
+            )
+            failed = None
+            for task, deleted in zip(forgetting, deletes, strict=True):
+                if isinstance(deleted, BaseException):
+                    failed = deleted
+                else:
+                    self._forgetting.pop(task, None)
+            if failed is not None:
+                raise failed
+
+    def _retry_later(self) -> None:
+        """Start the routine that tries again (unless it runs)."""
+        if self._retrying is None or self._retrying.done():
+            self._retrying = asyncio.get_running_loop().create_task(self._retry())
+
+    async def _retry(self) -> None:
+        """Every ``RETRY_EVERY`` seconds, sweep while something is left undone."""
+        while not self._deleting and (self._told or self._forgetting):
+            await asyncio.sleep(RETRY_EVERY)
+            try:
+                await self._sweep()
+            except _UNDONE as error:
+                logger.info("task queue %s: tried again, not yet: %r", self._queue, error)
 
     async def _count_acknowledged(self) -> None:
         """Count the tasks held back since the restart whose element the queue's group
@@ -111,5 +171,7 @@ class TaskBoardActor:
         """Destroy the task log (the queue is being deleted)."""
         log = await self._control.loaded()
         self._deleting = True
+        if self._retrying is not None:
+            self._retrying.cancel()
         log.close()
         await run_awaiting(log.topic.destroying())

@@ -27,6 +27,7 @@ import ray
 from ray.serve.schema import TaskProcessorConfig
 
 import raytopic as rt
+from raytopic.client.control_log import LOAD_TIMEOUT
 from raytopic.serve import CONSUMER_GROUP, TopicAdapterConfig, TopicTaskAdapter
 from raytopic.serve import adapter as adapter_module
 from raytopic.serve.adapter import board_name
@@ -55,15 +56,18 @@ def _config(
     )
 
 
-def _note(runs: Path, stops: dict[str, int]) -> Any:
+def _note(runs: Path, stops: dict[str, int], holds: dict[str, Path] | None = None) -> Any:
     """The handler "note": a line per run in ``runs``; a task named in ``stops`` then
-    SIGSTOPs that process (its outcome's write waits there)."""
+    SIGSTOPs that process (its outcome's write waits there), one named in ``holds``
+    runs until that file exists."""
 
     def note(name: str) -> str:
         with open(runs, "a") as lines:
             lines.write(f"{name} {time.time()} {os.getpid()}\n")
         if name in stops:
             os.kill(stops[name], signal.SIGSTOP)
+        while holds and name in holds and not holds[name].exists():
+            time.sleep(0.1)
         return name.upper()
 
     return note
@@ -89,12 +93,13 @@ class _Replica:
         runs: Path,
         stops: dict[str, int],
         board_wait: float | None = None,
+        holds: dict[str, Path] | None = None,
     ) -> None:
         if board_wait is not None:  # how long this replica waits for the task log
             adapter_module.BOARD_WAIT = board_wait
         self._adapter = TopicTaskAdapter(config)
         self._adapter.initialize()
-        self._adapter.register_task_handle(_note(runs, stops), "note")
+        self._adapter.register_task_handle(_note(runs, stops, holds), "note")
         self._adapter.start_consumer()
 
     def pid(self) -> int:
@@ -215,3 +220,58 @@ def test_a_board_restarted_in_a_lost_ack_window_runs_no_finished_task_again(
         ray.kill(replica)
         producer.destroy()
     _never_back(seen)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two read backs of 60 s, then each step may take minutes
+def test_a_board_that_cannot_read_its_log_back_answers_typed_and_loses_no_tell(
+    ray_session: None, tmp_path: Path, wait_until: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: a board restarted while its task log's channel stalled failed to read the
+    # log back within LOAD_TIMEOUT; get_metrics_sync raised Ray's RayTaskError(TimeoutError),
+    # and a replica's tell that came then failed too: its task, read back later and
+    # held back (an older task, h, still runs: the group's floor is below it), was
+    # never counted, so newer tasks did not push it past results_kept. Now the adapter
+    # answers ChannelUnavailableError, and the board keeps what it was told and tries
+    # again once the log answers.
+    # The adapter waits longer than the board's read back of the log (one may wait
+    # for another's): the board's answer comes first.
+    monkeypatch.setattr(adapter_module, "BOARD_WAIT", 2 * LOAD_TIMEOUT + 30)
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    config = _config(queue, namespace, tmp_path / "store", kept=1)
+    runs, hold = tmp_path / "runs", tmp_path / "hold"
+    producer = TopicTaskAdapter(config)
+    producer.initialize()
+    producer.register_task_handle(_note(runs, {}), "note")
+    replica = _Replica.remote(config, runs, {}, holds={"h": hold})
+    ray.get(replica.pid.remote(), timeout=WAIT)
+    log_channel = rt.get_topic(task_log_name(queue), namespace=namespace).describe().channels[0]
+    try:
+        held = producer.enqueue_task_sync("note", ["h"]).id
+        wait_until(lambda: _runs(runs) == ["h"], WAIT)  # the replica holds h until "hold"
+        producer.start_consumer()
+        told = producer.enqueue_task_sync("note", ["c"]).id
+        wait_until(lambda: producer.get_task_status_sync(told).status == "SUCCESS", WAIT)
+        board = ray.get_actor(board_name(queue), namespace=namespace)
+        os.kill(log_channel.pid, signal.SIGSTOP)
+        os.kill(_pid(board), signal.SIGKILL)  # it restarts and cannot read the log back
+        with pytest.raises(rt.ChannelUnavailableError):
+            producer.get_metrics_sync()
+        # A replica's tell of c (as Ray delivers one made while the board restarted).
+        ray.wait([board.finished.remote([told])], timeout=2 * WAIT)
+        os.kill(log_channel.pid, signal.SIGCONT)
+        newer = producer.enqueue_task_sync("note", ["d"]).id
+        wait_until(lambda: producer.get_task_status_sync(newer).status == "SUCCESS", WAIT)
+        # c told, d told: c is forgotten (results_kept=1), h still running.
+        wait_until(lambda: producer.get_task_status_sync(told).status == "PENDING", WAIT)
+        assert producer.get_task_status_sync(held).status == "STARTED"
+        assert producer.get_metrics_sync()["tasks"] == {"STARTED": 1, "SUCCESS": 1}
+        hold.touch()
+        wait_until(lambda: producer.get_task_status_sync(held).status == "SUCCESS", WAIT)
+        assert sorted(_runs(runs)) == ["c", "d", "h"]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(log_channel.pid, signal.SIGCONT)
+        hold.touch()
+        ray.kill(replica)
+        producer.destroy()
