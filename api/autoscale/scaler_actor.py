@@ -105,7 +105,7 @@ class _Member:
     uid: str
     handle: Any
     ready: Any  # ObjectRef of its identity (member id, pid, node)
-    since: float
+    since: float  # when it was made or joined; while it leaves, when its stop() was sent
     identity: ScaledMember | None = None
     ended: Any = None  # ObjectRef of its wait_stopped(): done when it ends or dies
     started: bool = field(default=False)
