@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MEMBER_TIMEOUT", "ScaledMemberActor"]
+__all__ = ["MEMBER_TIMEOUT", "ScaledMemberActor", "back_to_commit"]
 
 MEMBER_TIMEOUT = 10.0
 """Seconds a member may go unheard before its group drops it (a member whose process
@@ -315,11 +315,9 @@ class ScaledMemberActor:
         self._retry_at = time.monotonic() + pause
 
     def _back_to_commit(self, batch: ElementBatch) -> None:
-        """Read the batch's channels again from their last commit."""
-        channels = sorted({element.channel for element in batch})
-        owned = self._joined.channels
-        self._deliveries.keep_channels(owned)
-        self._joined.seek_to_committed(*(c for c in channels if c in owned))
+        """Read the batch's channels again from their last commit; forget the delivery
+        counts of channels no longer owned."""
+        self._deliveries.keep_channels(back_to_commit(self._joined, batch))
 
     def _send_dead(self, batch: ElementBatch, upto: dict[int, int], error: str) -> int:
         """Send the batch's elements up to ``upto`` (per channel, the last one past
@@ -406,3 +404,23 @@ class ScaledMemberActor:
 
     def __repr__(self) -> str:
         return f"ScaledMemberActor({self._subscriber!r})"
+
+
+def back_to_commit(member: Subscriber, batch: ElementBatch) -> tuple[int, ...]:
+    """Read ``batch``'s channels (a failed handler call's) again from their last
+    commits; return the channels ``member`` owns now.
+
+    Args:
+        member: An owned group's member, which received ``batch``.
+        batch: The elements handed to the handler.
+
+    Returns:
+        The channels owned now (their delivery counts are kept).
+
+    Raises:
+        TopicError: a channel could not be moved back.
+    """
+    channels = sorted({element.channel for element in batch})
+    owned = member.channels
+    member.seek_to_committed(*(c for c in channels if c in owned))
+    return owned
