@@ -46,7 +46,12 @@ from raytopic.core.dead_letters import (
     dead_letter_writer,
 )
 from raytopic.core.element_batch import ElementBatch
-from raytopic.core.errors import SubscriberClosedError, TopicError, TopicNotFoundError
+from raytopic.core.errors import (
+    NotOwnerError,
+    SubscriberClosedError,
+    TopicError,
+    TopicNotFoundError,
+)
 from raytopic.core.naming import scaler_actor_name
 from raytopic.core.payloads import PickledValues
 from raytopic.core.records import CommitStatus, Element
@@ -410,6 +415,14 @@ def back_to_commit(member: Subscriber, batch: ElementBatch) -> tuple[int, ...]:
     """Read ``batch``'s channels (a failed handler call's) again from their last
     commits; return the channels ``member`` owns now.
 
+    Every channel of the batch, not those of the member's view: the view may lag
+    the leases its receives were served under (the channels hear of a rebalance
+    before its heartbeats bring it), and ``seek_to_committed`` reads them at the
+    coordinator. A channel that moved on since is passed over (its new owner reads
+    it again from the commit); every channel is tried before an error is raised.
+    The view has learnt the leases by then, so the channels returned name each
+    one the member still owns (its delivery counts are kept).
+
     Args:
         member: An owned group's member, which received ``batch``.
         batch: The elements handed to the handler.
@@ -418,9 +431,17 @@ def back_to_commit(member: Subscriber, batch: ElementBatch) -> tuple[int, ...]:
         The channels owned now (their delivery counts are kept).
 
     Raises:
-        TopicError: a channel could not be moved back.
+        TopicError, ray.exceptions.RayError: a channel could not be moved back (the
+            first such error).
     """
-    channels = sorted({element.channel for element in batch})
-    owned = member.channels
-    member.seek_to_committed(*(c for c in channels if c in owned))
-    return owned
+    first_error: Exception | None = None
+    for channel in sorted({element.channel for element in batch}):
+        try:
+            member.seek_to_committed(channel)
+        except NotOwnerError:
+            pass  # moved on: its new owner reads it again from the commit
+        except (TopicError, ray.exceptions.RayError) as error:  # the others go back all the same
+            first_error = first_error or error
+    if first_error is not None:
+        raise first_error
+    return member.channels
