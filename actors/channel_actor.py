@@ -34,6 +34,12 @@ class ChannelActor:
         from raytopic.actors.channel import ChannelActor as Channel
 
         self._channel = Channel(config, channel)
+        self._name = f"ChannelActor(topic={config.name!r}, channel={channel})"
+
+    def __repr__(self) -> str:
+        # Ray names the actor's output after its repr: the ":actor_name:" line of its
+        # log files and the prefix of the lines it forwards to drivers.
+        return self._name
 
     async def request(
         self, packed: bytes, payload: Payload | None = None, joined: Joined | None = None

@@ -146,6 +146,10 @@ class CoordinatorActor:
         self._made_at = time.monotonic()
         self._rebalances = _rebalance_counter(config.name)
 
+    def __repr__(self) -> str:
+        # Ray names the actor's output after it (as ChannelActor's).
+        return f"CoordinatorActor(topic={self._config.name!r})"
+
     def _wire(self, fleet: RayChannelFleet, identities: list[dict[str, Any]]) -> None:
         """Build the services over ``fleet`` (its channels are known once the
         coordinator starts or recovers)."""

@@ -49,7 +49,7 @@ import ray
 from hypothesis import settings
 
 from tests.script_runner import ScriptRunner
-from tests.session_logs import LogTidier, raytopic_log_lines
+from tests.session_logs import ActorsOf, LogTidier, raytopic_log_lines
 
 # Hypothesis imports the modules above lazily, and pytest rewrites Hypothesis's
 # modules as they are imported (ast.parse). Imported here, at collection, no thread
@@ -282,9 +282,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()  # type: ignore[attr-defined]
     logs = os.environ.get(_CLUSTER_LOGS)
     if logs and report.failed and report.when in ("setup", "call"):
-        lines = raytopic_log_lines(Path(logs), call.start - 1.0, call.stop + 1.0)
-        if lines:
-            report.sections.append(("raytopic's actors logged meanwhile", "\n".join(lines)))
+        job = ray.get_runtime_context().get_job_id() if ray.is_initialized() else None
+        of = ActorsOf(tuple(item.stash.get(_NAMES, ())), job)
+        logged = raytopic_log_lines(Path(logs), call.start - 1.0, call.stop + 1.0, of=of)
+        title = "raytopic's actors logged meanwhile (this test's topics and its driver's actors"
+        title += f"; {logged.left_out} lines of others left out)" if logged.left_out else ")"
+        if logged.lines:
+            report.sections.append((title, "\n".join(logged.lines)))
 
 
 def _group_of(pid: int) -> int | None:
@@ -336,12 +340,19 @@ def script_runner(ray_cluster: str) -> Iterator[ScriptRunner]:
     runner.close()
 
 
+_NAMES = pytest.StashKey[list[str]]()
+"""The names a test made with ``unique_name``: its failure's report shows the lines of
+its topics' actors, not those of the other worker's tests (``ActorsOf``)."""
+
+
 @pytest.fixture
-def unique_name() -> Callable[[str], str]:
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
     """Make names no other test uses: ``unique_name("orders")`` -> ``orders-1a2b3c4d``."""
+    made = request.node.stash.setdefault(_NAMES, [])
 
     def make(prefix: str = "t") -> str:
-        return f"{prefix}-{uuid.uuid4().hex[:8]}"
+        made.append(name := f"{prefix}-{uuid.uuid4().hex[:8]}")
+        return name
 
     return make
 

@@ -22,11 +22,20 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
-__all__ = ["LogTidier", "raytopic_log_lines", "tidy_logs", "worker_output_lines"]
+__all__ = [
+    "LogTidier",
+    "Logged",
+    "ActorsOf",
+    "raytopic_log_lines",
+    "tidy_logs",
+    "worker_output_lines",
+]
 
 TIDY_INTERVAL = 5.0
 """Seconds between two tidyings of the folder."""
@@ -103,17 +112,66 @@ def worker_output_lines(logs: Path, pattern: str = "worker-*") -> Iterator[tuple
                 yield path, line
 
 
-def raytopic_log_lines(logs: Path, start: float, stop: float, most: int = 200) -> list[str]:
+_ACTOR_TOPIC = re.compile(r"\btopic=(?P<topic>'[^']*')")
+"""The topic an actor's name (its repr) names:
+``ChannelActor(topic='orders-1a2b3c4d', channel=0)``."""
+
+
+@dataclass(frozen=True)
+class ActorsOf:
+    """Which actors' lines a failed test's report shows: those of the topics named by
+    the test's names (``unique_name``'s, or a name made from one), and the others its
+    own driver (Ray job) made; not those of the tests the other xdist worker runs
+    meanwhile, which misled readers of a failure into another test's lost channel.
+
+    Args:
+        names: The names the test made.
+        job: Its driver's Ray job id (hex), None if it has none (then every actor).
+    """
+
+    names: tuple[str, ...] = ()
+    job: str | None = None
+
+    def own(self, actor: str, job: str | None) -> bool:
+        """Whether the lines of ``actor`` (its name), of Ray job ``job``, are the test's."""
+        topic = _ACTOR_TOPIC.search(actor)
+        if topic is not None and any(name in topic["topic"] for name in self.names):
+            return True
+        return self.job is None or job == self.job
+
+
+class Logged(NamedTuple):
+    """What :func:`raytopic_log_lines` found."""
+
+    lines: list[str]
+    """The test's actors' lines, each after its actor's name, in time order."""
+    left_out: int
+    """Lines in the window of actors that are not the test's."""
+
+
+def raytopic_log_lines(
+    logs: Path, start: float, stop: float, most: int = 200, of: ActorsOf = ActorsOf()
+) -> Logged:
     """raytopic's log lines in the actors' stderr files of the ``logs`` folder (and of
     its ``old``, where ended workers' files go) stamped between ``start`` and ``stop``
-    (epoch seconds), each after its actor's class, in time order; the last ``most``."""
+    (epoch seconds) by the actors ``of`` a test, each after its actor's name, in time
+    order; the last ``most``."""
     found: list[tuple[str, str]] = []
+    left_out = 0
     actors: dict[Path, str] = {}
+    jobs: dict[Path, str] = {}
     for path, line in worker_output_lines(logs, "worker-*.err"):
         if line.startswith(":actor_name:"):
             actors[path] = line.removeprefix(":actor_name:").strip()
+        elif line.startswith(":job_id:"):
+            jobs[path] = line.removeprefix(":job_id:").strip()
         elif (match := RAYTOPIC_LOG_LINE.match(line)) is not None:
             stamp = time.mktime(time.strptime(match[1][:19], "%Y-%m-%d %H:%M:%S"))
-            if start <= stamp + int(match[1][20:]) / 1000 <= stop:
-                found.append((match[1], f"{actors.get(path, '?')}: {line.rstrip()}"))
-    return [line for _, line in sorted(found)[-most:]]
+            if not start <= stamp + int(match[1][20:]) / 1000 <= stop:
+                continue
+            actor = actors.get(path, "?")
+            if of.own(actor, jobs.get(path)):
+                found.append((match[1], f"{actor}: {line.rstrip()}"))
+            else:
+                left_out += 1
+    return Logged([line for _, line in sorted(found)[-most:]], left_out)

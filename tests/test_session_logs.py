@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.session_logs import UNTOUCHED_FOR, raytopic_log_lines, tidy_logs
+from tests.session_logs import UNTOUCHED_FOR, ActorsOf, raytopic_log_lines, tidy_logs
 
 
 def _waited() -> int:
@@ -84,10 +84,43 @@ def test_raytopic_lines_in_the_window_are_read_from_logs_and_old_after_their_act
     )
     (tmp_path / "raylet.err").write_text(f"{_stamped(start + 1)} INFO raytopic.x: no worker\n")
 
-    assert raytopic_log_lines(tmp_path, start + 1, start + 2) == [
+    assert raytopic_log_lines(tmp_path, start + 1, start + 2).lines == [
         f"ScaledMemberActor: {member}",
         f"CoordinatorActor: {coordinator}",
     ]
-    assert raytopic_log_lines(tmp_path, start + 1, start + 2, most=1) == [
+    assert raytopic_log_lines(tmp_path, start + 1, start + 2, most=1).lines == [
         f"CoordinatorActor: {coordinator}"
     ]
+
+
+def test_a_failed_test_reads_the_lines_of_its_topics_and_its_drivers_actors_only(
+    tmp_path: Path,
+) -> None:
+    start = float(int(time.time()))
+    lines = {}
+    # Actors named after their topics (their repr), made by this driver (job 01) or by
+    # the other worker's (02); the last one's name is its class's (it did not start).
+    for index, (job, actor) in enumerate(
+        [
+            ("01000000", "ChannelActor(topic='orders-1a2b3c4d', channel=0)"),
+            ("02000000", "CoordinatorActor(topic='orders-1a2b3c4d-dlq')"),
+            ("02000000", "ChannelActor(topic='other-5e6f7a8b', channel=1)"),
+            ("01000000", "ChannelActor(topic='kept-for-the-module', channel=0)"),
+            ("02000000", "ScaledMemberActor"),
+        ]
+    ):
+        lines[actor] = f"{_stamped(start + 1 + index / 10)} INFO raytopic.actors.x: {index}"
+        (tmp_path / f"worker-{index}-{job}-{index}.err").write_text(
+            f":job_id:{job}\n:actor_name:{actor.split('(')[0]}\n:actor_name:{actor}\n"
+            f"{lines[actor]}\n"
+        )
+    mine = ActorsOf(("orders-1a2b3c4d",), "01000000")
+
+    found = raytopic_log_lines(tmp_path, start + 1, start + 2, of=mine)
+
+    # Its topics' (a name made from one too, whichever driver made it) and its driver's.
+    kept = [actor for actor in lines if "other" not in actor and "Scaled" not in actor]
+    assert found.lines == [f"{actor}: {lines[actor]}" for actor in kept]
+    assert found.left_out == 2
+    # A test with no driver of its own reads every actor's.
+    assert len(raytopic_log_lines(tmp_path, start + 1, start + 2, of=ActorsOf()).lines) == 5
