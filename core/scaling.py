@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from raytopic.core.config import (
@@ -142,6 +142,9 @@ class ScaleDecision:
     """The group's lag over all channels."""
     reason: str
     """Why ``desired`` differs from the current count ("" when it does not)."""
+    repeated: bool = False
+    """The same change the last look asked for, not made yet (members still
+    leaving take the room of new ones): no news, so no new event."""
 
 
 class ScaleRule:
@@ -158,6 +161,7 @@ class ScaleRule:
         self._owned = owned
         self._channel_count = channel_count
         self._window: deque[tuple[float, int]] = deque()  # (time, wanted) while below current
+        self._asked: tuple[int, int] | None = None  # (current, desired) of the last change asked
 
     def wanted(self, lags: Mapping[int, int], current: int) -> int:
         """The count the lag asks for now, before the scale-down delay."""
@@ -183,6 +187,13 @@ class ScaleRule:
             current: Members the group has now.
             now: A monotonic clock, seconds.
         """
+        decision = self._decide(lags, current, now)
+        asked = (current, decision.desired) if decision.desired != current else None
+        repeated = asked is not None and asked == self._asked
+        self._asked = asked
+        return replace(decision, repeated=True) if repeated else decision
+
+    def _decide(self, lags: Mapping[int, int], current: int, now: float) -> ScaleDecision:
         lag = sum(lags.values())
         wanted = self.wanted(lags, current)
         if wanted >= current:

@@ -261,7 +261,7 @@ class ScalerActor:
         elif decision.desired < current:
             newest = sorted(self._members.values(), key=lambda m: (m.started, -m.since))
             self._remove(newest[: current - decision.desired])
-        if decision.desired != current:
+        if decision.desired != current and not decision.repeated:
             self._event(current, decision.desired, decision.reason)
 
     def _read_lags(self) -> dict[int, int]:

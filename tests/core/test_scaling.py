@@ -111,3 +111,17 @@ def test_bad_settings_are_typed_errors_naming_the_setting(
 ) -> None:
     with pytest.raises(error, match=named):
         ScaleSettings.create(**settings)
+
+
+def test_a_change_asked_again_before_it_is_made_is_no_news() -> None:
+    # 1 member and 3 leaving (room for no new one): every look asks for 4 again
+    # until the leaving ones are gone; only the first is an event.
+    rule = _rule(target_lag_per_member=100, max_members=4)
+    first = rule.decide(_spread(400), 1, 0.0)
+    assert (first.desired, first.repeated) == (4, False)
+    again = rule.decide(_spread(450), 1, 0.2)
+    assert (again.desired, again.repeated) == (4, True)
+    # Made in part (2 now): a new change, news again; and after none, too.
+    assert not rule.decide(_spread(400), 2, 0.4).repeated
+    assert not rule.decide(_spread(400), 4, 0.6).repeated
+    assert not rule.decide(_spread(300), 1, 0.8).repeated
