@@ -40,7 +40,7 @@ from raytopic.core.protocol import (
     unpack_small,
 )
 from raytopic.core.records import PublishStatus
-from raytopic.core.steps import Steps, run_awaiting, run_blocking
+from raytopic.core.steps import Get, Steps, run_awaiting, run_blocking
 
 __all__ = [
     "CONTROL_COMPACTION",
@@ -120,7 +120,8 @@ class ControlLogLoader:
 
     Args:
         name, namespace, store: As :func:`opening_control_log`'s.
-        restore: Given every key's latest record once, before the log is handed out.
+        restore: Given every key's latest record once, before :meth:`loaded` hands the
+            log out.
     """
 
     def __init__(
@@ -134,7 +135,8 @@ class ControlLogLoader:
         self._namespace = namespace
         self._store = store
         self._restore = restore
-        self._log: ControlLog | None = None
+        self._log: ControlLog | None = None  # read back and restored
+        self._opened: ControlLog | None = None
         self._loading = asyncio.Lock()
 
     async def loaded(self) -> ControlLog:
@@ -144,12 +146,19 @@ class ControlLogLoader:
             return self._log
         async with self._loading:
             if self._log is None:
-                log = await run_awaiting(
-                    opening_control_log(self._name, self._namespace, store=self._store)
-                )
+                log = await self.opened()
                 self._restore(await run_awaiting(log.loading()))
                 self._log = log
         return self._log
+
+    async def opened(self) -> ControlLog:
+        """The log, made or opened, not read back (an actor that follows its changes
+        reads it itself: ``ControlLog.changing``)."""
+        if self._opened is None:
+            self._opened = await run_awaiting(
+                opening_control_log(self._name, self._namespace, store=self._store)
+            )
+        return self._opened
 
 
 @dataclass(slots=True)
@@ -292,10 +301,37 @@ class ControlLog:
             calls.append(
                 (channel, group, self.topic._channel_actors[channel].request.remote(request))
             )
+        return run_blocking(self._answers(calls, marks, timeout))
+
+    def changing(self, marks: dict[int, tuple[str, int]], most: int) -> Steps[LatestRead]:
+        """Up to ``most`` keys changed at every channel since ``marks`` (see :meth:`read`),
+        as steps (an async actor following the log awaits them).
+
+        Raises:
+            TopicError: the read failed (a typed raytopic error).
+            TimeoutError: no answer within ``LOAD_TIMEOUT``.
+        """
+        calls = [
+            (
+                channel,
+                (),
+                actor.request.remote(pack_request(ReadLatest((), marks.get(channel), most))),
+            )
+            for channel, actor in enumerate(self.topic._channel_actors)
+        ]
+        return (yield from self._answers(calls, marks, LOAD_TIMEOUT))
+
+    def _answers(
+        self,
+        calls: list[tuple[int, tuple[Any, ...], ray.ObjectRef]],
+        marks: dict[int, tuple[str, int]],
+        timeout: float | None,
+    ) -> Steps[LatestRead]:
+        """The ``ReadLatest`` replies of ``calls`` (channel, keys asked, call), as one read."""
         read = LatestRead({}, dict(marks), False, [])
         with topic_calls(self.topic.topic_id, self.topic.name):
             for channel, group, call in calls:
-                values, mark, reset, changed = unpack_small(ray.get(call, timeout=timeout))
+                values, mark, reset, changed = unpack_small((yield Get(call, timeout)))
                 read.latest.update(
                     (key, record) for key, record in zip(group, values, strict=True) if record
                 )

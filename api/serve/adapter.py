@@ -89,10 +89,10 @@ READ_WAITS_ON = frozenset({None, STARTED})
 
 
 TELL_EVERY = 0.5
-"""Seconds a replica gathers the tasks it finished before it tells the task board, in
-one call: a call (and the board's answer) per batch took CPU from the next task's
-walk. A replica killed in between leaves them untold: they stay on the log until the
-board next (re)starts and reads it back."""
+"""Seconds a replica gathers the queue elements it acknowledged before it hints the task
+board, in one call (a call per batch took CPU from the next task's walk). A hint only
+hastens the board: it follows the task log by itself (a replica killed before its
+hint costs time, never a result kept past ``results_kept``)."""
 
 
 def board_name(queue: str) -> str:
@@ -199,7 +199,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._acknowledger: ThreadPoolExecutor | None = None  # waits for outcomes, then acks
         self._recording: list[tuple[set[str], concurrent.futures.Future]] = []
         self._acking: list[concurrent.futures.Future] = []  # acks not yet answered
-        self._untold: list[str] = []  # finished here, the board not yet told
+        self._untold: list[tuple[int, int]] = []  # acked elements, the board not yet told
         self._telling: threading.Timer | None = None
         self._untold_lock = threading.Lock()
 
@@ -351,41 +351,43 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         assert self._log is not None
         return self._log
 
-    def _tell_finished(self, tasks: list[str]) -> None:
-        """Tell the board these tasks finished, not waited for (off the tasks' path;
-        Ray retries the call while the board restarts). Its answer is read when it
-        comes: unread, a tell that failed (the board killed with its deleted queue)
-        would be printed by Ray as an "Unhandled error" traceback once its ref is gone."""
-        told = self._task_board().finished.remote(tasks)
+    def _tell(self, elements: list[tuple[int, int]]) -> None:
+        """Hint the board that these queue elements are acknowledged, not waited for (off
+        the tasks' path; Ray retries the call while the board restarts). Its answer is
+        read when it comes: unread, a hint that failed (the board killed with its deleted
+        queue) would be printed by Ray as an "Unhandled error" traceback once its ref is
+        gone."""
+        told = self._task_board().acked.remote(elements)
         told.future().add_done_callback(self._told)
 
-    def _tell_soon(self, tasks: list[str]) -> None:
-        """Tell the board these tasks finished with the others of the next ``TELL_EVERY``
-        seconds (one call)."""
+    def _tell_soon(self, elements: list[tuple[int, int]]) -> None:
+        """Hint the board of these acknowledged elements with the others of the next
+        ``TELL_EVERY`` seconds (one call)."""
         with self._untold_lock:
-            self._untold += tasks
+            self._untold += elements
             if self._telling is None:
                 self._telling = threading.Timer(TELL_EVERY, self._tell_untold)
                 self._telling.daemon = True
                 self._telling.start()
 
     def _tell_untold(self) -> None:
-        """Tell the board what finished here and is untold (at the timer, or now)."""
+        """Hint the board of what was acknowledged here and is untold (at the timer, or
+        now)."""
         with self._untold_lock:
-            tasks, self._untold = self._untold, []
+            elements, self._untold = self._untold, []
             telling, self._telling = self._telling, None
         if telling is not None:
             telling.cancel()
-        if tasks:
-            self._tell_finished(tasks)
+        if elements:
+            self._tell(elements)
 
     def _told(self, told: concurrent.futures.Future) -> None:
         error = told.exception()
         if error is not None and not isinstance(error, ray.exceptions.RayActorError):
             # A board gone went with its queue (nothing to forget); a live one that
-            # failed to forget: those records stay on the log, said once here.
+            # failed: it follows the log anyway (the hint only hastened it).
             logger.warning(
-                "task queue %s: the task board was not told of finished tasks: %s",
+                "task queue %s: the task board was not hinted of acknowledged tasks: %s",
                 self._queue_name,
                 getattr(error, "cause", None) or type(error).__name__,
             )
@@ -409,12 +411,16 @@ class TopicTaskAdapter(TaskProcessorAdapter):
 
     def _board_answer(self, ref: ray.ObjectRef) -> Any:
         """The answer of a call to the board, as :meth:`_ask_board` waits for it: a
-        raytopic error the board raised as itself; one that did not read the task log
-        back in time (its channel restarting, ``LOAD_TIMEOUT``) as
-        ChannelUnavailableError, never Ray's wrapper."""
+        raytopic error the board raised as itself; a board killed for good (only a
+        ``destroy()`` does) as TopicNotFoundError; one that did not read the task log in
+        time (its channel restarting) as ChannelUnavailableError, never Ray's wrapper."""
         try:
             with unwrap_ray_error():
                 return ray.get(ref, timeout=BOARD_WAIT)
+        except ray.exceptions.ActorDiedError:  # (a restart is waited out: Ray retries)
+            raise TopicNotFoundError(
+                f"the task queue {self._queue_name!r} was deleted (its task board is gone)"
+            ) from None
         except (
             ray.exceptions.GetTimeoutError,
             ray.exceptions.RayActorError,
@@ -432,7 +438,8 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         """Delete the queue and everything it made: this replica's consumer stops, and
         the queue's topic, its task log (statuses and results), its failed- and
         unprocessable-task queues and its task board are destroyed, stored data
-        included. Other replicas' consumers end with TopicNotFoundError.
+        included. Other replicas' consumers end with TopicNotFoundError. Idempotent, as
+        a topic's ``destroy()`` is: a queue another replica deleted already is gone.
         """
         self.stop_consumer()
         self._task_log().close()
@@ -530,12 +537,12 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         log = self._task_log()
         started = {t["id"]: task_record(STARTED, None, t["created_at"]) for _, t in runnable}
         # Started unless finished or cancelled, decided at the log's channel (one call).
-        skip = set(
-            self._log_answer(lambda: log.write_unless(started, "status", FINISHED, BOARD_WAIT))
+        refusing = self._log_answer(
+            lambda: log.write_unless(started, "status", FINISHED, BOARD_WAIT)
         )
         by_key: dict[Any, list[tuple[Any, dict]]] = {}
         for element, task in runnable:
-            if task["id"] in skip:  # finished already, or cancelled: not run again
+            if task["id"] in refusing:  # finished already, or cancelled: not run again
                 outcomes.append((element, task, REVOKED, None))
                 continue
             # Tasks of one key run one after the other, in order; unkeyed ones alone.
@@ -553,7 +560,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 outcomes += [outcome for run in runs for outcome in run.result()]
         finally:
             self._running = None
-        self._finish(outcomes, skip)
+        self._finish(outcomes, refusing)
 
     def _hold_running(self, stop: threading.Event) -> None:
         """Extend the running batch's ack deadlines every third of the ack_timeout
@@ -608,27 +615,35 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         if any(not ids.isdisjoint(task_ids) for ids, _ in self._recording):
             concurrent.futures.wait([self._recording[-1][1]])  # recorded in order
 
-    def _finish(self, outcomes: list[tuple[Any, Any, str, Any]], skip: set[str]) -> None:
+    def _finish(
+        self, outcomes: list[tuple[Any, Any, str, Any]], refusing: dict[str, dict[str, Any]]
+    ) -> None:
         """Move failed and unprocessable tasks to their queues and send the outcomes to
         the task log; the acknowledging thread waits for them to be held, then acknowledges
         what finished and nacks the retries (after their backoff), while this thread
         receives and starts the next batch.
 
         A moved task is recorded after its move: a replica that dies between the two
-        moves it again when the task comes back (at least once, never lost).
+        moves it again when the task comes back (at least once, never lost). A cancelled
+        task passed over for the first time gets its REVOKED record again, naming its
+        element: the board may forget it once that is acknowledged (before, the task
+        may still wait in the queue).
         """
         config = self._config
         recorded: dict[str, dict[str, Any]] = {}
-        retries, done, done_ids = [], [], []
+        passed: dict[str, dict[str, Any]] = {}  # cancelled, passed over here first
+        retries, done = [], []
         for element, task, status, result in outcomes:
             if status == RETRY:
                 retries.append(element)
                 recorded[task["id"]] = task_record(RETRY, None, task["created_at"])
                 continue
             done.append(element)
-            done_ids.append(None if task is None else task["id"])
-            if task is not None and task["id"] in skip:
-                continue  # its outcome is on the task log already
+            refused = None if task is None else refusing.get(task["id"])
+            if refused is not None:  # its outcome is on the task log already
+                if refused["status"] == REVOKED and refused.get("element") is None:
+                    passed[task["id"]] = task_record(REVOKED, None, task["created_at"], element)
+                continue
             queue = {
                 FAILURE: config.failed_task_queue_name,
                 REJECTED: config.unprocessable_task_queue_name,
@@ -646,25 +661,24 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 recorded[task["id"]] = task_record(status, kept, task["created_at"], element)
         # Sent from here, in order (each unless its task has one: a task delivered again
         # after a crash may report twice); the acknowledging thread waits for it.
-        sent = self._task_log().send_unless(recorded, "status", FINISHED) if recorded else None
+        log = self._task_log()
+        sent = [log.send_unless(recorded, "status", FINISHED)] if recorded else []
+        if passed:  # (a REVOKED record is replaced by one naming the element only)
+            sent.append(log.send_unless(passed, "status", FINISHED - {REVOKED}))
         assert self._acknowledger is not None
-        acked = self._acknowledger.submit(
-            self._acknowledge_once_held, sent, done, done_ids, retries
-        )
+        acked = self._acknowledger.submit(self._acknowledge_once_held, sent, done, retries)
         self._recording.append((set(recorded), acked))
 
-    def _acknowledge_once_held(
-        self, sent: WriteUnless | None, done: list, done_ids: list[str | None], retries: list
-    ) -> None:
-        """Wait for the outcomes' write to the task log (``sent``), then acknowledge
-        what finished (``done``, their task ids ``done_ids``) and nack the retries: a task
-        is acknowledged only once its outcome is held. The board hears of a finished task
-        (one passed over too: finished before, or cancelled) once its ack is answered
-        ACKED, soon, not waited for: a task whose ack is lost comes back, and forgotten
-        meanwhile past results_kept, it would find no record to be passed over by."""
+    def _acknowledge_once_held(self, sent: list[WriteUnless], done: list, retries: list) -> None:
+        """Wait for the outcomes' writes to the task log (``sent``), then acknowledge
+        what finished (``done``) and nack the retries: a task is acknowledged only once
+        its outcome is held. The board is hinted of the elements whose ack is answered
+        ACKED, soon, not waited for (it counts a finished task once its element is
+        acknowledged: a task whose ack is lost comes back, and forgotten meanwhile past
+        results_kept, it would find no record to be passed over by)."""
         try:
-            if sent is not None:
-                self._log_answer(lambda: sent.refused(BOARD_WAIT))
+            for write in sent:
+                self._log_answer(lambda write=write: write.refused(BOARD_WAIT))
             if done:
                 # Not waited for. An ack that fails leaves its tasks to come back after
                 # ack_timeout, and their start passes them over (their outcomes are
@@ -673,7 +687,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 self._acking = [acking for acking in self._acking if not acking.done()]
                 self._acking.append(told)
                 self._subscriber.ack_async(done).future().add_done_callback(
-                    lambda acked: self._acked(acked, done_ids, told)
+                    lambda acked: self._acked(acked, done, told)
                 )
             for element in retries:
                 delay = self._settings.retry_backoff_s * 2 ** (element.delivery_count - 1)
@@ -682,12 +696,9 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             logger.exception("task queue %s: outcomes not recorded", self._queue_name)
 
     def _acked(
-        self,
-        acked: concurrent.futures.Future,
-        done_ids: list[str | None],
-        told: concurrent.futures.Future,
+        self, acked: concurrent.futures.Future, done: list, told: concurrent.futures.Future
     ) -> None:
-        """Tell the board of the tasks whose ack was answered ACKED; then ``told``."""
+        """Hint the board of the elements whose ack was answered ACKED; then ``told``."""
         try:
             if acked.exception() is not None:
                 logger.warning(
@@ -697,13 +708,13 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 )
                 return
             statuses = acked.result()
-            finished = [
-                task_id
-                for task_id, status in zip(done_ids, statuses, strict=True)
-                if task_id is not None and status is AckStatus.ACKED
+            elements = [
+                (element.channel, element.sequence)
+                for element, status in zip(done, statuses, strict=True)
+                if status is AckStatus.ACKED
             ]
-            if finished:
-                self._tell_soon(finished)
+            if elements:
+                self._tell_soon(elements)
         finally:
             told.set_result(None)
 
@@ -722,7 +733,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             "lag": stats.lag,
             "depth": stats.depth,
             "redelivered": stats.redelivered,
-            "tasks": self._ask_board("counts"),
+            "tasks": self._ask_board("counts", BOARD_WAIT / 2),  # the board answers first
         }
         for name, topic in self._outlets.items():
             metrics[name] = sum(channel.size or 0 for channel in topic.describe().channels)

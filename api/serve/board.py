@@ -7,18 +7,19 @@ and every change of it is a conditional write decided at the log's channel
 cancelled), records an outcome unless one is recorded, and a producer cancels a
 task unless it has started.
 
-A finished task may still come back: its outcome was written and its replica died
-(or stalled) before its ack. A replica passes it over by its record, so a record is
-forgotten only once the task cannot come back: a replica tells the board after the
-ack, and a board that restarts holds back what it reads from the log until the
-queue's group has acknowledged the task's element (its ``element``: channel and
-sequence in the queue).
+The board learns of finished tasks from the log itself (whoever wrote them: a replica
+SIGKILLed right after its ack too), never from a replica's word alone. A finished task
+may still come back: its outcome was written and its replica died (or stalled) before
+its ack. A replica passes it over by its record, so a record is forgotten only once
+the task cannot come back: the outcome names the queue element it is of (its
+``element``: channel and sequence in the queue), and the board holds the task back
+until the queue's group acknowledged that element (:class:`TaskBook`).
 """
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections import OrderedDict
 from typing import Any
 
 __all__ = [
@@ -32,8 +33,8 @@ __all__ = [
     "REVOKED",
     "STARTED",
     "SUCCESS",
-    "FinishedTasks",
     "State",
+    "TaskBook",
     "state_of",
     "task_record",
 ]
@@ -79,15 +80,21 @@ def state_of(record: dict[str, Any] | None) -> State:
     return record["status"], record["result"], record["created_at"]
 
 
-class FinishedTasks:
-    """The finished tasks of a queue, oldest first, kept at most ``kept``: the rest are
-    to be forgotten (their records deleted from the task log).
+class TaskBook:
+    """What the task log says of a queue's finished tasks, and which to forget: at most
+    ``kept`` counted, the oldest (by their record's ``at``) forgotten first.
 
-    A task counts once it cannot come back to a replica: told (a replica's ack of it
-    was answered), or, read back from the log by a restarted board, once the queue's
-    group acknowledged its element (:meth:`acknowledged`). Until then it is held back, never
-    forgotten: its element may be delivered again (its replica died or stalled before
-    the ack), and a replica finding no record would run it again.
+    The board feeds it each task log change it reads (:meth:`seen`; the whole log after
+    a restart, :meth:`reloaded`): a finished record names the queue element it is the
+    outcome of, and the task is *held back* until that element is acknowledged (the
+    queue group's floor passed it, :meth:`floors`, or a replica's ack of it was
+    answered, :meth:`acked`): before, the element may be delivered again, and a replica
+    finding no record would run the task again. Then it counts. A cancelled task's
+    REVOKED record names no element until a replica passes its element over (it may
+    still wait in the queue): not counted till then.
+
+    Idempotent: a record seen again (a reread, a late change) counts once, and a task
+    forgotten is never counted again unless the log shows it finished anew.
 
     Args:
         kept: Finished tasks kept at most.
@@ -95,70 +102,82 @@ class FinishedTasks:
 
     def __init__(self, kept: int) -> None:
         self._kept = kept
-        self._tasks: OrderedDict[str, None] = OrderedDict()
-        self._held_back: dict[str, tuple[int, int]] = {}
-        self._restored: dict[str, float] = {}  # what the log held at the restart: its "at"
+        self._held: dict[str, tuple[tuple[int, int], float]] = {}  # task: (element, at)
+        self._counted: dict[str, float] = {}  # task: its record's "at"
+        self._order: list[tuple[float, str]] = []  # heap of (at, task); stale ones skipped
+        self._forgetting: set[str] = set()  # forgotten, the delete not seen on the log yet
 
-    def restore(self, records: dict[str, dict[str, Any]]) -> None:
-        """Take what the task log holds (the finished tasks, oldest change first),
-        those whose element may still come back held back (see :meth:`acknowledged`).
+    def seen(self, changed: list[tuple[str, dict[str, Any] | None]]) -> None:
+        """Take these (task, latest record or None: deleted) from the task log."""
+        for task_id, record in changed:
+            if record is None:
+                self._forgetting.discard(task_id)
+                self._drop(task_id)
+            elif task_id not in self._forgetting:
+                self._take(task_id, record)
 
-        Cancelled tasks are left out: one may still wait in the queue, and forgotten
-        it would run; a replica that passes it over tells it again. (One passed over
-        before this restart and not yet forgotten stays on the log.)"""
-        finished = [
-            item
-            for item in records.items()
-            if item[1]["status"] in FINISHED and item[1]["status"] != REVOKED
-        ]
-        for task_id, record in sorted(finished, key=lambda item: item[1]["at"]):
-            self._restored[task_id] = record["at"]
-            element = record.get("element")  # none in records written before it was kept
-            if element is None:
-                self._tasks[task_id] = None
-            else:
-                self._held_back[task_id] = (int(element[0]), int(element[1]))
+    def reloaded(self, records: dict[str, dict[str, Any]]) -> None:
+        """Take the whole task log (after a restart, or a reader too far behind): a task
+        it no longer holds is dropped."""
+        for task_id in [*self._held, *self._counted, *self._forgetting]:
+            if task_id not in records:
+                self._forgetting.discard(task_id)
+                self._drop(task_id)
+        self.seen(list(records.items()))
 
     @property
-    def held_back_channels(self) -> frozenset[int]:
-        """The queue channels whose group floor :meth:`acknowledged` needs."""
-        return frozenset(channel for channel, _ in self._held_back.values())
+    def held_back(self) -> dict[int, int]:
+        """Per queue channel, the highest element held back there (its floor is asked)."""
+        highest: dict[int, int] = {}
+        for (channel, sequence), _ in self._held.values():
+            highest[channel] = max(sequence, highest.get(channel, sequence))
+        return highest
 
-    def acknowledged(self, floors: dict[int, int]) -> None:
-        """Count the held-back tasks whose element the queue's group acknowledged:
-        ``floors`` maps a queue channel to the group's floor there (every element at
-        or below it acknowledged). They take their place among the tasks read back, which
-        are older than any told since."""
-        self._count_restored(
+    def floors(self, floors: dict[int, int]) -> None:
+        """Count the held-back tasks at or below their channel's group floor (every
+        element at or below it acknowledged)."""
+        self._release(
             [
                 task_id
-                for task_id, (channel, sequence) in self._held_back.items()
+                for task_id, ((channel, sequence), _) in self._held.items()
                 if channel in floors and sequence <= floors[channel]
             ]
         )
 
-    def _count_restored(self, acked: list[str]) -> None:
-        """Count these held-back tasks, in their place among those read back."""
-        if not acked:
-            return
-        for task_id in acked:
-            del self._held_back[task_id]
-        restored = sorted(
-            [*acked, *(task for task in self._tasks if task in self._restored)],
-            key=self._restored.__getitem__,
-        )
-        told = [task for task in self._tasks if task not in self._restored]
-        self._tasks = OrderedDict.fromkeys([*restored, *told])
+    def acked(self, elements: set[tuple[int, int]]) -> None:
+        """Count the held-back tasks of these elements (their acks were answered ACKED)."""
+        self._release([task for task, (element, _) in self._held.items() if element in elements])
 
-    def finished(self, tasks: list[str]) -> list[str]:
-        """Count these tasks finished (a task told twice counts once); return the
-        oldest to forget beyond ``kept`` (held-back tasks are kept besides: newer
-        results are not forgotten for older ones that cannot be yet)."""
-        self._count_restored([task for task in dict.fromkeys(tasks) if task in self._held_back])
-        for task_id in tasks:
-            self._tasks.setdefault(task_id, None)
-        over = max(0, len(self._tasks) - self._kept)
-        forgotten = [self._tasks.popitem(last=False)[0] for _ in range(over)]
-        for task_id in forgotten:
-            self._restored.pop(task_id, None)
-        return forgotten
+    def forget(self) -> list[str]:
+        """The oldest counted tasks past ``kept``, now being forgotten (their deletes to
+        send; sent again until the log shows them deleted)."""
+        while len(self._counted) > self._kept:
+            at, task_id = heapq.heappop(self._order)
+            if self._counted.get(task_id) == at:
+                del self._counted[task_id]
+                self._forgetting.add(task_id)
+        return sorted(self._forgetting)
+
+    def _take(self, task_id: str, record: dict[str, Any]) -> None:
+        status, at, element = record["status"], record["at"], record.get("element")
+        if status not in FINISHED or (status == REVOKED and element is None):
+            self._drop(task_id)  # not finished (again: a new run under its id)
+        elif task_id in self._counted or task_id in self._held:
+            return  # a finished record does not change
+        elif element is None:  # written before records named their element: as acked
+            self._count(task_id, at)
+        else:
+            self._held[task_id] = ((int(element[0]), int(element[1])), at)
+
+    def _release(self, task_ids: list[str]) -> None:
+        for task_id in task_ids:
+            _, at = self._held.pop(task_id)
+            self._count(task_id, at)
+
+    def _count(self, task_id: str, at: float) -> None:
+        self._counted[task_id] = at
+        heapq.heappush(self._order, (at, task_id))
+
+    def _drop(self, task_id: str) -> None:
+        self._held.pop(task_id, None)
+        self._counted.pop(task_id, None)  # its heap entry goes stale

@@ -6,48 +6,48 @@ log with the queue.
 
 A task's start, outcome and cancel are conditional writes decided at the log's
 channel, and a status read is answered there (``raytopic.serve.board``): no call
-of a task's walk goes through this actor. Replicas tell it which tasks finished
-(a call not waited for, at most every half second: ``TELL_EVERY``); a board that
-(re)starts reads the log back first, so what it was told while down (Ray retries
-the calls) or before is counted once. A tell that comes while the queue is deleted
-answers without forgetting (the log goes whole). What a restarted board reads back
-it forgets only once the queue's group acknowledged the task's element (asked of the
-queue's channels at a tell, while some are held back): a task whose ack was lost
-comes back, and finds its record to be passed over by.
+of a task's walk goes through this actor. It follows the log: every ``FOLLOW_EVERY``
+seconds, or at once when a replica hints (``acked``), it reads the records changed
+since it last looked (the whole log when it (re)starts, or when the log's channel
+restarted), so what the log holds is what it knows, whoever wrote it. A finished
+task counts once its queue element is acknowledged (``raytopic.serve.board.TaskBook``):
+the queue group's floor passed it (asked of the queue's channels while tasks are held
+back), or a replica's hint named it (its ack was answered ACKED; a hint lost costs
+only time).
 
-A tell is never lost to a failure here: what it told is kept until the log is read
-back, and a forget until its delete is held; while the log cannot be read or
-written (its channel restarts, the read back takes longer than ``LOAD_TIMEOUT``),
-the board tries again every ``RETRY_EVERY`` seconds by itself (a tell that failed
-so was not told again, and the records it would have forgotten stayed on the log).
+Nothing is lost to a failure here: a look that fails (the log's channel restarts, a
+read takes longer than ``LOAD_TIMEOUT``) is logged and tried again at the next, and
+the hints it did not use and the deletes not held wait for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from typing import Any
 
 import ray
 
-from raytopic.client.control_log import ControlLogLoader
+from raytopic.client.control_log import LOAD_TIMEOUT, ControlLog, ControlLogLoader
 from raytopic.client.topic import getting
 from raytopic.core.errors import TopicError
 from raytopic.core.protocol import ReadGroupCursors
 from raytopic.core.steps import run_awaiting
-from raytopic.serve.board import CONSUMER_GROUP, FinishedTasks
+from raytopic.serve.board import CONSUMER_GROUP, TaskBook
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RETRY_EVERY", "TaskBoardActor", "task_log_name"]
+__all__ = ["FOLLOW_EVERY", "TaskBoardActor", "task_log_name"]
 
-RETRY_EVERY = 2.0
-"""Seconds between a board's tries at what a failure left undone (reading the task
-log back, counting what it was told, deleting what it forgot)."""
+FOLLOW_EVERY = 2.0
+"""Seconds between a board's looks at its task log when no replica hints sooner (a
+replica killed before its hint, a look that failed)."""
 
-_UNDONE = (TopicError, TimeoutError, ray.exceptions.RayError)
-"""What a failed read or write of the task log raises (tried again later)."""
+CHANGES_READ = 10_000
+"""Changed tasks a look reads at most per log channel (more since the last look: the
+whole log is read)."""
 
 
 def task_log_name(queue: str) -> str:
@@ -67,78 +67,71 @@ class TaskBoardActor:
 
     def __init__(self, queue: str, namespace: str, store: Any, kept: int) -> None:
         self._queue, self._namespace = queue, namespace
-        self._finished = FinishedTasks(kept)
-        self._control = ControlLogLoader(
-            task_log_name(queue), namespace, store, self._finished.restore
-        )
-        self._deleting = False  # destroy() began: the log goes whole, nothing to forget
-        self._told: list[str] = []  # told finished, not counted yet (the log not read back)
-        self._forgetting: dict[str, None] = {}  # forgotten, the delete not held yet
-        self._sweeping = asyncio.Lock()  # one sweep at a time: each takes what is told
-        self._retrying: asyncio.Task[None] | None = None  # tries again after a failure
+        self._book = TaskBook(kept)
+        self._control = ControlLogLoader(task_log_name(queue), namespace, store, lambda _: None)
+        self._marks: dict[int, tuple[str, int]] = {}  # where the last look read to
+        self._hints: set[tuple[int, int]] = set()  # queue elements acked, not applied yet
+        self._hinted = asyncio.Event()  # a hint came: look now
+        self._failing = False  # the last look failed (said once)
+        self._following: asyncio.Task[None] | None = None
+        self._deleting = False  # destroy() began: the log goes whole, nothing to follow
+        # A board restarted by Ray follows its log at once, not at a caller's first call.
+        ray.get_runtime_context().current_actor.follow.remote()
 
-    async def finished(self, tasks: list[str]) -> None:
-        """These tasks' outcomes are on the log and their acks answered: count them, and
-        forget (delete) the oldest finished past ``kept``; answered once the deletes are
-        held (at once while the queue is deleted). A failure to read the log back or to
-        delete is logged and tried again every ``RETRY_EVERY`` seconds: what was told
-        is kept."""
-        if self._deleting:
-            return
-        self._told += tasks
-        try:
-            await self._sweep()
-        except _UNDONE as error:
-            if self._deleting:  # the log closed under the deletes by destroy() only
-                return
-            logger.warning(
-                "task queue %s: finished tasks not forgotten yet (tried again in %.0f s): %r",
-                self._queue,
-                RETRY_EVERY,
-                error,
-            )
-            self._retry_later()
+    async def follow(self) -> None:
+        """Start following the task log (unless it is followed already)."""
+        if self._following is None and not self._deleting:
+            self._following = asyncio.get_running_loop().create_task(self._follow())
 
-    async def _sweep(self) -> None:
-        """Count what was told and delete what is forgotten (once the log is read back);
-        what fails stays to be tried again."""
-        async with self._sweeping:
-            log = await self._control.loaded()
-            await self._count_acknowledged()
-            told, self._told = self._told, []
-            self._forgetting.update(dict.fromkeys(self._finished.finished(told)))
-            forgetting = list(self._forgetting)
-            deletes = await asyncio.gather(
-                *(asyncio.wrap_future(log.delete(task)) for task in forgetting),
-                return_exceptions=True,
-            )
-            failed = None
-            for task, deleted in zip(forgetting, deletes, strict=True):
-                if isinstance(deleted, BaseException):
-                    failed = deleted
-                else:
-                    self._forgetting.pop(task, None)
-            if failed is not None:
-                raise failed
+    async def acked(self, elements: list[tuple[int, int]]) -> None:
+        """A replica's hint: these queue elements' acks were answered ACKED (their
+        outcomes are on the log): look now, and count those tasks."""
+        self._hints.update((int(channel), int(sequence)) for channel, sequence in elements)
+        self._hinted.set()
+        await self.follow()
 
-    def _retry_later(self) -> None:
-        """Start the routine that tries again (unless it runs)."""
-        if self._retrying is None or self._retrying.done():
-            self._retrying = asyncio.get_running_loop().create_task(self._retry())
-
-    async def _retry(self) -> None:
-        """Every ``RETRY_EVERY`` seconds, sweep while something is left undone."""
-        while not self._deleting and (self._told or self._forgetting):
-            await asyncio.sleep(RETRY_EVERY)
+    async def _follow(self) -> None:
+        """Look at the log every ``FOLLOW_EVERY`` seconds, or at once after a hint."""
+        while True:
+            self._hinted.clear()
             try:
-                await self._sweep()
-            except _UNDONE as error:
-                logger.info("task queue %s: tried again, not yet: %r", self._queue, error)
+                await self._look()
+                self._failing = False
+            except Exception as error:  # never let the following end quietly
+                (logger.info if self._failing else logger.warning)(
+                    "task queue %s: the task log not followed (tried again in %.0f s): %r",
+                    self._queue,
+                    FOLLOW_EVERY,
+                    error,
+                )
+                self._failing = True
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FOLLOW_EVERY):
+                    await self._hinted.wait()
 
-    async def _count_acknowledged(self) -> None:
-        """Count the tasks held back since the restart whose element the queue's group
-        acknowledged (one call per queue channel they are in; none once all are)."""
-        channels = sorted(self._finished.held_back_channels)
+    async def _look(self) -> None:
+        """Read what changed on the log since the last look, count what was
+        acknowledged and delete what is forgotten past ``kept``."""
+        log = await self._control.opened()
+        hints, self._hints = self._hints, set()
+        try:
+            read = await run_awaiting(log.changing(self._marks, CHANGES_READ))
+            if read.reset:  # first look, the log's channel restarted, or too far behind
+                self._book.reloaded(await run_awaiting(log.loading()))
+            else:
+                self._book.seen(read.changed)
+            self._marks = read.marks
+        except BaseException:
+            self._hints |= hints  # for the next look
+            raise
+        self._book.acked(hints)  # what is not on the log held back: of no task kept
+        await self._read_floors()
+        await self._delete(log, self._book.forget())
+
+    async def _read_floors(self) -> None:
+        """Count the held-back tasks the queue's group floor passed (one call per queue
+        channel with some; none while none is held back)."""
+        channels = sorted(self._book.held_back)
         if not channels:
             return
         try:
@@ -146,10 +139,10 @@ class TaskBoardActor:
             cursors = await asyncio.gather(
                 *(queue._channel_actors[c].control.remote(ReadGroupCursors()) for c in channels)
             )
-        except (TopicError, ray.exceptions.RayActorError) as error:  # until a later tell
-            logger.warning("task queue %s: acknowledged tasks not read: %s", self._queue, error)
+        except (TopicError, ray.exceptions.RayActorError) as error:  # at the next look
+            logger.info("task queue %s: acknowledged tasks not read: %s", self._queue, error)
             return
-        self._finished.acknowledged(
+        self._book.floors(
             {
                 channel: cursor[CONSUMER_GROUP]["committed"]
                 for channel, cursor in zip(channels, cursors, strict=True)
@@ -157,21 +150,34 @@ class TaskBoardActor:
             }
         )
 
-    async def ready(self) -> None:
-        """Answer once the task log is made (and read back)."""
-        await self._control.loaded()
+    async def _delete(self, log: ControlLog, forgetting: list[str]) -> None:
+        """Delete the forgotten tasks' records; answered once the deletes are held (a
+        failed one is sent again at the next look, until the log shows it gone)."""
+        deletes = await asyncio.gather(
+            *(asyncio.wrap_future(log.delete(task)) for task in forgetting),
+            return_exceptions=True,
+        )
+        for deleted in deletes:
+            if isinstance(deleted, BaseException):
+                raise deleted
 
-    async def counts(self) -> dict[str, int]:
-        """Tasks by status, as the task log holds them."""
-        log = await self._control.loaded()
-        records = await run_awaiting(log.loading())
+    async def ready(self) -> None:
+        """Answer once the task log is made."""
+        await self._control.opened()
+        await self.follow()
+
+    async def counts(self, timeout: float = LOAD_TIMEOUT) -> dict[str, int]:
+        """Tasks by status, as the task log holds them (read within ``timeout``)."""
+        await self.follow()
+        log = await self._control.opened()
+        records = await run_awaiting(log.loading(timeout))
         return dict(Counter(record["status"] for record in records.values()))
 
     async def destroy(self) -> None:
         """Destroy the task log (the queue is being deleted)."""
-        log = await self._control.loaded()
         self._deleting = True
-        if self._retrying is not None:
-            self._retrying.cancel()
+        if self._following is not None:
+            self._following.cancel()
+        log = await self._control.opened()
         log.close()
         await run_awaiting(log.topic.destroying())

@@ -33,7 +33,7 @@ import raytopic as rt
 from raytopic.client.control_log import LatestRead
 from raytopic.serve import CONSUMER_GROUP, LagPolicy, TopicAdapterConfig, TopicTaskAdapter
 from raytopic.serve.adapter import board_name
-from raytopic.serve.board import FinishedTasks, state_of, task_record
+from raytopic.serve.board import TaskBook, state_of, task_record
 from raytopic.serve.records import UnreadableTask, check_task, load_arguments, make_task
 from raytopic.serve.statuses import KnownStatuses
 
@@ -46,44 +46,54 @@ EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 # -- the forgetting order and what a reader knows (no Ray) -------------------------------
 
 
-def test_the_board_forgets_the_oldest_finished_tasks_first() -> None:
-    finished = FinishedTasks(kept=2)
-    finished.restore(
-        {
-            "newer": {"status": "SUCCESS", "at": 2.0},
-            "retrying": {"status": "RETRY", "at": 0.0},  # unfinished ones are not counted
-            "older": {"status": "FAILURE", "at": 1.0},
-            # Nor cancelled ones: the task may wait in the queue; the replica that passes
-            # it over tells it (forgotten before, a replica would find no record and run it).
-            "cancelled": {"status": "REVOKED", "at": 0.5},
-        }
-    )
-    assert finished.finished(["newer"]) == []  # told again (a call Ray retried): once
-    assert finished.finished(["x", "y"]) == ["older", "newer"]
-    assert finished.finished(["z"]) == ["x"]
+def _done(status: str, at: float, element: tuple[int, int] | None) -> dict:
+    return {"status": status, "at": at, "element": None if element is None else list(element)}
 
 
-def test_a_restarted_board_forgets_no_task_whose_element_may_come_back() -> None:
-    # Before: every finished record read back counted at once, one whose replica died
-    # or stalled between the outcome's write and its ack too: forgotten past
-    # results_kept before it came back, it found no record and ran again. Now it is
-    # held back until told, or until the queue's group floor passes its element.
-    finished = FinishedTasks(kept=1)
-    finished.restore(
-        {
-            "acked": {"status": "SUCCESS", "at": 1.0, "element": [0, 4]},
-            "in-hand": {"status": "SUCCESS", "at": 2.0, "element": [1, 9]},
-            "old-format": {"status": "SUCCESS", "at": 0.5},  # no element: as before
-        }
+def test_the_board_forgets_the_oldest_acknowledged_finished_tasks_first() -> None:
+    book = TaskBook(kept=2)
+    book.seen(
+        [
+            ("newer", _done("SUCCESS", 3.0, (0, 2))),
+            ("retrying", _done("RETRY", 0.0, None)),  # unfinished ones are not counted
+            ("older", _done("FAILURE", 2.0, (0, 1))),
+            # Nor a cancel no replica passed over: the task may wait in the queue
+            # (forgotten, a replica would find no record and run it).
+            ("cancelled", _done("REVOKED", 0.5, None)),
+            ("old-format", _done("SUCCESS", 1.0, None)),  # no element: counted as acked
+        ]
     )
-    assert finished.held_back_channels == {0, 1}
-    finished.acknowledged({0: 4, 1: 8})  # "acked" is at or below its floor; "in-hand" is not
-    assert finished.held_back_channels == {1}
-    assert finished.finished(["new"]) == ["old-format", "acked"]  # "in-hand" held back
-    # Told once passed over, it counts, as the oldest: it finished before the restart.
-    assert finished.finished(["in-hand"]) == ["in-hand"]
-    assert finished.held_back_channels == frozenset()
-    assert finished.finished(["newest"]) == ["new"]
+    assert book.held_back == {0: 2}
+    assert book.forget() == []
+    book.floors({0: 1})  # "older" acknowledged; "newer" not yet
+    assert book.forget() == []  # two counted
+    book.acked({(0, 2)})  # a replica's hint
+    assert book.held_back == {}
+    assert book.forget() == ["old-format"]
+    book.seen([("old-format", None)])  # its delete, read back
+    book.seen([("newer", _done("SUCCESS", 3.0, (0, 2)))])  # read again: counted once
+    book.seen([("passed", _done("REVOKED", 0.5, (0, 0)))])  # passed over: an old finish
+    book.floors({0: 2})
+    assert book.forget() == ["passed"]  # the oldest by its record's time, not by its count
+
+
+def test_a_forgotten_task_is_not_counted_again_and_a_reread_drops_what_is_gone() -> None:
+    # Before (stop 71): a held-back task released, forgotten, then told late counted
+    # again, and one more task was forgotten early. Now the board counts what the log
+    # shows: a forgotten task until its delete shows is being forgotten, then gone.
+    book = TaskBook(kept=1)
+    book.seen([("a", _done("SUCCESS", 1.0, (0, 1))), ("b", _done("SUCCESS", 2.0, (0, 2)))])
+    book.floors({0: 2})
+    assert book.forget() == ["a"]
+    book.seen([("a", _done("SUCCESS", 1.0, (0, 1)))])  # before its delete shows
+    book.acked({(0, 1)})  # a late hint
+    assert book.forget() == ["a"]  # sent again until the log shows it gone
+    book.reloaded({"b": _done("SUCCESS", 2.0, (0, 2))})  # "a" deleted
+    assert book.forget() == []
+    book.seen([("c", _done("SUCCESS", 3.0, (1, 7)))])  # held back: "b" is kept
+    assert book.forget() == [] and book.held_back == {1: 7}
+    book.seen([("c", _done("STARTED", 4.0, None))])  # forgotten, then run anew
+    assert book.held_back == {}
 
 
 def test_a_record_reads_as_its_state_and_an_unknown_task_as_pending() -> None:
