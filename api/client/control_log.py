@@ -138,6 +138,7 @@ class ControlLogLoader:
         self._log: ControlLog | None = None  # read back and restored
         self._opened: ControlLog | None = None
         self._loading = asyncio.Lock()
+        self._opening = asyncio.Lock()
 
     async def loaded(self) -> ControlLog:
         """The log, once its records were read back and restored (awaited, never
@@ -154,10 +155,11 @@ class ControlLogLoader:
     async def opened(self) -> ControlLog:
         """The log, made or opened, not read back (an actor that follows its changes
         reads it itself: ``ControlLog.changing``)."""
-        if self._opened is None:
-            self._opened = await run_awaiting(
-                opening_control_log(self._name, self._namespace, store=self._store)
-            )
+        async with self._opening:  # one open: a second would leave a publisher behind
+            if self._opened is None:
+                self._opened = await run_awaiting(
+                    opening_control_log(self._name, self._namespace, store=self._store)
+                )
         return self._opened
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -678,7 +679,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         results_kept, it would find no record to be passed over by)."""
         try:
             for write in sent:
-                self._log_answer(lambda write=write: write.refused(BOARD_WAIT))
+                self._log_answer(functools.partial(write.refused, BOARD_WAIT))
             if done:
                 # Not waited for. An ack that fails leaves its tasks to come back after
                 # ack_timeout, and their start passes them over (their outcomes are
