@@ -143,8 +143,9 @@ class ScaleDecision:
     reason: str
     """Why ``desired`` differs from the current count ("" when it does not)."""
     repeated: bool = False
-    """The same change the last look asked for, not made yet (members still
-    leaving take the room of new ones): no news, so no new event."""
+    """The same change, from the same count, as the last look asked for (members
+    still leaving take the room of new ones, so the count has not moved): no news,
+    so no new event."""
 
 
 class ScaleRule:

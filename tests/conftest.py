@@ -282,7 +282,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()  # type: ignore[attr-defined]
     logs = os.environ.get(_CLUSTER_LOGS)
     if logs and report.failed and report.when in ("setup", "call"):
-        job = ray.get_runtime_context().get_job_id() if ray.is_initialized() else None
+        try:  # a report never fails the run (an INTERNALERROR would end it)
+            job = ray.get_runtime_context().get_job_id() if ray.is_initialized() else None
+        except Exception:
+            job = None
         of = ActorsOf(tuple(item.stash.get(_NAMES, ())), job)
         logged = raytopic_log_lines(Path(logs), call.start - 1.0, call.stop + 1.0, of=of)
         title = "raytopic's actors logged meanwhile (this test's topics and its driver's actors"

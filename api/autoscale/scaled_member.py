@@ -315,7 +315,7 @@ class ScaledMemberActor:
                 batch.nack()
             else:
                 self._back_to_commit(batch)
-        except TopicError as problem:
+        except (TopicError, ray.exceptions.RayError) as problem:  # tried again after the pause
             logger.warning("member %s: could not give a batch back: %s", self._member_id, problem)
         self._retry_at = time.monotonic() + pause
 

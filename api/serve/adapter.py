@@ -320,9 +320,10 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         )
         if task_id in refusing:
             return refusing[task_id]["status"] == REVOKED  # cancelled already: True again
-        # Not told to the board now: it would forget the record past results_kept while
-        # the task waits in the queue, and a replica finding none would run it. The
-        # replica that passes it over tells it.
+        # Not counted by the board yet: this REVOKED record names no queue element, and
+        # forgotten past results_kept while the task waits in the queue, a replica
+        # finding no record would run it. The replica that passes it over writes
+        # REVOKED again naming the element; the board counts it once that is acknowledged.
         return True
 
     async def cancel_task_async(self, task_id: str) -> bool:

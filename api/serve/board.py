@@ -105,15 +105,21 @@ class TaskBook:
         self._held: dict[str, tuple[tuple[int, int], float]] = {}  # task: (element, at)
         self._counted: dict[str, float] = {}  # task: its record's "at"
         self._order: list[tuple[float, str]] = []  # heap of (at, task); stale ones skipped
-        self._forgetting: set[str] = set()  # forgotten, the delete not seen on the log yet
+        # Forgotten, the delete not seen on the log yet: the "at" of the record forgotten
+        # (a record of another "at" is a new run under the id: the delete went through).
+        self._forgetting: dict[str, float] = {}
 
     def seen(self, changed: list[tuple[str, dict[str, Any] | None]]) -> None:
         """Take these (task, latest record or None: deleted) from the task log."""
         for task_id, record in changed:
             if record is None:
-                self._forgetting.discard(task_id)
+                self._forgetting.pop(task_id, None)
                 self._drop(task_id)
-            elif task_id not in self._forgetting:
+            elif self._forgetting.get(task_id) != record["at"]:
+                # A read brings a key's latest record only: a task given again under a
+                # forgotten id hides the delete, which is then done (never sent again,
+                # or it would delete the new run's record).
+                self._forgetting.pop(task_id, None)
                 self._take(task_id, record)
 
     def reloaded(self, records: dict[str, dict[str, Any]]) -> None:
@@ -121,7 +127,7 @@ class TaskBook:
         it no longer holds is dropped."""
         for task_id in [*self._held, *self._counted, *self._forgetting]:
             if task_id not in records:
-                self._forgetting.discard(task_id)
+                self._forgetting.pop(task_id, None)
                 self._drop(task_id)
         self.seen(list(records.items()))
 
@@ -155,7 +161,7 @@ class TaskBook:
             at, task_id = heapq.heappop(self._order)
             if self._counted.get(task_id) == at:
                 del self._counted[task_id]
-                self._forgetting.add(task_id)
+                self._forgetting[task_id] = at
         return sorted(self._forgetting)
 
     def _take(self, task_id: str, record: dict[str, Any]) -> None:

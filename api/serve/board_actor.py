@@ -125,8 +125,11 @@ class TaskBoardActor:
             self._hints |= hints  # for the next look
             raise
         self._book.acked(hints)  # what is not on the log held back: of no task kept
-        await self._read_floors()
-        await self._delete(log, self._book.forget())
+        try:
+            await self._read_floors()
+        finally:  # what is forgotten already goes, whatever the floors' read did
+            async with asyncio.timeout(LOAD_TIMEOUT):
+                await self._delete(log, self._book.forget())
 
     async def _read_floors(self) -> None:
         """Count the held-back tasks the queue's group floor passed (one call per queue
@@ -135,11 +138,12 @@ class TaskBoardActor:
         if not channels:
             return
         try:
-            queue = await run_awaiting(getting(self._queue, self._namespace))
-            cursors = await asyncio.gather(
-                *(queue._channel_actors[c].control.remote(ReadGroupCursors()) for c in channels)
-            )
-        except (TopicError, ray.exceptions.RayActorError) as error:  # at the next look
+            async with asyncio.timeout(LOAD_TIMEOUT):  # a stuck channel stops no look
+                queue = await run_awaiting(getting(self._queue, self._namespace))
+                cursors = await asyncio.gather(
+                    *(queue._channel_actors[c].control.remote(ReadGroupCursors()) for c in channels)
+                )
+        except (TopicError, ray.exceptions.RayActorError, TimeoutError) as error:  # next look
             logger.info("task queue %s: acknowledged tasks not read: %s", self._queue, error)
             return
         self._book.floors(

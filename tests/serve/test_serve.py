@@ -96,6 +96,22 @@ def test_a_forgotten_task_is_not_counted_again_and_a_reread_drops_what_is_gone()
     assert book.held_back == {}
 
 
+def test_a_task_given_again_under_a_forgotten_id_keeps_its_record() -> None:
+    # A read brings each key's latest record only: when the delete of a forgotten task
+    # and a new run under the same id (a user's task_id) land between two looks, the
+    # read shows the new run's record, not the delete. The delete went through: it is
+    # not sent again (it would delete the new run's record: read PENDING while it runs).
+    book = TaskBook(kept=1)
+    book.seen([("a", _done("SUCCESS", 1.0, (0, 1))), ("b", _done("SUCCESS", 2.0, (0, 2)))])
+    book.floors({0: 2})
+    assert book.forget() == ["a"]
+    book.seen([("a", _done("STARTED", 5.0, None))])  # the new run, hiding the delete
+    assert book.forget() == []
+    book.seen([("a", _done("SUCCESS", 6.0, (0, 3)))])  # and it finishes: counted anew
+    book.floors({0: 3})
+    assert book.forget() == ["b"]
+
+
 def test_a_record_reads_as_its_state_and_an_unknown_task_as_pending() -> None:
     record = task_record("SUCCESS", 42, 1.5)
     assert state_of(record) == ("SUCCESS", 42, 1.5) and record["at"] > 0
