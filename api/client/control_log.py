@@ -121,7 +121,8 @@ class ControlLogLoader:
     Args:
         name, namespace, store: As :func:`opening_control_log`'s.
         restore: Given every key's latest record once, before :meth:`loaded` hands the
-            log out.
+            log out (only :meth:`loaded` needs it: an actor that follows the log's
+            changes itself uses :meth:`opened`).
     """
 
     def __init__(
@@ -129,7 +130,7 @@ class ControlLogLoader:
         name: str,
         namespace: str,
         store: Any,
-        restore: Callable[[dict[Any, Any]], object],
+        restore: Callable[[dict[Any, Any]], object] = lambda _: None,
     ) -> None:
         self._name = name
         self._namespace = namespace

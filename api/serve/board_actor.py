@@ -31,7 +31,7 @@ from typing import Any
 import ray
 
 from raytopic.client.control_log import LOAD_TIMEOUT, ControlLog, ControlLogLoader
-from raytopic.client.topic import getting
+from raytopic.client.topic import Topic, getting
 from raytopic.core.errors import TopicError
 from raytopic.core.protocol import ReadGroupCursors
 from raytopic.core.steps import run_awaiting
@@ -68,7 +68,8 @@ class TaskBoardActor:
     def __init__(self, queue: str, namespace: str, store: Any, kept: int) -> None:
         self._queue, self._namespace = queue, namespace
         self._book = TaskBook(kept)
-        self._control = ControlLogLoader(task_log_name(queue), namespace, store, lambda _: None)
+        self._control = ControlLogLoader(task_log_name(queue), namespace, store)
+        self._queue_topic: Topic | None = None  # found at the first floors' read
         self._marks: dict[int, tuple[str, int]] = {}  # where the last look read to
         self._hints: set[tuple[int, int]] = set()  # queue elements acked, not applied yet
         self._hinted = asyncio.Event()  # a hint came: look now
@@ -139,9 +140,11 @@ class TaskBoardActor:
             return
         try:
             async with asyncio.timeout(LOAD_TIMEOUT):  # a stuck channel stops no look
-                queue = await run_awaiting(getting(self._queue, self._namespace))
+                if self._queue_topic is None:
+                    self._queue_topic = await run_awaiting(getting(self._queue, self._namespace))
+                actors = self._queue_topic._channel_actors
                 cursors = await asyncio.gather(
-                    *(queue._channel_actors[c].control.remote(ReadGroupCursors()) for c in channels)
+                    *(actors[c].control.remote(ReadGroupCursors()) for c in channels)
                 )
         except (TopicError, ray.exceptions.RayActorError, TimeoutError) as error:  # next look
             logger.info("task queue %s: acknowledged tasks not read: %s", self._queue, error)
