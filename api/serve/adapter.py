@@ -89,7 +89,7 @@ READ_WAITS_ON = frozenset({None, STARTED})
 """The statuses under which a status read waits (None: no record, the task is PENDING)."""
 
 
-TELL_EVERY = 0.5
+HINT_EVERY = 0.5
 """Seconds a replica gathers the queue elements it acknowledged before it hints the task
 board, in one call (a call per batch took CPU from the next task's walk). A hint only
 hastens the board: it follows the task log by itself (a replica killed before its
@@ -200,9 +200,9 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self._acknowledger: ThreadPoolExecutor | None = None  # waits for outcomes, then acks
         self._recording: list[tuple[set[str], concurrent.futures.Future]] = []
         self._acking: list[concurrent.futures.Future] = []  # acks not yet answered
-        self._untold: list[tuple[int, int]] = []  # acked elements, the board not yet told
-        self._telling: threading.Timer | None = None
-        self._untold_lock = threading.Lock()
+        self._unhinted: list[tuple[int, int]] = []  # acked elements, the board not yet hinted
+        self._hint_timer: threading.Timer | None = None
+        self._hints_lock = threading.Lock()
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -353,38 +353,38 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         assert self._log is not None
         return self._log
 
-    def _tell(self, elements: list[tuple[int, int]]) -> None:
+    def _hint(self, elements: list[tuple[int, int]]) -> None:
         """Hint the board that these queue elements are acknowledged, not waited for (off
         the tasks' path; Ray retries the call while the board restarts). Its answer is
         read when it comes: unread, a hint that failed (the board killed with its deleted
         queue) would be printed by Ray as an "Unhandled error" traceback once its ref is
         gone."""
-        told = self._task_board().acked.remote(elements)
-        told.future().add_done_callback(self._told)
+        hint = self._task_board().acked.remote(elements)
+        hint.future().add_done_callback(self._hinted)
 
-    def _tell_soon(self, elements: list[tuple[int, int]]) -> None:
+    def _hint_soon(self, elements: list[tuple[int, int]]) -> None:
         """Hint the board of these acknowledged elements with the others of the next
-        ``TELL_EVERY`` seconds (one call)."""
-        with self._untold_lock:
-            self._untold += elements
-            if self._telling is None:
-                self._telling = threading.Timer(TELL_EVERY, self._tell_untold)
-                self._telling.daemon = True
-                self._telling.start()
+        ``HINT_EVERY`` seconds (one call)."""
+        with self._hints_lock:
+            self._unhinted += elements
+            if self._hint_timer is None:
+                self._hint_timer = threading.Timer(HINT_EVERY, self._send_hints)
+                self._hint_timer.daemon = True
+                self._hint_timer.start()
 
-    def _tell_untold(self) -> None:
-        """Hint the board of what was acknowledged here and is untold (at the timer, or
+    def _send_hints(self) -> None:
+        """Hint the board of what was acknowledged here and not yet hinted (at the timer, or
         now)."""
-        with self._untold_lock:
-            elements, self._untold = self._untold, []
-            telling, self._telling = self._telling, None
-        if telling is not None:
-            telling.cancel()
+        with self._hints_lock:
+            elements, self._unhinted = self._unhinted, []
+            timer, self._hint_timer = self._hint_timer, None
+        if timer is not None:
+            timer.cancel()
         if elements:
-            self._tell(elements)
+            self._hint(elements)
 
-    def _told(self, told: concurrent.futures.Future) -> None:
-        error = told.exception()
+    def _hinted(self, hinted: concurrent.futures.Future) -> None:
+        error = hinted.exception()
         if error is not None and not isinstance(error, ray.exceptions.RayActorError):
             # A board gone went with its queue (nothing to forget); a live one that
             # failed: it follows the log anyway (the hint only hastened it).
@@ -483,8 +483,8 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         subscriber, consumer = self._subscriber, self._consumer
         acknowledging = [acked for _, acked in list(self._recording)]
         concurrent.futures.wait(acknowledging, timeout)  # else their tasks would go to others
-        concurrent.futures.wait(list(self._acking), timeout)  # what they finished is untold
-        self._tell_untold()
+        concurrent.futures.wait(list(self._acking), timeout)  # what they finished is not yet hinted
+        self._send_hints()
         if subscriber is not None:
             subscriber.close()  # a waiting receive completes empty: the loop ends
         if consumer is not None:
@@ -685,11 +685,11 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 # Not waited for. An ack that fails leaves its tasks to come back after
                 # ack_timeout, and their start passes them over (their outcomes are
                 # recorded): logged, never run again.
-                told: concurrent.futures.Future = concurrent.futures.Future()
+                answered: concurrent.futures.Future = concurrent.futures.Future()
                 self._acking = [acking for acking in self._acking if not acking.done()]
-                self._acking.append(told)
+                self._acking.append(answered)
                 self._subscriber.ack_async(done).future().add_done_callback(
-                    lambda acked: self._acked(acked, done, told)
+                    lambda acked: self._acked(acked, done, answered)
                 )
             for element in retries:
                 delay = self._settings.retry_backoff_s * 2 ** (element.delivery_count - 1)
@@ -698,9 +698,9 @@ class TopicTaskAdapter(TaskProcessorAdapter):
             logger.exception("task queue %s: outcomes not recorded", self._queue_name)
 
     def _acked(
-        self, acked: concurrent.futures.Future, done: list, told: concurrent.futures.Future
+        self, acked: concurrent.futures.Future, done: list, answered: concurrent.futures.Future
     ) -> None:
-        """Hint the board of the elements whose ack was answered ACKED; then ``told``."""
+        """Hint the board of the elements whose ack was answered ACKED; then ``answered``."""
         try:
             if acked.exception() is not None:
                 logger.warning(
@@ -716,9 +716,9 @@ class TopicTaskAdapter(TaskProcessorAdapter):
                 if status is AckStatus.ACKED
             ]
             if elements:
-                self._tell_soon(elements)
+                self._hint_soon(elements)
         finally:
-            told.set_result(None)
+            answered.set_result(None)
 
     def _move(self, queue: str, entry: dict[str, Any]) -> None:
         with self._outlets[queue].publisher() as publisher:

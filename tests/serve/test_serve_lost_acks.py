@@ -41,18 +41,27 @@ ORDER = {"PENDING": 0, "STARTED": 1, "RETRY": 1, "SUCCESS": 2, "REVOKED": 2}
 finished task forgotten past results_kept excepted, which the tests avoid)."""
 
 
-def _config(
-    queue: str, namespace: str, store: Path, kept: int, ack_timeout: float = 60.0
-) -> TaskProcessorConfig:
-    """One queue channel; a held task comes back after ``ack_timeout`` (or when its
-    replica's death is noticed)."""
-    return TaskProcessorConfig(
+def _new_queue(
+    tmp_path: Path, kept: int, ack_timeout: float = 60.0
+) -> tuple[str, str, TaskProcessorConfig, TopicTaskAdapter]:
+    """A queue of its own (name, namespace, config; stored under ``tmp_path``) and its
+    producer, initialized (the queue, task log and board made). One queue channel; a
+    held task comes back after ``ack_timeout`` (or when its replica's death is
+    noticed)."""
+    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    config = TaskProcessorConfig(
         queue_name=queue,
         adapter=TopicTaskAdapter,
         adapter_config=TopicAdapterConfig(
-            namespace=namespace, store=str(store), results_kept=kept, ack_timeout=ack_timeout
+            namespace=namespace,
+            store=str(tmp_path / "store"),
+            results_kept=kept,
+            ack_timeout=ack_timeout,
         ),
     )
+    producer = TopicTaskAdapter(config)
+    producer.initialize()
+    return queue, namespace, config, producer
 
 
 def _note(runs: Path, stops: dict[str, int], holds: dict[str, Path] | None = None) -> Any:
@@ -93,12 +102,12 @@ class _Replica:
         stops: dict[str, int],
         board_wait: float | None = None,
         holds: dict[str, Path] | None = None,
-        tell_every: float | None = None,
+        hint_every: float | None = None,
     ) -> None:
         if board_wait is not None:  # how long this replica waits for the task log
             adapter_module.BOARD_WAIT = board_wait
-        if tell_every is not None:  # how long it gathers its hints to the task board
-            adapter_module.TELL_EVERY = tell_every
+        if hint_every is not None:  # how long it gathers its hints to the task board
+            adapter_module.HINT_EVERY = hint_every
         self._adapter = TopicTaskAdapter(config)
         self._adapter.initialize()
         self._adapter.register_task_handle(_note(runs, stops, holds), "note")
@@ -158,15 +167,12 @@ def test_a_replica_killed_before_its_hint_leaves_no_result_past_results_kept(
     ray_session: None, tmp_path: Path, wait_until: Any
 ) -> None:
     # Before: the board learnt of a finished task only from its replica's tell, sent
-    # TELL_EVERY after the ack: a replica SIGKILLed in between (here: one that would
-    # tell after an hour) left its finished, acknowledged tasks on the log past
+    # half a second after the ack: a replica SIGKILLed in between (here: one that would
+    # hint after an hour) left its finished, acknowledged tasks on the log past
     # results_kept until the board restarted. Now the board follows the log.
-    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
-    config = _config(queue, namespace, tmp_path / "store", kept=2)
+    queue, namespace, config, producer = _new_queue(tmp_path, kept=2)
     runs = tmp_path / "runs"
-    producer = TopicTaskAdapter(config)
-    producer.initialize()
-    replica = _Replica.remote(config, runs, {}, tell_every=3600.0)
+    replica = _Replica.remote(config, runs, {}, hint_every=3600.0)
     pid = ray.get(replica.pid.remote(), timeout=WAIT)
     ids = [producer.enqueue_task_sync("note", [f"n{n}"]).id for n in range(5)]
     queue_topic = rt.get_topic(queue, namespace=namespace)
@@ -192,11 +198,8 @@ def test_a_restarted_board_forgets_a_cancelled_task_a_replica_passed_over(
     # one passed over before the restart stayed on the log past results_kept for ever.
     # Now the replica that passes a cancelled task over records its element, and the
     # board forgets it as a finished one once that is acknowledged.
-    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
-    config = _config(queue, namespace, tmp_path / "store", kept=2)
+    queue, namespace, _, producer = _new_queue(tmp_path, kept=2)
     runs = tmp_path / "runs"
-    producer = TopicTaskAdapter(config)
-    producer.initialize()
     producer.register_task_handle(_note(runs, {}), "note")
     cancelled = producer.enqueue_task_sync("note", ["x"]).id
     assert producer.cancel_task_sync(cancelled) is True
@@ -233,11 +236,8 @@ def test_a_board_restarted_in_a_lost_ack_window_runs_no_finished_task_again(
     # run in two replicas, and the board forgets the first told, v as often.) The task
     # comes back when its replica is SIGKILLed, once u or v is forgotten (stop 71's form
     # waited out a 150 s ack_timeout, long enough for the rest on a loaded machine).
-    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
-    config = _config(queue, namespace, tmp_path / "store", kept=1, ack_timeout=3600.0)
+    queue, namespace, config, producer = _new_queue(tmp_path, kept=1, ack_timeout=3600.0)
     runs = tmp_path / "runs"
-    producer = TopicTaskAdapter(config)
-    producer.initialize()
     producer.register_task_handle(_note(runs, {}), "note")
     log = rt.get_topic(task_log_name(queue), namespace=namespace)
     log_channel = log.describe().channels[0]
@@ -259,7 +259,7 @@ def test_a_board_restarted_in_a_lost_ack_window_runs_no_finished_task_again(
         producer.start_consumer()
         later = {name: producer.enqueue_task_sync("note", [name]).id for name in "uv"}
         # u and v run here or in the replica, and the board counts each when its
-        # replica's ack is answered (hinted every TELL_EVERY): the older, whichever that
+        # replica's ack is answered (hinted every HINT_EVERY): the older, whichever that
         # is, is forgotten once both count (results_kept=1; t, held back, is kept
         # beside). A task that ran reads STARTED at least, unless forgotten.
         forgotten = wait_until(
@@ -305,11 +305,8 @@ def test_a_board_that_cannot_read_its_log_back_answers_typed_and_loses_no_hint(
     # (Stop 71's form waited out two 60 s read backs: the board now reads its counts
     # within half the adapter's wait, here 30 s.)
     monkeypatch.setattr(adapter_module, "BOARD_WAIT", 30.0)
-    queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
-    config = _config(queue, namespace, tmp_path / "store", kept=1)
+    queue, namespace, config, producer = _new_queue(tmp_path, kept=1)
     runs, hold = tmp_path / "runs", tmp_path / "hold"
-    producer = TopicTaskAdapter(config)
-    producer.initialize()
     producer.register_task_handle(_note(runs, {}), "note")
     replica = _Replica.remote(config, runs, {}, holds={"h": hold})
     ray.get(replica.pid.remote(), timeout=WAIT)

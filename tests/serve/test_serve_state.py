@@ -308,10 +308,10 @@ def test_a_replica_hints_the_board_once_a_while_and_when_it_stops(
     # Before: a replica told the board of each batch's finished tasks at once: with tasks
     # sent one at a time, a call (and the board's answer) per task, taking CPU from the
     # next task's walk (about 1 ms of its p50, issue 47 item 3). Now it gathers its hints
-    # (the elements it acknowledged) for TELL_EVERY (here longer than the run) and tells
+    # (the elements it acknowledged) for HINT_EVERY (here longer than the run) and hints
     # what is left when it stops; the board, following the log, forgets past
     # results_kept either way.
-    monkeypatch.setattr(adapter_module, "TELL_EVERY", 60.0, raising=False)
+    monkeypatch.setattr(adapter_module, "HINT_EVERY", 60.0)
     queue, namespace = f"q-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
     settings = TopicAdapterConfig(namespace=namespace, store=str(tmp_path), results_kept=5)
     config = TaskProcessorConfig(
@@ -322,8 +322,8 @@ def test_a_replica_hints_the_board_once_a_while_and_when_it_stops(
     reader.initialize()
     adapter.register_task_handle(lambda n: 2 * n, "double")
     told: list[list[tuple[int, int]]] = []
-    tell = adapter._tell
-    monkeypatch.setattr(adapter, "_tell", lambda elements: told.append(elements) or tell(elements))
+    hint = adapter._hint
+    monkeypatch.setattr(adapter, "_hint", lambda elements: told.append(elements) or hint(elements))
     adapter.start_consumer()
     try:
         ids = []
@@ -546,7 +546,7 @@ def test_a_finished_task_whose_ack_was_lost_is_not_forgotten_before_it_is_passed
     adapter.start_consumer()
     try:
         wait_until(lambda: adapter.get_task_status_sync(second).status == "SUCCESS", 60)
-        time.sleep(2 * adapter_module.TELL_EVERY + 1.0)  # a tell would have been heard
+        time.sleep(2 * adapter_module.HINT_EVERY + 1.0)  # a tell would have been heard
         os.kill(before.pid, signal.SIGKILL)  # the acks never come: both are delivered again
         serving_again(topic, 0, before.epoch, RESTART_BOUND)
         wait_until(lambda: adapter.get_metrics_sync()["lag"] == 0, 60)
