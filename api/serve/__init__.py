@@ -45,14 +45,26 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time, _EXPORTS
-    from raytopic.serve.adapter import CONSUMER_GROUP, TopicAdapterConfig, TopicTaskAdapter
+    from raytopic.serve.adapter import (
+        CONSUMER_GROUP,
+        TaskBoardStartError,
+        TopicAdapterConfig,
+        TopicTaskAdapter,
+    )
     from raytopic.serve.policy import LagPolicy
 
-__all__ = ["CONSUMER_GROUP", "LagPolicy", "TopicAdapterConfig", "TopicTaskAdapter"]
+__all__ = [
+    "CONSUMER_GROUP",
+    "LagPolicy",
+    "TaskBoardStartError",
+    "TopicAdapterConfig",
+    "TopicTaskAdapter",
+]
 
 _EXPORTS = {
     "CONSUMER_GROUP": "raytopic.serve.adapter",
     "LagPolicy": "raytopic.serve.policy",
+    "TaskBoardStartError": "raytopic.serve.adapter",
     "TopicAdapterConfig": "raytopic.serve.adapter",
     "TopicTaskAdapter": "raytopic.serve.adapter",
 }

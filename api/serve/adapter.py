@@ -69,7 +69,13 @@ Outcome = tuple[Any, dict[str, Any] | None, str, Any]
 """A task's outcome in a batch: its element, the task (None: unreadable), its status,
 and its result or error."""
 
-__all__ = ["CONSUMER_GROUP", "TopicAdapterConfig", "TopicTaskAdapter", "board_name"]
+__all__ = [
+    "CONSUMER_GROUP",
+    "TaskBoardStartError",
+    "TopicAdapterConfig",
+    "TopicTaskAdapter",
+    "board_name",
+]
 
 BACKOFF_MOST = 60.0
 """Longest pause before a retry (seconds), as Celery's retry_backoff_max."""
@@ -94,6 +100,11 @@ HINT_EVERY = 0.5
 board, in one call (a call per batch took CPU from the next task's walk). A hint only
 hastens the board: it follows the task log by itself (a replica killed before its
 hint costs time, never a result kept past ``results_kept``)."""
+
+
+class TaskBoardStartError(ChannelUnavailableError):
+    """A queue's task board failed to start: its constructor raised (the message says
+    what). The board stays down; ``initialize()`` again starts a new one."""
 
 
 def board_name(queue: str) -> str:
@@ -207,7 +218,11 @@ class TopicTaskAdapter(TaskProcessorAdapter):
     # -- set-up ------------------------------------------------------------------------
 
     def initialize(self, consumer_concurrency: int = 1) -> None:
-        """Make (or find) the queue's topics, its task board and task log."""
+        """Make (or find) the queue's topics, its task board and task log.
+
+        Raises:
+            TaskBoardStartError: the task board failed to start (the message says why).
+        """
         config, settings = self._config, self._settings
         self._concurrency = max(1, int(consumer_concurrency))
         self._batch_size = 4 * self._concurrency
@@ -413,13 +428,19 @@ class TopicTaskAdapter(TaskProcessorAdapter):
 
     def _board_answer(self, ref: ray.ObjectRef) -> Any:
         """The answer of a call to the board, as :meth:`_ask_board` waits for it: a
-        raytopic error the board raised as itself; a board killed for good (only a
-        ``destroy()`` does) as TopicNotFoundError; one that did not read the task log in
-        time (its channel restarting) as ChannelUnavailableError, never Ray's wrapper."""
+        raytopic error the board raised as itself; a board whose constructor raised as
+        TaskBoardStartError (saying why); a board killed for good (only a ``destroy()``
+        does) as TopicNotFoundError; one that did not read the task log in time (its
+        channel restarting) as ChannelUnavailableError, never Ray's wrapper."""
         try:
             with unwrap_ray_error():
                 return ray.get(ref, timeout=BOARD_WAIT)
-        except ray.exceptions.ActorDiedError:  # (a restart is waited out: Ray retries)
+        except ray.exceptions.ActorDiedError as error:  # (a restart is waited out: Ray retries)
+            if error.actor_init_failed:  # not restarted: Ray gives up on such an actor
+                raise TaskBoardStartError(
+                    f"the task board of queue {self._queue_name!r} failed to start: "
+                    f"{_last_line(str(error))}"
+                ) from None
             raise TopicNotFoundError(
                 f"the task queue {self._queue_name!r} was deleted (its task board is gone)"
             ) from None
@@ -446,7 +467,7 @@ class TopicTaskAdapter(TaskProcessorAdapter):
         self.stop_consumer()
         self._task_log().close()
         board = self._task_board()
-        with contextlib.suppress(TopicNotFoundError):
+        with contextlib.suppress(TopicNotFoundError, TaskBoardStartError):  # (the log: below)
             self._board_answer(board.destroy.remote())
         ray.kill(board, no_restart=True)
         for topic in (*self._outlets.values(), self._topic):
@@ -763,3 +784,9 @@ class TopicTaskAdapter(TaskProcessorAdapter):
 def _check_task_id(task_id: object) -> None:
     if not isinstance(task_id, str):
         raise InvalidTypeError(f"task_id must be a str, got {type(task_id).__name__}")
+
+
+def _last_line(text: str) -> str:
+    """The last line of a Ray error's text with a traceback (the exception itself)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else text

@@ -7,9 +7,12 @@ log with the queue.
 A task's start, outcome and cancel are conditional writes decided at the log's
 channel, and a status read is answered there (``raytopic.serve.board``): no call
 of a task's walk goes through this actor. It follows the log: every ``FOLLOW_EVERY``
-seconds, or at once when a replica hints (``acked``), it reads the records changed
-since it last looked (the whole log when it (re)starts, or when the log's channel
-restarted), so what the log holds is what it knows, whoever wrote it. A finished
+seconds while it finds something to do (less and less often, up to ``FOLLOW_MOST``,
+while it does not: an idle queue costs a look a minute), and at once when a replica
+hints (``acked``), it reads the records changed since it last looked (the whole log
+when it (re)starts, or when the log's channel restarted), so what the log holds is
+what it knows, whoever wrote it. A hint lost (its replica killed) costs time only, at
+most ``FOLLOW_MOST``. A finished
 task counts once its queue element is acknowledged (``raytopic.serve.board.TaskBook``):
 the queue group's floor passed it (asked of the queue's channels while tasks are held
 back), or a replica's hint named it (its ack was answered ACKED; a hint lost costs
@@ -39,15 +42,26 @@ from raytopic.serve.board import CONSUMER_GROUP, TaskBook
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FOLLOW_EVERY", "TaskBoardActor", "task_log_name"]
+__all__ = ["FOLLOW_EVERY", "FOLLOW_MOST", "TaskBoardActor", "follow_pause", "task_log_name"]
 
 FOLLOW_EVERY = 2.0
 """Seconds between a board's looks at its task log when no replica hints sooner (a
-replica killed before its hint, a look that failed)."""
+replica killed before its hint, a look that failed), while its queue is busy."""
+
+FOLLOW_MOST = 60.0
+"""Longest pause between the looks of an idle board (the pause doubles from
+``FOLLOW_EVERY`` with each look that found nothing to do); a hint wakes it at once."""
 
 CHANGES_READ = 10_000
 """Changed tasks a look reads at most per log channel (more since the last look: the
 whole log is read)."""
+
+
+def follow_pause(idle_looks: int) -> float:
+    """Seconds to the next look after ``idle_looks`` looks in a row found nothing to do
+    (no change on the log, no hint, nothing held back or being forgotten): 2, 4, 8, ...
+    at most ``FOLLOW_MOST``."""
+    return min(FOLLOW_EVERY * 2 ** min(idle_looks, 16), FOLLOW_MOST)
 
 
 def task_log_name(queue: str) -> str:
@@ -74,6 +88,7 @@ class TaskBoardActor:
         self._hints: set[tuple[int, int]] = set()  # queue elements acked, not applied yet
         self._hinted = asyncio.Event()  # a hint came: look now
         self._failing = False  # the last look failed (said once)
+        self._idle_looks = 0  # looks in a row that found nothing to do (the pause grows)
         self._following: asyncio.Task[None] | None = None
         self._deleting = False  # destroy() began: the log goes whole, nothing to follow
         # A board restarted by Ray follows its log at once, not at a caller's first call.
@@ -92,13 +107,15 @@ class TaskBoardActor:
         await self.follow()
 
     async def _follow(self) -> None:
-        """Look at the log every ``FOLLOW_EVERY`` seconds, or at once after a hint."""
+        """Look at the log every ``FOLLOW_EVERY`` seconds while there is something to do,
+        less and less often while there is not (``follow_pause``), at once after a hint."""
         while True:
             self._hinted.clear()
             try:
-                await self._look()
+                idle = await self._look()
                 self._failing = False
             except Exception as error:  # never let the following end quietly
+                idle = False
                 (logger.info if self._failing else logger.warning)(
                     "task queue %s: the task log not followed (tried again in %.0f s): %r",
                     self._queue,
@@ -106,13 +123,15 @@ class TaskBoardActor:
                     error,
                 )
                 self._failing = True
+            self._idle_looks = self._idle_looks + 1 if idle else 0
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(FOLLOW_EVERY):
+                async with asyncio.timeout(follow_pause(self._idle_looks)):
                     await self._hinted.wait()
 
-    async def _look(self) -> None:
+    async def _look(self) -> bool:
         """Read what changed on the log since the last look, count what was
-        acknowledged and delete what is forgotten past ``kept``."""
+        acknowledged and delete what is forgotten past ``kept``; return whether it found
+        nothing to do (no change, no hint, nothing held back or being forgotten)."""
         log = await self._control.opened()
         hints, self._hints = self._hints, set()
         try:
@@ -129,8 +148,10 @@ class TaskBoardActor:
         try:
             await self._read_floors()
         finally:  # what is forgotten already goes, whatever the floors' read did
+            forgetting = self._book.forget()
             async with asyncio.timeout(LOAD_TIMEOUT):
-                await self._delete(log, self._book.forget())
+                await self._delete(log, forgetting)
+        return not (read.reset or read.changed or hints or forgetting or self._book.held_back)
 
     async def _read_floors(self) -> None:
         """Count the held-back tasks the queue's group floor passed (one call per queue
