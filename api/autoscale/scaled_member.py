@@ -29,6 +29,7 @@ does not wait for new worker processes. A stopped member is parked again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -434,14 +435,10 @@ def back_to_commit(member: Subscriber, batch: ElementBatch) -> tuple[int, ...]:
         TopicError, ray.exceptions.RayError: a channel could not be moved back (the
             first such error).
     """
-    first_error: Exception | None = None
-    for channel in sorted({element.channel for element in batch}):
-        try:
-            member.seek_to_committed(channel)
-        except NotOwnerError:
-            pass  # moved on: its new owner reads it again from the commit
-        except (TopicError, ray.exceptions.RayError) as error:  # the others go back all the same
-            first_error = first_error or error
-    if first_error is not None:
-        raise first_error
+    channels = sorted({element.channel for element in batch})
+    # A NotOwnerError comes only once every other channel went back (any other error
+    # first): that channel moved on, and its new owner reads it again from the commit.
+    with contextlib.suppress(NotOwnerError):
+        if channels:  # (none named would send back every channel owned)
+            member.seek_to_committed(*channels)
     return member.channels

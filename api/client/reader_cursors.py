@@ -154,13 +154,16 @@ class ReaderCursors:
         which may lag them: what a channel handed out under a lease the view has not
         learnt yet goes back too. A channel that moved on since had a new lease
         granted, which read it again from the commit: none named, it is passed over.
-        Every channel is tried; the first error is raised after.
+        Every channel is tried; then the first error is raised, one that kept an owned
+        channel from going back before a NotOwnerError (which only says a channel moved
+        on: a caller may pass it and still learn of the other).
         """
         self._role.check_positions("seek")
         named = [self._topic._check_channel(channel) for channel in channels]
         leases = self._role.leases_now()
         moved: dict[int, Position] = {}
         first_error: Exception | None = None
+        not_owner: NotOwnerError | None = None
         for channel in named or sorted(leases):
             try:
                 if channel not in leases:
@@ -169,11 +172,12 @@ class ReaderCursors:
                 moved[channel] = self._jump(channel, seek)
             except NotOwnerError as error:
                 if named:
-                    first_error = first_error or error
+                    not_owner = not_owner or error
             except (TopicError, ray.exceptions.RayError) as error:
                 first_error = first_error or error
-        if first_error is not None:
-            raise first_error
+        raised = first_error or not_owner
+        if raised is not None:
+            raise raised
         return moved
 
     def _jump(self, channel: int, request: Seek | SeekToCommitted) -> Position:

@@ -427,7 +427,8 @@ class Subscriber:
 
         Raises:
             NotOwnerError, GroupModeError, SubscriberClosedError: as ``seek`` (every
-                channel is tried first).
+                channel is tried first; an error that kept an owned channel from going
+                back is raised before a NotOwnerError).
         """
         self._check_open()
         return self._cursors.seek_to_committed(channels)

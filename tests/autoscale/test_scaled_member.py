@@ -5,9 +5,14 @@ count on towards ``max_deliveries``."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
+from typing import Any
+
+import pytest
+import ray
 
 import raytopic as rt
 from raytopic.autoscale.scaled_member import back_to_commit
@@ -94,3 +99,29 @@ def test_a_failed_batch_at_a_channel_the_members_view_has_not_learnt_goes_back_a
     assert Counter(handled + dead) == Counter(failing + after)  # none lost
     assert sorted(dead) == failing
     assert attempts == list(range(1, MAX_DELIVERIES + 1))  # W handed out MAX_DELIVERIES times
+
+
+def test_a_go_back_that_fails_at_an_owned_channel_is_raised_before_one_that_moved_on(
+    make_topic: Any, unique_name: Any, wait_until: Any
+) -> None:
+    # Before: seek_to_committed raised the first error it met. A NotOwnerError (the
+    # channel moved on: back_to_commit passes it over) tried before an owned channel
+    # that could not go back hid that failure, and the member went on as if its batch
+    # had gone back. Now the failure is raised first; a NotOwnerError only when every
+    # other channel went back.
+    two: rt.Topic = make_topic(channels=2)
+    group = unique_name("back")
+    member = two.subscriber(group=group)
+    other = two.subscriber(group=group)
+    try:
+        wait_until(lambda: len(member.channels) == 1 and len(other.channels) == 1, TIMEOUT)
+        (owned,), (moved,) = member.channels, other.channels
+        ray.kill(two._channel_actors[owned], no_restart=True)  # it cannot go back
+        with pytest.raises(rt.TopicNotFoundError):
+            member.seek_to_committed(moved, owned)  # the channel that moved on first
+        with pytest.raises(rt.NotOwnerError):  # alone, it is raised as before
+            member.seek_to_committed(moved)
+    finally:
+        for subscriber in (member, other):
+            with contextlib.suppress(Exception):  # a channel of theirs is gone
+                subscriber.close()
