@@ -546,3 +546,22 @@ class _Origin:
     skip_poison: bool = False  # on_poison="skip": an undecodable element is passed over
     handed_upto: int | None = None  # a resequenced element's hand-over mark: its commits go
     # no further (every element of its channel up to it was handed over before it)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Not the dataclass's __getstate__/__setstate__ (Python, field by field):
+        # every delivery carries one, and every commit of an element.
+        return (
+            _Origin,
+            (
+                self.topic_id,
+                self.topic,
+                self.namespace,
+                self.reader,
+                self.lease,
+                self.jumps,
+                self.shared,
+                self.epoch,
+                self.skip_poison,
+                self.handed_upto,
+            ),
+        )

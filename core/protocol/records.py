@@ -8,7 +8,7 @@ channels and coordinators agree on them without importing each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from raytopic.core.errors import PoisonElementError
 from raytopic.core.records import Position
@@ -29,6 +29,11 @@ class Lease:
     """The member's id."""
     generation: int
     """The group generation at which the channel was granted."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Not the dataclass's __getstate__/__setstate__ (Python, field by field):
+        # a lease travels in most data-path requests and in every delivery.
+        return (Lease, (self.reader_id, self.generation))
 
 
 ReaderLease: TypeAlias = Lease | None

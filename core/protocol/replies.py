@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -29,7 +30,7 @@ from raytopic.core.element_batch import ElementBatch
 from raytopic.core.naming import channel_actor
 from raytopic.core.payloads import decode_checked
 from raytopic.core.protocol.channel import Nack, ReportPoison
-from raytopic.core.protocol.codec import pack_request
+from raytopic.core.protocol.codec import pack_request, pack_small
 from raytopic.core.protocol.records import Poison, poison_error
 from raytopic.core.records import Element, ReadResultSet, _Origin, _unfrozen
 from raytopic.core.statuses import PublishStatuses
@@ -312,7 +313,28 @@ class ReceivedBatch:
 
     def __reduce__(self) -> tuple[Any, ...]:
         packed = tuple((d.channel, d.chunks, d.origin) for d in self.deliveries if d.count)
-        return (_build_elements, (packed, self.single))
+        built = (_build_elements, (packed, self.single))
+        # Small (no buffer to move out of band): pickled here, so Ray's pickler (a
+        # Python hook per object, and a look-up of each function it meets) sees bytes
+        # and a builtin: 20-30 us a reply instead of 100-150 (a reply of one element).
+        # A key plain pickle refuses (cloudpickle's alone can) takes Ray's way.
+        try:
+            inline = pack_small(_Reduced(built))
+        except Exception:
+            return built
+        return built if isinstance(inline, _Reduced) else (pickle.loads, (inline,))
+
+
+class _Reduced:
+    """An object that pickles as a given reduction (what ``ReceivedBatch`` packs)."""
+
+    __slots__ = ("reduction",)
+
+    def __init__(self, reduction: tuple[Any, ...]) -> None:
+        self.reduction = reduction
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self.reduction
 
 
 def _build_elements(

@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 import pytest
+from ray import cloudpickle
 
 from raytopic.core.errors import TopicFullError
-from raytopic.core.payloads import ArrowRows, PickledValues
+from raytopic.core.payloads import OUT_OF_BAND_MIN, ArrowRows, PickledValues
 from raytopic.core.protocol import (
     AppendAck,
     Chunk,
@@ -120,6 +121,37 @@ def test_received_batch_single_gives_the_first_element_or_none() -> None:
     assert (element.value, element.channel, element.sequence) == ("x", 2, 9)
     assert pickle.loads(pickle.dumps(ReceivedBatch([], single=True))) is None
     assert pickle.loads(pickle.dumps(ReceivedBatch([], single=False))) == []
+
+
+def test_received_batch_travels_as_bytes_unless_a_buffer_goes_out_of_band() -> None:
+    # A small batch is pickled by the channel itself (Ray's pickler meets bytes and
+    # a builtin); a large payload stays a buffer Ray moves zero-copy; a key only
+    # cloudpickle can pickle takes Ray's way too. Each rebuilds the same elements.
+    small = Delivery.pack(
+        0, [_chunk(4, 7.0, "a")], jumps=0, next_sequence=5, tail=4, committed=3, origin=ORIGIN
+    )
+    rebuild, (packed,) = ReceivedBatch([small], single=True).__reduce__()
+    assert (rebuild, type(packed)) == (pickle.loads, bytes)
+    assert pickle.loads(pickle.dumps(ReceivedBatch([small], single=True))).value == "a"
+
+    big_value = b"x" * OUT_OF_BAND_MIN
+    large = Delivery.pack(
+        0, [_chunk(4, 7.0, big_value)], jumps=0, next_sequence=5, tail=4, committed=3,
+        origin=ORIGIN,
+    )  # fmt: skip
+    buffers: list[pickle.PickleBuffer] = []
+    batch = ReceivedBatch([large], single=True)
+    dumped = pickle.dumps(batch, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 1 and len(dumped) < OUT_OF_BAND_MIN
+    assert pickle.loads(dumped, buffers=buffers).value == big_value
+
+    def local_key() -> None:  # plain pickle refuses a local function
+        pass
+
+    keyed = Chunk(4, 7.0, PickledValues.from_pickles([pickle.dumps("k")], keys=[local_key]))
+    odd = Delivery.pack(0, [keyed], jumps=0, next_sequence=5, tail=4, committed=3, origin=ORIGIN)
+    element = cloudpickle.loads(cloudpickle.dumps(ReceivedBatch([odd], single=True)))
+    assert (element.value, element.key.__name__) == ("k", "local_key")
 
 
 def test_elements_pickle_on_to_tasks() -> None:
