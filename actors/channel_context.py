@@ -45,6 +45,7 @@ class ChannelContext:
     store once its coordinator restored its groups (until then it is recovering)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _listeners: list[Callable[[], bool]] = field(default_factory=list)
+    _handing: list[Callable[[], None]] = field(default_factory=list)
     _waiting: int = 0
     """Calls waiting in :meth:`wait_change` now."""
     _woke: bool = False
@@ -94,6 +95,12 @@ class ChannelContext:
         waiting receive); it returns whether it woke a receive that waited."""
         self._listeners.append(listener)
 
+    def before_answering(self, hand: Callable[[], None]) -> None:
+        """Call ``hand`` in :meth:`answer_woken_first` before the calls it woke run (a
+        receive session takes for its waiting receive there: the request that made
+        data visible is done, and durable)."""
+        self._handing.append(hand)
+
     def notify(self) -> None:
         """Wake everything waiting on this channel's state (data, room, commits)."""
         self.wake()
@@ -118,6 +125,8 @@ class ChannelContext:
         costs the next one that asks this turn.)"""
         if self._woke:
             self._woke = False
+            for hand in self._handing:
+                hand()
             await asyncio.sleep(0)
 
     def end_waits(self, reason: str) -> None:

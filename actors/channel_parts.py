@@ -83,6 +83,7 @@ class ChannelParts:
             lambda reader_id: readers.get(reader_id),
             lambda take: readers.take(take),
             lambda reader_id, lease: _cursor_in_process(context, readers, reader_id, lease),
+            lambda take: readers.take_now(take),
             restarted=restarted,
             find_siblings=find_siblings,
         )

@@ -190,14 +190,7 @@ class OwnedReaders:
                 await self._context.wait_change(HELD_POLL)
                 reader = self._lookup(reader.reader_id)
                 cursor = self.cursor_of(reader, take.lease)
-        behind = reader.cursor is None or cursor.has_commit  # a commit to go back to
-        if take.again and behind and cursor.next > cursor.committed + 1:
-            cursor.redeliver()  # what the lost session took comes again
-        if take.from_sequence is not None and (take.stands, take.jumps) == (
-            cursor.next,
-            cursor.jumps,
-        ):
-            cursor.read_from(take.from_sequence)
+        self._place(reader, cursor, take)
         if take.wait > 0:
             found = await self._until_data(reader, cursor, take.lease, take.wait)
             if found is None:
@@ -207,6 +200,38 @@ class OwnedReaders:
             self._touch(reader, Keep.WITH_NEXT_WRITE)
             return self._as_delivery(reader, cursor, take.lease, [])
         return self._serve(reader, cursor, take.lease, take.max_count, offer=take.wait > 0)
+
+    def take_now(self, reader: Reader, take: Take) -> Delivery | None:
+        """``take`` (a plain take: no wait, no read again) served now when the reader
+        has an element to read here and no transaction's commit holds the group back;
+        else None, and nothing changed. What the request that woke a receive waiting
+        at this channel takes for it once done (``ReceiveSession.take_for_waiting``).
+
+        Raises:
+            As :meth:`take`.
+        """
+        if take.wait > 0 or take.max_count <= 0 or take.again:
+            return None
+        if reader.group is not None and self.waits_for_commit(reader.group, take.lease):
+            return None
+        if not self.has_data(reader, take.lease):
+            return None
+        cursor = self.cursor_of(reader, take.lease)
+        self._place(reader, cursor, take)
+        return self._serve(reader, cursor, take.lease, take.max_count, offer=False)
+
+    @staticmethod
+    def _place(reader: Reader, cursor: Cursor, take: Take) -> None:
+        """Where ``take`` reads from: after the commit (``again``), or its session's
+        position (if the read position stands where the session left it)."""
+        behind = reader.cursor is None or cursor.has_commit  # a commit to go back to
+        if take.again and behind and cursor.next > cursor.committed + 1:
+            cursor.redeliver()  # what the lost session took comes again
+        if take.from_sequence is not None and (take.stands, take.jumps) == (
+            cursor.next,
+            cursor.jumps,
+        ):
+            cursor.read_from(take.from_sequence)
 
     async def _until_data(
         self, reader: Reader, cursor: Cursor, lease: ReaderLease, wait: float

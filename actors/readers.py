@@ -174,6 +174,19 @@ class Readers:
         reader = self.get(take.reader_id)
         return await self.mode(reader).take(reader, take)
 
+    def take_now(self, take: Take) -> Delivery | None:
+        """``take`` served now if it needs no wait (see :meth:`OwnedReaders.take_now`),
+        else None; None for a shared group's member (its takes hold what they hand out),
+        and in a channel that does not serve as usual (failed, recovering, ending).
+
+        Raises:
+            SubscriberClosedError: the reader is not open here.
+        """
+        if not self._context.admits_all:
+            return None
+        reader = self.get(take.reader_id)
+        return self.owned.take_now(reader, take) if self.mode(reader) is self.owned else None
+
     def report_poison(
         self, reader_id: str, lease: ReaderLease, jumps: int, poison: Poison, skipped: bool
     ) -> bool:

@@ -49,7 +49,7 @@ from raytopic.actors.receive.ports import ReaderPort
 from raytopic.actors.receive.positions import Positions
 from raytopic.actors.receive.takes import Takes
 from raytopic.actors.receive.view import OwnedView
-from raytopic.actors.receive.waits import SiblingWaits
+from raytopic.actors.receive.waits import TOLD_ONCE, SiblingWaits
 from raytopic.actors.turns import DuplicateTurnError, Turns
 from raytopic.core.errors import (
     NotOwnerError,
@@ -136,6 +136,12 @@ class ReceiveSession:
             spec.reader_id, again=mid_stream, unhanded=self._unhanded, passed=self._passed
         )
         self._held: list[Delivery] = []  # a shared group's elements no receive handed over
+        # The fast path (``take_for_waiting``): what the receive waiting now takes from
+        # the host channel when it changes (None: it takes for itself), whether it
+        # changed since, and what was taken for it, not yet handed over.
+        self._wants: int | None = None
+        self._host_changed = False
+        self._offered: Delivery | None = None
         self._takes = Takes(
             ports, self.view, self._positions, drop=self._drop, tell_once=self._tell_once
         )
@@ -187,6 +193,7 @@ class ReceiveSession:
         """Adopt a newer set of owned channels (and their leases)."""
         if self.view.update(version, owned):
             # A new view may come with a reset: what fetches hold may be from before it.
+            self._drop_offer()
             self._waits.end_fetches()
             self._look_again = True
 
@@ -195,8 +202,15 @@ class ReceiveSession:
         a receive was waiting for a change.
 
         The host channel pokes on every change of its own; its cursor state is
-        read in place right away, so commits count for the window at once.
+        read in place right away, so commits count for the window at once (a
+        receive waiting with no window only learns that it changed: the request
+        that changed it then takes for it, see :meth:`take_for_waiting`).
         """
+        if channel == self.host and self._wants is not None:
+            self._host_changed = True
+            self.view.forget(channel)
+            self._poke()
+            return True
         if channel is not None and (
             not self.view.owns(channel)
             or channel not in self._ports
@@ -205,6 +219,55 @@ class ReceiveSession:
             self.view.forget(channel)  # (a sibling's state takes a call: look again)
         self._poke()
         return bool(self._waiting)
+
+    def take_for_waiting(self) -> None:
+        """The fast path from a publish to the receive waiting for it: once the request
+        that changed the host channel is done (and durable), and before the receive it
+        woke runs, take for that receive in place, from the session's position (no
+        state read, no plan, no task); the receive hands it over when it resumes. A
+        take that would wait, or finds nothing, is left to the receive (it looks
+        again), and so is every receive in a pause, a window or a resequencer."""
+        want, changed, self._host_changed = self._wants, self._host_changed, False
+        host = self.host
+        if want is None or not changed or self._offered is not None or self._pause.holding():
+            return
+        port = self._ports.get(host)
+        if port is None or not self.view.owns(host):
+            return
+        try:
+            delivery = self._positions.take_now(port, self.view.lease_of(host), want)
+        except (NotOwnerError, SubscriberClosedError):
+            return  # the receive finds out, taking for itself
+        except TOLD_ONCE as error:  # as a take of the receive's would
+            self.view.forget(host)
+            self._positions.forget(host)
+            self._tell_once(error)
+            return
+        except Exception as error:  # the receive raises it (not the publish, which is done)
+            self._tell_once(error)
+            return
+        if delivery is not None:
+            self.view.learn(delivery)
+            if delivery.count:
+                self._offered = delivery
+
+    def _use_offered(self, room: int) -> list[Delivery]:
+        """What :meth:`take_for_waiting` took for the receive that resumes now (none if
+        it lost the channel meanwhile, or may take fewer: read again)."""
+        offered, self._offered = self._offered, None
+        if offered is None:
+            return []
+        if offered.count > room or not self.view.holds(offered.channel, offered.origin.lease):
+            self._positions.unhanded(offered)
+            return []
+        return [offered]
+
+    def _drop_offer(self) -> None:
+        """What was taken for a waiting receive reaches none (the session still reads
+        from its first element)."""
+        offered, self._offered = self._offered, None
+        if offered is not None:
+            self._positions.unhanded(offered)
 
     def interrupt(self, stream: str, upto: int) -> None:
         """Receives of ``stream`` numbered up to ``upto`` stop waiting and complete
@@ -227,6 +290,7 @@ class ReceiveSession:
         """
         # What fetches bring before the seek must not be handed out after it.
         self._pause.begin()
+        self._drop_offer()
         self._waits.end_fetches()
         await self._pause.after_earlier(
             upto,
@@ -274,6 +338,7 @@ class ReceiveSession:
         self.closed = True
         self._end_error = error
         self._held = []  # their holds end (the channels release a closed member's)
+        self._drop_offer()
         self._waits.close()
         self._poke()
 
@@ -596,13 +661,26 @@ class ReceiveSession:
             if number <= self._interrupted.get(stream, -1):
                 break  # abandoned by its handle: nothing to wait for
             self._waiting[stream] = number
+            want = min(max_count, room)
+            if self._resequenced is None and self.spec.window is None:
+                self._wants = want  # the host channel's next change takes for it
             try:
-                await self._wait_for_change(room, min(max_count, room), here_only)
+                await self._wait_for_change(room, want, here_only)
+            except BaseException:
+                self._drop_offer()
+                raise
             finally:
                 self._waiting.pop(stream, None)
-            fetched = self._waits.use(min(max_count, max(room, 0)))
-            if fetched:
-                return ReceivedBatch(fetched, single)
+                self._wants, self._host_changed = None, False
+            # What was taken for it here, and what fetches brought, up to its count
+            # (the rest of a fetch is read again).
+            offered = self._use_offered(want)
+            for delivery in offered:
+                self._positions.handed(delivery)
+            taken = sum(delivery.count for delivery in offered)
+            fetched = self._waits.use(min(max_count, max(room, 0)) - taken)
+            if offered or fetched:
+                return ReceivedBatch([*offered, *fetched], single)
         if self.closed and self._end_error is not None:
             raise self._end_error
         return ReceivedBatch((), single)

@@ -41,6 +41,8 @@ class SessionHost:
         lookup: The open reader of an id (raises SubscriberClosedError).
         local_take: This channel's take, served in process (the host port).
         local_state: This channel's cursor state of a reader (read in-process).
+        local_take_now: This channel's take served at once if it needs no wait, else
+            None (what a receive waiting here takes when an append pokes it).
         restarted: This channel's process restarted (sessions wait briefly for
             receive numbers under way).
         find_siblings: Every channel actor of the topic (index = channel), found
@@ -55,6 +57,7 @@ class SessionHost:
         lookup: Callable[[str], Reader],
         local_take: Callable[[Take], Awaitable[Delivery]],
         local_state: Callable[[str, Any], CursorState],
+        local_take_now: Callable[[Take], Delivery | None] = lambda take: None,
         *,
         restarted: bool,
         find_siblings: Callable[[], list[Any]] = list,
@@ -63,6 +66,7 @@ class SessionHost:
         self._lookup = lookup
         self._local_take = local_take
         self._local_state = local_state
+        self._local_take_now = local_take_now
         self._restarted = restarted
         self._find_siblings = find_siblings
         self.ports: dict[int, ReaderPort] = {}
@@ -81,11 +85,18 @@ class SessionHost:
         # The topic is being destroyed (end_receives): what comes after raises this.
         self._destroyed: TopicNotFoundError | None = None
         context.listen(self._poke_all)
+        context.before_answering(self._take_for_waiting)
 
     def _poke_all(self) -> bool:
         """Tell every session of a change here; whether one had a receive waiting."""
         channel = self._context.channel
         return any([session.poke(channel) for session in self.sessions.values()])
+
+    def _take_for_waiting(self) -> None:
+        """A request that changed this channel is done: each session takes for its
+        receive waiting here (see :meth:`ReceiveSession.take_for_waiting`)."""
+        for session in self.sessions.values():
+            session.take_for_waiting()
 
     # -- ports --------------------------------------------------------------------------
 
@@ -98,7 +109,9 @@ class SessionHost:
         make_caller = remote_caller or _remote_caller
         for other, handle in enumerate(siblings):
             if other == channel:
-                self.ports[other] = LocalPort(other, self._local_take, self._local_state)
+                self.ports[other] = LocalPort(
+                    other, self._local_take, self._local_state, self._local_take_now
+                )
             else:
                 self.ports[other] = RemotePort(other, make_caller(handle, self.sibling_calls))
 

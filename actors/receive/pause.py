@@ -38,6 +38,10 @@ class SeekPause:
         self._until = 0.0
         self._landed.set()
 
+    def holding(self) -> bool:
+        """Whether a seek is on its way (takes wait for it)."""
+        return self._until > asyncio.get_running_loop().time()
+
     async def before_take(self) -> None:
         """Return once no seek is on its way (at once on the common path)."""
         pause = self._until - asyncio.get_running_loop().time()

@@ -52,6 +52,11 @@ class ReaderPort(Protocol):
         """Serve ``take`` (see ``Take``: a fetch with ``wait``)."""
         ...
 
+    def take_now(self, take: Take) -> Delivery | None:
+        """Serve ``take`` in process, now, if it needs no wait; else None (a sibling:
+        always), having changed nothing."""
+        ...
+
     def watch(
         self, reader_id: str, lease: ReaderLease, known: CursorState | None
     ) -> Awaitable[CursorState]:
@@ -67,9 +72,11 @@ class LocalPort:
         channel: The host channel.
         take: Its readers' take.
         state: The reader's cursor state at the host channel, read in place.
+        take_now: Its readers' take served at once if it needs no wait, else None
+            (by default: never at once).
     """
 
-    __slots__ = ("_state", "channel", "take")
+    __slots__ = ("_state", "channel", "take", "take_now")
 
     in_process = True
 
@@ -78,10 +85,12 @@ class LocalPort:
         channel: int,
         take: Callable[[Take], Awaitable[Delivery]],
         state: Callable[[str, Any], CursorState],
+        take_now: Callable[[Take], Delivery | None] = lambda take: None,
     ) -> None:
         self.channel = channel
         self.take = take
         self._state = state
+        self.take_now = take_now
 
     def state_in_place(self, reader_id: str, lease: ReaderLease) -> CursorState:
         return self._state(reader_id, lease)
@@ -113,6 +122,9 @@ class RemotePort:
 
     async def take(self, take: Take) -> Delivery:
         return unpack_small(await self._call(take))
+
+    def take_now(self, take: Take) -> None:
+        return None
 
     async def watch(
         self, reader_id: str, lease: ReaderLease, known: CursorState | None

@@ -135,6 +135,20 @@ class Positions:
             call.add_done_callback(self._unhanded_reply)  # its receive is gone
             raise
 
+    def take_now(self, port: ReaderPort, lease: ReaderLease, max_count: int) -> Delivery | None:
+        """Take at ``port``'s channel at once where the port serves it without a wait
+        (the host channel, with data; no take of this session on its way there);
+        else None, and nothing changed. The reply is heard as :meth:`take`'s."""
+        channel = port.channel
+        if self._in_flight.get(channel):
+            return None
+        ticket = next(self._tickets)
+        delivery = port.take_now(self.request(channel, lease, max_count))
+        if delivery is not None:
+            self._ports[channel] = port
+            self._hear(channel, ticket, delivery)
+        return delivery
+
     def _unhanded_reply(self, call: asyncio.Future[Any]) -> None:
         if not call.cancelled() and call.exception() is None:
             self.unhanded(call.result())

@@ -83,8 +83,10 @@ def _in_process(actor: ChannelActor, reply_delay: float = 0.0) -> Callable[..., 
 
 
 def _host_port(actor: ChannelActor) -> LocalPort:
-    """The host channel's port: its readers' take, in process."""
-    return LocalPort(actor._channel, actor._readers.take, actor._parts.cursor_in_process)
+    """The host channel's port: its readers' take, in process (as ``SessionHost.link``
+    makes it)."""
+    readers = actor._readers
+    return LocalPort(actor._channel, readers.take, actor._parts.cursor_in_process, readers.take_now)
 
 
 def _wired(config: TopicConfig, reply_delay: float = 0.0) -> list[ChannelActor]:

@@ -5,6 +5,7 @@ consumer waits for leaves before the publisher's ack."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from raytopic.actors.channel import ChannelActor
@@ -41,7 +42,10 @@ async def _hosting_reader_a() -> ChannelActor:
     """A one-channel ChannelActor that hosts receive sessions (its port to itself is
     in-process), with reader "a" open."""
     channel = ChannelActor(ONE_CHANNEL, 0)
-    channel._host.ports = {0: LocalPort(0, channel._readers.take, channel._parts.cursor_in_process)}
+    readers = channel._readers
+    channel._host.ports = {
+        0: LocalPort(0, readers.take, channel._parts.cursor_in_process, readers.take_now)
+    }
     await channel.control(OpenReader("a", ReaderSpec(None, False)))
     return channel
 
@@ -80,7 +84,9 @@ def test_an_append_answers_after_the_fetch_it_woke_at_a_sibling() -> None:
             return reply
 
         home._host.ports = {
-            0: LocalPort(0, home._readers.take, home._parts.cursor_in_process),
+            0: LocalPort(
+                0, home._readers.take, home._parts.cursor_in_process, home._readers.take_now
+            ),
             1: RemotePort(1, call),
         }
         for channel in (home, sibling):
@@ -171,5 +177,65 @@ def test_an_appends_payload_may_come_packed() -> None:
             "x",
             "y",
         ]
+
+    asyncio.run(main())
+
+
+# -- the fast path: a publish takes for the receive waiting at its host ---------------
+
+
+def test_a_publish_takes_for_the_receive_waiting_at_its_host() -> None:
+    # The append's request takes for the waiting receive once it is done (no state
+    # read, no plan); the receive hands it over when it resumes, and reads on after it.
+    async def main() -> None:
+        channel = await _hosting_reader_a()
+        waiting = asyncio.ensure_future(ask(channel, Receive("a", "s", 0, 10, True)))
+        await _until(lambda: channel._host.sessions.get("a") and channel._in_service)
+        await asyncio.sleep(0.01)  # the receive waits for data
+        session = channel._host.sessions["a"]
+        offers: list[Any] = []
+        take_for_waiting = session.take_for_waiting
+
+        def noted() -> None:
+            take_for_waiting()
+            offers.append(session._offered)
+
+        session.take_for_waiting = noted  # type: ignore[method-assign]
+        await ask(channel, *_append(0, ["x", "y"]))
+        assert waiting.done()
+        (offered,) = offers
+        assert offered is not None and (offered.first, offered.count) == (0, 2)
+        assert (await waiting).deliveries == (offered,)  # handed over as taken
+        assert (await ask(channel, ReadCursor("a"))).next == 2
+        await ask(channel, *_append(1, ["z"]))
+        again = await ask(channel, Receive("a", "s", 1, 10, True))
+        assert [(d.first, d.count) for d in again.deliveries] == [(2, 1)]
+
+    asyncio.run(main())
+
+
+def test_what_a_publish_took_for_a_receive_cancelled_meanwhile_is_read_again() -> None:
+    # Taken for a receive that is cancelled before it resumes: nothing is lost, the
+    # next receive reads the same elements.
+    async def main() -> None:
+        channel = await _hosting_reader_a()
+        waiting = asyncio.ensure_future(ask(channel, Receive("a", "s", 0, 10, True)))
+        await _until(lambda: channel._host.sessions.get("a") and channel._in_service)
+        await asyncio.sleep(0.01)
+        session = channel._host.sessions["a"]
+        take_for_waiting = session.take_for_waiting
+
+        def taken_then_cancelled() -> None:
+            take_for_waiting()
+            assert session._offered is not None
+            waiting.cancel()
+
+        session.take_for_waiting = taken_then_cancelled  # type: ignore[method-assign]
+        await ask(channel, *_append(0, ["x", "y"]))
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        assert session._offered is None
+        again = await asyncio.wait_for(ask(channel, Receive("a", "s", 1, 10, False)), TIMEOUT)
+        assert [(d.first, d.count) for d in again.deliveries] == [(0, 2)]
 
     asyncio.run(main())

@@ -38,7 +38,10 @@ async def _member_with(values: list[int]) -> ChannelActor:
     """A one-channel ChannelActor hosting sessions, member "m" of group "g" holding its
     lease (it completes on empty), and ``values`` published."""
     channel = ChannelActor(ONE_CHANNEL, 0)
-    channel._host.ports = {0: LocalPort(0, channel._readers.take, channel._parts.cursor_in_process)}
+    readers = channel._readers
+    channel._host.ports = {
+        0: LocalPort(0, readers.take, channel._parts.cursor_in_process, readers.take_now)
+    }
     await channel.control(EnsureGroup("g", False))
     await channel.control(OpenReader("m", ReaderSpec("g", False, complete_on_empty=True)))
     await channel.control(Grant("g", MEMBER))
