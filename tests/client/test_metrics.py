@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import urllib.request
@@ -163,15 +164,22 @@ def test_a_stuck_groups_lag_stays_exported(
     make_topic: Callable[..., rt.Topic], metrics_url: str
 ) -> None:
     # Ray (2.60, OpenTelemetry) exports a gauge's value for two report intervals
-    # after it was last set (1 s in this session), so a channel that set its gauges
+    # after it was last set (2 s in this session), so a channel that set its gauges
     # only on change lost the series of a group whose lag stopped changing: a stuck
-    # group had no series to alert on (before: gone for good 3 s after the last
-    # publish). A channel sets them at every refresh: the series comes back.
+    # group had no series to alert on (before, at a 0.5 s interval: gone for good 3 s
+    # after the last publish). A channel sets them at every refresh: the series comes back.
     topic = make_topic(channels=1, groups=["stuck"])
     publish_all(topic, [{"i": i} for i in range(5)])  # never consumed
     _eventually(lambda: _assert_lag(metrics_url, topic.name, 5))
-    time.sleep(2 * REFRESH_INTERVAL + 1.0)  # past the 3 s: a series set once is gone by then
+    # Past two refreshes and two report intervals: a series set once is gone by then.
+    time.sleep(2 * REFRESH_INTERVAL + 2 * _report_interval() + 1.0)
     _eventually(lambda: _assert_lag(metrics_url, topic.name, 5), timeout=10.0)
+
+
+def _report_interval() -> float:
+    """Ray's metrics report interval in this session, in seconds (tests/conftest.py)."""
+    interval = os.environ.get("RAY_metrics_report_interval_ms", "10000")  # noqa: SIM112 (Ray's name)
+    return int(interval) / 1000
 
 
 def _assert_lag(url: str, topic: str, lag: int) -> None:
