@@ -185,6 +185,16 @@ class Positions:
         if place is not None and (place.read, place.jumps) == (delivery.first, delivery.jumps):
             place.read = delivery.next if read_on is None else read_on
 
+    def reads_from(self, delivery: Delivery) -> bool:
+        """Whether the session still reads ``delivery``'s channel from its first element,
+        under its jump count: an offer for any other position is stale (the session
+        read past it meanwhile, or the read position jumped), dropped, never handed
+        over (a shared group's elements are held, not read by position: always)."""
+        if delivery.origin.shared:
+            return True
+        place = self._places.get(delivery.channel)
+        return place is not None and (place.read, place.jumps) == (delivery.first, delivery.jumps)
+
     def unhanded(self, delivery: Delivery) -> asyncio.Future[Any] | None:
         """``delivery`` (a take's or a fetch's) reaches no receive: the session still
         reads from its first element. Where a take moved the read position over

@@ -180,9 +180,10 @@ class SiblingWaits:
             view.forget(channel)
             self._positions.forget(channel)
             self._tell_once(error)  # the channel moved the cursor: report it once
-        elif isinstance(error, TopicNotFoundError):
-            # The topic is being destroyed (the sibling heard it first): no failure;
-            # this channel's own end of receives tells the waiting receive.
+        elif isinstance(error, TopicNotFoundError | ray.exceptions.TaskCancelledError):
+            # The topic is being destroyed (the sibling heard it first), or the user
+            # cancelled the receive (ray.cancel cancels its calls to the siblings too):
+            # no failure; this channel's own end of receives tells the waiting receive.
             view.forget(channel)
         elif error is not None:
             logger.warning("fetch from channel %d failed: %s", channel, error)
@@ -200,11 +201,16 @@ class SiblingWaits:
     def use(self, room: int) -> list[Delivery]:
         """Hand over what fetches brought for the waiting receive, up to ``room``
         elements (a delivery larger than what is left is split: the rest is read
-        again)."""
+        again). An offer for a position the session no longer reads from is dropped:
+        one kept for a receive that was cancelled as it came, whose elements the
+        session's next takes read again."""
         used: list[Delivery] = []
         fetched, self._fetched = self._fetched, []
         positions = self._positions
         for delivery in fetched:
+            if not positions.reads_from(delivery):
+                self._view.forget(delivery.channel)  # (look at it again)
+                continue
             if room <= 0 or not self._view.holds(delivery.channel, delivery.origin.lease):
                 positions.unhanded(delivery)
                 continue

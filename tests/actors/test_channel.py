@@ -306,6 +306,35 @@ def test_a_give_back_after_a_seek_does_not_undo_the_seek() -> None:
     asyncio.run(main())
 
 
+def test_a_fetch_that_came_back_to_a_cancelled_receive_is_never_handed_over_again() -> None:
+    # The cancel lands in the loop turn between a fetch's reply and the wake-up of the
+    # receive it came for: the reply is kept for "the waiting receive", which is gone.
+    # The next receive reads the same elements again at the sibling; a later one
+    # that waits must not hand the kept reply over as well (a reply for a position
+    # the session has read past is dropped).
+    async def main() -> None:
+        home, sibling = _wired(TWO_CHANNELS)
+        for channel in (home, sibling):
+            await channel.control(OpenReader("a", ReaderSpec(None, False)))
+        waiting = asyncio.ensure_future(ask(home, Receive("a", "s", 0, 10, False)))
+        deadline = time.monotonic() + 30.0
+        while "a" not in home._host.sessions or 1 not in home._host.sessions["a"]._waits.busy:
+            assert time.monotonic() < deadline, "no fetch went out to the sibling"
+            await asyncio.sleep(0.001)
+        fetch = home._host.sessions["a"]._waits.busy[1]
+        fetch.add_done_callback(lambda _: waiting.cancel())  # what ray.cancel does, then
+        await ask(sibling, Append("p", 0, "block", 1.0, False), _payloads(range(20)))
+        with pytest.raises(asyncio.CancelledError):
+            await waiting  # its fetch brought 0..9, and 10.. are known to be there
+        assert _values(await ask(home, Receive("a", "s", 1, 10, False))) == [(1, 0, 10)]
+        assert _values(await ask(home, Receive("a", "s", 2, 10, False))) == [(1, 10, 10)]
+        await ask(sibling, Append("p", 1, "block", 1.0, False), _payloads(range(20, 23)))
+        after = await asyncio.wait_for(ask(home, Receive("a", "s", 3, 10, False)), 30.0)
+        assert _values(after) == [(1, 20, 3)]  # not 0..9 a second time
+
+    asyncio.run(main())
+
+
 def test_a_pause_opens_a_session_only_for_receives_still_out() -> None:
     # A channel with no session of the reader (a restarted host) opens one for a pause
     # only when the handle's receives had not answered: they may still come, retried,

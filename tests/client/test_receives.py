@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -361,3 +362,42 @@ def test_members_iterating_through_a_join_and_a_reset_lose_nothing_and_undo_noth
     assert not errors
     checker.report(expect_all=True).assert_safe()
     assert topic.describe().groups["g"].lag == 0
+
+
+def test_receives_cancelled_while_fetches_wait_at_the_siblings_lose_and_repeat_nothing(
+    make_topic,
+) -> None:
+    # As a user cancels a receive: ray.cancel of one waiting at its host while its
+    # session's fetches wait at every sibling (recursive, Ray's default, cancels them
+    # too; without it, what they bring later reaches no receive). The next receives
+    # read it again: every element comes once, in order per channel (DESIGN 5.1,
+    # 5.6). A cancel that lands in the very loop turn a fetch's reply reaches the host
+    # is tested in-process (tests/actors/test_channel.py): no cancel sent through Ray
+    # can be placed in one turn of an actor's event loop. (Each cancel goes out before
+    # anything it could return is published: a cancel that races a receive's
+    # completion lets Ray drop a reply the channel already sent, which no session sees.)
+    channels = 4
+    topic = make_topic(channels=channels)
+    member = topic.subscriber(group="g")
+    published: dict[int, list[int]] = {c: [] for c in range(channels)}
+    received: dict[int, list[int]] = {c: [] for c in range(channels)}
+
+    def publish_and_receive(values_at: Callable[[int], list[int]]) -> None:
+        for channel in range(channels):
+            publish_all(topic, values_at(channel), key=key_for(channel, channels))
+            published[channel].extend(values_at(channel))
+        count = sum(len(values) for values in published.values())
+        while sum(len(values) for values in received.values()) < count:
+            for element in ray.get(member.receive_batch(count), timeout=60):
+                received[element.channel].append(element.value)
+
+    for round_, recursive in enumerate([True, False, False]):
+        waiting = member.receive()
+        time.sleep(0.2)  # (it reaches its wait; a cancel that comes sooner must hold too)
+        ray.cancel(waiting, recursive=recursive)
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(waiting, timeout=60)
+        publish_and_receive(lambda c, r=round_: [1000 * c + 10 * r + i for i in range(3)])
+    publish_and_receive(lambda c: [-1 - c])  # whatever came twice would come before these
+    assert received == published
+    member.close()

@@ -239,3 +239,18 @@ def test_a_void_replys_passed_is_said_unless_the_read_position_jumped_since() ->
             assert session.passed == said
 
     run(main)
+
+
+def test_an_offer_for_a_position_the_session_read_past_is_stale() -> None:
+    # A fetch's offer kept for a receive that was cancelled as it came: the session's
+    # next take read the same elements again and handed them over; the offer is stale.
+    async def main() -> None:
+        session = Session(available=4)
+        offer = await session.take(2, wait=1.0)
+        assert session.positions.reads_from(offer)
+        again = await session.take(2)
+        assert (again.first, again.count) == (offer.first, offer.count)
+        session.positions.handed(again)
+        assert not session.positions.reads_from(offer)
+
+    run(main)
