@@ -49,7 +49,7 @@ from raytopic.actors.receive.ports import ReaderPort
 from raytopic.actors.receive.positions import Positions
 from raytopic.actors.receive.takes import Takes
 from raytopic.actors.receive.view import OwnedView
-from raytopic.actors.receive.waits import TOLD_ONCE, SiblingWaits
+from raytopic.actors.receive.waits import SiblingWaits
 from raytopic.actors.turns import DuplicateTurnError, Turns
 from raytopic.core.errors import (
     NotOwnerError,
@@ -228,28 +228,17 @@ class ReceiveSession:
         take that would wait, or finds nothing, is left to the receive (it looks
         again), and so is every receive in a pause, a window or a resequencer."""
         want, changed, self._host_changed = self._wants, self._host_changed, False
-        host = self.host
         if want is None or not changed or self._offered is not None or self._pause.holding():
             return
-        port = self._ports.get(host)
-        if port is None or not self.view.owns(host):
-            return
         try:
-            delivery = self._positions.take_now(port, self.view.lease_of(host), want)
+            delivery = self._takes.take_now(self.host, want)
         except (NotOwnerError, SubscriberClosedError):
             return  # the receive finds out, taking for itself
-        except TOLD_ONCE as error:  # as a take of the receive's would
-            self.view.forget(host)
-            self._positions.forget(host)
-            self._tell_once(error)
+        except Exception as error:  # told once, or raised: the receive raises it, not the
+            self._tell_once(error)  # publish (which is done)
             return
-        except Exception as error:  # the receive raises it (not the publish, which is done)
-            self._tell_once(error)
-            return
-        if delivery is not None:
-            self.view.learn(delivery)
-            if delivery.count:
-                self._offered = delivery
+        if delivery is not None and delivery.count:
+            self._offered = delivery
 
     def _use_offered(self, room: int) -> list[Delivery]:
         """What :meth:`take_for_waiting` took for the receive that resumes now (none if

@@ -126,8 +126,34 @@ class Takes:
                 self._drop(channel)
             return None
         except TOLD_ONCE:
-            view.forget(channel)
-            self._positions.forget(channel)
+            self._forget(channel)
             raise
         view.learn(delivery)
         return delivery
+
+    def take_now(self, channel: int, max_count: int) -> Delivery | None:
+        """Take from one channel at once where its port serves it without a wait (the
+        host channel, with data); None: it would wait, or the channel is not ours.
+
+        Raises:
+            NotOwnerError, SubscriberClosedError: the channel was lost, or the reader is
+                being closed there (nothing is dropped: the caller's receive finds out).
+            StaleSequenceError, PoisonElementError: told once, as by :meth:`take`.
+        """
+        port = self._ports.get(channel)
+        if port is None or not self._view.owns(channel):
+            return None
+        try:
+            delivery = self._positions.take_now(port, self._view.lease_of(channel), max_count)
+        except TOLD_ONCE:
+            self._forget(channel)
+            raise
+        if delivery is not None:
+            self._view.learn(delivery)
+        return delivery
+
+    def _forget(self, channel: int) -> None:
+        """A take told its reader once: the channel moved the cursor (look at it again,
+        and read on where it stands)."""
+        self._view.forget(channel)
+        self._positions.forget(channel)

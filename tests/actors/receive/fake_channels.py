@@ -100,33 +100,46 @@ class FakeChannel:
             raise self.refuse
         if isinstance(request, Take):
             await self.release.wait()
-            if request.from_sequence is not None and (request.stands, request.jumps) == (
-                self.next,
-                self.jumps,
-            ):
-                self.next = request.from_sequence
-            passed = None
-            if self.done is not None and self.next == self.done[0] and request.max_count:
-                passed, self.next = self.done, self.done[1] + 1
-            start = self.next
-            count = max(0, min(request.max_count, self.tail - start + 1))
-            if not request.wait:
-                self.next = start + count
-            return delivery(
-                self.channel,
-                start,
-                count,
-                request.lease,
-                jumps=self.jumps,
-                stands=self.next,
-                shared=self.shared,
-                passed=passed,
-            )
+            return self._take(request)
         if isinstance(request, Watch):
             if request.known == self.state(request.reader_id):
                 await self.settle.wait()
             return self.state(request.reader_id)
         return True
+
+    def take_now(self, take: Take) -> Delivery | None:
+        """The host's take served at once: None where it would wait (held back, or
+        nothing to take)."""
+        self.requests.append(take)
+        if self.refuse is not None:
+            raise self.refuse
+        if not self.release.is_set() or not self.available:
+            return None
+        return self._take(take)
+
+    def _take(self, request: Take) -> Delivery:
+        if request.from_sequence is not None and (request.stands, request.jumps) == (
+            self.next,
+            self.jumps,
+        ):
+            self.next = request.from_sequence
+        passed = None
+        if self.done is not None and self.next == self.done[0] and request.max_count:
+            passed, self.next = self.done, self.done[1] + 1
+        start = self.next
+        count = max(0, min(request.max_count, self.tail - start + 1))
+        if not request.wait:
+            self.next = start + count
+        return delivery(
+            self.channel,
+            start,
+            count,
+            request.lease,
+            jumps=self.jumps,
+            stands=self.next,
+            shared=self.shared,
+            passed=passed,
+        )
 
     def sent(self, kind: type) -> list[Any]:
         return [r for r in self.requests if isinstance(r, kind)]

@@ -25,7 +25,7 @@ class Session:
     def __init__(self, count: int = 3, available: int = 2) -> None:
         self.channels = [FakeChannel(c, available) for c in range(count)]
         self.ports: dict[int, ReaderPort] = {
-            0: LocalPort(0, self.channels[0], self.channels[0].state)
+            0: LocalPort(0, self.channels[0], self.channels[0].state, self.channels[0].take_now)
         }
         for channel in self.channels[1:]:
             self.ports[channel.channel] = RemotePort(channel.channel, channel)
@@ -89,6 +89,41 @@ def test_a_spread_take_splits_over_channels_and_a_failure_leaves_the_others_to_r
         assert [(d.channel, d.first) for d in again] == [(0, 10), (1, 10)]  # nobody saw them
 
     run(main)
+
+
+def test_a_take_now_learns_the_cursor_and_the_session_reads_on_after_what_is_handed() -> None:
+    session = Session(available=3)
+    taken = session.takes.take_now(0, 2)
+    assert taken is not None and (taken.first, taken.count) == (10, 2)
+    assert session.view.known[0].next == 12
+    session.positions.handed(taken)
+    assert session.positions.reads_at(0) == 12
+    session.channels[0].release.clear()  # it would wait: nothing taken, nothing learned
+    session.view.forget(0)
+    assert session.takes.take_now(0, 2) is None and 0 not in session.view.known
+    assert session.takes.take_now(1, 2) is None  # a sibling is never served at once
+
+
+def test_a_take_now_at_a_lost_channel_raises_and_drops_nothing() -> None:
+    # Its caller (a publish's fast path) leaves the loss to the receive, taking for itself.
+    session = Session()
+    session.channels[0].refuse = NotOwnerError("lost")
+    with pytest.raises(NotOwnerError):
+        session.takes.take_now(0, 2)
+    assert session.dropped == [] and session.view.owns(0)
+    session.view.drop(0)
+    assert session.takes.take_now(0, 2) is None  # not ours: not taken
+
+
+def test_a_take_now_told_once_forgets_the_channel_as_a_take_does() -> None:
+    session = Session()
+    assert session.takes.take_now(0, 1) is not None
+    stale = StaleSequenceError("skipped 3", 13, 3)
+    session.channels[0].refuse = stale
+    with pytest.raises(StaleSequenceError):
+        session.takes.take_now(0, 1)
+    assert 0 not in session.view.known and session.positions.reads_at(0) is None
+    assert session.told == []  # the caller tells it once
 
 
 def test_a_stale_channel_is_told_once_after_the_elements_of_others_are_delivered() -> None:
