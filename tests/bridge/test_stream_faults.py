@@ -4,7 +4,8 @@ topic, a lead channel SIGKILLed as it commits a batch, and a damaged stored reco
 Each checks, with a sink that overwrites by batch id, that the output is exactly the
 published set: nothing lost, nothing twice. And who consumes the group: a stream's
 claim survives its coordinator's SIGKILL, and ends after its timeout when its
-driver is SIGKILLed."""
+driver is SIGKILLed (checked on the driver SIGKILLed mid-batch: a driver process
+and a topic fewer)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.slow
 # A driver that streams a group into parquet, one directory per batch id, replaced
 # whole when a batch comes again (an idempotent sink); with a marker path, it stops
 # for good after writing batch 2 (before advancing: batch 2 is not committed), so
-# the test can SIGKILL it there.
+# the test can SIGKILL it there. Its claim's timeout is 3 s: the test waits it out.
 DRIVER = """
 import json, os, shutil, sys, time
 import ray
@@ -50,7 +51,7 @@ import raytopic.data
 address, namespace, name, group, out, marker = sys.argv[1:7]
 ray.init(address=address, namespace=namespace, logging_level="ERROR", log_to_driver=False)
 topic = rt.get_topic(name, namespace=namespace)
-for batch in raytopic.data.stream(topic, group=group, max_rows_per_batch=100):
+for batch in raytopic.data.stream(topic, group=group, max_rows_per_batch=100, timeout=3.0):
     target = os.path.join(out, f"batch={batch.batch_id}")
     shutil.rmtree(target, ignore_errors=True)
     batch.dataset.write_parquet(target)
@@ -97,9 +98,13 @@ def test_a_driver_killed_mid_batch_and_started_again_writes_exactly_the_publishe
     try:
         wait_until(lambda: marker.exists() or first.poll() is not None, timeout=240)
         assert first.poll() is None, first.stderr.read()[-3000:] if first.stderr else ""
+        holder = topic.describe().groups["g"].stream
+        assert holder is not None and f":{first.pid}:" in holder
     finally:
         first.send_signal(signal.SIGKILL)  # mid-batch: batch 2 written, not committed
+    killed_at = time.monotonic()
     killed = _batches(first.communicate(timeout=TIMEOUT)[0])
+    _the_claim_ends_after_its_timeout(topic, holder, killed_at, out, wait_until)
     second = _driver(ray_cluster, topic, out, "")
     lines, errors = second.communicate(timeout=240)
     assert second.returncode == 0, errors[-3000:]
@@ -110,6 +115,33 @@ def test_a_driver_killed_mid_batch_and_started_again_writes_exactly_the_publishe
     written = _written(out)
     assert sorted(written) == [0, 1, 2, 3, 4]
     assert sorted(n for values in written.values() for n in values) == list(range(500))
+
+
+def _the_claim_ends_after_its_timeout(
+    topic: rt.Topic, holder: str, killed_at: float, out: Path, wait_until: Any
+) -> None:
+    """The claim of a stream whose driver was SIGKILLed at ``killed_at`` holds until its
+    timeout (3 s), then a member joins; it reads from the last commit (the batch in
+    hand again, and the rest) and leaves, committing nothing."""
+    # Dead, but not yet silent for its timeout: the claim holds.
+    with pytest.raises(rt.GroupBusyError, match=f"consumed by stream {holder}"):
+        topic.subscriber(group="g")
+    joined: list[rt.Subscriber] = []
+
+    def join() -> bool:
+        try:
+            joined.append(topic.subscriber(group="g", complete_on_empty=True))
+        except rt.GroupBusyError:
+            return False
+        return True
+
+    wait_until(join, timeout=30)
+    assert time.monotonic() - killed_at > 2.0  # the timeout (3 s) ran, give or take a beat
+    assert topic.describe().groups["g"].stream is None
+    committed = {n for batch in (0, 1) for n in _written(out)[batch]}
+    with joined[0] as member:
+        values = [element.value["n"] for element in receive_until_empty(member)]
+    assert sorted(values) == sorted(set(range(500)) - committed)
 
 
 def _values(batch: rd.MicroBatch) -> list[int]:
@@ -201,65 +233,6 @@ def test_a_coordinator_killed_while_a_stream_holds_its_group_still_refuses_membe
     assert topic.describe().groups["g"].stream is None  # it ended: the group is free
     with topic.subscriber(group="g", complete_on_empty=True) as member:
         assert get(member.receive()) is None  # everything was committed
-
-
-# A driver that opens a stream with a short timeout, hands out its first batch, says
-# which stream it is, and waits to be SIGKILLed.
-HOLDER = """
-import json, os, sys, time
-import ray
-import raytopic as rt
-import raytopic.data
-address, namespace, name, marker = sys.argv[1:5]
-ray.init(address=address, namespace=namespace, logging_level="ERROR", log_to_driver=False)
-topic = rt.get_topic(name, namespace=namespace)
-stream = raytopic.data.stream(topic, group="g", max_rows_per_batch=100, timeout=3.0)
-batch = next(stream)
-print(json.dumps([batch.batch_id, sorted(batch.ranges.items())]), flush=True)
-open(marker, "w").close()
-time.sleep(600)
-"""
-
-
-def test_a_streams_claim_ends_after_its_timeout_when_its_driver_is_killed(
-    ray_cluster: str, make_topic: Callable[..., rt.Topic], tmp_path: Path, wait_until: Any
-) -> None:
-    topic = make_topic(channels=2)
-    publish_all(topic, [{"n": n} for n in range(300)])
-    marker = tmp_path / "holding"
-    driver = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, ray_cluster, topic.namespace, topic.name, str(marker)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_until(lambda: marker.exists() or driver.poll() is not None, timeout=120)
-        assert driver.poll() is None, driver.stderr.read()[-3000:] if driver.stderr else ""
-        holder = topic.describe().groups["g"].stream
-        assert holder is not None and f":{driver.pid}:" in holder
-    finally:
-        driver.send_signal(signal.SIGKILL)
-    killed = time.monotonic()
-    driver.communicate(timeout=TIMEOUT)
-    # Dead, but not yet silent for its timeout: the claim holds.
-    with pytest.raises(rt.GroupBusyError, match=f"consumed by stream {holder}"):
-        topic.subscriber(group="g")
-    joined: list[rt.Subscriber] = []
-
-    def join() -> bool:
-        try:
-            joined.append(topic.subscriber(group="g", complete_on_empty=True))
-        except rt.GroupBusyError:
-            return False
-        return True
-
-    wait_until(join, timeout=30)
-    assert time.monotonic() - killed > 2.0  # the timeout (3 s) ran, give or take a beat
-    assert topic.describe().groups["g"].stream is None
-    with joined[0] as member:  # it reads from the last commit: the batch in hand again
-        values = [element.value["n"] for element in receive_until_empty(member)]
-    assert sorted(values) == list(range(300))
 
 
 def test_a_lead_channel_killed_during_a_micro_batchs_step_loses_and_repeats_nothing(
