@@ -379,19 +379,22 @@ def test_receives_cancelled_while_fetches_wait_at_the_siblings_lose_and_repeat_n
     channels = 4
     topic = make_topic(channels=channels)
     member = topic.subscriber(group="g")
+    publisher = topic.publisher()
     published: dict[int, list[int]] = {c: [] for c in range(channels)}
     received: dict[int, list[int]] = {c: [] for c in range(channels)}
 
     def publish_and_receive(values_at: Callable[[int], list[int]]) -> None:
         for channel in range(channels):
-            publish_all(topic, values_at(channel), key=key_for(channel, channels))
+            for value in values_at(channel):
+                publisher.publish(value, key=key_for(channel, channels))
             published[channel].extend(values_at(channel))
+        publisher.flush()
         count = sum(len(values) for values in published.values())
         while sum(len(values) for values in received.values()) < count:
             for element in ray.get(member.receive_batch(count), timeout=60):
                 received[element.channel].append(element.value)
 
-    for round_, recursive in enumerate([True, False, False]):
+    for round_, recursive in enumerate([True, False]):
         waiting = member.receive()
         time.sleep(0.2)  # (it reaches its wait; a cancel that comes sooner must hold too)
         ray.cancel(waiting, recursive=recursive)
@@ -400,4 +403,5 @@ def test_receives_cancelled_while_fetches_wait_at_the_siblings_lose_and_repeat_n
         publish_and_receive(lambda c, r=round_: [1000 * c + 10 * r + i for i in range(3)])
     publish_and_receive(lambda c: [-1 - c])  # whatever came twice would come before these
     assert received == published
+    publisher.close()
     member.close()
