@@ -22,6 +22,7 @@ from raytopic.core.protocol import (
     ReadResequencerStats,
     Receive,
     ReceivedBatch,
+    ReceivesLost,
     ResumeReceives,
     UpdateViews,
 )
@@ -83,6 +84,11 @@ class ReceiveRequests:
     async def interrupt(self, request: InterruptReceives) -> None:
         """A handle abandons its receives of ``stream`` up to ``upto`` (see ReceiveSession)."""
         self._host.interrupt(request.reader_id, request.stream, request.upto)
+
+    @serves(ReceivesLost, Admit.NOW)
+    async def lost(self, request: ReceivesLost) -> None:
+        """A handle never got these receives' replies (see SessionHost.lost)."""
+        self._host.lost(request.reader_id, request.stream, request.numbers)
 
     @serves(PauseReceives)
     async def pause(self, request: PauseReceives) -> None:

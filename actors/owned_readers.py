@@ -37,7 +37,7 @@ from raytopic.core.protocol import (
     Take,
     poison_error,
 )
-from raytopic.core.protocol.channel import Entries
+from raytopic.core.protocol.channel import STANDS_UNKNOWN, Entries
 from raytopic.core.records import AckStatus, CommitResult, CommitStatus, Position, _Origin
 
 logger = logging.getLogger(__name__)
@@ -227,9 +227,10 @@ class OwnedReaders:
         behind = reader.cursor is None or cursor.has_commit  # a commit to go back to
         if take.again and behind and cursor.next > cursor.committed + 1:
             cursor.redeliver()  # what the lost session took comes again
-        if take.from_sequence is not None and (take.stands, take.jumps) == (
-            cursor.next,
-            cursor.jumps,
+        if (
+            take.from_sequence is not None
+            and take.jumps == cursor.jumps
+            and (take.stands in (cursor.next, STANDS_UNKNOWN))
         ):
             cursor.read_from(take.from_sequence)
 

@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from raytopic.actors.receive.handed import HandedReceives
 from raytopic.actors.receive.handover import HandOver
 from raytopic.actors.receive.pause import SeekPause
 from raytopic.actors.receive.planner import TakePlanner
@@ -158,6 +159,8 @@ class ReceiveSession:
         )
         self._resequenced: ResequencedStream | None = None
         self._handover = HandOver()
+        self.handed = HandedReceives(self._positions, self.view.forget, self._poke)
+        """Where recent answers began: a reply Ray dropped is read again from there."""
         if spec.resequence is not None:
             loop = asyncio.get_running_loop()
             self._resequenced = ResequencedStream(
@@ -366,7 +369,9 @@ class ReceiveSession:
                 await self._read_again_first()
                 if self._resequenced is not None and not here_only:
                     return await self._receive_resequenced(stream, number, max_count, single)
-                return await self._receive(stream, number, max_count, single, spread, here_only)
+                batch = await self._receive(stream, number, max_count, single, spread, here_only)
+                self.handed.answered(stream, number, batch.deliveries)
+                return batch
         except DuplicateTurnError:
             # A later receive of the stream ran before this one came (Ray delivered it
             # to a restarted host after one sent later, or it came past the gap): what

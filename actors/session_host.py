@@ -198,6 +198,14 @@ class SessionHost:
         with contextlib.suppress(SubscriberClosedError):
             self.session(reader_id, None).interrupt(stream, upto)
 
+    def lost(self, reader_id: str, stream: str, numbers: tuple[int, ...]) -> None:
+        """Ray reported these receives of the reader cancelled after they were sent:
+        its session here reads again what they handed over (none here: a restarted
+        channel's new session reads again after the commit anyway)."""
+        session = self.sessions.get(reader_id)
+        if session is not None:
+            session.handed.lost(stream, numbers)
+
     async def pause(self, reader_id: str, stream: str, upto: int, receives_out: bool) -> None:
         """Wait until a handle's receives up to ``upto`` finished (a seek goes after
         them). With receives still out (``receives_out``), a restarted channel opens

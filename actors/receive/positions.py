@@ -32,7 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from raytopic.core.protocol import Delivery, Take
+from ray.exceptions import TaskCancelledError
+
+from raytopic.core.protocol import STANDS_UNKNOWN, Delivery, Take
 
 if TYPE_CHECKING:
     from raytopic.actors.receive.ports import ReaderPort
@@ -84,6 +86,9 @@ class Positions:
         self._passed = passed
         self._places: dict[int, Place] = {}
         self._read_again: set[int] = set()  # channels a take read again at (``again``)
+        # Channels whose first take's reply Ray dropped (see _heard_back): with no
+        # place to read from, the next take there reads again after the commit.
+        self._lost_first: set[int] = set()
         self._tickets = itertools.count()
         self._heard: dict[int, int] = {}  # channel -> ticket of the latest reply heard
         self._in_flight: dict[int, set[asyncio.Future[Any]]] = {}  # takes, not fetches
@@ -92,7 +97,7 @@ class Positions:
     def request(self, channel: int, lease: ReaderLease, max_count: int, wait: float = 0.0) -> Take:
         """The take of up to ``max_count`` elements at ``channel`` under ``lease``."""
         place = self._places.get(channel)
-        again = self._again and channel not in self._read_again
+        again = (self._again and channel not in self._read_again) or channel in self._lost_first
         if place is None or place.lease != lease:
             return Take(self._reader_id, lease, max_count, wait, again=again)
         return Take(
@@ -128,7 +133,7 @@ class Positions:
         if not wait:
             in_flight.add(call)
             call.add_done_callback(in_flight.discard)
-        call.add_done_callback(lambda done: self._heard_back(channel, ticket, done))
+        call.add_done_callback(lambda done: self._heard_back(channel, ticket, done, wait))
         try:
             return await asyncio.shield(call)
         except asyncio.CancelledError:
@@ -153,9 +158,23 @@ class Positions:
         if not call.cancelled() and call.exception() is None:
             self.unhanded(call.result())
 
-    def _heard_back(self, channel: int, ticket: int, call: asyncio.Future[Any]) -> None:
-        if not call.cancelled() and call.exception() is None:
+    def _heard_back(
+        self, channel: int, ticket: int, call: asyncio.Future[Any], wait: float
+    ) -> None:
+        if call.cancelled():
+            return
+        error = call.exception()
+        if error is None:
             self._hear(channel, ticket, call.result())
+        elif isinstance(error, TaskCancelledError) and not wait:
+            # The user's ray.cancel of the receive reached this take (a child call):
+            # Ray may have dropped a reply the channel sent, after the take moved the
+            # read position there. The next take reads from where the session reads on.
+            place = self._places.get(channel)
+            if place is not None:
+                place.stands = STANDS_UNKNOWN
+            else:
+                self._lost_first.add(channel)
 
     def _hear(self, channel: int, ticket: int, delivery: Delivery) -> None:
         """A take's reply: the channel's read position and jump count are as it says,
@@ -174,6 +193,7 @@ class Positions:
             return  # older than a reply heard (a fetch ended meanwhile): void
         self._heard[channel] = ticket
         self._read_again.add(channel)
+        self._lost_first.discard(channel)
         self._places[channel] = Place(
             delivery.first, delivery.stands, delivery.jumps, delivery.origin.lease
         )
@@ -209,6 +229,22 @@ class Positions:
         back = asyncio.ensure_future(self.take(port, delivery.origin.lease, 0))
         back.add_done_callback(_no_failure)
         return back
+
+    def read_again(self, channel: int, first: int, jumps: int, lease: ReaderLease) -> None:
+        """A receive whose reply never reached its handle began at ``first`` of
+        ``channel`` (under ``jumps`` and ``lease``): the session reads on from there
+        again, if it read past it under the same jump count and lease (a seek, a reset
+        or a new owner placed the read position anew since: nothing to do), and a take
+        of nothing moves the channel's read position back at once (another session of
+        the reader may read there next)."""
+        place = self._places.get(channel)
+        if place is None or (place.jumps, place.lease) != (jumps, lease) or place.read <= first:
+            return
+        place.read = first
+        port = self._ports.get(channel)
+        if port is not None and place.stands != first:
+            back = asyncio.ensure_future(self.take(port, lease, 0))
+            back.add_done_callback(_no_failure)
 
     def to_read_again(self, channels: list[int]) -> list[int]:
         """Those of ``channels`` a session that replaces a lost one (``again``) has not

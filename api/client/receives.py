@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 
+from raytopic.client.receives_out import ReceivesOut, SentReceive
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.element_batch import ElementBatch
 from raytopic.core.errors import ReceivePassedOverError, SubscriberClosedError, TopicError
@@ -58,6 +59,7 @@ from raytopic.core.protocol import (
     ReaderSpec,
     ReadHandOverMark,
     Receive,
+    ReceivesLost,
     ResumeReceives,
     pack_request,
 )
@@ -277,7 +279,7 @@ class Receives:
         self._stream_prefix = uuid.uuid4().hex[:12]
         self._user_streams: dict[int, _ChannelReads] = {}
         self._target: int | None = None
-        self._in_flight: deque[ray.ObjectRef[Any]] = deque()
+        self._out = ReceivesOut()  # their ObjectRefs not known to have completed
         self._user_reads = False  # user receives sent since the host's last pause
         # An iteration's: a stream per channel (direct), or user-stream receives
         # through the host (``_host_refs``, with a window or a resequencer), which
@@ -361,9 +363,9 @@ class Receives:
         with self._lock:
             self._user_reads = True
             channel, stream = self._route(batch=not (single or spread))
-            call = self._next_receive(channel, stream, count, single, spread, False, view)
-            ref = self._send_receive(*call)
-            self._in_flight.append(ref)
+            actor, receive = self._next_receive(channel, stream, count, single, spread, False, view)
+            ref = self._send_receive(actor, receive)
+            self._out.sent(SentReceive(ref, channel, receive.stream, receive.number))
         return ref
 
     def _route(self, *, batch: bool) -> tuple[int, _ChannelReads]:
@@ -372,12 +374,10 @@ class Receives:
         While an earlier receive is out, the same channel (so receives complete
         in order: one session serves them in turn); otherwise the choice's.
         """
-        if self._target is not None and self._in_flight:
-            pending = list(self._in_flight)
-            _, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
-            self._in_flight = deque(waiting)
-            if waiting:
-                return self._target, self._user_streams[self._target]
+        out = self._out.any_out()
+        self._tell_cancelled()
+        if self._target is not None and out:
+            return self._target, self._user_streams[self._target]
         owned = self._ownership.owned(catch_up=False)
         target = self._choice.pick(owned, batch=batch)
         self._target = target
@@ -459,14 +459,24 @@ class Receives:
                 pass
 
     def _user_receives_out(self) -> bool:
-        """Whether a user receive has not answered yet."""
+        """Whether a user receive has not answered yet (those Ray reported cancelled
+        are told to their channels first)."""
         with self._lock:
-            pending = list(self._in_flight)
-            if not pending:
-                return False
-            _, waiting = ray.wait(pending, num_returns=len(pending), timeout=0)
-            self._in_flight = deque(waiting)
-            return bool(waiting)
+            out = self._out.any_out()
+            self._tell_cancelled()
+            return out
+
+    def _tell_cancelled(self) -> None:
+        """With the lock held: tell each channel which of the user's receives sent
+        there Ray reported cancelled (their replies may have been dropped on their
+        way: the channel's session reads again what they handed over), and wait
+        for it. A channel that cannot be told restarted (its new session reads
+        again after the commit) or is gone with the topic."""
+        for (channel, stream), numbers in self._out.take_cancelled().items():
+            actor = self._topic._channel_actors[channel]
+            lost = ReceivesLost(reader_id=self._reader, stream=stream, numbers=numbers)
+            with contextlib.suppress(TopicError):
+                _get(actor.request.remote(pack_request(lost)), self._topic)
 
     def iterate_batches(self, max_elements: int) -> Iterator[ElementBatch]:
         """Blocking iteration, a batch at a time (see ``Subscriber.iter_batches``)."""

@@ -30,6 +30,7 @@ __all__ = [
     "CHANNEL_REQUESTS",
     "PACKED_REPLIES",
     "SIBLING_REQUESTS",
+    "STANDS_UNKNOWN",
     "ChannelRequest",
     "Commit",
     "CommitThenReceive",
@@ -46,6 +47,7 @@ __all__ = [
     "READ_WAIT_MOST",
     "ReadLatest",
     "ReadResequencerStats",
+    "ReceivesLost",
     "ReadRingFigures",
     "Receive",
     "ReportPoison",
@@ -178,11 +180,20 @@ class Take(NamedTuple):
     wait: float = 0.0
     from_sequence: int | None = None
     stands: int = -1
+    """Where the session left the read position (``STANDS_UNKNOWN``: a take of its
+    own may have moved it, its reply lost: read from ``from_sequence`` wherever it
+    stands, under the same jump count)."""
     jumps: int = 0
     again: bool = False
     """The session that read here before for this reader was lost with its host
     channel (it restarted): a group reads again after its commit (what that
     session took may never have been handed over)."""
+
+
+STANDS_UNKNOWN = -2
+"""``Take.stands`` of a session whose earlier take there Ray reported cancelled after
+it was sent (a user's ``ray.cancel`` of the receive reaches its calls to the
+siblings): that take may have moved the read position, and its reply is lost."""
 
 
 class Watch(NamedTuple):
@@ -361,6 +372,15 @@ class InterruptReceives(NamedTuple):
     upto: int
 
 
+class ReceivesLost(NamedTuple):
+    """Ray reported these receives of ``stream`` cancelled after they were sent: their
+    replies may have been dropped on their way (what they handed over is read again)."""
+
+    reader_id: str
+    stream: str
+    numbers: tuple[int, ...]
+
+
 class PauseReceives(NamedTuple):
     """Answered once a handle's receives of ``stream`` up to ``upto`` finished (a seek
     goes after them)."""
@@ -408,6 +428,7 @@ ChannelRequest = (
     | ReadResequencerStats
     | ReadHandOverMark
     | InterruptReceives
+    | ReceivesLost
     | PauseReceives
     | ResumeReceives
 )
@@ -441,6 +462,7 @@ CHANNEL_REQUESTS = (
     ReadResequencerStats,
     ReadHandOverMark,
     InterruptReceives,
+    ReceivesLost,
     PauseReceives,
     ResumeReceives,
 )

@@ -12,6 +12,7 @@ from typing import Any
 from raytopic.core.errors import NotOwnerError
 from raytopic.core.payloads import encode_values
 from raytopic.core.protocol import (
+    STANDS_UNKNOWN,
     ChannelRequest,
     Chunk,
     CursorState,
@@ -59,9 +60,9 @@ def delivery(
 class FakeChannel:
     """A channel's end of a port: elements up to ``tail``, the reader's read position
     ``next`` under jump count ``jumps``; a take waits while ``release`` is clear;
-    ``refuse`` makes every call raise it; a watch whose ``known`` is the state now
-    waits while ``settle`` is clear; a take that stands at ``done``'s first position
-    reads past it (``Delivery.passed``)."""
+    ``refuse`` makes every call raise it (``drop_reply``: a take's, once it took); a
+    watch whose ``known`` is the state now waits while ``settle`` is clear; a take
+    that stands at ``done``'s first position reads past it (``Delivery.passed``)."""
 
     def __init__(self, channel: int, available: int = 2) -> None:
         self.channel = channel
@@ -76,6 +77,7 @@ class FakeChannel:
         self.settle.set()
         self.refuse: BaseException | None = None
         self.done: tuple[int, int] | None = None
+        self.drop_reply: BaseException | None = None
 
     @property
     def available(self) -> int:
@@ -100,7 +102,10 @@ class FakeChannel:
             raise self.refuse
         if isinstance(request, Take):
             await self.release.wait()
-            return self._take(request)
+            taken = self._take(request)
+            if self.drop_reply is not None:
+                raise self.drop_reply  # the take moved the read position; Ray lost its reply
+            return taken
         if isinstance(request, Watch):
             if request.known == self.state(request.reader_id):
                 await self.settle.wait()
@@ -118,9 +123,10 @@ class FakeChannel:
         return self._take(take)
 
     def _take(self, request: Take) -> Delivery:
-        if request.from_sequence is not None and (request.stands, request.jumps) == (
-            self.next,
-            self.jumps,
+        if (
+            request.from_sequence is not None
+            and request.jumps == self.jumps
+            and (request.stands in (self.next, STANDS_UNKNOWN))
         ):
             self.next = request.from_sequence
         passed = None

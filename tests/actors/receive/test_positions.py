@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+import ray
+
 from raytopic.actors.receive.ports import RemotePort
 from raytopic.actors.receive.positions import Positions
 from raytopic.core.protocol import Delivery, Lease, Take
@@ -252,5 +255,35 @@ def test_an_offer_for_a_position_the_session_read_past_is_stale() -> None:
         assert (again.first, again.count) == (offer.first, offer.count)
         session.positions.handed(again)
         assert not session.positions.reads_from(offer)
+
+    run(main)
+
+
+def test_a_take_whose_reply_a_cancel_dropped_is_read_again_from_the_sessions_place() -> None:
+    # A user's recursive ray.cancel of the receive reaches the host's take at a
+    # sibling after the sibling moved the read position: Ray drops the reply.
+    async def main() -> None:
+        session = Session(available=6)
+        first = await session.take(2)
+        session.positions.handed(first)  # the session reads on from 12
+        session.channel.drop_reply = ray.exceptions.TaskCancelledError()
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            await session.take(2)  # the sibling moved to 14; the reply is lost
+        session.channel.drop_reply = None
+        again = await session.take(2)
+        assert (again.first, again.count) == (12, 2)  # not 14: nothing is skipped
+
+    run(main)
+
+
+def test_a_first_take_whose_reply_a_cancel_dropped_reads_again_after_the_commit() -> None:
+    async def main() -> None:
+        session = Session(available=6)
+        session.channel.drop_reply = ray.exceptions.TaskCancelledError()
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            await session.take(2)  # no place here yet: the session knows no position
+        session.channel.drop_reply = None
+        await session.take(2)
+        assert [t.again for t in session.channel.sent(Take)] == [False, True]
 
     run(main)
