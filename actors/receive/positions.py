@@ -226,9 +226,7 @@ class Positions:
         port = self._ports.get(delivery.channel)
         if delivery.origin.shared or delivery.stands == delivery.first or port is None:
             return None
-        back = asyncio.ensure_future(self.take(port, delivery.origin.lease, 0))
-        back.add_done_callback(_no_failure)
-        return back
+        return self._move_back(port, delivery.origin.lease)
 
     def read_again(self, channel: int, first: int, jumps: int, lease: ReaderLease) -> None:
         """A receive whose reply never reached its handle began at ``first`` of
@@ -243,8 +241,14 @@ class Positions:
         place.read = first
         port = self._ports.get(channel)
         if port is not None and place.stands != first:
-            back = asyncio.ensure_future(self.take(port, lease, 0))
-            back.add_done_callback(_no_failure)
+            self._move_back(port, lease)
+
+    def _move_back(self, port: ReaderPort, lease: ReaderLease) -> asyncio.Future[Any]:
+        """A take of nothing at ``port``'s channel: its read position moves to where
+        the session reads on (if it still stands where the session left it)."""
+        back = asyncio.ensure_future(self.take(port, lease, 0))
+        back.add_done_callback(_no_failure)
+        return back
 
     def to_read_again(self, channels: list[int]) -> list[int]:
         """Those of ``channels`` a session that replaces a lost one (``again``) has not

@@ -374,9 +374,7 @@ class Receives:
         While an earlier receive is out, the same channel (so receives complete
         in order: one session serves them in turn); otherwise the choice's.
         """
-        out = self._out.any_out()
-        self._tell_cancelled()
-        if self._target is not None and out:
+        if self._user_receives_out() and self._target is not None:
             return self._target, self._user_streams[self._target]
         owned = self._ownership.owned(catch_up=False)
         target = self._choice.pick(owned, batch=batch)
