@@ -159,7 +159,9 @@ class ReceiveSession:
         )
         self._resequenced: ResequencedStream | None = None
         self._handover = HandOver()
-        self.handed = HandedReceives(self._positions, self.view.forget, self._poke)
+        self.handed = HandedReceives(
+            self._positions, self.view.forget, self._poke, put_back=self._put_back
+        )
         """Where recent answers began: a reply Ray dropped is read again from there."""
         if spec.resequence is not None:
             loop = asyncio.get_running_loop()
@@ -368,7 +370,9 @@ class ReceiveSession:
                 self._started[stream] = number  # running while it is still the stream's turn
                 await self._read_again_first()
                 if self._resequenced is not None and not here_only:
-                    return await self._receive_resequenced(stream, number, max_count, single)
+                    released = await self._receive_resequenced(stream, number, max_count, single)
+                    self.handed.released(stream, number, released)
+                    return ReceivedBatch([self._hand_over(item) for item in released], single)
                 batch = await self._receive(stream, number, max_count, single, spread, here_only)
                 self.handed.answered(stream, number, batch.deliveries)
                 return batch
@@ -383,7 +387,7 @@ class ReceiveSession:
 
     async def _receive_resequenced(
         self, stream: str, number: int, max_count: int, single: bool
-    ) -> ReceivedBatch:
+    ) -> list[Delivery]:
         """A receive of a resequencing subscriber: what the resequencer releases.
 
         It takes from the owned channels (as much as there is), feeds the
@@ -403,7 +407,7 @@ class ReceiveSession:
                 await asyncio.shield(self._take_back(resequenced, []))
             released = resequenced.take(1 if single else max_count)
             if released:
-                return ReceivedBatch([self._hand_over(item) for item in released], single)
+                return released
             if number <= self._interrupted.get(stream, -1):
                 break
             if resequenced.look_due(time.monotonic()):
@@ -450,7 +454,7 @@ class ReceiveSession:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), max(due - time.monotonic(), 0.0))
-        return ReceivedBatch((), single)
+        return []
 
     async def _look(self, resequenced: ResequencedStream) -> bool:
         """A held head's hold window ended: read every owned channel before it goes out
@@ -602,6 +606,14 @@ class ReceiveSession:
         last fed from there (never: nothing fed from there yet)."""
         seen = self._fed_jumps.get(delivery.channel)
         return seen is not None and seen != delivery.jumps
+
+    def _put_back(self, items: Sequence[Delivery]) -> None:
+        """Released elements whose receive's reply Ray dropped go out again first;
+        until they do, no commit passes them (their hand-over marks stay below)."""
+        assert self._resequenced is not None
+        for item in items:
+            self._handover.taken(item.channel, item.first)
+        self._resequenced.put_back(items)
 
     def _hand_over(self, item: Delivery) -> Delivery:
         """``item`` (one released element) stamped with its hand-over mark."""

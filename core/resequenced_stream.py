@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,6 +194,13 @@ class ResequencedStream:
     def ready(self) -> bool:
         """Whether released items wait to be taken."""
         return bool(self._released)
+
+    def put_back(self, items: Sequence[Any]) -> None:
+        """Items taken before whose receive never reached its caller (Ray dropped the
+        reply): released again, first, in the order they were taken."""
+        with self._lock:
+            self._released.extendleft(reversed(items))
+        self._on_ready()
 
     def take(self, count: int) -> list[Any]:
         """Take released items.

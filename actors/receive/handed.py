@@ -9,6 +9,11 @@ sees the cancel and tells the session (``ReceivesLost``), which reads again from
 the lost receive began at each channel (DESIGN 5.6: neither closing nor
 ``ray.cancel`` of a receive loses an element).
 
+A resequencing session hands over what its resequencer released, in sequence order,
+not a channel's positions in order: reading a channel again would bring numbers the
+resequencer already released, dropped as late. So the released elements of its
+recent answers are kept, and those of a lost one go out again first.
+
 A shared group's elements are left out: they are held until acknowledged, and a
 hold that times out is delivered again.
 """
@@ -30,6 +35,10 @@ KEPT = 64
 """Receives remembered per stream: a handle reports a lost receive with its next
 call, so only the last few can be reported."""
 
+RELEASED_KEPT = 8_192
+"""Released elements a resequencing session remembers per stream (at least its last
+answer's): bounds what the remembered answers keep alive."""
+
 
 class Began(NamedTuple):
     """Where one receive began reading one channel."""
@@ -40,22 +49,39 @@ class Began(NamedTuple):
     lease: ReaderLease
 
 
+class _Answer(NamedTuple):
+    """One recent answer: where it began at each channel, or what it released."""
+
+    number: int
+    began: tuple[Began, ...]
+    released: tuple[Delivery, ...]
+
+
 class HandedReceives:
-    """Per stream of receives, where each recent answer began at each channel.
+    """Per stream of receives, where each recent answer began at each channel (or,
+    for a resequencing session, what it released).
 
     Args:
         positions: The session's read positions (moved back for a lost reply).
         forget: Called with each channel read again (the session looks at it again).
         poke: Wakes the session's waiting receive (there is data again).
+        put_back: Called with the released elements of lost answers, oldest first:
+            the session hands them over again before anything else.
     """
 
     def __init__(
-        self, positions: Positions, forget: Callable[[int], None], poke: Callable[[], None]
+        self,
+        positions: Positions,
+        forget: Callable[[int], None],
+        poke: Callable[[], None],
+        put_back: Callable[[Sequence[Delivery]], None],
     ) -> None:
         self._positions = positions
         self._forget = forget
         self._poke = poke
-        self._answered: dict[str, deque[tuple[int, tuple[Began, ...]]]] = {}
+        self._put_back = put_back
+        self._answered: dict[str, deque[_Answer]] = {}
+        self._released_kept: dict[str, int] = {}  # stream -> elements its answers keep
         # Receives reported lost before they were answered (the report overtook the
         # answer): read again as soon as they answer. Dropped when a later one does.
         self._lost_early: dict[str, set[int]] = {}
@@ -68,38 +94,57 @@ class HandedReceives:
             for d in deliveries
             if d.count and not d.origin.shared
         )
+        self._remember(stream, _Answer(number, began, ()))
+
+    def released(self, stream: str, number: int, items: Sequence[Delivery]) -> None:
+        """Receive ``number`` of ``stream`` of a resequencing session answered with the
+        released ``items`` (put back at once if it was reported lost already)."""
+        self._remember(stream, _Answer(number, (), tuple(items)))
+
+    def _remember(self, stream: str, answer: _Answer) -> None:
         early = self._lost_early.get(stream)
         if early:
-            lost = number in early
-            early.difference_update([n for n in early if n <= number])
+            lost = answer.number in early
+            early.difference_update([n for n in early if n <= answer.number])
             if lost:
-                self._read_again(began)
+                self._again([answer])
                 return
-        if began:
-            self._answered.setdefault(stream, deque(maxlen=KEPT)).append((number, began))
+        if not answer.began and not answer.released:
+            return
+        answers = self._answered.setdefault(stream, deque())
+        answers.append(answer)
+        kept = self._released_kept.get(stream, 0) + len(answer.released)
+        while len(answers) > KEPT or (kept > RELEASED_KEPT and len(answers) > 1):
+            kept -= len(answers.popleft().released)
+        self._released_kept[stream] = kept
 
     def lost(self, stream: str, numbers: Sequence[int]) -> None:
         """The handle never got the replies of these receives of ``stream``: the
         session reads again from where they began (those not answered yet, when they
         answer)."""
         answered = self._answered.get(stream, deque())
-        by_number = {number: began for number, began in answered}
-        again: list[Began] = []
-        for number in numbers:
-            began = by_number.pop(number, None)
-            if began is not None:
-                again.extend(began)
-            elif not answered or number > answered[-1][0]:
+        lost = set(numbers)
+        again = [answer for answer in answered if answer.number in lost]
+        newest = answered[-1].number if answered else None
+        for number in lost.difference(answer.number for answer in again):
+            if newest is None or number > newest:
                 self._lost_early.setdefault(stream, set()).add(number)
-        if len(by_number) < len(answered):
-            self._answered[stream] = deque(by_number.items(), maxlen=KEPT)
-        self._read_again(again)
+        if again:
+            self._answered[stream] = deque(a for a in answered if a.number not in lost)
+            self._released_kept[stream] = sum(len(a.released) for a in self._answered[stream])
+        self._again(again)
 
-    def _read_again(self, began: Iterable[Began]) -> None:
+    def _again(self, answers: Iterable[_Answer]) -> None:
+        """Read again where ``answers`` began, and put back what they released."""
         looked = False
-        for channel, first, jumps, lease in began:
-            self._positions.read_again(channel, first, jumps, lease)
-            self._forget(channel)
-            looked = True
+        released: list[Delivery] = []
+        for answer in answers:
+            released.extend(answer.released)
+            for channel, first, jumps, lease in answer.began:
+                self._positions.read_again(channel, first, jumps, lease)
+                self._forget(channel)
+                looked = True
+        if released:
+            self._put_back(released)
         if looked:
             self._poke()

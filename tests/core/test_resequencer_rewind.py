@@ -235,3 +235,25 @@ def test_what_a_first_release_skipped_and_the_top_of_a_long_gap_are_waited_for_a
     assert log.take() == []  # its gap's top numbers are
     resequencer.flush()
     assert resequencer.stats.gaps - gaps == GAP_REOPENED
+
+
+def test_items_put_back_go_out_first_and_a_rewind_takes_them_back_too() -> None:
+    # Items whose receive's reply Ray dropped go out again before anything released
+    # later; they are released and not taken again, so a rewind of their source
+    # takes them back (they come again from the read, in order).
+    ready: list[int] = []
+    stream = ResequencedStream(
+        Resequence(seq=lambda v: v, timeout_ms=60_000, start=0),
+        "s",
+        on_ready=lambda: ready.append(1),
+        origin=lambda item: item,
+    )
+    stream.feed([(0, ("a", 0)), (1, ("b", 0)), (2, ("a", 1)), (3, ("b", 1))])
+    lost = stream.take(2)
+    assert lost == [("a", 0), ("b", 0)]
+    ready.clear()
+    stream.put_back(lost)
+    assert ready and stream.take(3) == [("a", 0), ("b", 0), ("a", 1)]
+    stream.put_back([("a", 1)])
+    assert sorted(stream.rewind("a", 1)) == [("a", 1)]
+    assert stream.take(10) == [("b", 1)]
