@@ -96,8 +96,15 @@ METRICS_PORT = _free_port()
 # Ray reports metrics to the exporter every 10 s by default: a test would wait. Every
 # process of the cluster reports at this pace (each actor, the agent that exports
 # them): at 500 ms an idle cluster of 2 topics (6 actors) used 9.6 CPU-s a minute,
-# at 10 s 6.1; 1 s keeps a metrics test's wait short at about half that cost.
-os.environ.setdefault("RAY_metrics_report_interval_ms", "1000")
+# at 10 s 6.1. 2 s is a channel's own pace (ChannelMetrics' REFRESH_INTERVAL: its
+# figures change no faster than that); at 1 s the head's agent took in every
+# process's report twice as often.
+os.environ.setdefault("RAY_metrics_report_interval_ms", "2000")
+# The same agent reads every worker process's CPU and memory (psutil) every 5 s for
+# Ray's dashboard, which no test runs (test_metrics reads raytopic's series only):
+# here a minute apart. With both, the agent used 11-20% less CPU (about 0.45 CPU-s a
+# minute) while a test file ran.
+os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
 
 
 class _SessionCluster:

@@ -159,12 +159,12 @@ def test_compactions_and_the_bytes_they_reclaimed_reach_prometheus(
     _eventually(counted)
 
 
-@pytest.mark.slow  # waits 10 s, five times Ray's hold on a gauge nobody sets again
+@pytest.mark.slow  # waits 9 s: past two refreshes and Ray's hold on a gauge (4 s)
 def test_a_stuck_groups_lag_stays_exported(
     make_topic: Callable[..., rt.Topic], metrics_url: str
 ) -> None:
     # Ray (2.60, OpenTelemetry) exports a gauge's value for two report intervals
-    # after it was last set (2 s in this session), so a channel that set its gauges
+    # after it was last set (4 s in this session), so a channel that set its gauges
     # only on change lost the series of a group whose lag stopped changing: a stuck
     # group had no series to alert on (before, at a 0.5 s interval: gone for good 3 s
     # after the last publish). A channel sets them at every refresh: the series comes back.
