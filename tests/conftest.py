@@ -107,6 +107,26 @@ os.environ.setdefault("RAY_metrics_report_interval_ms", "2000")
 os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
 
 
+_STARTED = b"Ray runtime started."
+"""What ``ray start`` logs once the head's node registered (its raylet serves)."""
+
+
+def _serving_cluster() -> _SessionCluster:
+    """A session head that serves. One that failed to start (a raylet that timed
+    out registering under a heavy load) is stopped and started once more."""
+    for attempt in range(2):
+        cluster = _SessionCluster()
+        try:
+            cluster.wait_serving()
+        except RuntimeError:
+            cluster.stop()
+            if attempt:
+                raise
+        else:
+            return cluster
+    raise AssertionError("unreachable")
+
+
 class _SessionCluster:
     """This test run's own Ray head: ``ray start --head --block`` on loopback, with
     its files in a temp dir of its own (its sessions, and the
@@ -137,23 +157,29 @@ class _SessionCluster:
             stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: teardown stops exactly it
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},  # _STARTED reaches the log at once
         )
         self._tidier = LogTidier(self.logs)  # see tests/session_logs.py
         self._tidier.start()
 
     def wait_serving(self, timeout: float = 240.0) -> None:
-        """Until its GCS takes connections (then ``ray.init`` joins at once).
+        """Until ``ray start`` says the head runs and its GCS takes connections (then
+        ``ray.init`` joins at once).
 
-        A head that exits fails at once; the deadline only ends a hang, with the
-        head's log, before pytest-timeout's 300 s would end the first test without
-        it. A session whose bytecode cache starts empty (below) compiles Ray's
-        modules first: under a full run's load (a nested session of
+        The GCS takes connections before the head's raylet registered: under a load of
+        ~50 a raylet that timed out registering left a head whose GCS answered and
+        whose every test then failed. ``ray start`` logs _STARTED only once the
+        node registered. A head that exits fails at once; the deadline only ends a
+        hang, with the head's log, before pytest-timeout's 300 s would end the first
+        test without it. A session whose bytecode cache starts empty (below) compiles
+        Ray's modules first: under a full run's load (a nested session of
         test_session_cleanup) that took more than a minute."""
         host, port = self.address.split(":")
         deadline = time.monotonic() + timeout
         while True:
-            with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 1):
-                return
+            if _STARTED in self.log.read_bytes():
+                with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 1):
+                    return
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"ray start failed:\n{self.log.read_text()}")
             time.sleep(0.05)
@@ -186,8 +212,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or os.environ.get("RAY_ADDRESS"):
         return
     if getattr(config.option, "numprocesses", None):
-        cluster = _SessionCluster()
-        cluster.wait_serving()
+        cluster = _serving_cluster()
         os.environ[_SHARED_CLUSTER] = f"{cluster.address}|{METRICS_PORT}"
         os.environ[_CLUSTER_LOGS] = str(cluster.logs)
         config._raytopic_cluster = cluster  # type: ignore[attr-defined]
@@ -229,10 +254,9 @@ def ray_cluster() -> Iterator[str]:
     if address:
         yield address
         return
-    cluster = _SessionCluster()
+    cluster = _serving_cluster()
     os.environ[_CLUSTER_LOGS] = str(cluster.logs)
-    try:  # a head that never served, or that ray.init failed to join, is stopped too
-        cluster.wait_serving()
+    try:  # a head that ray.init failed to join is stopped too
         _join(cluster.address)
         yield cluster.address
     finally:
