@@ -88,7 +88,7 @@ class ReceiveRequests:
     @serves(ReceivesLost, Admit.NOW)
     async def lost(self, request: ReceivesLost) -> None:
         """A handle never got these receives' replies (see SessionHost.lost)."""
-        self._host.lost(request.reader_id, request.stream, request.numbers)
+        await self._host.lost(request.reader_id, request.stream, request.numbers)
 
     @serves(PauseReceives)
     async def pause(self, request: PauseReceives) -> None:

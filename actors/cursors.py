@@ -72,6 +72,10 @@ class Cursor:
         poison: A poison element the cursor stops before (see
             ``raytopic.actors.poison``); not kept by a store (a restarted
             channel finds it again).
+        unseen: ``(position, jumps)``: a reply that carried ``position`` never
+            reached its reader's user (see ``Take.unseen``); under that jump
+            count, commits stop below it until a take serves it again. Not kept
+            by a store (a restarted channel's sessions read again after the commit).
     """
 
     next: int
@@ -85,6 +89,7 @@ class Cursor:
     unread: list[tuple[int, int]] = field(default_factory=list)
     done: DoneRanges = field(default_factory=DoneRanges)
     poison: PoisonMark | None = None
+    unseen: tuple[int, int] | None = None
 
     @classmethod
     def starting_at(cls, next_sequence: int) -> Cursor:
@@ -137,6 +142,26 @@ class Cursor:
         self.next = next_sequence
         if last > self.delivered_high:
             self.delivered_high = last
+        self._served_again(next_sequence)
+
+    def hold_commits_below(self, sequence: int) -> None:
+        """A reply that carried ``sequence`` never reached the user (``Take.unseen``):
+        commits stop below it until a take serves it again."""
+        held = self.unseen
+        if held is None or held[1] != self.jumps or sequence < held[0]:
+            self.unseen = (sequence, self.jumps)
+
+    def commit_bound(self, bound: int | None) -> int | None:
+        """``bound`` lowered below an element a lost reply carried (see ``unseen``)."""
+        held = self.unseen
+        if held is None or held[1] != self.jumps:
+            return bound
+        return held[0] - 1 if bound is None else min(bound, held[0] - 1)
+
+    def _served_again(self, next_sequence: int) -> None:
+        """The read position moved past what a lost reply carried: it was served again."""
+        if self.unseen is not None and next_sequence > self.unseen[0]:
+            self.unseen = None
 
     def commit(
         self, sequence: int, tail: int, jumps: int | None = None, bound: int | None = None
@@ -152,7 +177,7 @@ class Cursor:
             self.reset_floor <= sequence <= self.delivered_high
         ):
             return CommitStatus.REJECTED
-        sequence = bounded(sequence, bound)
+        sequence = bounded(sequence, self.commit_bound(bound))
         if sequence <= self.committed and self.has_commit:
             return CommitStatus.ALREADY_COMMITTED
         if sequence <= self.committed:
@@ -359,6 +384,7 @@ class Cursor:
             self.rewind(sequence)
         else:
             self.next = sequence
+            self._served_again(sequence)
 
     def poison_ahead(self) -> PoisonMark | None:
         """The poison mark at or after the read position (None: none, or a jump

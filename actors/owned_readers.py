@@ -233,6 +233,8 @@ class OwnedReaders:
             and (take.stands in (cursor.next, STANDS_UNKNOWN))
         ):
             cursor.read_from(take.from_sequence)
+            if take.unseen:
+                cursor.hold_commits_below(take.from_sequence)
 
     async def _until_data(
         self, reader: Reader, cursor: Cursor, lease: ReaderLease, wait: float
@@ -458,6 +460,8 @@ class OwnedReaders:
         no further than ``bound`` (see ``Cursor.commit``). The result names the
         position committed."""
         cursor = self._owned_cursor(reader, lease)
+        if cursor is not None:
+            bound = cursor.commit_bound(bound)  # (what a lost reply carried: see Take.unseen)
         status = (
             CommitStatus.NOT_OWNER
             if cursor is None

@@ -10,6 +10,7 @@ starts from the latest one even if its handle lags behind.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -198,13 +199,17 @@ class SessionHost:
         with contextlib.suppress(SubscriberClosedError):
             self.session(reader_id, None).interrupt(stream, upto)
 
-    def lost(self, reader_id: str, stream: str, numbers: tuple[int, ...]) -> None:
+    async def lost(self, reader_id: str, stream: str, numbers: tuple[int, ...]) -> None:
         """Ray reported these receives of the reader cancelled after they were sent:
         its session here reads again what they handed over (none here: a restarted
-        channel's new session reads again after the commit anyway)."""
+        channel's new session reads again after the commit anyway). Answered once the
+        channels' read positions moved back, so that a commit the handle sends next
+        stops below what the lost replies carried (``Take.unseen``)."""
         session = self.sessions.get(reader_id)
         if session is not None:
-            session.handed.lost(stream, numbers)
+            moves = session.handed.lost(stream, numbers)
+            if moves:  # (a move that failed leaves the position where it stands)
+                await asyncio.gather(*moves, return_exceptions=True)
 
     async def pause(self, reader_id: str, stream: str, upto: int, receives_out: bool) -> None:
         """Wait until a handle's receives up to ``upto`` finished (a seek goes after

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from raytopic.core.commit_guards import before_commit
 from raytopic.core.config import check_items
 from raytopic.core.errors import GroupModeError, InvalidTypeError
 from raytopic.core.records import Element, _resolve
@@ -97,6 +98,7 @@ class ElementBatch(list[Element]):
         if carrier is not None and len(last) == 1 and not self._handed_upto():
             # One channel's batch from an iteration: the commit may carry its next receive.
             ((channel, element),) = last.items()
+            before_commit(element._origin.reader)
             ref = carrier.commit_carrying(element._commit_request(None), channel)
             if ref is not None:
                 result = _resolve(ref)

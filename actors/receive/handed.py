@@ -20,9 +20,10 @@ hold that times out is delivered again.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from raytopic.core.protocol import Delivery, ReaderLease
 
@@ -118,10 +119,15 @@ class HandedReceives:
             kept -= len(answers.popleft().released)
         self._released_kept[stream] = kept
 
-    def lost(self, stream: str, numbers: Sequence[int]) -> None:
+    def lost(self, stream: str, numbers: Sequence[int]) -> list[asyncio.Future[Any]]:
         """The handle never got the replies of these receives of ``stream``: the
         session reads again from where they began (those not answered yet, when they
-        answer)."""
+        answer).
+
+        Returns:
+            The takes that move the channels' read positions back and stop their
+            commits below what the lost replies carried (the handle's commit waits).
+        """
         answered = self._answered.get(stream, deque())
         lost = set(numbers)
         again = [answer for answer in answered if answer.number in lost]
@@ -132,19 +138,23 @@ class HandedReceives:
         if again:
             self._answered[stream] = deque(a for a in answered if a.number not in lost)
             self._released_kept[stream] = sum(len(a.released) for a in self._answered[stream])
-        self._again(again)
+        return self._again(again)
 
-    def _again(self, answers: Iterable[_Answer]) -> None:
+    def _again(self, answers: Iterable[_Answer]) -> list[asyncio.Future[Any]]:
         """Read again where ``answers`` began, and put back what they released."""
         looked = False
         released: list[Delivery] = []
+        moves: list[asyncio.Future[Any]] = []
         for answer in answers:
             released.extend(answer.released)
             for channel, first, jumps, lease in answer.began:
-                self._positions.read_again(channel, first, jumps, lease)
+                move = self._positions.read_again(channel, first, jumps, lease)
+                if move is not None:
+                    moves.append(move)
                 self._forget(channel)
                 looked = True
         if released:
             self._put_back(released)
         if looked:
             self._poke()
+        return moves

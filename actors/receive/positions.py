@@ -94,8 +94,17 @@ class Positions:
         self._in_flight: dict[int, set[asyncio.Future[Any]]] = {}  # takes, not fetches
         self._ports: dict[int, ReaderPort] = {}  # where each channel was read
 
-    def request(self, channel: int, lease: ReaderLease, max_count: int, wait: float = 0.0) -> Take:
-        """The take of up to ``max_count`` elements at ``channel`` under ``lease``."""
+    def request(
+        self,
+        channel: int,
+        lease: ReaderLease,
+        max_count: int,
+        wait: float = 0.0,
+        *,
+        unseen: bool = False,
+    ) -> Take:
+        """The take of up to ``max_count`` elements at ``channel`` under ``lease``
+        (``unseen``: see ``Take.unseen``)."""
         place = self._places.get(channel)
         again = (self._again and channel not in self._read_again) or channel in self._lost_first
         if place is None or place.lease != lease:
@@ -109,10 +118,17 @@ class Positions:
             place.stands,
             place.jumps,
             again,
+            unseen,
         )
 
     async def take(
-        self, port: ReaderPort, lease: ReaderLease, max_count: int, wait: float = 0.0
+        self,
+        port: ReaderPort,
+        lease: ReaderLease,
+        max_count: int,
+        wait: float = 0.0,
+        *,
+        unseen: bool = False,
     ) -> Delivery:
         """Take at ``port``'s channel; what the reply says is heard even if the caller
         is cancelled meanwhile (nothing of it is then handed over). A take waits
@@ -124,7 +140,7 @@ class Positions:
         while in_flight and not wait:
             await asyncio.wait(list(in_flight))
         ticket = next(self._tickets)
-        request = self.request(channel, lease, max_count, wait)
+        request = self.request(channel, lease, max_count, wait, unseen=unseen)
         if port.in_process and not wait:  # the common path: no task, nothing to shield
             delivery = await port.take(request)
             self._hear(channel, ticket, delivery)
@@ -228,25 +244,29 @@ class Positions:
             return None
         return self._move_back(port, delivery.origin.lease)
 
-    def read_again(self, channel: int, first: int, jumps: int, lease: ReaderLease) -> None:
+    def read_again(
+        self, channel: int, first: int, jumps: int, lease: ReaderLease
+    ) -> asyncio.Future[Any] | None:
         """A receive whose reply never reached its handle began at ``first`` of
         ``channel`` (under ``jumps`` and ``lease``): the session reads on from there
         again, if it read past it under the same jump count and lease (a seek, a reset
         or a new owner placed the read position anew since: nothing to do), and a take
         of nothing moves the channel's read position back at once (another session of
-        the reader may read there next)."""
+        the reader may read there next) and stops its commits below ``first`` until
+        it is served again (``Take.unseen``). Returns that take (None: none)."""
         place = self._places.get(channel)
         if place is None or (place.jumps, place.lease) != (jumps, lease) or place.read <= first:
-            return
+            return None
         place.read = first
         port = self._ports.get(channel)
-        if port is not None and place.stands != first:
-            self._move_back(port, lease)
+        return None if port is None else self._move_back(port, lease, unseen=True)
 
-    def _move_back(self, port: ReaderPort, lease: ReaderLease) -> asyncio.Future[Any]:
+    def _move_back(
+        self, port: ReaderPort, lease: ReaderLease, *, unseen: bool = False
+    ) -> asyncio.Future[Any]:
         """A take of nothing at ``port``'s channel: its read position moves to where
         the session reads on (if it still stands where the session left it)."""
-        back = asyncio.ensure_future(self.take(port, lease, 0))
+        back = asyncio.ensure_future(self.take(port, lease, 0, unseen=unseen))
         back.add_done_callback(_no_failure)
         return back
 

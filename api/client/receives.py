@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import ray
 
 from raytopic.client.receives_out import ReceivesOut, SentReceive
+from raytopic.core.commit_guards import guard_commits
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.element_batch import ElementBatch
 from raytopic.core.errors import ReceivePassedOverError, SubscriberClosedError, TopicError
@@ -290,6 +291,7 @@ class Receives:
         self._buffer: deque[Element] = deque()  # elements an iteration left over
         self.weak = weakref.ref(self)
         """This, weakly (what a batch an iteration handed out knows of it)."""
+        guard_commits(reader_id, self.tell_lost_receives)
         # Not at exit: Ray may be shut down by then, and reports nothing more.
         weakref.finalize(self, _let_go, self._reads, self._host_refs).atexit = False
 
@@ -455,6 +457,12 @@ class Receives:
         if self._user_reads and (not self._complete_on_empty or self._user_receives_out()):
             with self.paused():
                 pass
+
+    def tell_lost_receives(self) -> None:
+        """Before a commit of this reader sent from this process: tell the channels of
+        the user's receives Ray reported cancelled (see ``commit_guards``)."""
+        if not self._stopped:
+            self._user_receives_out()
 
     def _user_receives_out(self) -> bool:
         """Whether a user receive has not answered yet (those Ray reported cancelled

@@ -188,6 +188,10 @@ class Take(NamedTuple):
     """The session that read here before for this reader was lost with its host
     channel (it restarted): a group reads again after its commit (what that
     session took may never have been handed over)."""
+    unseen: bool = False
+    """``from_sequence`` went out in a reply that never reached the reader's user (Ray
+    dropped it under a ``ray.cancel``): the cursor's commits stop below it until a
+    take serves it again (a cumulative commit of a later element must not pass it)."""
 
 
 STANDS_UNKNOWN = -2

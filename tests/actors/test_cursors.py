@@ -718,3 +718,29 @@ def test_reads_before_a_seek_do_not_stand_though_a_stop_follows() -> None:
     assert not cursor.read_stands(before, 4)
     cursor.redeliver()  # any later jump voids the stop's mark too
     assert not cursor.read_stands(before, 4)
+
+
+def test_a_commit_stops_below_what_a_lost_reply_carried_until_it_is_served_again() -> None:
+    # Take.unseen: the reply that carried position 5 never reached the user (Ray
+    # dropped it under a ray.cancel); a commit of a later element must not pass it.
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(6, 7)
+    cursor.read_from(5)
+    cursor.hold_commits_below(5)
+    assert cursor.commit_bound(None) == 4 and cursor.commit_bound(2) == 2
+    assert cursor.commit(6, tail=9) is CommitStatus.COMMITTED
+    assert cursor.committed == 4
+    cursor.delivered(5, 6)  # served again
+    assert cursor.unseen is None
+    assert cursor.commit(6, tail=9) is CommitStatus.COMMITTED and cursor.committed == 6
+
+
+def test_what_a_lost_reply_carried_holds_no_commit_after_a_jump_or_a_read_past_it() -> None:
+    cursor = Cursor.starting_at(0)
+    cursor.delivered(3, 4)
+    cursor.hold_commits_below(2)
+    cursor.redeliver()  # a new owner, a seek: positions read before are void
+    assert cursor.commit_bound(None) is None
+    cursor.hold_commits_below(cursor.committed + 1)
+    cursor.read_from(3)  # the session moves over what a fetch's offer handed over
+    assert cursor.unseen is None
