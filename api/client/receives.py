@@ -60,7 +60,6 @@ from raytopic.core.protocol import (
     ReaderSpec,
     ReadHandOverMark,
     Receive,
-    ReceivesLost,
     ResumeReceives,
     pack_request,
 )
@@ -469,20 +468,8 @@ class Receives:
         are told to their channels first)."""
         with self._lock:
             out = self._out.any_out()
-            self._tell_cancelled()
+            self._out.tell_cancelled(self._topic, self._reader)
             return out
-
-    def _tell_cancelled(self) -> None:
-        """With the lock held: tell each channel which of the user's receives sent
-        there Ray reported cancelled (their replies may have been dropped on their
-        way: the channel's session reads again what they handed over), and wait
-        for it. A channel that cannot be told restarted (its new session reads
-        again after the commit) or is gone with the topic."""
-        for (channel, stream), numbers in self._out.take_cancelled().items():
-            actor = self._topic._channel_actors[channel]
-            lost = ReceivesLost(reader_id=self._reader, stream=stream, numbers=numbers)
-            with contextlib.suppress(TopicError):
-                _get(actor.request.remote(pack_request(lost)), self._topic)
 
     def iterate_batches(self, max_elements: int) -> Iterator[ElementBatch]:
         """Blocking iteration, a batch at a time (see ``Subscriber.iter_batches``)."""

@@ -13,11 +13,19 @@ it changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import ray
 from ray.core.generated.common_pb2 import ErrorType  # type: ignore[attr-defined]
+
+from raytopic.core.destroyed import topic_calls
+from raytopic.core.errors import TopicError
+from raytopic.core.protocol import ReceivesLost, pack_request
+
+if TYPE_CHECKING:
+    from raytopic.client.topic import Topic
 
 __all__ = ["ReceivesOut", "SentReceive"]
 
@@ -48,7 +56,7 @@ class ReceivesOut:
 
     def any_out(self) -> bool:
         """Whether any receive has not completed; those that completed cancelled are
-        kept for :meth:`take_cancelled`."""
+        kept for :meth:`tell_cancelled`."""
         if not self._out:
             return False
         refs = [receive.ref for receive in self._out]
@@ -62,11 +70,18 @@ class ReceivesOut:
             self._out = deque(receive for receive in self._out if receive.ref not in done)
         return bool(self._out)
 
-    def take_cancelled(self) -> dict[tuple[int, str], tuple[int, ...]]:
-        """Per (channel, stream), the numbers of the receives found cancelled since
-        the last call."""
+    def tell_cancelled(self, topic: Topic, reader_id: str) -> None:
+        """Tell each channel which of the receives sent there were found cancelled
+        since the last call (their replies may have been dropped on their way: the
+        channel's session reads again what they handed over), and wait for it. A
+        channel that cannot be told restarted (its new session reads again after
+        the commit) or is gone with the topic."""
         cancelled, self._cancelled = self._cancelled, {}
-        return {key: tuple(numbers) for key, numbers in cancelled.items()}
+        for (channel, stream), numbers in cancelled.items():
+            actor = topic._channel_actors[channel]
+            lost = ReceivesLost(reader_id=reader_id, stream=stream, numbers=tuple(numbers))
+            with contextlib.suppress(TopicError), topic_calls(topic.topic_id, topic.name):
+                ray.get(actor.request.remote(pack_request(lost)))
 
 
 def _cancelled(ref: ray.ObjectRef[Any]) -> bool:
