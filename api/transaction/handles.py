@@ -34,6 +34,7 @@ from raytopic.actors.transactions import send
 from raytopic.client.batch_parts import check_keyed, encode_part, parts_of, route, routed_keys
 from raytopic.client.topic import Topic
 from raytopic.client.transaction_inputs import give_back
+from raytopic.core.commit_guards import before_commit
 from raytopic.core.config import (
     check_instance,
     check_items,
@@ -502,6 +503,8 @@ class Transaction:
                 f"transaction {self.key} aborted: {self._doomed}", self._doomed
             )
         self._state = "committing"
+        for reader in sorted({reader for _, reader in self._commits}):
+            before_commit(reader)  # (a lost reply's elements: see commit_guards)
         parts = self._parts()
         if not parts:
             self._state = "committed"
