@@ -127,6 +127,28 @@ def _serving_cluster() -> _SessionCluster:
     raise AssertionError("unreachable")
 
 
+_DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("the test run that started this head is gone")
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def _dying_with_this_process() -> list[str]:
+    """A command's prefix that makes Linux kill it (SIGKILL) when this process dies.
+
+    For the session head: Ray's own processes share the fate of ``ray start --block``
+    (it starts them so). A run killed before its teardown (a hung teardown, a second
+    Ctrl-C) left its head running, with the actors of the tests it was in and their
+    work, beside the next runs: the head is in a session of its own (see
+    ``_SessionCluster``), which the signals that stopped the run never reach."""
+    if sys.platform != "linux":
+        return []
+    return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid())]
+
+
 class _SessionCluster:
     """This test run's own Ray head: ``ray start --head --block`` on loopback, with
     its files in a temp dir of its own (its sessions, and the
@@ -143,6 +165,7 @@ class _SessionCluster:
         ray_cli = str(Path(sys.executable).with_name("ray"))
         self.process = subprocess.Popen(
             [
+                *_dying_with_this_process(),
                 ray_cli,
                 "start",
                 "--head",
