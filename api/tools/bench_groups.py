@@ -23,8 +23,9 @@ from raytopic.tools.bench_throughput import _publish_loop
 
 __all__ = ["GROUP_TARGET", "group_throughput", "reassignment_time"]
 
-GROUP_TARGET = at_least(1.5)
-"""Two members committing per batch, against Queue's batch mode (which commits nothing)."""
+GROUP_TARGET = at_least(1.0)
+"""Two members committing per batch, against Queue's batch mode (which commits nothing):
+issue 49 item 4 asks >= 1.0x on 2 cores."""
 
 
 @ray.remote(num_cpus=0)
