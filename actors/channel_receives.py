@@ -17,6 +17,7 @@ from raytopic.actors.channel_state import Keep
 from raytopic.core.protocol import (
     InterruptReceives,
     PauseReceives,
+    ReadCommitFloors,
     ReadGroupMarks,
     ReadHandOverMark,
     ReadResequencerStats,
@@ -74,6 +75,11 @@ class ReceiveRequests:
     async def hand_over_mark(self, request: ReadHandOverMark) -> int | None:
         """See :meth:`SessionHost.hand_over_mark`."""
         return self._host.hand_over_mark(request.reader_id, request.channel, request.sequence)
+
+    @serves(ReadCommitFloors, Admit.NOW)
+    async def commit_floors(self, request: ReadCommitFloors) -> dict[int, int]:
+        """See :meth:`SessionHost.commit_floors`."""
+        return self._host.commit_floors(request.reader_id)
 
     @serves(ReadResequencerStats, Admit.NOW)
     async def resequencer_stats(self, request: ReadResequencerStats) -> Any:

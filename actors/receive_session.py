@@ -341,6 +341,11 @@ class ReceiveSession:
         session handed it over (None: not among those it remembers)."""
         return self._handover.mark_of(channel, sequence)
 
+    def commit_floors(self) -> dict[int, int]:
+        """Per channel, how far a commit may go while an element a dropped reply
+        carried waits to go out again (see :meth:`HandOver.floors`)."""
+        return self._handover.floors()
+
     @property
     def resequencer_stats(self) -> ResequencerStats | None:
         """With ``resequence``: released, gaps, late and held counts; else None."""
@@ -612,7 +617,7 @@ class ReceiveSession:
         until they do, no commit passes them (their hand-over marks stay below)."""
         assert self._resequenced is not None
         for item in items:
-            self._handover.taken(item.channel, item.first)
+            self._handover.put_back(item.channel, item.first)
         self._resequenced.put_back(items)
 
     def _hand_over(self, item: Delivery) -> Delivery:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from raytopic.core.commit_guards import before_commit
+from raytopic.core.commit_guards import before_commit, lowered
 from raytopic.core.config import MAX_CHANNELS, MAX_COUNT, shown
 from raytopic.core.errors import (
     GroupModeError,
@@ -345,7 +345,7 @@ class Element:
         from raytopic.core.protocol import pack_request  # (the protocol imports this)
 
         origin = self._origin
-        before_commit(origin.reader)
+        bound = lowered(bound, before_commit(origin.reader), self.channel)
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, self.channel)
         return actor.request.remote(pack_request(self._commit_request(bound)))
 

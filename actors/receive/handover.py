@@ -54,6 +54,9 @@ class HandOver:
         self._channels: dict[int, _Waiting] = {}
         self._marks: OrderedDict[tuple[int, int], int] = OrderedDict()
         self._top: dict[int, int] = {}  # channel -> the highest mark handed out there
+        # channel -> positions put back (Ray dropped the reply that handed them over)
+        # and not handed over again: see floors().
+        self._put_back: dict[int, Counter[int]] = {}
 
     def taken(self, channel: int, sequence: int) -> None:
         """The session took ``sequence`` of ``channel`` (it goes into the resequencer)."""
@@ -65,9 +68,34 @@ class HandOver:
         waiting.counts[sequence] += 1
         waiting.highest = max(waiting.highest, sequence)
 
+    def put_back(self, channel: int, sequence: int) -> None:
+        """``sequence`` of ``channel`` was handed over in a reply Ray dropped: it waits
+        again, and the marks stamped since it was first handed over claim it (see
+        :meth:`floors`)."""
+        self.taken(channel, sequence)
+        self._put_back.setdefault(channel, Counter())[sequence] += 1
+
+    def floors(self) -> dict[int, int]:
+        """Per channel where an element put back waits, the highest position a commit
+        may reach now. The marks on elements handed over after it first went out say
+        it was handed over (an element's mark is a fact about what came before it,
+        but the user never saw what a dropped reply carried), so a commit of such an
+        element goes no further than this until it is handed over again."""
+        floors = {}
+        for channel, positions in self._put_back.items():
+            lowest = self._channels[channel].lowest()
+            if positions and lowest is not None:
+                floors[channel] = lowest - 1
+        return floors
+
     def dropped(self, channel: int, sequence: int) -> None:
         """``sequence`` will never be handed over (the resequencer dropped it as late):
         it holds no commit back."""
+        put_back = self._put_back.get(channel)
+        if put_back and put_back[sequence]:
+            put_back[sequence] -= 1
+            if not put_back[sequence]:
+                del put_back[sequence]
         waiting = self._channels.get(channel)
         if waiting is None or not waiting.counts[sequence]:
             return

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 
-from raytopic.core.commit_guards import before_commit
+from raytopic.core.commit_guards import before_commit, lowered
 from raytopic.core.config import check_datetime
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import InvalidTypeError, NotOwnerError, TopicError
@@ -200,7 +200,7 @@ class ReaderCursors:
         actor = self._topic._channel_actors[channel]
         lease = self._role.lease(channel, refresh=True)
         check_topic(self._topic.topic_id, self._topic.name, actor)  # Ray's ref would say ActorDied
-        before_commit(self._reader_id)  # (a lost reply's elements: see commit_guards)
+        floors = before_commit(self._reader_id)  # (a lost reply's elements: see commit_guards)
         bound = None
         if self._receives.resequencing:
             # Its commit goes no further than the element's hand-over mark (see
@@ -208,6 +208,7 @@ class ReaderCursors:
             bound = self._receives.hand_over_mark(channel, position.sequence)
             if bound is None:  # not an element the session handed over (lately)
                 return ray.put(CommitResult(channel, position, CommitStatus.REJECTED))
+            bound = lowered(bound, floors, channel)
         commit = Commit(
             reader_id=self._reader_id, sequence=position.sequence, lease=lease, bound=bound
         )

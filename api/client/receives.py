@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import ray
 
 from raytopic.client.receives_out import ReceivesOut, SentReceive
-from raytopic.core.commit_guards import guard_commits
+from raytopic.core.commit_guards import Floors, guard_commits
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.element_batch import ElementBatch
 from raytopic.core.errors import ReceivePassedOverError, SubscriberClosedError, TopicError
@@ -279,7 +279,8 @@ class Receives:
         self._stream_prefix = uuid.uuid4().hex[:12]
         self._user_streams: dict[int, _ChannelReads] = {}
         self._target: int | None = None
-        self._out = ReceivesOut()  # their ObjectRefs not known to have completed
+        # Their ObjectRefs not known to have completed.
+        self._out = ReceivesOut(resequencing=self._resequencing)
         self._user_reads = False  # user receives sent since the host's last pause
         # An iteration's: a stream per channel (direct), or user-stream receives
         # through the host (``_host_refs``, with a window or a resequencer), which
@@ -457,11 +458,15 @@ class Receives:
             with self.paused():
                 pass
 
-    def tell_lost_receives(self) -> None:
+    def tell_lost_receives(self) -> Floors:
         """Before a commit of this reader sent from this process: tell the channels of
-        the user's receives Ray reported cancelled (see ``commit_guards``)."""
-        if not self._stopped:
-            self._user_receives_out()
+        the user's receives Ray reported cancelled; returns how far the commit may go
+        (see ``commit_guards``)."""
+        if self._stopped:
+            return None
+        self._user_receives_out()
+        with self._lock:
+            return self._out.commit_floors(self._topic, self._reader)
 
     def _user_receives_out(self) -> bool:
         """Whether a user receive has not answered yet (those Ray reported cancelled

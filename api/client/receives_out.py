@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import ray
 from ray.core.generated.common_pb2 import ErrorType  # type: ignore[attr-defined]
 
+from raytopic.core.commit_guards import Floors
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import TopicError
-from raytopic.core.protocol import ReceivesLost, pack_request
+from raytopic.core.protocol import ReadCommitFloors, ReceivesLost, pack_request
 
 if TYPE_CHECKING:
     from raytopic.client.topic import Topic
@@ -46,9 +47,13 @@ class ReceivesOut:
     """The user's receives not known to have completed, and the cancelled ones
     not told yet. Not thread-safe: the subscriber's receive lock guards it."""
 
-    def __init__(self) -> None:
+    def __init__(self, resequencing: bool) -> None:
         self._out: deque[SentReceive] = deque()
         self._cancelled: dict[tuple[int, str], list[int]] = {}
+        self._resequencing = resequencing
+        # The channels whose resequencing session was told of a cancelled receive and
+        # may still hold what its reply carried (see commit_floors).
+        self._holding: set[int] = set()
 
     def sent(self, receive: SentReceive) -> None:
         """The user got the ObjectRef of ``receive``."""
@@ -82,6 +87,25 @@ class ReceivesOut:
             lost = ReceivesLost(reader_id=reader_id, stream=stream, numbers=tuple(numbers))
             with contextlib.suppress(TopicError), topic_calls(topic.topic_id, topic.name):
                 ray.get(actor.request.remote(pack_request(lost)))
+        if self._resequencing:
+            self._holding.update(channel for channel, _ in cancelled)
+
+    def commit_floors(self, topic: Topic, reader_id: str) -> Floors:
+        """How far a commit of the reader may go per channel while the resequencing
+        sessions told of cancelled receives hold what their replies carried, to hand
+        it over again (see ``commit_guards``): one call to each such session's
+        channel, until it holds nothing."""
+        floors: dict[int, int] = {}
+        for host in sorted(self._holding):
+            actor = topic._channel_actors[host]
+            held: dict[int, int] = {}
+            with contextlib.suppress(TopicError), topic_calls(topic.topic_id, topic.name):
+                held = ray.get(actor.request.remote(pack_request(ReadCommitFloors(reader_id))))
+            if not held:  # (a restarted channel's new session holds nothing)
+                self._holding.discard(host)
+            for channel, floor in held.items():
+                floors[channel] = min(floor, floors.get(channel, floor))
+        return floors or None
 
 
 def _cancelled(ref: ray.ObjectRef[Any]) -> bool:

@@ -503,8 +503,7 @@ class Transaction:
                 f"transaction {self.key} aborted: {self._doomed}", self._doomed
             )
         self._state = "committing"
-        for reader in sorted({reader for _, reader in self._commits}):
-            before_commit(reader)  # (a lost reply's elements: see commit_guards)
+        self._guard_commits()
         parts = self._parts()
         if not parts:
             self._state = "committed"
@@ -574,6 +573,16 @@ class Transaction:
             self._doomed = "it timed out before it committed"
         if self._state != "open":
             raise InvalidArgumentError(f"transaction {self.key} is {self._state}")
+
+    def _guard_commits(self) -> None:
+        """Run each consumed reader's commit guard (a lost reply's elements: see
+        ``commit_guards``); a resequencing reader's commits go no further than it says."""
+        for reader in sorted({reader for _, reader in self._commits}):
+            floors = before_commit(reader)
+            for (at, of), commit in list(self._commits.items()):
+                if floors and of == reader and at.channel in floors:
+                    sequence = bounded(commit.sequence, floors[at.channel])
+                    self._commits[at, of] = dataclasses.replace(commit, sequence=sequence)
 
     def _commits_at(self, at: Address) -> tuple[ConsumedCommit, ...]:
         commits = []

@@ -44,6 +44,7 @@ __all__ = [
     "ReadNewest",
     "ReadRange",
     "ReadHandOverMark",
+    "ReadCommitFloors",
     "READ_WAIT_MOST",
     "ReadLatest",
     "ReadResequencerStats",
@@ -368,6 +369,14 @@ class ReadHandOverMark(NamedTuple):
     sequence: int
 
 
+class ReadCommitFloors(NamedTuple):
+    """Per channel, how far a commit of the reader may go while an element Ray's
+    dropped reply carried waits in its resequencing session here to go out again
+    (empty: none waits; see ``HandOver.floors``)."""
+
+    reader_id: str
+
+
 class InterruptReceives(NamedTuple):
     """A handle abandons its receives of ``stream`` up to ``upto``."""
 
@@ -431,6 +440,7 @@ ChannelRequest = (
     | ReadNewest
     | ReadResequencerStats
     | ReadHandOverMark
+    | ReadCommitFloors
     | InterruptReceives
     | ReceivesLost
     | PauseReceives
@@ -465,6 +475,7 @@ CHANNEL_REQUESTS = (
     ReadNewest,
     ReadResequencerStats,
     ReadHandOverMark,
+    ReadCommitFloors,
     InterruptReceives,
     ReceivesLost,
     PauseReceives,

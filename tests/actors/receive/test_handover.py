@@ -127,3 +127,33 @@ def test_commits_past_says_whether_a_commit_of_an_element_handed_over_moves_the_
     assert not handover.commits_past(0, 2)  # committed up to the top already
     handover.rewound(0, 1)  # sent back: what was handed from 1 on comes again
     assert handover.commits_past(0, -1) and not handover.commits_past(0, 0)
+
+
+def test_an_element_put_back_floors_commits_below_it_until_it_is_handed_over_again() -> None:
+    # Ray dropped the reply that handed 10 over: the marks stamped on 11 and 12 since
+    # (12) claim it, so commits go no further than 9 until it goes out again.
+    handover = HandOver()
+    for sequence in range(10, 13):
+        handover.taken(0, sequence)
+    assert [handover.handed(0, sequence) for sequence in (10, 11, 12)] == [10, 11, 12]
+    assert handover.floors() == {}
+    handover.put_back(0, 10)
+    assert handover.floors() == {0: 9}
+    assert handover.handed(0, 10) == 12  # out again: its new mark, and no floor
+    assert handover.floors() == {}
+
+
+def test_floors_are_per_channel_and_an_element_put_back_then_sent_back_holds_none() -> None:
+    handover = HandOver()
+    for channel in (0, 1):
+        for sequence in range(3):
+            handover.taken(channel, sequence)
+            handover.handed(channel, sequence)
+    handover.put_back(0, 1)
+    handover.put_back(1, 0)
+    handover.put_back(1, 2)
+    assert handover.floors() == {0: 0, 1: -1}
+    handover.handed(1, 0)
+    assert handover.floors() == {0: 0, 1: 1}
+    handover.dropped(0, 1)  # a seek took it back (it comes again from the read)
+    assert handover.floors() == {1: 1}
