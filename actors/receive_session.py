@@ -158,7 +158,9 @@ class ReceiveSession:
             poke=self._poke,
         )
         self._resequenced: ResequencedStream | None = None
-        self._handover = HandOver()
+        self.handover = HandOver()
+        """What a resequencing session took and has not handed over: each element's
+        hand-over mark, and how far commits may go (its marks and floors)."""
         self.handed = HandedReceives(
             self._positions, self.view.forget, self._poke, put_back=self._put_back
         )
@@ -169,7 +171,7 @@ class ReceiveSession:
                 spec.resequence,
                 spec.reader_id[:8],
                 on_ready=lambda: loop.call_soon_threadsafe(self._poke),
-                on_late=lambda item: self._handover.late(item.channel, item.first),
+                on_late=lambda item: self.handover.late(item.channel, item.first),
                 origin=lambda item: (item.channel, item.first),
             )
         self._fed_jumps: dict[int, int] = {}  # channel -> jump count of what was fed last
@@ -335,16 +337,6 @@ class ReceiveSession:
         self._drop_offer()
         self._waits.close()
         self._poke()
-
-    def hand_over_mark(self, channel: int, sequence: int) -> int | None:
-        """The mark stamped on the element at ``sequence`` of ``channel`` when this
-        session handed it over (None: not among those it remembers)."""
-        return self._handover.mark_of(channel, sequence)
-
-    def commit_floors(self) -> dict[int, int]:
-        """Per channel, how far a commit may go while an element a dropped reply
-        carried waits to go out again (see :meth:`HandOver.floors`)."""
-        return self._handover.floors()
 
     @property
     def resequencer_stats(self) -> ResequencerStats | None:
@@ -520,7 +512,7 @@ class ReceiveSession:
         window: it moves the commit of a channel with elements received, not committed
         (a commit goes no further than its element's hand-over mark)."""
         return any(
-            state.unacked > 0 and self._handover.commits_past(channel, state.committed)
+            state.unacked > 0 and self.handover.commits_past(channel, state.committed)
             for channel, state in self.view.known.items()
             if self.view.owns(channel)
         )
@@ -564,7 +556,7 @@ class ReceiveSession:
             self._fed_jumps[delivery.channel] = delivery.jumps
         pairs = [pair for delivery in deliveries for pair in delivery.one_by_one()]
         for _, item in pairs:
-            self._handover.taken(item.channel, item.first)
+            self.handover.taken(item.channel, item.first)
         resequenced.feed(pairs)
 
     async def _take_back(
@@ -594,8 +586,8 @@ class ReceiveSession:
         for delivery in [*deliveries, *(d for d in looks if isinstance(d, Delivery))]:
             if self._jumped(delivery):
                 for item in resequenced.rewind(delivery.channel, delivery.first):
-                    self._handover.dropped(item.channel, item.first)
-                self._handover.rewound(delivery.channel, delivery.first)
+                    self.handover.dropped(item.channel, item.first)
+                self.handover.rewound(delivery.channel, delivery.first)
             self._fed_jumps[delivery.channel] = delivery.jumps
         self._feed(resequenced, deliveries)
 
@@ -617,12 +609,12 @@ class ReceiveSession:
         until they do, no commit passes them (their hand-over marks stay below)."""
         assert self._resequenced is not None
         for item in items:
-            self._handover.put_back(item.channel, item.first)
+            self.handover.put_back(item.channel, item.first)
         self._resequenced.put_back(items)
 
     def _hand_over(self, item: Delivery) -> Delivery:
         """``item`` (one released element) stamped with its hand-over mark."""
-        mark = self._handover.handed(item.channel, item.first)
+        mark = self.handover.handed(item.channel, item.first)
         return dataclasses.replace(item, origin=dataclasses.replace(item.origin, handed_upto=mark))
 
     async def _receive(

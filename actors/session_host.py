@@ -232,13 +232,13 @@ class SessionHost:
         """The hand-over mark of a resequenced element the reader's session here
         handed over (None: no session, or it does not know the element)."""
         session = self.sessions.get(reader_id)
-        return None if session is None else session.hand_over_mark(channel, sequence)
+        return None if session is None else session.handover.mark_of(channel, sequence)
 
     def commit_floors(self, reader_id: str) -> dict[int, int]:
         """Per channel, how far a commit of the reader may go while its session here
         waits to hand over again what a dropped reply carried (empty: no session)."""
         session = self.sessions.get(reader_id)
-        return {} if session is None else session.commit_floors()
+        return {} if session is None else session.handover.floors()
 
     def resequencer_stats(self, reader_id: str) -> Any:
         """The resequencer counts of the reader's session here (None: none)."""
