@@ -151,10 +151,14 @@ class Cursor:
         if held is None or held[1] != self.jumps or sequence < held[0]:
             self.unseen = (sequence, self.jumps)
 
-    def commit_bound(self, bound: int | None) -> int | None:
-        """``bound`` lowered below an element a lost reply carried (see ``unseen``)."""
+    def commit_bound(self, bound: int | None, jumps: int | None = None) -> int | None:
+        """``bound`` lowered below an element a lost reply carried (see ``unseen``), for
+        a commit of what was read under ``jumps`` (None: now). A hold under an older
+        count still bounds a commit of that read: a transaction's consumed commit is
+        applied after it decided, and its member may have closed meanwhile (the
+        cursor jumped) and the lost element not been served again yet."""
         held = self.unseen
-        if held is None or held[1] != self.jumps:
+        if held is None or held[1] != (self.jumps if jumps is None else jumps):
             return bound
         return held[0] - 1 if bound is None else min(bound, held[0] - 1)
 
@@ -177,7 +181,7 @@ class Cursor:
             self.reset_floor <= sequence <= self.delivered_high
         ):
             return CommitStatus.REJECTED
-        sequence = bounded(sequence, self.commit_bound(bound))
+        sequence = bounded(sequence, self.commit_bound(bound, jumps))
         if sequence <= self.committed and self.has_commit:
             return CommitStatus.ALREADY_COMMITTED
         if sequence <= self.committed:
@@ -209,14 +213,24 @@ class Cursor:
             self._moved()
         return CommitStatus.COMMITTED
 
-    def consumed(self, sequence: int, tail: int, done: Iterable[tuple[int, int]]) -> CommitStatus:
-        """A transaction's consumed commit (``ConsumedCommit``): commit ``sequence`` (a
-        bare position: ownership was checked when it prepared) and mark ``done`` the
-        ranges above it the transaction consumed too (a resequencing member's commit
-        stops below an element not handed over yet): they are not delivered again, and
-        the commit moves over them once contiguous. Nothing is done if the commit is
-        REJECTED."""
-        status = self.commit(sequence, tail)
+    def consumed(
+        self,
+        sequence: int,
+        tail: int,
+        done: Iterable[tuple[int, int]],
+        jumps: int | None = None,
+    ) -> CommitStatus:
+        """A transaction's consumed commit (``ConsumedCommit``): commit ``sequence``, a
+        bare position read under ``jumps`` (None: now; ownership was checked when it
+        prepared), and mark ``done`` the positions the transaction consumed above where
+        the commit stops: they are not delivered again, and the commit moves over them
+        once contiguous. A commit stops below an element its member has not handed
+        over (a resequencing member's hand-over mark, applied by its holder) or whose
+        reply Ray dropped (``unseen``): that one is delivered again, not what the
+        transaction consumed. The read position moves past the commit (a member that
+        took the channel since read nothing: it waited for this). Nothing is done if
+        the commit is REJECTED."""
+        status = self.commit(sequence, tail, bound=self.commit_bound(None, jumps))
         if status is CommitStatus.REJECTED:
             return status
         # After a group reset, what was read before it is read again: done only up to
@@ -226,6 +240,7 @@ class Cursor:
             self.done.add(max(first, self.committed + 1), min(last, high), firm=True)
         if self.done and self.done.ranges[0][0] <= self.committed + 1:
             self._moved()
+        self.read_past_commit()
         return status
 
     def over_gaps(self, first_at: Callable[[int], int]) -> bool:

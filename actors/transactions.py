@@ -431,7 +431,7 @@ class TransactionParticipant:
             if cursor is None:
                 continue
             kept = len(cursor.done.ranges)
-            cursor.consumed(commit.sequence, tail, commit.done)
+            cursor.consumed(commit.sequence, tail, commit.done, commit.jumps)
             if kept <= DONE_RANGES_KEPT < len(cursor.done.ranges):
                 logger.warning(
                     "channel %d: group %r keeps %d runs of done positions, past the %d "
@@ -443,8 +443,6 @@ class TransactionParticipant:
                     len(cursor.done.ranges),
                     DONE_RANGES_KEPT,
                 )
-            if cursor.next <= commit.sequence:  # a new owner read nothing meanwhile
-                cursor.next = commit.sequence + 1
             self._state.touch("groups", commit.group)
             self._context.metrics.committed()
             moved = True

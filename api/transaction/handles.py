@@ -299,9 +299,11 @@ class Transaction:
         # Consumed commits by channel and reader (a group): two groups of one topic
         # consumed in one transaction commit each its own positions.
         self._commits: dict[tuple[Address, Any], ConsumedCommit] = {}
-        # A resequencing member's positions it consumed, per channel: those above the
-        # commit there (it stops at the hand-over mark) are made done with it.
-        self._resequenced: dict[tuple[Address, Any], set[int]] = {}
+        # The positions it consumed, per channel and reader: those above where the
+        # commit stops there are made done with it (a resequencing member's commit
+        # stops at its hand-over mark, and a channel's below what a reply Ray dropped
+        # carried: see Cursor.consumed).
+        self._consumed: dict[tuple[Address, Any], set[int]] = {}
         self._state = "open"
         self._doomed: str | None = None  # why it can only abort now
 
@@ -457,10 +459,9 @@ class Transaction:
             )
             self._incarnation.consumed_from.add(origin.reader)
             mark = origin.handed_upto
-            if mark is not None:
-                if reader_at not in marks or mark > marks[reader_at]:
-                    marks[reader_at] = mark
-                self._resequenced.setdefault(reader_at, set()).add(element.sequence)
+            if mark is not None and (reader_at not in marks or mark > marks[reader_at]):
+                marks[reader_at] = mark
+            self._consumed.setdefault(reader_at, set()).add(element.sequence)
             held = latest.get(reader_at)
             if held is None or element.sequence >= held.sequence:
                 latest[reader_at] = ConsumedCommit(
@@ -589,7 +590,7 @@ class Transaction:
         for (address, reader), commit in sorted(self._commits.items()):
             if address != at:
                 continue
-            commits.append(commit.with_done(self._resequenced.get((address, reader), ())))
+            commits.append(commit.with_done(self._consumed.get((address, reader), ())))
         return tuple(commits)
 
     def _parts(self) -> list[TransactionPart]:

@@ -57,12 +57,13 @@ class ConsumedCommit:
     reset or change of owner since the elements were read). The holder names
     the member's reader; the channel fills in its group.
 
-    ``done``: the ``(first, last)`` ranges of positions above ``sequence`` the
-    transaction consumed too. A resequencing member's commit stops below an element
-    not handed over yet (``Element.commit``), so what it consumed above that is
-    marked done instead (never delivered to the group again; the commit moves over
-    it once contiguous): an abort or a restart, sending the member back to its
-    commit, does not give it those elements again."""
+    ``done``: the ``(first, last)`` ranges of positions the transaction consumed.
+    A commit can stop below ``sequence``: a resequencing member's below an element
+    not handed over yet (``Element.commit``), and a channel's below an element a
+    reply Ray dropped carried (``Take.unseen``). What the transaction consumed above
+    where it stops is marked done instead (never delivered to the group again; the
+    commit moves over it once contiguous): an abort or a restart, sending the member
+    back to its commit, does not give it those elements again."""
 
     reader_id: str
     sequence: int
@@ -72,10 +73,9 @@ class ConsumedCommit:
     done: tuple[tuple[int, int], ...] = ()
 
     def with_done(self, consumed: Iterable[int]) -> ConsumedCommit:
-        """This commit with the positions of ``consumed`` above its sequence as its
-        :attr:`done` runs (itself when none is above)."""
-        above = sorted(position for position in consumed if position > self.sequence)
-        return replace(self, done=_runs_of(above)) if above else self
+        """This commit with the positions it ``consumed`` as its :attr:`done` runs (the
+        channel makes done those above where its commit stops: see ``done``)."""
+        return replace(self, done=_runs_of(sorted(consumed)))
 
     def to_state(self) -> list[Any]:
         lease = [self.lease.reader_id, self.lease.generation]

@@ -735,6 +735,29 @@ def test_a_commit_stops_below_what_a_lost_reply_carried_until_it_is_served_again
     assert cursor.commit(6, tail=9) is CommitStatus.COMMITTED and cursor.committed == 6
 
 
+def test_a_consumed_commit_applied_after_its_member_left_stops_below_a_lost_reply() -> None:
+    # A transaction decides, then its channels apply it: its member, which read 3..4
+    # and lost the reply that carried 3 (Ray dropped it under a ray.cancel), closed
+    # meanwhile, and the cursor jumped back to the commit. The consumed commit of 4,
+    # read before the jump, still stops below 3 (delivered again), and 4, which the
+    # transaction consumed, is done. Before, the jump voided the hold: the commit
+    # passed 3, and the next member read on after it (1 of 40 values lost under load).
+    cursor = Cursor.starting_at(0)
+    assert cursor.commit(2, tail=9) is CommitStatus.COMMITTED
+    cursor.delivered(4, 5)
+    read = cursor.jumps
+    cursor.read_from(3)
+    cursor.hold_commits_below(3)
+    cursor.grant(None)  # the member closed
+    cursor.consumed(4, tail=9, done=((4, 4),), jumps=read)
+    assert (cursor.committed, cursor.next, cursor.done) == (2, 3, [(4, 4)])
+    assert cursor.commit_bound(None) is None  # a commit of a later read: no hold
+    cursor.grant(Lease("next", 1))  # the next member gets 3, never 4
+    cursor.delivered(3, 4)
+    assert cursor.skip_done() is None and cursor.next == 5
+    assert cursor.commit(3, tail=9) is CommitStatus.COMMITTED and cursor.committed == 4
+
+
 def test_what_a_lost_reply_carried_holds_no_commit_after_a_jump_or_a_read_past_it() -> None:
     cursor = Cursor.starting_at(0)
     cursor.delivered(3, 4)
