@@ -69,6 +69,7 @@ from raytopic.actors.channel_receives import ReceiveRequests
 from raytopic.actors.channel_recovery import ChannelRecovery
 from raytopic.actors.channel_transactions import TransactionRequests
 from raytopic.actors.channel_upkeep import ChannelUpkeep
+from raytopic.actors.direct_offers import OfferInbox, OfferOutbox
 from raytopic.actors.stored_topic import StoredTopic
 from raytopic.actors.stream_steps import RayStreamPeers, StreamSteps
 from raytopic.actors.transaction_lead import RayPeers
@@ -146,14 +147,20 @@ class ChannelActor:
             config, channel, ChannelMetrics(config.name, channel)
         )
         restarted = was_restarted()
+        node_id = _node_id
+        # Fetches' replies written straight to their host's process (direct_offers).
+        self._offers_in, self._offers_out = OfferInbox(node_id), OfferOutbox(node_id)
         self._parts = parts = ChannelParts.build(
-            context, restarted=restarted, find_siblings=_sibling_finder(context)
+            context,
+            restarted=restarted,
+            find_siblings=_sibling_finder(context),
+            offers=self._offers_in,
         )
         self._upkeep = ChannelUpkeep(parts)
         self._recovery = ChannelRecovery(
             context,
             parts.log,
-            node_id=lambda: ray.get_runtime_context().get_node_id(),
+            node_id=node_id,
             restarted=restarted,
             announce=_coordinator_port(context),
         )
@@ -266,6 +273,7 @@ class ChannelActor:
                 reply = await call_handler(handler, request, payload)
             if isinstance(request, PUBLISHING_REQUESTS):
                 await self._context.answer_woken_first()
+            self._offers_out.offer(request, reply)  # a fetch's reply, to its host directly too
             return reply
         finally:
             self._upkeep.tend()
@@ -311,6 +319,8 @@ class ChannelActor:
         """Stop the channel's background work (see :meth:`ChannelUpkeep.close`). The
         actor answers calls afterwards, with no background work."""
         await self._upkeep.close()
+        self._offers_in.close()
+        self._offers_out.close()
 
     # -- the store through the topic's life ------------------------------------------
 
@@ -403,3 +413,8 @@ def _sibling_finder(context: ChannelContext) -> Callable[[], list[Any]]:
         ]
 
     return find
+
+
+def _node_id() -> str:
+    """The Ray node this channel runs on."""
+    return ray.get_runtime_context().get_node_id()

@@ -20,6 +20,7 @@ from raytopic.actors.channel_state import SECTIONS, ChannelState, Keep
 from raytopic.actors.compactor import Compactor, NoCompaction, compactor_of
 from raytopic.actors.cursors import Cursor
 from raytopic.actors.dead_letters import DeadLetters
+from raytopic.actors.direct_offers import OfferInbox
 from raytopic.actors.owned_readers import GROUPS_FORMAT
 from raytopic.actors.publisher_table import PUBLISHERS_FORMAT, PublisherTable
 from raytopic.actors.readers import READERS_FORMAT, Readers
@@ -63,6 +64,7 @@ class ChannelParts:
         *,
         restarted: bool,
         find_siblings: Callable[[], list[Any]] = list,
+        offers: OfferInbox | None = None,
     ) -> ChannelParts:
         """The parts of a new (or restarted) channel, empty until recovered or seeded.
 
@@ -71,6 +73,7 @@ class ChannelParts:
             restarted: The channel's process restarted.
             find_siblings: The topic's channel actors, found by name (see
                 :class:`SessionHost`).
+            offers: The host's end of the direct offers (see :class:`SessionHost`).
         """
         log = ChannelLog(context)
         state = ChannelState(context, lambda: log.next_sequence, log.release)
@@ -86,6 +89,7 @@ class ChannelParts:
             lambda take: readers.take_now(take),
             restarted=restarted,
             find_siblings=find_siblings,
+            offers=offers,
         )
         readers = Readers(context, log, state, host.views, host.reader_closed)
         owned, shared = readers.owned, readers.shared

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytopic.actors.channel_context import ChannelContext
 from raytopic.actors.reader_parts import Reader
@@ -29,6 +29,9 @@ from raytopic.core.protocol import (
     Take,
     pack_request,
 )
+
+if TYPE_CHECKING:
+    from raytopic.actors.direct_offers import OfferInbox
 
 __all__ = ["SessionHost"]
 
@@ -50,6 +53,9 @@ class SessionHost:
             by name: a restarted channel links them when it opens its first
             session (the coordinator's ``AttachChannels`` came to an earlier
             incarnation).
+        offers: Where siblings on this node write their replies to fetches
+            straight to this process (see ``raytopic.actors.direct_offers``); None:
+            Ray's replies alone.
     """
 
     def __init__(
@@ -62,8 +68,10 @@ class SessionHost:
         *,
         restarted: bool,
         find_siblings: Callable[[], list[Any]] = list,
+        offers: OfferInbox | None = None,
     ) -> None:
         self._context = context
+        self._offers = offers
         self._lookup = lookup
         self._local_take = local_take
         self._local_state = local_state
@@ -114,7 +122,9 @@ class SessionHost:
                     other, self._local_take, self._local_state, self._local_take_now
                 )
             else:
-                self.ports[other] = RemotePort(other, make_caller(handle, self.sibling_calls))
+                self.ports[other] = RemotePort(
+                    other, make_caller(handle, self.sibling_calls), self._offers
+                )
 
     @property
     def linked(self) -> bool:

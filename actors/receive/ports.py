@@ -13,12 +13,14 @@ port has nothing to undo.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from raytopic.core.protocol import ChannelRequest, CursorState, Delivery, Take, Watch, unpack_small
 
 if TYPE_CHECKING:
+    from raytopic.actors.direct_offers import OfferInbox
     from raytopic.core.protocol import ReaderLease
 
 __all__ = ["WATCH_TIMEOUT", "Caller", "LocalPort", "ReaderPort", "RemotePort"]
@@ -104,24 +106,47 @@ class LocalPort:
 class RemotePort:
     """A sibling channel, by actor call (its replies come packed: ``SIBLING_REQUESTS``).
 
+    A fetch's reply may come straight from the sibling's process too, ahead of Ray's
+    (``offers``: see ``raytopic.actors.direct_offers``): both carry the same offer,
+    which moves nothing at the channel, so the first heard is the fetch's reply and
+    the other is dropped.
+
     Args:
         channel: The sibling channel.
         call: Sends a request to the sibling and awaits its reply.
+        offers: The host's end of the direct offers (None: Ray's replies alone).
     """
 
-    __slots__ = ("_call", "channel")
+    __slots__ = ("_call", "_offers", "channel")
 
     in_process = False
 
-    def __init__(self, channel: int, call: Caller) -> None:
+    def __init__(self, channel: int, call: Caller, offers: OfferInbox | None = None) -> None:
         self.channel = channel
         self._call = call
+        self._offers = offers
 
     def state_in_place(self, reader_id: str, lease: ReaderLease) -> None:
         return None
 
     async def take(self, take: Take) -> Delivery:
-        return unpack_small(await self._call(take))
+        opened = self._offers.open() if take.wait and self._offers is not None else None
+        if opened is None:
+            return unpack_small(await self._call(take))
+        line, offered = opened
+        call = asyncio.ensure_future(self._call(take._replace(direct=line)))
+        try:
+            await asyncio.wait((call, offered), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+        finally:
+            self._offers.close_line(line)
+        if offered.done():  # Ray's reply (or its error) is no longer heard
+            call.add_done_callback(_unheard)
+            return unpack_small(offered.result())
+        offered.cancel()
+        return unpack_small(call.result())
 
     def take_now(self, take: Take) -> None:
         return None
@@ -131,3 +156,10 @@ class RemotePort:
     ) -> CursorState:
         watch = Watch(reader_id=reader_id, lease=lease, known=known, timeout=WATCH_TIMEOUT)
         return unpack_small(await self._call(watch))
+
+
+def _unheard(call: asyncio.Future[Any]) -> None:
+    """Ray's reply to a fetch heard by its direct offer: read, so no error is logged
+    as never retrieved (a cancel or a lost sibling after it answered)."""
+    if not call.cancelled():
+        call.exception()

@@ -34,6 +34,7 @@ __all__ = [
     "ChannelRequest",
     "Commit",
     "CommitThenReceive",
+    "DirectLine",
     "ExtendHold",
     "FirstAfter",
     "InterruptReceives",
@@ -193,6 +194,20 @@ class Take(NamedTuple):
     """``from_sequence`` went out in a reply that never reached the reader's user (Ray
     dropped it under a ``ray.cancel``): the cursor's commits stop below it until a
     take serves it again (a cumulative commit of a later element must not pass it)."""
+    direct: DirectLine | None = None
+    """A fetch's: where the channel also writes its reply straight to the session's
+    host process, if it runs on the same node (see ``raytopic.actors.direct_offers``)."""
+
+
+class DirectLine(NamedTuple):
+    """A host's line for one fetch's offer (see ``raytopic.actors.direct_offers``)."""
+
+    node_id: str
+    """The Ray node the host runs on: a channel on another node replies by Ray alone."""
+    address: str
+    """The host process's socket (a Linux abstract Unix socket name)."""
+    token: bytes
+    """This fetch's token: the host reads only an offer for a token it is waiting on."""
 
 
 STANDS_UNKNOWN = -2
