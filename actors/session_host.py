@@ -307,10 +307,19 @@ class SessionHost:
 
 
 def _remote_caller(handle: Any, in_flight: set[Any]) -> Caller:
-    """A sibling's caller; each call is in ``in_flight`` until it is answered."""
+    """A sibling's caller; each call is in ``in_flight`` until it is answered.
+
+    A fetch that names a direct line runs once (no Ray retry on a restarted
+    sibling): its offer may have been heard from the sibling that died, and the
+    session read on past it; run again, it would place the reader's read position
+    back where that offer began (``Take.from_sequence``), and the session's next
+    take there would read those elements again. Failed instead, the fetch is
+    looked at again by the session, as any failed fetch."""
+    once = handle.request.options(max_task_retries=0)
 
     async def call(request: ChannelRequest) -> Any:
-        ref = handle.request.remote(pack_request(request))
+        direct = isinstance(request, Take) and request.direct is not None
+        ref = (once if direct else handle.request).remote(pack_request(request))
         in_flight.add(ref)
         try:
             return await ref
