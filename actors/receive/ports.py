@@ -130,8 +130,9 @@ class RemotePort:
         return None
 
     async def take(self, take: Take) -> Delivery:
-        opened = self._offers.open() if take.wait and self._offers is not None else None
-        if opened is None:
+        offers = self._offers
+        opened = offers.open() if take.wait and offers is not None else None
+        if offers is None or opened is None:
             return unpack_small(await self._call(take))
         line, offered = opened
         call = asyncio.ensure_future(self._call(take._replace(direct=line)))
@@ -141,7 +142,7 @@ class RemotePort:
             call.cancel()
             raise
         finally:
-            self._offers.close_line(line)
+            offers.close_line(line)
         if offered.done():  # Ray's reply (or its error) is no longer heard
             call.add_done_callback(_unheard)
             return unpack_small(offered.result())
