@@ -273,8 +273,8 @@ class ChannelActor:
                 reply = await call_handler(handler, request, payload)
             if isinstance(request, PUBLISHING_REQUESTS):
                 await self._context.answer_woken_first()
-            self._offers_out.offer(request, reply)  # a fetch's reply, to its host directly too
-            return reply
+            # A fetch's reply goes to its host directly too (then Ray's is a note of it).
+            return await self._offers_out.reply(request, reply)
         finally:
             self._upkeep.tend()
 

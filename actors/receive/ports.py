@@ -17,7 +17,15 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from raytopic.core.protocol import ChannelRequest, CursorState, Delivery, Take, Watch, unpack_small
+from raytopic.core.protocol import (
+    ChannelRequest,
+    CursorState,
+    Delivery,
+    OfferSent,
+    Take,
+    Watch,
+    unpack_small,
+)
 
 if TYPE_CHECKING:
     from raytopic.actors.direct_offers import OfferInbox
@@ -106,10 +114,11 @@ class LocalPort:
 class RemotePort:
     """A sibling channel, by actor call (its replies come packed: ``SIBLING_REQUESTS``).
 
-    A fetch's reply may come straight from the sibling's process too, ahead of Ray's
-    (``offers``: see ``raytopic.actors.direct_offers``): both carry the same offer,
-    which moves nothing at the channel, so the first heard is the fetch's reply and
-    the other is dropped.
+    A fetch's reply may come straight from the sibling's process too (``offers``: see
+    ``raytopic.actors.direct_offers``); Ray's reply then carries either the same offer
+    (the first heard is the fetch's reply, the other is dropped) or a note that the
+    offer went whole on a line (the fetch waits for it there, and fails if that line
+    breaks first).
 
     Args:
         channel: The sibling channel.
@@ -138,16 +147,19 @@ class RemotePort:
         call = asyncio.ensure_future(self._call(take._replace(direct=line)))
         try:
             await asyncio.wait((call, offered), return_when=asyncio.FIRST_COMPLETED)
+            if offered.done():  # Ray's reply (or its error) is no longer heard
+                call.add_done_callback(_unheard)
+                return unpack_small(offered.result())
+            reply = call.result()  # (a failed fetch raises here)
+            if isinstance(reply, OfferSent):  # the offer is on its way on that line
+                return unpack_small(await offers.sent(line, offered, reply))
+            offered.cancel()
+            return unpack_small(reply)
         except asyncio.CancelledError:
             call.cancel()
             raise
         finally:
             offers.close_line(line)
-        if offered.done():  # Ray's reply (or its error) is no longer heard
-            call.add_done_callback(_unheard)
-            return unpack_small(offered.result())
-        offered.cancel()
-        return unpack_small(call.result())
 
     def take_now(self, take: Take) -> None:
         return None

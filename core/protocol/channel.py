@@ -39,6 +39,7 @@ __all__ = [
     "FirstAfter",
     "InterruptReceives",
     "Nack",
+    "OfferSent",
     "ReadCursor",
     "ReadMany",
     "ReadOne",
@@ -208,6 +209,15 @@ class DirectLine(NamedTuple):
     """The host process's socket (a Linux abstract Unix socket name)."""
     token: bytes
     """This fetch's token: the host reads only an offer for a token it is waiting on."""
+
+
+class OfferSent(NamedTuple):
+    """A sibling's Ray reply to a fetch whose offer it wrote whole to the host's line
+    (see ``raytopic.actors.direct_offers``): the offer is on its way there, unless
+    that line breaks first (the fetch then fails and is looked at again)."""
+
+    line: bytes
+    """The line the offer went on (the id the sibling sent first on it)."""
 
 
 STANDS_UNKNOWN = -2

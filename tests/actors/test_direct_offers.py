@@ -1,15 +1,26 @@
 """Direct offers over a real local socket (no Ray): a sibling's port hears a fetch's
 offer from the sibling's process ahead of the Ray reply, the Ray reply when no offer
-comes (another node, no line yet), and nothing for a token it is not waiting on."""
+comes (another node, no line yet), nothing for a token it is not waiting on, the
+offer a note names, and a failed fetch (nothing heard) when the note's line broke."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import socket
 
-from raytopic.actors.direct_offers import FRAME, LARGEST_OFFER, OfferInbox, OfferOutbox
+import pytest
+
+from raytopic.actors.direct_offers import (
+    FRAME,
+    LARGEST_OFFER,
+    LINE_ID,
+    OfferInbox,
+    OfferLost,
+    OfferOutbox,
+)
 from raytopic.actors.receive.ports import RemotePort
-from raytopic.core.protocol import ChannelRequest, DirectLine, Take, Watch, pack_small
+from raytopic.core.protocol import ChannelRequest, DirectLine, OfferSent, Take, Watch, pack_small
 
 from tests.actors.receive.fake_channels import FakeChannel, run, turns
 
@@ -29,7 +40,7 @@ async def _connected(outbox: OfferOutbox, inbox: OfferInbox) -> None:
     line, offered = inbox.open()
     inbox.close_line(line)
     stray = FETCH._replace(direct=line._replace(token=secrets.token_bytes(16)))
-    while not outbox.offer(stray, b"not a pickle: read by no one"):
+    while outbox.offer(stray, b"not a pickle: read by no one") is None:
         await asyncio.sleep(0.01)
     assert not offered.done()
 
@@ -48,7 +59,7 @@ class _Sibling:
 
     async def __call__(self, request: ChannelRequest) -> object:
         reply = pack_small(await self.channel(request))
-        self.offered.append(self.outbox.offer(request, reply))
+        self.offered.append(self.outbox.offer(request, reply) is not None)
         await self.answer.wait()
         if self.fail is not None:
             raise self.fail
@@ -131,6 +142,7 @@ def test_a_frame_for_a_token_no_fetch_waits_on_is_dropped_unread() -> None:
         inbox = await _inbox()
         line, offered = inbox.open()
         _reader, writer = await asyncio.open_unix_connection(path=None, sock=_socket(line))
+        writer.write(secrets.token_bytes(LINE_ID))  # the line's id
         garbage = b"\x80not a pickle"
         writer.write(FRAME.pack(len(garbage), secrets.token_bytes(16)) + garbage)
         writer.write(FRAME.pack(5, line.token) + b"offer")
@@ -144,9 +156,71 @@ def test_a_frame_for_a_token_no_fetch_waits_on_is_dropped_unread() -> None:
     run(main)
 
 
-def _socket(line: DirectLine) -> object:
-    import socket
+def test_a_fetch_whose_ray_reply_is_a_note_hears_the_offer_on_the_line() -> None:
+    async def main() -> None:
+        inbox = await _inbox()
+        outbox = OfferOutbox(lambda: "n1")
+        await _connected(outbox, inbox)
+        channel = FakeChannel(1)
+        replies: list[object] = []
 
+        async def sibling(request: ChannelRequest) -> object:
+            replies.append(await outbox.reply(request, pack_small(await channel(request))))
+            return replies[-1]
+
+        delivery = await RemotePort(1, sibling, inbox).take(FETCH)
+        assert (delivery.first, delivery.count) == (10, 2)
+        await turns()
+        while not replies:  # the note, held NOTE_DELAY after the offer
+            await asyncio.sleep(0.01)
+        assert type(replies[0]) is OfferSent
+        outbox.close()
+        inbox.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("broken", ["before the note", "after the note"])
+def test_a_fetch_fails_when_the_line_its_note_names_breaks_first(broken: str) -> None:
+    """The offer never came on its line: the fetch fails (its session looks at the
+    channel again, and the offer moved nothing there), and the offer, should it come
+    after all, is heard by no one: nothing lost, nothing heard twice."""
+
+    async def main() -> None:
+        inbox = await _inbox()
+        line_id = secrets.token_bytes(LINE_ID)
+        _reader, writer = await asyncio.open_unix_connection(sock=_socket(inbox.open()[0]))
+        writer.write(line_id)
+        await writer.drain()
+        noted = asyncio.Event()
+        sent: list[Take] = []
+
+        async def sibling(request: ChannelRequest) -> object:
+            assert isinstance(request, Take)
+            sent.append(request)
+            if broken == "before the note":
+                writer.close()
+                while line_id not in inbox._gone:  # the host read the line's end
+                    await asyncio.sleep(0.01)
+            noted.set()
+            return OfferSent(line_id)
+
+        fetch = asyncio.ensure_future(RemotePort(1, sibling, inbox).take(FETCH))
+        await noted.wait()
+        if broken == "after the note":
+            await turns()
+            assert not fetch.done()  # waiting for the offer on its line
+            writer.close()
+        with pytest.raises(OfferLost):
+            await asyncio.wait_for(fetch, 5.0)
+        (take,) = sent
+        assert take.direct is not None and take.direct.token not in inbox._waiting
+        inbox.close()
+
+    run(main)
+
+
+def _socket(line: DirectLine) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(line.address)
     sock.setblocking(False)
