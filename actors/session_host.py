@@ -315,11 +315,15 @@ def _remote_caller(handle: Any, in_flight: set[Any]) -> Caller:
     back where that offer began (``Take.from_sequence``), and the session's next
     take there would read those elements again. Failed instead, the fetch is
     looked at again by the session, as any failed fetch."""
-    once = handle.request.options(max_task_retries=0)
+    once: list[Any] = []  # the method that runs once, made at the first such fetch
 
     async def call(request: ChannelRequest) -> Any:
-        direct = isinstance(request, Take) and request.direct is not None
-        ref = (once if direct else handle.request).remote(pack_request(request))
+        method = handle.request
+        if isinstance(request, Take) and request.direct is not None:
+            if not once:
+                once.append(method.options(max_task_retries=0))
+            method = once[0]
+        ref = method.remote(pack_request(request))
         in_flight.add(ref)
         try:
             return await ref
