@@ -41,6 +41,7 @@ import cloudpickle
 import numpy as np
 
 from raytopic.core.errors import InvalidTypeError
+from raytopic.core.pickle_runs import JOIN_MIN, loads_joined
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -284,7 +285,12 @@ class PickledValues(Payload):
         )
 
     def decode(self) -> list[Any]:
-        """Unpickle every value."""
+        """Unpickle every value: in one ``pickle.loads`` where their pickles allow
+        (``raytopic.core.pickle_runs``), else one by one."""
+        if len(self.ends) >= JOIN_MIN:
+            joined = loads_joined(self.buffer, self.begin, self.ends)
+            if joined is not None:
+                return joined
         view = memoryview(self.buffer)
         loads = pickle.loads
         values: list[Any] = []
