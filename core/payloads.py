@@ -41,7 +41,6 @@ import cloudpickle
 import numpy as np
 
 from raytopic.core.errors import InvalidTypeError
-from raytopic.core.pickle_runs import JOIN_MIN, loads_joined
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -285,12 +284,7 @@ class PickledValues(Payload):
         )
 
     def decode(self) -> list[Any]:
-        """Unpickle every value: in one ``pickle.loads`` where their pickles allow
-        (``raytopic.core.pickle_runs``), else one by one."""
-        if len(self.ends) >= JOIN_MIN:
-            joined = loads_joined(self.buffer, self.begin, self.ends)
-            if joined is not None:
-                return joined
+        """Unpickle every value."""
         view = memoryview(self.buffer)
         loads = pickle.loads
         values: list[Any] = []
