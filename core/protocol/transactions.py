@@ -75,7 +75,8 @@ class ConsumedCommit:
     def with_done(self, consumed: Iterable[int]) -> ConsumedCommit:
         """This commit with the positions it ``consumed`` as its :attr:`done` runs (the
         channel makes done those above where its commit stops: see ``done``)."""
-        return replace(self, done=_runs_of(sorted(consumed)))
+        runs = _runs_of(sorted(consumed))
+        return replace(self, done=runs) if runs else self
 
     def to_state(self) -> list[Any]:
         lease = [self.lease.reader_id, self.lease.generation]

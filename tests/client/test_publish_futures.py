@@ -108,8 +108,8 @@ def test_the_status_is_built_once_and_reports_aware_utc() -> None:
 def test_result_blocks_until_another_thread_completes_the_batch() -> None:
     batch, futures = batch_of(0, 2)
     ack = AppendAck(first=5, accepted=2, stamp=STAMP)
+    started = time.monotonic()  # before the thread: a starved main thread cannot shorten it
     thread = later(0.05, lambda: batch.complete(ack))
-    started = time.monotonic()
     assert futures[1].result(timeout=5) == status(0, 6)
     assert time.monotonic() - started >= 0.04
     assert futures[0].result() == status(0, 5)  # no timeout: already done
