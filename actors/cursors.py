@@ -153,12 +153,13 @@ class Cursor:
 
     def commit_bound(self, bound: int | None, jumps: int | None = None) -> int | None:
         """``bound`` lowered below an element a lost reply carried (see ``unseen``), for
-        a commit of what was read under ``jumps`` (None: now). A hold under an older
-        count still bounds a commit of that read: a transaction's consumed commit is
-        applied after it decided, and its member may have closed meanwhile (the
-        cursor jumped) and the lost element not been served again yet."""
+        a commit of what was read under ``jumps`` (None: a bare position). A hold
+        bounds every commit while the read position stands under its count, and a
+        commit of a read under its count after a jump too: a transaction's consumed
+        commit is applied after it decided, and its member may have closed meanwhile
+        (the cursor jumped) before the lost element was served again."""
         held = self.unseen
-        if held is None or held[1] != (self.jumps if jumps is None else jumps):
+        if held is None or held[1] not in (self.jumps, jumps):
             return bound
         return held[0] - 1 if bound is None else min(bound, held[0] - 1)
 

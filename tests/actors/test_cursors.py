@@ -758,6 +758,19 @@ def test_a_consumed_commit_applied_after_its_member_left_stops_below_a_lost_repl
     assert cursor.commit(3, tail=9) is CommitStatus.COMMITTED and cursor.committed == 4
 
 
+def test_a_hold_under_the_count_now_bounds_a_commit_of_an_older_read_too() -> None:
+    # An element read before a jump, committed while a hold made after it stands: the
+    # commit would pass what the lost reply carried as a bare position's would.
+    cursor = Cursor.starting_at(0)
+    older = cursor.jumps
+    cursor.redeliver()
+    cursor.delivered(6, 7)
+    cursor.read_from(5)
+    cursor.hold_commits_below(5)
+    assert cursor.commit(6, tail=9, jumps=older) is CommitStatus.COMMITTED
+    assert cursor.committed == 4
+
+
 def test_what_a_lost_reply_carried_holds_no_commit_after_a_jump_or_a_read_past_it() -> None:
     cursor = Cursor.starting_at(0)
     cursor.delivered(3, 4)
