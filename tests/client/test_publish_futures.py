@@ -342,11 +342,18 @@ def test_as_completed_yields_every_future_in_completion_order_of_batches() -> No
     batch_c, futures_c = batch_of(2, 2)
     batch_c.complete(AppendAck(first=0, accepted=2, stamp=STAMP))  # done before the call
     label = {f: "c" for f in futures_c} | {f: "a" for f in futures_a} | {f: "b" for f in futures_b}
-    later(0.03, lambda: batch_a.complete(AppendAck(first=0, accepted=2, stamp=STAMP)))
-    later(0.08, lambda: batch_b.complete(AppendAck(first=0, accepted=3, stamp=STAMP)))
-    order = [
-        label[f] for f in concurrent.futures.as_completed(futures_a + futures_b + futures_c, 5)
-    ]
+    # Each batch completes on another thread only once the one before it was yielded: the
+    # order asserted is the completion order, whatever the machine's load (a fixed 30 ms
+    # could pass before as_completed started, and its already-done futures come as a set).
+    acks = {batch_a: AppendAck(first=0, accepted=2, stamp=STAMP)}
+    acks[batch_b] = AppendAck(first=0, accepted=3, stamp=STAMP)
+    next_batch = {2: batch_a, 4: batch_b}
+    order: list[str] = []
+    for future in concurrent.futures.as_completed(futures_a + futures_b + futures_c, 5):
+        order.append(label[future])
+        if len(order) in next_batch:
+            batch = next_batch[len(order)]
+            later(0.02, lambda b=batch: b.complete(acks[b]))
     assert order == ["c", "c", "a", "a", "b", "b", "b"]
 
 
