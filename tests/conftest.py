@@ -107,6 +107,11 @@ os.environ.setdefault("RAY_metrics_report_interval_ms", "2000")
 os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
 
 
+RAY_CLI = [sys.executable, "-m", "ray.scripts.scripts"]
+"""The ``ray`` command of this interpreter: a venv made with ``--system-site-packages``
+has no ``ray`` script beside its ``python`` (Ray's is in the base interpreter's
+``bin``, whose ``python`` does not see this checkout)."""
+
 _STARTED = b"Ray runtime started."
 """What ``ray start`` logs once the head's node registered (its raylet serves)."""
 
@@ -162,11 +167,10 @@ class _SessionCluster:
         self.address = f"127.0.0.1:{port}"
         self.log = self.root / "ray-start.log"
         self.logs = self.root / "ray" / "session_latest" / "logs"
-        ray_cli = str(Path(sys.executable).with_name("ray"))
         self.process = subprocess.Popen(
             [
                 *_dying_with_this_process(),
-                ray_cli,
+                *RAY_CLI,
                 "start",
                 "--head",
                 "--block",

@@ -43,7 +43,7 @@ from raytopic.client.cluster import (
 )
 from raytopic.core.errors import InvalidArgumentError
 
-from tests.conftest import _free_port, _stop_cluster
+from tests.conftest import RAY_CLI, _free_port, _stop_cluster
 
 # Under pytest -n (xdist), every test of this module runs in one worker, which makes
 # its module-scoped `ray start` heads once.
@@ -278,7 +278,7 @@ def _start_head(*, auth: bool) -> _Starting:
     env = _user_env(RAY_AUTH_TOKEN=token) if auth else _user_env(RAY_AUTH_MODE="disabled")
     process = subprocess.Popen(
         [
-            str(Path(sys.executable).with_name("ray")),
+            *RAY_CLI,
             "start",
             "--head",
             "--block",
