@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ReceiveSession", "SessionSpec"]
+__all__ = ["ReceiveSession", "SessionSpec", "call_when"]
 
 RESEQUENCE_PULL = 4000
 """Elements a resequencing session takes at once to feed its resequencer."""
@@ -93,6 +93,29 @@ class SessionSpec:
 _MID_STREAM_TURN_WAIT = 0.2
 """Seconds the first receive of a stream waits for lower numbers in a session that
 handles meet mid-stream (a restarted channel, a member back after a timeout)."""
+
+
+def call_when(
+    when: float, callback: Callable[[], object], timers: list[asyncio.TimerHandle]
+) -> None:
+    """Call ``callback`` on the running loop once ``time.monotonic()`` reaches ``when``
+    (the timer handles go to ``timers``, for the caller to cancel).
+
+    Ray runs actors on uvloop where it is installed (``ray[serve]`` brings it), and its
+    timers count whole milliseconds: one fires up to a millisecond early. A resequencing
+    receive poked before its hold window ended found it still open and waited on with no
+    timer left, until a publish woke it (with nothing more published, for ever). An
+    early timer here waits out the rest."""
+    loop = asyncio.get_running_loop()
+
+    def fire() -> None:
+        left = when - time.monotonic()
+        if left > 0:
+            timers.append(loop.call_later(left, fire))
+        else:
+            callback()
+
+    timers.append(loop.call_later(max(when - time.monotonic(), 0.0), fire))
 
 
 class ReceiveSession:
@@ -422,10 +445,9 @@ class ReceiveSession:
                     )
                 continue
             due = resequenced.due()
-            timer = None
+            timers: list[asyncio.TimerHandle] = []
             if due is not None:  # a poke when the first hold window ends: look then
-                delay = max(due - time.monotonic(), 0.0)
-                timer = asyncio.get_running_loop().call_later(delay, self._poke)
+                call_when(due, self._poke, timers)
             try:
                 pulled = await self._receive(
                     stream,
@@ -437,7 +459,7 @@ class ReceiveSession:
                     until=lambda: resequenced.ready or resequenced.look_due(time.monotonic()),
                 )
             finally:
-                if timer is not None:
+                for timer in timers:
                     timer.cancel()
             if pulled.deliveries:
                 await self._feed_pulled(resequenced, pulled.deliveries)

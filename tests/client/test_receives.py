@@ -451,9 +451,10 @@ def test_receives_cancelled_as_their_replies_come_lose_nothing(make_topic, reseq
     member.close()
 
 
+@pytest.mark.parametrize("resequenced", [False, True], ids=["plain", "resequenced"])
 @pytest.mark.parametrize("commit", ["element", "transaction"])
 def test_a_commit_after_a_receive_cancelled_as_its_reply_came_does_not_pass_its_element(
-    make_topic, unique_name, commit: str
+    make_topic, unique_name, commit: str, resequenced: bool
 ) -> None:
     # DESIGN 5.6 (neither closing nor ray.cancel of a receive loses an element). Two
     # receives out; the first is cancelled as its channel answers it, so Ray drops a
@@ -464,7 +465,11 @@ def test_a_commit_after_a_receive_cancelled_as_its_reply_came_does_not_pass_its_
     # transaction's consumed commit tells them too (before it did, 72 of 100 lost it),
     # and its channel applies it once it decided, maybe after the member closed: the
     # hold still counts (before, 1 of 40 values was lost under load), and what the
-    # transaction consumed is not delivered again (its output appears once).
+    # transaction consumed is not delivered again (its output appears once). A
+    # resequencing member (its first number not known: each holds its window) hung in
+    # 2 of 4 runs under load: its hold window's timer fired early (uvloop counts whole
+    # milliseconds), and the receive, finding the window still open, waited on with no
+    # timer left.
     topic = make_topic(channels=1)
     sink = make_topic(channels=1) if commit == "transaction" else None
     txs = rt.transactions(unique_name("tx")) if sink is not None else None
@@ -473,7 +478,8 @@ def test_a_commit_after_a_receive_cancelled_as_its_reply_came_does_not_pass_its_
     seen: list[int] = []
     with topic.publisher() as publisher:
         for round_ in range(20):
-            member = topic.subscriber(group="g")
+            resequence = rt.Resequence(seq=lambda v: v, timeout_ms=1000) if resequenced else None
+            member = topic.subscriber(group="g", resequence=resequence)
             first, second = member.receive(), member.receive()
             publisher.publish(2 * round_)
             publisher.publish(2 * round_ + 1)
