@@ -51,6 +51,7 @@ from raytopic.actors.receive.positions import Positions
 from raytopic.actors.receive.takes import Takes
 from raytopic.actors.receive.view import OwnedView
 from raytopic.actors.receive.waits import SiblingWaits
+from raytopic.actors.timers import call_when
 from raytopic.actors.turns import DuplicateTurnError, Turns
 from raytopic.core.errors import (
     NotOwnerError,
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ReceiveSession", "SessionSpec", "call_when"]
+__all__ = ["ReceiveSession", "SessionSpec"]
 
 RESEQUENCE_PULL = 4000
 """Elements a resequencing session takes at once to feed its resequencer."""
@@ -93,29 +94,6 @@ class SessionSpec:
 _MID_STREAM_TURN_WAIT = 0.2
 """Seconds the first receive of a stream waits for lower numbers in a session that
 handles meet mid-stream (a restarted channel, a member back after a timeout)."""
-
-
-def call_when(
-    when: float, callback: Callable[[], object], timers: list[asyncio.TimerHandle]
-) -> None:
-    """Call ``callback`` on the running loop once ``time.monotonic()`` reaches ``when``
-    (the timer handles go to ``timers``, for the caller to cancel).
-
-    Ray runs actors on uvloop where it is installed (``ray[serve]`` brings it), and its
-    timers count whole milliseconds: one fires up to a millisecond early. A resequencing
-    receive poked before its hold window ended found it still open and waited on with no
-    timer left, until a publish woke it (with nothing more published, for ever). An
-    early timer here waits out the rest."""
-    loop = asyncio.get_running_loop()
-
-    def fire() -> None:
-        left = when - time.monotonic()
-        if left > 0:
-            timers.append(loop.call_later(left, fire))
-        else:
-            callback()
-
-    timers.append(loop.call_later(max(when - time.monotonic(), 0.0), fire))
 
 
 class ReceiveSession:

@@ -31,6 +31,7 @@ from raytopic.actors.reader_parts import (
 )
 from raytopic.actors.shared_cursor import SharedCursor
 from raytopic.actors.shared_take import take_shared
+from raytopic.actors.timers import call_when
 from raytopic.core.config import check_nonnegative_int
 from raytopic.core.errors import (
     GroupModeError,
@@ -332,8 +333,8 @@ class SharedGroups:
         if not isinstance(delay, int | float) or delay < 0:
             raise InvalidArgumentError(f"delay must be a number >= 0, got {delay!r}")
         not_before = time.monotonic() + delay if delay else 0.0
-        if delay:  # waiting receives look again when the delay ends
-            asyncio.get_running_loop().call_later(delay, self._context.notify)
+        if delay:  # waiting receives look again when the delay ends (not before it)
+            call_when(not_before, self._context.notify, [])
         return self.acknowledge(
             reader_id,
             entries,

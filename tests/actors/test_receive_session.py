@@ -4,13 +4,10 @@ that comes after a later one of its stream already ran there."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 
 from raytopic.actors.receive.ports import LocalPort
-from raytopic.actors.receive_session import ReceiveSession, SessionSpec, call_when
+from raytopic.actors.receive_session import ReceiveSession, SessionSpec
 from raytopic.core.errors import ReceivePassedOverError
 from raytopic.core.protocol import Take
 
@@ -45,32 +42,3 @@ def test_a_receive_passed_over_after_a_restart_takes_nothing_and_says_so() -> No
         assert [d.first for d in after.deliveries] == [12]  # the stream goes on
 
     run(main)
-
-
-def test_a_timer_on_rays_event_loop_never_calls_before_its_time() -> None:
-    # Ray runs actors on uvloop where it is installed (ray[serve] brings it); its timers
-    # count whole milliseconds and fire up to one early, and a resequencing receive
-    # poked before its hold window ended waited on with no timer left (it hung). Each
-    # time here falls between two milliseconds, as a hold window's end does.
-    from ray._private.async_compat import get_new_event_loop
-
-    early: list[float] = []
-
-    async def timed(when: float) -> None:
-        called = asyncio.Event()
-        timers: list[asyncio.TimerHandle] = []
-        call_when(when, called.set, timers)
-        await called.wait()
-        early.append(when - time.monotonic())
-
-    async def many() -> None:
-        for i in range(40):
-            await timed(time.monotonic() + 0.0031 + i * 0.00017)
-
-    loop = get_new_event_loop()
-    try:
-        loop.run_until_complete(many())
-    finally:
-        loop.close()
-    assert len(early) == 40
-    assert max(early) <= 0  # called at or after its time, every one
