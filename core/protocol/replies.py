@@ -25,6 +25,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import ray
 
 from raytopic.core.element_batch import ElementBatch
 from raytopic.core.naming import channel_actor
@@ -48,6 +49,7 @@ __all__ = [
     "ReceivedBatch",
     "RingFigures",
     "StatusBatch",
+    "settle_poison_reports",
 ]
 
 
@@ -423,6 +425,29 @@ poison element for. Elements of theirs at or after it, taken under that jump
 count or an earlier one (receives already out when the channel was told), are
 void: the reader's cursor went back to it."""
 
+_untold_stops: dict[tuple[str, str], list[Any]] = {}
+"""(topic id, reader) -> the ObjectRefs of the poison stops this process reported
+and has not seen applied (see :func:`settle_poison_reports`)."""
+
+POISON_REPORT_WAIT = 5.0
+"""Seconds a receive waits for its reader's poison reports to land (a channel that
+restarted meanwhile finds the element again when it next delivers it)."""
+
+
+def settle_poison_reports(topic_id: str, reader: str) -> None:
+    """Wait until the poison stops this process reported for ``reader`` are applied
+    at their channels, before the reader's next receive is sent.
+
+    A report is a call of its own, and Ray does not order it with the receives sent
+    after it: one served first would find the cursor past the poison element and
+    answer "empty" (a reader that completes on empty would end without the error,
+    the elements after it void). Waited for, the next receive is told of it there.
+    """
+    refs = _untold_stops.pop((topic_id, reader), None)
+    if refs:
+        with contextlib.suppress(Exception):  # failed or late: nothing more to wait for
+            ray.get(refs, timeout=POISON_REPORT_WAIT)
+
 
 def _without_void(
     packed: tuple[tuple[int, tuple[Chunk, ...], _Origin], ...],
@@ -517,8 +542,9 @@ def _chunk_of(chunk: Chunk, kept: list[int]) -> Chunk:
 
 
 def _report_poison(origin: _Origin, channel: int, poison: Poison, *, skipped: bool) -> None:
-    """Tell the channel (fire and forget: a channel that restarted meanwhile finds the
-    element again when it is next delivered)."""
+    """Tell the channel (a channel that restarted meanwhile finds the element again
+    when it is next delivered). A stop is waited for by the reader's next receive
+    sent from this process (see :func:`settle_poison_reports`)."""
     try:
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
         report = ReportPoison(
@@ -530,7 +556,9 @@ def _report_poison(origin: _Origin, channel: int, poison: Poison, *, skipped: bo
             cause_message=poison.cause_message,
             skipped=skipped,
         )
-        actor.request.remote(pack_request(report))
+        ref = actor.request.remote(pack_request(report))
+        if not skipped:
+            _untold_stops.setdefault((origin.topic_id, origin.reader), []).append(ref)
     except Exception as error:  # the topic is gone: nobody to tell
         logger.warning("could not report poison element %s: %s", poison, error)
 
