@@ -22,7 +22,13 @@ from raytopic.core.protocol import Commit, Lease, ReaderSpec, Receive, pack_requ
 from raytopic.core.records import _Origin
 
 from tests.loss_checker import LossChecker
-from tests.topic_helpers import key_for, publish_all
+from tests.topic_helpers import (
+    group_at_latest,
+    key_for,
+    module_topic,
+    next_sequences,
+    publish_all,
+)
 
 
 def _element(channel: int, sequence: int, jumps: int = 0, lease: Lease | None = None) -> rt.Element:
@@ -222,24 +228,37 @@ def test_a_commit_carries_no_receive_an_iteration_would_not_send(
 
 # -- iteration fenced as receive() is (real Ray) --------------------------------------------
 
+# Topics the Ray tests share to save actors (each topic is an actor per channel and a
+# coordinator): each test's group is its own, made at the latest position before it
+# publishes, so it reads only what the test publishes; positions count from
+# next_sequences. The test that resets its group to the earliest keeps its own topic.
+shared_one = module_topic(channels=1)
+shared_two = module_topic(channels=2)
+shared_four = module_topic(channels=4)
+shared_sink = module_topic(channels=1)
+
 
 @pytest.mark.parametrize("batch", [None, 5], ids=["elements", "batches"])
-def test_an_iterating_member_never_hands_out_a_channel_a_join_took(make_topic, batch) -> None:
+def test_an_iterating_member_never_hands_out_a_channel_a_join_took(
+    shared_two, unique_name, batch
+) -> None:
     # a iterates and commits what it handed out; b joins and takes channel 1 (the
     # assignment is sticky and deterministic: a keeps channel 0). What a had fetched
     # of channel 1 is dropped: it goes to b, after a's commit, never to a's hands
     # (a kept yielding it: 49 elements, or 45 by batches, read by both).
-    topic = make_topic(channels=2)
+    topic, g = shared_two, unique_name("g")  # shared: a group of its own, from base
+    base = next_sequences(topic)
+    group_at_latest(topic, g)
     publish_all(topic, list(range(50)), key=key_for(1, 2))
-    a = topic.subscriber(group="g", complete_on_empty=True)
+    a = topic.subscriber(group=g, complete_on_empty=True)
     batches = iter(a) if batch is None else a.iter_batches(batch)
     first = next(batches)
     assert first.commit() in (
-        rt.CommitResult(1, topic.position(1, 0), rt.CommitStatus.COMMITTED),
-        {1: rt.CommitResult(1, topic.position(1, 4), rt.CommitStatus.COMMITTED)},
+        rt.CommitResult(1, topic.position(1, base[1]), rt.CommitStatus.COMMITTED),
+        {1: rt.CommitResult(1, topic.position(1, base[1] + 4), rt.CommitStatus.COMMITTED)},
     )
     handed = 1 if batch is None else batch
-    b = topic.subscriber(group="g", complete_on_empty=True)
+    b = topic.subscriber(group=g, complete_on_empty=True)
     assert (a.channels, b.channels) == ((0,), (1,))  # a has heard: a join returns once it has
     assert list(batches) == []
     assert [element.value for element in b] == list(range(handed, 50))
@@ -249,15 +268,16 @@ def test_an_iterating_member_never_hands_out_a_channel_a_join_took(make_topic, b
 
 @pytest.mark.parametrize("batch", [None, 500], ids=["elements", "batches"])
 def test_an_iterating_member_that_timed_out_hands_out_nothing_it_had_fetched(
-    make_topic, wait_until, batch
+    shared_one, unique_name, wait_until, batch
 ) -> None:
     # a fetched everything (no receive of its waits, so nothing keeps it alive) and
     # stalls past its timeout: the channel goes to b. What a had fetched is b's now.
-    topic = make_topic(channels=1)
+    topic, g = shared_one, unique_name("g")  # shared: a group of its own, made at latest
+    group_at_latest(topic, g)
     publish_all(topic, list(range(9000)))
     changes: list[rt.OwnershipChange] = []
     a = topic.subscriber(
-        group="g", timeout=2.0, complete_on_empty=True, on_ownership_change=changes.append
+        group=g, timeout=2.0, complete_on_empty=True, on_ownership_change=changes.append
     )
     batches = iter(a) if batch is None else a.iter_batches(batch)
     first = next(batches)
@@ -267,7 +287,7 @@ def test_an_iterating_member_that_timed_out_hands_out_nothing_it_had_fetched(
     handed = 1 if batch is None else batch
     # b joins once a has its first batch in hand: a join can take seconds under load,
     # and a, silent meanwhile, timed out before its first receive (owning nothing).
-    b = topic.subscriber(group="g", complete_on_empty=True)
+    b = topic.subscriber(group=g, complete_on_empty=True)
     wait_until(lambda: b.channels == (0,), timeout=30)
     wait_until(lambda: any(change.lost for change in changes), timeout=30)
     assert list(batches) == []  # a rejoins on its next receive, and owns nothing
@@ -277,14 +297,17 @@ def test_an_iterating_member_that_timed_out_hands_out_nothing_it_had_fetched(
 
 
 @pytest.mark.parametrize("batch", [None, 5], ids=["elements", "batches"])
-def test_an_iteration_reads_on_past_a_receive_its_channel_passed_over(make_topic, batch) -> None:
+def test_an_iteration_reads_on_past_a_receive_its_channel_passed_over(
+    shared_one, unique_name, batch
+) -> None:
     # After its channel restarts, Ray may deliver an iteration's receive after a later
     # one of its stream ran there: the session refuses it, typed (taking, it would hand
     # elements out of order), and the iteration reads on past it, as past a receive that
     # brought nothing (not an "empty" that ends it): nothing lost, nothing twice.
-    topic = make_topic(channels=1)
+    topic, g = shared_one, unique_name("g")  # shared: a group of its own, made at latest
+    group_at_latest(topic, g)
     publish_all(topic, list(range(50)))
-    a = topic.subscriber(group="g", complete_on_empty=True)
+    a = topic.subscriber(group=g, complete_on_empty=True)
     batches = iter(a) if batch is None else a.iter_batches(batch)
     first = next(batches)
     receives = a._receives
@@ -308,7 +331,7 @@ def test_members_iterating_through_a_join_and_a_reset_lose_nothing_and_undo_noth
     # reset to the earliest while they hold elements. Nothing is lost, the replay
     # reaches every element, and no commit of an element received before the reset
     # is accepted after it (it would undo the reset).
-    topic = make_topic(channels=2, retain=True)
+    topic = make_topic(channels=2, retain=True)  # own: its group is reset to the earliest
     values = list(range(600))
     checker = LossChecker()
     publish_all(topic, values)
@@ -367,7 +390,7 @@ def test_members_iterating_through_a_join_and_a_reset_lose_nothing_and_undo_noth
 
 
 def test_receives_cancelled_while_fetches_wait_at_the_siblings_lose_and_repeat_nothing(
-    make_topic,
+    shared_four, unique_name
 ) -> None:
     # As a user cancels a receive: ray.cancel of one waiting at its host while its
     # session's fetches wait at every sibling (recursive, Ray's default, cancels them
@@ -379,8 +402,8 @@ def test_receives_cancelled_while_fetches_wait_at_the_siblings_lose_and_repeat_n
     # anything it could return is published: a cancel that races a receive's
     # completion lets Ray drop a reply the channel already sent, which no session sees.)
     channels = 4
-    topic = make_topic(channels=channels)
-    member = topic.subscriber(group="g")
+    topic = shared_four  # shared: a group of its own, made at latest
+    member = topic.subscriber(group=unique_name("g"), start="latest")
     publisher = topic.publisher()
     published: dict[int, list[int]] = {c: [] for c in range(channels)}
     received: dict[int, list[int]] = {c: [] for c in range(channels)}
@@ -410,7 +433,9 @@ def test_receives_cancelled_while_fetches_wait_at_the_siblings_lose_and_repeat_n
 
 
 @pytest.mark.parametrize("resequenced", [False, True], ids=["plain", "resequenced"])
-def test_receives_cancelled_as_their_replies_come_lose_nothing(make_topic, resequenced) -> None:
+def test_receives_cancelled_as_their_replies_come_lose_nothing(
+    shared_four, unique_name, resequenced
+) -> None:
     # DESIGN 5.6: neither closing nor ray.cancel of a receive loses an element. A
     # cancel that reaches Ray while the reply is on its way makes Ray drop a reply the
     # session already handed over (the caller sees TaskCancelledError), and with
@@ -421,10 +446,10 @@ def test_receives_cancelled_as_their_replies_come_lose_nothing(make_topic, reseq
     # A resequencing member cannot read a channel again (its resequencer drops the
     # numbers it released as late): its session puts what a lost reply released back
     # first (16 of 100 were lost before), so the elements still come in order.
-    channels, count = 4, 60
-    topic = make_topic(channels=channels)
+    count = 60
+    topic = shared_four  # shared: a group of its own, made at latest
     resequence = rt.Resequence(seq=lambda v: v, start=0, timeout_ms=1000) if resequenced else None
-    member = topic.subscriber(group="g", resequence=resequence)
+    member = topic.subscriber(group=unique_name("g"), start="latest", resequence=resequence)
     spread = random.Random(7)
     seen: list[int] = []
     with topic.publisher() as publisher:
@@ -454,7 +479,7 @@ def test_receives_cancelled_as_their_replies_come_lose_nothing(make_topic, reseq
 @pytest.mark.parametrize("resequenced", [False, True], ids=["plain", "resequenced"])
 @pytest.mark.parametrize("commit", ["element", "transaction"])
 def test_a_commit_after_a_receive_cancelled_as_its_reply_came_does_not_pass_its_element(
-    make_topic, unique_name, commit: str, resequenced: bool
+    shared_one, shared_sink, unique_name, commit: str, resequenced: bool
 ) -> None:
     # DESIGN 5.6 (neither closing nor ray.cancel of a receive loses an element). Two
     # receives out; the first is cancelled as its channel answers it, so Ray drops a
@@ -470,8 +495,10 @@ def test_a_commit_after_a_receive_cancelled_as_its_reply_came_does_not_pass_its_
     # 2 of 4 runs under load: its hold window's timer fired early (uvloop counts whole
     # milliseconds), and the receive, finding the window still open, waited on with no
     # timer left.
-    topic = make_topic(channels=1)
-    sink = make_topic(channels=1) if commit == "transaction" else None
+    topic, g = shared_one, unique_name("g")  # shared: a group of its own, made at latest
+    group_at_latest(topic, g)
+    sink = shared_sink if commit == "transaction" else None  # read from base on
+    base = next_sequences(shared_sink)[0]  # where this test's outputs begin
     txs = rt.transactions(unique_name("tx")) if sink is not None else None
     spread = random.Random(11)
     published: list[int] = []
@@ -479,7 +506,7 @@ def test_a_commit_after_a_receive_cancelled_as_its_reply_came_does_not_pass_its_
     with topic.publisher() as publisher:
         for round_ in range(20):
             resequence = rt.Resequence(seq=lambda v: v, timeout_ms=1000) if resequenced else None
-            member = topic.subscriber(group="g", resequence=resequence)
+            member = topic.subscriber(group=g, resequence=resequence)
             first, second = member.receive(), member.receive()
             publisher.publish(2 * round_)
             publisher.publish(2 * round_ + 1)
@@ -498,7 +525,7 @@ def test_a_commit_after_a_receive_cancelled_as_its_reply_came_does_not_pass_its_
                     tx.publish(sink, element.value)
                     tx.commit_consumed(element)
             member.close()
-    drain = topic.subscriber(group="g", complete_on_empty=True)
+    drain = topic.subscriber(group=g, complete_on_empty=True)
     while batch := ray.get(drain.receive_batch(1000), timeout=60):
         seen.extend(element.value for element in batch)
     drain.close()
@@ -506,5 +533,9 @@ def test_a_commit_after_a_receive_cancelled_as_its_reply_came_does_not_pass_its_
     if sink is not None and txs is not None:
         txs.close()
         with sink.subscriber(start="earliest", complete_on_empty=True) as outputs:
-            written = [e.value for e in ray.get(outputs.receive_batch(1000), timeout=60)]
+            written = [
+                e.value
+                for e in ray.get(outputs.receive_batch(1000), timeout=60)
+                if e.sequence >= base
+            ]
         assert len(written) == len(set(written)) == 20
