@@ -54,7 +54,7 @@ class _Ownership:
 
 
 def _receives(*owned: int, channel_count: int = 4, **spec: Any) -> tuple[Receives, _Ownership]:
-    topic = SimpleNamespace(channel_count=channel_count, _channel_actors={})
+    topic = SimpleNamespace(channel_count=channel_count, _channel_actors={}, topic_id="topic-id")
     ownership = _Ownership(*owned)
     reader_spec = ReaderSpec("g", False, **spec)
     return Receives(topic, "reader", reader_spec, ownership), ownership  # type: ignore[arg-type]
