@@ -21,13 +21,28 @@ import ray
 
 import raytopic as rt
 
-from tests.topic_helpers import get, key_for, kill_channel, publish_all, serving_again
+from tests.topic_helpers import (
+    get,
+    group_at_latest,
+    key_for,
+    kill_channel,
+    module_topic,
+    next_sequences,
+    publish_all,
+    serving_again,
+)
 
 VALUES = 100
 RESTART_BOUND = 30.0
 """Seconds a receive may take while a channel it reads restarts (a restart takes
 ~2.3 s on a quiet machine)."""
 HANDLED = 40
+
+# The topic the tests that kill no channel share to save actors (each topic is an actor
+# per channel and a coordinator): each test's group is its own, made at the latest
+# position before the test publishes, so it and its successor read only what the test
+# published. A test whose channel is killed keeps its own topic.
+shared_two = module_topic(channels=2)
 
 
 def _publish_scrambled(topic: rt.Topic) -> None:
@@ -71,14 +86,15 @@ def _handle_and_commit(member: rt.Subscriber, count: int) -> tuple[list[int], in
     return handled, short
 
 
-def test_a_closed_member_commits_nothing_it_did_not_hand_over(make_topic) -> None:
-    topic = make_topic(channels=2, groups=["g"])
+def test_a_closed_member_commits_nothing_it_did_not_hand_over(shared_two, unique_name) -> None:
+    topic, g = shared_two, unique_name("g")  # shared: a group of its own, made at latest
+    group_at_latest(topic, g)
     _publish_scrambled(topic)
-    member = topic.subscriber(group="g", resequence=_in_order(), complete_on_empty=True)
+    member = topic.subscriber(group=g, resequence=_in_order(), complete_on_empty=True)
     handled, short = _handle_and_commit(member, HANDLED)
     member.close()
 
-    rest = _successor_reads(topic, "g")
+    rest = _successor_reads(topic, g)
 
     assert handled == list(range(HANDLED))  # in order, as the resequencer promises
     assert set(handled) | set(rest) == set(range(VALUES))
@@ -102,15 +118,19 @@ class _ResequencingMember:
 
 
 @pytest.mark.slow
-def test_a_killed_member_commits_nothing_it_did_not_hand_over(make_topic, wait_until) -> None:
-    topic = make_topic(channels=2, groups=["g"])
+def test_a_killed_member_commits_nothing_it_did_not_hand_over(
+    shared_two, unique_name, wait_until
+) -> None:
+    # Shared: what is killed is the member's process, never a channel of the topic.
+    topic, g = shared_two, unique_name("g")  # a group of its own, made at latest
+    group_at_latest(topic, g)
     _publish_scrambled(topic)
-    victim = _ResequencingMember.remote(topic, "g")
+    victim = _ResequencingMember.remote(topic, g)
     handled = get(victim.handle.remote(HANDLED))
     os.kill(get(victim.pid.remote()), signal.SIGKILL)
-    wait_until(lambda: not topic.describe().groups["g"].members, timeout=30)
+    wait_until(lambda: not topic.describe().groups[g].members, timeout=30)
 
-    rest = _successor_reads(topic, "g")
+    rest = _successor_reads(topic, g)
 
     assert handled == list(range(HANDLED))
     assert set(handled) | set(rest) == set(range(VALUES))
@@ -142,14 +162,15 @@ def test_commits_after_the_host_channel_restarts_skip_nothing(make_topic, tmp_pa
 
 
 def test_a_transaction_commits_what_a_resequencing_member_consumed_up_to_its_marks(
-    make_topic, unique_name
+    make_topic, shared_two, unique_name
 ) -> None:
     # An exactly-once pipeline over a resequencing member: its consumed commits stop
     # where the resequencer still held an earlier element, as the member's own do.
-    source = make_topic(channels=2, groups=["g"])
+    source, g = shared_two, unique_name("g")  # shared: a group of its own, made at latest
+    group_at_latest(source, g)
     sink = make_topic(channels=1)
     _publish_scrambled(source)
-    member = source.subscriber(group="g", resequence=_in_order(), complete_on_empty=True)
+    member = source.subscriber(group=g, resequence=_in_order(), complete_on_empty=True)
     txs = rt.transactions(unique_name("reseq"))
     handled: list[int] = []
     while len(handled) < HANDLED:
@@ -160,17 +181,22 @@ def test_a_transaction_commits_what_a_resequencing_member_consumed_up_to_its_mar
         handled.extend(e.value["n"] for e in batch)
     txs.close()
     member.close()
-    rest = _successor_reads(source, "g")
+    rest = _successor_reads(source, g)
 
     assert handled == list(range(HANDLED))
     assert set(handled) | set(rest) == set(range(VALUES))
 
 
-def test_a_commit_of_a_bare_position_goes_no_further_than_its_element(make_topic) -> None:
-    topic = make_topic(channels=2, groups=["g"])
+def test_a_commit_of_a_bare_position_goes_no_further_than_its_element(
+    shared_two, unique_name
+) -> None:
+    topic, g = shared_two, unique_name("g")  # shared: a group of its own, from base
+    base = next_sequences(topic)
+    group_at_latest(topic, g)
     _publish_scrambled(topic)
-    member = topic.subscriber(group="g", resequence=_in_order(), complete_on_empty=True)
-    unknown = member.commit(0, topic.position(0, 0))  # nothing handed over yet: nothing moves
+    member = topic.subscriber(group=g, resequence=_in_order(), complete_on_empty=True)
+    # Nothing handed over yet: nothing moves.
+    unknown = member.commit(0, topic.position(0, base[0]))
     handled, short = [], 0
     for element in member:
         handled.append(element.value["n"])
@@ -179,7 +205,7 @@ def test_a_commit_of_a_bare_position_goes_no_further_than_its_element(make_topic
         if len(handled) == HANDLED:
             break
     member.close()
-    rest = _successor_reads(topic, "g")
+    rest = _successor_reads(topic, g)
 
     assert unknown.status is rt.CommitStatus.REJECTED
     assert set(handled) | set(rest) == set(range(VALUES))
