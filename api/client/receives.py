@@ -63,7 +63,7 @@ from raytopic.core.protocol import (
     ResumeReceives,
     pack_request,
 )
-from raytopic.core.protocol.replies import settle_poison_reports
+from raytopic.core.protocol.replies import wait_for_poison_reports
 
 if TYPE_CHECKING:
     from raytopic.client.topic import Topic
@@ -362,7 +362,7 @@ class Receives:
         """One receive on the user's streams, at the channel :meth:`_route` picks."""
         if self._stopped:
             raise SubscriberClosedError("the subscriber is closed")
-        settle_poison_reports(self._topic.topic_id, self._reader)
+        wait_for_poison_reports(self._topic.topic_id, self._reader)
         view = self._ownership.before_receive()
         with self._lock:
             self._user_reads = True
@@ -534,7 +534,7 @@ class Receives:
         """Keep ITERATION_DEPTH receives in flight at every owned channel (none once
         stopped); return the oldest one of each channel, the ones to wait on."""
         owned = self._ownership.owned()
-        settle_poison_reports(self._topic.topic_id, self._reader)
+        wait_for_poison_reports(self._topic.topic_id, self._reader)
         view = self._ownership.before_receive()
         era = self._era
         with self._lock:  # a receive on another thread may reclaim them meanwhile
@@ -559,7 +559,7 @@ class Receives:
         owned = self._ownership.owned(catch_up=False)
         if channel not in owned:
             return None
-        settle_poison_reports(self._topic.topic_id, self._reader)
+        wait_for_poison_reports(self._topic.topic_id, self._reader)
         view = self._ownership.before_receive()
         with self._lock:
             reads = self._reads.get(channel)

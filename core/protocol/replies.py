@@ -49,7 +49,7 @@ __all__ = [
     "ReceivedBatch",
     "RingFigures",
     "StatusBatch",
-    "settle_poison_reports",
+    "wait_for_poison_reports",
 ]
 
 
@@ -427,14 +427,14 @@ void: the reader's cursor went back to it."""
 
 _untold_stops: dict[tuple[str, str], list[Any]] = {}
 """(topic id, reader) -> the ObjectRefs of the poison stops this process reported
-and has not seen applied (see :func:`settle_poison_reports`)."""
+and has not seen applied (see :func:`wait_for_poison_reports`)."""
 
 POISON_REPORT_WAIT = 5.0
 """Seconds a receive waits for its reader's poison reports to land (a channel that
 restarted meanwhile finds the element again when it next delivers it)."""
 
 
-def settle_poison_reports(topic_id: str, reader: str) -> None:
+def wait_for_poison_reports(topic_id: str, reader: str) -> None:
     """Wait until the poison stops this process reported for ``reader`` are applied
     at their channels, before the reader's next receive is sent.
 
@@ -544,7 +544,7 @@ def _chunk_of(chunk: Chunk, kept: list[int]) -> Chunk:
 def _report_poison(origin: _Origin, channel: int, poison: Poison, *, skipped: bool) -> None:
     """Tell the channel (a channel that restarted meanwhile finds the element again
     when it is next delivered). A stop is waited for by the reader's next receive
-    sent from this process (see :func:`settle_poison_reports`)."""
+    sent from this process (see :func:`wait_for_poison_reports`)."""
     try:
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
         report = ReportPoison(

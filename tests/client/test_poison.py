@@ -139,7 +139,7 @@ def test_an_iteration_delivers_every_other_element_and_stops_once_at_the_poison(
                 told.append(poison)
                 reader.seek(poison.channel, poison.position)  # skip it, read on
         # (What was read, in the message: it failed when a receive sent after the poison
-        # was reported got served before the report, see settle_poison_reports.)
+        # was reported got served before the report, see wait_for_poison_reports.)
         assert len(told) == 1 and told[0].channel == 1, (told, sorted(got))
         assert sorted(got) == [0, 1, 2, 3, 4, 5, *range(100, 130)]  # none lost, none twice
 
