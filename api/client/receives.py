@@ -362,8 +362,7 @@ class Receives:
         """One receive on the user's streams, at the channel :meth:`_route` picks."""
         if self._stopped:
             raise SubscriberClosedError("the subscriber is closed")
-        wait_for_poison_reports(self._topic.topic_id, self._reader)
-        view = self._ownership.before_receive()
+        view = self._before_sending()
         with self._lock:
             self._user_reads = True
             channel, stream = self._route(batch=not (single or spread))
@@ -371,6 +370,13 @@ class Receives:
             ref = self._send_receive(actor, receive)
             self._out.sent(SentReceive(ref, channel, receive.stream, receive.number))
         return ref
+
+    def _before_sending(self) -> tuple[int, dict[int, Lease]] | None:
+        """Before any receive is sent (not holding the lock): the poison stops this
+        process reported for the reader have landed (see ``wait_for_poison_reports``),
+        and the membership's bookkeeping; returns the view the receive carries."""
+        wait_for_poison_reports(self._topic.topic_id, self._reader)
+        return self._ownership.before_receive()
 
     def _route(self, *, batch: bool) -> tuple[int, _ChannelReads]:
         """With the lock held: the channel for the next user receive, and its stream.
@@ -534,8 +540,7 @@ class Receives:
         """Keep ITERATION_DEPTH receives in flight at every owned channel (none once
         stopped); return the oldest one of each channel, the ones to wait on."""
         owned = self._ownership.owned()
-        wait_for_poison_reports(self._topic.topic_id, self._reader)
-        view = self._ownership.before_receive()
+        view = self._before_sending()
         era = self._era
         with self._lock:  # a receive on another thread may reclaim them meanwhile
             for channel in owned:
@@ -559,8 +564,7 @@ class Receives:
         owned = self._ownership.owned(catch_up=False)
         if channel not in owned:
             return None
-        wait_for_poison_reports(self._topic.topic_id, self._reader)
-        view = self._ownership.before_receive()
+        view = self._before_sending()
         with self._lock:
             reads = self._reads.get(channel)
             if (
