@@ -21,6 +21,7 @@ from raytopic.core.errors import ForeignElementError, GroupModeError, InvalidTyp
 from raytopic.core.gather import Joined, JoinKind, send_joined
 from raytopic.core.naming import channel_actor
 from raytopic.core.protocol import Ack, ExtendHold, Nack, pack_request
+from raytopic.core.reader_calls import ReaderCalls
 from raytopic.core.records import Element
 
 __all__ = [
@@ -33,7 +34,26 @@ __all__ = [
     "check_shared",
     "send_many",
     "send_one",
+    "wait_for_acks",
 ]
+
+ACK_WAIT = 5.0
+"""Seconds a closing subscriber waits for the acknowledgements it sent to land."""
+
+_sent_acks = ReaderCalls(ACK_WAIT)
+"""The acknowledgements (acks, nacks, extensions) this process sent, per reader, not
+yet seen answered."""
+
+
+def wait_for_acks(topic_id: str, reader: str) -> None:
+    """Wait until the acknowledgements this process sent for ``reader`` are applied,
+    before it leaves its group.
+
+    An ``ack_async`` is a call to the channel; the leave reaches the channel from the
+    coordinator, and Ray does not order the two: a leave served first would give an
+    element acked a moment before back to the group, to be delivered again.
+    """
+    _sent_acks.wait(topic_id, reader)
 
 
 def check_shared(element: Element) -> None:
@@ -93,7 +113,9 @@ def send_one(element: Element, kind: AckRequest, **options: Any) -> ray.ObjectRe
     element: ``ObjectRef[AckStatus]``."""
     origin = element._origin
     actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, element.channel)
-    return actor.request.remote(pack_request(_request(kind, [element], single=True, **options)))
+    ref = actor.request.remote(pack_request(_request(kind, [element], single=True, **options)))
+    _sent_acks.add(origin.topic_id, origin.reader, ref)
+    return ref
 
 
 def _request(kind: AckRequest, elements: list[Element], **options: Any) -> Any:
@@ -138,7 +160,9 @@ def send_many(elements: list[Element], kind: AckRequest, **options: Any) -> ray.
         sends.append(partial(_send, actor, pack_request(_request(kind, group, **options))))
     part_of = {channel: part for part, channel in enumerate(by_channel)}
     layout = np.fromiter((part_of[e.channel] for e in elements), np.int64, len(elements))
-    return send_joined(sends, layout, JoinKind.LISTS)
+    ref = send_joined(sends, layout, JoinKind.LISTS)
+    _sent_acks.add(origin.topic_id, origin.reader, ref)
+    return ref
 
 
 def _send(actor: Any, packed: bytes, joined: Joined | None) -> ray.ObjectRef[Any]:

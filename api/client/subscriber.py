@@ -35,6 +35,7 @@ from raytopic.client.reader_cursors import HEAD, TAIL, ReaderCursors
 from raytopic.client.receives import Receives
 from raytopic.client.subscriber_options import SubscriberArgs, SubscriberOptions
 from raytopic.client.transaction_inputs import opened, received
+from raytopic.core.acks import wait_for_acks
 from raytopic.core.config import (
     check_int,
     check_positive_int,
@@ -744,6 +745,7 @@ class Subscriber:
             self._closed = True
         self._receives.stop()
         self._member.stop()
+        wait_for_acks(self._topic.topic_id, self._id)
         try:
             # Not a call to a coordinator known gone here: Ray would log its failure.
             check_topic(self._topic.topic_id, self._topic.name, self._topic._coordinator)

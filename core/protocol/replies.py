@@ -25,7 +25,6 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import ray
 
 from raytopic.core.element_batch import ElementBatch
 from raytopic.core.naming import channel_actor
@@ -33,6 +32,7 @@ from raytopic.core.payloads import decode_checked
 from raytopic.core.protocol.channel import Nack, ReportPoison
 from raytopic.core.protocol.codec import pack_request, pack_small
 from raytopic.core.protocol.records import Poison, poison_error
+from raytopic.core.reader_calls import ReaderCalls
 from raytopic.core.records import Element, ReadResultSet, _Origin, _unfrozen
 from raytopic.core.statuses import PublishStatuses
 
@@ -425,13 +425,12 @@ poison element for. Elements of theirs at or after it, taken under that jump
 count or an earlier one (receives already out when the channel was told), are
 void: the reader's cursor went back to it."""
 
-_untold_stops: dict[tuple[str, str], list[Any]] = {}
-"""(topic id, reader) -> the ObjectRefs of the poison stops this process reported
-and has not seen applied (see :func:`wait_for_poison_reports`)."""
-
 POISON_REPORT_WAIT = 5.0
 """Seconds a receive waits for its reader's poison reports to land (a channel that
 restarted meanwhile finds the element again when it next delivers it)."""
+
+_poison_reports = ReaderCalls(POISON_REPORT_WAIT)
+"""The poison stops this process reported, per reader, not yet seen applied."""
 
 
 def wait_for_poison_reports(topic_id: str, reader: str) -> None:
@@ -443,10 +442,7 @@ def wait_for_poison_reports(topic_id: str, reader: str) -> None:
     answer "empty" (a reader that completes on empty would end without the error,
     the elements after it void). Waited for, the next receive is told of it there.
     """
-    refs = _untold_stops.pop((topic_id, reader), None)
-    if refs:
-        with contextlib.suppress(Exception):  # failed or late: nothing more to wait for
-            ray.get(refs, timeout=POISON_REPORT_WAIT)
+    _poison_reports.wait(topic_id, reader)
 
 
 def _without_void(
@@ -558,7 +554,7 @@ def _report_poison(origin: _Origin, channel: int, poison: Poison, *, skipped: bo
         )
         ref = actor.request.remote(pack_request(report))
         if not skipped:
-            _untold_stops.setdefault((origin.topic_id, origin.reader), []).append(ref)
+            _poison_reports.add(origin.topic_id, origin.reader, ref)
     except Exception as error:  # the topic is gone: nobody to tell
         logger.warning("could not report poison element %s: %s", poison, error)
 
