@@ -21,7 +21,7 @@ from raytopic.core.errors import ForeignElementError, GroupModeError, InvalidTyp
 from raytopic.core.gather import Joined, JoinKind, send_joined
 from raytopic.core.naming import channel_actor
 from raytopic.core.protocol import Ack, ExtendHold, Nack, pack_request
-from raytopic.core.reader_calls import ReaderCalls
+from raytopic.core.reader_calls import before_leaving
 from raytopic.core.records import Element
 
 __all__ = [
@@ -34,26 +34,7 @@ __all__ = [
     "check_shared",
     "send_many",
     "send_one",
-    "wait_for_acks",
 ]
-
-ACK_WAIT = 5.0
-"""Seconds a closing subscriber waits for the acknowledgements it sent to land."""
-
-_sent_acks = ReaderCalls(ACK_WAIT)
-"""The acknowledgements (acks, nacks, extensions) this process sent, per reader, not
-yet seen answered."""
-
-
-def wait_for_acks(topic_id: str, reader: str) -> None:
-    """Wait until the acknowledgements this process sent for ``reader`` are applied,
-    before it leaves its group.
-
-    An ``ack_async`` is a call to the channel; the leave reaches the channel from the
-    coordinator, and Ray does not order the two: a leave served first would give an
-    element acked a moment before back to the group, to be delivered again.
-    """
-    _sent_acks.wait(topic_id, reader)
 
 
 def check_shared(element: Element) -> None:
@@ -114,7 +95,7 @@ def send_one(element: Element, kind: AckRequest, **options: Any) -> ray.ObjectRe
     origin = element._origin
     actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, element.channel)
     ref = actor.request.remote(pack_request(_request(kind, [element], single=True, **options)))
-    _sent_acks.add(origin.topic_id, origin.reader, ref)
+    before_leaving.add(origin.topic_id, origin.reader, ref)
     return ref
 
 
@@ -161,7 +142,7 @@ def send_many(elements: list[Element], kind: AckRequest, **options: Any) -> ray.
     part_of = {channel: part for part, channel in enumerate(by_channel)}
     layout = np.fromiter((part_of[e.channel] for e in elements), np.int64, len(elements))
     ref = send_joined(sends, layout, JoinKind.LISTS)
-    _sent_acks.add(origin.topic_id, origin.reader, ref)
+    before_leaving.add(origin.topic_id, origin.reader, ref)
     return ref
 
 

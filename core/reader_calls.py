@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-__all__ = ["ReaderCalls"]
+__all__ = ["LEAVE_WAIT", "ReaderCalls", "before_leaving"]
 
 _PRUNE_AT = 32
 """Refs kept per reader before the ones already answered are dropped (a reader that
@@ -64,3 +64,16 @@ class ReaderCalls:
         if refs:
             with contextlib.suppress(Exception):  # failed or late: nothing more to wait for
                 ray.wait(refs, num_returns=len(refs), timeout=self._wait_seconds)
+
+
+LEAVE_WAIT = 5.0
+"""Seconds a closing subscriber waits for its acknowledgements and commits to land."""
+
+before_leaving = ReaderCalls(LEAVE_WAIT)
+"""The acknowledgements (acks, nacks, extensions) and commits this process sent, per
+reader, not yet seen answered: a subscriber's ``close()`` waits for them before it
+leaves its group. The leave reaches the channels from the coordinator, and Ray does
+not order it with a call sent a moment before: a leave served first would give a
+shared element acked asynchronously back to the group, or move an owned channel to
+another member before the commit, which then fails as NOT_OWNER (its elements
+delivered again). Kafka's ``close()`` waits for pending async commits alike."""

@@ -24,6 +24,7 @@ from raytopic.core.errors import (
     PositionMismatchError,
 )
 from raytopic.core.naming import channel_actor
+from raytopic.core.reader_calls import before_leaving
 
 if TYPE_CHECKING:
     import ray
@@ -347,7 +348,9 @@ class Element:
         origin = self._origin
         bound = lowered(bound, before_commit(origin.reader), self.channel)
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, self.channel)
-        return actor.request.remote(pack_request(self._commit_request(bound)))
+        ref = actor.request.remote(pack_request(self._commit_request(bound)))
+        before_leaving.add(origin.topic_id, origin.reader, ref)
+        return ref
 
     def _commit_request(self, bound: int | None) -> Commit:
         """The request that commits this element's position, no further than ``bound``."""

@@ -18,6 +18,7 @@ from raytopic.core.config import check_datetime
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import InvalidTypeError, NotOwnerError, TopicError
 from raytopic.core.protocol import Commit, ReadCursor, Seek, SeekToCommitted, pack_request
+from raytopic.core.reader_calls import before_leaving
 from raytopic.core.records import CommitResult, CommitStatus, Position
 
 if TYPE_CHECKING:
@@ -212,7 +213,9 @@ class ReaderCursors:
         commit = Commit(
             reader_id=self._reader_id, sequence=position.sequence, lease=lease, bound=bound
         )
-        return actor.request.remote(pack_request(commit))
+        ref = actor.request.remote(pack_request(commit))
+        before_leaving.add(self._topic.topic_id, self._reader_id, ref)
+        return ref
 
     def _call(self, ref: ray.ObjectRef[Any]) -> Any:
         with topic_calls(self._topic.topic_id, self._topic.name):

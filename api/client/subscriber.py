@@ -35,7 +35,6 @@ from raytopic.client.reader_cursors import HEAD, TAIL, ReaderCursors
 from raytopic.client.receives import Receives
 from raytopic.client.subscriber_options import SubscriberArgs, SubscriberOptions
 from raytopic.client.transaction_inputs import opened, received
-from raytopic.core.acks import wait_for_acks
 from raytopic.core.config import (
     check_int,
     check_positive_int,
@@ -43,6 +42,7 @@ from raytopic.core.config import (
 from raytopic.core.destroyed import check_topic, topic_calls
 from raytopic.core.errors import InvalidTypeError, SubscriberClosedError, TopicNotFoundError
 from raytopic.core.protocol import CloseReader, OpenReader, ReadResequencerStats, pack_request
+from raytopic.core.reader_calls import before_leaving
 from raytopic.core.records import CommitResult, Element, Position
 
 if TYPE_CHECKING:
@@ -745,7 +745,7 @@ class Subscriber:
             self._closed = True
         self._receives.stop()
         self._member.stop()
-        wait_for_acks(self._topic.topic_id, self._id)
+        before_leaving.wait(self._topic.topic_id, self._id)  # its acks and commits land first
         try:
             # Not a call to a coordinator known gone here: Ray would log its failure.
             check_topic(self._topic.topic_id, self._topic.name, self._topic._coordinator)

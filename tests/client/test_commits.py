@@ -161,6 +161,36 @@ def test_rejoining_member_resumes_after_the_last_commit(shared_one, unique_name)
         assert second.last_committed() == {0: topic.position(0, base + 2)}
 
 
+def test_commits_sent_without_waiting_land_before_close_gives_the_channels_up(
+    shared_two, unique_name
+):
+    # close() leaves through the coordinator, which tells the channels; Ray does not
+    # order that with a commit sent a moment before: served first, the commit would
+    # find the channel given up (NOT_OWNER) and the next member would get its elements
+    # again. Each way a commit goes without waiting, then close at once.
+    topic, g = shared_two, unique_name("g")
+    base = next_sequences(topic)
+    member = topic.subscriber(group=g, start="latest", complete_on_empty=True)
+    publish_all(topic, list(range(40)))  # round robin: 20 per channel
+    got = receive_exactly(member, 40)
+    by_channel = {c: [e for e in got if e.channel == c] for c in (0, 1)}
+    by_channel[0][-1].commit_async()  # an element's
+    member.commit_async(1, by_channel[1][-1].position)  # the subscriber's
+    member.close()
+    for channel in (0, 1):
+        stats = _group_channel(topic, g, channel)
+        assert (stats.next, stats.depth) == (base[channel] + 20, 0), stats
+    second = topic.subscriber(group=g, complete_on_empty=True)
+    publish_all(topic, list(range(40, 60)))
+    seen = []
+    for batch in second.iter_batches(8):  # a batch's commit rides the next receive
+        seen += batch.values
+        batch.commit_async()
+    second.close()
+    assert sorted(seen) == list(range(40, 60))
+    assert topic.describe().groups[g].lag == 0
+
+
 def test_rebalance_redelivers_uncommitted_elements(shared_two, unique_name):
     topic, g = shared_two, unique_name("g")  # shared: a new group reads only these values
     a = topic.subscriber(group=g, start="latest", complete_on_empty=True)
