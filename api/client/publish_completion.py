@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from raytopic.client.publish_futures import PublishBatch
 from raytopic.core.destroyed import topic_calls
 from raytopic.core.errors import PublisherClosedError
+from raytopic.core.protocol import unpack_small
 from raytopic.core.waits import bounded_wait
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ def _complete_call(
     if error is None and done is not None:
         try:
             with topic_calls(topic_id, name):
-                acks = done.result()
+                acks = unpack_small(done.result())  # packed: see PACKED_REPLIES
         except Exception as failure:
             error = failure
     interrupted: BaseException | None = None

@@ -60,9 +60,12 @@ def unpack_call(packed: bytes, payload: Any, kinds: tuple[type, ...]) -> tuple[A
 def pack_small(value: Any) -> Any:
     """A reply to a sibling, or an append's payload, as bytes, unless it holds a buffer
     large enough to travel out of band (``OUT_OF_BAND_MIN``): Ray moves that one
-    zero-copy as it is."""
+    zero-copy as it is; so does one plain pickle refuses."""
     buffers: list[pickle.PickleBuffer] = []
-    packed = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    try:
+        packed = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    except Exception:  # plain pickle refuses it (cloudpickle's alone can): Ray's way
+        return value
     return value if buffers else packed
 
 

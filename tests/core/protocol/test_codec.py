@@ -7,12 +7,13 @@ import pickle
 
 import pytest
 
-from raytopic.core.errors import InvalidArgumentError
+from raytopic.core.errors import InvalidArgumentError, TopicFullError
 from raytopic.core.payloads import OUT_OF_BAND_MIN, PickledValues
 from raytopic.core.protocol import (
     CHANNEL_REQUESTS,
     SIBLING_REQUESTS,
     Append,
+    AppendAck,
     AppendPieces,
     CursorState,
     Nack,
@@ -90,6 +91,14 @@ def test_a_small_reply_to_a_sibling_packs_into_bytes_a_large_one_stays_itself() 
     large = PickledValues.from_pickles([b"x" * OUT_OF_BAND_MIN])
     assert pack_small(large) is large
     assert unpack_small(large) is large
+    # One plain pickle refuses (a lambda: cloudpickle's alone can) goes as itself: an
+    # append's acks are packed so, and must never fail the append that went in.
+    error = TopicFullError("full")
+    error.hint = lambda: None  # (an exception pickles its attributes)
+    refused = (AppendAck(0, 1, 0.0, error=error),)
+    assert pack_small(refused) is refused and unpack_small(refused) is refused
+    acks = (AppendAck(7, 3, 1.5),)
+    assert type(pack_small(acks)) is bytes and unpack_small(pack_small(acks)) == acks
 
 
 def test_a_payload_that_is_not_a_packed_one_is_refused_typed() -> None:
