@@ -736,6 +736,9 @@ class Subscriber:
     def close(self) -> None:
         """Leave the group (if any), end the sessions, complete waiting receives with None.
 
+        The acks and commits this process sent for the subscriber without waiting
+        (``ack_async``, ``commit_async``, ...) land first: it waits up to 5 s for
+        their answers, so none is served after its channels were given up.
         Idempotent; every on_close action runs even if one raises. Failing to
         reach the coordinator is logged, not raised (a destroyed topic: not even logged).
         """
