@@ -142,7 +142,10 @@ def send_many(elements: list[Element], kind: AckRequest, **options: Any) -> ray.
     part_of = {channel: part for part, channel in enumerate(by_channel)}
     layout = np.fromiter((part_of[e.channel] for e in elements), np.int64, len(elements))
     ref = send_joined(sends, layout, JoinKind.LISTS)
-    before_leaving.add(origin.topic_id, origin.reader, ref)
+    # Each reader's close waits for it (a batch may hold elements of several readers).
+    origins = [group[0]._origin for group in by_channel.values()]
+    for topic_id, reader in {(origin.topic_id, origin.reader) for origin in origins}:
+        before_leaving.add(topic_id, reader, ref)
     return ref
 
 

@@ -64,7 +64,6 @@ from raytopic.core.protocol import (
     pack_request,
 )
 from raytopic.core.protocol.replies import wait_for_poison_reports
-from raytopic.core.reader_calls import before_leaving
 
 if TYPE_CHECKING:
     from raytopic.client.topic import Topic
@@ -580,8 +579,7 @@ class Receives:
             committed, ref = actor.request.options(num_returns=2).remote(packed)
             self._ownership.track(ref)
             reads.refs.append((ref, _CARRIED))
-        before_leaving.add(self._topic.topic_id, self._reader, committed)
-        return committed
+            return committed
 
     def take_direct(self, ref: ray.ObjectRef[list[Element]]) -> list[Element]:
         """The elements of a direct receive (the oldest of its channel); [] if a receive

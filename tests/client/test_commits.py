@@ -183,7 +183,7 @@ def test_commits_sent_without_waiting_land_before_close_gives_the_channels_up(
     second = topic.subscriber(group=g, complete_on_empty=True)
     publish_all(topic, list(range(40, 60)))
     seen = []
-    for batch in second.iter_batches(8):  # a batch's commit rides the next receive
+    for batch in second.iter_batches(8):
         seen += batch.values
         batch.commit_async()
     second.close()
