@@ -6,8 +6,8 @@ then drops the reply on its way and the caller sees ``TaskCancelledError`` (meas
 on a bare async actor: most of the cancels that came while the reply was on its way).
 What that reply carried was handed over, and the session read on past it. The handle
 sees the cancel and tells the session (``ReceivesLost``), which reads again from where
-the lost receive began at each channel (DESIGN 5.6: neither closing nor
-``ray.cancel`` of a receive loses an element).
+the lost receive began at each channel: neither closing nor ``ray.cancel`` of a
+receive loses an element (docs/architecture.md, "Receive path").
 
 A resequencing session hands over what its resequencer released, in sequence order,
 not a channel's positions in order: reading a channel again would bring numbers the

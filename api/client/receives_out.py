@@ -6,9 +6,9 @@ process) while the channel's reply is on its way: Ray then fails the ObjectRef w
 handed over and read past. :class:`ReceivesOut` finds such receives among those that
 completed, without fetching or decoding their replies, so that the subscriber can
 tell their channel before its next receive (``ReceivesLost``): the session reads
-them again (DESIGN 5.6: neither closing nor ``ray.cancel`` of a receive loses an
-element). A receive cancelled before its channel answered it took nothing; telling
-it changes nothing.
+them again: neither closing nor ``ray.cancel`` of a receive loses an element
+(docs/architecture.md, "Receive path"). A receive cancelled before its channel
+answered it took nothing; telling it changes nothing.
 """
 
 from __future__ import annotations
