@@ -14,6 +14,7 @@ numbers (``raytopic.core.protocol.AppendPieces``).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -123,14 +124,16 @@ class ChannelQueue:
         """Values waiting for a call, the open batch's included."""
         return self.waiting_values + len(self.open.payloads)
 
-    def add_value(self, payload: bytes, key: Any, now: float, batch_size: int) -> Any:
+    def add_value(self, payload: bytes, key: Any, now: float | None, batch_size: int) -> Any:
         """Batch one ``publish()``ed value (the open batch closes at ``batch_size``);
-        returns its future."""
-        if not self.size:
-            self.since = now
+        returns its future. ``now``: the monotonic time, or None to read it only when
+        the queue was empty (``since``): this runs once a published value."""
         batch = self.open
+        payloads = batch.payloads
+        if not payloads and not self.waiting_values:
+            self.since = time.monotonic() if now is None else now
         future = batch.add(payload, key)
-        if len(batch.payloads) >= batch_size:
+        if len(payloads) >= batch_size:
             self.close_open()
         return future
 

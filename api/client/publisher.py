@@ -291,11 +291,13 @@ class Publisher:
             if room is not None:
                 return _failed_future(room)
             pipe = self._pipes[channel]
-            future = pipe.add_value(payload, key, time.monotonic(), self._batch_size)
+            future = pipe.add_value(payload, key, None, self._batch_size)
             self._pending += 1
+            # (Attributes, not ChannelQueue.size: this runs once a published value.)
+            waiting = pipe.waiting_values + len(pipe.open.payloads)
             calls = (
                 self._calls_to_make(force=False)
-                if (pipe.size >= self._batch_size or pipe.in_flight < PIPELINE)
+                if (waiting >= self._batch_size or pipe.in_flight < PIPELINE)
                 and self._in_flight < self._max_in_flight
                 else None
             )
