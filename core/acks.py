@@ -135,16 +135,17 @@ def send_many(elements: list[Element], kind: AckRequest, **options: Any) -> ray.
     for element in elements:
         by_channel.setdefault(element.channel, []).append(element)
     sends = []
+    readers = set()  # each channel's request names its group's reader
     for channel, group in by_channel.items():
         origin = group[0]._origin
+        readers.add((origin.topic_id, origin.reader))
         actor = channel_actor(origin.namespace, origin.topic, origin.topic_id, channel)
         sends.append(partial(_send, actor, pack_request(_request(kind, group, **options))))
     part_of = {channel: part for part, channel in enumerate(by_channel)}
     layout = np.fromiter((part_of[e.channel] for e in elements), np.int64, len(elements))
     ref = send_joined(sends, layout, JoinKind.LISTS)
     # Each reader's close waits for it (a batch may hold elements of several readers).
-    origins = [group[0]._origin for group in by_channel.values()]
-    for topic_id, reader in {(origin.topic_id, origin.reader) for origin in origins}:
+    for topic_id, reader in readers:
         before_leaving.add(topic_id, reader, ref)
     return ref
 
