@@ -156,7 +156,7 @@ class StaleReads:
     def any_stale(self, elements: Iterable[Element]) -> bool:
         """Whether any of ``elements`` is stale (none before a jump or a loss, at no
         cost; elements of one delivery share their origin: looked at once)."""
-        if not (self._counts or self._lost):
+        if not self.changes:
             return False
         seen, channel = None, -1
         for element in elements:
@@ -506,9 +506,12 @@ class Receives:
     def next_buffered(self) -> Element | None:
         """The next element an iteration left over that is not stale, or None."""
         buffer = self._buffer
+        stale = self.stale
         while buffer:
             element = buffer.popleft()
-            if not self.stale.is_stale(element):
+            # (No jump and no lost lease yet, the common case: no call; this runs once
+            # an iterated element.)
+            if not stale.changes or not stale.is_stale(element):
                 return element
         return None
 
