@@ -111,11 +111,12 @@ BatchReader = Callable[[list[ChannelRange]], tuple["Dataset", Any]]
 """Makes a batch's ``(dataset, dataframe)`` from the pieces its ranges are read in
 (the dataframe None in the Ray Data form)."""
 
-ReadAhead = Callable[[list[ChannelRange]], Callable[[], tuple["Dataset", Any]]]
+ReadAhead = Callable[[list[ChannelRange]], Callable[[], tuple["Dataset", Any]] | None]
 """Starts reading a batch planned ahead (in the stream's thread, before the batch is
 recorded) and returns what waits for the read and gives its ``(dataset,
 dataframe)`` (called by the ``next()`` that hands the batch out, before it
-records it)."""
+records it); or None: the batch is not worth reading ahead, and is read as a
+batch of a stream that caught up is (``BatchReader``, when handed out)."""
 
 READ_AHEAD_BATCHES = 1
 """Batches a stream catching up holds planned (and read, or being read) and not yet

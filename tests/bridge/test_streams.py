@@ -188,8 +188,11 @@ def test_a_batch_read_ahead_in_several_tasks_is_exactly_its_ranges_elements(
     ends = next_sequences(topic)
     ranges = [_range(c, starts[c], ends[c]) for c in range(2)]  # 50 each
     monkeypatch.setattr(bridge_data, "READ_AHEAD_TASK_ROWS", 30)  # 30 | 20 + 30 | 20
+    monkeypatch.setattr(bridge_data, "READ_AHEAD_MIN_ROWS", 100)
+    read = bridge_data.start_read(topic, ranges)
+    assert read is not None
 
-    dataset, dataframe = bridge_data.start_read(topic, ranges)()
+    dataset, dataframe = read()
 
     assert isinstance(dataset, MaterializedDataset) and dataframe is None
     # The tasks' metadata: counted and typed without running anything.
@@ -444,11 +447,34 @@ def test_stop_and_leaving_the_block_free_the_group_and_a_batch_in_hand_is_not_co
     assert next(again).ranges == in_hand.ranges  # handed out again, same ranges
 
 
-def test_the_next_batch_is_read_while_one_is_in_hand_and_recorded_only_when_handed_out(
+def test_a_batch_too_small_to_read_ahead_is_read_by_its_own_dataset_exactly(
     topic: rt.Topic, unique_name: Callable[[str], str]
 ) -> None:
     from ray.data.dataset import MaterializedDataset
 
+    group = unique_name("g")
+    _published(topic, group, 60)
+    ranges = [_range(c, 0, 30) for c in range(2)]
+    assert bridge_data.start_read(topic, ranges) is None  # 60 rows: under READ_AHEAD_MIN_ROWS
+
+    with rd.stream(topic, group=group, max_rows_per_batch=25) as stream:
+        batches = [(batch, _rows(batch)) for batch in stream]
+
+    assert [batch.rows for batch, _ in batches] == [25, 25, 10]
+    for batch, rows in batches:  # planned ahead, read when used: each exactly its ranges
+        assert not isinstance(batch.dataset, MaterializedDataset)
+        assert sorted((row["channel"], row["position"]) for row in rows) == [
+            (c, p) for c, (start, end) in sorted(batch.ranges.items()) for p in range(start, end)
+        ]
+    assert sorted(row["n"] for _, rows in batches for row in rows) == list(range(60))
+
+
+def test_the_next_batch_is_read_while_one_is_in_hand_and_recorded_only_when_handed_out(
+    topic: rt.Topic, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray.data.dataset import MaterializedDataset
+
+    monkeypatch.setattr(bridge_data, "READ_AHEAD_MIN_ROWS", 10)  # every batch here
     group = unique_name("g")
     _published(topic, group, 60)
     old = rd.stream(topic, group=group, max_rows_per_batch=25)
