@@ -131,7 +131,9 @@ def run_block(block: Block, ray_cluster: str, tmp_path: Path, runner: ScriptRunn
     from raytopic.transaction.registry import TRANSACTION_STATE
 
     topics_before = set(rt.list_topics())
-    timeout = 540 if block.needs_spark else 120
+    # A Ray of a block's own starts in 10-30 s here, longer on a busy machine, and a
+    # block may start two (a whole-cluster restart took 134 s beside a full run).
+    timeout = 540 if block.needs_spark else 240 if block.starts_a_ray else 120
     try:
         if block.starts_a_ray or block.needs_spark:
             done: subprocess.CompletedProcess[str] | Run = run_apart(
