@@ -358,7 +358,7 @@ READ_AHEAD_MIN_ROWS = 50_000
 job on it (one read task of that job, ``STREAM_TASK_ROWS``), as a batch of a stream
 that caught up is: its read costs that job little, and a task of its own would
 compete on a small machine with the job on the batch in hand. Measured on 2 cores, 8
-channels, 10 batches each (stop 82): of 10,000 rows, 2.0-2.7 s read ahead against
+channels, 10 batches each: of 10,000 rows, 2.0-2.7 s read ahead against
 1.7-2.2 s not; of 30,000, even; of 50,000, 1.7-2.4 s against 2.2-3.0 s; of 100,000,
 2.2-2.6 s against 2.5-3.3 s."""
 
