@@ -235,9 +235,10 @@ def stream(
     NotOwnerError and ends its iteration).
 
     While it catches up (``"available_now"`` from the start, or once a batch is
-    full), the stream plans the next batch and reads it into Ray's object store
-    while the loop works on the one in hand (one batch ahead, in a thread of the
-    stream): its ``dataset`` is read when ``next()`` records it and hands it out.
+    full), the stream plans the next batch and, if it holds 50,000 rows or more,
+    reads it into Ray's object store while the loop works on the one in hand (one
+    batch ahead, in a thread of the stream): its ``dataset`` is read when ``next()``
+    records it and hands it out (a smaller one is read by the loop's own job on it).
     A stream that caught up hands each batch out unread, as soon as it is planned.
 
     Args:
