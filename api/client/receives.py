@@ -126,7 +126,8 @@ class StaleReads:
         self._lock = threading.Lock()  # a seek and a view may raise one channel at once
         self.changes = 0
         """How many times a count rose or a lease was lost (an "empty" answered to a
-        receive sent before a change is old news: see ``Receives``)."""
+        receive sent before a change is old news: see ``Receives``); 0: nothing read
+        is stale, which the per-element checks test first."""
 
     def raise_to(self, channel: int, count: int) -> None:
         """Raise ``channel``'s jump count to ``count`` (a lower one changes nothing)."""
